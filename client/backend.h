@@ -1,0 +1,62 @@
+/* backend.h — the data-plane interface: a backend executes one fused
+ * operation of a schedule for this rank. The CPU backend (shared memory
+ * between the ranks of a node) is built in; a GPU backend slots in beside
+ * it with the same calls. Called from the worker's background thread only. */
+#ifndef HVD_BACKEND_H
+#define HVD_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hvd.h"
+
+/* One member tensor of a fused operation, as this rank sees it. */
+typedef struct hvd_xmember {
+        const void *in;            /* NULL: this rank contributes zeros / no rows (joined) */
+        void *out;                 /* NULL: discard the result (joined) */
+        uint64_t count;            /* elements of the (common) tensor; allgather/alltoall: unused */
+        uint64_t row_elems;        /* elements per first-dimension row */
+        const int64_t *rank_rows;  /* allgather: rows each rank contributes [size];
+                                      reducescatter: NULL (rows = shape[0]) */
+        int64_t rows;              /* reducescatter: first dimension */
+        const int64_t *splits;     /* alltoall: [size * size] rows, [src][dst] */
+} hvd_xmember_t;
+
+typedef struct hvd_xop {
+        uint32_t kind;             /* HVD__KIND__* */
+        hvd_dtype_t dtype;
+        hvd_reduce_op_t reduce_op;
+        double prescale, postscale;
+        int root;
+        const char *name;          /* first member's name, for messages */
+        size_t n;
+        const hvd_xmember_t *m;
+} hvd_xop_t;
+
+/* Called while waiting; returns < 0 (and fills err) to give up because the
+ * job was aborted. */
+typedef int (*hvd_wait_check_fn)(void *userdata, char *err, size_t err_len);
+
+typedef struct hvd_backend hvd_backend_t;
+
+/* CPU backend over the job's shared-memory segment shm_name (local rank 0
+ * creates it, everyone attaches, the last to attach unlinks the name).
+ * Single-node: rank == local rank. size 1 needs no segment. */
+int hvd_cpu_backend_new(const char *shm_name, int rank, int size, uint64_t slot_bytes,
+                        uint64_t timeout_usec, hvd_wait_check_fn check, void *userdata,
+                        hvd_backend_t **ret, char *err, size_t err_len);
+
+/* Executes op; returns 0 or < 0 with a message in err. */
+int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len);
+/* Marks the job aborted for every local rank (wakes their waits). */
+void hvd_backend_abort(hvd_backend_t *b, const char *reason);
+void hvd_backend_destroy(hvd_backend_t **b);
+
+/* reducescatter: rows of rank r out of `rows` split over size ranks. */
+static inline void hvd_reducescatter_rows(int64_t rows, int size, int r, int64_t *start, int64_t *n) {
+        int64_t q = rows / size, rem = rows % size;
+        *start = r * q + (r < rem ? r : rem);
+        *n = q + (r < rem ? 1 : 0);
+}
+
+#endif

@@ -1,0 +1,525 @@
+/* cpu_backend.c — the CPU data plane inside one node: a shared-memory
+ * segment with one slot per local rank and a futex barrier. Fusion happens
+ * in the copy into the slot; reductions read every slot's segment at once
+ * and write it once; results are copied out once.
+ *
+ * Invariant (double buffering): each slot is two halves used alternately by
+ * consecutive steps (a persistent counter, across operations). Every step is
+ * copy-in → barrier → [reduce → barrier] → copy-out, so a rank that writes
+ * half b at step t has passed step t-1's first barrier, which every rank
+ * reached only after finishing its reads of step t-2 (the same half). */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "hvd.pb-c.h"
+#include "reduce.h"
+#include "util.h"
+
+#define SHM_MAGIC UINT64_C(0x6876645f73686d31) /* "hvd_shm1" */
+#define HEADER_BYTES 4096
+#define CHECK_INTERVAL_USEC (20 * USEC_PER_MSEC)
+
+typedef struct shm_header {
+        _Atomic uint64_t magic;
+        uint32_t local_size;
+        uint64_t slot_bytes;
+        _Atomic uint32_t attached;
+        _Atomic uint32_t aborted;
+        char abort_reason[512];
+        _Alignas(64) _Atomic uint32_t bar_count;
+        _Alignas(64) _Atomic uint32_t bar_gen;
+        _Atomic uint32_t bar_waiters;
+} shm_header_t;
+
+struct hvd_backend {
+        int rank, size;
+        uint64_t slot_bytes, half_bytes;
+        uint64_t timeout_usec;
+        uint64_t step; /* selects the slot half */
+        hvd_wait_check_fn check;
+        void *userdata;
+        shm_header_t *hdr;
+        uint8_t *base;
+        size_t map_bytes;
+        int spin;
+        const void **srcs; /* [size] scratch for reductions */
+};
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
+        return syscall(SYS_futex, (uint32_t *) addr, op, val, ts, NULL, 0);
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+}
+
+static int wait_failed(hvd_backend_t *b, const char *what, char *err, size_t err_len) {
+        if (atomic_load(&b->hdr->aborted)) {
+                snprintf(err, err_len, "%s", b->hdr->abort_reason[0] ? b->hdr->abort_reason : "job aborted");
+                return HVD_EABORTED;
+        }
+        return 0;
+}
+
+/* Sense-free generation barrier over all local ranks. Spins briefly (only
+ * when every rank has a core), then sleeps on a futex; checks the abort
+ * flag, the caller's check function and the deadline while it waits. */
+static int barrier(hvd_backend_t *b, const char *what, char *err, size_t err_len) {
+        shm_header_t *h = b->hdr;
+        if (b->size == 1)
+                return 0;
+        uint32_t gen = atomic_load_explicit(&h->bar_gen, memory_order_acquire);
+        if (atomic_fetch_add_explicit(&h->bar_count, 1, memory_order_acq_rel) + 1 == (uint32_t) b->size) {
+                atomic_store_explicit(&h->bar_count, 0, memory_order_relaxed);
+                atomic_fetch_add_explicit(&h->bar_gen, 1, memory_order_release);
+                if (atomic_load_explicit(&h->bar_waiters, memory_order_acquire))
+                        futex(&h->bar_gen, FUTEX_WAKE, INT32_MAX, NULL);
+                return 0;
+        }
+        for (int i = 0; i < b->spin; i++) {
+                if (atomic_load_explicit(&h->bar_gen, memory_order_acquire) != gen)
+                        return 0;
+                cpu_relax();
+        }
+        uint64_t start = hvd_now_usec(), last_check = start;
+        for (;;) {
+                for (int i = 0; i < 4; i++) {
+                        if (atomic_load_explicit(&h->bar_gen, memory_order_acquire) != gen)
+                                return 0;
+                        sched_yield();
+                }
+                atomic_fetch_add(&h->bar_waiters, 1);
+                struct timespec ts = { 0, 2 * 1000 * 1000 };
+                if (atomic_load_explicit(&h->bar_gen, memory_order_acquire) == gen)
+                        futex(&h->bar_gen, FUTEX_WAIT, gen, &ts);
+                atomic_fetch_sub(&h->bar_waiters, 1);
+                if (atomic_load_explicit(&h->bar_gen, memory_order_acquire) != gen)
+                        return 0;
+                int r = wait_failed(b, what, err, err_len);
+                if (r < 0)
+                        return r;
+                uint64_t now = hvd_now_usec();
+                if (now - last_check >= CHECK_INTERVAL_USEC && b->check) {
+                        last_check = now;
+                        r = b->check(b->userdata, err, err_len);
+                        if (r < 0) {
+                                hvd_backend_abort(b, err);
+                                return r;
+                        }
+                }
+                if (now - start > b->timeout_usec) {
+                        snprintf(err, err_len,
+                                 "%s: timed out after %.1f s waiting for the other local ranks in the data plane",
+                                 what, (double) b->timeout_usec / 1e6);
+                        hvd_backend_abort(b, err);
+                        return HVD_ETIMEOUT;
+                }
+        }
+}
+
+int hvd_cpu_backend_new(const char *shm_name, int rank, int size, uint64_t slot_bytes,
+                        uint64_t timeout_usec, hvd_wait_check_fn check, void *userdata,
+                        hvd_backend_t **ret, char *err, size_t err_len) {
+        hvd_backend_t *b = calloc(1, sizeof *b);
+        if (!b)
+                return -ENOMEM;
+        b->rank = rank;
+        b->size = size;
+        b->timeout_usec = timeout_usec ? timeout_usec : 300 * USEC_PER_SEC;
+        b->check = check;
+        b->userdata = userdata;
+        b->slot_bytes = (slot_bytes + 4095) & ~UINT64_C(4095);
+        b->half_bytes = b->slot_bytes / 2;
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        b->spin = size <= ncpu ? 20000 : 64;
+        b->srcs = calloc((size_t) size, sizeof *b->srcs);
+        if (!b->srcs) {
+                free(b);
+                return -ENOMEM;
+        }
+        if (size == 1) {
+                /* one rank: results are computed in place, no segment */
+                b->hdr = calloc(1, sizeof *b->hdr);
+                if (!b->hdr) {
+                        hvd_backend_destroy(&b);
+                        return -ENOMEM;
+                }
+                *ret = b;
+                return 0;
+        }
+        b->map_bytes = HEADER_BYTES + (size_t) size * b->slot_bytes;
+        int fd = -1, r;
+        uint64_t deadline = hvd_now_usec() + b->timeout_usec;
+        if (rank == 0) {
+                fd = shm_open(shm_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+                if (fd < 0) {
+                        r = -errno;
+                        snprintf(err, err_len, "cannot create shared memory %s: %s", shm_name, strerror(errno));
+                        goto fail;
+                }
+                if (ftruncate(fd, (off_t) b->map_bytes) < 0) {
+                        r = -errno;
+                        snprintf(err, err_len, "cannot size shared memory %s to %zu bytes: %s", shm_name,
+                                 b->map_bytes, strerror(errno));
+                        close(fd);
+                        shm_unlink(shm_name);
+                        goto fail;
+                }
+        } else {
+                for (;;) {
+                        fd = shm_open(shm_name, O_RDWR | O_CLOEXEC, 0600);
+                        if (fd >= 0) {
+                                struct stat st;
+                                if (fstat(fd, &st) == 0 && (size_t) st.st_size >= b->map_bytes)
+                                        break;
+                                close(fd);
+                                fd = -1;
+                        } else if (errno != ENOENT) {
+                                r = -errno;
+                                snprintf(err, err_len, "cannot open shared memory %s: %s", shm_name, strerror(errno));
+                                goto fail;
+                        }
+                        if (hvd_now_usec() > deadline) {
+                                r = HVD_ETIMEOUT;
+                                snprintf(err, err_len, "local rank 0 did not create shared memory %s in time",
+                                         shm_name);
+                                goto fail;
+                        }
+                        usleep(1000);
+                }
+        }
+        void *p = mmap(NULL, b->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (p == MAP_FAILED) {
+                r = -errno;
+                snprintf(err, err_len, "cannot map shared memory %s: %s", shm_name, strerror(errno));
+                goto fail;
+        }
+        b->hdr = p;
+        b->base = (uint8_t *) p + HEADER_BYTES;
+        if (rank == 0) {
+                b->hdr->local_size = (uint32_t) size;
+                b->hdr->slot_bytes = b->slot_bytes;
+                atomic_store_explicit(&b->hdr->magic, SHM_MAGIC, memory_order_release);
+        } else {
+                while (atomic_load_explicit(&b->hdr->magic, memory_order_acquire) != SHM_MAGIC) {
+                        if (hvd_now_usec() > deadline) {
+                                r = HVD_ETIMEOUT;
+                                snprintf(err, err_len, "shared memory %s was never initialised", shm_name);
+                                goto fail;
+                        }
+                        usleep(1000);
+                }
+                if (b->hdr->local_size != (uint32_t) size || b->hdr->slot_bytes != b->slot_bytes) {
+                        r = HVD_EPROTO;
+                        snprintf(err, err_len, "shared memory %s has a different layout", shm_name);
+                        goto fail;
+                }
+        }
+        /* the last rank to attach removes the name: nothing is left behind
+         * in /dev/shm whatever happens to the processes later */
+        if (atomic_fetch_add(&b->hdr->attached, 1) + 1 == (uint32_t) size)
+                shm_unlink(shm_name);
+        *ret = b;
+        return 0;
+fail:
+        hvd_backend_destroy(&b);
+        return r;
+}
+
+void hvd_backend_abort(hvd_backend_t *b, const char *reason) {
+        if (!b || !b->hdr)
+                return;
+        if (atomic_exchange(&b->hdr->aborted, 1) == 0) {
+                snprintf(b->hdr->abort_reason, sizeof b->hdr->abort_reason, "%s", reason);
+        }
+        futex(&b->hdr->bar_gen, FUTEX_WAKE, INT32_MAX, NULL);
+}
+
+void hvd_backend_destroy(hvd_backend_t **bp) {
+        if (!bp || !*bp)
+                return;
+        hvd_backend_t *b = *bp;
+        if (b->base)
+                munmap(b->hdr, b->map_bytes);
+        else
+                free(b->hdr);
+        free(b->srcs);
+        free(b);
+        *bp = NULL;
+}
+
+/* ---- operations ---- */
+
+static inline uint8_t *half_of(hvd_backend_t *b, int rank) {
+        return b->base + (size_t) rank * b->slot_bytes + (b->step & 1) * b->half_bytes;
+}
+
+static double reduce_scale(const hvd_xop_t *op, int size) {
+        double s = op->postscale;
+        if (op->reduce_op == HVD_REDUCE_AVERAGE)
+                s /= size;
+        return s;
+}
+
+/* One rank: no other contributions; results straight from the inputs. */
+static int execute_solo(hvd_backend_t *b, const hvd_xop_t *op) {
+        size_t es = hvd_dtype_size(op->dtype);
+        for (size_t i = 0; i < op->n; i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                if (!m->out)
+                        continue;
+                switch (op->kind) {
+                case HVD__KIND__KIND_ALLREDUCE:
+                case HVD__KIND__KIND_REDUCESCATTER: {
+                        double s = op->prescale * reduce_scale(op, 1);
+                        if (op->dtype != HVD_BOOL && !hvd_dtype_is_float(op->dtype) && op->prescale != 1.0) {
+                                /* integers: scale in two steps, as the multi-rank path does */
+                                hvd_scale_copy(op->dtype, m->out, m->in, m->count, op->prescale);
+                                hvd_scale_copy(op->dtype, m->out, m->out, m->count, reduce_scale(op, 1));
+                        } else if (m->in)
+                                hvd_scale_copy(op->dtype, m->out, m->in, m->count, s);
+                        else
+                                memset(m->out, 0, m->count * es);
+                        break;
+                }
+                case HVD__KIND__KIND_BROADCAST:
+                        if (m->in && m->in != m->out)
+                                memmove(m->out, m->in, m->count * es);
+                        break;
+                case HVD__KIND__KIND_ALLGATHER:
+                        if (m->in)
+                                memmove(m->out, m->in, (size_t) m->rank_rows[0] * m->row_elems * es);
+                        break;
+                case HVD__KIND__KIND_ALLTOALL:
+                        memmove(m->out, m->in, (size_t) m->splits[0] * m->row_elems * es);
+                        break;
+                default:
+                        break;
+                }
+        }
+        return 0;
+}
+
+/* allreduce and reducescatter over the fused element space, chunked by
+ * half a slot. reducescatter reduces only this rank's rows, straight into
+ * its output, and needs no second barrier. */
+static int execute_reduce(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
+        size_t es = hvd_dtype_size(op->dtype);
+        uint64_t total = 0;
+        for (size_t i = 0; i < op->n; i++)
+                total += op->m[i].count;
+        uint64_t chunk = (b->half_bytes / 64) * 64 / es;
+        double post = reduce_scale(op, b->size);
+        bool rs = op->kind == HVD__KIND__KIND_REDUCESCATTER;
+        int r;
+        for (uint64_t c0 = 0; c0 < total; c0 += chunk, b->step++) {
+                uint64_t cl = HVD_MIN(chunk, total - c0);
+                uint8_t *mine = half_of(b, b->rank);
+                /* copy in: this is the fusion */
+                uint64_t off = 0;
+                for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
+                        const hvd_xmember_t *m = &op->m[i];
+                        uint64_t a = HVD_MAX(off, c0), e = HVD_MIN(off + m->count, c0 + cl);
+                        if (a >= e)
+                                continue;
+                        if (m->in)
+                                hvd_scale_copy(op->dtype, mine + (a - c0) * es, (const uint8_t *) m->in + (a - off) * es,
+                                               e - a, op->prescale);
+                        else
+                                memset(mine + (a - c0) * es, 0, (e - a) * es);
+                }
+                if ((r = barrier(b, op->name, err, err_len)) < 0)
+                        return r;
+                for (int k = 0; k < b->size; k++)
+                        b->srcs[k] = half_of(b, k);
+                if (rs) {
+                        off = 0;
+                        for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
+                                const hvd_xmember_t *m = &op->m[i];
+                                int64_t start, nrows;
+                                hvd_reducescatter_rows(m->rows, b->size, b->rank, &start, &nrows);
+                                uint64_t mine0 = off + (uint64_t) start * m->row_elems;
+                                uint64_t mine1 = mine0 + (uint64_t) nrows * m->row_elems;
+                                uint64_t a = HVD_MAX(mine0, c0), e = HVD_MIN(mine1, c0 + cl);
+                                if (a >= e || !m->out)
+                                        continue;
+                                for (int k = 0; k < b->size; k++)
+                                        b->srcs[k] = half_of(b, k) + (a - c0) * es;
+                                hvd_reduce_n(op->dtype, op->reduce_op,
+                                             (uint8_t *) m->out + (a - mine0) * es, b->srcs, (size_t) b->size,
+                                             e - a, post);
+                        }
+                        continue;
+                }
+                /* reduce my segment of every slot into my slot */
+                uint64_t seg = (cl + (uint64_t) b->size - 1) / (uint64_t) b->size;
+                seg = (seg + 15) & ~UINT64_C(15);
+                uint64_t s0 = HVD_MIN((uint64_t) b->rank * seg, cl), s1 = HVD_MIN(s0 + seg, cl);
+                if (s1 > s0) {
+                        for (int k = 0; k < b->size; k++)
+                                b->srcs[k] = half_of(b, k) + s0 * es;
+                        hvd_reduce_n(op->dtype, op->reduce_op, mine + s0 * es, b->srcs, (size_t) b->size, s1 - s0,
+                                     post);
+                }
+                if ((r = barrier(b, op->name, err, err_len)) < 0)
+                        return r;
+                /* copy out: segment k of the result lives in slot k */
+                off = 0;
+                for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
+                        const hvd_xmember_t *m = &op->m[i];
+                        uint64_t a = HVD_MAX(off, c0), e = HVD_MIN(off + m->count, c0 + cl);
+                        if (a >= e || !m->out)
+                                continue;
+                        for (uint64_t x = a; x < e;) {
+                                uint64_t rel = x - c0, k = rel / seg;
+                                uint64_t y = HVD_MIN(e, c0 + (k + 1) * seg);
+                                memcpy((uint8_t *) m->out + (x - off) * es, half_of(b, (int) k) + rel * es, (y - x) * es);
+                                x = y;
+                        }
+                }
+        }
+        return 0;
+}
+
+/* Byte streams: every rank publishes a stream (its pieces, concatenated),
+ * window by window through its slot; every reader copies the ranges it
+ * wants. Broadcast, allgather and alltoall are all this. */
+
+/* Bytes of member i that rank j publishes, and where in the stream. */
+static uint64_t pub_bytes(const hvd_xop_t *op, const hvd_xmember_t *m, int j, size_t es, int size) {
+        switch (op->kind) {
+        case HVD__KIND__KIND_BROADCAST:
+                return j == op->root ? m->count * es : 0;
+        case HVD__KIND__KIND_ALLGATHER:
+                return (uint64_t) m->rank_rows[j] * m->row_elems * es;
+        case HVD__KIND__KIND_ALLTOALL: {
+                uint64_t rows = 0;
+                for (int d = 0; d < size; d++)
+                        rows += (uint64_t) m->splits[(size_t) j * size + d];
+                return rows * m->row_elems * es;
+        }
+        }
+        return 0;
+}
+
+/* Copies window [w0, w1) of the stream of rank j (slot data at `slot`) into
+ * the reader's outputs. */
+static void read_window(hvd_backend_t *b, const hvd_xop_t *op, int j, const uint8_t *slot, uint64_t w0,
+                        uint64_t w1, size_t es) {
+        int me = b->rank, size = b->size;
+        uint64_t soff = 0; /* offset of member i's piece in j's stream */
+        for (size_t i = 0; i < op->n; i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                uint64_t plen = pub_bytes(op, m, j, es, size);
+                uint64_t want0 = 0, want1 = 0, dst = 0; /* in piece coordinates; dst offset in out */
+                uint64_t row_bytes = m->row_elems * es;
+                switch (op->kind) {
+                case HVD__KIND__KIND_BROADCAST:
+                        want1 = plen;
+                        break;
+                case HVD__KIND__KIND_ALLGATHER:
+                        want1 = plen;
+                        for (int k = 0; k < j; k++)
+                                dst += (uint64_t) m->rank_rows[k] * row_bytes;
+                        break;
+                case HVD__KIND__KIND_ALLTOALL:
+                        for (int d = 0; d < me; d++)
+                                want0 += (uint64_t) m->splits[(size_t) j * size + d] * row_bytes;
+                        want1 = want0 + (uint64_t) m->splits[(size_t) j * size + me] * row_bytes;
+                        for (int k = 0; k < j; k++)
+                                dst += (uint64_t) m->splits[(size_t) k * size + me] * row_bytes;
+                        break;
+                }
+                uint64_t a = HVD_MAX(soff + want0, w0), e = HVD_MIN(soff + want1, w1);
+                if (a < e && m->out)
+                        memcpy((uint8_t *) m->out + dst + (a - soff - want0), slot + (a - w0), e - a);
+                soff += plen;
+        }
+}
+
+static int execute_stream(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
+        size_t es = hvd_dtype_size(op->dtype);
+        int size = b->size, me = b->rank, r;
+        uint64_t win = b->half_bytes, longest = 0, mine = 0;
+        for (int j = 0; j < size; j++) {
+                uint64_t len = 0;
+                for (size_t i = 0; i < op->n; i++)
+                        len += pub_bytes(op, &op->m[i], j, es, size);
+                longest = HVD_MAX(longest, len);
+                if (j == me)
+                        mine = len;
+        }
+        /* my own contribution goes straight from input to output */
+        if (op->kind == HVD__KIND__KIND_BROADCAST && me == op->root) {
+                for (size_t i = 0; i < op->n; i++)
+                        if (op->m[i].out && op->m[i].in != op->m[i].out)
+                                memmove(op->m[i].out, op->m[i].in, op->m[i].count * es);
+        }
+        for (uint64_t w0 = 0; w0 < longest; w0 += win, b->step++) {
+                uint64_t w1 = w0 + win;
+                uint8_t *slot = half_of(b, me);
+                if (w0 < mine) {
+                        uint64_t soff = 0;
+                        for (size_t i = 0; i < op->n; i++) {
+                                const hvd_xmember_t *m = &op->m[i];
+                                uint64_t plen = pub_bytes(op, m, me, es, size);
+                                uint64_t a = HVD_MAX(soff, w0), e = HVD_MIN(soff + plen, w1);
+                                if (a < e) {
+                                        if (m->in)
+                                                memcpy(slot + (a - w0), (const uint8_t *) m->in + (a - soff), e - a);
+                                        else
+                                                memset(slot + (a - w0), 0, e - a);
+                                }
+                                soff += plen;
+                        }
+                }
+                if ((r = barrier(b, op->name, err, err_len)) < 0)
+                        return r;
+                for (int j = 0; j < size; j++) {
+                        if (op->kind == HVD__KIND__KIND_BROADCAST && (j != op->root || me == op->root))
+                                continue;
+                        read_window(b, op, j, half_of(b, j), w0, w1, es);
+                }
+        }
+        return 0;
+}
+
+int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
+        int r = wait_failed(b, op->name, err, err_len);
+        if (r < 0)
+                return r;
+        if (op->kind == HVD__KIND__KIND_BARRIER)
+                return barrier(b, "barrier", err, err_len);
+        if (b->size == 1)
+                return execute_solo(b, op);
+        switch (op->kind) {
+        case HVD__KIND__KIND_ALLREDUCE:
+        case HVD__KIND__KIND_REDUCESCATTER:
+                return execute_reduce(b, op, err, err_len);
+        case HVD__KIND__KIND_BROADCAST:
+        case HVD__KIND__KIND_ALLGATHER:
+        case HVD__KIND__KIND_ALLTOALL:
+                return execute_stream(b, op, err, err_len);
+        default:
+                snprintf(err, err_len, "%s: operation kind %u not supported by the CPU backend", op->name, op->kind);
+                return -EOPNOTSUPP;
+        }
+}

@@ -1,0 +1,1348 @@
+/* hvd.c — libhvd: the public API (hvd.h), the worker's background thread
+ * and its side of the negotiation. User threads only queue requests and
+ * wait on handles; the background thread alone owns the daemon socket and
+ * the data plane: once per cycle it sends what became ready (new tensors in
+ * full, known ones as cached ids), and it executes every schedule the daemon
+ * sends, in order, completing the handles. One mutex guards the queue, the
+ * in-flight table and every handle; it is never held across I/O. */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "backend.h"
+#include "conf.h"
+#include "hvd.h"
+#include "negotiate.h"
+#include "reduce.h"
+#include "strmap.h"
+#include "util.h"
+#include "wire.h"
+
+#define ERRLEN 1024
+
+/* ---- handles ---- */
+
+typedef struct params {
+        uint32_t kind;
+        hvd_dtype_t dtype;
+        int ndim;
+        int64_t shape[HVD_MAX_NDIM];
+        hvd_reduce_op_t reduce_op;
+        double prescale, postscale;
+        int root;
+        int process_set;
+        int device;
+        uint32_t group_id, group_size;
+        int64_t *splits; /* [n_splits], owned */
+        uint32_t n_splits;
+} params_t;
+
+typedef struct entry {
+        hvd_handle_t *h;
+        char *name;
+        params_t p;
+        const void *in;
+        void *out;
+        /* outputs allocated by hvd */
+        void *alloc;
+        size_t alloc_bytes;
+        int out_ndim;
+        int64_t out_shape[HVD_MAX_NDIM];
+        int64_t *recv_splits;
+        bool done;
+} entry_t;
+
+struct hvd_handle {
+        int refs; /* the user's reference + one while in flight */
+        size_t n, n_pending;
+        int status;
+        int result; /* join: last rank */
+        char *error;
+        entry_t m[];
+};
+
+/* ---- global state ---- */
+
+typedef struct known {
+        uint32_t id;
+        bool has_id;
+        params_t p; /* last parameters sent */
+} known_t;
+
+typedef struct pending_msg {
+        struct pending_msg *next;
+        Hvd__Envelope *env;
+} pending_msg_t;
+
+static struct {
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        int state; /* 0 = not initialised, 1 = running */
+        bool solo; /* no daemon: a job of one rank */
+        int rank, size, local_rank, local_size, cross_rank, cross_size;
+        void *zctx, *sock;
+        pthread_t thread;
+        int wake_fd;
+        bool stop;
+        entry_t **queue;
+        size_t n_queue, cap_queue;
+        hvd_strmap_t *inflight; /* name → entry_t (submitted, not complete) */
+        uint32_t group_seq;
+        /* abort: sticky until shutdown */
+        int abort_code;
+        char abort_reason[ERRLEN];
+        /* background thread only */
+        hvd_strmap_t *known; /* name → known_t */
+        char **id_names;
+        size_t n_id_names;
+        hvd_backend_t *backend;
+        hvd_negotiator_t *neg; /* solo only */
+        uint64_t cycle_time_usec;
+        uint64_t last_send_usec;
+        pending_msg_t *held_head, *held_tail;
+        uint64_t next_seq;
+} G = {
+        .lock = PTHREAD_MUTEX_INITIALIZER,
+        .cond = PTHREAD_COND_INITIALIZER,
+        .wake_fd = -1,
+};
+
+static __thread char last_error[ERRLEN];
+
+static int set_error(int r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static int set_error(int r, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(last_error, sizeof last_error, fmt, ap);
+        va_end(ap);
+        return r;
+}
+
+const char *hvd_last_error(void) {
+        return last_error;
+}
+
+const char *hvd_version(void) {
+        return PACKAGE_VERSION;
+}
+
+void hvd_request_init(hvd_request_t *req) {
+        *req = (hvd_request_t) HVD_REQUEST_INIT;
+}
+
+/* ---- handle helpers (G.lock held) ---- */
+
+static void params_free(params_t *p) {
+        free(p->splits);
+        p->splits = NULL;
+        p->n_splits = 0;
+}
+
+static void handle_free(hvd_handle_t *h) {
+        for (size_t i = 0; i < h->n; i++) {
+                free(h->m[i].name);
+                params_free(&h->m[i].p);
+                free(h->m[i].alloc);
+                free(h->m[i].recv_splits);
+        }
+        free(h->error);
+        free(h);
+}
+
+static void handle_unref(hvd_handle_t *h) {
+        if (--h->refs == 0)
+                handle_free(h);
+}
+
+/* Completes one member; the handle completes with its last member. */
+static void entry_complete(entry_t *e, int status, const char *msg) {
+        hvd_handle_t *h = e->h;
+        if (e->done)
+                return;
+        e->done = true;
+        hvd_strmap_remove(G.inflight, e->name, strlen(e->name));
+        if (status < 0 && h->status >= 0) {
+                h->status = status;
+                free(h->error);
+                h->error = strdup(msg && *msg ? msg : hvd_strerror(status));
+        }
+        if (--h->n_pending == 0) {
+                pthread_cond_broadcast(&G.cond);
+                handle_unref(h);
+        }
+}
+
+static void fail_everything(int code, const char *reason) {
+        /* queued and in flight */
+        for (size_t i = 0; i < G.n_queue; i++)
+                entry_complete(G.queue[i], code, reason);
+        G.n_queue = 0;
+        size_t iter = 0;
+        void *v;
+        entry_t *batch[256];
+        for (;;) {
+                size_t n = 0;
+                iter = 0;
+                while (n < ELEMENTSOF(batch) && hvd_strmap_next(G.inflight, &iter, NULL, NULL, &v))
+                        batch[n++] = v;
+                if (!n)
+                        break;
+                for (size_t i = 0; i < n; i++)
+                        entry_complete(batch[i], code, reason);
+        }
+}
+
+static void job_aborted(int code, const char *reason) {
+        pthread_mutex_lock(&G.lock);
+        if (!G.abort_code) {
+                G.abort_code = code < 0 ? code : HVD_EABORTED;
+                snprintf(G.abort_reason, sizeof G.abort_reason, "%s", reason);
+        }
+        fail_everything(G.abort_code, G.abort_reason);
+        pthread_mutex_unlock(&G.lock);
+        if (G.backend)
+                hvd_backend_abort(G.backend, reason);
+}
+
+/* ---- the background thread ---- */
+
+static bool params_equal(const params_t *a, const params_t *b) {
+        if (a->kind != b->kind || a->dtype != b->dtype || a->ndim != b->ndim || a->reduce_op != b->reduce_op ||
+            a->prescale != b->prescale || a->postscale != b->postscale || a->root != b->root ||
+            a->process_set != b->process_set || a->device != b->device || a->group_id != b->group_id ||
+            a->group_size != b->group_size || a->n_splits != b->n_splits)
+                return false;
+        if (memcmp(a->shape, b->shape, (size_t) a->ndim * sizeof(int64_t)) != 0)
+                return false;
+        return a->n_splits == 0 || memcmp(a->splits, b->splits, a->n_splits * sizeof(int64_t)) == 0;
+}
+
+static int params_copy(params_t *dst, const params_t *src) {
+        int64_t *s = NULL;
+        if (src->n_splits) {
+                s = malloc(src->n_splits * sizeof *s);
+                if (!s)
+                        return -ENOMEM;
+                memcpy(s, src->splits, src->n_splits * sizeof *s);
+        }
+        free(dst->splits);
+        *dst = *src;
+        dst->splits = s;
+        return 0;
+}
+
+static int execute_schedule(const Hvd__Schedule *s);
+
+/* A job of one rank has no daemon: the same negotiation table runs here,
+ * and its schedules go straight to the data plane. */
+static int solo_negotiate(const Hvd__Ready *ready) {
+        char err[ERRLEN];
+        int r = hvd_negotiator_submit(G.neg, 0, ready, err, sizeof err);
+        if (r < 0) {
+                job_aborted(r, err);
+                return 0;
+        }
+        Hvd__Schedule *s = NULL;
+        while ((r = hvd_negotiator_take_schedule(G.neg, &s)) > 0) {
+                execute_schedule(s);
+                hvd_negotiator_schedule_free(&s);
+        }
+        return r;
+}
+
+/* Sends the queued requests as one Ready message. */
+static int send_ready(entry_t **batch, size_t n) {
+        Hvd__Request *reqs = calloc(n, sizeof *reqs);
+        Hvd__Request **rp = calloc(n, sizeof *rp);
+        uint32_t *cached = calloc(n, sizeof *cached);
+        size_t n_req = 0, n_cached = 0;
+        int r = -ENOMEM;
+        if (!reqs || !rp || !cached)
+                goto out;
+        for (size_t i = 0; i < n; i++) {
+                entry_t *e = batch[i];
+                known_t *k = hvd_strmap_get(G.known, e->name, strlen(e->name));
+                if (k && k->has_id && params_equal(&k->p, &e->p)) {
+                        cached[n_cached++] = k->id;
+                        continue;
+                }
+                if (e->p.kind != HVD__KIND__KIND_JOIN) {
+                        if (!k) {
+                                k = calloc(1, sizeof *k);
+                                if (!k || hvd_strmap_put(G.known, e->name, strlen(e->name), k) < 0) {
+                                        free(k);
+                                        goto out;
+                                }
+                        }
+                        if (params_copy(&k->p, &e->p) < 0)
+                                goto out;
+                }
+                Hvd__Request *q = &reqs[n_req];
+                hvd__request__init(q);
+                q->name = e->name;
+                q->kind = e->p.kind;
+                q->dtype = e->p.dtype;
+                q->n_shape = (size_t) e->p.ndim;
+                q->shape = e->p.shape;
+                q->reduce_op = e->p.reduce_op;
+                q->prescale = e->p.prescale;
+                q->postscale = e->p.postscale;
+                q->root = e->p.root;
+                q->n_splits = e->p.n_splits;
+                q->splits = e->p.splits;
+                q->device = e->p.device;
+                q->process_set = (uint32_t) e->p.process_set;
+                q->group_id = e->p.group_id;
+                q->group_size = e->p.group_size;
+                rp[n_req++] = q;
+        }
+        Hvd__Ready ready = HVD__READY__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        ready.n_requests = n_req;
+        ready.requests = rp;
+        ready.n_cached = n_cached;
+        ready.cached = cached;
+        env.body_case = HVD__ENVELOPE__BODY_READY;
+        env.ready = &ready;
+        if (G.solo)
+                r = solo_negotiate(&ready);
+        else
+                r = hvd_wire_send(G.sock, &env, 0);
+out:
+        free(reqs);
+        free(rp);
+        free(cached);
+        return r;
+}
+
+static const char *id_name(uint32_t id) {
+        return id < G.n_id_names ? G.id_names[id] : NULL;
+}
+
+static int learn_id(uint32_t id, const char *name) {
+        if (id >= (1u << 24))
+                return HVD_EPROTO;
+        if (id >= G.n_id_names) {
+                size_t n = HVD_MAX((size_t) id + 1, G.n_id_names * 2);
+                char **p = realloc(G.id_names, n * sizeof *p);
+                if (!p)
+                        return -ENOMEM;
+                memset(p + G.n_id_names, 0, (n - G.n_id_names) * sizeof *p);
+                G.id_names = p;
+                G.n_id_names = n;
+        }
+        if (!G.id_names[id] && !(G.id_names[id] = strdup(name)))
+                return -ENOMEM;
+        known_t *k = hvd_strmap_get(G.known, name, strlen(name));
+        if (k) {
+                k->id = id;
+                k->has_id = true;
+        }
+        return 0;
+}
+
+/* Prepares one member of a scheduled op: finds this rank's entry (or
+ * contributes as a joined rank) and allocates outputs hvd owns. */
+static int prepare_member(const Hvd__Op *op, const Hvd__Entry *en, hvd_xmember_t *x, entry_t **ret,
+                          bool joined, char *err, size_t err_len) {
+        const char *name = en->name[0] ? en->name : id_name(en->id);
+        if (!name) {
+                snprintf(err, err_len, "schedule names unknown tensor id %u", en->id);
+                return HVD_EPROTO;
+        }
+        if (en->name[0] && learn_id(en->id, en->name) < 0)
+                return -ENOMEM;
+        pthread_mutex_lock(&G.lock);
+        entry_t *e = hvd_strmap_get(G.inflight, name, strlen(name));
+        pthread_mutex_unlock(&G.lock);
+        *x = (hvd_xmember_t){
+                .count = en->count,
+                .row_elems = en->row_elems,
+                .rank_rows = en->rank_rows,
+                .rows = en->n_shape ? en->shape[0] : 0,
+                .splits = en->splits,
+        };
+        if ((op->kind == HVD__KIND__KIND_ALLGATHER && en->n_rank_rows != (size_t) G.size) ||
+            (op->kind == HVD__KIND__KIND_ALLTOALL && en->n_splits != (size_t) G.size * (size_t) G.size)) {
+                snprintf(err, err_len, "schedule entry '%s' has the wrong number of ranks", name);
+                return HVD_EPROTO;
+        }
+        *ret = e;
+        if (!e) {
+                if (!joined) {
+                        snprintf(err, err_len, "schedule names tensor '%s', which this rank did not submit", name);
+                        return HVD_EPROTO;
+                }
+                return 0; /* in = out = NULL: zeros in, nothing out */
+        }
+        x->in = e->in;
+        x->out = e->out;
+        size_t es = hvd_dtype_size(op->dtype);
+        uint64_t out_elems = 0;
+        int64_t rows0 = 0;
+        switch (op->kind) {
+        case HVD__KIND__KIND_ALLGATHER:
+                for (int r = 0; r < G.size; r++)
+                        rows0 += en->rank_rows[r];
+                out_elems = (uint64_t) rows0 * en->row_elems;
+                break;
+        case HVD__KIND__KIND_ALLTOALL:
+                for (int r = 0; r < G.size; r++)
+                        rows0 += en->splits[(size_t) r * G.size + G.rank];
+                out_elems = (uint64_t) rows0 * en->row_elems;
+                free(e->recv_splits);
+                e->recv_splits = calloc((size_t) G.size, sizeof(int64_t));
+                if (!e->recv_splits)
+                        return -ENOMEM;
+                for (int r = 0; r < G.size; r++)
+                        e->recv_splits[r] = en->splits[(size_t) r * G.size + G.rank];
+                break;
+        case HVD__KIND__KIND_REDUCESCATTER: {
+                int64_t start;
+                hvd_reducescatter_rows(en->n_shape ? en->shape[0] : 0, G.size, G.rank, &start, &rows0);
+                out_elems = (uint64_t) rows0 * en->row_elems;
+                break;
+        }
+        default:
+                return 0;
+        }
+        /* one byte at least, so an empty result still has a valid pointer */
+        e->alloc = malloc(out_elems * es > 0 ? out_elems * es : 1);
+        if (!e->alloc)
+                return -ENOMEM;
+        e->alloc_bytes = out_elems * es;
+        e->out_ndim = (int) (en->n_shape ? en->n_shape : 1);
+        memcpy(e->out_shape, en->shape, en->n_shape * sizeof(int64_t));
+        e->out_shape[0] = rows0;
+        x->out = e->alloc;
+        return 0;
+}
+
+static int execute_schedule(const Hvd__Schedule *s) {
+        char err[ERRLEN];
+        int r = 0;
+        if (s->seq != G.next_seq) {
+                snprintf(err, sizeof err, "schedule %" PRIu64 " arrived, expected %" PRIu64, s->seq, G.next_seq);
+                job_aborted(HVD_EPROTO, err);
+                return HVD_EPROTO;
+        }
+        G.next_seq++;
+        /* errors first: those tensors never reach the data plane */
+        for (size_t i = 0; i < s->n_errors; i++) {
+                const Hvd__TensorError *te = s->errors[i];
+                pthread_mutex_lock(&G.lock);
+                entry_t *e = hvd_strmap_get(G.inflight, te->name, strlen(te->name));
+                if (e)
+                        entry_complete(e, te->code < 0 ? te->code : HVD_EMISMATCH, te->message);
+                pthread_mutex_unlock(&G.lock);
+        }
+        for (size_t i = 0; i < s->n_ops; i++) {
+                const Hvd__Op *op = s->ops[i];
+                bool joined = false;
+                for (size_t k = 0; k < op->n_joined; k++)
+                        if ((int) op->joined[k] == G.rank)
+                                joined = true;
+                hvd_xmember_t xm_small[16];
+                entry_t *em_small[16];
+                hvd_xmember_t *xm = op->n_entries <= 16 ? xm_small : calloc(op->n_entries, sizeof *xm);
+                entry_t **em = op->n_entries <= 16 ? em_small : calloc(op->n_entries, sizeof *em);
+                if (!xm || !em) {
+                        r = -ENOMEM;
+                        snprintf(err, sizeof err, "out of memory executing a schedule");
+                } else {
+                        for (size_t k = 0; k < op->n_entries && r >= 0; k++)
+                                r = prepare_member(op, op->entries[k], &xm[k], &em[k], joined, err, sizeof err);
+                }
+                if (r >= 0) {
+                        const char *first = op->n_entries ? (op->entries[0]->name[0] ? op->entries[0]->name
+                                                                                    : id_name(op->entries[0]->id))
+                                                          : "barrier";
+                        hvd_xop_t x = {
+                                .kind = op->kind,
+                                .dtype = (hvd_dtype_t) op->dtype,
+                                .reduce_op = (hvd_reduce_op_t) op->reduce_op,
+                                .prescale = op->prescale,
+                                .postscale = op->postscale,
+                                .root = op->root,
+                                .name = first ? first : "?",
+                                .n = op->n_entries,
+                                .m = xm,
+                        };
+                        r = hvd_backend_execute(G.backend, &x, err, sizeof err);
+                }
+                pthread_mutex_lock(&G.lock);
+                for (size_t k = 0; k < op->n_entries && xm && em; k++)
+                        if (em[k])
+                                entry_complete(em[k], r < 0 ? r : 0, r < 0 ? err : NULL);
+                pthread_mutex_unlock(&G.lock);
+                if (xm != xm_small)
+                        free(xm);
+                if (em != em_small)
+                        free(em);
+                if (r < 0) {
+                        job_aborted(r, err);
+                        return r;
+                }
+        }
+        if (s->join_done_last_rank >= 0) {
+                pthread_mutex_lock(&G.lock);
+                entry_t *e = hvd_strmap_get(G.inflight, HVD_JOIN_NAME, strlen(HVD_JOIN_NAME));
+                if (e) {
+                        e->h->result = s->join_done_last_rank;
+                        entry_complete(e, 0, NULL);
+                }
+                pthread_mutex_unlock(&G.lock);
+        }
+        return 0;
+}
+
+static int recv_envelope(int flags, Hvd__Envelope **ret) {
+        zmq_msg_t msg;
+        zmq_msg_init(&msg);
+        if (zmq_msg_recv(&msg, G.sock, flags) < 0) {
+                int r = -zmq_errno();
+                zmq_msg_close(&msg);
+                return r;
+        }
+        char err[512];
+        int r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, ret, err, sizeof err);
+        zmq_msg_close(&msg);
+        if (r < 0) {
+                char reason[700];
+                snprintf(reason, sizeof reason, "invalid message from the coordinator: %s", err);
+                job_aborted(HVD_EPROTO, reason);
+        }
+        return r;
+}
+
+static void handle_message(Hvd__Envelope *env) {
+        char reason[ERRLEN + 64];
+        switch (env->body_case) {
+        case HVD__ENVELOPE__BODY_SCHEDULE:
+                if (!G.abort_code)
+                        execute_schedule(env->schedule);
+                break;
+        case HVD__ENVELOPE__BODY_ABORT:
+                snprintf(reason, sizeof reason, "job aborted: %s", env->abort->reason);
+                job_aborted(env->abort->code < 0 ? env->abort->code : HVD_EABORTED, reason);
+                break;
+        case HVD__ENVELOPE__BODY_ERROR:
+                snprintf(reason, sizeof reason, "coordinator: %s", env->error->message);
+                job_aborted(env->error->code < 0 ? env->error->code : HVD_EPROTO, reason);
+                break;
+        default:
+                job_aborted(HVD_EPROTO, "unexpected message from the coordinator");
+                break;
+        }
+}
+
+/* Called by the data plane while it waits: an abort from the daemon must
+ * end the wait; anything else is kept for after the current operation. */
+static int wait_check(void *userdata, char *err, size_t err_len) {
+        for (;;) {
+                Hvd__Envelope *env = NULL;
+                int r = recv_envelope(ZMQ_DONTWAIT, &env);
+                if (r == -EAGAIN)
+                        return 0;
+                if (r < 0) {
+                        snprintf(err, err_len, "%s", G.abort_reason);
+                        return r;
+                }
+                if (env->body_case == HVD__ENVELOPE__BODY_ABORT || env->body_case == HVD__ENVELOPE__BODY_ERROR) {
+                        handle_message(env);
+                        hvd_wire_free(&env);
+                        snprintf(err, err_len, "%s", G.abort_reason);
+                        return G.abort_code ? G.abort_code : HVD_EABORTED;
+                }
+                pending_msg_t *p = calloc(1, sizeof *p);
+                if (!p) {
+                        hvd_wire_free(&env);
+                        return -ENOMEM;
+                }
+                p->env = env;
+                if (G.held_tail)
+                        G.held_tail->next = p;
+                else
+                        G.held_head = p;
+                G.held_tail = p;
+        }
+}
+
+static void process_held(void) {
+        while (G.held_head) {
+                pending_msg_t *p = G.held_head;
+                G.held_head = p->next;
+                if (!G.held_head)
+                        G.held_tail = NULL;
+                handle_message(p->env);
+                hvd_wire_free(&p->env);
+                free(p);
+        }
+}
+
+static void *bg_main(void *arg) {
+        entry_t **batch = NULL;
+        size_t cap_batch = 0;
+        for (;;) {
+                process_held();
+                pthread_mutex_lock(&G.lock);
+                bool stop = G.stop;
+                size_t nq = G.n_queue;
+                pthread_mutex_unlock(&G.lock);
+                if (stop)
+                        break;
+                uint64_t now = hvd_now_usec();
+                long timeout = -1;
+                if (nq) {
+                        uint64_t due = G.last_send_usec + G.cycle_time_usec;
+                        if (now >= due || G.solo) {
+                                /* take the queue and send it: one message per cycle */
+                                pthread_mutex_lock(&G.lock);
+                                if (G.n_queue > cap_batch) {
+                                        entry_t **nb = realloc(batch, G.n_queue * sizeof *nb);
+                                        if (nb) {
+                                                batch = nb;
+                                                cap_batch = G.n_queue;
+                                        }
+                                }
+                                size_t n = HVD_MIN(G.n_queue, cap_batch);
+                                memcpy(batch, G.queue, n * sizeof *batch);
+                                memmove(G.queue, G.queue + n, (G.n_queue - n) * sizeof *G.queue);
+                                G.n_queue -= n;
+                                pthread_mutex_unlock(&G.lock);
+                                if (n) {
+                                        int r = send_ready(batch, n);
+                                        if (r < 0)
+                                                job_aborted(r, "cannot send to the coordinator");
+                                }
+                                G.last_send_usec = now;
+                                continue;
+                        }
+                        timeout = (long) ((due - now + 999) / 1000);
+                }
+                zmq_pollitem_t items[2] = {
+                        { .fd = G.wake_fd, .events = ZMQ_POLLIN },
+                        { .socket = G.sock, .events = ZMQ_POLLIN },
+                };
+                int n = zmq_poll(items, G.sock ? 2 : 1, timeout);
+                if (n < 0) {
+                        if (zmq_errno() == EINTR)
+                                continue;
+                        job_aborted(-zmq_errno(), "polling the coordinator socket failed");
+                        break;
+                }
+                if (items[0].revents & ZMQ_POLLIN) {
+                        uint64_t x;
+                        if (read(G.wake_fd, &x, sizeof x) < 0)
+                                (void) 0;
+                }
+                if (G.sock && (items[1].revents & ZMQ_POLLIN)) {
+                        for (int k = 0; k < 64; k++) {
+                                Hvd__Envelope *env = NULL;
+                                if (recv_envelope(ZMQ_DONTWAIT, &env) < 0)
+                                        break;
+                                handle_message(env);
+                                hvd_wire_free(&env);
+                                process_held();
+                        }
+                }
+        }
+        free(batch);
+        return NULL;
+}
+
+/* ---- init / shutdown ---- */
+
+static int env_int(const char *name, int def, bool horovod_too) {
+        const char *v = hvd_getenv(name, horovod_too);
+        if (!v)
+                return def;
+        char *end;
+        errno = 0;
+        long x = strtol(v, &end, 10);
+        if (errno || *end || x < 0 || x > INT32_MAX)
+                return -1;
+        return (int) x;
+}
+
+static int hex_decode(const char *s, uint8_t *out, size_t max) {
+        size_t n = strlen(s);
+        if (n % 2 || n / 2 > max)
+                return -EINVAL;
+        for (size_t i = 0; i < n / 2; i++) {
+                unsigned v;
+                if (sscanf(s + 2 * i, "%2x", &v) != 1)
+                        return -EINVAL;
+                out[i] = (uint8_t) v;
+        }
+        return (int) (n / 2);
+}
+
+static void teardown(void) {
+        hvd_backend_destroy(&G.backend);
+        hvd_negotiator_destroy(&G.neg);
+        if (G.sock) {
+                zmq_close(G.sock);
+                G.sock = NULL;
+        }
+        if (G.zctx) {
+                zmq_ctx_term(G.zctx);
+                G.zctx = NULL;
+        }
+        if (G.wake_fd >= 0) {
+                close(G.wake_fd);
+                G.wake_fd = -1;
+        }
+        if (G.known) {
+                size_t iter = 0;
+                void *v;
+                while (hvd_strmap_next(G.known, &iter, NULL, NULL, &v)) {
+                        known_t *k = v;
+                        params_free(&k->p);
+                        free(k);
+                }
+        }
+        hvd_strmap_destroy(&G.known);
+        hvd_strmap_destroy(&G.inflight);
+        for (size_t i = 0; i < G.n_id_names; i++)
+                free(G.id_names[i]);
+        free(G.id_names);
+        G.id_names = NULL;
+        G.n_id_names = 0;
+        free(G.queue);
+        G.queue = NULL;
+        G.n_queue = G.cap_queue = 0;
+        while (G.held_head) {
+                pending_msg_t *p = G.held_head;
+                G.held_head = p->next;
+                hvd_wire_free(&p->env);
+                free(p);
+        }
+        G.held_tail = NULL;
+}
+
+static int connect_and_join(const char *endpoint, const char *job_id, const uint8_t *secret, size_t secret_len,
+                            uint64_t timeout_usec, Hvd__Envelope **welcome) {
+        if (strncmp(endpoint, "ipc://", 6) == 0) {
+                struct stat st;
+                if (stat(endpoint + 6, &st) < 0)
+                        return set_error(HVD_ENODAEMON,
+                                         "no hvd-coordinatord at %s: %s (start the service, or launch with hvdrun, "
+                                         "which starts a private one)",
+                                         endpoint, strerror(errno));
+                if (access(endpoint + 6, R_OK | W_OK) < 0)
+                        return set_error(HVD_EDENIED, "permission denied on %s (not in group hvd?)", endpoint + 6);
+        }
+        G.sock = zmq_socket(G.zctx, ZMQ_DEALER);
+        if (!G.sock)
+                return set_error(-zmq_errno(), "cannot create a socket: %s", zmq_strerror(zmq_errno()));
+        int zero = 0;
+        int64_t maxmsg = (int64_t) HVD_WIRE_MAX_MESSAGE_BYTES;
+        zmq_setsockopt(G.sock, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_setsockopt(G.sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+        if (zmq_connect(G.sock, endpoint) < 0)
+                return set_error(-zmq_errno(), "cannot connect to %s: %s", endpoint, zmq_strerror(zmq_errno()));
+
+        char host[HVD_WIRE_MAX_HOST + 1] = "";
+        const char *h = hvd_getenv("HOSTNAME", false);
+        if (h)
+                snprintf(host, sizeof host, "%s", h);
+        else if (gethostname(host, sizeof host - 1) < 0)
+                host[0] = 0;
+        const char *ft = hvd_getenv("FUSION_THRESHOLD", true);
+        uint64_t fusion = 0;
+        if (ft && hvd_parse_size(ft, &fusion) < 0)
+                return set_error(-EINVAL, "HVD_FUSION_THRESHOLD/HOROVOD_FUSION_THRESHOLD='%s' is not a size in bytes",
+                                 ft);
+        Hvd__Hello hello = HVD__HELLO__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        hello.job_id = (char *) job_id;
+        hello.secret.data = (uint8_t *) secret;
+        hello.secret.len = secret_len;
+        hello.world_size = (uint32_t) G.size;
+        hello.rank = (uint32_t) G.rank;
+        hello.local_rank = (uint32_t) G.local_rank;
+        hello.local_size = (uint32_t) G.local_size;
+        hello.pid = (uint32_t) getpid();
+        hello.host = host;
+        hello.device = HVD_DEVICE_CPU;
+        hello.fusion_threshold = ft ? (int64_t) fusion : -1;
+        hello.cycle_time_usec = G.cycle_time_usec;
+        env.body_case = HVD__ENVELOPE__BODY_HELLO;
+        env.hello = &hello;
+        int r = hvd_wire_send(G.sock, &env, 0);
+        if (r < 0)
+                return set_error(r, "cannot send hello to %s: %s", endpoint, hvd_strerror(r));
+
+        uint64_t deadline = hvd_now_usec() + timeout_usec;
+        for (;;) {
+                uint64_t now = hvd_now_usec();
+                if (now >= deadline)
+                        return set_error(HVD_ETIMEOUT,
+                                         "rank %d: no welcome from the coordinator at %s within %.1f s (job %s; "
+                                         "are all %d ranks started?)",
+                                         G.rank, endpoint, (double) timeout_usec / 1e6, job_id, G.size);
+                zmq_pollitem_t it = { .socket = G.sock, .events = ZMQ_POLLIN };
+                int n = zmq_poll(&it, 1, (long) ((deadline - now + 999) / 1000));
+                if (n < 0 && zmq_errno() == EINTR)
+                        continue;
+                if (n <= 0)
+                        continue;
+                Hvd__Envelope *reply = NULL;
+                zmq_msg_t msg;
+                zmq_msg_init(&msg);
+                if (zmq_msg_recv(&msg, G.sock, 0) < 0) {
+                        zmq_msg_close(&msg);
+                        continue;
+                }
+                char err[512];
+                r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, &reply, err, sizeof err);
+                zmq_msg_close(&msg);
+                if (r < 0)
+                        return set_error(r, "invalid reply from the coordinator: %s", err);
+                if (reply->body_case == HVD__ENVELOPE__BODY_WELCOME) {
+                        *welcome = reply;
+                        return 0;
+                }
+                if (reply->body_case == HVD__ENVELOPE__BODY_ERROR) {
+                        r = reply->error->code < 0 ? reply->error->code : HVD_EPROTO;
+                        set_error(r, "%s", reply->error->message);
+                } else if (reply->body_case == HVD__ENVELOPE__BODY_ABORT) {
+                        r = reply->abort->code < 0 ? reply->abort->code : HVD_EABORTED;
+                        set_error(r, "job %s aborted: %s", job_id, reply->abort->reason);
+                } else
+                        r = set_error(HVD_EPROTO, "unexpected reply from the coordinator");
+                hvd_wire_free(&reply);
+                return r;
+        }
+}
+
+int hvd_init(void) {
+        pthread_mutex_lock(&G.lock);
+        if (G.state == 1) {
+                pthread_mutex_unlock(&G.lock);
+                return 0;
+        }
+        pthread_mutex_unlock(&G.lock);
+        last_error[0] = 0;
+
+        const char *job_id = hvd_getenv("JOB_ID", false);
+        G.solo = !job_id;
+        G.size = env_int("SIZE", 1, true);
+        G.rank = env_int("RANK", 0, true);
+        G.local_size = env_int("LOCAL_SIZE", G.size, true);
+        G.local_rank = env_int("LOCAL_RANK", G.rank, true);
+        G.cross_rank = 0;
+        G.cross_size = 1;
+        if (G.solo) {
+                G.size = G.local_size = 1;
+                G.rank = G.local_rank = 0;
+        }
+        if (G.size < 1 || G.rank < 0 || G.rank >= G.size || G.local_size < 1 || G.local_rank < 0 ||
+            G.local_rank >= G.local_size)
+                return set_error(-EINVAL, "HVD_RANK/HVD_SIZE/HVD_LOCAL_RANK/HVD_LOCAL_SIZE are inconsistent");
+        G.cycle_time_usec = HVD_DEFAULT_CYCLE_TIME_USEC;
+        const char *ct = hvd_getenv("CYCLE_TIME", true);
+        if (ct && hvd_parse_duration(ct, USEC_PER_MSEC, &G.cycle_time_usec) < 0)
+                return set_error(-EINVAL, "HVD_CYCLE_TIME/HOROVOD_CYCLE_TIME='%s' is not a duration in ms", ct);
+        uint64_t start_timeout = 30 * USEC_PER_SEC;
+        const char *st = hvd_getenv("START_TIMEOUT", true);
+        if (st && hvd_parse_duration(st, USEC_PER_SEC, &start_timeout) < 0)
+                return set_error(-EINVAL, "HVD_START_TIMEOUT='%s' is not a duration in seconds", st);
+
+        G.inflight = hvd_strmap_new();
+        G.known = hvd_strmap_new();
+        G.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        G.zctx = zmq_ctx_new();
+        G.abort_code = 0;
+        G.abort_reason[0] = 0;
+        G.stop = false;
+        G.next_seq = 1;
+        G.last_send_usec = 0;
+        int r;
+        if (!G.inflight || !G.known || G.wake_fd < 0 || !G.zctx) {
+                r = set_error(-ENOMEM, "out of memory");
+                goto fail;
+        }
+        char err[ERRLEN];
+        if (G.solo) {
+                r = hvd_cpu_backend_new("", 0, 1, 4096, 0, NULL, NULL, &G.backend, err, sizeof err);
+                if (r < 0) {
+                        set_error(r, "%s", err);
+                        goto fail;
+                }
+                r = hvd_negotiator_new(1, 1u << 20, HVD_DEFAULT_FUSION_THRESHOLD, &G.neg);
+                if (r < 0) {
+                        set_error(r, "out of memory");
+                        goto fail;
+                }
+        } else {
+                const char *endpoint = hvd_getenv("COORDINATOR", false);
+                char ep[PATH_MAX + 32];
+                if (!endpoint) {
+                        const char *dir = hvd_getenv("RUNTIME_DIR", false);
+                        snprintf(ep, sizeof ep, "ipc://%s/worker.sock", dir ? dir : HVD_DEFAULT_RUNTIME_DIR);
+                        endpoint = ep;
+                }
+                uint8_t secret[HVD_WIRE_MAX_SECRET];
+                const char *sec = hvd_getenv("JOB_SECRET", false);
+                int secret_len = sec ? hex_decode(sec, secret, sizeof secret) : 0;
+                if (secret_len < 0) {
+                        r = set_error(-EINVAL, "HVD_JOB_SECRET is not a hex string of at most %d bytes",
+                                      HVD_WIRE_MAX_SECRET);
+                        goto fail;
+                }
+                if (strlen(job_id) > HVD_WIRE_MAX_JOB_ID) {
+                        r = set_error(-EINVAL, "HVD_JOB_ID is longer than %d bytes", HVD_WIRE_MAX_JOB_ID);
+                        goto fail;
+                }
+                Hvd__Envelope *wenv = NULL;
+                r = connect_and_join(endpoint, job_id, secret, (size_t) secret_len, start_timeout + USEC_PER_SEC,
+                                     &wenv);
+                if (r < 0)
+                        goto fail;
+                const Hvd__Welcome *w = wenv->welcome;
+                G.rank = (int) w->rank;
+                G.size = (int) w->size;
+                G.local_rank = (int) w->local_rank;
+                G.local_size = (int) w->local_size;
+                G.cross_rank = (int) w->cross_rank;
+                G.cross_size = (int) w->cross_size;
+                if (w->cycle_time_usec)
+                        G.cycle_time_usec = w->cycle_time_usec;
+                r = hvd_cpu_backend_new(w->shm_name, G.local_rank, G.local_size, w->slot_bytes,
+                                        w->collective_timeout_usec, wait_check, NULL, &G.backend, err, sizeof err);
+                hvd_wire_free(&wenv);
+                if (r < 0) {
+                        set_error(r, "rank %d: data plane: %s", G.rank, err);
+                        goto fail;
+                }
+        }
+        if ((r = -pthread_create(&G.thread, NULL, bg_main, NULL)) < 0) {
+                set_error(r, "cannot start the background thread");
+                goto fail;
+        }
+        pthread_mutex_lock(&G.lock);
+        G.state = 1;
+        pthread_mutex_unlock(&G.lock);
+        return 0;
+fail:
+        teardown();
+        return r;
+}
+
+int hvd_shutdown(void) {
+        pthread_mutex_lock(&G.lock);
+        if (G.state != 1) {
+                pthread_mutex_unlock(&G.lock);
+                return 0;
+        }
+        G.stop = true;
+        G.state = 0;
+        pthread_mutex_unlock(&G.lock);
+        uint64_t one = 1;
+        if (write(G.wake_fd, &one, sizeof one) < 0)
+                (void) 0;
+        pthread_join(G.thread, NULL);
+        if (G.sock) {
+                Hvd__Goodbye bye = HVD__GOODBYE__INIT;
+                Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                bye.rank = (uint32_t) G.rank;
+                env.body_case = HVD__ENVELOPE__BODY_GOODBYE;
+                env.goodbye = &bye;
+                /* wait (briefly) for the ack, so the daemon has seen the
+                 * goodbye before it sees this process exit */
+                if (!G.abort_code && hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT) == 0) {
+                        uint64_t deadline = hvd_now_usec() + USEC_PER_SEC;
+                        for (uint64_t now; (now = hvd_now_usec()) < deadline;) {
+                                zmq_pollitem_t it = { .socket = G.sock, .events = ZMQ_POLLIN };
+                                if (zmq_poll(&it, 1, (long) ((deadline - now) / 1000 + 1)) <= 0)
+                                        continue;
+                                Hvd__Envelope *reply = NULL;
+                                if (recv_envelope(ZMQ_DONTWAIT, &reply) < 0)
+                                        break;
+                                bool ack = reply->body_case == HVD__ENVELOPE__BODY_GOODBYE;
+                                hvd_wire_free(&reply);
+                                if (ack)
+                                        break;
+                        }
+                }
+        }
+        pthread_mutex_lock(&G.lock);
+        fail_everything(HVD_ESHUTDOWN, "hvd has been shut down");
+        pthread_mutex_unlock(&G.lock);
+        teardown();
+        return 0;
+}
+
+int hvd_is_initialized(void) {
+        pthread_mutex_lock(&G.lock);
+        int s = G.state == 1;
+        pthread_mutex_unlock(&G.lock);
+        return s;
+}
+
+#define TOPO_GETTER(fn, field)                          \
+        int fn(void) {                                  \
+                return hvd_is_initialized() ? G.field : HVD_ENOTINIT; \
+        }
+TOPO_GETTER(hvd_rank, rank)
+TOPO_GETTER(hvd_size, size)
+TOPO_GETTER(hvd_local_rank, local_rank)
+TOPO_GETTER(hvd_local_size, local_size)
+TOPO_GETTER(hvd_cross_rank, cross_rank)
+TOPO_GETTER(hvd_cross_size, cross_size)
+
+/* ---- submission ---- */
+
+static int check_request(const hvd_request_t *q, uint32_t kind) {
+        if (!q)
+                return set_error(-EINVAL, "request is NULL");
+        if (!q->name || !*q->name)
+                return set_error(-EINVAL, "every collective needs a non-empty tensor name");
+        if (strnlen(q->name, HVD_MAX_NAME_BYTES + 1) > HVD_MAX_NAME_BYTES)
+                return set_error(-EINVAL, "tensor name longer than %d bytes", HVD_MAX_NAME_BYTES);
+        char err[256];
+        if (hvd_wire_validate_name(q->name, HVD_MAX_NAME_BYTES, "tensor name", err, sizeof err) < 0)
+                return set_error(-EINVAL, "'%s': %s", q->name, err);
+        if (strncmp(q->name, "__hvd.", 6) == 0)
+                return set_error(-EINVAL, "tensor names starting with '__hvd.' are reserved ('%s')", q->name);
+        if (!hvd_dtype_valid((uint32_t) q->dtype))
+                return set_error(-EINVAL, "'%s': invalid dtype %d", q->name, (int) q->dtype);
+        if (!hvd_reduce_op_valid((uint32_t) q->reduce_op))
+                return set_error(-EINVAL, "'%s': invalid reduce op %d", q->name, (int) q->reduce_op);
+        if (q->ndim < 0 || q->ndim > HVD_MAX_NDIM || (q->ndim && !q->shape))
+                return set_error(-EINVAL, "'%s': ndim must be 0..%d with a shape", q->name, HVD_MAX_NDIM);
+        uint64_t e = 1;
+        for (int d = 0; d < q->ndim; d++) {
+                if (q->shape[d] < 0)
+                        return set_error(-EINVAL, "'%s': negative dimension %" PRId64, q->name, q->shape[d]);
+                if (q->shape[d] && e > (UINT64_C(1) << 50) / (uint64_t) q->shape[d])
+                        return set_error(-EINVAL, "'%s': too many elements", q->name);
+                e *= (uint64_t) q->shape[d];
+        }
+        if (e && !q->input)
+                return set_error(-EINVAL, "'%s': input is NULL", q->name);
+        if (e && !q->output && (kind == HVD__KIND__KIND_ALLREDUCE || kind == HVD__KIND__KIND_BROADCAST))
+                return set_error(-EINVAL, "'%s': output is NULL", q->name);
+        if ((kind == HVD__KIND__KIND_ALLGATHER || kind == HVD__KIND__KIND_ALLTOALL ||
+             kind == HVD__KIND__KIND_REDUCESCATTER) && q->ndim < 1)
+                return set_error(-EINVAL, "'%s': needs at least one dimension", q->name);
+        if (q->device != HVD_DEVICE_CPU)
+                return set_error(HVD_ENODEVICE, "'%s': device %d: this libhvd has no GPU backend", q->name,
+                                 q->device);
+        if (q->process_set != 0)
+                return set_error(-EOPNOTSUPP, "'%s': process set %d does not exist", q->name, q->process_set);
+        if (kind == HVD__KIND__KIND_BROADCAST && (q->root < 0 || q->root >= G.size))
+                return set_error(-EINVAL, "'%s': root rank %d out of range (size %d)", q->name, q->root, G.size);
+        if (kind == HVD__KIND__KIND_ALLTOALL && q->splits) {
+                int64_t sum = 0;
+                for (int r = 0; r < G.size; r++) {
+                        if (q->splits[r] < 0)
+                                return set_error(-EINVAL, "'%s': negative split", q->name);
+                        sum += q->splits[r];
+                }
+                if (sum != q->shape[0])
+                        return set_error(-EINVAL, "'%s': splits sum to %" PRId64 ", the first dimension is %" PRId64,
+                                         q->name, sum, q->shape[0]);
+        }
+        return 0;
+}
+
+static int fill_entry(entry_t *e, hvd_handle_t *h, const hvd_request_t *q, uint32_t kind, uint32_t gid,
+                      uint32_t gsize) {
+        e->h = h;
+        e->name = strdup(q->name);
+        if (!e->name)
+                return -ENOMEM;
+        e->in = q->input;
+        e->out = q->output;
+        e->p = (params_t){
+                .kind = kind,
+                .dtype = q->dtype,
+                .ndim = q->ndim,
+                .reduce_op = q->reduce_op,
+                .prescale = q->prescale,
+                .postscale = q->postscale,
+                .root = q->root,
+                .process_set = q->process_set,
+                .device = q->device,
+                .group_id = gid,
+                .group_size = gsize,
+        };
+        if (q->ndim)
+                memcpy(e->p.shape, q->shape, (size_t) q->ndim * sizeof(int64_t));
+        if (kind == HVD__KIND__KIND_ALLTOALL && q->splits) {
+                e->p.splits = malloc((size_t) G.size * sizeof(int64_t));
+                if (!e->p.splits)
+                        return -ENOMEM;
+                memcpy(e->p.splits, q->splits, (size_t) G.size * sizeof(int64_t));
+                e->p.n_splits = (uint32_t) G.size;
+        }
+        return 0;
+}
+
+/* Queues n requests as one handle. G.lock is taken here. */
+static int submit(const hvd_request_t *reqs, size_t n, uint32_t kind, hvd_handle_t **ret) {
+        if (!ret)
+                return set_error(-EINVAL, "handle pointer is NULL");
+        if (!hvd_is_initialized())
+                return set_error(HVD_ENOTINIT, "hvd is not initialized: call hvd_init() first");
+        if (n == 0 || n > HVD_WIRE_MAX_REQUESTS)
+                return set_error(-EINVAL, "a group needs 1..%d requests", HVD_WIRE_MAX_REQUESTS);
+        bool internal = kind == HVD__KIND__KIND_BARRIER || kind == HVD__KIND__KIND_JOIN;
+        for (size_t i = 0; i < n && !internal; i++) {
+                int r = check_request(&reqs[i], kind);
+                if (r < 0)
+                        return r;
+        }
+        hvd_handle_t *h = calloc(1, sizeof *h + n * sizeof(entry_t));
+        if (!h)
+                return set_error(-ENOMEM, "out of memory");
+        h->n = n;
+        h->refs = 1;
+        pthread_mutex_lock(&G.lock);
+        uint32_t gid = n > 1 ? ++G.group_seq : 0;
+        int r = 0;
+        for (size_t i = 0; i < n && r >= 0; i++)
+                if (fill_entry(&h->m[i], h, &reqs[i], kind, gid, n > 1 ? (uint32_t) n : 0) < 0)
+                        r = set_error(-ENOMEM, "out of memory");
+        if (r >= 0 && G.abort_code)
+                r = set_error(G.abort_code, "%s", G.abort_reason);
+        for (size_t i = 0; i < n && r >= 0; i++) {
+                const char *nm = h->m[i].name;
+                bool dup = hvd_strmap_get(G.inflight, nm, strlen(nm)) != NULL;
+                for (size_t k = 0; k < i && !dup; k++)
+                        dup = strcmp(h->m[k].name, nm) == 0;
+                if (dup)
+                        r = set_error(HVD_EDUPLICATE, "'%s': a tensor with this name is already in flight on rank %d",
+                                      nm, G.rank);
+        }
+        if (r >= 0 && G.n_queue + n > G.cap_queue) {
+                size_t cap = HVD_MAX(G.cap_queue * 2, G.n_queue + n + 64);
+                entry_t **nq = realloc(G.queue, cap * sizeof *nq);
+                if (!nq)
+                        r = set_error(-ENOMEM, "out of memory");
+                else {
+                        G.queue = nq;
+                        G.cap_queue = cap;
+                }
+        }
+        if (r < 0) {
+                pthread_mutex_unlock(&G.lock);
+                handle_free(h);
+                return r;
+        }
+        for (size_t i = 0; i < n; i++) {
+                hvd_strmap_put(G.inflight, h->m[i].name, strlen(h->m[i].name), &h->m[i]);
+                G.queue[G.n_queue++] = &h->m[i];
+        }
+        h->n_pending = n;
+        h->refs++; /* the in-flight reference */
+        pthread_mutex_unlock(&G.lock);
+        uint64_t one = 1;
+        if (write(G.wake_fd, &one, sizeof one) < 0)
+                (void) 0;
+        *ret = h;
+        return 0;
+}
+
+int hvd_allreduce_async(const hvd_request_t *req, hvd_handle_t **handle) {
+        return submit(req, 1, HVD__KIND__KIND_ALLREDUCE, handle);
+}
+int hvd_broadcast_async(const hvd_request_t *req, hvd_handle_t **handle) {
+        return submit(req, 1, HVD__KIND__KIND_BROADCAST, handle);
+}
+int hvd_allgather_async(const hvd_request_t *req, hvd_handle_t **handle) {
+        return submit(req, 1, HVD__KIND__KIND_ALLGATHER, handle);
+}
+int hvd_alltoall_async(const hvd_request_t *req, hvd_handle_t **handle) {
+        return submit(req, 1, HVD__KIND__KIND_ALLTOALL, handle);
+}
+int hvd_reducescatter_async(const hvd_request_t *req, hvd_handle_t **handle) {
+        return submit(req, 1, HVD__KIND__KIND_REDUCESCATTER, handle);
+}
+int hvd_grouped_allreduce_async(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle) {
+        return submit(reqs, n, HVD__KIND__KIND_ALLREDUCE, handle);
+}
+int hvd_grouped_allgather_async(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle) {
+        return submit(reqs, n, HVD__KIND__KIND_ALLGATHER, handle);
+}
+int hvd_grouped_reducescatter_async(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle) {
+        return submit(reqs, n, HVD__KIND__KIND_REDUCESCATTER, handle);
+}
+
+/* ---- handles ---- */
+
+int hvd_handle_wait_timeout(hvd_handle_t *h, uint64_t timeout_usec) {
+        if (!h)
+                return -EINVAL;
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t) ts.tv_nsec + (timeout_usec % USEC_PER_SEC) * 1000;
+        ts.tv_sec += (time_t) (timeout_usec / USEC_PER_SEC + ns / 1000000000);
+        ts.tv_nsec = (long) (ns % 1000000000);
+        pthread_mutex_lock(&G.lock);
+        while (h->n_pending) {
+                if (timeout_usec == 0)
+                        pthread_cond_wait(&G.cond, &G.lock);
+                else if (pthread_cond_timedwait(&G.cond, &G.lock, &ts) == ETIMEDOUT && h->n_pending) {
+                        pthread_mutex_unlock(&G.lock);
+                        return HVD_ETIMEOUT;
+                }
+        }
+        int r = h->status;
+        if (r < 0)
+                set_error(r, "%s", h->error ? h->error : hvd_strerror(r));
+        pthread_mutex_unlock(&G.lock);
+        return r;
+}
+
+int hvd_handle_wait(hvd_handle_t *h) {
+        return hvd_handle_wait_timeout(h, 0);
+}
+
+int hvd_handle_poll(hvd_handle_t *h) {
+        if (!h)
+                return -EINVAL;
+        pthread_mutex_lock(&G.lock);
+        int done = h->n_pending == 0;
+        pthread_mutex_unlock(&G.lock);
+        return done;
+}
+
+const char *hvd_handle_error(const hvd_handle_t *h) {
+        if (!h)
+                return "";
+        pthread_mutex_lock(&G.lock);
+        const char *e = h->n_pending == 0 && h->error ? h->error : "";
+        pthread_mutex_unlock(&G.lock);
+        return e;
+}
+
+int hvd_handle_output(const hvd_handle_t *h, size_t index, const void **data, size_t *bytes, int *ndim,
+                      const int64_t **shape) {
+        if (!h || index >= h->n)
+                return -EINVAL;
+        pthread_mutex_lock(&G.lock);
+        const entry_t *e = &h->m[index];
+        int r = 0;
+        if (h->n_pending || h->status < 0 || !e->alloc)
+                r = -ENODATA;
+        pthread_mutex_unlock(&G.lock);
+        if (r < 0)
+                return r;
+        if (data)
+                *data = e->alloc;
+        if (bytes)
+                *bytes = e->alloc_bytes;
+        if (ndim)
+                *ndim = e->out_ndim;
+        if (shape)
+                *shape = e->out_shape;
+        return 0;
+}
+
+int hvd_handle_recv_splits(const hvd_handle_t *h, const int64_t **splits) {
+        if (!h || !splits)
+                return -EINVAL;
+        pthread_mutex_lock(&G.lock);
+        int r = h->n_pending || !h->m[0].recv_splits ? -ENODATA : 0;
+        pthread_mutex_unlock(&G.lock);
+        if (r == 0)
+                *splits = h->m[0].recv_splits;
+        return r;
+}
+
+int hvd_handle_steal_output(hvd_handle_t *h, size_t index, void **data, size_t *bytes) {
+        if (!h || index >= h->n || !data)
+                return -EINVAL;
+        pthread_mutex_lock(&G.lock);
+        entry_t *e = &h->m[index];
+        int r = 0;
+        if (h->n_pending || h->status < 0 || !e->alloc)
+                r = -ENODATA;
+        else {
+                *data = TAKE_PTR(e->alloc);
+                if (bytes)
+                        *bytes = e->alloc_bytes;
+        }
+        pthread_mutex_unlock(&G.lock);
+        return r;
+}
+
+void hvd_handle_release(hvd_handle_t **hp) {
+        if (!hp || !*hp)
+                return;
+        pthread_mutex_lock(&G.lock);
+        handle_unref(*hp);
+        pthread_mutex_unlock(&G.lock);
+        *hp = NULL;
+}
+
+/* ---- synchronous helpers ---- */
+
+static int run_sync(const hvd_request_t *req, uint32_t kind, int *result) {
+        hvd_handle_t *h = NULL;
+        int r = submit(req, 1, kind, &h);
+        if (r < 0)
+                return r;
+        r = hvd_handle_wait(h);
+        if (result)
+                *result = h->result;
+        hvd_handle_release(&h);
+        return r;
+}
+
+int hvd_allreduce(const char *name, const void *input, void *output, size_t count, hvd_dtype_t dtype,
+                  hvd_reduce_op_t op) {
+        int64_t shape[1] = { (int64_t) count };
+        hvd_request_t q = HVD_REQUEST_INIT;
+        q.name = name;
+        q.input = input;
+        q.output = output;
+        q.dtype = dtype;
+        q.ndim = 1;
+        q.shape = shape;
+        q.reduce_op = op;
+        return run_sync(&q, HVD__KIND__KIND_ALLREDUCE, NULL);
+}
+
+int hvd_broadcast(const char *name, void *buffer, size_t count, hvd_dtype_t dtype, int root) {
+        int64_t shape[1] = { (int64_t) count };
+        hvd_request_t q = HVD_REQUEST_INIT;
+        q.name = name;
+        q.input = buffer;
+        q.output = buffer;
+        q.dtype = dtype;
+        q.ndim = 1;
+        q.shape = shape;
+        q.root = root;
+        return run_sync(&q, HVD__KIND__KIND_BROADCAST, NULL);
+}
+
+int hvd_barrier(void) {
+        hvd_request_t q = HVD_REQUEST_INIT;
+        q.name = HVD_BARRIER_NAME;
+        return run_sync(&q, HVD__KIND__KIND_BARRIER, NULL);
+}
+
+int hvd_join(void) {
+        hvd_request_t q = HVD_REQUEST_INIT;
+        q.name = HVD_JOIN_NAME;
+        int last = -1;
+        int r = run_sync(&q, HVD__KIND__KIND_JOIN, &last);
+        return r < 0 ? r : last;
+}

@@ -1,0 +1,208 @@
+/* hvd.h — the whole public API of libhvd: synchronous data-parallel
+ * training collectives (allreduce, broadcast, allgather, alltoall,
+ * reducescatter, barrier, join) negotiated by hvd-coordinatord.
+ *
+ * Conventions: functions return >= 0 on success and a negative error code
+ * (-errno or HVD_E*) on failure; hvd_strerror() names it. A failed call
+ * leaves its out-parameters untouched. All functions are thread-safe unless
+ * stated otherwise; collectives may be submitted from any thread. */
+#ifndef HVD_H
+#define HVD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define HVD_VERSION_MAJOR 0
+#define HVD_VERSION_MINOR 1
+#define HVD_MAX_NDIM 8
+#define HVD_MAX_NAME_BYTES 1024
+#define HVD_DEVICE_CPU (-1)
+
+/* Element types. Values are part of the wire format: never renumber. */
+typedef enum hvd_dtype {
+        HVD_UINT8 = 0,
+        HVD_INT8 = 1,
+        HVD_INT32 = 2,
+        HVD_INT64 = 3,
+        HVD_FLOAT16 = 4,
+        HVD_BFLOAT16 = 5,
+        HVD_FLOAT32 = 6,
+        HVD_FLOAT64 = 7,
+        HVD_BOOL = 8,
+        HVD_INT16 = 9,
+        _HVD_DTYPE_COUNT
+} hvd_dtype_t;
+
+/* Reduction operators. Average = sum / number of ranks. */
+typedef enum hvd_reduce_op {
+        HVD_REDUCE_AVERAGE = 0,
+        HVD_REDUCE_SUM = 1,
+        HVD_REDUCE_MIN = 2,
+        HVD_REDUCE_MAX = 3,
+        HVD_REDUCE_PRODUCT = 4,
+        _HVD_REDUCE_COUNT
+} hvd_reduce_op_t;
+
+/* hvd-specific error codes, below -errno space. */
+#define HVD_ERRORS(X)                                                               \
+        X(HVD_EMISMATCH, -1001, "Tensor parameters differ across ranks")            \
+        X(HVD_EABORTED, -1002, "Job aborted")                                       \
+        X(HVD_ENOTINIT, -1003, "hvd is not initialized (call hvd_init first)")      \
+        X(HVD_ENODAEMON, -1004, "Coordinator not reachable")                        \
+        X(HVD_EPROTO, -1005, "Protocol error")                                      \
+        X(HVD_EDENIED, -1006, "Access denied")                                      \
+        X(HVD_ETIMEOUT, -1007, "Deadline exceeded")                                 \
+        X(HVD_ESHUTDOWN, -1008, "hvd has been shut down")                           \
+        X(HVD_EDUPLICATE, -1009, "A tensor with this name is already in flight")    \
+        X(HVD_ENODEVICE, -1010, "No GPU backend or device available")
+
+enum {
+#define HVD_ERR_ENUM(name, value, text) name = value,
+        HVD_ERRORS(HVD_ERR_ENUM)
+#undef HVD_ERR_ENUM
+};
+
+/* Text for an error code (negative errno or HVD_E*). Static string. */
+const char *hvd_strerror(int err);
+
+/* ---- life cycle ---------------------------------------------------------
+ * hvd_init() reads HVD_* (and HOROVOD_*) environment variables set by
+ * hvdrun, connects to the local coordinator and waits until every rank of
+ * the job has joined (HVD_START_TIMEOUT, default 30 s). Started without
+ * hvdrun (no HVD_JOB_ID in the environment), it runs as a job of one rank
+ * without any daemon, like Horovod without horovodrun. Returns 0, or an
+ * error; hvd_last_error() has the detailed message. Calling it again after
+ * success returns 0. hvd_shutdown() says goodbye and stops the background
+ * thread; pending handles complete with HVD_ESHUTDOWN. */
+int hvd_init(void);
+int hvd_shutdown(void);
+int hvd_is_initialized(void);
+
+/* Detailed message of the last failed call of this thread (hvd_init,
+ * hvd_shutdown, the synchronous hvd_allreduce/hvd_broadcast/hvd_barrier/
+ * hvd_join, a submission), or of the job's abort. Borrowed; valid until the next call into hvd
+ * from the same thread. Empty string when none. */
+const char *hvd_last_error(void);
+
+/* Topology. Each returns HVD_ENOTINIT (< 0) before hvd_init(). */
+int hvd_rank(void);
+int hvd_size(void);
+int hvd_local_rank(void);
+int hvd_local_size(void);
+int hvd_cross_rank(void);
+int hvd_cross_size(void);
+
+/* ---- collectives --------------------------------------------------------
+ * One request describes one tensor. Initialise with HVD_REQUEST_INIT (or
+ * hvd_request_init) and set what you need. The caller keeps ownership of
+ * name, input, output, shape and splits; they must stay valid until the
+ * handle completes (name is copied at submission and may go at once).
+ *
+ * - allreduce:     output has the same shape as input; input == output allowed.
+ * - broadcast:     root's input is copied to every rank's output
+ *                  (input == output allowed; non-root input ignored).
+ * - allgather:     input shape [d0, rest...]; d0 may differ per rank; output
+ *                  is allocated by hvd: hvd_handle_output().
+ * - alltoall:      splits[r] rows (first dimension) go to rank r; NULL splits
+ *                  = d0 / size rows each (d0 must divide). Output allocated
+ *                  by hvd; hvd_handle_output(), hvd_handle_recv_splits().
+ * - reducescatter: reduce, then rank r keeps rows [r0, r1) of the first
+ *                  dimension (the first d0 % size ranks get one extra row).
+ *                  Output allocated by hvd: hvd_handle_output().
+ */
+typedef struct hvd_request {
+        const char *name;       /* unique among this rank's in-flight requests */
+        const void *input;
+        void *output;           /* allreduce/broadcast: required */
+        hvd_dtype_t dtype;
+        int ndim;               /* 0 .. HVD_MAX_NDIM */
+        const int64_t *shape;   /* ndim entries, each >= 0 */
+        hvd_reduce_op_t reduce_op; /* default HVD_REDUCE_AVERAGE, as in Horovod */
+        double prescale;        /* multiply inputs before reducing (1.0 = none) */
+        double postscale;       /* multiply result after reducing (1.0 = none) */
+        int root;               /* broadcast root rank */
+        const int64_t *splits;  /* alltoall: size() entries, or NULL */
+        int process_set;        /* 0 = all ranks */
+        int device;             /* HVD_DEVICE_CPU or a GPU ordinal */
+        void *stream;           /* GPU: cudaStream_t the input is ready on (NULL = default) */
+} hvd_request_t;
+
+#define HVD_REQUEST_INIT                                                              \
+        { .name = NULL, .input = NULL, .output = NULL, .dtype = HVD_FLOAT32, .ndim = 0, \
+          .shape = NULL, .reduce_op = HVD_REDUCE_AVERAGE, .prescale = 1.0, .postscale = 1.0, \
+          .root = 0, .splits = NULL, .process_set = 0, .device = HVD_DEVICE_CPU,       \
+          .stream = NULL }
+
+void hvd_request_init(hvd_request_t *req);
+
+/* A handle to one submitted operation (or one group). Opaque. */
+typedef struct hvd_handle hvd_handle_t;
+
+/* Submit asynchronously. On success *handle is a new handle owned by the
+ * caller: release it with hvd_handle_release() after it completes (or to
+ * abandon it; the operation still runs). Argument errors are returned at
+ * once (-EINVAL, HVD_EDUPLICATE, HVD_ENOTINIT) with no handle made. */
+int hvd_allreduce_async(const hvd_request_t *req, hvd_handle_t **handle);
+int hvd_broadcast_async(const hvd_request_t *req, hvd_handle_t **handle);
+int hvd_allgather_async(const hvd_request_t *req, hvd_handle_t **handle);
+int hvd_alltoall_async(const hvd_request_t *req, hvd_handle_t **handle);
+int hvd_reducescatter_async(const hvd_request_t *req, hvd_handle_t **handle);
+
+/* n requests of one kind executed as one atomic group: none starts before
+ * all are ready on every rank. One handle for the group; outputs by index. */
+int hvd_grouped_allreduce_async(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle);
+int hvd_grouped_allgather_async(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle);
+int hvd_grouped_reducescatter_async(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle);
+
+/* Block until the handle completes. Returns 0 or the operation's error
+ * (hvd_handle_error() has the message). Once a handle has completed, with
+ * or without an error, hvd no longer touches the caller's buffers. Waiting
+ * only sleeps on a condition variable. hvd_handle_wait_timeout returns
+ * HVD_ETIMEOUT if the handle is still pending after timeout_usec. */
+int hvd_handle_wait(hvd_handle_t *handle);
+int hvd_handle_wait_timeout(hvd_handle_t *handle, uint64_t timeout_usec);
+/* 1 when complete (successfully or not), 0 while pending. */
+int hvd_handle_poll(hvd_handle_t *handle);
+/* Error message of a failed operation; borrowed, valid until release. "" if none. */
+const char *hvd_handle_error(const hvd_handle_t *handle);
+/* Output allocated by hvd (allgather, alltoall, reducescatter) of member
+ * index (0 unless grouped): data, byte count, ndim and shape. Borrowed:
+ * valid until hvd_handle_release(). -ENODATA before completion or for kinds
+ * that write into the caller's output. */
+int hvd_handle_output(const hvd_handle_t *handle, size_t index, const void **data,
+                      size_t *bytes, int *ndim, const int64_t **shape);
+/* alltoall: rows received from each rank (size() entries). Borrowed. */
+int hvd_handle_recv_splits(const hvd_handle_t *handle, const int64_t **splits);
+/* Take ownership of the allocated output (free() it): avoids a copy. */
+int hvd_handle_steal_output(hvd_handle_t *handle, size_t index, void **data, size_t *bytes);
+/* NULL-safe; sets *handle = NULL. Releasing a pending handle detaches it. */
+void hvd_handle_release(hvd_handle_t **handle);
+
+/* Convenience: submit and wait. */
+int hvd_allreduce(const char *name, const void *input, void *output, size_t count,
+                  hvd_dtype_t dtype, hvd_reduce_op_t op);
+int hvd_broadcast(const char *name, void *buffer, size_t count, hvd_dtype_t dtype, int root);
+
+/* Every rank waits until all have called it. */
+int hvd_barrier(void);
+
+/* This rank has no more data: it keeps serving the other ranks' allreduces
+ * (contributing zeros) and allgathers (contributing no rows) until every
+ * rank has joined. Returns the rank that joined last (>= 0) or an error. */
+int hvd_join(void);
+
+/* Element size of a dtype in bytes (0 if invalid) and its name ("float32"). */
+size_t hvd_dtype_size(hvd_dtype_t dtype);
+const char *hvd_dtype_name(hvd_dtype_t dtype);
+
+/* Library version string, e.g. "0.1.0". Static. */
+const char *hvd_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

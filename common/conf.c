@@ -1,0 +1,271 @@
+/* conf.c — the daemon's configuration table (key = value file and flags)
+ * and the parsers shared with the worker's HVD_* / HOROVOD_* environment.
+ * Invariant: a failed load leaves the caller's config untouched. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+
+#include "conf.h"
+#include "log.h"
+#include "util.h"
+
+void hvd_daemon_config_init(hvd_daemon_config_t *cfg) {
+        *cfg = (hvd_daemon_config_t){
+                .log_level = LOG_NOTICE,
+                .fusion_threshold_bytes = HVD_DEFAULT_FUSION_THRESHOLD,
+                .cycle_time_usec = HVD_DEFAULT_CYCLE_TIME_USEC,
+                .start_timeout_usec = 30 * USEC_PER_SEC,
+                .collective_timeout_usec = 300 * USEC_PER_SEC,
+                .max_jobs = 256,
+                .max_ranks_per_job = 4096,
+                .max_tensors_per_job = 65536,
+                .max_message_bytes = UINT64_C(64) << 20,
+                .socket_group = "",
+                .socket_mode = 0660,
+                .handle_signals = false,
+                .notify = false,
+        };
+        snprintf(cfg->runtime_dir, sizeof cfg->runtime_dir, "%s", HVD_DEFAULT_RUNTIME_DIR);
+}
+
+int hvd_parse_size(const char *s, uint64_t *ret) {
+        char *end;
+        if (!s || !*s || *s == '-')
+                return -EINVAL;
+        errno = 0;
+        unsigned long long v = strtoull(s, &end, 10);
+        if (errno || end == s)
+                return -EINVAL;
+        while (*end == ' ')
+                end++;
+        unsigned shift = 0;
+        switch (toupper((unsigned char) *end)) {
+        case 0: break;
+        case 'K': shift = 10; end++; break;
+        case 'M': shift = 20; end++; break;
+        case 'G': shift = 30; end++; break;
+        default: return -EINVAL;
+        }
+        if (*end == 'i' || *end == 'I')
+                end++;
+        if (*end == 'B' || *end == 'b')
+                end++;
+        if (*end)
+                return -EINVAL;
+        if (shift && v > (UINT64_MAX >> shift))
+                return -ERANGE;
+        *ret = (uint64_t) v << shift;
+        return 0;
+}
+
+int hvd_parse_duration(const char *s, uint64_t default_unit_usec, uint64_t *ret_usec) {
+        char *end;
+        if (!s || !*s || *s == '-')
+                return -EINVAL;
+        errno = 0;
+        double v = strtod(s, &end);
+        if (errno || end == s || v < 0)
+                return -EINVAL;
+        uint64_t unit = default_unit_usec;
+        if (strcmp(end, "us") == 0 || strcmp(end, "usec") == 0)
+                unit = 1;
+        else if (strcmp(end, "ms") == 0 || strcmp(end, "msec") == 0)
+                unit = USEC_PER_MSEC;
+        else if (strcmp(end, "s") == 0 || strcmp(end, "sec") == 0)
+                unit = USEC_PER_SEC;
+        else if (strcmp(end, "min") == 0)
+                unit = 60 * USEC_PER_SEC;
+        else if (*end)
+                return -EINVAL;
+        double usec = v * (double) unit;
+        if (usec > 1e15)
+                return -ERANGE;
+        *ret_usec = (uint64_t) (usec + 0.5);
+        return 0;
+}
+
+int hvd_parse_bool(const char *s, bool *ret) {
+        if (!s)
+                return -EINVAL;
+        if (!strcasecmp(s, "1") || !strcasecmp(s, "yes") || !strcasecmp(s, "true") || !strcasecmp(s, "on"))
+                *ret = true;
+        else if (!strcasecmp(s, "0") || !strcasecmp(s, "no") || !strcasecmp(s, "false") || !strcasecmp(s, "off"))
+                *ret = false;
+        else
+                return -EINVAL;
+        return 0;
+}
+
+const char *hvd_getenv(const char *name, bool horovod_too) {
+        char key[128];
+        snprintf(key, sizeof key, "HVD_%s", name);
+        const char *v = getenv(key);
+        if ((!v || !*v) && horovod_too) {
+                snprintf(key, sizeof key, "HOROVOD_%s", name);
+                v = getenv(key);
+        }
+        return v && *v ? v : NULL;
+}
+
+/* ---- the key table ---- */
+
+typedef enum { T_STRING, T_LEVEL, T_SIZE, T_USEC_SEC, T_USEC_MS, T_U32, T_BOOL, T_MODE } key_type_t;
+
+typedef struct {
+        const char *key;
+        key_type_t type;
+        size_t offset;
+        size_t len; /* strings */
+        uint64_t min, max;
+        const char *help;
+} key_def_t;
+
+#define OFF(f) offsetof(hvd_daemon_config_t, f)
+static const key_def_t keys[] = {
+        { "runtime_dir", T_STRING, OFF(runtime_dir), PATH_MAX, 0, 0, "a directory path" },
+        { "log_level", T_LEVEL, OFF(log_level), 0, 0, 7, "err, warning, notice, info or debug" },
+        { "fusion_threshold", T_SIZE, OFF(fusion_threshold_bytes), 0, 0, UINT64_C(1) << 34,
+          "a size such as 64M (0 disables fusion)" },
+        { "cycle_time", T_USEC_MS, OFF(cycle_time_usec), 0, 0, 10 * USEC_PER_SEC,
+          "a duration such as 1ms (plain numbers are milliseconds)" },
+        { "start_timeout", T_USEC_SEC, OFF(start_timeout_usec), 0, USEC_PER_MSEC, 86400 * USEC_PER_SEC,
+          "a duration such as 30s (plain numbers are seconds)" },
+        { "collective_timeout", T_USEC_SEC, OFF(collective_timeout_usec), 0, USEC_PER_MSEC,
+          86400 * USEC_PER_SEC, "a duration such as 300s (plain numbers are seconds)" },
+        { "max_jobs", T_U32, OFF(max_jobs), 0, 1, 65536, "an integer 1..65536" },
+        { "max_ranks_per_job", T_U32, OFF(max_ranks_per_job), 0, 1, 65536, "an integer 1..65536" },
+        { "max_tensors_per_job", T_U32, OFF(max_tensors_per_job), 0, 16, 1u << 24,
+          "an integer 16..16777216" },
+        { "max_message_size", T_SIZE, OFF(max_message_bytes), 0, 4096, UINT64_C(1) << 32,
+          "a size such as 64M" },
+        { "socket_group", T_STRING, OFF(socket_group), 64, 0, 0, "a group name" },
+        { "socket_mode", T_MODE, OFF(socket_mode), 0, 0, 0777, "an octal mode such as 0660" },
+};
+
+int hvd_daemon_config_set(hvd_daemon_config_t *cfg, const char *key, const char *value,
+                          const char **why) {
+        const key_def_t *k = NULL;
+        for (size_t i = 0; i < ELEMENTSOF(keys); i++)
+                if (strcmp(keys[i].key, key) == 0)
+                        k = &keys[i];
+        if (!k)
+                return -ENOENT;
+        if (why)
+                *why = k->help;
+        char *field = (char *) cfg + k->offset;
+        uint64_t v;
+        int r;
+        switch (k->type) {
+        case T_STRING:
+                if (strlen(value) >= k->len)
+                        return -EINVAL;
+                memcpy(field, value, strlen(value) + 1);
+                return 0;
+        case T_LEVEL:
+                r = hvd_log_level_from_string(value);
+                if (r < 0)
+                        return r;
+                *(int *) field = r;
+                return 0;
+        case T_BOOL:
+                return hvd_parse_bool(value, (bool *) field);
+        case T_SIZE:
+                r = hvd_parse_size(value, &v);
+                break;
+        case T_USEC_SEC:
+                r = hvd_parse_duration(value, USEC_PER_SEC, &v);
+                break;
+        case T_USEC_MS:
+                r = hvd_parse_duration(value, USEC_PER_MSEC, &v);
+                break;
+        case T_MODE: {
+                char *end;
+                errno = 0;
+                unsigned long m = strtoul(value, &end, 8);
+                r = (errno || !*value || *end) ? -EINVAL : 0;
+                v = m;
+                break;
+        }
+        case T_U32: {
+                char *end;
+                errno = 0;
+                unsigned long long u = strtoull(value, &end, 10);
+                r = (errno || !*value || *end || *value == '-') ? -EINVAL : 0;
+                v = u;
+                break;
+        }
+        default:
+                return -EINVAL;
+        }
+        if (r < 0)
+                return -EINVAL;
+        if (v < k->min || v > k->max)
+                return -ERANGE;
+        if (k->type == T_U32 || k->type == T_MODE)
+                *(uint32_t *) field = (uint32_t) v;
+        else
+                *(uint64_t *) field = v;
+        return 0;
+}
+
+static char *strip(char *s) {
+        while (isspace((unsigned char) *s))
+                s++;
+        char *e = s + strlen(s);
+        while (e > s && isspace((unsigned char) e[-1]))
+                *--e = 0;
+        return s;
+}
+
+int hvd_daemon_config_load(hvd_daemon_config_t *cfg, const char *path, unsigned *err_line,
+                           char *err_msg, size_t err_len) {
+        FILE *f = fopen(path, "re");
+        if (!f) {
+                int r = -errno;
+                snprintf(err_msg, err_len, "cannot open '%s': %s", path, strerror(-r));
+                return r;
+        }
+        hvd_daemon_config_t tmp = *cfg;
+        char line[PATH_MAX + 128];
+        unsigned n = 0;
+        int r = 0;
+        while (fgets(line, sizeof line, f)) {
+                n++;
+                char *s = strip(line);
+                if (!*s || *s == '#' || *s == ';')
+                        continue;
+                char *eq = strchr(s, '=');
+                if (!eq) {
+                        snprintf(err_msg, err_len, "%s:%u: expected 'key = value', got '%s'", path, n, s);
+                        r = -EINVAL;
+                        break;
+                }
+                *eq = 0;
+                char *key = strip(s), *value = strip(eq + 1);
+                const char *why = NULL;
+                r = hvd_daemon_config_set(&tmp, key, value, &why);
+                if (r == -ENOENT) {
+                        snprintf(err_msg, err_len, "%s:%u: unknown key '%s'", path, n, key);
+                        break;
+                }
+                if (r < 0) {
+                        snprintf(err_msg, err_len, "%s:%u: invalid value '%s' for '%s': expected %s", path,
+                                 n, value, key, why ? why : "a valid value");
+                        break;
+                }
+        }
+        fclose(f);
+        if (r < 0) {
+                if (err_line)
+                        *err_line = n;
+                return r;
+        }
+        *cfg = tmp;
+        return 0;
+}

@@ -1,0 +1,58 @@
+/* conf.h — configuration of hvd-coordinatord: one typed table of keys,
+ * loaded from /etc/hvd/coordinatord.conf (key = value), overridable by
+ * command-line flags; and the worker-side knobs read from HVD_* and
+ * Horovod's HOROVOD_* environment variables. */
+#ifndef HVD_CONF_H
+#define HVD_CONF_H
+
+#include <limits.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define HVD_DEFAULT_RUNTIME_DIR "/run/hvd"
+#define HVD_DEFAULT_CONFIG_FILE SYSCONFDIR "/hvd/coordinatord.conf"
+#define HVD_DEFAULT_FUSION_THRESHOLD (UINT64_C(64) << 20)
+#define HVD_DEFAULT_CYCLE_TIME_USEC UINT64_C(1000)
+
+typedef struct hvd_daemon_config {
+        char runtime_dir[PATH_MAX];
+        int log_level;
+        uint64_t fusion_threshold_bytes;   /* default for jobs that set none */
+        uint64_t cycle_time_usec;
+        uint64_t start_timeout_usec;       /* a job must complete its join within this */
+        uint64_t collective_timeout_usec;  /* data-plane waits give up after this */
+        uint32_t max_jobs;
+        uint32_t max_ranks_per_job;
+        uint32_t max_tensors_per_job;      /* negotiation table / cache capacity */
+        uint64_t max_message_bytes;        /* ZMQ_MAXMSGSIZE and decode budget base */
+        char socket_group[64];             /* group owning worker.sock ("" = keep) */
+        uint32_t socket_mode;              /* worker.sock / control.sock mode, 0660 */
+        bool handle_signals;               /* SIGTERM/SIGINT/SIGHUP through signalfd */
+        bool notify;                       /* speak sd_notify if NOTIFY_SOCKET is set */
+} hvd_daemon_config_t;
+
+void hvd_daemon_config_init(hvd_daemon_config_t *cfg);
+
+/* Sets one key from its string value. Returns 0, -ENOENT for an unknown
+ * key, -EINVAL for a bad value (*why, if given, says what is expected). */
+int hvd_daemon_config_set(hvd_daemon_config_t *cfg, const char *key, const char *value,
+                          const char **why);
+
+/* Loads a key = value file; '#' comments. On error returns < 0 and, when
+ * err_line is given, the 1-based offending line number; err_msg (size
+ * err_len) gets a readable message. cfg is changed only on success. */
+int hvd_daemon_config_load(hvd_daemon_config_t *cfg, const char *path, unsigned *err_line,
+                           char *err_msg, size_t err_len);
+
+/* Parsers shared with the worker's environment. Sizes accept K/M/G
+ * suffixes (1024-based); durations accept us/ms/s suffixes (default unit
+ * given by the caller). */
+int hvd_parse_size(const char *s, uint64_t *ret);
+int hvd_parse_duration(const char *s, uint64_t default_unit_usec, uint64_t *ret_usec);
+int hvd_parse_bool(const char *s, bool *ret);
+
+/* getenv of HVD_<name>, falling back to HOROVOD_<name> when horovod_too. */
+const char *hvd_getenv(const char *name, bool horovod_too);
+
+#endif

@@ -1,0 +1,700 @@
+/* negotiate.c — the negotiation table of one job (see negotiate.h).
+ * Invariants: a tensor row's id is its index and never changes; a rank's
+ * ready bit is set at most once between two schedules; a tensor enters the
+ * ready list exactly once, when every rank that has not joined is ready;
+ * the ready list order is the order every rank executes. */
+#include "config.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fusion.h"
+#include "hvd.h"
+#include "negotiate.h"
+#include "reduce.h"
+#include "strmap.h"
+#include "util.h"
+
+typedef struct params {
+        bool valid;
+        uint8_t kind, dtype, reduce_op, ndim;
+        int32_t root, device;
+        uint32_t process_set, group_id, group_size;
+        double prescale, postscale;
+        int64_t shape[HVD_MAX_NDIM];
+        uint32_t n_splits;
+        int64_t *splits;
+} params_t;
+
+typedef struct tensor {
+        char *name;
+        uint32_t id;
+        bool announced;  /* its name was sent once: later schedules send only the id */
+        bool queued;     /* in the ready list */
+        uint32_t n_ready;
+        uint64_t first_ready_usec;
+        uint8_t *ready;  /* [size] */
+        params_t *p;     /* [size]: each rank's last parameters */
+} tensor_t;
+
+struct hvd_negotiator {
+        uint32_t size;
+        uint32_t max_tensors;
+        uint64_t fusion_threshold;
+        uint64_t seq;
+        tensor_t **tensors; /* by id */
+        uint32_t n_tensors, cap_tensors;
+        hvd_strmap_t *by_name;
+        uint32_t *ready_list; /* ids, in ready order */
+        uint32_t n_ready_list;
+        uint32_t *held; /* complete members of incomplete groups */
+        uint32_t n_held;
+        uint8_t *joined; /* [size] */
+        uint32_t n_joined;
+        int32_t last_joined;
+        bool join_done;
+        hvd_negotiator_stats_t stats;
+};
+
+static const char *kind_name(uint32_t k) {
+        static const char *const names[] = { "none",     "allreduce",     "broadcast", "allgather",
+                                             "alltoall", "reducescatter", "barrier",   "join" };
+        return k < ELEMENTSOF(names) ? names[k] : "?";
+}
+
+int hvd_negotiator_new(uint32_t size, uint32_t max_tensors, uint64_t fusion_threshold_bytes,
+                       hvd_negotiator_t **ret) {
+        hvd_negotiator_t *n = calloc(1, sizeof *n);
+        if (!n)
+                return -ENOMEM;
+        n->size = size;
+        n->max_tensors = max_tensors;
+        n->fusion_threshold = fusion_threshold_bytes;
+        n->last_joined = -1;
+        n->by_name = hvd_strmap_new();
+        n->joined = calloc(size, 1);
+        if (!n->by_name || !n->joined) {
+                hvd_negotiator_destroy(&n);
+                return -ENOMEM;
+        }
+        *ret = n;
+        return 0;
+}
+
+static void tensor_free(tensor_t *t, uint32_t size) {
+        if (!t)
+                return;
+        if (t->p)
+                for (uint32_t r = 0; r < size; r++)
+                        free(t->p[r].splits);
+        free(t->p);
+        free(t->ready);
+        free(t->name);
+        free(t);
+}
+
+void hvd_negotiator_destroy(hvd_negotiator_t **np) {
+        if (!np || !*np)
+                return;
+        hvd_negotiator_t *n = *np;
+        for (uint32_t i = 0; i < n->n_tensors; i++)
+                tensor_free(n->tensors[i], n->size);
+        free(n->tensors);
+        hvd_strmap_destroy(&n->by_name);
+        free(n->ready_list);
+        free(n->held);
+        free(n->joined);
+        free(n);
+        *np = NULL;
+}
+
+static tensor_t *tensor_add(hvd_negotiator_t *n, const char *name) {
+        if (n->n_tensors >= n->max_tensors)
+                return NULL;
+        if (n->n_tensors == n->cap_tensors) {
+                uint32_t cap = n->cap_tensors ? n->cap_tensors * 2 : 64;
+                tensor_t **nt = realloc(n->tensors, cap * sizeof *nt);
+                uint32_t *rl = realloc(n->ready_list, cap * sizeof *rl);
+                if (nt)
+                        n->tensors = nt;
+                if (rl)
+                        n->ready_list = rl;
+                uint32_t *hl = realloc(n->held, cap * sizeof *hl);
+                if (hl)
+                        n->held = hl;
+                if (!nt || !rl || !hl)
+                        return NULL;
+                n->cap_tensors = cap;
+        }
+        tensor_t *t = calloc(1, sizeof *t);
+        if (!t)
+                return NULL;
+        t->name = strdup(name);
+        t->ready = calloc(n->size, 1);
+        t->p = calloc(n->size, sizeof *t->p);
+        t->id = n->n_tensors;
+        if (!t->name || !t->ready || !t->p || hvd_strmap_put(n->by_name, name, strlen(name), t) < 0) {
+                tensor_free(t, n->size);
+                return NULL;
+        }
+        n->tensors[n->n_tensors++] = t;
+        return t;
+}
+
+static int params_set(params_t *p, const Hvd__Request *q) {
+        int64_t *splits = NULL;
+        if (q->n_splits) {
+                splits = malloc(q->n_splits * sizeof *splits);
+                if (!splits)
+                        return -ENOMEM;
+                memcpy(splits, q->splits, q->n_splits * sizeof *splits);
+        }
+        free(p->splits);
+        *p = (params_t){
+                .valid = true,
+                .kind = (uint8_t) q->kind,
+                .dtype = (uint8_t) q->dtype,
+                .reduce_op = (uint8_t) q->reduce_op,
+                .ndim = (uint8_t) q->n_shape,
+                .root = q->root,
+                .device = q->device,
+                .process_set = q->process_set,
+                .group_id = q->group_id,
+                .group_size = q->group_size,
+                .prescale = q->prescale,
+                .postscale = q->postscale,
+                .n_splits = (uint32_t) q->n_splits,
+                .splits = splits,
+        };
+        memcpy(p->shape, q->shape, q->n_shape * sizeof(int64_t));
+        return 0;
+}
+
+static bool tensor_complete(const hvd_negotiator_t *n, const tensor_t *t) {
+        if (t->n_ready == 0)
+                return false;
+        if (n->n_joined == 0)
+                return t->n_ready == n->size;
+        for (uint32_t r = 0; r < n->size; r++)
+                if (!t->ready[r] && !n->joined[r])
+                        return false;
+        return true;
+}
+
+static void maybe_queue(hvd_negotiator_t *n, tensor_t *t) {
+        if (!t->queued && tensor_complete(n, t)) {
+                t->queued = true;
+                n->ready_list[n->n_ready_list++] = t->id;
+        }
+}
+
+static int mark_ready(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, uint64_t now, char *err,
+                      size_t err_len) {
+        if (t->ready[rank]) {
+                snprintf(err, err_len, "tensor '%s' submitted twice by rank %u before it completed",
+                         t->name, rank);
+                return HVD_EDUPLICATE;
+        }
+        if (t->n_ready == 0)
+                t->first_ready_usec = now;
+        t->ready[rank] = 1;
+        t->n_ready++;
+        maybe_queue(n, t);
+        return 0;
+}
+
+static void rank_join(hvd_negotiator_t *n, uint32_t rank) {
+        if (n->joined[rank])
+                return;
+        n->joined[rank] = 1;
+        n->n_joined++;
+        n->last_joined = (int32_t) rank;
+        if (n->n_joined == n->size) {
+                n->join_done = true;
+                return;
+        }
+        /* tensors that waited only for this rank are complete now */
+        for (uint32_t i = 0; i < n->n_tensors; i++)
+                maybe_queue(n, n->tensors[i]);
+}
+
+int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *ready, char *err,
+                          size_t err_len) {
+        int ret = 0;
+        uint64_t now = hvd_now_usec();
+        if (rank >= n->size) {
+                snprintf(err, err_len, "rank %u out of range", rank);
+                return HVD_EPROTO;
+        }
+        for (size_t i = 0; i < ready->n_requests; i++) {
+                const Hvd__Request *q = ready->requests[i];
+                int r;
+                if (q->kind == HVD__KIND__KIND_JOIN) {
+                        rank_join(n, rank);
+                        continue;
+                }
+                tensor_t *t = hvd_strmap_get(n->by_name, q->name, strlen(q->name));
+                if (!t && !(t = tensor_add(n, q->name))) {
+                        snprintf(err, err_len, "tensor table of the job is full (%u tensors): '%s' refused",
+                                 n->max_tensors, q->name);
+                        ret = -ENOSPC;
+                        continue;
+                }
+                if (t->ready[rank]) {
+                        snprintf(err, err_len, "tensor '%s' submitted twice by rank %u before it completed",
+                                 t->name, rank);
+                        ret = HVD_EDUPLICATE;
+                        continue;
+                }
+                if ((r = params_set(&t->p[rank], q)) < 0) {
+                        snprintf(err, err_len, "out of memory");
+                        ret = r;
+                        continue;
+                }
+                if ((r = mark_ready(n, rank, t, now, err, err_len)) < 0)
+                        ret = r;
+        }
+        for (size_t i = 0; i < ready->n_cached; i++) {
+                uint32_t id = ready->cached[i];
+                tensor_t *t = id < n->n_tensors ? n->tensors[id] : NULL;
+                if (!t || !t->p[rank].valid) {
+                        snprintf(err, err_len, "unknown cached tensor id %u from rank %u", id, rank);
+                        ret = HVD_EPROTO;
+                        continue;
+                }
+                n->stats.cache_hits++;
+                int r = mark_ready(n, rank, t, now, err, err_len);
+                if (r < 0)
+                        ret = r;
+        }
+        return ret;
+}
+
+bool hvd_negotiator_has_work(const hvd_negotiator_t *n) {
+        return n->n_ready_list > 0 || n->join_done;
+}
+
+/* ---- consistency ---- */
+
+static void fmt_shape(char *buf, size_t len, const params_t *p) {
+        size_t o = 0;
+        o += (size_t) snprintf(buf + o, len - o, "[");
+        for (unsigned d = 0; d < p->ndim && o < len; d++)
+                o += (size_t) snprintf(buf + o, len - o, "%s%" PRId64, d ? ", " : "", p->shape[d]);
+        if (o < len)
+                snprintf(buf + o, len - o, "]");
+}
+
+static uint64_t numel(const params_t *p, unsigned from_dim) {
+        uint64_t e = 1;
+        for (unsigned d = from_dim; d < p->ndim; d++)
+                e *= (uint64_t) p->shape[d];
+        return e;
+}
+
+/* Returns 0 if every ready rank agrees with the reference rank; otherwise
+ * writes "allreduce 'x': rank 3 sent shape [..], rank 0 sent [..]". */
+static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32_t ref, char *msg,
+                            size_t len) {
+        const params_t *a = &t->p[ref];
+        const char *k = kind_name(a->kind);
+        for (uint32_t r = 0; r < n->size; r++) {
+                if (!t->ready[r] || r == ref)
+                        continue;
+                const params_t *b = &t->p[r];
+                char sa[160], sb[160];
+                if (b->kind != a->kind) {
+                        snprintf(msg, len, "tensor '%s': rank %u sent a %s, rank %u sent a %s", t->name, r,
+                                 kind_name(b->kind), ref, k);
+                        return HVD_EMISMATCH;
+                }
+                if (b->dtype != a->dtype) {
+                        snprintf(msg, len, "%s '%s': rank %u sent dtype %s, rank %u sent %s", k, t->name, r,
+                                 hvd_dtype_name(b->dtype), ref, hvd_dtype_name(a->dtype));
+                        return HVD_EMISMATCH;
+                }
+                if (b->process_set != a->process_set || b->device != a->device) {
+                        snprintf(msg, len, "%s '%s': rank %u and rank %u use different devices or process sets",
+                                 k, t->name, r, ref);
+                        return HVD_EMISMATCH;
+                }
+                if ((a->kind == HVD__KIND__KIND_ALLREDUCE || a->kind == HVD__KIND__KIND_REDUCESCATTER) &&
+                    (b->reduce_op != a->reduce_op || b->prescale != a->prescale ||
+                     b->postscale != a->postscale)) {
+                        snprintf(msg, len, "%s '%s': rank %u sent reduce op %u (scale %g/%g), rank %u sent %u (scale %g/%g)",
+                                 k, t->name, r, b->reduce_op, b->prescale, b->postscale, ref, a->reduce_op,
+                                 a->prescale, a->postscale);
+                        return HVD_EMISMATCH;
+                }
+                if (a->kind == HVD__KIND__KIND_BROADCAST && b->root != a->root) {
+                        snprintf(msg, len, "broadcast '%s': rank %u sent root %d, rank %u sent root %d", t->name,
+                                 r, b->root, ref, a->root);
+                        return HVD_EMISMATCH;
+                }
+                if (b->group_id != a->group_id || b->group_size != a->group_size) {
+                        snprintf(msg, len, "%s '%s': rank %u and rank %u submitted it in different groups", k,
+                                 t->name, r, ref);
+                        return HVD_EMISMATCH;
+                }
+                bool same_rest = a->ndim == b->ndim &&
+                                 (a->ndim == 0 || memcmp(a->shape + 1, b->shape + 1, (a->ndim - 1) * sizeof(int64_t)) == 0);
+                bool same = same_rest && (a->ndim == 0 || a->shape[0] == b->shape[0]);
+                bool variable_first = a->kind == HVD__KIND__KIND_ALLGATHER || a->kind == HVD__KIND__KIND_ALLTOALL;
+                if (variable_first ? !same_rest : !same) {
+                        fmt_shape(sa, sizeof sa, a);
+                        fmt_shape(sb, sizeof sb, b);
+                        snprintf(msg, len, "%s '%s': rank %u sent shape %s, rank %u sent %s%s", k, t->name, r,
+                                 sb, ref, sa, variable_first ? " (all but the first dimension must agree)" : "");
+                        return HVD_EMISMATCH;
+                }
+        }
+        if (a->kind == HVD__KIND__KIND_BROADCAST && (a->root < 0 || (uint32_t) a->root >= n->size)) {
+                snprintf(msg, len, "broadcast '%s': root rank %d out of range (size %u)", t->name, a->root, n->size);
+                return -EINVAL;
+        }
+        if (a->kind == HVD__KIND__KIND_BROADCAST && n->joined[a->root] && !t->ready[a->root]) {
+                snprintf(msg, len, "broadcast '%s': root rank %d has joined", t->name, a->root);
+                return -EINVAL;
+        }
+        if ((a->kind == HVD__KIND__KIND_ALLGATHER || a->kind == HVD__KIND__KIND_ALLTOALL ||
+             a->kind == HVD__KIND__KIND_REDUCESCATTER) && a->ndim == 0) {
+                snprintf(msg, len, "%s '%s': a scalar has no first dimension to split", k, t->name);
+                return -EINVAL;
+        }
+        if (a->kind == HVD__KIND__KIND_ALLTOALL) {
+                for (uint32_t r = 0; r < n->size; r++) {
+                        if (!t->ready[r]) {
+                                snprintf(msg, len, "alltoall '%s': rank %u has joined", t->name, r);
+                                return -EINVAL;
+                        }
+                        const params_t *b = &t->p[r];
+                        if (b->n_splits == 0) {
+                                if (b->shape[0] % n->size) {
+                                        snprintf(msg, len, "alltoall '%s': rank %u: first dimension %" PRId64
+                                                 " does not divide by %u ranks; pass splits", t->name, r, b->shape[0], n->size);
+                                        return -EINVAL;
+                                }
+                                continue;
+                        }
+                        int64_t sum = 0;
+                        for (uint32_t s = 0; s < b->n_splits; s++)
+                                sum += b->splits[s];
+                        if (b->n_splits != n->size || sum != b->shape[0]) {
+                                snprintf(msg, len, "alltoall '%s': rank %u sent %u splits summing to %" PRId64
+                                         "; expected %u splits summing to the first dimension %" PRId64,
+                                         t->name, r, b->n_splits, sum, n->size, b->shape[0]);
+                                return -EINVAL;
+                        }
+                }
+        }
+        if (n->n_joined && a->kind != HVD__KIND__KIND_ALLREDUCE && a->kind != HVD__KIND__KIND_ALLGATHER &&
+            a->kind != HVD__KIND__KIND_BROADCAST) {
+                for (uint32_t r = 0; r < n->size; r++)
+                        if (!t->ready[r]) {
+                                snprintf(msg, len, "%s '%s' cannot run while rank %u has joined", k, t->name, r);
+                                return -EINVAL;
+                        }
+        }
+        return 0;
+}
+
+/* ---- schedule building ---- */
+
+static void *zalloc(size_t n) {
+        return calloc(1, n);
+}
+
+static Hvd__Entry *entry_new(const hvd_negotiator_t *n, tensor_t *t, uint32_t ref) {
+        const params_t *a = &t->p[ref];
+        Hvd__Entry *e = zalloc(sizeof *e);
+        if (!e)
+                return NULL;
+        hvd__entry__init(e);
+        e->id = t->id;
+        e->name = (char *) protobuf_c_empty_string;
+        if (!t->announced && !(e->name = strdup(t->name)))
+                goto fail;
+        e->count = numel(a, 0);
+        e->row_elems = numel(a, 1);
+        e->n_shape = a->ndim;
+        if (a->ndim && !(e->shape = malloc(a->ndim * sizeof(int64_t))))
+                goto fail;
+        memcpy(e->shape, a->shape, a->ndim * sizeof(int64_t));
+        if (a->kind == HVD__KIND__KIND_ALLGATHER) {
+                e->n_rank_rows = n->size;
+                if (!(e->rank_rows = calloc(n->size, sizeof(int64_t))))
+                        goto fail;
+                for (uint32_t r = 0; r < n->size; r++)
+                        e->rank_rows[r] = t->ready[r] ? t->p[r].shape[0] : 0;
+        } else if (a->kind == HVD__KIND__KIND_ALLTOALL) {
+                e->n_splits = (size_t) n->size * n->size;
+                if (!(e->splits = calloc(e->n_splits, sizeof(int64_t))))
+                        goto fail;
+                for (uint32_t r = 0; r < n->size; r++)
+                        for (uint32_t d = 0; d < n->size; d++)
+                                e->splits[(size_t) r * n->size + d] =
+                                        t->p[r].n_splits ? t->p[r].splits[d] : t->p[r].shape[0] / n->size;
+        }
+        return e;
+fail:
+        protobuf_c_message_free_unpacked(&e->base, NULL);
+        return NULL;
+}
+
+static int add_error(Hvd__Schedule *s, const tensor_t *t, int code, const char *msg) {
+        Hvd__TensorError **ne = realloc(s->errors, (s->n_errors + 1) * sizeof *ne);
+        if (!ne)
+                return -ENOMEM;
+        s->errors = ne;
+        Hvd__TensorError *e = zalloc(sizeof *e);
+        if (!e)
+                return -ENOMEM;
+        hvd__tensor_error__init(e);
+        e->id = t->id;
+        e->code = code;
+        e->name = strdup(t->name);
+        e->message = strdup(msg);
+        s->errors[s->n_errors++] = e;
+        if (!e->name || !e->message)
+                return -ENOMEM;
+        return 0;
+}
+
+static uint32_t first_ready_rank(const hvd_negotiator_t *n, const tensor_t *t) {
+        for (uint32_t r = 0; r < n->size; r++)
+                if (t->ready[r])
+                        return r;
+        return 0;
+}
+
+static void tensor_reset(tensor_t *t, uint32_t size) {
+        memset(t->ready, 0, size);
+        t->n_ready = 0;
+        t->queued = false;
+        t->announced = true;
+}
+
+/* A completed member of a group waits in held[] until all members are. */
+static bool group_complete(const hvd_negotiator_t *n, uint32_t group_id, uint32_t group_size,
+                           uint32_t rank_ref) {
+        uint32_t c = 0;
+        for (uint32_t i = 0; i < n->n_held; i++) {
+                const tensor_t *t = n->tensors[n->held[i]];
+                if (t->p[first_ready_rank(n, t)].group_id == group_id)
+                        c++;
+        }
+        return c >= group_size;
+}
+
+int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
+        if (!hvd_negotiator_has_work(n))
+                return 0;
+
+        /* move group members aside until their group is complete */
+        uint32_t n_go = 0;
+        for (uint32_t i = 0; i < n->n_ready_list; i++) {
+                tensor_t *t = n->tensors[n->ready_list[i]];
+                const params_t *a = &t->p[first_ready_rank(n, t)];
+                if (a->group_size > 1)
+                        n->held[n->n_held++] = t->id;
+                else
+                        n->ready_list[n_go++] = t->id;
+        }
+        n->n_ready_list = n_go;
+        for (uint32_t i = 0; i < n->n_held;) {
+                tensor_t *t = n->tensors[n->held[i]];
+                const params_t *a = &t->p[first_ready_rank(n, t)];
+                if (!group_complete(n, a->group_id, a->group_size, 0)) {
+                        i++;
+                        continue;
+                }
+                /* release every member of this group, in held order */
+                uint32_t gid = a->group_id, k = 0;
+                for (uint32_t j = 0; j < n->n_held; j++) {
+                        tensor_t *u = n->tensors[n->held[j]];
+                        if (u->p[first_ready_rank(n, u)].group_id == gid)
+                                n->ready_list[n->n_ready_list++] = u->id;
+                        else
+                                n->held[k++] = n->held[j];
+                }
+                n->n_held = k;
+                i = 0;
+        }
+        if (n->n_ready_list == 0 && !n->join_done)
+                return 0;
+
+        Hvd__Schedule *s = zalloc(sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        hvd__schedule__init(s);
+        s->seq = ++n->seq;
+        s->join_done_last_rank = -1;
+
+        uint32_t cnt = n->n_ready_list;
+        hvd_fusion_item_t *items = calloc(cnt ? cnt : 1, sizeof *items);
+        uint32_t *ok_ids = calloc(cnt ? cnt : 1, sizeof *ok_ids);
+        uint32_t *op_of = calloc(cnt ? cnt : 1, sizeof *op_of);
+        hvd_fusion_op_t *ops = calloc(cnt ? cnt : 1, sizeof *ops);
+        uint32_t n_ok = 0;
+        int r = -ENOMEM;
+        if (!items || !ok_ids || !op_of || !ops)
+                goto out;
+
+        for (uint32_t i = 0; i < cnt; i++) {
+                tensor_t *t = n->tensors[n->ready_list[i]];
+                uint32_t ref = first_ready_rank(n, t);
+                char msg[1024];
+                int c = check_consistent(n, t, ref, msg, sizeof msg);
+                n->stats.tensors_negotiated++;
+                if (c < 0) {
+                        if (add_error(s, t, c, msg) < 0)
+                                goto out;
+                        continue;
+                }
+                const params_t *a = &t->p[ref];
+                uint64_t bytes = numel(a, 0) * hvd_dtype_size(a->dtype);
+                if (a->kind == HVD__KIND__KIND_ALLGATHER) {
+                        uint64_t rows = 0;
+                        for (uint32_t q = 0; q < n->size; q++)
+                                rows += t->ready[q] ? (uint64_t) t->p[q].shape[0] : 0;
+                        bytes = rows * numel(a, 1) * hvd_dtype_size(a->dtype);
+                }
+                items[n_ok] = (hvd_fusion_item_t){
+                        .kind = a->kind, .dtype = a->dtype, .reduce_op = a->reduce_op, .root = a->root,
+                        .device = a->device, .process_set = a->process_set, .prescale = a->prescale,
+                        .postscale = a->postscale, .bytes = bytes,
+                };
+                ok_ids[n_ok++] = t->id;
+        }
+
+        size_t n_ops = hvd_fusion_plan(items, n_ok, n->fusion_threshold, op_of, ops);
+        if (n_ops) {
+                s->ops = calloc(n_ops, sizeof *s->ops);
+                if (!s->ops)
+                        goto out;
+        }
+        for (size_t k = 0; k < n_ops; k++) {
+                Hvd__Op *op = zalloc(sizeof *op);
+                if (!op)
+                        goto out;
+                hvd__op__init(op);
+                s->ops[s->n_ops++] = op;
+                const hvd_fusion_item_t *f = &items[ops[k].first];
+                op->kind = f->kind;
+                op->dtype = f->dtype;
+                op->reduce_op = f->reduce_op;
+                op->prescale = f->prescale;
+                op->postscale = f->postscale;
+                op->root = f->root;
+                if (!(op->entries = calloc(ops[k].n_items, sizeof *op->entries)))
+                        goto out;
+                if (n->n_joined) {
+                        if (!(op->joined = calloc(n->n_joined, sizeof *op->joined)))
+                                goto out;
+                        for (uint32_t q = 0; q < n->size; q++)
+                                if (n->joined[q])
+                                        op->joined[op->n_joined++] = q;
+                }
+                n->stats.fused_ops++;
+                n->stats.bytes_scheduled += ops[k].bytes;
+                if (ops[k].n_items > 1)
+                        n->stats.tensors_in_fused_ops += ops[k].n_items;
+        }
+        for (uint32_t i = 0; i < n_ok; i++) {
+                tensor_t *t = n->tensors[ok_ids[i]];
+                Hvd__Op *op = s->ops[op_of[i]];
+                Hvd__Entry *e = entry_new(n, t, first_ready_rank(n, t));
+                if (!e)
+                        goto out;
+                op->entries[op->n_entries++] = e;
+        }
+        if (n->join_done) {
+                s->join_done_last_rank = n->last_joined;
+                n->join_done = false;
+                memset(n->joined, 0, n->size);
+                n->n_joined = 0;
+        }
+        for (uint32_t i = 0; i < cnt; i++)
+                tensor_reset(n->tensors[n->ready_list[i]], n->size);
+        n->n_ready_list = 0;
+        n->stats.schedules++;
+        r = 1;
+        *ret = TAKE_PTR(s);
+out:
+        free(items);
+        free(ok_ids);
+        free(op_of);
+        free(ops);
+        hvd_negotiator_schedule_free(&s);
+        return r;
+}
+
+void hvd_negotiator_schedule_free(Hvd__Schedule **s) {
+        if (!s || !*s)
+                return;
+        protobuf_c_message_free_unpacked(&(*s)->base, NULL);
+        *s = NULL;
+}
+
+static size_t fmt_ranks(char *buf, size_t len, const hvd_negotiator_t *n, const tensor_t *t, bool want) {
+        size_t o = 0;
+        bool first = true;
+        o += (size_t) snprintf(buf, len, "[");
+        for (uint32_t r = 0; r < n->size && o < len; r++) {
+                bool is = t->ready[r] || (!want && n->joined[r]);
+                if (is != want)
+                        continue;
+                o += (size_t) snprintf(buf + o, len - o, "%s%u", first ? "" : ", ", r);
+                first = false;
+        }
+        if (o < len)
+                o += (size_t) snprintf(buf + o, len - o, "]");
+        return o;
+}
+
+size_t hvd_negotiator_describe_pending(const hvd_negotiator_t *n, uint64_t now_usec,
+                                       uint64_t min_age_usec, char *buf, size_t buf_len) {
+        size_t count = 0, o = 0;
+        if (buf_len)
+                buf[0] = 0;
+        for (uint32_t i = 0; i < n->n_tensors; i++) {
+                const tensor_t *t = n->tensors[i];
+                if (t->n_ready == 0 || t->queued || now_usec - t->first_ready_usec < min_age_usec)
+                        continue;
+                count++;
+                if (o + 64 >= buf_len)
+                        continue;
+                char have[256], miss[256];
+                fmt_ranks(have, sizeof have, n, t, true);
+                fmt_ranks(miss, sizeof miss, n, t, false);
+                o += (size_t) snprintf(buf + o, buf_len - o, "%s'%s' ready on ranks %s, missing ranks %s",
+                                       o ? "; " : "", t->name, have, miss);
+                if (o >= buf_len)
+                        o = buf_len - 1;
+        }
+        return count;
+}
+
+bool hvd_negotiator_rank_has_pending(const hvd_negotiator_t *n, uint32_t rank) {
+        for (uint32_t i = 0; i < n->n_tensors; i++)
+                if (n->tensors[i]->ready[rank])
+                        return true;
+        return false;
+}
+
+bool hvd_negotiator_any_pending(const hvd_negotiator_t *n) {
+        for (uint32_t i = 0; i < n->n_tensors; i++)
+                if (n->tensors[i]->n_ready)
+                        return true;
+        return n->n_joined > 0;
+}
+
+void hvd_negotiator_get_stats(const hvd_negotiator_t *n, hvd_negotiator_stats_t *st) {
+        *st = n->stats;
+        st->joined = n->n_joined;
+        st->n_tensors = n->n_tensors;
+}

@@ -1,0 +1,65 @@
+/* negotiate.h — one job's negotiation table: per tensor, which ranks are
+ * ready and with what parameters; the consistency check across ranks; the
+ * cache ids; join bookkeeping; and turning what became ready into one
+ * numbered, fused Schedule that every rank executes in the same order.
+ * Used by the daemon that is a job's root. Not thread-safe. */
+#ifndef HVD_NEGOTIATE_H
+#define HVD_NEGOTIATE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hvd.pb-c.h"
+
+typedef struct hvd_negotiator hvd_negotiator_t;
+
+typedef struct hvd_negotiator_stats {
+        uint64_t tensors_negotiated;   /* tensors scheduled (ok or error) */
+        uint64_t fused_ops;            /* operations in schedules */
+        uint64_t tensors_in_fused_ops; /* tensors that shared an op with others */
+        uint64_t bytes_scheduled;      /* payload bytes per rank of scheduled ops */
+        uint64_t schedules;
+        uint64_t cache_hits;           /* requests that came as cached ids */
+        uint32_t joined;
+        uint32_t n_tensors;            /* rows in the table */
+} hvd_negotiator_stats_t;
+
+int hvd_negotiator_new(uint32_t size, uint32_t max_tensors, uint64_t fusion_threshold_bytes,
+                       hvd_negotiator_t **ret);
+void hvd_negotiator_destroy(hvd_negotiator_t **n);
+
+/* Records rank's Ready message. A protocol error of that rank (unknown
+ * cached id, a tensor submitted twice before it was scheduled, the table
+ * full) returns < 0 with a message in err; the rest of the message is
+ * still applied where it can be. */
+int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *ready,
+                          char *err, size_t err_len);
+
+/* True when something became ready since the last schedule. */
+bool hvd_negotiator_has_work(const hvd_negotiator_t *n);
+
+/* Builds the next schedule (seq numbers start at 1) from every tensor that
+ * became ready, in ready order: errors for inconsistent tensors, fused
+ * operations for the rest. Returns 1 and a new message in *ret (free with
+ * hvd_negotiator_schedule_free) or 0 when there is nothing to send. */
+int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret);
+void hvd_negotiator_schedule_free(Hvd__Schedule **s);
+
+/* Tensors some ranks submitted and others not: writes a readable line per
+ * tensor ("'grad.w' ready on ranks [0, 2], missing ranks [1]") into buf.
+ * Returns the number of such tensors whose first readiness is older than
+ * min_age_usec. */
+size_t hvd_negotiator_describe_pending(const hvd_negotiator_t *n, uint64_t now_usec,
+                                       uint64_t min_age_usec, char *buf, size_t buf_len);
+
+/* True if rank has submitted something not yet scheduled. */
+bool hvd_negotiator_rank_has_pending(const hvd_negotiator_t *n, uint32_t rank);
+bool hvd_negotiator_any_pending(const hvd_negotiator_t *n);
+
+void hvd_negotiator_get_stats(const hvd_negotiator_t *n, hvd_negotiator_stats_t *st);
+
+#define HVD_JOIN_NAME "__hvd.join"
+#define HVD_BARRIER_NAME "__hvd.barrier"
+
+#endif

@@ -1,0 +1,44 @@
+/* reduce.h — element types and the reduction kernels of the CPU data
+ * plane. Kernels read several sources at once and write one destination, so
+ * a reduction touches each input byte exactly once; float16 and bfloat16
+ * accumulate in float. No allocation, no locks: safe from any thread. */
+#ifndef HVD_REDUCE_H
+#define HVD_REDUCE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hvd.h"
+
+static inline bool hvd_dtype_valid(uint32_t dt) {
+        return dt < _HVD_DTYPE_COUNT;
+}
+static inline bool hvd_reduce_op_valid(uint32_t op) {
+        return op < _HVD_REDUCE_COUNT;
+}
+bool hvd_dtype_is_float(hvd_dtype_t dt);
+
+/* dst[i] = scale * OP(srcs[0][i], ..., srcs[nsrc-1][i]) for i < count.
+ * nsrc >= 1. dst may be identical to any srcs[k] (not partially
+ * overlapping). HVD_REDUCE_AVERAGE is treated as SUM: the caller folds
+ * 1/n into scale. scale == 1.0 skips the multiply. Integer types: the
+ * scaled value is computed in double and truncated toward zero. bool:
+ * SUM/MAX = or, MIN/PRODUCT = and, never scaled. */
+void hvd_reduce_n(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs,
+                  size_t nsrc, size_t count, double scale);
+
+/* dst[i] = scale * src[i]; scale == 1.0 is a plain copy (memmove if dst == src
+ * is a no-op). Same integer/bool rules as hvd_reduce_n. */
+void hvd_scale_copy(hvd_dtype_t dt, void *dst, const void *src, size_t count, double scale);
+
+/* float16 / bfloat16 <-> float, round to nearest even, NaN/Inf preserved. */
+float hvd_half_to_float(uint16_t h);
+uint16_t hvd_float_to_half(float f);
+float hvd_bf16_to_float(uint16_t h);
+uint16_t hvd_float_to_bf16(float f);
+
+/* Name of the kernel variant chosen at run time ("avx2", "generic", ...). */
+const char *hvd_reduce_impl(void);
+
+#endif

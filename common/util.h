@@ -1,0 +1,50 @@
+/* util.h — small helpers shared by every part of hvd: monotonic time in
+ * microseconds, cleanup attributes, array sizes. Header-only. */
+#ifndef HVD_UTIL_H
+#define HVD_UTIL_H
+
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#define ELEMENTSOF(a) (sizeof(a) / sizeof((a)[0]))
+#define _cleanup_(f) __attribute__((cleanup(f)))
+#define _unused_ __attribute__((unused))
+#define _likely_(x) __builtin_expect(!!(x), 1)
+#define _unlikely_(x) __builtin_expect(!!(x), 0)
+#define USEC_PER_SEC UINT64_C(1000000)
+#define USEC_PER_MSEC UINT64_C(1000)
+#define HVD_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define HVD_MAX(a, b) ((a) > (b) ? (a) : (b))
+
+static inline uint64_t hvd_now_usec(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
+}
+
+static inline void freep(void *p) {
+        free(*(void **) p);
+}
+#define _cleanup_free_ _cleanup_(freep)
+
+static inline void closep(int *fd) {
+        if (*fd >= 0) {
+                int saved = errno;
+                close(*fd);
+                errno = saved;
+        }
+}
+#define _cleanup_close_ _cleanup_(closep)
+
+/* Returns the pointer and sets *p = NULL: for handing ownership on. */
+#define TAKE_PTR(p)                            \
+        ({                                     \
+                __typeof__(p) _p_ = (p);       \
+                (p) = NULL;                    \
+                _p_;                           \
+        })
+
+#endif

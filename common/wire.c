@@ -1,0 +1,347 @@
+/* wire.c — envelope packing, budgeted decoding and validation, and the
+ * control request/reply helper. protobuf-c accepts out-of-range enums,
+ * embedded NULs, bad UTF-8 and amplifying repeated fields, so nothing
+ * decoded here is handed on before hvd_wire_validate() accepted it. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <zmq.h>
+
+#include "hvd.h"
+#include "reduce.h"
+#include "util.h"
+#include "wire.h"
+
+int hvd_wire_send(void *sock, Hvd__Envelope *env, int flags) {
+        env->version = HVD_PROTOCOL_VERSION;
+        size_t len = protobuf_c_message_get_packed_size(&env->base);
+        zmq_msg_t msg;
+        if (zmq_msg_init_size(&msg, len) < 0)
+                return -zmq_errno();
+        protobuf_c_message_pack(&env->base, zmq_msg_data(&msg));
+        if (zmq_msg_send(&msg, sock, flags) < 0) {
+                int r = -zmq_errno();
+                zmq_msg_close(&msg);
+                return r;
+        }
+        return 0;
+}
+
+int hvd_wire_send_to(void *router, const void *id, size_t id_len, Hvd__Envelope *env, int flags) {
+        if (zmq_send(router, id, id_len, ZMQ_SNDMORE | flags) < 0)
+                return -zmq_errno();
+        return hvd_wire_send(router, env, flags);
+}
+
+/* ---- budgeted allocator ---- */
+
+typedef struct {
+        size_t used, budget;
+        bool exhausted;
+} budget_t;
+
+static void *budget_alloc(void *data, size_t size) {
+        budget_t *b = data;
+        if (size > b->budget - b->used) {
+                b->exhausted = true;
+                return NULL;
+        }
+        b->used += size;
+        return malloc(size);
+}
+
+static void budget_free(void *data, void *p) {
+        free(p);
+}
+
+int hvd_wire_decode(const void *buf, size_t len, size_t budget_bytes, Hvd__Envelope **ret,
+                    char *err, size_t err_len) {
+        budget_t b = { .budget = budget_bytes ? budget_bytes : len * 8 + 65536 };
+        ProtobufCAllocator alloc = { .alloc = budget_alloc, .free = budget_free, .allocator_data = &b };
+        Hvd__Envelope *env = hvd__envelope__unpack(&alloc, len, buf);
+        if (!env) {
+                if (b.exhausted) {
+                        snprintf(err, err_len, "message of %zu bytes exceeds the decode memory budget", len);
+                        return -ENOMEM;
+                }
+                snprintf(err, err_len, "malformed message (%zu bytes)", len);
+                return HVD_EPROTO;
+        }
+        int r = hvd_wire_validate(env, err, err_len);
+        if (r < 0) {
+                hvd_wire_free(&env);
+                return r;
+        }
+        *ret = env;
+        return 0;
+}
+
+void hvd_wire_free(Hvd__Envelope **env) {
+        if (!env || !*env)
+                return;
+        /* budget_alloc used malloc(): the default allocator frees it. */
+        protobuf_c_message_free_unpacked(&(*env)->base, NULL);
+        *env = NULL;
+}
+
+/* ---- validation ---- */
+
+static int fail(char *err, size_t err_len, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int fail(char *err, size_t err_len, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err, err_len, fmt, ap);
+        va_end(ap);
+        return HVD_EPROTO;
+}
+
+static bool utf8_valid(const unsigned char *s) {
+        while (*s) {
+                if (*s < 0x80) {
+                        s++;
+                        continue;
+                }
+                int n = (*s & 0xe0) == 0xc0 ? 1 : (*s & 0xf0) == 0xe0 ? 2 : (*s & 0xf8) == 0xf0 ? 3 : -1;
+                if (n < 0 || (n == 1 && *s < 0xc2))
+                        return false;
+                uint32_t cp = *s & (0x3f >> n);
+                s++;
+                for (int i = 0; i < n; i++, s++) {
+                        if ((*s & 0xc0) != 0x80)
+                                return false;
+                        cp = (cp << 6) | (*s & 0x3f);
+                }
+                if ((n == 2 && cp < 0x800) || (n == 3 && (cp < 0x10000 || cp > 0x10ffff)) ||
+                    (cp >= 0xd800 && cp <= 0xdfff))
+                        return false;
+        }
+        return true;
+}
+
+/* protobuf-c strings are NUL-terminated copies; an embedded NUL shows up
+ * only as a shorter strlen, which we cannot see here, so callers that care
+ * compare with the wire length. Length and UTF-8 are checked. */
+int hvd_wire_validate_name(const char *s, size_t max_bytes, const char *what, char *err,
+                           size_t err_len) {
+        if (!s)
+                return fail(err, err_len, "%s missing", what);
+        size_t n = strnlen(s, max_bytes + 1);
+        if (n > max_bytes)
+                return fail(err, err_len, "%s longer than %zu bytes", what, max_bytes);
+        if (!utf8_valid((const unsigned char *) s))
+                return fail(err, err_len, "%s is not valid UTF-8", what);
+        for (size_t i = 0; i < n; i++)
+                if ((unsigned char) s[i] < 0x20)
+                        return fail(err, err_len, "%s contains control characters", what);
+        return 0;
+}
+
+#define CHECK_NAME(s, max, what)                                                         \
+        do {                                                                             \
+                int _r = hvd_wire_validate_name((s), (max), (what), err, err_len);       \
+                if (_r < 0)                                                              \
+                        return _r;                                                       \
+        } while (0)
+
+static int validate_shape(const int64_t *dims, size_t n, const char *what, char *err, size_t err_len) {
+        if (n > HVD_MAX_NDIM)
+                return fail(err, err_len, "%s has %zu dimensions (at most %d)", what, n, HVD_MAX_NDIM);
+        uint64_t prod = 1;
+        for (size_t i = 0; i < n; i++) {
+                if (dims[i] < 0)
+                        return fail(err, err_len, "%s has a negative dimension", what);
+                if (dims[i] && prod > (UINT64_C(1) << 50) / (uint64_t) dims[i])
+                        return fail(err, err_len, "%s: element count overflows", what);
+                prod *= (uint64_t) dims[i];
+        }
+        return 0;
+}
+
+static int validate_request(const Hvd__Request *q, char *err, size_t err_len) {
+        CHECK_NAME(q->name, HVD_MAX_NAME_BYTES, "tensor name");
+        if (!q->name[0])
+                return fail(err, err_len, "empty tensor name");
+        if (q->kind <= HVD__KIND__KIND_NONE || q->kind > HVD__KIND__KIND_JOIN)
+                return fail(err, err_len, "tensor '%s': unknown operation %d", q->name, (int) q->kind);
+        if (!hvd_dtype_valid(q->dtype))
+                return fail(err, err_len, "tensor '%s': unknown dtype %u", q->name, q->dtype);
+        if (!hvd_reduce_op_valid(q->reduce_op))
+                return fail(err, err_len, "tensor '%s': unknown reduce op %u", q->name, q->reduce_op);
+        int r = validate_shape(q->shape, q->n_shape, "tensor shape", err, err_len);
+        if (r < 0)
+                return r;
+        if (q->n_splits > HVD_WIRE_MAX_RANKS)
+                return fail(err, err_len, "tensor '%s': too many splits", q->name);
+        for (size_t i = 0; i < q->n_splits; i++)
+                if (q->splits[i] < 0)
+                        return fail(err, err_len, "tensor '%s': negative split", q->name);
+        if (q->group_size > HVD_WIRE_MAX_REQUESTS)
+                return fail(err, err_len, "tensor '%s': group too large", q->name);
+        return 0;
+}
+
+int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
+        if (env->version != HVD_PROTOCOL_VERSION)
+                return fail(err, err_len, "protocol version %u not supported (this side speaks %u)",
+                            env->version, HVD_PROTOCOL_VERSION);
+        switch (env->body_case) {
+        case HVD__ENVELOPE__BODY_HELLO: {
+                const Hvd__Hello *h = env->hello;
+                CHECK_NAME(h->job_id, HVD_WIRE_MAX_JOB_ID, "job id");
+                if (!h->job_id[0])
+                        return fail(err, err_len, "empty job id");
+                if (h->secret.len > HVD_WIRE_MAX_SECRET)
+                        return fail(err, err_len, "job secret too long");
+                CHECK_NAME(h->host, HVD_WIRE_MAX_HOST, "host name");
+                if (h->world_size == 0 || h->world_size > HVD_WIRE_MAX_RANKS)
+                        return fail(err, err_len, "world size %u out of range", h->world_size);
+                if (h->local_size == 0 || h->local_size > h->world_size)
+                        return fail(err, err_len, "local size %u out of range", h->local_size);
+                if (h->local_rank >= h->local_size)
+                        return fail(err, err_len, "local rank %u not below local size %u", h->local_rank,
+                                    h->local_size);
+                if (h->rank >= h->world_size)
+                        return fail(err, err_len, "rank %u not below world size %u", h->rank, h->world_size);
+                return 0;
+        }
+        case HVD__ENVELOPE__BODY_WELCOME: {
+                const Hvd__Welcome *w = env->welcome;
+                if (w->size == 0 || w->size > HVD_WIRE_MAX_RANKS || w->rank >= w->size ||
+                    w->local_size == 0 || w->local_rank >= w->local_size || w->cross_size == 0 ||
+                    w->cross_rank >= w->cross_size)
+                        return fail(err, err_len, "welcome: rank table out of range");
+                CHECK_NAME(w->shm_name, 255, "shared-memory name");
+                if (w->n_ranks > HVD_WIRE_MAX_RANKS)
+                        return fail(err, err_len, "welcome: too many ranks");
+                for (size_t i = 0; i < w->n_ranks; i++)
+                        CHECK_NAME(w->ranks[i]->host, HVD_WIRE_MAX_HOST, "host name");
+                return 0;
+        }
+        case HVD__ENVELOPE__BODY_READY: {
+                const Hvd__Ready *q = env->ready;
+                if (q->n_requests > HVD_WIRE_MAX_REQUESTS || q->n_cached > HVD_WIRE_MAX_REQUESTS * 16)
+                        return fail(err, err_len, "ready: too many requests");
+                for (size_t i = 0; i < q->n_requests; i++) {
+                        int r = validate_request(q->requests[i], err, err_len);
+                        if (r < 0)
+                                return r;
+                }
+                return 0;
+        }
+        case HVD__ENVELOPE__BODY_SCHEDULE: {
+                const Hvd__Schedule *s = env->schedule;
+                for (size_t i = 0; i < s->n_ops; i++) {
+                        const Hvd__Op *op = s->ops[i];
+                        if (op->kind <= HVD__KIND__KIND_NONE || op->kind > HVD__KIND__KIND_JOIN ||
+                            !hvd_dtype_valid(op->dtype) || !hvd_reduce_op_valid(op->reduce_op))
+                                return fail(err, err_len, "schedule: invalid operation");
+                        for (size_t j = 0; j < op->n_entries; j++) {
+                                const Hvd__Entry *e = op->entries[j];
+                                CHECK_NAME(e->name, HVD_MAX_NAME_BYTES, "tensor name");
+                                int r = validate_shape(e->shape, e->n_shape, "tensor shape", err, err_len);
+                                if (r < 0)
+                                        return r;
+                                for (size_t k = 0; k < e->n_rank_rows; k++)
+                                        if (e->rank_rows[k] < 0)
+                                                return fail(err, err_len, "schedule: negative rows");
+                                for (size_t k = 0; k < e->n_splits; k++)
+                                        if (e->splits[k] < 0)
+                                                return fail(err, err_len, "schedule: negative split");
+                        }
+                }
+                for (size_t i = 0; i < s->n_errors; i++) {
+                        CHECK_NAME(s->errors[i]->name, HVD_MAX_NAME_BYTES, "tensor name");
+                        if (strnlen(s->errors[i]->message, HVD_WIRE_MAX_TEXT + 1) > HVD_WIRE_MAX_TEXT)
+                                return fail(err, err_len, "schedule: error text too long");
+                }
+                return 0;
+        }
+        case HVD__ENVELOPE__BODY_ABORT:
+                if (strnlen(env->abort->reason, HVD_WIRE_MAX_TEXT + 1) > HVD_WIRE_MAX_TEXT)
+                        return fail(err, err_len, "abort: reason too long");
+                return 0;
+        case HVD__ENVELOPE__BODY_ERROR:
+                if (strnlen(env->error->message, HVD_WIRE_MAX_TEXT + 1) > HVD_WIRE_MAX_TEXT)
+                        return fail(err, err_len, "error: message too long");
+                return 0;
+        case HVD__ENVELOPE__BODY_STATUS_REQUEST:
+                CHECK_NAME(env->status_request->job_id, HVD_WIRE_MAX_JOB_ID, "job id");
+                return 0;
+        case HVD__ENVELOPE__BODY_DONE:
+        case HVD__ENVELOPE__BODY_GOODBYE:
+        case HVD__ENVELOPE__BODY_STATUS:
+                return 0;
+        default:
+                return fail(err, err_len, "message with no known body");
+        }
+}
+
+int hvd_control_call(void *zctx, const char *endpoint, Hvd__Envelope *req, uint64_t timeout_usec,
+                     Hvd__Envelope **reply) {
+        void *ctx = zctx;
+        int r;
+        if (strncmp(endpoint, "ipc://", 6) == 0) {
+                struct stat st;
+                if (stat(endpoint + 6, &st) < 0)
+                        return -errno == -ENOENT ? -ECONNREFUSED : -errno;
+        }
+        if (!ctx && !(ctx = zmq_ctx_new()))
+                return -zmq_errno();
+        void *s = zmq_socket(ctx, ZMQ_DEALER);
+        if (!s) {
+                r = -zmq_errno();
+                goto out_ctx;
+        }
+        int zero = 0;
+        int64_t maxmsg = (int64_t) HVD_WIRE_MAX_MESSAGE_BYTES;
+        zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+        if (zmq_connect(s, endpoint) < 0) {
+                r = -zmq_errno();
+                goto out;
+        }
+        r = hvd_wire_send(s, req, 0);
+        if (r < 0)
+                goto out;
+        uint64_t deadline = hvd_now_usec() + timeout_usec;
+        for (;;) {
+                uint64_t now = hvd_now_usec();
+                if (now >= deadline) {
+                        r = HVD_ETIMEOUT;
+                        goto out;
+                }
+                zmq_pollitem_t it = { .socket = s, .events = ZMQ_POLLIN };
+                int n = zmq_poll(&it, 1, (long) ((deadline - now + 999) / 1000));
+                if (n < 0) {
+                        if (zmq_errno() == EINTR)
+                                continue;
+                        r = -zmq_errno();
+                        goto out;
+                }
+                if (n == 0)
+                        continue;
+                zmq_msg_t msg;
+                zmq_msg_init(&msg);
+                if (zmq_msg_recv(&msg, s, 0) < 0) {
+                        r = -zmq_errno();
+                        zmq_msg_close(&msg);
+                        goto out;
+                }
+                char err[256];
+                r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, reply, err, sizeof err);
+                zmq_msg_close(&msg);
+                goto out;
+        }
+out:
+        zmq_close(s);
+out_ctx:
+        if (!zctx)
+                zmq_ctx_term(ctx);
+        return r;
+}

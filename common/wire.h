@@ -1,0 +1,50 @@
+/* wire.h — the envelope on every socket: pack + send, receive + decode
+ * with a memory budget + validate, and one request/reply call with a
+ * deadline for the control socket. Every decoded message has been
+ * validated (enum ranges, names, counts, dims) before a caller sees it. */
+#ifndef HVD_WIRE_H
+#define HVD_WIRE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "hvd.pb-c.h"
+
+#define HVD_PROTOCOL_VERSION 1
+#define HVD_WIRE_MAX_MESSAGE_BYTES (UINT64_C(64) << 20)
+#define HVD_WIRE_MAX_REQUESTS 65536
+#define HVD_WIRE_MAX_RANKS 65536
+#define HVD_WIRE_MAX_JOB_ID 128
+#define HVD_WIRE_MAX_SECRET 256
+#define HVD_WIRE_MAX_HOST 255
+#define HVD_WIRE_MAX_TEXT 4096
+/* ZMQ_ZAP_ENFORCE_DOMAIN lives behind the draft API in Debian's header. */
+#define HVD_ZMQ_ZAP_ENFORCE_DOMAIN 93
+
+/* Packs env (its version field is set here) into one frame and sends it
+ * with flags (0 or ZMQ_DONTWAIT). Returns 0 or -errno. */
+int hvd_wire_send(void *sock, Hvd__Envelope *env, int flags);
+/* ROUTER: routing-id frame, then the envelope. */
+int hvd_wire_send_to(void *router, const void *id, size_t id_len, Hvd__Envelope *env, int flags);
+
+/* Decodes and validates one frame. budget_bytes caps the heap the decoder
+ * may use (0 = 8x the frame + 64 KiB). On success *ret is owned by the
+ * caller: free with hvd_wire_free(). On failure returns HVD_EPROTO (or
+ * -ENOMEM when the budget ran out) and writes a readable reason to err. */
+int hvd_wire_decode(const void *buf, size_t len, size_t budget_bytes, Hvd__Envelope **ret,
+                    char *err, size_t err_len);
+void hvd_wire_free(Hvd__Envelope **env);
+
+/* Field-by-field validation (also called by hvd_wire_decode). */
+int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len);
+int hvd_wire_validate_name(const char *s, size_t max_bytes, const char *what, char *err,
+                           size_t err_len);
+
+/* Connects a DEALER to endpoint, sends req, waits up to timeout_usec for
+ * one reply. zctx may be NULL (a private context is used). On success *reply
+ * is owned by the caller (hvd_wire_free). -ECONNREFUSED when the ipc
+ * socket file does not exist, HVD_ETIMEOUT when nothing answered. */
+int hvd_control_call(void *zctx, const char *endpoint, Hvd__Envelope *req,
+                     uint64_t timeout_usec, Hvd__Envelope **reply);
+
+#endif

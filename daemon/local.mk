@@ -1,0 +1,11 @@
+# hvd-coordinatord: a thin main() over an internal library the tests and
+# hvdrun (embedded daemon) link too.
+noinst_LTLIBRARIES += daemon/libhvddaemon.la
+daemon_libhvddaemon_la_SOURCES = \
+	daemon/coordinator.c daemon/coordinator.h
+daemon_libhvddaemon_la_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
+daemon_libhvddaemon_la_LIBADD = common/libhvdcommon.la
+
+sbin_PROGRAMS += daemon/hvd-coordinatord
+daemon_hvd_coordinatord_SOURCES = daemon/main.c
+daemon_hvd_coordinatord_LDADD = daemon/libhvddaemon.la

@@ -1,0 +1,5 @@
+# Tests: Check unit tests, multi-process integration tests, pytest.
+AM_TESTS_ENVIRONMENT = \
+	HVD_BUILDDIR='$(abs_top_builddir)'; export HVD_BUILDDIR; \
+	HVD_SRCDIR='$(abs_top_srcdir)'; export HVD_SRCDIR; \
+	PYTHON='$(PYTHON)'; export PYTHON;
