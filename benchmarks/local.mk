@@ -1,1 +1,3 @@
-# benchmarks
+# Benchmarks build only for `make bench` (EXTRA_PROGRAMS), never for `make`.
+EXTRA_PROGRAMS =
+include %D%/reduce.mk

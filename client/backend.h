@@ -31,7 +31,12 @@ typedef struct hvd_xop {
         const char *name;          /* first member's name, for messages */
         size_t n;
         const hvd_xmember_t *m;
+        uint32_t process_set;      /* 0 = all ranks */
+        const uint32_t *set_ranks; /* members (ranks), when process_set != 0 */
+        size_t n_set;
 } hvd_xop_t;
+
+#define HVD_MAX_PROCESS_SETS 64
 
 /* Called while waiting; returns < 0 (and fills err) to give up because the
  * job was aborted. */

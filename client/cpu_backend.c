@@ -30,9 +30,15 @@
 #include "reduce.h"
 #include "util.h"
 
-#define SHM_MAGIC UINT64_C(0x6876645f73686d31) /* "hvd_shm1" */
-#define HEADER_BYTES 4096
+#define SHM_MAGIC UINT64_C(0x6876645f73686d32) /* "hvd_shm2" */
+#define HEADER_BYTES (64 * 1024)
 #define CHECK_INTERVAL_USEC (20 * USEC_PER_MSEC)
+
+typedef struct shm_barrier {
+        _Alignas(64) _Atomic uint32_t count;
+        _Alignas(64) _Atomic uint32_t gen;
+        _Atomic uint32_t waiters;
+} shm_barrier_t;
 
 typedef struct shm_header {
         _Atomic uint64_t magic;
@@ -41,14 +47,24 @@ typedef struct shm_header {
         _Atomic uint32_t attached;
         _Atomic uint32_t aborted;
         char abort_reason[512];
-        _Alignas(64) _Atomic uint32_t bar_count;
-        _Alignas(64) _Atomic uint32_t bar_gen;
-        _Atomic uint32_t bar_waiters;
+        shm_barrier_t bar;                      /* all local ranks */
+        shm_barrier_t set_bar[HVD_MAX_PROCESS_SETS]; /* by process set id */
 } shm_header_t;
+_Static_assert(sizeof(shm_header_t) <= HEADER_BYTES, "shm header too large");
+
+/* The ranks taking part in one operation: all local ranks, or the members
+ * of a process set (which use their own barrier and slot region, and fence
+ * every step with a trailing barrier). */
+typedef struct view {
+        int me, size;           /* my index among the members, member count */
+        const uint32_t *member; /* member index → local rank; NULL = identity */
+        shm_barrier_t *bar;
+        bool set;
+} view_t;
 
 struct hvd_backend {
         int rank, size;
-        uint64_t slot_bytes, half_bytes;
+        uint64_t slot_bytes, half_bytes, stride_bytes;
         uint64_t timeout_usec;
         uint64_t step; /* selects the slot half */
         hvd_wait_check_fn check;
@@ -78,39 +94,39 @@ static int wait_failed(hvd_backend_t *b, const char *what, char *err, size_t err
         return 0;
 }
 
-/* Sense-free generation barrier over all local ranks. Spins briefly (only
- * when every rank has a core), then sleeps on a futex; checks the abort
- * flag, the caller's check function and the deadline while it waits. */
-static int barrier(hvd_backend_t *b, const char *what, char *err, size_t err_len) {
-        shm_header_t *h = b->hdr;
-        if (b->size == 1)
+/* Generation barrier over the view's members. Spins briefly (only when
+ * every rank has a core), then sleeps on a futex; checks the abort flag, the
+ * caller's check function and the deadline while it waits. */
+static int barrier(hvd_backend_t *b, const view_t *v, const char *what, char *err, size_t err_len) {
+        shm_barrier_t *h = v->bar;
+        if (v->size == 1)
                 return 0;
-        uint32_t gen = atomic_load_explicit(&h->bar_gen, memory_order_acquire);
-        if (atomic_fetch_add_explicit(&h->bar_count, 1, memory_order_acq_rel) + 1 == (uint32_t) b->size) {
-                atomic_store_explicit(&h->bar_count, 0, memory_order_relaxed);
-                atomic_fetch_add_explicit(&h->bar_gen, 1, memory_order_release);
-                if (atomic_load_explicit(&h->bar_waiters, memory_order_acquire))
-                        futex(&h->bar_gen, FUTEX_WAKE, INT32_MAX, NULL);
+        uint32_t gen = atomic_load_explicit(&h->gen, memory_order_acquire);
+        if (atomic_fetch_add_explicit(&h->count, 1, memory_order_acq_rel) + 1 == (uint32_t) v->size) {
+                atomic_store_explicit(&h->count, 0, memory_order_relaxed);
+                atomic_fetch_add_explicit(&h->gen, 1, memory_order_release);
+                if (atomic_load_explicit(&h->waiters, memory_order_acquire))
+                        futex(&h->gen, FUTEX_WAKE, INT32_MAX, NULL);
                 return 0;
         }
         for (int i = 0; i < b->spin; i++) {
-                if (atomic_load_explicit(&h->bar_gen, memory_order_acquire) != gen)
+                if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
                         return 0;
                 cpu_relax();
         }
         uint64_t start = hvd_now_usec(), last_check = start;
         for (;;) {
                 for (int i = 0; i < 4; i++) {
-                        if (atomic_load_explicit(&h->bar_gen, memory_order_acquire) != gen)
+                        if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
                                 return 0;
                         sched_yield();
                 }
-                atomic_fetch_add(&h->bar_waiters, 1);
+                atomic_fetch_add(&h->waiters, 1);
                 struct timespec ts = { 0, 2 * 1000 * 1000 };
-                if (atomic_load_explicit(&h->bar_gen, memory_order_acquire) == gen)
-                        futex(&h->bar_gen, FUTEX_WAIT, gen, &ts);
-                atomic_fetch_sub(&h->bar_waiters, 1);
-                if (atomic_load_explicit(&h->bar_gen, memory_order_acquire) != gen)
+                if (atomic_load_explicit(&h->gen, memory_order_acquire) == gen)
+                        futex(&h->gen, FUTEX_WAIT, gen, &ts);
+                atomic_fetch_sub(&h->waiters, 1);
+                if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
                         return 0;
                 int r = wait_failed(b, what, err, err_len);
                 if (r < 0)
@@ -145,8 +161,9 @@ int hvd_cpu_backend_new(const char *shm_name, int rank, int size, uint64_t slot_
         b->timeout_usec = timeout_usec ? timeout_usec : 300 * USEC_PER_SEC;
         b->check = check;
         b->userdata = userdata;
-        b->slot_bytes = (slot_bytes + 4095) & ~UINT64_C(4095);
+        b->slot_bytes = (slot_bytes + 8191) & ~UINT64_C(8191);
         b->half_bytes = b->slot_bytes / 2;
+        b->stride_bytes = b->slot_bytes + b->half_bytes; /* two halves + the process-set region */
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         b->spin = size <= ncpu ? 20000 : 64;
         b->srcs = calloc((size_t) size, sizeof *b->srcs);
@@ -164,7 +181,7 @@ int hvd_cpu_backend_new(const char *shm_name, int rank, int size, uint64_t slot_
                 *ret = b;
                 return 0;
         }
-        b->map_bytes = HEADER_BYTES + (size_t) size * b->slot_bytes;
+        b->map_bytes = HEADER_BYTES + (size_t) size * b->stride_bytes;
         int fd = -1, r;
         uint64_t deadline = hvd_now_usec() + b->timeout_usec;
         if (rank == 0) {
@@ -250,7 +267,9 @@ void hvd_backend_abort(hvd_backend_t *b, const char *reason) {
         if (atomic_exchange(&b->hdr->aborted, 1) == 0) {
                 snprintf(b->hdr->abort_reason, sizeof b->hdr->abort_reason, "%s", reason);
         }
-        futex(&b->hdr->bar_gen, FUTEX_WAKE, INT32_MAX, NULL);
+        futex(&b->hdr->bar.gen, FUTEX_WAKE, INT32_MAX, NULL);
+        for (int i = 0; i < HVD_MAX_PROCESS_SETS; i++)
+                futex(&b->hdr->set_bar[i].gen, FUTEX_WAKE, INT32_MAX, NULL);
 }
 
 void hvd_backend_destroy(hvd_backend_t **bp) {
@@ -268,8 +287,19 @@ void hvd_backend_destroy(hvd_backend_t **bp) {
 
 /* ---- operations ---- */
 
-static inline uint8_t *half_of(hvd_backend_t *b, int rank) {
-        return b->base + (size_t) rank * b->slot_bytes + (b->step & 1) * b->half_bytes;
+static inline uint8_t *slot_of(hvd_backend_t *b, const view_t *v, int k) {
+        int local = v->member ? (int) v->member[k] : k;
+        uint8_t *slot = b->base + (size_t) local * b->stride_bytes;
+        return v->set ? slot + b->slot_bytes : slot + (b->step & 1) * b->half_bytes;
+}
+
+/* Ends a step: the global view alternates halves (see the invariant at the
+ * top); a process set has one region and fences it. */
+static int end_step(hvd_backend_t *b, const view_t *v, const char *what, char *err, size_t err_len) {
+        if (v->set)
+                return barrier(b, v, what, err, err_len);
+        b->step++;
+        return 0;
 }
 
 static double reduce_scale(const hvd_xop_t *op, int size) {
@@ -280,7 +310,7 @@ static double reduce_scale(const hvd_xop_t *op, int size) {
 }
 
 /* One rank: no other contributions; results straight from the inputs. */
-static int execute_solo(hvd_backend_t *b, const hvd_xop_t *op) {
+static int execute_solo(const hvd_xop_t *op) {
         size_t es = hvd_dtype_size(op->dtype);
         for (size_t i = 0; i < op->n; i++) {
                 const hvd_xmember_t *m = &op->m[i];
@@ -288,18 +318,16 @@ static int execute_solo(hvd_backend_t *b, const hvd_xop_t *op) {
                         continue;
                 switch (op->kind) {
                 case HVD__KIND__KIND_ALLREDUCE:
-                case HVD__KIND__KIND_REDUCESCATTER: {
-                        double s = op->prescale * reduce_scale(op, 1);
-                        if (op->dtype != HVD_BOOL && !hvd_dtype_is_float(op->dtype) && op->prescale != 1.0) {
+                case HVD__KIND__KIND_REDUCESCATTER:
+                        if (!m->in)
+                                memset(m->out, 0, m->count * es);
+                        else if (op->dtype != HVD_BOOL && !hvd_dtype_is_float(op->dtype)) {
                                 /* integers: scale in two steps, as the multi-rank path does */
                                 hvd_scale_copy(op->dtype, m->out, m->in, m->count, op->prescale);
                                 hvd_scale_copy(op->dtype, m->out, m->out, m->count, reduce_scale(op, 1));
-                        } else if (m->in)
-                                hvd_scale_copy(op->dtype, m->out, m->in, m->count, s);
-                        else
-                                memset(m->out, 0, m->count * es);
+                        } else
+                                hvd_scale_copy(op->dtype, m->out, m->in, m->count, op->prescale * reduce_scale(op, 1));
                         break;
-                }
                 case HVD__KIND__KIND_BROADCAST:
                         if (m->in && m->in != m->out)
                                 memmove(m->out, m->in, m->count * es);
@@ -321,18 +349,18 @@ static int execute_solo(hvd_backend_t *b, const hvd_xop_t *op) {
 /* allreduce and reducescatter over the fused element space, chunked by
  * half a slot. reducescatter reduces only this rank's rows, straight into
  * its output, and needs no second barrier. */
-static int execute_reduce(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
+static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
         size_t es = hvd_dtype_size(op->dtype);
         uint64_t total = 0;
         for (size_t i = 0; i < op->n; i++)
                 total += op->m[i].count;
         uint64_t chunk = (b->half_bytes / 64) * 64 / es;
-        double post = reduce_scale(op, b->size);
+        double post = reduce_scale(op, v->size);
         bool rs = op->kind == HVD__KIND__KIND_REDUCESCATTER;
         int r;
-        for (uint64_t c0 = 0; c0 < total; c0 += chunk, b->step++) {
+        for (uint64_t c0 = 0; c0 < total; c0 += chunk) {
                 uint64_t cl = HVD_MIN(chunk, total - c0);
-                uint8_t *mine = half_of(b, b->rank);
+                uint8_t *mine = slot_of(b, v, v->me);
                 /* copy in: this is the fusion */
                 uint64_t off = 0;
                 for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
@@ -346,40 +374,39 @@ static int execute_reduce(hvd_backend_t *b, const hvd_xop_t *op, char *err, size
                         else
                                 memset(mine + (a - c0) * es, 0, (e - a) * es);
                 }
-                if ((r = barrier(b, op->name, err, err_len)) < 0)
+                if ((r = barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
-                for (int k = 0; k < b->size; k++)
-                        b->srcs[k] = half_of(b, k);
                 if (rs) {
                         off = 0;
                         for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
                                 const hvd_xmember_t *m = &op->m[i];
                                 int64_t start, nrows;
-                                hvd_reducescatter_rows(m->rows, b->size, b->rank, &start, &nrows);
+                                hvd_reducescatter_rows(m->rows, v->size, v->me, &start, &nrows);
                                 uint64_t mine0 = off + (uint64_t) start * m->row_elems;
                                 uint64_t mine1 = mine0 + (uint64_t) nrows * m->row_elems;
                                 uint64_t a = HVD_MAX(mine0, c0), e = HVD_MIN(mine1, c0 + cl);
                                 if (a >= e || !m->out)
                                         continue;
-                                for (int k = 0; k < b->size; k++)
-                                        b->srcs[k] = half_of(b, k) + (a - c0) * es;
-                                hvd_reduce_n(op->dtype, op->reduce_op,
-                                             (uint8_t *) m->out + (a - mine0) * es, b->srcs, (size_t) b->size,
-                                             e - a, post);
+                                for (int k = 0; k < v->size; k++)
+                                        b->srcs[k] = slot_of(b, v, k) + (a - c0) * es;
+                                hvd_reduce_n(op->dtype, op->reduce_op, (uint8_t *) m->out + (a - mine0) * es, b->srcs,
+                                             (size_t) v->size, e - a, post);
                         }
+                        if ((r = end_step(b, v, op->name, err, err_len)) < 0)
+                                return r;
                         continue;
                 }
                 /* reduce my segment of every slot into my slot */
-                uint64_t seg = (cl + (uint64_t) b->size - 1) / (uint64_t) b->size;
+                uint64_t seg = (cl + (uint64_t) v->size - 1) / (uint64_t) v->size;
                 seg = (seg + 15) & ~UINT64_C(15);
-                uint64_t s0 = HVD_MIN((uint64_t) b->rank * seg, cl), s1 = HVD_MIN(s0 + seg, cl);
+                uint64_t s0 = HVD_MIN((uint64_t) v->me * seg, cl), s1 = HVD_MIN(s0 + seg, cl);
                 if (s1 > s0) {
-                        for (int k = 0; k < b->size; k++)
-                                b->srcs[k] = half_of(b, k) + s0 * es;
-                        hvd_reduce_n(op->dtype, op->reduce_op, mine + s0 * es, b->srcs, (size_t) b->size, s1 - s0,
+                        for (int k = 0; k < v->size; k++)
+                                b->srcs[k] = slot_of(b, v, k) + s0 * es;
+                        hvd_reduce_n(op->dtype, op->reduce_op, mine + s0 * es, b->srcs, (size_t) v->size, s1 - s0,
                                      post);
                 }
-                if ((r = barrier(b, op->name, err, err_len)) < 0)
+                if ((r = barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
                 /* copy out: segment k of the result lives in slot k */
                 off = 0;
@@ -391,19 +418,22 @@ static int execute_reduce(hvd_backend_t *b, const hvd_xop_t *op, char *err, size
                         for (uint64_t x = a; x < e;) {
                                 uint64_t rel = x - c0, k = rel / seg;
                                 uint64_t y = HVD_MIN(e, c0 + (k + 1) * seg);
-                                memcpy((uint8_t *) m->out + (x - off) * es, half_of(b, (int) k) + rel * es, (y - x) * es);
+                                memcpy((uint8_t *) m->out + (x - off) * es, slot_of(b, v, (int) k) + rel * es,
+                                       (y - x) * es);
                                 x = y;
                         }
                 }
+                if ((r = end_step(b, v, op->name, err, err_len)) < 0)
+                        return r;
         }
         return 0;
 }
 
-/* Byte streams: every rank publishes a stream (its pieces, concatenated),
+/* Byte streams: every member publishes a stream (its pieces, concatenated),
  * window by window through its slot; every reader copies the ranges it
  * wants. Broadcast, allgather and alltoall are all this. */
 
-/* Bytes of member i that rank j publishes, and where in the stream. */
+/* Bytes of member tensor m that member j publishes. */
 static uint64_t pub_bytes(const hvd_xop_t *op, const hvd_xmember_t *m, int j, size_t es, int size) {
         switch (op->kind) {
         case HVD__KIND__KIND_BROADCAST:
@@ -420,12 +450,11 @@ static uint64_t pub_bytes(const hvd_xop_t *op, const hvd_xmember_t *m, int j, si
         return 0;
 }
 
-/* Copies window [w0, w1) of the stream of rank j (slot data at `slot`) into
- * the reader's outputs. */
-static void read_window(hvd_backend_t *b, const hvd_xop_t *op, int j, const uint8_t *slot, uint64_t w0,
-                        uint64_t w1, size_t es) {
-        int me = b->rank, size = b->size;
-        uint64_t soff = 0; /* offset of member i's piece in j's stream */
+/* Copies window [w0, w1) of member j's stream (at `slot`) into my outputs. */
+static void read_window(const view_t *v, const hvd_xop_t *op, int j, const uint8_t *slot, uint64_t w0, uint64_t w1,
+                        size_t es) {
+        int me = v->me, size = v->size;
+        uint64_t soff = 0; /* offset of tensor i's piece in j's stream */
         for (size_t i = 0; i < op->n; i++) {
                 const hvd_xmember_t *m = &op->m[i];
                 uint64_t plen = pub_bytes(op, m, j, es, size);
@@ -455,9 +484,9 @@ static void read_window(hvd_backend_t *b, const hvd_xop_t *op, int j, const uint
         }
 }
 
-static int execute_stream(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
+static int execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
         size_t es = hvd_dtype_size(op->dtype);
-        int size = b->size, me = b->rank, r;
+        int size = v->size, me = v->me, r;
         uint64_t win = b->half_bytes, longest = 0, mine = 0;
         for (int j = 0; j < size; j++) {
                 uint64_t len = 0;
@@ -467,15 +496,15 @@ static int execute_stream(hvd_backend_t *b, const hvd_xop_t *op, char *err, size
                 if (j == me)
                         mine = len;
         }
-        /* my own contribution goes straight from input to output */
+        /* the root's own result goes straight from input to output */
         if (op->kind == HVD__KIND__KIND_BROADCAST && me == op->root) {
                 for (size_t i = 0; i < op->n; i++)
                         if (op->m[i].out && op->m[i].in != op->m[i].out)
                                 memmove(op->m[i].out, op->m[i].in, op->m[i].count * es);
         }
-        for (uint64_t w0 = 0; w0 < longest; w0 += win, b->step++) {
+        for (uint64_t w0 = 0; w0 < longest; w0 += win) {
                 uint64_t w1 = w0 + win;
-                uint8_t *slot = half_of(b, me);
+                uint8_t *slot = slot_of(b, v, me);
                 if (w0 < mine) {
                         uint64_t soff = 0;
                         for (size_t i = 0; i < op->n; i++) {
@@ -491,13 +520,15 @@ static int execute_stream(hvd_backend_t *b, const hvd_xop_t *op, char *err, size
                                 soff += plen;
                         }
                 }
-                if ((r = barrier(b, op->name, err, err_len)) < 0)
+                if ((r = barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
                 for (int j = 0; j < size; j++) {
                         if (op->kind == HVD__KIND__KIND_BROADCAST && (j != op->root || me == op->root))
                                 continue;
-                        read_window(b, op, j, half_of(b, j), w0, w1, es);
+                        read_window(v, op, j, slot_of(b, v, j), w0, w1, es);
                 }
+                if ((r = end_step(b, v, op->name, err, err_len)) < 0)
+                        return r;
         }
         return 0;
 }
@@ -506,18 +537,35 @@ int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t
         int r = wait_failed(b, op->name, err, err_len);
         if (r < 0)
                 return r;
+        view_t v = { .me = b->rank, .size = b->size, .bar = &b->hdr->bar };
+        if (op->process_set) {
+                if (op->process_set >= HVD_MAX_PROCESS_SETS) {
+                        snprintf(err, err_len, "%s: process set id %u out of range", op->name, op->process_set);
+                        return -EINVAL;
+                }
+                v.set = true;
+                v.size = (int) op->n_set;
+                v.member = op->set_ranks;
+                v.bar = &b->hdr->set_bar[op->process_set];
+                v.me = -1;
+                for (size_t i = 0; i < op->n_set; i++)
+                        if ((int) op->set_ranks[i] == b->rank)
+                                v.me = (int) i;
+                if (v.me < 0)
+                        return 0; /* not a member: nothing to do */
+        }
         if (op->kind == HVD__KIND__KIND_BARRIER)
-                return barrier(b, "barrier", err, err_len);
-        if (b->size == 1)
-                return execute_solo(b, op);
+                return barrier(b, &v, "barrier", err, err_len);
+        if (v.size == 1)
+                return execute_solo(op);
         switch (op->kind) {
         case HVD__KIND__KIND_ALLREDUCE:
         case HVD__KIND__KIND_REDUCESCATTER:
-                return execute_reduce(b, op, err, err_len);
+                return execute_reduce(b, &v, op, err, err_len);
         case HVD__KIND__KIND_BROADCAST:
         case HVD__KIND__KIND_ALLGATHER:
         case HVD__KIND__KIND_ALLTOALL:
-                return execute_stream(b, op, err, err_len);
+                return execute_stream(b, &v, op, err, err_len);
         default:
                 snprintf(err, err_len, "%s: operation kind %u not supported by the CPU backend", op->name, op->kind);
                 return -EOPNOTSUPP;

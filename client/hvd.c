@@ -47,7 +47,16 @@ typedef struct params {
         uint32_t group_id, group_size;
         int64_t *splits; /* [n_splits], owned */
         uint32_t n_splits;
+        uint32_t *set_ranks; /* process set members, owned */
+        uint32_t n_set;
 } params_t;
+
+typedef struct pset {
+        uint32_t *ranks; /* sorted */
+        int n;
+        int me; /* my index, -1 if not a member */
+        int *ranks_int;
+} pset_t;
 
 typedef struct entry {
         hvd_handle_t *h;
@@ -113,6 +122,9 @@ static struct {
         uint64_t last_send_usec;
         pending_msg_t *held_head, *held_tail;
         uint64_t next_seq;
+        /* process sets, by id (0 = all ranks, implicit) */
+        pset_t *psets[HVD_MAX_PROCESS_SETS];
+        uint32_t pset_seq;
 } G = {
         .lock = PTHREAD_MUTEX_INITIALIZER,
         .cond = PTHREAD_COND_INITIALIZER,
@@ -148,6 +160,9 @@ static void params_free(params_t *p) {
         free(p->splits);
         p->splits = NULL;
         p->n_splits = 0;
+        free(p->set_ranks);
+        p->set_ranks = NULL;
+        p->n_set = 0;
 }
 
 static void handle_free(hvd_handle_t *h) {
@@ -222,24 +237,36 @@ static bool params_equal(const params_t *a, const params_t *b) {
         if (a->kind != b->kind || a->dtype != b->dtype || a->ndim != b->ndim || a->reduce_op != b->reduce_op ||
             a->prescale != b->prescale || a->postscale != b->postscale || a->root != b->root ||
             a->process_set != b->process_set || a->device != b->device || a->group_id != b->group_id ||
-            a->group_size != b->group_size || a->n_splits != b->n_splits)
+            a->group_size != b->group_size || a->n_splits != b->n_splits || a->n_set != b->n_set)
                 return false;
         if (memcmp(a->shape, b->shape, (size_t) a->ndim * sizeof(int64_t)) != 0)
+                return false;
+        if (a->n_set && memcmp(a->set_ranks, b->set_ranks, a->n_set * sizeof(uint32_t)) != 0)
                 return false;
         return a->n_splits == 0 || memcmp(a->splits, b->splits, a->n_splits * sizeof(int64_t)) == 0;
 }
 
 static int params_copy(params_t *dst, const params_t *src) {
         int64_t *s = NULL;
+        uint32_t *set = NULL;
         if (src->n_splits) {
                 s = malloc(src->n_splits * sizeof *s);
                 if (!s)
                         return -ENOMEM;
                 memcpy(s, src->splits, src->n_splits * sizeof *s);
         }
-        free(dst->splits);
+        if (src->n_set) {
+                set = malloc(src->n_set * sizeof *set);
+                if (!set) {
+                        free(s);
+                        return -ENOMEM;
+                }
+                memcpy(set, src->set_ranks, src->n_set * sizeof *set);
+        }
+        params_free(dst);
         *dst = *src;
         dst->splits = s;
+        dst->set_ranks = set;
         return 0;
 }
 
@@ -306,6 +333,8 @@ static int send_ready(entry_t **batch, size_t n) {
                 q->process_set = (uint32_t) e->p.process_set;
                 q->group_id = e->p.group_id;
                 q->group_size = e->p.group_size;
+                q->n_set_ranks = e->p.n_set;
+                q->set_ranks = e->p.set_ranks;
                 rp[n_req++] = q;
         }
         Hvd__Ready ready = HVD__READY__INIT;
@@ -374,8 +403,20 @@ static int prepare_member(const Hvd__Op *op, const Hvd__Entry *en, hvd_xmember_t
                 .rows = en->n_shape ? en->shape[0] : 0,
                 .splits = en->splits,
         };
-        if ((op->kind == HVD__KIND__KIND_ALLGATHER && en->n_rank_rows != (size_t) G.size) ||
-            (op->kind == HVD__KIND__KIND_ALLTOALL && en->n_splits != (size_t) G.size * (size_t) G.size)) {
+        /* ranks of the op: the job, or a process set (indexes into set_ranks) */
+        int ss = op->process_set ? (int) op->n_set_ranks : G.size, me = G.rank;
+        if (op->process_set) {
+                me = -1;
+                for (size_t k = 0; k < op->n_set_ranks; k++)
+                        if ((int) op->set_ranks[k] == G.rank)
+                                me = (int) k;
+                if (me < 0) {
+                        *ret = NULL;
+                        return 0; /* not a member */
+                }
+        }
+        if ((op->kind == HVD__KIND__KIND_ALLGATHER && en->n_rank_rows != (size_t) ss) ||
+            (op->kind == HVD__KIND__KIND_ALLTOALL && en->n_splits != (size_t) ss * (size_t) ss)) {
                 snprintf(err, err_len, "schedule entry '%s' has the wrong number of ranks", name);
                 return HVD_EPROTO;
         }
@@ -394,24 +435,24 @@ static int prepare_member(const Hvd__Op *op, const Hvd__Entry *en, hvd_xmember_t
         int64_t rows0 = 0;
         switch (op->kind) {
         case HVD__KIND__KIND_ALLGATHER:
-                for (int r = 0; r < G.size; r++)
+                for (int r = 0; r < ss; r++)
                         rows0 += en->rank_rows[r];
                 out_elems = (uint64_t) rows0 * en->row_elems;
                 break;
         case HVD__KIND__KIND_ALLTOALL:
-                for (int r = 0; r < G.size; r++)
-                        rows0 += en->splits[(size_t) r * G.size + G.rank];
+                for (int r = 0; r < ss; r++)
+                        rows0 += en->splits[(size_t) r * ss + me];
                 out_elems = (uint64_t) rows0 * en->row_elems;
                 free(e->recv_splits);
-                e->recv_splits = calloc((size_t) G.size, sizeof(int64_t));
+                e->recv_splits = calloc((size_t) ss, sizeof(int64_t));
                 if (!e->recv_splits)
                         return -ENOMEM;
-                for (int r = 0; r < G.size; r++)
-                        e->recv_splits[r] = en->splits[(size_t) r * G.size + G.rank];
+                for (int r = 0; r < ss; r++)
+                        e->recv_splits[r] = en->splits[(size_t) r * ss + me];
                 break;
         case HVD__KIND__KIND_REDUCESCATTER: {
                 int64_t start;
-                hvd_reducescatter_rows(en->n_shape ? en->shape[0] : 0, G.size, G.rank, &start, &rows0);
+                hvd_reducescatter_rows(en->n_shape ? en->shape[0] : 0, ss, me, &start, &rows0);
                 out_elems = (uint64_t) rows0 * en->row_elems;
                 break;
         }
@@ -479,6 +520,9 @@ static int execute_schedule(const Hvd__Schedule *s) {
                                 .name = first ? first : "?",
                                 .n = op->n_entries,
                                 .m = xm,
+                                .process_set = op->process_set,
+                                .set_ranks = op->set_ranks,
+                                .n_set = op->n_set_ranks,
                         };
                         r = hvd_backend_execute(G.backend, &x, err, sizeof err);
                 }
@@ -690,7 +734,14 @@ static int hex_decode(const char *s, uint8_t *out, size_t max) {
         return (int) (n / 2);
 }
 
+static void pset_free(pset_t *ps);
+
 static void teardown(void) {
+        for (int k = 0; k < HVD_MAX_PROCESS_SETS; k++) {
+                pset_free(G.psets[k]);
+                G.psets[k] = NULL;
+        }
+        G.pset_seq = 0;
         hvd_backend_destroy(&G.backend);
         hvd_negotiator_destroy(&G.neg);
         if (G.sock) {
@@ -1043,13 +1094,23 @@ static int check_request(const hvd_request_t *q, uint32_t kind) {
         if (q->device != HVD_DEVICE_CPU)
                 return set_error(HVD_ENODEVICE, "'%s': device %d: this libhvd has no GPU backend", q->name,
                                  q->device);
-        if (q->process_set != 0)
-                return set_error(-EOPNOTSUPP, "'%s': process set %d does not exist", q->name, q->process_set);
-        if (kind == HVD__KIND__KIND_BROADCAST && (q->root < 0 || q->root >= G.size))
-                return set_error(-EINVAL, "'%s': root rank %d out of range (size %d)", q->name, q->root, G.size);
+        int ss = G.size;
+        if (q->process_set != 0) {
+                const pset_t *ps = q->process_set > 0 && q->process_set < HVD_MAX_PROCESS_SETS
+                                           ? G.psets[q->process_set]
+                                           : NULL;
+                if (!ps)
+                        return set_error(-EINVAL, "'%s': process set %d does not exist", q->name, q->process_set);
+                if (ps->me < 0)
+                        return set_error(-EINVAL, "'%s': rank %d is not a member of process set %d", q->name, G.rank,
+                                         q->process_set);
+                ss = ps->n;
+        }
+        if (kind == HVD__KIND__KIND_BROADCAST && (q->root < 0 || q->root >= ss))
+                return set_error(-EINVAL, "'%s': root rank %d out of range (size %d)", q->name, q->root, ss);
         if (kind == HVD__KIND__KIND_ALLTOALL && q->splits) {
                 int64_t sum = 0;
-                for (int r = 0; r < G.size; r++) {
+                for (int r = 0; r < ss; r++) {
                         if (q->splits[r] < 0)
                                 return set_error(-EINVAL, "'%s': negative split", q->name);
                         sum += q->splits[r];
@@ -1084,25 +1145,36 @@ static int fill_entry(entry_t *e, hvd_handle_t *h, const hvd_request_t *q, uint3
         };
         if (q->ndim)
                 memcpy(e->p.shape, q->shape, (size_t) q->ndim * sizeof(int64_t));
+        const pset_t *ps = q->process_set > 0 && q->process_set < HVD_MAX_PROCESS_SETS ? G.psets[q->process_set]
+                                                                                       : NULL;
+        int ss = ps ? ps->n : G.size;
         if (kind == HVD__KIND__KIND_ALLTOALL && q->splits) {
-                e->p.splits = malloc((size_t) G.size * sizeof(int64_t));
+                e->p.splits = malloc((size_t) ss * sizeof(int64_t));
                 if (!e->p.splits)
                         return -ENOMEM;
-                memcpy(e->p.splits, q->splits, (size_t) G.size * sizeof(int64_t));
-                e->p.n_splits = (uint32_t) G.size;
+                memcpy(e->p.splits, q->splits, (size_t) ss * sizeof(int64_t));
+                e->p.n_splits = (uint32_t) ss;
+        }
+        if (ps) {
+                e->p.set_ranks = malloc((size_t) ps->n * sizeof(uint32_t));
+                if (!e->p.set_ranks)
+                        return -ENOMEM;
+                memcpy(e->p.set_ranks, ps->ranks, (size_t) ps->n * sizeof(uint32_t));
+                e->p.n_set = (uint32_t) ps->n;
         }
         return 0;
 }
 
-/* Queues n requests as one handle. G.lock is taken here. */
-static int submit(const hvd_request_t *reqs, size_t n, uint32_t kind, hvd_handle_t **ret) {
+/* Queues n requests as one handle. G.lock is taken here. internal requests
+ * (barrier, join, process-set agreement) skip the user-name checks. */
+static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool internal, hvd_handle_t **ret) {
         if (!ret)
                 return set_error(-EINVAL, "handle pointer is NULL");
         if (!hvd_is_initialized())
                 return set_error(HVD_ENOTINIT, "hvd is not initialized: call hvd_init() first");
         if (n == 0 || n > HVD_WIRE_MAX_REQUESTS)
                 return set_error(-EINVAL, "a group needs 1..%d requests", HVD_WIRE_MAX_REQUESTS);
-        bool internal = kind == HVD__KIND__KIND_BARRIER || kind == HVD__KIND__KIND_JOIN;
+        internal = internal || kind == HVD__KIND__KIND_BARRIER || kind == HVD__KIND__KIND_JOIN;
         for (size_t i = 0; i < n && !internal; i++) {
                 int r = check_request(&reqs[i], kind);
                 if (r < 0)
@@ -1116,6 +1188,8 @@ static int submit(const hvd_request_t *reqs, size_t n, uint32_t kind, hvd_handle
         pthread_mutex_lock(&G.lock);
         uint32_t gid = n > 1 ? ++G.group_seq : 0;
         int r = 0;
+        for (size_t i = 0; i < n && r >= 0 && !internal; i++)
+                r = check_request(&reqs[i], kind); /* again under the lock: process sets may change */
         for (size_t i = 0; i < n && r >= 0; i++)
                 if (fill_entry(&h->m[i], h, &reqs[i], kind, gid, n > 1 ? (uint32_t) n : 0) < 0)
                         r = set_error(-ENOMEM, "out of memory");
@@ -1157,6 +1231,10 @@ static int submit(const hvd_request_t *reqs, size_t n, uint32_t kind, hvd_handle
                 (void) 0;
         *ret = h;
         return 0;
+}
+
+static int submit(const hvd_request_t *reqs, size_t n, uint32_t kind, hvd_handle_t **ret) {
+        return submit_ex(reqs, n, kind, false, ret);
 }
 
 int hvd_allreduce_async(const hvd_request_t *req, hvd_handle_t **handle) {
@@ -1294,9 +1372,9 @@ void hvd_handle_release(hvd_handle_t **hp) {
 
 /* ---- synchronous helpers ---- */
 
-static int run_sync(const hvd_request_t *req, uint32_t kind, int *result) {
+static int run_sync_ex(const hvd_request_t *req, uint32_t kind, bool internal, int *result) {
         hvd_handle_t *h = NULL;
-        int r = submit(req, 1, kind, &h);
+        int r = submit_ex(req, 1, kind, internal, &h);
         if (r < 0)
                 return r;
         r = hvd_handle_wait(h);
@@ -1304,6 +1382,10 @@ static int run_sync(const hvd_request_t *req, uint32_t kind, int *result) {
                 *result = h->result;
         hvd_handle_release(&h);
         return r;
+}
+
+static int run_sync(const hvd_request_t *req, uint32_t kind, int *result) {
+        return run_sync_ex(req, kind, false, result);
 }
 
 int hvd_allreduce(const char *name, const void *input, void *output, size_t count, hvd_dtype_t dtype,
@@ -1345,4 +1427,181 @@ int hvd_join(void) {
         int last = -1;
         int r = run_sync(&q, HVD__KIND__KIND_JOIN, &last);
         return r < 0 ? r : last;
+}
+
+/* ---- process sets ---- */
+
+static void pset_free(pset_t *ps) {
+        if (!ps)
+                return;
+        free(ps->ranks);
+        free(ps->ranks_int);
+        free(ps);
+}
+
+static int cmp_int(const void *a, const void *b) {
+        int x = *(const int *) a, y = *(const int *) b;
+        return (x > y) - (x < y);
+}
+
+/* Every rank passes the same values: checked with one MIN allreduce of
+ * [v, -v], which yields min(v) and -max(v) together. */
+static int agree(const char *what, const int32_t *v, size_t n) {
+        int32_t *buf = malloc(2 * n * sizeof *buf);
+        if (!buf)
+                return set_error(-ENOMEM, "out of memory");
+        for (size_t i = 0; i < n; i++) {
+                buf[i] = v[i];
+                buf[n + i] = -v[i];
+        }
+        char name[64];
+        snprintf(name, sizeof name, "__hvd.pset.%u", ++G.pset_seq);
+        int64_t shape[1] = { (int64_t) (2 * n) };
+        hvd_request_t q = HVD_REQUEST_INIT;
+        q.name = name;
+        q.input = buf;
+        q.output = buf;
+        q.dtype = HVD_INT32;
+        q.ndim = 1;
+        q.shape = shape;
+        q.reduce_op = HVD_REDUCE_MIN;
+        int r = run_sync_ex(&q, HVD__KIND__KIND_ALLREDUCE, true, NULL);
+        for (size_t i = 0; i < n && r >= 0; i++)
+                if (buf[i] != v[i] || -buf[n + i] != v[i])
+                        r = set_error(-EINVAL, "%s: the ranks passed different arguments", what);
+        free(buf);
+        return r;
+}
+
+int hvd_add_process_set(const int *ranks, size_t n) {
+        if (!hvd_is_initialized())
+                return set_error(HVD_ENOTINIT, "hvd is not initialized: call hvd_init() first");
+        if (!ranks || n == 0 || n > (size_t) G.size)
+                return set_error(-EINVAL, "add_process_set: between 1 and %d ranks are needed", G.size);
+        int *sorted = malloc(n * sizeof *sorted);
+        int32_t *v = calloc((size_t) G.size + 1, sizeof *v);
+        pset_t *ps = calloc(1, sizeof *ps);
+        int r = 0;
+        if (!sorted || !v || !ps) {
+                r = set_error(-ENOMEM, "out of memory");
+                goto out;
+        }
+        memcpy(sorted, ranks, n * sizeof *sorted);
+        qsort(sorted, n, sizeof *sorted, cmp_int);
+        for (size_t i = 0; i < n && r >= 0; i++) {
+                if (sorted[i] < 0 || sorted[i] >= G.size)
+                        r = set_error(-EINVAL, "add_process_set: rank %d out of range (size %d)", sorted[i], G.size);
+                else if (i && sorted[i] == sorted[i - 1])
+                        r = set_error(-EINVAL, "add_process_set: rank %d listed twice", sorted[i]);
+        }
+        if (r < 0)
+                goto out;
+        /* the set's members, padded: all ranks must agree */
+        v[0] = (int32_t) n;
+        for (size_t i = 0; i < n; i++)
+                v[i + 1] = sorted[i];
+        if ((r = agree("add_process_set", v, (size_t) G.size + 1)) < 0)
+                goto out;
+        pthread_mutex_lock(&G.lock);
+        int id = 0;
+        for (int k = 1; k < HVD_MAX_PROCESS_SETS && !id; k++)
+                if (!G.psets[k])
+                        id = k;
+        /* an existing set with the same members is returned as it is (Horovod
+         * refuses duplicates; the same members under one id keeps ids stable) */
+        for (int k = 1; k < HVD_MAX_PROCESS_SETS; k++)
+                if (G.psets[k] && G.psets[k]->n == (int) n && memcmp(G.psets[k]->ranks_int, sorted, n * sizeof(int)) == 0) {
+                        pthread_mutex_unlock(&G.lock);
+                        r = set_error(-EEXIST, "add_process_set: a process set with these ranks exists (id %d)", k);
+                        goto out;
+                }
+        if (!id) {
+                pthread_mutex_unlock(&G.lock);
+                r = set_error(-ENOSPC, "add_process_set: at most %d process sets", HVD_MAX_PROCESS_SETS - 1);
+                goto out;
+        }
+        ps->n = (int) n;
+        ps->me = -1;
+        ps->ranks = malloc(n * sizeof *ps->ranks);
+        if (!ps->ranks) {
+                pthread_mutex_unlock(&G.lock);
+                r = set_error(-ENOMEM, "out of memory");
+                goto out;
+        }
+        for (size_t i = 0; i < n; i++) {
+                ps->ranks[i] = (uint32_t) sorted[i];
+                if (sorted[i] == G.rank)
+                        ps->me = (int) i;
+        }
+        ps->ranks_int = TAKE_PTR(sorted);
+        G.psets[id] = TAKE_PTR(ps);
+        pthread_mutex_unlock(&G.lock);
+        r = id;
+out:
+        free(sorted);
+        free(v);
+        pset_free(ps);
+        return r;
+}
+
+int hvd_remove_process_set(int id) {
+        if (!hvd_is_initialized())
+                return set_error(HVD_ENOTINIT, "hvd is not initialized: call hvd_init() first");
+        if (id <= 0 || id >= HVD_MAX_PROCESS_SETS || !G.psets[id])
+                return set_error(-EINVAL, "remove_process_set: process set %d does not exist", id);
+        int32_t v = id;
+        int r = agree("remove_process_set", &v, 1);
+        if (r < 0)
+                return r;
+        pthread_mutex_lock(&G.lock);
+        pset_free(G.psets[id]);
+        G.psets[id] = NULL;
+        pthread_mutex_unlock(&G.lock);
+        return 0;
+}
+
+static const pset_t *pset_get(int id) {
+        return id > 0 && id < HVD_MAX_PROCESS_SETS ? G.psets[id] : NULL;
+}
+
+int hvd_process_set_rank(int id) {
+        if (!hvd_is_initialized())
+                return HVD_ENOTINIT;
+        if (id == 0)
+                return G.rank;
+        const pset_t *ps = pset_get(id);
+        if (!ps)
+                return -EINVAL;
+        return ps->me >= 0 ? ps->me : -ENOENT;
+}
+
+int hvd_process_set_size(int id) {
+        if (!hvd_is_initialized())
+                return HVD_ENOTINIT;
+        if (id == 0)
+                return G.size;
+        const pset_t *ps = pset_get(id);
+        return ps ? ps->n : -EINVAL;
+}
+
+int hvd_process_set_included(int id) {
+        if (!hvd_is_initialized())
+                return HVD_ENOTINIT;
+        if (id == 0)
+                return 1;
+        const pset_t *ps = pset_get(id);
+        return ps ? ps->me >= 0 : -EINVAL;
+}
+
+int hvd_process_set_ranks(int id, const int **ranks, size_t *n) {
+        if (!hvd_is_initialized())
+                return HVD_ENOTINIT;
+        if (!ranks || !n)
+                return -EINVAL;
+        const pset_t *ps = pset_get(id);
+        if (!ps)
+                return -EINVAL;
+        *ranks = ps->ranks_int;
+        *n = (size_t) ps->n;
+        return 0;
 }

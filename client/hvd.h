@@ -187,6 +187,23 @@ int hvd_allreduce(const char *name, const void *input, void *output, size_t coun
                   hvd_dtype_t dtype, hvd_reduce_op_t op);
 int hvd_broadcast(const char *name, void *buffer, size_t count, hvd_dtype_t dtype, int root);
 
+/* ---- process sets ------------------------------------------------------
+ * A process set is a subset of the job's ranks whose collectives run among
+ * themselves (request.process_set = its id; 0 is the set of all ranks).
+ * Like Horovod's add_process_set: every rank of the job calls
+ * hvd_add_process_set with the same ranks in the same order of calls; it is
+ * collective and returns the new id (> 0), or an error. ranks must be
+ * distinct, in range, and are sorted by hvd. Removing is collective too. */
+int hvd_add_process_set(const int *ranks, size_t n);
+int hvd_remove_process_set(int id);
+/* This rank's rank within set id, or -ENOENT if not a member; size of set
+ * id; whether this rank is a member (1/0). -EINVAL for an unknown id. */
+int hvd_process_set_rank(int id);
+int hvd_process_set_size(int id);
+int hvd_process_set_included(int id);
+/* The members of set id (borrowed; valid until the set is removed). */
+int hvd_process_set_ranks(int id, const int **ranks, size_t *n);
+
 /* Every rank waits until all have called it. */
 int hvd_barrier(void);
 

@@ -28,6 +28,8 @@ typedef struct params {
         int64_t shape[HVD_MAX_NDIM];
         uint32_t n_splits;
         int64_t *splits;
+        uint32_t n_set; /* process set members (sorted), when process_set != 0 */
+        uint32_t *set_ranks;
 } params_t;
 
 typedef struct tensor {
@@ -89,8 +91,10 @@ static void tensor_free(tensor_t *t, uint32_t size) {
         if (!t)
                 return;
         if (t->p)
-                for (uint32_t r = 0; r < size; r++)
+                for (uint32_t r = 0; r < size; r++) {
                         free(t->p[r].splits);
+                        free(t->p[r].set_ranks);
+                }
         free(t->p);
         free(t->ready);
         free(t->name);
@@ -147,13 +151,23 @@ static tensor_t *tensor_add(hvd_negotiator_t *n, const char *name) {
 
 static int params_set(params_t *p, const Hvd__Request *q) {
         int64_t *splits = NULL;
+        uint32_t *set = NULL;
         if (q->n_splits) {
                 splits = malloc(q->n_splits * sizeof *splits);
                 if (!splits)
                         return -ENOMEM;
                 memcpy(splits, q->splits, q->n_splits * sizeof *splits);
         }
+        if (q->process_set && q->n_set_ranks) {
+                set = malloc(q->n_set_ranks * sizeof *set);
+                if (!set) {
+                        free(splits);
+                        return -ENOMEM;
+                }
+                memcpy(set, q->set_ranks, q->n_set_ranks * sizeof *set);
+        }
         free(p->splits);
+        free(p->set_ranks);
         *p = (params_t){
                 .valid = true,
                 .kind = (uint8_t) q->kind,
@@ -169,14 +183,26 @@ static int params_set(params_t *p, const Hvd__Request *q) {
                 .postscale = q->postscale,
                 .n_splits = (uint32_t) q->n_splits,
                 .splits = splits,
+                .n_set = set ? (uint32_t) q->n_set_ranks : 0,
+                .set_ranks = set,
         };
         memcpy(p->shape, q->shape, q->n_shape * sizeof(int64_t));
         return 0;
 }
 
+static uint32_t first_ready_rank(const hvd_negotiator_t *n, const tensor_t *t);
+
 static bool tensor_complete(const hvd_negotiator_t *n, const tensor_t *t) {
         if (t->n_ready == 0)
                 return false;
+        const params_t *a = &t->p[first_ready_rank(n, t)];
+        if (a->process_set) {
+                /* a process set: its members, joined or not */
+                for (uint32_t i = 0; i < a->n_set; i++)
+                        if (!t->ready[a->set_ranks[i]])
+                                return false;
+                return true;
+        }
         if (n->n_joined == 0)
                 return t->n_ready == n->size;
         for (uint32_t r = 0; r < n->size; r++)
@@ -250,6 +276,15 @@ int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *
                         ret = HVD_EDUPLICATE;
                         continue;
                 }
+                bool set_ok = q->process_set == 0 || q->n_set_ranks > 0;
+                for (size_t k = 0; k < q->n_set_ranks && set_ok; k++)
+                        set_ok = q->set_ranks[k] < n->size && (k == 0 || q->set_ranks[k] > q->set_ranks[k - 1]);
+                if (!set_ok) {
+                        snprintf(err, err_len, "tensor '%s': rank %u sent an invalid member list for process set %u",
+                                 q->name, rank, q->process_set);
+                        ret = HVD_EPROTO;
+                        continue;
+                }
                 if ((r = params_set(&t->p[rank], q)) < 0) {
                         snprintf(err, err_len, "out of memory");
                         ret = r;
@@ -302,6 +337,19 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                             size_t len) {
         const params_t *a = &t->p[ref];
         const char *k = kind_name(a->kind);
+        uint32_t set_size = a->process_set ? a->n_set : n->size;
+        if (a->process_set) {
+                for (uint32_t r = 0; r < n->size; r++) {
+                        bool member = false;
+                        for (uint32_t i = 0; i < a->n_set; i++)
+                                member |= a->set_ranks[i] == r;
+                        if (t->ready[r] && !member) {
+                                snprintf(msg, len, "%s '%s': rank %u is not a member of process set %u", k, t->name,
+                                         r, a->process_set);
+                                return -EINVAL;
+                        }
+                }
+        }
         for (uint32_t r = 0; r < n->size; r++) {
                 if (!t->ready[r] || r == ref)
                         continue;
@@ -315,6 +363,12 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                 if (b->dtype != a->dtype) {
                         snprintf(msg, len, "%s '%s': rank %u sent dtype %s, rank %u sent %s", k, t->name, r,
                                  hvd_dtype_name(b->dtype), ref, hvd_dtype_name(a->dtype));
+                        return HVD_EMISMATCH;
+                }
+                if (b->process_set == a->process_set && a->process_set &&
+                    (b->n_set != a->n_set || memcmp(b->set_ranks, a->set_ranks, a->n_set * sizeof(uint32_t)) != 0)) {
+                        snprintf(msg, len, "%s '%s': rank %u and rank %u disagree on the members of process set %u",
+                                 k, t->name, r, ref, a->process_set);
                         return HVD_EMISMATCH;
                 }
                 if (b->process_set != a->process_set || b->device != a->device) {
@@ -352,11 +406,11 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                         return HVD_EMISMATCH;
                 }
         }
-        if (a->kind == HVD__KIND__KIND_BROADCAST && (a->root < 0 || (uint32_t) a->root >= n->size)) {
-                snprintf(msg, len, "broadcast '%s': root rank %d out of range (size %u)", t->name, a->root, n->size);
+        if (a->kind == HVD__KIND__KIND_BROADCAST && (a->root < 0 || (uint32_t) a->root >= set_size)) {
+                snprintf(msg, len, "broadcast '%s': root rank %d out of range (size %u)", t->name, a->root, set_size);
                 return -EINVAL;
         }
-        if (a->kind == HVD__KIND__KIND_BROADCAST && n->joined[a->root] && !t->ready[a->root]) {
+        if (a->kind == HVD__KIND__KIND_BROADCAST && !a->process_set && n->joined[a->root] && !t->ready[a->root]) {
                 snprintf(msg, len, "broadcast '%s': root rank %d has joined", t->name, a->root);
                 return -EINVAL;
         }
@@ -366,16 +420,17 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                 return -EINVAL;
         }
         if (a->kind == HVD__KIND__KIND_ALLTOALL) {
-                for (uint32_t r = 0; r < n->size; r++) {
+                for (uint32_t i = 0; i < set_size; i++) {
+                        uint32_t r = a->process_set ? a->set_ranks[i] : i;
                         if (!t->ready[r]) {
                                 snprintf(msg, len, "alltoall '%s': rank %u has joined", t->name, r);
                                 return -EINVAL;
                         }
                         const params_t *b = &t->p[r];
                         if (b->n_splits == 0) {
-                                if (b->shape[0] % n->size) {
+                                if (b->shape[0] % set_size) {
                                         snprintf(msg, len, "alltoall '%s': rank %u: first dimension %" PRId64
-                                                 " does not divide by %u ranks; pass splits", t->name, r, b->shape[0], n->size);
+                                                 " does not divide by %u ranks; pass splits", t->name, r, b->shape[0], set_size);
                                         return -EINVAL;
                                 }
                                 continue;
@@ -383,15 +438,15 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                         int64_t sum = 0;
                         for (uint32_t s = 0; s < b->n_splits; s++)
                                 sum += b->splits[s];
-                        if (b->n_splits != n->size || sum != b->shape[0]) {
+                        if (b->n_splits != set_size || sum != b->shape[0]) {
                                 snprintf(msg, len, "alltoall '%s': rank %u sent %u splits summing to %" PRId64
                                          "; expected %u splits summing to the first dimension %" PRId64,
-                                         t->name, r, b->n_splits, sum, n->size, b->shape[0]);
+                                         t->name, r, b->n_splits, sum, set_size, b->shape[0]);
                                 return -EINVAL;
                         }
                 }
         }
-        if (n->n_joined && a->kind != HVD__KIND__KIND_ALLREDUCE && a->kind != HVD__KIND__KIND_ALLGATHER &&
+        if (n->n_joined && !a->process_set && a->kind != HVD__KIND__KIND_ALLREDUCE && a->kind != HVD__KIND__KIND_ALLGATHER &&
             a->kind != HVD__KIND__KIND_BROADCAST) {
                 for (uint32_t r = 0; r < n->size; r++)
                         if (!t->ready[r]) {
@@ -424,21 +479,27 @@ static Hvd__Entry *entry_new(const hvd_negotiator_t *n, tensor_t *t, uint32_t re
         if (a->ndim && !(e->shape = malloc(a->ndim * sizeof(int64_t))))
                 goto fail;
         memcpy(e->shape, a->shape, a->ndim * sizeof(int64_t));
+        uint32_t ss = a->process_set ? a->n_set : n->size;
+#define MEMBER(i) (a->process_set ? a->set_ranks[i] : (i))
         if (a->kind == HVD__KIND__KIND_ALLGATHER) {
-                e->n_rank_rows = n->size;
-                if (!(e->rank_rows = calloc(n->size, sizeof(int64_t))))
+                e->n_rank_rows = ss;
+                if (!(e->rank_rows = calloc(ss, sizeof(int64_t))))
                         goto fail;
-                for (uint32_t r = 0; r < n->size; r++)
-                        e->rank_rows[r] = t->ready[r] ? t->p[r].shape[0] : 0;
+                for (uint32_t i = 0; i < ss; i++) {
+                        uint32_t r = MEMBER(i);
+                        e->rank_rows[i] = t->ready[r] ? t->p[r].shape[0] : 0;
+                }
         } else if (a->kind == HVD__KIND__KIND_ALLTOALL) {
-                e->n_splits = (size_t) n->size * n->size;
+                e->n_splits = (size_t) ss * ss;
                 if (!(e->splits = calloc(e->n_splits, sizeof(int64_t))))
                         goto fail;
-                for (uint32_t r = 0; r < n->size; r++)
-                        for (uint32_t d = 0; d < n->size; d++)
-                                e->splits[(size_t) r * n->size + d] =
-                                        t->p[r].n_splits ? t->p[r].splits[d] : t->p[r].shape[0] / n->size;
+                for (uint32_t i = 0; i < ss; i++) {
+                        const params_t *b = &t->p[MEMBER(i)];
+                        for (uint32_t d = 0; d < ss; d++)
+                                e->splits[(size_t) i * ss + d] = b->n_splits ? b->splits[d] : b->shape[0] / ss;
+                }
         }
+#undef MEMBER
         return e;
 fail:
         protobuf_c_message_free_unpacked(&e->base, NULL);
@@ -590,9 +651,17 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
                 op->prescale = f->prescale;
                 op->postscale = f->postscale;
                 op->root = f->root;
+                op->process_set = f->process_set;
+                if (f->process_set) {
+                        const params_t *a = &n->tensors[ok_ids[ops[k].first]]->p[first_ready_rank(n, n->tensors[ok_ids[ops[k].first]])];
+                        if (!(op->set_ranks = malloc(a->n_set * sizeof *op->set_ranks)))
+                                goto out;
+                        memcpy(op->set_ranks, a->set_ranks, a->n_set * sizeof *op->set_ranks);
+                        op->n_set_ranks = a->n_set;
+                }
                 if (!(op->entries = calloc(ops[k].n_items, sizeof *op->entries)))
                         goto out;
-                if (n->n_joined) {
+                if (n->n_joined && !f->process_set) {
                         if (!(op->joined = calloc(n->n_joined, sizeof *op->joined)))
                                 goto out;
                         for (uint32_t q = 0; q < n->size; q++)
