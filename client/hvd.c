@@ -644,6 +644,10 @@ static void *bg_main(void *arg) {
                 pthread_mutex_lock(&G.lock);
                 bool stop = G.stop;
                 size_t nq = G.n_queue;
+                /* sent, not yet scheduled: while some are, new requests wait
+                 * for the cycle so they can be fused; when none are, there is
+                 * nothing to batch with and waiting would only add latency */
+                size_t outstanding = hvd_strmap_size(G.inflight) - G.n_queue;
                 pthread_mutex_unlock(&G.lock);
                 if (stop)
                         break;
@@ -651,7 +655,7 @@ static void *bg_main(void *arg) {
                 long timeout = -1;
                 if (nq) {
                         uint64_t due = G.last_send_usec + G.cycle_time_usec;
-                        if (now >= due || G.solo) {
+                        if (now >= due || G.solo || outstanding == 0) {
                                 /* take the queue and send it: one message per cycle */
                                 pthread_mutex_lock(&G.lock);
                                 if (G.n_queue > cap_batch) {

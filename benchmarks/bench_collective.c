@@ -1,0 +1,113 @@
+/* bench_collective.c — time one collective over a range of sizes through
+ * hvd, the way nccl-tests does: algbw = bytes / time, busbw = algbw scaled
+ * by the collective's traffic factor (allreduce 2(n-1)/n). One line per
+ * size: bench=allreduce impl=hvd bytes=.. np=.. time_us=.. algbw_gbs=.. busbw_gbs=..
+ * Run under hvdrun (or tests/lib/launch.sh); rank 0 prints. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "hvd.h"
+
+static double now_sec(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+static int run_once(const char *op, const char *name, float *in, float *out, size_t count, int size) {
+        int64_t shape[1] = { (int64_t) count };
+        hvd_request_t q = HVD_REQUEST_INIT;
+        q.name = name;
+        q.input = in;
+        q.output = out;
+        q.dtype = HVD_FLOAT32;
+        q.ndim = 1;
+        q.shape = shape;
+        q.reduce_op = HVD_REDUCE_SUM;
+        hvd_handle_t *h = NULL;
+        int r;
+        if (!strcmp(op, "allreduce"))
+                r = hvd_allreduce_async(&q, &h);
+        else if (!strcmp(op, "broadcast"))
+                r = hvd_broadcast_async(&q, &h);
+        else if (!strcmp(op, "allgather")) {
+                shape[0] = (int64_t) (count / (size_t) size);
+                r = hvd_allgather_async(&q, &h);
+        } else if (!strcmp(op, "reducescatter"))
+                r = hvd_reducescatter_async(&q, &h);
+        else
+                return -1;
+        if (r < 0)
+                return r;
+        r = hvd_handle_wait(h);
+        if (r < 0)
+                fprintf(stderr, "bench: %s\n", hvd_handle_error(h));
+        hvd_handle_release(&h);
+        return r;
+}
+
+int main(int argc, char **argv) {
+        size_t min_bytes = 8, max_bytes = 64u << 20;
+        int iters = 0, warmup = 3;
+        const char *op = "allreduce";
+        static const struct option opts[] = {
+                { "min-bytes", required_argument, NULL, 'b' }, { "max-bytes", required_argument, NULL, 'e' },
+                { "iters", required_argument, NULL, 'n' },     { "warmup", required_argument, NULL, 'w' },
+                { "op", required_argument, NULL, 'o' },        { "help", no_argument, NULL, 'h' },
+                {},
+        };
+        int c;
+        while ((c = getopt_long(argc, argv, "b:e:n:w:o:h", opts, NULL)) >= 0) {
+                switch (c) {
+                case 'b': min_bytes = strtoull(optarg, NULL, 0); break;
+                case 'e': max_bytes = strtoull(optarg, NULL, 0); break;
+                case 'n': iters = atoi(optarg); break;
+                case 'w': warmup = atoi(optarg); break;
+                case 'o': op = optarg; break;
+                default:
+                        printf("usage: bench_collective [--op allreduce|broadcast|allgather|reducescatter]\n"
+                               "       [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N]\n");
+                        return c == 'h' ? 0 : 2;
+                }
+        }
+        if (hvd_init() < 0) {
+                fprintf(stderr, "bench: %s\n", hvd_last_error());
+                return 1;
+        }
+        int rank = hvd_rank(), size = hvd_size();
+        float *in = malloc(max_bytes), *out = malloc(max_bytes);
+        if (!in || !out)
+                return 1;
+        for (size_t i = 0; i < max_bytes / 4; i++)
+                in[i] = out[i] = (float) (i % 7);
+        for (size_t bytes = min_bytes; bytes <= max_bytes; bytes *= 2) {
+                size_t count = bytes / 4;
+                if (count < (size_t) size)
+                        continue;
+                int n = iters ? iters : (bytes <= (1u << 20) ? 200 : bytes <= (16u << 20) ? 20 : 5);
+                char name[64];
+                snprintf(name, sizeof name, "bench.%s.%zu", op, bytes);
+                for (int i = 0; i < warmup; i++)
+                        if (run_once(op, name, in, out, count, size) < 0)
+                                return 1;
+                double t0 = now_sec();
+                for (int i = 0; i < n; i++)
+                        if (run_once(op, name, in, out, count, size) < 0)
+                                return 1;
+                double t = (now_sec() - t0) / n;
+                double algbw = (double) bytes / t / 1e9;
+                double factor = !strcmp(op, "allreduce") ? 2.0 * (size - 1) / size
+                                : !strcmp(op, "broadcast") ? 1.0 : (double) (size - 1) / size;
+                if (rank == 0)
+                        printf("bench=%s impl=hvd bytes=%zu np=%d time_us=%.1f algbw_gbs=%.3f busbw_gbs=%.3f\n", op,
+                               bytes, size, t * 1e6, algbw, algbw * factor);
+                fflush(stdout);
+        }
+        free(in);
+        free(out);
+        hvd_shutdown();
+        return 0;
+}
