@@ -44,10 +44,23 @@ typedef int (*hvd_wait_check_fn)(void *userdata, char *err, size_t err_len);
 
 typedef struct hvd_backend hvd_backend_t;
 
-/* CPU backend over the job's shared-memory segment shm_name (local rank 0
- * creates it, everyone attaches, the last to attach unlinks the name).
- * Single-node: rank == local rank. size 1 needs no segment. */
-int hvd_cpu_backend_new(const char *shm_name, int rank, int size, uint64_t slot_bytes,
+/* Where this rank is, and how to reach the others. */
+typedef struct hvd_topology {
+        int rank, size;             /* in the job */
+        int local_rank, local_size; /* on this node */
+        int cross_rank, cross_size; /* this node among the job's nodes */
+        const int *rank_cross;      /* [size]: node of each rank */
+        const int *rank_local;      /* [size]: local rank of each rank */
+        char *const *addrs;         /* [size]: data-plane "ip:port" of each rank */
+        int listen_fd;              /* this rank's data-plane listener, or -1 */
+        uint64_t job_hash;
+} hvd_topology_t;
+
+/* CPU backend: shared memory between the ranks of this node (segment
+ * shm_name: local rank 0 creates it, everyone attaches, the last to attach
+ * unlinks the name), and TCP between nodes. One rank needs no segment.
+ * Takes ownership of topo->listen_fd. */
+int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64_t slot_bytes,
                         uint64_t timeout_usec, hvd_wait_check_fn check, void *userdata,
                         hvd_backend_t **ret, char *err, size_t err_len);
 

@@ -27,12 +27,14 @@
 
 #include "backend.h"
 #include "hvd.pb-c.h"
+#include "tcp.h"
 #include "reduce.h"
 #include "util.h"
 
 #define SHM_MAGIC UINT64_C(0x6876645f73686d32) /* "hvd_shm2" */
 #define HEADER_BYTES (64 * 1024)
 #define CHECK_INTERVAL_USEC (20 * USEC_PER_MSEC)
+#define HVD_MAX_SET_LOCAL 4096
 
 typedef struct shm_barrier {
         _Alignas(64) _Atomic uint32_t count;
@@ -71,9 +73,19 @@ struct hvd_backend {
         void *userdata;
         shm_header_t *hdr;
         uint8_t *base;
+        uint8_t *private_base; /* one rank on this node, several nodes */
         size_t map_bytes;
         int spin;
         const void **srcs; /* [size] scratch for reductions */
+        /* several nodes */
+        int g_rank, g_size, cross_rank, cross_size;
+        int lmin;          /* smallest local size of any node: ranks below it drive the network */
+        int *rank_cross, *rank_local;
+        int *node_peer;    /* [cross_size]: rank with my local rank on each node (-1: none) */
+        hvd_tcp_t *tcp;
+        uint8_t *scratch;  /* grows, never shrinks: no allocation per operation once warm */
+        size_t scratch_bytes;
+        uint32_t set_local[HVD_MAX_SET_LOCAL];
 };
 
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
@@ -150,14 +162,24 @@ static int barrier(hvd_backend_t *b, const view_t *v, const char *what, char *er
         }
 }
 
-int hvd_cpu_backend_new(const char *shm_name, int rank, int size, uint64_t slot_bytes,
+static int multi_node_init(hvd_backend_t *b, const hvd_topology_t *t);
+
+int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64_t slot_bytes,
                         uint64_t timeout_usec, hvd_wait_check_fn check, void *userdata,
                         hvd_backend_t **ret, char *err, size_t err_len) {
+        int rank = topo->local_rank, size = topo->local_size;
         hvd_backend_t *b = calloc(1, sizeof *b);
-        if (!b)
+        if (!b) {
+                if (topo->listen_fd >= 0)
+                        close(topo->listen_fd);
                 return -ENOMEM;
+        }
         b->rank = rank;
         b->size = size;
+        b->g_rank = topo->rank;
+        b->g_size = topo->size;
+        b->cross_rank = topo->cross_rank;
+        b->cross_size = topo->cross_size;
         b->timeout_usec = timeout_usec ? timeout_usec : 300 * USEC_PER_SEC;
         b->check = check;
         b->userdata = userdata;
@@ -169,12 +191,25 @@ int hvd_cpu_backend_new(const char *shm_name, int rank, int size, uint64_t slot_
         b->srcs = calloc((size_t) size, sizeof *b->srcs);
         if (!b->srcs) {
                 free(b);
+                if (topo->listen_fd >= 0)
+                        close(topo->listen_fd);
                 return -ENOMEM;
         }
+        int r = multi_node_init(b, topo);
+        if (r < 0) {
+                snprintf(err, err_len, "cannot set up the data plane between nodes: %s", hvd_strerror(r));
+                hvd_backend_destroy(&b);
+                return r;
+        }
         if (size == 1) {
-                /* one rank: results are computed in place, no segment */
+                /* one rank here: no segment; a private slot when the data
+                 * goes to other nodes through it */
                 b->hdr = calloc(1, sizeof *b->hdr);
-                if (!b->hdr) {
+                if (b->hdr && b->cross_size > 1) {
+                        b->private_base = aligned_alloc(4096, b->stride_bytes);
+                        b->base = b->private_base;
+                }
+                if (!b->hdr || (b->cross_size > 1 && !b->base)) {
                         hvd_backend_destroy(&b);
                         return -ENOMEM;
                 }
@@ -182,7 +217,7 @@ int hvd_cpu_backend_new(const char *shm_name, int rank, int size, uint64_t slot_
                 return 0;
         }
         b->map_bytes = HEADER_BYTES + (size_t) size * b->stride_bytes;
-        int fd = -1, r;
+        int fd = -1;
         uint64_t deadline = hvd_now_usec() + b->timeout_usec;
         if (rank == 0) {
                 fd = shm_open(shm_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
@@ -264,6 +299,7 @@ fail:
 void hvd_backend_abort(hvd_backend_t *b, const char *reason) {
         if (!b || !b->hdr)
                 return;
+        hvd_tcp_abort(b->tcp);
         if (atomic_exchange(&b->hdr->aborted, 1) == 0) {
                 snprintf(b->hdr->abort_reason, sizeof b->hdr->abort_reason, "%s", reason);
         }
@@ -276,11 +312,19 @@ void hvd_backend_destroy(hvd_backend_t **bp) {
         if (!bp || !*bp)
                 return;
         hvd_backend_t *b = *bp;
-        if (b->base)
+        if (b->private_base) {
+                free(b->private_base);
+                free(b->hdr);
+        } else if (b->base)
                 munmap(b->hdr, b->map_bytes);
         else
                 free(b->hdr);
         free(b->srcs);
+        hvd_tcp_destroy(&b->tcp);
+        free(b->rank_cross);
+        free(b->rank_local);
+        free(b->node_peer);
+        free(b->scratch);
         free(b);
         *bp = NULL;
 }
@@ -533,6 +577,379 @@ static int execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
         return 0;
 }
 
+
+/* ---- several nodes ---- */
+
+static int multi_node_init(hvd_backend_t *b, const hvd_topology_t *t) {
+        if (t->cross_size <= 1) {
+                if (t->listen_fd >= 0)
+                        close(t->listen_fd);
+                return 0;
+        }
+        b->rank_cross = malloc((size_t) t->size * sizeof(int));
+        b->rank_local = malloc((size_t) t->size * sizeof(int));
+        b->node_peer = malloc((size_t) t->cross_size * sizeof(int));
+        int *local_sizes = calloc((size_t) t->cross_size, sizeof(int));
+        if (!b->rank_cross || !b->rank_local || !b->node_peer || !local_sizes) {
+                free(local_sizes);
+                if (t->listen_fd >= 0)
+                        close(t->listen_fd);
+                return -ENOMEM;
+        }
+        memcpy(b->rank_cross, t->rank_cross, (size_t) t->size * sizeof(int));
+        memcpy(b->rank_local, t->rank_local, (size_t) t->size * sizeof(int));
+        for (int c = 0; c < t->cross_size; c++)
+                b->node_peer[c] = -1;
+        for (int r = 0; r < t->size; r++) {
+                local_sizes[t->rank_cross[r]]++;
+                if (t->rank_local[r] == t->local_rank)
+                        b->node_peer[t->rank_cross[r]] = r;
+        }
+        b->lmin = INT32_MAX;
+        for (int c = 0; c < t->cross_size; c++)
+                b->lmin = HVD_MIN(b->lmin, local_sizes[c]);
+        free(local_sizes);
+        return hvd_tcp_new(t->listen_fd, t->rank, t->size, t->addrs, t->job_hash, b->timeout_usec, b->check,
+                           b->userdata, &b->tcp);
+}
+
+static uint8_t *scratch_get(hvd_backend_t *b, size_t bytes) {
+        if (bytes > b->scratch_bytes) {
+                uint8_t *p = realloc(b->scratch, bytes);
+                if (!p)
+                        return NULL;
+                b->scratch = p;
+                b->scratch_bytes = bytes;
+        }
+        return b->scratch;
+}
+
+/* Bandwidth-optimal ring allreduce of buf (n elements) among the ranks
+ * with my local rank on every node: reduce-scatter, scale my block once,
+ * allgather. Each rank sends 2(C-1)/C of the buffer; sends and receives of
+ * every step overlap. */
+static int ring_allreduce(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, uint64_t n, double scale,
+                          char *err, size_t err_len) {
+        int C = b->cross_size, c = b->cross_rank;
+        size_t es = hvd_dtype_size(dt);
+        int next = b->node_peer[(c + 1) % C], prev = b->node_peer[(c + C - 1) % C];
+        uint64_t blk = (n + (uint64_t) C - 1) / (uint64_t) C;
+#define B0(i) HVD_MIN((uint64_t) (i) * blk, n)
+#define BL(i) (HVD_MIN(B0(i) + blk, n) - B0(i))
+        uint8_t *tmp = scratch_get(b, blk * es > 0 ? blk * es : 1);
+        if (!tmp)
+                return -ENOMEM;
+        int r;
+        for (int s = 0; s < C - 1; s++) {
+                int sb = (c - s + C) % C, rb = (c - s - 1 + 2 * C) % C;
+                r = hvd_tcp_sendrecv(b->tcp, next, buf + B0(sb) * es, BL(sb) * es, prev, tmp, BL(rb) * es, err,
+                                     err_len);
+                if (r < 0)
+                        return r;
+                const void *srcs[2] = { buf + B0(rb) * es, tmp };
+                hvd_reduce_n(dt, op, buf + B0(rb) * es, srcs, 2, BL(rb), 1.0);
+        }
+        int mine = (c + 1) % C;
+        if (scale != 1.0)
+                hvd_scale_copy(dt, buf + B0(mine) * es, buf + B0(mine) * es, BL(mine), scale);
+        for (int s = 0; s < C - 1; s++) {
+                int sb = (c + 1 - s + C) % C, rb = (c - s + C) % C;
+                r = hvd_tcp_sendrecv(b->tcp, next, buf + B0(sb) * es, BL(sb) * es, prev, buf + B0(rb) * es,
+                                     BL(rb) * es, err, err_len);
+                if (r < 0)
+                        return r;
+        }
+#undef B0
+#undef BL
+        return 0;
+}
+
+/* Hierarchical allreduce: shared-memory reduce inside the node (each of
+ * the first lmin local ranks owns a slice), the ring across nodes per slice
+ * (every such local rank drives the network at once), copy-out from shared
+ * memory. */
+static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
+        size_t es = hvd_dtype_size(op->dtype);
+        uint64_t total = 0;
+        for (size_t i = 0; i < op->n; i++)
+                total += op->m[i].count;
+        uint64_t chunk = (b->half_bytes / 64) * 64 / es;
+        double post = reduce_scale(op, b->g_size);
+        int r;
+        for (uint64_t c0 = 0; c0 < total; c0 += chunk) {
+                uint64_t cl = HVD_MIN(chunk, total - c0);
+                uint8_t *mine = slot_of(b, v, v->me);
+                uint64_t off = 0;
+                for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
+                        const hvd_xmember_t *m = &op->m[i];
+                        uint64_t a = HVD_MAX(off, c0), e = HVD_MIN(off + m->count, c0 + cl);
+                        if (a >= e)
+                                continue;
+                        if (m->in)
+                                hvd_scale_copy(op->dtype, mine + (a - c0) * es, (const uint8_t *) m->in + (a - off) * es,
+                                               e - a, op->prescale);
+                        else
+                                memset(mine + (a - c0) * es, 0, (e - a) * es);
+                }
+                if ((r = barrier(b, v, op->name, err, err_len)) < 0)
+                        return r;
+                uint64_t sl = (cl + (uint64_t) b->lmin - 1) / (uint64_t) b->lmin;
+                sl = (sl + 15) & ~UINT64_C(15);
+                if (v->me < b->lmin) {
+                        uint64_t s0 = HVD_MIN((uint64_t) v->me * sl, cl), s1 = HVD_MIN(s0 + sl, cl);
+                        if (s1 > s0) {
+                                if (v->size > 1) {
+                                        for (int k = 0; k < v->size; k++)
+                                                b->srcs[k] = slot_of(b, v, k) + s0 * es;
+                                        hvd_reduce_n(op->dtype, op->reduce_op, mine + s0 * es, b->srcs, (size_t) v->size,
+                                                     s1 - s0, 1.0);
+                                }
+                                r = ring_allreduce(b, op->dtype, op->reduce_op, mine + s0 * es, s1 - s0, post, err, err_len);
+                                if (r < 0) {
+                                        hvd_backend_abort(b, err);
+                                        return r;
+                                }
+                        }
+                }
+                if ((r = barrier(b, v, op->name, err, err_len)) < 0)
+                        return r;
+                off = 0;
+                for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
+                        const hvd_xmember_t *m = &op->m[i];
+                        uint64_t a = HVD_MAX(off, c0), e = HVD_MIN(off + m->count, c0 + cl);
+                        if (a >= e || !m->out)
+                                continue;
+                        for (uint64_t x = a; x < e;) {
+                                uint64_t rel = x - c0, k = rel / sl;
+                                uint64_t y = HVD_MIN(e, c0 + (k + 1) * sl);
+                                memcpy((uint8_t *) m->out + (x - off) * es, slot_of(b, v, (int) k) + rel * es,
+                                       (y - x) * es);
+                                x = y;
+                        }
+                }
+                if ((r = end_step(b, v, op->name, err, err_len)) < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* reducescatter across nodes: the hierarchical allreduce into scratch,
+ * then each rank keeps its rows. */
+static int execute_reducescatter_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err,
+                                       size_t err_len) {
+        size_t es = hvd_dtype_size(op->dtype);
+        uint64_t total = 0;
+        for (size_t i = 0; i < op->n; i++)
+                total += op->m[i].count;
+        hvd_xmember_t *tm = calloc(op->n ? op->n : 1, sizeof *tm);
+        uint8_t *full = malloc(total * es > 0 ? total * es : 1);
+        if (!tm || !full) {
+                free(tm);
+                free(full);
+                return -ENOMEM;
+        }
+        uint64_t off = 0;
+        for (size_t i = 0; i < op->n; i++) {
+                tm[i] = op->m[i];
+                tm[i].out = full + off * es;
+                off += op->m[i].count;
+        }
+        hvd_xop_t ar = *op;
+        ar.kind = HVD__KIND__KIND_ALLREDUCE;
+        ar.m = tm;
+        int r = execute_reduce_multi(b, v, &ar, err, err_len);
+        off = 0;
+        for (size_t i = 0; i < op->n && r >= 0; off += op->m[i].count, i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                int64_t start, nrows;
+                hvd_reducescatter_rows(m->rows, b->g_size, b->g_rank, &start, &nrows);
+                if (m->out)
+                        memcpy(m->out, full + (off + (uint64_t) start * m->row_elems) * es,
+                               (size_t) nrows * m->row_elems * es);
+        }
+        free(tm);
+        free(full);
+        return r;
+}
+
+/* Stream helpers: the concatenation of op members seen as one byte range. */
+static void stream_gather(const hvd_xop_t *op, bool from_in, const uint64_t *len, uint64_t a, uint64_t e, uint8_t *dst) {
+        uint64_t off = 0;
+        for (size_t i = 0; i < op->n && off < e; off += len[i], i++) {
+                uint64_t x = HVD_MAX(a, off), y = HVD_MIN(e, off + len[i]);
+                if (x >= y)
+                        continue;
+                const uint8_t *src = from_in ? op->m[i].in : op->m[i].out;
+                if (src)
+                        memcpy(dst + (x - a), src + (x - off), y - x);
+                else
+                        memset(dst + (x - a), 0, y - x);
+        }
+}
+
+static void stream_scatter(const hvd_xop_t *op, const uint64_t *len, uint64_t a, uint64_t e, const uint8_t *src) {
+        uint64_t off = 0;
+        for (size_t i = 0; i < op->n && off < e; off += len[i], i++) {
+                uint64_t x = HVD_MAX(a, off), y = HVD_MIN(e, off + len[i]);
+                if (x < y && op->m[i].out)
+                        memcpy((uint8_t *) op->m[i].out + (x - off), src + (x - a), y - x);
+        }
+}
+
+#define PIECE_BYTES (UINT64_C(1) << 20)
+
+/* broadcast across nodes: a pipelined chain over all ranks from the root. */
+static int execute_broadcast_multi(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
+        size_t es = hvd_dtype_size(op->dtype);
+        int N = b->g_size, me = b->g_rank, root = op->root;
+        int pos = (me - root + N) % N, next = (me + 1) % N, prev = (me - 1 + N) % N;
+        uint64_t *len = calloc(op->n ? op->n : 1, sizeof *len), total = 0;
+        if (!len)
+                return -ENOMEM;
+        for (size_t i = 0; i < op->n; i++)
+                total += len[i] = op->m[i].count * es;
+        uint8_t *buf = scratch_get(b, 2 * PIECE_BYTES);
+        int r = buf ? 0 : -ENOMEM;
+        if (me == root)
+                for (size_t i = 0; i < op->n; i++)
+                        if (op->m[i].out && op->m[i].in != op->m[i].out)
+                                memmove(op->m[i].out, op->m[i].in, len[i]);
+        uint64_t pieces = (total + PIECE_BYTES - 1) / PIECE_BYTES;
+        /* step k: send piece k-1 on while receiving piece k */
+        for (uint64_t k = 0; k <= pieces && r >= 0; k++) {
+                uint8_t *rbuf = buf + (k & 1) * PIECE_BYTES, *sbuf = buf + ((k + 1) & 1) * PIECE_BYTES;
+                uint64_t ra = k * PIECE_BYTES, re = HVD_MIN(ra + PIECE_BYTES, total);
+                uint64_t sa = (k - 1) * PIECE_BYTES, se = HVD_MIN(sa + PIECE_BYTES, total);
+                bool send = k > 0 && pos < N - 1, recv = k < pieces && pos > 0;
+                if (send && pos == 0)
+                        stream_gather(op, false, len, sa, se, sbuf);
+                r = hvd_tcp_sendrecv(b->tcp, next, sbuf, send ? se - sa : 0, prev, rbuf, recv ? re - ra : 0, err, err_len);
+                if (r >= 0 && recv)
+                        stream_scatter(op, len, ra, re, rbuf);
+        }
+        free(len);
+        return r;
+}
+
+/* allgather across nodes: a ring over all ranks of whole contributions. */
+static int execute_allgather_multi(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
+        size_t es = hvd_dtype_size(op->dtype);
+        int N = b->g_size, me = b->g_rank, next = (me + 1) % N, prev = (me - 1 + N) % N;
+        /* staging: rank j's contribution (its rows of every member) at boff[j] */
+        uint64_t *boff = calloc((size_t) N + 1, sizeof *boff);
+        if (!boff)
+                return -ENOMEM;
+        for (int j = 0; j < N; j++) {
+                uint64_t l = 0;
+                for (size_t i = 0; i < op->n; i++)
+                        l += (uint64_t) op->m[i].rank_rows[j] * op->m[i].row_elems * es;
+                boff[j + 1] = boff[j] + l;
+        }
+        uint8_t *stage = scratch_get(b, boff[N] ? boff[N] : 1);
+        int r = stage ? 0 : -ENOMEM;
+        if (r >= 0) {
+                uint64_t o = boff[me];
+                for (size_t i = 0; i < op->n; i++) {
+                        uint64_t l = (uint64_t) op->m[i].rank_rows[me] * op->m[i].row_elems * es;
+                        if (op->m[i].in)
+                                memcpy(stage + o, op->m[i].in, l);
+                        o += l;
+                }
+        }
+        for (int s = 0; s < N - 1 && r >= 0; s++) {
+                int sb = (me - s + N) % N, rb = (me - s - 1 + 2 * N) % N;
+                r = hvd_tcp_sendrecv(b->tcp, next, stage + boff[sb], boff[sb + 1] - boff[sb], prev, stage + boff[rb],
+                                     boff[rb + 1] - boff[rb], err, err_len);
+        }
+        for (size_t i = 0; i < op->n && r >= 0; i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                uint64_t row = m->row_elems * es, dst = 0;
+                for (int j = 0; j < N; j++) {
+                        uint64_t src = boff[j];
+                        for (size_t k = 0; k < i; k++)
+                                src += (uint64_t) op->m[k].rank_rows[j] * op->m[k].row_elems * es;
+                        uint64_t l = (uint64_t) m->rank_rows[j] * row;
+                        if (m->out)
+                                memcpy((uint8_t *) m->out + dst, stage + src, l);
+                        dst += l;
+                }
+        }
+        free(boff);
+        return r;
+}
+
+/* alltoall across nodes: pairwise exchanges, step s with rank me±s. */
+static int execute_alltoall_multi(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
+        size_t es = hvd_dtype_size(op->dtype);
+        int N = b->g_size, me = b->g_rank, r = 0;
+        for (size_t i = 0; i < op->n && r >= 0; i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                uint64_t row = m->row_elems * es;
+#define SPL(src, dst) ((uint64_t) m->splits[(size_t) (src) * N + (dst)])
+                for (int s = 0; s < N && r >= 0; s++) {
+                        int to = (me + s) % N, from = (me - s + N) % N;
+                        uint64_t soff = 0, roff = 0;
+                        for (int d = 0; d < to; d++)
+                                soff += SPL(me, d) * row;
+                        for (int k = 0; k < from; k++)
+                                roff += SPL(k, me) * row;
+                        if (s == 0) {
+                                memcpy((uint8_t *) m->out + roff, (const uint8_t *) m->in + soff, SPL(me, me) * row);
+                                continue;
+                        }
+                        r = hvd_tcp_sendrecv(b->tcp, to, (const uint8_t *) m->in + soff, SPL(me, to) * row, from,
+                                             (uint8_t *) m->out + roff, SPL(from, me) * row, err, err_len);
+                }
+#undef SPL
+        }
+        return r;
+}
+
+/* barrier across nodes: local barrier, a ring allreduce of one element per
+ * node among the first local ranks (every node hears from every other),
+ * local barrier. */
+static int barrier_multi(hvd_backend_t *b, const view_t *v, char *err, size_t err_len) {
+        int r = barrier(b, v, "barrier", err, err_len);
+        if (r < 0)
+                return r;
+        if (v->me == 0) {
+                uint8_t token[64] = { 0 };
+                r = ring_allreduce(b, HVD_UINT8, HVD_REDUCE_SUM, token, (uint64_t) b->cross_size, 1.0, err, err_len);
+                if (r < 0) {
+                        hvd_backend_abort(b, err);
+                        return r;
+                }
+        }
+        return barrier(b, v, "barrier", err, err_len);
+}
+
+static int execute_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
+        int r;
+        switch (op->kind) {
+        case HVD__KIND__KIND_BARRIER:
+                return barrier_multi(b, v, err, err_len);
+        case HVD__KIND__KIND_ALLREDUCE:
+                return execute_reduce_multi(b, v, op, err, err_len);
+        case HVD__KIND__KIND_REDUCESCATTER:
+                return execute_reducescatter_multi(b, v, op, err, err_len);
+        case HVD__KIND__KIND_BROADCAST:
+                r = execute_broadcast_multi(b, op, err, err_len);
+                break;
+        case HVD__KIND__KIND_ALLGATHER:
+                r = execute_allgather_multi(b, op, err, err_len);
+                break;
+        case HVD__KIND__KIND_ALLTOALL:
+                r = execute_alltoall_multi(b, op, err, err_len);
+                break;
+        default:
+                snprintf(err, err_len, "%s: operation kind %u not supported by the CPU backend", op->name, op->kind);
+                return -EOPNOTSUPP;
+        }
+        if (r < 0)
+                hvd_backend_abort(b, err);
+        return r;
+}
+
 int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
         int r = wait_failed(b, op->name, err, err_len);
         if (r < 0)
@@ -543,17 +960,37 @@ int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t
                         snprintf(err, err_len, "%s: process set id %u out of range", op->name, op->process_set);
                         return -EINVAL;
                 }
+                if (b->cross_size > 1) {
+                        for (size_t i = 0; i < op->n_set; i++)
+                                if (b->rank_cross[op->set_ranks[i]] != b->cross_rank) {
+                                        snprintf(err, err_len,
+                                                 "%s: process set %u spans several hosts, which this version's CPU "
+                                                 "data plane does not support",
+                                                 op->name, op->process_set);
+                                        return -EOPNOTSUPP;
+                                }
+                        /* members are all here: index them by local rank */
+                        if (op->n_set > HVD_MAX_SET_LOCAL) {
+                                snprintf(err, err_len, "%s: process set too large", op->name);
+                                return -EINVAL;
+                        }
+                        for (size_t i = 0; i < op->n_set; i++)
+                                b->set_local[i] = (uint32_t) b->rank_local[op->set_ranks[i]];
+                        v.member = b->set_local;
+                } else
+                        v.member = op->set_ranks;
                 v.set = true;
                 v.size = (int) op->n_set;
-                v.member = op->set_ranks;
                 v.bar = &b->hdr->set_bar[op->process_set];
                 v.me = -1;
                 for (size_t i = 0; i < op->n_set; i++)
-                        if ((int) op->set_ranks[i] == b->rank)
+                        if ((int) op->set_ranks[i] == b->g_rank)
                                 v.me = (int) i;
                 if (v.me < 0)
                         return 0; /* not a member: nothing to do */
         }
+        if (b->cross_size > 1 && !v.set)
+                return execute_multi(b, &v, op, err, err_len);
         if (op->kind == HVD__KIND__KIND_BARRIER)
                 return barrier(b, &v, "barrier", err, err_len);
         if (v.size == 1)

@@ -22,6 +22,7 @@
 #include <zmq.h>
 
 #include "backend.h"
+#include "tcp.h"
 #include "conf.h"
 #include "hvd.h"
 #include "negotiate.h"
@@ -31,6 +32,7 @@
 #include "wire.h"
 
 #define ERRLEN 1024
+#define HVD_MAX_HOSTS 1024
 
 /* ---- handles ---- */
 
@@ -122,6 +124,8 @@ static struct {
         uint64_t last_send_usec;
         pending_msg_t *held_head, *held_tail;
         uint64_t next_seq;
+        char data_addr[HVD_WIRE_MAX_HOST + 9];
+        int listen_fd;
         /* process sets, by id (0 = all ranks, implicit) */
         pset_t *psets[HVD_MAX_PROCESS_SETS];
         uint32_t pset_seq;
@@ -129,6 +133,7 @@ static struct {
         .lock = PTHREAD_MUTEX_INITIALIZER,
         .cond = PTHREAD_COND_INITIALIZER,
         .wake_fd = -1,
+        .listen_fd = -1,
 };
 
 static __thread char last_error[ERRLEN];
@@ -741,6 +746,10 @@ static int hex_decode(const char *s, uint8_t *out, size_t max) {
 static void pset_free(pset_t *ps);
 
 static void teardown(void) {
+        if (G.listen_fd >= 0) {
+                close(G.listen_fd);
+                G.listen_fd = -1;
+        }
         for (int k = 0; k < HVD_MAX_PROCESS_SETS; k++) {
                 pset_free(G.psets[k]);
                 G.psets[k] = NULL;
@@ -835,6 +844,31 @@ static int connect_and_join(const char *endpoint, const char *job_id, const uint
         hello.device = HVD_DEVICE_CPU;
         hello.fusion_threshold = ft ? (int64_t) fusion : -1;
         hello.cycle_time_usec = G.cycle_time_usec;
+        hello.data_addr = G.data_addr;
+        hello.cross_rank = (uint32_t) G.cross_rank;
+        hello.cross_size = (uint32_t) G.cross_size;
+        const char *root_peer = hvd_getenv("ROOT_PEER", false);
+        hello.root_peer = (char *) (root_peer ? root_peer : "");
+        char *hostv[HVD_MAX_HOSTS];
+        char hostbuf[4096];
+        size_t n_hosts = 0;
+        const char *hl = hvd_getenv("HOSTS", false);
+        if (hl && G.cross_size > 1) {
+                /* "a:2,b:2" or "a,b": names by cross rank */
+                snprintf(hostbuf, sizeof hostbuf, "%s", hl);
+                for (char *save = NULL, *tok = strtok_r(hostbuf, ",", &save); tok && n_hosts < HVD_MAX_HOSTS;
+                     tok = strtok_r(NULL, ",", &save)) {
+                        char *colon = strchr(tok, ':');
+                        if (colon)
+                                *colon = 0;
+                        hostv[n_hosts++] = tok;
+                }
+                if (n_hosts != (size_t) G.cross_size)
+                        return set_error(-EINVAL, "HVD_HOSTS lists %zu hosts, HVD_CROSS_SIZE is %d", n_hosts,
+                                         G.cross_size);
+                hello.n_hosts = n_hosts;
+                hello.hosts = hostv;
+        }
         env.body_case = HVD__ENVELOPE__BODY_HELLO;
         env.hello = &hello;
         int r = hvd_wire_send(G.sock, &env, 0);
@@ -899,9 +933,13 @@ int hvd_init(void) {
         G.rank = env_int("RANK", 0, true);
         G.local_size = env_int("LOCAL_SIZE", G.size, true);
         G.local_rank = env_int("LOCAL_RANK", G.rank, true);
-        G.cross_rank = 0;
-        G.cross_size = 1;
+        G.cross_rank = env_int("CROSS_RANK", 0, true);
+        G.cross_size = env_int("CROSS_SIZE", 1, true);
+        if (G.cross_size < 1 || G.cross_rank < 0 || G.cross_rank >= G.cross_size)
+                return set_error(-EINVAL, "HVD_CROSS_RANK/HVD_CROSS_SIZE are inconsistent");
         if (G.solo) {
+                G.cross_rank = 0;
+                G.cross_size = 1;
                 G.size = G.local_size = 1;
                 G.rank = G.local_rank = 0;
         }
@@ -933,7 +971,9 @@ int hvd_init(void) {
         }
         char err[ERRLEN];
         if (G.solo) {
-                r = hvd_cpu_backend_new("", 0, 1, 4096, 0, NULL, NULL, &G.backend, err, sizeof err);
+                hvd_topology_t topo = { .rank = 0, .size = 1, .local_rank = 0, .local_size = 1, .cross_rank = 0,
+                                        .cross_size = 1, .listen_fd = -1 };
+                r = hvd_cpu_backend_new("", &topo, 4096, 0, NULL, NULL, &G.backend, err, sizeof err);
                 if (r < 0) {
                         set_error(r, "%s", err);
                         goto fail;
@@ -963,8 +1003,19 @@ int hvd_init(void) {
                         r = set_error(-EINVAL, "HVD_JOB_ID is longer than %d bytes", HVD_WIRE_MAX_JOB_ID);
                         goto fail;
                 }
+                G.data_addr[0] = 0;
+                if (G.cross_size > 1) {
+                        const char *ip = hvd_getenv("DATA_ADDR", false);
+                        G.listen_fd = hvd_tcp_listen(ip ? ip : "", ip ? ip : "127.0.0.1", G.data_addr,
+                                                     sizeof G.data_addr);
+                        if (G.listen_fd < 0) {
+                                r = set_error(G.listen_fd, "cannot open the data-plane listener on %s: %s",
+                                              ip ? ip : "0.0.0.0", hvd_strerror(G.listen_fd));
+                                goto fail;
+                        }
+                }
                 Hvd__Envelope *wenv = NULL;
-                r = connect_and_join(endpoint, job_id, secret, (size_t) secret_len, start_timeout + USEC_PER_SEC,
+                r = connect_and_join(endpoint, job_id, secret, (size_t) secret_len, start_timeout + 3 * USEC_PER_SEC,
                                      &wenv);
                 if (r < 0)
                         goto fail;
@@ -977,8 +1028,40 @@ int hvd_init(void) {
                 G.cross_size = (int) w->cross_size;
                 if (w->cycle_time_usec)
                         G.cycle_time_usec = w->cycle_time_usec;
-                r = hvd_cpu_backend_new(w->shm_name, G.local_rank, G.local_size, w->slot_bytes,
-                                        w->collective_timeout_usec, wait_check, NULL, &G.backend, err, sizeof err);
+                int *rank_cross = calloc((size_t) G.size, sizeof(int));
+                int *rank_local = calloc((size_t) G.size, sizeof(int));
+                char **addrs = calloc((size_t) G.size, sizeof(char *));
+                if (!rank_cross || !rank_local || !addrs || w->n_ranks != (size_t) G.size) {
+                        free(rank_cross);
+                        free(rank_local);
+                        free(addrs);
+                        hvd_wire_free(&wenv);
+                        r = set_error(w->n_ranks != (size_t) G.size ? HVD_EPROTO : -ENOMEM,
+                                      "the coordinator's rank table does not match the job");
+                        goto fail;
+                }
+                for (size_t i = 0; i < w->n_ranks; i++) {
+                        uint32_t q = w->ranks[i]->rank;
+                        if (q < (uint32_t) G.size) {
+                                rank_cross[q] = (int) w->ranks[i]->cross_rank;
+                                rank_local[q] = (int) w->ranks[i]->local_rank;
+                                addrs[q] = w->ranks[i]->data_addr;
+                        }
+                }
+                uint64_t job_hash = UINT64_C(1469598103934665603);
+                for (const char *c = job_id; *c; c++)
+                        job_hash = (job_hash ^ (uint8_t) *c) * UINT64_C(1099511628211);
+                hvd_topology_t topo = {
+                        .rank = G.rank, .size = G.size, .local_rank = G.local_rank, .local_size = G.local_size,
+                        .cross_rank = G.cross_rank, .cross_size = G.cross_size, .rank_cross = rank_cross,
+                        .rank_local = rank_local, .addrs = addrs, .listen_fd = G.listen_fd, .job_hash = job_hash,
+                };
+                G.listen_fd = -1; /* the backend owns it now */
+                r = hvd_cpu_backend_new(w->shm_name, &topo, w->slot_bytes, w->collective_timeout_usec, wait_check,
+                                        NULL, &G.backend, err, sizeof err);
+                free(rank_cross);
+                free(rank_local);
+                free(addrs);
                 hvd_wire_free(&wenv);
                 if (r < 0) {
                         set_error(r, "rank %d: data plane: %s", G.rank, err);

@@ -28,6 +28,8 @@ void hvd_daemon_config_init(hvd_daemon_config_t *cfg) {
                 .max_message_bytes = UINT64_C(64) << 20,
                 .socket_group = "",
                 .socket_mode = 0660,
+                .peer_listen = "",
+                .peer_timeout_usec = 10 * USEC_PER_SEC,
                 .handle_signals = false,
                 .notify = false,
         };
@@ -146,6 +148,9 @@ static const key_def_t keys[] = {
           "a size such as 64M" },
         { "socket_group", T_STRING, OFF(socket_group), 64, 0, 0, "a group name" },
         { "socket_mode", T_MODE, OFF(socket_mode), 0, 0, 0777, "an octal mode such as 0660" },
+        { "peer_listen", T_STRING, OFF(peer_listen), 256, 0, 0, "a ZeroMQ endpoint such as tcp://10.0.0.1:7100" },
+        { "peer_timeout", T_USEC_SEC, OFF(peer_timeout_usec), 0, 500 * USEC_PER_MSEC, 3600 * USEC_PER_SEC,
+          "a duration such as 10s (plain numbers are seconds)" },
 };
 
 int hvd_daemon_config_set(hvd_daemon_config_t *cfg, const char *key, const char *value,

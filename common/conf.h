@@ -28,6 +28,8 @@ typedef struct hvd_daemon_config {
         uint64_t max_message_bytes;        /* ZMQ_MAXMSGSIZE and decode budget base */
         char socket_group[64];             /* group owning worker.sock ("" = keep) */
         uint32_t socket_mode;              /* worker.sock / control.sock mode, 0660 */
+        char peer_listen[256];             /* tcp endpoint other daemons reach ("" = none) */
+        uint64_t peer_timeout_usec;        /* a silent peer daemon is lost after this */
         bool handle_signals;               /* SIGTERM/SIGINT/SIGHUP through signalfd */
         bool notify;                       /* speak sd_notify if NOTIFY_SOCKET is set */
 } hvd_daemon_config_t;

@@ -186,6 +186,55 @@ static int validate_request(const Hvd__Request *q, char *err, size_t err_len) {
         return 0;
 }
 
+static int validate_ready(const Hvd__Ready *q, char *err, size_t err_len) {
+        if (q->n_requests > HVD_WIRE_MAX_REQUESTS || q->n_cached > HVD_WIRE_MAX_REQUESTS * 16)
+                return fail(err, err_len, "ready: too many requests");
+        for (size_t i = 0; i < q->n_requests; i++) {
+                int r = validate_request(q->requests[i], err, err_len);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+static int validate_schedule(const Hvd__Schedule *s, char *err, size_t err_len) {
+        for (size_t i = 0; i < s->n_ops; i++) {
+                const Hvd__Op *op = s->ops[i];
+                if (op->kind <= HVD__KIND__KIND_NONE || op->kind > HVD__KIND__KIND_JOIN ||
+                    !hvd_dtype_valid(op->dtype) || !hvd_reduce_op_valid(op->reduce_op))
+                        return fail(err, err_len, "schedule: invalid operation");
+                for (size_t j = 0; j < op->n_entries; j++) {
+                        const Hvd__Entry *e = op->entries[j];
+                        CHECK_NAME(e->name, HVD_MAX_NAME_BYTES, "tensor name");
+                        int r = validate_shape(e->shape, e->n_shape, "tensor shape", err, err_len);
+                        if (r < 0)
+                                return r;
+                        for (size_t k = 0; k < e->n_rank_rows; k++)
+                                if (e->rank_rows[k] < 0)
+                                        return fail(err, err_len, "schedule: negative rows");
+                        for (size_t k = 0; k < e->n_splits; k++)
+                                if (e->splits[k] < 0)
+                                        return fail(err, err_len, "schedule: negative split");
+                }
+        }
+        for (size_t i = 0; i < s->n_errors; i++) {
+                CHECK_NAME(s->errors[i]->name, HVD_MAX_NAME_BYTES, "tensor name");
+                if (strnlen(s->errors[i]->message, HVD_WIRE_MAX_TEXT + 1) > HVD_WIRE_MAX_TEXT)
+                        return fail(err, err_len, "schedule: error text too long");
+        }
+        return 0;
+}
+
+static int validate_ranks(Hvd__RankInfo *const *ri, size_t n, uint32_t world, char *err, size_t err_len) {
+        for (size_t i = 0; i < n; i++) {
+                if (ri[i]->rank >= world)
+                        return fail(err, err_len, "rank %u out of range (world size %u)", ri[i]->rank, world);
+                CHECK_NAME(ri[i]->host, HVD_WIRE_MAX_HOST, "host name");
+                CHECK_NAME(ri[i]->data_addr, HVD_WIRE_MAX_HOST + 8, "data-plane address");
+        }
+        return 0;
+}
+
 int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
         if (env->version != HVD_PROTOCOL_VERSION)
                 return fail(err, err_len, "protocol version %u not supported (this side speaks %u)",
@@ -208,6 +257,14 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                                     h->local_size);
                 if (h->rank >= h->world_size)
                         return fail(err, err_len, "rank %u not below world size %u", h->rank, h->world_size);
+                if (h->cross_size > h->world_size || (h->cross_size && h->cross_rank >= h->cross_size))
+                        return fail(err, err_len, "cross rank %u not below cross size %u", h->cross_rank, h->cross_size);
+                CHECK_NAME(h->data_addr, HVD_WIRE_MAX_HOST + 8, "data-plane address");
+                CHECK_NAME(h->root_peer, HVD_WIRE_MAX_TEXT, "root peer endpoint");
+                if (h->n_hosts > HVD_WIRE_MAX_RANKS || (h->n_hosts && h->n_hosts != h->cross_size))
+                        return fail(err, err_len, "host list does not match the cross size");
+                for (size_t i = 0; i < h->n_hosts; i++)
+                        CHECK_NAME(h->hosts[i], HVD_WIRE_MAX_HOST, "host name");
                 return 0;
         }
         case HVD__ENVELOPE__BODY_WELCOME: {
@@ -223,45 +280,54 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                         CHECK_NAME(w->ranks[i]->host, HVD_WIRE_MAX_HOST, "host name");
                 return 0;
         }
-        case HVD__ENVELOPE__BODY_READY: {
-                const Hvd__Ready *q = env->ready;
-                if (q->n_requests > HVD_WIRE_MAX_REQUESTS || q->n_cached > HVD_WIRE_MAX_REQUESTS * 16)
-                        return fail(err, err_len, "ready: too many requests");
-                for (size_t i = 0; i < q->n_requests; i++) {
-                        int r = validate_request(q->requests[i], err, err_len);
+        case HVD__ENVELOPE__BODY_READY:
+                return validate_ready(env->ready, err, err_len);
+        case HVD__ENVELOPE__BODY_SCHEDULE:
+                return validate_schedule(env->schedule, err, err_len);
+        case HVD__ENVELOPE__BODY_JOB_SCHEDULE:
+                CHECK_NAME(env->job_schedule->job_id, HVD_WIRE_MAX_JOB_ID, "job id");
+                if (!env->job_schedule->schedule)
+                        return fail(err, err_len, "job schedule without a schedule");
+                return validate_schedule(env->job_schedule->schedule, err, err_len);
+        case HVD__ENVELOPE__BODY_NODE_JOIN: {
+                const Hvd__NodeJoin *nj = env->node_join;
+                CHECK_NAME(nj->job_id, HVD_WIRE_MAX_JOB_ID, "job id");
+                CHECK_NAME(nj->host, HVD_WIRE_MAX_HOST, "host name");
+                if (!nj->job_id[0] || nj->secret.len > HVD_WIRE_MAX_SECRET)
+                        return fail(err, err_len, "node join: bad job id or secret");
+                if (nj->world_size == 0 || nj->world_size > HVD_WIRE_MAX_RANKS || nj->cross_size == 0 ||
+                    nj->cross_size > nj->world_size || nj->cross_rank >= nj->cross_size ||
+                    nj->n_ranks == 0 || nj->n_ranks > nj->world_size)
+                        return fail(err, err_len, "node join: rank table out of range");
+                if (nj->n_hosts > HVD_WIRE_MAX_RANKS)
+                        return fail(err, err_len, "node join: too many hosts");
+                for (size_t i = 0; i < nj->n_hosts; i++)
+                        CHECK_NAME(nj->hosts[i], HVD_WIRE_MAX_HOST, "host name");
+                return validate_ranks(nj->ranks, nj->n_ranks, nj->world_size, err, err_len);
+        }
+        case HVD__ENVELOPE__BODY_NODE_WELCOME: {
+                const Hvd__NodeWelcome *nw = env->node_welcome;
+                CHECK_NAME(nw->job_id, HVD_WIRE_MAX_JOB_ID, "job id");
+                if (nw->n_ranks == 0 || nw->n_ranks > HVD_WIRE_MAX_RANKS)
+                        return fail(err, err_len, "node welcome: rank table out of range");
+                return validate_ranks(nw->ranks, nw->n_ranks, (uint32_t) nw->n_ranks, err, err_len);
+        }
+        case HVD__ENVELOPE__BODY_NODE_READY: {
+                const Hvd__NodeReady *nr = env->node_ready;
+                CHECK_NAME(nr->job_id, HVD_WIRE_MAX_JOB_ID, "job id");
+                if (nr->n_ranks > HVD_WIRE_MAX_RANKS || nr->n_node_cached > HVD_WIRE_MAX_REQUESTS * 16)
+                        return fail(err, err_len, "node ready: too many entries");
+                for (size_t i = 0; i < nr->n_ranks; i++) {
+                        if (!nr->ranks[i]->ready)
+                                return fail(err, err_len, "node ready: rank entry without requests");
+                        int r = validate_ready(nr->ranks[i]->ready, err, err_len);
                         if (r < 0)
                                 return r;
                 }
                 return 0;
         }
-        case HVD__ENVELOPE__BODY_SCHEDULE: {
-                const Hvd__Schedule *s = env->schedule;
-                for (size_t i = 0; i < s->n_ops; i++) {
-                        const Hvd__Op *op = s->ops[i];
-                        if (op->kind <= HVD__KIND__KIND_NONE || op->kind > HVD__KIND__KIND_JOIN ||
-                            !hvd_dtype_valid(op->dtype) || !hvd_reduce_op_valid(op->reduce_op))
-                                return fail(err, err_len, "schedule: invalid operation");
-                        for (size_t j = 0; j < op->n_entries; j++) {
-                                const Hvd__Entry *e = op->entries[j];
-                                CHECK_NAME(e->name, HVD_MAX_NAME_BYTES, "tensor name");
-                                int r = validate_shape(e->shape, e->n_shape, "tensor shape", err, err_len);
-                                if (r < 0)
-                                        return r;
-                                for (size_t k = 0; k < e->n_rank_rows; k++)
-                                        if (e->rank_rows[k] < 0)
-                                                return fail(err, err_len, "schedule: negative rows");
-                                for (size_t k = 0; k < e->n_splits; k++)
-                                        if (e->splits[k] < 0)
-                                                return fail(err, err_len, "schedule: negative split");
-                        }
-                }
-                for (size_t i = 0; i < s->n_errors; i++) {
-                        CHECK_NAME(s->errors[i]->name, HVD_MAX_NAME_BYTES, "tensor name");
-                        if (strnlen(s->errors[i]->message, HVD_WIRE_MAX_TEXT + 1) > HVD_WIRE_MAX_TEXT)
-                                return fail(err, err_len, "schedule: error text too long");
-                }
+        case HVD__ENVELOPE__BODY_PING:
                 return 0;
-        }
         case HVD__ENVELOPE__BODY_ABORT:
                 if (strnlen(env->abort->reason, HVD_WIRE_MAX_TEXT + 1) > HVD_WIRE_MAX_TEXT)
                         return fail(err, err_len, "abort: reason too long");

@@ -12,6 +12,7 @@
 #include "coordinator.h"
 #include "hvd.h"
 #include "log.h"
+#include "util.h"
 
 static void help(void) {
         printf("Usage: hvd-coordinatord [OPTIONS]\n"
@@ -29,13 +30,18 @@ static void help(void) {
                "      --fusion-threshold N  Default fusion buffer size, e.g. 64M\n"
                "      --cycle-time T        Default negotiation cycle, e.g. 1ms\n"
                "      --start-timeout T     Jobs must join within T (default 30s)\n"
+               "      --peer-listen EP      Endpoint other daemons reach this one at, for\n"
+               "                            jobs that span hosts (e.g. tcp://10.0.0.1:7100;\n"
+               "                            tcp://IP:* picks a free port, written to\n"
+               "                            RUNTIME_DIR/peer.endpoint)\n"
+               "      --peer-timeout T      A silent peer daemon is lost after T (default 10s)\n"
                "  -h, --help                Show this help\n"
                "  -V, --version             Show the version\n",
                HVD_DEFAULT_CONFIG_FILE, HVD_DEFAULT_RUNTIME_DIR);
 }
 
 int main(int argc, char **argv) {
-        enum { OPT_CHECK = 0x100, OPT_FUSION, OPT_CYCLE, OPT_START };
+        enum { OPT_CHECK = 0x100, OPT_FUSION, OPT_CYCLE, OPT_START, OPT_PEER, OPT_PEER_TIMEOUT };
         static const struct option opts[] = {
                 { "foreground", no_argument, NULL, 'f' },
                 { "config", required_argument, NULL, 'c' },
@@ -45,6 +51,8 @@ int main(int argc, char **argv) {
                 { "fusion-threshold", required_argument, NULL, OPT_FUSION },
                 { "cycle-time", required_argument, NULL, OPT_CYCLE },
                 { "start-timeout", required_argument, NULL, OPT_START },
+                { "peer-listen", required_argument, NULL, OPT_PEER },
+                { "peer-timeout", required_argument, NULL, OPT_PEER_TIMEOUT },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'V' },
                 {},
@@ -53,12 +61,16 @@ int main(int argc, char **argv) {
         bool check_only = false;
         struct {
                 const char *key, *value;
-        } overrides[16];
+        } overrides[64];
         size_t n_over = 0;
         int c;
 
         hvd_log_set_ident("hvd-coordinatord");
         while ((c = getopt_long(argc, argv, "fc:r:l:hV", opts, NULL)) >= 0) {
+                if (n_over >= ELEMENTSOF(overrides)) {
+                        fprintf(stderr, "hvd-coordinatord: too many options\n");
+                        return 2;
+                }
                 switch (c) {
                 case 'f': break;
                 case 'c': config_path = optarg; break;
@@ -68,6 +80,8 @@ int main(int argc, char **argv) {
                 case OPT_FUSION: overrides[n_over].key = "fusion_threshold"; overrides[n_over++].value = optarg; break;
                 case OPT_CYCLE: overrides[n_over].key = "cycle_time"; overrides[n_over++].value = optarg; break;
                 case OPT_START: overrides[n_over].key = "start_timeout"; overrides[n_over++].value = optarg; break;
+                case OPT_PEER: overrides[n_over].key = "peer_listen"; overrides[n_over++].value = optarg; break;
+                case OPT_PEER_TIMEOUT: overrides[n_over].key = "peer_timeout"; overrides[n_over++].value = optarg; break;
                 case 'h': help(); return 0;
                 case 'V': printf("hvd-coordinatord %s\n", PACKAGE_VERSION); return 0;
                 default: fprintf(stderr, "Try 'hvd-coordinatord --help'.\n"); return 2;
