@@ -4,6 +4,14 @@ AM_TESTS_ENVIRONMENT = \
 	HVD_SRCDIR='$(abs_top_srcdir)'; export HVD_SRCDIR; \
 	PYTHON='$(PYTHON)'; export PYTHON;
 
+EXTRA_DIST += %D%/lib/launch.sh %D%/lib/launch-multi.sh %D%/lib/common.sh %D%/lib/delay_proxy.py
+
+# several nodes: daemons on loopback, and real test hosts in namespaces
+check_PROGRAMS += %D%/worker_smoke
+%C%_worker_smoke_LDADD = client/libhvd.la
+TESTS += %D%/test-multinode.sh %D%/test-netns.sh
+EXTRA_DIST += %D%/test-multinode.sh %D%/test-netns.sh
+
 include %D%/reduce.mk
 include %D%/unit.mk
 include %D%/integration.mk

@@ -1,0 +1,55 @@
+#!/bin/bash
+# test-multinode.sh — one job over three daemons on loopback (their own
+# runtime directories and peer ports), 2..6 workers spread unevenly: every
+# collective with exact results (tests/worker_smoke), including buffers
+# larger than the shared-memory slot; the training example; a host that never
+# joins (start timeout naming the host and its ranks); a killed worker on a
+# remote node (every rank told, quickly).
+set -u
+. "$HVD_SRCDIR/tests/lib/common.sh"
+multi=$HVD_SRCDIR/tests/lib/launch-multi.sh
+
+for layout in a:1,b:1 a:2,b:1 a:1,b:1,c:1 a:2,b:1,c:1 a:1,b:3,c:1 a:2,b:1,c:3; do
+        out=$("$multi" -H "$layout" -t 60 -- "$HVD_BUILDDIR/tests/worker_smoke" 2500000 2>&1) ||
+                fail "worker_smoke on $layout failed:" "$out"
+        n=$(echo "$layout" | tr ',' '\n' | awk -F: '{s += $2} END {print s}')
+        echo "$out" | grep -q "coll ok size $n" || fail "worker_smoke on $layout: no success line" "$out"
+        echo "ok: every collective exact on $layout"
+done
+
+out=$("$multi" -H a:2,b:1,c:1 -t 60 -- "$HVD_BUILDDIR/examples/train_mlp" -e 3 -q 2>&1) ||
+        fail "train_mlp over 3 hosts failed" "$out"
+echo "$out" | grep -q "final weights identical on all 4 ranks" || fail "train_mlp: no final line" "$out"
+echo "ok: training over 3 hosts"
+
+# a host that never joins
+start=$(date +%s%N)
+out=$(HVD_TEST_SKIP_HOSTS=c HVD_TEST_DAEMON_ARGS="--start-timeout 2s" \
+        "$multi" -H a:2,b:1,c:2 -t 30 -- "$HVD_BUILDDIR/tests/worker_smoke" 2>&1) && fail "a job missing host c succeeded" "$out"
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+for r in 0 1 2; do
+        echo "$out" | grep -q "^\[$r@.*start timeout: 2 of 3 hosts joined within 2.0 s; missing hosts \[c\], missing ranks \[3, 4\]" ||
+                fail "rank $r did not report the missing host and ranks" "$out"
+done
+[ "$ms" -lt 8000 ] || fail "start timeout took $ms ms"
+echo "ok: missing host reported on every rank in $ms ms"
+
+# a worker killed on a remote node
+log=$(mktemp)
+"$multi" -H a:2,b:1,c:2 -t 60 -- "$HVD_BUILDDIR/examples/train_mlp" -e 100000 -q >"$log" 2>&1 &
+lpid=$!
+for _ in $(seq 100); do
+        victim=$(pgrep -f '^[^ ]*train_mlp -e 100000' | sort -n | tail -n 1)
+        [ -n "$victim" ] && [ "$(pgrep -fc '^[^ ]*train_mlp -e 100000')" -ge 5 ] && break
+        sleep 0.1
+done
+sleep 1.5
+kill -9 "$victim"
+start=$(date +%s%N)
+wait $lpid
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+n=$(grep -c "exited without calling hvd_shutdown" "$log")
+[ "$n" -ge 4 ] || fail "only $n of 4 surviving ranks were told about the lost rank" "$(cat "$log")"
+[ "$ms" -lt 5000 ] || fail "the job took $ms ms to end after the kill"
+rm -f "$log"
+echo "ok: killed remote worker reported on every rank in $ms ms"

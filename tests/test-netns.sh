@@ -1,0 +1,76 @@
+#!/bin/bash
+# test-netns.sh — real test hosts: two network namespaces joined by a veth
+# pair, one hvd-coordinatord in each, a bandwidth limit (tc tbf) on the link
+# and 20 ms of added latency on the daemons' connection (tests/lib/
+# delay_proxy.py; this kernel has no netem). A 4-rank job (2 per host) must
+# give exact results for every collective across the real network stack.
+# Reported as skipped, with the reason, where namespaces cannot be made.
+set -u
+. "$HVD_SRCDIR/tests/lib/common.sh"
+[ "$(id -u)" -eq 0 ] || skip "creating network namespaces needs root"
+command -v ip >/dev/null || skip "ip (iproute2) is not installed"
+command -v tc >/dev/null || skip "tc (iproute2) is not installed"
+PY=${PYTHON:-/usr/bin/python3}
+
+tag=$$
+na=hvdt${tag}a nb=hvdt${tag}b va=hva${tag} vb=hvb${tag}
+net=10.213.$((tag % 250)).
+base=$(mktemp -d /tmp/hvd-netns-XXXXXX)
+pids=()
+cleanup() {
+        for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+        for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+        ip netns del "$na" 2>/dev/null
+        ip netns del "$nb" 2>/dev/null
+        rm -rf "$base"
+}
+trap cleanup EXIT
+
+err=$(ip netns add "$na" 2>&1) || skip "cannot create a network namespace: $err"
+ip netns add "$nb" || skip "cannot create a second network namespace"
+ip link add "$va" type veth peer name "$vb" || skip "cannot create a veth pair"
+ip link set "$va" netns "$na" && ip link set "$vb" netns "$nb" || fail "cannot move the veth ends"
+ip -n "$na" addr add "${net}1/24" dev "$va" && ip -n "$nb" addr add "${net}2/24" dev "$vb" || fail "addresses"
+for n in "$na" "$nb"; do ip -n "$n" link set lo up; done
+ip -n "$na" link set "$va" up && ip -n "$nb" link set "$vb" up || fail "links up"
+# 400 Mbit/s each way
+tc -n "$na" qdisc add dev "$va" root tbf rate 400mbit burst 256kb latency 100ms || skip "tc tbf is unavailable"
+tc -n "$nb" qdisc add dev "$vb" root tbf rate 400mbit burst 256kb latency 100ms || skip "tc tbf is unavailable"
+
+mkdir -p "$base/a" "$base/b"
+ip netns exec "$na" "$HVD_BUILDDIR/daemon/hvd-coordinatord" --runtime-dir "$base/a" \
+        --peer-listen "tcp://${net}1:7100" --log-level warning 2>"$base/a.log" &
+pids+=($!)
+ip netns exec "$nb" "$HVD_BUILDDIR/daemon/hvd-coordinatord" --runtime-dir "$base/b" --log-level warning \
+        2>"$base/b.log" &
+pids+=($!)
+ip netns exec "$nb" "$PY" "$HVD_SRCDIR/tests/lib/delay_proxy.py" "${net}2:7200" "${net}1:7100" 20 \
+        --max-seconds 120 >"$base/proxy.log" 2>&1 &
+pids+=($!)
+for _ in $(seq 100); do
+        [ -S "$base/a/worker.sock" ] && [ -S "$base/b/worker.sock" ] && grep -q listening "$base/proxy.log" && break
+        sleep 0.05
+done
+
+job=netns-$tag secret=0123456789abcdef
+wpids=()
+rank=0
+for h in a b; do
+        ns=$na ip=${net}1 cross=0
+        [ $h = b ] && ns=$nb ip=${net}2 cross=1
+        for l in 0 1; do
+                ip netns exec "$ns" env HVD_JOB_ID=$job HVD_JOB_SECRET=$secret HVD_RANK=$rank HVD_SIZE=4 \
+                        HVD_LOCAL_RANK=$l HVD_LOCAL_SIZE=2 HVD_CROSS_RANK=$cross HVD_CROSS_SIZE=2 HVD_HOSTS=a:2,b:2 \
+                        HVD_HOSTNAME=$h HVD_ROOT_PEER="tcp://${net}2:7200" HVD_RUNTIME_DIR="$base/$h" HVD_DATA_ADDR=$ip \
+                        timeout -k 5 90 "$HVD_BUILDDIR/tests/worker_smoke" 3000000 >"$base/rank$rank.log" 2>&1 &
+                wpids+=($!)
+                rank=$((rank + 1))
+        done
+done
+status=0
+for p in "${wpids[@]}"; do wait "$p" || status=1; done
+if [ $status -ne 0 ]; then
+        fail "the job across namespaces failed" "$(tail -n 5 "$base"/rank*.log "$base"/a.log "$base"/b.log)"
+fi
+grep -q "coll ok size 4" "$base/rank0.log" || fail "no success line" "$(cat "$base/rank0.log")"
+echo "ok: 4 ranks on 2 namespaced hosts (tbf 400 Mbit/s, 20 ms control-plane latency): every collective exact"
