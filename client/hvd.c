@@ -1005,8 +1005,17 @@ int hvd_init(void) {
                 }
                 G.data_addr[0] = 0;
                 if (G.cross_size > 1) {
+                        /* the address other hosts reach this rank at: HVD_DATA_ADDR,
+                         * else this host's name resolved, else loopback (hosts
+                         * emulated on one machine) */
                         const char *ip = hvd_getenv("DATA_ADDR", false);
-                        G.listen_fd = hvd_tcp_listen(ip ? ip : "", ip ? ip : "127.0.0.1", G.data_addr,
+                        char resolved[64] = "127.0.0.1";
+                        if (!ip) {
+                                const char *hn = hvd_getenv("HOSTNAME", false);
+                                if (hn)
+                                        hvd_tcp_resolve(hn, resolved, sizeof resolved);
+                        }
+                        G.listen_fd = hvd_tcp_listen(ip ? ip : "", ip ? ip : resolved, G.data_addr,
                                                      sizeof G.data_addr);
                         if (G.listen_fd < 0) {
                                 r = set_error(G.listen_fd, "cannot open the data-plane listener on %s: %s",

@@ -74,6 +74,19 @@ int hvd_tcp_listen(const char *bind_ip, const char *advertise_ip, char *addr, si
         return fd;
 }
 
+int hvd_tcp_resolve(const char *host, char *buf, size_t len) {
+        struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *res = NULL;
+        if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res)
+                return -ENOENT;
+        char tmp[INET_ADDRSTRLEN];
+        const struct sockaddr_in *sa = (const struct sockaddr_in *) res->ai_addr;
+        int r = inet_ntop(AF_INET, &sa->sin_addr, tmp, sizeof tmp) ? 0 : -EINVAL;
+        if (r == 0)
+                snprintf(buf, len, "%s", tmp);
+        freeaddrinfo(res);
+        return r;
+}
+
 int hvd_tcp_new(int listen_fd, int rank, int size, char *const *addrs, uint64_t job_hash, uint64_t timeout_usec,
                 hvd_wait_check_fn check, void *userdata, hvd_tcp_t **ret) {
         hvd_tcp_t *t = calloc(1, sizeof *t);

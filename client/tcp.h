@@ -17,6 +17,9 @@ typedef struct hvd_tcp hvd_tcp_t;
  * advertise_ip). Writes "ip:port" to addr. Returns the listening fd or < 0. */
 int hvd_tcp_listen(const char *bind_ip, const char *advertise_ip, char *addr, size_t addr_len);
 
+/* Resolves host to an IPv4 address string (buf untouched on failure). */
+int hvd_tcp_resolve(const char *host, char *buf, size_t len);
+
 /* Takes ownership of listen_fd (also on failure). addrs: [size] "ip:port"
  * (copied). job_hash identifies the job on every connection. */
 int hvd_tcp_new(int listen_fd, int rank, int size, char *const *addrs, uint64_t job_hash, uint64_t timeout_usec,
