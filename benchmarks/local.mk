@@ -1,3 +1,18 @@
 # Benchmarks build only for `make bench` (EXTRA_PROGRAMS), never for `make`.
+# Each prints one parseable line per result; benchmarks/run-*.sh run them
+# beside their peers (Open MPI, torch.distributed gloo) and print ratios.
 EXTRA_PROGRAMS =
 include %D%/reduce.mk
+
+EXTRA_PROGRAMS += %D%/bench_collective
+%C%_bench_collective_LDADD = client/libhvd.la
+
+# The Open MPI peer, compiled with mpicc when configure found it.
+%D%/mpi_collective: %D%/mpi_collective.c
+	$(AM_V_CC)if test -n "$(MPICC)"; then $(MPICC) -O2 -o $@ $(srcdir)/%D%/mpi_collective.c; \
+	else echo "bench: mpicc not found; install libopenmpi-dev for the MPI peer" >&2; fi
+
+bench: $(EXTRA_PROGRAMS) %D%/mpi_collective
+.PHONY: bench
+CLEANFILES += $(EXTRA_PROGRAMS) %D%/mpi_collective
+EXTRA_DIST += %D%/mpi_collective.c %D%/run-allreduce.sh %D%/gloo_collective.py

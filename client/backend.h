@@ -20,6 +20,7 @@ typedef struct hvd_xmember {
                                       reducescatter: NULL (rows = shape[0]) */
         int64_t rows;              /* reducescatter: first dimension */
         const int64_t *splits;     /* alltoall: [size * size] rows, [src][dst] */
+        void *stream;              /* GPU: the cudaStream_t the input is ready on, or NULL */
 } hvd_xmember_t;
 
 typedef struct hvd_xop {
@@ -31,6 +32,7 @@ typedef struct hvd_xop {
         const char *name;          /* first member's name, for messages */
         size_t n;
         const hvd_xmember_t *m;
+        int device;                /* HVD_DEVICE_CPU or the GPU the members live on */
         uint32_t process_set;      /* 0 = all ranks */
         const uint32_t *set_ranks; /* members (ranks), when process_set != 0 */
         size_t n_set;

@@ -1,0 +1,54 @@
+#!/usr/bin/env python3
+"""gloo_collective.py — the torch.distributed (gloo) peer of
+bench_collective: the same allreduce sweep, the same output line format
+(impl=gloo). Spawns its own ranks on this machine.
+
+    gloo_collective.py --np 2 [--min-bytes N] [--max-bytes N] [--iters N]"""
+import argparse
+import os
+import time
+
+
+def worker(rank, args, port):
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.np)
+    size = args.np
+    nbytes = args.min_bytes
+    while nbytes <= args.max_bytes:
+        count = nbytes // 4
+        if count >= size:
+            t = torch.ones(count, dtype=torch.float32)
+            n = args.iters or (200 if nbytes <= 1 << 20 else 20 if nbytes <= 16 << 20 else 5)
+            for _ in range(3):
+                dist.all_reduce(t)
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                dist.all_reduce(t)
+            dt = (time.perf_counter() - t0) / n
+            algbw = nbytes / dt / 1e9
+            if rank == 0:
+                print(f"bench=allreduce impl=gloo bytes={nbytes} np={size} time_us={dt * 1e6:.1f} "
+                      f"algbw_gbs={algbw:.3f} busbw_gbs={algbw * 2 * (size - 1) / size:.3f}", flush=True)
+        nbytes *= 2
+    dist.destroy_process_group()
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--np", type=int, default=2)
+    p.add_argument("--min-bytes", type=int, default=8)
+    p.add_argument("--max-bytes", type=int, default=64 << 20)
+    p.add_argument("--iters", type=int, default=0)
+    args = p.parse_args()
+    import torch.multiprocessing as mp
+
+    port = 20000 + os.getpid() % 20000
+    mp.spawn(worker, args=(args, port), nprocs=args.np, join=True)
+
+
+if __name__ == "__main__":
+    main()
