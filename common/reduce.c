@@ -7,12 +7,15 @@
 #include "config.h"
 
 #include <assert.h>
-#include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 
 #include "reduce-internal.h"
 #include "reduce.h"
+
+#if HVD_REDUCE_HAVE_AVX2
+#include <cpuid.h>
+#endif
 
 static const size_t dtype_sizes[_HVD_DTYPE_COUNT] = {
         [HVD_UINT8] = 1, [HVD_INT8] = 1,     [HVD_INT32] = 4,   [HVD_INT64] = 8, [HVD_FLOAT16] = 2,
@@ -35,70 +38,69 @@ bool hvd_dtype_is_float(hvd_dtype_t dt) {
         return dt == HVD_FLOAT16 || dt == HVD_BFLOAT16 || dt == HVD_FLOAT32 || dt == HVD_FLOAT64;
 }
 
-float hvd_half_to_float(uint16_t h) {
-        uint32_t sign = (uint32_t) (h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, f;
-        if (exp == 0) {
-                if (man == 0)
-                        f = sign;
-                else { /* subnormal: normalise */
-                        exp = 127 - 15 + 1;
-                        while (!(man & 0x400)) {
-                                man <<= 1;
-                                exp--;
-                        }
-                        man &= 0x3ff;
-                        f = sign | (exp << 23) | (man << 13);
-                }
-        } else if (exp == 0x1f)
-                f = sign | 0x7f800000 | (man << 13);
-        else
-                f = sign | ((exp + 127 - 15) << 23) | (man << 13);
-        float out;
-        memcpy(&out, &f, 4);
-        return out;
+/* ---- float16 / bfloat16 <-> float ----
+ * Branch-light forms (after F. Giesen's half<->float conversions); the
+ * kernels inline them. Bit for bit what F16C does, NaN included: a NaN
+ * keeps sign and top payload bits and comes out quiet. */
+
+static inline uint32_t f2u(float f) {
+        uint32_t u;
+        memcpy(&u, &f, 4);
+        return u;
+}
+static inline float u2f(uint32_t u) {
+        float f;
+        memcpy(&f, &u, 4);
+        return f;
 }
 
-uint16_t hvd_float_to_half(float v) {
-        uint32_t f;
-        memcpy(&f, &v, 4);
-        uint32_t sign = (f >> 16) & 0x8000;
-        int32_t exp = (int32_t) ((f >> 23) & 0xff) - 127 + 15;
-        uint32_t man = f & 0x7fffff;
-        if (((f >> 23) & 0xff) == 0xff) /* Inf / NaN (NaN comes out quiet, as with F16C) */
-                return (uint16_t) (sign | 0x7c00 | (man ? 0x200 | (man >> 13) : 0));
-        if (exp >= 0x1f)
-                return (uint16_t) (sign | 0x7c00);
-        if (exp <= 0) {
-                if (exp < -10)
-                        return (uint16_t) sign;
-                man |= 0x800000;
-                uint32_t shift = (uint32_t) (14 - exp);
-                uint32_t half = man >> shift, rem = man & ((1u << shift) - 1), mid = 1u << (shift - 1);
-                if (rem > mid || (rem == mid && (half & 1)))
-                        half++;
-                return (uint16_t) (sign | half);
+static inline float half_to_float(uint16_t h) {
+        uint32_t u = (uint32_t) (h & 0x7fff) << 13; /* exponent and mantissa in place */
+        uint32_t exp = u & 0x0f800000;
+        u += (127 - 15) << 23;
+        if (exp == 0x0f800000) /* Inf/NaN: exponent to 255 */
+                u += (128 - 16) << 23;
+        else if (exp == 0) /* zero/subnormal: renormalise through the FPU (exact) */
+                u = f2u(u2f(u + (1 << 23)) - u2f(113u << 23));
+        return u2f(u | (uint32_t) (h & 0x8000) << 16);
+}
+
+static inline uint16_t float_to_half(float v) {
+        uint32_t u = f2u(v), sign = (u >> 16) & 0x8000, h;
+        u &= 0x7fffffff;
+        if (u >= (127u + 16) << 23) /* >= 65536, Inf or NaN */
+                h = u > 0x7f800000 ? 0x7e00 | ((u >> 13) & 0x3ff) : 0x7c00;
+        else if (u < 113u << 23) /* result subnormal or 0: let the FPU round (exact, RNE) */
+                h = f2u(u2f(u) + 0.5f) - f2u(0.5f);
+        else { /* rebias, round to nearest even: + 0xfff + lowest kept bit */
+                u += ((uint32_t) (15 - 127) << 23) + 0xfff + ((u >> 13) & 1);
+                h = u >> 13; /* a carry into the exponent is right, up to Inf */
         }
-        uint32_t half = sign | ((uint32_t) exp << 10) | (man >> 13);
-        uint32_t rem = man & 0x1fff;
-        if (rem > 0x1000 || (rem == 0x1000 && (half & 1)))
-                half++; /* may carry into the exponent: still correct */
-        return (uint16_t) half;
+        return (uint16_t) (h | sign);
 }
 
-float hvd_bf16_to_float(uint16_t h) {
-        uint32_t f = (uint32_t) h << 16;
-        float out;
-        memcpy(&out, &f, 4);
-        return out;
+static inline float bf16_to_float(uint16_t h) {
+        return u2f((uint32_t) h << 16);
 }
 
-uint16_t hvd_float_to_bf16(float v) {
-        uint32_t f;
-        memcpy(&f, &v, 4);
-        if ((f & 0x7f800000) == 0x7f800000 && (f & 0x7fffff))
+static inline uint16_t float_to_bf16(float v) {
+        uint32_t f = f2u(v);
+        if ((f & 0x7fffffff) > 0x7f800000) /* NaN: keep it, make it quiet */
                 return (uint16_t) ((f >> 16) | 0x40);
-        f += 0x7fff + ((f >> 16) & 1);
-        return (uint16_t) (f >> 16);
+        return (uint16_t) ((f + 0x7fff + ((f >> 16) & 1)) >> 16);
+}
+
+float hvd_half_to_float(uint16_t h) {
+        return half_to_float(h);
+}
+uint16_t hvd_float_to_half(float f) {
+        return float_to_half(f);
+}
+float hvd_bf16_to_float(uint16_t h) {
+        return bf16_to_float(h);
+}
+uint16_t hvd_float_to_bf16(float f) {
+        return float_to_bf16(f);
 }
 
 /* ---- portable kernels ----
@@ -106,15 +108,16 @@ uint16_t hvd_float_to_bf16(float v) {
  * Each (dtype, op) pair is one function. Elements go in blocks of BLOCK:
  * the block's accumulators live in a local array, every source is folded
  * into it in order, then dst is written once — which is what makes dst ==
- * srcs[k] safe. Full blocks use a constant trip count so compilers can
- * vectorise them for the baseline ISA without alias checks. Integer SUM and
- * PRODUCT wrap (done in the unsigned type, so no signed overflow);
- * MIN/MAX keep the running value unless the new one is strictly
+ * srcs[k] safe. Full blocks have a constant trip count and no branches so
+ * compilers can vectorise them for the baseline ISA without alias checks.
+ * Integer SUM and PRODUCT wrap (done in the unsigned type, so no signed
+ * overflow); MIN/MAX keep the running value unless the new one is strictly
  * smaller/larger (a NaN in srcs[0] stays, a later one is ignored; ±0 keeps
- * the first). */
+ * the first). With MXCSR.DAZ set, MIN/MAX over subnormals may give the
+ * subnormal here and a zero of the same sign in reduce_avx2.c: equal values. */
 #define BLOCK 64
 
-#define BLOCK_BODY(T, AT, M, LOAD, COMBINE, STORE)                                    \
+#define BLOCK_BODY(T, M, LOAD, COMBINE, STORE, SSTORE)                                \
         do {                                                                          \
                 const T *p_ = (const T *) srcs[0] + i;                                \
                 for (size_t j = 0; j < (M); j++)                                      \
@@ -124,12 +127,17 @@ uint16_t hvd_float_to_bf16(float v) {
                         for (size_t j = 0; j < (M); j++)                              \
                                 acc[j] = COMBINE(acc[j], LOAD(p_[j]));                \
                 }                                                                     \
-                for (size_t j = 0; j < (M); j++)                                      \
-                        dst[i + j] = STORE(acc[j]);                                   \
+                if (scaled)                                                           \
+                        for (size_t j = 0; j < (M); j++)                              \
+                                dst[i + j] = SSTORE(acc[j]);                          \
+                else                                                                  \
+                        for (size_t j = 0; j < (M); j++)                              \
+                                dst[i + j] = STORE(acc[j]);                           \
         } while (0)
 
-/* STORE expressions may use `scaled`, `scale` and `sf` */
-#define DEF_KERNEL(NAME, T, AT, LOAD, COMBINE, STORE)                                         \
+/* STORE writes an unscaled result, SSTORE a scaled one; they may use
+ * `scale` and `sf` */
+#define DEF_KERNEL(NAME, T, AT, LOAD, COMBINE, STORE, SSTORE)                                 \
         static void NAME(void *dst_, const void *const *srcs, size_t n, size_t count,      \
                          double scale) {                                                      \
                 T *dst = dst_;                                                                \
@@ -137,12 +145,11 @@ uint16_t hvd_float_to_bf16(float v) {
                 const float sf = (float) scale;                                               \
                 AT acc[BLOCK];                                                                \
                 size_t i = 0;                                                                 \
-                (void) scaled;                                                                \
                 (void) sf;                                                                    \
                 for (; count - i >= BLOCK; i += BLOCK)                                        \
-                        BLOCK_BODY(T, AT, BLOCK, LOAD, COMBINE, STORE);                       \
+                        BLOCK_BODY(T, BLOCK, LOAD, COMBINE, STORE, SSTORE);                   \
                 if (i < count)                                                                \
-                        BLOCK_BODY(T, AT, count - i, LOAD, COMBINE, STORE);                   \
+                        BLOCK_BODY(T, count - i, LOAD, COMBINE, STORE, SSTORE);               \
         }
 
 #define ID(x) (x)
@@ -152,7 +159,8 @@ uint16_t hvd_float_to_bf16(float v) {
 #define C_MAX(a, b) ((b) > (a) ? (b) : (a))
 
 /* Integers. UT: same-width unsigned type for wrapping SUM/PRODUCT; MT: at
- * least as wide as unsigned int, so the product never promotes to int. */
+ * least as wide as unsigned int, so the product never promotes to int.
+ * Scaled: (double) value * scale, saturated (hvd_reduce_clamp), truncated. */
 #define DEF_INT(SUF, T, UT, MT, LO, HI)                                                         \
         static inline UT SUF##_ld(T v) {                                                          \
                 return (UT) v;                                                                    \
@@ -163,32 +171,32 @@ uint16_t hvd_float_to_bf16(float v) {
         static inline UT SUF##_mul(UT a, UT b) {                                                  \
                 return (UT) ((MT) a * (MT) b);                                                    \
         }                                                                                         \
-        static inline T SUF##_st(T v, bool scaled, double scale) {                                \
-                return scaled ? (T) hvd_reduce_clamp((double) v * scale, LO, HI) : v;             \
+        static inline T SUF##_scaled(T v, double scale) {                                         \
+                return (T) hvd_reduce_clamp((double) v * scale, LO, HI);                          \
         }                                                                                         \
-        DEF_KERNEL(SUF##_sum, T, UT, SUF##_ld, SUF##_add, SUF##_stu)                              \
-        DEF_KERNEL(SUF##_prod, T, UT, SUF##_ld, SUF##_mul, SUF##_stu)                             \
-        DEF_KERNEL(SUF##_min, T, T, ID, C_MIN, SUF##_stt)                                         \
-        DEF_KERNEL(SUF##_max, T, T, ID, C_MAX, SUF##_stt)
+        DEF_KERNEL(SUF##_sum, T, UT, SUF##_ld, SUF##_add, (T), SUF##_ssu)                         \
+        DEF_KERNEL(SUF##_prod, T, UT, SUF##_ld, SUF##_mul, (T), SUF##_ssu)                        \
+        DEF_KERNEL(SUF##_min, T, T, ID, C_MIN, ID, SUF##_sst)                                     \
+        DEF_KERNEL(SUF##_max, T, T, ID, C_MAX, ID, SUF##_sst)
 
-/* the store expressions of the integer kernels (need the locals of DEF_KERNEL) */
-#define u8_stu(a) u8_st((uint8_t) (a), scaled, scale)
-#define u8_stt(a) u8_st((a), scaled, scale)
-#define i8_stu(a) i8_st((int8_t) (a), scaled, scale)
-#define i8_stt(a) i8_st((a), scaled, scale)
-#define i16_stu(a) i16_st((int16_t) (a), scaled, scale)
-#define i16_stt(a) i16_st((a), scaled, scale)
-#define i32_stu(a) i32_st((int32_t) (a), scaled, scale)
-#define i32_stt(a) i32_st((a), scaled, scale)
-#define i64_stu(a) i64_st((int64_t) (a), scaled, scale)
-#define i64_stt(a) i64_st((a), scaled, scale)
+/* the scaled stores of the integer kernels (need `scale` from DEF_KERNEL) */
+#define u8_ssu(a) u8_scaled((uint8_t) (a), scale)
+#define u8_sst(a) u8_scaled((a), scale)
+#define i8_ssu(a) i8_scaled((int8_t) (a), scale)
+#define i8_sst(a) i8_scaled((a), scale)
+#define i16_ssu(a) i16_scaled((int16_t) (a), scale)
+#define i16_sst(a) i16_scaled((a), scale)
+#define i32_ssu(a) i32_scaled((int32_t) (a), scale)
+#define i32_sst(a) i32_scaled((a), scale)
+#define i64_ssu(a) hvd_reduce_scale_i64((int64_t) (a), scale)
+#define i64_sst(a) hvd_reduce_scale_i64((a), scale)
 
 DEF_INT(u8, uint8_t, uint8_t, uint32_t, 0.0, 255.0)
 DEF_INT(i8, int8_t, uint8_t, uint32_t, -128.0, 127.0)
 DEF_INT(i16, int16_t, uint16_t, uint32_t, -32768.0, 32767.0)
 DEF_INT(i32, int32_t, uint32_t, uint32_t, -2147483648.0, 2147483647.0)
 
-/* int64 has no exact double bounds: its own saturating conversion */
+/* int64 has no exact double bounds: hvd_reduce_scale_i64() saturates */
 static inline uint64_t i64_ld(int64_t v) {
         return (uint64_t) v;
 }
@@ -198,44 +206,41 @@ static inline uint64_t i64_add(uint64_t a, uint64_t b) {
 static inline uint64_t i64_mul(uint64_t a, uint64_t b) {
         return a * b;
 }
-static inline int64_t i64_st(int64_t v, bool scaled, double scale) {
-        return scaled ? hvd_reduce_scale_i64(v, scale) : v;
-}
-DEF_KERNEL(i64_sum, int64_t, uint64_t, i64_ld, i64_add, i64_stu)
-DEF_KERNEL(i64_prod, int64_t, uint64_t, i64_ld, i64_mul, i64_stu)
-DEF_KERNEL(i64_min, int64_t, int64_t, ID, C_MIN, i64_stt)
-DEF_KERNEL(i64_max, int64_t, int64_t, ID, C_MAX, i64_stt)
+DEF_KERNEL(i64_sum, int64_t, uint64_t, i64_ld, i64_add, (int64_t), i64_ssu)
+DEF_KERNEL(i64_prod, int64_t, uint64_t, i64_ld, i64_mul, (int64_t), i64_ssu)
+DEF_KERNEL(i64_min, int64_t, int64_t, ID, C_MIN, ID, i64_sst)
+DEF_KERNEL(i64_max, int64_t, int64_t, ID, C_MAX, ID, i64_sst)
 
-#define F32_ST(a) (scaled ? (a) * sf : (a))
-DEF_KERNEL(f32_sum, float, float, ID, C_SUM, F32_ST)
-DEF_KERNEL(f32_prod, float, float, ID, C_PROD, F32_ST)
-DEF_KERNEL(f32_min, float, float, ID, C_MIN, F32_ST)
-DEF_KERNEL(f32_max, float, float, ID, C_MAX, F32_ST)
+#define F32_SST(a) ((a) * sf)
+DEF_KERNEL(f32_sum, float, float, ID, C_SUM, ID, F32_SST)
+DEF_KERNEL(f32_prod, float, float, ID, C_PROD, ID, F32_SST)
+DEF_KERNEL(f32_min, float, float, ID, C_MIN, ID, F32_SST)
+DEF_KERNEL(f32_max, float, float, ID, C_MAX, ID, F32_SST)
 
-#define F64_ST(a) (scaled ? (a) * scale : (a))
-DEF_KERNEL(f64_sum, double, double, ID, C_SUM, F64_ST)
-DEF_KERNEL(f64_prod, double, double, ID, C_PROD, F64_ST)
-DEF_KERNEL(f64_min, double, double, ID, C_MIN, F64_ST)
-DEF_KERNEL(f64_max, double, double, ID, C_MAX, F64_ST)
+#define F64_SST(a) ((a) * scale)
+DEF_KERNEL(f64_sum, double, double, ID, C_SUM, ID, F64_SST)
+DEF_KERNEL(f64_prod, double, double, ID, C_PROD, ID, F64_SST)
+DEF_KERNEL(f64_min, double, double, ID, C_MIN, ID, F64_SST)
+DEF_KERNEL(f64_max, double, double, ID, C_MAX, ID, F64_SST)
 
-#define F16_ST(a) hvd_float_to_half(F32_ST(a))
-DEF_KERNEL(f16_sum, uint16_t, float, hvd_half_to_float, C_SUM, F16_ST)
-DEF_KERNEL(f16_prod, uint16_t, float, hvd_half_to_float, C_PROD, F16_ST)
-DEF_KERNEL(f16_min, uint16_t, float, hvd_half_to_float, C_MIN, F16_ST)
-DEF_KERNEL(f16_max, uint16_t, float, hvd_half_to_float, C_MAX, F16_ST)
+#define F16_SST(a) float_to_half((a) * sf)
+DEF_KERNEL(f16_sum, uint16_t, float, half_to_float, C_SUM, float_to_half, F16_SST)
+DEF_KERNEL(f16_prod, uint16_t, float, half_to_float, C_PROD, float_to_half, F16_SST)
+DEF_KERNEL(f16_min, uint16_t, float, half_to_float, C_MIN, float_to_half, F16_SST)
+DEF_KERNEL(f16_max, uint16_t, float, half_to_float, C_MAX, float_to_half, F16_SST)
 
-#define BF16_ST(a) hvd_float_to_bf16(F32_ST(a))
-DEF_KERNEL(bf16_sum, uint16_t, float, hvd_bf16_to_float, C_SUM, BF16_ST)
-DEF_KERNEL(bf16_prod, uint16_t, float, hvd_bf16_to_float, C_PROD, BF16_ST)
-DEF_KERNEL(bf16_min, uint16_t, float, hvd_bf16_to_float, C_MIN, BF16_ST)
-DEF_KERNEL(bf16_max, uint16_t, float, hvd_bf16_to_float, C_MAX, BF16_ST)
+#define BF16_SST(a) float_to_bf16((a) * sf)
+DEF_KERNEL(bf16_sum, uint16_t, float, bf16_to_float, C_SUM, float_to_bf16, BF16_SST)
+DEF_KERNEL(bf16_prod, uint16_t, float, bf16_to_float, C_PROD, float_to_bf16, BF16_SST)
+DEF_KERNEL(bf16_min, uint16_t, float, bf16_to_float, C_MIN, float_to_bf16, BF16_SST)
+DEF_KERNEL(bf16_max, uint16_t, float, bf16_to_float, C_MAX, float_to_bf16, BF16_SST)
 
-/* bool: SUM/MAX = or, MIN/PRODUCT = and; any non-zero byte is true */
+/* bool: SUM/MAX = or, MIN/PRODUCT = and; any non-zero byte is true; never scaled */
 #define B_LD(v) ((uint8_t) ((v) != 0))
 #define B_OR(a, b) ((uint8_t) ((a) | (b)))
 #define B_AND(a, b) ((uint8_t) ((a) & (b)))
-DEF_KERNEL(b_or, uint8_t, uint8_t, B_LD, B_OR, ID)
-DEF_KERNEL(b_and, uint8_t, uint8_t, B_LD, B_AND, ID)
+DEF_KERNEL(b_or, uint8_t, uint8_t, B_LD, B_OR, ID, ID)
+DEF_KERNEL(b_and, uint8_t, uint8_t, B_LD, B_AND, ID, ID)
 
 typedef void (*kernel_fn)(void *dst, const void *const *srcs, size_t n, size_t count,
                           double scale);
@@ -251,19 +256,23 @@ static const kernel_fn generic_kernels[_HVD_DTYPE_COUNT][4] = {
 
 /* ---- run-time choice ---- */
 
+static atomic_bool forced_generic = false;
+
+#if HVD_REDUCE_HAVE_AVX2
 enum { IMPL_UNKNOWN, IMPL_GENERIC, IMPL_AVX2 };
 static atomic_int detected_impl = IMPL_UNKNOWN;
-static atomic_bool forced_generic = false;
+#endif
 
 bool hvd_reduce_cpu_has_avx2(void) {
 #if HVD_REDUCE_HAVE_AVX2
         int impl = atomic_load_explicit(&detected_impl, memory_order_relaxed);
         if (impl == IMPL_UNKNOWN) {
-                /* libgcc's cpu model also checks that the OS saves the YMM state */
+                /* the cpu model also checks that the OS saves the YMM state;
+                 * F16C (not a __builtin_cpu_supports name everywhere) from CPUID.1:ECX[29] */
+                unsigned eax, ebx, ecx = 0, edx;
                 __builtin_cpu_init();
-                impl = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c")
-                               ? IMPL_AVX2
-                               : IMPL_GENERIC;
+                bool f16c = __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29));
+                impl = __builtin_cpu_supports("avx2") && f16c ? IMPL_AVX2 : IMPL_GENERIC;
                 atomic_store_explicit(&detected_impl, impl, memory_order_relaxed);
         }
         return impl == IMPL_AVX2;

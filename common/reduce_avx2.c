@@ -13,6 +13,8 @@
 
 #include <immintrin.h>
 
+#include "util.h"
+
 #define AVX2 __attribute__((target("avx2,f16c")))
 #define INLINE static inline __attribute__((always_inline)) AVX2
 
@@ -53,13 +55,28 @@
         } while (0)
 
 /* One always-inlined body per dtype, instantiated once per op by a switch
- * so that `op` is a constant inside each copy. */
+ * so that `op` is a constant inside each copy. SUM, the hot case, also
+ * gets `scaled` as a constant, and unscaled 2-source SUM (a ring step:
+ * dst = dst + incoming) a constant source count, so its loops unroll. */
 #define DISPATCH_OPS(BODY)                                                                      \
         switch (op) {                                                                           \
-        case HVD_REDUCE_MIN: BODY(HVD_REDUCE_MIN, dst_, srcs, n, count, scale); break;          \
-        case HVD_REDUCE_MAX: BODY(HVD_REDUCE_MAX, dst_, srcs, n, count, scale); break;          \
-        case HVD_REDUCE_PRODUCT: BODY(HVD_REDUCE_PRODUCT, dst_, srcs, n, count, scale); break;  \
-        default: BODY(HVD_REDUCE_SUM, dst_, srcs, n, count, scale); break;                      \
+        case HVD_REDUCE_MIN:                                                                    \
+                BODY(HVD_REDUCE_MIN, scale != 1.0, dst_, srcs, n, count, scale);                \
+                break;                                                                          \
+        case HVD_REDUCE_MAX:                                                                    \
+                BODY(HVD_REDUCE_MAX, scale != 1.0, dst_, srcs, n, count, scale);                \
+                break;                                                                          \
+        case HVD_REDUCE_PRODUCT:                                                                \
+                BODY(HVD_REDUCE_PRODUCT, scale != 1.0, dst_, srcs, n, count, scale);            \
+                break;                                                                          \
+        default:                                                                                \
+                if (scale != 1.0)                                                               \
+                        BODY(HVD_REDUCE_SUM, true, dst_, srcs, n, count, scale);                \
+                else if (n == 2)                                                                \
+                        BODY(HVD_REDUCE_SUM, false, dst_, srcs, 2, count, scale);               \
+                else                                                                            \
+                        BODY(HVD_REDUCE_SUM, false, dst_, srcs, n, count, scale);               \
+                break;                                                                          \
         }
 
 #define ID(x) (x)
@@ -94,22 +111,52 @@ INLINE void f16_store(uint16_t *p, __m256 v) {
         _mm_storeu_si128((__m128i *) p, _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT));
 }
 
-INLINE __m256 bf16_load(const uint16_t *p) {
-        __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i *) p));
-        return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+/* bfloat16 goes 16 elements at a time as two float vectors: the even
+ * elements shifted up, the odd ones masked in place. Lanes are permuted
+ * the same way for every source, and bf16_store() undoes it, so no
+ * cross-lane shuffles. */
+typedef struct {
+        __m256 even, odd;
+} bf16x16;
+
+INLINE bf16x16 bf16_load(const uint16_t *p) {
+        __m256i x = _mm256_loadu_si256((const __m256i *) p);
+        __m256i odd = _mm256_and_si256(x, _mm256_set1_epi32((int) 0xffff0000));
+        __m256i even = _mm256_slli_epi32(x, 16);
+        return (bf16x16) { _mm256_castsi256_ps(even), _mm256_castsi256_ps(odd) };
 }
-/* hvd_float_to_bf16() on 8 lanes: NaN keeps its top bits and turns quiet,
- * everything else rounds to nearest even (overflow becomes Inf). */
-INLINE void bf16_store(uint16_t *p, __m256 v) {
+/* hvd_float_to_bf16() on 8 lanes, the result in the top 16 bits of each:
+ * round to nearest even (overflow becomes Inf); with `nan`, NaN lanes
+ * keep their top bits and turn quiet instead. */
+INLINE __m256i bf16_round(__m256 v, bool nan) {
         __m256i f = _mm256_castps_si256(v);
-        __m256i abs = _mm256_and_si256(f, _mm256_set1_epi32(0x7fffffff));
-        __m256i nan = _mm256_cmpgt_epi32(abs, _mm256_set1_epi32(0x7f800000));
         __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(f, 16), _mm256_set1_epi32(1));
-        __m256i rnd = _mm256_add_epi32(f, _mm256_add_epi32(lsb, _mm256_set1_epi32(0x7fff)));
+        __m256i rnd = _mm256_add_epi32(_mm256_add_epi32(f, _mm256_set1_epi32(0x7fff)), lsb);
+        if (!nan)
+                return rnd;
+        __m256i isnan = _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q));
         __m256i qnan = _mm256_or_si256(f, _mm256_set1_epi32(0x400000));
-        __m256i r = _mm256_srli_epi32(_mm256_blendv_epi8(rnd, qnan, nan), 16);
-        __m128i lo = _mm256_castsi256_si128(r), hi = _mm256_extracti128_si256(r, 1);
-        _mm_storeu_si128((__m128i *) p, _mm_packus_epi32(lo, hi));
+        return _mm256_blendv_epi8(rnd, qnan, isnan);
+}
+INLINE void bf16_store(uint16_t *p, bf16x16 v) {
+        /* NaN is rare: one compare checks both halves for it */
+        __m256 any = _mm256_cmp_ps(v.even, v.odd, _CMP_UNORD_Q);
+        __m256i even, odd;
+        if (_likely_(_mm256_testz_ps(any, any))) {
+                even = bf16_round(v.even, false);
+                odd = bf16_round(v.odd, false);
+        } else {
+                even = bf16_round(v.even, true);
+                odd = bf16_round(v.odd, true);
+        }
+        __m256i r = _mm256_blend_epi16(_mm256_srli_epi32(even, 16), odd, 0xaa);
+        _mm256_storeu_si256((__m256i *) p, r);
+}
+INLINE bf16x16 bf16_op(hvd_reduce_op_t op, bf16x16 a, bf16x16 b) {
+        return (bf16x16) { ps_op(op, a.even, b.even), ps_op(op, a.odd, b.odd) };
+}
+INLINE bf16x16 bf16_scale(bf16x16 a, __m256 s) {
+        return (bf16x16) { _mm256_mul_ps(a.even, s), _mm256_mul_ps(a.odd, s) };
 }
 
 #define PS_OPV(a, b) ps_op(op, a, b)
@@ -119,10 +166,9 @@ INLINE void bf16_store(uint16_t *p, __m256 v) {
 
 #define F32_LOADV(p) _mm256_loadu_ps(p)
 #define F32_STOREV(p, v) _mm256_storeu_ps(p, SCALE_PS(v))
-INLINE void f32_body(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n,
-                     size_t count, double scale) {
+INLINE void f32_body(hvd_reduce_op_t op, bool scaled, void *dst_, const void *const *srcs,
+                     size_t n, size_t count, double scale) {
         float *dst = dst_;
-        const bool scaled = scale != 1.0;
         const float sf = (float) scale;
         const __m256 vs = _mm256_set1_ps(sf);
         KERNEL_LOOP(float, __m256, 8, F32_LOADV, PS_OPV, F32_STOREV, float, ID, SS_OPS, SCALE_SS);
@@ -134,10 +180,9 @@ AVX2 static void f32_kernel(hvd_reduce_op_t op, void *dst_, const void *const *s
 
 #define F16_STOREV(p, v) f16_store(p, SCALE_PS(v))
 #define F16_STORES(a) hvd_float_to_half(SCALE_SS(a))
-INLINE void f16_body(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n,
-                     size_t count, double scale) {
+INLINE void f16_body(hvd_reduce_op_t op, bool scaled, void *dst_, const void *const *srcs,
+                     size_t n, size_t count, double scale) {
         uint16_t *dst = dst_;
-        const bool scaled = scale != 1.0;
         const float sf = (float) scale;
         const __m256 vs = _mm256_set1_ps(sf);
         KERNEL_LOOP(uint16_t, __m256, 8, f16_load, PS_OPV, F16_STOREV, float, hvd_half_to_float,
@@ -148,16 +193,16 @@ AVX2 static void f16_kernel(hvd_reduce_op_t op, void *dst_, const void *const *s
         DISPATCH_OPS(f16_body)
 }
 
-#define BF16_STOREV(p, v) bf16_store(p, SCALE_PS(v))
+#define BF16_OPV(a, b) bf16_op(op, a, b)
+#define BF16_STOREV(p, v) bf16_store(p, scaled ? bf16_scale(v, vs) : (v))
 #define BF16_STORES(a) hvd_float_to_bf16(SCALE_SS(a))
-INLINE void bf16_body(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n,
-                      size_t count, double scale) {
+INLINE void bf16_body(hvd_reduce_op_t op, bool scaled, void *dst_, const void *const *srcs,
+                      size_t n, size_t count, double scale) {
         uint16_t *dst = dst_;
-        const bool scaled = scale != 1.0;
         const float sf = (float) scale;
         const __m256 vs = _mm256_set1_ps(sf);
-        KERNEL_LOOP(uint16_t, __m256, 8, bf16_load, PS_OPV, BF16_STOREV, float, hvd_bf16_to_float,
-                    SS_OPS, BF16_STORES);
+        KERNEL_LOOP(uint16_t, bf16x16, 16, bf16_load, BF16_OPV, BF16_STOREV, float,
+                    hvd_bf16_to_float, SS_OPS, BF16_STORES);
 }
 AVX2 static void bf16_kernel(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n,
                              size_t count, double scale) {
@@ -187,10 +232,9 @@ INLINE double sd_op(hvd_reduce_op_t op, double a, double b) {
 #define F64_LOADV(p) _mm256_loadu_pd(p)
 #define F64_STOREV(p, v) _mm256_storeu_pd(p, scaled ? _mm256_mul_pd(v, vd) : (v))
 #define F64_STORES(a) (scaled ? (a) * scale : (a))
-INLINE void f64_body(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n,
-                     size_t count, double scale) {
+INLINE void f64_body(hvd_reduce_op_t op, bool scaled, void *dst_, const void *const *srcs,
+                     size_t n, size_t count, double scale) {
         double *dst = dst_;
-        const bool scaled = scale != 1.0;
         const __m256d vd = _mm256_set1_pd(scale);
         KERNEL_LOOP(double, __m256d, 4, F64_LOADV, PD_OPV, F64_STOREV, double, ID, SD_OPS,
                     F64_STORES);
@@ -343,10 +387,9 @@ INLINE void i64_store(int64_t *p, __m256i v, bool scaled, double scale) {
 }
 
 #define DEF_INT_KERNEL(SUF, T, W, LO, HI)                                                       \
-        INLINE void SUF##_body(hvd_reduce_op_t op, void *dst_, const void *const *srcs,         \
-                               size_t n, size_t count, double scale) {                          \
+        INLINE void SUF##_body(hvd_reduce_op_t op, bool scaled, void *dst_,                     \
+                               const void *const *srcs, size_t n, size_t count, double scale) { \
                 T *dst = dst_;                                                                  \
-                const bool scaled = scale != 1.0;                                               \
                 const __m256d vs = _mm256_set1_pd(scale), vlo = _mm256_set1_pd(LO),             \
                               vhi = _mm256_set1_pd(HI);                                         \
                 (void) vs, (void) vlo, (void) vhi; /* int64 scales lane by lane */              \
@@ -357,7 +400,8 @@ INLINE void i64_store(int64_t *p, __m256i v, bool scaled, double scale) {
                                       size_t n, size_t count, double scale) {                   \
                 DISPATCH_OPS(SUF##_body)                                                        \
         }
-#define INT_STORES(T, a, LO, HI) (scaled ? (T) hvd_reduce_clamp((double) (a) * scale, LO, HI) : (a))
+#define INT_STORES(T, a, LO, HI) \
+        (scaled ? (T) hvd_reduce_clamp((double) (a) * scale, LO, HI) : (a))
 
 #define u8_OPV(a, b) u8_op(op, a, b)
 #define u8_OPS(a, b) u8_sop(op, a, b)
@@ -394,22 +438,23 @@ DEF_INT_KERNEL(i64, int64_t, 4, 0.0, 0.0)
 #define B_LOADV(p) _mm256_cmpeq_epi8(SI_LOADV(p), _mm256_setzero_si256())
 /* or: zero only if all are zero; and: zero if any is zero */
 #define B_OPV(a, b) (is_and ? _mm256_or_si256(a, b) : _mm256_and_si256(a, b))
-#define B_STOREV(p, z) _mm256_storeu_si256((__m256i *) (p), _mm256_andnot_si256(z, _mm256_set1_epi8(1)))
+#define B_STOREV(p, z) \
+        _mm256_storeu_si256((__m256i *) (p), _mm256_andnot_si256(z, _mm256_set1_epi8(1)))
 #define B_LOADS(v) ((uint8_t) ((v) != 0))
 #define B_OPS(a, b) ((uint8_t) (is_and ? (a) & (b) : (a) | (b)))
 INLINE void bool_body(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n,
-                      size_t count, double scale) {
+                      size_t count) {
         uint8_t *dst = dst_;
         const bool is_and = op == HVD_REDUCE_MIN || op == HVD_REDUCE_PRODUCT;
-        (void) scale;
         KERNEL_LOOP(uint8_t, __m256i, 32, B_LOADV, B_OPV, B_STOREV, uint8_t, B_LOADS, B_OPS, ID);
 }
 AVX2 static void bool_kernel(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n,
                              size_t count, double scale) {
+        (void) scale; /* bool is never scaled */
         if (op == HVD_REDUCE_MIN || op == HVD_REDUCE_PRODUCT)
-                bool_body(HVD_REDUCE_MIN, dst_, srcs, n, count, scale);
+                bool_body(HVD_REDUCE_MIN, dst_, srcs, n, count);
         else
-                bool_body(HVD_REDUCE_SUM, dst_, srcs, n, count, scale);
+                bool_body(HVD_REDUCE_SUM, dst_, srcs, n, count);
 }
 
 typedef void (*kernel_fn)(hvd_reduce_op_t op, void *dst, const void *const *srcs, size_t n,
