@@ -13,6 +13,5 @@ EXTRA_PROGRAMS += %D%/bench_collective
 	else echo "bench: mpicc not found; install libopenmpi-dev for the MPI peer" >&2; fi
 
 bench: $(EXTRA_PROGRAMS) %D%/mpi_collective
-.PHONY: bench
 CLEANFILES += $(EXTRA_PROGRAMS) %D%/mpi_collective
 EXTRA_DIST += %D%/mpi_collective.c %D%/run-allreduce.sh %D%/gloo_collective.py

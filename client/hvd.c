@@ -7,6 +7,7 @@
  * in-flight table and every handle; it is never held across I/O. */
 #include "config.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
@@ -22,6 +23,7 @@
 #include <zmq.h>
 
 #include "backend.h"
+#include "gpu_module.h"
 #include "tcp.h"
 #include "conf.h"
 #include "hvd.h"
@@ -66,6 +68,7 @@ typedef struct entry {
         params_t p;
         const void *in;
         void *out;
+        void *stream; /* GPU: where the input is ready */
         /* outputs allocated by hvd */
         void *alloc;
         size_t alloc_bytes;
@@ -136,7 +139,28 @@ static struct {
         .listen_fd = -1,
 };
 
+/* The GPU data plane: a module loaded at hvd_init when it is installed
+ * (see gpu_module.h). All of it is the background thread's after init. */
+typedef struct gpu_pending {
+        hvd_gpu_op_t *op;
+        entry_t **entries;
+        size_t n;
+} gpu_pending_t;
+
+static struct {
+        void *dl;
+        const hvd_gpu_module_t *mod;
+        int devices;
+        char why[512]; /* why there is no GPU data plane */
+        hvd_gpu_t *g;
+        gpu_pending_t *pending;
+        size_t n_pending, cap_pending;
+} GPU;
+
 static __thread char last_error[ERRLEN];
+
+static bool gpu_poll(void);
+static int gpu_enqueue(const hvd_xop_t *x, entry_t **em, char *err, size_t err_len);
 
 static int set_error(int r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int set_error(int r, const char *fmt, ...) {
@@ -234,6 +258,8 @@ static void job_aborted(int code, const char *reason) {
         pthread_mutex_unlock(&G.lock);
         if (G.backend)
                 hvd_backend_abort(G.backend, reason);
+        if (GPU.g)
+                GPU.mod->abort(GPU.g);
 }
 
 /* ---- the background thread ---- */
@@ -435,7 +461,15 @@ static int prepare_member(const Hvd__Op *op, const Hvd__Entry *en, hvd_xmember_t
         }
         x->in = e->in;
         x->out = e->out;
+        x->stream = e->stream;
         size_t es = hvd_dtype_size(op->dtype);
+        if (op->device >= 0 && (op->kind == HVD__KIND__KIND_ALLGATHER || op->kind == HVD__KIND__KIND_ALLTOALL ||
+                                op->kind == HVD__KIND__KIND_REDUCESCATTER)) {
+                snprintf(err, err_len, "%s '%s' on a GPU: outputs allocated by hvd are host memory; not supported",
+                         op->kind == HVD__KIND__KIND_ALLGATHER ? "allgather" : op->kind == HVD__KIND__KIND_ALLTOALL ? "alltoall" : "reducescatter",
+                         name);
+                return -EOPNOTSUPP;
+        }
         uint64_t out_elems = 0;
         int64_t rows0 = 0;
         switch (op->kind) {
@@ -494,14 +528,16 @@ static int execute_schedule(const Hvd__Schedule *s) {
                         entry_complete(e, te->code < 0 ? te->code : HVD_EMISMATCH, te->message);
                 pthread_mutex_unlock(&G.lock);
         }
+        bool in_group = false;
         for (size_t i = 0; i < s->n_ops; i++) {
                 const Hvd__Op *op = s->ops[i];
+                bool gpu = op->device >= 0;
                 bool joined = false;
                 for (size_t k = 0; k < op->n_joined; k++)
                         if ((int) op->joined[k] == G.rank)
                                 joined = true;
                 hvd_xmember_t xm_small[16];
-                entry_t *em_small[16];
+                entry_t *em_small[16] = { NULL };
                 hvd_xmember_t *xm = op->n_entries <= 16 ? xm_small : calloc(op->n_entries, sizeof *xm);
                 entry_t **em = op->n_entries <= 16 ? em_small : calloc(op->n_entries, sizeof *em);
                 if (!xm || !em) {
@@ -528,11 +564,27 @@ static int execute_schedule(const Hvd__Schedule *s) {
                                 .process_set = op->process_set,
                                 .set_ranks = op->set_ranks,
                                 .n_set = op->n_set_ranks,
+                                .device = op->device,
                         };
-                        r = hvd_backend_execute(G.backend, &x, err, sizeof err);
+                        if (gpu) {
+                                /* consecutive GPU ops share one NCCL group; their
+                                 * entries complete when their events fire */
+                                if (!in_group && GPU.g && (r = GPU.mod->group_start(GPU.g, err, sizeof err)) >= 0)
+                                        in_group = true;
+                                if (r >= 0)
+                                        r = gpu_enqueue(&x, em, err, sizeof err);
+                                bool last = i + 1 == s->n_ops || s->ops[i + 1]->device < 0;
+                                if (in_group && (last || r < 0)) {
+                                        int r2 = GPU.mod->group_end(GPU.g, err, sizeof err);
+                                        in_group = false;
+                                        if (r >= 0)
+                                                r = r2;
+                                }
+                        } else
+                                r = hvd_backend_execute(G.backend, &x, err, sizeof err);
                 }
                 pthread_mutex_lock(&G.lock);
-                for (size_t k = 0; k < op->n_entries && xm && em; k++)
+                for (size_t k = 0; k < op->n_entries && xm && em && (!gpu || r < 0); k++)
                         if (em[k])
                                 entry_complete(em[k], r < 0 ? r : 0, r < 0 ? err : NULL);
                 pthread_mutex_unlock(&G.lock);
@@ -685,6 +737,9 @@ static void *bg_main(void *arg) {
                         }
                         timeout = (long) ((due - now + 999) / 1000);
                 }
+                /* GPU work in flight: look at its events often */
+                if (GPU.n_pending && gpu_poll() && (timeout < 0 || timeout > 1))
+                        timeout = 1;
                 zmq_pollitem_t items[2] = {
                         { .fd = G.wake_fd, .events = ZMQ_POLLIN },
                         { .socket = G.sock, .events = ZMQ_POLLIN },
@@ -714,6 +769,109 @@ static void *bg_main(void *arg) {
         }
         free(batch);
         return NULL;
+}
+
+/* ---- GPU ---- */
+
+static void gpu_load(void) {
+        char buf[PATH_MAX];
+        const char *path = getenv("HVD_GPU_MODULE");
+        if (GPU.mod)
+                return;
+        if (!path) {
+                snprintf(buf, sizeof buf, "%s/libhvd-nccl.so", PKGLIBDIR);
+                path = buf;
+        }
+        if (access(path, R_OK) < 0) {
+                snprintf(GPU.why, sizeof GPU.why, "this hvd has no GPU backend (%.400s is not installed)", path);
+                return;
+        }
+        GPU.dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!GPU.dl) {
+                snprintf(GPU.why, sizeof GPU.why, "cannot load the GPU backend: %s", dlerror());
+                return;
+        }
+        const hvd_gpu_module_t *m = dlsym(GPU.dl, HVD_GPU_MODULE_SYMBOL);
+        if (!m || m->abi != HVD_GPU_MODULE_ABI) {
+                snprintf(GPU.why, sizeof GPU.why, "%.400s is not a GPU backend of this hvd version", path);
+                dlclose(GPU.dl);
+                GPU.dl = NULL;
+                return;
+        }
+        GPU.mod = m;
+        char err[400] = "";
+        GPU.devices = m->probe(err, sizeof err);
+        if (GPU.devices <= 0)
+                snprintf(GPU.why, sizeof GPU.why, "GPU backend %s: %s", m->name, err[0] ? err : "no device");
+}
+
+static void gpu_fail_pending(int code, const char *msg) {
+        for (size_t i = 0; i < GPU.n_pending; i++) {
+                pthread_mutex_lock(&G.lock);
+                for (size_t k = 0; k < GPU.pending[i].n; k++)
+                        if (GPU.pending[i].entries[k])
+                                entry_complete(GPU.pending[i].entries[k], code, msg);
+                pthread_mutex_unlock(&G.lock);
+                free(GPU.pending[i].entries);
+        }
+        GPU.n_pending = 0;
+}
+
+/* Completes the GPU operations whose events have fired. Returns whether
+ * some are still pending. */
+static bool gpu_poll(void) {
+        char err[ERRLEN];
+        size_t k = 0;
+        for (size_t i = 0; i < GPU.n_pending; i++) {
+                gpu_pending_t *p = &GPU.pending[i];
+                int r = GPU.mod->poll(GPU.g, p->op, err, sizeof err);
+                if (r == 0) {
+                        GPU.pending[k++] = *p;
+                        continue;
+                }
+                pthread_mutex_lock(&G.lock);
+                for (size_t e = 0; e < p->n; e++)
+                        if (p->entries[e])
+                                entry_complete(p->entries[e], r < 0 ? r : 0, r < 0 ? err : NULL);
+                pthread_mutex_unlock(&G.lock);
+                free(p->entries);
+                if (r < 0) {
+                        /* NCCL failed: the communicator is unusable for everyone */
+                        GPU.n_pending = k;
+                        job_aborted(r, err);
+                        return false;
+                }
+        }
+        GPU.n_pending = k;
+        return k > 0;
+}
+
+static int gpu_enqueue(const hvd_xop_t *x, entry_t **em, char *err, size_t err_len) {
+        if (!GPU.g) {
+                snprintf(err, err_len, "%s: %s", x->name, GPU.why[0] ? GPU.why : "no GPU data plane");
+                return HVD_ENODEVICE;
+        }
+        if (GPU.n_pending == GPU.cap_pending) {
+                size_t cap = GPU.cap_pending ? GPU.cap_pending * 2 : 16;
+                gpu_pending_t *np = realloc(GPU.pending, cap * sizeof *np);
+                if (!np)
+                        return -ENOMEM;
+                GPU.pending = np;
+                GPU.cap_pending = cap;
+        }
+        gpu_pending_t *p = &GPU.pending[GPU.n_pending];
+        p->entries = calloc(x->n ? x->n : 1, sizeof *p->entries);
+        if (!p->entries)
+                return -ENOMEM;
+        memcpy(p->entries, em, x->n * sizeof *em);
+        p->n = x->n;
+        int r = GPU.mod->enqueue(GPU.g, x, &p->op, err, err_len);
+        if (r < 0) {
+                free(p->entries);
+                return r;
+        }
+        GPU.n_pending++;
+        return 0;
 }
 
 /* ---- init / shutdown ---- */
@@ -746,6 +904,12 @@ static int hex_decode(const char *s, uint8_t *out, size_t max) {
 static void pset_free(pset_t *ps);
 
 static void teardown(void) {
+        gpu_fail_pending(HVD_ESHUTDOWN, "hvd has been shut down");
+        if (GPU.g)
+                GPU.mod->close(&GPU.g);
+        free(GPU.pending);
+        GPU.pending = NULL;
+        GPU.cap_pending = 0;
         if (G.listen_fd >= 0) {
                 close(G.listen_fd);
                 G.listen_fd = -1;
@@ -845,6 +1009,15 @@ static int connect_and_join(const char *endpoint, const char *job_id, const uint
         hello.fusion_threshold = ft ? (int64_t) fusion : -1;
         hello.cycle_time_usec = G.cycle_time_usec;
         hello.data_addr = G.data_addr;
+        uint8_t nccl_id[HVD_NCCL_ID_BYTES];
+        char gerr[400] = "";
+        if (G.rank == 0 && GPU.devices > 0) {
+                if (GPU.mod->unique_id(nccl_id, gerr, sizeof gerr) >= 0) {
+                        hello.nccl_id.data = nccl_id;
+                        hello.nccl_id.len = sizeof nccl_id;
+                } else
+                        snprintf(GPU.why, sizeof GPU.why, "GPU backend: %s", gerr);
+        }
         hello.cross_rank = (uint32_t) G.cross_rank;
         hello.cross_size = (uint32_t) G.cross_size;
         const char *root_peer = hvd_getenv("ROOT_PEER", false);
@@ -1003,6 +1176,7 @@ int hvd_init(void) {
                         r = set_error(-EINVAL, "HVD_JOB_ID is longer than %d bytes", HVD_WIRE_MAX_JOB_ID);
                         goto fail;
                 }
+                gpu_load();
                 G.data_addr[0] = 0;
                 if (G.cross_size > 1) {
                         /* the address other hosts reach this rank at: HVD_DATA_ADDR,
@@ -1068,6 +1242,18 @@ int hvd_init(void) {
                 G.listen_fd = -1; /* the backend owns it now */
                 r = hvd_cpu_backend_new(w->shm_name, &topo, w->slot_bytes, w->collective_timeout_usec, wait_check,
                                         NULL, &G.backend, err, sizeof err);
+                if (r >= 0 && GPU.devices > 0) {
+                        if (w->nccl_id.len != HVD_NCCL_ID_BYTES)
+                                snprintf(GPU.why, sizeof GPU.why, "rank 0 has no GPU backend: no NCCL communicator");
+                        else {
+                                const char *dev = hvd_getenv("GPU_DEVICE", false);
+                                int device = dev ? atoi(dev) : G.local_rank % GPU.devices;
+                                char gerr[400] = "";
+                                if (GPU.mod->open(&topo, w->nccl_id.data, device, w->fusion_threshold, &GPU.g, gerr,
+                                                  sizeof gerr) < 0)
+                                        snprintf(GPU.why, sizeof GPU.why, "GPU backend: %s", gerr);
+                        }
+                }
                 free(rank_cross);
                 free(rank_local);
                 free(addrs);
@@ -1187,9 +1373,17 @@ static int check_request(const hvd_request_t *q, uint32_t kind) {
         if ((kind == HVD__KIND__KIND_ALLGATHER || kind == HVD__KIND__KIND_ALLTOALL ||
              kind == HVD__KIND__KIND_REDUCESCATTER) && q->ndim < 1)
                 return set_error(-EINVAL, "'%s': needs at least one dimension", q->name);
-        if (q->device != HVD_DEVICE_CPU)
-                return set_error(HVD_ENODEVICE, "'%s': device %d: this libhvd has no GPU backend", q->name,
-                                 q->device);
+        if (q->device < HVD_DEVICE_CPU)
+                return set_error(-EINVAL, "'%s': invalid device %d", q->name, q->device);
+        if (q->device != HVD_DEVICE_CPU && !GPU.g)
+                return set_error(HVD_ENODEVICE, "'%s': device %d: %s", q->name, q->device,
+                                 GPU.why[0] ? GPU.why : "no GPU data plane");
+        if (q->device != HVD_DEVICE_CPU && (kind == HVD__KIND__KIND_ALLGATHER || kind == HVD__KIND__KIND_ALLTOALL ||
+                                            kind == HVD__KIND__KIND_REDUCESCATTER))
+                return set_error(-EOPNOTSUPP,
+                                 "'%s': GPU allgather, alltoall and reducescatter need outputs in device memory, which "
+                                 "this version's API cannot allocate; copy to the CPU or use allreduce/broadcast",
+                                 q->name);
         int ss = G.size;
         if (q->process_set != 0) {
                 const pset_t *ps = q->process_set > 0 && q->process_set < HVD_MAX_PROCESS_SETS
@@ -1226,6 +1420,7 @@ static int fill_entry(entry_t *e, hvd_handle_t *h, const hvd_request_t *q, uint3
                 return -ENOMEM;
         e->in = q->input;
         e->out = q->output;
+        e->stream = q->stream;
         e->p = (params_t){
                 .kind = kind,
                 .dtype = q->dtype,

@@ -175,7 +175,8 @@ static int params_set(params_t *p, const Hvd__Request *q) {
                 .reduce_op = (uint8_t) q->reduce_op,
                 .ndim = (uint8_t) q->n_shape,
                 .root = q->root,
-                .device = q->device,
+                /* where, not which: each rank drives its own GPU */
+                .device = q->device >= 0 ? 0 : -1,
                 .process_set = q->process_set,
                 .group_id = q->group_id,
                 .group_size = q->group_size,
@@ -372,7 +373,7 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                         return HVD_EMISMATCH;
                 }
                 if (b->process_set != a->process_set || b->device != a->device) {
-                        snprintf(msg, len, "%s '%s': rank %u and rank %u use different devices or process sets",
+                        snprintf(msg, len, "%s '%s': rank %u and rank %u use different devices (CPU and GPU) or process sets",
                                  k, t->name, r, ref);
                         return HVD_EMISMATCH;
                 }
@@ -651,6 +652,7 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
                 op->prescale = f->prescale;
                 op->postscale = f->postscale;
                 op->root = f->root;
+                op->device = f->device;
                 op->process_set = f->process_set;
                 if (f->process_set) {
                         const params_t *a = &n->tensors[ok_ids[ops[k].first]]->p[first_ready_rank(n, n->tensors[ok_ids[ops[k].first]])];

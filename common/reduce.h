@@ -23,7 +23,7 @@ bool hvd_dtype_is_float(hvd_dtype_t dt);
  * nsrc >= 1. dst may be identical to any srcs[k] (not partially
  * overlapping). HVD_REDUCE_AVERAGE is treated as SUM: the caller folds
  * 1/n into scale. scale == 1.0 skips the multiply. Integer types: the
- * scaled value is computed in double and truncated toward zero. bool:
+ * scaled value is computed in double and truncated toward zero, saturating at the type's range (NaN gives 0). bool:
  * SUM/MAX = or, MIN/PRODUCT = and, never scaled. */
 void hvd_reduce_n(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs,
                   size_t nsrc, size_t count, double scale);

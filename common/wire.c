@@ -261,6 +261,8 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                         return fail(err, err_len, "cross rank %u not below cross size %u", h->cross_rank, h->cross_size);
                 CHECK_NAME(h->data_addr, HVD_WIRE_MAX_HOST + 8, "data-plane address");
                 CHECK_NAME(h->root_peer, HVD_WIRE_MAX_TEXT, "root peer endpoint");
+                if (h->nccl_id.len > 128)
+                        return fail(err, err_len, "NCCL id longer than 128 bytes");
                 if (h->n_hosts > HVD_WIRE_MAX_RANKS || (h->n_hosts && h->n_hosts != h->cross_size))
                         return fail(err, err_len, "host list does not match the cross size");
                 for (size_t i = 0; i < h->n_hosts; i++)
@@ -274,6 +276,8 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                     w->cross_rank >= w->cross_size)
                         return fail(err, err_len, "welcome: rank table out of range");
                 CHECK_NAME(w->shm_name, 255, "shared-memory name");
+                if (w->nccl_id.len > 128)
+                        return fail(err, err_len, "welcome: NCCL id longer than 128 bytes");
                 if (w->n_ranks > HVD_WIRE_MAX_RANKS)
                         return fail(err, err_len, "welcome: too many ranks");
                 for (size_t i = 0; i < w->n_ranks; i++)
@@ -299,6 +303,8 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                     nj->cross_size > nj->world_size || nj->cross_rank >= nj->cross_size ||
                     nj->n_ranks == 0 || nj->n_ranks > nj->world_size)
                         return fail(err, err_len, "node join: rank table out of range");
+                if (nj->nccl_id.len > 128)
+                        return fail(err, err_len, "node join: NCCL id longer than 128 bytes");
                 if (nj->n_hosts > HVD_WIRE_MAX_RANKS)
                         return fail(err, err_len, "node join: too many hosts");
                 for (size_t i = 0; i < nj->n_hosts; i++)
@@ -308,6 +314,8 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
         case HVD__ENVELOPE__BODY_NODE_WELCOME: {
                 const Hvd__NodeWelcome *nw = env->node_welcome;
                 CHECK_NAME(nw->job_id, HVD_WIRE_MAX_JOB_ID, "job id");
+                if (nw->nccl_id.len > 128)
+                        return fail(err, err_len, "node welcome: NCCL id longer than 128 bytes");
                 if (nw->n_ranks == 0 || nw->n_ranks > HVD_WIRE_MAX_RANKS)
                         return fail(err, err_len, "node welcome: rank table out of range");
                 return validate_ranks(nw->ranks, nw->n_ranks, (uint32_t) nw->n_ranks, err, err_len);

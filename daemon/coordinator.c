@@ -119,6 +119,8 @@ struct job {
         size_t n_fwd, cap_fwd;
         uint32_t *departed; /* not root: goodbyes to forward */
         size_t n_departed;
+        uint8_t nccl_id[128]; /* from the rank that has a GPU backend (rank 0) */
+        size_t nccl_id_len;
 };
 
 struct hvd_daemon {
@@ -291,6 +293,13 @@ static void job_free(hvd_daemon_t *d, job_t *j) {
         free(j);
 }
 
+static void job_set_nccl_id(job_t *j, const ProtobufCBinaryData *id) {
+        if (id->len && id->len <= sizeof j->nccl_id && !j->nccl_id_len) {
+                memcpy(j->nccl_id, id->data, id->len);
+                j->nccl_id_len = id->len;
+        }
+}
+
 static void job_remove(hvd_daemon_t *d, job_t *j) {
         hvd_log_info("job %s removed (%s)", j->id, job_state_names[j->state]);
         hvd_strmap_remove(d->jobs, j->id, strlen(j->id));
@@ -389,6 +398,8 @@ static void welcome_local(hvd_daemon_t *d, job_t *j) {
                 wel.collective_timeout_usec = d->cfg.collective_timeout_usec;
                 wel.n_ranks = j->size;
                 wel.ranks = ptrs;
+                wel.nccl_id.data = j->nccl_id;
+                wel.nccl_id.len = j->nccl_id_len;
                 env.body_case = HVD__ENVELOPE__BODY_WELCOME;
                 env.welcome = &wel;
                 send_to_worker(d, w, &env);
@@ -419,6 +430,8 @@ static void root_complete(hvd_daemon_t *d, job_t *j) {
         nw.epoch = d->epoch;
         nw.fusion_threshold = j->fusion_threshold;
         nw.cycle_time_usec = j->cycle_time_usec;
+        nw.nccl_id.data = j->nccl_id;
+        nw.nccl_id.len = j->nccl_id_len;
         env.body_case = HVD__ENVELOPE__BODY_NODE_WELCOME;
         env.node_welcome = &nw;
         send_to_nodes(d, j, &env);
@@ -529,6 +542,8 @@ static void local_complete(hvd_daemon_t *d, job_t *j) {
                 nj.cycle_time_usec = j->cycle_time_usec;
                 nj.n_hosts = j->cross_size;
                 nj.hosts = j->hosts;
+                nj.nccl_id.data = j->nccl_id;
+                nj.nccl_id.len = j->nccl_id_len;
                 env.body_case = HVD__ENVELOPE__BODY_NODE_JOIN;
                 env.node_join = &nj;
                 send_to_root(d, j, &env);
@@ -720,6 +735,7 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
                 send_error(d, d->worker_sock, id, id_len, -ENOMEM, "out of memory");
                 return;
         }
+        job_set_nccl_id(j, &h->nccl_id);
         j->ranks[h->rank] = w;
         j->n_hello++;
         j->n_live++;
@@ -967,6 +983,7 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
                         (void) hvd_wire_send_to(d->peer_sock, id, id_len, &reply, ZMQ_DONTWAIT);
                         return;
                 }
+                job_set_nccl_id(j, &nj->nccl_id);
                 root_node_joined(d, j, nj->cross_rank, false, id, id_len, nj->ranks, nj->n_ranks);
                 return;
         }
@@ -1095,6 +1112,7 @@ static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) 
                         }
                 j->fusion_threshold = nw->fusion_threshold;
                 j->cycle_time_usec = nw->cycle_time_usec;
+                job_set_nccl_id(j, &nw->nccl_id);
                 welcome_local(d, j);
                 break;
         }
