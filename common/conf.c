@@ -6,6 +6,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +39,11 @@ void hvd_daemon_config_init(hvd_daemon_config_t *cfg) {
 
 int hvd_parse_size(const char *s, uint64_t *ret) {
         char *end;
-        if (!s || !*s || *s == '-')
+        if (!s)
+                return -EINVAL;
+        while (isspace((unsigned char) *s))
+                s++;
+        if (!isdigit((unsigned char) *s))
                 return -EINVAL;
         errno = 0;
         unsigned long long v = strtoull(s, &end, 10);
@@ -68,11 +73,15 @@ int hvd_parse_size(const char *s, uint64_t *ret) {
 
 int hvd_parse_duration(const char *s, uint64_t default_unit_usec, uint64_t *ret_usec) {
         char *end;
-        if (!s || !*s || *s == '-')
+        if (!s)
+                return -EINVAL;
+        while (isspace((unsigned char) *s))
+                s++;
+        if (!isdigit((unsigned char) *s) && *s != '.')
                 return -EINVAL;
         errno = 0;
         double v = strtod(s, &end);
-        if (errno || end == s || v < 0)
+        if (errno || end == s || !isfinite(v) || v < 0)
                 return -EINVAL;
         uint64_t unit = default_unit_usec;
         if (strcmp(end, "us") == 0 || strcmp(end, "usec") == 0)

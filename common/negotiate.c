@@ -62,6 +62,11 @@ struct hvd_negotiator {
         hvd_negotiator_stats_t stats;
 };
 
+static const char *op_name(uint32_t op) {
+        static const char *const names[] = { "average", "sum", "min", "max", "product" };
+        return op < ELEMENTSOF(names) ? names[op] : "?";
+}
+
 static const char *kind_name(uint32_t k) {
         static const char *const names[] = { "none",     "allreduce",     "broadcast", "allgather",
                                              "alltoall", "reducescatter", "barrier",   "join" };
@@ -380,9 +385,11 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                 if ((a->kind == HVD__KIND__KIND_ALLREDUCE || a->kind == HVD__KIND__KIND_REDUCESCATTER) &&
                     (b->reduce_op != a->reduce_op || b->prescale != a->prescale ||
                      b->postscale != a->postscale)) {
-                        snprintf(msg, len, "%s '%s': rank %u sent reduce op %u (scale %g/%g), rank %u sent %u (scale %g/%g)",
-                                 k, t->name, r, b->reduce_op, b->prescale, b->postscale, ref, a->reduce_op,
-                                 a->prescale, a->postscale);
+                        snprintf(msg, len,
+                                 "%s '%s': rank %u sent reduce op %s (prescale %g, postscale %g), rank %u sent %s "
+                                 "(prescale %g, postscale %g)",
+                                 k, t->name, r, op_name(b->reduce_op), b->prescale, b->postscale, ref,
+                                 op_name(a->reduce_op), a->prescale, a->postscale);
                         return HVD_EMISMATCH;
                 }
                 if (a->kind == HVD__KIND__KIND_BROADCAST && b->root != a->root) {

@@ -73,6 +73,16 @@ int hvd_wire_decode(const void *buf, size_t len, size_t budget_bytes, Hvd__Envel
                 snprintf(err, err_len, "malformed message (%zu bytes)", len);
                 return HVD_EPROTO;
         }
+        /* protobuf-c cuts strings at an embedded NUL and keeps going; the
+         * same message packs to fewer bytes then. Senders of this protocol
+         * pack canonically with the same library, so any difference is a
+         * message to refuse. */
+        if (protobuf_c_message_get_packed_size(&env->base) != len) {
+                snprintf(err, err_len, "malformed message (%zu bytes): embedded NUL bytes or non-canonical encoding",
+                         len);
+                hvd_wire_free(&env);
+                return HVD_EPROTO;
+        }
         int r = hvd_wire_validate(env, err, err_len);
         if (r < 0) {
                 hvd_wire_free(&env);
