@@ -41,18 +41,32 @@ void hvd_log_set_ident(const char *ident) {
         log_ident = ident;
 }
 
+/* "<N>" prefixes when journald reads stderr (JOURNAL_STREAM is set, or
+ * HVD_LOG_PREFIX=1); a readable level word on a terminal. */
+static int use_prefix = -1;
+
 int hvd_log_internal(int level, int err, const char *fmt, ...) {
-        char buf[2048];
+        char buf[2048], head[96];
         va_list ap;
         int saved = errno;
 
+        if (use_prefix < 0) {
+                const char *p = getenv("HVD_LOG_PREFIX");
+                use_prefix = p ? strcmp(p, "0") != 0 : getenv("JOURNAL_STREAM") != NULL;
+        }
         va_start(ap, fmt);
         vsnprintf(buf, sizeof buf, fmt, ap);
         va_end(ap);
-        if (err < 0)
-                fprintf(stderr, "<%d>%s: %s: %s\n", level, log_ident, buf, hvd_strerror(err));
+        if (use_prefix)
+                snprintf(head, sizeof head, "<%d>%s", level, log_ident);
+        else if (level <= LOG_WARNING)
+                snprintf(head, sizeof head, "%s: %s", log_ident, level <= LOG_ERR ? "error" : "warning");
         else
-                fprintf(stderr, "<%d>%s: %s\n", level, log_ident, buf);
+                snprintf(head, sizeof head, "%s", log_ident);
+        if (err < 0)
+                fprintf(stderr, "%s: %s: %s\n", head, buf, hvd_strerror(err));
+        else
+                fprintf(stderr, "%s: %s\n", head, buf);
         errno = saved;
         return err;
 }

@@ -10,7 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "hvd.h"
@@ -371,9 +374,21 @@ int hvd_control_call(void *zctx, const char *endpoint, Hvd__Envelope *req, uint6
         void *ctx = zctx;
         int r;
         if (strncmp(endpoint, "ipc://", 6) == 0) {
-                struct stat st;
-                if (stat(endpoint + 6, &st) < 0)
-                        return -errno == -ENOENT ? -ECONNREFUSED : -errno;
+                /* zmq retries silently forever: find out ourselves whether
+                 * anyone listens and whether we may talk to it */
+                struct sockaddr_un sa = { .sun_family = AF_UNIX };
+                if (strlen(endpoint + 6) >= sizeof sa.sun_path)
+                        return -ENAMETOOLONG;
+                strcpy(sa.sun_path, endpoint + 6);
+                int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                if (fd < 0)
+                        return -errno;
+                r = connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0 ? -errno : 0;
+                close(fd);
+                if (r == -ENOENT)
+                        return -ECONNREFUSED;
+                if (r < 0)
+                        return r; /* -ECONNREFUSED (stale socket), -EACCES, ... */
         }
         if (!ctx && !(ctx = zmq_ctx_new()))
                 return -zmq_errno();

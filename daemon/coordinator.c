@@ -1187,8 +1187,10 @@ static void handle_status(hvd_daemon_t *d, const uint8_t *id, size_t id_len, con
         Hvd__JobStatus **jp = calloc(nj ? nj : 1, sizeof *jp);
         Hvd__RankInfo **all_ri = calloc(nj ? nj : 1, sizeof *all_ri);
         void *v;
-        if (!js || !jp || !all_ri)
+        if (!js || !jp || !all_ri) {
+                send_error(d, d->control_sock, id, id_len, -ENOMEM, "out of memory while building the status");
                 goto out;
+        }
         while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
                 job_t *j = v;
                 if (q->job_id[0] && strcmp(q->job_id, j->id) != 0)
