@@ -1,1 +1,23 @@
-# systemd
+# systemd units, generated at make time (configure would leave a literal
+# ${exec_prefix} in ExecStart=), the sysusers/tmpfiles snippets and the
+# example configuration.
+systemdsystemunit_DATA = %D%/hvd-coordinatord.service
+sysusersdir = $(prefix)/lib/sysusers.d
+tmpfilesdir = $(prefix)/lib/tmpfiles.d
+hvdconfdir = $(sysconfdir)/hvd
+dist_hvdconf_DATA = %D%/coordinatord.conf
+
+install-data-hook: install-systemd-snippets
+install-systemd-snippets:
+	$(MKDIR_P) $(DESTDIR)$(sysusersdir) $(DESTDIR)$(tmpfilesdir)
+	$(INSTALL_DATA) $(srcdir)/%D%/hvd.sysusers $(DESTDIR)$(sysusersdir)/hvd.conf
+	$(INSTALL_DATA) $(srcdir)/%D%/hvd.tmpfiles $(DESTDIR)$(tmpfilesdir)/hvd.conf
+uninstall-hook: uninstall-systemd-snippets
+uninstall-systemd-snippets:
+	rm -f $(DESTDIR)$(sysusersdir)/hvd.conf $(DESTDIR)$(tmpfilesdir)/hvd.conf
+
+%D%/hvd-coordinatord.service: %D%/hvd-coordinatord.service.in Makefile
+	$(AM_V_GEN)$(MKDIR_P) $(@D) && sed -e 's|@sbindir[@]|$(sbindir)|g' -e 's|@sysconfdir[@]|$(sysconfdir)|g' \
+		$(srcdir)/%D%/hvd-coordinatord.service.in >$@
+CLEANFILES += %D%/hvd-coordinatord.service
+EXTRA_DIST += %D%/hvd-coordinatord.service.in %D%/hvd.sysusers %D%/hvd.tmpfiles
