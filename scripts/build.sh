@@ -1,13 +1,15 @@
 #!/bin/sh
-# build.sh — configure and build hvd out of tree in ./build (idempotent).
-# Extra arguments go to configure, e.g. scripts/build.sh --without-cuda.
+# build.sh — configure and build hvd out of tree (idempotent).
+#   scripts/build.sh [CONFIGURE ARGS...]        builds in ./build
+#   BUILD_DIR=build-cpu scripts/build.sh --without-cuda
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
-[ -x configure ] && [ configure -nt configure.ac ] || ./bootstrap >/dev/null
-mkdir -p build
-cd build
+{ [ -x configure ] && [ configure -nt configure.ac ]; } || ./bootstrap >/dev/null
+dir=${BUILD_DIR:-build}
+mkdir -p "$dir"
+cd "$dir"
 if [ ! -f Makefile ] || [ $# -gt 0 ]; then
-        ../configure -q "$@"
+        "$top/configure" -q "$@"
 fi
 make -s -j"$(nproc)"
