@@ -1009,6 +1009,19 @@ static int connect_and_join(const char *endpoint, const char *job_id, const uint
         hello.fusion_threshold = ft ? (int64_t) fusion : -1;
         hello.cycle_time_usec = G.cycle_time_usec;
         hello.data_addr = G.data_addr;
+        /* the stall inspector, as in Horovod: warn after 60 s by default */
+        bool stall_off = false;
+        const char *sd = hvd_getenv("STALL_CHECK_DISABLE", true);
+        if (sd)
+                hvd_parse_bool(sd, &stall_off);
+        uint64_t stall = 60 * USEC_PER_SEC, stall_shutdown = 0;
+        const char *sc = hvd_getenv("STALL_CHECK_TIME_SECONDS", true);
+        const char *ss = hvd_getenv("STALL_SHUTDOWN_TIME_SECONDS", true);
+        if ((sc && hvd_parse_duration(sc, USEC_PER_SEC, &stall) < 0) ||
+            (ss && hvd_parse_duration(ss, USEC_PER_SEC, &stall_shutdown) < 0))
+                return set_error(-EINVAL, "HVD_STALL_CHECK_TIME_SECONDS/HVD_STALL_SHUTDOWN_TIME_SECONDS must be seconds");
+        hello.stall_check_usec = stall_off ? 0 : stall;
+        hello.stall_shutdown_usec = stall_off ? 0 : stall_shutdown;
         uint8_t nccl_id[HVD_NCCL_ID_BYTES];
         char gerr[400] = "";
         if (G.rank == 0 && GPU.devices > 0) {

@@ -121,6 +121,9 @@ struct job {
         size_t n_departed;
         uint8_t nccl_id[128]; /* from the rank that has a GPU backend (rank 0) */
         size_t nccl_id_len;
+        uint64_t stall_check_usec, stall_shutdown_usec;
+        bool stall_warned;
+        char stalled[1024]; /* last stall report, for status */
 };
 
 struct hvd_daemon {
@@ -544,6 +547,8 @@ static void local_complete(hvd_daemon_t *d, job_t *j) {
                 nj.hosts = j->hosts;
                 nj.nccl_id.data = j->nccl_id;
                 nj.nccl_id.len = j->nccl_id_len;
+                nj.stall_check_usec = j->stall_check_usec;
+                nj.stall_shutdown_usec = j->stall_shutdown_usec;
                 env.body_case = HVD__ENVELOPE__BODY_NODE_JOIN;
                 env.node_join = &nj;
                 send_to_root(d, j, &env);
@@ -558,6 +563,7 @@ static void local_complete(hvd_daemon_t *d, job_t *j) {
 /* ---- jobs ---- */
 
 typedef struct job_params {
+        uint64_t stall_check_usec, stall_shutdown_usec;
         const char *job_id;
         const uint8_t *secret;
         size_t secret_len;
@@ -605,6 +611,8 @@ static job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, siz
         j->departed_rank = -1;
         j->fusion_threshold = jp->fusion_threshold >= 0 ? (uint64_t) jp->fusion_threshold : d->cfg.fusion_threshold_bytes;
         j->cycle_time_usec = jp->cycle_time_usec ? jp->cycle_time_usec : d->cfg.cycle_time_usec;
+        j->stall_check_usec = jp->stall_check_usec;
+        j->stall_shutdown_usec = jp->stall_shutdown_usec;
         unsigned rnd = 0;
         int ufd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
         if (ufd >= 0) {
@@ -673,7 +681,8 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
                         .world_size = h->world_size, .local_size = h->local_size, .cross_rank = h->cross_rank,
                         .cross_size = h->cross_size, .fusion_threshold = h->fusion_threshold,
                         .cycle_time_usec = h->cycle_time_usec, .hosts = h->hosts, .n_hosts = h->n_hosts,
-                        .root_peer = h->root_peer,
+                        .root_peer = h->root_peer, .stall_check_usec = h->stall_check_usec,
+                        .stall_shutdown_usec = h->stall_shutdown_usec,
                 };
                 j = job_create(d, &jp, err, sizeof err);
                 if (!j) {
@@ -757,6 +766,39 @@ static void root_submit(hvd_daemon_t *d, job_t *j, uint32_t rank, const Hvd__Rea
         int r = hvd_negotiator_submit(j->neg, rank, q, err, sizeof err);
         if (r < 0)
                 job_abort(d, j, -1, r, "rank %u: %s", rank, err);
+        /* the stall inspector looks while tensors wait */
+        if (j->stall_check_usec && d->next_housekeeping == UINT64_MAX)
+                d->next_housekeeping = hvd_now_usec() + USEC_PER_SEC;
+}
+
+/* Root: tensors some ranks submitted and others not, for long: warn once,
+ * and abort the job after the shutdown time when one is set. */
+static bool stall_inspect(hvd_daemon_t *d, job_t *j, uint64_t now) {
+        if (!j->neg || j->state != JOB_RUNNING || !j->stall_check_usec)
+                return false;
+        if (!hvd_negotiator_any_pending(j->neg)) {
+                j->stall_warned = false;
+                j->stalled[0] = 0;
+                return false;
+        }
+        char buf[1024];
+        if (j->stall_shutdown_usec &&
+            hvd_negotiator_describe_pending(j->neg, now, j->stall_shutdown_usec, buf, sizeof buf) > 0) {
+                job_abort(d, j, -1, HVD_ETIMEOUT, "stalled for more than %.0f s: %s",
+                          (double) j->stall_shutdown_usec / 1e6, buf);
+                return false;
+        }
+        if (hvd_negotiator_describe_pending(j->neg, now, j->stall_check_usec, buf, sizeof buf) > 0) {
+                snprintf(j->stalled, sizeof j->stalled, "%s", buf);
+                if (!j->stall_warned)
+                        hvd_log_warning("job %s: stalled for more than %.0f s: %s", j->id,
+                                        (double) j->stall_check_usec / 1e6, buf);
+                j->stall_warned = true;
+        } else {
+                j->stall_warned = false;
+                j->stalled[0] = 0;
+        }
+        return true;
 }
 
 /* Takes ownership of env when it returns true. */
@@ -957,6 +999,7 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
                                 .world_size = nj->world_size, .local_size = 0, .cross_rank = 0,
                                 .cross_size = nj->cross_size, .fusion_threshold = nj->fusion_threshold,
                                 .cycle_time_usec = nj->cycle_time_usec, .hosts = nj->hosts, .n_hosts = nj->n_hosts,
+                                .stall_check_usec = nj->stall_check_usec, .stall_shutdown_usec = nj->stall_shutdown_usec,
                         };
                         /* the root's own ranks have not said hello yet: the
                          * job starts here with its local size unknown */
@@ -1203,6 +1246,7 @@ static void handle_status(hvd_daemon_t *d, const uint8_t *id, size_t id_len, con
                 s->age_usec = now - j->created_usec;
                 s->cycles = j->cycles;
                 s->abort_reason = j->abort_reason;
+                s->stalled = j->stalled;
                 hvd_negotiator_stats_t ns;
                 hvd_negotiator_get_stats(j->neg, &ns);
                 s->tensors_negotiated = ns.tensors_negotiated;
@@ -1426,6 +1470,8 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                         else
                                 again = true;
                 }
+                if (stall_inspect(d, j, now))
+                        again = true;
                 if (j->state == JOB_RUNNING && j->is_root) {
                         again = true;
                         for (uint32_t c = 0; c < j->cross_size; c++) {

@@ -1,7 +1,9 @@
 /* worker_smoke.c — every collective once with exact checks, for any
  * topology: one node or several (tests/test-multinode.sh, test-netns.sh).
  * Usage: worker_smoke [ELEMENTS] (large enough to cross the slot size to
- * exercise chunking). Exits non-zero with a message on any difference. */
+ * exercise chunking). Exits non-zero with a message on any difference.
+ * worker_smoke stall: rank 0 submits 'stuck.tensor', the others never do;
+ * prints the error rank 0 and the others get (the stall inspector). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +17,30 @@
                         exit(1);                                                                                       \
                 }                                                                                                      \
         } while (0)
+static int stall(int rank) {
+        float x = 1, y;
+        hvd_request_t q = HVD_REQUEST_INIT;
+        int64_t shape[1] = { 1 };
+        q.name = rank == 0 ? "stuck.tensor" : "other.tensor";
+        q.input = &x;
+        q.output = &y;
+        q.ndim = 1;
+        q.shape = shape;
+        hvd_handle_t *h = NULL;
+        if (rank == 0 && hvd_allreduce_async(&q, &h) < 0)
+                return 1;
+        if (rank != 0) {
+                /* everyone but rank 0 waits in a barrier, which rank 0 never reaches */
+                int r = hvd_barrier();
+                printf("rank %d: barrier: %s: %s\n", rank, hvd_strerror(r), hvd_last_error());
+                return r < 0 ? 3 : 0;
+        }
+        int r = hvd_handle_wait(h);
+        printf("rank %d: stuck.tensor: %s: %s\n", rank, hvd_strerror(r), hvd_handle_error(h));
+        hvd_handle_release(&h);
+        return r < 0 ? 3 : 0;
+}
+
 int main(int argc, char **argv) {
         size_t big = argc > 1 ? strtoull(argv[1], 0, 0) : 1000;
         if (hvd_init() < 0) {
@@ -22,6 +48,8 @@ int main(int argc, char **argv) {
                 return 1;
         }
         int rank = hvd_rank(), size = hvd_size();
+        if (argc > 1 && strcmp(argv[1], "stall") == 0)
+                return stall(rank);
         for (int it = 0; it < 3; it++) {
                 /* allgather: rank r contributes r+1 rows of 3 */
                 {

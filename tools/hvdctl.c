@@ -291,6 +291,8 @@ static void json_job(FILE *f, const Hvd__JobStatus *j, const char *ind) {
                 j->age_usec, ind, j->schedules, ind, j->cache_hits, ind, j->tensors_in_fused_ops, ind,
                 j->joined_ranks, ind);
         json_string(f, j->abort_reason);
+        fprintf(f, ",\n%s  \"stalled\": ", ind);
+        json_string(f, j->stalled);
         fprintf(f, "\n%s}", ind);
 }
 
@@ -387,6 +389,8 @@ static void print_status(const Hvd__Status *s) {
                 print_ranks(s, j);
                 if (j->abort_reason && *j->abort_reason)
                         printf("    aborted: %s\n", j->abort_reason);
+                if (j->stalled && *j->stalled)
+                        printf("    stalled: %s\n", j->stalled);
         }
 }
 

@@ -1,0 +1,36 @@
+#!/bin/bash
+# test-stall.sh — the stall inspector: rank 0 waits on a tensor the other
+# ranks never submit (they wait in a barrier). With a 1 s warning time the
+# daemon logs the tensor and the missing ranks once and hvdctl shows them;
+# with a 4 s shutdown time every rank's wait ends with that message.
+set -u
+. "$HVD_SRCDIR/tests/lib/common.sh"
+dir=$(mktemp -d /tmp/hvd-stall-XXXXXX)
+dpid=
+trap 'kill $dpid 2>/dev/null; wait $dpid 2>/dev/null; rm -rf "$dir"' EXIT
+"$HVD_BUILDDIR/daemon/hvd-coordinatord" --runtime-dir "$dir" --log-level warning 2>"$dir/daemon.log" &
+dpid=$!
+for _ in $(seq 100); do [ -S "$dir/control.sock" ] && break; sleep 0.05; done
+start=$(date +%s%N)
+HVD_STALL_CHECK_TIME_SECONDS=1 HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=4 \
+        "$HVD_SRCDIR/tests/lib/launch.sh" -r "$dir" -n 3 -t 30 -- "$HVD_BUILDDIR/tests/worker_smoke" stall \
+        >"$dir/out" 2>&1 &
+lpid=$!
+sleep 2.5
+status=$("$HVD_BUILDDIR/tools/hvdctl" --runtime-dir "$dir" status --json)
+echo "$status" | ${PYTHON:-/usr/bin/python3} -c '
+import json, sys
+j = json.load(sys.stdin)["jobs"][0]
+s = j["stalled"]
+assert "stuck.tensor" in s and "missing ranks [1, 2]" in s and "ready on ranks [0]" in s, s
+' || fail "hvdctl status does not show the stalled tensor" "$status"
+wait $lpid
+ms=$(( ($(date +%s%N) - start) / 1000000 ))
+grep -c "stalled for more than 1 s: 'stuck.tensor' ready on ranks \[0\], missing ranks \[1, 2\]" "$dir/daemon.log" |
+        grep -qx 1 || fail "the daemon did not warn exactly once" "$(cat "$dir/daemon.log")"
+for r in 0 1 2; do
+        grep -q "^\[$r\] rank $r: .*stalled for more than 4 s: 'stuck.tensor' ready on ranks \[0\], missing ranks \[1, 2\]" \
+                "$dir/out" || fail "rank $r was not told why the job stopped" "$(cat "$dir/out")"
+done
+[ "$ms" -lt 9000 ] || fail "the stalled job took $ms ms to end"
+echo "ok: stall warned once, shown by hvdctl, job aborted on every rank after $ms ms"
