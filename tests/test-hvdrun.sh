@@ -3,7 +3,7 @@
 # environment and prefixed output, exit status and the grace period, SIGINT
 # cleanup (no worker survives, the private daemon's directory is gone),
 # --no-embedded without a daemon, a running daemon, usage errors, and the
-# main job (train_mlp on 4 ranks).
+# main job (train_mlp on 4 ranks). Several hosts: test-hvdrun-multi.sh.
 set -u
 B=${HVD_BUILDDIR:?HVD_BUILDDIR must point at the build tree}
 S=${HVD_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
@@ -193,9 +193,11 @@ usage 2 "unknown option '--bogus'" --bogus -np 2 true
 usage 2 "grace-period" -np 2 --grace-period -1 true
 usage 2 "cycle-time-ms" -np 2 --cycle-time-ms abc true
 usage 2 "more than the 2 slots" -np 3 -H localhost:2 true
-usage 2 "multi-node launch is not available in this build" -np 2 -H localhost:1,node-elsewhere.invalid:1 true
 printf '# hosts\nlocalhost slots=1\nremote.invalid slots=2\n' >"$tmp/hostfile"
-usage 2 "multi-node launch is not available in this build" -np 1 --hostfile "$tmp/hostfile" true
+usage 2 "more than the 3 slots" -np 4 --hostfile "$tmp/hostfile" true
+usage 2 "needs the hosts" -np 2 --emulate-hosts true
+usage 2 "is not listed by -H" -np 1 -H localhost:1 --node-daemon elsewhere=/tmp true
+usage 2 "contradict" -np 1 --no-prefix --prefix-host true
 usage 127 "command not found" -np 1 --embedded hvd-no-such-program
 usage 126 "cannot run" -np 1 --embedded /dev/null
 out=$("$HVDRUN" -H "localhost:2,$(hostname):1" --embedded sh -c 'echo $HVD_SIZE' 2>"$tmp/err") ||

@@ -1,8 +1,9 @@
-/* hvdrun.c — launcher: `hvdrun -np N PROGRAM ARGS...` starts N local workers of one
- * job, against the node's hvd-coordinatord or else a private one run in a thread.
- * Invariants: each worker leads its own process group and stays a zombie we own
- * until that group is killed, so nothing of the job outlives hvdrun; output is
- * passed on in whole lines; the first failure decides the exit status. */
+/* hvdrun.c — launcher: `hvdrun -np N [-H HOSTS] PROGRAM ARGS...` starts the ranks of one job:
+ * here against the node's hvd-coordinatord (or a private one in a thread), on other hosts over
+ * ssh, or on hosts emulated here with a private daemon each. Invariants: every child (worker or
+ * ssh) leads its own process group and stays a zombie we own until that group is killed; remote
+ * ranks carry the job id in their environment, by which an abort finds them; output is passed
+ * on in whole lines; the first failure decides the exit status. */
 #include "config.h"
 
 #include <arpa/inet.h>
@@ -41,19 +42,65 @@
 #include "wire.h"
 
 #define MAX_NP 4096
+#define MAX_HOSTS 1024                  /* libhvd's HVD_MAX_HOSTS */
+#define MAX_HOSTS_VAR 4000              /* libhvd reads HVD_HOSTS into 4 KiB */
+#define HOST_NAME_BYTES 256
+#define ENDPOINT_BYTES 256              /* hvd_daemon_config_t.peer_listen */
+#define DEFAULT_PEER_PORT 7100          /* a remote first host's daemon: tcp://HOST:7100 */
 #define DEFAULT_GRACE_USEC (5 * USEC_PER_SEC)
 #define KILL_AFTER_USEC (2 * USEC_PER_SEC)
 #define DRAIN_USEC (1 * USEC_PER_SEC)   /* output still open after every worker exited */
+#define HELPER_WAIT_USEC (3 * USEC_PER_SEC) /* remote clean-up commands still running at the end */
 #define PROBE_TIMEOUT_USEC USEC_PER_SEC
 #define LINE_BYTES 65536                /* a longer line is passed on in pieces */
 #define EXIT_USAGE 2
+#define PRIVATE "<private>"             /* --dry-run: known only once a private daemon runs */
 
 extern char **environ;
 
+typedef struct embedded {
+        hvd_daemon_t *daemon;
+        pthread_t thread;
+        bool thread_started;
+        int run_result;
+        char dir[PATH_MAX];
+} embedded_t;
+
+typedef enum host_kind {
+        HOST_LOCAL,              /* this machine: the node's daemon, or a private one */
+        HOST_NODE,               /* --node-daemon HOST=DIR: a daemon of this machine stands in */
+        HOST_EMULATED,           /* --emulate-hosts: a private daemon of its own, on this machine */
+        HOST_REMOTE,             /* reached over ssh; its node's daemon runs there */
+} host_kind_t;
+
+typedef struct host {
+        char *name;              /* as first listed */
+        long slots;
+        host_kind_t kind;
+        const char *node_dir;    /* HOST_NODE: the daemon's runtime directory, borrowed from argv */
+        int n_ranks;             /* 0: not part of the job (-np was reached before it) */
+        int first_rank;
+        int cross_rank;          /* index among the hosts that got ranks, -1 for none */
+        bool private_daemon;     /* emb is used (or would be, with --dry-run) */
+        embedded_t emb;
+        const char *runtime_dir; /* its ranks' daemon: borrowed from the options or emb.dir */
+        char peer_ep[ENDPOINT_BYTES]; /* that daemon's peer endpoint, "" when unknown */
+        bool remote_kill_sent[2];     /* SIGTERM / SIGKILL clean-up started */
+} host_t;
+
 typedef struct options {
         long np;                 /* 0 = not given */
-        const char *hosts;       /* -H */
+        const char *hosts_arg;   /* -H */
         const char *hostfile;
+        host_t *hosts;           /* owned: the listed hosts, merged, in order */
+        size_t n_hosts;
+        bool hosts_listed;       /* -H or --hostfile given (else one implicit local host) */
+        char **node_daemons;     /* "HOST=DIR", borrowed from argv */
+        size_t n_node_daemons;
+        bool emulate_hosts;
+        const char *root_peer;
+        const char *ssh;         /* the command that reaches a remote host */
+        bool dry_run;
         char **exports;          /* -x NAME[=VALUE], in order */
         size_t n_exports;
         const char *fusion_mb, *cycle_ms, *start_timeout;
@@ -61,10 +108,25 @@ typedef struct options {
         uint64_t grace_usec;
         const char *runtime_dir;
         int embedded;            /* -1 probe (default), 0 --no-embedded, 1 --embedded */
-        bool prefix;
+        bool prefix, prefix_host;
         bool verbose;
         char **argv;             /* PROGRAM ARGS..., borrowed from main's argv */
 } options_t;
+
+typedef struct job {
+        char id[4 + 32 + 1];
+        char secret[33];
+        int cross_size;          /* hosts with ranks */
+        bool all_here;           /* no remote host: every daemon of the job runs on this machine */
+        bool any_here, any_remote;
+        host_t *root;            /* the host of rank 0: its daemon is the job's root */
+        char root_peer[ENDPOINT_BYTES];
+        char *hosts_var;         /* HVD_HOSTS, owned */
+        char cwd[PATH_MAX];      /* "" when unknown: remote ranks start in the home directory */
+        char me[HOST_NAME_MAX + 1];  /* gethostname() */
+        char **ssh_words;        /* owned: --ssh split at blanks */
+        size_t n_ssh_words;
+} job_t;
 
 typedef struct stream {
         int fd;                  /* read end of the worker's pipe, -1 once closed */
@@ -75,12 +137,15 @@ typedef struct stream {
 
 typedef struct worker {
         int rank;
+        host_t *host;
         pid_t pid;               /* also its process group; 0 = not started */
         bool exited;             /* seen with WNOWAIT: a zombie we still hold */
         bool reaped;
         int status;              /* exit code, or 128 + signal */
         stream_t out, err;
-        char **envp;
+        char **envp;             /* owned; NULL = ours (ssh) */
+        char **argv;             /* owned; NULL = PROGRAM ARGS (local ranks) */
+        char *shown;             /* owned: the command line --dry-run prints */
 } worker_t;
 
 typedef struct env_list {
@@ -88,19 +153,13 @@ typedef struct env_list {
         size_t n, cap;
 } env_list_t;
 
-typedef struct embedded {
-        hvd_daemon_t *daemon;
-        pthread_t thread;
-        bool thread_started;
-        int run_result;
-        char dir[PATH_MAX];
-} embedded_t;
-
 typedef struct run {
         worker_t *w;
         int n;
         int sfd;
         bool verbose;
+        bool prefix_host;
+        bool multi;              /* several hosts: messages name the host */
         uint64_t grace_usec;
         int first_fail_rank;     /* -1 = none yet */
         int exit_status;
@@ -110,22 +169,28 @@ typedef struct run {
         bool out_dead[3];        /* EPIPE on our stdout/stderr: discard */
         char *scratch;
         size_t scratch_cap;
+        const job_t *job;
+        const char *ssh_path;    /* resolved ssh_words[0] */
+        host_t *hosts;
+        size_t n_hosts;
+        pid_t *helpers;          /* remote clean-up commands, 0 once reaped */
+        size_t n_helpers, cap_helpers;
+        pid_t pump;              /* copies our stdin to a remote rank 0, 0 = none */
 } run_t;
 
 /* ---- small helpers ---- */
 
 static void help(void) {
         printf("Usage: hvdrun -np N [OPTIONS] PROGRAM [ARGS...]\n"
+               "       hvdrun [-np N] -H HOST:SLOTS,... [OPTIONS] PROGRAM [ARGS...]\n"
                "\n"
-               "Starts N worker processes of one hvd training job on this host, against the\n"
-               "local hvd-coordinatord or, when none is running, a private one.\n"
+               "Starts N worker processes of one hvd training job: on this host, against the\n"
+               "local hvd-coordinatord or, when none is running, a private one; on other hosts\n"
+               "over ssh; or on hosts emulated on this machine.\n"
                "\n"
                "Job:\n"
-               "  -n, -np, --num-proc N      Number of workers (ranks) to start (1..%d)\n"
-               "  -H, --hosts LIST           Hosts and slots, e.g. localhost:4 (this build\n"
-               "                             launches on the local host only)\n"
-               "      --hostfile FILE        Hosts and slots, one per line: 'host slots=N'\n"
-               "                             or 'host:N'\n"
+               "  -n, -np, --num-proc N      Number of workers (ranks) to start (1..%d; default\n"
+               "                             with -H: every slot)\n"
                "  -x NAME[=VALUE]            Set NAME=VALUE (or pass NAME on) in the\n"
                "                             workers' environment; may be repeated\n"
                "      --fusion-threshold-mb N  Fusion buffer size in MiB (HVD_FUSION_THRESHOLD)\n"
@@ -135,23 +200,40 @@ static void help(void) {
                "      --grace-period SEC     After the first failure, the other workers get\n"
                "                             SEC seconds to finish before SIGTERM (default 5)\n"
                "\n"
+               "Hosts:\n"
+               "  -H, --hosts LIST           Hosts and slots, e.g. nodeA:4,nodeB:4; ranks are\n"
+               "                             given out in host order, SLOTS per host\n"
+               "      --hostfile FILE        Hosts and slots, one per line: 'host slots=N',\n"
+               "                             'host:N' or 'host' (1 slot); '#' comments\n"
+               "      --emulate-hosts        Emulate every listed host on this machine, each with\n"
+               "                             a private hvd-coordinatord of its own\n"
+               "      --node-daemon HOST=DIR Start HOST's ranks on this machine, against the\n"
+               "                             running hvd-coordinatord in DIR; repeatable\n"
+               "      --root-peer ENDPOINT   Where the other hosts' daemons reach the first\n"
+               "                             host's (default: from its DIR/peer.endpoint, or\n"
+               "                             tcp://FIRSTHOST:%d for a remote first host)\n"
+               "      --ssh COMMAND          Command that reaches a remote host (default 'ssh';\n"
+               "                             words split at blanks, e.g. 'ssh -p 2222')\n"
+               "      --dry-run              Print each rank's command line and exit\n"
+               "\n"
                "Coordinator:\n"
-               "      --runtime-dir DIR      Where the node's daemon listens (default\n"
-               "                             $HVD_RUNTIME_DIR, else %s)\n"
-               "      --embedded             Always start a private daemon for this job\n"
+               "      --runtime-dir DIR      Where the node's daemon listens, here and on remote\n"
+               "                             hosts (default $HVD_RUNTIME_DIR, else %s)\n"
+               "      --embedded             Always start a private daemon for this host's ranks\n"
                "      --no-embedded          Require the node's daemon; fail if none answers\n"
                "\n"
                "Output:\n"
                "      --no-prefix            Pass the workers' output through unprefixed\n"
                "                             (default: every line starts with '[RANK] ')\n"
-               "  -v, --verbose              Say which daemon is used; log more\n"
+               "      --prefix-host          Start every line with '[RANK@HOST] '\n"
+               "  -v, --verbose              Say which daemons are used; log more\n"
                "  -h, --help                 Show this help\n"
                "  -V, --version              Show the version\n"
                "\n"
                "Exit status: 0 when every worker exits 0; else the status of the first worker\n"
                "that failed (128+N for signal N); 126/127 when PROGRAM cannot be run; 130/143\n"
                "after SIGINT/SIGTERM; 2 for usage errors; 1 for other errors.\n",
-               MAX_NP, HVD_DEFAULT_RUNTIME_DIR);
+               MAX_NP, DEFAULT_PEER_PORT, HVD_DEFAULT_RUNTIME_DIR);
 }
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -220,6 +302,101 @@ static int random_hex(char *out, size_t n_bytes) {
         for (size_t i = 0; i < n_bytes; i++)
                 sprintf(out + 2 * i, "%02x", b[i]);
         return 0;
+}
+
+static void strv_free(char **v) {
+        for (size_t i = 0; v && v[i]; i++)
+                free(v[i]);
+        free(v);
+}
+
+/* A growing string; an allocation failure is remembered and reported by sb_take(). */
+typedef struct strbuf {
+        char *s;
+        size_t len, cap;
+        bool oom;
+} strbuf_t;
+
+static void sb_add(strbuf_t *b, const char *s, size_t n) {
+        if (b->oom)
+                return;
+        if (b->len + n + 1 > b->cap) {
+                size_t cap = HVD_MAX(b->cap * 2, b->len + n + 64);
+                char *p = realloc(b->s, cap);
+                if (!p) {
+                        b->oom = true;
+                        return;
+                }
+                b->s = p;
+                b->cap = cap;
+        }
+        memcpy(b->s + b->len, s, n);
+        b->len += n;
+        b->s[b->len] = 0;
+}
+
+static void sb_puts(strbuf_t *b, const char *s) {
+        sb_add(b, s, strlen(s));
+}
+
+/* Appends s as one word of a POSIX shell command line: as it is when it holds only
+ * characters no shell treats specially, else in single quotes ('\'' for a quote). */
+static void sb_quoted(strbuf_t *b, const char *s) {
+        bool plain = *s != 0;
+        for (const char *p = s; *p && plain; p++)
+                plain = isalnum((unsigned char) *p) || strchr("_@%+=:,./-", *p);
+        if (plain) {
+                sb_puts(b, s);
+                return;
+        }
+        sb_add(b, "'", 1);
+        for (const char *p = s; *p; p++) {
+                if (*p == '\'')
+                        sb_puts(b, "'\\''");
+                else
+                        sb_add(b, p, 1);
+        }
+        sb_add(b, "'", 1);
+}
+
+/* As sb_quoted(), for a command line shown to a user: a word with control characters
+ * (a newline) goes in $'...' (bash, zsh, ksh), so the command stays on one line. */
+static void sb_quoted_shown(strbuf_t *b, const char *s) {
+        bool ctl = false;
+        for (const char *p = s; *p && !ctl; p++)
+                ctl = iscntrl((unsigned char) *p);
+        if (!ctl) {
+                sb_quoted(b, s);
+                return;
+        }
+        sb_puts(b, "$'");
+        for (const char *p = s; *p; p++) {
+                char esc[8];
+                if (*p == '\\' || *p == '\'')
+                        snprintf(esc, sizeof esc, "\\%c", *p);
+                else if (*p == '\n')
+                        snprintf(esc, sizeof esc, "\\n");
+                else if (*p == '\t')
+                        snprintf(esc, sizeof esc, "\\t");
+                else if (iscntrl((unsigned char) *p))
+                        snprintf(esc, sizeof esc, "\\%03o", (unsigned) (unsigned char) *p);
+                else
+                        snprintf(esc, sizeof esc, "%c", *p);
+                sb_puts(b, esc);
+        }
+        sb_puts(b, "'");
+}
+
+/* Returns the string (free it), or NULL after an allocation failure. */
+static char *sb_take(strbuf_t *b) {
+        if (b->oom || !b->s) {
+                free(b->s);
+                *b = (strbuf_t){ 0 };
+                return b->oom ? NULL : strdup("");
+        }
+        char *s = b->s;
+        *b = (strbuf_t){ 0 };
+        return s;
 }
 
 /* ---- environment ---- */
@@ -304,10 +481,14 @@ static int env_list_copy(env_list_t *dst, char *const *src) {
 
 /* ---- hosts ---- */
 
+static bool is_loopback_name(const char *host) {
+        return strcasecmp(host, "localhost") == 0 || strcasecmp(host, "localhost.localdomain") == 0 ||
+               strncmp(host, "127.", 4) == 0 || strcmp(host, "::1") == 0;
+}
+
 static bool host_is_local(const char *host) {
         char me[HOST_NAME_MAX + 1] = "";
-        if (strcasecmp(host, "localhost") == 0 || strcasecmp(host, "localhost.localdomain") == 0 ||
-            strcmp(host, "127.0.0.1") == 0 || strcmp(host, "::1") == 0)
+        if (is_loopback_name(host))
                 return true;
         if (gethostname(me, sizeof me - 1) == 0 && me[0]) {
                 if (strcasecmp(host, me) == 0)
@@ -341,8 +522,15 @@ static bool host_is_local(const char *host) {
         return found;
 }
 
-/* One "host[:slots]" or "[v6addr]:slots" or "host slots=N" entry; adds its slots to *total. */
-static int add_host(const char *entry, size_t len, const char *where, long *total) {
+static void hosts_free(host_t *hosts, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                free(hosts[i].name);
+        free(hosts);
+}
+
+/* One "host[:slots]", "[v6addr]:slots", "host slots=N" or "host" entry, appended to
+ * o->hosts (merged later); *total counts the slots. */
+static int add_host(options_t *o, const char *entry, size_t len, const char *where, long *total) {
         char buf[512];
         while (len > 0 && isspace((unsigned char) *entry))
                 entry++, len--;
@@ -388,23 +576,28 @@ static int add_host(const char *entry, size_t len, const char *where, long *tota
                 return usage_error("host '%s' in %s: slots '%s' is not a whole number", host, where, slots);
         if (!*host)
                 return usage_error("empty host name in %s", where);
-        if (!host_is_local(host)) {
-                fprintf(stderr,
-                        "hvdrun: host '%s' (from %s) is not this host; multi-node launch is not available in "
-                        "this build. Run hvdrun on each host, or list only localhost.\n",
-                        host, where);
-                return -EINVAL;
-        }
+        if (*host == '-')
+                return usage_error("host '%s' in %s: a host name cannot start with '-'", host, where);
+        if (strlen(host) >= HOST_NAME_BYTES)
+                return usage_error("host '%.40s...' in %s: the name is too long", host, where);
         *total += (long) v;
         if (*total > MAX_NP)
                 return usage_error("more than %d slots listed in %s", MAX_NP, where);
+        host_t *hs = realloc(o->hosts, (o->n_hosts + 1) * sizeof *hs);
+        if (!hs)
+                return -ENOMEM;
+        o->hosts = hs;
+        hs[o->n_hosts] = (host_t){ .name = strdup(host), .slots = (long) v, .cross_rank = -1 };
+        if (!hs[o->n_hosts].name)
+                return -ENOMEM;
+        o->n_hosts++;
         return 0;
 }
 
-static int parse_host_list(const char *list, long *total) {
+static int parse_host_list(options_t *o, const char *list, long *total) {
         for (const char *p = list;;) {
                 size_t n = strcspn(p, ",");
-                int r = add_host(p, n, "-H", total);
+                int r = add_host(o, p, n, "-H", total);
                 if (r < 0)
                         return r;
                 if (!p[n])
@@ -413,20 +606,100 @@ static int parse_host_list(const char *list, long *total) {
         }
 }
 
-static int parse_hostfile(const char *path, long *total) {
+static int parse_hostfile(options_t *o, const char *path, long *total) {
         FILE *f = fopen(path, "re");
         if (!f) {
-                fprintf(stderr, "hvdrun: cannot open host file %s: %s\n", path, strerror(errno));
-                return -errno;
+                int r = -errno;
+                fprintf(stderr, "hvdrun: cannot open host file %s: %s\n", path, strerror(-r));
+                return r;
         }
         char line[1024];
+        unsigned n = 0;
         int r = 0;
         while (r == 0 && fgets(line, sizeof line, f)) {
+                n++;
+                if (!strchr(line, '\n') && !feof(f)) {
+                        r = usage_error("host file %s, line %u: the line is too long", path, n);
+                        break;
+                }
                 line[strcspn(line, "#\n")] = 0;
-                r = add_host(line, strlen(line), path, total);
+                r = add_host(o, line, strlen(line), path, total);
         }
         fclose(f);
         return r;
+}
+
+/* Decides how each listed host is reached, merges entries that name the same host
+ * (or this machine twice), and gives out the ranks in host order. */
+static int plan_hosts(options_t *o, long slots) {
+        for (size_t i = 0; i < o->n_node_daemons; i++) {
+                const char *nd = o->node_daemons[i], *eq = strchr(nd, '=');
+                size_t hl = eq ? (size_t) (eq - nd) : 0;
+                if (!eq || hl == 0 || !eq[1])
+                        return usage_error("--node-daemon '%s': expected HOST=RUNTIME_DIR", nd);
+                if (strlen(eq + 1) >= PATH_MAX - 32)
+                        return usage_error("--node-daemon '%s': the directory name is too long", nd);
+                bool listed = false;
+                for (size_t k = 0; k < o->n_hosts; k++) {
+                        host_t *h = &o->hosts[k];
+                        if (strlen(h->name) != hl || strncasecmp(h->name, nd, hl) != 0)
+                                continue;
+                        if (h->node_dir && strcmp(h->node_dir, eq + 1) != 0)
+                                return usage_error("--node-daemon: host '%s' is given two directories", h->name);
+                        h->node_dir = eq + 1;
+                        h->kind = HOST_NODE;
+                        listed = true;
+                }
+                if (!listed)
+                        return usage_error("--node-daemon '%s': host '%.*s' is not listed by -H or --hostfile",
+                                           nd, (int) hl, nd);
+        }
+        for (size_t k = 0; k < o->n_hosts; k++) {
+                host_t *h = &o->hosts[k];
+                if (h->kind == HOST_NODE)
+                        continue;
+                h->kind = o->emulate_hosts ? HOST_EMULATED : host_is_local(h->name) ? HOST_LOCAL : HOST_REMOTE;
+        }
+        /* merge: a repeated name adds its slots to the first entry; so does a second
+         * name of this machine (one daemon cannot be two hosts of a job) */
+        size_t n = 0;
+        for (size_t k = 0; k < o->n_hosts; k++) {
+                host_t *h = &o->hosts[k];
+                size_t j;
+                for (j = 0; j < n; j++)
+                        if (strcasecmp(o->hosts[j].name, h->name) == 0 ||
+                            (o->hosts[j].kind == HOST_LOCAL && h->kind == HOST_LOCAL))
+                                break;
+                if (j < n) {
+                        o->hosts[j].slots += h->slots;
+                        free(h->name);
+                } else
+                        o->hosts[n++] = *h;
+        }
+        o->n_hosts = n;
+        for (size_t k = 0; k < n; k++)
+                for (size_t j = k + 1; j < n; j++)
+                        if (o->hosts[k].node_dir && o->hosts[j].node_dir &&
+                            strcmp(o->hosts[k].node_dir, o->hosts[j].node_dir) == 0)
+                                return usage_error("--node-daemon: hosts '%s' and '%s' name the same daemon %s",
+                                                   o->hosts[k].name, o->hosts[j].name, o->hosts[k].node_dir);
+        if (o->np == 0)
+                o->np = slots;
+        else if (o->np > slots)
+                return usage_error("-np %ld is more than the %ld slot%s listed by %s", o->np, slots,
+                                   slots == 1 ? "" : "s", o->hosts_arg ? "-H" : "--hostfile");
+        long left = o->np;
+        int cross = 0;
+        for (size_t k = 0; k < n; k++) {
+                host_t *h = &o->hosts[k];
+                h->first_rank = (int) (o->np - left);
+                h->n_ranks = (int) HVD_MIN(h->slots, left);
+                left -= h->n_ranks;
+                h->cross_rank = h->n_ranks > 0 ? cross++ : -1;
+        }
+        if (cross > MAX_HOSTS)
+                return usage_error("the job spans %d hosts; at most %d are supported", cross, MAX_HOSTS);
+        return 0;
 }
 
 /* ---- options ---- */
@@ -442,11 +715,22 @@ static int parse_options(int argc, char **argv, options_t *o) {
                 OPT_EMBEDDED,
                 OPT_NO_EMBEDDED,
                 OPT_NO_PREFIX,
+                OPT_PREFIX_HOST,
+                OPT_EMULATE,
+                OPT_NODE_DAEMON,
+                OPT_ROOT_PEER,
+                OPT_SSH,
+                OPT_DRY_RUN,
         };
         static const struct option opts[] = {
                 { "num-proc", required_argument, NULL, 'n' },
                 { "hosts", required_argument, NULL, 'H' },
                 { "hostfile", required_argument, NULL, OPT_HOSTFILE },
+                { "emulate-hosts", no_argument, NULL, OPT_EMULATE },
+                { "node-daemon", required_argument, NULL, OPT_NODE_DAEMON },
+                { "root-peer", required_argument, NULL, OPT_ROOT_PEER },
+                { "ssh", required_argument, NULL, OPT_SSH },
+                { "dry-run", no_argument, NULL, OPT_DRY_RUN },
                 { "fusion-threshold-mb", required_argument, NULL, OPT_FUSION },
                 { "cycle-time-ms", required_argument, NULL, OPT_CYCLE },
                 { "start-timeout", required_argument, NULL, OPT_START },
@@ -455,6 +739,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
                 { "embedded", no_argument, NULL, OPT_EMBEDDED },
                 { "no-embedded", no_argument, NULL, OPT_NO_EMBEDDED },
                 { "no-prefix", no_argument, NULL, OPT_NO_PREFIX },
+                { "prefix-host", no_argument, NULL, OPT_PREFIX_HOST },
                 { "verbose", no_argument, NULL, 'v' },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'V' },
@@ -466,8 +751,10 @@ static int parse_options(int argc, char **argv, options_t *o) {
         o->embedded = -1;
         o->prefix = true;
         o->grace_usec = DEFAULT_GRACE_USEC;
+        o->ssh = "ssh";
         o->exports = calloc((size_t) argc + 1, sizeof *o->exports);
-        if (!o->exports)
+        o->node_daemons = calloc((size_t) argc + 1, sizeof *o->node_daemons);
+        if (!o->exports || !o->node_daemons)
                 return -ENOMEM;
         opterr = 0;
         /* '+': stop at PROGRAM, whose own options are not ours */
@@ -490,8 +777,23 @@ static int parse_options(int argc, char **argv, options_t *o) {
                                 return usage_error("invalid number of workers '%s': expected 1..%d", arg, MAX_NP);
                         o->np = (long) v;
                         break;
-                case 'H': o->hosts = arg; break;
+                case 'H': o->hosts_arg = arg; break;
                 case OPT_HOSTFILE: o->hostfile = arg; break;
+                case OPT_EMULATE: o->emulate_hosts = true; break;
+                case OPT_NODE_DAEMON: o->node_daemons[o->n_node_daemons++] = (char *) arg; break;
+                case OPT_ROOT_PEER:
+                        if (!*arg || strlen(arg) >= ENDPOINT_BYTES || !strstr(arg, "://"))
+                                return usage_error("--root-peer '%s': expected an endpoint such as "
+                                                   "tcp://10.0.0.1:%d",
+                                                   arg, DEFAULT_PEER_PORT);
+                        o->root_peer = arg;
+                        break;
+                case OPT_SSH:
+                        if (!arg[strspn(arg, " \t")])
+                                return usage_error("--ssh: expected a command");
+                        o->ssh = arg;
+                        break;
+                case OPT_DRY_RUN: o->dry_run = true; break;
                 case 'x':
                         if (!*arg || *arg == '=' || strcspn(arg, "=") != strspn(arg, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                                                                       "abcdefghijklmnopqrstuvwxyz"
@@ -531,6 +833,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
                 case OPT_EMBEDDED: o->embedded = 1; break;
                 case OPT_NO_EMBEDDED: o->embedded = 0; break;
                 case OPT_NO_PREFIX: o->prefix = false; break;
+                case OPT_PREFIX_HOST: o->prefix_host = true; break;
                 case 'v': o->verbose = true; break;
                 case 'h': help(); return 1;
                 case 'V': printf("hvdrun (hvd) %s\n", PACKAGE_VERSION); return 1;
@@ -544,26 +847,38 @@ static int parse_options(int argc, char **argv, options_t *o) {
         if (optind >= argc)
                 return usage_error("no PROGRAM given: hvdrun -np N PROGRAM [ARGS...]");
         o->argv = argv + optind;
+        if (!o->prefix && o->prefix_host)
+                return usage_error("--prefix-host and --no-prefix contradict each other");
 
         long slots = 0;
         int r;
-        if (o->hosts && (r = parse_host_list(o->hosts, &slots)) < 0)
+        if (o->hosts_arg && (r = parse_host_list(o, o->hosts_arg, &slots)) < 0)
                 return r;
-        if (o->hostfile && (r = parse_hostfile(o->hostfile, &slots)) < 0)
+        if (o->hostfile && (r = parse_hostfile(o, o->hostfile, &slots)) < 0)
                 return r;
-        if ((o->hosts || o->hostfile) && slots == 0)
-                return usage_error("no hosts listed in %s", o->hosts ? "-H" : o->hostfile);
-        if (o->np == 0) {
-                if (slots == 0)
-                        return usage_error("missing -np N: how many workers to start");
-                o->np = slots;
-        } else if (slots > 0 && o->np > slots)
-                return usage_error("-np %ld is more than the %ld slot%s listed by %s", o->np, slots,
-                                   slots == 1 ? "" : "s", o->hosts ? "-H" : "--hostfile");
+        o->hosts_listed = o->hosts_arg || o->hostfile;
+        if (o->hosts_listed && slots == 0)
+                return usage_error("no hosts listed in %s", o->hosts_arg ? "-H" : o->hostfile);
+        if (!o->hosts_listed && (o->emulate_hosts || o->n_node_daemons))
+                return usage_error("%s needs the hosts: -H HOST:SLOTS,... or --hostfile FILE",
+                                   o->emulate_hosts ? "--emulate-hosts" : "--node-daemon");
+        if (!o->hosts_listed && o->np == 0)
+                return usage_error("missing -np N: how many workers to start");
         if (!o->runtime_dir) {
                 const char *e = getenv("HVD_RUNTIME_DIR");
                 o->runtime_dir = e && *e ? e : HVD_DEFAULT_RUNTIME_DIR;
         }
+        if (o->hosts_listed)
+                return plan_hosts(o, slots);
+        /* no host list: all ranks on this machine */
+        char me[HOST_NAME_MAX + 1] = "";
+        if (gethostname(me, sizeof me - 1) < 0 || !me[0])
+                snprintf(me, sizeof me, "localhost");
+        if (!(o->hosts = calloc(1, sizeof *o->hosts)) || !(o->hosts[0].name = strdup(me)))
+                return -ENOMEM;
+        o->n_hosts = 1;
+        o->hosts[0].slots = o->hosts[0].n_ranks = (int) o->np;
+        o->hosts[0].kind = HOST_LOCAL;
         return 0;
 }
 
@@ -603,7 +918,7 @@ static int resolve_program(const char *prog, const char *path_env, char **ret) {
         return denied ? 126 : 127;
 }
 
-/* ---- daemon ---- */
+/* ---- daemons ---- */
 
 static void *embedded_main(void *arg) {
         embedded_t *e = arg;
@@ -624,6 +939,13 @@ static void remove_dir(const char *dir) {
                 fprintf(stderr, "hvdrun: cannot remove %s: %s\n", dir, strerror(errno));
 }
 
+/* Asks a running reactor to stop; embedded_stop() then waits for it. Splitting
+ * the two lets several private daemons wind down at the same time. */
+static void embedded_ask_stop(embedded_t *e) {
+        if (e && e->daemon && e->thread_started)
+                hvd_daemon_stop(e->daemon);
+}
+
 static void embedded_stop(embedded_t *e) {
         if (!e)
                 return;
@@ -642,7 +964,26 @@ static void embedded_stop(embedded_t *e) {
         }
 }
 
-static int embedded_start(embedded_t *e, const options_t *o) {
+/* Reads DIR/peer.endpoint, which a daemon with a peer_listen writes after binding. */
+static int read_peer_endpoint(const char *dir, char *buf, size_t len) {
+        char path[PATH_MAX + 32], line[ENDPOINT_BYTES + 2] = "";
+        snprintf(path, sizeof path, "%s/peer.endpoint", dir);
+        FILE *f = fopen(path, "re");
+        if (!f)
+                return -errno;
+        bool ok = fgets(line, sizeof line, f) != NULL;
+        fclose(f);
+        line[strcspn(line, "\r\n")] = 0;
+        if (!ok || !line[0] || strlen(line) >= len)
+                return -ENODATA;
+        memcpy(buf, line, strlen(line) + 1);
+        return 0;
+}
+
+/* Starts a private daemon in a fresh directory, with peer_listen when given; its
+ * bound peer endpoint is read back into peer_ep. */
+static int embedded_start(embedded_t *e, const options_t *o, const char *peer_listen, char *peer_ep,
+                          size_t peer_ep_len) {
         const char *tmp = getenv("TMPDIR");
         if (!tmp || !*tmp)
                 tmp = "/tmp";
@@ -661,6 +1002,8 @@ static int embedded_start(embedded_t *e, const options_t *o) {
         hvd_daemon_config_t cfg;
         hvd_daemon_config_init(&cfg);
         snprintf(cfg.runtime_dir, sizeof cfg.runtime_dir, "%s", e->dir);
+        if (peer_listen)
+                snprintf(cfg.peer_listen, sizeof cfg.peer_listen, "%s", peer_listen);
         cfg.log_level = o->verbose ? LOG_INFO : LOG_WARNING;
         if (o->start_timeout)
                 cfg.start_timeout_usec = o->start_timeout_usec;
@@ -668,9 +1011,15 @@ static int embedded_start(embedded_t *e, const options_t *o) {
         hvd_log_set_ident("hvdrun: coordinator");
         int r = hvd_daemon_new(&cfg, &e->daemon);
         if (r < 0) {
-                fprintf(stderr, "hvdrun: cannot start a private hvd-coordinatord in %s: %s\n", e->dir,
-                        hvd_strerror(r));
+                fprintf(stderr, "hvdrun: cannot start a private hvd-coordinatord in %s%s%s: %s\n", e->dir,
+                        peer_listen ? " with peers on " : "", peer_listen ? peer_listen : "", hvd_strerror(r));
                 return r;
+        }
+        /* hvd_daemon_new() wrote it after binding */
+        if (peer_listen && read_peer_endpoint(e->dir, peer_ep, peer_ep_len) < 0) {
+                fprintf(stderr, "hvdrun: the private hvd-coordinatord in %s did not write its peer endpoint\n",
+                        e->dir);
+                return -EIO;
         }
         r = -pthread_create(&e->thread, NULL, embedded_main, e);
         if (r < 0) {
@@ -678,34 +1027,31 @@ static int embedded_start(embedded_t *e, const options_t *o) {
                 return r;
         }
         e->thread_started = true;
-        if (o->verbose)
-                fprintf(stderr, "hvdrun: using a private hvd-coordinatord %s in %s\n", PACKAGE_VERSION, e->dir);
         return 0;
 }
 
 /* Asks DIR/control.sock for a status. Returns 0 when a daemon answered (a
- * message was printed with --verbose), or < 0 with why in msg. */
-static int probe_daemon(const options_t *o, char *msg, size_t msg_len) {
+ * message was printed with verbose), or < 0 with why in msg. */
+static int probe_daemon(const char *dir, bool verbose, char *msg, size_t msg_len) {
         char ep[PATH_MAX + 48], path[PATH_MAX + 32];
-        snprintf(path, sizeof path, "%s/control.sock", o->runtime_dir);
+        snprintf(path, sizeof path, "%s/control.sock", dir);
         snprintf(ep, sizeof ep, "ipc://%s", path);
         if (access(path, F_OK) < 0 && errno == ENOENT) {
-                snprintf(msg, msg_len, "no hvd-coordinatord is running at %s (no control socket)", o->runtime_dir);
+                snprintf(msg, msg_len, "no hvd-coordinatord is running at %s (no control socket)", dir);
                 return -ECONNREFUSED;
         }
         /* zmq retries a refused ipc connect silently: check the permission here */
         char wpath[PATH_MAX + 32];
-        snprintf(wpath, sizeof wpath, "%s/worker.sock", o->runtime_dir);
+        snprintf(wpath, sizeof wpath, "%s/worker.sock", dir);
         if (access(path, R_OK | W_OK) < 0 || access(wpath, R_OK | W_OK) < 0) {
                 int e = errno;
                 if (e == EACCES || e == EPERM)
                         snprintf(msg, msg_len,
                                  "the hvd-coordinatord at %s cannot be used: permission denied (are you in group "
                                  "hvd?)",
-                                 o->runtime_dir);
+                                 dir);
                 else
-                        snprintf(msg, msg_len, "the hvd-coordinatord at %s cannot be used: %s", o->runtime_dir,
-                                 strerror(e));
+                        snprintf(msg, msg_len, "the hvd-coordinatord at %s cannot be used: %s", dir, strerror(e));
                 return -e;
         }
         Hvd__StatusRequest q = HVD__STATUS_REQUEST__INIT;
@@ -715,27 +1061,428 @@ static int probe_daemon(const options_t *o, char *msg, size_t msg_len) {
         int r = hvd_control_call(NULL, ep, &req, PROBE_TIMEOUT_USEC, &reply);
         if (r < 0) {
                 if (r == HVD_ETIMEOUT)
-                        snprintf(msg, msg_len, "the hvd-coordinatord at %s does not answer within %.0f s",
-                                 o->runtime_dir, (double) PROBE_TIMEOUT_USEC / 1e6);
+                        snprintf(msg, msg_len, "the hvd-coordinatord at %s does not answer within %.0f s", dir,
+                                 (double) PROBE_TIMEOUT_USEC / 1e6);
                 else if (r == -ECONNREFUSED)
-                        snprintf(msg, msg_len, "no hvd-coordinatord is running at %s (no control socket)",
-                                 o->runtime_dir);
+                        snprintf(msg, msg_len, "no hvd-coordinatord is running at %s (no control socket)", dir);
                 else
-                        snprintf(msg, msg_len, "cannot reach the hvd-coordinatord at %s: %s", o->runtime_dir,
-                                 hvd_strerror(r));
+                        snprintf(msg, msg_len, "cannot reach the hvd-coordinatord at %s: %s", dir, hvd_strerror(r));
                 return r;
         }
         if (reply->body_case != HVD__ENVELOPE__BODY_STATUS) {
-                snprintf(msg, msg_len, "the hvd-coordinatord at %s refused a status request: %s", o->runtime_dir,
+                snprintf(msg, msg_len, "the hvd-coordinatord at %s refused a status request: %s", dir,
                          reply->body_case == HVD__ENVELOPE__BODY_ERROR ? reply->error->message : "unexpected reply");
                 hvd_wire_free(&reply);
                 return HVD_EPROTO;
         }
-        if (o->verbose)
-                fprintf(stderr, "hvdrun: using hvd-coordinatord %s (pid %" PRIu32 ") at %s\n",
-                        reply->status->version, reply->status->pid, o->runtime_dir);
+        if (verbose)
+                fprintf(stderr, "hvdrun: using hvd-coordinatord %s (pid %" PRIu32 ") at %s\n", reply->status->version,
+                        reply->status->pid, dir);
         hvd_wire_free(&reply);
         return 0;
+}
+
+/* The name other hosts reach host h (of this machine) by. */
+static const char *net_name(const job_t *job, const host_t *h) {
+        if (job->all_here)
+                return "127.0.0.1";
+        return is_loopback_name(h->name) ? job->me : h->name;
+}
+
+/* "tcp://0.0.0.0:7100" (a daemon bound to every interface) is reached at "tcp://HOST:7100". */
+static void endpoint_for_host(const char *ep, const char *host, char *out, size_t len) {
+        static const char *const wild[] = { "tcp://0.0.0.0:", "tcp://*:", "tcp://[::]:", "tcp://[*]:" };
+        for (size_t i = 0; i < ELEMENTSOF(wild); i++) {
+                size_t n = strlen(wild[i]);
+                if (strncmp(ep, wild[i], n) != 0)
+                        continue;
+                if (strchr(host, ':'))
+                        snprintf(out, len, "tcp://[%s]:%s", host, ep + n);
+                else
+                        snprintf(out, len, "tcp://%s:%s", host, ep + n);
+                return;
+        }
+        snprintf(out, len, "%s", ep);
+}
+
+/* The daemon of this machine's own host (HOST_LOCAL): the node's, or a private one.
+ * A private one that is the root of a job spanning hosts listens for their daemons:
+ * on loopback when every host is on this machine, else on every interface at
+ * --root-peer's port (or a free one). */
+static int start_local_daemon(const options_t *o, const job_t *job, host_t *h) {
+        bool root = job->cross_size > 1 && h == job->root;
+        h->runtime_dir = o->runtime_dir;
+        int embedded = o->embedded;
+        if (embedded != 1) {
+                char why[PATH_MAX + 256];
+                int r = probe_daemon(o->runtime_dir, o->verbose && !o->dry_run, why, sizeof why);
+                if (r < 0 && embedded == 0) {
+                        fprintf(stderr, "hvdrun: %s, and --no-embedded forbids a private one; start it with "
+                                        "'systemctl start hvd-coordinatord' or drop --no-embedded\n", why);
+                        return r;
+                }
+                if (r < 0 && (r != -ECONNREFUSED || o->verbose) && !o->dry_run)
+                        fprintf(stderr, "hvdrun: %s; starting a private one\n", why);
+                if (r < 0)
+                        embedded = 1;
+        }
+        if (embedded != 1) {
+                if (root && read_peer_endpoint(h->runtime_dir, h->peer_ep, sizeof h->peer_ep) == 0) {
+                        char ep[ENDPOINT_BYTES];
+                        endpoint_for_host(h->peer_ep, net_name(job, h), ep, sizeof ep);
+                        memcpy(h->peer_ep, ep, sizeof ep);
+                }
+                return 0;
+        }
+        h->private_daemon = true;
+        if (o->dry_run) {
+                h->runtime_dir = PRIVATE;
+                if (root)
+                        snprintf(h->peer_ep, sizeof h->peer_ep, "%s", PRIVATE);
+                return 0;
+        }
+        char listen_ep[ENDPOINT_BYTES] = "";
+        if (root && job->all_here)
+                snprintf(listen_ep, sizeof listen_ep, "tcp://127.0.0.1:*");
+        else if (root) {
+                const char *port = o->root_peer ? strrchr(o->root_peer, ':') : NULL;
+                snprintf(listen_ep, sizeof listen_ep, "tcp://0.0.0.0:%s",
+                         port && port[1] && strspn(port + 1, "0123456789") == strlen(port + 1) ? port + 1 : "*");
+        }
+        int r = embedded_start(&h->emb, o, root ? listen_ep : NULL, h->peer_ep, sizeof h->peer_ep);
+        if (r < 0)
+                return r;
+        h->runtime_dir = h->emb.dir;
+        if (root) {
+                char ep[ENDPOINT_BYTES];
+                endpoint_for_host(h->peer_ep, net_name(job, h), ep, sizeof ep);
+                memcpy(h->peer_ep, ep, sizeof ep);
+        }
+        if (o->verbose)
+                fprintf(stderr, "hvdrun: using a private hvd-coordinatord %s in %s%s%s\n", PACKAGE_VERSION,
+                        h->emb.dir, root ? ", peers at " : "", root ? h->peer_ep : "");
+        return 0;
+}
+
+/* Every host's daemon: found, or started here. */
+static int start_daemons(const options_t *o, job_t *job) {
+        for (size_t i = 0; i < o->n_hosts; i++) {
+                host_t *h = &o->hosts[i];
+                if (h->n_ranks == 0)
+                        continue;
+                int r = 0;
+                char why[PATH_MAX + 256];
+                switch (h->kind) {
+                case HOST_LOCAL: r = start_local_daemon(o, job, h); break;
+                case HOST_NODE:
+                        h->runtime_dir = h->node_dir;
+                        if (!o->dry_run && (r = probe_daemon(h->node_dir, o->verbose, why, sizeof why)) < 0) {
+                                fprintf(stderr, "hvdrun: host %s (--node-daemon): %s; start it first, e.g. "
+                                                "hvd-coordinatord --runtime-dir %s --peer-listen 'tcp://127.0.0.1:*'\n",
+                                        h->name, why, h->node_dir);
+                                return r;
+                        }
+                        if (read_peer_endpoint(h->node_dir, h->peer_ep, sizeof h->peer_ep) == 0) {
+                                char ep[ENDPOINT_BYTES];
+                                endpoint_for_host(h->peer_ep, net_name(job, h), ep, sizeof ep);
+                                memcpy(h->peer_ep, ep, sizeof ep);
+                        }
+                        break;
+                case HOST_EMULATED:
+                        h->private_daemon = true;
+                        if (o->dry_run) {
+                                h->runtime_dir = PRIVATE;
+                                snprintf(h->peer_ep, sizeof h->peer_ep, "%s", PRIVATE);
+                                break;
+                        }
+                        r = embedded_start(&h->emb, o, "tcp://127.0.0.1:*", h->peer_ep, sizeof h->peer_ep);
+                        if (r < 0)
+                                return r;
+                        h->runtime_dir = h->emb.dir;
+                        if (o->verbose)
+                                fprintf(stderr, "hvdrun: host %s emulated: private hvd-coordinatord in %s, peers at %s\n",
+                                        h->name, h->emb.dir, h->peer_ep);
+                        break;
+                case HOST_REMOTE: h->runtime_dir = o->runtime_dir; break;
+                }
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* Stops every private daemon (all asked first, then each waited for) and removes
+ * their directories. */
+static void stop_daemons(host_t *hosts, size_t n) {
+        for (size_t i = 0; i < n; i++)
+                embedded_ask_stop(&hosts[i].emb);
+        for (size_t i = 0; i < n; i++)
+                embedded_stop(&hosts[i].emb);
+}
+
+/* HVD_ROOT_PEER for a job that spans hosts: see the man page, "Several hosts". */
+static int find_root_peer(const options_t *o, job_t *job) {
+        host_t *h = job->root;
+        if (job->cross_size < 2)
+                return 0;
+        const char *ep = NULL;
+        char def[ENDPOINT_BYTES];
+        switch (h->kind) {
+        case HOST_EMULATED: ep = h->peer_ep; break;
+        case HOST_LOCAL:
+                /* a private root listens where --root-peer says; the node's daemon may
+                 * be reached at another name than its peer.endpoint shows */
+                ep = o->root_peer ? o->root_peer : h->peer_ep[0] ? h->peer_ep : NULL;
+                break;
+        case HOST_NODE: ep = o->root_peer ? o->root_peer : h->peer_ep[0] ? h->peer_ep : NULL; break;
+        case HOST_REMOTE:
+                if (strchr(h->name, ':'))
+                        snprintf(def, sizeof def, "tcp://[%s]:%d", h->name, DEFAULT_PEER_PORT);
+                else
+                        snprintf(def, sizeof def, "tcp://%s:%d", h->name, DEFAULT_PEER_PORT);
+                ep = o->root_peer ? o->root_peer : def;
+                break;
+        }
+        if (!ep) {
+                fprintf(stderr,
+                        "hvdrun: the hvd-coordinatord at %s serves host %s, the first of the job, but has no peer "
+                        "endpoint for the other hosts' daemons (no %s/peer.endpoint): start it with --peer-listen "
+                        "(peer_listen in its configuration), or give --root-peer ENDPOINT\n",
+                        h->runtime_dir, h->name, h->runtime_dir);
+                return -EINVAL;
+        }
+        snprintf(job->root_peer, sizeof job->root_peer, "%s", ep);
+        if (job->any_remote && (strstr(ep, "://127.") || strstr(ep, "://localhost") || strstr(ep, "://[::1]")))
+                fprintf(stderr, "hvdrun: warning: the root daemon's endpoint %s is on loopback, where the daemons "
+                                "of remote hosts cannot reach it; see --root-peer\n",
+                        ep);
+        return 0;
+}
+
+/* Job id and secret, the host list variable, the working directory, --ssh. */
+static int job_init(const options_t *o, job_t *job) {
+        memcpy(job->id, "job-", 4);
+        if (random_hex(job->id + 4, 8) < 0 || random_hex(job->secret, 16) < 0) {
+                fprintf(stderr, "hvdrun: cannot read random bytes for the job id and secret\n");
+                return -EIO;
+        }
+        if (gethostname(job->me, sizeof job->me - 1) < 0 || !job->me[0])
+                snprintf(job->me, sizeof job->me, "localhost");
+        if (!getcwd(job->cwd, sizeof job->cwd))
+                job->cwd[0] = 0;
+        job->all_here = true;
+        strbuf_t hv = { 0 };
+        for (size_t i = 0; i < o->n_hosts; i++) {
+                host_t *h = &o->hosts[i];
+                if (h->n_ranks == 0)
+                        continue;
+                if (h->cross_rank == 0)
+                        job->root = h;
+                job->cross_size++;
+                if (h->kind == HOST_REMOTE)
+                        job->any_remote = true;
+                else
+                        job->any_here = true;
+                char n[32];
+                snprintf(n, sizeof n, ":%d", h->n_ranks);
+                if (hv.len)
+                        sb_puts(&hv, ",");
+                sb_puts(&hv, h->name);
+                sb_puts(&hv, n);
+        }
+        job->all_here = !job->any_remote;
+        if (!(job->hosts_var = sb_take(&hv)))
+                return -ENOMEM;
+        if (strlen(job->hosts_var) > MAX_HOSTS_VAR) {
+                fprintf(stderr, "hvdrun: the host list is too long for HVD_HOSTS (%zu bytes, at most %d)\n",
+                        strlen(job->hosts_var), MAX_HOSTS_VAR);
+                return -E2BIG;
+        }
+        if (job->any_remote) {
+                size_t cap = strlen(o->ssh) / 2 + 2;
+                if (!(job->ssh_words = calloc(cap, sizeof *job->ssh_words)))
+                        return -ENOMEM;
+                for (const char *p = o->ssh + strspn(o->ssh, " \t"); *p; p += strspn(p, " \t")) {
+                        size_t n = strcspn(p, " \t");
+                        if (!(job->ssh_words[job->n_ssh_words++] = strndup(p, n)))
+                                return -ENOMEM;
+                        p += n;
+                }
+        }
+        return 0;
+}
+
+static void job_free(job_t *job) {
+        free(job->hosts_var);
+        strv_free(job->ssh_words);
+        *job = (job_t){ 0 };
+}
+
+/* ---- commands ---- */
+
+/* The variables hvdrun sets for one rank (not the inherited environment): -x, the
+ * knobs, the job, the host, the rank, under hvd's and Horovod's names. */
+static int rank_vars(const options_t *o, const job_t *job, const host_t *h, int local_rank, env_list_t *e) {
+        int r, rank = h->first_rank + local_rank;
+        for (size_t i = 0; i < o->n_exports; i++) {
+                const char *x = o->exports[i], *val = strchr(x, '=') ? NULL : getenv(x);
+                if (strchr(x, '=')) {
+                        if ((r = env_list_put(e, strdup(x))) < 0)
+                                return r;
+                } else if (val && (r = env_list_set(e, x, "%s", val)) < 0)
+                        return r;
+        }
+        if ((o->fusion_mb && (r = env_list_set(e, "HVD_FUSION_THRESHOLD", "%" PRIu64, o->fusion_bytes)) < 0) ||
+            (o->cycle_ms && (r = env_list_set(e, "HVD_CYCLE_TIME", "%s", o->cycle_ms)) < 0) ||
+            (o->start_timeout && (r = env_list_set(e, "HVD_START_TIMEOUT", "%s", o->start_timeout)) < 0))
+                return r;
+        /* Horovod's cross rank/size: among the hosts that have this local rank */
+        int hcr = 0, hcs = 0;
+        for (size_t i = 0; i < o->n_hosts; i++) {
+                const host_t *g = &o->hosts[i];
+                if (g == h)
+                        hcr = hcs;
+                if (g->n_ranks > local_rank)
+                        hcs++;
+        }
+        const char *hostname = h->kind == HOST_LOCAL && is_loopback_name(h->name) ? job->me : h->name;
+        if ((r = env_list_set(e, "HVD_JOB_ID", "%s", job->id)) < 0 ||
+            (h->kind != HOST_REMOTE && (r = env_list_set(e, "HVD_JOB_SECRET", "%s", job->secret)) < 0) ||
+            (r = env_list_set(e, "HVD_SIZE", "%ld", o->np)) < 0 ||
+            (r = env_list_set(e, "HVD_RANK", "%d", rank)) < 0 ||
+            (r = env_list_set(e, "HVD_LOCAL_RANK", "%d", local_rank)) < 0 ||
+            (r = env_list_set(e, "HVD_LOCAL_SIZE", "%d", h->n_ranks)) < 0 ||
+            (r = env_list_set(e, "HVD_CROSS_RANK", "%d", h->cross_rank)) < 0 ||
+            (r = env_list_set(e, "HVD_CROSS_SIZE", "%d", job->cross_size)) < 0 ||
+            (r = env_list_set(e, "HVD_HOSTNAME", "%s", hostname)) < 0)
+                return r;
+        if (h->kind != HOST_REMOTE &&
+            (r = env_list_set(e, "HVD_COORDINATOR", "ipc://%s/worker.sock", h->runtime_dir)) < 0)
+                return r;
+        if ((r = env_list_set(e, "HVD_RUNTIME_DIR", "%s", h->runtime_dir)) < 0)
+                return r;
+        if (job->cross_size > 1 && ((r = env_list_set(e, "HVD_HOSTS", "%s", job->hosts_var)) < 0 ||
+                                    (r = env_list_set(e, "HVD_ROOT_PEER", "%s", job->root_peer)) < 0))
+                return r;
+        /* hosts of one machine reach each other's ranks on loopback */
+        if (job->cross_size > 1 && job->all_here && (r = env_list_set(e, "HVD_DATA_ADDR", "127.0.0.1")) < 0)
+                return r;
+        if ((r = env_list_set(e, "HOROVOD_RANK", "%d", rank)) < 0 ||
+            (r = env_list_set(e, "HOROVOD_SIZE", "%ld", o->np)) < 0 ||
+            (r = env_list_set(e, "HOROVOD_LOCAL_RANK", "%d", local_rank)) < 0 ||
+            (r = env_list_set(e, "HOROVOD_LOCAL_SIZE", "%d", h->n_ranks)) < 0 ||
+            (r = env_list_set(e, "HOROVOD_CROSS_RANK", "%d", hcr)) < 0 ||
+            (r = env_list_set(e, "HOROVOD_CROSS_SIZE", "%d", hcs)) < 0 ||
+            (r = env_list_set(e, "HOROVOD_HOSTNAME", "%s", hostname)) < 0)
+                return r;
+        return 0;
+}
+
+/* "cd CWD && exec env VAR=VALUE... PROGRAM ARGS...", every word quoted for a POSIX
+ * shell (shown: for showing, see sb_quoted_shown()). With read_secret, the job secret is read from the first line of standard
+ * input first, so that it never appears on a command line. */
+static char *shell_command(const job_t *job, char *const *vars, const char *prog, char *const *args,
+                           bool read_secret, bool shown) {
+        void (*quoted)(strbuf_t *, const char *) = shown ? sb_quoted_shown : sb_quoted;
+        strbuf_t b = { 0 };
+        if (job->cwd[0]) {
+                sb_puts(&b, "cd ");
+                quoted(&b, job->cwd);
+                sb_puts(&b, " && ");
+        }
+        if (read_secret)
+                sb_puts(&b, "IFS= read -r HVD_JOB_SECRET && export HVD_JOB_SECRET && ");
+        sb_puts(&b, "exec env");
+        for (size_t i = 0; vars && vars[i]; i++) {
+                sb_puts(&b, " ");
+                quoted(&b, vars[i]);
+        }
+        sb_puts(&b, " ");
+        quoted(&b, prog);
+        for (size_t i = 0; args && args[i]; i++) {
+                sb_puts(&b, " ");
+                quoted(&b, args[i]);
+        }
+        return sb_take(&b);
+}
+
+/* SSH... -o BatchMode=yes -o StrictHostKeyChecking=accept-new HOST COMMAND; owned. */
+static char **ssh_argv(const job_t *job, const char *host, const char *command) {
+        static const char *const opts[] = { "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new" };
+        size_t n = job->n_ssh_words + ELEMENTSOF(opts) + 2;
+        char **v = calloc(n + 1, sizeof *v);
+        if (!v)
+                return NULL;
+        size_t k = 0;
+        for (size_t i = 0; i < job->n_ssh_words; i++)
+                v[k++] = strdup(job->ssh_words[i]);
+        for (size_t i = 0; i < ELEMENTSOF(opts); i++)
+                v[k++] = strdup(opts[i]);
+        v[k++] = strdup(host);
+        v[k++] = strdup(command);
+        for (size_t i = 0; i < k; i++)
+                if (!v[i]) {
+                        for (size_t j = 0; j < k; j++)
+                                free(v[j]);
+                        free(v);
+                        return NULL;
+                }
+        return v;
+}
+
+static char *argv_shown(char *const *argv) {
+        strbuf_t b = { 0 };
+        for (size_t i = 0; argv[i]; i++) {
+                if (i)
+                        sb_puts(&b, " ");
+                sb_quoted_shown(&b, argv[i]);
+        }
+        return sb_take(&b);
+}
+
+/* Fills in w's environment (local rank) or ssh command line (remote rank), and with
+ * --dry-run the command line to show. */
+static int prepare_worker(const options_t *o, const job_t *job, const char *path, worker_t *w, int local_rank) {
+        env_list_t vars = { 0 }, env = { 0 };
+        host_t *h = w->host;
+        char *cmd = NULL;
+        int r = -ENOMEM;
+        if (h->kind == HOST_REMOTE) {
+                /* the remote login shell's own PATH etc. would find other programs */
+                static const char *const pass[] = { "PATH", "LD_LIBRARY_PATH", "PYTHONPATH" };
+                for (size_t i = 0; i < ELEMENTSOF(pass); i++) {
+                        const char *v = getenv(pass[i]);
+                        if (v && (r = env_list_set(&vars, pass[i], "%s", v)) < 0)
+                                goto out;
+                }
+        }
+        if ((r = rank_vars(o, job, h, local_rank, &vars)) < 0)
+                goto out;
+        r = -ENOMEM;
+        if (h->kind == HOST_REMOTE) {
+                if (!(cmd = shell_command(job, vars.v, o->argv[0], o->argv + 1, true, false)) ||
+                    !(w->argv = ssh_argv(job, h->name, cmd)))
+                        goto out;
+                if (o->dry_run && !(w->shown = argv_shown(w->argv)))
+                        goto out;
+        } else if (o->dry_run) {
+                if (!(w->shown = shell_command(job, vars.v, path, o->argv + 1, false, true)))
+                        goto out;
+        } else {
+                if ((r = env_list_copy(&env, environ)) < 0)
+                        goto out;
+                for (size_t i = 0; i < vars.n; i++)
+                        if ((r = env_list_put(&env, strdup(vars.v[i]))) < 0)
+                                goto out;
+                w->envp = env.v;
+                env = (env_list_t){ 0 };
+        }
+        r = 0;
+out:
+        free(cmd);
+        env_list_free(&vars);
+        env_list_free(&env);
+        return r;
 }
 
 /* ---- workers ---- */
@@ -747,31 +1494,31 @@ static void stream_close(stream_t *s) {
 }
 
 static void run_free(run_t *run) {
-        if (!run || !run->w)
+        if (!run)
                 return;
-        for (int i = 0; i < run->n; i++) {
+        for (int i = 0; run->w && i < run->n; i++) {
                 stream_close(&run->w[i].out);
                 stream_close(&run->w[i].err);
                 free(run->w[i].out.buf);
                 free(run->w[i].err.buf);
-                if (run->w[i].envp) {
-                        env_list_t e = { .v = run->w[i].envp };
-                        while (e.v[e.n])
-                                e.n++;
-                        env_list_free(&e);
-                }
+                strv_free(run->w[i].envp);
+                strv_free(run->w[i].argv);
+                free(run->w[i].shown);
         }
         free(run->w);
         run->w = NULL;
         free(run->scratch);
         run->scratch = NULL;
+        free(run->helpers);
+        run->helpers = NULL;
 }
 
 /* Passes on the complete lines in s->buf (all of it when at_eof), each with
  * the rank prefix, in one write. */
 static void stream_emit(run_t *run, worker_t *w, stream_t *s, bool at_eof) {
-        char prefix[24];
-        int plen = snprintf(prefix, sizeof prefix, "[%d] ", w->rank);
+        char prefix[32 + HOST_NAME_BYTES];
+        int plen = run->prefix_host ? snprintf(prefix, sizeof prefix, "[%d@%s] ", w->rank, w->host->name)
+                                    : snprintf(prefix, sizeof prefix, "[%d] ", w->rank);
         size_t need = s->len + ((s->len + 1) * (size_t) plen) + 1;
         if (need > run->scratch_cap) {
                 char *p = realloc(run->scratch, need);
@@ -829,11 +1576,96 @@ static void stream_read(run_t *run, worker_t *w, stream_t *s, bool until_empty) 
         }
 }
 
+/* Child side of fork(): only async-signal-safe calls until execve. */
+__attribute__((noreturn)) static void child_exec(const char *path, char *const *argv, char *const *envp,
+                                                  int in_fd, int out_fd, int err_fd, int errpipe, pid_t parent) {
+        (void) setpgid(0, 0);
+        /* hvdrun killed with SIGKILL: its workers follow */
+        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+        if (getppid() != parent)
+                _exit(127);
+        if ((in_fd >= 0 && dup2(in_fd, 0) < 0) || (out_fd >= 0 && dup2(out_fd, 1) < 0) ||
+            (err_fd >= 0 && dup2(err_fd, 2) < 0))
+                goto fail;
+        struct sigaction sa = { .sa_handler = SIG_DFL };
+        sigemptyset(&sa.sa_mask);
+        (void) sigaction(SIGPIPE, &sa, NULL);
+        sigset_t none;
+        sigemptyset(&none);
+        (void) sigprocmask(SIG_SETMASK, &none, NULL);
+        /* zmq's and the embedded daemon's descriptors must not leak into workers */
+#ifdef SYS_close_range
+        if (syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */) < 0)
+#endif
+        {
+                for (int fd = 3; fd < 65536; fd++)
+                        (void) fcntl(fd, F_SETFD, FD_CLOEXEC);
+        }
+        execve(path, argv, envp);
+fail:;
+        int e = errno;
+        if (errpipe >= 0 && write(errpipe, &e, sizeof e) < 0)
+                (void) 0;
+        _exit(127);
+}
+
+/* A remote clean-up: "ssh HOST <signal every process of this job>". The ranks of a
+ * job carry HVD_JOB_ID in their environment, and so do their children. */
+static void remote_signal(run_t *run, host_t *h, int sig) {
+        int k = sig == SIGKILL;
+        if (h->remote_kill_sent[k] || !run->ssh_path)
+                return;
+        h->remote_kill_sent[k] = true;
+        char *cmd = NULL;
+        if (asprintf(&cmd,
+                     "for d in /proc/[0-9]*; do [ -O \"$d\" ] && tr '\\0' '\\n' 2>/dev/null <\"$d/environ\" | "
+                     "grep -qxF HVD_JOB_ID=%s && kill -s %s \"${d#/proc/}\" 2>/dev/null; done; exit 0",
+                     run->job->id, k ? "KILL" : "TERM") < 0)
+                return;
+        char **argv = ssh_argv(run->job, h->name, cmd);
+        free(cmd);
+        if (!argv)
+                return;
+        if (run->n_helpers == run->cap_helpers) {
+                size_t cap = run->cap_helpers ? run->cap_helpers * 2 : 8;
+                pid_t *p = realloc(run->helpers, cap * sizeof *p);
+                if (!p) {
+                        strv_free(argv);
+                        return;
+                }
+                run->helpers = p;
+                run->cap_helpers = cap;
+        }
+        if (run->verbose)
+                fprintf(stderr, "hvdrun: sending SIG%s to the ranks on %s\n", k ? "KILL" : "TERM", h->name);
+        int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+        pid_t parent = getpid(), pid = fork();
+        if (pid == 0)
+                child_exec(run->ssh_path, argv, environ, devnull, devnull, -1, -1, parent);
+        if (pid > 0) {
+                (void) setpgid(pid, pid);
+                run->helpers[run->n_helpers++] = pid;
+        } else
+                fprintf(stderr, "hvdrun: cannot stop the ranks on %s: %s\n", h->name, strerror(errno));
+        if (devnull >= 0)
+                close(devnull);
+        strv_free(argv);
+}
+
+/* Local workers: their process groups. Remote ranks: SIGTERM goes to the remote
+ * processes (the ssh sessions then end by themselves, with their output); SIGKILL
+ * also kills the local ssh. */
 static void kill_groups(run_t *run, int sig) {
-        for (int i = 0; i < run->n; i++)
+        for (int i = 0; i < run->n; i++) {
+                worker_t *w = &run->w[i];
                 /* the leader is an unreaped child, so its group id cannot have been reused */
-                if (run->w[i].pid > 0 && !run->w[i].reaped)
-                        (void) kill(-run->w[i].pid, sig);
+                if (w->pid <= 0 || w->reaped)
+                        continue;
+                if (w->host->kind != HOST_REMOTE || sig == SIGKILL)
+                        (void) kill(-w->pid, sig);
+                if (w->host->kind == HOST_REMOTE && !w->exited)
+                        remote_signal(run, w->host, sig);
+        }
 }
 
 static int count_live(const run_t *run) {
@@ -856,11 +1688,17 @@ static void note_exit(run_t *run, worker_t *w, const siginfo_t *si, uint64_t now
                 return;
         bool first = run->first_fail_rank < 0;
         if (first || run->verbose) {
+                char where[HOST_NAME_BYTES + 8] = "";
+                if (run->multi)
+                        snprintf(where, sizeof where, " on %s", w->host->name);
                 if (si->si_code == CLD_EXITED)
-                        fprintf(stderr, "hvdrun: rank %d exited with status %d\n", w->rank, w->status);
+                        fprintf(stderr, "hvdrun: rank %d%s exited with status %d%s\n", w->rank, where, w->status,
+                                w->host->kind == HOST_REMOTE && w->status == 255
+                                        ? " (ssh failed, or the remote program was killed by a signal)"
+                                        : "");
                 else
-                        fprintf(stderr, "hvdrun: rank %d killed by signal %d (%s)\n", w->rank, si->si_status,
-                                strsignal(si->si_status));
+                        fprintf(stderr, "hvdrun: rank %d%s killed by signal %d (%s)\n", w->rank, where,
+                                si->si_status, strsignal(si->si_status));
         }
         if (!first)
                 return;
@@ -868,6 +1706,14 @@ static void note_exit(run_t *run, worker_t *w, const siginfo_t *si, uint64_t now
         run->exit_status = w->status;
         if (count_live(run) > 0)
                 run->grace_deadline = now + run->grace_usec;
+}
+
+static void reap_helpers(run_t *run) {
+        for (size_t i = 0; i < run->n_helpers; i++)
+                if (run->helpers[i] > 0 && waitpid(run->helpers[i], NULL, WNOHANG) == run->helpers[i])
+                        run->helpers[i] = 0;
+        if (run->pump > 0 && waitpid(run->pump, NULL, WNOHANG) == run->pump)
+                run->pump = 0;
 }
 
 static void check_children(run_t *run, uint64_t now) {
@@ -880,10 +1726,11 @@ static void check_children(run_t *run, uint64_t now) {
                 if (waitid(P_PID, (id_t) w->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == w->pid)
                         note_exit(run, w, &si, now);
         }
+        reap_helpers(run);
 }
 
 static void reap_all(run_t *run) {
-        for (int i = 0; i < run->n; i++) {
+        for (int i = 0; run->w && i < run->n; i++) {
                 worker_t *w = &run->w[i];
                 if (w->pid <= 0 || w->reaped)
                         continue;
@@ -892,6 +1739,34 @@ static void reap_all(run_t *run) {
                 while (waitpid(w->pid, NULL, 0) < 0 && errno == EINTR)
                         ;
                 w->reaped = true;
+        }
+        /* the stdin pump may wait for input that never comes */
+        if (run->pump > 0) {
+                (void) kill(-run->pump, SIGKILL);
+                while (waitpid(run->pump, NULL, 0) < 0 && errno == EINTR)
+                        ;
+                run->pump = 0;
+        }
+        /* remote clean-up commands get a moment to finish their work */
+        uint64_t deadline = hvd_now_usec() + HELPER_WAIT_USEC;
+        for (;;) {
+                reap_helpers(run);
+                size_t left = 0;
+                for (size_t i = 0; i < run->n_helpers; i++)
+                        left += run->helpers[i] > 0;
+                if (left == 0)
+                        break;
+                if (hvd_now_usec() >= deadline) {
+                        for (size_t i = 0; i < run->n_helpers; i++)
+                                if (run->helpers[i] > 0) {
+                                        (void) kill(-run->helpers[i], SIGKILL);
+                                        while (waitpid(run->helpers[i], NULL, 0) < 0 && errno == EINTR)
+                                                ;
+                                        run->helpers[i] = 0;
+                                }
+                        break;
+                }
+                (void) poll(NULL, 0, 20);
         }
 }
 
@@ -1016,39 +1891,6 @@ out:
         free(pworker);
 }
 
-/* Child side of fork(): only async-signal-safe calls until execve. */
-__attribute__((noreturn)) static void child_exec(const char *path, char *const *argv, char *const *envp,
-                                                  int in_fd, int out_fd, int err_fd, int errpipe, pid_t parent) {
-        (void) setpgid(0, 0);
-        /* hvdrun killed with SIGKILL: its workers follow */
-        (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
-        if (getppid() != parent)
-                _exit(127);
-        if ((in_fd >= 0 && dup2(in_fd, 0) < 0) || (out_fd >= 0 && dup2(out_fd, 1) < 0) ||
-            (err_fd >= 0 && dup2(err_fd, 2) < 0))
-                goto fail;
-        struct sigaction sa = { .sa_handler = SIG_DFL };
-        sigemptyset(&sa.sa_mask);
-        (void) sigaction(SIGPIPE, &sa, NULL);
-        sigset_t none;
-        sigemptyset(&none);
-        (void) sigprocmask(SIG_SETMASK, &none, NULL);
-        /* zmq's and the embedded daemon's descriptors must not leak into workers */
-#ifdef SYS_close_range
-        if (syscall(SYS_close_range, 3U, ~0U, 4U /* CLOSE_RANGE_CLOEXEC */) < 0)
-#endif
-        {
-                for (int fd = 3; fd < 65536; fd++)
-                        (void) fcntl(fd, F_SETFD, FD_CLOEXEC);
-        }
-        execve(path, argv, envp);
-fail:;
-        int e = errno;
-        if (write(errpipe, &e, sizeof e) < 0)
-                (void) 0;
-        _exit(127);
-}
-
 static int spawn_worker(worker_t *w, const char *path, char *const *argv, bool prefix, int in_fd) {
         int outp[2] = { -1, -1 }, errp[2] = { -1, -1 }, ep[2] = { -1, -1 };
         int r = 0;
@@ -1065,7 +1907,7 @@ static int spawn_worker(worker_t *w, const char *path, char *const *argv, bool p
                 goto out;
         }
         if (pid == 0)
-                child_exec(path, argv, w->envp, in_fd, outp[1], errp[1], ep[1], parent);
+                child_exec(path, argv, w->envp ? w->envp : environ, in_fd, outp[1], errp[1], ep[1], parent);
         /* both sides set the group: whichever runs first, kill(-pid) works at once */
         (void) setpgid(pid, pid);
         w->pid = pid;
@@ -1099,80 +1941,101 @@ out:
         return r;
 }
 
-/* The environment all ranks share: ours, then -x, then knobs, then the job. */
-static int build_base_env(const options_t *o, const char *coordinator, const char *runtime_dir,
-                          env_list_t *env) {
-        char job_id[4 + 32 + 1] = "job-", secret[33], host[HOST_NAME_MAX + 1] = "";
-        int r;
-        if ((r = env_list_copy(env, environ)) < 0)
-                return r;
-        for (size_t i = 0; i < o->n_exports; i++) {
-                const char *x = o->exports[i];
-                if (strchr(x, '=')) {
-                        if ((r = env_list_put(env, strdup(x))) < 0)
-                                return r;
-                } else if (!getenv(x))
-                        fprintf(stderr, "hvdrun: warning: -x %s: %s is not set here; not passed on\n", x, x);
+/* A remote rank's standard input: the job secret on the first line, then our
+ * stdin (pump) or nothing. Returns the read end (close it after the fork). */
+static int remote_stdin(run_t *run, bool with_our_stdin) {
+        int p[2];
+        char line[sizeof run->job->secret + 1];
+        size_t n = (size_t) snprintf(line, sizeof line, "%s\n", run->job->secret);
+        if (pipe2(p, O_CLOEXEC) < 0)
+                return -errno;
+        if (!with_our_stdin) {
+                /* fits in the pipe: nobody has to wait for the reader */
+                int r = write_all(p[1], line, n);
+                close(p[1]);
+                if (r < 0) {
+                        close(p[0]);
+                        return r;
+                }
+                return p[0];
         }
-        if (random_hex(job_id + 4, 8) < 0 || random_hex(secret, 16) < 0) {
-                fprintf(stderr, "hvdrun: cannot read random bytes for the job id and secret\n");
-                return -EIO;
+        pid_t parent = getpid(), pid = fork();
+        if (pid < 0) {
+                int r = -errno;
+                close(p[0]);
+                close(p[1]);
+                return r;
         }
-        if (gethostname(host, sizeof host - 1) < 0 || !host[0])
-                snprintf(host, sizeof host, "localhost");
-        if ((o->fusion_mb && (r = env_list_set(env, "HVD_FUSION_THRESHOLD", "%" PRIu64, o->fusion_bytes)) < 0) ||
-            (o->cycle_ms && (r = env_list_set(env, "HVD_CYCLE_TIME", "%s", o->cycle_ms)) < 0) ||
-            (o->start_timeout && (r = env_list_set(env, "HVD_START_TIMEOUT", "%s", o->start_timeout)) < 0))
-                return r;
-        if ((r = env_list_set(env, "HVD_JOB_ID", "%s", job_id)) < 0 ||
-            (r = env_list_set(env, "HVD_JOB_SECRET", "%s", secret)) < 0 ||
-            (r = env_list_set(env, "HVD_SIZE", "%d", (int) o->np)) < 0 ||
-            (r = env_list_set(env, "HVD_LOCAL_SIZE", "%d", (int) o->np)) < 0 ||
-            (r = env_list_set(env, "HVD_CROSS_RANK", "0")) < 0 ||
-            (r = env_list_set(env, "HVD_CROSS_SIZE", "1")) < 0 ||
-            (r = env_list_set(env, "HVD_HOSTNAME", "%s", host)) < 0 ||
-            (r = env_list_set(env, "HVD_COORDINATOR", "%s", coordinator)) < 0 ||
-            (r = env_list_set(env, "HVD_RUNTIME_DIR", "%s", runtime_dir)) < 0 ||
-            (r = env_list_set(env, "HOROVOD_SIZE", "%d", (int) o->np)) < 0 ||
-            (r = env_list_set(env, "HOROVOD_LOCAL_SIZE", "%d", (int) o->np)) < 0 ||
-            (r = env_list_set(env, "HOROVOD_CROSS_RANK", "0")) < 0 ||
-            (r = env_list_set(env, "HOROVOD_CROSS_SIZE", "1")) < 0)
-                return r;
-        if (o->verbose)
-                fprintf(stderr, "hvdrun: job %s, %ld rank%s on %s\n", job_id, o->np, o->np == 1 ? "" : "s", host);
-        return 0;
+        if (pid == 0) {
+                /* only async-signal-safe calls: the daemons' threads may hold locks */
+                (void) setpgid(0, 0);
+                (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
+                if (getppid() != parent)
+                        _exit(0);
+                /* hold nothing of hvdrun's: not the daemons' sockets, not other pipes */
+                if (p[1] != 3 && dup2(p[1], 3) < 0)
+                        _exit(0);
+#ifdef SYS_close_range
+                if (syscall(SYS_close_range, 4U, ~0U, 0U) < 0)
+#endif
+                {
+                        for (int fd = 4; fd < 65536; fd++)
+                                (void) close(fd);
+                }
+                p[1] = 3;
+                char buf[16384];
+                if (write(p[1], line, n) != (ssize_t) n)
+                        _exit(0);
+                for (;;) {
+                        ssize_t k = read(0, buf, sizeof buf);
+                        if (k < 0 && errno == EINTR)
+                                continue;
+                        if (k <= 0)
+                                _exit(0);
+                        for (ssize_t off = 0; off < k;) {
+                                ssize_t m = write(p[1], buf + off, (size_t) (k - off));
+                                if (m < 0 && errno == EINTR)
+                                        continue;
+                                if (m <= 0)
+                                        _exit(0); /* the rank is gone (EPIPE) */
+                                off += m;
+                        }
+                }
+        }
+        (void) setpgid(pid, pid);
+        run->pump = pid;
+        close(p[1]);
+        return p[0];
 }
 
-static int build_rank_env(const env_list_t *base, int rank, char ***ret) {
-        env_list_t e = { 0 };
-        int r;
-        if ((r = env_list_copy(&e, base->v)) < 0 || (r = env_list_set(&e, "HVD_RANK", "%d", rank)) < 0 ||
-            (r = env_list_set(&e, "HVD_LOCAL_RANK", "%d", rank)) < 0 ||
-            (r = env_list_set(&e, "HOROVOD_RANK", "%d", rank)) < 0 ||
-            (r = env_list_set(&e, "HOROVOD_LOCAL_RANK", "%d", rank)) < 0) {
-                env_list_free(&e);
-                return r;
+static const char *kind_name(const host_t *h) {
+        switch (h->kind) {
+        case HOST_LOCAL: return h->private_daemon ? "this host, private daemon" : "this host";
+        case HOST_NODE: return "node daemon";
+        case HOST_EMULATED: return "emulated";
+        case HOST_REMOTE: return "ssh";
         }
-        *ret = e.v;
-        return 0;
+        return "?";
 }
 
 int main(int argc, char **argv) {
         options_t o = { 0 };
+        job_t job = { 0 };
         run_t run = { .sfd = -1, .first_fail_rank = -1 };
-        embedded_t emb = { 0 };
-        env_list_t base = { 0 };
-        char *path = NULL;
+        char *path = NULL, *ssh_path = NULL;
         int devnull = -1;
         int ret = 1, r;
 
         r = parse_options(argc, argv, &o);
         if (r != 0) {
-                free(o.exports);
-                return r > 0 ? 0 : r == -ENOMEM ? 1 : EXIT_USAGE;
+                ret = r > 0 ? 0 : r == -ENOMEM ? 1 : EXIT_USAGE;
+                if (r == -ENOMEM)
+                        fprintf(stderr, "hvdrun: out of memory\n");
+                goto out;
         }
         run.verbose = o.verbose;
         run.grace_usec = o.grace_usec;
+        run.prefix_host = o.prefix_host;
 
         /* Block before any thread exists, so every thread inherits the mask and
          * the signals wait in the signalfd for the main loop. */
@@ -1194,62 +2057,92 @@ int main(int argc, char **argv) {
         }
         signal(SIGPIPE, SIG_IGN);
 
-        /* -x PATH=... changes where PROGRAM is looked up, as in the workers */
-        const char *path_env = getenv("PATH");
         for (size_t i = 0; i < o.n_exports; i++)
-                if (strncmp(o.exports[i], "PATH=", 5) == 0)
-                        path_env = o.exports[i] + 5;
-        r = resolve_program(o.argv[0], path_env, &path);
-        if (r != 0) {
-                ret = r;
+                if (!strchr(o.exports[i], '=') && !getenv(o.exports[i]))
+                        fprintf(stderr, "hvdrun: warning: -x %s: %s is not set here; not passed on\n", o.exports[i],
+                                o.exports[i]);
+        r = job_init(&o, &job);
+        if (r < 0) {
+                if (r == -ENOMEM)
+                        fprintf(stderr, "hvdrun: out of memory\n");
                 goto out;
         }
+        run.job = &job;
+        run.hosts = o.hosts;
+        run.n_hosts = o.n_hosts;
+        run.multi = job.cross_size > 1;
 
-        char coordinator[PATH_MAX + 32];
-        const char *runtime_dir = o.runtime_dir;
-        if (o.embedded != 1) {
-                char why[PATH_MAX + 256];
-                r = probe_daemon(&o, why, sizeof why);
-                if (r < 0 && o.embedded == 0) {
-                        fprintf(stderr, "hvdrun: %s, and --no-embedded forbids a private one; start it with "
-                                        "'systemctl start hvd-coordinatord' or drop --no-embedded\n", why);
+        if (job.any_here) {
+                /* -x PATH=... changes where PROGRAM is looked up, as in the workers */
+                const char *path_env = getenv("PATH");
+                for (size_t i = 0; i < o.n_exports; i++)
+                        if (strncmp(o.exports[i], "PATH=", 5) == 0)
+                                path_env = o.exports[i] + 5;
+                r = resolve_program(o.argv[0], path_env, &path);
+                if (r != 0) {
+                        ret = r;
                         goto out;
                 }
-                if (r < 0 && (r != -ECONNREFUSED || o.verbose))
-                        fprintf(stderr, "hvdrun: %s; starting a private one\n", why);
-                if (r < 0)
-                        o.embedded = 1;
         }
-        if (o.embedded == 1) {
-                if (embedded_start(&emb, &o) < 0)
+        if (job.any_remote && !o.dry_run) {
+                r = resolve_program(job.ssh_words[0], getenv("PATH"), &ssh_path);
+                if (r != 0) {
+                        fprintf(stderr, "hvdrun: remote hosts are reached with '%s': install ssh, or see --ssh\n",
+                                o.ssh);
                         goto out;
-                runtime_dir = emb.dir;
+                }
+                run.ssh_path = ssh_path;
         }
-        snprintf(coordinator, sizeof coordinator, "ipc://%s/worker.sock", runtime_dir);
+        if (start_daemons(&o, &job) < 0 || find_root_peer(&o, &job) < 0)
+                goto out;
+        if (o.verbose) {
+                fprintf(stderr, "hvdrun: job %s, %ld rank%s on %d host%s", job.id, o.np, o.np == 1 ? "" : "s",
+                        job.cross_size, job.cross_size == 1 ? "" : "s");
+                if (job.cross_size > 1)
+                        fprintf(stderr, ", root daemon at %s", job.root_peer);
+                fputc('\n', stderr);
+                for (size_t i = 0; i < o.n_hosts; i++) {
+                        const host_t *h = &o.hosts[i];
+                        if (h->n_ranks == 1)
+                                fprintf(stderr, "hvdrun:   %s (%s): rank %d\n", h->name, kind_name(h), h->first_rank);
+                        else if (h->n_ranks > 1)
+                                fprintf(stderr, "hvdrun:   %s (%s): ranks %d-%d\n", h->name, kind_name(h),
+                                        h->first_rank, h->first_rank + h->n_ranks - 1);
+                }
+        }
 
-        if (build_base_env(&o, coordinator, runtime_dir, &base) < 0)
-                goto out_oom;
         run.w = calloc((size_t) o.np, sizeof *run.w);
         if (!run.w)
                 goto out_oom;
         run.n = (int) o.np;
-        for (int i = 0; i < run.n; i++) {
-                worker_t *w = &run.w[i];
-                w->rank = i;
-                w->out = (stream_t){ .fd = -1, .out_fd = 1 };
-                w->err = (stream_t){ .fd = -1, .out_fd = 2 };
-                if (o.prefix && (!(w->out.buf = malloc(LINE_BYTES)) || !(w->err.buf = malloc(LINE_BYTES))))
-                        goto out_oom;
-                if (build_rank_env(&base, i, &w->envp) < 0)
-                        goto out_oom;
+        for (size_t hi = 0; hi < o.n_hosts; hi++) {
+                host_t *h = &o.hosts[hi];
+                for (int l = 0; l < h->n_ranks; l++) {
+                        worker_t *w = &run.w[h->first_rank + l];
+                        w->rank = h->first_rank + l;
+                        w->host = h;
+                        w->out = (stream_t){ .fd = -1, .out_fd = 1 };
+                        w->err = (stream_t){ .fd = -1, .out_fd = 2 };
+                        if (o.prefix && !o.dry_run &&
+                            (!(w->out.buf = malloc(LINE_BYTES)) || !(w->err.buf = malloc(LINE_BYTES))))
+                                goto out_oom;
+                        if (prepare_worker(&o, &job, path, w, l) < 0)
+                                goto out_oom;
+                }
         }
-        env_list_free(&base);
+        if (o.dry_run) {
+                for (int i = 0; i < run.n; i++)
+                        printf("rank %d on %s: %s\n", i, run.w[i].host->name, run.w[i].shown);
+                ret = fflush(stdout) == 0 ? 0 : 1;
+                goto out;
+        }
 
         /* rank 0 reads our stdin, unless it is the terminal (a background process
          * group reading the terminal would be stopped); the others read nothing */
         devnull = open("/dev/null", O_RDONLY | O_CLOEXEC);
         bool stdin_to_rank0 = !isatty(0);
         for (int i = 0; i < run.n; i++) {
+                worker_t *w = &run.w[i];
                 struct signalfd_siginfo si;
                 /* stop starting workers when Ctrl-C came in meanwhile */
                 ssize_t k = read(run.sfd, &si, sizeof si);
@@ -1261,7 +2154,19 @@ int main(int argc, char **argv) {
                         run.kill_deadline = hvd_now_usec() + KILL_AFTER_USEC;
                         break;
                 }
-                r = spawn_worker(&run.w[i], path, o.argv, o.prefix, i == 0 && stdin_to_rank0 ? -1 : devnull);
+                int in_fd = i == 0 && stdin_to_rank0 ? -1 : devnull, remote_in = -1;
+                if (w->host->kind == HOST_REMOTE) {
+                        remote_in = remote_stdin(&run, i == 0 && stdin_to_rank0);
+                        if (remote_in < 0) {
+                                fprintf(stderr, "hvdrun: cannot start rank %d: %s\n", i, strerror(-remote_in));
+                                r = remote_in;
+                        }
+                        in_fd = remote_in;
+                }
+                if (remote_in >= 0 || w->host->kind != HOST_REMOTE)
+                        r = spawn_worker(w, w->argv ? ssh_path : path, w->argv ? w->argv : o.argv, o.prefix, in_fd);
+                if (remote_in >= 0)
+                        close(remote_in);
                 if (r < 0) {
                         /* a job with a rank missing cannot run: stop the others */
                         kill_groups(&run, SIGTERM);
@@ -1290,12 +2195,15 @@ out_oom:
 out:
         if (devnull >= 0)
                 close(devnull);
-        embedded_stop(&emb);
-        env_list_free(&base);
+        stop_daemons(o.hosts, o.n_hosts);
         run_free(&run);
         if (run.sfd >= 0)
                 close(run.sfd);
+        job_free(&job);
+        hosts_free(o.hosts, o.n_hosts);
         free(path);
+        free(ssh_path);
         free(o.exports);
+        free(o.node_daemons);
         return ret;
 }
