@@ -1193,11 +1193,13 @@ int hvd_init(void) {
                 G.data_addr[0] = 0;
                 if (G.cross_size > 1) {
                         /* the address other hosts reach this rank at: HVD_DATA_ADDR,
+                         * else the local address of the route to the root daemon,
                          * else this host's name resolved, else loopback (hosts
                          * emulated on one machine) */
                         const char *ip = hvd_getenv("DATA_ADDR", false);
                         char resolved[64] = "127.0.0.1";
-                        if (!ip) {
+                        const char *rp = hvd_getenv("ROOT_PEER", false);
+                        if (!ip && !(rp && hvd_tcp_route_addr(rp, resolved, sizeof resolved) == 0)) {
                                 const char *hn = hvd_getenv("HOSTNAME", false);
                                 if (hn)
                                         hvd_tcp_resolve(hn, resolved, sizeof resolved);

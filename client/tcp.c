@@ -74,6 +74,39 @@ int hvd_tcp_listen(const char *bind_ip, const char *advertise_ip, char *addr, si
         return fd;
 }
 
+int hvd_tcp_route_addr(const char *endpoint, char *buf, size_t len) {
+        char host[256];
+        if (strncmp(endpoint, "tcp://", 6) != 0)
+                return -EINVAL;
+        snprintf(host, sizeof host, "%s", endpoint + 6);
+        char *colon = strrchr(host, ':');
+        if (!colon)
+                return -EINVAL;
+        *colon = 0;
+        char ip[INET_ADDRSTRLEN];
+        if (hvd_tcp_resolve(host, ip, sizeof ip) < 0)
+                return -ENOENT;
+        struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(9) };
+        inet_pton(AF_INET, ip, &sa.sin_addr);
+        if ((ntohl(sa.sin_addr.s_addr) >> 24) == 127)
+                return -EADDRNOTAVAIL;
+        /* a UDP connect picks the route without sending anything */
+        int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return -errno;
+        struct sockaddr_in me;
+        socklen_t ml = sizeof me;
+        int r = connect(fd, (struct sockaddr *) &sa, sizeof sa) < 0 || getsockname(fd, (struct sockaddr *) &me, &ml) < 0
+                        ? -errno
+                        : 0;
+        close(fd);
+        if (r == 0 && !inet_ntop(AF_INET, &me.sin_addr, ip, sizeof ip))
+                r = -EINVAL;
+        if (r == 0)
+                snprintf(buf, len, "%s", ip);
+        return r;
+}
+
 int hvd_tcp_resolve(const char *host, char *buf, size_t len) {
         struct addrinfo hints = { .ai_family = AF_INET, .ai_socktype = SOCK_STREAM }, *res = NULL;
         if (getaddrinfo(host, NULL, &hints, &res) != 0 || !res)

@@ -17,6 +17,10 @@ typedef struct hvd_tcp hvd_tcp_t;
  * advertise_ip). Writes "ip:port" to addr. Returns the listening fd or < 0. */
 int hvd_tcp_listen(const char *bind_ip, const char *advertise_ip, char *addr, size_t addr_len);
 
+/* The local IPv4 address this host would use to reach endpoint
+ * ("tcp://HOST:PORT"), unless that is loopback. 0 or < 0, buf untouched. */
+int hvd_tcp_route_addr(const char *endpoint, char *buf, size_t len);
+
 /* Resolves host to an IPv4 address string (buf untouched on failure). */
 int hvd_tcp_resolve(const char *host, char *buf, size_t len);
 

@@ -1772,13 +1772,13 @@ int hvd_daemon_new(const hvd_daemon_config_t *cfg, hvd_daemon_t **ret) {
                 if (zmq_getsockopt(d->peer_sock, ZMQ_LAST_ENDPOINT, d->peer_ep, &len) < 0)
                         snprintf(d->peer_ep, sizeof d->peer_ep, "%s", cfg->peer_listen);
                 /* for launchers: which endpoint this daemon's peers use */
-                char path[PATH_MAX + 32];
+                char path[PATH_MAX + 32], tmp[PATH_MAX + 40];
                 snprintf(path, sizeof path, "%s/peer.endpoint", cfg->runtime_dir);
-                FILE *f = fopen(path, "we");
-                if (f) {
-                        fprintf(f, "%s\n", d->peer_ep);
-                        fclose(f);
-                }
+                snprintf(tmp, sizeof tmp, "%s.tmp", path);
+                FILE *f = fopen(tmp, "we");
+                /* written whole, then renamed: a reader never sees half a line */
+                if (!f || fprintf(f, "%s\n", d->peer_ep) < 0 || fclose(f) != 0 || rename(tmp, path) < 0)
+                        hvd_log_warning("cannot write %s: %m", path);
         }
         if (cfg->handle_signals) {
                 sigset_t mask;
