@@ -1,0 +1,54 @@
+#!/bin/bash
+# test-collectives.sh N — every collective of libhvd on one job of N ranks
+# against a private hvd-coordinatord: all dtypes x reduce ops, sizes 0..9 Mi
+# elements with a 4 MiB fusion threshold (so large tensors are chunked),
+# broadcast from every root, allgather/alltoall/reducescatter with uneven
+# rows, groups, barrier, join, 300 small tensors at once, real model
+# gradients, mismatch and duplicate errors. Exact results, checked by
+# tests/worker_collectives on every rank. Called by test-collectives-npN.sh.
+set -u
+. "$HVD_SRCDIR/tests/lib/common.sh"
+n=${1:?usage: test-collectives.sh N}
+worker=$HVD_BUILDDIR/tests/worker_collectives
+launch=$HVD_SRCDIR/tests/lib/launch.sh
+tmp=$(mktemp -d "/tmp/hvd-collectives-np$n-XXXXXX")
+groups=()
+cleanup() {
+        for g in "${groups[@]}"; do kill -TERM -- "-$g" 2>/dev/null; done
+        wait 2>/dev/null
+        rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# a private daemon, in its own process group
+setsid "$HVD_BUILDDIR/daemon/hvd-coordinatord" --runtime-dir "$tmp/rt" --log-level warning 2>"$tmp/daemon.log" &
+groups+=($!)
+for _ in $(seq 100); do [ -S "$tmp/rt/worker.sock" ] && break; sleep 0.05; done
+[ -S "$tmp/rt/worker.sock" ] || fail "hvd-coordinatord did not start" "$(cat "$tmp/daemon.log")"
+
+scenarios="api allreduce grouped broadcast allgather alltoall reducescatter barrier join many threads edges resnet50"
+scenarios="$scenarios mismatch duplicate"
+# a second real model where there is time for it; process sets need 2 ranks
+[ "$n" -le 3 ] && scenarios="$scenarios inception"
+[ "$n" -ge 2 ] && scenarios="$scenarios process-sets"
+start=$(date +%s)
+HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp \
+        "$launch" -r "$tmp/rt" -t 120 -n "$n" -- "$worker" $scenarios >"$tmp/out" 2>&1
+status=$?
+cat "$tmp/out"
+[ $status -eq 0 ] || fail "worker_collectives on $n ranks exited with $status" "$(cat "$tmp/daemon.log")"
+passed=$(grep -c "all [0-9]* scenario(s) passed" "$tmp/out")
+[ "$passed" -eq "$n" ] || fail "$passed of $n ranks reported success"
+kill -0 "${groups[0]}" 2>/dev/null || fail "hvd-coordinatord died" "$(cat "$tmp/daemon.log")"
+
+# one rank without hvdrun and without a daemon (no HVD_JOB_ID): the same
+# library runs the job of one rank in-process
+if [ "$n" -eq 1 ]; then
+        (cd "$tmp" && env -u HVD_JOB_ID -u HVD_RUNTIME_DIR HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp \
+                timeout -k 5 120 "$worker" $scenarios) >"$tmp/solo.out" 2>&1
+        status=$?
+        sed 's/^/[solo] /' "$tmp/solo.out"
+        [ $status -eq 0 ] || fail "worker_collectives without a daemon exited with $status"
+fi
+echo "np$n: all scenarios passed in $(($(date +%s) - start)) s"

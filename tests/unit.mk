@@ -1,0 +1,36 @@
+# Check unit tests of the internal library (common/): fusion planner,
+# negotiation table, wire format, configuration, string map.
+if HAVE_CHECK
+%C%_unit_tests = \
+	%D%/check_fusion \
+	%D%/check_negotiate \
+	%D%/check_wire \
+	%D%/check_conf \
+	%D%/check_strmap
+check_PROGRAMS += $(%C%_unit_tests)
+TESTS += $(%C%_unit_tests)
+
+%C%_unit_cflags = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
+%C%_unit_ldadd = common/libhvdcommon.la $(CHECK_LIBS) $(ZMQ_LIBS) $(PROTOBUF_C_LIBS)
+
+%C%_check_fusion_SOURCES = %D%/check_fusion.c
+%C%_check_fusion_CFLAGS = $(%C%_unit_cflags)
+%C%_check_fusion_LDADD = $(%C%_unit_ldadd)
+
+%C%_check_negotiate_SOURCES = %D%/check_negotiate.c
+%C%_check_negotiate_CFLAGS = $(%C%_unit_cflags)
+%C%_check_negotiate_LDADD = $(%C%_unit_ldadd)
+
+%C%_check_wire_SOURCES = %D%/check_wire.c
+%C%_check_wire_CFLAGS = $(%C%_unit_cflags)
+%C%_check_wire_LDADD = $(%C%_unit_ldadd)
+
+%C%_check_conf_SOURCES = %D%/check_conf.c
+%C%_check_conf_CFLAGS = $(%C%_unit_cflags)
+%C%_check_conf_LDADD = $(%C%_unit_ldadd)
+
+%C%_check_strmap_SOURCES = %D%/check_strmap.c
+%C%_check_strmap_CFLAGS = $(%C%_unit_cflags)
+%C%_check_strmap_LDADD = $(%C%_unit_ldadd)
+
+endif
