@@ -3,6 +3,7 @@
 # beside their peers (Open MPI, torch.distributed gloo) and print ratios.
 EXTRA_PROGRAMS =
 include %D%/reduce.mk
+include %D%/nccl.mk
 
 EXTRA_PROGRAMS += %D%/bench_collective
 %C%_bench_collective_LDADD = client/libhvd.la

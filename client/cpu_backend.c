@@ -377,11 +377,12 @@ static int execute_solo(const hvd_xop_t *op) {
                                 memmove(m->out, m->in, m->count * es);
                         break;
                 case HVD__KIND__KIND_ALLGATHER:
-                        if (m->in)
+                        if (m->in && m->rank_rows[0])
                                 memmove(m->out, m->in, (size_t) m->rank_rows[0] * m->row_elems * es);
                         break;
                 case HVD__KIND__KIND_ALLTOALL:
-                        memmove(m->out, m->in, (size_t) m->splits[0] * m->row_elems * es);
+                        if (m->in && m->splits[0])
+                                memmove(m->out, m->in, (size_t) m->splits[0] * m->row_elems * es);
                         break;
                 default:
                         break;

@@ -522,6 +522,11 @@ static int execute_schedule(const Hvd__Schedule *s) {
         /* errors first: those tensors never reach the data plane */
         for (size_t i = 0; i < s->n_errors; i++) {
                 const Hvd__TensorError *te = s->errors[i];
+                /* the tensor has an id now, like a scheduled one */
+                if (learn_id(te->id, te->name) < 0) {
+                        job_aborted(-ENOMEM, "out of memory");
+                        return -ENOMEM;
+                }
                 pthread_mutex_lock(&G.lock);
                 entry_t *e = hvd_strmap_get(G.inflight, te->name, strlen(te->name));
                 if (e)
@@ -547,6 +552,13 @@ static int execute_schedule(const Hvd__Schedule *s) {
                         for (size_t k = 0; k < op->n_entries && r >= 0; k++)
                                 r = prepare_member(op, op->entries[k], &xm[k], &em[k], joined, err, sizeof err);
                 }
+                /* the op holds its handles: an abort while it runs may complete
+                 * them, and their owners may release them, before it returns */
+                pthread_mutex_lock(&G.lock);
+                for (size_t k = 0; k < op->n_entries && em; k++)
+                        if (em[k])
+                                em[k]->h->refs++;
+                pthread_mutex_unlock(&G.lock);
                 if (r >= 0) {
                         const char *first = op->n_entries ? (op->entries[0]->name[0] ? op->entries[0]->name
                                                                                     : id_name(op->entries[0]->id))
@@ -587,6 +599,9 @@ static int execute_schedule(const Hvd__Schedule *s) {
                 for (size_t k = 0; k < op->n_entries && xm && em && (!gpu || r < 0); k++)
                         if (em[k])
                                 entry_complete(em[k], r < 0 ? r : 0, r < 0 ? err : NULL);
+                for (size_t k = 0; k < op->n_entries && em; k++)
+                        if (em[k])
+                                handle_unref(em[k]->h);
                 pthread_mutex_unlock(&G.lock);
                 if (xm != xm_small)
                         free(xm);
@@ -776,6 +791,8 @@ static void *bg_main(void *arg) {
 static void gpu_load(void) {
         char buf[PATH_MAX];
         const char *path = getenv("HVD_GPU_MODULE");
+        if (!path)
+                path = getenv("HVD_NCCL_MODULE");
         if (GPU.mod)
                 return;
         if (!path) {
@@ -809,8 +826,10 @@ static void gpu_fail_pending(int code, const char *msg) {
         for (size_t i = 0; i < GPU.n_pending; i++) {
                 pthread_mutex_lock(&G.lock);
                 for (size_t k = 0; k < GPU.pending[i].n; k++)
-                        if (GPU.pending[i].entries[k])
+                        if (GPU.pending[i].entries[k]) {
                                 entry_complete(GPU.pending[i].entries[k], code, msg);
+                                handle_unref(GPU.pending[i].entries[k]->h);
+                        }
                 pthread_mutex_unlock(&G.lock);
                 free(GPU.pending[i].entries);
         }
@@ -831,8 +850,10 @@ static bool gpu_poll(void) {
                 }
                 pthread_mutex_lock(&G.lock);
                 for (size_t e = 0; e < p->n; e++)
-                        if (p->entries[e])
+                        if (p->entries[e]) {
                                 entry_complete(p->entries[e], r < 0 ? r : 0, r < 0 ? err : NULL);
+                                handle_unref(p->entries[e]->h);
+                        }
                 pthread_mutex_unlock(&G.lock);
                 free(p->entries);
                 if (r < 0) {
@@ -870,6 +891,11 @@ static int gpu_enqueue(const hvd_xop_t *x, entry_t **em, char *err, size_t err_l
                 free(p->entries);
                 return r;
         }
+        pthread_mutex_lock(&G.lock);
+        for (size_t k = 0; k < p->n; k++)
+                if (p->entries[k])
+                        p->entries[k]->h->refs++;
+        pthread_mutex_unlock(&G.lock);
         GPU.n_pending++;
         return 0;
 }
@@ -1381,7 +1407,10 @@ static int check_request(const hvd_request_t *q, uint32_t kind) {
                         return set_error(-EINVAL, "'%s': too many elements", q->name);
                 e *= (uint64_t) q->shape[d];
         }
-        if (e && !q->input)
+        int me = G.rank; /* within the process set */
+        if (q->process_set > 0 && q->process_set < HVD_MAX_PROCESS_SETS && G.psets[q->process_set])
+                me = G.psets[q->process_set]->me;
+        if (e && !q->input && !(kind == HVD__KIND__KIND_BROADCAST && q->root != me))
                 return set_error(-EINVAL, "'%s': input is NULL", q->name);
         if (e && !q->output && (kind == HVD__KIND__KIND_ALLREDUCE || kind == HVD__KIND__KIND_BROADCAST))
                 return set_error(-EINVAL, "'%s': output is NULL", q->name);

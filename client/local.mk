@@ -15,3 +15,5 @@ client_libhvd_la_LDFLAGS = $(AM_LDFLAGS) -version-info $(HVD_LT_VERSION) \
 EXTRA_client_libhvd_la_DEPENDENCIES = client/libhvd.sym
 EXTRA_DIST += client/libhvd.sym client/hvd.pc.in
 pkgconfig_DATA += client/hvd.pc
+
+include client/nccl.mk

@@ -192,7 +192,8 @@ static int params_set(params_t *p, const Hvd__Request *q) {
                 .n_set = set ? (uint32_t) q->n_set_ranks : 0,
                 .set_ranks = set,
         };
-        memcpy(p->shape, q->shape, q->n_shape * sizeof(int64_t));
+        if (q->n_shape)
+                memcpy(p->shape, q->shape, q->n_shape * sizeof(int64_t));
         return 0;
 }
 
@@ -484,9 +485,11 @@ static Hvd__Entry *entry_new(const hvd_negotiator_t *n, tensor_t *t, uint32_t re
         e->count = numel(a, 0);
         e->row_elems = numel(a, 1);
         e->n_shape = a->ndim;
-        if (a->ndim && !(e->shape = malloc(a->ndim * sizeof(int64_t))))
-                goto fail;
-        memcpy(e->shape, a->shape, a->ndim * sizeof(int64_t));
+        if (a->ndim) {
+                if (!(e->shape = malloc(a->ndim * sizeof(int64_t))))
+                        goto fail;
+                memcpy(e->shape, a->shape, a->ndim * sizeof(int64_t));
+        }
         uint32_t ss = a->process_set ? a->n_set : n->size;
 #define MEMBER(i) (a->process_set ? a->set_ranks[i] : (i))
         if (a->kind == HVD__KIND__KIND_ALLGATHER) {

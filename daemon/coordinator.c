@@ -674,6 +674,24 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
                 return;
         }
         job_t *j = hvd_strmap_get(d->jobs, h->job_id, strlen(h->job_id));
+        if (j && j->state != JOB_JOINING && h->rank < j->size && j->ranks[h->rank] &&
+            (j->ranks[h->rank]->goodbye || j->ranks[h->rank]->exited) && j->secret_len == h->secret.len &&
+            memcmp(j->secret, h->secret.data, j->secret_len) == 0) {
+                /* the job's ranks start over (hvd_shutdown, then hvd_init): the
+                 * old incarnation lingers under another name until its workers
+                 * are gone, and this hello starts a new one */
+                char old[HVD_WIRE_MAX_JOB_ID + 1];
+                snprintf(old, sizeof old, "%s", j->id);
+                hvd_strmap_remove(d->jobs, old, strlen(old));
+                snprintf(j->id, sizeof j->id, "%.100s~%" PRIu64, old, ++d->job_seq);
+                if (hvd_strmap_put(d->jobs, j->id, strlen(j->id), j) < 0) {
+                        job_free(d, j);
+                        send_error(d, d->worker_sock, id, id_len, -ENOMEM, "out of memory");
+                        return;
+                }
+                hvd_log_info("job %s starts over; the previous run is now %s", old, j->id);
+                j = NULL;
+        }
         if (!j) {
                 char err[512];
                 job_params_t jp = {

@@ -27,11 +27,6 @@ EXTRA_DIST += $(%C%_integration_tests) %D%/test-collectives.sh %D%/test-daemon-l
 
 # Expected failures: each script checks behaviour that a reported core bug
 # breaks; remove the line when the bug is fixed (make check then says XPASS).
-# - after an HVD_EMISMATCH on tensor 'x', a consistent 'x' fails every rank
-#   with HVD_EPROTO "schedule names unknown tensor id N": the client learns
-#   ids only from schedule entries, never from TensorError (client/hvd.c),
-#   while the negotiator marks the errored tensor as announced
-XFAIL_TESTS += %D%/test-mismatch-retry.sh
 # - one tensor name used in two disjoint process sets at once fails with
 #   "rank R is not a member of process set S" (the negotiation table is keyed
 #   by name only); grouped ops inside a process set advance only the members'
@@ -43,10 +38,6 @@ XFAIL_TESTS += %D%/test-process-sets.sh
 #   "allreduce.noname.N" names grow forever) the job is aborted with
 #   "tensor table of the job is full"
 XFAIL_TESTS += %D%/test-table-capacity.sh
-# - broadcast refuses input = NULL on non-root ranks although hvd.h says
-#   their input is ignored; hvd_init after hvd_shutdown is refused by the
-#   daemon with HVD_EDENIED "job ... is running: rank R cannot join any more"
-XFAIL_TESTS += %D%/test-api-contract.sh
 # - when hvd-coordinatord dies (kill -9), workers never notice: pending
 #   collectives hang forever instead of failing
 XFAIL_TESTS += %D%/test-daemon-killed.sh

@@ -17,6 +17,7 @@ include %D%/unit.mk
 include %D%/integration.mk
 include %D%/tools.mk
 include %D%/python.mk
+include %D%/gpu.mk
 
 # The tests scripts/test.sh runs again on the CPU-only build: everything
 # whose build differs with and without the NCCL module.

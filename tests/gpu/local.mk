@@ -1,0 +1,38 @@
+# `make check-gpu`: libhvd-nccl on real GPUs, driven through gpu_module.h
+# by tests/gpu/gpu_harness (ranks as processes, one GPU each). Every case
+# skips with its reason without enough GPUs; see docs/GPU.md. The harness
+# is built by `make check` too, so it always compiles, and
+# tests/test-gpu-module.sh uses its `probe` command.
+#
+# `make check` also runs the same harness and the real client/nccl_module.c
+# over a host mock of the CUDA runtime and NCCL (check_gpu_mock: ranks as
+# threads, streams run by a "device" thread), which needs no GPU and links
+# no CUDA library. Included from tests/gpu.mk.
+EXTRA_DIST += %D%/run-gpu-tests.sh %D%/test-gpu-mock.sh
+
+if HAVE_NCCL
+check_PROGRAMS += %D%/gpu_harness %D%/check_gpu_mock
+%C%_gpu_harness_SOURCES = %D%/gpu_harness.c %D%/gpu_launch.c %D%/gpu_launch.h
+%C%_gpu_harness_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
+%C%_gpu_harness_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS)
+%C%_gpu_harness_LDADD = common/libhvdcommon.la $(CUDA_LIBS) -ldl -lm
+
+%C%_check_gpu_mock_SOURCES = %D%/gpu_harness.c %D%/gpu_launch.c %D%/gpu_launch.h \
+	%D%/mock_cuda.c %D%/mock_cuda.h %D%/mock_kernels.c \
+	client/nccl_module.c client/nccl_kernels.h client/gpu_plan.c client/gpu_plan.h
+%C%_check_gpu_mock_CPPFLAGS = $(AM_CPPFLAGS) -DGPU_LAUNCH_MOCK $(NCCL_CFLAGS) $(CUDA_CFLAGS)
+%C%_check_gpu_mock_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS)
+%C%_check_gpu_mock_LDADD = common/libhvdcommon.la -ldl -lm
+TESTS += %D%/test-gpu-mock.sh
+
+check-gpu: %D%/gpu_harness client/libhvd-nccl.la
+	@HVD_BUILDDIR='$(abs_top_builddir)'; export HVD_BUILDDIR; \
+	HVD_SRCDIR='$(abs_top_srcdir)'; export HVD_SRCDIR; \
+	$(SHELL) $(srcdir)/%D%/run-gpu-tests.sh
+.PHONY: check-gpu
+else
+check-gpu:
+	@echo "check-gpu: SKIP: hvd was configured without CUDA/NCCL (configure --with-cuda[=DIR] --with-nccl[=DIR])"
+.PHONY: check-gpu
+endif
+CLEANFILES += %D%/*.log
