@@ -19,6 +19,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -113,7 +114,7 @@ static struct {
         entry_t **queue;
         size_t n_queue, cap_queue;
         hvd_strmap_t *inflight; /* name → entry_t (submitted, not complete) */
-        uint32_t group_seq;
+        uint32_t group_seq[HVD_MAX_PROCESS_SETS]; /* per process set: only its members count */
         /* abort: sticky until shutdown */
         int abort_code;
         char abort_reason[ERRLEN];
@@ -129,6 +130,8 @@ static struct {
         uint64_t next_seq;
         char data_addr[HVD_WIRE_MAX_HOST + 9];
         int listen_fd;
+        int daemon_pidfd; /* readable when the coordinator exits */
+        pid_t daemon_pid;
         /* process sets, by id (0 = all ranks, implicit) */
         pset_t *psets[HVD_MAX_PROCESS_SETS];
         uint32_t pset_seq;
@@ -137,6 +140,7 @@ static struct {
         .cond = PTHREAD_COND_INITIALIZER,
         .wake_fd = -1,
         .listen_fd = -1,
+        .daemon_pidfd = -1,
 };
 
 /* The GPU data plane: a module loaded at hvd_init when it is installed
@@ -391,7 +395,12 @@ static const char *id_name(uint32_t id) {
         return id < G.n_id_names ? G.id_names[id] : NULL;
 }
 
-static int learn_id(uint32_t id, const char *name) {
+/* Records that tensor `name` of process set `ps` has cache id `id` (every
+ * rank sees every schedule: an entry of another set's row with the same
+ * name must not change this rank's cached id). */
+static int learn_id(uint32_t id, const char *name, int ps) {
+        if (id == HVD_NEGOTIATOR_NO_ID)
+                return 0; /* not cached: always sent by name */
         if (id >= (1u << 24))
                 return HVD_EPROTO;
         if (id >= G.n_id_names) {
@@ -406,7 +415,7 @@ static int learn_id(uint32_t id, const char *name) {
         if (!G.id_names[id] && !(G.id_names[id] = strdup(name)))
                 return -ENOMEM;
         known_t *k = hvd_strmap_get(G.known, name, strlen(name));
-        if (k) {
+        if (k && k->p.process_set == ps) {
                 k->id = id;
                 k->has_id = true;
         }
@@ -422,7 +431,7 @@ static int prepare_member(const Hvd__Op *op, const Hvd__Entry *en, hvd_xmember_t
                 snprintf(err, err_len, "schedule names unknown tensor id %u", en->id);
                 return HVD_EPROTO;
         }
-        if (en->name[0] && learn_id(en->id, en->name) < 0)
+        if (en->name[0] && learn_id(en->id, en->name, (int) op->process_set) < 0)
                 return -ENOMEM;
         pthread_mutex_lock(&G.lock);
         entry_t *e = hvd_strmap_get(G.inflight, name, strlen(name));
@@ -522,16 +531,17 @@ static int execute_schedule(const Hvd__Schedule *s) {
         /* errors first: those tensors never reach the data plane */
         for (size_t i = 0; i < s->n_errors; i++) {
                 const Hvd__TensorError *te = s->errors[i];
-                /* the tensor has an id now, like a scheduled one */
-                if (learn_id(te->id, te->name) < 0) {
-                        job_aborted(-ENOMEM, "out of memory");
-                        return -ENOMEM;
-                }
                 pthread_mutex_lock(&G.lock);
                 entry_t *e = hvd_strmap_get(G.inflight, te->name, strlen(te->name));
+                /* the tensor has an id now, like a scheduled one */
+                int r2 = e ? learn_id(te->id, te->name, e->p.process_set) : 0;
                 if (e)
                         entry_complete(e, te->code < 0 ? te->code : HVD_EMISMATCH, te->message);
                 pthread_mutex_unlock(&G.lock);
+                if (r2 < 0) {
+                        job_aborted(-ENOMEM, "out of memory");
+                        return -ENOMEM;
+                }
         }
         bool in_group = false;
         for (size_t i = 0; i < s->n_ops; i++) {
@@ -664,9 +674,28 @@ static void handle_message(Hvd__Envelope *env) {
         }
 }
 
+/* The coordinator's process ended: nothing more will be scheduled. */
+static bool daemon_lost(void) {
+        if (G.daemon_pidfd < 0)
+                return false;
+        struct pollfd p = { .fd = G.daemon_pidfd, .events = POLLIN };
+        if (poll(&p, 1, 0) <= 0)
+                return false;
+        char reason[128];
+        snprintf(reason, sizeof reason, "coordinator lost: hvd-coordinatord (pid %d) exited", (int) G.daemon_pid);
+        job_aborted(HVD_EABORTED, reason);
+        close(G.daemon_pidfd);
+        G.daemon_pidfd = -1;
+        return true;
+}
+
 /* Called by the data plane while it waits: an abort from the daemon must
  * end the wait; anything else is kept for after the current operation. */
 static int wait_check(void *userdata, char *err, size_t err_len) {
+        if (daemon_lost()) {
+                snprintf(err, err_len, "%s", G.abort_reason);
+                return HVD_EABORTED;
+        }
         for (;;) {
                 Hvd__Envelope *env = NULL;
                 int r = recv_envelope(ZMQ_DONTWAIT, &env);
@@ -755,11 +784,12 @@ static void *bg_main(void *arg) {
                 /* GPU work in flight: look at its events often */
                 if (GPU.n_pending && gpu_poll() && (timeout < 0 || timeout > 1))
                         timeout = 1;
-                zmq_pollitem_t items[2] = {
+                zmq_pollitem_t items[3] = {
                         { .fd = G.wake_fd, .events = ZMQ_POLLIN },
                         { .socket = G.sock, .events = ZMQ_POLLIN },
+                        { .fd = G.daemon_pidfd, .events = ZMQ_POLLIN },
                 };
-                int n = zmq_poll(items, G.sock ? 2 : 1, timeout);
+                int n = zmq_poll(items, !G.sock ? 1 : G.daemon_pidfd >= 0 ? 3 : 2, timeout);
                 if (n < 0) {
                         if (zmq_errno() == EINTR)
                                 continue;
@@ -771,6 +801,8 @@ static void *bg_main(void *arg) {
                         if (read(G.wake_fd, &x, sizeof x) < 0)
                                 (void) 0;
                 }
+                if (G.daemon_pidfd >= 0 && (items[2].revents & ZMQ_POLLIN))
+                        daemon_lost();
                 if (G.sock && (items[1].revents & ZMQ_POLLIN)) {
                         for (int k = 0; k < 64; k++) {
                                 Hvd__Envelope *env = NULL;
@@ -930,6 +962,10 @@ static int hex_decode(const char *s, uint8_t *out, size_t max) {
 static void pset_free(pset_t *ps);
 
 static void teardown(void) {
+        if (G.daemon_pidfd >= 0) {
+                close(G.daemon_pidfd);
+                G.daemon_pidfd = -1;
+        }
         gpu_fail_pending(HVD_ESHUTDOWN, "hvd has been shut down");
         if (GPU.g)
                 GPU.mod->close(&GPU.g);
@@ -1252,6 +1288,12 @@ int hvd_init(void) {
                 G.cross_size = (int) w->cross_size;
                 if (w->cycle_time_usec)
                         G.cycle_time_usec = w->cycle_time_usec;
+#ifdef SYS_pidfd_open
+                if (w->daemon_pid) {
+                        G.daemon_pid = (pid_t) w->daemon_pid;
+                        G.daemon_pidfd = (int) syscall(SYS_pidfd_open, G.daemon_pid, 0);
+                }
+#endif
                 int *rank_cross = calloc((size_t) G.size, sizeof(int));
                 int *rank_local = calloc((size_t) G.size, sizeof(int));
                 char **addrs = calloc((size_t) G.size, sizeof(char *));
@@ -1521,7 +1563,8 @@ static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool in
         h->n = n;
         h->refs = 1;
         pthread_mutex_lock(&G.lock);
-        uint32_t gid = n > 1 ? ++G.group_seq : 0;
+        int ps = reqs[0].process_set > 0 && reqs[0].process_set < HVD_MAX_PROCESS_SETS ? reqs[0].process_set : 0;
+        uint32_t gid = n > 1 ? ++G.group_seq[ps] : 0;
         int r = 0;
         for (size_t i = 0; i < n && r >= 0 && !internal; i++)
                 r = check_request(&reqs[i], kind); /* again under the lock: process sets may change */

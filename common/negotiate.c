@@ -34,6 +34,9 @@ typedef struct params {
 
 typedef struct tensor {
         char *name;
+        char *key; /* name, plus the process set when not 0 */
+        size_t key_len;
+        bool transient; /* beyond the cache's capacity: freed once scheduled, never announced */
         uint32_t id;
         bool announced;  /* its name was sent once: later schedules send only the id */
         bool queued;     /* in the ready list */
@@ -48,8 +51,10 @@ struct hvd_negotiator {
         uint32_t max_tensors;
         uint64_t fusion_threshold;
         uint64_t seq;
-        tensor_t **tensors; /* by id */
+        tensor_t **tensors; /* by id; NULL = a free transient slot */
         uint32_t n_tensors, cap_tensors;
+        uint32_t *free_ids; /* free transient slots */
+        uint32_t n_free;
         hvd_strmap_t *by_name;
         uint32_t *ready_list; /* ids, in ready order */
         uint32_t n_ready_list;
@@ -103,6 +108,7 @@ static void tensor_free(tensor_t *t, uint32_t size) {
         free(t->p);
         free(t->ready);
         free(t->name);
+        free(t->key);
         free(t);
 }
 
@@ -113,6 +119,7 @@ void hvd_negotiator_destroy(hvd_negotiator_t **np) {
         for (uint32_t i = 0; i < n->n_tensors; i++)
                 tensor_free(n->tensors[i], n->size);
         free(n->tensors);
+        free(n->free_ids);
         hvd_strmap_destroy(&n->by_name);
         free(n->ready_list);
         free(n->held);
@@ -121,10 +128,27 @@ void hvd_negotiator_destroy(hvd_negotiator_t **np) {
         *np = NULL;
 }
 
-static tensor_t *tensor_add(hvd_negotiator_t *n, const char *name) {
-        if (n->n_tensors >= n->max_tensors)
+static size_t tensor_key(char *key, const char *name, uint32_t process_set) {
+        size_t len = strlen(name);
+        memcpy(key, name, len);
+        if (process_set == 0)
+                return len;
+        key[len] = 0; /* names never contain NUL: no clash with a plain name */
+        memcpy(key + len + 1, &process_set, sizeof process_set);
+        return len + 1 + sizeof process_set;
+}
+
+/* Rows below max_tensors are the cache: kept, and their ids announced so
+ * ranks resubmit by id. Past it, rows are transient: they live until their
+ * schedule, their ids are never announced (clients never cache them), and
+ * their slots are reused. At most max_tensors more may wait at once. */
+static tensor_t *tensor_add(hvd_negotiator_t *n, const char *name, const char *key, size_t key_len) {
+        bool transient = n->n_tensors >= n->max_tensors;
+        if (transient && !n->n_free && n->n_tensors >= 2 * n->max_tensors)
                 return NULL;
-        if (n->n_tensors == n->cap_tensors) {
+        if (transient && !n->free_ids && !(n->free_ids = calloc(n->max_tensors, sizeof *n->free_ids)))
+                return NULL;
+        if (!(transient && n->n_free) && n->n_tensors == n->cap_tensors) {
                 uint32_t cap = n->cap_tensors ? n->cap_tensors * 2 : 64;
                 tensor_t **nt = realloc(n->tensors, cap * sizeof *nt);
                 uint32_t *rl = realloc(n->ready_list, cap * sizeof *rl);
@@ -143,14 +167,23 @@ static tensor_t *tensor_add(hvd_negotiator_t *n, const char *name) {
         if (!t)
                 return NULL;
         t->name = strdup(name);
+        t->key = malloc(key_len ? key_len : 1);
+        t->key_len = key_len;
         t->ready = calloc(n->size, 1);
         t->p = calloc(n->size, sizeof *t->p);
-        t->id = n->n_tensors;
-        if (!t->name || !t->ready || !t->p || hvd_strmap_put(n->by_name, name, strlen(name), t) < 0) {
+        t->transient = transient;
+        t->id = transient && n->n_free ? n->free_ids[n->n_free - 1] : n->n_tensors;
+        if (t->key)
+                memcpy(t->key, key, key_len);
+        if (!t->name || !t->key || !t->ready || !t->p || hvd_strmap_put(n->by_name, key, key_len, t) < 0) {
                 tensor_free(t, n->size);
                 return NULL;
         }
-        n->tensors[n->n_tensors++] = t;
+        if (t->id == n->n_tensors)
+                n->n_tensors++;
+        else
+                n->n_free--;
+        n->tensors[t->id] = t;
         return t;
 }
 
@@ -252,7 +285,8 @@ static void rank_join(hvd_negotiator_t *n, uint32_t rank) {
         }
         /* tensors that waited only for this rank are complete now */
         for (uint32_t i = 0; i < n->n_tensors; i++)
-                maybe_queue(n, n->tensors[i]);
+                if (n->tensors[i])
+                        maybe_queue(n, n->tensors[i]);
 }
 
 int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *ready, char *err,
@@ -270,10 +304,15 @@ int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *
                         rank_join(n, rank);
                         continue;
                 }
-                tensor_t *t = hvd_strmap_get(n->by_name, q->name, strlen(q->name));
-                if (!t && !(t = tensor_add(n, q->name))) {
-                        snprintf(err, err_len, "tensor table of the job is full (%u tensors): '%s' refused",
-                                 n->max_tensors, q->name);
+                /* one row per name and process set: disjoint sets may use a
+                 * name at the same time */
+                char key[HVD_MAX_NAME_BYTES + 16];
+                size_t key_len = tensor_key(key, q->name, q->process_set);
+                tensor_t *t = hvd_strmap_get(n->by_name, key, key_len);
+                if (!t && !(t = tensor_add(n, q->name, key, key_len))) {
+                        snprintf(err, err_len,
+                                 "too many tensors waiting at once (%u cached and %u more pending): '%s' refused",
+                                 n->max_tensors, n->max_tensors, q->name);
                         ret = -ENOSPC;
                         continue;
                 }
@@ -303,7 +342,7 @@ int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *
         for (size_t i = 0; i < ready->n_cached; i++) {
                 uint32_t id = ready->cached[i];
                 tensor_t *t = id < n->n_tensors ? n->tensors[id] : NULL;
-                if (!t || !t->p[rank].valid) {
+                if (!t || t->transient || !t->p[rank].valid) {
                         snprintf(err, err_len, "unknown cached tensor id %u from rank %u", id, rank);
                         ret = HVD_EPROTO;
                         continue;
@@ -478,7 +517,7 @@ static Hvd__Entry *entry_new(const hvd_negotiator_t *n, tensor_t *t, uint32_t re
         if (!e)
                 return NULL;
         hvd__entry__init(e);
-        e->id = t->id;
+        e->id = t->transient ? HVD_NEGOTIATOR_NO_ID : t->id;
         e->name = (char *) protobuf_c_empty_string;
         if (!t->announced && !(e->name = strdup(t->name)))
                 goto fail;
@@ -526,7 +565,7 @@ static int add_error(Hvd__Schedule *s, const tensor_t *t, int code, const char *
         if (!e)
                 return -ENOMEM;
         hvd__tensor_error__init(e);
-        e->id = t->id;
+        e->id = t->transient ? HVD_NEGOTIATOR_NO_ID : t->id;
         e->code = code;
         e->name = strdup(t->name);
         e->message = strdup(msg);
@@ -699,8 +738,16 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
                 memset(n->joined, 0, n->size);
                 n->n_joined = 0;
         }
-        for (uint32_t i = 0; i < cnt; i++)
-                tensor_reset(n->tensors[n->ready_list[i]], n->size);
+        for (uint32_t i = 0; i < cnt; i++) {
+                tensor_t *t = n->tensors[n->ready_list[i]];
+                if (t->transient) {
+                        hvd_strmap_remove(n->by_name, t->key, t->key_len);
+                        n->tensors[t->id] = NULL;
+                        n->free_ids[n->n_free++] = t->id;
+                        tensor_free(t, n->size);
+                } else
+                        tensor_reset(t, n->size);
+        }
         n->n_ready_list = 0;
         n->stats.schedules++;
         r = 1;
@@ -744,7 +791,7 @@ size_t hvd_negotiator_describe_pending(const hvd_negotiator_t *n, uint64_t now_u
                 buf[0] = 0;
         for (uint32_t i = 0; i < n->n_tensors; i++) {
                 const tensor_t *t = n->tensors[i];
-                if (t->n_ready == 0 || t->queued || now_usec - t->first_ready_usec < min_age_usec)
+                if (!t || t->n_ready == 0 || t->queued || now_usec - t->first_ready_usec < min_age_usec)
                         continue;
                 count++;
                 if (o + 64 >= buf_len)
@@ -762,14 +809,14 @@ size_t hvd_negotiator_describe_pending(const hvd_negotiator_t *n, uint64_t now_u
 
 bool hvd_negotiator_rank_has_pending(const hvd_negotiator_t *n, uint32_t rank) {
         for (uint32_t i = 0; i < n->n_tensors; i++)
-                if (n->tensors[i]->ready[rank])
+                if (n->tensors[i] && n->tensors[i]->ready[rank])
                         return true;
         return false;
 }
 
 bool hvd_negotiator_any_pending(const hvd_negotiator_t *n) {
         for (uint32_t i = 0; i < n->n_tensors; i++)
-                if (n->tensors[i]->n_ready)
+                if (n->tensors[i] && n->tensors[i]->n_ready)
                         return true;
         return n->n_joined > 0;
 }
@@ -777,5 +824,5 @@ bool hvd_negotiator_any_pending(const hvd_negotiator_t *n) {
 void hvd_negotiator_get_stats(const hvd_negotiator_t *n, hvd_negotiator_stats_t *st) {
         *st = n->stats;
         st->joined = n->n_joined;
-        st->n_tensors = n->n_tensors;
+        st->n_tensors = n->n_tensors - n->n_free;
 }

@@ -59,6 +59,9 @@ bool hvd_negotiator_any_pending(const hvd_negotiator_t *n);
 
 void hvd_negotiator_get_stats(const hvd_negotiator_t *n, hvd_negotiator_stats_t *st);
 
+/* Entry and error id of a tensor that is not cached (sent by name only). */
+#define HVD_NEGOTIATOR_NO_ID UINT32_MAX
+
 #define HVD_JOIN_NAME "__hvd.join"
 #define HVD_BARRIER_NAME "__hvd.barrier"
 

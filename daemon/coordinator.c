@@ -403,6 +403,7 @@ static void welcome_local(hvd_daemon_t *d, job_t *j) {
                 wel.ranks = ptrs;
                 wel.nccl_id.data = j->nccl_id;
                 wel.nccl_id.len = j->nccl_id_len;
+                wel.daemon_pid = (uint32_t) getpid();
                 env.body_case = HVD__ENVELOPE__BODY_WELCOME;
                 env.welcome = &wel;
                 send_to_worker(d, w, &env);
