@@ -124,7 +124,7 @@ typedef struct hvd_request {
         hvd_reduce_op_t reduce_op; /* default HVD_REDUCE_AVERAGE, as in Horovod */
         double prescale;        /* multiply inputs before reducing (1.0 = none) */
         double postscale;       /* multiply result after reducing (1.0 = none) */
-        int root;               /* broadcast root rank */
+        int root;               /* broadcast root: a rank of the job, or of the process set */
         const int64_t *splits;  /* alltoall: size() entries, or NULL */
         int process_set;        /* 0 = all ranks */
         int device;             /* HVD_DEVICE_CPU or a GPU ordinal */
@@ -192,7 +192,9 @@ int hvd_broadcast(const char *name, void *buffer, size_t count, hvd_dtype_t dtyp
  * themselves (request.process_set = its id; 0 is the set of all ranks).
  * Like Horovod's add_process_set: every rank of the job calls
  * hvd_add_process_set with the same ranks in the same order of calls; it is
- * collective and returns the new id (> 0), or an error. ranks must be
+ * collective and returns the new id (> 0), or an error. Within a set,
+ * ranks (broadcast roots, alltoall splits, allgather order) are positions
+ * in the set's sorted member list. ranks must be
  * distinct, in range, and are sorted by hvd. Removing is collective too. */
 int hvd_add_process_set(const int *ranks, size_t n);
 int hvd_remove_process_set(int id);

@@ -1,0 +1,668 @@
+"""PyTorch collectives with the interface of ``horovod.torch.mpi_ops``.
+
+Every operation has an ``*_async`` form that returns an integer handle for
+``poll()`` / ``synchronize()``, and a blocking form that goes through an
+autograd function, so gradients flow back through the collective. In-place
+forms end in ``_``. Tensors must be contiguous; CPU tensors of every dtype
+hvd knows are supported (uint8, int8, int16, int32, int64, float16,
+bfloat16, float32, float64, bool).
+
+The input (and output) tensors are kept alive by the handle until the
+operation has completed, even if the caller drops them.
+"""
+
+from typing import Any, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+from hvd import _core
+from hvd.common import basics as _basics
+from hvd.common import ops as _ops
+from hvd.common.basics import (Adasum, Average, Max, Min, Product, Sum, ccl_built, cross_rank, cross_size,
+                               cuda_built, ddl_built, gloo_built, gloo_enabled,
+                               handle_average_backwards_compatibility, init, is_homogeneous, is_initialized,
+                               local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
+                               nccl_built, rank, rocm_built, shutdown, size, start_timeline, stop_timeline)
+from hvd.common.exceptions import HorovodInternalError
+from hvd.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from hvd.torch.compression import Compression
+
+__all__ = [
+    "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
+    "cross_rank", "is_homogeneous", "start_timeline", "stop_timeline", "mpi_threads_supported",
+    "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built", "nccl_built", "ddl_built", "ccl_built",
+    "cuda_built", "rocm_built", "Average", "Sum", "Adasum", "Min", "Max", "Product",
+    "ProcessSet", "global_process_set", "add_process_set", "remove_process_set", "HorovodInternalError",
+    "allreduce", "allreduce_async", "allreduce_", "allreduce_async_",
+    "grouped_allreduce", "grouped_allreduce_async", "grouped_allreduce_", "grouped_allreduce_async_",
+    "sparse_allreduce_async", "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
+    "broadcast", "broadcast_async", "broadcast_", "broadcast_async_", "alltoall", "alltoall_async",
+    "reducescatter", "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async",
+    "join", "barrier", "poll", "synchronize",
+]
+
+_DTYPES = {
+    torch.uint8: _core.UINT8,
+    torch.int8: _core.INT8,
+    torch.int16: _core.INT16,
+    torch.int32: _core.INT32,
+    torch.int64: _core.INT64,
+    torch.float16: _core.FLOAT16,
+    torch.bfloat16: _core.BFLOAT16,
+    torch.float32: _core.FLOAT32,
+    torch.float64: _core.FLOAT64,
+    torch.bool: _core.BOOL,
+}
+
+poll = _ops.poll
+synchronize = _ops.synchronize
+
+
+# ---- tensors -> requests ----------------------------------------------------
+
+def _device_id(tensor: torch.Tensor) -> int:
+    if tensor.device.type == "cpu":
+        return _core.DEVICE_CPU
+    if tensor.device.type == "cuda":
+        if not _core.NCCL_BUILT:
+            raise ValueError(f"CUDA tensors are not supported: this hvd was built without a GPU backend "
+                             f"(hvd.torch.nccl_built() is 0). Move the tensor to the CPU with .cpu() "
+                             f"(got a {tensor.type()} on {tensor.device}).")
+        # libhvd reads the data on its own stream: make it ready first.
+        torch.cuda.current_stream(tensor.device).synchronize()
+        return tensor.device.index if tensor.device.index is not None else torch.cuda.current_device()
+    raise ValueError(f"tensors on device '{tensor.device}' are not supported by hvd")
+
+
+def _check(tensor: Any, what: str = "tensor") -> Tuple[int, int]:
+    """(dtype code, device id) of a tensor hvd can send; ValueError otherwise."""
+    if not isinstance(tensor, torch.Tensor):
+        raise ValueError(f"{what} must be a torch.Tensor, not {type(tensor).__name__}")
+    if tensor.is_sparse:
+        raise ValueError(f"sparse tensors are not supported here ({tensor.type()}); use "
+                         f"sparse_allreduce_async or convert with .to_dense()")
+    code = _DTYPES.get(tensor.dtype)
+    if code is None:
+        raise ValueError(f"Tensor type {tensor.type()} is not supported.")
+    if tensor.dim() > _core.MAX_NDIM:
+        raise ValueError(f"tensors of more than {_core.MAX_NDIM} dimensions are not supported "
+                         f"(got {tensor.dim()})")
+    device = _device_id(tensor)
+    if not tensor.is_contiguous():
+        raise ValueError("Tensor is required to be contiguous.")
+    return code, device
+
+
+def _check_output(tensor: torch.Tensor, output: torch.Tensor) -> None:
+    if output is tensor:
+        return
+    if output.dtype != tensor.dtype or output.shape != tensor.shape or not output.is_contiguous():
+        raise ValueError("output must be a contiguous tensor of the input's dtype and shape")
+
+
+def _from_buffer(buf: Any, shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A tensor over memory hvd allocated (no copy for CPU tensors)."""
+    if len(buf) == 0:
+        out = torch.empty(tuple(shape), dtype=dtype)
+    else:
+        out = torch.frombuffer(buf, dtype=dtype).reshape(tuple(shape))
+    return out if device.type == "cpu" else out.to(device)
+
+
+def _scale_args(prescale_factor: float, postscale_factor: float) -> Tuple[float, float]:
+    try:
+        return float(prescale_factor), float(postscale_factor)
+    except (TypeError, ValueError):
+        raise ValueError("prescale_factor and postscale_factor must be numbers") from None
+
+
+def _not_empty(tensors: Sequence[Any], what: str) -> List[Any]:
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError(f"{what} needs at least one tensor")
+    return tensors
+
+
+def _member_names(base: str, n: int) -> List[str]:
+    return [f"{base}.{i}of{n}" for i in range(n)]
+
+
+# ---- allreduce ----------------------------------------------------------------
+
+def _allreduce_async(tensor: torch.Tensor, output: torch.Tensor, name: Optional[str], op: int,
+                     prescale_factor: float, postscale_factor: float, process_set: ProcessSet) -> int:
+    core_op = _basics.core_reduce_op(op)
+    code, device = _check(tensor)
+    _check_output(tensor, output)
+    pre, post = _scale_args(prescale_factor, postscale_factor)
+    ps_id = _ops.check_process_set(process_set)
+    req = _ops.request(_ops.op_name("allreduce", name, ps_id), tensor.data_ptr(), output.data_ptr(), code,
+                       tensor.shape, reduce_op=core_op, prescale=pre, postscale=post, process_set_id=ps_id,
+                       device=device)
+    return _ops.submit(_ops.KIND_ALLREDUCE, [req], (tensor, output), lambda h: output)
+
+
+def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+                    op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                    process_set: ProcessSet = global_process_set) -> int:
+    """Starts reducing tensor over all processes (of process_set); the input is
+    not modified. Returns a handle for poll()/synchronize(), whose result is
+    a new tensor. op defaults to Average."""
+    op = handle_average_backwards_compatibility(op, average)
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+                     op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                     process_set: ProcessSet = global_process_set) -> int:
+    """Starts reducing tensor in place; returns a handle."""
+    op = handle_average_backwards_compatibility(op, average)
+    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+               op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+               process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Reduces tensor in place and returns it."""
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
+                                        process_set))
+
+
+class HorovodAllreduce(torch.autograd.Function):
+    """Allreduce with a gradient: the gradient is reduced the same way."""
+
+    @staticmethod
+    def forward(ctx, tensor, average, name, op, prescale_factor, postscale_factor, process_set):
+        ctx.average = average
+        ctx.op = op
+        ctx.prescale_factor = prescale_factor
+        ctx.postscale_factor = postscale_factor
+        ctx.process_set = process_set
+        return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
+                                           process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output.contiguous(), average=ctx.average, op=ctx.op,
+                         prescale_factor=ctx.prescale_factor, postscale_factor=ctx.postscale_factor,
+                         process_set=ctx.process_set)
+        return grad, None, None, None, None, None, None
+
+
+def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
+              compression=Compression.none, op: Optional[int] = None, prescale_factor: float = 1.0,
+              postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Reduces tensor over all processes (of process_set) and returns the
+    result as a new tensor; differentiable. op defaults to Average."""
+    compressed, cctx = compression.compress(tensor)
+    reduced = HorovodAllreduce.apply(compressed, average, name, op, prescale_factor, postscale_factor,
+                                     process_set)
+    return compression.decompress(reduced, cctx)
+
+
+def _grouped_allreduce_async(tensors: List[torch.Tensor], outputs: List[torch.Tensor], name: Optional[str],
+                             op: int, prescale_factor: float, postscale_factor: float,
+                             process_set: ProcessSet) -> int:
+    core_op = _basics.core_reduce_op(op)
+    pre, post = _scale_args(prescale_factor, postscale_factor)
+    ps_id = _ops.check_process_set(process_set)
+    names = _member_names(_ops.op_name("grouped_allreduce", name, ps_id), len(tensors))
+    reqs = []
+    for t, out, n in zip(tensors, outputs, names):
+        code, device = _check(t)
+        _check_output(t, out)
+        reqs.append(_ops.request(n, t.data_ptr(), out.data_ptr(), code, t.shape, reduce_op=core_op,
+                                 prescale=pre, postscale=post, process_set_id=ps_id, device=device))
+    return _ops.submit(_ops.KIND_ALLREDUCE, reqs, (tuple(tensors), tuple(outputs)), lambda h: list(outputs),
+                       grouped=True)
+
+
+def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                            name: Optional[str] = None, op: Optional[int] = None, prescale_factor: float = 1.0,
+                            postscale_factor: float = 1.0,
+                            process_set: ProcessSet = global_process_set) -> int:
+    """Starts reducing a list of tensors as one group; the result is a list of
+    new tensors."""
+    op = handle_average_backwards_compatibility(op, average)
+    tensors = _not_empty(tensors, "grouped_allreduce")
+    outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+    return _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                             name: Optional[str] = None, op: Optional[int] = None, prescale_factor: float = 1.0,
+                             postscale_factor: float = 1.0,
+                             process_set: ProcessSet = global_process_set) -> int:
+    """Starts reducing a list of tensors in place, as one group."""
+    op = handle_average_backwards_compatibility(op, average)
+    tensors = _not_empty(tensors, "grouped_allreduce")
+    return _grouped_allreduce_async(tensors, tensors, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                       name: Optional[str] = None, op: Optional[int] = None, prescale_factor: float = 1.0,
+                       postscale_factor: float = 1.0,
+                       process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
+    """Reduces a list of tensors in place, as one group; returns them."""
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
+                                                process_set))
+
+
+class HorovodGroupedAllreduce(torch.autograd.Function):
+    """Grouped allreduce with gradients."""
+
+    @staticmethod
+    def forward(ctx, average, name, op, prescale_factor, postscale_factor, process_set, *tensors):
+        ctx.average = average
+        ctx.op = op
+        ctx.prescale_factor = prescale_factor
+        ctx.postscale_factor = postscale_factor
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allreduce_async(list(tensors), average, name, op, prescale_factor,
+                                                         postscale_factor, process_set)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        grads = grouped_allreduce([g.contiguous() for g in grad_outputs], average=ctx.average, op=ctx.op,
+                                  prescale_factor=ctx.prescale_factor, postscale_factor=ctx.postscale_factor,
+                                  process_set=ctx.process_set)
+        return (None, None, None, None, None, None, *grads)
+
+
+def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
+                      name: Optional[str] = None, compression=Compression.none, op: Optional[int] = None,
+                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
+    """Reduces a list of tensors as one group; returns new tensors;
+    differentiable."""
+    tensors = _not_empty(tensors, "grouped_allreduce")
+    compressed, cctxs = zip(*[compression.compress(t) for t in tensors])
+    reduced = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor, process_set,
+                                            *compressed)
+    return [compression.decompress(t, c) for t, c in zip(reduced, cctxs)]
+
+
+def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
+                           process_set: ProcessSet = global_process_set):
+    """Reduces a sparse COO tensor by allgathering its indices and values.
+    Returns a callable that waits and returns the reduced sparse tensor (it
+    may also be passed to synchronize())."""
+    if op not in (Average, Sum):
+        raise NotImplementedError("sparse allreduce supports op=Average and op=Sum only")
+    t = tensor.coalesce() if not tensor.is_coalesced() else tensor
+    indices_handle = allgather_async(t._indices().transpose(0, 1).contiguous(), name=f"{name}.indices",
+                                     process_set=process_set)
+    values_handle = allgather_async(t._values().contiguous(), name=f"{name}.values", process_set=process_set)
+    n = _ops.set_size(process_set)
+
+    def finish() -> torch.Tensor:
+        values = synchronize(values_handle)
+        indices = synchronize(indices_handle)
+        if op == Average:
+            values = values / n
+        if indices.dim() == 0 or values.dim() == 0:
+            return t.new().resize_as_(t)
+        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size())
+
+    return _ops.register_callable(finish)
+
+
+# ---- allgather ----------------------------------------------------------------
+
+def _allgather_async(tensors: List[torch.Tensor], name: Optional[str], process_set: ProcessSet,
+                     grouped: bool) -> int:
+    ps_id = _ops.check_process_set(process_set)
+    base = _ops.op_name("grouped_allgather" if grouped else "allgather", name, ps_id)
+    names = _member_names(base, len(tensors)) if grouped else [base]
+    reqs = []
+    for t, n in zip(tensors, names):
+        code, device = _check(t)
+        if t.dim() == 0:
+            raise ValueError("allgather needs a tensor with at least one dimension (got a scalar); "
+                             "use tensor.reshape(1)")
+        reqs.append(_ops.request(n, t.data_ptr(), None, code, t.shape, process_set_id=ps_id, device=device))
+    meta = [(t.dtype, t.device) for t in tensors]
+
+    def finish(h) -> Any:
+        outs = []
+        for i, (dtype, device) in enumerate(meta):
+            buf, shape = h.output(i)
+            outs.append(_from_buffer(buf, shape, dtype, device))
+        return outs if grouped else outs[0]
+
+    return _ops.submit(_ops.KIND_ALLGATHER, reqs, tuple(tensors), finish, grouped=grouped)
+
+
+def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> int:
+    """Starts concatenating tensor from all processes along the first
+    dimension (which may differ per process); returns a handle."""
+    return _allgather_async([tensor], name, process_set, grouped=False)
+
+
+class HorovodAllgather(torch.autograd.Function):
+    """Allgather with a gradient: each process gets back its own rows of the
+    averaged gradient (Horovod's convention)."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, process_set):
+        out = synchronize(allgather_async(tensor, name, process_set))
+        ctx.dim = tensor.shape[0]
+        ctx.process_set = process_set
+        return out
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        ps = ctx.process_set
+        grad_reduced = allreduce(grad_output.contiguous(), op=Average, process_set=ps)
+        dims = allgather(torch.tensor([ctx.dim], dtype=torch.int64), process_set=ps)
+        offset = int(dims[:ps.rank()].sum().item())
+        return grad_reduced.narrow(0, offset, ctx.dim), None, None
+
+
+def allgather(tensor: torch.Tensor, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Concatenates tensor from all processes along the first dimension;
+    differentiable."""
+    return HorovodAllgather.apply(tensor, name, process_set)
+
+
+def grouped_allgather_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                            process_set: ProcessSet = global_process_set) -> int:
+    """Starts allgathering a list of tensors as one group; the result is a
+    list of tensors."""
+    return _allgather_async(_not_empty(tensors, "grouped_allgather"), name, process_set, grouped=True)
+
+
+class HorovodGroupedAllgather(torch.autograd.Function):
+    """Grouped allgather with gradients."""
+
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        outs = tuple(synchronize(grouped_allgather_async(list(tensors), name, process_set)))
+        ctx.dims = [t.shape[0] for t in tensors]
+        ctx.process_set = process_set
+        return outs
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        ps = ctx.process_set
+        grads = grouped_allreduce([g.contiguous() for g in grad_outputs], op=Average, process_set=ps)
+        dims = allgather(torch.tensor([ctx.dims], dtype=torch.int64), process_set=ps)
+        offsets = dims[:ps.rank()].sum(dim=0).tolist() if ps.rank() else [0] * len(ctx.dims)
+        return (None, None, *[g.narrow(0, int(o), d) for g, o, d in zip(grads, offsets, ctx.dims)])
+
+
+def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                      process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
+    """Allgathers a list of tensors as one group; differentiable."""
+    tensors = _not_empty(tensors, "grouped_allgather")
+    return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
+
+
+# ---- broadcast ----------------------------------------------------------------
+
+def _broadcast_async(tensor: torch.Tensor, output: torch.Tensor, root_rank: int, name: Optional[str],
+                     process_set: ProcessSet) -> int:
+    code, device = _check(tensor)
+    _check_output(tensor, output)
+    ps_id = _ops.check_process_set(process_set)
+    root = _ops.check_root(root_rank, process_set)
+    req = _ops.request(_ops.op_name("broadcast", name, ps_id), tensor.data_ptr(), output.data_ptr(), code,
+                       tensor.shape, root=root, process_set_id=ps_id, device=device)
+    return _ops.submit(_ops.KIND_BROADCAST, [req], (tensor, output), lambda h: output)
+
+
+def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                    process_set: ProcessSet = global_process_set) -> int:
+    """Starts broadcasting root_rank's tensor; the result is a new tensor."""
+    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    return _broadcast_async(tensor, output, root_rank, name, process_set)
+
+
+def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set) -> int:
+    """Starts broadcasting root_rank's tensor into tensor on every process."""
+    return _broadcast_async(tensor, tensor, root_rank, name, process_set)
+
+
+def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+               process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Broadcasts root_rank's tensor into tensor on every process; returns it."""
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+class HorovodBroadcast(torch.autograd.Function):
+    """Broadcast with a gradient: the averaged gradient goes to the root,
+    zeros elsewhere (Horovod's convention)."""
+
+    @staticmethod
+    def forward(ctx, tensor, root_rank, name, process_set):
+        ctx.root_rank = root_rank
+        ctx.process_set = process_set
+        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        grad = allreduce(grad_output.contiguous(), op=Average, process_set=ctx.process_set)
+        if rank() != ctx.root_rank:
+            grad = grad * 0
+        return grad, None, None, None
+
+
+def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set) -> torch.Tensor:
+    """Returns root_rank's tensor on every process (a new tensor);
+    differentiable."""
+    return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
+
+
+# ---- alltoall -----------------------------------------------------------------
+
+def _splits_list(splits: Any, tensor: torch.Tensor, n: int) -> Optional[List[int]]:
+    if tensor.dim() == 0:
+        raise ValueError("alltoall needs a tensor with at least one dimension (got a scalar)")
+    if splits is None:
+        if tensor.shape[0] % n:
+            raise ValueError(f"alltoall without splits needs the first dimension ({tensor.shape[0]}) to be "
+                             f"divisible by the number of processes ({n})")
+        return None
+    if isinstance(splits, torch.Tensor):
+        if splits.dtype.is_floating_point or splits.dtype == torch.bool:
+            raise ValueError(f"splits must hold integers, not {splits.dtype}")
+        values = [int(s) for s in splits.flatten().tolist()]
+    else:
+        try:
+            values = [int(s) for s in splits]
+        except (TypeError, ValueError):
+            raise ValueError(f"splits must be a sequence of ints, not {splits!r}") from None
+    if len(values) != n:
+        raise ValueError(f"splits has {len(values)} entries, but there are {n} processes")
+    if any(v < 0 for v in values):
+        raise ValueError(f"splits must not be negative: {values}")
+    if sum(values) != tensor.shape[0]:
+        raise ValueError(f"splits sum to {sum(values)}, but the first dimension of the tensor is "
+                         f"{tensor.shape[0]}")
+    return values
+
+
+def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,
+                   process_set: ProcessSet = global_process_set) -> int:
+    """Starts an alltoall: splits[r] rows of tensor (first dimension) go to
+    process r (equal parts without splits). The result is a tuple
+    (gathered tensor, rows received from each process)."""
+    code, device = _check(tensor)
+    ps_id = _ops.check_process_set(process_set)
+    n = _ops.set_size(process_set)
+    values = _splits_list(splits, tensor, n)
+    splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
+    req = _ops.request(_ops.op_name("alltoall", name, ps_id), tensor.data_ptr(), None, code, tensor.shape,
+                       splits=values, process_set_id=ps_id, device=device)
+    dtype, dev = tensor.dtype, tensor.device
+
+    def finish(h) -> Tuple[torch.Tensor, torch.Tensor]:
+        buf, shape = h.output(0)
+        received = torch.tensor(h.recv_splits(), dtype=splits_dtype)
+        return _from_buffer(buf, shape, dtype, dev), received
+
+    return _ops.submit(_ops.KIND_ALLTOALL, [req], (tensor, splits), finish)
+
+
+class HorovodAlltoall(torch.autograd.Function):
+    """Alltoall with a gradient: the gradient travels back the same way."""
+
+    @staticmethod
+    def forward(ctx, tensor, splits, name, process_set):
+        output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+        ctx.process_set = process_set
+        ctx.received = received
+        if splits is None:
+            return output
+        ctx.mark_non_differentiable(received)
+        return output, received
+
+    @staticmethod
+    def backward(ctx, grad_output, *unused):
+        grad, _ = synchronize(alltoall_async(grad_output.contiguous(), ctx.received,
+                                             process_set=ctx.process_set))
+        return grad, None, None, None
+
+
+def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = None,
+             process_set: ProcessSet = global_process_set):
+    """Scatters rows of tensor to all processes and gathers what they send;
+    returns the gathered tensor, plus the received splits when splits were
+    given. Differentiable."""
+    return HorovodAlltoall.apply(tensor, splits, name, process_set)
+
+
+# ---- reducescatter --------------------------------------------------------------
+
+def _reducescatter_async(tensors: List[torch.Tensor], name: Optional[str], op: int, process_set: ProcessSet,
+                         prescale_factor: float, postscale_factor: float, grouped: bool) -> int:
+    core_op = _basics.core_reduce_op(op)
+    pre, post = _scale_args(prescale_factor, postscale_factor)
+    ps_id = _ops.check_process_set(process_set)
+    base = _ops.op_name("grouped_reducescatter" if grouped else "reducescatter", name, ps_id)
+    names = _member_names(base, len(tensors)) if grouped else [base]
+    reqs = []
+    for t, n in zip(tensors, names):
+        code, device = _check(t)
+        if t.dim() == 0:
+            raise ValueError("reducescatter needs a tensor with at least one dimension (got a scalar)")
+        reqs.append(_ops.request(n, t.data_ptr(), None, code, t.shape, reduce_op=core_op, prescale=pre,
+                                 postscale=post, process_set_id=ps_id, device=device))
+    meta = [(t.dtype, t.device) for t in tensors]
+
+    def finish(h) -> Any:
+        outs = []
+        for i, (dtype, device) in enumerate(meta):
+            buf, shape = h.output(i)
+            outs.append(_from_buffer(buf, shape, dtype, device))
+        return outs if grouped else outs[0]
+
+    return _ops.submit(_ops.KIND_REDUCESCATTER, reqs, tuple(tensors), finish, grouped=grouped)
+
+
+def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: int = Average,
+                        process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                        postscale_factor: float = 1.0) -> int:
+    """Starts a reducescatter: the reduced tensor is split along the first
+    dimension and process r keeps part r (the first d0 % size processes get
+    one extra row)."""
+    return _reducescatter_async([tensor], name, op, process_set, prescale_factor, postscale_factor, False)
+
+
+def _reducescatter_grad(grad: torch.Tensor, op: int, process_set: ProcessSet, scale: float) -> torch.Tensor:
+    if op not in (Average, Sum):
+        raise NotImplementedError(f"the gradient of reducescatter is defined for op=Sum and op=Average only "
+                                  f"(got {_basics.op_name(op)})")
+    full = allgather(grad.contiguous(), process_set=process_set)
+    if op == Average:
+        scale = scale / _ops.set_size(process_set)
+    return full * scale if scale != 1.0 else full
+
+
+class HorovodReducescatter(torch.autograd.Function):
+    """Reducescatter with a gradient: the gradient of every part is gathered
+    back (and scaled like the forward pass)."""
+
+    @staticmethod
+    def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
+        ctx.op = op
+        ctx.process_set = process_set
+        ctx.scale = float(prescale_factor) * float(postscale_factor)
+        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                               postscale_factor))
+
+    @staticmethod
+    def backward(ctx, grad_output):
+        return _reducescatter_grad(grad_output, ctx.op, ctx.process_set, ctx.scale), None, None, None, None, None
+
+
+def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression=Compression.none,
+                  op: int = Average, process_set: ProcessSet = global_process_set,
+                  prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
+    """Reduces tensor over all processes and returns this process's part of
+    the result (split along the first dimension); differentiable."""
+    compressed, cctx = compression.compress(tensor)
+    out = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
+    return compression.decompress(out, cctx)
+
+
+def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[str] = None, op: int = Average,
+                                process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                                postscale_factor: float = 1.0) -> int:
+    """Starts reducescattering a list of tensors as one group."""
+    return _reducescatter_async(_not_empty(tensors, "grouped_reducescatter"), name, op, process_set,
+                                prescale_factor, postscale_factor, True)
+
+
+class HorovodGroupedReducescatter(torch.autograd.Function):
+    """Grouped reducescatter with gradients."""
+
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
+        ctx.op = op
+        ctx.process_set = process_set
+        ctx.scale = float(prescale_factor) * float(postscale_factor)
+        return tuple(synchronize(grouped_reducescatter_async(list(tensors), name, op, process_set,
+                                                             prescale_factor, postscale_factor)))
+
+    @staticmethod
+    def backward(ctx, *grad_outputs):
+        grads = [_reducescatter_grad(g, ctx.op, ctx.process_set, ctx.scale) for g in grad_outputs]
+        return (None, None, None, None, None, *grads)
+
+
+def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
+                          compression=Compression.none, op: int = Average,
+                          process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> List[torch.Tensor]:
+    """Reducescatters a list of tensors as one group; differentiable."""
+    tensors = _not_empty(tensors, "grouped_reducescatter")
+    compressed, cctxs = zip(*[compression.compress(t) for t in tensors])
+    outs = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
+                                             *compressed)
+    return [compression.decompress(t, c) for t, c in zip(outs, cctxs)]
+
+
+# ---- join, barrier --------------------------------------------------------------
+
+def join(device: int = -1) -> int:
+    """Says this process has no more data. Until every process has joined it
+    keeps taking part in the others' allreduces (contributing zeros) and
+    allgathers (contributing no rows). Blocks until all processes have
+    joined; returns the rank that joined last."""
+    return _core.join()
+
+
+def barrier(process_set: ProcessSet = global_process_set) -> None:
+    """Blocks until every process (of process_set) has reached the barrier."""
+    ps_id = _ops.check_process_set(process_set)
+    if ps_id == 0:
+        _core.barrier()
+        return
+    token = torch.zeros(1, dtype=torch.int32)
+    synchronize(_allreduce_async(token, token, None, Sum, 1.0, 1.0, process_set))

@@ -1,0 +1,959 @@
+/* hvdmodule.c — hvd._core, the CPython extension under the `hvd` package: a
+ * thin layer over libhvd's public API (hvd.h) that takes raw data pointers,
+ * dtype codes and shapes from Python, so it needs neither torch nor numpy
+ * headers. The Python side keeps the arrays alive; a Handle holds a
+ * reference to whatever it is given until the operation has completed, even
+ * when the Handle itself is dropped early. The GIL is released around every
+ * call that waits. */
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "config.h"
+#include "hvd.h"
+
+/* Process sets are being added to libhvd: bind to them weakly, so this
+ * module still loads (and reports "not supported") against a libhvd that
+ * does not export them yet. */
+#pragma weak hvd_add_process_set
+#pragma weak hvd_remove_process_set
+#pragma weak hvd_process_set_rank
+#pragma weak hvd_process_set_size
+#pragma weak hvd_process_set_included
+#pragma weak hvd_process_set_ranks
+
+/* Operation kinds as the Python side names them. */
+enum { KIND_ALLREDUCE, KIND_BROADCAST, KIND_ALLGATHER, KIND_ALLTOALL, KIND_REDUCESCATTER, _KIND_COUNT };
+
+/* How long one GIL-free wait lasts before Python signals are checked. */
+#define WAIT_SLICE_USEC 100000
+
+static PyObject *HorovodInternalError;
+
+/* ---- errors ---- */
+
+/* Raises the Python exception that fits a libhvd error code: argument
+ * problems are ValueError, everything that happened to the job (mismatch,
+ * abort, shutdown, lost daemon) is HorovodInternalError. Returns NULL. */
+static PyObject *raise_hvd_error(int code, const char *msg) {
+        PyObject *type;
+
+        if (!msg || !*msg)
+                msg = hvd_strerror(code);
+        switch (code) {
+        case -EINVAL:
+        case -ERANGE:
+        case -E2BIG:
+        case -ENOENT:
+        case HVD_EDUPLICATE:
+        case HVD_ENODEVICE: type = PyExc_ValueError; break;
+        case HVD_ENOTINIT:
+                /* Horovod's wording, which scripts may look for */
+                PyErr_SetString(PyExc_ValueError, "Horovod has not been initialized; use hvd.init().");
+                return NULL;
+        case -EOPNOTSUPP: type = PyExc_NotImplementedError; break;
+        case -ENOMEM: type = PyExc_MemoryError; break;
+        default: type = HorovodInternalError; break;
+        }
+        PyErr_SetString(type, msg);
+        return NULL;
+}
+
+static PyObject *raise_last_error(int code) {
+        return raise_hvd_error(code, hvd_last_error());
+}
+
+/* ---- Buffer: memory allocated by libhvd, exposed through the buffer protocol ---- */
+
+typedef struct {
+        PyObject ob_base; /* PyObject_HEAD */
+        void *data;       /* owned: free() */
+        Py_ssize_t bytes;
+} BufferObject;
+
+static void buffer_dealloc(BufferObject *self) {
+        free(self->data);
+        Py_TYPE(self)->tp_free((PyObject *) self);
+}
+
+static int buffer_getbuffer(BufferObject *self, Py_buffer *view, int flags) {
+        return PyBuffer_FillInfo(view, (PyObject *) self, self->data, self->bytes, 0, flags);
+}
+
+static Py_ssize_t buffer_length(BufferObject *self) {
+        return self->bytes;
+}
+
+static PyBufferProcs buffer_as_buffer = {
+        .bf_getbuffer = (getbufferproc) buffer_getbuffer,
+};
+
+static PySequenceMethods buffer_as_sequence = {
+        .sq_length = (lenfunc) buffer_length,
+};
+
+/* PyVarObject_HEAD_INIT ends in a comma, which clang-format misreads */
+/* clang-format off */
+static PyTypeObject BufferType = {
+        PyVarObject_HEAD_INIT(NULL, 0)
+        .tp_name = "hvd._core.Buffer",
+        .tp_doc = "Writable bytes allocated by libhvd for an operation's output.",
+        .tp_basicsize = sizeof(BufferObject),
+        .tp_flags = Py_TPFLAGS_DEFAULT,
+        .tp_dealloc = (destructor) buffer_dealloc,
+        .tp_as_buffer = &buffer_as_buffer,
+        .tp_as_sequence = &buffer_as_sequence,
+};
+/* clang-format on */
+
+/* ---- Handle ---- */
+
+typedef struct {
+        PyObject ob_base;    /* PyObject_HEAD */
+        hvd_handle_t *h;     /* NULL once released */
+        PyObject *keepalive; /* arrays the operation reads or writes */
+        size_t n;            /* requests in the handle */
+        int n_ranks;         /* alltoall: ranks of its process set (recv_splits entries) */
+        void *mem;           /* requests, shapes and splits given to libhvd (owned) */
+        int done;            /* wait() returned (successfully or not) */
+        int status;          /* result of the wait */
+} HandleObject;
+
+/* Handles dropped while still pending: their buffers must live until the
+ * operation completes, so they wait here and are reaped on later calls. */
+static PyObject *orphans; /* list of HandleObject */
+
+static void handle_drop(HandleObject *self) {
+        hvd_handle_release(&self->h);
+        free(self->mem);
+        self->mem = NULL;
+        Py_CLEAR(self->keepalive);
+}
+
+/* Frees orphaned handles whose operation has completed. */
+static void reap_orphans(void) {
+        if (!orphans)
+                return;
+        for (Py_ssize_t i = PyList_GET_SIZE(orphans) - 1; i >= 0; i--) {
+                HandleObject *o = (HandleObject *) PyList_GET_ITEM(orphans, i);
+                if (o->h && hvd_handle_poll(o->h) == 0)
+                        continue;
+                handle_drop(o);
+                if (PySequence_DelItem(orphans, i) < 0)
+                        PyErr_Clear();
+        }
+}
+
+static void handle_dealloc(HandleObject *self) {
+        if (self->h && hvd_handle_poll(self->h) == 0 && orphans) {
+                /* Still running: hand buffer ownership to an orphan record. */
+                HandleObject *o = PyObject_New(HandleObject, Py_TYPE(self));
+                if (o) {
+                        o->h = self->h;
+                        o->keepalive = self->keepalive;
+                        o->n = self->n;
+                        o->n_ranks = self->n_ranks;
+                        o->mem = self->mem;
+                        self->mem = NULL;
+                        o->done = 0;
+                        o->status = 0;
+                        self->h = NULL;
+                        self->keepalive = NULL;
+                        if (PyList_Append(orphans, (PyObject *) o) < 0)
+                                PyErr_Clear();
+                        Py_DECREF(o);
+                }
+                if (self->h) {
+                        /* Could not record it: leaking the buffers beats a
+                         * write into freed memory. */
+                        PyErr_Clear();
+                        self->h = NULL;
+                        self->keepalive = NULL;
+                }
+        }
+        handle_drop(self);
+        Py_TYPE(self)->tp_free((PyObject *) self);
+}
+
+static int handle_check(HandleObject *self) {
+        if (!self->h) {
+                PyErr_SetString(PyExc_ValueError, "this hvd handle has been released");
+                return -1;
+        }
+        return 0;
+}
+
+static PyObject *handle_wait(HandleObject *self, PyObject *args, PyObject *kwds) {
+        static char *kwlist[] = {"timeout", NULL};
+        PyObject *timeout_obj = Py_None;
+        double timeout = -1;
+        int r;
+
+        if (!PyArg_ParseTupleAndKeywords(args, kwds, "|O:wait", kwlist, &timeout_obj))
+                return NULL;
+        if (timeout_obj != Py_None) {
+                timeout = PyFloat_AsDouble(timeout_obj);
+                if (timeout == -1 && PyErr_Occurred())
+                        return NULL;
+                if (timeout < 0) {
+                        PyErr_SetString(PyExc_ValueError, "timeout must be >= 0");
+                        return NULL;
+                }
+        }
+        if (handle_check(self) < 0)
+                return NULL;
+        if (!self->done) {
+                double left_usec = timeout * 1e6;
+                for (;;) {
+                        uint64_t slice = WAIT_SLICE_USEC;
+                        if (timeout >= 0 && left_usec < slice)
+                                slice = left_usec > 1 ? (uint64_t) left_usec : 1;
+                        PyThreadState *gil = PyEval_SaveThread();
+                        r = hvd_handle_wait_timeout(self->h, slice);
+                        PyEval_RestoreThread(gil);
+                        /* HVD_ETIMEOUT is also a possible operation error:
+                         * only a pending handle means "not yet". */
+                        if (r != HVD_ETIMEOUT || hvd_handle_poll(self->h) == 1) {
+                                gil = PyEval_SaveThread();
+                                r = hvd_handle_wait(self->h); /* complete: returns at once */
+                                PyEval_RestoreThread(gil);
+                                break;
+                        }
+                        if (PyErr_CheckSignals() < 0)
+                                return NULL;
+                        if (timeout >= 0) {
+                                left_usec -= (double) slice;
+                                if (left_usec <= 0)
+                                        Py_RETURN_FALSE;
+                        }
+                }
+                self->done = 1;
+                self->status = r;
+                /* The operation no longer touches the buffers. */
+                Py_CLEAR(self->keepalive);
+        }
+        if (self->status < 0)
+                return raise_hvd_error(self->status, hvd_handle_error(self->h));
+        Py_RETURN_TRUE;
+}
+
+static PyObject *handle_poll(HandleObject *self, PyObject *unused) {
+        if (handle_check(self) < 0)
+                return NULL;
+        return PyBool_FromLong(self->done || hvd_handle_poll(self->h) == 1);
+}
+
+/* output(index) -> (Buffer, shape): takes the output libhvd allocated. */
+static PyObject *handle_output(HandleObject *self, PyObject *args) {
+        Py_ssize_t index = 0;
+        const void *data;
+        size_t bytes;
+        int ndim, r;
+        const int64_t *shape;
+        void *stolen = NULL;
+
+        if (!PyArg_ParseTuple(args, "|n:output", &index))
+                return NULL;
+        if (handle_check(self) < 0)
+                return NULL;
+        if (!self->done || self->status < 0) {
+                PyErr_SetString(PyExc_RuntimeError, "output() before a successful wait()");
+                return NULL;
+        }
+        if (index < 0 || (size_t) index >= self->n) {
+                PyErr_SetString(PyExc_IndexError, "output index out of range");
+                return NULL;
+        }
+        r = hvd_handle_output(self->h, (size_t) index, &data, &bytes, &ndim, &shape);
+        if (r < 0) {
+                PyErr_Format(PyExc_RuntimeError, "no output %zd: %s (already taken?)", index, hvd_strerror(r));
+                return NULL;
+        }
+        PyObject *shape_t = PyTuple_New(ndim);
+        if (!shape_t)
+                return NULL;
+        for (int d = 0; d < ndim; d++) {
+                PyObject *v = PyLong_FromLongLong(shape[d]);
+                if (!v) {
+                        Py_DECREF(shape_t);
+                        return NULL;
+                }
+                PyTuple_SET_ITEM(shape_t, d, v);
+        }
+        BufferObject *buf = PyObject_New(BufferObject, &BufferType);
+        if (!buf) {
+                Py_DECREF(shape_t);
+                return NULL;
+        }
+        buf->data = NULL;
+        buf->bytes = 0;
+        r = hvd_handle_steal_output(self->h, (size_t) index, &stolen, &bytes);
+        if (r < 0) {
+                Py_DECREF(buf);
+                Py_DECREF(shape_t);
+                PyErr_Format(PyExc_RuntimeError, "cannot take output %zd: %s", index, hvd_strerror(r));
+                return NULL;
+        }
+        buf->data = stolen;
+        buf->bytes = (Py_ssize_t) bytes;
+        PyObject *ret = Py_BuildValue("(NN)", (PyObject *) buf, shape_t);
+        return ret;
+}
+
+static PyObject *handle_recv_splits(HandleObject *self, PyObject *unused) {
+        const int64_t *splits;
+
+        if (handle_check(self) < 0)
+                return NULL;
+        if (!self->done || self->status < 0) {
+                PyErr_SetString(PyExc_RuntimeError, "recv_splits() before a successful wait()");
+                return NULL;
+        }
+        if (self->n_ranks <= 0 || hvd_handle_recv_splits(self->h, &splits) < 0) {
+                PyErr_SetString(PyExc_RuntimeError, "this operation has no received splits");
+                return NULL;
+        }
+        PyObject *t = PyTuple_New(self->n_ranks);
+        if (!t)
+                return NULL;
+        for (int r = 0; r < self->n_ranks; r++) {
+                PyObject *v = PyLong_FromLongLong(splits[r]);
+                if (!v) {
+                        Py_DECREF(t);
+                        return NULL;
+                }
+                PyTuple_SET_ITEM(t, r, v);
+        }
+        return t;
+}
+
+static PyMethodDef handle_methods[] = {
+        {"wait", (PyCFunction) (void (*)(void)) handle_wait, METH_VARARGS | METH_KEYWORDS,
+         "wait(timeout=None) -> True when complete, False on timeout; raises the operation's error."},
+        {"poll", (PyCFunction) handle_poll, METH_NOARGS, "poll() -> True when the operation has completed."},
+        {"output", (PyCFunction) handle_output, METH_VARARGS,
+         "output(index=0) -> (Buffer, shape): the output libhvd allocated (allgather, alltoall, "
+         "reducescatter). Can be taken once."},
+        {"recv_splits", (PyCFunction) handle_recv_splits, METH_NOARGS,
+         "recv_splits() -> tuple: alltoall rows received from each rank."},
+        {NULL, NULL, 0, NULL},
+};
+
+/* PyVarObject_HEAD_INIT ends in a comma, which clang-format misreads */
+/* clang-format off */
+static PyTypeObject HandleType = {
+        PyVarObject_HEAD_INIT(NULL, 0)
+        .tp_name = "hvd._core.Handle",
+        .tp_doc = "One submitted libhvd operation (or group of operations).",
+        .tp_basicsize = sizeof(HandleObject),
+        .tp_flags = Py_TPFLAGS_DEFAULT,
+        .tp_dealloc = (destructor) handle_dealloc,
+        .tp_methods = handle_methods,
+};
+/* clang-format on */
+
+/* ---- blocking calls that stay interruptible ----
+ * hvd_join, hvd_barrier and the process-set calls block until every rank
+ * has made them. They run on a helper thread while the Python thread waits
+ * in slices and checks for signals, so Ctrl-C (or an alarm) still works
+ * when a rank never arrives. An interrupted call is abandoned: its thread
+ * finishes on its own and frees the state. */
+
+typedef struct blocking {
+        int (*fn)(struct blocking *b);
+        const int *ranks; /* add_process_set: owned (free()) */
+        size_t n_ranks;
+        int id;
+        int result;
+        char error[512];
+        int done, abandoned;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+} blocking_t;
+
+static void blocking_free(blocking_t *b) {
+        pthread_mutex_destroy(&b->lock);
+        pthread_cond_destroy(&b->cond);
+        free((void *) b->ranks);
+        free(b);
+}
+
+static void *blocking_main(void *arg) {
+        blocking_t *b = arg;
+        int r = b->fn(b);
+
+        pthread_mutex_lock(&b->lock);
+        b->result = r;
+        if (r < 0)
+                snprintf(b->error, sizeof b->error, "%s", hvd_last_error()); /* thread-local: copy it here */
+        b->done = 1;
+        int abandoned = b->abandoned;
+        pthread_cond_signal(&b->cond);
+        pthread_mutex_unlock(&b->lock);
+        if (abandoned)
+                blocking_free(b);
+        return NULL;
+}
+
+/* Runs b->fn on a helper thread and waits. Returns 0 with b->result set
+ * (b still owned by the caller), or -1 with a Python exception when a
+ * signal handler raised (b then belongs to the helper thread). */
+static int run_blocking(blocking_t *b) {
+        pthread_t thread;
+
+        if (pthread_create(&thread, NULL, blocking_main, b) != 0) {
+                /* no thread: wait without interruption */
+                PyThreadState *gil = PyEval_SaveThread();
+                blocking_main(b);
+                PyEval_RestoreThread(gil);
+                return 0;
+        }
+        pthread_detach(thread);
+        for (;;) {
+                int done;
+                PyThreadState *gil = PyEval_SaveThread();
+                struct timespec ts;
+                clock_gettime(CLOCK_REALTIME, &ts);
+                ts.tv_nsec += WAIT_SLICE_USEC * 1000L;
+                if (ts.tv_nsec >= 1000000000L) {
+                        ts.tv_sec++;
+                        ts.tv_nsec -= 1000000000L;
+                }
+                pthread_mutex_lock(&b->lock);
+                if (!b->done)
+                        pthread_cond_timedwait(&b->cond, &b->lock, &ts);
+                done = b->done;
+                pthread_mutex_unlock(&b->lock);
+                PyEval_RestoreThread(gil);
+                if (done)
+                        return 0;
+                if (PyErr_CheckSignals() < 0) {
+                        pthread_mutex_lock(&b->lock);
+                        done = b->done;
+                        b->abandoned = !done;
+                        pthread_mutex_unlock(&b->lock);
+                        if (done)
+                                blocking_free(b);
+                        return -1;
+                }
+        }
+}
+
+/* Runs fn; returns its result (>= 0) or raises and returns -1. */
+static int call_blocking(int (*fn)(blocking_t *b), const int *ranks, size_t n_ranks, int id) {
+        blocking_t *b = calloc(1, sizeof *b);
+
+        if (!b) {
+                free((void *) ranks);
+                PyErr_NoMemory();
+                return -1;
+        }
+        b->fn = fn;
+        b->ranks = ranks;
+        b->n_ranks = n_ranks;
+        b->id = id;
+        if (pthread_mutex_init(&b->lock, NULL) != 0 || pthread_cond_init(&b->cond, NULL) != 0) {
+                free((void *) ranks);
+                free(b);
+                PyErr_SetString(PyExc_RuntimeError, "cannot create a mutex");
+                return -1;
+        }
+        if (run_blocking(b) < 0)
+                return -1;
+        int r = b->result;
+        if (r < 0)
+                raise_hvd_error(r, b->error);
+        blocking_free(b);
+        return r < 0 ? -1 : r;
+}
+
+static int do_join(blocking_t *b) {
+        return hvd_join();
+}
+static int do_barrier(blocking_t *b) {
+        return hvd_barrier();
+}
+static int do_add_process_set(blocking_t *b) {
+        return hvd_add_process_set(b->ranks, b->n_ranks);
+}
+static int do_remove_process_set(blocking_t *b) {
+        return hvd_remove_process_set(b->id);
+}
+
+/* ---- module functions ---- */
+
+static PyObject *core_init(PyObject *mod, PyObject *unused) {
+        int r;
+
+        /* hvd_init waits for every rank of the job to join. */
+        PyThreadState *gil = PyEval_SaveThread();
+        r = hvd_init();
+        PyEval_RestoreThread(gil);
+        if (r < 0)
+                return raise_last_error(r);
+        Py_RETURN_NONE;
+}
+
+static PyObject *core_shutdown(PyObject *mod, PyObject *unused) {
+        int r;
+
+        PyThreadState *gil = PyEval_SaveThread();
+        r = hvd_shutdown();
+        PyEval_RestoreThread(gil);
+        reap_orphans();
+        if (r < 0 && r != HVD_ENOTINIT)
+                return raise_last_error(r);
+        Py_RETURN_NONE;
+}
+
+static PyObject *core_is_initialized(PyObject *mod, PyObject *unused) {
+        return PyBool_FromLong(hvd_is_initialized() > 0);
+}
+
+static PyObject *topology(int v) {
+        if (v < 0)
+                return raise_hvd_error(v, "");
+        return PyLong_FromLong(v);
+}
+
+static PyObject *core_rank(PyObject *mod, PyObject *unused) {
+        return topology(hvd_rank());
+}
+static PyObject *core_size(PyObject *mod, PyObject *unused) {
+        return topology(hvd_size());
+}
+static PyObject *core_local_rank(PyObject *mod, PyObject *unused) {
+        return topology(hvd_local_rank());
+}
+static PyObject *core_local_size(PyObject *mod, PyObject *unused) {
+        return topology(hvd_local_size());
+}
+static PyObject *core_cross_rank(PyObject *mod, PyObject *unused) {
+        return topology(hvd_cross_rank());
+}
+static PyObject *core_cross_size(PyObject *mod, PyObject *unused) {
+        return topology(hvd_cross_size());
+}
+
+static int has_process_sets(void) {
+        return hvd_add_process_set && hvd_remove_process_set && hvd_process_set_rank && hvd_process_set_size &&
+               hvd_process_set_included && hvd_process_set_ranks;
+}
+
+static PyObject *no_process_sets(void) {
+        PyErr_SetString(PyExc_NotImplementedError,
+                        "process sets are not available: this libhvd does not provide hvd_add_process_set()");
+        return NULL;
+}
+
+/* Number of ranks in process set ps, or < 0. */
+static int set_size(int ps) {
+        if (ps == 0)
+                return hvd_size();
+        if (!has_process_sets())
+                return -EOPNOTSUPP;
+        return hvd_process_set_size(ps);
+}
+
+/* Converts a sequence of Python ints to n int64 values. */
+static int int64_seq(PyObject *seq, const char *what, int64_t *out, Py_ssize_t max, Py_ssize_t *n) {
+        PyObject *fast = PySequence_Fast(seq, what);
+        if (!fast)
+                return -1;
+        Py_ssize_t len = PySequence_Fast_GET_SIZE(fast);
+        if (len > max) {
+                PyErr_Format(PyExc_ValueError, "%s has %zd entries, at most %zd are allowed", what, len, max);
+                Py_DECREF(fast);
+                return -1;
+        }
+        for (Py_ssize_t i = 0; i < len; i++) {
+                long long v = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(fast, i));
+                if (v == -1 && PyErr_Occurred()) {
+                        Py_DECREF(fast);
+                        return -1;
+                }
+                out[i] = v;
+        }
+        Py_DECREF(fast);
+        *n = len;
+        return 0;
+}
+
+/* One request tuple: (name, input, output, dtype, shape, reduce_op,
+ * prescale, postscale, root, splits, process_set, device). shape and
+ * splits point into the caller-provided storage. */
+static int parse_request(PyObject *t, hvd_request_t *q, int64_t *shape, int64_t *splits, Py_ssize_t max_splits,
+                         int *n_splits) {
+        PyObject *name, *in_obj, *out_obj, *shape_obj, *splits_obj;
+        int dtype, reduce_op, root, process_set, device;
+        double prescale, postscale;
+        Py_ssize_t ndim = 0, ns = 0;
+
+        if (!PyTuple_Check(t)) {
+                PyErr_SetString(PyExc_TypeError, "a request is a tuple");
+                return -1;
+        }
+        if (!PyArg_ParseTuple(t, "UOOiOiddiOii:request", &name, &in_obj, &out_obj, &dtype, &shape_obj, &reduce_op,
+                              &prescale, &postscale, &root, &splits_obj, &process_set, &device))
+                return -1;
+        hvd_request_init(q);
+        q->name = PyUnicode_AsUTF8(name);
+        if (!q->name)
+                return -1;
+        q->input = in_obj == Py_None ? NULL : PyLong_AsVoidPtr(in_obj);
+        q->output = out_obj == Py_None ? NULL : PyLong_AsVoidPtr(out_obj);
+        if (PyErr_Occurred())
+                return -1;
+        q->dtype = (hvd_dtype_t) dtype;
+        if (int64_seq(shape_obj, "shape", shape, HVD_MAX_NDIM, &ndim) < 0)
+                return -1;
+        q->ndim = (int) ndim;
+        q->shape = shape;
+        q->reduce_op = (hvd_reduce_op_t) reduce_op;
+        q->prescale = prescale;
+        q->postscale = postscale;
+        q->root = root;
+        q->process_set = process_set;
+        q->device = device;
+        *n_splits = 0;
+        if (splits_obj != Py_None) {
+                if (int64_seq(splits_obj, "splits", splits, max_splits, &ns) < 0)
+                        return -1;
+                q->splits = splits;
+                *n_splits = (int) ns;
+        }
+        return 0;
+}
+
+typedef int (*submit_fn)(const hvd_request_t *req, hvd_handle_t **handle);
+typedef int (*group_fn)(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle);
+
+static PyObject *core_submit(PyObject *mod, PyObject *args, PyObject *kwds) {
+        static char *kwlist[] = {"kind", "requests", "keepalive", "grouped", NULL};
+        static const submit_fn single[_KIND_COUNT] = {
+                [KIND_ALLREDUCE] = hvd_allreduce_async,         [KIND_BROADCAST] = hvd_broadcast_async,
+                [KIND_ALLGATHER] = hvd_allgather_async,         [KIND_ALLTOALL] = hvd_alltoall_async,
+                [KIND_REDUCESCATTER] = hvd_reducescatter_async,
+        };
+        static const group_fn grouped_fns[_KIND_COUNT] = {
+                [KIND_ALLREDUCE] = hvd_grouped_allreduce_async,
+                [KIND_ALLGATHER] = hvd_grouped_allgather_async,
+                [KIND_REDUCESCATTER] = hvd_grouped_reducescatter_async,
+        };
+        int kind, grouped = 0;
+        PyObject *requests, *keepalive = Py_None, *fast = NULL;
+        HandleObject *self = NULL;
+
+        if (!PyArg_ParseTupleAndKeywords(args, kwds, "iO|Op:submit", kwlist, &kind, &requests, &keepalive, &grouped))
+                return NULL;
+        if (kind < 0 || kind >= _KIND_COUNT || (grouped && !grouped_fns[kind])) {
+                PyErr_Format(PyExc_ValueError, "unknown operation kind %d%s", kind, grouped ? " (grouped)" : "");
+                return NULL;
+        }
+        reap_orphans();
+        fast = PySequence_Fast(requests, "requests must be a sequence");
+        if (!fast)
+                return NULL;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+        if (n < 1 || (n > 1 && !grouped)) {
+                PyErr_SetString(PyExc_ValueError,
+                                grouped ? "a group needs at least one tensor" : "one request unless grouped");
+                goto fail;
+        }
+        /* Splits are sized for the whole job: libhvd may read size() entries. */
+        int world = hvd_size();
+        Py_ssize_t max_splits = world > 0 ? world : 1;
+        size_t per_req = sizeof(hvd_request_t) + (HVD_MAX_NDIM + (size_t) max_splits) * sizeof(int64_t);
+        if ((size_t) n > SIZE_MAX / per_req) {
+                PyErr_NoMemory();
+                goto fail;
+        }
+        self = PyObject_New(HandleObject, &HandleType);
+        if (!self)
+                goto fail;
+        self->h = NULL;
+        self->keepalive = NULL;
+        self->n = (size_t) n;
+        self->n_ranks = 0;
+        self->done = 0;
+        self->status = 0;
+        self->mem = calloc((size_t) n, per_req);
+        if (!self->mem) {
+                PyErr_NoMemory();
+                goto fail;
+        }
+        hvd_request_t *reqs = self->mem;
+        int64_t *dims = (int64_t *) (reqs + n);
+        for (Py_ssize_t i = 0; i < n; i++) {
+                int64_t *shape = dims + (size_t) i * (HVD_MAX_NDIM + (size_t) max_splits);
+                int n_splits;
+                if (parse_request(PySequence_Fast_GET_ITEM(fast, i), &reqs[i], shape, shape + HVD_MAX_NDIM, max_splits,
+                                  &n_splits) < 0)
+                        goto fail;
+        }
+        if (kind == KIND_ALLTOALL) {
+                int ss = set_size(reqs[0].process_set);
+                self->n_ranks = ss > 0 ? ss : 0;
+        }
+        int r;
+        hvd_handle_t *h = NULL;
+        if (grouped)
+                r = grouped_fns[kind](reqs, (size_t) n, &h);
+        else
+                r = single[kind](&reqs[0], &h);
+        if (r < 0) {
+                raise_last_error(r);
+                goto fail;
+        }
+        self->h = h;
+        Py_INCREF(keepalive);
+        self->keepalive = keepalive;
+        Py_DECREF(fast);
+        return (PyObject *) self;
+fail:
+        Py_XDECREF(fast);
+        Py_XDECREF(self);
+        return NULL;
+}
+
+static PyObject *core_join(PyObject *mod, PyObject *unused) {
+        reap_orphans();
+        int r = call_blocking(do_join, NULL, 0, 0);
+        return r < 0 ? NULL : PyLong_FromLong(r);
+}
+
+static PyObject *core_barrier(PyObject *mod, PyObject *unused) {
+        reap_orphans();
+        if (call_blocking(do_barrier, NULL, 0, 0) < 0)
+                return NULL;
+        Py_RETURN_NONE;
+}
+
+static PyObject *core_add_process_set(PyObject *mod, PyObject *arg) {
+        PyObject *fast;
+        int *ranks;
+
+        if (!has_process_sets())
+                return no_process_sets();
+        fast = PySequence_Fast(arg, "ranks must be a sequence of ints");
+        if (!fast)
+                return NULL;
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+        ranks = calloc(n ? (size_t) n : 1, sizeof(int));
+        if (!ranks) {
+                Py_DECREF(fast);
+                return PyErr_NoMemory();
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+                long v = PyLong_AsLong(PySequence_Fast_GET_ITEM(fast, i));
+                if (v == -1 && PyErr_Occurred()) {
+                        free(ranks);
+                        Py_DECREF(fast);
+                        return NULL;
+                }
+                ranks[i] = v < INT_MIN || v > INT_MAX ? -1 : (int) v;
+        }
+        Py_DECREF(fast);
+        /* collective: waits for the other ranks; the helper owns ranks now */
+        int r = call_blocking(do_add_process_set, ranks, (size_t) n, 0);
+        return r < 0 ? NULL : PyLong_FromLong(r);
+}
+
+static PyObject *core_remove_process_set(PyObject *mod, PyObject *arg) {
+        int id;
+
+        if (!has_process_sets())
+                return no_process_sets();
+        id = (int) PyLong_AsLong(arg);
+        if (id == -1 && PyErr_Occurred())
+                return NULL;
+        if (call_blocking(do_remove_process_set, NULL, 0, id) < 0)
+                return NULL;
+        Py_RETURN_NONE;
+}
+
+/* Shared by process_set_rank/size/included: f(id) >= 0 or an error. */
+static PyObject *process_set_query(PyObject *arg, int (*f)(int), int as_bool) {
+        int id, r;
+
+        if (!has_process_sets())
+                return no_process_sets();
+        id = (int) PyLong_AsLong(arg);
+        if (id == -1 && PyErr_Occurred())
+                return NULL;
+        r = f(id);
+        if (r < 0)
+                return raise_hvd_error(r,
+                                       r == -ENOENT ? "this process is not part of the process set" : hvd_last_error());
+        return as_bool ? PyBool_FromLong(r) : PyLong_FromLong(r);
+}
+
+static PyObject *core_process_set_rank(PyObject *mod, PyObject *arg) {
+        return has_process_sets() ? process_set_query(arg, hvd_process_set_rank, 0) : no_process_sets();
+}
+static PyObject *core_process_set_size(PyObject *mod, PyObject *arg) {
+        return has_process_sets() ? process_set_query(arg, hvd_process_set_size, 0) : no_process_sets();
+}
+static PyObject *core_process_set_included(PyObject *mod, PyObject *arg) {
+        return has_process_sets() ? process_set_query(arg, hvd_process_set_included, 1) : no_process_sets();
+}
+
+static PyObject *core_process_set_ranks(PyObject *mod, PyObject *arg) {
+        const int *ranks;
+        size_t n;
+        int id, r;
+
+        if (!has_process_sets())
+                return no_process_sets();
+        id = (int) PyLong_AsLong(arg);
+        if (id == -1 && PyErr_Occurred())
+                return NULL;
+        r = hvd_process_set_ranks(id, &ranks, &n);
+        if (r < 0)
+                return raise_hvd_error(r, hvd_last_error());
+        PyObject *t = PyTuple_New((Py_ssize_t) n);
+        if (!t)
+                return NULL;
+        for (size_t i = 0; i < n; i++) {
+                PyObject *v = PyLong_FromLong(ranks[i]);
+                if (!v) {
+                        Py_DECREF(t);
+                        return NULL;
+                }
+                PyTuple_SET_ITEM(t, (Py_ssize_t) i, v);
+        }
+        return t;
+}
+
+static PyObject *core_has_process_sets(PyObject *mod, PyObject *unused) {
+        return PyBool_FromLong(has_process_sets());
+}
+
+static PyObject *core_dtype_size(PyObject *mod, PyObject *arg) {
+        long dt = PyLong_AsLong(arg);
+        if (dt == -1 && PyErr_Occurred())
+                return NULL;
+        return PyLong_FromSize_t(dt < 0 || dt >= _HVD_DTYPE_COUNT ? 0 : hvd_dtype_size((hvd_dtype_t) dt));
+}
+
+static PyObject *core_version(PyObject *mod, PyObject *unused) {
+        return PyUnicode_FromString(hvd_version());
+}
+
+static PyObject *core_pending_orphans(PyObject *mod, PyObject *unused) {
+        reap_orphans();
+        return PyLong_FromSsize_t(orphans ? PyList_GET_SIZE(orphans) : 0);
+}
+
+static PyMethodDef core_methods[] = {
+        {"init", core_init, METH_NOARGS, "init(): join the job (hvd_init)."},
+        {"shutdown", core_shutdown, METH_NOARGS, "shutdown(): leave the job (hvd_shutdown)."},
+        {"is_initialized", core_is_initialized, METH_NOARGS, "is_initialized() -> bool"},
+        {"rank", core_rank, METH_NOARGS, "rank() -> int"},
+        {"size", core_size, METH_NOARGS, "size() -> int"},
+        {"local_rank", core_local_rank, METH_NOARGS, "local_rank() -> int"},
+        {"local_size", core_local_size, METH_NOARGS, "local_size() -> int"},
+        {"cross_rank", core_cross_rank, METH_NOARGS, "cross_rank() -> int"},
+        {"cross_size", core_cross_size, METH_NOARGS, "cross_size() -> int"},
+        {"submit", (PyCFunction) (void (*)(void)) core_submit, METH_VARARGS | METH_KEYWORDS,
+         "submit(kind, requests, keepalive=None, grouped=False) -> Handle. Each request is a tuple "
+         "(name, input_ptr, output_ptr, dtype, shape, reduce_op, prescale, postscale, root, splits, "
+         "process_set, device); keepalive is held until the operation completes."},
+        {"join", core_join, METH_NOARGS, "join() -> the rank that joined last"},
+        {"barrier", core_barrier, METH_NOARGS, "barrier(): wait for every rank"},
+        {"add_process_set", core_add_process_set, METH_O, "add_process_set(ranks) -> id (collective)"},
+        {"remove_process_set", core_remove_process_set, METH_O, "remove_process_set(id) (collective)"},
+        {"process_set_rank", core_process_set_rank, METH_O, "process_set_rank(id) -> int"},
+        {"process_set_size", core_process_set_size, METH_O, "process_set_size(id) -> int"},
+        {"process_set_included", core_process_set_included, METH_O, "process_set_included(id) -> bool"},
+        {"process_set_ranks", core_process_set_ranks, METH_O, "process_set_ranks(id) -> tuple"},
+        {"has_process_sets", core_has_process_sets, METH_NOARGS,
+         "has_process_sets() -> whether libhvd provides process sets"},
+        {"dtype_size", core_dtype_size, METH_O, "dtype_size(code) -> bytes per element (0 if invalid)"},
+        {"version", core_version, METH_NOARGS, "version() -> libhvd version string"},
+        {"pending_orphans", core_pending_orphans, METH_NOARGS,
+         "pending_orphans() -> dropped handles still waiting for their operation"},
+        {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef core_module = {
+        PyModuleDef_HEAD_INIT,
+        .m_name = "hvd._core",
+        .m_doc = "Low-level binding of libhvd; use the hvd and hvd.torch modules instead.",
+        .m_size = -1,
+        .m_methods = core_methods,
+};
+
+PyMODINIT_FUNC PyInit__core(void);
+PyMODINIT_FUNC PyInit__core(void) {
+        static const struct {
+                const char *name;
+                long value;
+        } constants[] = {
+                {"UINT8", HVD_UINT8},
+                {"INT8", HVD_INT8},
+                {"INT16", HVD_INT16},
+                {"INT32", HVD_INT32},
+                {"INT64", HVD_INT64},
+                {"FLOAT16", HVD_FLOAT16},
+                {"BFLOAT16", HVD_BFLOAT16},
+                {"FLOAT32", HVD_FLOAT32},
+                {"FLOAT64", HVD_FLOAT64},
+                {"BOOL", HVD_BOOL},
+                {"REDUCE_AVERAGE", HVD_REDUCE_AVERAGE},
+                {"REDUCE_SUM", HVD_REDUCE_SUM},
+                {"REDUCE_MIN", HVD_REDUCE_MIN},
+                {"REDUCE_MAX", HVD_REDUCE_MAX},
+                {"REDUCE_PRODUCT", HVD_REDUCE_PRODUCT},
+                {"KIND_ALLREDUCE", KIND_ALLREDUCE},
+                {"KIND_BROADCAST", KIND_BROADCAST},
+                {"KIND_ALLGATHER", KIND_ALLGATHER},
+                {"KIND_ALLTOALL", KIND_ALLTOALL},
+                {"KIND_REDUCESCATTER", KIND_REDUCESCATTER},
+                {"DEVICE_CPU", HVD_DEVICE_CPU},
+                {"MAX_NDIM", HVD_MAX_NDIM},
+                {"MAX_NAME_BYTES", HVD_MAX_NAME_BYTES},
+#ifdef HAVE_NCCL
+                {"NCCL_BUILT", 1},
+#else
+                {"NCCL_BUILT", 0},
+#endif
+        };
+        PyObject *m;
+
+        if (PyType_Ready(&BufferType) < 0 || PyType_Ready(&HandleType) < 0)
+                return NULL;
+        m = PyModule_Create(&core_module);
+        if (!m)
+                return NULL;
+        for (size_t i = 0; i < sizeof constants / sizeof constants[0]; i++)
+                if (PyModule_AddIntConstant(m, constants[i].name, constants[i].value) < 0)
+                        goto fail;
+        HorovodInternalError = PyErr_NewExceptionWithDoc(
+                "hvd.HorovodInternalError",
+                "An operation failed for the job: a tensor mismatch between ranks, an aborted job "
+                "(a rank was lost), or hvd shutting down. Subclass of RuntimeError.",
+                PyExc_RuntimeError, NULL);
+        if (!HorovodInternalError || PyModule_AddObject(m, "HorovodInternalError", HorovodInternalError) < 0)
+                goto fail;
+        Py_INCREF(HorovodInternalError); /* the module's reference was stolen */
+        orphans = PyList_New(0);
+        if (!orphans)
+                goto fail;
+        Py_INCREF(&HandleType);
+        Py_INCREF(&BufferType);
+        if (PyModule_AddObject(m, "Handle", (PyObject *) &HandleType) < 0 ||
+            PyModule_AddObject(m, "Buffer", (PyObject *) &BufferType) < 0)
+                goto fail;
+        return m;
+fail:
+        Py_DECREF(m);
+        return NULL;
+}

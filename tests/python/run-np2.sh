@@ -1,0 +1,3 @@
+#!/bin/sh
+# The Python binding's pytest suite with 2 processes.
+exec "$(dirname "$0")/run-pytest.sh" 2 "$@"

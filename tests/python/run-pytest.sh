@@ -1,0 +1,29 @@
+#!/bin/sh
+# run-pytest.sh N [PYTEST ARGS...] — runs the Python binding's pytest suite
+# in every rank of an N-process job (tests/lib/launch.sh, private daemon).
+# Every rank runs the same session and must pass. Needs HVD_BUILDDIR and
+# HVD_SRCDIR (set by `make check`); exits 77 (skip) without torch/pytest.
+n=${1:?usage: run-pytest.sh N [pytest args]}
+shift
+: "${HVD_BUILDDIR:?HVD_BUILDDIR must point at the build tree}"
+: "${HVD_SRCDIR:?HVD_SRCDIR must point at the source tree}"
+PYTHON=${PYTHON:-/usr/bin/python3}
+pkg=$HVD_BUILDDIR/python-binding/pkg
+
+if ! "$PYTHON" -c 'import torch, numpy, pytest' >/dev/null 2>&1; then
+        echo "SKIP: $PYTHON cannot import torch, numpy and pytest"
+        exit 77
+fi
+if [ ! -f "$pkg/hvd/__init__.py" ]; then
+        echo "ERROR: $pkg/hvd is missing: run make first" >&2
+        exit 99
+fi
+
+PYTHONPATH=$pkg${PYTHONPATH:+:$PYTHONPATH}
+# Small tensors only: one thread per rank keeps N ranks from fighting over cores.
+OMP_NUM_THREADS=1
+PYTHONDONTWRITEBYTECODE=1
+export PYTHONPATH OMP_NUM_THREADS PYTHONDONTWRITEBYTECODE
+exec "$HVD_SRCDIR/tests/lib/launch.sh" -t "${HVD_PYTEST_TIMEOUT:-300}" -n "$n" -- \
+        "$PYTHON" -m pytest -q -p no:cacheprovider -o console_output_style=classic \
+        --rootdir "$HVD_SRCDIR/tests/python" "$@" "$HVD_SRCDIR/tests/python"

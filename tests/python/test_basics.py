@@ -1,0 +1,124 @@
+"""Life cycle, topology, capability queries and the shape of the API."""
+
+import os
+
+import pytest
+import torch
+
+import hvd
+import hvd.torch as ht
+
+# horovod.torch's public names that scripts use.
+HOROVOD_TORCH_API = """
+init shutdown is_initialized size rank local_rank local_size cross_rank cross_size is_homogeneous
+mpi_built mpi_enabled mpi_threads_supported gloo_built gloo_enabled nccl_built ddl_built ccl_built
+cuda_built rocm_built allreduce allreduce_ allreduce_async allreduce_async_ grouped_allreduce
+grouped_allreduce_ grouped_allreduce_async grouped_allreduce_async_ sparse_allreduce_async allgather
+allgather_async grouped_allgather grouped_allgather_async broadcast broadcast_ broadcast_async
+broadcast_async_ alltoall alltoall_async reducescatter reducescatter_async grouped_reducescatter
+grouped_reducescatter_async join barrier poll synchronize broadcast_parameters
+broadcast_optimizer_state broadcast_object allgather_object Average Sum Adasum Min Max Product
+Compression ProcessSet global_process_set add_process_set remove_process_set DistributedOptimizer
+SyncBatchNorm start_timeline stop_timeline
+""".split()
+
+
+@pytest.mark.parametrize("name", HOROVOD_TORCH_API)
+def test_torch_api_names(name):
+    assert hasattr(ht, name), f"hvd.torch.{name} is missing"
+
+
+def test_topology():
+    assert hvd.is_initialized() and ht.is_initialized()
+    n = ht.size()
+    assert n == int(os.environ.get("HVD_SIZE", "1"))
+    assert 0 <= ht.rank() < n
+    assert ht.rank() == int(os.environ.get("HVD_RANK", "0"))
+    assert 0 <= ht.local_rank() < ht.local_size() <= n
+    assert 0 <= ht.cross_rank() < ht.cross_size()
+    assert ht.is_homogeneous() is True
+    assert hvd.size() == n and hvd.rank() == ht.rank()
+
+
+def test_init_twice_is_harmless():
+    ht.init()
+    assert ht.is_initialized()
+
+
+def test_capabilities():
+    assert ht.mpi_built() is False and ht.mpi_enabled() is False
+    assert ht.gloo_built() is False and ht.gloo_enabled() is False
+    assert ht.ddl_built() is False and ht.ccl_built() is False and ht.rocm_built() is False
+    assert isinstance(ht.nccl_built(), int)
+    assert ht.cuda_built() == bool(ht.nccl_built())
+    with pytest.raises(ValueError, match="MPI"):
+        ht.mpi_threads_supported()
+
+
+def test_reduce_op_values_match_horovod():
+    assert (ht.Average, ht.Sum, ht.Adasum, ht.Min, ht.Max, ht.Product) == (0, 1, 2, 3, 4, 5)
+    assert hvd.Sum == ht.Sum
+
+
+def test_timeline_not_implemented(tmp_path):
+    with pytest.raises(NotImplementedError, match="timeline"):
+        ht.start_timeline(str(tmp_path / "timeline.json"))
+    with pytest.raises(NotImplementedError, match="timeline"):
+        ht.stop_timeline()
+
+
+def test_adasum_rejected():
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        ht.allreduce(torch.ones(2), op=ht.Adasum)
+    with pytest.raises(NotImplementedError, match="Adasum"):
+        ht.DistributedOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1), op=ht.Adasum)
+
+
+def test_unknown_op_rejected():
+    with pytest.raises(ValueError, match="reduce op"):
+        ht.allreduce(torch.ones(2), op=42)
+
+
+def test_average_and_op_conflict():
+    with pytest.raises(ValueError, match="supersedes"):
+        ht.allreduce(torch.ones(2), average=True, op=ht.Sum)
+
+
+def test_deprecated_average_argument():
+    with pytest.warns(DeprecationWarning):
+        out = ht.allreduce(torch.ones(3), average=False)
+    assert torch.equal(out, torch.full((3,), float(ht.size())))
+
+
+def test_init_rejects_mpi_comm():
+    with pytest.raises(NotImplementedError):
+        ht.init(comm=[0])
+
+
+def test_global_process_set():
+    gps = ht.global_process_set
+    assert gps.process_set_id == 0
+    assert gps.ranks == list(range(ht.size()))
+    assert gps.size() == ht.size() and gps.rank() == ht.rank() and gps.included()
+
+
+def test_exception_types():
+    assert issubclass(ht.HorovodInternalError, RuntimeError)
+    from hvd.common.exceptions import HorovodInternalError
+    assert HorovodInternalError is ht.HorovodInternalError is hvd.HorovodInternalError
+
+
+def test_no_handles_leak():
+    from hvd import _core
+    from hvd.common import ops
+    before = ops.in_flight()
+    ht.synchronize(ht.allreduce_async(torch.ones(1)))
+    assert ops.in_flight() == before
+    # A core handle dropped while pending keeps its buffers alive until the
+    # operation completes, then is freed.
+    t = torch.ones(1000)
+    req = ops.request("test.orphan", t.data_ptr(), t.data_ptr(), _core.FLOAT32, t.shape)
+    h = _core.submit(_core.KIND_ALLREDUCE, [req], t)
+    del h, t
+    ht.barrier()
+    assert _core.pending_orphans() == 0
