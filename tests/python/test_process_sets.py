@@ -180,9 +180,6 @@ def test_grouped_allreduce_in_disjoint_sets():
             hvd.remove_process_set(ps)
 
 
-@pytest.mark.xfail(strict=False, reason="libhvd numbers groups with a per-rank counter, so members of a "
-                   "process set that took part in different numbers of grouped operations disagree "
-                   "('submitted it in different groups')")
 def test_grouped_allreduce_in_overlapping_sets(sets):
     me = hvd.rank()
     mine = [ps for ps in sets if ps.included()]
