@@ -391,6 +391,43 @@ static int execute_solo(const hvd_xop_t *op) {
         return 0;
 }
 
+/* The fused element space of an op, chunk [c0, c0 + cl): copy the members'
+ * inputs into slot (scaled by prescale; zeros for a joined rank). This copy
+ * is the fusion. */
+static void chunk_copy_in(const hvd_xop_t *op, uint8_t *slot, uint64_t c0, uint64_t cl, size_t es) {
+        uint64_t off = 0;
+        for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                uint64_t a = HVD_MAX(off, c0), e = HVD_MIN(off + m->count, c0 + cl);
+                if (a >= e)
+                        continue;
+                if (m->in)
+                        hvd_scale_copy(op->dtype, slot + (a - c0) * es, (const uint8_t *) m->in + (a - off) * es, e - a,
+                                       op->prescale);
+                else
+                        memset(slot + (a - c0) * es, 0, (e - a) * es);
+        }
+}
+
+/* The reduced chunk lives in pieces of seg elements, piece k in member k's
+ * slot: copy it out to the members' outputs. */
+static void chunk_copy_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t c0, uint64_t cl,
+                           uint64_t seg, size_t es) {
+        uint64_t off = 0;
+        for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                uint64_t a = HVD_MAX(off, c0), e = HVD_MIN(off + m->count, c0 + cl);
+                if (a >= e || !m->out)
+                        continue;
+                for (uint64_t x = a; x < e;) {
+                        uint64_t rel = x - c0, k = rel / seg;
+                        uint64_t y = HVD_MIN(e, c0 + (k + 1) * seg);
+                        memcpy((uint8_t *) m->out + (x - off) * es, slot_of(b, v, (int) k) + rel * es, (y - x) * es);
+                        x = y;
+                }
+        }
+}
+
 /* allreduce and reducescatter over the fused element space, chunked by
  * half a slot. reducescatter reduces only this rank's rows, straight into
  * its output, and needs no second barrier. */
@@ -406,23 +443,11 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
         for (uint64_t c0 = 0; c0 < total; c0 += chunk) {
                 uint64_t cl = HVD_MIN(chunk, total - c0);
                 uint8_t *mine = slot_of(b, v, v->me);
-                /* copy in: this is the fusion */
-                uint64_t off = 0;
-                for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
-                        const hvd_xmember_t *m = &op->m[i];
-                        uint64_t a = HVD_MAX(off, c0), e = HVD_MIN(off + m->count, c0 + cl);
-                        if (a >= e)
-                                continue;
-                        if (m->in)
-                                hvd_scale_copy(op->dtype, mine + (a - c0) * es, (const uint8_t *) m->in + (a - off) * es,
-                                               e - a, op->prescale);
-                        else
-                                memset(mine + (a - c0) * es, 0, (e - a) * es);
-                }
+                chunk_copy_in(op, mine, c0, cl, es);
                 if ((r = barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
                 if (rs) {
-                        off = 0;
+                        uint64_t off = 0;
                         for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
                                 const hvd_xmember_t *m = &op->m[i];
                                 int64_t start, nrows;
@@ -454,20 +479,7 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                 if ((r = barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
                 /* copy out: segment k of the result lives in slot k */
-                off = 0;
-                for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
-                        const hvd_xmember_t *m = &op->m[i];
-                        uint64_t a = HVD_MAX(off, c0), e = HVD_MIN(off + m->count, c0 + cl);
-                        if (a >= e || !m->out)
-                                continue;
-                        for (uint64_t x = a; x < e;) {
-                                uint64_t rel = x - c0, k = rel / seg;
-                                uint64_t y = HVD_MIN(e, c0 + (k + 1) * seg);
-                                memcpy((uint8_t *) m->out + (x - off) * es, slot_of(b, v, (int) k) + rel * es,
-                                       (y - x) * es);
-                                x = y;
-                        }
-                }
+                chunk_copy_out(b, v, op, c0, cl, seg, es);
                 if ((r = end_step(b, v, op->name, err, err_len)) < 0)
                         return r;
         }
@@ -680,18 +692,7 @@ static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop
         for (uint64_t c0 = 0; c0 < total; c0 += chunk) {
                 uint64_t cl = HVD_MIN(chunk, total - c0);
                 uint8_t *mine = slot_of(b, v, v->me);
-                uint64_t off = 0;
-                for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
-                        const hvd_xmember_t *m = &op->m[i];
-                        uint64_t a = HVD_MAX(off, c0), e = HVD_MIN(off + m->count, c0 + cl);
-                        if (a >= e)
-                                continue;
-                        if (m->in)
-                                hvd_scale_copy(op->dtype, mine + (a - c0) * es, (const uint8_t *) m->in + (a - off) * es,
-                                               e - a, op->prescale);
-                        else
-                                memset(mine + (a - c0) * es, 0, (e - a) * es);
-                }
+                chunk_copy_in(op, mine, c0, cl, es);
                 if ((r = barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
                 uint64_t sl = (cl + (uint64_t) b->lmin - 1) / (uint64_t) b->lmin;
@@ -714,20 +715,7 @@ static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop
                 }
                 if ((r = barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
-                off = 0;
-                for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
-                        const hvd_xmember_t *m = &op->m[i];
-                        uint64_t a = HVD_MAX(off, c0), e = HVD_MIN(off + m->count, c0 + cl);
-                        if (a >= e || !m->out)
-                                continue;
-                        for (uint64_t x = a; x < e;) {
-                                uint64_t rel = x - c0, k = rel / sl;
-                                uint64_t y = HVD_MIN(e, c0 + (k + 1) * sl);
-                                memcpy((uint8_t *) m->out + (x - off) * es, slot_of(b, v, (int) k) + rel * es,
-                                       (y - x) * es);
-                                x = y;
-                        }
-                }
+                chunk_copy_out(b, v, op, c0, cl, sl, es);
                 if ((r = end_step(b, v, op->name, err, err_len)) < 0)
                         return r;
         }

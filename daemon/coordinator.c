@@ -910,48 +910,64 @@ static void handle_goodbye(hvd_daemon_t *d, worker_t *w) {
                 worker_gone(d, w, "said goodbye");
 }
 
-static void handle_worker_socket(hvd_daemon_t *d) {
-        for (int n = 0; n < RECV_BATCH; n++) {
-                uint8_t id[256];
-                int id_len = zmq_recv(d->worker_sock, id, sizeof id, ZMQ_DONTWAIT);
-                if (id_len < 0)
-                        return; /* EAGAIN: drained */
+/* Takes one message off a ROUTER socket without blocking: its routing id
+ * and its decoded, validated envelope (owned by the caller). Extra frames
+ * are dropped: one envelope per message. Returns 1 with *env set, 0 when
+ * the socket is drained, or < 0 (the message was refused; err says why and
+ * the id is filled, so the sender can be told). */
+static int router_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, char *err,
+                       size_t err_len) {
+        for (;;) {
+                int n = zmq_recv(sock, id, 256, ZMQ_DONTWAIT);
+                if (n < 0)
+                        return 0; /* EAGAIN: drained */
                 int more = 0;
                 size_t ml = sizeof more;
-                zmq_getsockopt(d->worker_sock, ZMQ_RCVMORE, &more, &ml);
-                if (!more || id_len > (int) sizeof id)
+                zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &ml);
+                if (!more || n > 256)
                         continue;
                 zmq_msg_t msg;
                 zmq_msg_init(&msg);
-                if (zmq_msg_recv(&msg, d->worker_sock, ZMQ_DONTWAIT) < 0) {
+                if (zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) < 0) {
                         zmq_msg_close(&msg);
                         continue;
                 }
-                /* drop any further frames: one envelope per message */
                 while (zmq_msg_more(&msg)) {
                         zmq_msg_t extra;
                         zmq_msg_init(&extra);
-                        zmq_msg_recv(&extra, d->worker_sock, ZMQ_DONTWAIT);
+                        zmq_msg_recv(&extra, sock, ZMQ_DONTWAIT);
                         more = zmq_msg_more(&extra);
                         zmq_msg_close(&extra);
                         if (!more)
                                 break;
                 }
+                *id_len = (size_t) n;
+                int r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, env, err, err_len);
+                zmq_msg_close(&msg);
+                return r < 0 ? r : 1;
+        }
+}
+
+static void handle_worker_socket(hvd_daemon_t *d) {
+        for (int n = 0; n < RECV_BATCH; n++) {
+                uint8_t id[256];
+                size_t id_len;
                 Hvd__Envelope *env = NULL;
                 char err[512];
-                int r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, &env, err, sizeof err);
-                zmq_msg_close(&msg);
-                worker_t *w = hvd_strmap_get(d->workers, id, (size_t) id_len);
+                int r = router_recv(d->worker_sock, id, &id_len, &env, err, sizeof err);
+                if (r == 0)
+                        return;
+                worker_t *w = hvd_strmap_get(d->workers, id, id_len);
                 if (r < 0) {
                         hvd_log_warning("worker socket: rejected message%s%s: %s", w ? " from job " : "",
                                         w ? w->job->id : "", err);
-                        send_error(d, d->worker_sock, id, (size_t) id_len, r, "message rejected: %s", err);
+                        send_error(d, d->worker_sock, id, id_len, r, "message rejected: %s", err);
                         continue;
                 }
                 if (env->body_case == HVD__ENVELOPE__BODY_HELLO)
-                        handle_hello(d, id, (size_t) id_len, env->hello);
+                        handle_hello(d, id, id_len, env->hello);
                 else if (!w)
-                        send_error(d, d->worker_sock, id, (size_t) id_len, HVD_EPROTO,
+                        send_error(d, d->worker_sock, id, id_len, HVD_EPROTO,
                                    "say hello first: this connection has not joined a job");
                 else if (env->body_case == HVD__ENVELOPE__BODY_READY)
                         handle_ready(d, w, env);
@@ -960,7 +976,7 @@ static void handle_worker_socket(hvd_daemon_t *d) {
                 else if (env->body_case == HVD__ENVELOPE__BODY_DONE)
                         ; /* counters only */
                 else
-                        send_error(d, d->worker_sock, id, (size_t) id_len, HVD_EPROTO,
+                        send_error(d, d->worker_sock, id, id_len, HVD_EPROTO,
                                    "unexpected message on the worker socket");
                 hvd_wire_free(&env);
         }
@@ -1099,30 +1115,18 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
 static void handle_peer_socket(hvd_daemon_t *d) {
         for (int n = 0; n < RECV_BATCH; n++) {
                 uint8_t id[256];
-                int id_len = zmq_recv(d->peer_sock, id, sizeof id, ZMQ_DONTWAIT);
-                if (id_len < 0)
-                        return;
-                int more = 0;
-                size_t ml = sizeof more;
-                zmq_getsockopt(d->peer_sock, ZMQ_RCVMORE, &more, &ml);
-                if (!more || id_len > (int) sizeof id)
-                        continue;
-                zmq_msg_t msg;
-                zmq_msg_init(&msg);
-                if (zmq_msg_recv(&msg, d->peer_sock, ZMQ_DONTWAIT) < 0) {
-                        zmq_msg_close(&msg);
-                        continue;
-                }
+                size_t id_len;
                 Hvd__Envelope *env = NULL;
                 char err[512];
-                int r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, &env, err, sizeof err);
-                zmq_msg_close(&msg);
+                int r = router_recv(d->peer_sock, id, &id_len, &env, err, sizeof err);
+                if (r == 0)
+                        return;
                 if (r < 0) {
                         hvd_log_warning("peer socket: rejected message: %s", err);
-                        send_error(d, d->peer_sock, id, (size_t) id_len, r, "message rejected: %s", err);
+                        send_error(d, d->peer_sock, id, id_len, r, "message rejected: %s", err);
                         continue;
                 }
-                handle_node_message(d, id, (size_t) id_len, env);
+                handle_node_message(d, id, id_len, env);
                 hvd_wire_free(&env);
         }
 }
@@ -1316,32 +1320,20 @@ out:
 static void handle_control_socket(hvd_daemon_t *d) {
         for (int n = 0; n < RECV_BATCH; n++) {
                 uint8_t id[256];
-                int id_len = zmq_recv(d->control_sock, id, sizeof id, ZMQ_DONTWAIT);
-                if (id_len < 0)
-                        return;
-                int more = 0;
-                size_t ml = sizeof more;
-                zmq_getsockopt(d->control_sock, ZMQ_RCVMORE, &more, &ml);
-                if (!more || id_len > (int) sizeof id)
-                        continue;
-                zmq_msg_t msg;
-                zmq_msg_init(&msg);
-                if (zmq_msg_recv(&msg, d->control_sock, ZMQ_DONTWAIT) < 0) {
-                        zmq_msg_close(&msg);
-                        continue;
-                }
+                size_t id_len;
                 Hvd__Envelope *env = NULL;
                 char err[512];
-                int r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, &env, err, sizeof err);
-                zmq_msg_close(&msg);
+                int r = router_recv(d->control_sock, id, &id_len, &env, err, sizeof err);
+                if (r == 0)
+                        return;
                 if (r < 0) {
-                        send_error(d, d->control_sock, id, (size_t) id_len, r, "request rejected: %s", err);
+                        send_error(d, d->control_sock, id, id_len, r, "request rejected: %s", err);
                         continue;
                 }
                 if (env->body_case == HVD__ENVELOPE__BODY_STATUS_REQUEST)
-                        handle_status(d, id, (size_t) id_len, env->status_request);
+                        handle_status(d, id, id_len, env->status_request);
                 else
-                        send_error(d, d->control_sock, id, (size_t) id_len, -EOPNOTSUPP,
+                        send_error(d, d->control_sock, id, id_len, -EOPNOTSUPP,
                                    "unsupported control request");
                 hvd_wire_free(&env);
         }
