@@ -681,11 +681,27 @@ static bool daemon_lost(void) {
         struct pollfd p = { .fd = G.daemon_pidfd, .events = POLLIN };
         if (poll(&p, 1, 0) <= 0)
                 return false;
-        char reason[128];
-        snprintf(reason, sizeof reason, "coordinator lost: hvd-coordinatord (pid %d) exited", (int) G.daemon_pid);
-        job_aborted(HVD_EABORTED, reason);
         close(G.daemon_pidfd);
         G.daemon_pidfd = -1;
+        /* its last words (an abort saying why) may still be on the way */
+        uint64_t until = hvd_now_usec() + 200 * USEC_PER_MSEC;
+        for (uint64_t now; !G.abort_code && (now = hvd_now_usec()) < until;) {
+                zmq_pollitem_t it = { .socket = G.sock, .events = ZMQ_POLLIN };
+                if (zmq_poll(&it, 1, (long) ((until - now) / 1000 + 1)) <= 0)
+                        break;
+                Hvd__Envelope *env = NULL;
+                if (recv_envelope(ZMQ_DONTWAIT, &env) < 0)
+                        break;
+                if (env->body_case == HVD__ENVELOPE__BODY_ABORT || env->body_case == HVD__ENVELOPE__BODY_ERROR)
+                        handle_message(env);
+                hvd_wire_free(&env); /* anything else cannot run without the coordinator anyway */
+        }
+        if (!G.abort_code) {
+                char reason[128];
+                snprintf(reason, sizeof reason, "coordinator lost: hvd-coordinatord (pid %d) exited",
+                         (int) G.daemon_pid);
+                job_aborted(HVD_EABORTED, reason);
+        }
         return true;
 }
 
