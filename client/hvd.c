@@ -165,6 +165,7 @@ static __thread char last_error[ERRLEN];
 
 static bool gpu_poll(void);
 static int gpu_enqueue(const hvd_xop_t *x, entry_t **em, char *err, size_t err_len);
+static void await_abort(uint64_t usec);
 
 static int set_error(int r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int set_error(int r, const char *fmt, ...) {
@@ -605,6 +606,14 @@ static int execute_schedule(const Hvd__Schedule *s) {
                         } else
                                 r = hvd_backend_execute(G.backend, &x, err, sizeof err);
                 }
+                /* a peer's connection failing is usually the symptom: the
+                 * coordinator's abort, a moment later, says what happened */
+                if (r < 0 && !G.abort_code && G.sock)
+                        await_abort(USEC_PER_SEC);
+                if (r < 0 && G.abort_code) {
+                        r = G.abort_code;
+                        snprintf(err, sizeof err, "%s", G.abort_reason);
+                }
                 pthread_mutex_lock(&G.lock);
                 for (size_t k = 0; k < op->n_entries && xm && em && (!gpu || r < 0); k++)
                         if (em[k])
@@ -705,6 +714,27 @@ static bool daemon_lost(void) {
         return true;
 }
 
+static void hold_message(Hvd__Envelope *env);
+
+/* Waits up to usec for an abort from the coordinator; other messages are
+ * kept for later. */
+static void await_abort(uint64_t usec) {
+        uint64_t until = hvd_now_usec() + usec;
+        for (uint64_t now; !G.abort_code && (now = hvd_now_usec()) < until;) {
+                zmq_pollitem_t it = { .socket = G.sock, .events = ZMQ_POLLIN };
+                if (zmq_poll(&it, 1, (long) ((until - now) / 1000 + 1)) <= 0)
+                        continue;
+                Hvd__Envelope *env = NULL;
+                if (recv_envelope(ZMQ_DONTWAIT, &env) < 0)
+                        return;
+                if (env->body_case == HVD__ENVELOPE__BODY_ABORT || env->body_case == HVD__ENVELOPE__BODY_ERROR) {
+                        handle_message(env);
+                        hvd_wire_free(&env);
+                } else
+                        hold_message(env);
+        }
+}
+
 /* Called by the data plane while it waits: an abort from the daemon must
  * end the wait; anything else is kept for after the current operation. */
 static int wait_check(void *userdata, char *err, size_t err_len) {
@@ -727,18 +757,24 @@ static int wait_check(void *userdata, char *err, size_t err_len) {
                         snprintf(err, err_len, "%s", G.abort_reason);
                         return G.abort_code ? G.abort_code : HVD_EABORTED;
                 }
-                pending_msg_t *p = calloc(1, sizeof *p);
-                if (!p) {
-                        hvd_wire_free(&env);
-                        return -ENOMEM;
-                }
-                p->env = env;
-                if (G.held_tail)
-                        G.held_tail->next = p;
-                else
-                        G.held_head = p;
-                G.held_tail = p;
+                hold_message(env);
         }
+}
+
+/* Keeps a message for after the operation in progress (takes env). */
+static void hold_message(Hvd__Envelope *env) {
+        pending_msg_t *p = calloc(1, sizeof *p);
+        if (!p) {
+                hvd_wire_free(&env);
+                job_aborted(-ENOMEM, "out of memory");
+                return;
+        }
+        p->env = env;
+        if (G.held_tail)
+                G.held_tail->next = p;
+        else
+                G.held_head = p;
+        G.held_tail = p;
 }
 
 static void process_held(void) {
