@@ -44,12 +44,14 @@ for _ in $(seq 100); do
         sleep 0.1
 done
 sleep 1.5
+lost=$(tr '\0' '\n' <"/proc/$victim/environ" | sed -n 's/^HVD_RANK=//p')
 kill -9 "$victim"
 start=$(date +%s%N)
 wait $lpid
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
-n=$(grep -c "exited without calling hvd_shutdown" "$log")
-[ "$n" -ge 4 ] || fail "only $n of 4 surviving ranks were told about the lost rank" "$(cat "$log")"
+# the ranks' own lines, not the daemon logs printed after a failure
+n=$(grep -cE "^\[[0-9]+@[a-z]+\] .*rank $lost \(pid $victim on [a-z]+\) exited without calling hvd_shutdown" "$log")
+[ "$n" -eq 4 ] || fail "$n of 4 surviving ranks were told that rank $lost was lost" "$(cat "$log")"
 [ "$ms" -lt 5000 ] || fail "the job took $ms ms to end after the kill"
 rm -f "$log"
 echo "ok: killed remote worker reported on every rank in $ms ms"
