@@ -1604,11 +1604,6 @@ static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool in
         if (n == 0 || n > HVD_WIRE_MAX_REQUESTS)
                 return set_error(-EINVAL, "a group needs 1..%d requests", HVD_WIRE_MAX_REQUESTS);
         internal = internal || kind == HVD__KIND__KIND_BARRIER || kind == HVD__KIND__KIND_JOIN;
-        for (size_t i = 0; i < n && !internal; i++) {
-                int r = check_request(&reqs[i], kind);
-                if (r < 0)
-                        return r;
-        }
         hvd_handle_t *h = calloc(1, sizeof *h + n * sizeof(entry_t));
         if (!h)
                 return set_error(-ENOMEM, "out of memory");
@@ -1619,7 +1614,7 @@ static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool in
         uint32_t gid = n > 1 ? ++G.group_seq[ps] : 0;
         int r = 0;
         for (size_t i = 0; i < n && r >= 0 && !internal; i++)
-                r = check_request(&reqs[i], kind); /* again under the lock: process sets may change */
+                r = check_request(&reqs[i], kind); /* under the lock: process sets may change */
         for (size_t i = 0; i < n && r >= 0; i++)
                 if (fill_entry(&h->m[i], h, &reqs[i], kind, gid, n > 1 ? (uint32_t) n : 0) < 0)
                         r = set_error(-ENOMEM, "out of memory");
