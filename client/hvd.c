@@ -1601,6 +1601,8 @@ static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool in
                 return set_error(-EINVAL, "handle pointer is NULL");
         if (!hvd_is_initialized())
                 return set_error(HVD_ENOTINIT, "hvd is not initialized: call hvd_init() first");
+        if (!reqs)
+                return set_error(-EINVAL, "request is NULL");
         if (n == 0 || n > HVD_WIRE_MAX_REQUESTS)
                 return set_error(-EINVAL, "a group needs 1..%d requests", HVD_WIRE_MAX_REQUESTS);
         internal = internal || kind == HVD__KIND__KIND_BARRIER || kind == HVD__KIND__KIND_JOIN;
