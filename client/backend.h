@@ -36,7 +36,25 @@ typedef struct hvd_xop {
         uint32_t process_set;      /* 0 = all ranks */
         const uint32_t *set_ranks; /* members (ranks), when process_set != 0 */
         size_t n_set;
+        /* the timeline, while one is recording (else NULL): called with
+         * HVD_TL_PHASE_* as the operation moves between phases */
+        void (*phase)(void *userdata, int phase);
+        void *phase_userdata;
 } hvd_xop_t;
+
+/* What the data plane is doing inside an operation (hvd_xop_t.phase). */
+enum {
+        HVD_TL_PHASE_NONE = 0,
+        HVD_TL_PHASE_COPY_IN,    /* inputs into the fusion buffer */
+        HVD_TL_PHASE_COLLECTIVE, /* the collective inside the node (shared memory) */
+        HVD_TL_PHASE_NETWORK,    /* the collective across nodes (TCP ring) */
+        HVD_TL_PHASE_COPY_OUT,   /* results out of the fusion buffer */
+};
+
+static inline void hvd_xop_phase(const hvd_xop_t *op, int phase) {
+        if (op->phase)
+                op->phase(op->phase_userdata, phase);
+}
 
 #define HVD_MAX_PROCESS_SETS 64
 

@@ -443,7 +443,9 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
         for (uint64_t c0 = 0; c0 < total; c0 += chunk) {
                 uint64_t cl = HVD_MIN(chunk, total - c0);
                 uint8_t *mine = slot_of(b, v, v->me);
+                hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
                 chunk_copy_in(op, mine, c0, cl, es);
+                hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
                 if ((r = barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
                 if (rs) {
@@ -479,6 +481,7 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                 if ((r = barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
                 /* copy out: segment k of the result lives in slot k */
+                hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
                 chunk_copy_out(b, v, op, c0, cl, seg, es);
                 if ((r = end_step(b, v, op->name, err, err_len)) < 0)
                         return r;
@@ -562,6 +565,7 @@ static int execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
         for (uint64_t w0 = 0; w0 < longest; w0 += win) {
                 uint64_t w1 = w0 + win;
                 uint8_t *slot = slot_of(b, v, me);
+                hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
                 if (w0 < mine) {
                         uint64_t soff = 0;
                         for (size_t i = 0; i < op->n; i++) {
@@ -577,8 +581,10 @@ static int execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                                 soff += plen;
                         }
                 }
+                hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
                 if ((r = barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
+                hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
                 for (int j = 0; j < size; j++) {
                         if (op->kind == HVD__KIND__KIND_BROADCAST && (j != op->root || me == op->root))
                                 continue;
@@ -692,7 +698,9 @@ static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop
         for (uint64_t c0 = 0; c0 < total; c0 += chunk) {
                 uint64_t cl = HVD_MIN(chunk, total - c0);
                 uint8_t *mine = slot_of(b, v, v->me);
+                hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
                 chunk_copy_in(op, mine, c0, cl, es);
+                hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
                 if ((r = barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
                 uint64_t sl = (cl + (uint64_t) b->lmin - 1) / (uint64_t) b->lmin;
@@ -706,7 +714,9 @@ static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop
                                         hvd_reduce_n(op->dtype, op->reduce_op, mine + s0 * es, b->srcs, (size_t) v->size,
                                                      s1 - s0, 1.0);
                                 }
+                                hvd_xop_phase(op, HVD_TL_PHASE_NETWORK);
                                 r = ring_allreduce(b, op->dtype, op->reduce_op, mine + s0 * es, s1 - s0, post, err, err_len);
+                                hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
                                 if (r < 0) {
                                         hvd_backend_abort(b, err);
                                         return r;
@@ -715,6 +725,7 @@ static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop
                 }
                 if ((r = barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
+                hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
                 chunk_copy_out(b, v, op, c0, cl, sl, es);
                 if ((r = end_step(b, v, op->name, err, err_len)) < 0)
                         return r;

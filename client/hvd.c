@@ -26,6 +26,7 @@
 #include "backend.h"
 #include "gpu_module.h"
 #include "tcp.h"
+#include "timeline.h"
 #include "conf.h"
 #include "hvd.h"
 #include "negotiate.h"
@@ -164,6 +165,9 @@ static struct {
 static __thread char last_error[ERRLEN];
 
 static bool gpu_poll(void);
+static void timeline_sync(void);
+static void timeline_remote(const Hvd__TimelineControl *tc);
+static const char *entry_name(const Hvd__Entry *en);
 static int gpu_enqueue(const hvd_xop_t *x, entry_t **em, char *err, size_t err_len);
 static void await_abort(uint64_t usec);
 
@@ -529,6 +533,8 @@ static int execute_schedule(const Hvd__Schedule *s) {
                 return HVD_EPROTO;
         }
         G.next_seq++;
+        if (hvd_timeline_on())
+                hvd_timeline_schedule(s, entry_name);
         /* errors first: those tensors never reach the data plane */
         for (size_t i = 0; i < s->n_errors; i++) {
                 const Hvd__TensorError *te = s->errors[i];
@@ -589,6 +595,11 @@ static int execute_schedule(const Hvd__Schedule *s) {
                                 .n_set = op->n_set_ranks,
                                 .device = op->device,
                         };
+                        bool tl = hvd_timeline_on();
+                        if (tl) {
+                                hvd_timeline_op_begin(op, entry_name, gpu);
+                                x.phase = hvd_timeline_phase;
+                        }
                         if (gpu) {
                                 /* consecutive GPU ops share one NCCL group; their
                                  * entries complete when their events fire */
@@ -605,6 +616,8 @@ static int execute_schedule(const Hvd__Schedule *s) {
                                 }
                         } else
                                 r = hvd_backend_execute(G.backend, &x, err, sizeof err);
+                        if (tl)
+                                hvd_timeline_op_end(r);
                 }
                 /* a peer's connection failing is usually the symptom: the
                  * coordinator's abort, a moment later, says what happened */
@@ -676,6 +689,9 @@ static void handle_message(Hvd__Envelope *env) {
         case HVD__ENVELOPE__BODY_ERROR:
                 snprintf(reason, sizeof reason, "coordinator: %s", env->error->message);
                 job_aborted(env->error->code < 0 ? env->error->code : HVD_EPROTO, reason);
+                break;
+        case HVD__ENVELOPE__BODY_TIMELINE_CONTROL:
+                timeline_remote(env->timeline_control);
                 break;
         default:
                 job_aborted(HVD_EPROTO, "unexpected message from the coordinator");
@@ -824,6 +840,8 @@ static void *bg_main(void *arg) {
                                 G.n_queue -= n;
                                 pthread_mutex_unlock(&G.lock);
                                 if (n) {
+                                        if (hvd_timeline_on())
+                                                hvd_timeline_cycle();
                                         int r = send_ready(batch, n);
                                         if (r < 0)
                                                 job_aborted(r, "cannot send to the coordinator");
@@ -833,6 +851,8 @@ static void *bg_main(void *arg) {
                         }
                         timeout = (long) ((due - now + 999) / 1000);
                 }
+                if (hvd_timeline_busy())
+                        timeline_sync();
                 /* GPU work in flight: look at its events often */
                 if (GPU.n_pending && gpu_poll() && (timeout < 0 || timeout > 1))
                         timeout = 1;
@@ -1014,6 +1034,8 @@ static int hex_decode(const char *s, uint8_t *out, size_t max) {
 static void pset_free(pset_t *ps);
 
 static void teardown(void) {
+        hvd_timeline_stop();
+        atomic_store(&hvd_timeline_changed, false);
         if (G.daemon_pidfd >= 0) {
                 close(G.daemon_pidfd);
                 G.daemon_pidfd = -1;
@@ -1136,6 +1158,7 @@ static int connect_and_join(const char *endpoint, const char *job_id, const uint
                 return set_error(-EINVAL, "HVD_STALL_CHECK_TIME_SECONDS/HVD_STALL_SHUTDOWN_TIME_SECONDS must be seconds");
         hello.stall_check_usec = stall_off ? 0 : stall;
         hello.stall_shutdown_usec = stall_off ? 0 : stall_shutdown;
+        hello.timeline = hvd_timeline_on();
         uint8_t nccl_id[HVD_NCCL_ID_BYTES];
         char gerr[400] = "";
         if (G.rank == 0 && GPU.devices > 0) {
@@ -1255,6 +1278,17 @@ int hvd_init(void) {
         if (st && hvd_parse_duration(st, USEC_PER_SEC, &start_timeout) < 0)
                 return set_error(-EINVAL, "HVD_START_TIMEOUT='%s' is not a duration in seconds", st);
 
+        const char *tl_file = hvd_getenv("TIMELINE", true);
+        if (tl_file && *tl_file && G.rank == 0) {
+                bool marks = false;
+                const char *mc = hvd_getenv("TIMELINE_MARK_CYCLES", true);
+                if (mc && hvd_parse_bool(mc, &marks) < 0)
+                        return set_error(-EINVAL, "HVD_TIMELINE_MARK_CYCLES='%s' is not a boolean", mc);
+                char err[ERRLEN];
+                int r = hvd_timeline_start(tl_file, marks, err, sizeof err);
+                if (r < 0)
+                        return set_error(r, "HVD_TIMELINE: %s", err);
+        }
         G.inflight = hvd_strmap_new();
         G.known = hvd_strmap_new();
         G.wake_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -2032,5 +2066,87 @@ int hvd_process_set_ranks(int id, const int **ranks, size_t *n) {
                 return -EINVAL;
         *ranks = ps->ranks_int;
         *n = (size_t) ps->n;
+        return 0;
+}
+
+/* ---- timeline ---- */
+
+static const char *entry_name(const Hvd__Entry *en) {
+        return en->name[0] ? en->name : id_name(en->id);
+}
+
+static void wake_bg(void) {
+        uint64_t one = 1;
+        if (G.wake_fd >= 0 && write(G.wake_fd, &one, sizeof one) < 0)
+                (void) 0;
+}
+
+/* Tells the coordinator whether rank 0 records (it then adds readiness
+ * times to schedules), or answers its request. Background thread. */
+static void send_timeline_state(bool on, int code, const char *msg) {
+        if (G.solo) {
+                hvd_negotiator_set_timeline(G.neg, on);
+                return;
+        }
+        Hvd__TimelineControl tc = HVD__TIMELINE_CONTROL__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        tc.start = on;
+        tc.reply = true;
+        tc.code = code;
+        tc.message = (char *) msg;
+        env.body_case = HVD__ENVELOPE__BODY_TIMELINE_CONTROL;
+        env.timeline_control = &tc;
+        (void) hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT);
+}
+
+static void timeline_sync(void) {
+        bool on;
+        hvd_timeline_flush();
+        if (hvd_timeline_take_change(&on))
+                send_timeline_state(on, 0, "");
+}
+
+/* hvdctl timeline JOB start/stop, through the coordinator. */
+static void timeline_remote(const Hvd__TimelineControl *tc) {
+        char err[ERRLEN] = "", path[PATH_MAX];
+        int r;
+        if (G.rank != 0) {
+                r = -EINVAL;
+                snprintf(err, sizeof err, "rank %d records no timeline; rank 0 does", G.rank);
+        } else if (tc->start)
+                r = hvd_timeline_start(tc->file, tc->mark_cycles, err, sizeof err);
+        else
+                r = hvd_timeline_stop();
+        bool on;
+        hvd_timeline_take_change(&on);
+        if (r >= 0 && tc->start && !realpath(tc->file, path))
+                snprintf(path, sizeof path, "%s", tc->file);
+        if (r < 0 && !err[0])
+                snprintf(err, sizeof err, "%s", hvd_strerror(r));
+        send_timeline_state(on, r, r < 0 ? err : tc->start ? path : "");
+}
+
+int hvd_start_timeline(const char *file, int mark_cycles) {
+        if (!hvd_is_initialized())
+                return set_error(HVD_ENOTINIT, "hvd_start_timeline: call hvd_init first");
+        if (!file || !*file)
+                return set_error(-EINVAL, "hvd_start_timeline: no file name given");
+        if (G.rank != 0)
+                return 0; /* rank 0 alone writes the job's timeline */
+        char err[ERRLEN];
+        int r = hvd_timeline_start(file, mark_cycles != 0, err, sizeof err);
+        if (r < 0)
+                return set_error(r, "%s", err);
+        wake_bg();
+        return 0;
+}
+
+int hvd_stop_timeline(void) {
+        if (!hvd_is_initialized())
+                return set_error(HVD_ENOTINIT, "hvd_stop_timeline: call hvd_init first");
+        int r = hvd_timeline_stop();
+        wake_bg();
+        if (r < 0)
+                return set_error(r, "hvd_stop_timeline: writing the timeline failed: %s", hvd_strerror(r));
         return 0;
 }

@@ -214,6 +214,23 @@ int hvd_barrier(void);
  * rank has joined. Returns the rank that joined last (>= 0) or an error. */
 int hvd_join(void);
 
+/* ---- timeline ----------------------------------------------------------
+ * Records what the job does into a Chrome trace-event JSON file (open it in
+ * https://ui.perfetto.dev or chrome://tracing): one row per tensor with its
+ * negotiation (a mark per rank as it became ready), the operation, its
+ * fusion-buffer copies and the collective; with mark_cycles != 0, a marker
+ * per negotiation cycle. Like Horovod, rank 0 alone writes the file: call
+ * these on every rank (the others return 0 and do nothing). file is opened
+ * by rank 0's process (relative to its working directory), created or
+ * truncated; a timeline already on is closed first. HVD_TIMELINE=FILE (or
+ * HOROVOD_TIMELINE) starts one at hvd_init, HVD_TIMELINE_MARK_CYCLES=1 adds
+ * the cycle markers. hvd_stop_timeline() ends the file with "]", so it is
+ * strict JSON when it returns; hvd_shutdown() does the same. Returns 0, -EINVAL, HVD_ENOTINIT,
+ * or -errno when the file cannot be created or written (hvd_last_error()
+ * says which). Thread-safe. See docs/TIMELINE.md. */
+int hvd_start_timeline(const char *file, int mark_cycles);
+int hvd_stop_timeline(void);
+
 /* Element size of a dtype in bytes (0 if invalid) and its name ("float32"). */
 size_t hvd_dtype_size(hvd_dtype_t dtype);
 const char *hvd_dtype_name(hvd_dtype_t dtype);

@@ -7,6 +7,7 @@ client_libhvd_la_SOURCES = \
 	client/backend.h \
 	client/cpu_backend.c \
 	client/tcp.c client/tcp.h \
+	client/timeline.c client/timeline.h \
 	client/gpu_module.h
 client_libhvd_la_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS) -O3
 client_libhvd_la_LIBADD = common/libhvdcommon.la -lrt -ldl

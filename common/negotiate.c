@@ -43,6 +43,7 @@ typedef struct tensor {
         uint32_t n_ready;
         uint64_t first_ready_usec;
         uint8_t *ready;  /* [size] */
+        uint64_t *ready_usec; /* [size], while the timeline is on: when each rank became ready */
         params_t *p;     /* [size]: each rank's last parameters */
 } tensor_t;
 
@@ -64,6 +65,7 @@ struct hvd_negotiator {
         uint32_t n_joined;
         int32_t last_joined;
         bool join_done;
+        bool timeline; /* record when each rank becomes ready */
         hvd_negotiator_stats_t stats;
 };
 
@@ -107,6 +109,7 @@ static void tensor_free(tensor_t *t, uint32_t size) {
                 }
         free(t->p);
         free(t->ready);
+        free(t->ready_usec);
         free(t->name);
         free(t->key);
         free(t);
@@ -269,6 +272,8 @@ static int mark_ready(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, uint64_t 
                 t->first_ready_usec = now;
         t->ready[rank] = 1;
         t->n_ready++;
+        if (n->timeline && (t->ready_usec || (t->ready_usec = calloc(n->size, sizeof *t->ready_usec))))
+                t->ready_usec[rank] = now;
         maybe_queue(n, t);
         return 0;
 }
@@ -550,6 +555,19 @@ static Hvd__Entry *entry_new(const hvd_negotiator_t *n, tensor_t *t, uint32_t re
                 }
         }
 #undef MEMBER
+        if (n->timeline && t->ready_usec) {
+                uint64_t now = hvd_now_usec();
+                if (!(e->ready_ranks = calloc(t->n_ready, sizeof *e->ready_ranks)) ||
+                    !(e->ready_age_usec = calloc(t->n_ready, sizeof *e->ready_age_usec)))
+                        goto fail;
+                for (uint32_t r = 0; r < n->size; r++)
+                        if (t->ready[r] && e->n_ready_ranks < t->n_ready) {
+                                e->ready_ranks[e->n_ready_ranks] = r;
+                                e->ready_age_usec[e->n_ready_age_usec++] =
+                                        now > t->ready_usec[r] ? now - t->ready_usec[r] : 0;
+                                e->n_ready_ranks++;
+                        }
+        }
         return e;
 fail:
         protobuf_c_message_free_unpacked(&e->base, NULL);
@@ -819,6 +837,11 @@ bool hvd_negotiator_any_pending(const hvd_negotiator_t *n) {
                 if (n->tensors[i] && n->tensors[i]->n_ready)
                         return true;
         return n->n_joined > 0;
+}
+
+void hvd_negotiator_set_timeline(hvd_negotiator_t *n, bool on) {
+        if (n)
+                n->timeline = on;
 }
 
 void hvd_negotiator_get_stats(const hvd_negotiator_t *n, hvd_negotiator_stats_t *st) {

@@ -57,6 +57,11 @@ size_t hvd_negotiator_describe_pending(const hvd_negotiator_t *n, uint64_t now_u
 bool hvd_negotiator_rank_has_pending(const hvd_negotiator_t *n, uint32_t rank);
 bool hvd_negotiator_any_pending(const hvd_negotiator_t *n);
 
+/* While on, schedule entries carry the ranks that were ready and how long
+ * before the schedule each became ready (ready_ranks, ready_age_usec), for
+ * rank 0's timeline. Off by default: the normal path records nothing. */
+void hvd_negotiator_set_timeline(hvd_negotiator_t *n, bool on);
+
 void hvd_negotiator_get_stats(const hvd_negotiator_t *n, hvd_negotiator_stats_t *st);
 
 /* Entry and error id of a tensor that is not cached (sent by name only). */

@@ -228,6 +228,8 @@ static int validate_schedule(const Hvd__Schedule *s, char *err, size_t err_len) 
                         for (size_t k = 0; k < e->n_splits; k++)
                                 if (e->splits[k] < 0)
                                         return fail(err, err_len, "schedule: negative split");
+                        if (e->n_ready_ranks != e->n_ready_age_usec || e->n_ready_ranks > HVD_WIRE_MAX_RANKS)
+                                return fail(err, err_len, "schedule: readiness times do not match their ranks");
                 }
         }
         for (size_t i = 0; i < s->n_errors; i++) {
@@ -360,6 +362,16 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
         case HVD__ENVELOPE__BODY_STATUS_REQUEST:
                 CHECK_NAME(env->status_request->job_id, HVD_WIRE_MAX_JOB_ID, "job id");
                 return 0;
+        case HVD__ENVELOPE__BODY_TIMELINE_CONTROL: {
+                const Hvd__TimelineControl *t = env->timeline_control;
+                CHECK_NAME(t->job_id, HVD_WIRE_MAX_JOB_ID, "job id");
+                CHECK_NAME(t->file, HVD_WIRE_MAX_TEXT, "timeline file");
+                if (strnlen(t->message, HVD_WIRE_MAX_TEXT + 1) > HVD_WIRE_MAX_TEXT)
+                        return fail(err, err_len, "timeline: message too long");
+                if (t->start && !t->reply && !t->file[0])
+                        return fail(err, err_len, "timeline: start without a file");
+                return 0;
+        }
         case HVD__ENVELOPE__BODY_DONE:
         case HVD__ENVELOPE__BODY_GOODBYE:
         case HVD__ENVELOPE__BODY_STATUS:

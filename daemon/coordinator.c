@@ -124,6 +124,9 @@ struct job {
         uint64_t stall_check_usec, stall_shutdown_usec;
         bool stall_warned;
         char stalled[1024]; /* last stall report, for status */
+        uint8_t tl_req_id[256]; /* hvdctl waiting for rank 0's timeline answer */
+        size_t tl_req_len;
+        uint64_t tl_req_deadline;
 };
 
 struct hvd_daemon {
@@ -765,6 +768,8 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
         }
         job_set_nccl_id(j, &h->nccl_id);
         j->ranks[h->rank] = w;
+        if (h->timeline)
+                hvd_negotiator_set_timeline(j->neg, true);
         j->n_hello++;
         j->n_live++;
         hvd_log_info("job %s: rank %u joined (pid %d), %u of %u here", j->id, w->rank, (int) w->pid, j->n_hello,
@@ -910,6 +915,65 @@ static void handle_goodbye(hvd_daemon_t *d, worker_t *w) {
                 worker_gone(d, w, "said goodbye");
 }
 
+/* ---- timeline ---- */
+
+/* Rank 0 started or stopped its timeline (on its own, or answering
+ * timeline_request): the root records readiness times only while it is on,
+ * and a waiting hvdctl gets the answer. */
+static void timeline_from_rank(hvd_daemon_t *d, worker_t *w, const Hvd__TimelineControl *tc) {
+        job_t *j = w->job;
+        if (w->rank != 0)
+                return;
+        hvd_negotiator_set_timeline(j->neg, tc->start);
+        if (!j->tl_req_len)
+                return;
+        Hvd__TimelineControl r = *tc;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        r.job_id = j->id;
+        env.body_case = HVD__ENVELOPE__BODY_TIMELINE_CONTROL;
+        env.timeline_control = &r;
+        (void) hvd_wire_send_to(d->control_sock, j->tl_req_id, j->tl_req_len, &env, ZMQ_DONTWAIT);
+        j->tl_req_len = 0;
+}
+
+/* hvdctl timeline JOB start FILE / stop: forwarded to the job's rank 0,
+ * which must run on this node. One request per job at a time. */
+static void timeline_request(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__TimelineControl *q) {
+        job_t *j = q->job_id[0] ? hvd_strmap_get(d->jobs, q->job_id, strlen(q->job_id)) : NULL;
+        if (!j) {
+                send_error(d, d->control_sock, id, id_len, -ENOENT, "no job '%s' here (see hvdctl jobs)", q->job_id);
+                return;
+        }
+        worker_t *w = j->ranks[0];
+        if (j->state != JOB_RUNNING || (w && (w->goodbye || w->exited))) {
+                send_error(d, d->control_sock, id, id_len, -EAGAIN, "job %s is %s: no timeline can start or stop",
+                           j->id, w && (w->goodbye || w->exited) ? "ending" : job_state_names[j->state]);
+                return;
+        }
+        if (!w) {
+                send_error(d, d->control_sock, id, id_len, -EREMOTE,
+                           "job %s: rank 0 runs on host %s, which records the timeline; send the command to the "
+                           "hvd-coordinatord there",
+                           j->id, host_of(j, 0));
+                return;
+        }
+        uint64_t now = hvd_now_usec();
+        if (j->tl_req_len && now < j->tl_req_deadline) {
+                send_error(d, d->control_sock, id, id_len, -EBUSY,
+                           "job %s: another timeline request is waiting for rank 0", j->id);
+                return;
+        }
+        memcpy(j->tl_req_id, id, id_len);
+        j->tl_req_len = id_len;
+        j->tl_req_deadline = now + 30 * USEC_PER_SEC;
+        Hvd__TimelineControl f = *q;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        f.reply = false;
+        env.body_case = HVD__ENVELOPE__BODY_TIMELINE_CONTROL;
+        env.timeline_control = &f;
+        send_to_worker(d, w, &env);
+}
+
 /* Takes one message off a ROUTER socket without blocking: its routing id
  * and its decoded, validated envelope (owned by the caller). Extra frames
  * are dropped: one envelope per message. Returns 1 with *env set, 0 when
@@ -975,6 +1039,8 @@ static void handle_worker_socket(hvd_daemon_t *d) {
                         handle_goodbye(d, w);
                 else if (env->body_case == HVD__ENVELOPE__BODY_DONE)
                         ; /* counters only */
+                else if (env->body_case == HVD__ENVELOPE__BODY_TIMELINE_CONTROL)
+                        timeline_from_rank(d, w, env->timeline_control);
                 else
                         send_error(d, d->worker_sock, id, id_len, HVD_EPROTO,
                                    "unexpected message on the worker socket");
@@ -1332,6 +1398,8 @@ static void handle_control_socket(hvd_daemon_t *d) {
                 }
                 if (env->body_case == HVD__ENVELOPE__BODY_STATUS_REQUEST)
                         handle_status(d, id, id_len, env->status_request);
+                else if (env->body_case == HVD__ENVELOPE__BODY_TIMELINE_CONTROL)
+                        timeline_request(d, id, id_len, env->timeline_control);
                 else
                         send_error(d, d->control_sock, id, id_len, -EOPNOTSUPP,
                                    "unsupported control request");

@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -50,6 +51,13 @@ static void help(void) {
                "  status      Daemon summary and a table of jobs (--json: the same as JSON)\n"
                "  jobs        One line per job: id, size, state, age, joined ranks (--json: array)\n"
                "  version     Versions of hvdctl and of the running daemon\n"
+               "  timeline JOB start FILE [--mark-cycles]\n"
+               "              Rank 0 of JOB records a timeline into FILE (opened by rank 0,\n"
+               "              relative to its working directory)\n"
+               "  timeline JOB stop\n"
+               "              Ends JOB's timeline; the file is then complete JSON\n"
+               "  timeline-repair FILE\n"
+               "              Closes the JSON array of a killed job's timeline\n"
                "\n"
                "Options:\n"
                "  -r, --runtime-dir DIR    The daemon's runtime directory (default\n"
@@ -413,6 +421,205 @@ static int parse_timeout(const char *s, uint64_t *ret) {
         return 0;
 }
 
+/* ---- timeline ---- */
+
+/* The timeline commands take their own arguments: "hvdctl [OPTIONS]
+ * timeline JOB start FILE [--mark-cycles]", "... timeline JOB stop",
+ * "hvdctl timeline-repair FILE". True when argv's command is one of them. */
+static bool is_timeline_command(int argc, char **argv) {
+        for (int i = 1; i < argc; i++) {
+                const char *a = argv[i];
+                if (strcmp(a, "-r") == 0 || strcmp(a, "-e") == 0 || strcmp(a, "-t") == 0 ||
+                    strcmp(a, "--runtime-dir") == 0 || strcmp(a, "--endpoint") == 0 || strcmp(a, "--timeout") == 0) {
+                        i++;
+                        continue;
+                }
+                if (a[0] == '-')
+                        continue;
+                return strcmp(a, "timeline") == 0 || strcmp(a, "timeline-repair") == 0;
+        }
+        return false;
+}
+
+/* Whether line [s, e) is whole JSON braces: every "{" closed, outside strings. */
+static bool line_balanced(const char *s, const char *e) {
+        int depth = 0;
+        bool str = false, seen = false;
+        for (const char *p = s; p < e; p++) {
+                if (str) {
+                        if (*p == '\\')
+                                p++;
+                        else if (*p == '"')
+                                str = false;
+                } else if (*p == '"')
+                        str = true;
+                else if (*p == '{') {
+                        depth++;
+                        seen = true;
+                } else if (*p == '}' && --depth < 0)
+                        return false;
+        }
+        return seen && depth == 0 && !str;
+}
+
+/* A timeline of a killed job lacks its closing "]" (and, after a failed
+ * write, may end in half an event): drop any partial last event and close
+ * the array. Returns an exit status. */
+static int timeline_repair(const char *path) {
+        _cleanup_close_ int fd = open(path, O_RDWR | O_CLOEXEC);
+        struct stat st;
+        if (fd < 0 || fstat(fd, &st) < 0) {
+                fprintf(stderr, "hvdctl: cannot open '%s': %s\n", path, strerror(errno));
+                return EXIT_ERROR;
+        }
+        char first = 0;
+        if (pread(fd, &first, 1, 0) != 1 || first != '[') {
+                fprintf(stderr, "hvdctl: '%s' is not a timeline (a JSON array of trace events)\n", path);
+                return EXIT_ERROR;
+        }
+        /* the end is all that matters: the last events fit in the tail */
+        size_t tail = (size_t) HVD_MIN((uint64_t) st.st_size, UINT64_C(1) << 20);
+        off_t base = st.st_size - (off_t) tail;
+        _cleanup_free_ char *t = malloc(tail + 1);
+        if (!t || pread(fd, t, tail, base) != (ssize_t) tail) {
+                fprintf(stderr, "hvdctl: cannot read '%s': %s\n", path, t ? strerror(errno) : "out of memory");
+                return EXIT_ERROR;
+        }
+        size_t e = tail;
+        while (e > 0 && strchr(" \t\r\n", t[e - 1]))
+                e--;
+        if (e > 0 && t[e - 1] == ']') {
+                printf("%s is complete already\n", path);
+                return 0;
+        }
+        /* the last line must be one whole event, else it goes */
+        size_t ls = e;
+        while (ls > 0 && t[ls - 1] != '\n')
+                ls--;
+        if (e > ls && !(t[e - 1] == '[' && base + (off_t) e == 1) && !line_balanced(t + ls, t + e))
+                e = ls;
+        while (e > 0 && strchr(" \t\r\n,", t[e - 1]))
+                e--;
+        if (e == 0 || (t[e - 1] != '}' && t[e - 1] != '[')) {
+                fprintf(stderr, "hvdctl: '%s' does not end like a timeline; not changed\n", path);
+                return EXIT_ERROR;
+        }
+        off_t end = base + (off_t) e;
+        if (ftruncate(fd, end) < 0 || pwrite(fd, "\n]\n", 3, end) != 3) {
+                fprintf(stderr, "hvdctl: cannot write '%s': %s\n", path, strerror(errno));
+                return EXIT_ERROR;
+        }
+        printf("%s repaired: %jd bytes of events, closed with ]\n", path, (intmax_t) end);
+        return 0;
+}
+
+static int timeline_main(int argc, char **argv) {
+        const char *pos[5] = { NULL }, *runtime_dir = NULL, *endpoint = NULL;
+        size_t n_pos = 0;
+        bool mark_cycles = false;
+        ctl_t c = { .timeout_usec = DEFAULT_TIMEOUT_USEC };
+        for (int i = 1; i < argc; i++) {
+                const char *a = argv[i], *val = NULL;
+                bool needs = strcmp(a, "-r") == 0 || strcmp(a, "-e") == 0 || strcmp(a, "-t") == 0 ||
+                             strcmp(a, "--runtime-dir") == 0 || strcmp(a, "--endpoint") == 0 ||
+                             strcmp(a, "--timeout") == 0;
+                if (needs) {
+                        if (i + 1 >= argc)
+                                return usage_error("option '%s' requires an argument", a);
+                        val = argv[++i];
+                } else if (strncmp(a, "--runtime-dir=", 14) == 0 || strncmp(a, "--endpoint=", 11) == 0 ||
+                           strncmp(a, "--timeout=", 10) == 0) {
+                        val = strchr(a, '=') + 1;
+                        needs = true;
+                }
+                if (needs) {
+                        if (a[1] == 'r' || strncmp(a, "--r", 3) == 0)
+                                runtime_dir = val;
+                        else if (a[1] == 'e' || strncmp(a, "--e", 3) == 0)
+                                endpoint = val;
+                        else if (parse_timeout(val, &c.timeout_usec) < 0)
+                                return usage_error("--timeout '%s': expected seconds in (0, 3600]", val);
+                } else if (strcmp(a, "--mark-cycles") == 0)
+                        mark_cycles = true;
+                else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+                        help();
+                        return 0;
+                } else if (a[0] == '-' && a[1])
+                        return usage_error("unknown option '%s'", a);
+                else if (n_pos < ELEMENTSOF(pos))
+                        pos[n_pos++] = a;
+                else
+                        return usage_error("unexpected argument '%s'", a);
+        }
+        if (strcmp(pos[0], "timeline-repair") == 0) {
+                if (n_pos != 2)
+                        return usage_error("usage: hvdctl timeline-repair FILE");
+                return timeline_repair(pos[1]);
+        }
+        bool start = n_pos == 4 && strcmp(pos[2], "start") == 0, stop = n_pos == 3 && strcmp(pos[2], "stop") == 0;
+        if (!start && !stop)
+                return usage_error("usage: hvdctl timeline JOB start FILE [--mark-cycles] | hvdctl timeline JOB stop");
+        if (mark_cycles && !start)
+                return usage_error("--mark-cycles goes with 'start'");
+        if (strlen(pos[1]) > HVD_WIRE_MAX_JOB_ID || (start && (!*pos[3] || strlen(pos[3]) > HVD_WIRE_MAX_TEXT)))
+                return usage_error("job id or file name too long");
+        if (endpoint && runtime_dir)
+                return usage_error("--runtime-dir and --endpoint exclude each other");
+        if (endpoint) {
+                snprintf(c.endpoint, sizeof c.endpoint, "%s", endpoint);
+                c.runtime_dir = endpoint;
+        } else {
+                const char *env = getenv("HVD_RUNTIME_DIR");
+                c.runtime_dir = runtime_dir ? runtime_dir : env && *env ? env : HVD_DEFAULT_RUNTIME_DIR;
+                snprintf(c.endpoint, sizeof c.endpoint, "ipc://%s/control.sock", c.runtime_dir);
+        }
+        if (strncmp(c.endpoint, "ipc://", 6) == 0) {
+                int e = precheck_ipc(&c);
+                if (e)
+                        return e;
+        }
+        Hvd__TimelineControl q = HVD__TIMELINE_CONTROL__INIT;
+        Hvd__Envelope req = HVD__ENVELOPE__INIT, *reply = NULL;
+        q.job_id = (char *) pos[1];
+        q.start = start;
+        q.file = (char *) (start ? pos[3] : "");
+        q.mark_cycles = mark_cycles;
+        req.body_case = HVD__ENVELOPE__BODY_TIMELINE_CONTROL;
+        req.timeline_control = &q;
+        int r = hvd_control_call(NULL, c.endpoint, &req, c.timeout_usec, &reply);
+        if (r == -ECONNREFUSED || r == -ENOENT) {
+                no_daemon(&c, "no control socket");
+                return EXIT_ERROR;
+        }
+        if (r == -EACCES || r == -EPERM)
+                return denied(c.endpoint);
+        if (r == HVD_ETIMEOUT) {
+                fprintf(stderr, "hvdctl: no answer about job %s's timeline within %.1f s (rank 0 may be busy); try "
+                        "a longer --timeout\n", pos[1], (double) c.timeout_usec / 1e6);
+                return EXIT_TIMEOUT;
+        }
+        if (r < 0) {
+                fprintf(stderr, "hvdctl: cannot reach hvd-coordinatord at %s: %s\n", c.endpoint, hvd_strerror(r));
+                return EXIT_ERROR;
+        }
+        int ret = 0;
+        if (reply->body_case == HVD__ENVELOPE__BODY_ERROR) {
+                fprintf(stderr, "hvdctl: %s\n", reply->error->message);
+                ret = EXIT_ERROR;
+        } else if (reply->body_case != HVD__ENVELOPE__BODY_TIMELINE_CONTROL) {
+                fprintf(stderr, "hvdctl: unexpected reply from hvd-coordinatord at %s\n", c.endpoint);
+                ret = EXIT_ERROR;
+        } else if (reply->timeline_control->code < 0) {
+                fprintf(stderr, "hvdctl: job %s, rank 0: %s\n", pos[1], reply->timeline_control->message);
+                ret = EXIT_ERROR;
+        } else if (start)
+                printf("job %s: rank 0 records the timeline into %s\n", pos[1], reply->timeline_control->message);
+        else
+                printf("job %s: timeline stopped\n", pos[1]);
+        hvd_wire_free(&reply);
+        return ret;
+}
+
 int main(int argc, char **argv) {
         static const struct option opts[] = {
                 { "runtime-dir", required_argument, NULL, 'r' },
@@ -426,6 +633,8 @@ int main(int argc, char **argv) {
         ctl_t c = { .timeout_usec = DEFAULT_TIMEOUT_USEC };
         const char *endpoint = NULL, *command = NULL;
         int opt;
+        if (is_timeline_command(argc, argv))
+                return timeline_main(argc, argv);
 
         opterr = 0;
         /* options may come before or after COMMAND: "hvdctl status --json" */

@@ -1,0 +1,60 @@
+/* timeline.h — rank 0's timeline: a Chrome trace-event JSON file (opens in
+ * Perfetto and chrome://tracing) with one row ("process") per tensor: the
+ * negotiation phase with a mark per rank as it became ready, the operation
+ * with its fusion copies and the collective, and optional cycle markers.
+ *
+ * One timeline per process. hvd_timeline_start/stop may be called from any
+ * thread; every other function is the background thread's. When no
+ * timeline is on, hvd_timeline_on() is one atomic load and the rest is
+ * never called. The file is written from memory in whole events, so a
+ * killed process leaves a JSON array missing only its closing "]"
+ * ('hvdctl timeline-repair FILE' adds it; see docs/TIMELINE.md). */
+#ifndef HVD_TIMELINE_H
+#define HVD_TIMELINE_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "hvd.pb-c.h"
+
+extern atomic_bool hvd_timeline_active, hvd_timeline_changed;
+
+/* Whether a timeline is recording; whether it started or stopped since
+ * hvd_timeline_take_change(). Cheap: one atomic load. */
+static inline bool hvd_timeline_on(void) {
+        return atomic_load_explicit(&hvd_timeline_active, memory_order_relaxed);
+}
+static inline bool hvd_timeline_busy(void) {
+        return hvd_timeline_on() || atomic_load_explicit(&hvd_timeline_changed, memory_order_relaxed);
+}
+
+/* Starts writing path (created or truncated, mode 0644), closing a
+ * timeline already on. Returns 0, or -errno with a message in err. */
+int hvd_timeline_start(const char *path, bool mark_cycles, char *err, size_t err_len);
+/* Ends the file with "]" (strict JSON) and closes it. 0 when none was on. */
+int hvd_timeline_stop(void);
+/* True (once) after a start or stop: the daemon must be told; *on is the
+ * current state. */
+bool hvd_timeline_take_change(bool *on);
+
+/* Resolves an entry of a schedule to its tensor name (NULL if unknown). */
+typedef const char *(*hvd_timeline_name_fn)(const Hvd__Entry *en);
+
+/* A schedule arrived: draws every member's negotiation phase, ending now,
+ * with a mark per rank from the entry's readiness times. */
+void hvd_timeline_schedule(const Hvd__Schedule *s, hvd_timeline_name_fn name_of);
+/* An operation starts / ends on this rank (status < 0: failed). */
+void hvd_timeline_op_begin(const Hvd__Op *op, hvd_timeline_name_fn name_of, bool gpu);
+void hvd_timeline_op_end(int status);
+/* The data plane moved to another phase of the current operation. Has the
+ * signature of hvd_xop_t.phase; userdata is unused. */
+void hvd_timeline_phase(void *userdata, int phase);
+/* A cycle sent its readiness (drawn only with mark_cycles). */
+void hvd_timeline_cycle(void);
+/* Writes what is buffered (called before the background thread sleeps). */
+void hvd_timeline_flush(void);
+
+#endif
