@@ -810,6 +810,8 @@ static void *bg_main(void *arg) {
         size_t cap_batch = 0;
         for (;;) {
                 process_held();
+                if (hvd_timeline_busy())
+                        timeline_sync(); /* before this cycle's readiness goes out */
                 pthread_mutex_lock(&G.lock);
                 bool stop = G.stop;
                 size_t nq = G.n_queue;
@@ -851,8 +853,6 @@ static void *bg_main(void *arg) {
                         }
                         timeout = (long) ((due - now + 999) / 1000);
                 }
-                if (hvd_timeline_busy())
-                        timeline_sync();
                 /* GPU work in flight: look at its events often */
                 if (GPU.n_pending && gpu_poll() && (timeout < 0 || timeout > 1))
                         timeout = 1;
@@ -2138,6 +2138,9 @@ int hvd_start_timeline(const char *file, int mark_cycles) {
         if (r < 0)
                 return set_error(r, "%s", err);
         wake_bg();
+        /* the coordinator hears of it before this rank's next tensors, so
+         * their readiness times are recorded */
+        hvd_timeline_wait_told(2 * USEC_PER_SEC);
         return 0;
 }
 

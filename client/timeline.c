@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "strmap.h"
@@ -32,6 +33,8 @@ typedef struct row {
 
 static struct {
         pthread_mutex_t lock;
+        pthread_cond_t cond;
+        uint64_t change_seq, told_seq; /* starts and stops; how many the daemon was told of */
         int fd;
         bool mark_cycles;
         uint64_t t0;
@@ -48,7 +51,7 @@ static struct {
         int phase;
         bool any_phase, gpu;
         uint32_t kind;
-} T = { .lock = PTHREAD_MUTEX_INITIALIZER, .fd = -1 };
+} T = { .lock = PTHREAD_MUTEX_INITIALIZER, .cond = PTHREAD_COND_INITIALIZER, .fd = -1 };
 
 static const char *kind_upper(uint32_t k) {
         static const char *const names[] = { "NONE",     "ALLREDUCE",     "BROADCAST", "ALLGATHER",
@@ -196,6 +199,7 @@ static void close_locked(void) {
         T.buf = NULL;
         T.len = T.cap = 0;
         atomic_store(&hvd_timeline_active, false);
+        T.change_seq++;
         atomic_store(&hvd_timeline_changed, true);
 }
 
@@ -229,6 +233,7 @@ int hvd_timeline_start(const char *path, bool mark_cycles, char *err, size_t err
         ev_open();
         putf("\"name\":\"process_name\",\"ph\":\"M\",\"pid\":0,\"tid\":0,\"args\":{\"name\":\"hvd\"}}");
         write_all();
+        T.change_seq++;
         atomic_store(&hvd_timeline_changed, true);
         atomic_store(&hvd_timeline_active, true);
         pthread_mutex_unlock(&T.lock);
@@ -248,8 +253,24 @@ bool hvd_timeline_take_change(bool *on) {
         pthread_mutex_lock(&T.lock);
         bool c = atomic_exchange(&hvd_timeline_changed, false);
         *on = T.fd >= 0;
+        T.told_seq = T.change_seq;
+        pthread_cond_broadcast(&T.cond);
         pthread_mutex_unlock(&T.lock);
         return c;
+}
+
+void hvd_timeline_wait_told(uint64_t timeout_usec) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t) ts.tv_nsec + (timeout_usec % USEC_PER_SEC) * 1000;
+        ts.tv_sec += (time_t) (timeout_usec / USEC_PER_SEC + ns / 1000000000);
+        ts.tv_nsec = (long) (ns % 1000000000);
+        pthread_mutex_lock(&T.lock);
+        uint64_t want = T.change_seq;
+        while (T.told_seq < want)
+                if (pthread_cond_timedwait(&T.cond, &T.lock, &ts) != 0)
+                        break;
+        pthread_mutex_unlock(&T.lock);
 }
 
 /* Whether member a of en became ready before member b (ties: by position). */

@@ -39,6 +39,10 @@ int hvd_timeline_stop(void);
 /* True (once) after a start or stop: the daemon must be told; *on is the
  * current state. */
 bool hvd_timeline_take_change(bool *on);
+/* Waits (at most timeout_usec) until the background thread has taken the
+ * last start or stop with hvd_timeline_take_change (and so told the
+ * daemon before anything this thread submits next). */
+void hvd_timeline_wait_told(uint64_t timeout_usec);
 
 /* Resolves an entry of a schedule to its tensor name (NULL if unknown). */
 typedef const char *(*hvd_timeline_name_fn)(const Hvd__Entry *en);

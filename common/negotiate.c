@@ -555,16 +555,17 @@ static Hvd__Entry *entry_new(const hvd_negotiator_t *n, tensor_t *t, uint32_t re
                 }
         }
 #undef MEMBER
-        if (n->timeline && t->ready_usec) {
+        if (n->timeline) {
                 uint64_t now = hvd_now_usec();
                 if (!(e->ready_ranks = calloc(t->n_ready, sizeof *e->ready_ranks)) ||
                     !(e->ready_age_usec = calloc(t->n_ready, sizeof *e->ready_age_usec)))
                         goto fail;
                 for (uint32_t r = 0; r < n->size; r++)
                         if (t->ready[r] && e->n_ready_ranks < t->n_ready) {
+                                /* ready before the timeline started: drawn when the first rank was */
+                                uint64_t at = t->ready_usec && t->ready_usec[r] ? t->ready_usec[r] : t->first_ready_usec;
                                 e->ready_ranks[e->n_ready_ranks] = r;
-                                e->ready_age_usec[e->n_ready_age_usec++] =
-                                        now > t->ready_usec[r] ? now - t->ready_usec[r] : 0;
+                                e->ready_age_usec[e->n_ready_age_usec++] = now > at ? now - at : 0;
                                 e->n_ready_ranks++;
                         }
         }
@@ -602,6 +603,8 @@ static uint32_t first_ready_rank(const hvd_negotiator_t *n, const tensor_t *t) {
 
 static void tensor_reset(tensor_t *t, uint32_t size) {
         memset(t->ready, 0, size);
+        if (t->ready_usec)
+                memset(t->ready_usec, 0, size * sizeof *t->ready_usec);
         t->n_ready = 0;
         t->queued = false;
         t->announced = true;

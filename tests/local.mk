@@ -4,7 +4,8 @@ AM_TESTS_ENVIRONMENT = \
 	HVD_SRCDIR='$(abs_top_srcdir)'; export HVD_SRCDIR; \
 	PYTHON='$(PYTHON)'; export PYTHON;
 
-EXTRA_DIST += %D%/lib/launch.sh %D%/lib/launch-multi.sh %D%/lib/common.sh %D%/lib/delay_proxy.py
+EXTRA_DIST += %D%/lib/launch.sh %D%/lib/launch-multi.sh %D%/lib/common.sh %D%/lib/delay_proxy.py \
+	%D%/lib/timeline_check.py
 
 # several nodes: daemons on loopback, and real test hosts in namespaces
 check_PROGRAMS += %D%/worker_smoke

@@ -4,7 +4,9 @@
  *   run ROUNDS         ROUNDS rounds of "tl.a", "tl.b", "tl.c" + "tl.bcast"
  *   window DIR         "pre.*" rounds until DIR/go exists, then "win.*"
  *                      rounds until DIR/stop exists, then "post.*" rounds;
- *                      rank 0 creates DIR/pre.done and DIR/win.done
+ *                      rank 0 creates DIR/pre.running and DIR/win.running
+ *                      after 3 rounds of each, DIR/pre.done and DIR/win.done
+ *                      at their ends, and prints "pre rounds: N"
  *   api FILE           hvd_start_timeline(FILE) around "api.*" rounds only,
  *                      hvd_stop_timeline, then "after.*" rounds
  *   hang DIR           ROUNDS=3 rounds, then DIR/hanging, then sleeps (the
@@ -81,16 +83,26 @@ static void touch(const char *dir, const char *name) {
                 fclose(f);
 }
 
-/* Rounds until rank 0 sees DIR/flag; every rank learns it by a broadcast. */
+/* Rounds until rank 0 sees DIR/flag; every rank learns it by a broadcast.
+ * Rank 0 creates DIR/PREFIX.running after 3 rounds and prints how many it ran. */
 static void rounds_until(const char *prefix, const char *dir, const char *flag) {
         for (int round = 0;; round++) {
                 round_of(prefix, round);
+                if (rank == 0 && round == 2) {
+                        char n[64];
+                        snprintf(n, sizeof n, "%s.running", prefix);
+                        touch(dir, n);
+                }
                 int32_t go = rank == 0 && round >= 2 && exists(dir, flag);
                 char n[64];
                 snprintf(n, sizeof n, "%s.flag", prefix);
                 check(hvd_broadcast(n, &go, 1, HVD_INT32, 0) == 0, "flag broadcast");
-                if (go || failures)
+                if (go || failures) {
+                        if (rank == 0)
+                                printf("%s rounds: %d\n", prefix, round + 1);
+                        fflush(stdout);
                         return;
+                }
                 usleep(20000);
         }
 }
