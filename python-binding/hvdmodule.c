@@ -729,6 +729,34 @@ static PyObject *core_join(PyObject *mod, PyObject *unused) {
         return r < 0 ? NULL : PyLong_FromLong(r);
 }
 
+/* start_timeline(path, mark_cycles): rank 0 records (see hvd.h); the
+ * others return at once. Waits briefly for the coordinator: no GIL. */
+static PyObject *core_start_timeline(PyObject *mod, PyObject *args) {
+        const char *path;
+        int marks = 0, r;
+
+        if (!PyArg_ParseTuple(args, "s|p", &path, &marks))
+                return NULL;
+        Py_BEGIN_ALLOW_THREADS
+        r = hvd_start_timeline(path, marks);
+        Py_END_ALLOW_THREADS
+        if (r < 0)
+                return r == -EINVAL || r == HVD_ENOTINIT ? raise_last_error(r)
+                                                         : PyErr_Format(PyExc_OSError, "%s", hvd_last_error());
+        Py_RETURN_NONE;
+}
+
+static PyObject *core_stop_timeline(PyObject *mod, PyObject *unused) {
+        int r;
+
+        Py_BEGIN_ALLOW_THREADS
+        r = hvd_stop_timeline();
+        Py_END_ALLOW_THREADS
+        if (r < 0)
+                return r == HVD_ENOTINIT ? raise_last_error(r) : PyErr_Format(PyExc_OSError, "%s", hvd_last_error());
+        Py_RETURN_NONE;
+}
+
 static PyObject *core_barrier(PyObject *mod, PyObject *unused) {
         reap_orphans();
         if (call_blocking(do_barrier, NULL, 0, 0) < 0)
@@ -868,6 +896,9 @@ static PyMethodDef core_methods[] = {
          "process_set, device); keepalive is held until the operation completes."},
         {"join", core_join, METH_NOARGS, "join() -> the rank that joined last"},
         {"barrier", core_barrier, METH_NOARGS, "barrier(): wait for every rank"},
+        {"start_timeline", core_start_timeline, METH_VARARGS,
+         "start_timeline(path, mark_cycles=False): rank 0 records a timeline (hvd_start_timeline)"},
+        {"stop_timeline", core_stop_timeline, METH_NOARGS, "stop_timeline(): end the timeline file"},
         {"add_process_set", core_add_process_set, METH_O, "add_process_set(ranks) -> id (collective)"},
         {"remove_process_set", core_remove_process_set, METH_O, "remove_process_set(id) (collective)"},
         {"process_set_rank", core_process_set_rank, METH_O, "process_set_rank(id) -> int"},

@@ -1,5 +1,6 @@
 """Life cycle, topology, capability queries and the shape of the API."""
 
+import json
 import os
 
 import pytest
@@ -60,11 +61,47 @@ def test_reduce_op_values_match_horovod():
     assert hvd.Sum == ht.Sum
 
 
-def test_timeline_not_implemented(tmp_path):
-    with pytest.raises(NotImplementedError, match="timeline"):
-        ht.start_timeline(str(tmp_path / "timeline.json"))
-    with pytest.raises(NotImplementedError, match="timeline"):
-        ht.stop_timeline()
+def test_timeline(tmp_path):
+    """start_timeline/stop_timeline around named allreduces: rank 0's file
+    is strict JSON with, for each tensor, a negotiation holding one mark per
+    rank, then the allreduce; nothing from before or after the window."""
+    assert hvd.start_timeline is ht.start_timeline and hvd.stop_timeline is ht.stop_timeline
+    path = tmp_path / "timeline.json"
+    ht.allreduce(torch.ones(3), name="timeline.before")
+    ht.start_timeline(str(path), mark_cycles=True)
+    for i in range(3):
+        out = ht.allreduce(torch.full((5,), float(ht.rank())), name="timeline.grad.%d" % i, op=ht.Sum)
+        assert out.tolist() == [float(sum(range(ht.size())))] * 5
+    ht.stop_timeline()
+    ht.allreduce(torch.ones(3), name="timeline.after")
+    if ht.rank() != 0:
+        assert not path.exists()  # rank 0 alone writes
+        return
+    events = json.loads(path.read_text())
+    rows = {e["pid"]: e["args"]["name"] for e in events if e.get("name") == "process_name" and e["pid"]}
+    # hvd.torch names an allreduce "allreduce.<name>", as Horovod does
+    assert sorted(rows.values()) == ["allreduce.timeline.grad.%d" % i for i in range(3)]
+    assert any(e.get("name") == "CYCLE_START" for e in events)
+    for pid, name in rows.items():
+        evs = [e for e in events if e["pid"] == pid and e["ph"] != "M"]
+        ts = [e["ts"] for e in evs]
+        assert ts == sorted(ts), name
+        phases = [(e["ph"], e.get("name")) for e in evs if e["ph"] in "BE"]
+        assert phases[0] == ("B", "NEGOTIATE_ALLREDUCE") and phases[1] == ("E", None), name
+        assert phases[2] == ("B", "ALLREDUCE") and phases[-1] == ("E", None), name
+        marks = sorted(int(e["name"]) for e in evs if e["ph"] == "i")
+        assert marks == list(range(ht.size())), name
+        names = [n for p, n in phases if p == "B"]
+        assert "MEMCPY_IN_FUSION_BUFFER" in names and "MEMCPY_OUT_FUSION_BUFFER" in names, names
+
+
+def test_timeline_errors(tmp_path):
+    with pytest.raises(ValueError):
+        ht.start_timeline("")
+    if ht.rank() == 0:
+        with pytest.raises(OSError, match="cannot create"):
+            ht.start_timeline(str(tmp_path / "no" / "such" / "dir" / "t.json"))
+    ht.stop_timeline()  # none on: nothing to do
 
 
 def test_adasum_rejected():

@@ -186,18 +186,24 @@ def is_homogeneous() -> bool:
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
-    """Horovod records a timeline here; hvd has none yet."""
+    """Records a timeline of the job into file_path (Chrome trace-event JSON:
+    open it in https://ui.perfetto.dev or chrome://tracing), as Horovod does.
+    Call it on every rank; rank 0 writes the file (relative to its working
+    directory). mark_cycles adds a marker per negotiation cycle. A timeline
+    already on is closed first. Raises OSError when the file cannot be
+    created. See docs/TIMELINE.md."""
     if not _core.is_initialized():
         raise ValueError(_NOT_INIT)
-    raise NotImplementedError("hvd has no timeline yet: start_timeline() is not supported "
-                              "(HOROVOD_TIMELINE is ignored as well)")
+    if not isinstance(file_path, str) or not file_path:
+        raise ValueError("start_timeline: file_path must be a non-empty string")
+    _core.start_timeline(file_path, bool(mark_cycles))
 
 
 def stop_timeline() -> None:
-    """Horovod stops its timeline here; hvd has none yet."""
+    """Ends the timeline: when it returns, rank 0's file is complete JSON."""
     if not _core.is_initialized():
         raise ValueError(_NOT_INIT)
-    raise NotImplementedError("hvd has no timeline yet: stop_timeline() is not supported")
+    _core.stop_timeline()
 
 
 def mpi_threads_supported() -> bool:
