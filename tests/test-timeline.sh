@@ -11,6 +11,8 @@
 #  5. A job killed with SIGKILL leaves a file that json rejects, which
 #     hvdctl timeline-repair makes valid; also one cut mid-event.
 #  6. Errors: unknown job, bad usage, a file rank 0 cannot create.
+#  7. Two emulated hosts (hvdrun --emulate-hosts): marks for the remote
+#     ranks too, and the ring across nodes inside the allreduce.
 set -u
 . "$HVD_SRCDIR/tests/lib/common.sh"
 worker=$HVD_BUILDDIR/tests/worker_timeline
@@ -100,9 +102,10 @@ HVD_TIMELINE=$tmp/killed.json setsid "$launch" -r "$tmp/rt" -n 3 -t 90 -- "$work
 groups+=($!)
 job5=$!
 wait_file "$tmp/w5/hanging" || fail "the job to kill did not get going" "$(cat "$tmp/out5")"
+for r in 0 1 2; do wait_file "$tmp/w5/pid.$r" 10 || fail "rank $r wrote no pid"; done
 sleep 0.5
-kill -KILL -- "-$job5"
-{ wait "$job5"; } 2>/dev/null
+kill -KILL $(cat "$tmp/w5/pid.0" "$tmp/w5/pid.1" "$tmp/w5/pid.2")
+wait "$job5"
 /usr/bin/python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$tmp/killed.json" 2>/dev/null &&
         fail "the killed job's file is complete JSON, expected it to lack its ]"
 cp "$tmp/killed.json" "$tmp/cut.json"
@@ -132,4 +135,10 @@ HVD_START_TIMEOUT=3 HVD_TIMELINE=$tmp/no/such/dir/x.json "$launch" -r "$tmp/rt" 
         fail "a job whose rank 0 cannot create its HVD_TIMELINE file ran"
 grep -q "HVD_TIMELINE: timeline: cannot create" "$tmp/out6" || fail "no clear error for an uncreatable file" \
         "$(cat "$tmp/out6")"
+
+# 7. several nodes
+HVD_TIMELINE=$tmp/multi.json timeout -k 5 90 "$HVD_BUILDDIR/tools/hvdrun" -np 3 -H a:2,b:1 --emulate-hosts \
+        "$worker" run 3 >"$tmp/out7" 2>&1 || fail "the two-host job failed" "$(cat "$tmp/out7")"
+$check "$tmp/multi.json" --ranks 3 --expect tl.a:3 --expect tl.bcast:3 --activity TCP_RING_ALLREDUCE \
+        >"$tmp/check7" 2>&1 || fail "the two-host timeline" "$(cat "$tmp/check7")"
 echo "PASS: timeline"

@@ -9,8 +9,9 @@
  *                      at their ends, and prints "pre rounds: N"
  *   api FILE           hvd_start_timeline(FILE) around "api.*" rounds only,
  *                      hvd_stop_timeline, then "after.*" rounds
- *   hang DIR           ROUNDS=3 rounds, then DIR/hanging, then sleeps (the
- *                      test kills it)
+ *   hang DIR           3 rounds, then each rank writes its pid into
+ *                      DIR/pid.RANK, rank 0 creates DIR/hanging, and all
+ *                      sleep (the test kills them)
  * Exit status 0 when every result was right. */
 #include <errno.h>
 #include <math.h>
@@ -144,6 +145,13 @@ int main(int argc, char **argv) {
         } else if (!strcmp(mode, "hang")) {
                 for (int r = 0; r < 3; r++)
                         round_of("tl", r);
+                char p[4096];
+                snprintf(p, sizeof p, "%s/pid.%d", arg, rank);
+                FILE *f = fopen(p, "w");
+                if (f) {
+                        fprintf(f, "%d\n", (int) getpid());
+                        fclose(f);
+                }
                 if (rank == 0)
                         touch(arg, "hanging");
                 for (;;)

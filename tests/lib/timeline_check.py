@@ -12,11 +12,12 @@ operation phase <KIND>, starting no earlier than the negotiation ended; an
 allreduce holds MEMCPY_IN_FUSION_BUFFER, SHM_ALLREDUCE and
 MEMCPY_OUT_FUSION_BUFFER in that order. --expect: tensor NAME was
 negotiated and executed at least COUNT times. --absent: no tensor's name
-starts with PREFIX. --cycles: CYCLE_START markers are present. --fused: some
+starts with PREFIX. --activity NAME: some phase NAME occurs. --cycles: CYCLE_START markers are present. --fused: some
 operation carried more than one tensor. Prints a summary; exit 1 on the
 first violation."""
 import argparse
 import json
+import re
 import sys
 
 
@@ -34,6 +35,7 @@ def main():
     ap.add_argument("--max-negotiations", action="append", default=[])
     ap.add_argument("--cycles", action="store_true")
     ap.add_argument("--fused", action="store_true")
+    ap.add_argument("--activity", action="append", default=[], help="an activity that must occur")
     a = ap.parse_args()
 
     with open(a.file) as f:
@@ -64,6 +66,7 @@ def main():
             fail("unexpected event in the hvd row: %r" % e)
         rows.setdefault(e["pid"], []).append(e)
 
+    activities = set()
     done = {}      # tensor name -> completed (negotiation, op) pairs
     fused = 0
     for pid, evs in rows.items():
@@ -82,6 +85,7 @@ def main():
                 fail("%s: time goes backwards (%d after %d): %r" % (name, ts, last, e))
             last = ts
             if e["ph"] == "B":
+                activities.add(e["name"])
                 if stack:
                     stack[-1][1].append(e["name"])
                 if not stack and not e["name"].startswith("NEGOTIATE_"):
@@ -111,11 +115,14 @@ def main():
                 elif not stack:
                     kind = b["name"]
                     if kind == "ALLREDUCE":
-                        want = ["MEMCPY_IN_FUSION_BUFFER", "SHM_ALLREDUCE", "MEMCPY_OUT_FUSION_BUFFER"]
-                        seq = [c for c in children if c in want]
-                        # chunks repeat the three phases in order
-                        if not seq or any(seq[i] != want[i % 3] for i in range(len(seq))) or len(seq) % 3:
-                            fail("%s: allreduce phases %r, expected %r (per chunk)" % (name, children, want))
+                        # per chunk: copy in, the collective (in shared memory,
+                        # and across nodes over TCP), copy out
+                        code = {"MEMCPY_IN_FUSION_BUFFER": "I", "SHM_ALLREDUCE": "S",
+                                "TCP_RING_ALLREDUCE": "T", "MEMCPY_OUT_FUSION_BUFFER": "O"}
+                        seq = "".join(code.get(c, "?") for c in children)
+                        if not re.fullmatch(r"(I[ST]+O)+", seq):
+                            fail("%s: allreduce phases %r, expected MEMCPY_IN_FUSION_BUFFER, SHM_ALLREDUCE "
+                                 "(and TCP_RING_ALLREDUCE), MEMCPY_OUT_FUSION_BUFFER per chunk" % (name, children))
                     elif not children:
                         fail("%s: %s has no activity inside" % (name, kind))
                     if b.get("args", {}).get("tensors", 1) > 1:
@@ -149,6 +156,9 @@ def main():
         fail("no CYCLE_START markers")
     if not a.cycles and cycles:
         fail("%d CYCLE_START markers without mark_cycles" % cycles)
+    for x in a.activity:
+        if x not in activities:
+            fail("no %s in the timeline (there are %s)" % (x, sorted(activities)))
     if a.fused and not fused:
         fail("no operation carried more than one tensor")
     print("timeline_check: %s: %d events, %d tensors, %d fused op rows, %d cycle markers: ok" %
