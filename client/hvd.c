@@ -1285,7 +1285,7 @@ int hvd_init(void) {
                 if (mc && hvd_parse_bool(mc, &marks) < 0)
                         return set_error(-EINVAL, "HVD_TIMELINE_MARK_CYCLES='%s' is not a boolean", mc);
                 char err[ERRLEN];
-                int r = hvd_timeline_start(tl_file, marks, err, sizeof err);
+                int r = hvd_timeline_start(tl_file, marks, false, err, sizeof err);
                 if (r < 0)
                         return set_error(r, "HVD_TIMELINE: %s", err);
         }
@@ -2114,7 +2114,9 @@ static void timeline_remote(const Hvd__TimelineControl *tc) {
                 r = -EINVAL;
                 snprintf(err, sizeof err, "rank %d records no timeline; rank 0 does", G.rank);
         } else if (tc->start)
-                r = hvd_timeline_start(tc->file, tc->mark_cycles, err, sizeof err);
+                /* whoever may talk to the daemon must not make the job
+                 * overwrite its files: a new file only */
+                r = hvd_timeline_start(tc->file, tc->mark_cycles, true, err, sizeof err);
         else
                 r = hvd_timeline_stop();
         bool on;
@@ -2134,7 +2136,7 @@ int hvd_start_timeline(const char *file, int mark_cycles) {
         if (G.rank != 0)
                 return 0; /* rank 0 alone writes the job's timeline */
         char err[ERRLEN];
-        int r = hvd_timeline_start(file, mark_cycles != 0, err, sizeof err);
+        int r = hvd_timeline_start(file, mark_cycles != 0, false, err, sizeof err);
         if (r < 0)
                 return set_error(r, "%s", err);
         wake_bg();

@@ -203,15 +203,16 @@ static void close_locked(void) {
         atomic_store(&hvd_timeline_changed, true);
 }
 
-int hvd_timeline_start(const char *path, bool mark_cycles, char *err, size_t err_len) {
+int hvd_timeline_start(const char *path, bool mark_cycles, bool exclusive, char *err, size_t err_len) {
         if (!path || !*path) {
                 snprintf(err, err_len, "timeline: no file name given");
                 return -EINVAL;
         }
-        int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        int fd = open(path, O_WRONLY | O_CREAT | O_CLOEXEC | (exclusive ? O_EXCL : O_TRUNC), 0644);
         if (fd < 0) {
                 int r = -errno;
-                snprintf(err, err_len, "timeline: cannot create '%s': %s", path, strerror(errno));
+                snprintf(err, err_len, "timeline: cannot create '%s': %s%s", path, strerror(errno),
+                         r == -EEXIST ? " (a timeline started from outside the job never replaces a file)" : "");
                 return r;
         }
         hvd_strmap_t *rows = hvd_strmap_new();

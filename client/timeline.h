@@ -31,9 +31,10 @@ static inline bool hvd_timeline_busy(void) {
         return hvd_timeline_on() || atomic_load_explicit(&hvd_timeline_changed, memory_order_relaxed);
 }
 
-/* Starts writing path (created or truncated, mode 0644), closing a
- * timeline already on. Returns 0, or -errno with a message in err. */
-int hvd_timeline_start(const char *path, bool mark_cycles, char *err, size_t err_len);
+/* Starts writing path (created, or truncated unless exclusive: then an
+ * existing file is refused with -EEXIST; mode 0644), closing a timeline
+ * already on. Returns 0, or -errno with a message in err. */
+int hvd_timeline_start(const char *path, bool mark_cycles, bool exclusive, char *err, size_t err_len);
 /* Ends the file with "]" (strict JSON) and closes it. 0 when none was on. */
 int hvd_timeline_stop(void);
 /* True (once) after a start or stop: the daemon must be told; *on is the

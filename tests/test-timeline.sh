@@ -63,15 +63,21 @@ mkdir -p "$tmp/w3"
 groups+=($!)
 job3=$!
 wait_file "$tmp/w3/pre.running" || fail "the window job did not start" "$(cat "$tmp/out3")"
-ctl timeline tljob start ctl.json >"$tmp/start3" 2>&1 || fail "hvdctl timeline start failed" "$(cat "$tmp/start3")"
-grep -q "records the timeline into $tmp/w3/ctl.json" "$tmp/start3" ||
+ctl timeline tljob start ctl2.json --mark-cycles >"$tmp/start3" 2>&1 ||
+        fail "hvdctl timeline start failed" "$(cat "$tmp/start3")"
+grep -q "records the timeline into $tmp/w3/ctl2.json" "$tmp/start3" ||
         fail "hvdctl timeline start does not name the file" "$(cat "$tmp/start3")"
-[ -f "$tmp/w3/ctl.json" ] || fail "rank 0 did not create ctl.json in its working directory"
-ctl timeline tljob start ctl2.json --mark-cycles >"$tmp/start3b" 2>&1 ||
+[ -f "$tmp/w3/ctl2.json" ] || fail "rank 0 did not create ctl2.json in its working directory"
+ctl timeline tljob start ctl.json >"$tmp/start3b" 2>&1 ||
         fail "a second start (switching files) failed" "$(cat "$tmp/start3b")"
-ctl timeline tljob start ctl.json >"$tmp/start3c" 2>&1 || fail "switching back failed" "$(cat "$tmp/start3c")"
 /usr/bin/python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$tmp/w3/ctl2.json" ||
         fail "the file a second start closed is not valid JSON"
+# from outside the job, an existing file is never replaced
+echo keep >"$tmp/w3/keep.json"
+ctl timeline tljob start keep.json >"$tmp/start3c" 2>&1
+[ $? -eq 1 ] && grep -q "File exists" "$tmp/start3c" || fail "hvdctl timeline start into an existing file" \
+        "$(cat "$tmp/start3c")"
+[ "$(cat "$tmp/w3/keep.json")" = keep ] || fail "hvdctl timeline start replaced an existing file"
 touch "$tmp/w3/go"
 wait_file "$tmp/w3/win.running" || fail "the window rounds did not start" "$(cat "$tmp/out3")"
 ctl timeline tljob stop >"$tmp/stop3" 2>&1 || fail "hvdctl timeline stop failed" "$(cat "$tmp/stop3")"
