@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <strings.h>
 
 #include "hvd.h"
@@ -1065,6 +1066,47 @@ START_TEST(test_negotiate_describe_pending) {
 }
 END_TEST
 
+/* Readiness times for the timeline: only while it is on; one per ready
+ * rank, the earliest ready the oldest; a rank ready before it was turned on
+ * counts from the first readiness. */
+START_TEST(test_negotiate_timeline_ready_times) {
+        hvd_negotiator_t *n = neg_new(3, 16, 1 << 20);
+        sub_all(n, 3, "off", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
+        Hvd__Schedule *s = take(n);
+        ck_assert_uint_eq(entry(s, 0, 0)->n_ready_ranks, 0);
+        ck_assert_uint_eq(entry(s, 0, 0)->n_ready_age_usec, 0);
+        hvd_negotiator_schedule_free(&s);
+
+        sub1(n, 2, "grad", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");  /* before the timeline */
+        usleep(3000);
+        hvd_negotiator_set_timeline(n, true);
+        sub1(n, 0, "grad", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
+        usleep(20000);
+        sub1(n, 1, "grad", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
+        s = take(n);
+        const Hvd__Entry *e = entry(s, 0, 0);
+        ck_assert_uint_eq(e->n_ready_ranks, 3);
+        ck_assert_uint_eq(e->n_ready_age_usec, 3);
+        uint64_t age[3] = { 0 };
+        for (size_t i = 0; i < 3; i++) {
+                ck_assert_uint_eq(e->ready_ranks[i], i);
+                age[i] = e->ready_age_usec[i];
+        }
+        ck_assert_uint_ge(age[0], 20000);       /* ready 20 ms before rank 1 */
+        ck_assert_uint_lt(age[1], age[0]);
+        ck_assert_uint_ge(age[2], age[0] + 3000); /* from its first readiness */
+        hvd_negotiator_schedule_free(&s);
+
+        /* the next round starts afresh; off again records nothing */
+        hvd_negotiator_set_timeline(n, false);
+        sub_all(n, 3, "grad", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
+        s = take(n);
+        ck_assert_uint_eq(entry(s, 0, 0)->n_ready_ranks, 0);
+        hvd_negotiator_schedule_free(&s);
+        hvd_negotiator_destroy(&n);
+}
+END_TEST
+
 static Suite *negotiate_suite(void) {
         Suite *s = suite_create("negotiate");
         TCase *tc = tcase_create("schedule");
@@ -1098,6 +1140,7 @@ static Suite *negotiate_suite(void) {
         tcase_add_test(tc, test_negotiate_process_set);
         tcase_add_test(tc, test_negotiate_table_capacity);
         tcase_add_test(tc, test_negotiate_describe_pending);
+        tcase_add_test(tc, test_negotiate_timeline_ready_times);
         suite_add_tcase(s, tc);
         return s;
 }

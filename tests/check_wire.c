@@ -867,6 +867,55 @@ START_TEST(test_wire_decode_budget) {
 }
 END_TEST
 
+/* The timeline's messages: a start names a file; a schedule entry's
+ * readiness times match its ranks. */
+START_TEST(test_wire_timeline) {
+        Hvd__TimelineControl tc = HVD__TIMELINE_CONTROL__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT, *d;
+        tc.job_id = "job-1";
+        tc.start = true;
+        tc.file = "t.json";
+        tc.mark_cycles = true;
+        env.body_case = HVD__ENVELOPE__BODY_TIMELINE_CONTROL;
+        env.timeline_control = &tc;
+        d = decode_ok(pack(&env));
+        ck_assert_str_eq(d->timeline_control->file, "t.json");
+        ck_assert(d->timeline_control->mark_cycles);
+        hvd_wire_free(&d);
+        tc.file = "";
+        validate_fails(&env, "without a file");
+        tc.reply = true; /* an answer names no file */
+        char err[256];
+        ck_assert_int_eq(hvd_wire_validate(&env, err, sizeof err), 0);
+        tc.file = "a\nb";
+        validate_fails(&env, "timeline file");
+
+        Hvd__Entry e = HVD__ENTRY__INIT, *ep = &e;
+        Hvd__Op op = HVD__OP__INIT, *opp = &op;
+        Hvd__Schedule s = HVD__SCHEDULE__INIT;
+        uint32_t ranks[2] = { 0, 1 };
+        uint64_t ages[2] = { 5, 0 };
+        e.name = "g";
+        e.n_ready_ranks = 2;
+        e.ready_ranks = ranks;
+        e.n_ready_age_usec = 1;
+        e.ready_age_usec = ages;
+        op.kind = HVD__KIND__KIND_ALLREDUCE;
+        op.dtype = HVD_FLOAT32;
+        op.n_entries = 1;
+        op.entries = &ep;
+        s.n_ops = 1;
+        s.ops = &opp;
+        env.body_case = HVD__ENVELOPE__BODY_SCHEDULE;
+        env.schedule = &s;
+        validate_fails(&env, "readiness times");
+        e.n_ready_age_usec = 2;
+        d = decode_ok(pack(&env));
+        ck_assert_uint_eq(d->schedule->ops[0]->entries[0]->ready_age_usec[0], 5);
+        hvd_wire_free(&d);
+}
+END_TEST
+
 START_TEST(test_wire_validate_name) {
         char err[256];
         ck_assert_int_eq(hvd_wire_validate_name("grad.fc1.weight", 1024, "tensor name", err, sizeof err), 0);
@@ -1090,6 +1139,7 @@ static Suite *wire_suite(void) {
         tcase_add_test(tc, test_wire_reject_too_many);
         tcase_add_test(tc, test_wire_decode_budget);
         tcase_add_test(tc, test_wire_validate_name);
+        tcase_add_test(tc, test_wire_timeline);
         suite_add_tcase(s, tc);
         tc = tcase_create("schema");
         tcase_add_test(tc, test_wire_schema_has_no_recursion);
