@@ -810,7 +810,7 @@ static void *bg_main(void *arg) {
         size_t cap_batch = 0;
         for (;;) {
                 process_held();
-                if (hvd_timeline_busy())
+                if (atomic_load_explicit(&hvd_timeline_changed, memory_order_relaxed))
                         timeline_sync(); /* before this cycle's readiness goes out */
                 pthread_mutex_lock(&G.lock);
                 bool stop = G.stop;
@@ -853,6 +853,8 @@ static void *bg_main(void *arg) {
                         }
                         timeout = (long) ((due - now + 999) / 1000);
                 }
+                if (hvd_timeline_on())
+                        hvd_timeline_flush(); /* about to sleep: the file catches up */
                 /* GPU work in flight: look at its events often */
                 if (GPU.n_pending && gpu_poll() && (timeout < 0 || timeout > 1))
                         timeout = 1;
@@ -2101,7 +2103,6 @@ static void send_timeline_state(bool on, int code, const char *msg) {
 
 static void timeline_sync(void) {
         bool on;
-        hvd_timeline_flush();
         if (hvd_timeline_take_change(&on))
                 send_timeline_state(on, 0, "");
 }

@@ -280,6 +280,16 @@ static bool older(const Hvd__Entry *en, size_t a, size_t b) {
                (en->ready_age_usec[a] == en->ready_age_usec[b] && a < b);
 }
 
+/* Rank 0 takes part in op (not so for a process set without it). */
+static bool rank0_in(const Hvd__Op *op) {
+        if (!op->process_set)
+                return true;
+        for (size_t i = 0; i < op->n_set_ranks; i++)
+                if (op->set_ranks[i] == 0)
+                        return true;
+        return false;
+}
+
 void hvd_timeline_schedule(const Hvd__Schedule *s, hvd_timeline_name_fn name_of) {
         pthread_mutex_lock(&T.lock);
         if (T.fd < 0)
@@ -289,6 +299,8 @@ void hvd_timeline_schedule(const Hvd__Schedule *s, hvd_timeline_name_fn name_of)
         char what[64];
         for (size_t i = 0; i < s->n_ops; i++) {
                 const Hvd__Op *op = s->ops[i];
+                if (!rank0_in(op))
+                        continue;
                 snprintf(what, sizeof what, "NEGOTIATE_%s", kind_upper(op->kind));
                 for (size_t k = 0; k < op->n_entries; k++) {
                         const Hvd__Entry *en = op->entries[k];
@@ -322,7 +334,7 @@ out:
 void hvd_timeline_op_begin(const Hvd__Op *op, hvd_timeline_name_fn name_of, bool gpu) {
         pthread_mutex_lock(&T.lock);
         T.n_cur = 0;
-        if (T.fd < 0)
+        if (T.fd < 0 || !rank0_in(op))
                 goto out;
         if (op->n_entries > T.cap_cur) {
                 row_t **nc = realloc(T.cur, op->n_entries * sizeof *nc);

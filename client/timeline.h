@@ -22,13 +22,10 @@
 
 extern atomic_bool hvd_timeline_active, hvd_timeline_changed;
 
-/* Whether a timeline is recording; whether it started or stopped since
- * hvd_timeline_take_change(). Cheap: one atomic load. */
+/* Whether a timeline is recording (hvd_timeline_changed: whether one
+ * started or stopped since hvd_timeline_take_change()). One atomic load. */
 static inline bool hvd_timeline_on(void) {
         return atomic_load_explicit(&hvd_timeline_active, memory_order_relaxed);
-}
-static inline bool hvd_timeline_busy(void) {
-        return hvd_timeline_on() || atomic_load_explicit(&hvd_timeline_changed, memory_order_relaxed);
 }
 
 /* Starts writing path (created, or truncated unless exclusive: then an
@@ -49,7 +46,8 @@ void hvd_timeline_wait_told(uint64_t timeout_usec);
 typedef const char *(*hvd_timeline_name_fn)(const Hvd__Entry *en);
 
 /* A schedule arrived: draws every member's negotiation phase, ending now,
- * with a mark per rank from the entry's readiness times. */
+ * with a mark per rank from the entry's readiness times. Operations of
+ * process sets without rank 0 are not drawn. */
 void hvd_timeline_schedule(const Hvd__Schedule *s, hvd_timeline_name_fn name_of);
 /* An operation starts / ends on this rank (status < 0: failed). */
 void hvd_timeline_op_begin(const Hvd__Op *op, hvd_timeline_name_fn name_of, bool gpu);
