@@ -225,7 +225,7 @@ int hvd_join(void);
  * truncated; a timeline already on is closed first. HVD_TIMELINE=FILE (or
  * HOROVOD_TIMELINE) starts one at hvd_init, HVD_TIMELINE_MARK_CYCLES=1 adds
  * the cycle markers. hvd_stop_timeline() ends the file with "]", so it is
- * strict JSON when it returns; hvd_shutdown() does the same. Returns 0, -EINVAL, HVD_ENOTINIT,
+ * strict JSON when it returns; hvd_shutdown() and a normal exit() do the same. Returns 0, -EINVAL, HVD_ENOTINIT,
  * or -errno when the file cannot be created or written (hvd_last_error()
  * says which). Thread-safe. See docs/TIMELINE.md. */
 int hvd_start_timeline(const char *file, int mark_cycles);

@@ -36,6 +36,7 @@ static struct {
         pthread_cond_t cond;
         uint64_t change_seq, told_seq; /* starts and stops; how many the daemon was told of */
         int fd;
+        pid_t pid; /* the process that writes; a forked child must not */
         bool mark_cycles;
         uint64_t t0;
         char *buf;
@@ -224,6 +225,7 @@ int hvd_timeline_start(const char *path, bool mark_cycles, bool exclusive, char 
         pthread_mutex_lock(&T.lock);
         close_locked();
         T.fd = fd;
+        T.pid = getpid();
         T.rows = rows;
         T.mark_cycles = mark_cycles;
         T.t0 = hvd_now_usec();
@@ -248,6 +250,15 @@ int hvd_timeline_stop(void) {
         close_locked();
         pthread_mutex_unlock(&T.lock);
         return was && failed ? -EIO : 0;
+}
+
+/* A program may end without hvd_shutdown(): its timeline still ends
+ * with "]" (not when a forked child exits: the file is its parent's). */
+static void __attribute__((destructor)) timeline_at_exit(void) {
+        pthread_mutex_lock(&T.lock);
+        if (T.fd >= 0 && T.pid == getpid())
+                close_locked();
+        pthread_mutex_unlock(&T.lock);
 }
 
 bool hvd_timeline_take_change(bool *on) {

@@ -4,7 +4,8 @@
 #  1. HVD_TIMELINE + HVD_TIMELINE_MARK_CYCLES on a known 3-rank job: every
 #     tensor's negotiation has one mark per rank, then its operation with
 #     the fusion copies and the collective, in order; cycle markers; fusion.
-#  2. HOROVOD_TIMELINE (Horovod's name) works too, without cycle markers.
+#  2. HOROVOD_TIMELINE (Horovod's name) works too, without cycle markers;
+#     a program that exits without hvd_shutdown leaves complete JSON too.
 #  3. hvdctl timeline JOB start/stop during a running job: the file is
 #     complete JSON at once after stop, and holds only what ran in the window.
 #  4. hvd_start_timeline/hvd_stop_timeline from C around some rounds only.
@@ -54,6 +55,12 @@ HOROVOD_TIMELINE=$tmp/horovod.json "$launch" -r "$tmp/rt" -n 2 -t 60 -- "$worker
         fail "job with HOROVOD_TIMELINE failed" "$(cat "$tmp/out2")"
 $check "$tmp/horovod.json" --ranks 2 --expect tl.a:2 --expect tl.bcast:2 >"$tmp/check2" 2>&1 ||
         fail "HOROVOD_TIMELINE file" "$(cat "$tmp/check2")"
+
+# 2b. a program that exits without hvd_shutdown still leaves complete JSON
+HVD_TIMELINE=$tmp/exit.json "$launch" -r "$tmp/rt" -n 2 -t 60 -- "$worker" exit 2 >"$tmp/out2b" 2>&1 ||
+        fail "job exiting without hvd_shutdown failed" "$(cat "$tmp/out2b")"
+$check "$tmp/exit.json" --ranks 2 --expect tl.a:2 >"$tmp/check2b" 2>&1 ||
+        fail "the file of a job that exited without hvd_shutdown" "$(cat "$tmp/check2b")"
 
 # 3. hvdctl timeline start/stop while the job runs; rank 0 runs in $tmp/w3,
 # so the relative file name lands there

@@ -2,6 +2,7 @@
  * allreduces (three at a time, so they fuse) and a broadcast, with results
  * checked, in one of these flows:
  *   run ROUNDS         ROUNDS rounds of "tl.a", "tl.b", "tl.c" + "tl.bcast"
+ *   exit ROUNDS        the same, then exit() without hvd_shutdown
  *   window DIR         "pre.*" rounds until DIR/go exists, then "win.*"
  *                      rounds until DIR/stop exists, then "post.*" rounds;
  *                      rank 0 creates DIR/pre.running and DIR/win.running
@@ -110,7 +111,7 @@ static void rounds_until(const char *prefix, const char *dir, const char *flag) 
 
 int main(int argc, char **argv) {
         if (argc < 3) {
-                fprintf(stderr, "usage: %s run ROUNDS | window DIR | api FILE | hang DIR\n", argv[0]);
+                fprintf(stderr, "usage: %s run|exit ROUNDS | window DIR | api FILE | hang DIR\n", argv[0]);
                 return 2;
         }
         if (hvd_init() != 0) {
@@ -142,6 +143,10 @@ int main(int argc, char **argv) {
                 check(hvd_stop_timeline() == 0, "hvd_stop_timeline");
                 for (int r = 0; r < 2; r++)
                         round_of("after", r);
+        } else if (!strcmp(mode, "exit")) {
+                for (int r = 0; r < atoi(arg); r++)
+                        round_of("tl", r);
+                exit(failures ? 1 : 0); /* without hvd_shutdown */
         } else if (!strcmp(mode, "hang")) {
                 for (int r = 0; r < 3; r++)
                         round_of("tl", r);
