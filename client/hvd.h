@@ -225,9 +225,11 @@ int hvd_join(void);
  * truncated; a timeline already on is closed first. HVD_TIMELINE=FILE (or
  * HOROVOD_TIMELINE) starts one at hvd_init, HVD_TIMELINE_MARK_CYCLES=1 adds
  * the cycle markers. hvd_stop_timeline() ends the file with "]", so it is
- * strict JSON when it returns; hvd_shutdown() and a normal exit() do the same. Returns 0, -EINVAL, HVD_ENOTINIT,
- * or -errno when the file cannot be created or written (hvd_last_error()
- * says which). Thread-safe. See docs/TIMELINE.md. */
+ * strict JSON when it returns; hvd_shutdown() and a normal exit() do the
+ * same. hvd_start_timeline() returns once the coordinator knows (it then
+ * records when each rank becomes ready), at most about 2 s later. Returns
+ * 0, -EINVAL, HVD_ENOTINIT, or -errno when the file cannot be created or
+ * written (hvd_last_error() says which). Thread-safe. See docs/TIMELINE.md. */
 int hvd_start_timeline(const char *file, int mark_cycles);
 int hvd_stop_timeline(void);
 
