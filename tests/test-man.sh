@@ -1,6 +1,7 @@
 #!/bin/bash
 # test-man.sh — the manual pages say what the code does: every long option
-# of `hvd-coordinatord --help` is in hvd-coordinatord(8); every key of the
+# of `hvd-coordinatord --help` is in hvd-coordinatord(8), of `hvdctl --help`
+# in hvdctl(1); every key of the
 # configuration table (common/conf.c) is documented in hvd.conf(5), marked
 # live or restart as the table says, listed the same way under SIGHUP in
 # hvd-coordinatord(8), and present in the installed example
@@ -25,6 +26,14 @@ for opt in $(grep -o -- '--[a-z][a-z-]*' "$tmp/help" | sort -u); do
 done
 [ $n -ge 10 ] || fail "only $n long options found in --help" "$(cat "$tmp/help")"
 ok "$n long options of hvd-coordinatord --help are in hvd-coordinatord.8"
+"$HVD_BUILDDIR/tools/hvdctl" --help >"$tmp/help" || fail "hvdctl --help failed"
+n=0
+for opt in $(grep -o -- '--[a-z][a-z-]*' "$tmp/help" | sort -u); do
+        grep -qF -- "${opt//-/\\-}" "$S/man/hvdctl.1" || fail "hvdctl.1 lacks $opt"
+        n=$((n + 1))
+done
+[ $n -ge 5 ] || fail "only $n long options found in hvdctl --help" "$(cat "$tmp/help")"
+ok "$n long options of hvdctl --help are in hvdctl.1 (hvdrun's: tests/test-hvdrun.sh)"
 
 "$PY" - "$S" <<'PYEOF' || fail "configuration keys and their documentation differ"
 import re, sys
