@@ -135,31 +135,32 @@ typedef struct {
         size_t len; /* strings */
         uint64_t min, max;
         const char *help;
+        bool live; /* a reload (SIGHUP) applies it to the running daemon */
 } key_def_t;
 
 #define OFF(f) offsetof(hvd_daemon_config_t, f)
 static const key_def_t keys[] = {
-        { "runtime_dir", T_STRING, OFF(runtime_dir), PATH_MAX, 0, 0, "a directory path" },
-        { "log_level", T_LEVEL, OFF(log_level), 0, 0, 7, "err, warning, notice, info or debug" },
+        { "runtime_dir", T_STRING, OFF(runtime_dir), PATH_MAX, 0, 0, "a directory path", false },
+        { "log_level", T_LEVEL, OFF(log_level), 0, 0, 7, "err, warning, notice, info or debug", true },
         { "fusion_threshold", T_SIZE, OFF(fusion_threshold_bytes), 0, 0, UINT64_C(1) << 34,
-          "a size such as 64M (0 disables fusion)" },
+          "a size such as 64M (0 disables fusion)", true },
         { "cycle_time", T_USEC_MS, OFF(cycle_time_usec), 0, 0, 10 * USEC_PER_SEC,
-          "a duration such as 1ms (plain numbers are milliseconds)" },
+          "a duration such as 1ms (plain numbers are milliseconds)", true },
         { "start_timeout", T_USEC_SEC, OFF(start_timeout_usec), 0, USEC_PER_MSEC, 86400 * USEC_PER_SEC,
-          "a duration such as 30s (plain numbers are seconds)" },
+          "a duration such as 30s (plain numbers are seconds)", true },
         { "collective_timeout", T_USEC_SEC, OFF(collective_timeout_usec), 0, USEC_PER_MSEC,
-          86400 * USEC_PER_SEC, "a duration such as 300s (plain numbers are seconds)" },
-        { "max_jobs", T_U32, OFF(max_jobs), 0, 1, 65536, "an integer 1..65536" },
-        { "max_ranks_per_job", T_U32, OFF(max_ranks_per_job), 0, 1, 65536, "an integer 1..65536" },
+          86400 * USEC_PER_SEC, "a duration such as 300s (plain numbers are seconds)", true },
+        { "max_jobs", T_U32, OFF(max_jobs), 0, 1, 65536, "an integer 1..65536", true },
+        { "max_ranks_per_job", T_U32, OFF(max_ranks_per_job), 0, 1, 65536, "an integer 1..65536", true },
         { "max_tensors_per_job", T_U32, OFF(max_tensors_per_job), 0, 16, 1u << 24,
-          "an integer 16..16777216" },
+          "an integer 16..16777216", true },
         { "max_message_size", T_SIZE, OFF(max_message_bytes), 0, 4096, UINT64_C(1) << 32,
-          "a size such as 64M" },
-        { "socket_group", T_STRING, OFF(socket_group), 64, 0, 0, "a group name" },
-        { "socket_mode", T_MODE, OFF(socket_mode), 0, 0, 0777, "an octal mode such as 0660" },
-        { "peer_listen", T_STRING, OFF(peer_listen), 256, 0, 0, "a ZeroMQ endpoint such as tcp://10.0.0.1:7100" },
+          "a size such as 64M", false },
+        { "socket_group", T_STRING, OFF(socket_group), 64, 0, 0, "a group name", false },
+        { "socket_mode", T_MODE, OFF(socket_mode), 0, 0, 0777, "an octal mode such as 0660", false },
+        { "peer_listen", T_STRING, OFF(peer_listen), 256, 0, 0, "a ZeroMQ endpoint such as tcp://10.0.0.1:7100", false },
         { "peer_timeout", T_USEC_SEC, OFF(peer_timeout_usec), 0, 500 * USEC_PER_MSEC, 3600 * USEC_PER_SEC,
-          "a duration such as 10s (plain numbers are seconds)" },
+          "a duration such as 10s (plain numbers are seconds)", true },
 };
 
 int hvd_daemon_config_set(hvd_daemon_config_t *cfg, const char *key, const char *value,
@@ -282,4 +283,89 @@ int hvd_daemon_config_load(hvd_daemon_config_t *cfg, const char *path, unsigned 
         }
         *cfg = tmp;
         return 0;
+}
+
+static bool key_equal(const key_def_t *k, const hvd_daemon_config_t *a, const hvd_daemon_config_t *b) {
+        const char *fa = (const char *) a + k->offset, *fb = (const char *) b + k->offset;
+        switch (k->type) {
+        case T_STRING: return strcmp(fa, fb) == 0;
+        case T_LEVEL: return *(const int *) fa == *(const int *) fb;
+        case T_BOOL: return *(const bool *) fa == *(const bool *) fb;
+        case T_U32:
+        case T_MODE: return *(const uint32_t *) fa == *(const uint32_t *) fb;
+        default: return *(const uint64_t *) fa == *(const uint64_t *) fb;
+        }
+}
+
+static size_t key_size(const key_def_t *k) {
+        switch (k->type) {
+        case T_STRING: return k->len;
+        case T_LEVEL: return sizeof(int);
+        case T_BOOL: return sizeof(bool);
+        case T_U32:
+        case T_MODE: return sizeof(uint32_t);
+        default: return sizeof(uint64_t);
+        }
+}
+
+static void format_scaled(char *buf, size_t len, uint64_t v, const char *const *units, const uint64_t *scale,
+                          size_t n) {
+        for (size_t i = 0; i < n; i++)
+                if (v && v % scale[i] == 0) {
+                        snprintf(buf, len, "%" PRIu64 "%s", v / scale[i], units[i]);
+                        return;
+                }
+        snprintf(buf, len, "%" PRIu64 "%s", v, units[n]);
+}
+
+int hvd_daemon_config_format(const hvd_daemon_config_t *cfg, const char *key, char *buf, size_t len) {
+        for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
+                const key_def_t *k = &keys[i];
+                if (strcmp(k->key, key) != 0)
+                        continue;
+                const char *f = (const char *) cfg + k->offset;
+                static const char *const size_units[] = { "G", "M", "K", "" };
+                static const uint64_t size_scale[] = { UINT64_C(1) << 30, UINT64_C(1) << 20, UINT64_C(1) << 10 };
+                static const char *const dur_units[] = { "min", "s", "ms", "us" };
+                static const uint64_t dur_scale[] = { 60 * USEC_PER_SEC, USEC_PER_SEC, USEC_PER_MSEC };
+                switch (k->type) {
+                case T_STRING: snprintf(buf, len, "%s", f); break;
+                case T_LEVEL: snprintf(buf, len, "%s", hvd_log_level_to_string(*(const int *) f)); break;
+                case T_BOOL: snprintf(buf, len, "%s", *(const bool *) f ? "yes" : "no"); break;
+                case T_U32: snprintf(buf, len, "%" PRIu32, *(const uint32_t *) f); break;
+                case T_MODE: snprintf(buf, len, "%04" PRIo32, *(const uint32_t *) f); break;
+                case T_SIZE: format_scaled(buf, len, *(const uint64_t *) f, size_units, size_scale, 3); break;
+                default: format_scaled(buf, len, *(const uint64_t *) f, dur_units, dur_scale, 3); break;
+                }
+                return 0;
+        }
+        return -ENOENT;
+}
+
+size_t hvd_daemon_config_key_count(void) {
+        return ELEMENTSOF(keys);
+}
+
+const char *hvd_daemon_config_key(size_t i, bool *live) {
+        if (i >= ELEMENTSOF(keys))
+                return NULL;
+        if (live)
+                *live = keys[i].live;
+        return keys[i].key;
+}
+
+size_t hvd_daemon_config_apply_live(hvd_daemon_config_t *cur, const hvd_daemon_config_t *next,
+                                    hvd_daemon_config_change_fn fn, void *userdata) {
+        size_t n = 0;
+        for (size_t i = 0; i < ELEMENTSOF(keys); i++) {
+                const key_def_t *k = &keys[i];
+                if (key_equal(k, cur, next))
+                        continue;
+                n++;
+                if (fn)
+                        fn(k->key, k->live, cur, next, userdata);
+                if (k->live)
+                        memcpy((char *) cur + k->offset, (const char *) next + k->offset, key_size(k));
+        }
+        return n;
 }

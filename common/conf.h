@@ -47,6 +47,25 @@ int hvd_daemon_config_set(hvd_daemon_config_t *cfg, const char *key, const char 
 int hvd_daemon_config_load(hvd_daemon_config_t *cfg, const char *path, unsigned *err_line,
                            char *err_msg, size_t err_len);
 
+/* Writes key's value in the file's syntax (e.g. "64M", "30s", "0660") to
+ * buf. Returns 0, or -ENOENT for an unknown key. */
+int hvd_daemon_config_format(const hvd_daemon_config_t *cfg, const char *key, char *buf, size_t len);
+
+/* The key table, for documentation checks and reload messages: the i-th
+ * key's name (static), and in *live whether a reload applies it to a
+ * running daemon. NULL past the end. */
+size_t hvd_daemon_config_key_count(void);
+const char *hvd_daemon_config_key(size_t i, bool *live);
+
+/* Reload: for every key whose value differs between *cur and *next, calls
+ * fn (if given; before anything changes, with both configs) and copies
+ * the value into *cur when the key is live. Keys that cannot change live
+ * keep their value in *cur. Returns the number of keys that differed. */
+typedef void (*hvd_daemon_config_change_fn)(const char *key, bool live, const hvd_daemon_config_t *cur,
+                                            const hvd_daemon_config_t *next, void *userdata);
+size_t hvd_daemon_config_apply_live(hvd_daemon_config_t *cur, const hvd_daemon_config_t *next,
+                                    hvd_daemon_config_change_fn fn, void *userdata);
+
 /* Parsers shared with the worker's environment. Sizes accept K/M/G
  * suffixes (1024-based); durations accept us/ms/s suffixes (default unit
  * given by the caller). */

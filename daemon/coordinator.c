@@ -34,6 +34,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 #include <zmq.h>
+#ifdef HAVE_LIBSYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
 
 #include "coordinator.h"
 #include "hvd.h"
@@ -144,6 +147,10 @@ struct hvd_daemon {
         uint64_t start_usec, epoch, job_seq;
         uint64_t next_housekeeping;
         bool stopping;
+        hvd_daemon_load_fn reload_fn; /* SIGHUP */
+        void *reload_userdata;
+        uint64_t watchdog_usec, next_watchdog; /* half of WATCHDOG_USEC; 0 = off */
+        size_t status_jobs, status_workers;    /* last STATUS= sent */
         zmq_pollitem_t *items;
         worker_t **item_workers;
         peer_t **item_peers;
@@ -1644,20 +1651,76 @@ static int build_poll_items(hvd_daemon_t *d) {
         return 0;
 }
 
+static void log_change(const char *key, bool live, const hvd_daemon_config_t *cur,
+                       const hvd_daemon_config_t *next, void *userdata) {
+        char was[PATH_MAX], now[PATH_MAX];
+        size_t *applied = userdata;
+        (void) hvd_daemon_config_format(cur, key, was, sizeof was);
+        (void) hvd_daemon_config_format(next, key, now, sizeof now);
+        if (live) {
+                hvd_log_notice("reload: %s = %s (was %s)", key, now, was);
+                (*applied)++;
+        } else
+                hvd_log_warning("reload: %s changed (%s -> %s) but cannot change while running; "
+                                "it keeps %s until the daemon restarts", key, was, now, was);
+}
+
+int hvd_daemon_reload(hvd_daemon_t *d, const hvd_daemon_config_t *cfg) {
+        size_t applied = 0;
+        /* the new level first, so that its own lines follow it */
+        if (cfg->log_level > hvd_log_max_level)
+                hvd_log_max_level = cfg->log_level;
+        size_t changed = hvd_daemon_config_apply_live(&d->cfg, cfg, log_change, &applied);
+        hvd_log_max_level = d->cfg.log_level;
+        hvd_log_notice("reload: %zu setting%s changed, %zu applied", changed, changed == 1 ? "" : "s", applied);
+        /* timeouts may now be due sooner */
+        d->next_housekeeping = hvd_now_usec();
+        return (int) applied;
+}
+
+void hvd_daemon_set_reload(hvd_daemon_t *d, hvd_daemon_load_fn load, void *userdata) {
+        d->reload_fn = load;
+        d->reload_userdata = userdata;
+}
+
+void hvd_daemon_notify(const char *state);
+
+static void reload(hvd_daemon_t *d) {
+        if (!d->reload_fn) {
+                hvd_log_notice("SIGHUP: no configuration to reload");
+                return;
+        }
+        if (d->cfg.notify)
+                hvd_daemon_notify("RELOADING=1\nSTATUS=Reloading the configuration");
+        hvd_daemon_config_t next;
+        char msg[1024] = "";
+        int r = d->reload_fn(&next, msg, sizeof msg, d->reload_userdata);
+        if (r < 0)
+                hvd_log_error(0, "reload failed, the settings in force are unchanged: %s", msg);
+        else
+                (void) hvd_daemon_reload(d, &next);
+        d->status_jobs = d->status_workers = SIZE_MAX; /* STATUS= again */
+        if (d->cfg.notify)
+                hvd_daemon_notify("READY=1");
+}
+
 static void handle_signal(hvd_daemon_t *d) {
         struct signalfd_siginfo si;
         if (read(d->sig_fd, &si, sizeof si) != sizeof si)
                 return;
         if (si.ssi_signo == SIGHUP) {
-                hvd_log_notice("SIGHUP: nothing to reload in this version");
+                hvd_log_notice("SIGHUP: reloading the configuration");
+                reload(d);
                 return;
         }
-        hvd_log_notice("received signal %u, stopping", si.ssi_signo);
+        hvd_log_notice("received signal %u (%s), stopping", si.ssi_signo, strsignal((int) si.ssi_signo));
         d->stopping = true;
 }
 
-void hvd_daemon_notify(const char *state);
 void hvd_daemon_notify(const char *state) {
+#ifdef HAVE_LIBSYSTEMD
+        (void) sd_notify(0, state);
+#else
         const char *path = getenv("NOTIFY_SOCKET");
         if (!path || !*path)
                 return;
@@ -1674,25 +1737,68 @@ void hvd_daemon_notify(const char *state) {
         (void) sendto(fd, state, strlen(state), MSG_NOSIGNAL, (struct sockaddr *) &sa,
                       (socklen_t) (offsetof(struct sockaddr_un, sun_path) + len));
         close(fd);
+#endif
+}
+
+/* WATCHDOG_USEC (and WATCHDOG_PID, when set, naming this process): ping at
+ * half the interval, as sd_watchdog_enabled(3) advises. */
+static uint64_t watchdog_interval(void) {
+        const char *s = getenv("WATCHDOG_USEC"), *pid = getenv("WATCHDOG_PID");
+        if (!s || !*s)
+                return 0;
+        if (pid && *pid && strtol(pid, NULL, 10) != (long) getpid())
+                return 0;
+        char *end;
+        errno = 0;
+        unsigned long long v = strtoull(s, &end, 10);
+        if (errno || *end || v == 0) {
+                hvd_log_warning("ignoring WATCHDOG_USEC='%s': not a positive number", s);
+                return 0;
+        }
+        return v / 2 ? v / 2 : 1;
+}
+
+/* STATUS= for systemctl status, sent when the counts change. */
+static void notify_status(hvd_daemon_t *d) {
+        size_t nj = hvd_strmap_size(d->jobs), nw = hvd_strmap_size(d->workers);
+        if (nj == d->status_jobs && nw == d->status_workers)
+                return;
+        d->status_jobs = nj;
+        d->status_workers = nw;
+        char st[PATH_MAX + 128];
+        snprintf(st, sizeof st, "STATUS=Serving %zu job%s, %zu worker%s on %s", nj, nj == 1 ? "" : "s", nw,
+                 nw == 1 ? "" : "s", d->worker_ep + 6);
+        hvd_daemon_notify(st);
 }
 
 int hvd_daemon_run(hvd_daemon_t *d) {
+        /* the sockets were bound (and listen) in hvd_daemon_new: workers can connect now */
         if (d->cfg.notify) {
                 char st[PATH_MAX + 64];
-                snprintf(st, sizeof st, "READY=1\nSTATUS=Serving workers on %s", d->worker_ep);
+                snprintf(st, sizeof st, "READY=1\nSTATUS=Serving 0 jobs, 0 workers on %s", d->worker_ep + 6);
                 hvd_daemon_notify(st);
+                d->watchdog_usec = watchdog_interval();
+                if (d->watchdog_usec) {
+                        hvd_daemon_notify("WATCHDOG=1");
+                        d->next_watchdog = hvd_now_usec() + d->watchdog_usec;
+                }
         }
         hvd_log_notice("hvd-coordinatord %s ready on %s", PACKAGE_VERSION, d->worker_ep);
         d->next_housekeeping = UINT64_MAX;
         while (!d->stopping) {
                 before_sleep(d);
+                if (d->cfg.notify)
+                        notify_status(d);
                 int r = build_poll_items(d);
                 if (r < 0)
                         return hvd_log_error(r, "Cannot build the poll set");
                 uint64_t now = hvd_now_usec();
                 long timeout = -1;
-                if (d->next_housekeeping != UINT64_MAX)
-                        timeout = d->next_housekeeping <= now ? 0 : (long) ((d->next_housekeeping - now + 999) / 1000);
+                uint64_t wake = d->next_housekeeping;
+                if (d->watchdog_usec && d->next_watchdog < wake)
+                        wake = d->next_watchdog;
+                if (wake != UINT64_MAX)
+                        timeout = wake <= now ? 0 : (long) ((wake - now + 999) / 1000);
                 int n = zmq_poll(d->items, (int) d->n_items, timeout);
                 if (n < 0) {
                         if (zmq_errno() == EINTR)
@@ -1728,9 +1834,18 @@ int hvd_daemon_run(hvd_daemon_t *d) {
                 now = hvd_now_usec();
                 if (now >= d->next_housekeeping)
                         housekeeping(d, now);
+                if (d->watchdog_usec && now >= d->next_watchdog) {
+                        hvd_daemon_notify("WATCHDOG=1");
+                        d->next_watchdog = now + d->watchdog_usec;
+                }
         }
-        if (d->cfg.notify)
-                hvd_daemon_notify("STOPPING=1\nSTATUS=Stopping");
+        if (d->cfg.notify) {
+                char st[128];
+                size_t nj = hvd_strmap_size(d->jobs);
+                snprintf(st, sizeof st, "STOPPING=1\nSTATUS=Stopping: telling %zu job%s, removing the sockets", nj,
+                         nj == 1 ? "" : "s");
+                hvd_daemon_notify(st);
+        }
         return 0;
 }
 

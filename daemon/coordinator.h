@@ -5,6 +5,7 @@
 #define HVD_COORDINATOR_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #include "conf.h"
@@ -28,6 +29,22 @@ void hvd_daemon_stop(hvd_daemon_t *d);
 /* Aborts every job (workers are told), unbinds, removes sockets and the
  * lock file. NULL-safe; sets *d = NULL. */
 void hvd_daemon_destroy(hvd_daemon_t **d);
+
+/* Reading the settings afresh on SIGHUP: load fills *cfg (initialised by
+ * the caller's own defaults, file and flags) and returns 0, or < 0 with a
+ * readable message naming the offending line in msg. */
+typedef int (*hvd_daemon_load_fn)(hvd_daemon_config_t *cfg, char *msg, size_t msg_len, void *userdata);
+
+/* Sets what SIGHUP reloads (without it, SIGHUP only logs). userdata is
+ * borrowed and must outlive the daemon. */
+void hvd_daemon_set_reload(hvd_daemon_t *d, hvd_daemon_load_fn load, void *userdata);
+
+/* Applies the keys of cfg that can change live (log_level, the defaults
+ * given to new jobs, timeouts, limits; see hvd.conf(5)) and logs each
+ * change; a changed key that needs a restart (runtime_dir, peer_listen,
+ * socket_group, socket_mode, max_message_size) keeps its value and gets a
+ * warning naming it. Returns the number of keys applied. Reactor thread. */
+int hvd_daemon_reload(hvd_daemon_t *d, const hvd_daemon_config_t *cfg);
 
 /* The ipc endpoints, e.g. "ipc:///run/hvd/worker.sock". Borrowed. */
 const char *hvd_daemon_worker_endpoint(const hvd_daemon_t *d);

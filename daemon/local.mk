@@ -3,8 +3,10 @@
 noinst_LTLIBRARIES += daemon/libhvddaemon.la
 daemon_libhvddaemon_la_SOURCES = \
 	daemon/coordinator.c daemon/coordinator.h
-daemon_libhvddaemon_la_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
-daemon_libhvddaemon_la_LIBADD = common/libhvdcommon.la
+# sd_notify comes from libsystemd when configure found it; the daemon
+# speaks the notify protocol itself otherwise.
+daemon_libhvddaemon_la_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS) $(SYSTEMD_CFLAGS)
+daemon_libhvddaemon_la_LIBADD = common/libhvdcommon.la $(SYSTEMD_LIBS)
 
 sbin_PROGRAMS += daemon/hvd-coordinatord
 daemon_hvd_coordinatord_SOURCES = daemon/main.c

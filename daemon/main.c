@@ -2,6 +2,7 @@
  * loop → STOPPING=1 → cleanup. All the work is in coordinator.c. */
 #include "config.h"
 
+#include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,8 +37,45 @@ static void help(void) {
                "                            RUNTIME_DIR/peer.endpoint)\n"
                "      --peer-timeout T      A silent peer daemon is lost after T (default 10s)\n"
                "  -h, --help                Show this help\n"
-               "  -V, --version             Show the version\n",
+               "  -V, --version             Show the version\n"
+               "\n"
+               "SIGHUP reads the configuration file again and applies what can change\n"
+               "while running; SIGTERM stops gracefully. See hvd-coordinatord(8) and\n"
+               "hvd.conf(5).\n",
                HVD_DEFAULT_CONFIG_FILE, HVD_DEFAULT_RUNTIME_DIR);
+}
+
+/* What the settings come from: the configuration file, then the flags.
+ * Kept for SIGHUP, which reads them again. */
+typedef struct {
+        const char *config_path; /* NULL: the default file, if it exists */
+        struct {
+                const char *key, *value, *flag;
+        } overrides[64];
+        size_t n_over;
+} settings_t;
+
+static int load_settings(hvd_daemon_config_t *ret, char *msg, size_t msg_len, void *userdata) {
+        const settings_t *st = userdata;
+        hvd_daemon_config_t cfg;
+        hvd_daemon_config_init(&cfg);
+        const char *path = st->config_path ? st->config_path : HVD_DEFAULT_CONFIG_FILE;
+        if (st->config_path || access(path, F_OK) == 0) {
+                int r = hvd_daemon_config_load(&cfg, path, NULL, msg, msg_len);
+                if (r < 0)
+                        return r;
+        }
+        for (size_t i = 0; i < st->n_over; i++) {
+                const char *why = NULL;
+                int r = hvd_daemon_config_set(&cfg, st->overrides[i].key, st->overrides[i].value, &why);
+                if (r < 0) {
+                        snprintf(msg, msg_len, "invalid value '%s' for --%s: expected %s", st->overrides[i].value,
+                                 st->overrides[i].flag, why ? why : "a valid value");
+                        return -EINVAL;
+                }
+        }
+        *ret = cfg;
+        return 0;
 }
 
 int main(int argc, char **argv) {
@@ -57,35 +95,41 @@ int main(int argc, char **argv) {
                 { "version", no_argument, NULL, 'V' },
                 {},
         };
-        const char *config_path = NULL;
+        static settings_t st;
         bool check_only = false;
-        struct {
-                const char *key, *value;
-        } overrides[64];
-        size_t n_over = 0;
-        int c;
+        int c, opt_index = 0;
 
         hvd_log_set_ident("hvd-coordinatord");
-        while ((c = getopt_long(argc, argv, "fc:r:l:hV", opts, NULL)) >= 0) {
-                if (n_over >= ELEMENTSOF(overrides)) {
-                        fprintf(stderr, "hvd-coordinatord: too many options\n");
-                        return 2;
-                }
+        while ((c = getopt_long(argc, argv, "fc:r:l:hV", opts, &opt_index)) >= 0) {
+                const char *key = NULL;
                 switch (c) {
                 case 'f': break;
-                case 'c': config_path = optarg; break;
+                case 'c': st.config_path = optarg; break;
                 case OPT_CHECK: check_only = true; break;
-                case 'r': overrides[n_over].key = "runtime_dir"; overrides[n_over++].value = optarg; break;
-                case 'l': overrides[n_over].key = "log_level"; overrides[n_over++].value = optarg; break;
-                case OPT_FUSION: overrides[n_over].key = "fusion_threshold"; overrides[n_over++].value = optarg; break;
-                case OPT_CYCLE: overrides[n_over].key = "cycle_time"; overrides[n_over++].value = optarg; break;
-                case OPT_START: overrides[n_over].key = "start_timeout"; overrides[n_over++].value = optarg; break;
-                case OPT_PEER: overrides[n_over].key = "peer_listen"; overrides[n_over++].value = optarg; break;
-                case OPT_PEER_TIMEOUT: overrides[n_over].key = "peer_timeout"; overrides[n_over++].value = optarg; break;
+                case 'r': key = "runtime_dir"; break;
+                case 'l': key = "log_level"; break;
+                case OPT_FUSION: key = "fusion_threshold"; break;
+                case OPT_CYCLE: key = "cycle_time"; break;
+                case OPT_START: key = "start_timeout"; break;
+                case OPT_PEER: key = "peer_listen"; break;
+                case OPT_PEER_TIMEOUT: key = "peer_timeout"; break;
                 case 'h': help(); return 0;
                 case 'V': printf("hvd-coordinatord %s\n", PACKAGE_VERSION); return 0;
                 default: fprintf(stderr, "Try 'hvd-coordinatord --help'.\n"); return 2;
                 }
+                if (!key)
+                        continue;
+                if (st.n_over >= ELEMENTSOF(st.overrides)) {
+                        fprintf(stderr, "hvd-coordinatord: too many options\n");
+                        return 2;
+                }
+                st.overrides[st.n_over].key = key;
+                st.overrides[st.n_over].value = optarg;
+                /* the flag's long name, for messages */
+                for (const struct option *o = opts; o->name; o++)
+                        if (o->val == c)
+                                st.overrides[st.n_over].flag = o->name;
+                st.n_over++;
         }
         if (optind < argc) {
                 fprintf(stderr, "hvd-coordinatord: unexpected argument '%s'\n", argv[optind]);
@@ -93,27 +137,14 @@ int main(int argc, char **argv) {
         }
 
         hvd_daemon_config_t cfg;
-        hvd_daemon_config_init(&cfg);
-        const char *path = config_path ? config_path : HVD_DEFAULT_CONFIG_FILE;
-        if (config_path || access(path, F_OK) == 0) {
-                unsigned line = 0;
-                char msg[1024];
-                int r = hvd_daemon_config_load(&cfg, path, &line, msg, sizeof msg);
-                if (r < 0) {
-                        fprintf(stderr, "hvd-coordinatord: %s\n", msg);
-                        return 1;
-                }
-        }
-        for (size_t i = 0; i < n_over; i++) {
-                const char *why = NULL;
-                if (hvd_daemon_config_set(&cfg, overrides[i].key, overrides[i].value, &why) < 0) {
-                        fprintf(stderr, "hvd-coordinatord: invalid value '%s' for --%s: expected %s\n",
-                                overrides[i].value, overrides[i].key, why ? why : "a valid value");
-                        return 2;
-                }
+        char msg[1024] = "";
+        int r = load_settings(&cfg, msg, sizeof msg, &st);
+        if (r < 0) {
+                fprintf(stderr, "hvd-coordinatord: %s\n", msg);
+                return strncmp(msg, "invalid value", 13) == 0 ? 2 : 1;
         }
         if (check_only) {
-                printf("%s: configuration OK\n", path);
+                printf("%s: configuration OK\n", st.config_path ? st.config_path : HVD_DEFAULT_CONFIG_FILE);
                 return 0;
         }
         hvd_log_max_level = cfg.log_level;
@@ -121,9 +152,10 @@ int main(int argc, char **argv) {
         cfg.notify = true;
 
         hvd_daemon_t *d = NULL;
-        int r = hvd_daemon_new(&cfg, &d);
+        r = hvd_daemon_new(&cfg, &d);
         if (r < 0)
                 return 1;
+        hvd_daemon_set_reload(d, load_settings, &st);
         r = hvd_daemon_run(d);
         hvd_daemon_destroy(&d);
         return r < 0 ? 1 : 0;

@@ -338,6 +338,74 @@ START_TEST(test_conf_getenv) {
 }
 END_TEST
 
+typedef struct {
+        char seen[512];
+        unsigned n_live, n_fixed;
+} changes_t;
+
+static void record_change(const char *key, bool live, const hvd_daemon_config_t *cur,
+                          const hvd_daemon_config_t *next, void *userdata) {
+        changes_t *c = userdata;
+        char was[64], now[64];
+        ck_assert_int_eq(hvd_daemon_config_format(cur, key, was, sizeof was), 0);
+        ck_assert_int_eq(hvd_daemon_config_format(next, key, now, sizeof now), 0);
+        size_t o = strlen(c->seen);
+        snprintf(c->seen + o, sizeof c->seen - o, "%s%s:%s->%s:%s", o ? " " : "", key, was, now,
+                 live ? "live" : "restart");
+        live ? c->n_live++ : c->n_fixed++;
+}
+
+START_TEST(test_conf_apply_live) {
+        /* the live keys change, the others keep their value and are reported */
+        hvd_daemon_config_t cur, next, before;
+        hvd_daemon_config_init(&cur);
+        before = next = cur;
+        ck_assert_int_eq(hvd_daemon_config_set(&next, "log_level", "debug", NULL), 0);
+        ck_assert_int_eq(hvd_daemon_config_set(&next, "fusion_threshold", "8M", NULL), 0);
+        ck_assert_int_eq(hvd_daemon_config_set(&next, "start_timeout", "90s", NULL), 0);
+        ck_assert_int_eq(hvd_daemon_config_set(&next, "runtime_dir", "/tmp/elsewhere", NULL), 0);
+        ck_assert_int_eq(hvd_daemon_config_set(&next, "socket_mode", "0600", NULL), 0);
+        changes_t c = { "", 0, 0 };
+        ck_assert_uint_eq(hvd_daemon_config_apply_live(&cur, &next, record_change, &c), 5);
+        ck_assert_str_eq(c.seen, "runtime_dir:/run/hvd->/tmp/elsewhere:restart log_level:notice->debug:live "
+                                 "fusion_threshold:64M->8M:live start_timeout:30s->90s:live "
+                                 "socket_mode:0660->0600:restart");
+        ck_assert_uint_eq(c.n_live, 3);
+        ck_assert_uint_eq(c.n_fixed, 2);
+        ck_assert_int_eq(cur.log_level, LOG_DEBUG);
+        ck_assert_uint_eq(cur.fusion_threshold_bytes, 8u << 20);
+        ck_assert_uint_eq(cur.start_timeout_usec, 90 * USEC_PER_SEC);
+        ck_assert_str_eq(cur.runtime_dir, before.runtime_dir);
+        ck_assert_uint_eq(cur.socket_mode, 0660);
+        /* nothing differs the second time but the restart-only keys */
+        memset(&c, 0, sizeof c);
+        ck_assert_uint_eq(hvd_daemon_config_apply_live(&cur, &next, NULL, NULL), 2);
+        /* every key has a name, and the table knows which are live */
+        size_t n = hvd_daemon_config_key_count(), live = 0;
+        ck_assert_uint_ge(n, 14);
+        for (size_t i = 0; i < n; i++) {
+                bool l = false;
+                const char *k = hvd_daemon_config_key(i, &l);
+                ck_assert_ptr_nonnull(k);
+                char buf[PATH_MAX];
+                ck_assert_int_eq(hvd_daemon_config_format(&cur, k, buf, sizeof buf), 0);
+                live += l;
+        }
+        ck_assert_ptr_null(hvd_daemon_config_key(n, NULL));
+        ck_assert_uint_gt(live, 0);
+        ck_assert_uint_lt(live, n);
+        char buf[32];
+        ck_assert_int_eq(hvd_daemon_config_format(&cur, "no_such_key", buf, sizeof buf), -ENOENT);
+        /* formatting round-trips through the parser */
+        ck_assert_int_eq(hvd_daemon_config_set(&next, "cycle_time", "2500us", NULL), 0);
+        ck_assert_int_eq(hvd_daemon_config_format(&next, "cycle_time", buf, sizeof buf), 0);
+        ck_assert_str_eq(buf, "2500us");
+        ck_assert_int_eq(hvd_daemon_config_set(&next, "collective_timeout", "2min", NULL), 0);
+        ck_assert_int_eq(hvd_daemon_config_format(&next, "collective_timeout", buf, sizeof buf), 0);
+        ck_assert_str_eq(buf, "2min");
+}
+END_TEST
+
 static Suite *conf_suite(void) {
         Suite *s = suite_create("conf");
         TCase *tc = tcase_create("parse");
@@ -354,6 +422,7 @@ static Suite *conf_suite(void) {
         tc = tcase_create("file");
         tcase_add_test(tc, test_conf_load_good);
         tcase_add_test(tc, test_conf_load_errors);
+        tcase_add_test(tc, test_conf_apply_live);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -17,6 +17,7 @@ include %D%/reduce.mk
 include %D%/unit.mk
 include %D%/integration.mk
 include %D%/tools.mk
+include %D%/service.mk
 include %D%/python.mk
 include %D%/gpu.mk
 
