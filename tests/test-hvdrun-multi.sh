@@ -168,7 +168,7 @@ wait "$hp"
 rc=$?
 t=$(($(now_ms) - t0))
 [ $rc -eq 130 ] || fail "remote SIGINT: hvdrun returned $rc, expected 130"
-[ $t -lt 4000 ] || fail "remote SIGINT: took $t ms"
+[ $t -lt 10000 ] || fail "remote SIGINT: took $t ms (the workers sleep 60 s)"
 sleep 0.2
 assert_no_workers "remote SIGINT"
 ok "SIGINT stops the remote ranks and their children ($t ms)"
@@ -242,7 +242,7 @@ wait "$hp"
 rc=$?
 t=$(($(now_ms) - t0))
 [ $rc -eq 130 ] || fail "emulated SIGINT: hvdrun returned $rc, expected 130"
-[ $t -lt 3000 ] || fail "emulated SIGINT: took $t ms"
+[ $t -lt 10000 ] || fail "emulated SIGINT: took $t ms"
 assert_no_workers "emulated SIGINT"
 assert_tmpdir_empty "emulated SIGINT"
 ok "SIGINT stops every emulated host's workers and removes every private directory (exit 130, $t ms)"
