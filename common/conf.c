@@ -31,6 +31,7 @@ void hvd_daemon_config_init(hvd_daemon_config_t *cfg) {
                 .socket_mode = 0660,
                 .peer_listen = "",
                 .peer_timeout_usec = 10 * USEC_PER_SEC,
+                .metrics_listen = "",
                 .handle_signals = false,
                 .notify = false,
         };
@@ -160,7 +161,55 @@ static const key_def_t keys[] = {
         { "peer_listen", T_STRING, OFF(peer_listen), 256, 0, 0, "a ZeroMQ endpoint such as tcp://10.0.0.1:7100" },
         { "peer_timeout", T_USEC_SEC, OFF(peer_timeout_usec), 0, 500 * USEC_PER_MSEC, 3600 * USEC_PER_SEC,
           "a duration such as 10s (plain numbers are seconds)" },
+        { "metrics_listen", T_STRING, OFF(metrics_listen), 256, 0, 0,
+          "ADDRESS:PORT such as 127.0.0.1:9464 (empty = no HTTP listener)" },
 };
+
+static void format_usec(uint64_t v, char *buf, size_t len) {
+        if (v && v % USEC_PER_SEC == 0)
+                snprintf(buf, len, "%" PRIu64 "s", v / USEC_PER_SEC);
+        else if (v && v % USEC_PER_MSEC == 0)
+                snprintf(buf, len, "%" PRIu64 "ms", v / USEC_PER_MSEC);
+        else
+                snprintf(buf, len, "%" PRIu64 "us", v);
+}
+
+bool hvd_daemon_config_get(const hvd_daemon_config_t *cfg, size_t i, const char **key, char *buf,
+                           size_t len) {
+        if (i >= ELEMENTSOF(keys))
+                return false;
+        const key_def_t *k = &keys[i];
+        const char *field = (const char *) cfg + k->offset;
+        uint64_t v = 0;
+        *key = k->key;
+        switch (k->type) {
+        case T_STRING: snprintf(buf, len, "%s", field); break;
+        case T_LEVEL: snprintf(buf, len, "%s", hvd_log_level_to_string(*(const int *) field)); break;
+        case T_BOOL: snprintf(buf, len, "%s", *(const bool *) field ? "yes" : "no"); break;
+        case T_U32: snprintf(buf, len, "%" PRIu32, *(const uint32_t *) field); break;
+        case T_MODE: snprintf(buf, len, "%04" PRIo32, *(const uint32_t *) field); break;
+        case T_SIZE: {
+                static const char sfx[] = "KMG";
+                memcpy(&v, field, sizeof v);
+                int u = -1;
+                while (u < 2 && v && v % 1024 == 0) {
+                        v /= 1024;
+                        u++;
+                }
+                if (u < 0)
+                        snprintf(buf, len, "%" PRIu64, v);
+                else
+                        snprintf(buf, len, "%" PRIu64 "%c", v, sfx[u]);
+                break;
+        }
+        case T_USEC_SEC:
+        case T_USEC_MS:
+                memcpy(&v, field, sizeof v);
+                format_usec(v, buf, len);
+                break;
+        }
+        return true;
+}
 
 int hvd_daemon_config_set(hvd_daemon_config_t *cfg, const char *key, const char *value,
                           const char **why) {
