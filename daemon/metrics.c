@@ -180,6 +180,11 @@ typedef struct conn {
         char *out; /* the whole response, malloc'd */
         size_t out_len, out_off;
         uint64_t deadline;
+        /* response sent and write side shut: read what the client still
+         * sends until it closes, so that closing with unread data does not
+         * reset the connection before the client has read the response */
+        bool draining;
+        size_t drained;
 } conn_t;
 
 struct hvd_http {
@@ -199,7 +204,8 @@ static void conn_close(conn_t *c) {
         free(c->out);
         c->fd = -1;
         c->out = NULL;
-        c->in_len = c->out_len = c->out_off = 0;
+        c->in_len = c->out_len = c->out_off = c->drained = 0;
+        c->draining = false;
 }
 
 int hvd_http_new(const char *address, hvd_http_render_fn render, void *userdata, hvd_metrics_t *m,
@@ -401,6 +407,22 @@ static void conn_read(hvd_http_t *h, conn_t *c) {
         }
 }
 
+#define DRAIN_MAX (1 << 20)
+#define DRAIN_USEC (2 * USEC_PER_SEC)
+
+static void conn_drain(conn_t *c) {
+        char buf[4096];
+        for (;;) {
+                ssize_t k = read(c->fd, buf, sizeof buf);
+                if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR))
+                        return;
+                if (k <= 0 || (c->drained += (size_t) k) > DRAIN_MAX) {
+                        conn_close(c);
+                        return;
+                }
+        }
+}
+
 static void conn_write(conn_t *c) {
         while (c->out_off < c->out_len) {
                 ssize_t k = send(c->fd, c->out + c->out_off, c->out_len - c->out_off, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -411,9 +433,16 @@ static void conn_write(conn_t *c) {
                 }
                 c->out_off += (size_t) k;
         }
-        /* all sent (or the client is gone): the close ends the response */
+        /* all sent (or the client is gone): the end of the stream ends the
+         * response; then wait for the client's close */
         shutdown(c->fd, SHUT_WR);
-        conn_close(c);
+        free(c->out);
+        c->out = NULL;
+        c->draining = true;
+        uint64_t limit = hvd_now_usec() + DRAIN_USEC;
+        if (limit < c->deadline)
+                c->deadline = limit;
+        conn_drain(c);
 }
 
 static void accept_all(hvd_http_t *h, uint64_t now) {
@@ -452,6 +481,10 @@ void hvd_http_dispatch(hvd_http_t *h, const zmq_pollitem_t *items, size_t n, uin
                         continue;
                 if (items[i].revents & ZMQ_POLLERR) {
                         conn_close(c);
+                        continue;
+                }
+                if (c->draining) {
+                        conn_drain(c);
                         continue;
                 }
                 if (!c->out)
