@@ -168,7 +168,10 @@ n=$(grep -c "^$job " "$tmp/watch.out")
 grep -q $'\033' "$tmp/watch.out" && fail "--watch cleared a screen that is not a terminal"
 "$hvdctl" -r "$tmp/a" job "$job" --json -w 0.2 >"$tmp/watch.json" 2>&1 &
 wp=$!
-sleep 1
+for _ in $(seq 200); do
+        [ "$(grep -c '"job_id"' "$tmp/watch.json")" -ge 2 ] && break
+        sleep 0.05
+done
 kill -INT $wp
 wait $wp || fail "--watch job --json: exit $?"
 "$PY" -c '

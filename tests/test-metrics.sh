@@ -203,12 +203,12 @@ s.close()
 print("ok - oversized request: 431; garbage: 400; a request in pieces: 200")
 
 # idle connections do not block others; beyond the limit (16), 503; they expire
-time.sleep(0.3)  # the connections above are closed by now
-idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(14)]
+time.sleep(0.3)  # the connections above are closed by now (a few may linger: 12 + 3 < 16)
+idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(12)]
 t0 = time.time()
 st, _, _ = get("/metrics")
 assert st == 200, st
-extra = [socket.create_connection((host, int(port)), timeout=10) for _ in range(5)]
+extra = [socket.create_connection((host, int(port)), timeout=10) for _ in range(8)]
 refused = 0
 for s in extra:
     s.settimeout(1)
@@ -223,7 +223,7 @@ for s in idle[1:] + extra:
 time.sleep(0.2)
 st, _, _ = get("/metrics")
 assert st == 200, st
-print("ok - 14 idle connections do not block a scrape; surplus ones get 503")
+print("ok - 12 idle connections do not block a scrape; surplus ones get 503")
 # an idle connection is closed after its deadline (5 s)
 t0 = time.time()
 idle[0].settimeout(20)
