@@ -129,6 +129,7 @@ static struct {
         uint64_t last_send_usec;
         pending_msg_t *held_head, *held_tail;
         uint64_t next_seq;
+        uint64_t done_seq, busy_usec; /* for the daemon's status, sent with readiness */
         char data_addr[HVD_WIRE_MAX_HOST + 9];
         int listen_fd;
         int daemon_pidfd; /* readable when the coordinator exits */
@@ -383,6 +384,8 @@ static int send_ready(entry_t **batch, size_t n) {
         ready.requests = rp;
         ready.n_cached = n_cached;
         ready.cached = cached;
+        ready.done_seq = G.done_seq;
+        ready.busy_usec = G.busy_usec;
         env.body_case = HVD__ENVELOPE__BODY_READY;
         env.ready = &ready;
         if (G.solo)
@@ -679,8 +682,12 @@ static void handle_message(Hvd__Envelope *env) {
         char reason[ERRLEN + 64];
         switch (env->body_case) {
         case HVD__ENVELOPE__BODY_SCHEDULE:
-                if (!G.abort_code)
+                if (!G.abort_code) {
+                        uint64_t t0 = hvd_now_usec();
                         execute_schedule(env->schedule);
+                        G.busy_usec += hvd_now_usec() - t0;
+                        G.done_seq = env->schedule->seq;
+                }
                 break;
         case HVD__ENVELOPE__BODY_ABORT:
                 snprintf(reason, sizeof reason, "job aborted: %s", env->abort->reason);
@@ -1299,6 +1306,7 @@ int hvd_init(void) {
         G.abort_reason[0] = 0;
         G.stop = false;
         G.next_seq = 1;
+        G.done_seq = G.busy_usec = 0;
         G.last_send_usec = 0;
         int r;
         if (!G.inflight || !G.known || G.wake_fd < 0 || !G.zctx) {

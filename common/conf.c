@@ -31,6 +31,7 @@ void hvd_daemon_config_init(hvd_daemon_config_t *cfg) {
                 .socket_mode = 0660,
                 .peer_listen = "",
                 .peer_timeout_usec = 10 * USEC_PER_SEC,
+                .metrics_listen = "",
                 .handle_signals = false,
                 .notify = false,
         };
@@ -161,6 +162,8 @@ static const key_def_t keys[] = {
         { "peer_listen", T_STRING, OFF(peer_listen), 256, 0, 0, "a ZeroMQ endpoint such as tcp://10.0.0.1:7100", false },
         { "peer_timeout", T_USEC_SEC, OFF(peer_timeout_usec), 0, 500 * USEC_PER_MSEC, 3600 * USEC_PER_SEC,
           "a duration such as 10s (plain numbers are seconds)", true },
+        { "metrics_listen", T_STRING, OFF(metrics_listen), 256, 0, 0,
+          "ADDRESS:PORT such as 127.0.0.1:9464 (empty = no HTTP listener)", false },
 };
 
 int hvd_daemon_config_set(hvd_daemon_config_t *cfg, const char *key, const char *value,
@@ -340,6 +343,14 @@ int hvd_daemon_config_format(const hvd_daemon_config_t *cfg, const char *key, ch
                 return 0;
         }
         return -ENOENT;
+}
+
+bool hvd_daemon_config_get(const hvd_daemon_config_t *cfg, size_t i, const char **key, char *buf,
+                           size_t len) {
+        if (i >= ELEMENTSOF(keys))
+                return false;
+        *key = keys[i].key;
+        return hvd_daemon_config_format(cfg, keys[i].key, buf, len) == 0;
 }
 
 size_t hvd_daemon_config_key_count(void) {

@@ -30,6 +30,7 @@ typedef struct hvd_daemon_config {
         uint32_t socket_mode;              /* worker.sock / control.sock mode, 0660 */
         char peer_listen[256];             /* tcp endpoint other daemons reach ("" = none) */
         uint64_t peer_timeout_usec;        /* a silent peer daemon is lost after this */
+        char metrics_listen[256];          /* HTTP /metrics listener "ADDR:PORT" ("" = off) */
         bool handle_signals;               /* SIGTERM/SIGINT/SIGHUP through signalfd */
         bool notify;                       /* speak sd_notify if NOTIFY_SOCKET is set */
 } hvd_daemon_config_t;
@@ -40,6 +41,12 @@ void hvd_daemon_config_init(hvd_daemon_config_t *cfg);
  * key, -EINVAL for a bad value (*why, if given, says what is expected). */
 int hvd_daemon_config_set(hvd_daemon_config_t *cfg, const char *key, const char *value,
                           const char **why);
+
+/* The i-th key of the table (i from 0) and its value in cfg, written as
+ * the configuration file would have it, into buf. Returns false past the
+ * last key. *key is static. */
+bool hvd_daemon_config_get(const hvd_daemon_config_t *cfg, size_t i, const char **key, char *buf,
+                           size_t len);
 
 /* Loads a key = value file; '#' comments. On error returns < 0 and, when
  * err_line is given, the 1-based offending line number; err_msg (size

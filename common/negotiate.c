@@ -67,6 +67,8 @@ struct hvd_negotiator {
         bool join_done;
         bool timeline; /* record when each rank becomes ready */
         hvd_negotiator_stats_t stats;
+        void (*observe)(void *userdata, uint64_t wait_usec);
+        void *observe_data;
 };
 
 static const char *op_name(uint32_t op) {
@@ -302,6 +304,7 @@ int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *
                 snprintf(err, err_len, "rank %u out of range", rank);
                 return HVD_EPROTO;
         }
+        n->stats.requests += ready->n_requests + ready->n_cached;
         for (size_t i = 0; i < ready->n_requests; i++) {
                 const Hvd__Request *q = ready->requests[i];
                 int r;
@@ -667,6 +670,7 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
         s->join_done_last_rank = -1;
 
         uint32_t cnt = n->n_ready_list;
+        uint64_t now = hvd_now_usec();
         hvd_fusion_item_t *items = calloc(cnt ? cnt : 1, sizeof *items);
         uint32_t *ok_ids = calloc(cnt ? cnt : 1, sizeof *ok_ids);
         uint32_t *op_of = calloc(cnt ? cnt : 1, sizeof *op_of);
@@ -682,6 +686,10 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
                 char msg[1024];
                 int c = check_consistent(n, t, ref, msg, sizeof msg);
                 n->stats.tensors_negotiated++;
+                uint64_t wait = now > t->first_ready_usec ? now - t->first_ready_usec : 0;
+                n->stats.negotiation_usec += wait;
+                if (n->observe)
+                        n->observe(n->observe_data, wait);
                 if (c < 0) {
                         if (add_error(s, t, c, msg) < 0)
                                 goto out;
@@ -835,6 +843,20 @@ bool hvd_negotiator_rank_has_pending(const hvd_negotiator_t *n, uint32_t rank) {
         return false;
 }
 
+uint32_t hvd_negotiator_rank_pending(const hvd_negotiator_t *n, uint32_t rank) {
+        uint32_t c = 0;
+        for (uint32_t i = 0; n && rank < n->size && i < n->n_tensors; i++)
+                if (n->tensors[i] && n->tensors[i]->ready[rank] && !n->tensors[i]->queued)
+                        c++;
+        return c;
+}
+
+void hvd_negotiator_set_observer(hvd_negotiator_t *n, void (*fn)(void *userdata, uint64_t wait_usec),
+                                 void *userdata) {
+        n->observe = fn;
+        n->observe_data = userdata;
+}
+
 bool hvd_negotiator_any_pending(const hvd_negotiator_t *n) {
         for (uint32_t i = 0; i < n->n_tensors; i++)
                 if (n->tensors[i] && n->tensors[i]->n_ready)
@@ -848,6 +870,10 @@ void hvd_negotiator_set_timeline(hvd_negotiator_t *n, bool on) {
 }
 
 void hvd_negotiator_get_stats(const hvd_negotiator_t *n, hvd_negotiator_stats_t *st) {
+        if (!n) {
+                *st = (hvd_negotiator_stats_t){ 0 };
+                return;
+        }
         *st = n->stats;
         st->joined = n->n_joined;
         st->n_tensors = n->n_tensors - n->n_free;

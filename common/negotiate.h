@@ -21,6 +21,8 @@ typedef struct hvd_negotiator_stats {
         uint64_t bytes_scheduled;      /* payload bytes per rank of scheduled ops */
         uint64_t schedules;
         uint64_t cache_hits;           /* requests that came as cached ids */
+        uint64_t requests;             /* requests, by name or cached id */
+        uint64_t negotiation_usec;     /* summed over scheduled tensors: first readiness to schedule */
         uint32_t joined;
         uint32_t n_tensors;            /* rows in the table */
 } hvd_negotiator_stats_t;
@@ -62,6 +64,15 @@ bool hvd_negotiator_any_pending(const hvd_negotiator_t *n);
  * rank 0's timeline. Off by default: the normal path records nothing. */
 void hvd_negotiator_set_timeline(hvd_negotiator_t *n, bool on);
 
+/* Tensors rank submitted that wait for other ranks. O(table size). */
+uint32_t hvd_negotiator_rank_pending(const hvd_negotiator_t *n, uint32_t rank);
+
+/* fn is called once per scheduled tensor with the time from its first
+ * readiness to its schedule (for latency histograms). fn may be NULL. */
+void hvd_negotiator_set_observer(hvd_negotiator_t *n, void (*fn)(void *userdata, uint64_t wait_usec),
+                                 void *userdata);
+
+/* n may be NULL (all zero). */
 void hvd_negotiator_get_stats(const hvd_negotiator_t *n, hvd_negotiator_stats_t *st);
 
 /* Entry and error id of a tensor that is not cached (sent by name only). */

@@ -372,6 +372,15 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                         return fail(err, err_len, "timeline: start without a file");
                 return 0;
         }
+        case HVD__ENVELOPE__BODY_LOG_LEVEL:
+                CHECK_NAME(env->log_level->level, 32, "log level");
+                return 0;
+        case HVD__ENVELOPE__BODY_METRICS_REPLY:
+                /* lines of text: newlines allowed */
+                if (!utf8_valid((const unsigned char *) env->metrics_reply->text))
+                        return fail(err, err_len, "metrics text is not valid UTF-8");
+                return 0;
+        case HVD__ENVELOPE__BODY_METRICS_REQUEST:
         case HVD__ENVELOPE__BODY_DONE:
         case HVD__ENVELOPE__BODY_GOODBYE:
         case HVD__ENVELOPE__BODY_STATUS:

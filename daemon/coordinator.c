@@ -41,6 +41,7 @@
 #include "coordinator.h"
 #include "hvd.h"
 #include "log.h"
+#include "metrics.h"
 #include "negotiate.h"
 #include "strmap.h"
 #include "util.h"
@@ -78,6 +79,7 @@ typedef struct node {
         uint8_t id[256]; /* routing id on the peer socket */
         size_t id_len;
         uint64_t last_heard_usec;
+        uint64_t rtt_usec; /* as the node measured it (Ping.rtt_usec) */
         uint32_t n_ranks;
 } node_t;
 
@@ -92,7 +94,18 @@ typedef struct worker {
         char data_addr[HVD_WIRE_MAX_HOST + 9];
         bool goodbye; /* said goodbye: its exit is expected */
         bool exited;
+        uint64_t done_seq, busy_usec; /* as it reported with its readiness */
 } worker_t;
+
+/* Per rank, for status: when its readiness last came (root: every rank;
+ * otherwise: the local ones). */
+typedef struct rstat {
+        uint64_t last_seen_usec, readies;
+} rstat_t;
+
+/* Bytes scheduled per second over the last THROUGHPUT_SECS seconds: one
+ * slot per second, reused round robin. */
+#define THROUGHPUT_SECS 10
 
 struct job {
         char id[HVD_WIRE_MAX_JOB_ID + 1];
@@ -130,6 +143,8 @@ struct job {
         uint8_t tl_req_id[256]; /* hvdctl waiting for rank 0's timeline answer */
         size_t tl_req_len;
         uint64_t tl_req_deadline;
+        rstat_t *rstat;     /* [size] */
+        uint64_t tp_sec[THROUGHPUT_SECS + 1], tp_bytes[THROUGHPUT_SECS + 1];
 };
 
 struct hvd_daemon {
@@ -157,6 +172,10 @@ struct hvd_daemon {
         uint8_t *item_kind;
         size_t n_items, cap_items, cap_kind;
         char host[HVD_WIRE_MAX_HOST + 1];
+        hvd_metrics_t metrics;
+        hvd_http_t *http;     /* GET /metrics, when metrics_listen is set */
+        size_t http_first;    /* its poll items: [http_first, n_items) */
+        uint64_t wake_usec;   /* when the reactor last woke with work */
 };
 
 /* ---- helpers ---- */
@@ -246,6 +265,7 @@ static void job_abort_ex(hvd_daemon_t *d, job_t *j, bool from_root, int lost_ran
         va_end(ap);
         j->state = JOB_ABORTED;
         j->aborted_usec = hvd_now_usec();
+        d->metrics.jobs_aborted++;
         hvd_log_error(0, "job %s aborted: %s", j->id, j->abort_reason);
         Hvd__Abort ab = HVD__ABORT__INIT;
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
@@ -301,6 +321,7 @@ static void job_free(hvd_daemon_t *d, job_t *j) {
         fwd_clear(j);
         free(j->fwd);
         free(j->departed);
+        free(j->rstat);
         if (j->root)
                 j->root->n_jobs--;
         free(j);
@@ -315,6 +336,8 @@ static void job_set_nccl_id(job_t *j, const ProtobufCBinaryData *id) {
 
 static void job_remove(hvd_daemon_t *d, job_t *j) {
         hvd_log_info("job %s removed (%s)", j->id, job_state_names[j->state]);
+        if (j->state != JOB_ABORTED)
+                d->metrics.jobs_finished++;
         hvd_strmap_remove(d->jobs, j->id, strlen(j->id));
         job_free(d, j);
 }
@@ -586,6 +609,11 @@ typedef struct job_params {
         const char *root_peer;
 } job_params_t;
 
+static void observe_negotiation(void *userdata, uint64_t wait_usec) {
+        hvd_daemon_t *d = userdata;
+        hvd_histogram_observe(&d->metrics.negotiation, wait_usec);
+}
+
 static job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, size_t len) {
         if (hvd_strmap_size(d->jobs) >= d->cfg.max_jobs) {
                 snprintf(err, len, "job %s refused: this daemon already serves max_jobs (%u) jobs", jp->job_id,
@@ -635,7 +663,8 @@ static job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, siz
         j->ranks = calloc(j->size, sizeof *j->ranks);
         j->table = calloc(j->size, sizeof *j->table);
         j->hosts = calloc(cross_size, sizeof *j->hosts);
-        bool ok = j->ranks && j->table && j->hosts;
+        j->rstat = calloc(j->size, sizeof *j->rstat);
+        bool ok = j->ranks && j->table && j->hosts && j->rstat;
         for (uint32_t c = 0; c < cross_size && ok; c++) {
                 char fallback[32];
                 snprintf(fallback, sizeof fallback, "host%u", c);
@@ -658,6 +687,9 @@ static job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, siz
                          jp->job_id, jp->root_peer ? jp->root_peer : "");
                 return NULL;
         }
+        if (j->neg)
+                hvd_negotiator_set_observer(j->neg, observe_negotiation, d);
+        d->metrics.jobs_started++;
         d->next_housekeeping = 0;
         hvd_log_info("job %s created: %u ranks, %u here, host %u of %u%s", j->id, j->size, j->local_size,
                      j->cross_rank, cross_size, root ? " (root)" : "");
@@ -779,6 +811,7 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
                 hvd_negotiator_set_timeline(j->neg, true);
         j->n_hello++;
         j->n_live++;
+        d->metrics.workers_connected++;
         hvd_log_info("job %s: rank %u joined (pid %d), %u of %u here", j->id, w->rank, (int) w->pid, j->n_hello,
                      j->local_size);
         if (j->n_hello == j->local_size)
@@ -794,7 +827,16 @@ static void root_submit(hvd_daemon_t *d, job_t *j, uint32_t rank, const Hvd__Rea
                 return;
         }
         char err[1024];
+        hvd_negotiator_stats_t before, after;
+        hvd_negotiator_get_stats(j->neg, &before);
         int r = hvd_negotiator_submit(j->neg, rank, q, err, sizeof err);
+        hvd_negotiator_get_stats(j->neg, &after);
+        d->metrics.cache_hits += after.cache_hits - before.cache_hits;
+        d->metrics.requests += after.requests - before.requests;
+        if (rank < j->size) {
+                j->rstat[rank].last_seen_usec = hvd_now_usec();
+                j->rstat[rank].readies++;
+        }
         if (r < 0)
                 job_abort(d, j, -1, r, "rank %u: %s", rank, err);
         /* the stall inspector looks while tensors wait */
@@ -821,9 +863,11 @@ static bool stall_inspect(hvd_daemon_t *d, job_t *j, uint64_t now) {
         }
         if (hvd_negotiator_describe_pending(j->neg, now, j->stall_check_usec, buf, sizeof buf) > 0) {
                 snprintf(j->stalled, sizeof j->stalled, "%s", buf);
-                if (!j->stall_warned)
+                if (!j->stall_warned) {
+                        d->metrics.stall_warnings++;
                         hvd_log_warning("job %s: stalled for more than %.0f s: %s", j->id,
                                         (double) j->stall_check_usec / 1e6, buf);
+                }
                 j->stall_warned = true;
         } else {
                 j->stall_warned = false;
@@ -842,10 +886,17 @@ static bool handle_ready(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
                 return false;
         }
         j->cycles++;
+        d->metrics.cycles++;
+        if (env->ready->done_seq >= w->done_seq) {
+                w->done_seq = env->ready->done_seq;
+                w->busy_usec = env->ready->busy_usec;
+        }
         if (j->neg) {
                 root_submit(d, j, w->rank, env->ready);
                 return false;
         }
+        j->rstat[w->rank].last_seen_usec = hvd_now_usec();
+        j->rstat[w->rank].readies++;
         /* forward to the root with this iteration's batch */
         if (j->n_fwd == j->cap_fwd) {
                 size_t cap = j->cap_fwd ? j->cap_fwd * 2 : 16;
@@ -986,8 +1037,8 @@ static void timeline_request(hvd_daemon_t *d, const uint8_t *id, size_t id_len, 
  * are dropped: one envelope per message. Returns 1 with *env set, 0 when
  * the socket is drained, or < 0 (the message was refused; err says why and
  * the id is filled, so the sender can be told). */
-static int router_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, char *err,
-                       size_t err_len) {
+static int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, char *err,
+                          size_t err_len, char *peer, size_t peer_len) {
         for (;;) {
                 int n = zmq_recv(sock, id, 256, ZMQ_DONTWAIT);
                 if (n < 0)
@@ -1013,10 +1064,27 @@ static int router_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__
                                 break;
                 }
                 *id_len = (size_t) n;
+                if (peer) {
+                        /* over ipc, libzmq reports the peer's SO_PEERCRED as "host:uid:gid:pid" */
+                        const char *pa = zmq_msg_gets(&msg, "Peer-Address");
+                        snprintf(peer, peer_len, "%s", pa ? pa : "");
+                }
                 int r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, env, err, err_len);
                 zmq_msg_close(&msg);
                 return r < 0 ? r : 1;
         }
+}
+
+static int router_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, char *err,
+                       size_t err_len) {
+        return router_recv_ex(sock, id, id_len, env, err, err_len, NULL, 0);
+}
+
+static void count_message(hvd_daemon_t *d, int sock, int r, const Hvd__Envelope *env) {
+        if (r < 0)
+                d->metrics.rejected[sock]++;
+        else if ((unsigned) env->body_case < HVD_METRICS_MAX_BODY)
+                d->metrics.messages[env->body_case]++;
 }
 
 static void handle_worker_socket(hvd_daemon_t *d) {
@@ -1029,6 +1097,7 @@ static void handle_worker_socket(hvd_daemon_t *d) {
                 if (r == 0)
                         return;
                 worker_t *w = hvd_strmap_get(d->workers, id, id_len);
+                count_message(d, HVD_METRICS_SOCK_WORKER, r, env);
                 if (r < 0) {
                         hvd_log_warning("worker socket: rejected message%s%s: %s", w ? " from job " : "",
                                         w ? w->job->id : "", err);
@@ -1079,8 +1148,11 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
                         job_t *j = v;
                         for (uint32_t c = 0; j->nodes && c < j->cross_size; c++)
                                 if (j->nodes[c].joined && j->nodes[c].id_len == id_len &&
-                                    memcmp(j->nodes[c].id, id, id_len) == 0)
+                                    memcmp(j->nodes[c].id, id, id_len) == 0) {
                                         j->nodes[c].last_heard_usec = now;
+                                        if (env->ping->rtt_usec)
+                                                j->nodes[c].rtt_usec = env->ping->rtt_usec;
+                                }
                 }
                 return;
         }
@@ -1176,6 +1248,7 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
                         return;
                 }
                 j->cycles++;
+                d->metrics.cycles++;
                 root_submit(d, j, r, nr->ranks[i]->ready);
                 if (j->state != JOB_RUNNING)
                         return;
@@ -1194,6 +1267,7 @@ static void handle_peer_socket(hvd_daemon_t *d) {
                 int r = router_recv(d->peer_sock, id, &id_len, &env, err, sizeof err);
                 if (r == 0)
                         return;
+                count_message(d, HVD_METRICS_SOCK_PEER, r, env);
                 if (r < 0) {
                         hvd_log_warning("peer socket: rejected message: %s", err);
                         send_error(d, d->peer_sock, id, id_len, r, "message rejected: %s", err);
@@ -1281,6 +1355,7 @@ static void handle_root_socket(hvd_daemon_t *d, peer_t *p) {
                 char err[512];
                 int r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, &env, err, sizeof err);
                 zmq_msg_close(&msg);
+                count_message(d, HVD_METRICS_SOCK_ROOT, r, env);
                 if (r < 0) {
                         hvd_log_warning("root daemon %s: rejected message: %s", p->endpoint, err);
                         continue;
@@ -1290,11 +1365,266 @@ static void handle_root_socket(hvd_daemon_t *d, peer_t *p) {
         }
 }
 
+/* Counters and the throughput window after a schedule was taken. */
+static void account_schedule(hvd_daemon_t *d, job_t *j, const hvd_negotiator_stats_t *before) {
+        hvd_negotiator_stats_t after;
+        hvd_negotiator_get_stats(j->neg, &after);
+        uint64_t bytes = after.bytes_scheduled - before->bytes_scheduled;
+        d->metrics.tensors_negotiated += after.tensors_negotiated - before->tensors_negotiated;
+        d->metrics.fused_ops += after.fused_ops - before->fused_ops;
+        d->metrics.schedules += after.schedules - before->schedules;
+        d->metrics.bytes_scheduled += bytes;
+        uint64_t sec = hvd_now_usec() / USEC_PER_SEC;
+        size_t slot = sec % ELEMENTSOF(j->tp_sec);
+        if (j->tp_sec[slot] != sec) {
+                j->tp_sec[slot] = sec;
+                j->tp_bytes[slot] = 0;
+        }
+        j->tp_bytes[slot] += bytes;
+}
+
+/* Bytes per second over the last THROUGHPUT_SECS whole seconds and the
+ * current one, or over the job's life when it is younger. */
+static double job_throughput(const job_t *j, uint64_t now) {
+        uint64_t sec = now / USEC_PER_SEC, sum = 0;
+        for (size_t i = 0; i < ELEMENTSOF(j->tp_sec); i++)
+                if (j->tp_sec[i] + THROUGHPUT_SECS >= sec && j->tp_sec[i] <= sec)
+                        sum += j->tp_bytes[i];
+        double window = (double) (now % USEC_PER_SEC) / 1e6 + THROUGHPUT_SECS;
+        double age = (double) (now - j->created_usec) / 1e6;
+        if (age < window)
+                window = age;
+        return window > 0 ? (double) sum / window : 0;
+}
+
 /* ---- control socket ---- */
+
+/* Everything a Status reply points to, freed together after the send. */
+typedef struct status_mem {
+        Hvd__PeerStatus *ps;
+        Hvd__PeerStatus **pp;
+        Hvd__JobStatus *js;
+        Hvd__JobStatus **jp;
+        Hvd__RankInfo **ri;        /* [job] */
+        Hvd__RankInfo ***rp;       /* [job] */
+        Hvd__RankStatus **rs;      /* [job] */
+        Hvd__RankStatus ***rsp;    /* [job] */
+        Hvd__ConfigItem *ci;
+        Hvd__ConfigItem **cp;
+        char (*values)[PATH_MAX + 16];
+        size_t n_jobs;
+} status_mem_t;
+
+static void status_mem_free(status_mem_t *m) {
+        for (size_t i = 0; i < m->n_jobs; i++) {
+                free(m->ri ? m->ri[i] : NULL);
+                free(m->rp ? m->rp[i] : NULL);
+                free(m->rs ? m->rs[i] : NULL);
+                free(m->rsp ? m->rsp[i] : NULL);
+        }
+        free(m->ps);
+        free(m->pp);
+        free(m->js);
+        free(m->jp);
+        free(m->ri);
+        free(m->rp);
+        free(m->rs);
+        free(m->rsp);
+        free(m->ci);
+        free(m->cp);
+        free(m->values);
+}
+
+/* Peers: the roots this daemon reports to ("out"), and the nodes that
+ * report to it as the root of their jobs ("in", one per connection). */
+static int status_peers(hvd_daemon_t *d, uint64_t now, Hvd__Status *st, status_mem_t *m) {
+        size_t cap = hvd_strmap_size(d->peers), iter = 0;
+        void *v;
+        while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
+                job_t *j = v;
+                if (j->is_root && j->nodes)
+                        cap += j->cross_size;
+        }
+        m->ps = calloc(cap ? cap : 1, sizeof *m->ps);
+        m->pp = calloc(cap ? cap : 1, sizeof *m->pp);
+        if (!m->ps || !m->pp)
+                return -ENOMEM;
+        size_t k = 0;
+        iter = 0;
+        while (hvd_strmap_next(d->peers, &iter, NULL, NULL, &v)) {
+                peer_t *p = v;
+                Hvd__PeerStatus *ps = &m->ps[k];
+                hvd__peer_status__init(ps);
+                ps->endpoint = p->endpoint;
+                ps->state = (char *) (p->lost ? "lost" : p->n_jobs ? "connected" : "idle");
+                ps->last_heard_usec = now - p->last_heard_usec;
+                ps->rtt_usec = p->rtt_usec;
+                ps->direction = (char *) "out";
+                ps->host = (char *) "";
+                ps->jobs = p->n_jobs;
+                m->pp[k] = ps;
+                k++;
+        }
+        size_t n_out = k;
+        iter = 0;
+        while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
+                job_t *j = v;
+                for (uint32_t c = 0; j->is_root && j->nodes && c < j->cross_size; c++) {
+                        node_t *nd = &j->nodes[c];
+                        if (!nd->joined || nd->local)
+                                continue;
+                        /* one entry per node connection, shared by its jobs */
+                        Hvd__PeerStatus *ps = NULL;
+                        for (size_t i = n_out; i < k && !ps; i++)
+                                if (strcmp(m->ps[i].host, host_of(j, c)) == 0)
+                                        ps = &m->ps[i];
+                        uint64_t age = now - nd->last_heard_usec;
+                        if (ps) {
+                                ps->jobs++;
+                                if (age < ps->last_heard_usec) {
+                                        ps->last_heard_usec = age;
+                                        ps->rtt_usec = nd->rtt_usec;
+                                }
+                                continue;
+                        }
+                        ps = &m->ps[k];
+                        hvd__peer_status__init(ps);
+                        ps->endpoint = (char *) "";
+                        ps->host = (char *) host_of(j, c);
+                        ps->direction = (char *) "in";
+                        ps->last_heard_usec = age;
+                        ps->rtt_usec = nd->rtt_usec;
+                        ps->jobs = 1;
+                        m->pp[k] = ps;
+                        k++;
+                }
+        }
+        for (size_t i = n_out; i < k; i++)
+                m->ps[i].state = (char *) (m->ps[i].last_heard_usec > d->cfg.peer_timeout_usec ? "silent" : "connected");
+        st->n_peers = k;
+        st->peers = m->pp;
+        return 0;
+}
+
+static int status_config(hvd_daemon_t *d, Hvd__Status *st, status_mem_t *m) {
+        size_t n = 0;
+        const char *key;
+        char tmp[8];
+        while (hvd_daemon_config_get(&d->cfg, n, &key, tmp, sizeof tmp))
+                n++;
+        m->ci = calloc(n ? n : 1, sizeof *m->ci);
+        m->cp = calloc(n ? n : 1, sizeof *m->cp);
+        m->values = calloc(n ? n : 1, sizeof *m->values);
+        if (!m->ci || !m->cp || !m->values)
+                return -ENOMEM;
+        for (size_t i = 0; i < n; i++) {
+                hvd__config_item__init(&m->ci[i]);
+                hvd_daemon_config_get(&d->cfg, i, &key, m->values[i], sizeof m->values[i]);
+                if (strcmp(key, "log_level") == 0) /* hvdctl log-level may have changed it */
+                        snprintf(m->values[i], sizeof m->values[i], "%s", hvd_log_level_to_string(hvd_log_max_level));
+                m->ci[i].key = (char *) key;
+                m->ci[i].value = m->values[i];
+                m->cp[i] = &m->ci[i];
+        }
+        st->n_config = n;
+        st->config = m->cp;
+        return 0;
+}
+
+static const char *rank_state(const job_t *j, uint32_t r) {
+        const worker_t *w = j->ranks[r];
+        if (w)
+                return w->exited ? "exited" : w->goodbye ? "departed" : job_state_names[j->state];
+        return j->table[r].known ? "remote" : "unknown";
+}
+
+/* Every rank of the job, local or not, as far as this daemon knows it. */
+static int status_rank_detail(const job_t *j, uint64_t now, Hvd__JobStatus *s, Hvd__RankStatus **mem,
+                              Hvd__RankStatus ***ptrs) {
+        Hvd__RankStatus *rs = *mem = calloc(j->size, sizeof *rs);
+        Hvd__RankStatus **rp = *ptrs = calloc(j->size, sizeof *rp);
+        if (!rs || !rp)
+                return -ENOMEM;
+        for (uint32_t r = 0; r < j->size; r++) {
+                const worker_t *w = j->ranks[r];
+                const rinfo_t *t = &j->table[r];
+                hvd__rank_status__init(&rs[r]);
+                rs[r].rank = r;
+                rs[r].local = w != NULL;
+                rs[r].host = (char *) (w ? w->host : t->known ? t->host : "");
+                rs[r].pid = w ? (uint32_t) w->pid : t->known ? t->pid : 0;
+                rs[r].local_rank = w ? w->local_rank : t->local_rank;
+                rs[r].cross_rank = w ? j->cross_rank : t->cross_rank;
+                rs[r].state = (char *) rank_state(j, r);
+                rs[r].seen = j->rstat[r].readies > 0;
+                rs[r].last_seen_usec = rs[r].seen ? now - j->rstat[r].last_seen_usec : 0;
+                rs[r].readies = j->rstat[r].readies;
+                rs[r].tensors_pending = j->neg ? hvd_negotiator_rank_pending(j->neg, r) : 0;
+                rs[r].done_seq = w ? w->done_seq : 0;
+                rs[r].busy_usec = w ? w->busy_usec : 0;
+                rp[r] = &rs[r];
+        }
+        s->n_rank_status = j->size;
+        s->rank_status = rp;
+        return 0;
+}
+
+static int status_job(const job_t *j, uint64_t now, bool detail, Hvd__JobStatus *s, status_mem_t *m, size_t k) {
+        hvd__job_status__init(s);
+        s->job_id = (char *) j->id;
+        s->size = j->size;
+        s->state = (char *) job_state_names[j->state];
+        s->age_usec = now - j->created_usec;
+        s->cycles = j->cycles;
+        s->abort_reason = (char *) j->abort_reason;
+        s->stalled = (char *) j->stalled;
+        s->root = j->neg != NULL;
+        s->cross_size = j->cross_size;
+        hvd_negotiator_stats_t ns;
+        hvd_negotiator_get_stats(j->neg, &ns);
+        s->tensors_negotiated = ns.tensors_negotiated;
+        s->fused_ops = ns.fused_ops;
+        s->bytes_reduced = ns.bytes_scheduled;
+        s->schedules = ns.schedules;
+        s->cache_hits = ns.cache_hits;
+        s->tensors_in_fused_ops = ns.tensors_in_fused_ops;
+        s->joined_ranks = ns.joined;
+        s->negotiation_usec = ns.negotiation_usec;
+        s->cache_hit_rate = ns.requests ? (double) ns.cache_hits / (double) ns.requests : 0;
+        s->mean_fused_bytes = ns.fused_ops ? ns.bytes_scheduled / ns.fused_ops : 0;
+        s->throughput_bytes_per_sec = j->neg ? job_throughput(j, now) : 0;
+        Hvd__RankInfo *ri = m->ri[k] = calloc(j->size, sizeof *ri);
+        Hvd__RankInfo **rp = m->rp[k] = calloc(j->size, sizeof *rp);
+        if (!ri || !rp)
+                return -ENOMEM;
+        uint64_t busy = 0;
+        for (uint32_t r = 0; r < j->size; r++) {
+                const worker_t *w = j->ranks[r];
+                if (!w)
+                        continue;
+                hvd__rank_info__init(&ri[s->n_ranks]);
+                ri[s->n_ranks].rank = r;
+                ri[s->n_ranks].local_rank = w->local_rank;
+                ri[s->n_ranks].pid = (uint32_t) w->pid;
+                ri[s->n_ranks].host = (char *) w->host;
+                ri[s->n_ranks].data_addr = (char *) w->data_addr;
+                ri[s->n_ranks].cross_rank = j->cross_rank;
+                rp[s->n_ranks] = &ri[s->n_ranks];
+                s->n_ranks++;
+                busy += w->busy_usec;
+        }
+        s->ranks = rp;
+        s->ranks_here = (uint32_t) s->n_ranks;
+        s->data_usec = s->n_ranks ? busy / s->n_ranks : 0;
+        if (detail)
+                return status_rank_detail(j, now, s, &m->rs[k], &m->rsp[k]);
+        return 0;
+}
 
 static void handle_status(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__StatusRequest *q) {
         Hvd__Status st = HVD__STATUS__INIT;
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        status_mem_t m = { 0 };
         uint64_t now = hvd_now_usec();
         st.version = (char *) PACKAGE_VERSION;
         st.uptime_usec = now - d->start_usec;
@@ -1305,89 +1635,154 @@ static void handle_status(hvd_daemon_t *d, const uint8_t *id, size_t id_len, con
         st.cycle_time_usec = d->cfg.cycle_time_usec;
         st.host = d->host;
         st.peer_endpoint = d->peer_ep;
-        size_t np = hvd_strmap_size(d->peers), kp = 0, piter = 0;
-        Hvd__PeerStatus *ps = calloc(np ? np : 1, sizeof *ps);
-        Hvd__PeerStatus **pp = calloc(np ? np : 1, sizeof *pp);
-        void *pv;
-        while (ps && pp && hvd_strmap_next(d->peers, &piter, NULL, NULL, &pv)) {
-                peer_t *p = pv;
-                hvd__peer_status__init(&ps[kp]);
-                ps[kp].endpoint = p->endpoint;
-                ps[kp].state = (char *) (p->lost ? "lost" : p->n_jobs ? "connected" : "idle");
-                ps[kp].last_heard_usec = now - p->last_heard_usec;
-                ps[kp].rtt_usec = p->rtt_usec;
-                pp[kp] = &ps[kp];
-                kp++;
-        }
-        st.n_peers = kp;
-        st.peers = pp;
+        st.log_level = (char *) hvd_log_level_to_string(hvd_log_max_level);
+        st.metrics_listen = (char *) (d->http ? hvd_http_address(d->http) : "");
         size_t nj = hvd_strmap_size(d->jobs), k = 0, iter = 0;
-        Hvd__JobStatus *js = calloc(nj ? nj : 1, sizeof *js);
-        Hvd__JobStatus **jp = calloc(nj ? nj : 1, sizeof *jp);
-        Hvd__RankInfo **all_ri = calloc(nj ? nj : 1, sizeof *all_ri);
+        m.js = calloc(nj ? nj : 1, sizeof *m.js);
+        m.jp = calloc(nj ? nj : 1, sizeof *m.jp);
+        m.ri = calloc(nj ? nj : 1, sizeof *m.ri);
+        m.rp = calloc(nj ? nj : 1, sizeof *m.rp);
+        m.rs = calloc(nj ? nj : 1, sizeof *m.rs);
+        m.rsp = calloc(nj ? nj : 1, sizeof *m.rsp);
+        int r = m.js && m.jp && m.ri && m.rp && m.rs && m.rsp ? 0 : -ENOMEM;
+        if (r >= 0)
+                r = status_peers(d, now, &st, &m);
+        if (r >= 0)
+                r = status_config(d, &st, &m);
         void *v;
-        if (!js || !jp || !all_ri) {
-                send_error(d, d->control_sock, id, id_len, -ENOMEM, "out of memory while building the status");
-                goto out;
-        }
-        while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
+        while (r >= 0 && hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
                 job_t *j = v;
                 if (q->job_id[0] && strcmp(q->job_id, j->id) != 0)
                         continue;
-                Hvd__JobStatus *s = &js[k];
-                hvd__job_status__init(s);
-                s->job_id = j->id;
-                s->size = j->size;
-                s->state = (char *) job_state_names[j->state];
-                s->age_usec = now - j->created_usec;
-                s->cycles = j->cycles;
-                s->abort_reason = j->abort_reason;
-                s->stalled = j->stalled;
-                hvd_negotiator_stats_t ns;
-                hvd_negotiator_get_stats(j->neg, &ns);
-                s->tensors_negotiated = ns.tensors_negotiated;
-                s->fused_ops = ns.fused_ops;
-                s->bytes_reduced = ns.bytes_scheduled;
-                s->schedules = ns.schedules;
-                s->cache_hits = ns.cache_hits;
-                s->tensors_in_fused_ops = ns.tensors_in_fused_ops;
-                s->joined_ranks = ns.joined;
-                Hvd__RankInfo *ri = calloc(j->size, sizeof *ri);
-                Hvd__RankInfo **rp = calloc(j->size, sizeof *rp);
-                all_ri[k] = ri;
-                if (ri && rp) {
-                        for (uint32_t r = 0; r < j->size; r++) {
-                                if (!j->ranks[r])
-                                        continue;
-                                hvd__rank_info__init(&ri[s->n_ranks]);
-                                ri[s->n_ranks].rank = r;
-                                ri[s->n_ranks].local_rank = j->ranks[r]->local_rank;
-                                ri[s->n_ranks].pid = (uint32_t) j->ranks[r]->pid;
-                                ri[s->n_ranks].host = j->ranks[r]->host;
-                                rp[s->n_ranks] = &ri[s->n_ranks];
-                                s->n_ranks++;
-                        }
-                        s->ranks = rp;
-                } else
-                        free(rp);
-                jp[k] = s;
+                m.n_jobs = k + 1;
+                r = status_job(j, now, q->rank_detail, &m.js[k], &m, k);
+                m.jp[k] = &m.js[k];
                 k++;
         }
+        if (r < 0) {
+                send_error(d, d->control_sock, id, id_len, -ENOMEM, "out of memory while building the status");
+                status_mem_free(&m);
+                return;
+        }
         st.n_jobs = k;
-        st.jobs = jp;
+        st.jobs = m.jp;
         env.body_case = HVD__ENVELOPE__BODY_STATUS;
         env.status = &st;
         (void) hvd_wire_send_to(d->control_sock, id, id_len, &env, ZMQ_DONTWAIT);
-out:
-        for (size_t i = 0; i < k; i++) {
-                free(js[i].ranks);
-                free(all_ri[i]);
+        status_mem_free(&m);
+}
+
+/* The metrics text, for hvdctl metrics and the HTTP listener. */
+static int render_metrics(void *userdata, char **body, size_t *len) {
+        hvd_daemon_t *d = userdata;
+        hvd_metrics_gauges_t g = {
+                .version = PACKAGE_VERSION,
+                .uptime_usec = hvd_now_usec() - d->start_usec,
+                .log_level = hvd_log_max_level,
+        };
+        size_t iter = 0;
+        void *v;
+        while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
+                const job_t *j = v;
+                if (j->state == JOB_JOINING)
+                        g.jobs_joining++;
+                else if (j->state == JOB_RUNNING)
+                        g.jobs_running++;
+                else
+                        g.jobs_aborted++;
         }
-        free(all_ri);
-        free(js);
-        free(jp);
-        free(ps);
-        free(pp);
+        iter = 0;
+        while (hvd_strmap_next(d->workers, &iter, NULL, NULL, &v))
+                g.workers += !((const worker_t *) v)->exited;
+        iter = 0;
+        while (hvd_strmap_next(d->peers, &iter, NULL, NULL, &v)) {
+                const peer_t *p = v;
+                if (p->lost)
+                        g.peers_lost++;
+                else if (p->n_jobs)
+                        g.peers_connected++;
+                else
+                        g.peers_idle++;
+        }
+        return hvd_metrics_render(&d->metrics, &g, body, len);
+}
+
+static void handle_metrics_request(hvd_daemon_t *d, const uint8_t *id, size_t id_len) {
+        char *text = NULL;
+        size_t len = 0;
+        if (render_metrics(d, &text, &len) < 0) {
+                send_error(d, d->control_sock, id, id_len, -ENOMEM, "out of memory while rendering the metrics");
+                return;
+        }
+        Hvd__MetricsReply mr = HVD__METRICS_REPLY__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        mr.text = text;
+        env.body_case = HVD__ENVELOPE__BODY_METRICS_REPLY;
+        env.metrics_reply = &mr;
+        (void) hvd_wire_send_to(d->control_sock, id, id_len, &env, ZMQ_DONTWAIT);
+        free(text);
+}
+
+/* The caller's uid from libzmq's "host:uid:gid:pid" peer address (ipc), or
+ * -1 when it cannot be told. */
+static long peer_uid(const char *peer, long *pid) {
+        const char *f[3] = { NULL };
+        const char *p = peer + strlen(peer);
+        for (int i = 2; i >= 0; i--) {
+                while (p > peer && p[-1] != ':')
+                        p--;
+                if (p == peer)
+                        return -1;
+                f[i] = p;
+                p--;
+        }
+        char *end;
+        errno = 0;
+        long uid = strtol(f[0], &end, 10);
+        if (errno || end == f[0] || *end != ':' || uid < 0)
+                return -1;
+        *pid = strtol(f[2], NULL, 10);
+        return uid;
+}
+
+/* Only root and the daemon's own user may change the level: the control
+ * socket is open to group hvd, whose members may read the status but
+ * should not be able to flood the journal with debug output. */
+static void handle_log_level(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__LogLevel *q,
+                             const char *peer) {
+        if (q->level[0]) {
+                long pid = 0, uid = peer_uid(peer, &pid);
+                if (uid < 0 || (uid != 0 && (uid_t) uid != geteuid())) {
+                        hvd_log_warning("log level change to '%s' refused: %s", q->level,
+                                        uid < 0 ? "cannot identify the caller" : "caller is neither root nor the daemon's user");
+                        if (uid < 0)
+                                send_error(d, d->control_sock, id, id_len, HVD_EDENIED,
+                                           "cannot identify the caller on this endpoint, so the log level stays");
+                        else
+                                send_error(d, d->control_sock, id, id_len, HVD_EDENIED,
+                                           "only root and the daemon's user (uid %u) may change the log level; "
+                                           "you are uid %ld", (unsigned) geteuid(), uid);
+                        return;
+                }
+                int lv = hvd_log_level_from_string(q->level);
+                if (lv < 0) {
+                        send_error(d, d->control_sock, id, id_len, -EINVAL,
+                                   "unknown log level '%s': expected err, warning, notice, info or debug", q->level);
+                        return;
+                }
+                int old = hvd_log_max_level;
+                hvd_log_max_level = LOG_NOTICE > lv ? LOG_NOTICE : lv; /* the change itself is logged */
+                hvd_log_notice("log level changed from %s to %s by uid %ld (pid %ld)", hvd_log_level_to_string(old),
+                               hvd_log_level_to_string(lv), uid, pid);
+                hvd_log_max_level = lv;
+                d->metrics.log_level_changes++;
+        }
+        Hvd__LogLevel reply = HVD__LOG_LEVEL__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        reply.level = (char *) hvd_log_level_to_string(hvd_log_max_level);
+        env.body_case = HVD__ENVELOPE__BODY_LOG_LEVEL;
+        env.log_level = &reply;
+        (void) hvd_wire_send_to(d->control_sock, id, id_len, &env, ZMQ_DONTWAIT);
 }
 
 static void handle_control_socket(hvd_daemon_t *d) {
@@ -1395,21 +1790,29 @@ static void handle_control_socket(hvd_daemon_t *d) {
                 uint8_t id[256];
                 size_t id_len;
                 Hvd__Envelope *env = NULL;
-                char err[512];
-                int r = router_recv(d->control_sock, id, &id_len, &env, err, sizeof err);
+                char err[512], peer[256];
+                int r = router_recv_ex(d->control_sock, id, &id_len, &env, err, sizeof err, peer, sizeof peer);
                 if (r == 0)
                         return;
+                count_message(d, HVD_METRICS_SOCK_CONTROL, r, env);
                 if (r < 0) {
                         send_error(d, d->control_sock, id, id_len, r, "request rejected: %s", err);
                         continue;
                 }
+                uint64_t t0 = hvd_now_usec();
+                d->metrics.control_requests++;
                 if (env->body_case == HVD__ENVELOPE__BODY_STATUS_REQUEST)
                         handle_status(d, id, id_len, env->status_request);
                 else if (env->body_case == HVD__ENVELOPE__BODY_TIMELINE_CONTROL)
                         timeline_request(d, id, id_len, env->timeline_control);
+                else if (env->body_case == HVD__ENVELOPE__BODY_METRICS_REQUEST)
+                        handle_metrics_request(d, id, id_len);
+                else if (env->body_case == HVD__ENVELOPE__BODY_LOG_LEVEL)
+                        handle_log_level(d, id, id_len, env->log_level, peer);
                 else
                         send_error(d, d->control_sock, id, id_len, -EOPNOTSUPP,
                                    "unsupported control request");
+                hvd_histogram_observe(&d->metrics.control, hvd_now_usec() - t0);
                 hvd_wire_free(&env);
         }
 }
@@ -1446,7 +1849,10 @@ static void before_sleep(hvd_daemon_t *d) {
                 if (j->state != JOB_RUNNING || !hvd_negotiator_has_work(j->neg))
                         continue;
                 Hvd__Schedule *s = NULL;
+                hvd_negotiator_stats_t before;
+                hvd_negotiator_get_stats(j->neg, &before);
                 int r = hvd_negotiator_take_schedule(j->neg, &s);
+                account_schedule(d, j, &before);
                 if (r < 0) {
                         job_abort(d, j, -1, r, "cannot build a schedule: %s", hvd_strerror(r));
                         continue;
@@ -1525,6 +1931,7 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                         Hvd__Ping ping = HVD__PING__INIT;
                         Hvd__Envelope env = HVD__ENVELOPE__INIT;
                         ping.sent_usec = now;
+                        ping.rtt_usec = p->rtt_usec;
                         env.body_case = HVD__ENVELOPE__BODY_PING;
                         env.ping = &ping;
                         (void) hvd_wire_send(p->sock, &env, ZMQ_DONTWAIT);
@@ -1590,10 +1997,11 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
         d->next_housekeeping = again ? now + HVD_MIN(HOUSEKEEPING_USEC, hb) : UINT64_MAX;
 }
 
-enum { ITEM_WORKER, ITEM_CONTROL, ITEM_STOP, ITEM_SIGNAL, ITEM_PEER, ITEM_ROOT, ITEM_PIDFD };
+enum { ITEM_WORKER, ITEM_CONTROL, ITEM_STOP, ITEM_SIGNAL, ITEM_PEER, ITEM_ROOT, ITEM_PIDFD, ITEM_HTTP };
 
 static int build_poll_items(hvd_daemon_t *d) {
-        size_t need = 5 + hvd_strmap_size(d->workers) + hvd_strmap_size(d->peers);
+        size_t need = 5 + hvd_strmap_size(d->workers) + hvd_strmap_size(d->peers) +
+                      (d->http ? hvd_http_max_items(d->http) : 0);
         if (need > d->cap_items) {
                 size_t cap = need * 2;
                 zmq_pollitem_t *it = realloc(d->items, cap * sizeof *it);
@@ -1647,6 +2055,17 @@ static int build_poll_items(hvd_daemon_t *d) {
                         ADD(ITEM_PIDFD, NULL, w->pidfd, w, NULL);
         }
 #undef ADD
+        /* the metrics listener's items come last, in one block */
+        d->http_first = n;
+        if (d->http) {
+                size_t k = hvd_http_fill_items(d->http, d->items + n);
+                for (size_t i = n; i < n + k; i++) {
+                        d->item_workers[i] = NULL;
+                        d->item_peers[i] = NULL;
+                        d->item_kind[i] = ITEM_HTTP;
+                }
+                n += k;
+        }
         d->n_items = n;
         return 0;
 }
@@ -1789,12 +2208,18 @@ int hvd_daemon_run(hvd_daemon_t *d) {
                 before_sleep(d);
                 if (d->cfg.notify)
                         notify_status(d);
+                if (d->wake_usec) {
+                        hvd_histogram_observe(&d->metrics.iteration, hvd_now_usec() - d->wake_usec);
+                        d->wake_usec = 0;
+                }
                 int r = build_poll_items(d);
                 if (r < 0)
                         return hvd_log_error(r, "Cannot build the poll set");
                 uint64_t now = hvd_now_usec();
-                long timeout = -1;
                 uint64_t wake = d->next_housekeeping;
+                if (d->http)
+                        wake = HVD_MIN(wake, hvd_http_expire(d->http, now));
+                long timeout = -1;
                 if (d->watchdog_usec && d->next_watchdog < wake)
                         wake = d->next_watchdog;
                 if (wake != UINT64_MAX)
@@ -1805,8 +2230,10 @@ int hvd_daemon_run(hvd_daemon_t *d) {
                                 continue;
                         return hvd_log_error(-zmq_errno(), "zmq_poll failed");
                 }
+                if (n > 0)
+                        d->wake_usec = hvd_now_usec();
                 /* messages first: a worker's last words arrive before its exit */
-                bool exits = false, worker_msgs = false;
+                bool exits = false, worker_msgs = false, http = false;
                 for (size_t i = 0; i < d->n_items; i++) {
                         if (!(d->items[i].revents & ZMQ_POLLIN))
                                 continue;
@@ -1824,6 +2251,7 @@ int hvd_daemon_run(hvd_daemon_t *d) {
                         case ITEM_CONTROL: handle_control_socket(d); break;
                         case ITEM_PEER: handle_peer_socket(d); break;
                         case ITEM_ROOT: handle_root_socket(d, d->item_peers[i]); break;
+                        case ITEM_HTTP: http = true; break;
                         }
                 }
                 if (worker_msgs || exits)
@@ -1831,6 +2259,9 @@ int hvd_daemon_run(hvd_daemon_t *d) {
                 for (size_t i = 0; exits && i < d->n_items; i++)
                         if (d->item_kind[i] == ITEM_PIDFD && (d->items[i].revents & ZMQ_POLLIN))
                                 worker_gone(d, d->item_workers[i], "exited");
+                if (http)
+                        hvd_http_dispatch(d->http, d->items + d->http_first, d->n_items - d->http_first,
+                                          hvd_now_usec());
                 now = hvd_now_usec();
                 if (now >= d->next_housekeeping)
                         housekeeping(d, now);
@@ -1974,6 +2405,15 @@ int hvd_daemon_new(const hvd_daemon_config_t *cfg, hvd_daemon_t **ret) {
                 if (!f || fprintf(f, "%s\n", d->peer_ep) < 0 || fclose(f) != 0 || rename(tmp, path) < 0)
                         hvd_log_warning("cannot write %s: %m", path);
         }
+        if (cfg->metrics_listen[0]) {
+                char err[512];
+                if ((r = hvd_http_new(cfg->metrics_listen, render_metrics, d, &d->metrics, &d->http, err,
+                                      sizeof err)) < 0) {
+                        hvd_log_error(0, "%s", err);
+                        goto fail;
+                }
+                hvd_log_info("metrics at http://%s/metrics", hvd_http_address(d->http));
+        }
         if (cfg->handle_signals) {
                 sigset_t mask;
                 sigemptyset(&mask);
@@ -2023,6 +2463,7 @@ void hvd_daemon_destroy(hvd_daemon_t **dp) {
                 }
         }
         hvd_strmap_destroy(&d->peers);
+        hvd_http_destroy(&d->http);
         if (d->peer_sock) {
                 zmq_close(d->peer_sock);
                 char path[PATH_MAX + 32];

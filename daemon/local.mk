@@ -2,7 +2,8 @@
 # hvdrun (embedded daemon) link too.
 noinst_LTLIBRARIES += daemon/libhvddaemon.la
 daemon_libhvddaemon_la_SOURCES = \
-	daemon/coordinator.c daemon/coordinator.h
+	daemon/coordinator.c daemon/coordinator.h \
+	daemon/metrics.c daemon/metrics.h
 # sd_notify comes from libsystemd when configure found it; the daemon
 # speaks the notify protocol itself otherwise.
 daemon_libhvddaemon_la_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS) $(SYSTEMD_CFLAGS)

@@ -406,6 +406,53 @@ START_TEST(test_conf_apply_live) {
 }
 END_TEST
 
+/* Every key reads back as the file would have it, and setting what was
+ * read gives the same configuration. */
+START_TEST(test_conf_get_round_trip) {
+        hvd_daemon_config_t c, d;
+        hvd_daemon_config_init(&c);
+        ck_assert_int_eq(hvd_daemon_config_set(&c, "fusion_threshold", "3M", NULL), 0);
+        ck_assert_int_eq(hvd_daemon_config_set(&c, "cycle_time", "2.5", NULL), 0);
+        ck_assert_int_eq(hvd_daemon_config_set(&c, "metrics_listen", "127.0.0.1:9464", NULL), 0);
+        ck_assert_int_eq(hvd_daemon_config_set(&c, "log_level", "debug", NULL), 0);
+        ck_assert_int_eq(hvd_daemon_config_set(&c, "socket_mode", "0640", NULL), 0);
+        hvd_daemon_config_init(&d);
+        const char *key;
+        char v[PATH_MAX + 16];
+        size_t n = 0;
+        bool seen_metrics = false;
+        for (; hvd_daemon_config_get(&c, n, &key, v, sizeof v); n++) {
+                if (!strcmp(key, "fusion_threshold"))
+                        ck_assert_str_eq(v, "3M");
+                if (!strcmp(key, "cycle_time"))
+                        ck_assert_str_eq(v, "2500us");
+                if (!strcmp(key, "start_timeout"))
+                        ck_assert_str_eq(v, "30s");
+                if (!strcmp(key, "log_level"))
+                        ck_assert_str_eq(v, "debug");
+                if (!strcmp(key, "socket_mode"))
+                        ck_assert_str_eq(v, "0640");
+                if (!strcmp(key, "metrics_listen")) {
+                        ck_assert_str_eq(v, "127.0.0.1:9464");
+                        seen_metrics = true;
+                }
+                ck_assert_int_eq(hvd_daemon_config_set(&d, key, v, NULL), 0);
+        }
+        ck_assert(seen_metrics);
+        ck_assert_uint_ge(n, 15);
+        ck_assert(!hvd_daemon_config_get(&c, n, &key, v, sizeof v));
+        for (size_t i = 0; i < n; i++) {
+                char w[PATH_MAX + 16];
+                const char *k2;
+                hvd_daemon_config_get(&c, i, &key, v, sizeof v);
+                hvd_daemon_config_get(&d, i, &k2, w, sizeof w);
+                ck_assert_str_eq(v, w);
+        }
+        ck_assert_uint_eq(c.cycle_time_usec, d.cycle_time_usec);
+        ck_assert_uint_eq(c.fusion_threshold_bytes, d.fusion_threshold_bytes);
+}
+END_TEST
+
 static Suite *conf_suite(void) {
         Suite *s = suite_create("conf");
         TCase *tc = tcase_create("parse");
@@ -418,6 +465,7 @@ static Suite *conf_suite(void) {
         tcase_add_test(tc, test_conf_parse_bool);
         tcase_add_test(tc, test_conf_defaults_and_set);
         tcase_add_test(tc, test_conf_getenv);
+        tcase_add_test(tc, test_conf_get_round_trip);
         suite_add_tcase(s, tc);
         tc = tcase_create("file");
         tcase_add_test(tc, test_conf_load_good);

@@ -3,6 +3,8 @@
 # ranks never submit (they wait in a barrier). With a 1 s warning time the
 # daemon logs the tensor and the missing ranks once and hvdctl shows them;
 # with a 4 s shutdown time every rank's wait ends with that message.
+# hvdctl job shows what each rank waits with; the metrics count the
+# warning and the abort.
 set -u
 . "$HVD_SRCDIR/tests/lib/common.sh"
 dir=$(mktemp -d /tmp/hvd-stall-XXXXXX)
@@ -24,6 +26,16 @@ j = json.load(sys.stdin)["jobs"][0]
 s = j["stalled"]
 assert "stuck.tensor" in s and "missing ranks [1, 2]" in s and "ready on ranks [0]" in s, s
 ' || fail "hvdctl status does not show the stalled tensor" "$status"
+# the per-rank view: rank 0 waits with its tensor, the others with their barrier
+jid=$(echo "$status" | ${PYTHON:-/usr/bin/python3} -c 'import json,sys; print(json.load(sys.stdin)["jobs"][0]["job_id"])')
+detail=$("$HVD_BUILDDIR/tools/hvdctl" --runtime-dir "$dir" job "$jid" --json)
+echo "$detail" | ${PYTHON:-/usr/bin/python3} -c '
+import json, sys
+j = json.load(sys.stdin)
+assert "stuck.tensor" in j["stalled"], j["stalled"]
+assert [r["tensors_pending"] for r in j["rank_status"]] == [1, 1, 1], j["rank_status"]
+assert all(r["state"] == "running" and r["seen"] for r in j["rank_status"]), j["rank_status"]
+' || fail "hvdctl job does not show what each rank waits with" "$detail"
 wait $lpid
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
 # exactly one warning, naming the tensor and who is missing (the others'
@@ -42,4 +54,7 @@ for r in 0 1 2; do
         esac
 done
 [ "$ms" -lt 9000 ] || fail "the stalled job took $ms ms to end"
+metrics=$("$HVD_BUILDDIR/tools/hvdctl" --runtime-dir "$dir" metrics)
+grep -qx "hvd_stall_warnings_total 1" <<<"$metrics" && grep -qx "hvd_jobs_aborted_total 1" <<<"$metrics" ||
+        fail "metrics do not count the stall warning and the abort" "$(grep -E 'stall|aborted' <<<"$metrics")"
 echo "ok: stall warned once, shown by hvdctl, job aborted on every rank after $ms ms"

@@ -1,7 +1,9 @@
-/* hvdctl.c — operator CLI for hvd-coordinatord: one StatusRequest over the
- * control socket, printed as a readable summary, one line per job, or JSON
- * (field names = hvd.proto's). Exit status tells what went wrong: 1 no daemon
- * or other error, 2 usage, 3 timeout, 4 permission denied. */
+/* hvdctl.c — operator CLI for hvd-coordinatord: one request over the
+ * control socket (status, metrics, log level), printed as a readable
+ * summary, one line per job, per-rank detail, Prometheus text, or JSON
+ * (field names = hvd.proto's); --watch repeats it until Ctrl-C. Exit status
+ * tells what went wrong: 1 no daemon or other error, 2 usage, 3 timeout,
+ * 4 permission denied, 5 no such job. */
 #include "config.h"
 
 #include <errno.h>
@@ -14,7 +16,9 @@
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <signal.h>
 #include <string.h>
+#include <time.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -22,6 +26,7 @@
 
 #include "conf.h"
 #include "hvd.h"
+#include "log.h"
 #include "util.h"
 #include "wire.h"
 
@@ -32,6 +37,7 @@ enum {
         EXIT_USAGE = 2,
         EXIT_TIMEOUT = 3,
         EXIT_DENIED = 4,
+        EXIT_NO_JOB = 5,
 };
 
 typedef struct ctl {
@@ -40,37 +46,51 @@ typedef struct ctl {
         char dir_buf[PATH_MAX];
         uint64_t timeout_usec;
         bool json;
+        const char *job_id;      /* job ID */
+        const char *level;       /* log-level LEVEL */
 } ctl_t;
 
 static void help(void) {
-        printf("Usage: hvdctl [OPTIONS] COMMAND [--json]\n"
+        printf("Usage: hvdctl [OPTIONS] COMMAND [ARG] [--json]\n"
                "\n"
-               "Asks the local hvd-coordinatord about its state and its jobs.\n"
+               "Asks an hvd-coordinatord (by default the local one) about its state and\n"
+               "its jobs.\n"
                "\n"
                "Commands:\n"
-               "  status      Daemon summary and a table of jobs (--json: the same as JSON)\n"
-               "  jobs        One line per job: id, size, state, age, joined ranks (--json: array)\n"
-               "  version     Versions of hvdctl and of the running daemon\n"
+               "  status          Daemon, configuration in force, peers, and a table of jobs\n"
+               "                  with their counters and stalled tensors\n"
+               "  jobs            One line per job: id, size, state, age, joined ranks\n"
+               "  job ID          One job in detail, with a row per rank\n"
+               "  metrics         Counters and latency histograms, Prometheus text format\n"
+               "  log-level [LEVEL]\n"
+               "                  Show the daemon's log level, or set it now to err, warning,\n"
+               "                  notice, info or debug (root or the daemon's user only)\n"
+               "  version         Versions of hvdctl and of the running daemon\n"
                "  timeline JOB start FILE [--mark-cycles]\n"
-               "              Rank 0 of JOB records a timeline into FILE (opened by rank 0,\n"
-               "              relative to its working directory)\n"
+               "                  Rank 0 of JOB records a timeline into FILE (opened by rank 0,\n"
+               "                  relative to its working directory)\n"
                "  timeline JOB stop\n"
-               "              Ends JOB's timeline; the file is then complete JSON\n"
+               "                  Ends JOB's timeline; the file is then complete JSON\n"
                "  timeline-repair FILE\n"
-               "              Closes the JSON array of a killed job's timeline\n"
+               "                  Closes the JSON array of a killed job's timeline\n"
                "\n"
                "Options:\n"
                "  -r, --runtime-dir DIR    The daemon's runtime directory (default\n"
                "                           $HVD_RUNTIME_DIR, else %s)\n"
-               "  -e, --endpoint ENDPOINT  Control endpoint, e.g. ipc:///run/hvd/control.sock\n"
-               "                           (instead of --runtime-dir)\n"
+               "  -e, --endpoint ENDPOINT  Another daemon: its control endpoint\n"
+               "                           (ipc:///run/hvd/control.sock, tcp://HOST:PORT) or\n"
+               "                           its runtime directory\n"
                "  -t, --timeout SEC        Give up after SEC seconds (default 5)\n"
-               "  -j, --json               Print JSON (status, jobs)\n"
+               "  -j, --json               Print JSON (status, jobs, job)\n"
+               "  -w, --watch [SECONDS]    Repeat every SECONDS (default 2) until Ctrl-C,\n"
+               "                           clearing the terminal in between (status, jobs,\n"
+               "                           job, metrics)\n"
                "  -h, --help               Show this help\n"
                "  -V, --version            Show hvdctl's version\n"
                "\n"
-               "Exit status: 0 success, 1 no daemon or other error, 2 usage error,\n"
-               "3 the daemon did not answer in time, 4 permission denied.\n",
+               "Exit status: 0 success (also a watch ended by Ctrl-C), 1 no daemon or other\n"
+               "error, 2 usage error, 3 the daemon did not answer in time, 4 permission\n"
+               "denied, 5 no such job.\n",
                HVD_DEFAULT_RUNTIME_DIR);
 }
 
@@ -134,19 +154,17 @@ static int precheck_ipc(const ctl_t *c) {
         return 0;
 }
 
-/* Sends one StatusRequest. Returns 0 and the Status envelope in *ret (free
- * with hvd_wire_free), or an exit status after a message. */
-static int fetch_status(const ctl_t *c, Hvd__Envelope **ret) {
+/* Sends one request. Returns 0 and the reply envelope, whose body is
+ * `expect`, in *ret (free with hvd_wire_free), or an exit status after a
+ * message. */
+static int call(const ctl_t *c, Hvd__Envelope *req, int expect, Hvd__Envelope **ret) {
         if (strncmp(c->endpoint, "ipc://", 6) == 0) {
                 int e = precheck_ipc(c);
                 if (e)
                         return e;
         }
-        Hvd__StatusRequest q = HVD__STATUS_REQUEST__INIT;
-        Hvd__Envelope req = HVD__ENVELOPE__INIT, *reply = NULL;
-        req.body_case = HVD__ENVELOPE__BODY_STATUS_REQUEST;
-        req.status_request = &q;
-        int r = hvd_control_call(NULL, c->endpoint, &req, c->timeout_usec, &reply);
+        Hvd__Envelope *reply = NULL;
+        int r = hvd_control_call(NULL, c->endpoint, req, c->timeout_usec, &reply);
         if (r == -ECONNREFUSED || r == -ENOENT) {
                 no_daemon(c, "no control socket");
                 return EXIT_ERROR;
@@ -167,16 +185,29 @@ static int fetch_status(const ctl_t *c, Hvd__Envelope **ret) {
         if (reply->body_case == HVD__ENVELOPE__BODY_ERROR) {
                 fprintf(stderr, "hvdctl: hvd-coordinatord at %s refused the request: %s\n", c->endpoint,
                         reply->error->message);
+                int e = reply->error->code == HVD_EDENIED ? EXIT_DENIED : EXIT_ERROR;
                 hvd_wire_free(&reply);
-                return EXIT_ERROR;
+                return e;
         }
-        if (reply->body_case != HVD__ENVELOPE__BODY_STATUS) {
+        if ((int) reply->body_case != expect) {
                 fprintf(stderr, "hvdctl: unexpected reply from hvd-coordinatord at %s\n", c->endpoint);
                 hvd_wire_free(&reply);
                 return EXIT_ERROR;
         }
         *ret = reply;
         return 0;
+}
+
+static int fetch_status(const ctl_t *c, const char *job_id, Hvd__Envelope **ret) {
+        Hvd__StatusRequest q = HVD__STATUS_REQUEST__INIT;
+        Hvd__Envelope req = HVD__ENVELOPE__INIT;
+        if (job_id) {
+                q.job_id = (char *) job_id;
+                q.rank_detail = true;
+        }
+        req.body_case = HVD__ENVELOPE__BODY_STATUS_REQUEST;
+        req.status_request = &q;
+        return call(c, &req, HVD__ENVELOPE__BODY_STATUS, ret);
 }
 
 /* ---- formatting ---- */
@@ -264,6 +295,24 @@ static void json_string(FILE *f, const char *s) {
         fputc('"', f);
 }
 
+static void json_rank_status(FILE *f, const Hvd__RankStatus *r) {
+        fprintf(f, "{\"rank\": %" PRIu32 ", \"local\": %s, \"host\": ", r->rank, r->local ? "true" : "false");
+        json_string(f, r->host);
+        fprintf(f, ", \"pid\": %" PRIu32 ", \"state\": ", r->pid);
+        json_string(f, r->state);
+        fprintf(f,
+                ", \"seen\": %s, \"last_seen_usec\": %" PRIu64 ", \"tensors_pending\": %" PRIu32
+                ", \"readies\": %" PRIu64 ", \"done_seq\": %" PRIu64 ", \"busy_usec\": %" PRIu64
+                ", \"local_rank\": %" PRIu32 ", \"cross_rank\": %" PRIu32 "}",
+                r->seen ? "true" : "false", r->last_seen_usec, r->tensors_pending, r->readies, r->done_seq,
+                r->busy_usec, r->local_rank, r->cross_rank);
+}
+
+/* A finite double as JSON (NaN and infinities have no JSON form). */
+static void json_double(FILE *f, double v) {
+        fprintf(f, "%.17g", isfinite(v) ? v : 0.0);
+}
+
 static void json_job(FILE *f, const Hvd__JobStatus *j, const char *ind) {
         fprintf(f, "%s{\n%s  \"job_id\": ", ind, ind);
         json_string(f, j->job_id);
@@ -301,6 +350,25 @@ static void json_job(FILE *f, const Hvd__JobStatus *j, const char *ind) {
         json_string(f, j->abort_reason);
         fprintf(f, ",\n%s  \"stalled\": ", ind);
         json_string(f, j->stalled);
+        fprintf(f,
+                ",\n%s  \"negotiation_usec\": %" PRIu64 ",\n%s  \"data_usec\": %" PRIu64
+                ",\n%s  \"throughput_bytes_per_sec\": ",
+                ind, j->negotiation_usec, ind, j->data_usec, ind);
+        json_double(f, j->throughput_bytes_per_sec);
+        fprintf(f, ",\n%s  \"cache_hit_rate\": ", ind);
+        json_double(f, j->cache_hit_rate);
+        fprintf(f,
+                ",\n%s  \"mean_fused_bytes\": %" PRIu64 ",\n%s  \"root\": %s,\n%s  \"cross_size\": %" PRIu32
+                ",\n%s  \"ranks_here\": %" PRIu32,
+                ind, j->mean_fused_bytes, ind, j->root ? "true" : "false", ind, j->cross_size, ind, j->ranks_here);
+        if (j->n_rank_status) {
+                fprintf(f, ",\n%s  \"rank_status\": [", ind);
+                for (size_t i = 0; i < j->n_rank_status; i++) {
+                        fprintf(f, "%s\n%s    ", i ? "," : "", ind);
+                        json_rank_status(f, j->rank_status[i]);
+                }
+                fprintf(f, "\n%s  ]", ind);
+        }
         fprintf(f, "\n%s}", ind);
 }
 
@@ -327,10 +395,25 @@ static void print_status_json(const Hvd__Status *s) {
                 json_string(stdout, p->endpoint);
                 printf(", \"state\": ");
                 json_string(stdout, p->state);
-                printf(", \"last_heard_usec\": %" PRIu64 ", \"rtt_usec\": %" PRIu64 "}", p->last_heard_usec,
-                       p->rtt_usec);
+                printf(", \"last_heard_usec\": %" PRIu64 ", \"rtt_usec\": %" PRIu64 ", \"direction\": ",
+                       p->last_heard_usec, p->rtt_usec);
+                json_string(stdout, p->direction);
+                printf(", \"host\": ");
+                json_string(stdout, p->host);
+                printf(", \"jobs\": %" PRIu32 "}", p->jobs);
         }
-        printf("%s]\n}\n", s->n_peers ? "\n  " : "");
+        printf("%s],\n  \"config\": {", s->n_peers ? "\n  " : "");
+        for (size_t i = 0; i < s->n_config; i++) {
+                printf("%s\n    ", i ? "," : "");
+                json_string(stdout, s->config[i]->key);
+                printf(": ");
+                json_string(stdout, s->config[i]->value);
+        }
+        printf("%s},\n  \"log_level\": ", s->n_config ? "\n  " : "");
+        json_string(stdout, s->log_level);
+        printf(",\n  \"metrics_listen\": ");
+        json_string(stdout, s->metrics_listen);
+        printf("\n}\n");
 }
 
 static void print_jobs_json(const Hvd__Status *s) {
@@ -363,19 +446,61 @@ static int text_width(const char *s) {
         return n;
 }
 
+/* The counters that need a sentence: rates, sizes, where the time went. */
+static void print_job_counters(const Hvd__JobStatus *j, const char *ind) {
+        char a[64], b[64], c[64];
+        if (j->root) {
+                printf("%scache hit rate %.1f%%, mean fused op %s, throughput %s/s over the last 10 s\n", ind,
+                       100.0 * j->cache_hit_rate, fmt_bytes(j->mean_fused_bytes, a, sizeof a),
+                       fmt_bytes((uint64_t) llround(j->throughput_bytes_per_sec), b, sizeof b));
+                printf("%stime: negotiation %.3g ms per tensor (%s in all)", ind,
+                       j->tensors_negotiated ? (double) j->negotiation_usec / 1e3 / (double) j->tensors_negotiated : 0.0,
+                       fmt_duration(j->negotiation_usec, c, sizeof c));
+        } else
+                printf("%stime: negotiated by the job's root daemon", ind);
+        printf(", data movement %s per rank here\n", fmt_duration(j->data_usec, a, sizeof a));
+}
+
+static void print_config(const Hvd__Status *s) {
+        if (!s->n_config)
+                return;
+        int col = printf("  configuration:    ");
+        for (size_t i = 0; i < s->n_config; i++) {
+                const Hvd__ConfigItem *ci = s->config[i];
+                int w = (int) strlen(ci->key) + 1 + text_width(ci->value) + 1;
+                if (col + w > 79 && col > 20) {
+                        printf("\n                    ");
+                        col = 20;
+                }
+                printf(" %s=%s", ci->key, *ci->value ? ci->value : "\"\"");
+                col += w;
+        }
+        printf("\n");
+}
+
 static void print_status(const Hvd__Status *s) {
         char a[64], b[64];
         printf("hvd-coordinatord %s, pid %" PRIu32 " on %s, up %s\n", s->version, s->pid, s->host,
                fmt_duration(s->uptime_usec, a, sizeof a));
         printf("  runtime dir:       %s\n", s->runtime_dir);
+        printf("  log level:         %s\n", s->log_level);
+        if (s->metrics_listen && *s->metrics_listen)
+                printf("  metrics:           http://%s/metrics\n", s->metrics_listen);
         printf("  fusion threshold:  %s (default for jobs)\n", fmt_bytes(s->fusion_threshold, a, sizeof a));
         printf("  cycle time:        %.3g ms (default for jobs)\n", (double) s->cycle_time_usec / 1e3);
         if (s->peer_endpoint && *s->peer_endpoint)
                 printf("  peer endpoint:     %s\n", s->peer_endpoint);
+        print_config(s);
         for (size_t i = 0; i < s->n_peers; i++) {
                 const Hvd__PeerStatus *p = s->peers[i];
-                printf("  peer:              %s %s, heard %s ago, rtt %.3g ms\n", p->endpoint, p->state,
-                       fmt_duration(p->last_heard_usec, a, sizeof a), (double) p->rtt_usec / 1e3);
+                bool in = strcmp(p->direction, "in") == 0;
+                printf("  peer:              %s %s %s, heard %s ago, rtt ", in ? "node" : "root",
+                       in ? p->host : p->endpoint, p->state, fmt_duration(p->last_heard_usec, a, sizeof a));
+                if (p->rtt_usec)
+                        printf("%.3g ms", (double) p->rtt_usec / 1e3);
+                else
+                        printf("not measured yet");
+                printf(", %" PRIu32 " job%s\n", p->jobs, p->jobs == 1 ? "" : "s");
         }
         printf("  jobs:              %zu\n", s->n_jobs);
         if (!s->n_jobs)
@@ -395,6 +520,8 @@ static void print_status(const Hvd__Status *s) {
                 if (strcmp(j->state, "joining") == 0)
                         printf("    waiting: %zu of %" PRIu32 " ranks have joined\n", j->n_ranks, j->size);
                 print_ranks(s, j);
+                if (strcmp(j->state, "joining") != 0)
+                        print_job_counters(j, "    ");
                 if (j->abort_reason && *j->abort_reason)
                         printf("    aborted: %s\n", j->abort_reason);
                 if (j->stalled && *j->stalled)
@@ -409,6 +536,43 @@ static void print_jobs(const Hvd__Status *s) {
                 printf("%s %" PRIu32 " %s %s %zu/%" PRIu32 "\n", j->job_id, j->size, j->state,
                        fmt_duration(j->age_usec, a, sizeof a), j->n_ranks, j->size);
         }
+}
+
+static void print_job(const Hvd__Status *s, const Hvd__JobStatus *j) {
+        char a[64], b[64], c[64];
+        printf("job %s: %s, %" PRIu32 " ranks on %" PRIu32 " host%s (%" PRIu32 " here), age %s, %s\n", j->job_id,
+               j->state, j->size, j->cross_size, j->cross_size == 1 ? "" : "s", j->ranks_here,
+               fmt_duration(j->age_usec, a, sizeof a),
+               j->root ? "negotiated here" : "negotiated by the root daemon of its first host");
+        printf("  cycles %" PRIu64 ", tensors negotiated %" PRIu64 ", fused ops %" PRIu64 ", bytes %s, cache hits %" PRIu64
+               "\n",
+               j->cycles, j->tensors_negotiated, j->fused_ops, fmt_bytes(j->bytes_reduced, b, sizeof b), j->cache_hits);
+        print_job_counters(j, "  ");
+        if (j->abort_reason && *j->abort_reason)
+                printf("  aborted: %s\n", j->abort_reason);
+        if (j->stalled && *j->stalled)
+                printf("  stalled: %s\n", j->stalled);
+        int hw = 4;
+        for (size_t i = 0; i < j->n_rank_status; i++)
+                hw = HVD_MAX(hw, text_width(j->rank_status[i]->host));
+        printf("\n%5s  %-6s  %-*s  %8s  %5s  %-8s  %9s  %7s  %8s  %8s  %8s\n", "RANK", "WHERE", hw, "HOST", "PID",
+               "LOCAL", "STATE", "LAST-SEEN", "PENDING", "READIES", "DONE-SEQ", "BUSY");
+        for (size_t i = 0; i < j->n_rank_status; i++) {
+                const Hvd__RankStatus *r = j->rank_status[i];
+                char pid[16] = "-", seen[64] = "-", seq[24] = "-", busy[64] = "-";
+                if (r->pid)
+                        snprintf(pid, sizeof pid, "%" PRIu32, r->pid);
+                if (r->seen)
+                        snprintf(seen, sizeof seen, "%s ago", fmt_duration(r->last_seen_usec, c, sizeof c));
+                if (r->local) {
+                        snprintf(seq, sizeof seq, "%" PRIu64, r->done_seq);
+                        fmt_duration(r->busy_usec, busy, sizeof busy);
+                }
+                printf("%5" PRIu32 "  %-6s  %s%*s  %8s  %5" PRIu32 "  %-8s  %9s  %7" PRIu32 "  %8" PRIu64 "  %8s  %8s\n",
+                       r->rank, r->local ? "local" : "remote", r->host, hw - text_width(r->host), "", pid,
+                       r->local_rank, r->state, seen, r->tensors_pending, r->readies, seq, busy);
+        }
+        (void) s;
 }
 
 static int parse_timeout(const char *s, uint64_t *ret) {
@@ -620,18 +784,123 @@ static int timeline_main(int argc, char **argv) {
         return ret;
 }
 
+static volatile sig_atomic_t interrupted;
+
+static void on_signal(int sig) {
+        (void) sig;
+        interrupted = 1;
+}
+
+typedef enum { CMD_STATUS, CMD_JOBS, CMD_JOB, CMD_METRICS, CMD_LOG_LEVEL, CMD_VERSION } command_t;
+
+/* Runs the command once. Returns 0 or an exit status after a message. */
+static int run(const ctl_t *c, command_t cmd) {
+        Hvd__Envelope *reply = NULL;
+        int e;
+        if (cmd == CMD_METRICS) {
+                Hvd__MetricsRequest q = HVD__METRICS_REQUEST__INIT;
+                Hvd__Envelope req = HVD__ENVELOPE__INIT;
+                req.body_case = HVD__ENVELOPE__BODY_METRICS_REQUEST;
+                req.metrics_request = &q;
+                if ((e = call(c, &req, HVD__ENVELOPE__BODY_METRICS_REPLY, &reply)))
+                        return e;
+                fputs(reply->metrics_reply->text, stdout);
+                hvd_wire_free(&reply);
+                return 0;
+        }
+        if (cmd == CMD_LOG_LEVEL) {
+                Hvd__LogLevel q = HVD__LOG_LEVEL__INIT;
+                Hvd__Envelope req = HVD__ENVELOPE__INIT;
+                q.level = (char *) (c->level ? c->level : "");
+                req.body_case = HVD__ENVELOPE__BODY_LOG_LEVEL;
+                req.log_level = &q;
+                if ((e = call(c, &req, HVD__ENVELOPE__BODY_LOG_LEVEL, &reply)))
+                        return e;
+                printf("%s\n", reply->log_level->level);
+                hvd_wire_free(&reply);
+                return 0;
+        }
+        if ((e = fetch_status(c, cmd == CMD_JOB ? c->job_id : NULL, &reply)))
+                return e;
+        const Hvd__Status *s = reply->status;
+        if (cmd == CMD_VERSION)
+                printf("hvd-coordinatord %s (pid %" PRIu32 ") at %s\n", s->version, s->pid, s->runtime_dir);
+        else if (cmd == CMD_STATUS)
+                c->json ? print_status_json(s) : print_status(s);
+        else if (cmd == CMD_JOBS)
+                c->json ? print_jobs_json(s) : print_jobs(s);
+        else if (s->n_jobs != 1) {
+                fprintf(stderr, "hvdctl: hvd-coordinatord at %s has no job '%s' ('hvdctl jobs' lists its jobs)\n",
+                        c->runtime_dir, c->job_id);
+                e = EXIT_NO_JOB;
+        } else if (c->json) {
+                json_job(stdout, s->jobs[0], "");
+                printf("\n");
+        } else
+                print_job(s, s->jobs[0]);
+        hvd_wire_free(&reply);
+        return e;
+}
+
+/* Repeats the command every interval until SIGINT or SIGTERM, which end it
+ * with status 0. A failure after the first round is shown and retried: a
+ * restarting daemon should not end the watch. */
+static int watch(const ctl_t *c, command_t cmd, uint64_t interval_usec) {
+        struct sigaction sa = { .sa_handler = on_signal };
+        sigemptyset(&sa.sa_mask);
+        sigaction(SIGINT, &sa, NULL);
+        sigaction(SIGTERM, &sa, NULL);
+        bool tty = isatty(STDOUT_FILENO);
+        for (unsigned round = 0; !interrupted; round++) {
+                if (tty)
+                        fputs("\033[H\033[2J", stdout);
+                else if (round && !c->json)
+                        putchar('\n');
+                if (tty || !c->json) {
+                        time_t t = time(NULL);
+                        char when[64];
+                        strftime(when, sizeof when, "%Y-%m-%d %H:%M:%S", localtime(&t));
+                        if (!c->json && cmd != CMD_METRICS)
+                                printf("Every %.3gs: hvdctl at %s, %s\n\n", (double) interval_usec / 1e6,
+                                       c->runtime_dir, when);
+                }
+                int e = run(c, cmd);
+                if (e && round == 0)
+                        return e;
+                if (fflush(stdout) != 0 || ferror(stdout))
+                        return EXIT_ERROR;
+                struct timespec ts = { .tv_sec = (time_t) (interval_usec / USEC_PER_SEC),
+                                       .tv_nsec = (long) (interval_usec % USEC_PER_SEC) * 1000 };
+                while (!interrupted && nanosleep(&ts, &ts) < 0 && errno == EINTR)
+                        ;
+        }
+        return 0;
+}
+
+static bool is_number(const char *s) {
+        char *end;
+        if (!s || !*s)
+                return false;
+        errno = 0;
+        double v = strtod(s, &end);
+        return !errno && !*end && isfinite(v);
+}
+
 int main(int argc, char **argv) {
         static const struct option opts[] = {
                 { "runtime-dir", required_argument, NULL, 'r' },
                 { "endpoint", required_argument, NULL, 'e' },
                 { "timeout", required_argument, NULL, 't' },
                 { "json", no_argument, NULL, 'j' },
+                { "watch", optional_argument, NULL, 'w' },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'V' },
                 {},
         };
         ctl_t c = { .timeout_usec = DEFAULT_TIMEOUT_USEC };
-        const char *endpoint = NULL, *command = NULL;
+        const char *endpoint = NULL, *args[3] = { NULL };
+        size_t n_args = 0;
+        uint64_t watch_usec = 0;
         int opt;
         if (is_timeline_command(argc, argv))
                 return timeline_main(argc, argv);
@@ -639,13 +908,13 @@ int main(int argc, char **argv) {
         opterr = 0;
         /* options may come before or after COMMAND: "hvdctl status --json" */
         while (optind < argc) {
-                opt = getopt_long(argc, argv, "+:r:e:t:jhV", opts, NULL);
+                opt = getopt_long(argc, argv, "+:r:e:t:jw::hV", opts, NULL);
                 if (opt < 0) {
                         if (optind >= argc)
                                 break;
-                        if (command)
+                        if (n_args == ELEMENTSOF(args))
                                 return usage_error("unexpected argument '%s'", argv[optind]);
-                        command = argv[optind++];
+                        args[n_args++] = argv[optind++];
                         continue;
                 }
                 switch (opt) {
@@ -655,7 +924,7 @@ int main(int argc, char **argv) {
                         c.runtime_dir = optarg;
                         break;
                 case 'e':
-                        if (!*optarg || strlen(optarg) >= PATH_MAX)
+                        if (!*optarg || strlen(optarg) >= PATH_MAX - 32)
                                 return usage_error("--endpoint '%s': expected e.g. ipc:///run/hvd/control.sock",
                                                    optarg);
                         endpoint = optarg;
@@ -665,6 +934,16 @@ int main(int argc, char **argv) {
                                 return usage_error("--timeout '%s': expected seconds in (0, 3600]", optarg);
                         break;
                 case 'j': c.json = true; break;
+                case 'w': {
+                        /* "--watch 5" as well as "--watch=5" */
+                        const char *v = optarg;
+                        if (!v && optind < argc && is_number(argv[optind]))
+                                v = argv[optind++];
+                        watch_usec = 2 * USEC_PER_SEC;
+                        if (v && (parse_timeout(v, &watch_usec) < 0 || watch_usec < 100 * USEC_PER_MSEC))
+                                return usage_error("--watch '%s': expected seconds in [0.1, 3600]", v);
+                        break;
+                }
                 case 'h': help(); return 0;
                 case 'V': printf("hvdctl (hvd) %s\n", PACKAGE_VERSION); return 0;
                 case ':': return usage_error("option '%s' requires an argument", argv[optind - 1]);
@@ -674,22 +953,59 @@ int main(int argc, char **argv) {
                         return usage_error("unknown option '%s'", argv[optind - 1]);
                 }
         }
-        if (!command)
-                return usage_error("no command given: status, jobs or version");
+        if (!n_args)
+                return usage_error("no command given: status, jobs, job, metrics, log-level or version");
+        const char *command = args[0];
         if (endpoint && c.runtime_dir)
                 return usage_error("--runtime-dir and --endpoint exclude each other");
         if (strcmp(command, "help") == 0) {
                 help();
                 return 0;
         }
-        bool is_status = strcmp(command, "status") == 0, is_jobs = strcmp(command, "jobs") == 0,
-             is_version = strcmp(command, "version") == 0;
-        if (!is_status && !is_jobs && !is_version)
-                return usage_error("unknown command '%s': expected status, jobs or version", command);
-        if (c.json && is_version)
-                return usage_error("--json is for status and jobs");
+        static const struct {
+                const char *name;
+                command_t cmd;
+                size_t min_args, max_args;
+                bool json, watch;
+        } cmds[] = {
+                { "status", CMD_STATUS, 0, 0, true, true },    { "jobs", CMD_JOBS, 0, 0, true, true },
+                { "job", CMD_JOB, 1, 1, true, true },          { "metrics", CMD_METRICS, 0, 0, false, true },
+                { "log-level", CMD_LOG_LEVEL, 0, 1, false, false }, { "version", CMD_VERSION, 0, 0, false, false },
+        };
+        size_t k = 0;
+        while (k < ELEMENTSOF(cmds) && strcmp(cmds[k].name, command) != 0)
+                k++;
+        if (k == ELEMENTSOF(cmds))
+                return usage_error("unknown command '%s': expected status, jobs, job, metrics, log-level or version",
+                                   command);
+        if (n_args - 1 < cmds[k].min_args)
+                return usage_error("%s needs an argument: hvdctl job ID", command);
+        if (n_args - 1 > cmds[k].max_args)
+                return usage_error("unexpected argument '%s'", args[cmds[k].max_args + 1]);
+        if (c.json && !cmds[k].json)
+                return usage_error("--json is for status, jobs and job");
+        if (watch_usec && !cmds[k].watch)
+                return usage_error("--watch is for status, jobs, job and metrics");
+        command_t cmd = cmds[k].cmd;
+        if (cmd == CMD_JOB) {
+                c.job_id = args[1];
+                if (!*c.job_id || strlen(c.job_id) > HVD_WIRE_MAX_JOB_ID)
+                        return usage_error("job id '%s': expected 1 to %d bytes", c.job_id, HVD_WIRE_MAX_JOB_ID);
+        }
+        if (cmd == CMD_LOG_LEVEL && n_args == 2) {
+                c.level = args[1];
+                if (hvd_log_level_from_string(c.level) < 0)
+                        return usage_error("log level '%s': expected err, warning, notice, info or debug", c.level);
+        }
 
-        if (endpoint) {
+        if (endpoint && !strstr(endpoint, "://")) {
+                /* a runtime directory */
+                snprintf(c.endpoint, sizeof c.endpoint, "ipc://%s/control.sock", endpoint);
+                c.runtime_dir = endpoint;
+        } else if (endpoint) {
+                if (strncmp(endpoint, "ipc://", 6) != 0 && strncmp(endpoint, "tcp://", 6) != 0)
+                        return usage_error("--endpoint '%s': expected ipc://PATH, tcp://HOST:PORT or a directory",
+                                           endpoint);
                 snprintf(c.endpoint, sizeof c.endpoint, "%s", endpoint);
                 if (strncmp(endpoint, "ipc://", 6) == 0) {
                         snprintf(c.dir_buf, sizeof c.dir_buf, "%s", endpoint + 6);
@@ -709,24 +1025,13 @@ int main(int argc, char **argv) {
                 snprintf(c.endpoint, sizeof c.endpoint, "ipc://%s/control.sock", c.runtime_dir);
         }
 
-        if (is_version)
+        if (cmd == CMD_VERSION)
                 printf("hvdctl %s\n", PACKAGE_VERSION);
         fflush(stdout);
-        Hvd__Envelope *reply = NULL;
-        int e = fetch_status(&c, &reply);
-        if (e)
-                return e;
-        const Hvd__Status *s = reply->status;
-        if (is_version)
-                printf("hvd-coordinatord %s (pid %" PRIu32 ") at %s\n", s->version, s->pid, s->runtime_dir);
-        else if (is_status)
-                c.json ? print_status_json(s) : print_status(s);
-        else
-                c.json ? print_jobs_json(s) : print_jobs(s);
-        hvd_wire_free(&reply);
+        int e = watch_usec ? watch(&c, cmd, watch_usec) : run(&c, cmd);
         if (fflush(stdout) != 0 || ferror(stdout)) {
                 fprintf(stderr, "hvdctl: cannot write the output: %s\n", strerror(errno));
                 return EXIT_ERROR;
         }
-        return 0;
+        return e;
 }

@@ -1,0 +1,90 @@
+/* metrics.h — hvd-coordinatord's counters and latency histograms, their
+ * rendering in the Prometheus text exposition format (version 0.0.4), and
+ * a small HTTP/1.x listener that serves GET /metrics from the daemon's
+ * reactor. Counting is a few additions on fixed arrays: no allocation, no
+ * lock (the reactor is one thread). Rendering allocates, once per request. */
+#ifndef HVD_METRICS_H
+#define HVD_METRICS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <zmq.h>
+
+/* Upper bounds of the histogram buckets, in microseconds; +Inf follows. */
+#define HVD_HISTOGRAM_N_BOUNDS 19
+
+typedef struct hvd_histogram {
+        uint64_t buckets[HVD_HISTOGRAM_N_BOUNDS + 1]; /* per bucket, not cumulative; last = +Inf */
+        uint64_t count;
+        uint64_t sum_usec;
+} hvd_histogram_t;
+
+void hvd_histogram_observe(hvd_histogram_t *h, uint64_t usec);
+
+/* Envelope body numbers below this are counted by type. */
+#define HVD_METRICS_MAX_BODY 64
+
+enum { HVD_METRICS_SOCK_WORKER, HVD_METRICS_SOCK_PEER, HVD_METRICS_SOCK_ROOT, HVD_METRICS_SOCK_CONTROL,
+       HVD_METRICS_SOCK_HTTP, HVD_METRICS_N_SOCK };
+
+typedef struct hvd_metrics {
+        uint64_t jobs_started, jobs_finished, jobs_aborted;
+        uint64_t workers_connected; /* hellos accepted */
+        uint64_t messages[HVD_METRICS_MAX_BODY];  /* received, by Envelope body number */
+        uint64_t rejected[HVD_METRICS_N_SOCK];    /* refused (undecodable, invalid, malformed) */
+        uint64_t control_requests;
+        uint64_t cycles;             /* readiness messages from ranks */
+        uint64_t tensors_negotiated, cache_hits, requests, bytes_scheduled, fused_ops, schedules;
+        uint64_t stall_warnings;
+        uint64_t log_level_changes;
+        hvd_histogram_t negotiation; /* per tensor: first readiness to schedule */
+        hvd_histogram_t iteration;   /* reactor: wake-up to going back to sleep */
+        hvd_histogram_t control;     /* control request handling */
+} hvd_metrics_t;
+
+/* What is read off the daemon's state when rendering. */
+typedef struct hvd_metrics_gauges {
+        const char *version;
+        uint64_t uptime_usec;
+        uint32_t jobs_joining, jobs_running, jobs_aborted;
+        uint32_t workers;
+        uint32_t peers_connected, peers_idle, peers_lost;
+        int log_level;
+} hvd_metrics_gauges_t;
+
+/* Writes the exposition text. Returns 0 and a NUL-terminated string in
+ * *ret (free with free()) of *len bytes, or -ENOMEM. */
+int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, char **ret, size_t *len);
+
+/* ---- HTTP listener ---- */
+
+typedef struct hvd_http hvd_http_t;
+
+/* Makes the body of one GET /metrics response: 0 and a malloc'd string
+ * (the listener frees it), or < 0 (the client gets a 500). */
+typedef int (*hvd_http_render_fn)(void *userdata, char **body, size_t *len);
+
+/* Binds "ADDRESS:PORT" (an IPv4 or IPv6 literal, "[::1]:9464", or a host
+ * name; port 0 picks a free one) and listens. Returns 0 and a new listener
+ * in *ret (free with hvd_http_destroy), or < 0 with a message in err. */
+int hvd_http_new(const char *address, hvd_http_render_fn render, void *userdata, hvd_metrics_t *m,
+                 hvd_http_t **ret, char *err, size_t err_len);
+void hvd_http_destroy(hvd_http_t **h);
+
+/* The bound address, e.g. "127.0.0.1:9464". Borrowed. */
+const char *hvd_http_address(const hvd_http_t *h);
+
+/* Poll items: at most this many. */
+size_t hvd_http_max_items(const hvd_http_t *h);
+/* Fills items (the listening socket and each connection, with the events
+ * each waits for) and returns how many. */
+size_t hvd_http_fill_items(hvd_http_t *h, zmq_pollitem_t *items);
+/* Serves what the poll reported on items filled by the last fill. Never
+ * blocks: partial reads and writes wait for the next poll. */
+void hvd_http_dispatch(hvd_http_t *h, const zmq_pollitem_t *items, size_t n, uint64_t now_usec);
+/* Closes connections past their deadline; returns the next deadline, or
+ * UINT64_MAX when no connection is open. */
+uint64_t hvd_http_expire(hvd_http_t *h, uint64_t now_usec);
+
+#endif

@@ -1,0 +1,249 @@
+#!/bin/bash
+# test-metrics.sh — the daemon's Prometheus metrics: `hvdctl metrics` and
+# GET /metrics on the HTTP listener (metrics_listen = 127.0.0.1:0, a free
+# port) both parse with a strict exposition-format parser
+# (tests/lib/promparse.py, itself checked on broken input first), and the
+# counters match a real 3-rank job of known size run to its end: jobs
+# started and finished, workers, hello messages, tensors negotiated = the
+# negotiation histogram's count, bytes scheduled = the bytes the job's
+# allreduces carried. The listener answers 404 and 405, refuses an
+# oversized request with 431, survives garbage, idle and surplus
+# connections, and the daemon keeps serving throughout.
+set -u
+. "$HVD_SRCDIR/tests/lib/common.sh"
+PY=/usr/bin/python3
+[ -x "$PY" ] || skip "$PY is needed"
+hvdctl=$HVD_BUILDDIR/tools/hvdctl
+worker=$HVD_BUILDDIR/tests/worker_collectives
+parse0="$PY $HVD_SRCDIR/tests/lib/promparse.py"
+parse="$parse0 --prefix hvd_"
+tmp=$(mktemp -d /tmp/hvd-test-metrics-XXXXXX)
+bg=()
+cleanup() {
+        for p in "${bg[@]}"; do kill -KILL "$p" 2>/dev/null; done
+        wait 2>/dev/null
+        rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+# ---- the parser refuses what it must ----
+good='# HELP x_total A counter.
+# TYPE x_total counter
+x_total 3
+# TYPE h histogram
+h_bucket{le="1"} 1
+h_bucket{le="+Inf"} 2
+h_sum 0.5
+h_count 2
+'
+printf '%s' "$good" | $parse0 - >/dev/null || fail "promparse refuses a good text"
+bad() {
+        printf '%s' "$2" | $parse0 - >/dev/null 2>&1 && fail "promparse accepts $1"
+}
+bad "a sample without TYPE" 'y 1
+'
+bad "a malformed line" '# TYPE y gauge
+y{a=b} 1
+'
+bad "non-cumulative buckets" '# TYPE h histogram
+h_bucket{le="1"} 3
+h_bucket{le="+Inf"} 2
+h_sum 1
+h_count 2
+'
+bad "+Inf != _count" '# TYPE h histogram
+h_bucket{le="1"} 1
+h_bucket{le="+Inf"} 2
+h_sum 1
+h_count 3
+'
+bad "no +Inf bucket" '# TYPE h histogram
+h_bucket{le="1"} 1
+h_sum 1
+h_count 1
+'
+bad "a duplicate sample" '# TYPE y gauge
+y 1
+y 2
+'
+bad "a negative counter" '# TYPE y counter
+y -1
+'
+bad "a missing final newline" '# TYPE y gauge
+y 1'
+printf '# TYPE y gauge\ny 1\n' | $parse - >/dev/null 2>&1 && fail "promparse --prefix accepts another prefix"
+echo "ok - promparse refuses broken texts"
+
+# ---- a daemon with the HTTP listener on a free port ----
+rt=$tmp/rt
+printf 'metrics_listen = 127.0.0.1:0\nlog_level = warning\n' >"$tmp/c.conf"
+"$HVD_BUILDDIR/daemon/hvd-coordinatord" -c "$tmp/c.conf" --runtime-dir "$rt" 2>"$tmp/daemon.log" &
+dp=$!
+bg+=($dp)
+for _ in $(seq 100); do [ -S "$rt/control.sock" ] && break; sleep 0.05; done
+[ -S "$rt/control.sock" ] || fail "the daemon did not start" "$(cat "$tmp/daemon.log")"
+addr=$("$hvdctl" -r "$rt" status --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["metrics_listen"])')
+[[ "$addr" =~ ^127\.0\.0\.1:[1-9][0-9]*$ ]] || fail "status: metrics_listen '$addr'"
+"$hvdctl" -r "$rt" status | grep -q "metrics: *http://$addr/metrics$" || fail "status does not show the listener"
+
+# ---- a 3-rank job of known size, run to its end ----
+"$HVD_SRCDIR/tests/lib/launch.sh" -r "$rt" -t 60 -n 3 -- "$worker" many >"$tmp/job.out" 2>&1 ||
+        fail "the job failed" "$(cat "$tmp/job.out" "$tmp/daemon.log")"
+for _ in $(seq 100); do
+        [ -z "$("$hvdctl" -r "$rt" jobs)" ] && break
+        sleep 0.05
+done
+[ -z "$("$hvdctl" -r "$rt" jobs)" ] || fail "the job is still listed"
+
+"$hvdctl" -r "$rt" metrics >"$tmp/m.txt" 2>"$tmp/err" || fail "hvdctl metrics: exit $?" "$(cat "$tmp/err")"
+$parse "$tmp/m.txt" >"$tmp/m.json" 2>"$tmp/err" || fail "hvdctl metrics does not parse" "$(cat "$tmp/err")"
+"$PY" - "$tmp/m.json" <<'EOF' || fail "hvdctl metrics: values" "$(cat "$tmp/m.txt")"
+import json, sys
+m = json.load(open(sys.argv[1]))
+def v(k):
+    if k not in m:
+        sys.exit("missing " + k)
+    return m[k]
+def check(cond, what):
+    if not cond:
+        sys.exit(what)
+# "many": 3 rounds of 300 float32 allreduces of 1 + (37k mod 100) elements
+tensor_bytes = 3 * sum(4 * (1 + (k * 37) % 100) for k in range(300))
+check(v("hvd_jobs_started_total{}") == 1, "jobs started %r" % v("hvd_jobs_started_total{}"))
+check(v("hvd_jobs_finished_total{}") == 1, "jobs finished")
+check(v("hvd_jobs_aborted_total{}") == 0, "jobs aborted")
+check(v("hvd_workers_connected_total{}") == 3, "workers connected")
+check(v('hvd_messages_received_total{type="hello"}') == 3, "hello messages")
+check(v('hvd_messages_received_total{type="goodbye"}') == 3, "goodbye messages")
+check(v('hvd_messages_received_total{type="ready"}') == v("hvd_cycles_total{}") > 0, "ready = cycles")
+check(v('hvd_messages_received_total{type="metrics_request"}') == 1, "metrics requests")
+check(v("hvd_tensors_negotiated_total{}") == 900, "tensors %r" % v("hvd_tensors_negotiated_total{}"))
+check(v("hvd_negotiation_latency_seconds_count{}") == v("hvd_tensors_negotiated_total{}"),
+      "one latency sample per tensor")
+check(v("hvd_bytes_scheduled_total{}") == tensor_bytes,
+      "bytes scheduled %r, the job's allreduces carried %d" % (v("hvd_bytes_scheduled_total{}"), tensor_bytes))
+check(v("hvd_cache_hits_total{}") >= 2 * 300 * 3, "cache hits %r" % v("hvd_cache_hits_total{}"))
+check(0 < v("hvd_fused_operations_total{}") <= v("hvd_tensors_negotiated_total{}"), "fused ops")
+check(v('hvd_jobs{state="running"}') == 0 and v("hvd_workers{}") == 0, "gauges after the job")
+check(v("hvd_log_level{}") == 4, "log level gauge")
+check(v("hvd_cycle_duration_seconds_count{}") > 0, "cycle histogram")
+check(v("hvd_control_request_duration_seconds_count{}") >= 1, "control histogram")
+EOF
+echo "ok - hvdctl metrics parses; counters match the 3-rank job ($(grep -c '^hvd_' "$tmp/m.txt") samples)"
+
+# ---- HTTP ----
+"$PY" - "$addr" "$HVD_SRCDIR/tests/lib" <<'EOF' || fail "HTTP listener" "$(cat "$tmp/daemon.log")"
+import json, socket, sys, time, urllib.error, urllib.request
+addr, lib = sys.argv[1], sys.argv[2]
+sys.path.insert(0, lib)
+import promparse
+host, port = addr.rsplit(":", 1)
+url = "http://%s/metrics" % addr
+
+def get(path, method="GET"):
+    req = urllib.request.Request("http://%s%s" % (addr, path), method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, r.headers, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.headers, e.read().decode()
+
+st, hd, body = get("/metrics")
+assert st == 200, st
+assert hd["Content-Type"].startswith("text/plain; version=0.0.4"), hd["Content-Type"]
+m = promparse.parse(body, "hvd_")
+assert m["hvd_jobs_started_total{}"] == 1 and m["hvd_workers_connected_total{}"] == 3, m
+st, _, _ = get("/metrics?x=1")
+assert st == 200, "query string: %d" % st
+st, _, _ = get("/")
+assert st == 404, "/ gave %d" % st
+st, _, _ = get("/metricsx")
+assert st == 404, "/metricsx gave %d" % st
+st, _, _ = get("/metrics", "POST")
+assert st == 405, "POST gave %d" % st
+print("ok - GET /metrics parses; 404 for other paths, 405 for POST")
+
+def raw(data, shut=True):
+    s = socket.create_connection((host, int(port)), timeout=10)
+    s.sendall(data)
+    if shut:
+        s.shutdown(socket.SHUT_WR)
+    out = b""
+    while True:
+        try:
+            k = s.recv(65536)
+        except ConnectionResetError:
+            break
+        if not k:
+            break
+        out += k
+    s.close()
+    return out
+
+r = raw(b"GET /metrics HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * 20000 + b"\r\n\r\n", shut=False)
+assert r.startswith(b"HTTP/1.0 431 "), r[:80]
+r = raw(b"\x00\x01\x02garbage\r\n\r\n")
+assert r.startswith(b"HTTP/1.0 400 "), r[:80]
+r = raw(b"BLAH\r\n\r\n")
+assert r.startswith(b"HTTP/1.0 400 "), r[:80]
+raw(b"GET /metr")  # the client leaves half way
+# a request split into pieces, sent slowly
+s = socket.create_connection((host, int(port)), timeout=10)
+for piece in (b"GE", b"T /metrics HT", b"TP/1.0\r\n", b"\r\n"):
+    s.sendall(piece)
+    time.sleep(0.05)
+out = b""
+while True:
+    k = s.recv(65536)
+    if not k:
+        break
+    out += k
+assert out.startswith(b"HTTP/1.0 200 OK") and b"hvd_uptime_seconds" in out, out[:80]
+s.close()
+print("ok - oversized request: 431; garbage: 400; a request in pieces: 200")
+
+# idle connections do not block others; beyond the limit (16), 503; they expire
+time.sleep(0.3)  # the connections above are closed by now (a few may linger: 12 + 3 < 16)
+idle = [socket.create_connection((host, int(port)), timeout=10) for _ in range(12)]
+t0 = time.time()
+st, _, _ = get("/metrics")
+assert st == 200, st
+extra = [socket.create_connection((host, int(port)), timeout=10) for _ in range(8)]
+refused = 0
+for s in extra:
+    s.settimeout(1)
+    try:
+        if s.recv(100).startswith(b"HTTP/1.0 503"):
+            refused += 1
+    except socket.timeout:
+        pass
+assert refused >= 2, "surplus connections refused: %d" % refused
+for s in idle[1:] + extra:
+    s.close()
+time.sleep(0.2)
+st, _, _ = get("/metrics")
+assert st == 200, st
+print("ok - 12 idle connections do not block a scrape; surplus ones get 503")
+# an idle connection is closed after its deadline (5 s)
+t0 = time.time()
+idle[0].settimeout(20)
+assert idle[0].recv(100) == b"", "an idle connection got data"
+assert time.time() - t0 < 15, "the idle connection was not closed"
+idle[0].close()
+print("ok - an idle connection is closed after its deadline")
+EOF
+"$hvdctl" -r "$rt" metrics >"$tmp/m2.txt" || fail "hvdctl metrics after the HTTP abuse"
+$parse "$tmp/m2.txt" >"$tmp/m2.json" || fail "metrics after the abuse do not parse"
+"$PY" -c '
+import json, sys
+m = json.load(open(sys.argv[1]))
+assert m["hvd_messages_rejected_total{socket=\"http\"}"] >= 3, m["hvd_messages_rejected_total{socket=\"http\"}"]
+assert m["hvd_control_requests_total{}"] >= 8
+' "$tmp/m2.json" || fail "rejected HTTP requests are not counted"
+kill -0 "$dp" 2>/dev/null || fail "the daemon died" "$(cat "$tmp/daemon.log")"
+echo "ok - the daemon counted the bad requests and still serves"
+kill -TERM "$dp"
+wait "$dp"
+rc=$?
+[ $rc -eq 0 ] || fail "the daemon exited with $rc" "$(cat "$tmp/daemon.log")"
+exit 0
