@@ -491,16 +491,40 @@ const char *cudaGetErrorString(cudaError_t e) {
 const char *cudaGetErrorName(cudaError_t e) {
         return e == cudaSuccess ? "cudaSuccess" : "cudaErrorMock";
 }
+cudaError_t cudaGetDevice(int *device) {
+        *device = cur_dev;
+        return cudaSuccess;
+}
+
+static long live_allocs; /* cudaMalloc'ed, not yet freed */
+
+long mock_cuda_live_allocs(void) {
+        pthread_mutex_lock(&lock);
+        long n = live_allocs;
+        pthread_mutex_unlock(&lock);
+        return n;
+}
 cudaError_t cudaMalloc(void **p, size_t bytes) {
         *p = aligned_alloc(256, (bytes + 255) / 256 * 256);
-        return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+        if (!*p)
+                return cudaErrorMemoryAllocation;
+        pthread_mutex_lock(&lock);
+        live_allocs++;
+        pthread_mutex_unlock(&lock);
+        return cudaSuccess;
 }
 cudaError_t cudaFree(void *p) {
+        if (!p)
+                return cudaSuccess;
+        pthread_mutex_lock(&lock);
+        live_allocs--;
+        pthread_mutex_unlock(&lock);
         free(p);
         return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void **p, size_t bytes) {
-        return cudaMalloc(p, bytes);
+        *p = aligned_alloc(256, (bytes + 255) / 256 * 256);
+        return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFreeHost(void *p) {
         free(p);
