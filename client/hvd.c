@@ -621,7 +621,12 @@ static int execute_schedule(const Hvd__Schedule *s) {
                                 .process_set = op->process_set,
                                 .set_ranks = op->set_ranks,
                                 .n_set = op->n_set_ranks,
-                                .device = op->device,
+                                /* the schedule says only "a GPU" (ranks use different
+                                 * ones); this rank's tensors are on its own, which
+                                 * check_request made sure of. Non-members of a
+                                 * process set get the op too: it is theirs to take
+                                 * part in the set's communicator split. */
+                                .device = gpu ? GPU.device : op->device,
                         };
                         if (gpu) {
                                 /* consecutive GPU ops share one NCCL group; their

@@ -31,6 +31,7 @@
         } while (0)
 
 static long (*live_allocs)(void);
+static int gpu_dev; /* this rank's GPU: HVD_GPU_DEVICE, else 0 */
 
 static long live(void) {
         return live_allocs();
@@ -64,7 +65,7 @@ static hvd_request_t gpu_request(const char *name, const float *in, const int64_
         q.dtype = HVD_FLOAT32;
         q.ndim = 2;
         q.shape = shape;
-        q.device = 0;
+        q.device = gpu_dev;
         q.reduce_op = HVD_REDUCE_SUM;
         return q;
 }
@@ -72,6 +73,8 @@ static hvd_request_t gpu_request(const char *name, const float *in, const int64_
 static int outputs(void) {
         const char *path = getenv("HVD_GPU_MODULE");
         CHECK(path, "HVD_GPU_MODULE is not set");
+        const char *dev = getenv("HVD_GPU_DEVICE");
+        gpu_dev = dev ? atoi(dev) : 0;
         /* loaded here first, so hvd_init's dlopen() gets this same image,
          * whose counter of live device allocations the test reads */
         void *dl = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -125,7 +128,7 @@ static int outputs(void) {
         hvd_handle_release(&h);
         CHECK(live() == base + 1, "the stolen output was freed with its handle");
         CHECK(memcmp(stolen, in, sizeof in) == 0, "alltoall: stolen output changed");
-        CHECK(hvd_free_output(stolen, 0) == 0, "hvd_free_output");
+        CHECK(hvd_free_output(stolen, gpu_dev) == 0, "hvd_free_output");
         CHECK(live() == base, "hvd_free_output did not free the device output");
 
         /* reducescatter with postscale 2 (exact in float32) */
@@ -152,7 +155,7 @@ static int outputs(void) {
         CHECK(hvd_handle_steal_output(h, 1, &stolen, NULL) == 0, "steal member 1");
         hvd_handle_release(&h);
         CHECK(live() == base + 1, "grouped allgather: release freed %ld, want the 2 not stolen", base + 3 - live());
-        CHECK(hvd_free_output(stolen, 0) == 0 && live() == base, "hvd_free_output of member 1");
+        CHECK(hvd_free_output(stolen, gpu_dev) == 0 && live() == base, "hvd_free_output of member 1");
 
         /* hvd_free_output's arguments */
         CHECK(hvd_free_output(NULL, 0) == 0 && hvd_free_output(NULL, HVD_DEVICE_CPU) == 0, "free NULL");
@@ -171,10 +174,12 @@ static int outputs(void) {
 
         /* another GPU than this rank's is refused at submission, naming the tensor */
         q = gpu_request("gpu.wrongdev", in, shape);
-        q.device = 3;
+        q.device = gpu_dev == 3 ? 1 : 3;
+        char gpu_name[32];
+        snprintf(gpu_name, sizeof gpu_name, "GPU %d", q.device);
         int r = hvd_allgather_async(&q, &h);
-        CHECK(r == -EINVAL && strstr(hvd_last_error(), "gpu.wrongdev") && strstr(hvd_last_error(), "GPU 3"),
-              "allgather on device 3: %d", r);
+        CHECK(r == -EINVAL && strstr(hvd_last_error(), "gpu.wrongdev") && strstr(hvd_last_error(), gpu_name),
+              "allgather on device %d: %d", q.device, r);
         CHECK(live() == base, "a refused op allocated device memory");
         /* and the job goes on */
         q = gpu_request("gpu.after", in, shape);
@@ -189,7 +194,8 @@ static int outputs(void) {
         hvd_shutdown();
         CHECK(live() == before_init, "shutdown left %ld device allocations behind", live() - before_init);
         printf("gpu_libhvd: device outputs of allgather, alltoall, reducescatter (single, grouped, empty), "
-               "release, steal + hvd_free_output: ok\n");
+               "release, steal + hvd_free_output: ok (GPU %d)\n",
+               gpu_dev);
         return 0;
 }
 

@@ -12,7 +12,7 @@
 # test-gpu-libhvd.sh runs the real libhvd over that mock, built as a module
 # (libhvd-nccl-mock.so, loaded through HVD_GPU_MODULE): libhvd's routing of
 # device tensors and its device outputs, in a job of one rank.
-EXTRA_DIST += %D%/run-gpu-tests.sh %D%/test-gpu-mock.sh %D%/test-gpu-libhvd.sh %D%/gpu_libhvd.c \
+EXTRA_DIST += %D%/run-gpu-tests.sh %D%/test-gpu-mock.sh %D%/test-gpu-libhvd.sh %D%/gpu_libhvd.c %D%/gpu_dlpack.py \
 	%D%/old_abi_module.c
 
 if HAVE_NCCL
