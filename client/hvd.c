@@ -833,16 +833,17 @@ static void *bg_main(void *arg) {
         size_t cap_batch = 0;
         for (;;) {
                 process_held();
-                if (G.dev_garbage) /* a racy peek: the lock is taken inside */
-                        gpu_free_garbage();
                 pthread_mutex_lock(&G.lock);
                 bool stop = G.stop;
+                bool garbage = G.dev_garbage != NULL; /* handles released while their op ran */
                 size_t nq = G.n_queue;
                 /* sent, not yet scheduled: while some are, new requests wait
                  * for the cycle so they can be fused; when none are, there is
                  * nothing to batch with and waiting would only add latency */
                 size_t outstanding = hvd_strmap_size(G.inflight) - G.n_queue;
                 pthread_mutex_unlock(&G.lock);
+                if (garbage)
+                        gpu_free_garbage();
                 if (stop)
                         break;
                 uint64_t now = hvd_now_usec();
@@ -875,8 +876,12 @@ static void *bg_main(void *arg) {
                         timeout = (long) ((due - now + 999) / 1000);
                 }
                 /* GPU work in flight: look at its events often */
-                if (GPU.n_pending && gpu_poll() && (timeout < 0 || timeout > 1))
-                        timeout = 1;
+                if (GPU.n_pending) {
+                        bool more = gpu_poll();
+                        gpu_free_garbage(); /* outputs of handles released while pending */
+                        if (more && (timeout < 0 || timeout > 1))
+                                timeout = 1;
+                }
                 zmq_pollitem_t items[3] = {
                         { .fd = G.wake_fd, .events = ZMQ_POLLIN },
                         { .socket = G.sock, .events = ZMQ_POLLIN },

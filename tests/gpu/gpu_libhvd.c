@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "gpu_module.h"
 #include "hvd.h"
@@ -186,8 +187,15 @@ static int outputs(void) {
         CHECK(hvd_allgather_async(&q, &h) == 0 && hvd_handle_wait(h) == 0, "allgather after a refused one");
         check_output(h, 0, in, 4, 3, in, "allgather after a refused one");
         hvd_handle_release(&h);
-        /* the output of a handle released while pending is freed too (by the
-         * background thread when the op completes, or by shutdown) */
+        /* the output of a handle released while pending is freed by the
+         * background thread once the op completes */
+        q = gpu_request("gpu.detached", in, shape);
+        CHECK(hvd_allgather_async(&q, &h) == 0, "detached allgather");
+        hvd_handle_release(&h);
+        for (int i = 0; i < 3000 && live() != base; i++)
+                usleep(10000);
+        CHECK(live() == base, "the output of a released pending handle was not freed after 30 s");
+        /* and by shutdown when it is still pending then */
         q = gpu_request("gpu.last", in, shape);
         CHECK(hvd_allgather_async(&q, &h) == 0, "last allgather");
         hvd_handle_release(&h);
