@@ -64,7 +64,10 @@ typedef struct hvd_gpu_module {
          * of the g it came from). cudaFree, which waits until the device is
          * idle, so no kernel on any stream still uses the memory. Callable
          * from any thread, also after close(); leaves the calling thread's
-         * current device as it was. */
+         * current device as it was (switching to `device` for the free and
+         * back, which on CUDA >= 12 sets up the old device's context if
+         * the thread never used it: free from a thread whose current device
+         * is the memory's to avoid that). */
         void (*mem_free)(int device, void *p);
 } hvd_gpu_module_t;
 
