@@ -543,7 +543,7 @@ static int prepare_member(const Hvd__Op *op, const Hvd__Entry *en, hvd_xmember_t
                         snprintf(err, err_len, "'%s': output of %zu bytes: %s", name, bytes, merr);
                         return r;
                 }
-                e->alloc_device = op->device;
+                e->alloc_device = GPU.device; /* op->device only says "a GPU" */
         } else if (!(e->alloc = malloc(bytes)))
                 return -ENOMEM;
         e->alloc_bytes = out_elems * es;
