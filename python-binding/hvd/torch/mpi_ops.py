@@ -9,6 +9,12 @@ bfloat16, float32, float64, bool).
 
 The input (and output) tensors are kept alive by the handle until the
 operation has completed, even if the caller drops them.
+
+CUDA tensors (with the NCCL backend; one GPU per process) are submitted
+with the current stream of their device, which hvd's stream waits for:
+nothing is synchronized. Results are ready for any stream when
+``synchronize()`` returns; allgather, alltoall and reducescatter results
+are CUDA tensors over memory hvd allocated (DLPack, no copy).
 """
 
 from typing import Any, List, Optional, Sequence, Tuple, Union
