@@ -5,7 +5,8 @@
  *
  * The module exports one symbol, hvd_gpu_module_v1 (a const
  * hvd_gpu_module_t). All calls come from libhvd's background thread, except
- * probe() and unique_id() (hvd_init's thread, before the thread starts).
+ * probe() and unique_id() (hvd_init's thread, before the thread starts) and
+ * mem_free() (any thread, any time).
  * Every function returns >= 0 or a negative error with a message in err. */
 #ifndef HVD_GPU_MODULE_H
 #define HVD_GPU_MODULE_H
@@ -16,7 +17,9 @@
 #include "backend.h"
 
 #define HVD_GPU_MODULE_SYMBOL "hvd_gpu_module_v1"
-#define HVD_GPU_MODULE_ABI 1
+/* 2: mem_alloc and mem_free (device outputs of allgather, alltoall,
+ * reducescatter). libhvd refuses a module of another ABI, with a message. */
+#define HVD_GPU_MODULE_ABI 2
 #define HVD_NCCL_ID_BYTES 128
 
 typedef struct hvd_gpu hvd_gpu_t;       /* one job's GPU state on this rank */
@@ -51,6 +54,21 @@ typedef struct hvd_gpu_module {
         void (*abort)(hvd_gpu_t *g);
         /* NULL-safe; frees pending ops, destroys the communicator. */
         void (*close)(hvd_gpu_t **g);
+        /* Device memory of bytes (> 0) on g's device, for an output libhvd
+         * allocates (allgather, alltoall, reducescatter), before the op that
+         * writes it is enqueued. cudaMalloc: the memory is not tied to any
+         * stream, so whoever ends up owning it may use and free it on any
+         * stream or thread. Free with mem_free. */
+        int (*mem_alloc)(hvd_gpu_t *g, size_t bytes, void **ret, char *err, size_t err_len);
+        /* Frees what mem_alloc returned (NULL-safe), on `device` (the device
+         * of the g it came from). cudaFree, which waits until the device is
+         * idle, so no kernel on any stream still uses the memory. Callable
+         * from any thread, also after close(); leaves the calling thread's
+         * current device as it was (switching to `device` for the free and
+         * back, which on CUDA >= 12 sets up the old device's context if
+         * the thread never used it: free from a thread whose current device
+         * is the memory's to avoid that). */
+        void (*mem_free)(int device, void *p);
 } hvd_gpu_module_t;
 
 #endif

@@ -64,6 +64,14 @@ typedef struct pset {
         int *ranks_int;
 } pset_t;
 
+/* Device memory hvd allocated for an output, waiting to be freed outside
+ * G.lock (freeing waits for the GPU to be idle). */
+typedef struct devmem {
+        struct devmem *next;
+        void *p;
+        int device;
+} devmem_t;
+
 typedef struct entry {
         hvd_handle_t *h;
         char *name;
@@ -71,9 +79,13 @@ typedef struct entry {
         const void *in;
         void *out;
         void *stream; /* GPU: where the input is ready */
-        /* outputs allocated by hvd */
+        /* outputs allocated by hvd: host memory, or device memory of
+         * alloc_device (then alloc_node is ready to carry it to the module's
+         * mem_free when the handle is freed) */
         void *alloc;
         size_t alloc_bytes;
+        int alloc_device;
+        devmem_t *alloc_node;
         int out_ndim;
         int64_t out_shape[HVD_MAX_NDIM];
         int64_t *recv_splits;
@@ -137,6 +149,7 @@ static struct {
         /* process sets, by id (0 = all ranks, implicit) */
         pset_t *psets[HVD_MAX_PROCESS_SETS];
         uint32_t pset_seq;
+        devmem_t *dev_garbage; /* freed handles' device outputs (under lock) */
 } G = {
         .lock = PTHREAD_MUTEX_INITIALIZER,
         .cond = PTHREAD_COND_INITIALIZER,
@@ -159,6 +172,7 @@ static struct {
         int devices;
         char why[512]; /* why there is no GPU data plane */
         hvd_gpu_t *g;
+        int device; /* g's GPU */
         gpu_pending_t *pending;
         size_t n_pending, cap_pending;
 } GPU;
@@ -169,6 +183,7 @@ static bool gpu_poll(void);
 static void timeline_sync(void);
 static void timeline_remote(const Hvd__TimelineControl *tc);
 static const char *entry_name(const Hvd__Entry *en);
+static void gpu_free_garbage(void);
 static int gpu_enqueue(const hvd_xop_t *x, entry_t **em, char *err, size_t err_len);
 static void await_abort(uint64_t usec);
 
@@ -206,10 +221,20 @@ static void params_free(params_t *p) {
 
 static void handle_free(hvd_handle_t *h) {
         for (size_t i = 0; i < h->n; i++) {
-                free(h->m[i].name);
-                params_free(&h->m[i].p);
-                free(h->m[i].alloc);
-                free(h->m[i].recv_splits);
+                entry_t *e = &h->m[i];
+                free(e->name);
+                params_free(&e->p);
+                if (e->alloc_node && e->alloc) {
+                        /* device memory: freed by gpu_free_garbage() */
+                        e->alloc_node->p = e->alloc;
+                        e->alloc_node->device = e->alloc_device;
+                        e->alloc_node->next = G.dev_garbage;
+                        G.dev_garbage = e->alloc_node;
+                } else {
+                        free(e->alloc_node);
+                        free(e->alloc);
+                }
+                free(e->recv_splits);
         }
         free(h->error);
         free(h);
@@ -480,13 +505,6 @@ static int prepare_member(const Hvd__Op *op, const Hvd__Entry *en, hvd_xmember_t
         x->out = e->out;
         x->stream = e->stream;
         size_t es = hvd_dtype_size(op->dtype);
-        if (op->device >= 0 && (op->kind == HVD__KIND__KIND_ALLGATHER || op->kind == HVD__KIND__KIND_ALLTOALL ||
-                                op->kind == HVD__KIND__KIND_REDUCESCATTER)) {
-                snprintf(err, err_len, "%s '%s' on a GPU: outputs allocated by hvd are host memory; not supported",
-                         op->kind == HVD__KIND__KIND_ALLGATHER ? "allgather" : op->kind == HVD__KIND__KIND_ALLTOALL ? "alltoall" : "reducescatter",
-                         name);
-                return -EOPNOTSUPP;
-        }
         uint64_t out_elems = 0;
         int64_t rows0 = 0;
         switch (op->kind) {
@@ -516,8 +534,24 @@ static int prepare_member(const Hvd__Op *op, const Hvd__Entry *en, hvd_xmember_t
                 return 0;
         }
         /* one byte at least, so an empty result still has a valid pointer */
-        e->alloc = malloc(out_elems * es > 0 ? out_elems * es : 1);
-        if (!e->alloc)
+        size_t bytes = out_elems * es > 0 ? out_elems * es : 1;
+        if (op->device >= 0) {
+                /* on the GPU of the op, from the module: the schedule has fixed the size */
+                if (!GPU.g) {
+                        snprintf(err, err_len, "'%s': %s", name, GPU.why[0] ? GPU.why : "no GPU data plane");
+                        return HVD_ENODEVICE;
+                }
+                if (!(e->alloc_node = calloc(1, sizeof *e->alloc_node)))
+                        return -ENOMEM;
+                char merr[512] = "";
+                int r = GPU.mod->mem_alloc(GPU.g, bytes, &e->alloc, merr, sizeof merr);
+                if (r < 0) {
+                        e->alloc = NULL;
+                        snprintf(err, err_len, "'%s': output of %zu bytes: %s", name, bytes, merr);
+                        return r;
+                }
+                e->alloc_device = GPU.device; /* op->device only says "a GPU" */
+        } else if (!(e->alloc = malloc(bytes)))
                 return -ENOMEM;
         e->alloc_bytes = out_elems * es;
         e->out_ndim = (int) (en->n_shape ? en->n_shape : 1);
@@ -596,7 +630,12 @@ static int execute_schedule(const Hvd__Schedule *s) {
                                 .process_set = op->process_set,
                                 .set_ranks = op->set_ranks,
                                 .n_set = op->n_set_ranks,
-                                .device = op->device,
+                                /* the schedule says only "a GPU" (ranks use different
+                                 * ones); this rank's tensors are on its own, which
+                                 * check_request made sure of. Non-members of a
+                                 * process set get the op too: it is theirs to take
+                                 * part in the set's communicator split. */
+                                .device = gpu ? GPU.device : op->device,
                         };
                         bool tl = hvd_timeline_on();
                         if (tl) {
@@ -821,12 +860,15 @@ static void *bg_main(void *arg) {
                         timeline_sync(); /* before this cycle's readiness goes out */
                 pthread_mutex_lock(&G.lock);
                 bool stop = G.stop;
+                bool garbage = G.dev_garbage != NULL; /* handles released while their op ran */
                 size_t nq = G.n_queue;
                 /* sent, not yet scheduled: while some are, new requests wait
                  * for the cycle so they can be fused; when none are, there is
                  * nothing to batch with and waiting would only add latency */
                 size_t outstanding = hvd_strmap_size(G.inflight) - G.n_queue;
                 pthread_mutex_unlock(&G.lock);
+                if (garbage)
+                        gpu_free_garbage();
                 if (stop)
                         break;
                 uint64_t now = hvd_now_usec();
@@ -863,8 +905,12 @@ static void *bg_main(void *arg) {
                 if (hvd_timeline_on())
                         hvd_timeline_flush(); /* about to sleep: the file catches up */
                 /* GPU work in flight: look at its events often */
-                if (GPU.n_pending && gpu_poll() && (timeout < 0 || timeout > 1))
-                        timeout = 1;
+                if (GPU.n_pending) {
+                        bool more = gpu_poll();
+                        gpu_free_garbage(); /* outputs of handles released while pending */
+                        if (more && (timeout < 0 || timeout > 1))
+                                timeout = 1;
+                }
                 zmq_pollitem_t items[3] = {
                         { .fd = G.wake_fd, .events = ZMQ_POLLIN },
                         { .socket = G.sock, .events = ZMQ_POLLIN },
@@ -922,8 +968,15 @@ static void gpu_load(void) {
                 return;
         }
         const hvd_gpu_module_t *m = dlsym(GPU.dl, HVD_GPU_MODULE_SYMBOL);
-        if (!m || m->abi != HVD_GPU_MODULE_ABI) {
-                snprintf(GPU.why, sizeof GPU.why, "%.400s is not a GPU backend of this hvd version", path);
+        if (!m || m->abi != HVD_GPU_MODULE_ABI || !m->mem_alloc || !m->mem_free) {
+                if (!m)
+                        snprintf(GPU.why, sizeof GPU.why, "%.400s is not a GPU backend of hvd (no %s)", path,
+                                 HVD_GPU_MODULE_SYMBOL);
+                else
+                        snprintf(GPU.why, sizeof GPU.why,
+                                 "%.300s is a GPU backend of another hvd version (module ABI %u, this libhvd needs "
+                                 "%u): install the libhvd-nccl.so built with this libhvd",
+                                 path, m->abi, (unsigned) HVD_GPU_MODULE_ABI);
                 dlclose(GPU.dl);
                 GPU.dl = NULL;
                 return;
@@ -933,6 +986,21 @@ static void gpu_load(void) {
         GPU.devices = m->probe(err, sizeof err);
         if (GPU.devices <= 0)
                 snprintf(GPU.why, sizeof GPU.why, "GPU backend %s: %s", m->name, err[0] ? err : "no device");
+}
+
+/* Frees the device outputs of freed handles. Never under G.lock: the
+ * module's mem_free waits until the GPU is idle. */
+static void gpu_free_garbage(void) {
+        pthread_mutex_lock(&G.lock);
+        devmem_t *d = G.dev_garbage;
+        G.dev_garbage = NULL;
+        pthread_mutex_unlock(&G.lock);
+        while (d) {
+                devmem_t *next = d->next;
+                GPU.mod->mem_free(d->device, d->p);
+                free(d);
+                d = next;
+        }
 }
 
 static void gpu_fail_pending(int code, const char *msg) {
@@ -1052,6 +1120,8 @@ static void teardown(void) {
         gpu_fail_pending(HVD_ESHUTDOWN, "hvd has been shut down");
         if (GPU.g)
                 GPU.mod->close(&GPU.g);
+        if (GPU.mod)
+                gpu_free_garbage();
         free(GPU.pending);
         GPU.pending = NULL;
         GPU.cap_pending = 0;
@@ -1327,6 +1397,24 @@ int hvd_init(void) {
                         set_error(r, "out of memory");
                         goto fail;
                 }
+                /* a job of one rank uses its GPU too: a communicator of one */
+                gpu_load();
+                if (GPU.devices > 0) {
+                        int zero = 0;
+                        topo.rank_cross = &zero;
+                        topo.rank_local = &zero;
+                        uint8_t nccl_id[HVD_NCCL_ID_BYTES];
+                        char gerr[400] = "";
+                        const char *dev = hvd_getenv("GPU_DEVICE", false);
+                        const char *ft = hvd_getenv("FUSION_THRESHOLD", true);
+                        uint64_t fusion = HVD_DEFAULT_FUSION_THRESHOLD;
+                        if (ft && hvd_parse_size(ft, &fusion) < 0)
+                                fusion = HVD_DEFAULT_FUSION_THRESHOLD;
+                        GPU.device = dev ? atoi(dev) : 0;
+                        if (GPU.mod->unique_id(nccl_id, gerr, sizeof gerr) < 0 ||
+                            GPU.mod->open(&topo, nccl_id, GPU.device, fusion, &GPU.g, gerr, sizeof gerr) < 0)
+                                snprintf(GPU.why, sizeof GPU.why, "GPU backend: %s", gerr);
+                }
         } else {
                 const char *endpoint = hvd_getenv("COORDINATOR", false);
                 char ep[PATH_MAX + 32];
@@ -1428,6 +1516,7 @@ int hvd_init(void) {
                                 const char *dev = hvd_getenv("GPU_DEVICE", false);
                                 int device = dev ? atoi(dev) : G.local_rank % GPU.devices;
                                 char gerr[400] = "";
+                                GPU.device = device;
                                 if (GPU.mod->open(&topo, w->nccl_id.data, device, w->fusion_threshold, &GPU.g, gerr,
                                                   sizeof gerr) < 0)
                                         snprintf(GPU.why, sizeof GPU.why, "GPU backend: %s", gerr);
@@ -1560,12 +1649,11 @@ static int check_request(const hvd_request_t *q, uint32_t kind) {
         if (q->device != HVD_DEVICE_CPU && !GPU.g)
                 return set_error(HVD_ENODEVICE, "'%s': device %d: %s", q->name, q->device,
                                  GPU.why[0] ? GPU.why : "no GPU data plane");
-        if (q->device != HVD_DEVICE_CPU && (kind == HVD__KIND__KIND_ALLGATHER || kind == HVD__KIND__KIND_ALLTOALL ||
-                                            kind == HVD__KIND__KIND_REDUCESCATTER))
-                return set_error(-EOPNOTSUPP,
-                                 "'%s': GPU allgather, alltoall and reducescatter need outputs in device memory, which "
-                                 "this version's API cannot allocate; copy to the CPU or use allreduce/broadcast",
-                                 q->name);
+        if (q->device != HVD_DEVICE_CPU && q->device != GPU.device)
+                return set_error(-EINVAL,
+                                 "'%s': tensor on GPU %d, but this rank uses GPU %d (one GPU per rank: its local "
+                                 "rank, or HVD_GPU_DEVICE)",
+                                 q->name, q->device, GPU.device);
         int ss = G.size;
         if (q->process_set != 0) {
                 const pset_t *ps = q->process_set > 0 && q->process_set < HVD_MAX_PROCESS_SETS
@@ -1837,8 +1925,28 @@ void hvd_handle_release(hvd_handle_t **hp) {
                 return;
         pthread_mutex_lock(&G.lock);
         handle_unref(*hp);
+        bool garbage = G.dev_garbage != NULL;
         pthread_mutex_unlock(&G.lock);
         *hp = NULL;
+        if (garbage)
+                gpu_free_garbage();
+}
+
+int hvd_free_output(void *data, int device) {
+        if (!data)
+                return 0;
+        if (device == HVD_DEVICE_CPU) {
+                free(data);
+                return 0;
+        }
+        if (device < 0)
+                return set_error(-EINVAL, "hvd_free_output: invalid device %d", device);
+        /* the module stays loaded after hvd_shutdown(): outputs may outlive the job */
+        if (!GPU.mod)
+                return set_error(HVD_ENODEVICE, "hvd_free_output: no GPU backend is loaded, so %p on device %d "
+                                 "cannot be memory hvd allocated", data, device);
+        GPU.mod->mem_free(device, data);
+        return 0;
 }
 
 /* ---- synchronous helpers ---- */

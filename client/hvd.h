@@ -76,8 +76,12 @@ const char *hvd_strerror(int err);
  * hvdrun (no HVD_JOB_ID in the environment), it runs as a job of one rank
  * without any daemon, like Horovod without horovodrun. Returns 0, or an
  * error; hvd_last_error() has the detailed message. Calling it again after
- * success returns 0. hvd_shutdown() says goodbye and stops the background
- * thread; pending handles complete with HVD_ESHUTDOWN. */
+ * success returns 0. When the GPU backend (libhvd-nccl.so in hvd's library
+ * directory, or the file named by $HVD_GPU_MODULE) is installed and a GPU
+ * is usable, hvd_init also opens it, in a job of one rank too; otherwise
+ * GPU requests (device >= 0) fail with HVD_ENODEVICE and the reason.
+ * hvd_shutdown() says goodbye and stops the background thread; pending
+ * handles complete with HVD_ESHUTDOWN. */
 int hvd_init(void);
 int hvd_shutdown(void);
 int hvd_is_initialized(void);
@@ -113,6 +117,19 @@ int hvd_cross_size(void);
  * - reducescatter: reduce, then rank r keeps rows [r0, r1) of the first
  *                  dimension (the first d0 % size ranks get one extra row).
  *                  Output allocated by hvd: hvd_handle_output().
+ *
+ * GPU tensors (device >= 0; needs the GPU backend, see hvd_init): input and
+ * output are device pointers on that GPU. stream is the cudaStream_t the
+ * input is produced on (NULL: the legacy default stream); hvd's stream
+ * waits for it with an event, so the caller need not synchronise the
+ * device or the stream before submitting. Pass the stream of the
+ * framework (e.g. PyTorch's current stream). Work the caller queues on
+ * that stream after submitting may be waited for too, so do not make it
+ * wait on hvd's result. A handle completes only once the GPU has finished
+ * writing the output: after hvd_handle_wait() returns, the output may be
+ * used on any stream without further synchronisation. Outputs hvd
+ * allocates for allgather, alltoall and reducescatter are device memory on
+ * the request's GPU (see hvd_handle_output).
  */
 typedef struct hvd_request {
         const char *name;       /* unique among this rank's in-flight requests */
@@ -158,7 +175,10 @@ int hvd_grouped_allreduce_async(const hvd_request_t *reqs, size_t n, hvd_handle_
 int hvd_grouped_allgather_async(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle);
 int hvd_grouped_reducescatter_async(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle);
 
-/* Block until the handle completes. Returns 0 or the operation's error
+/* Releasing a handle frees the outputs hvd allocated that were not stolen
+ * (device memory too; that waits until the GPU is idle, outside hvd's lock).
+ *
+ * Block until the handle completes. Returns 0 or the operation's error
  * (hvd_handle_error() has the message). Once a handle has completed, with
  * or without an error, hvd no longer touches the caller's buffers. Waiting
  * only sleeps on a condition variable. hvd_handle_wait_timeout returns
@@ -172,13 +192,24 @@ const char *hvd_handle_error(const hvd_handle_t *handle);
 /* Output allocated by hvd (allgather, alltoall, reducescatter) of member
  * index (0 unless grouped): data, byte count, ndim and shape. Borrowed:
  * valid until hvd_handle_release(). -ENODATA before completion or for kinds
- * that write into the caller's output. */
+ * that write into the caller's output. For a GPU request data is device
+ * memory on the request's device (never NULL, at least one byte even for
+ * an empty result), allocated with cudaMalloc by the GPU backend. */
 int hvd_handle_output(const hvd_handle_t *handle, size_t index, const void **data,
                       size_t *bytes, int *ndim, const int64_t **shape);
 /* alltoall: rows received from each rank (size() entries). Borrowed. */
 int hvd_handle_recv_splits(const hvd_handle_t *handle, const int64_t **splits);
-/* Take ownership of the allocated output (free() it): avoids a copy. */
+/* Take ownership of the allocated output: avoids a copy. Free it with
+ * hvd_free_output(data, device of the request) — for a CPU request that is
+ * free(). After a steal, hvd_handle_output() of that index is -ENODATA. */
 int hvd_handle_steal_output(hvd_handle_t *handle, size_t index, void **data, size_t *bytes);
+/* Frees an output taken with hvd_handle_steal_output(); device is the
+ * request's (HVD_DEVICE_CPU: free()). NULL-safe. A device output is freed
+ * with cudaFree, which first waits until the GPU is idle, so work still
+ * queued on any stream that reads it is safe. Any thread, also after
+ * hvd_shutdown(). Returns 0, -EINVAL for a negative device other than
+ * HVD_DEVICE_CPU, HVD_ENODEVICE when no GPU backend is loaded. */
+int hvd_free_output(void *data, int device);
 /* NULL-safe; sets *handle = NULL. Releasing a pending handle detaches it. */
 void hvd_handle_release(hvd_handle_t **handle);
 

@@ -970,6 +970,37 @@ static void gpu_close(hvd_gpu_t **gp) {
         *gp = NULL;
 }
 
+static int gpu_mem_alloc(hvd_gpu_t *g, size_t bytes, void **ret, char *err, size_t err_len) {
+        if (!g || !ret || bytes == 0) {
+                snprintf(err, err_len, "invalid arguments to the NCCL module's mem_alloc");
+                return -EINVAL;
+        }
+        if (g->failed || g->aborted)
+                return state_error(g, err, err_len);
+        cudaError_t e = cudaSetDevice(g->device);
+        if (e != cudaSuccess)
+                return cuda_err(e, "cudaSetDevice", err, err_len);
+        void *p = NULL;
+        if ((e = cudaMalloc(&p, bytes)) != cudaSuccess) {
+                (void) cudaGetLastError(); /* not sticky: the next call may succeed */
+                snprintf(err, err_len, "allocating %zu bytes on GPU %d: %s (%s)", bytes, g->device,
+                         cudaGetErrorString(e), cudaGetErrorName(e));
+                return e == cudaErrorMemoryAllocation ? -ENOMEM : -EIO;
+        }
+        *ret = p;
+        return 0;
+}
+
+static void gpu_mem_free(int device, void *p) {
+        if (!p)
+                return;
+        int old = -1;
+        bool switched = cudaGetDevice(&old) == cudaSuccess && old != device && cudaSetDevice(device) == cudaSuccess;
+        cudaFree(p);
+        if (switched)
+                cudaSetDevice(old);
+}
+
 const hvd_gpu_module_t hvd_gpu_module_v1 = {
         .abi = HVD_GPU_MODULE_ABI,
         .name = "nccl",
@@ -982,4 +1013,6 @@ const hvd_gpu_module_t hvd_gpu_module_v1 = {
         .poll = gpu_poll,
         .abort = gpu_abort,
         .close = gpu_close,
+        .mem_alloc = gpu_mem_alloc,
+        .mem_free = gpu_mem_free,
 };

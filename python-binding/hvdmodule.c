@@ -113,6 +113,106 @@ static PyTypeObject BufferType = {
 };
 /* clang-format on */
 
+/* ---- DLPack: device outputs handed to a framework without a copy ----
+ * The DLPack ABI of versions 0.x (what torch.utils.dlpack.from_dlpack
+ * takes): a PyCapsule named "dltensor" holding a DLManagedTensor. The
+ * consumer renames the capsule "used_dltensor" and calls the deleter when
+ * its tensor dies (from any thread, maybe without the GIL: the deleter
+ * touches no Python object); an unconsumed capsule's destructor calls it. */
+
+typedef struct {
+        int32_t device_type; /* kDLCUDA = 2 */
+        int32_t device_id;
+} DLDevice;
+
+typedef struct {
+        uint8_t code; /* kDLInt 0, kDLUInt 1, kDLFloat 2, kDLBfloat 4 */
+        uint8_t bits;
+        uint16_t lanes;
+} DLDataType;
+
+typedef struct {
+        void *data;
+        DLDevice device;
+        int32_t ndim;
+        DLDataType dtype;
+        int64_t *shape;
+        int64_t *strides; /* in elements */
+        uint64_t byte_offset;
+} DLTensor;
+
+typedef struct DLManagedTensor {
+        DLTensor dl_tensor;
+        void *manager_ctx;
+        void (*deleter)(struct DLManagedTensor *self);
+} DLManagedTensor;
+
+enum { kDLInt = 0, kDLUInt = 1, kDLFloat = 2, kDLBfloat = 4, kDLCUDA = 2 };
+
+typedef struct {
+        DLManagedTensor t; /* first: the capsule's pointer is this struct's */
+        int64_t shape[HVD_MAX_NDIM], strides[HVD_MAX_NDIM];
+        int device;
+} DevOutput;
+
+static void dev_output_deleter(DLManagedTensor *t) {
+        DevOutput *o = (DevOutput *) t;
+        hvd_free_output(o->t.dl_tensor.data, o->device); /* cudaFree: waits until the GPU is idle */
+        free(o);
+}
+
+static void dev_output_capsule_destructor(PyObject *cap) {
+        if (!PyCapsule_IsValid(cap, "dltensor"))
+                return; /* consumed: the framework's tensor owns it now */
+        DLManagedTensor *t = PyCapsule_GetPointer(cap, "dltensor");
+        if (t && t->deleter)
+                t->deleter(t);
+}
+
+/* dtype as DLPack names it; bool travels as uint8 (DLPack 0.x has no bool;
+ * the Python side views it back). */
+static DLDataType dl_dtype(hvd_dtype_t dt) {
+        switch (dt) {
+        case HVD_INT8: return (DLDataType){kDLInt, 8, 1};
+        case HVD_INT16: return (DLDataType){kDLInt, 16, 1};
+        case HVD_INT32: return (DLDataType){kDLInt, 32, 1};
+        case HVD_INT64: return (DLDataType){kDLInt, 64, 1};
+        case HVD_FLOAT16: return (DLDataType){kDLFloat, 16, 1};
+        case HVD_BFLOAT16: return (DLDataType){kDLBfloat, 16, 1};
+        case HVD_FLOAT32: return (DLDataType){kDLFloat, 32, 1};
+        case HVD_FLOAT64: return (DLDataType){kDLFloat, 64, 1};
+        default: return (DLDataType){kDLUInt, 8, 1}; /* uint8, bool */
+        }
+}
+
+/* A "dltensor" capsule that owns data (device memory libhvd allocated and
+ * the caller stole). On failure data is freed and NULL returned. */
+static PyObject *dev_output_capsule(void *data, int device, hvd_dtype_t dt, int ndim, const int64_t *shape) {
+        DevOutput *o = calloc(1, sizeof *o);
+        if (!o) {
+                hvd_free_output(data, device);
+                return PyErr_NoMemory();
+        }
+        o->device = device;
+        for (int d = ndim - 1; d >= 0; d--) {
+                o->shape[d] = shape[d];
+                o->strides[d] = d == ndim - 1 ? 1 : o->strides[d + 1] * (shape[d + 1] > 0 ? shape[d + 1] : 1);
+        }
+        o->t.dl_tensor = (DLTensor){.data = data,
+                                    .device = {kDLCUDA, device},
+                                    .ndim = ndim,
+                                    .dtype = dl_dtype(dt),
+                                    .shape = o->shape,
+                                    .strides = o->strides,
+                                    .byte_offset = 0};
+        o->t.manager_ctx = o;
+        o->t.deleter = dev_output_deleter;
+        PyObject *cap = PyCapsule_New(&o->t, "dltensor", dev_output_capsule_destructor);
+        if (!cap)
+                dev_output_deleter(&o->t);
+        return cap;
+}
+
 /* ---- Handle ---- */
 
 typedef struct {
@@ -250,7 +350,8 @@ static PyObject *handle_poll(HandleObject *self, PyObject *unused) {
         return PyBool_FromLong(self->done || hvd_handle_poll(self->h) == 1);
 }
 
-/* output(index) -> (Buffer, shape): takes the output libhvd allocated. */
+/* output(index) -> (Buffer, shape): takes the output libhvd allocated.
+ * For a GPU request: (DLPack capsule, shape) over the device memory. */
 static PyObject *handle_output(HandleObject *self, PyObject *args) {
         Py_ssize_t index = 0;
         const void *data;
@@ -286,6 +387,21 @@ static PyObject *handle_output(HandleObject *self, PyObject *args) {
                         return NULL;
                 }
                 PyTuple_SET_ITEM(shape_t, d, v);
+        }
+        const hvd_request_t *q = &((const hvd_request_t *) self->mem)[index];
+        if (q->device >= 0) {
+                r = hvd_handle_steal_output(self->h, (size_t) index, &stolen, &bytes);
+                if (r < 0) {
+                        Py_DECREF(shape_t);
+                        PyErr_Format(PyExc_RuntimeError, "cannot take output %zd: %s", index, hvd_strerror(r));
+                        return NULL;
+                }
+                PyObject *cap = dev_output_capsule(stolen, q->device, q->dtype, ndim, shape);
+                if (!cap) {
+                        Py_DECREF(shape_t);
+                        return NULL;
+                }
+                return Py_BuildValue("(NN)", cap, shape_t);
         }
         BufferObject *buf = PyObject_New(BufferObject, &BufferType);
         if (!buf) {
@@ -340,7 +456,9 @@ static PyMethodDef handle_methods[] = {
         {"poll", (PyCFunction) handle_poll, METH_NOARGS, "poll() -> True when the operation has completed."},
         {"output", (PyCFunction) handle_output, METH_VARARGS,
          "output(index=0) -> (Buffer, shape): the output libhvd allocated (allgather, alltoall, "
-         "reducescatter). Can be taken once."},
+         "reducescatter). Can be taken once. For a GPU request, (capsule, shape): a DLPack \"dltensor\" "
+         "capsule over the device memory (bool as uint8), for torch.utils.dlpack.from_dlpack; the "
+         "tensor's deleter frees it."},
         {"recv_splits", (PyCFunction) handle_recv_splits, METH_NOARGS,
          "recv_splits() -> tuple: alltoall rows received from each rank."},
         {NULL, NULL, 0, NULL},
@@ -587,11 +705,13 @@ static int int64_seq(PyObject *seq, const char *what, int64_t *out, Py_ssize_t m
 }
 
 /* One request tuple: (name, input, output, dtype, shape, reduce_op,
- * prescale, postscale, root, splits, process_set, device). shape and
- * splits point into the caller-provided storage. */
+ * prescale, postscale, root, splits, process_set, device[, stream]).
+ * stream: the cudaStream_t (an int, 0 = the legacy default stream) the
+ * input of a GPU request is produced on. shape and splits point into the
+ * caller-provided storage. */
 static int parse_request(PyObject *t, hvd_request_t *q, int64_t *shape, int64_t *splits, Py_ssize_t max_splits,
                          int *n_splits) {
-        PyObject *name, *in_obj, *out_obj, *shape_obj, *splits_obj;
+        PyObject *name, *in_obj, *out_obj, *shape_obj, *splits_obj, *stream_obj = Py_None;
         int dtype, reduce_op, root, process_set, device;
         double prescale, postscale;
         Py_ssize_t ndim = 0, ns = 0;
@@ -600,8 +720,8 @@ static int parse_request(PyObject *t, hvd_request_t *q, int64_t *shape, int64_t 
                 PyErr_SetString(PyExc_TypeError, "a request is a tuple");
                 return -1;
         }
-        if (!PyArg_ParseTuple(t, "UOOiOiddiOii:request", &name, &in_obj, &out_obj, &dtype, &shape_obj, &reduce_op,
-                              &prescale, &postscale, &root, &splits_obj, &process_set, &device))
+        if (!PyArg_ParseTuple(t, "UOOiOiddiOii|O:request", &name, &in_obj, &out_obj, &dtype, &shape_obj, &reduce_op,
+                              &prescale, &postscale, &root, &splits_obj, &process_set, &device, &stream_obj))
                 return -1;
         hvd_request_init(q);
         q->name = PyUnicode_AsUTF8(name);
@@ -609,6 +729,7 @@ static int parse_request(PyObject *t, hvd_request_t *q, int64_t *shape, int64_t 
                 return -1;
         q->input = in_obj == Py_None ? NULL : PyLong_AsVoidPtr(in_obj);
         q->output = out_obj == Py_None ? NULL : PyLong_AsVoidPtr(out_obj);
+        q->stream = stream_obj == Py_None ? NULL : PyLong_AsVoidPtr(stream_obj);
         if (PyErr_Occurred())
                 return -1;
         q->dtype = (hvd_dtype_t) dtype;
@@ -893,7 +1014,9 @@ static PyMethodDef core_methods[] = {
         {"submit", (PyCFunction) (void (*)(void)) core_submit, METH_VARARGS | METH_KEYWORDS,
          "submit(kind, requests, keepalive=None, grouped=False) -> Handle. Each request is a tuple "
          "(name, input_ptr, output_ptr, dtype, shape, reduce_op, prescale, postscale, root, splits, "
-         "process_set, device); keepalive is held until the operation completes."},
+         "process_set, device[, stream]); stream is the cudaStream_t (int; 0 = legacy default stream) "
+         "a GPU input is produced on, which hvd's stream waits for. keepalive is held until the operation "
+         "completes."},
         {"join", core_join, METH_NOARGS, "join() -> the rank that joined last"},
         {"barrier", core_barrier, METH_NOARGS, "barrier(): wait for every rank"},
         {"start_timeline", core_start_timeline, METH_VARARGS,

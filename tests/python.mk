@@ -10,7 +10,8 @@ python_test_files = \
 	%D%/python/test_torch_errors.py \
 	%D%/python/test_torch_autograd.py \
 	%D%/python/test_torch_training.py \
-	%D%/python/test_process_sets.py
+	%D%/python/test_process_sets.py \
+	%D%/python/test_torch_cuda.py
 python_test_scripts = %D%/python/run-np2.sh %D%/python/run-np3.sh
 EXTRA_DIST += $(python_test_files) $(python_test_scripts) %D%/python/run-pytest.sh
 if HAVE_PYTHON

@@ -7,13 +7,14 @@
  * default stream without blocking the host, a rank that never arrives, and
  * abort while a peer sits inside a collective. Every test skips (77) with
  * the reason when there are not enough GPUs. Process sets, split from the
- * job's communicator on first use. Built with GPU_LAUNCH_MOCK it runs over
+ * job's communicator on first use. Outputs allocated by the module's
+ * mem_alloc, as libhvd allocates allgather/alltoall/reducescatter outputs. Built with GPU_LAUNCH_MOCK it runs over
  * tests/gpu/mock_cuda.c, ranks as threads (tests/gpu/check_gpu_mock), and
  * can inject an asynchronous NCCL error.
  *
  *   gpu_harness probe          the no-device contract (test-gpu-module.sh)
  *   gpu_harness TEST NP        TEST: collectives fusion stream abort-init abort psets
- *                              async-error (mock only);
+ *                              async-error (mock only) alloc;
  *                              NP: ranks, or "all" (one per GPU, 2 to 8) */
 #include "config.h"
 
@@ -129,11 +130,17 @@ typedef struct kase {
         hvd_gpu_op_t *handle;
 } kase_t;
 
+/* Set while a test takes its outputs from the module's mem_alloc (as
+ * libhvd does for allgather, alltoall and reducescatter). */
+static _Thread_local gpu_rank_t *out_from_module;
+
 static void kase_free(kase_t *k) {
         for (int i = 0; i < MAXM; i++) {
                 if (k->d_in[i] && k->d_in[i] != k->d_out[i])
                         cudaFree(k->d_in[i]);
-                if (k->d_out[i])
+                if (k->d_out[i] && out_from_module)
+                        out_from_module->m->mem_free(k->op.device, k->d_out[i]);
+                else if (k->d_out[i])
                         cudaFree(k->d_out[i]);
                 free(k->want[i]);
         }
@@ -149,7 +156,12 @@ static int upload(void **d, const void *h, size_t bytes) {
 }
 
 static int alloc_out(void **d, size_t bytes) {
-        CUDA(cudaMalloc(d, bytes ? bytes : 1));
+        if (out_from_module) {
+                gpu_rank_t *R = out_from_module;
+                if (R->m->mem_alloc(R->g, bytes ? bytes : 1, d, R->err, sizeof R->err) < 0)
+                        FAIL("mem_alloc(%zu): %s", bytes ? bytes : 1, R->err);
+        } else
+                CUDA(cudaMalloc(d, bytes ? bytes : 1));
         CUDA(cudaMemset(*d, 0xa5, bytes ? bytes : 1));
         return 0;
 }
@@ -486,6 +498,72 @@ static int t_collectives(gpu_rank_t *R, void *ud) {
         free(k);
         if (R->rank == 0)
                 printf("collectives: %d checks on %d rank(s), every dtype, exact\n", checks, R->size);
+        return 0;
+}
+
+/* Outputs in memory from the module's mem_alloc, as libhvd allocates them
+ * for allgather, alltoall and reducescatter: exact results, single, fused
+ * and in one group; mem_free from the rank's thread leaves its current
+ * device alone; a zero-byte request is refused. */
+static int t_alloc(gpu_rank_t *R, void *ud) {
+        (void) ud;
+        me_rank = R->rank;
+        int rc = gpu_rank_open(R, R->size, UINT64_C(64) << 20);
+        if (rc < 0)
+                FAIL("open: %d %s", rc, R->err);
+        void *p = NULL;
+        if (R->m->mem_alloc(R->g, 0, &p, R->err, sizeof R->err) != -EINVAL || p)
+                FAIL("mem_alloc of 0 bytes did not fail with -EINVAL");
+        if (R->m->mem_alloc(R->g, 1000, &p, R->err, sizeof R->err) < 0 || !p)
+                FAIL("mem_alloc(1000): %s", R->err);
+        CUDA(cudaMemset(p, 1, 1000));
+        int before = -1, after = -2;
+        CUDA(cudaGetDevice(&before));
+        R->m->mem_free(R->rank, p);
+        R->m->mem_free(R->rank, NULL);
+        CUDA(cudaGetDevice(&after));
+        if (before != after)
+                FAIL("mem_free changed the current device from %d to %d", before, after);
+
+        out_from_module = R;
+        static const hvd_dtype_t dts[] = {HVD_FLOAT32, HVD_INT64, HVD_BFLOAT16, HVD_UINT8, HVD_BOOL, HVD_INT16};
+        kase_t *k = calloc(4, sizeof *k);
+        int checks = 0;
+        for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
+                hvd_dtype_t dt = dts[d];
+                for (size_t n = 1; n <= 3; n += 2) {
+                        if (prep_allgather(k, R, dt, n, true) || kase_run(R, k) || prep_allgather(k, R, dt, n, false) ||
+                            kase_run(R, k) || prep_alltoall(k, R, dt, n, false) || kase_run(R, k) ||
+                            prep_alltoall(k, R, dt, n, true) || kase_run(R, k))
+                                return 1;
+                        checks += 4;
+                        if (dt == HVD_INT16)
+                                continue; /* no NCCL reduction */
+                        if (prep_reducescatter(k, R, dt, n, 2 * R->size, 1.0, 1.0) || kase_run(R, k) ||
+                            prep_reducescatter(k, R, dt, n, 2 * R->size + 1, 1.0, 1.0) || kase_run(R, k))
+                                return 1;
+                        checks += 2;
+                }
+        }
+        /* one group: allgather, reducescatter (scaled), alltoall */
+        if (R->m->group_start(R->g, R->err, sizeof R->err) < 0)
+                FAIL("group_start: %s", R->err);
+        if (prep_allgather(&k[0], R, HVD_FLOAT32, 3, false) || kase_enqueue(R, &k[0]) ||
+            prep_reducescatter(&k[1], R, HVD_FLOAT32, 2, 3 * R->size + 1, 2.0, 0.5) || kase_enqueue(R, &k[1]) ||
+            prep_alltoall(&k[2], R, HVD_INT32, 2, true) || kase_enqueue(R, &k[2]))
+                return 1;
+        if (R->m->group_end(R->g, R->err, sizeof R->err) < 0)
+                FAIL("group_end: %s", R->err);
+        for (int i = 0; i < 3; i++) {
+                if (kase_finish(R, &k[i]))
+                        return 1;
+                kase_free(&k[i]);
+        }
+        checks += 3;
+        out_from_module = NULL;
+        free(k);
+        if (R->rank == 0)
+                printf("alloc: %d checks of outputs from mem_alloc on %d rank(s), exact\n", checks, R->size);
         return 0;
 }
 
@@ -936,7 +1014,7 @@ int main(int argc, char **argv) {
                 return probe_contract();
         if (argc != 3) {
                 fprintf(stderr,
-                        "usage: %s probe | %s collectives|fusion|stream|abort-init|abort|psets|async-error NP|all\n",
+                        "usage: %s probe | %s collectives|fusion|stream|abort-init|abort|psets|async-error|alloc NP|all\n",
                         argv[0], argv[0]);
                 return 2;
         }
@@ -948,7 +1026,7 @@ int main(int argc, char **argv) {
         } tests[] = {
                 {"collectives", t_collectives, 1, 900}, {"fusion", t_fusion, 1, 600}, {"stream", t_stream, 1, 300},
                 {"abort-init", t_abort_init, 1, 120},   {"abort", t_abort, 2, 120},   {"psets", t_psets, 2, 300},
-                {"async-error", t_async_error, 1, 120},
+                {"async-error", t_async_error, 1, 120}, {"alloc", t_alloc, 1, 600},
         };
         size_t ti = 0;
         while (ti < sizeof tests / sizeof tests[0] && strcmp(tests[ti].name, argv[1]) != 0)

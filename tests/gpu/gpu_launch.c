@@ -52,7 +52,8 @@ int gpu_launch_load(const char *path, void **dl, const hvd_gpu_module_t **m, cha
         }
         const hvd_gpu_module_t *mod = dlsym(h, HVD_GPU_MODULE_SYMBOL);
         if (!mod || mod->abi != HVD_GPU_MODULE_ABI || !mod->probe || !mod->unique_id || !mod->open || !mod->enqueue ||
-            !mod->group_start || !mod->group_end || !mod->poll || !mod->abort || !mod->close) {
+            !mod->group_start || !mod->group_end || !mod->poll || !mod->abort || !mod->close || !mod->mem_alloc ||
+            !mod->mem_free) {
                 snprintf(err, err_len, "%s: no usable %s (ABI %u)", path, HVD_GPU_MODULE_SYMBOL, mod ? mod->abi : 0);
                 dlclose(h);
                 return -EINVAL;

@@ -8,7 +8,12 @@
 # over a host mock of the CUDA runtime and NCCL (check_gpu_mock: ranks as
 # threads, streams run by a "device" thread), which needs no GPU and links
 # no CUDA library. Included from tests/gpu.mk.
-EXTRA_DIST += %D%/run-gpu-tests.sh %D%/test-gpu-mock.sh
+#
+# test-gpu-libhvd.sh runs the real libhvd over that mock, built as a module
+# (libhvd-nccl-mock.so, loaded through HVD_GPU_MODULE): libhvd's routing of
+# device tensors and its device outputs, in a job of one rank.
+EXTRA_DIST += %D%/run-gpu-tests.sh %D%/test-gpu-mock.sh %D%/test-gpu-libhvd.sh %D%/gpu_libhvd.c %D%/gpu_dlpack.py \
+	%D%/old_abi_module.c
 
 if HAVE_NCCL
 check_PROGRAMS += %D%/gpu_harness %D%/check_gpu_mock
@@ -24,6 +29,22 @@ check_PROGRAMS += %D%/gpu_harness %D%/check_gpu_mock
 %C%_check_gpu_mock_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS)
 %C%_check_gpu_mock_LDADD = common/libhvdcommon.la -ldl -lm
 TESTS += %D%/test-gpu-mock.sh
+
+# -rpath makes libtool build real shared objects, which are never installed
+check_LTLIBRARIES += %D%/libhvd-nccl-mock.la %D%/libhvd-gpu-oldabi.la
+%C%_libhvd_nccl_mock_la_SOURCES = %D%/mock_cuda.c %D%/mock_cuda.h %D%/mock_kernels.c \
+	client/nccl_module.c client/nccl_kernels.h client/gpu_plan.c client/gpu_plan.h
+%C%_libhvd_nccl_mock_la_CPPFLAGS = $(AM_CPPFLAGS) $(NCCL_CFLAGS) $(CUDA_CFLAGS)
+%C%_libhvd_nccl_mock_la_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS)
+%C%_libhvd_nccl_mock_la_LIBADD = common/libhvdcommon.la -lpthread
+%C%_libhvd_nccl_mock_la_LDFLAGS = -module -avoid-version -shared -rpath $(abs_builddir)
+%C%_libhvd_gpu_oldabi_la_SOURCES = %D%/old_abi_module.c
+%C%_libhvd_gpu_oldabi_la_LDFLAGS = -module -avoid-version -shared -rpath $(abs_builddir)
+
+check_PROGRAMS += %D%/gpu_libhvd
+%C%_gpu_libhvd_SOURCES = %D%/gpu_libhvd.c
+%C%_gpu_libhvd_LDADD = client/libhvd.la -ldl
+TESTS += %D%/test-gpu-libhvd.sh
 
 check-gpu: %D%/gpu_harness client/libhvd-nccl.la
 	@HVD_BUILDDIR='$(abs_top_builddir)'; export HVD_BUILDDIR; \

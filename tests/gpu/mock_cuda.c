@@ -491,16 +491,61 @@ const char *cudaGetErrorString(cudaError_t e) {
 const char *cudaGetErrorName(cudaError_t e) {
         return e == cudaSuccess ? "cudaSuccess" : "cudaErrorMock";
 }
+cudaError_t cudaGetDevice(int *device) {
+        *device = cur_dev;
+        return cudaSuccess;
+}
+
+static long live_allocs; /* cudaMalloc'ed, not yet freed */
+
+long mock_cuda_live_allocs(void) {
+        pthread_mutex_lock(&lock);
+        long n = live_allocs;
+        pthread_mutex_unlock(&lock);
+        return n;
+}
+/* Device memory carries a 256-byte header naming its GPU, so that freeing
+ * it from another current device (a caller that passed the wrong device
+ * to mem_free) is caught. */
+typedef struct {
+        uint64_t magic;
+        int device;
+} dev_header_t;
+#define DEV_MAGIC  UINT64_C(0x6876646465766d65)
+#define DEV_HEADER 256
+
 cudaError_t cudaMalloc(void **p, size_t bytes) {
-        *p = aligned_alloc(256, (bytes + 255) / 256 * 256);
-        return *p ? cudaSuccess : cudaErrorMemoryAllocation;
+        char *b = aligned_alloc(256, DEV_HEADER + (bytes + 255) / 256 * 256);
+        if (!b)
+                return cudaErrorMemoryAllocation;
+        *(dev_header_t *) b = (dev_header_t){.magic = DEV_MAGIC, .device = cur_dev};
+        *p = b + DEV_HEADER;
+        pthread_mutex_lock(&lock);
+        live_allocs++;
+        pthread_mutex_unlock(&lock);
+        return cudaSuccess;
 }
 cudaError_t cudaFree(void *p) {
-        free(p);
+        if (!p)
+                return cudaSuccess;
+        dev_header_t *h = (dev_header_t *) ((char *) p - DEV_HEADER);
+        if (h->magic != DEV_MAGIC)
+                die("cudaFree of a pointer cudaMalloc did not return");
+        if (h->device != cur_dev) {
+                fprintf(stderr, "mock_cuda: cudaFree of memory of GPU %d while the current device is %d\n", h->device,
+                        cur_dev);
+                abort();
+        }
+        h->magic = 0;
+        pthread_mutex_lock(&lock);
+        live_allocs--;
+        pthread_mutex_unlock(&lock);
+        free(h);
         return cudaSuccess;
 }
 cudaError_t cudaMallocHost(void **p, size_t bytes) {
-        return cudaMalloc(p, bytes);
+        *p = aligned_alloc(256, (bytes + 255) / 256 * 256);
+        return *p ? cudaSuccess : cudaErrorMemoryAllocation;
 }
 cudaError_t cudaFreeHost(void *p) {
         free(p);

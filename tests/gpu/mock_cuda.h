@@ -9,5 +9,7 @@
 void mock_enqueue_batch(const hvd_gpu_batch_t *b, void *stream);
 /* Runs a copy batch on host memory: the kernel's semantics. */
 void mock_run_batch(const hvd_gpu_batch_t *b);
+/* Device allocations (cudaMalloc) not freed yet, over every mock GPU. */
+long mock_cuda_live_allocs(void);
 
 #endif

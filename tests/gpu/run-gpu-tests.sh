@@ -8,7 +8,7 @@
 h=${HVD_GPU_HARNESS:-$HVD_BUILDDIR/tests/gpu/gpu_harness}
 [ -x "$h" ] || { echo "check-gpu: $h not built" >&2; exit 1; }
 
-cases="collectives:1 collectives:all fusion:1 fusion:all stream:1 stream:all abort-init:1 abort:2 psets:all async-error:2"
+cases="collectives:1 collectives:all fusion:1 fusion:all stream:1 stream:all abort-init:1 abort:2 psets:all async-error:2 alloc:1 alloc:all"
 pass=0 fail=0 skip=0
 for c in $cases; do
         t=${c%%:*} np=${c#*:}

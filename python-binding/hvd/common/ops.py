@@ -79,11 +79,13 @@ def op_name(prefix: str, name: Optional[str], process_set_id: int) -> str:
 def request(name: str, input_ptr: int, output_ptr: Optional[int], dtype: int, shape: Sequence[int], *,
             reduce_op: int = _core.REDUCE_SUM, prescale: float = 1.0, postscale: float = 1.0,
             root: int = 0, splits: Optional[Sequence[int]] = None, process_set_id: int = 0,
-            device: int = _core.DEVICE_CPU) -> Request:
-    """One request tuple in the layout hvd._core.submit expects."""
+            device: int = _core.DEVICE_CPU, stream: Optional[int] = None) -> Request:
+    """One request tuple in the layout hvd._core.submit expects. stream: for
+    a GPU input, the cudaStream_t (an int) it is produced on; None or 0 is
+    the legacy default stream."""
     return (name, input_ptr, output_ptr, dtype, tuple(int(d) for d in shape), reduce_op, float(prescale),
             float(postscale), int(root), None if splits is None else tuple(int(s) for s in splits),
-            int(process_set_id), int(device))
+            int(process_set_id), int(device), None if not stream else int(stream))
 
 
 def submit(kind: int, requests: Sequence[Request], keepalive: Any,

@@ -9,11 +9,18 @@ bfloat16, float32, float64, bool).
 
 The input (and output) tensors are kept alive by the handle until the
 operation has completed, even if the caller drops them.
+
+CUDA tensors (with the NCCL backend; one GPU per process) are submitted
+with the current stream of their device, which hvd's stream waits for:
+nothing is synchronized. Results are ready for any stream when
+``synchronize()`` returns; allgather, alltoall and reducescatter results
+are CUDA tensors over memory hvd allocated (DLPack, no copy).
 """
 
 from typing import Any, List, Optional, Sequence, Tuple, Union
 
 import torch
+import torch.utils.dlpack
 
 from hvd import _core
 from hvd.common import basics as _basics
@@ -68,10 +75,17 @@ def _device_id(tensor: torch.Tensor) -> int:
             raise ValueError(f"CUDA tensors are not supported: this hvd was built without a GPU backend "
                              f"(hvd.torch.nccl_built() is 0). Move the tensor to the CPU with .cpu() "
                              f"(got a {tensor.type()} on {tensor.device}).")
-        # libhvd reads the data on its own stream: make it ready first.
-        torch.cuda.current_stream(tensor.device).synchronize()
         return tensor.device.index if tensor.device.index is not None else torch.cuda.current_device()
     raise ValueError(f"tensors on device '{tensor.device}' are not supported by hvd")
+
+
+def _stream(tensor: torch.Tensor) -> Optional[int]:
+    """The cudaStream_t (as an int) a CUDA tensor is ready on: the current
+    stream of its device. hvd's stream waits for it with an event, so
+    nothing here synchronizes the stream or the device. None on the CPU."""
+    if tensor.device.type != "cuda":
+        return None
+    return torch.cuda.current_stream(tensor.device).cuda_stream
 
 
 def _check(tensor: Any, what: str = "tensor") -> Tuple[int, int]:
@@ -101,7 +115,13 @@ def _check_output(tensor: torch.Tensor, output: torch.Tensor) -> None:
 
 
 def _from_buffer(buf: Any, shape: Sequence[int], dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """A tensor over memory hvd allocated (no copy for CPU tensors)."""
+    """A tensor over memory hvd allocated, without a copy. On a GPU, buf is
+    a DLPack capsule over device memory hvd allocated on the tensor's
+    device; the tensor frees it when it dies. The operation has finished
+    writing it when its handle completes, so it is ready for any stream."""
+    if device.type == "cuda":
+        out = torch.utils.dlpack.from_dlpack(buf)
+        return out.view(torch.bool) if dtype == torch.bool else out  # DLPack 0.x has no bool: uint8
     if len(buf) == 0:
         out = torch.empty(tuple(shape), dtype=dtype)
     else:
@@ -138,7 +158,7 @@ def _allreduce_async(tensor: torch.Tensor, output: torch.Tensor, name: Optional[
     ps_id = _ops.check_process_set(process_set)
     req = _ops.request(_ops.op_name("allreduce", name, ps_id), tensor.data_ptr(), output.data_ptr(), code,
                        tensor.shape, reduce_op=core_op, prescale=pre, postscale=post, process_set_id=ps_id,
-                       device=device)
+                       device=device, stream=_stream(tensor))
     return _ops.submit(_ops.KIND_ALLREDUCE, [req], (tensor, output), lambda h: output)
 
 
@@ -213,7 +233,8 @@ def _grouped_allreduce_async(tensors: List[torch.Tensor], outputs: List[torch.Te
         code, device = _check(t)
         _check_output(t, out)
         reqs.append(_ops.request(n, t.data_ptr(), out.data_ptr(), code, t.shape, reduce_op=core_op,
-                                 prescale=pre, postscale=post, process_set_id=ps_id, device=device))
+                                 prescale=pre, postscale=post, process_set_id=ps_id, device=device,
+                                 stream=_stream(t)))
     return _ops.submit(_ops.KIND_ALLREDUCE, reqs, (tuple(tensors), tuple(outputs)), lambda h: list(outputs),
                        grouped=True)
 
@@ -321,7 +342,8 @@ def _allgather_async(tensors: List[torch.Tensor], name: Optional[str], process_s
         if t.dim() == 0:
             raise ValueError("allgather needs a tensor with at least one dimension (got a scalar); "
                              "use tensor.reshape(1)")
-        reqs.append(_ops.request(n, t.data_ptr(), None, code, t.shape, process_set_id=ps_id, device=device))
+        reqs.append(_ops.request(n, t.data_ptr(), None, code, t.shape, process_set_id=ps_id, device=device,
+                                 stream=_stream(t)))
     meta = [(t.dtype, t.device) for t in tensors]
 
     def finish(h) -> Any:
@@ -410,7 +432,7 @@ def _broadcast_async(tensor: torch.Tensor, output: torch.Tensor, root_rank: int,
     ps_id = _ops.check_process_set(process_set)
     root = _ops.check_root(root_rank, process_set)
     req = _ops.request(_ops.op_name("broadcast", name, ps_id), tensor.data_ptr(), output.data_ptr(), code,
-                       tensor.shape, root=root, process_set_id=ps_id, device=device)
+                       tensor.shape, root=root, process_set_id=ps_id, device=device, stream=_stream(tensor))
     return _ops.submit(_ops.KIND_BROADCAST, [req], (tensor, output), lambda h: output)
 
 
@@ -498,7 +520,7 @@ def alltoall_async(tensor: torch.Tensor, splits: Any = None, name: Optional[str]
     values = _splits_list(splits, tensor, n)
     splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
     req = _ops.request(_ops.op_name("alltoall", name, ps_id), tensor.data_ptr(), None, code, tensor.shape,
-                       splits=values, process_set_id=ps_id, device=device)
+                       splits=values, process_set_id=ps_id, device=device, stream=_stream(tensor))
     dtype, dev = tensor.dtype, tensor.device
 
     def finish(h) -> Tuple[torch.Tensor, torch.Tensor]:
@@ -552,7 +574,8 @@ def _reducescatter_async(tensors: List[torch.Tensor], name: Optional[str], op: i
         if t.dim() == 0:
             raise ValueError("reducescatter needs a tensor with at least one dimension (got a scalar)")
         reqs.append(_ops.request(n, t.data_ptr(), None, code, t.shape, reduce_op=core_op, prescale=pre,
-                                 postscale=post, process_set_id=ps_id, device=device))
+                                 postscale=post, process_set_id=ps_id, device=device,
+                                 stream=_stream(t)))
     meta = [(t.dtype, t.device) for t in tensors]
 
     def finish(h) -> Any:
