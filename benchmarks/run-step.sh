@@ -166,7 +166,7 @@ try:
         for name, off, on, mpi in plot:
             f.write(f"{name} {off or '-'} {on or '-'} {mpi or '-'}\n")
     title = f"training step, {where}: ms per step (lower is better)"
-    script = f"""set terminal png size 1000,500
+    script = f"""set terminal pngcairo size 1000,500 noenhanced
 set output '{png}'
 set title '{title}'
 set style data histograms
