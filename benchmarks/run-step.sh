@@ -10,6 +10,7 @@
 # Environment:
 #   NPS="2 4"  MODELS="resnet50 resnet101 inception_v3 vgg16"  FUSIONS="0 4 16 64" (MiB)
 #   ROUNDS=3  STEPS=10  WARMUP=3  DATA=<dir of the model tsv files>  PNG=step.png
+#   RAW=FILE: run nothing; tabulate and plot the raw lines of an earlier run's output
 #   NETNS=1: two emulated nodes as network namespaces joined by a veth pair
 #     with a tc tbf limit of RATE (default 1gbit) each way, one daemon per
 #     namespace, PER_NODE ranks on each (default 1); hvd only (fusion on vs
@@ -34,7 +35,7 @@ tag=$$ na=hvds$$a nb=hvds$$b
 cleanup() {
         for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
         for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-        if [ "$NETNS" = 1 ]; then
+        if [ "$NETNS" = 1 ] && [ -z "${RAW:-}" ]; then
                 ip netns del "$na" 2>/dev/null
                 ip netns del "$nb" 2>/dev/null
         fi
@@ -91,7 +92,10 @@ netns_job() {
         [ $st -eq 0 ] || { echo "run-step: job failed:" >&2; tail -n 3 "$work"/rank*.out "$work"/?.log >&2; }
 }
 
-if [ "$NETNS" = 1 ]; then
+if [ -n "${RAW:-}" ]; then
+        sed -n 's/^#   \(bench=step .*\)/\1/p; /^bench=step /p' "$RAW" >"$out"
+        NPS=
+elif [ "$NETNS" = 1 ]; then
         netns_setup
         NPS=$((2 * PER_NODE))
 fi
