@@ -116,6 +116,16 @@ static int start_daemons(const char *daemon) {
         for (int tries = 0; tries < 600; tries++) {
                 int up = 0;
                 for (int i = 0; i < B.n_nodes; i++) {
+                        int st;
+                        if (waitpid(B.daemons[i], &st, WNOHANG) == B.daemons[i]) {
+                                B.daemons[i] = 0;
+                                fprintf(stderr, "bench: daemon n%d exited at start (status %d)\n", i,
+                                        WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+                                dump_logs();
+                                return -ECHILD;
+                        }
+                }
+                for (int i = 0; i < B.n_nodes; i++) {
                         char p[160];
                         snprintf(p, sizeof p, "%s/n%d/worker.sock", B.base, i);
                         struct stat st;
@@ -388,6 +398,10 @@ int main(int argc, char **argv) {
         if (!tsv || !daemon || B.n_ranks < 1 || B.n_nodes < 1 || B.n_ranks % B.n_nodes || steps < 1 ||
             warmup < 0 || B.n_ranks > 65536) {
                 fprintf(stderr, "bench: --daemon and --model are required; --ranks a multiple of --nodes\n");
+                return 2;
+        }
+        if (access(daemon, X_OK) < 0) {
+                fprintf(stderr, "bench: cannot run %s: %s\n", daemon, strerror(errno));
                 return 2;
         }
         B.per_node = B.n_ranks / B.n_nodes;
