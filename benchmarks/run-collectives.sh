@@ -50,6 +50,8 @@ for np in $NPS; do
                 done
         done
 done
+echo "# raw lines"
+sed 's/^/#   /' "$out"
 "$PY" - "$out" "$NODES" "$PNG" <<'PY'
 import re, statistics, subprocess, sys, os
 path, nodes, png = sys.argv[1], sys.argv[2], sys.argv[3]
