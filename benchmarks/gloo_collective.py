@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
 """gloo_collective.py — the torch.distributed (gloo) peer of
-bench_collective: the same allreduce sweep, the same output line format
-(impl=gloo). Spawns its own ranks on this machine.
+bench_collective: the same sweep (allreduce, broadcast, allgather), the same
+output line format (impl=gloo). Gloo in torch 1.13 has no reduce_scatter
+(nor _allgather_base): allgather gathers into a list of per-rank tensors,
+and --op reducescatter prints nothing. Spawns its own ranks on this machine.
 
-    gloo_collective.py --np 2 [--min-bytes N] [--max-bytes N] [--iters N]"""
+    gloo_collective.py --np 2 [--op OP] [--min-bytes N] [--max-bytes N] [--iters N]"""
 import argparse
 import os
 import time
@@ -16,23 +18,34 @@ def worker(rank, args, port):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.np)
     size = args.np
+    factor = {"allreduce": 2 * (size - 1) / size, "broadcast": 1.0, "allgather": (size - 1) / size}[args.op]
     nbytes = args.min_bytes
     while nbytes <= args.max_bytes:
         count = nbytes // 4
         if count >= size:
-            t = torch.ones(count, dtype=torch.float32)
+            if args.op == "allgather":
+                # bytes is the gathered total, as in nccl-tests
+                t = torch.ones(count // size, dtype=torch.float32)
+                outs = [torch.empty(count // size, dtype=torch.float32) for _ in range(size)]
+                op = lambda: dist.all_gather(outs, t)
+            elif args.op == "broadcast":
+                t = torch.ones(count, dtype=torch.float32)
+                op = lambda: dist.broadcast(t, 0)
+            else:
+                t = torch.ones(count, dtype=torch.float32)
+                op = lambda: dist.all_reduce(t)
             n = args.iters or (200 if nbytes <= 1 << 20 else 20 if nbytes <= 16 << 20 else 5)
             for _ in range(3):
-                dist.all_reduce(t)
+                op()
             dist.barrier()
             t0 = time.perf_counter()
             for _ in range(n):
-                dist.all_reduce(t)
+                op()
             dt = (time.perf_counter() - t0) / n
             algbw = nbytes / dt / 1e9
             if rank == 0:
-                print(f"bench=allreduce impl=gloo bytes={nbytes} np={size} time_us={dt * 1e6:.1f} "
-                      f"algbw_gbs={algbw:.3f} busbw_gbs={algbw * 2 * (size - 1) / size:.3f}", flush=True)
+                print(f"bench={args.op} impl=gloo bytes={nbytes} np={size} time_us={dt * 1e6:.1f} "
+                      f"algbw_gbs={algbw:.3f} busbw_gbs={algbw * factor:.3f}", flush=True)
         nbytes *= 2
     dist.destroy_process_group()
 
@@ -43,7 +56,10 @@ def main():
     p.add_argument("--min-bytes", type=int, default=8)
     p.add_argument("--max-bytes", type=int, default=64 << 20)
     p.add_argument("--iters", type=int, default=0)
+    p.add_argument("--op", default="allreduce", choices=["allreduce", "broadcast", "allgather", "reducescatter"])
     args = p.parse_args()
+    if args.op == "reducescatter":
+        return  # ProcessGroupGloo does not support reduce_scatter
     import torch.multiprocessing as mp
 
     port = 20000 + os.getpid() % 20000

@@ -8,11 +8,25 @@ include %D%/nccl.mk
 EXTRA_PROGRAMS += %D%/bench_collective
 %C%_bench_collective_LDADD = client/libhvd.la
 
+EXTRA_PROGRAMS += %D%/bench_step
+%C%_bench_step_SOURCES = %D%/bench_step.c %D%/step_model.h
+%C%_bench_step_LDADD = client/libhvd.la -lm
+
+EXTRA_PROGRAMS += %D%/bench_control
+%C%_bench_control_SOURCES = %D%/bench_control.c %D%/step_model.h
+%C%_bench_control_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
+%C%_bench_control_LDADD = common/libhvdcommon.la
+
 # The Open MPI peer, compiled with mpicc when configure found it.
 %D%/mpi_collective: %D%/mpi_collective.c
 	$(AM_V_CC)if test -n "$(MPICC)"; then $(MPICC) -O2 -o $@ $(srcdir)/%D%/mpi_collective.c; \
 	else echo "bench: mpicc not found; install libopenmpi-dev for the MPI peer" >&2; fi
 
-bench: $(EXTRA_PROGRAMS) %D%/mpi_collective
-CLEANFILES += $(EXTRA_PROGRAMS) %D%/mpi_collective
-EXTRA_DIST += %D%/mpi_collective.c %D%/run-allreduce.sh %D%/gloo_collective.py
+%D%/mpi_step: %D%/mpi_step.c %D%/step_model.h
+	$(AM_V_CC)if test -n "$(MPICC)"; then $(MPICC) -O2 -o $@ $(srcdir)/%D%/mpi_step.c -lm; \
+	else echo "bench: mpicc not found; install libopenmpi-dev for the MPI peer" >&2; fi
+
+bench: $(EXTRA_PROGRAMS) %D%/mpi_collective %D%/mpi_step
+CLEANFILES += $(EXTRA_PROGRAMS) %D%/mpi_collective %D%/mpi_step
+EXTRA_DIST += %D%/mpi_collective.c %D%/mpi_step.c %D%/run-allreduce.sh %D%/gloo_collective.py \
+	%D%/run-step.sh %D%/run-control.sh %D%/run-collectives.sh

@@ -1,0 +1,581 @@
+/* bench_control.c — the control plane alone: synthetic ranks that move no
+ * data drive one or more hvd-coordinatord (one per emulated node, peer
+ * links on loopback) through the worker protocol, from one process: one
+ * ZeroMQ DEALER per rank speaking Hello → Welcome, then per step one Ready
+ * per rank with every tensor of a model (cold: requests by name; steady
+ * state: the cache ids the schedules handed out) and the Schedules that
+ * cover them, answered with Done, as libhvd's background thread does.
+ * A step's latency runs from the first Ready sent to the last rank's last
+ * schedule entry received. One line per measurement:
+ *   bench=control ranks=.. nodes=.. tensors=.. phase=cold|steady steps=..
+ *   ms_median=.. ms_min=.. tensors_per_sec=.. join_ms=.. [driver_cpu_ms=.. daemons_cpu_ms=.. root_cpu_ms=..]
+ *   ready_bytes=.. sched_bytes=..
+ * (steady state: CPU time per step of this process, of all daemons and of
+ * the job's root daemon, to tell the daemons' cost from the synthetic
+ * driver's own; /proc counts in clock ticks, so few steps read coarse)
+ * Every rank is this process (its pid in Hello), so the daemons' pidfds all
+ * watch it; the daemons are children, started with private runtime dirs. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "step_model.h"
+#include "hvd.h"
+#include "wire.h"
+
+typedef struct rank {
+        void *sock;
+        uint32_t node;
+        uint64_t epoch;
+        size_t got;      /* schedule entries received this step */
+        bool welcomed;
+} rank_t;
+
+static struct {
+        int n_ranks, n_nodes, per_node;
+        rank_t *r;
+        pid_t *daemons;
+        char base[64];
+        char root_peer[256];
+        uint32_t *ids;   /* cache id per tensor index, learned from rank 0's schedules */
+        bool *have_id;
+        size_t errors;
+        size_t sched_bytes; /* schedule bytes rank 0 received this step */
+        size_t ready_bytes; /* one rank's Ready message this step */
+        char first_error[512];
+} B;
+
+static void stop_daemons(void) {
+        for (int i = 0; i < B.n_nodes; i++)
+                if (B.daemons && B.daemons[i] > 0)
+                        kill(B.daemons[i], SIGTERM);
+        for (int i = 0; i < B.n_nodes; i++)
+                if (B.daemons && B.daemons[i] > 0)
+                        waitpid(B.daemons[i], NULL, 0);
+        if (B.base[0]) {
+                char cmd[128];
+                snprintf(cmd, sizeof cmd, "rm -rf '%s'", B.base);
+                if (system(cmd) != 0)
+                        fprintf(stderr, "bench: could not remove %s\n", B.base);
+        }
+}
+
+static void dump_logs(void) {
+        for (int i = 0; i < B.n_nodes && i < 4; i++) {
+                char p[128];
+                snprintf(p, sizeof p, "%s/n%d/daemon.log", B.base, i);
+                FILE *f = fopen(p, "r");
+                if (!f)
+                        continue;
+                char line[512];
+                int n = 0;
+                while (fgets(line, sizeof line, f) && n++ < 10)
+                        fprintf(stderr, "[daemon n%d] %s", i, line);
+                fclose(f);
+        }
+}
+
+static int start_daemons(const char *daemon) {
+        B.daemons = calloc((size_t) B.n_nodes, sizeof *B.daemons);
+        if (!B.daemons)
+                return -ENOMEM;
+        for (int i = 0; i < B.n_nodes; i++) {
+                char dir[128], log[160];
+                snprintf(dir, sizeof dir, "%s/n%d", B.base, i);
+                snprintf(log, sizeof log, "%s/daemon.log", dir);
+                if (mkdir(dir, 0700) < 0)
+                        return -errno;
+                pid_t p = fork();
+                if (p < 0)
+                        return -errno;
+                if (p == 0) {
+                        int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
+                        if (fd >= 0)
+                                dup2(fd, 2);
+                        if (B.n_nodes > 1)
+                                execl(daemon, daemon, "--runtime-dir", dir, "--peer-listen", "tcp://127.0.0.1:*",
+                                      "--log-level", "warning", (char *) NULL);
+                        else
+                                execl(daemon, daemon, "--runtime-dir", dir, "--log-level", "warning", (char *) NULL);
+                        fprintf(stderr, "cannot run %s: %s\n", daemon, strerror(errno));
+                        _exit(127);
+                }
+                B.daemons[i] = p;
+        }
+        /* up: every worker socket, and the root's peer endpoint */
+        for (int tries = 0; tries < 600; tries++) {
+                int up = 0;
+                for (int i = 0; i < B.n_nodes; i++) {
+                        int st;
+                        if (waitpid(B.daemons[i], &st, WNOHANG) == B.daemons[i]) {
+                                B.daemons[i] = 0;
+                                fprintf(stderr, "bench: daemon n%d exited at start (status %d)\n", i,
+                                        WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+                                dump_logs();
+                                return -ECHILD;
+                        }
+                }
+                for (int i = 0; i < B.n_nodes; i++) {
+                        char p[160];
+                        snprintf(p, sizeof p, "%s/n%d/worker.sock", B.base, i);
+                        struct stat st;
+                        up += stat(p, &st) == 0;
+                }
+                if (up == B.n_nodes && B.n_nodes > 1) {
+                        char p[160];
+                        snprintf(p, sizeof p, "%s/n0/peer.endpoint", B.base);
+                        FILE *f = fopen(p, "r");
+                        if (f) {
+                                if (fgets(B.root_peer, sizeof B.root_peer, f))
+                                        B.root_peer[strcspn(B.root_peer, "\r\n")] = 0;
+                                fclose(f);
+                        }
+                        if (B.root_peer[0])
+                                return 0;
+                } else if (up == B.n_nodes)
+                        return 0;
+                usleep(50000);
+        }
+        fprintf(stderr, "bench: the daemons did not come up within 30 s\n");
+        return -ETIMEDOUT;
+}
+
+/* CPU seconds (user + system) this process and the daemons have used. */
+static double self_cpu_sec(void) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        return (double) ru.ru_utime.tv_sec + (double) ru.ru_stime.tv_sec +
+               ((double) ru.ru_utime.tv_usec + (double) ru.ru_stime.tv_usec) * 1e-6;
+}
+
+/* all daemons (root_only: the root's, n0, alone) */
+static double daemons_cpu_sec(bool root_only) {
+        double sum = 0, tick = (double) sysconf(_SC_CLK_TCK);
+        for (int i = 0; i < (root_only ? 1 : B.n_nodes); i++) {
+                char p[64], buf[1024];
+                snprintf(p, sizeof p, "/proc/%d/stat", (int) B.daemons[i]);
+                FILE *f = fopen(p, "r");
+                if (!f)
+                        continue;
+                size_t n = fread(buf, 1, sizeof buf - 1, f);
+                fclose(f);
+                buf[n] = 0;
+                /* fields after the ")" closing the command name: 14 utime, 15 stime */
+                char *q = strrchr(buf, ')');
+                unsigned long ut = 0, st = 0;
+                if (q && sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2)
+                        sum += (double) (ut + st) / tick;
+        }
+        return sum;
+}
+
+static int send_env(void *sock, Hvd__Envelope *env) {
+        int r = hvd_wire_send(sock, env, 0);
+        if (r < 0)
+                fprintf(stderr, "bench: send: %s\n", zmq_strerror(-r));
+        return r;
+}
+
+/* Receives whatever is waiting on rank i's socket; counts schedule entries
+ * and answers each schedule with Done. Returns 0, or < 0 on an abort/error. */
+static int drain(int i, const step_model_t *m) {
+        rank_t *rk = &B.r[i];
+        for (;;) {
+                zmq_msg_t msg;
+                zmq_msg_init(&msg);
+                if (zmq_msg_recv(&msg, rk->sock, ZMQ_DONTWAIT) < 0) {
+                        zmq_msg_close(&msg);
+                        return 0;
+                }
+                Hvd__Envelope *env = NULL;
+                char err[512];
+                if (i == 0)
+                        B.sched_bytes += zmq_msg_size(&msg);
+                int r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, &env, err, sizeof err);
+                zmq_msg_close(&msg);
+                if (r < 0) {
+                        fprintf(stderr, "bench: rank %d: invalid message: %s\n", i, err);
+                        return r;
+                }
+                switch (env->body_case) {
+                case HVD__ENVELOPE__BODY_WELCOME:
+                        rk->welcomed = true;
+                        rk->epoch = env->welcome->epoch;
+                        break;
+                case HVD__ENVELOPE__BODY_SCHEDULE: {
+                        const Hvd__Schedule *s = env->schedule;
+                        for (size_t o = 0; o < s->n_ops; o++) {
+                                rk->got += s->ops[o]->n_entries;
+                                if (i == 0)
+                                        for (size_t e = 0; e < s->ops[o]->n_entries; e++) {
+                                                const Hvd__Entry *en = s->ops[o]->entries[e];
+                                                if (!en->name[0])
+                                                        continue;
+                                                for (size_t k = 0; k < m->n; k++)
+                                                        if (!B.have_id[k] && !strcmp(m->t[k].name, en->name)) {
+                                                                B.ids[k] = en->id;
+                                                                B.have_id[k] = true;
+                                                                break;
+                                                        }
+                                        }
+                        }
+                        rk->got += s->n_errors;
+                        if (s->n_errors && !B.errors++)
+                                snprintf(B.first_error, sizeof B.first_error, "%s: %s", s->errors[0]->name,
+                                         s->errors[0]->message);
+                        Hvd__Done done = HVD__DONE__INIT;
+                        Hvd__Envelope denv = HVD__ENVELOPE__INIT;
+                        done.seq = s->seq;
+                        denv.body_case = HVD__ENVELOPE__BODY_DONE;
+                        denv.done = &done;
+                        send_env(rk->sock, &denv);
+                        break;
+                }
+                case HVD__ENVELOPE__BODY_ABORT:
+                        fprintf(stderr, "bench: rank %d: job aborted: %s\n", i, env->abort->reason);
+                        hvd_wire_free(&env);
+                        return HVD_EABORTED;
+                case HVD__ENVELOPE__BODY_ERROR:
+                        fprintf(stderr, "bench: rank %d: coordinator: %s\n", i, env->error->message);
+                        hvd_wire_free(&env);
+                        return HVD_EPROTO;
+                default:
+                        break;
+                }
+                hvd_wire_free(&env);
+        }
+}
+
+/* Waits until done(i) holds for every rank, or the deadline. */
+static int wait_all(const step_model_t *m, bool welcome, double deadline_sec) {
+        zmq_pollitem_t *items = calloc((size_t) B.n_ranks, sizeof *items);
+        int *idx = calloc((size_t) B.n_ranks, sizeof *idx);
+        int r = -ENOMEM;
+        if (!items || !idx)
+                goto out;
+        for (;;) {
+                int n = 0;
+                for (int i = 0; i < B.n_ranks; i++) {
+                        bool done = welcome ? B.r[i].welcomed : B.r[i].got >= m->n;
+                        if (done)
+                                continue;
+                        items[n] = (zmq_pollitem_t){ .socket = B.r[i].sock, .events = ZMQ_POLLIN };
+                        idx[n++] = i;
+                }
+                if (!n) {
+                        r = 0;
+                        goto out;
+                }
+                double left = deadline_sec - step_now_sec();
+                if (left <= 0) {
+                        fprintf(stderr, "bench: %d of %d ranks still wait for their %s\n", n, B.n_ranks,
+                                welcome ? "welcome" : "schedules");
+                        r = -ETIMEDOUT;
+                        goto out;
+                }
+                int p = zmq_poll(items, n, (long) (left * 1000) + 1);
+                if (p < 0 && zmq_errno() != EINTR) {
+                        r = -zmq_errno();
+                        goto out;
+                }
+                for (int k = 0; k < n && p > 0; k++)
+                        if (items[k].revents & ZMQ_POLLIN) {
+                                p--;
+                                if ((r = drain(idx[k], m)) < 0)
+                                        goto out;
+                        }
+        }
+out:
+        free(items);
+        free(idx);
+        return r;
+}
+
+/* One step: every rank's Ready (packed once: the ranks send the same), then
+ * every rank's schedules. Returns seconds, or < 0. */
+static double run_step(const step_model_t *m, bool cold) {
+        Hvd__Request *reqs = calloc(m->n, sizeof *reqs);
+        Hvd__Request **rp = calloc(m->n, sizeof *rp);
+        uint32_t *cached = calloc(m->n, sizeof *cached);
+        double t = -1;
+        if (!reqs || !rp || !cached)
+                goto out;
+        Hvd__Ready ready = HVD__READY__INIT;
+        for (size_t k = m->n; k-- > 0;) {
+                /* backward order, as the gradients become ready */
+                if (cold) {
+                        Hvd__Request *q = &reqs[ready.n_requests];
+                        hvd__request__init(q);
+                        q->name = m->t[k].name;
+                        q->kind = HVD__KIND__KIND_ALLREDUCE;
+                        q->dtype = 6; /* HVD_FLOAT32 */
+                        q->n_shape = (size_t) m->t[k].ndim;
+                        q->shape = (int64_t *) m->t[k].shape;
+                        q->reduce_op = 1; /* HVD_REDUCE_SUM */
+                        q->prescale = q->postscale = 1.0;
+                        q->device = -1;
+                        rp[ready.n_requests++] = q;
+                } else {
+                        if (!B.have_id[k]) {
+                                fprintf(stderr, "bench: no cache id learned for '%s'\n", m->t[k].name);
+                                goto out;
+                        }
+                        cached[ready.n_cached++] = B.ids[k];
+                }
+        }
+        ready.requests = rp;
+        ready.cached = cached;
+        ready.epoch = B.r[0].epoch;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        env.version = HVD_PROTOCOL_VERSION;
+        env.body_case = HVD__ENVELOPE__BODY_READY;
+        env.ready = &ready;
+        size_t len = hvd__envelope__get_packed_size(&env);
+        uint8_t *buf = malloc(len);
+        if (!buf)
+                goto out;
+        hvd__envelope__pack(&env, buf);
+        B.ready_bytes = len;
+        for (int i = 0; i < B.n_ranks; i++)
+                B.r[i].got = 0;
+        B.sched_bytes = 0;
+        double t0 = step_now_sec();
+        for (int i = 0; i < B.n_ranks; i++)
+                if (zmq_send(B.r[i].sock, buf, len, 0) < 0) {
+                        fprintf(stderr, "bench: send: %s\n", zmq_strerror(zmq_errno()));
+                        free(buf);
+                        goto out;
+                }
+        int r = wait_all(m, false, t0 + 60);
+        double t1 = step_now_sec();
+        free(buf);
+        if (r >= 0)
+                t = t1 - t0;
+out:
+        free(reqs);
+        free(rp);
+        free(cached);
+        return t;
+}
+
+int main(int argc, char **argv) {
+        const char *tsv = NULL, *daemon = NULL;
+        int steps = 50, warmup = 5;
+        B.n_ranks = 2;
+        B.n_nodes = 1;
+        static const struct option opts[] = {
+                { "model", required_argument, NULL, 'm' },  { "daemon", required_argument, NULL, 'd' },
+                { "ranks", required_argument, NULL, 'r' },  { "nodes", required_argument, NULL, 'k' },
+                { "steps", required_argument, NULL, 'n' },  { "warmup", required_argument, NULL, 'w' },
+                { "help", no_argument, NULL, 'h' },         {},
+        };
+        int c;
+        while ((c = getopt_long(argc, argv, "m:d:r:k:n:w:h", opts, NULL)) >= 0) {
+                switch (c) {
+                case 'm': tsv = optarg; break;
+                case 'd': daemon = optarg; break;
+                case 'r': B.n_ranks = atoi(optarg); break;
+                case 'k': B.n_nodes = atoi(optarg); break;
+                case 'n': steps = atoi(optarg); break;
+                case 'w': warmup = atoi(optarg); break;
+                default:
+                        printf("usage: bench_control --daemon PATH/hvd-coordinatord --model FILE.tsv\n"
+                               "       [--ranks N] [--nodes K] [--steps N] [--warmup N]\n"
+                               "N synthetic ranks (no data) spread evenly over K daemons, one per emulated node.\n");
+                        return c == 'h' ? 0 : 2;
+                }
+        }
+        if (!tsv || !daemon || B.n_ranks < 1 || B.n_nodes < 1 || B.n_ranks % B.n_nodes || steps < 1 ||
+            warmup < 0 || B.n_ranks > 65536) {
+                fprintf(stderr, "bench: --daemon and --model are required; --ranks a multiple of --nodes\n");
+                return 2;
+        }
+        if (access(daemon, X_OK) < 0) {
+                fprintf(stderr, "bench: cannot run %s: %s\n", daemon, strerror(errno));
+                return 2;
+        }
+        B.per_node = B.n_ranks / B.n_nodes;
+        step_model_t m;
+        if (step_model_load(tsv, &m) < 0)
+                return 1;
+        /* a socket and its mailbox per rank here; a connection and a pidfd per rank in the daemons */
+        struct rlimit rl;
+        if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+                rlim_t want = (rlim_t) B.n_ranks * 4 + 256;
+                if (rl.rlim_cur < want) {
+                        rl.rlim_cur = rl.rlim_max < want ? rl.rlim_max : want;
+                        if (rl.rlim_max < want && geteuid() == 0)
+                                rl.rlim_cur = rl.rlim_max = want;
+                        setrlimit(RLIMIT_NOFILE, &rl);
+                }
+        }
+        snprintf(B.base, sizeof B.base, "/tmp/hvd-ctl-XXXXXX");
+        if (!mkdtemp(B.base)) {
+                B.base[0] = 0;
+                perror("bench: mkdtemp");
+                return 1;
+        }
+        int status = 1;
+        B.ids = calloc(m.n, sizeof *B.ids);
+        B.have_id = calloc(m.n, sizeof *B.have_id);
+        B.r = calloc((size_t) B.n_ranks, sizeof *B.r);
+        double *dt = calloc((size_t) steps, sizeof *dt);
+        char *hostlist = NULL;
+        void *ctx = zmq_ctx_new();
+        if (!B.ids || !B.have_id || !B.r || !dt || !ctx)
+                goto out;
+        zmq_ctx_set(ctx, ZMQ_MAX_SOCKETS, B.n_ranks + 64);
+        if (start_daemons(daemon) < 0)
+                goto out;
+
+        char job[64];
+        snprintf(job, sizeof job, "ctl-%d", (int) getpid());
+        char **hosts = calloc((size_t) B.n_nodes, sizeof *hosts);
+        hostlist = calloc((size_t) B.n_nodes, 16);
+        if (!hosts || !hostlist) {
+                free(hosts);
+                goto out;
+        }
+        for (int i = 0; i < B.n_nodes; i++) {
+                hosts[i] = hostlist + 16 * i;
+                snprintf(hosts[i], 16, "n%d", i);
+        }
+        uint8_t secret[16];
+        srand((unsigned) getpid() ^ (unsigned) (step_now_sec() * 1e6));
+        for (size_t i = 0; i < sizeof secret; i++)
+                secret[i] = (uint8_t) rand();
+        double tj = step_now_sec();
+        for (int i = 0; i < B.n_ranks; i++) {
+                rank_t *rk = &B.r[i];
+                rk->node = (uint32_t) (i / B.per_node);
+                if (!(rk->sock = zmq_socket(ctx, ZMQ_DEALER))) {
+                        fprintf(stderr, "bench: socket %d: %s\n", i, zmq_strerror(zmq_errno()));
+                        free(hosts);
+                        goto out;
+                }
+                int zero = 0;
+                int64_t maxmsg = (int64_t) HVD_WIRE_MAX_MESSAGE_BYTES;
+                zmq_setsockopt(rk->sock, ZMQ_LINGER, &zero, sizeof zero);
+                zmq_setsockopt(rk->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+                char ep[160];
+                snprintf(ep, sizeof ep, "ipc://%s/n%u/worker.sock", B.base, rk->node);
+                if (zmq_connect(rk->sock, ep) < 0) {
+                        fprintf(stderr, "bench: connect %s: %s\n", ep, zmq_strerror(zmq_errno()));
+                        free(hosts);
+                        goto out;
+                }
+                Hvd__Hello h = HVD__HELLO__INIT;
+                Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                h.job_id = job;
+                h.secret.data = secret;
+                h.secret.len = sizeof secret;
+                h.world_size = (uint32_t) B.n_ranks;
+                h.rank = (uint32_t) i;
+                h.local_rank = (uint32_t) (i % B.per_node);
+                h.local_size = (uint32_t) B.per_node;
+                h.pid = (uint32_t) getpid();
+                h.host = hosts[rk->node];
+                h.device = -1;
+                h.fusion_threshold = -1;
+                h.data_addr = "127.0.0.1:9";
+                h.cross_rank = rk->node;
+                h.cross_size = (uint32_t) B.n_nodes;
+                h.root_peer = B.n_nodes > 1 ? B.root_peer : "";
+                if (B.n_nodes > 1) {
+                        h.hosts = hosts;
+                        h.n_hosts = (size_t) B.n_nodes;
+                }
+                env.body_case = HVD__ENVELOPE__BODY_HELLO;
+                env.hello = &h;
+                if (send_env(rk->sock, &env) < 0) {
+                        free(hosts);
+                        goto out;
+                }
+        }
+        free(hosts);
+        if (wait_all(&m, true, step_now_sec() + 120) < 0) {
+                dump_logs();
+                goto out;
+        }
+        double join_ms = (step_now_sec() - tj) * 1e3;
+
+        /* cold: names first seen; the tensors get their cache ids */
+        double cold = run_step(&m, true);
+        if (cold < 0 || B.errors) {
+                if (B.errors)
+                        fprintf(stderr, "bench: %zu tensor errors, first: %s\n", B.errors, B.first_error);
+                dump_logs();
+                goto out;
+        }
+        printf("bench=control ranks=%d nodes=%d tensors=%zu phase=cold steps=1 ms_median=%.3f ms_min=%.3f "
+               "tensors_per_sec=%.0f join_ms=%.1f ready_bytes=%zu sched_bytes=%zu\n",
+               B.n_ranks, B.n_nodes, m.n, cold * 1e3, cold * 1e3, (double) m.n / cold, join_ms, B.ready_bytes,
+               B.sched_bytes);
+        fflush(stdout);
+        double c_self = 0, c_daemons = 0, c_root = 0;
+        for (int s = -warmup; s < steps; s++) {
+                if (s == 0) {
+                        c_self = self_cpu_sec();
+                        c_daemons = daemons_cpu_sec(false);
+                        c_root = daemons_cpu_sec(true);
+                }
+                double t = run_step(&m, false);
+                if (t < 0 || B.errors) {
+                        if (B.errors)
+                                fprintf(stderr, "bench: %zu tensor errors, first: %s\n", B.errors, B.first_error);
+                        dump_logs();
+                        goto out;
+                }
+                if (s >= 0)
+                        dt[s] = t;
+        }
+        c_self = (self_cpu_sec() - c_self) / steps;
+        c_daemons = (daemons_cpu_sec(false) - c_daemons) / steps;
+        c_root = (daemons_cpu_sec(true) - c_root) / steps;
+        double min = dt[0];
+        for (int s = 1; s < steps; s++)
+                min = dt[s] < min ? dt[s] : min;
+        double med = step_median(dt, steps);
+        printf("bench=control ranks=%d nodes=%d tensors=%zu phase=steady steps=%d ms_median=%.3f ms_min=%.3f "
+               "tensors_per_sec=%.0f join_ms=%.1f driver_cpu_ms=%.3f daemons_cpu_ms=%.3f root_cpu_ms=%.3f ready_bytes=%zu sched_bytes=%zu\n",
+               B.n_ranks, B.n_nodes, m.n, steps, med * 1e3, min * 1e3, (double) m.n / med, join_ms, c_self * 1e3,
+               c_daemons * 1e3, c_root * 1e3, B.ready_bytes, B.sched_bytes);
+        fflush(stdout);
+        status = 0;
+        /* goodbye from every rank, so the daemons end the job cleanly */
+        for (int i = 0; i < B.n_ranks; i++) {
+                Hvd__Goodbye g = HVD__GOODBYE__INIT;
+                Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                g.rank = (uint32_t) i;
+                env.body_case = HVD__ENVELOPE__BODY_GOODBYE;
+                env.goodbye = &g;
+                send_env(B.r[i].sock, &env);
+        }
+        usleep(100000);
+out:
+        if (B.r)
+                for (int i = 0; i < B.n_ranks; i++)
+                        if (B.r[i].sock)
+                                zmq_close(B.r[i].sock);
+        if (ctx)
+                zmq_ctx_term(ctx);
+        stop_daemons();
+        free(B.r);
+        free(B.daemons);
+        free(B.ids);
+        free(B.have_id);
+        free(dt);
+        free(hostlist);
+        step_model_free(&m);
+        return status;
+}

@@ -1,0 +1,53 @@
+#!/bin/bash
+# run-control.sh — control-plane benchmark: synthetic ranks (no data
+# movement, benchmarks/bench_control) negotiate a model's gradients through
+# one or more hvd-coordinatord (one per emulated node), cold (names seen for
+# the first time) and in the steady state (cached ids); a table against the
+# targets (1,024 ranks on 64 nodes: cold < 5 ms, steady < 1 ms).
+#
+#   benchmarks/run-control.sh [BUILDDIR]       (after `make bench`)
+# Environment: CONFIGS="2:1 16:1 16:8 128:1 128:8 128:64 1024:1 1024:8 1024:64"
+# (ranks:nodes), ROUNDS=3, STEPS=50, MODEL=resnet50, DATA=<dir of the tsv files>.
+set -u
+build=${1:-$(pwd)}
+build=$(cd "$build" && pwd)
+src=$(cd "$(dirname "$0")/.." && pwd)
+CONFIGS=${CONFIGS:-"2:1 16:1 16:8 128:1 128:8 128:64 1024:1 1024:8 1024:64"}
+ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-50} MODEL=${MODEL:-resnet50}
+PY=${PYTHON:-/usr/bin/python3}
+if [ -z "${DATA:-}" ]; then
+        for d in "$src/../shared/data" /work/shared/data; do [ -f "$d/$MODEL.tsv" ] && DATA=$d && break; done
+fi
+[ -f "${DATA:-}/$MODEL.tsv" ] || { echo "run-control: set DATA to the directory of $MODEL.tsv" >&2; exit 2; }
+out=$(mktemp)
+trap 'rm -f "$out"' EXIT
+for ((round = 0; round < ROUNDS; round++)); do
+        for c in $CONFIGS; do
+                timeout 900 "$build/benchmarks/bench_control" --daemon "$build/daemon/hvd-coordinatord" \
+                        --model "$DATA/$MODEL.tsv" --ranks "${c%%:*}" --nodes "${c##*:}" --steps "$STEPS" >>"$out" ||
+                        echo "run-control: ${c%%:*} ranks on ${c##*:} nodes failed" >&2
+        done
+done
+echo "# raw lines"
+sed 's/^/#   /' "$out"
+"$PY" - "$out" <<'PY'
+import re, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    m = dict(re.findall(r"(\w+)=(\S+)", line))
+    if m.get("bench") != "control":
+        continue
+    r = rows.setdefault((int(m["ranks"]), int(m["nodes"])), {"cold": [], "steady": [], "drv": [], "dmn": [], "root": [], "t": m["tensors"]})
+    r[m["phase"]].append(float(m["ms_median"]))
+    if m["phase"] == "steady":
+        r["drv"].append(float(m["driver_cpu_ms"]))
+        r["dmn"].append(float(m["daemons_cpu_ms"]))
+        r["root"].append(float(m.get("root_cpu_ms", "nan")))
+med = lambda v: statistics.median(v) if v else float("nan")
+print("# control plane: one step of tensors negotiated by every rank; medians of the rounds")
+print("# targets (1024 ranks, 64 nodes): cold < 5 ms, steady < 1 ms; CPU ms per steady step: synthetic driver / all daemons / root daemon")
+print(f"{'ranks':>6} {'nodes':>6} {'tensors':>7} {'cold_ms':>9} {'steady_ms':>10} {'tensors/s':>10} {'drv_cpu':>8} {'dmn_cpu':>8} {'root_cpu':>8} {'cold/target':>11} {'steady/target':>13}")
+for (n, k), r in sorted(rows.items()):
+    c, s = med(r["cold"]), med(r["steady"])
+    print(f"{n:>6} {k:>6} {r['t']:>7} {c:9.2f} {s:10.3f} {int(r['t']) / s * 1e3:10.0f} {med(r['drv']):8.2f} {med(r['dmn']):8.2f} {med(r['root']):8.2f} {c / 5:10.1f}x {s / 1:12.1f}x")
+PY

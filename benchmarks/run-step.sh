@@ -1,0 +1,190 @@
+#!/bin/bash
+# run-step.sh — training-step benchmark: every gradient of a model allreduced
+# in backward order (benchmarks/bench_step under hvdrun, fusion threshold
+# swept; 0 = fusion off) beside Open MPI doing the same step per tensor
+# (MPI_Iallreduce + Waitall, blocking MPI_Allreduce) and on pre-fused buffers
+# (benchmarks/mpi_step), in the same run, alternating, medians of ROUNDS.
+# Prints a table with ratios and draws a gnuplot PNG.
+#
+#   benchmarks/run-step.sh [BUILDDIR]          (after `make bench`)
+# Environment:
+#   NPS="2 4"  MODELS="resnet50 resnet101 inception_v3 vgg16"  FUSIONS="0 4 16 64" (MiB)
+#   ROUNDS=3  STEPS=10  WARMUP=3  DATA=<dir of the model tsv files>  PNG=step.png
+#   RAW=FILE: run nothing; tabulate and plot the raw lines of an earlier run's output
+#   NETNS=1: two emulated nodes as network namespaces joined by a veth pair
+#     with a tc tbf limit of RATE (default 1gbit) each way, one daemon per
+#     namespace, PER_NODE ranks on each (default 1); hvd only (fusion on vs
+#     off), since mpirun cannot start ranks inside the namespaces. Needs root.
+set -u
+build=${1:-$(pwd)}
+build=$(cd "$build" && pwd)
+src=$(cd "$(dirname "$0")/.." && pwd)
+NPS=${NPS:-"2 4"} ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-10} WARMUP=${WARMUP:-3}
+MODELS=${MODELS:-"resnet50 resnet101 inception_v3 vgg16"} FUSIONS=${FUSIONS:-"0 4 16 64"}
+NETNS=${NETNS:-0} RATE=${RATE:-1gbit} PER_NODE=${PER_NODE:-1}
+PY=${PYTHON:-/usr/bin/python3}
+if [ -z "${DATA:-}" ]; then
+        for d in "$src/../shared/data" /work/shared/data; do [ -f "$d/resnet50.tsv" ] && DATA=$d && break; done
+fi
+[ -f "${DATA:-}/resnet50.tsv" ] || { echo "run-step: set DATA to the directory of resnet50.tsv etc." >&2; exit 2; }
+PNG=${PNG:-step-$([ "$NETNS" = 1 ] && echo netns || echo node).png}
+out=$(mktemp)
+work=$(mktemp -d /tmp/hvd-step-XXXXXX)
+pids=()
+tag=$$ na=hvds$$a nb=hvds$$b
+cleanup() {
+        for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+        for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+        if [ "$NETNS" = 1 ] && [ -z "${RAW:-}" ]; then
+                ip netns del "$na" 2>/dev/null
+                ip netns del "$nb" 2>/dev/null
+        fi
+        rm -rf "$out" "$work"
+}
+trap cleanup EXIT
+export HVD_BUILDDIR=$build
+
+# two namespaces a, b on 10.214.X.1/.2, tbf RATE each way, one daemon each
+netns_setup() {
+        local net=10.214.$((tag % 250)). va=hsa$tag vb=hsb$tag
+        ip netns add "$na" && ip netns add "$nb" || { echo "run-step: cannot create namespaces (root?)" >&2; exit 1; }
+        ip link add "$va" type veth peer name "$vb" || exit 1
+        ip link set "$va" netns "$na" && ip link set "$vb" netns "$nb" || exit 1
+        ip -n "$na" addr add "${net}1/24" dev "$va" && ip -n "$nb" addr add "${net}2/24" dev "$vb" || exit 1
+        for n in "$na" "$nb"; do ip -n "$n" link set lo up; done
+        ip -n "$na" link set "$va" up && ip -n "$nb" link set "$vb" up || exit 1
+        tc -n "$na" qdisc add dev "$va" root tbf rate "$RATE" burst 1mb latency 100ms || exit 1
+        tc -n "$nb" qdisc add dev "$vb" root tbf rate "$RATE" burst 1mb latency 100ms || exit 1
+        mkdir -p "$work/a" "$work/b"
+        ip netns exec "$na" "$build/daemon/hvd-coordinatord" --runtime-dir "$work/a" \
+                --peer-listen "tcp://${net}1:7100" --log-level warning 2>"$work/a.log" &
+        pids+=($!)
+        ip netns exec "$nb" "$build/daemon/hvd-coordinatord" --runtime-dir "$work/b" --log-level warning \
+                2>"$work/b.log" &
+        pids+=($!)
+        for _ in $(seq 200); do
+                [ -S "$work/a/worker.sock" ] && [ -S "$work/b/worker.sock" ] && break
+                sleep 0.05
+        done
+        NET=$net
+}
+
+# one hvd job of 2*PER_NODE ranks across the namespaces; rank 0's output on stdout
+netns_job() {
+        local fusion=$1; shift
+        local job=step-$tag-$RANDOM secret=0123456789abcdef world=$((2 * PER_NODE)) rank=0 wp=()
+        for h in a b; do
+                local ns=$na ip=${NET}1 cross=0
+                [ $h = b ] && ns=$nb ip=${NET}2 cross=1
+                for ((l = 0; l < PER_NODE; l++)); do
+                        ip netns exec "$ns" env HVD_JOB_ID="$job" HVD_JOB_SECRET=$secret HVD_RANK=$rank \
+                                HVD_SIZE=$world HVD_LOCAL_RANK=$l HVD_LOCAL_SIZE="$PER_NODE" HVD_CROSS_RANK=$cross \
+                                HVD_CROSS_SIZE=2 HVD_HOSTS="a:$PER_NODE,b:$PER_NODE" HVD_HOSTNAME=$h \
+                                HVD_ROOT_PEER="tcp://${NET}1:7100" HVD_RUNTIME_DIR="$work/$h" HVD_DATA_ADDR="$ip" \
+                                HVD_FUSION_THRESHOLD="$fusion" timeout -k 5 900 "$@" >"$work/rank$rank.out" 2>&1 &
+                        wp+=($!)
+                        rank=$((rank + 1))
+                done
+        done
+        local st=0
+        for p in "${wp[@]}"; do wait "$p" || st=1; done
+        cat "$work/rank0.out"
+        [ $st -eq 0 ] || { echo "run-step: job failed:" >&2; tail -n 3 "$work"/rank*.out "$work"/?.log >&2; }
+}
+
+if [ -n "${RAW:-}" ]; then
+        sed -n 's/^#   \(bench=step .*\)/\1/p; /^bench=step /p' "$RAW" >"$out"
+        NPS=
+elif [ "$NETNS" = 1 ]; then
+        netns_setup
+        NPS=$((2 * PER_NODE))
+fi
+for np in $NPS; do
+        for ((round = 0; round < ROUNDS; round++)); do
+                for model in $MODELS; do
+                        tsv=$DATA/$model.tsv
+                        for f in $FUSIONS; do
+                                bytes=$((f << 20))
+                                if [ "$NETNS" = 1 ]; then
+                                        netns_job "$bytes" "$build/benchmarks/bench_step" --model "$tsv" \
+                                                --steps "$STEPS" --warmup "$WARMUP" >>"$out"
+                                else
+                                        "$build/tools/hvdrun" -np "$np" --no-prefix -x HVD_FUSION_THRESHOLD=$bytes \
+                                                "$build/benchmarks/bench_step" --model "$tsv" --steps "$STEPS" \
+                                                --warmup "$WARMUP" >>"$out" || echo "run-step: hvd $model np=$np fusion=$f failed" >&2
+                                fi
+                        done
+                        if [ "$NETNS" != 1 ] && [ -x "$build/benchmarks/mpi_step" ]; then
+                                mpirun --allow-run-as-root --oversubscribe -np "$np" "$build/benchmarks/mpi_step" \
+                                        --model "$tsv" --steps "$STEPS" --warmup "$WARMUP" \
+                                        --fusion-mb "$(echo $FUSIONS | tr ' ' '\n' | grep -v '^0$' | paste -sd,)" \
+                                        >>"$out" 2>/dev/null || echo "run-step: mpi $model np=$np failed" >&2
+                        fi
+                done
+        done
+done
+echo "# raw lines"
+sed 's/^/#   /' "$out"
+"$PY" - "$out" "$NETNS" "$RATE" "$PNG" <<'PY'
+import re, statistics, subprocess, sys
+path, netns, rate, png = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4]
+runs = {}
+for line in open(path):
+    m = dict(re.findall(r"(\w+)=(\S+)", line))
+    if m.get("bench") != "step":
+        continue
+    if m["impl"] == "hvd":
+        f = int(m["fusion_bytes"]) >> 20
+        key = "hvd off" if f == 0 else f"hvd {f}M"
+    elif m["mode"] == "fused":
+        key = f"mpi fused {int(m['fusion_bytes']) >> 20}M"
+    else:
+        key = f"mpi {m['mode']}"
+    runs.setdefault((m["model"], int(m["np"])), {}).setdefault(key, []).append(float(m["ms_median"]))
+    runs[(m["model"], int(m["np"]))].setdefault("_bytes", [float(m["bytes"])])
+where = f"2 namespaced nodes, tbf {rate} each way" if netns else "one node"
+print(f"# ms per step (medians of the rounds' medians), {where}; speed ratios are time(peer)/time(hvd)")
+plot = []
+for (model, np_), r in sorted(runs.items()):
+    mb = r.pop("_bytes")[0] / 2**20
+    med = {k: statistics.median(v) for k, v in r.items()}
+    hvd = {k: v for k, v in med.items() if k.startswith("hvd")}
+    mpi = {k: v for k, v in med.items() if k.startswith("mpi")}
+    print(f"\n{model} np={np_} ({mb:.1f} MiB of gradients)")
+    for k in sorted(med, key=lambda k: (k[:3], med[k])):
+        print(f"  {k:<18} {med[k]:10.1f} ms  {mb / 1024 / (med[k] / 1e3):7.3f} GiB/s")
+    hb = min(hvd, key=hvd.get) if hvd else None
+    if hb and "hvd off" in hvd:
+        on = min((v for k, v in hvd.items() if k != "hvd off"), default=None)
+        if on:
+            print(f"  fusion on (best) vs off: {hvd['hvd off'] / on:.2f}x")
+    if hb and mpi:
+        mbk = min(mpi, key=mpi.get)
+        print(f"  hvd best ({hb}) vs mpi best ({mbk}): {mpi[mbk] / hvd[hb]:.2f}x"
+              f" ({'hvd faster' if mpi[mbk] >= hvd[hb] else 'hvd slower by ' + format(hvd[hb] / mpi[mbk] - 1, '.0%')})")
+    plot.append((f"{model}/np{np_}", hvd.get("hvd off"), min(v for k, v in hvd.items() if k != "hvd off") if len(hvd) > 1 else None,
+                 min(mpi.values()) if mpi else None))
+try:
+    dat = png + ".dat"
+    with open(dat, "w") as f:
+        for name, off, on, mpi in plot:
+            f.write(f"{name} {off or '-'} {on or '-'} {mpi or '-'}\n")
+    title = f"training step, {where}: ms per step (lower is better)"
+    script = f"""set terminal pngcairo size 1000,500 noenhanced
+set output '{png}'
+set title '{title}'
+set style data histograms
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set datafile missing '-'
+set ylabel 'ms / step'
+set xtics rotate by -30
+set yrange [0:*]
+set key outside top center horizontal
+plot '{dat}' using 2:xtic(1) title 'hvd fusion off', '' using 3 title 'hvd fusion on (best threshold)'""" + \
+        ("" if netns else ", '' using 4 title 'Open MPI (best mode)'") + "\n"
+    subprocess.run(["gnuplot"], input=script.encode(), check=True)
+    print(f"\n# plot: {png}")
+except (OSError, subprocess.CalledProcessError) as e:
+    print(f"# no plot: {e}")
+PY
