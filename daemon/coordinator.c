@@ -217,10 +217,36 @@ static void send_to_worker(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
                              hvd_strerror(r));
 }
 
+/* Packs env once and sends the same bytes to each local worker (a schedule
+ * goes to every rank here: packing it per rank cost as much as the rest). */
 static void send_to_local_workers(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool skip_goodbye) {
-        for (uint32_t r = 0; r < j->size; r++)
-                if (j->ranks[r] && !(skip_goodbye && j->ranks[r]->goodbye))
-                        send_to_worker(d, j->ranks[r], env);
+        env->version = HVD_PROTOCOL_VERSION;
+        size_t len = protobuf_c_message_get_packed_size(&env->base);
+        zmq_msg_t packed;
+        if (zmq_msg_init_size(&packed, len) < 0) {
+                hvd_log_warning("job %s: cannot send to its ranks: %s", j->id, hvd_strerror(-zmq_errno()));
+                return;
+        }
+        protobuf_c_message_pack(&env->base, zmq_msg_data(&packed));
+        for (uint32_t r = 0; r < j->size; r++) {
+                worker_t *w = j->ranks[r];
+                if (!w || w->exited || (skip_goodbye && w->goodbye))
+                        continue;
+                zmq_msg_t m;
+                int e = 0;
+                zmq_msg_init(&m);
+                /* zmq_msg_copy shares the packed buffer (reference counted) */
+                if (zmq_msg_copy(&m, &packed) < 0 ||
+                    zmq_send(d->worker_sock, w->id, w->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+                    zmq_msg_send(&m, d->worker_sock, ZMQ_DONTWAIT) < 0)
+                        e = -zmq_errno();
+                zmq_msg_close(&m);
+                if (e < 0)
+                        hvd_log_full(w->goodbye || j->state == JOB_ABORTED ? LOG_DEBUG : LOG_WARNING, 0,
+                                     "job %s: cannot send to rank %u (pid %d): %s", j->id, w->rank, (int) w->pid,
+                                     hvd_strerror(e));
+        }
+        zmq_msg_close(&packed);
 }
 
 /* Root: to every remote node that joined. */
