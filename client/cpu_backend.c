@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "fastpath.h"
 #include "hvd.pb-c.h"
 #include "tcp.h"
 #include "reduce.h"
@@ -74,6 +75,7 @@ struct hvd_backend {
         shm_header_t *hdr;
         uint8_t *base;
         uint8_t *private_base; /* one rank on this node, several nodes */
+        void *board;           /* the fast path's readiness board (after the header), or NULL */
         size_t map_bytes;
         int spin;
         const void **srcs; /* [size] scratch for reductions */
@@ -216,7 +218,8 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
                 *ret = b;
                 return 0;
         }
-        b->map_bytes = HEADER_BYTES + (size_t) size * b->stride_bytes;
+        size_t board_bytes = hvd_fastpath_board_bytes(size);
+        b->map_bytes = HEADER_BYTES + board_bytes + (size_t) size * b->stride_bytes;
         int fd = -1;
         uint64_t deadline = hvd_now_usec() + b->timeout_usec;
         if (rank == 0) {
@@ -265,7 +268,8 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
                 goto fail;
         }
         b->hdr = p;
-        b->base = (uint8_t *) p + HEADER_BYTES;
+        b->board = (uint8_t *) p + HEADER_BYTES;
+        b->base = (uint8_t *) p + HEADER_BYTES + board_bytes;
         if (rank == 0) {
                 b->hdr->local_size = (uint32_t) size;
                 b->hdr->slot_bytes = b->slot_bytes;
@@ -294,6 +298,13 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
 fail:
         hvd_backend_destroy(&b);
         return r;
+}
+
+void *hvd_backend_board(hvd_backend_t *b, const void **aborted) {
+        if (!b || !b->board)
+                return NULL;
+        *aborted = &b->hdr->aborted;
+        return b->board;
 }
 
 void hvd_backend_abort(hvd_backend_t *b, const char *reason) {

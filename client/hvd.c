@@ -27,6 +27,8 @@
 #include "gpu_module.h"
 #include "tcp.h"
 #include "conf.h"
+#include "fastpath.h"
+#include "fusion.h"
 #include "hvd.h"
 #include "negotiate.h"
 #include "reduce.h"
@@ -77,6 +79,8 @@ typedef struct entry {
         int64_t out_shape[HVD_MAX_NDIM];
         int64_t *recv_splits;
         bool done;
+        bool fp_counted; /* counted as an instance of its cache id */
+        bool fp_routed;  /* the fast path has looked at it */
 } entry_t;
 
 struct hvd_handle {
@@ -93,13 +97,24 @@ struct hvd_handle {
 typedef struct known {
         uint32_t id;
         bool has_id;
-        params_t p; /* last parameters sent */
+        bool fast_ok; /* scheduled without error with p: every rank agrees on p */
+        params_t p;   /* last parameters sent */
 } known_t;
 
 typedef struct pending_msg {
         struct pending_msg *next;
         Hvd__Envelope *env;
 } pending_msg_t;
+
+/* A schedule waiting for its marker in the fast path's log. */
+typedef struct held_schedule {
+        struct held_schedule *next;
+        Hvd__Schedule *s;
+} held_schedule_t;
+
+typedef struct fp_counters {
+        uint64_t tensors, ops, fused, bytes, hits;
+} fp_counters_t;
 
 static struct {
         pthread_mutex_t lock;
@@ -135,6 +150,12 @@ static struct {
         /* process sets, by id (0 = all ranks, implicit) */
         pset_t *psets[HVD_MAX_PROCESS_SETS];
         uint32_t pset_seq;
+        /* the fast path (one node): schedules wait for their marker */
+        hvd_fastpath_t *fp;
+        held_schedule_t *sched_head, *sched_tail;
+        uint64_t fusion_threshold;
+        fp_counters_t fp_done, fp_sent; /* reported to the coordinator in Done */
+        uint64_t fp_report_usec;
 } G = {
         .lock = PTHREAD_MUTEX_INITIALIZER,
         .cond = PTHREAD_COND_INITIALIZER,
@@ -307,6 +328,9 @@ static int params_copy(params_t *dst, const params_t *src) {
 }
 
 static int execute_schedule(const Hvd__Schedule *s);
+static void fp_hold_schedule(Hvd__Envelope *env);
+static void fp_confirm(const entry_t *e, bool ok);
+static void fp_report(bool force);
 
 /* A job of one rank has no daemon: the same negotiation table runs here,
  * and its schedules go straight to the data plane. */
@@ -351,6 +375,7 @@ static int send_ready(entry_t **batch, size_t n) {
                         }
                         if (params_copy(&k->p, &e->p) < 0)
                                 goto out;
+                        k->fast_ok = false; /* until a schedule confirms these parameters */
                 }
                 Hvd__Request *q = &reqs[n_req];
                 hvd__request__init(q);
@@ -383,8 +408,12 @@ static int send_ready(entry_t **batch, size_t n) {
         env.ready = &ready;
         if (G.solo)
                 r = solo_negotiate(&ready);
-        else
+        else {
+                /* the fast path's counters first: whatever this Ready leads
+                 * to, the coordinator has counted what ran before it */
+                fp_report(true);
                 r = hvd_wire_send(G.sock, &env, 0);
+        }
 out:
         free(reqs);
         free(rp);
@@ -537,6 +566,8 @@ static int execute_schedule(const Hvd__Schedule *s) {
                 /* the tensor has an id now, like a scheduled one */
                 int r2 = e ? learn_id(te->id, te->name, e->p.process_set) : 0;
                 if (e)
+                        fp_confirm(e, false);
+                if (e)
                         entry_complete(e, te->code < 0 ? te->code : HVD_EMISMATCH, te->message);
                 pthread_mutex_unlock(&G.lock);
                 if (r2 < 0) {
@@ -614,6 +645,9 @@ static int execute_schedule(const Hvd__Schedule *s) {
                         r = G.abort_code;
                         snprintf(err, sizeof err, "%s", G.abort_reason);
                 }
+                for (size_t k = 0; k < op->n_entries && em && r >= 0 && !gpu && !op->process_set; k++)
+                        if (em[k])
+                                fp_confirm(em[k], true);
                 pthread_mutex_lock(&G.lock);
                 for (size_t k = 0; k < op->n_entries && xm && em && (!gpu || r < 0); k++)
                         if (em[k])
@@ -632,6 +666,7 @@ static int execute_schedule(const Hvd__Schedule *s) {
                 }
         }
         if (s->join_done_last_rank >= 0) {
+                hvd_fastpath_set_joining(G.fp, false);
                 pthread_mutex_lock(&G.lock);
                 entry_t *e = hvd_strmap_get(G.inflight, HVD_JOIN_NAME, strlen(HVD_JOIN_NAME));
                 if (e) {
@@ -666,7 +701,9 @@ static void handle_message(Hvd__Envelope *env) {
         char reason[ERRLEN + 64];
         switch (env->body_case) {
         case HVD__ENVELOPE__BODY_SCHEDULE:
-                if (!G.abort_code)
+                if (G.fp)
+                        fp_hold_schedule(env); /* runs at its marker in the board's log */
+                else if (!G.abort_code)
                         execute_schedule(env->schedule);
                 break;
         case HVD__ENVELOPE__BODY_ABORT:
@@ -789,11 +826,301 @@ static void process_held(void) {
         }
 }
 
+
+/* ---- the fast path (fastpath.c): one node, tensors with a cache id ----
+ *
+ * Order invariant: on a job with a fast path, a rank runs nothing when it
+ * arrives; it runs the board's log in order. The log holds the fast
+ * records (cache ids every local rank posted, fused below by the same rules
+ * as the coordinator's, from the same sorted ids and the same threshold, so
+ * every rank builds the same operations) and a marker per coordinator
+ * schedule (appended by the first rank that received it; a rank that meets
+ * a marker first waits for its schedule). So cached and uncached tensors of
+ * one cycle run in one order on every rank, whichever path each took.
+ * A tensor takes the fast path only with parameters a schedule confirmed
+ * (fast_ok: every rank agreed on them); anything else — a new name, new
+ * parameters, groups, process sets, GPUs, a join — goes to the coordinator. */
+
+#define FP_REPORT_USEC (50 * USEC_PER_MSEC)
+
+static void fp_hold_schedule(Hvd__Envelope *env) {
+        held_schedule_t *h = calloc(1, sizeof *h);
+        if (!h) {
+                job_aborted(-ENOMEM, "out of memory");
+                return;
+        }
+        h->s = env->schedule;
+        env->schedule = NULL;
+        env->body_case = HVD__ENVELOPE__BODY__NOT_SET;
+        /* in seq order, whatever order the waits kept them in */
+        held_schedule_t **pp = &G.sched_head;
+        while (*pp && (*pp)->s->seq < h->s->seq)
+                pp = &(*pp)->next;
+        h->next = *pp;
+        *pp = h;
+        if (!h->next)
+                G.sched_tail = h;
+        hvd_fastpath_schedule_arrived(G.fp, h->s->seq);
+}
+
+static void fp_free_held(void) {
+        while (G.sched_head) {
+                held_schedule_t *h = G.sched_head;
+                G.sched_head = h->next;
+                hvd_negotiator_schedule_free(&h->s);
+                free(h);
+        }
+        G.sched_tail = NULL;
+}
+
+/* A schedule ran e (ok) or refused it: its parameters are (not) known to
+ * be every rank's. */
+static void fp_confirm(const entry_t *e, bool ok) {
+        if (!G.fp)
+                return;
+        known_t *k = hvd_strmap_get(G.known, e->name, strlen(e->name));
+        if (!k)
+                return;
+        if (!ok)
+                k->fast_ok = false;
+        else if (k->has_id && k->p.process_set == 0 && params_equal(&k->p, &e->p))
+                k->fast_ok = true;
+}
+
+/* 1: e may take the fast path with cache id *id; 0: it has an id but goes
+ * to the coordinator; -1: the fast path does not apply. Counts e as an
+ * instance of its id once. */
+static int fp_classify(entry_t *e, uint32_t *id) {
+        if (e->p.kind != HVD__KIND__KIND_ALLREDUCE || e->p.device != HVD_DEVICE_CPU || e->p.process_set != 0 ||
+            e->p.group_size > 1)
+                return -1;
+        known_t *k = hvd_strmap_get(G.known, e->name, strlen(e->name));
+        if (!k || !k->has_id || k->id >= HVD_FASTPATH_MAX_IDS || k->p.process_set != 0)
+                return -1;
+        if (!e->fp_counted) {
+                e->fp_counted = true;
+                hvd_fastpath_instance(G.fp, k->id);
+        }
+        *id = k->id;
+        return k->fast_ok && params_equal(&k->p, &e->p) ? 1 : 0;
+}
+
+static uint64_t entry_count(const entry_t *e) {
+        uint64_t c = 1;
+        for (int d = 0; d < e->p.ndim; d++)
+                c *= (uint64_t) e->p.shape[d];
+        return c;
+}
+
+/* Runs one fast record: ids ascending, every one of them in flight here. */
+static int fp_execute(const uint32_t *ids, uint32_t n) {
+        char err[ERRLEN];
+        entry_t *em[64];
+        hvd_fusion_item_t items[64];
+        uint32_t op_of[64];
+        hvd_fusion_op_t ops[64];
+        hvd_xmember_t xm[64];
+        entry_t *opm[64];
+        int r = 0;
+        if (n > ELEMENTSOF(em)) {
+                job_aborted(HVD_EPROTO, "fast path: record too long");
+                return HVD_EPROTO;
+        }
+        pthread_mutex_lock(&G.lock);
+        for (uint32_t i = 0; i < n; i++) {
+                const char *name = id_name(ids[i]);
+                em[i] = name ? hvd_strmap_get(G.inflight, name, strlen(name)) : NULL;
+                if (!em[i]) {
+                        for (uint32_t k = 0; k < i; k++)
+                                handle_unref(em[k]->h);
+                        pthread_mutex_unlock(&G.lock);
+                        snprintf(err, sizeof err, "fast path: tensor id %u is not in flight on rank %d", ids[i], G.rank);
+                        job_aborted(HVD_EPROTO, err);
+                        return HVD_EPROTO;
+                }
+                em[i]->h->refs++; /* the op holds its handles, as in execute_schedule */
+        }
+        pthread_mutex_unlock(&G.lock);
+        for (uint32_t i = 0; i < n; i++) {
+                const entry_t *e = em[i];
+                items[i] = (hvd_fusion_item_t){
+                        .kind = HVD__KIND__KIND_ALLREDUCE, .dtype = e->p.dtype, .reduce_op = e->p.reduce_op,
+                        .root = 0, .device = -1, .process_set = 0, .prescale = e->p.prescale,
+                        .postscale = e->p.postscale, .bytes = entry_count(e) * hvd_dtype_size(e->p.dtype),
+                };
+        }
+        size_t n_ops = hvd_fusion_plan(items, n, G.fusion_threshold, op_of, ops);
+        for (size_t k = 0; k < n_ops && r >= 0; k++) {
+                size_t m = 0;
+                for (uint32_t i = 0; i < n; i++) {
+                        if (op_of[i] != k)
+                                continue;
+                        entry_t *e = em[i];
+                        xm[m] = (hvd_xmember_t){ .in = e->in, .out = e->out, .count = entry_count(e),
+                                                 .row_elems = entry_count(e) };
+                        opm[m++] = e;
+                }
+                hvd_xop_t x = {
+                        .kind = HVD__KIND__KIND_ALLREDUCE,
+                        .dtype = opm[0]->p.dtype,
+                        .reduce_op = opm[0]->p.reduce_op,
+                        .prescale = opm[0]->p.prescale,
+                        .postscale = opm[0]->p.postscale,
+                        .name = opm[0]->name,
+                        .n = m,
+                        .m = xm,
+                        .device = HVD_DEVICE_CPU,
+                };
+                r = hvd_backend_execute(G.backend, &x, err, sizeof err);
+                if (r < 0 && !G.abort_code && G.sock)
+                        await_abort(USEC_PER_SEC);
+                if (r < 0 && G.abort_code) {
+                        r = G.abort_code;
+                        snprintf(err, sizeof err, "%s", G.abort_reason);
+                }
+                if (G.local_rank == 0) {
+                        G.fp_done.ops++;
+                        G.fp_done.tensors += m;
+                        G.fp_done.fused += m > 1 ? m : 0;
+                        G.fp_done.bytes += ops[k].bytes;
+                }
+                G.fp_done.hits += m;
+                pthread_mutex_lock(&G.lock);
+                for (size_t i = 0; i < m; i++)
+                        entry_complete(opm[i], r < 0 ? r : 0, r < 0 ? err : NULL);
+                pthread_mutex_unlock(&G.lock);
+        }
+        pthread_mutex_lock(&G.lock);
+        for (uint32_t i = 0; i < n; i++)
+                handle_unref(em[i]->h);
+        pthread_mutex_unlock(&G.lock);
+        if (r < 0)
+                job_aborted(r, err);
+        return r;
+}
+
+static int fp_run(void *userdata, const hvd_fastpath_record_t *rec) {
+        (void) userdata;
+        if (G.abort_code)
+                return G.abort_code;
+        if (!rec->slow)
+                return fp_execute(rec->ids, rec->n);
+        if (!G.sched_head || G.sched_head->s->seq != rec->seq)
+                process_held(); /* a wait may have kept it */
+        held_schedule_t *h = G.sched_head;
+        if (!h) {
+                job_aborted(HVD_EPROTO, "fast path: a schedule's marker came before the schedule");
+                return HVD_EPROTO;
+        }
+        G.sched_head = h->next;
+        if (!G.sched_head)
+                G.sched_tail = NULL;
+        int r = 0;
+        if (h->s->seq != rec->seq) {
+                char err[128];
+                snprintf(err, sizeof err, "fast path: schedule %" PRIu64 " arrived, expected %" PRIu64, h->s->seq,
+                         rec->seq);
+                job_aborted(HVD_EPROTO, err);
+                r = HVD_EPROTO;
+        } else
+                r = execute_schedule(h->s);
+        hvd_negotiator_schedule_free(&h->s);
+        free(h);
+        return r < 0 ? r : G.abort_code;
+}
+
+typedef struct fp_demoted {
+        entry_t *e[64];
+        size_t n;
+} fp_demoted_t;
+
+static void fp_demote(void *userdata, uint32_t id) {
+        fp_demoted_t *d = userdata;
+        const char *name = id_name(id);
+        pthread_mutex_lock(&G.lock);
+        entry_t *e = name ? hvd_strmap_get(G.inflight, name, strlen(name)) : NULL;
+        pthread_mutex_unlock(&G.lock);
+        if (e && d->n < ELEMENTSOF(d->e))
+                d->e[d->n++] = e;
+}
+
+/* Sends the fast path's counters to the coordinator (for its status). */
+static void fp_report(bool force) {
+        if (!G.sock || !memcmp(&G.fp_done, &G.fp_sent, sizeof G.fp_done))
+                return;
+        uint64_t now = hvd_now_usec();
+        if (!force && now - G.fp_report_usec < FP_REPORT_USEC)
+                return;
+        Hvd__Done done = HVD__DONE__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        done.fast_path_tensors = G.fp_done.tensors - G.fp_sent.tensors;
+        done.fast_path_ops = G.fp_done.ops - G.fp_sent.ops;
+        done.fast_path_fused_tensors = G.fp_done.fused - G.fp_sent.fused;
+        done.fast_path_bytes = G.fp_done.bytes - G.fp_sent.bytes;
+        done.fast_path_cache_hits = G.fp_done.hits - G.fp_sent.hits;
+        env.body_case = HVD__ENVELOPE__BODY_DONE;
+        env.done = &done;
+        if (hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT) == 0)
+                G.fp_sent = G.fp_done;
+        G.fp_report_usec = now;
+}
+
+/* One turn of the fast path in the background loop: queued tensors onto
+ * the board, the board's records run, withdrawn tensors to the
+ * coordinator, counters reported. */
+static void fp_cycle(void) {
+        uint64_t now = hvd_now_usec();
+        entry_t *cand[64], *slow[64];
+        uint32_t cid[64], forgo[64];
+        size_t nc = 0, ns = 0, nf = 0;
+        bool join = false;
+        pthread_mutex_lock(&G.lock);
+        size_t k = 0;
+        for (size_t i = 0; i < G.n_queue; i++) {
+                entry_t *e = G.queue[i];
+                uint32_t id;
+                if (nc == ELEMENTSOF(cand) || nf == ELEMENTSOF(forgo)) {
+                        G.queue[k++] = e; /* the next turn looks at it */
+                        continue;
+                }
+                int c = e->fp_routed ? -1 : fp_classify(e, &id);
+                e->fp_routed = true;
+                join = join || e->p.kind == HVD__KIND__KIND_JOIN;
+                if (c > 0) {
+                        cand[nc] = e;
+                        cid[nc++] = id;
+                        continue;
+                }
+                if (c == 0)
+                        forgo[nf++] = id;
+                G.queue[k++] = e;
+        }
+        G.n_queue = k;
+        pthread_mutex_unlock(&G.lock);
+        if (join)
+                hvd_fastpath_set_joining(G.fp, true);
+        for (size_t i = 0; i < nf; i++)
+                hvd_fastpath_forgo(G.fp, forgo[i]);
+        for (size_t i = 0; i < nc; i++)
+                if (hvd_fastpath_post(G.fp, cid[i], now) < 0)
+                        slow[ns++] = cand[i];
+        if (ns && send_ready(slow, ns) < 0)
+                job_aborted(-EIO, "cannot send to the coordinator");
+        fp_demoted_t d = { .n = 0 };
+        const hvd_fastpath_ops_t ops = { .run = fp_run, .demote = fp_demote };
+        hvd_fastpath_step(G.fp, now, &ops, &d);
+        if (d.n && !G.abort_code && send_ready(d.e, d.n) < 0)
+                job_aborted(-EIO, "cannot send to the coordinator");
+        fp_report(false);
+}
+
 static void *bg_main(void *arg) {
         entry_t **batch = NULL;
         size_t cap_batch = 0;
         for (;;) {
                 process_held();
+                if (G.fp && !G.abort_code)
+                        fp_cycle();
                 pthread_mutex_lock(&G.lock);
                 bool stop = G.stop;
                 size_t nq = G.n_queue;
@@ -801,9 +1128,15 @@ static void *bg_main(void *arg) {
                  * for the cycle so they can be fused; when none are, there is
                  * nothing to batch with and waiting would only add latency */
                 size_t outstanding = hvd_strmap_size(G.inflight) - G.n_queue;
+                /* queued since fp_cycle looked: it must see them first */
+                bool unrouted = G.fp && !G.abort_code && nq && !G.queue[nq - 1]->fp_routed;
                 pthread_mutex_unlock(&G.lock);
                 if (stop)
                         break;
+                if (unrouted)
+                        continue;
+                /* the fast path's tensors are not waiting for a schedule */
+                outstanding -= HVD_MIN(outstanding, hvd_fastpath_pending(G.fp));
                 uint64_t now = hvd_now_usec();
                 long timeout = -1;
                 if (nq) {
@@ -836,6 +1169,23 @@ static void *bg_main(void *arg) {
                 /* GPU work in flight: look at its events often */
                 if (GPU.n_pending && gpu_poll() && (timeout < 0 || timeout > 1))
                         timeout = 1;
+                if (G.fp && !G.abort_code) {
+                        /* counters not yet reported: come back for them */
+                        if (memcmp(&G.fp_done, &G.fp_sent, sizeof G.fp_done) && (timeout < 0 || timeout > 50))
+                                timeout = 50;
+                        /* the board: wait on it (its futex) up to a millisecond at a
+                         * time, then look at the socket without blocking */
+                        if (hvd_fastpath_busy(G.fp)) {
+                                if (hvd_fastpath_awaits_schedule(G.fp)) {
+                                        if (timeout < 0 || timeout > 1)
+                                                timeout = 1;
+                                } else if (timeout != 0) {
+                                        hvd_fastpath_wait(G.fp, timeout < 0 || timeout > 1 ? USEC_PER_MSEC
+                                                                                           : (uint64_t) timeout * 1000);
+                                        timeout = 0;
+                                }
+                        }
+                }
                 zmq_pollitem_t items[3] = {
                         { .fd = G.wake_fd, .events = ZMQ_POLLIN },
                         { .socket = G.sock, .events = ZMQ_POLLIN },
@@ -860,9 +1210,9 @@ static void *bg_main(void *arg) {
                                 Hvd__Envelope *env = NULL;
                                 if (recv_envelope(ZMQ_DONTWAIT, &env) < 0)
                                         break;
+                                process_held(); /* kept during a wait: they came first */
                                 handle_message(env);
                                 hvd_wire_free(&env);
-                                process_held();
                         }
                 }
         }
@@ -998,6 +1348,16 @@ static int env_int(const char *name, int def, bool horovod_too) {
         return (int) x;
 }
 
+/* HVD_FAST_PATH=0 turns the fast path off (every tensor through the
+ * coordinator); every rank of a job should see the same value. */
+static bool fast_path_enabled(void) {
+        const char *v = hvd_getenv("FAST_PATH", false);
+        bool on = true;
+        if (v && hvd_parse_bool(v, &on) < 0)
+                on = true;
+        return on;
+}
+
 static int hex_decode(const char *s, uint8_t *out, size_t max) {
         size_t n = strlen(s);
         if (n % 2 || n / 2 > max)
@@ -1033,6 +1393,8 @@ static void teardown(void) {
                 G.psets[k] = NULL;
         }
         G.pset_seq = 0;
+        hvd_fastpath_destroy(&G.fp); /* before the backend: the board is in its memory */
+        fp_free_held();
         hvd_backend_destroy(&G.backend);
         hvd_negotiator_destroy(&G.neg);
         if (G.sock) {
@@ -1264,6 +1626,7 @@ int hvd_init(void) {
         G.stop = false;
         G.next_seq = 1;
         G.last_send_usec = 0;
+        G.fp_done = G.fp_sent = (fp_counters_t){ 0 };
         int r;
         if (!G.inflight || !G.known || G.wake_fd < 0 || !G.zctx) {
                 r = set_error(-ENOMEM, "out of memory");
@@ -1377,6 +1740,15 @@ int hvd_init(void) {
                 G.listen_fd = -1; /* the backend owns it now */
                 r = hvd_cpu_backend_new(w->shm_name, &topo, w->slot_bytes, w->collective_timeout_usec, wait_check,
                                         NULL, &G.backend, err, sizeof err);
+                G.fusion_threshold = w->fusion_threshold;
+                if (r >= 0 && G.cross_size == 1 && G.local_size > 1 && fast_path_enabled()) {
+                        const void *aborted = NULL;
+                        void *board = hvd_backend_board(G.backend, &aborted);
+                        if (board && hvd_fastpath_new(board, G.local_rank, G.local_size, aborted, &G.fp) < 0) {
+                                r = -ENOMEM;
+                                snprintf(err, sizeof err, "out of memory");
+                        }
+                }
                 if (r >= 0 && GPU.devices > 0) {
                         if (w->nccl_id.len != HVD_NCCL_ID_BYTES)
                                 snprintf(GPU.why, sizeof GPU.why, "rank 0 has no GPU backend: no NCCL communicator");
@@ -1424,6 +1796,8 @@ int hvd_shutdown(void) {
         if (write(G.wake_fd, &one, sizeof one) < 0)
                 (void) 0;
         pthread_join(G.thread, NULL);
+        if (!G.abort_code)
+                fp_report(true);
         if (G.sock) {
                 Hvd__Goodbye bye = HVD__GOODBYE__INIT;
                 Hvd__Envelope env = HVD__ENVELOPE__INIT;
@@ -1656,6 +2030,7 @@ static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool in
         uint64_t one = 1;
         if (write(G.wake_fd, &one, sizeof one) < 0)
                 (void) 0;
+        hvd_fastpath_kick(G.fp);
         *ret = h;
         return 0;
 }

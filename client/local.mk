@@ -6,6 +6,7 @@ client_libhvd_la_SOURCES = \
 	client/hvd.c \
 	client/backend.h \
 	client/cpu_backend.c \
+	client/fastpath.c client/fastpath.h \
 	client/tcp.c client/tcp.h \
 	client/gpu_module.h
 client_libhvd_la_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS) -O3

@@ -124,6 +124,7 @@ struct job {
         uint64_t stall_check_usec, stall_shutdown_usec;
         bool stall_warned;
         char stalled[1024]; /* last stall report, for status */
+        hvd_negotiator_stats_t fast; /* reported by the workers' fast path (Done) */
 };
 
 struct hvd_daemon {
@@ -910,6 +911,17 @@ static void handle_goodbye(hvd_daemon_t *d, worker_t *w) {
                 worker_gone(d, w, "said goodbye");
 }
 
+/* The counters of a worker's fast path: tensors that ran from the board
+ * without a schedule, still the job's. */
+static void handle_done(worker_t *w, const Hvd__Done *dn) {
+        job_t *j = w->job;
+        j->fast.tensors_negotiated += dn->fast_path_tensors;
+        j->fast.fused_ops += dn->fast_path_ops;
+        j->fast.tensors_in_fused_ops += dn->fast_path_fused_tensors;
+        j->fast.bytes_scheduled += dn->fast_path_bytes;
+        j->fast.cache_hits += dn->fast_path_cache_hits;
+}
+
 /* Takes one message off a ROUTER socket without blocking: its routing id
  * and its decoded, validated envelope (owned by the caller). Extra frames
  * are dropped: one envelope per message. Returns 1 with *env set, 0 when
@@ -974,7 +986,7 @@ static void handle_worker_socket(hvd_daemon_t *d) {
                 else if (env->body_case == HVD__ENVELOPE__BODY_GOODBYE)
                         handle_goodbye(d, w);
                 else if (env->body_case == HVD__ENVELOPE__BODY_DONE)
-                        ; /* counters only */
+                        handle_done(w, env->done);
                 else
                         send_error(d, d->worker_sock, id, id_len, HVD_EPROTO,
                                    "unexpected message on the worker socket");
@@ -1272,12 +1284,13 @@ static void handle_status(hvd_daemon_t *d, const uint8_t *id, size_t id_len, con
                 s->stalled = j->stalled;
                 hvd_negotiator_stats_t ns;
                 hvd_negotiator_get_stats(j->neg, &ns);
-                s->tensors_negotiated = ns.tensors_negotiated;
-                s->fused_ops = ns.fused_ops;
-                s->bytes_reduced = ns.bytes_scheduled;
+                s->tensors_negotiated = ns.tensors_negotiated + j->fast.tensors_negotiated;
+                s->fused_ops = ns.fused_ops + j->fast.fused_ops;
+                s->bytes_reduced = ns.bytes_scheduled + j->fast.bytes_scheduled;
                 s->schedules = ns.schedules;
-                s->cache_hits = ns.cache_hits;
-                s->tensors_in_fused_ops = ns.tensors_in_fused_ops;
+                s->cache_hits = ns.cache_hits + j->fast.cache_hits;
+                s->tensors_in_fused_ops = ns.tensors_in_fused_ops + j->fast.tensors_in_fused_ops;
+                s->fast_path_tensors = j->fast.tensors_negotiated;
                 s->joined_ranks = ns.joined;
                 Hvd__RankInfo *ri = calloc(j->size, sizeof *ri);
                 Hvd__RankInfo **rp = calloc(j->size, sizeof *rp);
