@@ -81,6 +81,7 @@ typedef struct entry {
         bool done;
         bool fp_counted; /* counted as an instance of its cache id */
         bool fp_routed;  /* the fast path has looked at it */
+        uint64_t fp_posted_usec; /* when it went onto the board (0: never) */
 } entry_t;
 
 struct hvd_handle {
@@ -354,14 +355,18 @@ static int send_ready(entry_t **batch, size_t n) {
         Hvd__Request *reqs = calloc(n, sizeof *reqs);
         Hvd__Request **rp = calloc(n, sizeof *rp);
         uint32_t *cached = calloc(n, sizeof *cached);
+        uint64_t *waited = calloc(n, sizeof *waited), now = hvd_now_usec();
         size_t n_req = 0, n_cached = 0;
+        bool any_waited = false;
         int r = -ENOMEM;
-        if (!reqs || !rp || !cached)
+        if (!reqs || !rp || !cached || !waited)
                 goto out;
         for (size_t i = 0; i < n; i++) {
                 entry_t *e = batch[i];
                 known_t *k = hvd_strmap_get(G.known, e->name, strlen(e->name));
                 if (k && k->has_id && params_equal(&k->p, &e->p)) {
+                        waited[n_cached] = e->fp_posted_usec ? now - e->fp_posted_usec : 0;
+                        any_waited = any_waited || e->fp_posted_usec;
                         cached[n_cached++] = k->id;
                         continue;
                 }
@@ -404,6 +409,8 @@ static int send_ready(entry_t **batch, size_t n) {
         ready.requests = rp;
         ready.n_cached = n_cached;
         ready.cached = cached;
+        ready.n_cached_waited_usec = any_waited ? n_cached : 0;
+        ready.cached_waited_usec = waited;
         env.body_case = HVD__ENVELOPE__BODY_READY;
         env.ready = &ready;
         if (G.solo)
@@ -418,6 +425,7 @@ out:
         free(reqs);
         free(rp);
         free(cached);
+        free(waited);
         return r;
 }
 
@@ -1101,9 +1109,12 @@ static void fp_cycle(void) {
                 hvd_fastpath_set_joining(G.fp, true);
         for (size_t i = 0; i < nf; i++)
                 hvd_fastpath_forgo(G.fp, forgo[i]);
-        for (size_t i = 0; i < nc; i++)
+        for (size_t i = 0; i < nc; i++) {
                 if (hvd_fastpath_post(G.fp, cid[i], now) < 0)
                         slow[ns++] = cand[i];
+                else
+                        cand[i]->fp_posted_usec = now;
+        }
         if (ns && send_ready(slow, ns) < 0)
                 job_aborted(-EIO, "cannot send to the coordinator");
         fp_demoted_t d = { .n = 0 };

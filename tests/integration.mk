@@ -5,6 +5,9 @@
 check_PROGRAMS += %D%/worker_collectives
 %C%_worker_collectives_SOURCES = %D%/worker_collectives.c
 %C%_worker_collectives_LDADD = client/libhvd.la -lm
+check_PROGRAMS += %D%/worker_fastpath
+%C%_worker_fastpath_SOURCES = %D%/worker_fastpath.c
+%C%_worker_fastpath_LDADD = client/libhvd.la
 
 %C%_integration_tests = \
 	%D%/test-collectives-np1.sh \
@@ -21,7 +24,8 @@ check_PROGRAMS += %D%/worker_collectives
 	%D%/test-mismatch-retry.sh \
 	%D%/test-process-sets.sh \
 	%D%/test-table-capacity.sh \
-	%D%/test-api-contract.sh
+	%D%/test-api-contract.sh \
+	%D%/test-fastpath.sh
 TESTS += $(%C%_integration_tests)
 EXTRA_DIST += $(%C%_integration_tests) %D%/test-collectives.sh %D%/test-daemon-lost.sh
 
