@@ -35,6 +35,7 @@
 #define SHM_MAGIC UINT64_C(0x6876645f73686d32) /* "hvd_shm2" */
 #define HEADER_BYTES (64 * 1024)
 #define CHECK_INTERVAL_USEC (20 * USEC_PER_MSEC)
+#define SPIN_USEC 50
 #define HVD_MAX_SET_LOCAL 4096
 
 typedef struct shm_barrier {
@@ -123,10 +124,16 @@ static int barrier(hvd_backend_t *b, const view_t *v, const char *what, char *er
                         futex(&h->gen, FUTEX_WAKE, INT32_MAX, NULL);
                 return 0;
         }
+        /* spin for a bounded time, not a count: a pause costs 10 to 140
+         * cycles depending on the CPU, and a rank spinning long keeps the
+         * core the one it waits for may need */
+        uint64_t spin_start = b->spin > 64 ? hvd_now_usec() : 0;
         for (int i = 0; i < b->spin; i++) {
                 if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
                         return 0;
                 cpu_relax();
+                if ((i & 63) == 63 && spin_start && hvd_now_usec() - spin_start >= SPIN_USEC)
+                        break;
         }
         uint64_t start = hvd_now_usec(), last_check = start;
         for (;;) {

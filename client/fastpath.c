@@ -49,7 +49,7 @@ _Static_assert(sizeof(rec_t) == 256, "record layout");
 
 typedef struct row {
         _Alignas(64) _Atomic uint32_t bell; /* bumped to wake this rank */
-        _Atomic uint32_t sleeping;
+        _Atomic uint32_t sleeping; /* threads of this rank in hvd_fastpath_wait */
         _Atomic uint32_t joining;
         _Alignas(64) _Atomic uint64_t cursor; /* records this rank has taken */
         _Alignas(64) uint64_t bits[WORDS];    /* under the lock */
@@ -81,7 +81,7 @@ struct hvd_fastpath {
         bool was_joining;
         uint64_t recv_seq; /* schedules received here */
         uint64_t cursor;   /* records run here */
-        bool stuck;        /* the next record is a schedule not yet received */
+        _Atomic bool stuck; /* the last step stopped at a schedule's marker */
         rec_t cur;
         uint32_t demoted[REC_IDS];
 };
@@ -330,13 +330,14 @@ static void wake_others(hvd_fastpath_t *fp) {
         }
 }
 
-int hvd_fastpath_step(hvd_fastpath_t *fp, uint64_t now, const hvd_fastpath_ops_t *ops, void *userdata) {
+int hvd_fastpath_step(hvd_fastpath_t *fp, uint64_t now, bool fast_only, const hvd_fastpath_ops_t *ops,
+                      void *userdata) {
         board_t *b = fp->b;
         bool joining = fp->n_mine && any_joining(fp);
         bool want_lock = fp->recv_seq > b->last_slow || fp->n_mine > 0;
         if (want_lock && board_lock(fp) == 0) {
                 uint64_t appended = publish(fp);
-                size_t nd = demote(fp, now, joining);
+                size_t nd = fast_only ? 0 : demote(fp, now, joining);
                 board_unlock(fp);
                 if (appended)
                         wake_others(fp);
@@ -353,7 +354,7 @@ int hvd_fastpath_step(hvd_fastpath_t *fp, uint64_t now, const hvd_fastpath_ops_t
                         .n = fp->cur.slow ? 0 : HVD_MIN(fp->cur.n, (uint32_t) REC_IDS),
                         .ids = fp->cur.ids,
                 };
-                if (rec.slow && rec.seq > fp->recv_seq) {
+                if (rec.slow && (fast_only || rec.seq > fp->recv_seq)) {
                         fp->stuck = true;
                         break;
                 }
@@ -391,14 +392,14 @@ void hvd_fastpath_wait(hvd_fastpath_t *fp, uint64_t max_usec) {
         row_t *me = row_of(fp, fp->me);
         board_t *b = fp->b;
         uint32_t bell = atomic_load(&me->bell);
-        /* a schedule the coordinator has yet to deliver: the socket, not
-         * the board, will change */
-        if (fp->stuck)
+        uint64_t cursor = atomic_load_explicit(&me->cursor, memory_order_acquire);
+        /* a schedule's marker: the socket, not the board, will change */
+        if (atomic_load(&fp->stuck))
                 return;
         uint64_t start = fp->spin_usec ? hvd_now_usec() : 0;
         while (fp->spin_usec) {
                 for (int i = 0; i < 64; i++) {
-                        if (atomic_load_explicit(&b->head, memory_order_acquire) != fp->cursor ||
+                        if (atomic_load_explicit(&b->head, memory_order_acquire) != cursor ||
                             atomic_load_explicit(&me->bell, memory_order_acquire) != bell)
                                 return;
                         cpu_relax();
@@ -406,14 +407,14 @@ void hvd_fastpath_wait(hvd_fastpath_t *fp, uint64_t max_usec) {
                 if (hvd_now_usec() - start >= (uint64_t) fp->spin_usec)
                         break;
         }
-        atomic_store(&me->sleeping, 1);
-        if (atomic_load(&b->head) == fp->cursor && atomic_load(&me->bell) == bell &&
+        atomic_fetch_add(&me->sleeping, 1);
+        if (atomic_load(&b->head) == cursor && atomic_load(&me->bell) == bell &&
             !(fp->aborted && atomic_load(fp->aborted))) {
                 struct timespec ts = { .tv_sec = (time_t) (max_usec / USEC_PER_SEC),
                                        .tv_nsec = (long) (max_usec % USEC_PER_SEC) * 1000 };
                 futex(&me->bell, FUTEX_WAIT, bell, &ts);
         }
-        atomic_store(&me->sleeping, 0);
+        atomic_fetch_sub(&me->sleeping, 1);
 }
 
 void hvd_fastpath_kick(hvd_fastpath_t *fp) {

@@ -82,16 +82,21 @@ typedef struct hvd_fastpath_ops {
 
 /* Publishes what can be published (markers, records of ids every rank is
  * ready for), withdraws bits that waited too long, and runs the log's
- * records this rank has not run. Returns 0 or the first failure of run. */
-int hvd_fastpath_step(hvd_fastpath_t *fp, uint64_t now_usec, const hvd_fastpath_ops_t *ops, void *userdata);
+ * records this rank has not run (with fast_only, up to the next schedule
+ * marker, and withdrawing nothing). Returns 0 or the first failure of run.
+ * One thread at a time calls the functions of fp but hvd_fastpath_kick and
+ * hvd_fastpath_wait, which any thread may call at any time. */
+int hvd_fastpath_step(hvd_fastpath_t *fp, uint64_t now_usec, bool fast_only, const hvd_fastpath_ops_t *ops,
+                      void *userdata);
 
 /* True while this rank has bits on the board or records to run: the caller
  * should then wait with hvd_fastpath_wait rather than block elsewhere. */
 bool hvd_fastpath_busy(const hvd_fastpath_t *fp);
 /* Tensors this rank has on the board or in records not yet run. */
 size_t hvd_fastpath_pending(const hvd_fastpath_t *fp);
-/* True when the next record is a schedule the coordinator has not yet
- * delivered here: wait on the coordinator's socket, not on the board. */
+/* True when the last step stopped at a schedule's marker: wait on the
+ * coordinator's socket (or for the thread that runs schedules), not on the
+ * board. */
 bool hvd_fastpath_awaits_schedule(const hvd_fastpath_t *fp);
 
 /* Waits (spinning briefly, then on a futex) up to max_usec for the board to

@@ -13,6 +13,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -157,9 +158,17 @@ static struct {
         uint64_t fusion_threshold;
         fp_counters_t fp_done, fp_sent; /* reported to the coordinator in Done */
         uint64_t fp_report_usec;
+        /* held by whoever runs the fast path's turn (the background thread,
+         * or a user thread waiting for its tensor): it guards the fast path,
+         * the known tensors and the data plane; the socket stays the
+         * background thread's */
+        pthread_mutex_t runner;
+        _Atomic int fp_waiters;     /* user threads taking turns */
+        uint64_t fp_bg_turn_usec;   /* the background thread's last turn */
 } G = {
         .lock = PTHREAD_MUTEX_INITIALIZER,
         .cond = PTHREAD_COND_INITIALIZER,
+        .runner = PTHREAD_MUTEX_INITIALIZER,
         .wake_fd = -1,
         .listen_fd = -1,
         .daemon_pidfd = -1,
@@ -783,6 +792,10 @@ static void await_abort(uint64_t usec) {
 /* Called by the data plane while it waits: an abort from the daemon must
  * end the wait; anything else is kept for after the current operation. */
 static int wait_check(void *userdata, char *err, size_t err_len) {
+        /* a user thread running the fast path: the background thread reads
+         * the socket, and an abort reaches the data plane's shared flag */
+        if (!pthread_equal(pthread_self(), G.thread))
+                return 0;
         if (daemon_lost()) {
                 snprintf(err, err_len, "%s", G.abort_reason);
                 return HVD_EABORTED;
@@ -980,7 +993,7 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
                         .device = HVD_DEVICE_CPU,
                 };
                 r = hvd_backend_execute(G.backend, &x, err, sizeof err);
-                if (r < 0 && !G.abort_code && G.sock)
+                if (r < 0 && !G.abort_code && G.sock && pthread_equal(pthread_self(), G.thread))
                         await_abort(USEC_PER_SEC);
                 if (r < 0 && G.abort_code) {
                         r = G.abort_code;
@@ -997,6 +1010,8 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
                 for (size_t i = 0; i < m; i++)
                         entry_complete(opm[i], r < 0 ? r : 0, r < 0 ? err : NULL);
                 pthread_mutex_unlock(&G.lock);
+                /* a user thread may be waiting on the board for these */
+                hvd_fastpath_kick(G.fp);
         }
         pthread_mutex_lock(&G.lock);
         for (uint32_t i = 0; i < n; i++)
@@ -1076,7 +1091,7 @@ static void fp_report(bool force) {
 /* One turn of the fast path in the background loop: queued tensors onto
  * the board, the board's records run, withdrawn tensors to the
  * coordinator, counters reported. */
-static void fp_cycle(void) {
+static int fp_cycle(bool user) {
         uint64_t now = hvd_now_usec();
         entry_t *cand[64], *slow[64];
         uint32_t cid[64], forgo[64];
@@ -1105,6 +1120,7 @@ static void fp_cycle(void) {
         }
         G.n_queue = k;
         pthread_mutex_unlock(&G.lock);
+        bool wake_bg = user && k > 0; /* the background thread sends those */
         if (join)
                 hvd_fastpath_set_joining(G.fp, true);
         for (size_t i = 0; i < nf; i++)
@@ -1115,23 +1131,77 @@ static void fp_cycle(void) {
                 else
                         cand[i]->fp_posted_usec = now;
         }
+        if (ns && user) {
+                /* the background thread sends them (it alone uses the socket) */
+                pthread_mutex_lock(&G.lock);
+                entry_t **nq = G.n_queue + ns <= G.cap_queue ? G.queue
+                                                              : realloc(G.queue, (G.n_queue + ns) * sizeof *nq);
+                if (nq) {
+                        G.queue = nq;
+                        G.cap_queue = HVD_MAX(G.cap_queue, G.n_queue + ns);
+                        memcpy(G.queue + G.n_queue, slow, ns * sizeof *slow);
+                        G.n_queue += ns;
+                }
+                pthread_mutex_unlock(&G.lock);
+                if (!nq)
+                        job_aborted(-ENOMEM, "out of memory");
+                ns = 0;
+                wake_bg = true;
+        }
         if (ns && send_ready(slow, ns) < 0)
                 job_aborted(-EIO, "cannot send to the coordinator");
         fp_demoted_t d = { .n = 0 };
         const hvd_fastpath_ops_t ops = { .run = fp_run, .demote = fp_demote };
-        hvd_fastpath_step(G.fp, now, &ops, &d);
-        if (d.n && !G.abort_code && send_ready(d.e, d.n) < 0)
+        hvd_fastpath_step(G.fp, now, user, &ops, &d);
+        if (d.n && !G.abort_code && send_ready(d.e, d.n) < 0) /* the background thread's turn only */
                 job_aborted(-EIO, "cannot send to the coordinator");
-        fp_report(false);
+        if (!user) {
+                fp_report(false);
+                return 0;
+        }
+        if (hvd_fastpath_awaits_schedule(G.fp))
+                wake_bg = true; /* a schedule's marker: the background thread runs those */
+        if (wake_bg) {
+                uint64_t one = 1;
+                if (write(G.wake_fd, &one, sizeof one) < 0)
+                        (void) 0;
+        }
+        return hvd_fastpath_busy(G.fp) && !hvd_fastpath_awaits_schedule(G.fp);
+}
+
+/* A user thread waiting for h takes the background thread's turn on the
+ * fast path when it can (no thread switch on either side of a cached
+ * allreduce). Returns 1 when it should wait on the board, 0 when there is
+ * nothing for it to do, -1 when the background thread has the turn. */
+static int fp_user_turn(void) {
+        if (pthread_mutex_trylock(&G.runner) != 0)
+                return -1;
+        int r = 0;
+        if (G.fp && !G.abort_code && !G.stop)
+                r = fp_cycle(true);
+        pthread_mutex_unlock(&G.runner);
+        return r;
 }
 
 static void *bg_main(void *arg) {
         entry_t **batch = NULL;
         size_t cap_batch = 0;
         for (;;) {
-                process_held();
-                if (G.fp && !G.abort_code)
-                        fp_cycle();
+                /* with a fast path, a user thread waiting for its tensor may
+                 * hold the runner and do the turn itself: then only look at
+                 * the socket (aborts at once, the rest kept for later) */
+                bool runner = !G.fp || pthread_mutex_trylock(&G.runner) == 0;
+                if (runner) {
+                        process_held();
+                        /* while user threads take the turns, the background
+                         * thread takes one a millisecond (withdrawals, markers) */
+                        uint64_t t = hvd_now_usec();
+                        if (G.fp && !G.abort_code &&
+                            (!atomic_load(&G.fp_waiters) || t - G.fp_bg_turn_usec >= USEC_PER_MSEC)) {
+                                G.fp_bg_turn_usec = t;
+                                fp_cycle(false);
+                        }
+                }
                 pthread_mutex_lock(&G.lock);
                 bool stop = G.stop;
                 size_t nq = G.n_queue;
@@ -1142,15 +1212,18 @@ static void *bg_main(void *arg) {
                 /* queued since fp_cycle looked: it must see them first */
                 bool unrouted = G.fp && !G.abort_code && nq && !G.queue[nq - 1]->fp_routed;
                 pthread_mutex_unlock(&G.lock);
-                if (stop)
-                        break;
-                if (unrouted)
+                if (stop || (runner && unrouted)) {
+                        if (runner && G.fp)
+                                pthread_mutex_unlock(&G.runner);
+                        if (stop)
+                                break;
                         continue;
+                }
                 /* the fast path's tensors are not waiting for a schedule */
                 outstanding -= HVD_MIN(outstanding, hvd_fastpath_pending(G.fp));
                 uint64_t now = hvd_now_usec();
                 long timeout = -1;
-                if (nq) {
+                if (nq && runner) {
                         uint64_t due = G.last_send_usec + G.cycle_time_usec;
                         if (now >= due || G.solo || outstanding == 0) {
                                 /* take the queue and send it: one message per cycle */
@@ -1173,6 +1246,8 @@ static void *bg_main(void *arg) {
                                                 job_aborted(r, "cannot send to the coordinator");
                                 }
                                 G.last_send_usec = now;
+                                if (G.fp)
+                                        pthread_mutex_unlock(&G.runner);
                                 continue;
                         }
                         timeout = (long) ((due - now + 999) / 1000);
@@ -1180,14 +1255,22 @@ static void *bg_main(void *arg) {
                 /* GPU work in flight: look at its events often */
                 if (GPU.n_pending && gpu_poll() && (timeout < 0 || timeout > 1))
                         timeout = 1;
-                if (G.fp && !G.abort_code) {
+                if (G.fp && (!runner || atomic_load(&G.fp_waiters))) {
+                        /* a user thread has the turn: come back soon */
+                        if (runner)
+                                pthread_mutex_unlock(&G.runner);
+                        if (timeout < 0 || timeout > 1)
+                                timeout = 1;
+                } else if (G.fp && !G.abort_code) {
+                        bool busy = hvd_fastpath_busy(G.fp), awaits = hvd_fastpath_awaits_schedule(G.fp);
+                        pthread_mutex_unlock(&G.runner);
                         /* counters not yet reported: come back for them */
                         if (memcmp(&G.fp_done, &G.fp_sent, sizeof G.fp_done) && (timeout < 0 || timeout > 50))
                                 timeout = 50;
                         /* the board: wait on it (its futex) up to a millisecond at a
                          * time, then look at the socket without blocking */
-                        if (hvd_fastpath_busy(G.fp)) {
-                                if (hvd_fastpath_awaits_schedule(G.fp)) {
+                        if (busy) {
+                                if (awaits) {
                                         if (timeout < 0 || timeout > 1)
                                                 timeout = 1;
                                 } else if (timeout != 0) {
@@ -1196,7 +1279,8 @@ static void *bg_main(void *arg) {
                                         timeout = 0;
                                 }
                         }
-                }
+                } else if (G.fp)
+                        pthread_mutex_unlock(&G.runner);
                 zmq_pollitem_t items[3] = {
                         { .fd = G.wake_fd, .events = ZMQ_POLLIN },
                         { .socket = G.sock, .events = ZMQ_POLLIN },
@@ -1221,6 +1305,11 @@ static void *bg_main(void *arg) {
                                 Hvd__Envelope *env = NULL;
                                 if (recv_envelope(ZMQ_DONTWAIT, &env) < 0)
                                         break;
+                                if (G.fp && env->body_case != HVD__ENVELOPE__BODY_ABORT &&
+                                    env->body_case != HVD__ENVELOPE__BODY_ERROR) {
+                                        hold_message(env); /* for the next turn, under the runner */
+                                        continue;
+                                }
                                 process_held(); /* kept during a wait: they came first */
                                 handle_message(env);
                                 hvd_wire_free(&env);
@@ -1809,6 +1898,11 @@ int hvd_shutdown(void) {
         pthread_join(G.thread, NULL);
         if (!G.abort_code)
                 fp_report(true);
+        /* a user thread still in a wait may be taking a turn */
+        pthread_mutex_lock(&G.runner);
+        hvd_fastpath_t *fp = TAKE_PTR(G.fp);
+        pthread_mutex_unlock(&G.runner);
+        hvd_fastpath_destroy(&fp);
         if (G.sock) {
                 Hvd__Goodbye bye = HVD__GOODBYE__INIT;
                 Hvd__Envelope env = HVD__ENVELOPE__INIT;
@@ -1981,7 +2075,10 @@ static int fill_entry(entry_t *e, hvd_handle_t *h, const hvd_request_t *q, uint3
 
 /* Queues n requests as one handle. G.lock is taken here. internal requests
  * (barrier, join, process-set agreement) skip the user-name checks. */
-static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool internal, hvd_handle_t **ret) {
+static bool fp_user_may_run(const hvd_handle_t *h);
+
+static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool internal, bool waits,
+                     hvd_handle_t **ret) {
         if (!ret)
                 return set_error(-EINVAL, "handle pointer is NULL");
         if (!hvd_is_initialized())
@@ -2037,17 +2134,22 @@ static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool in
         }
         h->n_pending = n;
         h->refs++; /* the in-flight reference */
+        /* a caller about to wait takes the fast path's turn itself: no need
+         * to wake the background thread for it (it is woken if need be) */
+        bool quiet = waits && fp_user_may_run(h);
         pthread_mutex_unlock(&G.lock);
-        uint64_t one = 1;
-        if (write(G.wake_fd, &one, sizeof one) < 0)
-                (void) 0;
-        hvd_fastpath_kick(G.fp);
+        if (!quiet) {
+                uint64_t one = 1;
+                if (write(G.wake_fd, &one, sizeof one) < 0)
+                        (void) 0;
+                hvd_fastpath_kick(G.fp);
+        }
         *ret = h;
         return 0;
 }
 
 static int submit(const hvd_request_t *reqs, size_t n, uint32_t kind, hvd_handle_t **ret) {
-        return submit_ex(reqs, n, kind, false, ret);
+        return submit_ex(reqs, n, kind, false, false, ret);
 }
 
 int hvd_allreduce_async(const hvd_request_t *req, hvd_handle_t **handle) {
@@ -2077,6 +2179,16 @@ int hvd_grouped_reducescatter_async(const hvd_request_t *reqs, size_t n, hvd_han
 
 /* ---- handles ---- */
 
+/* G.lock held: h is one cached-looking CPU allreduce of all ranks, on a
+ * job with a fast path; its waiter may run the fast path's turn. */
+static bool fp_user_may_run(const hvd_handle_t *h) {
+        if (!G.fp || G.abort_code || G.stop || h->n != 1)
+                return false;
+        const entry_t *e = &h->m[0];
+        return !e->done && e->p.kind == HVD__KIND__KIND_ALLREDUCE && e->p.device == HVD_DEVICE_CPU &&
+               e->p.process_set == 0 && e->p.group_size <= 1;
+}
+
 int hvd_handle_wait_timeout(hvd_handle_t *h, uint64_t timeout_usec) {
         if (!h)
                 return -EINVAL;
@@ -2087,6 +2199,43 @@ int hvd_handle_wait_timeout(hvd_handle_t *h, uint64_t timeout_usec) {
         ts.tv_nsec = (long) (ns % 1000000000);
         pthread_mutex_lock(&G.lock);
         while (h->n_pending) {
+                if (fp_user_may_run(h)) {
+                        /* the fast path, run by this thread (see fp_user_turn) */
+                        pthread_mutex_unlock(&G.lock);
+                        hvd_fastpath_t *fp = G.fp;
+                        atomic_fetch_add(&G.fp_waiters, 1);
+                        int t = fp_user_turn();
+                        /* our bits wait on the board for the other ranks: wait
+                         * for it to change; the background thread has the turn:
+                         * wait for the completion (below) */
+                        bool board = t > 0 && fp && !hvd_fastpath_awaits_schedule(fp);
+                        if (board && h->n_pending)
+                                hvd_fastpath_wait(fp, USEC_PER_MSEC);
+                        atomic_fetch_sub(&G.fp_waiters, 1);
+                        pthread_mutex_lock(&G.lock);
+                        if (!h->n_pending)
+                                break;
+                        if (t != 0) {
+                                /* the background thread has the turn, or the board
+                                 * has yet to fill: look again soon */
+                                struct timespec soon;
+                                clock_gettime(CLOCK_REALTIME, &soon);
+                                soon.tv_nsec += t < 0 ? 1000000 : 0;
+                                if (soon.tv_nsec >= 1000000000) {
+                                        soon.tv_sec++;
+                                        soon.tv_nsec -= 1000000000;
+                                }
+                                if (t < 0 && !board)
+                                        pthread_cond_timedwait(&G.cond, &G.lock, &soon);
+                                if (timeout_usec && (soon.tv_sec > ts.tv_sec ||
+                                                     (soon.tv_sec == ts.tv_sec && soon.tv_nsec >= ts.tv_nsec)) &&
+                                    h->n_pending) {
+                                        pthread_mutex_unlock(&G.lock);
+                                        return HVD_ETIMEOUT;
+                                }
+                                continue;
+                        }
+                }
                 if (timeout_usec == 0)
                         pthread_cond_wait(&G.cond, &G.lock);
                 else if (pthread_cond_timedwait(&G.cond, &G.lock, &ts) == ETIMEDOUT && h->n_pending) {
@@ -2187,7 +2336,7 @@ void hvd_handle_release(hvd_handle_t **hp) {
 
 static int run_sync_ex(const hvd_request_t *req, uint32_t kind, bool internal, int *result) {
         hvd_handle_t *h = NULL;
-        int r = submit_ex(req, 1, kind, internal, &h);
+        int r = submit_ex(req, 1, kind, internal, true, &h);
         if (r < 0)
                 return r;
         r = hvd_handle_wait(h);
