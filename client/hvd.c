@@ -1,10 +1,14 @@
 /* hvd.c — libhvd: the public API (hvd.h), the worker's background thread
- * and its side of the negotiation. User threads only queue requests and
- * wait on handles; the background thread alone owns the daemon socket and
- * the data plane: once per cycle it sends what became ready (new tensors in
- * full, known ones as cached ids), and it executes every schedule the daemon
- * sends, in order, completing the handles. One mutex guards the queue, the
- * in-flight table and every handle; it is never held across I/O. */
+ * and its side of the negotiation. User threads queue requests and wait on
+ * handles; the background thread alone owns the daemon socket: once per
+ * cycle it sends what became ready (new tensors in full, known ones as
+ * cached ids), and it executes every schedule the daemon sends, in order,
+ * completing the handles. On one node, tensors with a cache id take the
+ * fast path instead (fastpath.c: a readiness board in shared memory, no
+ * message); its turns, and the data plane, belong to whoever holds the
+ * runner lock: the background thread, or a user thread waiting for such a
+ * tensor. One mutex guards the queue, the in-flight table and every handle;
+ * it is never held across I/O. */
 #include "config.h"
 
 #include <dlfcn.h>
