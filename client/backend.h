@@ -86,6 +86,11 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
 
 /* Executes op; returns 0 or < 0 with a message in err. */
 int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len);
+/* The fast path's readiness board in the node's shared memory
+ * (hvd_fastpath_board_bytes(local_size) bytes, zeroed at creation), and the
+ * data plane's abort flag (an _Atomic uint32_t); both borrowed, valid until destroy. NULL when
+ * this rank is alone on its node. */
+void *hvd_backend_board(hvd_backend_t *b, const void **aborted);
 /* Marks the job aborted for every local rank (wakes their waits). */
 void hvd_backend_abort(hvd_backend_t *b, const char *reason);
 void hvd_backend_destroy(hvd_backend_t **b);

@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "backend.h"
+#include "fastpath.h"
 #include "hvd.pb-c.h"
 #include "tcp.h"
 #include "reduce.h"
@@ -34,6 +35,7 @@
 #define SHM_MAGIC UINT64_C(0x6876645f73686d32) /* "hvd_shm2" */
 #define HEADER_BYTES (64 * 1024)
 #define CHECK_INTERVAL_USEC (20 * USEC_PER_MSEC)
+#define SPIN_USEC 50
 #define HVD_MAX_SET_LOCAL 4096
 
 typedef struct shm_barrier {
@@ -74,6 +76,7 @@ struct hvd_backend {
         shm_header_t *hdr;
         uint8_t *base;
         uint8_t *private_base; /* one rank on this node, several nodes */
+        void *board;           /* the fast path's readiness board (after the header), or NULL */
         size_t map_bytes;
         int spin;
         const void **srcs; /* [size] scratch for reductions */
@@ -121,10 +124,16 @@ static int barrier(hvd_backend_t *b, const view_t *v, const char *what, char *er
                         futex(&h->gen, FUTEX_WAKE, INT32_MAX, NULL);
                 return 0;
         }
+        /* spin for a bounded time, not a count: a pause costs 10 to 140
+         * cycles depending on the CPU, and a rank spinning long keeps the
+         * core the one it waits for may need */
+        uint64_t spin_start = b->spin > 64 ? hvd_now_usec() : 0;
         for (int i = 0; i < b->spin; i++) {
                 if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
                         return 0;
                 cpu_relax();
+                if ((i & 63) == 63 && spin_start && hvd_now_usec() - spin_start >= SPIN_USEC)
+                        break;
         }
         uint64_t start = hvd_now_usec(), last_check = start;
         for (;;) {
@@ -216,7 +225,8 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
                 *ret = b;
                 return 0;
         }
-        b->map_bytes = HEADER_BYTES + (size_t) size * b->stride_bytes;
+        size_t board_bytes = hvd_fastpath_board_bytes(size);
+        b->map_bytes = HEADER_BYTES + board_bytes + (size_t) size * b->stride_bytes;
         int fd = -1;
         uint64_t deadline = hvd_now_usec() + b->timeout_usec;
         if (rank == 0) {
@@ -265,7 +275,8 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
                 goto fail;
         }
         b->hdr = p;
-        b->base = (uint8_t *) p + HEADER_BYTES;
+        b->board = (uint8_t *) p + HEADER_BYTES;
+        b->base = (uint8_t *) p + HEADER_BYTES + board_bytes;
         if (rank == 0) {
                 b->hdr->local_size = (uint32_t) size;
                 b->hdr->slot_bytes = b->slot_bytes;
@@ -294,6 +305,13 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
 fail:
         hvd_backend_destroy(&b);
         return r;
+}
+
+void *hvd_backend_board(hvd_backend_t *b, const void **aborted) {
+        if (!b || !b->board)
+                return NULL;
+        *aborted = &b->hdr->aborted;
+        return b->board;
 }
 
 void hvd_backend_abort(hvd_backend_t *b, const char *reason) {

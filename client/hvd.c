@@ -1,10 +1,14 @@
 /* hvd.c — libhvd: the public API (hvd.h), the worker's background thread
- * and its side of the negotiation. User threads only queue requests and
- * wait on handles; the background thread alone owns the daemon socket and
- * the data plane: once per cycle it sends what became ready (new tensors in
- * full, known ones as cached ids), and it executes every schedule the daemon
- * sends, in order, completing the handles. One mutex guards the queue, the
- * in-flight table and every handle; it is never held across I/O. */
+ * and its side of the negotiation. User threads queue requests and wait on
+ * handles; the background thread alone owns the daemon socket: once per
+ * cycle it sends what became ready (new tensors in full, known ones as
+ * cached ids), and it executes every schedule the daemon sends, in order,
+ * completing the handles. On one node, tensors with a cache id take the
+ * fast path instead (fastpath.c: a readiness board in shared memory, no
+ * message); its turns, and the data plane, belong to whoever holds the
+ * runner lock: the background thread, or a user thread waiting for such a
+ * tensor. One mutex guards the queue, the in-flight table and every handle;
+ * it is never held across I/O. */
 #include "config.h"
 
 #include <dlfcn.h>
@@ -13,6 +17,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +33,8 @@
 #include "tcp.h"
 #include "timeline.h"
 #include "conf.h"
+#include "fastpath.h"
+#include "fusion.h"
 #include "hvd.h"
 #include "negotiate.h"
 #include "reduce.h"
@@ -90,6 +97,9 @@ typedef struct entry {
         int64_t out_shape[HVD_MAX_NDIM];
         int64_t *recv_splits;
         bool done;
+        bool fp_counted; /* counted as an instance of its cache id */
+        bool fp_routed;  /* the fast path has looked at it */
+        uint64_t fp_posted_usec; /* when it went onto the board (0: never) */
 } entry_t;
 
 struct hvd_handle {
@@ -106,13 +116,24 @@ struct hvd_handle {
 typedef struct known {
         uint32_t id;
         bool has_id;
-        params_t p; /* last parameters sent */
+        bool fast_ok; /* scheduled without error with p: every rank agrees on p */
+        params_t p;   /* last parameters sent */
 } known_t;
 
 typedef struct pending_msg {
         struct pending_msg *next;
         Hvd__Envelope *env;
 } pending_msg_t;
+
+/* A schedule waiting for its marker in the fast path's log. */
+typedef struct held_schedule {
+        struct held_schedule *next;
+        Hvd__Schedule *s;
+} held_schedule_t;
+
+typedef struct fp_counters {
+        uint64_t tensors, ops, fused, bytes, hits;
+} fp_counters_t;
 
 static struct {
         pthread_mutex_t lock;
@@ -141,7 +162,9 @@ static struct {
         uint64_t last_send_usec;
         pending_msg_t *held_head, *held_tail;
         uint64_t next_seq;
-        uint64_t done_seq, busy_usec; /* for the daemon's status, sent with readiness */
+        /* for the daemon's status, sent with readiness (schedules may run on
+         * a user thread that has the fast path's turn) */
+        _Atomic uint64_t done_seq, busy_usec;
         char data_addr[HVD_WIRE_MAX_HOST + 9];
         int listen_fd;
         int daemon_pidfd; /* readable when the coordinator exits */
@@ -150,9 +173,23 @@ static struct {
         pset_t *psets[HVD_MAX_PROCESS_SETS];
         uint32_t pset_seq;
         devmem_t *dev_garbage; /* freed handles' device outputs (under lock) */
+        /* the fast path (one node): schedules wait for their marker */
+        hvd_fastpath_t *fp;
+        held_schedule_t *sched_head, *sched_tail;
+        uint64_t fusion_threshold;
+        fp_counters_t fp_done, fp_sent; /* reported to the coordinator in Done */
+        uint64_t fp_report_usec;
+        /* held by whoever runs the fast path's turn (the background thread,
+         * or a user thread waiting for its tensor): it guards the fast path,
+         * the known tensors and the data plane; the socket stays the
+         * background thread's */
+        pthread_mutex_t runner;
+        _Atomic int fp_waiters;     /* user threads taking turns */
+        uint64_t fp_bg_turn_usec;   /* the background thread's last turn */
 } G = {
         .lock = PTHREAD_MUTEX_INITIALIZER,
         .cond = PTHREAD_COND_INITIALIZER,
+        .runner = PTHREAD_MUTEX_INITIALIZER,
         .wake_fd = -1,
         .listen_fd = -1,
         .daemon_pidfd = -1,
@@ -337,6 +374,9 @@ static int params_copy(params_t *dst, const params_t *src) {
 }
 
 static int execute_schedule(const Hvd__Schedule *s);
+static void fp_hold_schedule(Hvd__Envelope *env);
+static void fp_confirm(const entry_t *e, bool ok);
+static void fp_report(bool force);
 
 /* A job of one rank has no daemon: the same negotiation table runs here,
  * and its schedules go straight to the data plane. */
@@ -360,14 +400,18 @@ static int send_ready(entry_t **batch, size_t n) {
         Hvd__Request *reqs = calloc(n, sizeof *reqs);
         Hvd__Request **rp = calloc(n, sizeof *rp);
         uint32_t *cached = calloc(n, sizeof *cached);
+        uint64_t *waited = calloc(n, sizeof *waited), now = hvd_now_usec();
         size_t n_req = 0, n_cached = 0;
+        bool any_waited = false;
         int r = -ENOMEM;
-        if (!reqs || !rp || !cached)
+        if (!reqs || !rp || !cached || !waited)
                 goto out;
         for (size_t i = 0; i < n; i++) {
                 entry_t *e = batch[i];
                 known_t *k = hvd_strmap_get(G.known, e->name, strlen(e->name));
                 if (k && k->has_id && params_equal(&k->p, &e->p)) {
+                        waited[n_cached] = e->fp_posted_usec ? now - e->fp_posted_usec : 0;
+                        any_waited = any_waited || e->fp_posted_usec;
                         cached[n_cached++] = k->id;
                         continue;
                 }
@@ -381,6 +425,7 @@ static int send_ready(entry_t **batch, size_t n) {
                         }
                         if (params_copy(&k->p, &e->p) < 0)
                                 goto out;
+                        k->fast_ok = false; /* until a schedule confirms these parameters */
                 }
                 Hvd__Request *q = &reqs[n_req];
                 hvd__request__init(q);
@@ -409,18 +454,25 @@ static int send_ready(entry_t **batch, size_t n) {
         ready.requests = rp;
         ready.n_cached = n_cached;
         ready.cached = cached;
-        ready.done_seq = G.done_seq;
-        ready.busy_usec = G.busy_usec;
+        ready.done_seq = atomic_load_explicit(&G.done_seq, memory_order_relaxed);
+        ready.busy_usec = atomic_load_explicit(&G.busy_usec, memory_order_relaxed);
+        ready.n_cached_waited_usec = any_waited ? n_cached : 0;
+        ready.cached_waited_usec = waited;
         env.body_case = HVD__ENVELOPE__BODY_READY;
         env.ready = &ready;
         if (G.solo)
                 r = solo_negotiate(&ready);
-        else
+        else {
+                /* the fast path's counters first: whatever this Ready leads
+                 * to, the coordinator has counted what ran before it */
+                fp_report(true);
                 r = hvd_wire_send(G.sock, &env, 0);
+        }
 out:
         free(reqs);
         free(rp);
         free(cached);
+        free(waited);
         return r;
 }
 
@@ -561,7 +613,18 @@ static int prepare_member(const Hvd__Op *op, const Hvd__Entry *en, hvd_xmember_t
         return 0;
 }
 
+static int execute_schedule_ops(const Hvd__Schedule *s);
+
+/* Runs a schedule and keeps the counters the daemon's status shows. */
 static int execute_schedule(const Hvd__Schedule *s) {
+        uint64_t t0 = hvd_now_usec();
+        int r = execute_schedule_ops(s);
+        atomic_fetch_add_explicit(&G.busy_usec, hvd_now_usec() - t0, memory_order_relaxed);
+        atomic_store_explicit(&G.done_seq, s->seq, memory_order_relaxed);
+        return r;
+}
+
+static int execute_schedule_ops(const Hvd__Schedule *s) {
         char err[ERRLEN];
         int r = 0;
         if (s->seq != G.next_seq) {
@@ -579,6 +642,8 @@ static int execute_schedule(const Hvd__Schedule *s) {
                 entry_t *e = hvd_strmap_get(G.inflight, te->name, strlen(te->name));
                 /* the tensor has an id now, like a scheduled one */
                 int r2 = e ? learn_id(te->id, te->name, e->p.process_set) : 0;
+                if (e)
+                        fp_confirm(e, false);
                 if (e)
                         entry_complete(e, te->code < 0 ? te->code : HVD_EMISMATCH, te->message);
                 pthread_mutex_unlock(&G.lock);
@@ -669,6 +734,9 @@ static int execute_schedule(const Hvd__Schedule *s) {
                         r = G.abort_code;
                         snprintf(err, sizeof err, "%s", G.abort_reason);
                 }
+                for (size_t k = 0; k < op->n_entries && em && r >= 0 && !gpu && !op->process_set; k++)
+                        if (em[k])
+                                fp_confirm(em[k], true);
                 pthread_mutex_lock(&G.lock);
                 for (size_t k = 0; k < op->n_entries && xm && em && (!gpu || r < 0); k++)
                         if (em[k])
@@ -687,6 +755,7 @@ static int execute_schedule(const Hvd__Schedule *s) {
                 }
         }
         if (s->join_done_last_rank >= 0) {
+                hvd_fastpath_set_joining(G.fp, false);
                 pthread_mutex_lock(&G.lock);
                 entry_t *e = hvd_strmap_get(G.inflight, HVD_JOIN_NAME, strlen(HVD_JOIN_NAME));
                 if (e) {
@@ -721,12 +790,10 @@ static void handle_message(Hvd__Envelope *env) {
         char reason[ERRLEN + 64];
         switch (env->body_case) {
         case HVD__ENVELOPE__BODY_SCHEDULE:
-                if (!G.abort_code) {
-                        uint64_t t0 = hvd_now_usec();
+                if (G.fp)
+                        fp_hold_schedule(env); /* runs at its marker in the board's log */
+                else if (!G.abort_code)
                         execute_schedule(env->schedule);
-                        G.busy_usec += hvd_now_usec() - t0;
-                        G.done_seq = env->schedule->seq;
-                }
                 break;
         case HVD__ENVELOPE__BODY_ABORT:
                 snprintf(reason, sizeof reason, "job aborted: %s", env->abort->reason);
@@ -800,6 +867,10 @@ static void await_abort(uint64_t usec) {
 /* Called by the data plane while it waits: an abort from the daemon must
  * end the wait; anything else is kept for after the current operation. */
 static int wait_check(void *userdata, char *err, size_t err_len) {
+        /* a user thread running the fast path: the background thread reads
+         * the socket, and an abort reaches the data plane's shared flag */
+        if (!pthread_equal(pthread_self(), G.thread))
+                return 0;
         if (daemon_lost()) {
                 snprintf(err, err_len, "%s", G.abort_reason);
                 return HVD_EABORTED;
@@ -851,13 +922,368 @@ static void process_held(void) {
         }
 }
 
+
+/* ---- the fast path (fastpath.c): one node, tensors with a cache id ----
+ *
+ * Order invariant: on a job with a fast path, a rank runs nothing when it
+ * arrives; it runs the board's log in order. The log holds the fast
+ * records (cache ids every local rank posted, fused below by the same rules
+ * as the coordinator's, from the same sorted ids and the same threshold, so
+ * every rank builds the same operations) and a marker per coordinator
+ * schedule (appended by the first rank that received it; a rank that meets
+ * a marker first waits for its schedule). So cached and uncached tensors of
+ * one cycle run in one order on every rank, whichever path each took.
+ * A tensor takes the fast path only with parameters a schedule confirmed
+ * (fast_ok: every rank agreed on them); anything else — a new name, new
+ * parameters, groups, process sets, GPUs, a join — goes to the coordinator. */
+
+#define FP_REPORT_USEC (50 * USEC_PER_MSEC)
+
+static void fp_hold_schedule(Hvd__Envelope *env) {
+        held_schedule_t *h = calloc(1, sizeof *h);
+        if (!h) {
+                job_aborted(-ENOMEM, "out of memory");
+                return;
+        }
+        h->s = env->schedule;
+        env->schedule = NULL;
+        env->body_case = HVD__ENVELOPE__BODY__NOT_SET;
+        /* in seq order, whatever order the waits kept them in */
+        held_schedule_t **pp = &G.sched_head;
+        while (*pp && (*pp)->s->seq < h->s->seq)
+                pp = &(*pp)->next;
+        h->next = *pp;
+        *pp = h;
+        if (!h->next)
+                G.sched_tail = h;
+        hvd_fastpath_schedule_arrived(G.fp, h->s->seq);
+}
+
+static void fp_free_held(void) {
+        while (G.sched_head) {
+                held_schedule_t *h = G.sched_head;
+                G.sched_head = h->next;
+                hvd_negotiator_schedule_free(&h->s);
+                free(h);
+        }
+        G.sched_tail = NULL;
+}
+
+/* A schedule ran e (ok) or refused it: its parameters are (not) known to
+ * be every rank's. */
+static void fp_confirm(const entry_t *e, bool ok) {
+        if (!G.fp)
+                return;
+        known_t *k = hvd_strmap_get(G.known, e->name, strlen(e->name));
+        if (!k)
+                return;
+        if (!ok)
+                k->fast_ok = false;
+        else if (k->has_id && k->p.process_set == 0 && params_equal(&k->p, &e->p))
+                k->fast_ok = true;
+}
+
+/* 1: e may take the fast path with cache id *id; 0: it has an id but goes
+ * to the coordinator; -1: the fast path does not apply. Counts e as an
+ * instance of its id once. */
+static int fp_classify(entry_t *e, uint32_t *id) {
+        if (e->p.kind != HVD__KIND__KIND_ALLREDUCE || e->p.device != HVD_DEVICE_CPU || e->p.process_set != 0 ||
+            e->p.group_size > 1)
+                return -1;
+        /* rank 0's timeline marks each rank's readiness as the coordinator
+         * sees it: while it records, rank 0 sends everything there (the
+         * other ranks follow at once, as for any tensor sent the normal way) */
+        if (hvd_timeline_on())
+                return -1;
+        known_t *k = hvd_strmap_get(G.known, e->name, strlen(e->name));
+        if (!k || !k->has_id || k->id >= HVD_FASTPATH_MAX_IDS || k->p.process_set != 0)
+                return -1;
+        if (!e->fp_counted) {
+                e->fp_counted = true;
+                hvd_fastpath_instance(G.fp, k->id);
+        }
+        *id = k->id;
+        return k->fast_ok && params_equal(&k->p, &e->p) ? 1 : 0;
+}
+
+static uint64_t entry_count(const entry_t *e) {
+        uint64_t c = 1;
+        for (int d = 0; d < e->p.ndim; d++)
+                c *= (uint64_t) e->p.shape[d];
+        return c;
+}
+
+/* Runs one fast record: ids ascending, every one of them in flight here. */
+static int fp_execute(const uint32_t *ids, uint32_t n) {
+        char err[ERRLEN];
+        entry_t *em[64];
+        hvd_fusion_item_t items[64];
+        uint32_t op_of[64];
+        hvd_fusion_op_t ops[64];
+        hvd_xmember_t xm[64];
+        entry_t *opm[64];
+        int r = 0;
+        if (n > ELEMENTSOF(em)) {
+                job_aborted(HVD_EPROTO, "fast path: record too long");
+                return HVD_EPROTO;
+        }
+        pthread_mutex_lock(&G.lock);
+        for (uint32_t i = 0; i < n; i++) {
+                const char *name = id_name(ids[i]);
+                em[i] = name ? hvd_strmap_get(G.inflight, name, strlen(name)) : NULL;
+                if (!em[i]) {
+                        for (uint32_t k = 0; k < i; k++)
+                                handle_unref(em[k]->h);
+                        pthread_mutex_unlock(&G.lock);
+                        snprintf(err, sizeof err, "fast path: tensor id %u is not in flight on rank %d", ids[i], G.rank);
+                        job_aborted(HVD_EPROTO, err);
+                        return HVD_EPROTO;
+                }
+                em[i]->h->refs++; /* the op holds its handles, as in execute_schedule */
+        }
+        pthread_mutex_unlock(&G.lock);
+        for (uint32_t i = 0; i < n; i++) {
+                const entry_t *e = em[i];
+                items[i] = (hvd_fusion_item_t){
+                        .kind = HVD__KIND__KIND_ALLREDUCE, .dtype = e->p.dtype, .reduce_op = e->p.reduce_op,
+                        .root = 0, .device = -1, .process_set = 0, .prescale = e->p.prescale,
+                        .postscale = e->p.postscale, .bytes = entry_count(e) * hvd_dtype_size(e->p.dtype),
+                };
+        }
+        size_t n_ops = hvd_fusion_plan(items, n, G.fusion_threshold, op_of, ops);
+        for (size_t k = 0; k < n_ops && r >= 0; k++) {
+                size_t m = 0;
+                for (uint32_t i = 0; i < n; i++) {
+                        if (op_of[i] != k)
+                                continue;
+                        entry_t *e = em[i];
+                        xm[m] = (hvd_xmember_t){ .in = e->in, .out = e->out, .count = entry_count(e),
+                                                 .row_elems = entry_count(e) };
+                        opm[m++] = e;
+                }
+                hvd_xop_t x = {
+                        .kind = HVD__KIND__KIND_ALLREDUCE,
+                        .dtype = opm[0]->p.dtype,
+                        .reduce_op = opm[0]->p.reduce_op,
+                        .prescale = opm[0]->p.prescale,
+                        .postscale = opm[0]->p.postscale,
+                        .name = opm[0]->name,
+                        .n = m,
+                        .m = xm,
+                        .device = HVD_DEVICE_CPU,
+                };
+                r = hvd_backend_execute(G.backend, &x, err, sizeof err);
+                if (r < 0 && !G.abort_code && G.sock && pthread_equal(pthread_self(), G.thread))
+                        await_abort(USEC_PER_SEC);
+                if (r < 0 && G.abort_code) {
+                        r = G.abort_code;
+                        snprintf(err, sizeof err, "%s", G.abort_reason);
+                }
+                if (G.local_rank == 0) {
+                        G.fp_done.ops++;
+                        G.fp_done.tensors += m;
+                        G.fp_done.fused += m > 1 ? m : 0;
+                        G.fp_done.bytes += ops[k].bytes;
+                }
+                G.fp_done.hits += m;
+                pthread_mutex_lock(&G.lock);
+                for (size_t i = 0; i < m; i++)
+                        entry_complete(opm[i], r < 0 ? r : 0, r < 0 ? err : NULL);
+                pthread_mutex_unlock(&G.lock);
+                /* a user thread may be waiting on the board for these */
+                hvd_fastpath_kick(G.fp);
+        }
+        pthread_mutex_lock(&G.lock);
+        for (uint32_t i = 0; i < n; i++)
+                handle_unref(em[i]->h);
+        pthread_mutex_unlock(&G.lock);
+        if (r < 0)
+                job_aborted(r, err);
+        return r;
+}
+
+static int fp_run(void *userdata, const hvd_fastpath_record_t *rec) {
+        (void) userdata;
+        if (G.abort_code)
+                return G.abort_code;
+        if (!rec->slow)
+                return fp_execute(rec->ids, rec->n);
+        if (!G.sched_head || G.sched_head->s->seq != rec->seq)
+                process_held(); /* a wait may have kept it */
+        held_schedule_t *h = G.sched_head;
+        if (!h) {
+                job_aborted(HVD_EPROTO, "fast path: a schedule's marker came before the schedule");
+                return HVD_EPROTO;
+        }
+        G.sched_head = h->next;
+        if (!G.sched_head)
+                G.sched_tail = NULL;
+        int r = 0;
+        if (h->s->seq != rec->seq) {
+                char err[128];
+                snprintf(err, sizeof err, "fast path: schedule %" PRIu64 " arrived, expected %" PRIu64, h->s->seq,
+                         rec->seq);
+                job_aborted(HVD_EPROTO, err);
+                r = HVD_EPROTO;
+        } else
+                r = execute_schedule(h->s);
+        hvd_negotiator_schedule_free(&h->s);
+        free(h);
+        return r < 0 ? r : G.abort_code;
+}
+
+typedef struct fp_demoted {
+        entry_t *e[64];
+        size_t n;
+} fp_demoted_t;
+
+static void fp_demote(void *userdata, uint32_t id) {
+        fp_demoted_t *d = userdata;
+        const char *name = id_name(id);
+        pthread_mutex_lock(&G.lock);
+        entry_t *e = name ? hvd_strmap_get(G.inflight, name, strlen(name)) : NULL;
+        pthread_mutex_unlock(&G.lock);
+        if (e && d->n < ELEMENTSOF(d->e))
+                d->e[d->n++] = e;
+}
+
+/* Sends the fast path's counters to the coordinator (for its status). */
+static void fp_report(bool force) {
+        if (!G.sock || !memcmp(&G.fp_done, &G.fp_sent, sizeof G.fp_done))
+                return;
+        uint64_t now = hvd_now_usec();
+        if (!force && now - G.fp_report_usec < FP_REPORT_USEC)
+                return;
+        Hvd__Done done = HVD__DONE__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        done.fast_path_tensors = G.fp_done.tensors - G.fp_sent.tensors;
+        done.fast_path_ops = G.fp_done.ops - G.fp_sent.ops;
+        done.fast_path_fused_tensors = G.fp_done.fused - G.fp_sent.fused;
+        done.fast_path_bytes = G.fp_done.bytes - G.fp_sent.bytes;
+        done.fast_path_cache_hits = G.fp_done.hits - G.fp_sent.hits;
+        env.body_case = HVD__ENVELOPE__BODY_DONE;
+        env.done = &done;
+        if (hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT) == 0)
+                G.fp_sent = G.fp_done;
+        G.fp_report_usec = now;
+}
+
+/* One turn of the fast path in the background loop: queued tensors onto
+ * the board, the board's records run, withdrawn tensors to the
+ * coordinator, counters reported. */
+static int fp_cycle(bool user) {
+        uint64_t now = hvd_now_usec();
+        entry_t *cand[64], *slow[64];
+        uint32_t cid[64], forgo[64];
+        size_t nc = 0, ns = 0, nf = 0;
+        bool join = false;
+        pthread_mutex_lock(&G.lock);
+        size_t k = 0;
+        for (size_t i = 0; i < G.n_queue; i++) {
+                entry_t *e = G.queue[i];
+                uint32_t id;
+                if (nc == ELEMENTSOF(cand) || nf == ELEMENTSOF(forgo)) {
+                        G.queue[k++] = e; /* the next turn looks at it */
+                        continue;
+                }
+                int c = e->fp_routed ? -1 : fp_classify(e, &id);
+                e->fp_routed = true;
+                join = join || e->p.kind == HVD__KIND__KIND_JOIN;
+                if (c > 0) {
+                        cand[nc] = e;
+                        cid[nc++] = id;
+                        continue;
+                }
+                if (c == 0)
+                        forgo[nf++] = id;
+                G.queue[k++] = e;
+        }
+        G.n_queue = k;
+        pthread_mutex_unlock(&G.lock);
+        bool wake_bg = user && k > 0; /* the background thread sends those */
+        if (join)
+                hvd_fastpath_set_joining(G.fp, true);
+        for (size_t i = 0; i < nf; i++)
+                hvd_fastpath_forgo(G.fp, forgo[i]);
+        for (size_t i = 0; i < nc; i++) {
+                if (hvd_fastpath_post(G.fp, cid[i], now) < 0)
+                        slow[ns++] = cand[i];
+                else
+                        cand[i]->fp_posted_usec = now;
+        }
+        if (ns && user) {
+                /* the background thread sends them (it alone uses the socket) */
+                pthread_mutex_lock(&G.lock);
+                entry_t **nq = G.n_queue + ns <= G.cap_queue ? G.queue
+                                                              : realloc(G.queue, (G.n_queue + ns) * sizeof *nq);
+                if (nq) {
+                        G.queue = nq;
+                        G.cap_queue = HVD_MAX(G.cap_queue, G.n_queue + ns);
+                        memcpy(G.queue + G.n_queue, slow, ns * sizeof *slow);
+                        G.n_queue += ns;
+                }
+                pthread_mutex_unlock(&G.lock);
+                if (!nq)
+                        job_aborted(-ENOMEM, "out of memory");
+                ns = 0;
+                wake_bg = true;
+        }
+        if (ns && send_ready(slow, ns) < 0)
+                job_aborted(-EIO, "cannot send to the coordinator");
+        fp_demoted_t d = { .n = 0 };
+        const hvd_fastpath_ops_t ops = { .run = fp_run, .demote = fp_demote };
+        hvd_fastpath_step(G.fp, now, user, &ops, &d);
+        if (d.n && !G.abort_code && send_ready(d.e, d.n) < 0) /* the background thread's turn only */
+                job_aborted(-EIO, "cannot send to the coordinator");
+        if (!user) {
+                fp_report(false);
+                return 0;
+        }
+        if (hvd_fastpath_awaits_schedule(G.fp))
+                wake_bg = true; /* a schedule's marker: the background thread runs those */
+        if (wake_bg) {
+                uint64_t one = 1;
+                if (write(G.wake_fd, &one, sizeof one) < 0)
+                        (void) 0;
+        }
+        return hvd_fastpath_busy(G.fp) && !hvd_fastpath_awaits_schedule(G.fp);
+}
+
+/* A user thread waiting for h takes the background thread's turn on the
+ * fast path when it can (no thread switch on either side of a cached
+ * allreduce). Returns 1 when it should wait on the board, 0 when there is
+ * nothing for it to do, -1 when the background thread has the turn. */
+static int fp_user_turn(void) {
+        if (pthread_mutex_trylock(&G.runner) != 0)
+                return -1;
+        int r = 0;
+        if (G.fp && !G.abort_code && !G.stop)
+                r = fp_cycle(true);
+        pthread_mutex_unlock(&G.runner);
+        return r;
+}
+
 static void *bg_main(void *arg) {
         entry_t **batch = NULL;
         size_t cap_batch = 0;
         for (;;) {
-                process_held();
-                if (atomic_load_explicit(&hvd_timeline_changed, memory_order_relaxed))
-                        timeline_sync(); /* before this cycle's readiness goes out */
+                /* with a fast path, a user thread waiting for its tensor may
+                 * hold the runner and do the turn itself: then only look at
+                 * the socket (aborts at once, the rest kept for later) */
+                bool runner = !G.fp || pthread_mutex_trylock(&G.runner) == 0;
+                if (runner) {
+                        process_held();
+                        if (atomic_load_explicit(&hvd_timeline_changed, memory_order_relaxed))
+                                timeline_sync(); /* before this cycle's readiness goes out */
+                        /* while user threads take the turns, the background
+                         * thread takes one a millisecond (withdrawals, markers) */
+                        uint64_t t = hvd_now_usec();
+                        if (G.fp && !G.abort_code &&
+                            (!atomic_load(&G.fp_waiters) || t - G.fp_bg_turn_usec >= USEC_PER_MSEC)) {
+                                G.fp_bg_turn_usec = t;
+                                fp_cycle(false);
+                        }
+                }
                 pthread_mutex_lock(&G.lock);
                 bool stop = G.stop;
                 bool garbage = G.dev_garbage != NULL; /* handles released while their op ran */
@@ -866,14 +1292,23 @@ static void *bg_main(void *arg) {
                  * for the cycle so they can be fused; when none are, there is
                  * nothing to batch with and waiting would only add latency */
                 size_t outstanding = hvd_strmap_size(G.inflight) - G.n_queue;
+                /* queued since fp_cycle looked: it must see them first */
+                bool unrouted = G.fp && !G.abort_code && nq && !G.queue[nq - 1]->fp_routed;
                 pthread_mutex_unlock(&G.lock);
                 if (garbage)
                         gpu_free_garbage();
-                if (stop)
-                        break;
+                if (stop || (runner && unrouted)) {
+                        if (runner && G.fp)
+                                pthread_mutex_unlock(&G.runner);
+                        if (stop)
+                                break;
+                        continue;
+                }
+                /* the fast path's tensors are not waiting for a schedule */
+                outstanding -= HVD_MIN(outstanding, hvd_fastpath_pending(G.fp));
                 uint64_t now = hvd_now_usec();
                 long timeout = -1;
-                if (nq) {
+                if (nq && runner) {
                         uint64_t due = G.last_send_usec + G.cycle_time_usec;
                         if (now >= due || G.solo || outstanding == 0) {
                                 /* take the queue and send it: one message per cycle */
@@ -898,6 +1333,8 @@ static void *bg_main(void *arg) {
                                                 job_aborted(r, "cannot send to the coordinator");
                                 }
                                 G.last_send_usec = now;
+                                if (G.fp)
+                                        pthread_mutex_unlock(&G.runner);
                                 continue;
                         }
                         timeout = (long) ((due - now + 999) / 1000);
@@ -911,6 +1348,32 @@ static void *bg_main(void *arg) {
                         if (more && (timeout < 0 || timeout > 1))
                                 timeout = 1;
                 }
+                if (G.fp && (!runner || atomic_load(&G.fp_waiters))) {
+                        /* a user thread has the turn: come back soon */
+                        if (runner)
+                                pthread_mutex_unlock(&G.runner);
+                        if (timeout < 0 || timeout > 1)
+                                timeout = 1;
+                } else if (G.fp && !G.abort_code) {
+                        bool busy = hvd_fastpath_busy(G.fp), awaits = hvd_fastpath_awaits_schedule(G.fp);
+                        pthread_mutex_unlock(&G.runner);
+                        /* counters not yet reported: come back for them */
+                        if (memcmp(&G.fp_done, &G.fp_sent, sizeof G.fp_done) && (timeout < 0 || timeout > 50))
+                                timeout = 50;
+                        /* the board: wait on it (its futex) up to a millisecond at a
+                         * time, then look at the socket without blocking */
+                        if (busy) {
+                                if (awaits) {
+                                        if (timeout < 0 || timeout > 1)
+                                                timeout = 1;
+                                } else if (timeout != 0) {
+                                        hvd_fastpath_wait(G.fp, timeout < 0 || timeout > 1 ? USEC_PER_MSEC
+                                                                                           : (uint64_t) timeout * 1000);
+                                        timeout = 0;
+                                }
+                        }
+                } else if (G.fp)
+                        pthread_mutex_unlock(&G.runner);
                 zmq_pollitem_t items[3] = {
                         { .fd = G.wake_fd, .events = ZMQ_POLLIN },
                         { .socket = G.sock, .events = ZMQ_POLLIN },
@@ -935,9 +1398,14 @@ static void *bg_main(void *arg) {
                                 Hvd__Envelope *env = NULL;
                                 if (recv_envelope(ZMQ_DONTWAIT, &env) < 0)
                                         break;
+                                if (G.fp && env->body_case != HVD__ENVELOPE__BODY_ABORT &&
+                                    env->body_case != HVD__ENVELOPE__BODY_ERROR) {
+                                        hold_message(env); /* for the next turn, under the runner */
+                                        continue;
+                                }
+                                process_held(); /* kept during a wait: they came first */
                                 handle_message(env);
                                 hvd_wire_free(&env);
-                                process_held();
                         }
                 }
         }
@@ -1095,6 +1563,16 @@ static int env_int(const char *name, int def, bool horovod_too) {
         return (int) x;
 }
 
+/* HVD_FAST_PATH=0 turns the fast path off (every tensor through the
+ * coordinator); every rank of a job should see the same value. */
+static bool fast_path_enabled(void) {
+        const char *v = hvd_getenv("FAST_PATH", false);
+        bool on = true;
+        if (v && hvd_parse_bool(v, &on) < 0)
+                on = true;
+        return on;
+}
+
 static int hex_decode(const char *s, uint8_t *out, size_t max) {
         size_t n = strlen(s);
         if (n % 2 || n / 2 > max)
@@ -1134,6 +1612,8 @@ static void teardown(void) {
                 G.psets[k] = NULL;
         }
         G.pset_seq = 0;
+        hvd_fastpath_destroy(&G.fp); /* before the backend: the board is in its memory */
+        fp_free_held();
         hvd_backend_destroy(&G.backend);
         hvd_negotiator_destroy(&G.neg);
         if (G.sock) {
@@ -1376,8 +1856,10 @@ int hvd_init(void) {
         G.abort_reason[0] = 0;
         G.stop = false;
         G.next_seq = 1;
-        G.done_seq = G.busy_usec = 0;
+        atomic_store(&G.done_seq, 0);
+        atomic_store(&G.busy_usec, 0);
         G.last_send_usec = 0;
+        G.fp_done = G.fp_sent = (fp_counters_t){ 0 };
         int r;
         if (!G.inflight || !G.known || G.wake_fd < 0 || !G.zctx) {
                 r = set_error(-ENOMEM, "out of memory");
@@ -1509,6 +1991,15 @@ int hvd_init(void) {
                 G.listen_fd = -1; /* the backend owns it now */
                 r = hvd_cpu_backend_new(w->shm_name, &topo, w->slot_bytes, w->collective_timeout_usec, wait_check,
                                         NULL, &G.backend, err, sizeof err);
+                G.fusion_threshold = w->fusion_threshold;
+                if (r >= 0 && G.cross_size == 1 && G.local_size > 1 && fast_path_enabled()) {
+                        const void *aborted = NULL;
+                        void *board = hvd_backend_board(G.backend, &aborted);
+                        if (board && hvd_fastpath_new(board, G.local_rank, G.local_size, aborted, &G.fp) < 0) {
+                                r = -ENOMEM;
+                                snprintf(err, sizeof err, "out of memory");
+                        }
+                }
                 if (r >= 0 && GPU.devices > 0) {
                         if (w->nccl_id.len != HVD_NCCL_ID_BYTES)
                                 snprintf(GPU.why, sizeof GPU.why, "rank 0 has no GPU backend: no NCCL communicator");
@@ -1557,6 +2048,13 @@ int hvd_shutdown(void) {
         if (write(G.wake_fd, &one, sizeof one) < 0)
                 (void) 0;
         pthread_join(G.thread, NULL);
+        if (!G.abort_code)
+                fp_report(true);
+        /* a user thread still in a wait may be taking a turn */
+        pthread_mutex_lock(&G.runner);
+        hvd_fastpath_t *fp = TAKE_PTR(G.fp);
+        pthread_mutex_unlock(&G.runner);
+        hvd_fastpath_destroy(&fp);
         if (G.sock) {
                 Hvd__Goodbye bye = HVD__GOODBYE__INIT;
                 Hvd__Envelope env = HVD__ENVELOPE__INIT;
@@ -1728,7 +2226,10 @@ static int fill_entry(entry_t *e, hvd_handle_t *h, const hvd_request_t *q, uint3
 
 /* Queues n requests as one handle. G.lock is taken here. internal requests
  * (barrier, join, process-set agreement) skip the user-name checks. */
-static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool internal, hvd_handle_t **ret) {
+static bool fp_user_may_run(const hvd_handle_t *h);
+
+static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool internal, bool waits,
+                     hvd_handle_t **ret) {
         if (!ret)
                 return set_error(-EINVAL, "handle pointer is NULL");
         if (!hvd_is_initialized())
@@ -1784,16 +2285,22 @@ static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool in
         }
         h->n_pending = n;
         h->refs++; /* the in-flight reference */
+        /* a caller about to wait takes the fast path's turn itself: no need
+         * to wake the background thread for it (it is woken if need be) */
+        bool quiet = waits && fp_user_may_run(h);
         pthread_mutex_unlock(&G.lock);
-        uint64_t one = 1;
-        if (write(G.wake_fd, &one, sizeof one) < 0)
-                (void) 0;
+        if (!quiet) {
+                uint64_t one = 1;
+                if (write(G.wake_fd, &one, sizeof one) < 0)
+                        (void) 0;
+                hvd_fastpath_kick(G.fp);
+        }
         *ret = h;
         return 0;
 }
 
 static int submit(const hvd_request_t *reqs, size_t n, uint32_t kind, hvd_handle_t **ret) {
-        return submit_ex(reqs, n, kind, false, ret);
+        return submit_ex(reqs, n, kind, false, false, ret);
 }
 
 int hvd_allreduce_async(const hvd_request_t *req, hvd_handle_t **handle) {
@@ -1823,6 +2330,16 @@ int hvd_grouped_reducescatter_async(const hvd_request_t *reqs, size_t n, hvd_han
 
 /* ---- handles ---- */
 
+/* G.lock held: h is one cached-looking CPU allreduce of all ranks, on a
+ * job with a fast path; its waiter may run the fast path's turn. */
+static bool fp_user_may_run(const hvd_handle_t *h) {
+        if (!G.fp || G.abort_code || G.stop || h->n != 1)
+                return false;
+        const entry_t *e = &h->m[0];
+        return !e->done && e->p.kind == HVD__KIND__KIND_ALLREDUCE && e->p.device == HVD_DEVICE_CPU &&
+               e->p.process_set == 0 && e->p.group_size <= 1;
+}
+
 int hvd_handle_wait_timeout(hvd_handle_t *h, uint64_t timeout_usec) {
         if (!h)
                 return -EINVAL;
@@ -1833,6 +2350,43 @@ int hvd_handle_wait_timeout(hvd_handle_t *h, uint64_t timeout_usec) {
         ts.tv_nsec = (long) (ns % 1000000000);
         pthread_mutex_lock(&G.lock);
         while (h->n_pending) {
+                if (fp_user_may_run(h)) {
+                        /* the fast path, run by this thread (see fp_user_turn) */
+                        pthread_mutex_unlock(&G.lock);
+                        hvd_fastpath_t *fp = G.fp;
+                        atomic_fetch_add(&G.fp_waiters, 1);
+                        int t = fp_user_turn();
+                        /* our bits wait on the board for the other ranks: wait
+                         * for it to change; the background thread has the turn:
+                         * wait for the completion (below) */
+                        bool board = t > 0 && fp && !hvd_fastpath_awaits_schedule(fp);
+                        if (board && h->n_pending)
+                                hvd_fastpath_wait(fp, USEC_PER_MSEC);
+                        atomic_fetch_sub(&G.fp_waiters, 1);
+                        pthread_mutex_lock(&G.lock);
+                        if (!h->n_pending)
+                                break;
+                        if (t != 0) {
+                                /* the background thread has the turn, or the board
+                                 * has yet to fill: look again soon */
+                                struct timespec soon;
+                                clock_gettime(CLOCK_REALTIME, &soon);
+                                soon.tv_nsec += t < 0 ? 1000000 : 0;
+                                if (soon.tv_nsec >= 1000000000) {
+                                        soon.tv_sec++;
+                                        soon.tv_nsec -= 1000000000;
+                                }
+                                if (t < 0 && !board)
+                                        pthread_cond_timedwait(&G.cond, &G.lock, &soon);
+                                if (timeout_usec && (soon.tv_sec > ts.tv_sec ||
+                                                     (soon.tv_sec == ts.tv_sec && soon.tv_nsec >= ts.tv_nsec)) &&
+                                    h->n_pending) {
+                                        pthread_mutex_unlock(&G.lock);
+                                        return HVD_ETIMEOUT;
+                                }
+                                continue;
+                        }
+                }
                 if (timeout_usec == 0)
                         pthread_cond_wait(&G.cond, &G.lock);
                 else if (pthread_cond_timedwait(&G.cond, &G.lock, &ts) == ETIMEDOUT && h->n_pending) {
@@ -1953,7 +2507,7 @@ int hvd_free_output(void *data, int device) {
 
 static int run_sync_ex(const hvd_request_t *req, uint32_t kind, bool internal, int *result) {
         hvd_handle_t *h = NULL;
-        int r = submit_ex(req, 1, kind, internal, &h);
+        int r = submit_ex(req, 1, kind, internal, true, &h);
         if (r < 0)
                 return r;
         r = hvd_handle_wait(h);

@@ -6,6 +6,7 @@ client_libhvd_la_SOURCES = \
 	client/hvd.c \
 	client/backend.h \
 	client/cpu_backend.c \
+	client/fastpath.c client/fastpath.h \
 	client/tcp.c client/tcp.h \
 	client/timeline.c client/timeline.h \
 	client/gpu_module.h

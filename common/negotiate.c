@@ -263,19 +263,19 @@ static void maybe_queue(hvd_negotiator_t *n, tensor_t *t) {
         }
 }
 
-static int mark_ready(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, uint64_t now, char *err,
+static int mark_ready(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, uint64_t when, char *err,
                       size_t err_len) {
         if (t->ready[rank]) {
                 snprintf(err, err_len, "tensor '%s' submitted twice by rank %u before it completed",
                          t->name, rank);
                 return HVD_EDUPLICATE;
         }
-        if (t->n_ready == 0)
-                t->first_ready_usec = now;
+        if (t->n_ready == 0 || when < t->first_ready_usec)
+                t->first_ready_usec = when;
         t->ready[rank] = 1;
         t->n_ready++;
         if (n->timeline && (t->ready_usec || (t->ready_usec = calloc(n->size, sizeof *t->ready_usec))))
-                t->ready_usec[rank] = now;
+                t->ready_usec[rank] = when;
         maybe_queue(n, t);
         return 0;
 }
@@ -356,7 +356,9 @@ int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *
                         continue;
                 }
                 n->stats.cache_hits++;
-                int r = mark_ready(n, rank, t, now, err, err_len);
+                /* it may have waited on the fast path's board before */
+                uint64_t waited = ready->n_cached_waited_usec == ready->n_cached ? ready->cached_waited_usec[i] : 0;
+                int r = mark_ready(n, rank, t, waited < now ? now - waited : now, err, err_len);
                 if (r < 0)
                         ret = r;
         }

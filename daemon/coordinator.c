@@ -145,6 +145,7 @@ struct job {
         uint64_t tl_req_deadline;
         rstat_t *rstat;     /* [size] */
         uint64_t tp_sec[THROUGHPUT_SECS + 1], tp_bytes[THROUGHPUT_SECS + 1];
+        hvd_negotiator_stats_t fast; /* reported by the workers' fast path (Done) */
 };
 
 struct hvd_daemon {
@@ -1058,6 +1059,24 @@ static void timeline_request(hvd_daemon_t *d, const uint8_t *id, size_t id_len, 
         send_to_worker(d, w, &env);
 }
 
+/* The counters of a worker's fast path: tensors that ran from the board
+ * without a schedule, still the job's. */
+static void handle_done(hvd_daemon_t *d, worker_t *w, const Hvd__Done *dn) {
+        job_t *j = w->job;
+        j->fast.tensors_negotiated += dn->fast_path_tensors;
+        j->fast.fused_ops += dn->fast_path_ops;
+        j->fast.tensors_in_fused_ops += dn->fast_path_fused_tensors;
+        j->fast.bytes_scheduled += dn->fast_path_bytes;
+        j->fast.cache_hits += dn->fast_path_cache_hits;
+        /* the daemon's metrics count them too (no latency sample: no schedule) */
+        d->metrics.fast_path_tensors += dn->fast_path_tensors;
+        d->metrics.tensors_negotiated += dn->fast_path_tensors;
+        d->metrics.fused_ops += dn->fast_path_ops;
+        d->metrics.bytes_scheduled += dn->fast_path_bytes;
+        d->metrics.cache_hits += dn->fast_path_cache_hits;
+        d->metrics.requests += dn->fast_path_cache_hits;
+}
+
 /* Takes one message off a ROUTER socket without blocking: its routing id
  * and its decoded, validated envelope (owned by the caller). Extra frames
  * are dropped: one envelope per message. Returns 1 with *env set, 0 when
@@ -1140,7 +1159,7 @@ static void handle_worker_socket(hvd_daemon_t *d) {
                 else if (env->body_case == HVD__ENVELOPE__BODY_GOODBYE)
                         handle_goodbye(d, w);
                 else if (env->body_case == HVD__ENVELOPE__BODY_DONE)
-                        ; /* counters only */
+                        handle_done(d, w, env->done);
                 else if (env->body_case == HVD__ENVELOPE__BODY_TIMELINE_CONTROL)
                         timeline_from_rank(d, w, env->timeline_control);
                 else
@@ -1608,16 +1627,20 @@ static int status_job(const job_t *j, uint64_t now, bool detail, Hvd__JobStatus 
         s->cross_size = j->cross_size;
         hvd_negotiator_stats_t ns;
         hvd_negotiator_get_stats(j->neg, &ns);
-        s->tensors_negotiated = ns.tensors_negotiated;
-        s->fused_ops = ns.fused_ops;
-        s->bytes_reduced = ns.bytes_scheduled;
+        /* with the tensors the workers' fast path ran from the board */
+        const hvd_negotiator_stats_t *f = &j->fast;
+        s->tensors_negotiated = ns.tensors_negotiated + f->tensors_negotiated;
+        s->fused_ops = ns.fused_ops + f->fused_ops;
+        s->bytes_reduced = ns.bytes_scheduled + f->bytes_scheduled;
         s->schedules = ns.schedules;
-        s->cache_hits = ns.cache_hits;
-        s->tensors_in_fused_ops = ns.tensors_in_fused_ops;
+        s->cache_hits = ns.cache_hits + f->cache_hits;
+        s->tensors_in_fused_ops = ns.tensors_in_fused_ops + f->tensors_in_fused_ops;
+        s->fast_path_tensors = f->tensors_negotiated;
         s->joined_ranks = ns.joined;
         s->negotiation_usec = ns.negotiation_usec;
-        s->cache_hit_rate = ns.requests ? (double) ns.cache_hits / (double) ns.requests : 0;
-        s->mean_fused_bytes = ns.fused_ops ? ns.bytes_scheduled / ns.fused_ops : 0;
+        uint64_t requests = ns.requests + f->cache_hits;
+        s->cache_hit_rate = requests ? (double) s->cache_hits / (double) requests : 0;
+        s->mean_fused_bytes = s->fused_ops ? s->bytes_reduced / s->fused_ops : 0;
         s->throughput_bytes_per_sec = j->neg ? job_throughput(j, now) : 0;
         Hvd__RankInfo *ri = m->ri[k] = calloc(j->size, sizeof *ri);
         Hvd__RankInfo **rp = m->rp[k] = calloc(j->size, sizeof *rp);

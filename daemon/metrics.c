@@ -143,8 +143,12 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
                 m->control_requests);
         counter(&b, "hvd_cycles_total", "Readiness messages from ranks (negotiation cycles).", m->cycles);
         counter(&b, "hvd_requests_total", "Tensor requests negotiated here, by name or cached id.", m->requests);
-        counter(&b, "hvd_tensors_negotiated_total", "Tensors scheduled by this daemon as a job's root.",
+        counter(&b, "hvd_tensors_negotiated_total",
+                "Tensors negotiated for jobs whose root is this daemon (scheduled, or run by the fast path).",
                 m->tensors_negotiated);
+        counter(&b, "hvd_fast_path_tensors_total",
+                "Tensors the workers of one-node jobs ran from their shared-memory board, without a schedule.",
+                m->fast_path_tensors);
         counter(&b, "hvd_cache_hits_total", "Requests that came as cached ids.", m->cache_hits);
         counter(&b, "hvd_fused_operations_total", "Operations in schedules (each one collective).", m->fused_ops);
         counter(&b, "hvd_schedules_total", "Schedules sent.", m->schedules);

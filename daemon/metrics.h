@@ -36,6 +36,7 @@ typedef struct hvd_metrics {
         uint64_t control_requests;
         uint64_t cycles;             /* readiness messages from ranks */
         uint64_t tensors_negotiated, cache_hits, requests, bytes_scheduled, fused_ops, schedules;
+        uint64_t fast_path_tensors;  /* of tensors_negotiated: run from the workers' board */
         uint64_t stall_warnings;
         uint64_t log_level_changes;
         hvd_histogram_t negotiation; /* per tensor: first readiness to schedule */

@@ -8,6 +8,9 @@ check_PROGRAMS += %D%/worker_collectives
 check_PROGRAMS += %D%/worker_timeline
 %C%_worker_timeline_SOURCES = %D%/worker_timeline.c
 %C%_worker_timeline_LDADD = client/libhvd.la -lm
+check_PROGRAMS += %D%/worker_fastpath
+%C%_worker_fastpath_SOURCES = %D%/worker_fastpath.c
+%C%_worker_fastpath_LDADD = client/libhvd.la
 
 %C%_integration_tests = \
 	%D%/test-collectives-np1.sh \
@@ -25,7 +28,8 @@ check_PROGRAMS += %D%/worker_timeline
 	%D%/test-process-sets.sh \
 	%D%/test-table-capacity.sh \
 	%D%/test-api-contract.sh \
-	%D%/test-timeline.sh
+	%D%/test-timeline.sh \
+	%D%/test-fastpath.sh
 TESTS += $(%C%_integration_tests)
 EXTRA_DIST += $(%C%_integration_tests) %D%/test-collectives.sh %D%/test-daemon-lost.sh
 

@@ -1,17 +1,23 @@
 # Check unit tests of the internal library (common/): fusion planner,
-# negotiation table, wire format, configuration, string map.
+# negotiation table, wire format, configuration, string map; and of the
+# fast path's readiness board (client/fastpath.c, compiled in).
 if HAVE_CHECK
 %C%_unit_tests = \
 	%D%/check_fusion \
 	%D%/check_negotiate \
 	%D%/check_wire \
 	%D%/check_conf \
-	%D%/check_strmap
+	%D%/check_strmap \
+	%D%/check_fastpath
 check_PROGRAMS += $(%C%_unit_tests)
 TESTS += $(%C%_unit_tests)
 
 %C%_unit_cflags = $(AM_CFLAGS) $(CHECK_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
 %C%_unit_ldadd = common/libhvdcommon.la $(CHECK_LIBS) $(ZMQ_LIBS) $(PROTOBUF_C_LIBS)
+
+%C%_check_fastpath_SOURCES = %D%/check_fastpath.c client/fastpath.c client/fastpath.h
+%C%_check_fastpath_CFLAGS = $(%C%_unit_cflags)
+%C%_check_fastpath_LDADD = $(%C%_unit_ldadd)
 
 %C%_check_fusion_SOURCES = %D%/check_fusion.c
 %C%_check_fusion_CFLAGS = $(%C%_unit_cflags)

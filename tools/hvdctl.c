@@ -342,11 +342,12 @@ static void json_job(FILE *f, const Hvd__JobStatus *j, const char *ind) {
                 "%s  \"schedules\": %" PRIu64 ",\n"
                 "%s  \"cache_hits\": %" PRIu64 ",\n"
                 "%s  \"tensors_in_fused_ops\": %" PRIu64 ",\n"
+                "%s  \"fast_path_tensors\": %" PRIu64 ",\n"
                 "%s  \"joined_ranks\": %" PRIu32 ",\n"
                 "%s  \"abort_reason\": ",
                 ind, j->cycles, ind, j->tensors_negotiated, ind, j->fused_ops, ind, j->bytes_reduced, ind,
                 j->age_usec, ind, j->schedules, ind, j->cache_hits, ind, j->tensors_in_fused_ops, ind,
-                j->joined_ranks, ind);
+                j->fast_path_tensors, ind, j->joined_ranks, ind);
         json_string(f, j->abort_reason);
         fprintf(f, ",\n%s  \"stalled\": ", ind);
         json_string(f, j->stalled);

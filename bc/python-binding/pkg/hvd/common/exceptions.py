@@ -1,0 +1,1 @@
+/work/wt/int/bc/../python-binding/hvd/common/exceptions.py

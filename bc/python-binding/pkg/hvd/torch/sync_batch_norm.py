@@ -1,0 +1,1 @@
+/work/wt/int/bc/../python-binding/hvd/torch/sync_batch_norm.py

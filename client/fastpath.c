@@ -1,0 +1,427 @@
+/* fastpath.c — the readiness board of one node's job (see fastpath.h).
+ *
+ * Invariants:
+ * - Order: the log (records appended under the lock, numbered by `head`)
+ *   is the one order every local rank executes: fast records and the
+ *   coordinator's schedules alike. A fast record holds only ids whose bit
+ *   was set in every row when it was appended, and appending clears those
+ *   bits in every row at once, so a tensor instance is in exactly one
+ *   record. A schedule's marker is appended once (last_slow counts them),
+ *   in seq order; a rank that meets a marker before the schedule reached
+ *   it waits for it, and runs nothing after it meanwhile.
+ * - A rank withdraws ("demotes") only its own bit, under the lock, and only
+ *   while it is still set: a tensor is either in a record or sent to the
+ *   coordinator, never both. A record never waits for a demoted tensor,
+ *   because its bit is no longer set.
+ * - Instances: the n-th submission of a cache id is instance n on every
+ *   rank; demoted_inst[id] = n + 1 tells the others that instance n goes to
+ *   the coordinator, so they send theirs at once instead of waiting.
+ *   (Only a hint for speed: correctness rests on the two rules above.)
+ * - The log is a ring: a record is overwritten only after every rank's
+ *   cursor has passed it; when it is full nothing is appended (bits wait,
+ *   and are demoted in time if need be). */
+#include "config.h"
+
+#include <errno.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "fastpath.h"
+#include "util.h"
+
+#define WORDS (HVD_FASTPATH_MAX_IDS / 64)
+#define LOG_CAP 256
+#define REC_IDS 60
+#define LOCK_SPINS 200
+#define LOCK_YIELDS 20000
+
+typedef struct rec {
+        uint32_t slow, n;
+        uint64_t seq;
+        uint32_t ids[REC_IDS];
+} rec_t;
+_Static_assert(sizeof(rec_t) == 256, "record layout");
+
+typedef struct row {
+        _Alignas(64) _Atomic uint32_t bell; /* bumped to wake this rank */
+        _Atomic uint32_t sleeping; /* threads of this rank in hvd_fastpath_wait */
+        _Atomic uint32_t joining;
+        _Alignas(64) _Atomic uint64_t cursor; /* records this rank has taken */
+        _Alignas(64) uint64_t bits[WORDS];    /* under the lock */
+} row_t;
+
+typedef struct board {
+        _Alignas(64) _Atomic uint32_t lock;
+        _Alignas(64) _Atomic uint64_t head; /* records appended */
+        _Atomic uint32_t demote_gen;        /* bumped by every demotion */
+        uint64_t last_slow;                 /* under the lock: schedule markers appended */
+        uint32_t n_words;                   /* under the lock: words in use in the rows */
+        uint32_t demoted_inst[HVD_FASTPATH_MAX_IDS]; /* under the lock */
+        rec_t log[LOG_CAP];
+        row_t rows[];
+} board_t;
+
+struct hvd_fastpath {
+        board_t *b;
+        int me, n;
+        const _Atomic uint32_t *aborted;
+        int spin_usec;
+        uint64_t mine[WORDS]; /* posted, not yet run or demoted */
+        size_t n_mine;
+        uint64_t posted_usec[HVD_FASTPATH_MAX_IDS];
+        uint32_t inst[HVD_FASTPATH_MAX_IDS];        /* submissions counted */
+        uint32_t posted_inst[HVD_FASTPATH_MAX_IDS]; /* instance of the bit posted */
+        uint64_t next_timeout_usec;                 /* earliest moment a bit may time out */
+        uint32_t seen_gen;
+        bool was_joining;
+        uint64_t recv_seq; /* schedules received here */
+        uint64_t cursor;   /* records run here */
+        _Atomic bool stuck; /* the last step stopped at a schedule's marker */
+        rec_t cur;
+        uint32_t demoted[REC_IDS];
+};
+
+static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
+        return syscall(SYS_futex, (uint32_t *) addr, op, val, ts, NULL, 0);
+}
+
+static inline void cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+        __builtin_ia32_pause();
+#endif
+}
+
+static inline row_t *row_of(const hvd_fastpath_t *fp, int r) {
+        size_t row_bytes = (sizeof(row_t) + 63) & ~(size_t) 63;
+        return (row_t *) ((uint8_t *) fp->b->rows + (size_t) r * row_bytes);
+}
+
+size_t hvd_fastpath_board_bytes(int local_size) {
+        size_t row_bytes = (sizeof(row_t) + 63) & ~(size_t) 63;
+        size_t n = sizeof(board_t) + (size_t) local_size * row_bytes;
+        return (n + 4095) & ~(size_t) 4095;
+}
+
+int hvd_fastpath_new(void *board, int local_rank, int local_size, const _Atomic uint32_t *aborted,
+                     hvd_fastpath_t **ret) {
+        if (!board || local_size < 2 || local_rank < 0 || local_rank >= local_size || !ret)
+                return -EINVAL;
+        hvd_fastpath_t *fp = calloc(1, sizeof *fp);
+        if (!fp)
+                return -ENOMEM;
+        fp->b = board;
+        fp->me = local_rank;
+        fp->n = local_size;
+        fp->aborted = aborted;
+        long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+        /* spinning helps only when every rank has a core of its own */
+        fp->spin_usec = local_size <= ncpu ? 30 : 0;
+        fp->next_timeout_usec = UINT64_MAX;
+        fp->cursor = atomic_load(&row_of(fp, local_rank)->cursor);
+        *ret = fp;
+        return 0;
+}
+
+void hvd_fastpath_destroy(hvd_fastpath_t **fpp) {
+        if (!fpp || !*fpp)
+                return;
+        free(*fpp);
+        *fpp = NULL;
+}
+
+/* Takes the board's lock: spins, then yields; gives up (-EAGAIN) after a
+ * while or when the job is aborted, so the caller can look at its socket
+ * (a rank that died holding it is the coordinator's to report). */
+static int board_lock(hvd_fastpath_t *fp) {
+        board_t *b = fp->b;
+        for (int i = 0; i < LOCK_SPINS + LOCK_YIELDS; i++) {
+                if (atomic_load_explicit(&b->lock, memory_order_relaxed) == 0 &&
+                    atomic_exchange_explicit(&b->lock, 1, memory_order_acquire) == 0)
+                        return 0;
+                if (i < LOCK_SPINS)
+                        cpu_relax();
+                else {
+                        if (fp->aborted && atomic_load_explicit(fp->aborted, memory_order_relaxed))
+                                return -ECANCELED;
+                        sched_yield();
+                }
+        }
+        return -EAGAIN;
+}
+
+static void board_unlock(hvd_fastpath_t *fp) {
+        atomic_store_explicit(&fp->b->lock, 0, memory_order_release);
+}
+
+static bool any_joining(const hvd_fastpath_t *fp) {
+        for (int r = 0; r < fp->n; r++)
+                if (atomic_load_explicit(&row_of(fp, r)->joining, memory_order_acquire))
+                        return true;
+        return false;
+}
+
+uint32_t hvd_fastpath_instance(hvd_fastpath_t *fp, uint32_t id) {
+        if (!fp || id >= HVD_FASTPATH_MAX_IDS)
+                return 0;
+        return ++fp->inst[id];
+}
+
+int hvd_fastpath_post(hvd_fastpath_t *fp, uint32_t id, uint64_t now_usec) {
+        if (id >= HVD_FASTPATH_MAX_IDS)
+                return -EAGAIN;
+        uint64_t bit = UINT64_C(1) << (id % 64);
+        uint32_t w = id / 64;
+        if (fp->mine[w] & bit)
+                return -EAGAIN;
+        int r = board_lock(fp);
+        if (r < 0)
+                return -EAGAIN;
+        row_t *me = row_of(fp, fp->me);
+        board_t *b = fp->b;
+        if (any_joining(fp) || b->demoted_inst[id] == fp->inst[id] + 1 || (me->bits[w] & bit)) {
+                board_unlock(fp);
+                return -EAGAIN;
+        }
+        me->bits[w] |= bit;
+        if (w + 1 > b->n_words)
+                b->n_words = w + 1;
+        board_unlock(fp);
+        fp->mine[w] |= bit;
+        fp->n_mine++;
+        fp->posted_usec[id] = now_usec;
+        fp->posted_inst[id] = fp->inst[id];
+        if (now_usec + HVD_FASTPATH_DEMOTE_USEC < fp->next_timeout_usec)
+                fp->next_timeout_usec = now_usec + HVD_FASTPATH_DEMOTE_USEC;
+        return 0;
+}
+
+void hvd_fastpath_forgo(hvd_fastpath_t *fp, uint32_t id) {
+        if (!fp || id >= HVD_FASTPATH_MAX_IDS || board_lock(fp) < 0)
+                return;
+        board_t *b = fp->b;
+        if (b->demoted_inst[id] != fp->inst[id] + 1) {
+                b->demoted_inst[id] = fp->inst[id] + 1;
+                atomic_fetch_add(&b->demote_gen, 1);
+        }
+        board_unlock(fp);
+}
+
+void hvd_fastpath_set_joining(hvd_fastpath_t *fp, bool joining) {
+        if (!fp)
+                return;
+        atomic_store(&row_of(fp, fp->me)->joining, joining ? 1u : 0u);
+}
+
+void hvd_fastpath_schedule_arrived(hvd_fastpath_t *fp, uint64_t seq) {
+        if (fp && seq > fp->recv_seq)
+                fp->recv_seq = seq;
+}
+
+/* Room in the ring (lock held). */
+static bool log_room(const hvd_fastpath_t *fp, uint64_t head) {
+        uint64_t low = head;
+        for (int r = 0; r < fp->n; r++) {
+                uint64_t c = atomic_load_explicit(&row_of(fp, r)->cursor, memory_order_acquire);
+                if (c < low)
+                        low = c;
+        }
+        return head - low < LOG_CAP;
+}
+
+/* Appends markers and fast records (lock held). Returns how many. */
+static uint64_t publish(hvd_fastpath_t *fp) {
+        board_t *b = fp->b;
+        uint64_t head = atomic_load_explicit(&b->head, memory_order_relaxed), start = head;
+        while (b->last_slow < fp->recv_seq && log_room(fp, head)) {
+                rec_t *rc = &b->log[head % LOG_CAP];
+                rc->slow = 1;
+                rc->n = 0;
+                rc->seq = ++b->last_slow;
+                head++;
+        }
+        if (!any_joining(fp)) {
+                rec_t *rc = NULL;
+                for (uint32_t w = 0; w < b->n_words; w++) {
+                        uint64_t a = row_of(fp, 0)->bits[w];
+                        for (int r = 1; r < fp->n && a; r++)
+                                a &= row_of(fp, r)->bits[w];
+                        while (a) {
+                                if (!rc || rc->n == REC_IDS) {
+                                        if (rc)
+                                                head++;
+                                        rc = NULL;
+                                        if (!log_room(fp, head))
+                                                goto out;
+                                        rc = &b->log[head % LOG_CAP];
+                                        rc->slow = 0;
+                                        rc->n = 0;
+                                        rc->seq = 0;
+                                }
+                                int k = __builtin_ctzll(a);
+                                uint64_t bit = UINT64_C(1) << k;
+                                a &= ~bit;
+                                rc->ids[rc->n++] = w * 64 + (uint32_t) k;
+                                for (int r = 0; r < fp->n; r++)
+                                        row_of(fp, r)->bits[w] &= ~bit;
+                        }
+                }
+                if (rc)
+                        head++;
+        }
+out:
+        atomic_store_explicit(&b->head, head, memory_order_release);
+        return head - start;
+}
+
+/* Withdraws this rank's bits that waited too long, that another rank gave
+ * up on, or that a joining rank will never match (lock held). Fills
+ * fp->demoted; returns how many. */
+static size_t demote(hvd_fastpath_t *fp, uint64_t now, bool joining) {
+        board_t *b = fp->b;
+        row_t *me = row_of(fp, fp->me);
+        uint32_t gen = atomic_load_explicit(&b->demote_gen, memory_order_relaxed);
+        if (!fp->n_mine || (!joining && gen == fp->seen_gen && now < fp->next_timeout_usec))
+                return 0;
+        fp->seen_gen = gen;
+        size_t n = 0;
+        uint64_t next = UINT64_MAX;
+        for (uint32_t w = 0; w < WORDS && n < REC_IDS; w++) {
+                uint64_t m = fp->mine[w] & me->bits[w];
+                while (m && n < REC_IDS) {
+                        int k = __builtin_ctzll(m);
+                        uint64_t bit = UINT64_C(1) << k;
+                        m &= ~bit;
+                        uint32_t id = w * 64 + (uint32_t) k;
+                        bool go = joining || now - fp->posted_usec[id] >= HVD_FASTPATH_DEMOTE_USEC ||
+                                  b->demoted_inst[id] == fp->posted_inst[id] + 1;
+                        if (!go) {
+                                next = HVD_MIN(next, fp->posted_usec[id] + HVD_FASTPATH_DEMOTE_USEC);
+                                continue;
+                        }
+                        me->bits[w] &= ~bit;
+                        fp->mine[w] &= ~bit;
+                        fp->n_mine--;
+                        b->demoted_inst[id] = fp->posted_inst[id] + 1;
+                        fp->demoted[n++] = id;
+                }
+        }
+        if (n) {
+                fp->seen_gen = atomic_fetch_add(&b->demote_gen, 1) + 1;
+                if (n == REC_IDS)
+                        next = now; /* more to look at next time */
+        }
+        fp->next_timeout_usec = next;
+        return n;
+}
+
+static void wake_others(hvd_fastpath_t *fp) {
+        for (int r = 0; r < fp->n; r++) {
+                if (r == fp->me)
+                        continue;
+                row_t *w = row_of(fp, r);
+                atomic_fetch_add(&w->bell, 1);
+                if (atomic_load(&w->sleeping))
+                        futex(&w->bell, FUTEX_WAKE, INT32_MAX, NULL);
+        }
+}
+
+int hvd_fastpath_step(hvd_fastpath_t *fp, uint64_t now, bool fast_only, const hvd_fastpath_ops_t *ops,
+                      void *userdata) {
+        board_t *b = fp->b;
+        bool joining = fp->n_mine && any_joining(fp);
+        bool want_lock = fp->recv_seq > b->last_slow || fp->n_mine > 0;
+        if (want_lock && board_lock(fp) == 0) {
+                uint64_t appended = publish(fp);
+                size_t nd = fast_only ? 0 : demote(fp, now, joining);
+                board_unlock(fp);
+                if (appended)
+                        wake_others(fp);
+                for (size_t i = 0; i < nd; i++)
+                        ops->demote(userdata, fp->demoted[i]);
+        }
+        row_t *me = row_of(fp, fp->me);
+        fp->stuck = false;
+        while (fp->cursor < atomic_load_explicit(&b->head, memory_order_acquire)) {
+                fp->cur = b->log[fp->cursor % LOG_CAP];
+                hvd_fastpath_record_t rec = {
+                        .slow = fp->cur.slow != 0,
+                        .seq = fp->cur.seq,
+                        .n = fp->cur.slow ? 0 : HVD_MIN(fp->cur.n, (uint32_t) REC_IDS),
+                        .ids = fp->cur.ids,
+                };
+                if (rec.slow && (fast_only || rec.seq > fp->recv_seq)) {
+                        fp->stuck = true;
+                        break;
+                }
+                /* copied: the slot may be reused once the cursor passes it */
+                fp->cursor++;
+                atomic_store_explicit(&me->cursor, fp->cursor, memory_order_release);
+                for (uint32_t i = 0; i < rec.n; i++) {
+                        uint32_t id = rec.ids[i];
+                        uint64_t bit = UINT64_C(1) << (id % 64);
+                        if (fp->mine[id / 64] & bit) {
+                                fp->mine[id / 64] &= ~bit;
+                                fp->n_mine--;
+                        }
+                }
+                int r = ops->run(userdata, &rec);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
+bool hvd_fastpath_busy(const hvd_fastpath_t *fp) {
+        return fp && (fp->n_mine > 0 || fp->cursor < atomic_load_explicit(&fp->b->head, memory_order_acquire));
+}
+
+bool hvd_fastpath_awaits_schedule(const hvd_fastpath_t *fp) {
+        return fp && fp->stuck;
+}
+
+size_t hvd_fastpath_pending(const hvd_fastpath_t *fp) {
+        return fp ? fp->n_mine : 0;
+}
+
+void hvd_fastpath_wait(hvd_fastpath_t *fp, uint64_t max_usec) {
+        row_t *me = row_of(fp, fp->me);
+        board_t *b = fp->b;
+        uint32_t bell = atomic_load(&me->bell);
+        uint64_t cursor = atomic_load_explicit(&me->cursor, memory_order_acquire);
+        /* a schedule's marker: the socket, not the board, will change */
+        if (atomic_load(&fp->stuck))
+                return;
+        uint64_t start = fp->spin_usec ? hvd_now_usec() : 0;
+        while (fp->spin_usec) {
+                for (int i = 0; i < 64; i++) {
+                        if (atomic_load_explicit(&b->head, memory_order_acquire) != cursor ||
+                            atomic_load_explicit(&me->bell, memory_order_acquire) != bell)
+                                return;
+                        cpu_relax();
+                }
+                if (hvd_now_usec() - start >= (uint64_t) fp->spin_usec)
+                        break;
+        }
+        atomic_fetch_add(&me->sleeping, 1);
+        if (atomic_load(&b->head) == cursor && atomic_load(&me->bell) == bell &&
+            !(fp->aborted && atomic_load(fp->aborted))) {
+                struct timespec ts = { .tv_sec = (time_t) (max_usec / USEC_PER_SEC),
+                                       .tv_nsec = (long) (max_usec % USEC_PER_SEC) * 1000 };
+                futex(&me->bell, FUTEX_WAIT, bell, &ts);
+        }
+        atomic_fetch_sub(&me->sleeping, 1);
+}
+
+void hvd_fastpath_kick(hvd_fastpath_t *fp) {
+        if (!fp)
+                return;
+        row_t *me = row_of(fp, fp->me);
+        atomic_fetch_add(&me->bell, 1);
+        if (atomic_load(&me->sleeping))
+                futex(&me->bell, FUTEX_WAKE, INT32_MAX, NULL);
+}

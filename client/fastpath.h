@@ -1,0 +1,109 @@
+/* fastpath.h — the steady-state fast path of a job whose ranks are all on
+ * one node: a readiness board in the job's shared memory from which every
+ * local rank derives the same schedule for tensors with a cache id, with
+ * no message to the coordinator.
+ *
+ * Each rank sets the bits of the cached ids it is ready for in its own row.
+ * Under the board's lock, whoever sees a bit set in every row clears it
+ * everywhere and appends a record to the board's log; the coordinator's
+ * schedules are appended to the same log as markers (by whichever rank
+ * receives one first). Every rank executes the log in order, so every rank
+ * runs the same operations in the same order whichever path they took.
+ * A bit that waits too long, or that another rank gave up on, is withdrawn
+ * ("demoted") and its tensor goes to the coordinator like any other: the
+ * coordinator then sees every tensor that waits, for status and stalls.
+ *
+ * Called from the worker's background thread only, except
+ * hvd_fastpath_kick (any thread). */
+#ifndef HVD_FASTPATH_H
+#define HVD_FASTPATH_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Cache ids below this go through the board; larger ones never do. */
+#define HVD_FASTPATH_MAX_IDS 8192
+/* A bit waits this long on the board before its tensor goes to the
+ * coordinator (then a stall, a dead rank or a join is the coordinator's). */
+#define HVD_FASTPATH_DEMOTE_USEC (200 * UINT64_C(1000))
+
+typedef struct hvd_fastpath hvd_fastpath_t;
+
+/* Bytes of shared memory the board takes for local_size ranks (a multiple
+ * of 4096). The memory starts zeroed; no other initialisation. */
+size_t hvd_fastpath_board_bytes(int local_size);
+
+/* Attaches to a board (borrowed: it must outlive the object). aborted is
+ * the data plane's abort flag (borrowed), checked while waiting. */
+int hvd_fastpath_new(void *board, int local_rank, int local_size, const _Atomic uint32_t *aborted,
+                     hvd_fastpath_t **ret);
+void hvd_fastpath_destroy(hvd_fastpath_t **fp);
+
+/* Counts one submission of the tensor with cache id `id` (fast or not): the
+ * n-th submissions of a tensor on every rank are the same instance. */
+uint32_t hvd_fastpath_instance(hvd_fastpath_t *fp, uint32_t id);
+
+/* Sets this rank's bit for id. Returns 0, or -EAGAIN when the tensor must
+ * go to the coordinator instead (another rank gave up on this instance,
+ * some rank is joining, the bit is set already, or the board is busy). */
+int hvd_fastpath_post(hvd_fastpath_t *fp, uint32_t id, uint64_t now_usec);
+
+/* This rank sends the current instance of id to the coordinator (its
+ * parameters changed, or are not confirmed yet): tells the others, so
+ * they send theirs at once rather than after HVD_FASTPATH_DEMOTE_USEC. */
+void hvd_fastpath_forgo(hvd_fastpath_t *fp, uint32_t id);
+
+/* Sets (or clears) this rank's "joining" flag: while any rank joins, no
+ * tensor takes the fast path. */
+void hvd_fastpath_set_joining(hvd_fastpath_t *fp, bool joining);
+
+/* The coordinator's schedule `seq` has arrived here (they arrive in order):
+ * it will be run when the log reaches its marker. */
+void hvd_fastpath_schedule_arrived(hvd_fastpath_t *fp, uint64_t seq);
+
+/* One record of the log, as this rank runs it. */
+typedef struct hvd_fastpath_record {
+        bool slow;           /* the coordinator's schedule `seq` */
+        uint64_t seq;
+        uint32_t n;          /* fast: cache ids, ascending */
+        const uint32_t *ids;
+} hvd_fastpath_record_t;
+
+typedef struct hvd_fastpath_ops {
+        /* runs one record (a marker only once its schedule arrived here);
+         * returns 0 or < 0 (the job failed) */
+        int (*run)(void *userdata, const hvd_fastpath_record_t *rec);
+        /* this rank's bit for id was withdrawn: send the tensor to the
+         * coordinator */
+        void (*demote)(void *userdata, uint32_t id);
+} hvd_fastpath_ops_t;
+
+/* Publishes what can be published (markers, records of ids every rank is
+ * ready for), withdraws bits that waited too long, and runs the log's
+ * records this rank has not run (with fast_only, up to the next schedule
+ * marker, and withdrawing nothing). Returns 0 or the first failure of run.
+ * One thread at a time calls the functions of fp but hvd_fastpath_kick and
+ * hvd_fastpath_wait, which any thread may call at any time. */
+int hvd_fastpath_step(hvd_fastpath_t *fp, uint64_t now_usec, bool fast_only, const hvd_fastpath_ops_t *ops,
+                      void *userdata);
+
+/* True while this rank has bits on the board or records to run: the caller
+ * should then wait with hvd_fastpath_wait rather than block elsewhere. */
+bool hvd_fastpath_busy(const hvd_fastpath_t *fp);
+/* Tensors this rank has on the board or in records not yet run. */
+size_t hvd_fastpath_pending(const hvd_fastpath_t *fp);
+/* True when the last step stopped at a schedule's marker: wait on the
+ * coordinator's socket (or for the thread that runs schedules), not on the
+ * board. */
+bool hvd_fastpath_awaits_schedule(const hvd_fastpath_t *fp);
+
+/* Waits (spinning briefly, then on a futex) up to max_usec for the board to
+ * change or for a kick. */
+void hvd_fastpath_wait(hvd_fastpath_t *fp, uint64_t max_usec);
+
+/* Wakes this rank's hvd_fastpath_wait (any thread; fp may be NULL). */
+void hvd_fastpath_kick(hvd_fastpath_t *fp);
+
+#endif

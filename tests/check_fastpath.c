@@ -1,0 +1,283 @@
+/* check_fastpath.c — unit tests of the fast path's readiness board
+ * (client/fastpath.c), with several ranks' views of one board in one
+ * process: a record holds only ids every rank posted, ascending, and every
+ * rank runs the same records in the same order, whoever appended them; schedule markers sit in the
+ * same log and wait for their schedule; a bit that waits too long is
+ * withdrawn, and the others then send that instance to the coordinator too;
+ * a joining rank keeps everyone off the board; fast_only stops at markers. */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "fastpath.h"
+
+#define N 3
+#define MS UINT64_C(1000)
+
+typedef struct log {
+        int n;
+        bool slow[64];
+        uint64_t seq[64];
+        uint32_t ids[64][64];
+        uint32_t n_ids[64];
+        uint32_t demoted[64];
+        int n_demoted;
+} log_t;
+
+static void *board;
+static hvd_fastpath_t *fp[N];
+static log_t logs[N];
+static _Atomic uint32_t aborted;
+
+static int run(void *u, const hvd_fastpath_record_t *rec) {
+        log_t *l = u;
+        ck_assert_int_lt(l->n, 64);
+        l->slow[l->n] = rec->slow;
+        l->seq[l->n] = rec->seq;
+        l->n_ids[l->n] = rec->n;
+        memcpy(l->ids[l->n], rec->ids, rec->n * sizeof *rec->ids);
+        l->n++;
+        return 0;
+}
+
+static void demote(void *u, uint32_t id) {
+        log_t *l = u;
+        l->demoted[l->n_demoted++] = id;
+}
+
+static const hvd_fastpath_ops_t ops = { .run = run, .demote = demote };
+
+static void setup(void) {
+        size_t bytes = hvd_fastpath_board_bytes(N);
+        ck_assert_int_eq(bytes % 4096, 0);
+        board = aligned_alloc(4096, bytes);
+        ck_assert_ptr_nonnull(board);
+        memset(board, 0, bytes);
+        memset(logs, 0, sizeof logs);
+        for (int r = 0; r < N; r++)
+                ck_assert_int_eq(hvd_fastpath_new(board, r, N, &aborted, &fp[r]), 0);
+}
+
+static void teardown(void) {
+        for (int r = 0; r < N; r++) {
+                hvd_fastpath_destroy(&fp[r]);
+                ck_assert_ptr_null(fp[r]);
+        }
+        hvd_fastpath_destroy(NULL);
+        free(board);
+}
+
+static void post(int r, uint32_t id, uint64_t now) {
+        hvd_fastpath_instance(fp[r], id);
+        ck_assert_int_eq(hvd_fastpath_post(fp[r], id, now), 0);
+}
+
+static void step(int r, uint64_t now) {
+        ck_assert_int_eq(hvd_fastpath_step(fp[r], now, false, &ops, &logs[r]), 0);
+}
+
+START_TEST(test_fastpath_record_needs_every_rank) {
+        /* the ranks post in different orders; nothing runs until the last */
+        post(0, 130, 0);
+        post(0, 5, 0);
+        post(0, 1, 0);
+        post(1, 1, 0);
+        post(1, 130, 0);
+        post(1, 5, 0);
+        step(0, 1);
+        step(1, 1);
+        ck_assert_int_eq(logs[0].n + logs[1].n, 0);
+        ck_assert(hvd_fastpath_busy(fp[0]));
+        ck_assert_int_eq(hvd_fastpath_pending(fp[0]), 3);
+        post(2, 5, 0);
+        post(2, 130, 0);
+        step(2, 1);
+        /* 5 and 130 are ready everywhere: one record; 1 waits for rank 2 */
+        ck_assert_int_eq(logs[2].n, 1);
+        ck_assert_int_eq(logs[2].n_ids[0], 2);
+        ck_assert(hvd_fastpath_busy(fp[0]));
+        post(2, 1, 0);
+        for (int r = N - 1; r >= 0; r--)
+                step(r, 2);
+        for (int r = 0; r < N; r++) {
+                ck_assert_int_eq(logs[r].n, 2);
+                ck_assert(!logs[r].slow[0] && !logs[r].slow[1]);
+                ck_assert_int_eq(logs[r].n_ids[0], 2);
+                ck_assert_uint_eq(logs[r].ids[0][0], 5);
+                ck_assert_uint_eq(logs[r].ids[0][1], 130);
+                ck_assert_int_eq(logs[r].n_ids[1], 1);
+                ck_assert_uint_eq(logs[r].ids[1][0], 1);
+                ck_assert(!hvd_fastpath_busy(fp[r]));
+                ck_assert_int_eq(hvd_fastpath_pending(fp[r]), 0);
+        }
+        /* the same ids again: a second record, same on every rank */
+        for (int r = 0; r < N; r++)
+                post(r, 5, 10);
+        for (int r = 0; r < N; r++)
+                step(r, 11);
+        for (int r = 0; r < N; r++) {
+                ck_assert_int_eq(logs[r].n, 3);
+                ck_assert_int_eq(logs[r].n_ids[2], 1);
+                ck_assert_uint_eq(logs[r].ids[2][0], 5);
+        }
+}
+END_TEST
+
+START_TEST(test_fastpath_markers_share_the_order) {
+        /* rank 0 receives schedule 1 first; fast id 9 is published after its
+         * marker; rank 2 meets the marker before its schedule and waits */
+        hvd_fastpath_schedule_arrived(fp[0], 1);
+        step(0, 0);
+        ck_assert_int_eq(logs[0].n, 1);
+        ck_assert(logs[0].slow[0]);
+        ck_assert_uint_eq(logs[0].seq[0], 1);
+        for (int r = 0; r < N; r++)
+                post(r, 9, 0);
+        step(0, 1);
+        hvd_fastpath_schedule_arrived(fp[1], 1);
+        step(1, 1);
+        step(2, 1);
+        ck_assert_int_eq(logs[2].n, 0);
+        ck_assert(hvd_fastpath_awaits_schedule(fp[2]));
+        ck_assert(hvd_fastpath_busy(fp[2]));
+        /* its schedule arrives: the marker, then the record */
+        hvd_fastpath_schedule_arrived(fp[2], 1);
+        step(2, 2);
+        ck_assert(!hvd_fastpath_awaits_schedule(fp[2]));
+        for (int r = 0; r < N; r++) {
+                ck_assert_int_eq(logs[r].n, 2);
+                ck_assert(logs[r].slow[0]);
+                ck_assert_uint_eq(logs[r].seq[0], 1);
+                ck_assert(!logs[r].slow[1]);
+                ck_assert_uint_eq(logs[r].ids[1][0], 9);
+        }
+}
+END_TEST
+
+START_TEST(test_fastpath_fast_only_stops_at_markers) {
+        hvd_fastpath_schedule_arrived(fp[0], 1);
+        ck_assert_int_eq(hvd_fastpath_step(fp[0], 0, true, &ops, &logs[0]), 0);
+        ck_assert_int_eq(logs[0].n, 0);
+        ck_assert(hvd_fastpath_awaits_schedule(fp[0]));
+        step(0, 1);
+        ck_assert_int_eq(logs[0].n, 1);
+        ck_assert(logs[0].slow[0]);
+}
+END_TEST
+
+START_TEST(test_fastpath_demotion) {
+        post(0, 7, 0);
+        post(1, 7, 50 * MS);
+        step(0, 100 * MS);
+        step(1, 100 * MS);
+        ck_assert_int_eq(logs[0].n_demoted + logs[1].n_demoted, 0);
+        /* rank 0's bit waited its time: withdrawn, and rank 1's follows at
+         * once (the same instance goes to the coordinator) */
+        step(0, HVD_FASTPATH_DEMOTE_USEC + 1);
+        ck_assert_int_eq(logs[0].n_demoted, 1);
+        ck_assert_uint_eq(logs[0].demoted[0], 7);
+        ck_assert_int_eq(hvd_fastpath_pending(fp[0]), 0);
+        step(1, HVD_FASTPATH_DEMOTE_USEC + 2);
+        ck_assert_int_eq(logs[1].n_demoted, 1);
+        /* rank 2 comes late with that instance: not on the board */
+        hvd_fastpath_instance(fp[2], 7);
+        ck_assert_int_eq(hvd_fastpath_post(fp[2], 7, HVD_FASTPATH_DEMOTE_USEC + 3), -EAGAIN);
+        for (int r = 0; r < N; r++)
+                ck_assert_int_eq(logs[r].n, 0);
+        /* the next instance takes the fast path again */
+        for (int r = 0; r < N; r++)
+                post(r, 7, 1000 * MS);
+        for (int r = 0; r < N; r++)
+                step(r, 1000 * MS);
+        for (int r = 0; r < N; r++) {
+                ck_assert_int_eq(logs[r].n, 1);
+                ck_assert_uint_eq(logs[r].ids[0][0], 7);
+        }
+}
+END_TEST
+
+START_TEST(test_fastpath_forgo) {
+        /* rank 1 sends its instance to the coordinator (parameters changed):
+         * rank 0's bit is withdrawn without waiting */
+        post(0, 3, 0);
+        hvd_fastpath_instance(fp[1], 3);
+        hvd_fastpath_forgo(fp[1], 3);
+        step(0, 1);
+        ck_assert_int_eq(logs[0].n_demoted, 1);
+        ck_assert_uint_eq(logs[0].demoted[0], 3);
+}
+END_TEST
+
+START_TEST(test_fastpath_joining) {
+        hvd_fastpath_set_joining(fp[1], true);
+        hvd_fastpath_instance(fp[0], 4);
+        ck_assert_int_eq(hvd_fastpath_post(fp[0], 4, 0), -EAGAIN);
+        hvd_fastpath_set_joining(fp[1], false);
+        post(0, 4, 0);
+        /* a rank starts joining while a bit waits: withdrawn */
+        hvd_fastpath_set_joining(fp[2], true);
+        step(0, 1);
+        ck_assert_int_eq(logs[0].n_demoted, 1);
+        hvd_fastpath_set_joining(fp[2], false);
+}
+END_TEST
+
+START_TEST(test_fastpath_limits) {
+        hvd_fastpath_t *x = NULL;
+        ck_assert_int_eq(hvd_fastpath_new(NULL, 0, 2, NULL, &x), -EINVAL);
+        ck_assert_int_eq(hvd_fastpath_new(board, 0, 1, NULL, &x), -EINVAL);
+        ck_assert_int_eq(hvd_fastpath_new(board, 3, 3, NULL, &x), -EINVAL);
+        ck_assert_ptr_null(x);
+        /* ids beyond the board never take the fast path */
+        ck_assert_int_eq(hvd_fastpath_post(fp[0], HVD_FASTPATH_MAX_IDS, 0), -EAGAIN);
+        /* a bit already posted is not posted twice */
+        post(0, 2, 0);
+        ck_assert_int_eq(hvd_fastpath_post(fp[0], 2, 0), -EAGAIN);
+        /* many ids: records of at most their capacity, all ids once, in order */
+        for (uint32_t id = 100; id < 300; id++)
+                for (int r = 0; r < N; r++)
+                        post(r, id, 0);
+        for (int r = 1; r < N; r++)
+                post(r, 2, 0);
+        for (int r = 0; r < N; r++)
+                step(r, 1);
+        for (int r = 0; r < N; r++) {
+                uint32_t want = 2, seen = 0;
+                for (int k = 0; k < logs[r].n; k++)
+                        for (uint32_t i = 0; i < logs[r].n_ids[k]; i++) {
+                                ck_assert_uint_eq(logs[r].ids[k][i], want);
+                                want = want == 2 ? 100 : want + 1;
+                                seen++;
+                        }
+                ck_assert_uint_eq(seen, 201);
+                ck_assert_int_eq(logs[r].n, logs[0].n);
+        }
+}
+END_TEST
+
+static Suite *fastpath_suite(void) {
+        Suite *s = suite_create("fastpath");
+        TCase *tc = tcase_create("board");
+        tcase_add_checked_fixture(tc, setup, teardown);
+        tcase_add_test(tc, test_fastpath_record_needs_every_rank);
+        tcase_add_test(tc, test_fastpath_markers_share_the_order);
+        tcase_add_test(tc, test_fastpath_fast_only_stops_at_markers);
+        tcase_add_test(tc, test_fastpath_demotion);
+        tcase_add_test(tc, test_fastpath_forgo);
+        tcase_add_test(tc, test_fastpath_joining);
+        tcase_add_test(tc, test_fastpath_limits);
+        suite_add_tcase(s, tc);
+        return s;
+}
+
+int main(void) {
+        SRunner *sr = srunner_create(fastpath_suite());
+        srunner_run_all(sr, CK_NORMAL);
+        int failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

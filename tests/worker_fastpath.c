@@ -1,0 +1,275 @@
+/* worker_fastpath.c — scenarios for the one-node fast path (client/fastpath.c):
+ * many repeated named allreduces whose results are checked exactly, with
+ * new names appearing mid-run, a rank killed while the others wait on the
+ * board, and a rank that never submits a cached tensor (the stall inspector).
+ *
+ *   worker_fastpath exact ROUNDS   int32 sums and maxima of 8 cached tensors
+ *                                  per round, fused and not, a new name every
+ *                                  7th round, a grouped and a process-set
+ *                                  allreduce now and then; exits 1 on any
+ *                                  wrong element
+ *   worker_fastpath kill           cached allreduces until killed; writes
+ *                                  $HVD_TEST_TMPDIR/running.RANK after 50
+ *                                  rounds; prints the error it ends with
+ *   worker_fastpath stall          20 rounds of 'fp.stall', then rank 0
+ *                                  submits it once more and the others wait
+ *                                  in a barrier; prints what each gets
+ * With HVD_TEST_TMPDIR, `exact` holds the job alive at its end until
+ * $HVD_TEST_TMPDIR/hold.go exists (rank 0 writes hold.ready), so the
+ * daemon's status of the live job can be read. */
+#include <inttypes.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "hvd.h"
+
+static int rank, size;
+
+#define FAIL(...)                                                                                                      \
+        do {                                                                                                           \
+                printf("rank %d: FAIL: ", rank);                                                                       \
+                printf(__VA_ARGS__);                                                                                   \
+                printf("\n");                                                                                          \
+                exit(1);                                                                                               \
+        } while (0)
+
+#define NT 8
+static const int64_t lens[NT] = { 1, 3, 17, 256, 1000, 4096, 5, 70000 };
+
+static int32_t val(int r, int round, int t, int64_t i) {
+        return (int32_t) (r * 1000 + round * 7 + t * 13 + (int32_t) (i % 101));
+}
+
+static hvd_handle_t *submit(const char *name, const int32_t *in, int32_t *out, int64_t n, hvd_reduce_op_t op,
+                            int process_set) {
+        hvd_request_t q = HVD_REQUEST_INIT;
+        int64_t shape[1] = { n };
+        q.name = name;
+        q.input = in;
+        q.output = out;
+        q.dtype = HVD_INT32;
+        q.ndim = 1;
+        q.shape = shape;
+        q.reduce_op = op;
+        q.process_set = process_set;
+        hvd_handle_t *h = NULL;
+        if (hvd_allreduce_async(&q, &h) < 0)
+                FAIL("allreduce '%s': %s", name, hvd_last_error());
+        return h;
+}
+
+static void wait_ok(hvd_handle_t **h, const char *what) {
+        int r = hvd_handle_wait(*h);
+        if (r < 0)
+                FAIL("%s: %s: %s", what, hvd_strerror(r), hvd_handle_error(*h));
+        hvd_handle_release(h);
+}
+
+static void check(const char *name, const int32_t *out, int64_t n, int round, int t, bool max, int nranks,
+                  const int *ranks) {
+        for (int64_t i = 0; i < n; i++) {
+                int64_t want = max ? INT64_MIN : 0;
+                for (int k = 0; k < nranks; k++) {
+                        int32_t v = val(ranks ? ranks[k] : k, round, t, i);
+                        want = max ? (v > want ? v : want) : want + v;
+                }
+                if (out[i] != want)
+                        FAIL("round %d: '%s'[%" PRId64 "] = %" PRId32 ", expected %" PRId64, round, name, i, out[i],
+                             want);
+        }
+}
+
+static void hold(void) {
+        const char *dir = getenv("HVD_TEST_TMPDIR");
+        if (!dir)
+                return;
+        if (hvd_barrier() < 0)
+                FAIL("barrier: %s", hvd_last_error());
+        char path[1024];
+        if (rank == 0) {
+                snprintf(path, sizeof path, "%s/hold.ready", dir);
+                FILE *f = fopen(path, "w");
+                if (f)
+                        fclose(f);
+        }
+        snprintf(path, sizeof path, "%s/hold.go", dir);
+        for (int i = 0; i < 600 && access(path, F_OK) != 0; i++)
+                usleep(50 * 1000);
+        if (hvd_barrier() < 0)
+                FAIL("barrier: %s", hvd_last_error());
+}
+
+static int exact(int rounds) {
+        int32_t *in[NT], *out[NT], *in2 = malloc(64 * sizeof *in2), *out2 = malloc(64 * sizeof *out2);
+        for (int t = 0; t < NT; t++) {
+                in[t] = malloc((size_t) lens[t] * sizeof(int32_t));
+                out[t] = malloc((size_t) lens[t] * sizeof(int32_t));
+                if (!in[t] || !out[t])
+                        FAIL("out of memory");
+        }
+        /* a process set of the even ranks, for the odd round */
+        int even[64], n_even = 0;
+        for (int r = 0; r < size && n_even < 64; r += 2)
+                even[n_even++] = r;
+        int ps = hvd_add_process_set(even, (size_t) n_even);
+        if (ps < 0)
+                FAIL("add_process_set: %s", hvd_last_error());
+        for (int round = 0; round < rounds; round++) {
+                hvd_handle_t *h[NT], *hn = NULL, *hp = NULL;
+                char names[NT][32], nname[32];
+                for (int t = 0; t < NT; t++) {
+                        for (int64_t i = 0; i < lens[t]; i++)
+                                in[t][i] = val(rank, round, t, i);
+                        memset(out[t], 0xff, (size_t) lens[t] * sizeof(int32_t));
+                        snprintf(names[t], sizeof names[t], "fp.t%d", t);
+                }
+                /* ranks submit in different orders: the board orders them */
+                for (int k = 0; k < NT; k++) {
+                        int t = (k + rank * 3) % NT;
+                        h[t] = submit(names[t], in[t], out[t], lens[t], t == 2 || t == 6 ? HVD_REDUCE_MAX : HVD_REDUCE_SUM,
+                                      0);
+                        if (k == NT / 2 && round % 7 == 3) {
+                                /* a name never seen, between cached ones */
+                                snprintf(nname, sizeof nname, "fp.new.%d", round);
+                                for (int i = 0; i < 64; i++)
+                                        in2[i] = val(rank, round, 99, i);
+                                hn = submit(nname, in2, out2, 64, HVD_REDUCE_SUM, 0);
+                        }
+                }
+                if (round % 11 == 5 && (rank % 2) == 0) {
+                        static int32_t pin[9], pout[9];
+                        for (int i = 0; i < 9; i++)
+                                pin[i] = val(rank, round, 50, i);
+                        hp = submit("fp.pset", pin, pout, 9, HVD_REDUCE_SUM, ps);
+                        wait_ok(&hp, "fp.pset");
+                        check("fp.pset", pout, 9, round, 50, false, n_even, even);
+                }
+                for (int t = 0; t < NT; t++) {
+                        wait_ok(&h[t], names[t]);
+                        check(names[t], out[t], lens[t], round, t, t == 2 || t == 6, size, NULL);
+                }
+                if (hn) {
+                        wait_ok(&hn, nname);
+                        check(nname, out2, 64, round, 99, false, size, NULL);
+                }
+                if (round % 13 == 9) {
+                        /* a synchronous one of a new shape under an old name's
+                         * neighbour, and a grouped pair: the coordinator's path */
+                        hvd_request_t g[2];
+                        int32_t gi[2][4], go[2][4];
+                        int64_t shape[1] = { 4 };
+                        for (int k = 0; k < 2; k++) {
+                                hvd_request_init(&g[k]);
+                                g[k].name = k ? "fp.group.b" : "fp.group.a";
+                                g[k].input = gi[k];
+                                g[k].output = go[k];
+                                g[k].dtype = HVD_INT32;
+                                g[k].ndim = 1;
+                                g[k].shape = shape;
+                                g[k].reduce_op = HVD_REDUCE_SUM;
+                                for (int i = 0; i < 4; i++)
+                                        gi[k][i] = val(rank, round, 60 + k, i);
+                        }
+                        hvd_handle_t *gh = NULL;
+                        if (hvd_grouped_allreduce_async(g, 2, &gh) < 0)
+                                FAIL("grouped: %s", hvd_last_error());
+                        wait_ok(&gh, "grouped");
+                        check("fp.group.a", go[0], 4, round, 60, false, size, NULL);
+                        check("fp.group.b", go[1], 4, round, 61, false, size, NULL);
+                }
+        }
+        printf("rank %d: exact: %d rounds ok\n", rank, rounds);
+        hold();
+        for (int t = 0; t < NT; t++) {
+                free(in[t]);
+                free(out[t]);
+        }
+        free(in2);
+        free(out2);
+        return 0;
+}
+
+static int killed(void) {
+        int32_t x[16], y[16];
+        const char *dir = getenv("HVD_TEST_TMPDIR");
+        for (int round = 0;; round++) {
+                for (int i = 0; i < 16; i++)
+                        x[i] = val(rank, round, 0, i);
+                hvd_handle_t *h = submit("fp.kill", x, y, 16, HVD_REDUCE_SUM, 0);
+                int r = hvd_handle_wait(h);
+                if (r < 0) {
+                        printf("rank %d: kill: %s after %d rounds: %s\n", rank, hvd_strerror(r), round,
+                               hvd_handle_error(h));
+                        hvd_handle_release(&h);
+                        return 2;
+                }
+                hvd_handle_release(&h);
+                check("fp.kill", y, 16, round, 0, false, size, NULL);
+                if (round == 50 && dir) {
+                        char path[1024];
+                        snprintf(path, sizeof path, "%s/running.%d", dir, rank);
+                        FILE *f = fopen(path, "w");
+                        if (f) {
+                                fprintf(f, "%d\n", (int) getpid());
+                                fclose(f);
+                        }
+                }
+        }
+}
+
+static int stall(void) {
+        int32_t x[4], y[4];
+        for (int round = 0; round <= 20; round++) {
+                for (int i = 0; i < 4; i++)
+                        x[i] = val(rank, round, 0, i);
+                if (round == 20 && rank != 0) {
+                        /* everyone but rank 0 waits in a barrier rank 0 never
+                         * reaches; rank 0's tensor is the older one */
+                        usleep(500 * 1000);
+                        int r = hvd_barrier();
+                        printf("rank %d: barrier: %s: %s\n", rank, hvd_strerror(r), hvd_last_error());
+                        return r < 0 ? 3 : 0;
+                }
+                hvd_handle_t *h = submit("fp.stall", x, y, 4, HVD_REDUCE_SUM, 0);
+                int r = hvd_handle_wait(h);
+                if (r < 0) {
+                        printf("rank %d: fp.stall: %s: %s\n", rank, hvd_strerror(r), hvd_handle_error(h));
+                        hvd_handle_release(&h);
+                        return 3;
+                }
+                hvd_handle_release(&h);
+                check("fp.stall", y, 4, round, 0, false, size, NULL);
+        }
+        printf("rank %d: fp.stall completed, which it must not\n", rank);
+        return 1;
+}
+
+int main(int argc, char **argv) {
+        setvbuf(stdout, NULL, _IOLBF, 0);
+        if (argc < 2) {
+                fprintf(stderr, "usage: %s exact ROUNDS | kill | stall\n", argv[0]);
+                return 2;
+        }
+        if (hvd_init() < 0) {
+                printf("hvd_init: %s\n", hvd_last_error());
+                return 1;
+        }
+        rank = hvd_rank();
+        size = hvd_size();
+        int r;
+        if (strcmp(argv[1], "exact") == 0)
+                r = exact(argc > 2 ? atoi(argv[2]) : 100);
+        else if (strcmp(argv[1], "kill") == 0)
+                r = killed();
+        else if (strcmp(argv[1], "stall") == 0)
+                r = stall();
+        else {
+                fprintf(stderr, "unknown scenario %s\n", argv[1]);
+                r = 2;
+        }
+        hvd_shutdown();
+        return r;
+}
