@@ -160,6 +160,10 @@ static const key_def_t keys[] = {
         { "peer_listen", T_STRING, OFF(peer_listen), 256, 0, 0, "a ZeroMQ endpoint such as tcp://10.0.0.1:7100" },
         { "peer_timeout", T_USEC_SEC, OFF(peer_timeout_usec), 0, 500 * USEC_PER_MSEC, 3600 * USEC_PER_SEC,
           "a duration such as 10s (plain numbers are seconds)" },
+        { "curve_secret_key_file", T_STRING, OFF(curve_secret_key_file), PATH_MAX, 0, 0,
+          "the path of a secret key file written by 'hvdctl keygen'" },
+        { "peer_public_keys", T_STRING, OFF(peer_public_keys), PATH_MAX, 0, 0,
+          "a directory of NAME.key files or a file of 'KEY [NAME]' lines" },
 };
 
 int hvd_daemon_config_set(hvd_daemon_config_t *cfg, const char *key, const char *value,

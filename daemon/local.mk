@@ -2,7 +2,8 @@
 # hvdrun (embedded daemon) link too.
 noinst_LTLIBRARIES += daemon/libhvddaemon.la
 daemon_libhvddaemon_la_SOURCES = \
-	daemon/coordinator.c daemon/coordinator.h
+	daemon/coordinator.c daemon/coordinator.h \
+	daemon/zap.c daemon/zap.h
 daemon_libhvddaemon_la_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
 daemon_libhvddaemon_la_LIBADD = common/libhvdcommon.la
 

@@ -43,20 +43,24 @@ TESTS += %D%/gen_corpus %D%/regress-envelope %D%/regress-negotiate %D%/regress-c
 EXTRA_%C%_regress_hostfile_DEPENDENCIES = $(top_srcdir)/tools/hvdrun.c
 
 if ENABLE_FUZZING
-# libFuzzer binaries: clang compiles the harness together with the code
-# under test, all instrumented (automake has no per-target compiler, so
-# these are plain rules).
-%C%_lib_srcs = $(filter %.c,$(common_libhvdcommon_la_SOURCES:%=$(top_srcdir)/%)) $(top_builddir)/proto/hvd.pb-c.c
-%C%_clang_flags = -g -O1 -std=gnu11 -pthread -fsanitize=fuzzer,address,undefined \
+# libFuzzer binaries: clang compiles the code under test once into
+# instrumented objects (fuzz/obj/), and each harness links them (automake
+# has no per-target compiler, so these are plain rules).
+%C%_lib_srcs = $(filter %.c,$(common_libhvdcommon_la_SOURCES)) daemon/coordinator.c daemon/zap.c
+%C%_lib_objs = $(%C%_lib_srcs:%.c=%D%/obj/%.o) %D%/obj/proto/hvd.pb-c.o
+%C%_clang_flags = -g -O1 -std=gnu11 -pthread -fsanitize=address,undefined \
 	-fno-sanitize-recover=undefined -fno-omit-frame-pointer \
 	$(DEFS) -I$(top_builddir) $(%C%_cppflags) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
 %C%_clang_libs = $(ZMQ_LIBS) $(PROTOBUF_C_LIBS) -lm
 %C%_fuzzers = $(foreach h,$(%C%_harnesses),%D%/fuzz-$(h))
 noinst_DATA = $(%C%_fuzzers)
-CLEANFILES += $(%C%_fuzzers)
+CLEANFILES += $(%C%_fuzzers) $(%C%_lib_objs)
 
-%D%/fuzz-hostfile: $(top_srcdir)/tools/hvdrun.c $(top_srcdir)/daemon/coordinator.c
-%D%/fuzz-%: $(top_srcdir)/%D%/%.c $(top_srcdir)/%D%/fuzz.h $(%C%_lib_srcs) proto/hvd.pb-c.h
-	$(AM_V_CC)$(MKDIR_P) %D% && $(CLANG) $(%C%_clang_flags) -o $@ $< $(%C%_lib_srcs) \
-	  $(if $(findstring hostfile,$@),$(top_srcdir)/daemon/coordinator.c) $(%C%_clang_libs)
+%D%/obj/proto/hvd.pb-c.o: proto/hvd.pb-c.c proto/hvd.pb-c.h
+	$(AM_V_CC)$(MKDIR_P) $(@D) && $(CLANG) $(%C%_clang_flags) -fsanitize=fuzzer-no-link -c -o $@ proto/hvd.pb-c.c
+%D%/obj/%.o: $(top_srcdir)/%.c proto/hvd.pb-c.h
+	$(AM_V_CC)$(MKDIR_P) $(@D) && $(CLANG) $(%C%_clang_flags) -fsanitize=fuzzer-no-link -c -o $@ $<
+%D%/fuzz-hostfile: $(top_srcdir)/tools/hvdrun.c
+%D%/fuzz-%: $(top_srcdir)/%D%/%.c $(top_srcdir)/%D%/fuzz.h $(%C%_lib_objs)
+	$(AM_V_CCLD)$(CLANG) $(%C%_clang_flags) -fsanitize=fuzzer -o $@ $< $(%C%_lib_objs) $(%C%_clang_libs)
 endif

@@ -2,15 +2,16 @@
 AM_TESTS_ENVIRONMENT = \
 	HVD_BUILDDIR='$(abs_top_builddir)'; export HVD_BUILDDIR; \
 	HVD_SRCDIR='$(abs_top_srcdir)'; export HVD_SRCDIR; \
-	PYTHON='$(PYTHON)'; export PYTHON;
+	PYTHON='$(PYTHON)'; export PYTHON; \
+	HVD_ASAN_RUNTIME='$(ASAN_RUNTIME)'; export HVD_ASAN_RUNTIME;
 
 EXTRA_DIST += %D%/lib/launch.sh %D%/lib/launch-multi.sh %D%/lib/common.sh %D%/lib/delay_proxy.py
 
 # several nodes: daemons on loopback, and real test hosts in namespaces
 check_PROGRAMS += %D%/worker_smoke
 %C%_worker_smoke_LDADD = client/libhvd.la
-TESTS += %D%/test-multinode.sh %D%/test-netns.sh %D%/test-stall.sh
-EXTRA_DIST += %D%/test-multinode.sh %D%/test-netns.sh %D%/test-stall.sh
+TESTS += %D%/test-multinode.sh %D%/test-netns.sh %D%/test-stall.sh %D%/test-curve.sh
+EXTRA_DIST += %D%/test-multinode.sh %D%/test-netns.sh %D%/test-stall.sh %D%/test-curve.sh
 
 include %D%/reduce.mk
 include %D%/unit.mk
