@@ -791,7 +791,7 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
         j->ranks[h->rank] = w;
         j->n_hello++;
         j->n_live++;
-        hvd_log_info("job %s: rank %u joined (pid %d), %u of %u here", j->id, w->rank, (int) w->pid, j->n_hello,
+        hvd_log_info("job %s: rank %u joined (pid %d, uid %d), %u of %u here", j->id, w->rank, (int) w->pid, (int) uid, j->n_hello,
                      j->local_size);
         if (j->n_hello == j->local_size)
                 local_complete(d, j);

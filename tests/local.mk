@@ -10,8 +10,8 @@ EXTRA_DIST += %D%/lib/launch.sh %D%/lib/launch-multi.sh %D%/lib/common.sh %D%/li
 # several nodes: daemons on loopback, and real test hosts in namespaces
 check_PROGRAMS += %D%/worker_smoke
 %C%_worker_smoke_LDADD = client/libhvd.la
-TESTS += %D%/test-multinode.sh %D%/test-netns.sh %D%/test-stall.sh %D%/test-curve.sh
-EXTRA_DIST += %D%/test-multinode.sh %D%/test-netns.sh %D%/test-stall.sh %D%/test-curve.sh
+TESTS += %D%/test-multinode.sh %D%/test-netns.sh %D%/test-stall.sh %D%/test-curve.sh %D%/test-local-auth.sh
+EXTRA_DIST += %D%/test-multinode.sh %D%/test-netns.sh %D%/test-stall.sh %D%/test-curve.sh %D%/test-local-auth.sh
 
 include %D%/reduce.mk
 include %D%/unit.mk
