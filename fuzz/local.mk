@@ -1,5 +1,5 @@
 # Fuzzing: libFuzzer harnesses of everything that parses outside input
-# (fuzz/README in docs/FUZZING.md). Two builds of each harness:
+# (docs/FUZZING.md). Two builds of each harness:
 #  - fuzz/regress-NAME (always, any compiler): runs the committed corpus
 #    fuzz/corpus/NAME once; part of make check;
 #  - fuzz/fuzz-NAME (configure --enable-fuzzing, clang): the libFuzzer
@@ -8,7 +8,7 @@
 # on each (also a test).
 %C%_harnesses = envelope negotiate conf hostfile
 
-EXTRA_DIST += %D%/run.sh %D%/fuzz.h $(foreach h,$(%C%_harnesses),%D%/$(h).c) %D%/corpus
+EXTRA_DIST += %D%/run.sh %D%/fuzz.h $(foreach h,$(%C%_harnesses),%D%/$(h).c) %D%/corpus docs/FUZZING.md
 
 %C%_cppflags = $(AM_CPPFLAGS) -I$(top_srcdir)/%D% -I$(top_srcdir)/daemon
 %C%_cflags = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
