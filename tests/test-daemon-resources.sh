@@ -2,8 +2,9 @@
 # test-daemon-resources.sh — the daemon gives back what workers take:
 # after 1,000 worker connect/join/leave/exit cycles (tests/worker_cycle,
 # one one-rank job each, four streams at once) its open file descriptors are back to the count
-# before, its resident memory grew by less than a generous bound, every job
-# is gone and no job's shared memory is left behind.
+# before, its resident memory grew by less than a generous bound (without
+# ASan), every job is gone, no job's shared memory is left behind, and it
+# stops cleanly (with ASan: no leak at exit).
 set -u
 . "$HVD_SRCDIR/tests/lib/common.sh"
 b=$HVD_BUILDDIR
@@ -45,8 +46,19 @@ settle
 fd1=$(fds) rss1=$(rss_kb)
 echo "fds: $fd0 -> $fd1; VmRSS: $rss0 kB -> $rss1 kB"
 [ "$fd1" -le "$fd0" ] || fail "the daemon holds $((fd1 - fd0)) more file descriptors after 1000 cycles" "$(ls -l /proc/$dpid/fd)"
-[ $((rss1 - rss0)) -lt 16384 ] || fail "the daemon's resident memory grew by $((rss1 - rss0)) kB over 1000 cycles"
+if [ -n "${HVD_ASAN_RUNTIME:-}" ]; then
+        # ASan keeps freed memory in quarantine, so RSS says nothing there;
+        # LeakSanitizer checks the heap when the daemon exits (below)
+        echo "RSS bound not checked under AddressSanitizer"
+else
+        [ $((rss1 - rss0)) -lt 16384 ] || fail "the daemon's resident memory grew by $((rss1 - rss0)) kB over 1000 cycles"
+fi
 left=$(ls /dev/shm 2>/dev/null | grep -c -- "^hvd-$dpid-" || true)
 [ "$left" -eq 0 ] || fail "$left shared-memory segments of the cycled jobs are left in /dev/shm"
 kill -0 $dpid || fail "the daemon died"
+# a clean stop (and, under --enable-sanitizers, no leak report at exit)
+kill -TERM $dpid
+wait $dpid
+rc=$?
+[ $rc -eq 0 ] || fail "the daemon exited with $rc after SIGTERM" "$(tail -n 40 "$rt/daemon.log")"
 echo "ok: 1000 worker cycles, descriptors and memory back to baseline"
