@@ -164,6 +164,10 @@ static const key_def_t keys[] = {
           "a duration such as 10s (plain numbers are seconds)", true },
         { "metrics_listen", T_STRING, OFF(metrics_listen), 256, 0, 0,
           "ADDRESS:PORT such as 127.0.0.1:9464 (empty = no HTTP listener)", false },
+        { "curve_secret_key_file", T_STRING, OFF(curve_secret_key_file), PATH_MAX, 0, 0,
+          "the path of a secret key file written by 'hvdctl keygen'", false },
+        { "peer_public_keys", T_STRING, OFF(peer_public_keys), PATH_MAX, 0, 0,
+          "a directory of NAME.key files or a file of 'KEY [NAME]' lines", false },
 };
 
 int hvd_daemon_config_set(hvd_daemon_config_t *cfg, const char *key, const char *value,

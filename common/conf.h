@@ -31,6 +31,8 @@ typedef struct hvd_daemon_config {
         char peer_listen[256];             /* tcp endpoint other daemons reach ("" = none) */
         uint64_t peer_timeout_usec;        /* a silent peer daemon is lost after this */
         char metrics_listen[256];          /* HTTP /metrics listener "ADDR:PORT" ("" = off) */
+        char curve_secret_key_file[PATH_MAX]; /* this daemon's CURVE key ("" = no CURVE) */
+        char peer_public_keys[PATH_MAX];   /* allowed peer keys: a file or a directory */
         bool handle_signals;               /* SIGTERM/SIGINT/SIGHUP through signalfd */
         bool notify;                       /* speak sd_notify if NOTIFY_SOCKET is set */
 } hvd_daemon_config_t;

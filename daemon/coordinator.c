@@ -46,6 +46,7 @@
 #include "strmap.h"
 #include "util.h"
 #include "wire.h"
+#include "zap.h"
 
 #define HOUSEKEEPING_USEC (100 * USEC_PER_MSEC)
 #define ABORTED_JOB_LINGER_USEC (30 * USEC_PER_SEC)
@@ -111,6 +112,8 @@ struct job {
         char id[HVD_WIRE_MAX_JOB_ID + 1];
         uint8_t secret[HVD_WIRE_MAX_SECRET];
         size_t secret_len;
+        uid_t owner_uid; /* the uid of the first local worker (ZAP over ipc); only it may join */
+        bool owned;
         uint32_t size, local_size;
         job_state_t state;
         worker_t **ranks; /* [size], NULL until hello */
@@ -159,6 +162,7 @@ struct hvd_daemon {
         hvd_strmap_t *workers; /* routing id → worker_t */
         hvd_strmap_t *peers;   /* root endpoint → peer_t */
         void *peer_sock;       /* ROUTER on cfg.peer_listen, or NULL */
+        hvd_zap_t *zap;        /* ZAP handler, CURVE keys */
         char peer_ep[256];
         uint64_t start_usec, epoch, job_seq;
         uint64_t next_housekeeping;
@@ -398,6 +402,11 @@ static peer_t *peer_get(hvd_daemon_t *d, const char *endpoint) {
         zmq_setsockopt(p->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
         zmq_setsockopt(p->sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
         zmq_setsockopt(p->sock, ZMQ_HEARTBEAT_TIMEOUT, &tmo, sizeof tmo);
+        if (hvd_zap_setup_peer_client(d->zap, p->sock, endpoint) < 0) {
+                zmq_close(p->sock);
+                p->sock = NULL;
+                return NULL;
+        }
         if (zmq_connect(p->sock, endpoint) < 0) {
                 hvd_log_error(-zmq_errno(), "Cannot connect to root daemon %s", endpoint);
                 zmq_close(p->sock);
@@ -710,7 +719,9 @@ static job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, siz
         if (!ok || hvd_strmap_put(d->jobs, j->id, strlen(j->id), j) < 0) {
                 j->shm_name[0] = 0;
                 job_free(d, j);
-                snprintf(err, len, "job %s: cannot set up (out of memory or root daemon endpoint '%s' invalid)",
+                snprintf(err, len,
+                         "job %s: cannot set up (out of memory, root daemon endpoint '%s' invalid, or no CURVE key "
+                         "for it: see the daemon's log)",
                          jp->job_id, jp->root_peer ? jp->root_peer : "");
                 return NULL;
         }
@@ -725,7 +736,7 @@ static job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, siz
 
 /* ---- worker messages ---- */
 
-static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__Hello *h) {
+static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__Hello *h, uid_t uid) {
         if (hvd_strmap_get(d->workers, id, id_len)) {
                 send_error(d, d->worker_sock, id, id_len, HVD_EPROTO, "hello sent twice on one connection");
                 return;
@@ -746,6 +757,7 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
         job_t *j = hvd_strmap_get(d->jobs, h->job_id, strlen(h->job_id));
         if (j && j->state != JOB_JOINING && h->rank < j->size && j->ranks[h->rank] &&
             (j->ranks[h->rank]->goodbye || j->ranks[h->rank]->exited) && j->secret_len == h->secret.len &&
+            (!j->owned || j->owner_uid == uid) &&
             memcmp(j->secret, h->secret.data, j->secret_len) == 0) {
                 /* the job's ranks start over (hvd_shutdown, then hvd_init): the
                  * old incarnation lingers under another name until its workers
@@ -785,6 +797,14 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
                                         h->pid);
                         send_error(d, d->worker_sock, id, id_len, HVD_EDENIED,
                                    "job %s: wrong job secret (HVD_JOB_SECRET does not match the job's)", j->id);
+                        return;
+                }
+                if (j->owned && uid != j->owner_uid) {
+                        hvd_log_warning("job %s: rank %u (pid %u) of uid %u refused: the job belongs to uid %u", j->id,
+                                        h->rank, h->pid, (unsigned) uid, (unsigned) j->owner_uid);
+                        send_error(d, d->worker_sock, id, id_len, HVD_EDENIED,
+                                   "job %s belongs to uid %u: a process of uid %u cannot join it", j->id,
+                                   (unsigned) j->owner_uid, (unsigned) uid);
                         return;
                 }
                 if (j->state != JOB_JOINING || j->n_hello >= j->local_size) {
@@ -833,13 +853,17 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
                 return;
         }
         job_set_nccl_id(j, &h->nccl_id);
+        if (!j->owned && uid != (uid_t) -1) {
+                j->owner_uid = uid;
+                j->owned = true;
+        }
         j->ranks[h->rank] = w;
         if (h->timeline)
                 hvd_negotiator_set_timeline(j->neg, true);
         j->n_hello++;
         j->n_live++;
         d->metrics.workers_connected++;
-        hvd_log_info("job %s: rank %u joined (pid %d), %u of %u here", j->id, w->rank, (int) w->pid, j->n_hello,
+        hvd_log_info("job %s: rank %u joined (pid %d, uid %d), %u of %u here", j->id, w->rank, (int) w->pid, (int) uid, j->n_hello,
                      j->local_size);
         if (j->n_hello == j->local_size)
                 local_complete(d, j);
@@ -1082,8 +1106,8 @@ static void handle_done(hvd_daemon_t *d, worker_t *w, const Hvd__Done *dn) {
  * are dropped: one envelope per message. Returns 1 with *env set, 0 when
  * the socket is drained, or < 0 (the message was refused; err says why and
  * the id is filled, so the sender can be told). */
-static int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, char *err,
-                          size_t err_len, char *peer, size_t peer_len) {
+static int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid,
+                          char *err, size_t err_len, char *peer, size_t peer_len) {
         for (;;) {
                 int n = zmq_recv(sock, id, 256, ZMQ_DONTWAIT);
                 if (n < 0)
@@ -1114,15 +1138,17 @@ static int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hv
                         const char *pa = zmq_msg_gets(&msg, "Peer-Address");
                         snprintf(peer, peer_len, "%s", pa ? pa : "");
                 }
+                if (uid && hvd_zap_msg_uid(&msg, uid) < 0)
+                        *uid = (uid_t) -1;
                 int r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, env, err, err_len);
                 zmq_msg_close(&msg);
                 return r < 0 ? r : 1;
         }
 }
 
-static int router_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, char *err,
-                       size_t err_len) {
-        return router_recv_ex(sock, id, id_len, env, err, err_len, NULL, 0);
+static int router_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid,
+                       char *err, size_t err_len) {
+        return router_recv_ex(sock, id, id_len, env, uid, err, err_len, NULL, 0);
 }
 
 static void count_message(hvd_daemon_t *d, int sock, int r, const Hvd__Envelope *env) {
@@ -1138,7 +1164,8 @@ static void handle_worker_socket(hvd_daemon_t *d) {
                 size_t id_len;
                 Hvd__Envelope *env = NULL;
                 char err[512];
-                int r = router_recv(d->worker_sock, id, &id_len, &env, err, sizeof err);
+                uid_t uid = (uid_t) -1;
+                int r = router_recv(d->worker_sock, id, &id_len, &env, &uid, err, sizeof err);
                 if (r == 0)
                         return;
                 worker_t *w = hvd_strmap_get(d->workers, id, id_len);
@@ -1150,7 +1177,7 @@ static void handle_worker_socket(hvd_daemon_t *d) {
                         continue;
                 }
                 if (env->body_case == HVD__ENVELOPE__BODY_HELLO)
-                        handle_hello(d, id, id_len, env->hello);
+                        handle_hello(d, id, id_len, env->hello, uid);
                 else if (!w)
                         send_error(d, d->worker_sock, id, id_len, HVD_EPROTO,
                                    "say hello first: this connection has not joined a job");
@@ -1309,7 +1336,7 @@ static void handle_peer_socket(hvd_daemon_t *d) {
                 size_t id_len;
                 Hvd__Envelope *env = NULL;
                 char err[512];
-                int r = router_recv(d->peer_sock, id, &id_len, &env, err, sizeof err);
+                int r = router_recv(d->peer_sock, id, &id_len, &env, NULL, err, sizeof err);
                 if (r == 0)
                         return;
                 count_message(d, HVD_METRICS_SOCK_PEER, r, env);
@@ -1840,7 +1867,7 @@ static void handle_control_socket(hvd_daemon_t *d) {
                 size_t id_len;
                 Hvd__Envelope *env = NULL;
                 char err[512], peer[256];
-                int r = router_recv_ex(d->control_sock, id, &id_len, &env, err, sizeof err, peer, sizeof peer);
+                int r = router_recv_ex(d->control_sock, id, &id_len, &env, NULL, err, sizeof err, peer, sizeof peer);
                 if (r == 0)
                         return;
                 count_message(d, HVD_METRICS_SOCK_CONTROL, r, env);
@@ -1951,8 +1978,12 @@ static void start_timeout(hvd_daemon_t *d, job_t *j) {
         } else if (j->cross_size > 1 && j->n_hello == j->local_size)
                 job_abort_ex(d, j, true, -1, HVD_ETIMEOUT,
                              "start timeout: the root daemon at %s (host %s) did not complete the job's join within "
-                             "%.1f s",
-                             j->root ? j->root->endpoint : "?", host_of(j, 0), (double) d->cfg.start_timeout_usec / 1e6);
+                             "%.1f s%s",
+                             j->root ? j->root->endpoint : "?", host_of(j, 0), (double) d->cfg.start_timeout_usec / 1e6,
+                             hvd_zap_curve(d->zap) && j->root && !j->root->rtt_usec
+                                     ? " (it never answered: is the CURVE key listed for it its public key, and does it "
+                                       "list ours?)"
+                                     : "");
         else
                 job_abort(d, j, -1, HVD_ETIMEOUT,
                           "start timeout: %u of %u ranks of host %s joined within %.1f s; missing ranks [%s]",
@@ -1988,17 +2019,21 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                 }
                 if (now - p->last_heard_usec > d->cfg.peer_timeout_usec) {
                         p->lost = true;
-                        hvd_log_error(0, "lost contact with the root daemon at %s (silent for %.1f s)", p->endpoint,
-                                      (double) (now - p->last_heard_usec) / 1e6);
+                        const char *hint = hvd_zap_curve(d->zap) && !p->rtt_usec
+                                                   ? "; it never answered: is the CURVE key listed for it its public "
+                                                     "key, and does it list ours?"
+                                                   : "";
+                        hvd_log_error(0, "lost contact with the root daemon at %s (silent for %.1f s)%s", p->endpoint,
+                                      (double) (now - p->last_heard_usec) / 1e6, hint);
                         size_t it2 = 0;
                         void *v2;
                         while (hvd_strmap_next(d->jobs, &it2, NULL, NULL, &v2)) {
                                 job_t *j = v2;
                                 if (j->root == p)
                                         job_abort_ex(d, j, true, -1, HVD_EABORTED,
-                                                     "lost contact with the root daemon at %s (host %s): silent for %.1f s",
+                                                     "lost contact with the root daemon at %s (host %s): silent for %.1f s%s",
                                                      p->endpoint, host_of(j, 0),
-                                                     (double) (now - p->last_heard_usec) / 1e6);
+                                                     (double) (now - p->last_heard_usec) / 1e6, hint);
                         }
                 }
         }
@@ -2046,10 +2081,10 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
         d->next_housekeeping = again ? now + HVD_MIN(HOUSEKEEPING_USEC, hb) : UINT64_MAX;
 }
 
-enum { ITEM_WORKER, ITEM_CONTROL, ITEM_STOP, ITEM_SIGNAL, ITEM_PEER, ITEM_ROOT, ITEM_PIDFD, ITEM_HTTP };
+enum { ITEM_WORKER, ITEM_CONTROL, ITEM_STOP, ITEM_SIGNAL, ITEM_PEER, ITEM_ROOT, ITEM_PIDFD, ITEM_HTTP, ITEM_ZAP, ITEM_ZAP_MONITOR };
 
 static int build_poll_items(hvd_daemon_t *d) {
-        size_t need = 5 + hvd_strmap_size(d->workers) + hvd_strmap_size(d->peers) +
+        size_t need = 7 + hvd_strmap_size(d->workers) + hvd_strmap_size(d->peers) +
                       (d->http ? hvd_http_max_items(d->http) : 0);
         if (need > d->cap_items) {
                 size_t cap = need * 2;
@@ -2090,6 +2125,9 @@ static int build_poll_items(hvd_daemon_t *d) {
                 ADD(ITEM_SIGNAL, NULL, d->sig_fd, NULL, NULL);
         if (d->peer_sock)
                 ADD(ITEM_PEER, d->peer_sock, 0, NULL, NULL);
+        ADD(ITEM_ZAP, hvd_zap_socket(d->zap), 0, NULL, NULL);
+        if (hvd_zap_monitor_socket(d->zap))
+                ADD(ITEM_ZAP_MONITOR, hvd_zap_monitor_socket(d->zap), 0, NULL, NULL);
         size_t iter = 0;
         void *v;
         while (hvd_strmap_next(d->peers, &iter, NULL, NULL, &v)) {
@@ -2301,6 +2339,8 @@ int hvd_daemon_run(hvd_daemon_t *d) {
                         case ITEM_PEER: handle_peer_socket(d); break;
                         case ITEM_ROOT: handle_root_socket(d, d->item_peers[i]); break;
                         case ITEM_HTTP: http = true; break;
+                        case ITEM_ZAP: hvd_zap_handle(d->zap); break;
+                        case ITEM_ZAP_MONITOR: hvd_zap_handle_monitor(d->zap); break;
                         }
                 }
                 if (worker_msgs || exits)
@@ -2375,6 +2415,9 @@ static int bind_socket(hvd_daemon_t *d, void **sock, char *ep, size_t ep_len, co
         zmq_setsockopt(*sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
         zmq_setsockopt(*sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
         zmq_setsockopt(*sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+        int r = hvd_zap_setup_local(d->zap, *sock);
+        if (r < 0)
+                return r;
         if (zmq_bind(*sock, ep) < 0)
                 return hvd_log_error(-zmq_errno(), "Cannot bind %s", ep);
         const char *path = ep + 6;
@@ -2420,6 +2463,8 @@ int hvd_daemon_new(const hvd_daemon_config_t *cfg, hvd_daemon_t **ret) {
                 r = -ENOMEM;
                 goto fail;
         }
+        if ((r = hvd_zap_new(d->zctx, cfg, &d->zap)) < 0)
+                goto fail;
         if ((r = bind_socket(d, &d->worker_sock, d->worker_ep, sizeof d->worker_ep, "worker.sock")) < 0 ||
             (r = bind_socket(d, &d->control_sock, d->control_ep, sizeof d->control_ep, "control.sock")) < 0)
                 goto fail;
@@ -2438,6 +2483,8 @@ int hvd_daemon_new(const hvd_daemon_config_t *cfg, hvd_daemon_t **ret) {
                 zmq_setsockopt(d->peer_sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
                 zmq_setsockopt(d->peer_sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
                 zmq_setsockopt(d->peer_sock, ZMQ_HEARTBEAT_TIMEOUT, &tmo, sizeof tmo);
+                if ((r = hvd_zap_setup_peer_server(d->zap, d->peer_sock)) < 0)
+                        goto fail;
                 if (zmq_bind(d->peer_sock, cfg->peer_listen) < 0) {
                         r = hvd_log_error(-zmq_errno(), "Cannot bind the peer socket %s", cfg->peer_listen);
                         goto fail;
@@ -2513,6 +2560,7 @@ void hvd_daemon_destroy(hvd_daemon_t **dp) {
         }
         hvd_strmap_destroy(&d->peers);
         hvd_http_destroy(&d->http);
+        hvd_zap_stop_monitor(d->zap);
         if (d->peer_sock) {
                 zmq_close(d->peer_sock);
                 char path[PATH_MAX + 32];
@@ -2527,6 +2575,7 @@ void hvd_daemon_destroy(hvd_daemon_t **dp) {
                 zmq_close(d->control_sock);
                 unlink(d->control_ep + 6);
         }
+        hvd_zap_destroy(&d->zap);
         if (d->zctx)
                 zmq_ctx_term(d->zctx);
         if (d->stop_fd >= 0)

@@ -3,7 +3,8 @@
 noinst_LTLIBRARIES += daemon/libhvddaemon.la
 daemon_libhvddaemon_la_SOURCES = \
 	daemon/coordinator.c daemon/coordinator.h \
-	daemon/metrics.c daemon/metrics.h
+	daemon/metrics.c daemon/metrics.h \
+	daemon/zap.c daemon/zap.h
 # sd_notify comes from libsystemd when configure found it; the daemon
 # speaks the notify protocol itself otherwise.
 daemon_libhvddaemon_la_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS) $(SYSTEMD_CFLAGS)

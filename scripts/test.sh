@@ -3,11 +3,13 @@
 # line "N passed, N failed, N skipped".
 #
 # The full suite runs on the default build (with the NCCL module when CUDA
-# and NCCL are installed); when that build has the module, a CPU-only build
-# (--without-cuda) is made too and runs the tests that differ between the
-# two (unit tests, the GPU-module checks, the collectives). Extra arguments
-# go to configure (e.g. --enable-sanitizers). HVD_TEST_QUICK=1 skips the
-# second build.
+# and NCCL are installed). Then a CPU-only build (--without-cuda) with
+# AddressSanitizer and UBSan (--enable-sanitizers) runs the tests that differ
+# between the two builds (unit tests, the GPU-module checks, the
+# collectives, several nodes), and, when clang is here, a libFuzzer build
+# (--enable-fuzzing) runs every fuzz harness for a few seconds
+# (docs/FUZZING.md). Extra arguments go to the first configure.
+# HVD_TEST_QUICK=1 skips the second and third builds.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 "$top/scripts/setup.sh" || exit 1
@@ -35,13 +37,25 @@ run_check() {
 }
 
 run_check "$top/build"
-if grep -q '^#define HAVE_NCCL 1' "$top/build/config.h" && [ -z "${HVD_TEST_QUICK:-}" ]; then
-        echo "test: CPU-only build (--without-cuda)"
-        if BUILD_DIR=build-cpu "$top/scripts/build.sh" --without-cuda "$@"; then
+if [ -z "${HVD_TEST_QUICK:-}" ]; then
+        echo "test: CPU-only build with sanitizers (--without-cuda --enable-sanitizers)"
+        if BUILD_DIR=build-cpu "$top/scripts/build.sh" --without-cuda --enable-sanitizers; then
                 cpu_tests=$(cd "$top/build-cpu" && make -s print-cpu-tests 2>/dev/null)
                 run_check "$top/build-cpu" "$cpu_tests"
         else
                 echo "test: the CPU-only build failed"
+                status=1
+                fail=$((fail + 1))
+        fi
+fi
+# a short libFuzzer run of every harness, when clang is here
+if command -v clang >/dev/null 2>&1 && [ -z "${HVD_TEST_QUICK:-}" ]; then
+        echo "test: fuzzing build (--enable-fuzzing) and a short fuzz run"
+        if BUILD_DIR=build-fuzz "$top/scripts/build.sh" --without-cuda --disable-python --enable-fuzzing &&
+           "$top/fuzz/run.sh" -t 6 "$top/build-fuzz"; then
+                pass=$((pass + 1))
+        else
+                echo "test: the fuzzing build or the fuzz run failed (inputs kept, see above)"
                 status=1
                 fail=$((fail + 1))
         fi

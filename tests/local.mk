@@ -2,16 +2,20 @@
 AM_TESTS_ENVIRONMENT = \
 	HVD_BUILDDIR='$(abs_top_builddir)'; export HVD_BUILDDIR; \
 	HVD_SRCDIR='$(abs_top_srcdir)'; export HVD_SRCDIR; \
-	PYTHON='$(PYTHON)'; export PYTHON;
+	PYTHON='$(PYTHON)'; export PYTHON; \
+	HVD_ASAN_RUNTIME='$(ASAN_RUNTIME)'; export HVD_ASAN_RUNTIME;
 
 EXTRA_DIST += %D%/lib/launch.sh %D%/lib/launch-multi.sh %D%/lib/common.sh %D%/lib/delay_proxy.py \
 	%D%/lib/timeline_check.py
 
 # several nodes: daemons on loopback, and real test hosts in namespaces
-check_PROGRAMS += %D%/worker_smoke
+check_PROGRAMS += %D%/worker_smoke %D%/worker_cycle
 %C%_worker_smoke_LDADD = client/libhvd.la
-TESTS += %D%/test-multinode.sh %D%/test-netns.sh %D%/test-stall.sh
-EXTRA_DIST += %D%/test-multinode.sh %D%/test-netns.sh %D%/test-stall.sh
+%C%_worker_cycle_LDADD = client/libhvd.la
+TESTS += %D%/test-multinode.sh %D%/test-netns.sh %D%/test-stall.sh %D%/test-curve.sh %D%/test-local-auth.sh \
+	%D%/test-daemon-resources.sh
+EXTRA_DIST += %D%/test-multinode.sh %D%/test-netns.sh %D%/test-stall.sh %D%/test-curve.sh %D%/test-local-auth.sh \
+	%D%/test-daemon-resources.sh
 
 include %D%/reduce.mk
 include %D%/unit.mk

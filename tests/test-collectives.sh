@@ -32,9 +32,12 @@ scenarios="$scenarios mismatch duplicate"
 # a second real model where there is time for it; process sets need 2 ranks
 [ "$n" -le 3 ] && scenarios="$scenarios inception"
 [ "$n" -ge 2 ] && scenarios="$scenarios process-sets"
+# ASan + UBSan (--enable-sanitizers) make the model scenarios several times slower
+tmo=120
+[ -n "${HVD_ASAN_RUNTIME:-}" ] && tmo=480
 start=$(date +%s)
 HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp \
-        "$launch" -r "$tmp/rt" -t 120 -n "$n" -- "$worker" $scenarios >"$tmp/out" 2>&1
+        "$launch" -r "$tmp/rt" -t $tmo -n "$n" -- "$worker" $scenarios >"$tmp/out" 2>&1
 status=$?
 cat "$tmp/out"
 [ $status -eq 0 ] || fail "worker_collectives on $n ranks exited with $status" "$(cat "$tmp/daemon.log")"
@@ -46,7 +49,7 @@ kill -0 "${groups[0]}" 2>/dev/null || fail "hvd-coordinatord died" "$(cat "$tmp/
 # library runs the job of one rank in-process
 if [ "$n" -eq 1 ]; then
         (cd "$tmp" && env -u HVD_JOB_ID -u HVD_RUNTIME_DIR HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp \
-                timeout -k 5 120 "$worker" $scenarios) >"$tmp/solo.out" 2>&1
+                timeout -k 5 $tmo "$worker" $scenarios) >"$tmp/solo.out" 2>&1
         status=$?
         sed 's/^/[solo] /' "$tmp/solo.out"
         [ $status -eq 0 ] || fail "worker_collectives without a daemon exited with $status"

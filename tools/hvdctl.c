@@ -23,6 +23,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include "conf.h"
 #include "hvd.h"
@@ -73,6 +74,8 @@ static void help(void) {
                "                  Ends JOB's timeline; the file is then complete JSON\n"
                "  timeline-repair FILE\n"
                "                  Closes the JSON array of a killed job's timeline\n"
+               "  keygen [DIR]    Write a CURVE key pair for the peer socket into DIR\n"
+               "                  (default %s/hvd): coordinatord.key, coordinatord.secret\n"
                "\n"
                "Options:\n"
                "  -r, --runtime-dir DIR    The daemon's runtime directory (default\n"
@@ -91,7 +94,7 @@ static void help(void) {
                "Exit status: 0 success (also a watch ended by Ctrl-C), 1 no daemon or other\n"
                "error, 2 usage error, 3 the daemon did not answer in time, 4 permission\n"
                "denied, 5 no such job.\n",
-               HVD_DEFAULT_RUNTIME_DIR);
+               SYSCONFDIR, HVD_DEFAULT_RUNTIME_DIR);
 }
 
 static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -887,6 +890,75 @@ static bool is_number(const char *s) {
         return !errno && !*end && isfinite(v);
 }
 
+/* hvdctl keygen [DIR]: a new CURVE key pair for hvd-coordinatord's peer
+ * socket, as Z85 text: DIR/coordinatord.key (public, to list in the other
+ * daemons' peer_public_keys) and DIR/coordinatord.secret (mode 0600, for
+ * curve_secret_key_file). Existing files are never overwritten. */
+static int cmd_keygen(int argc, char **argv) {
+        if (argc > 2 || (argc == 2 && argv[1][0] == '-')) {
+                if (argc == 2 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+                        printf("Usage: hvdctl keygen [DIR]\n"
+                               "Writes a new CURVE key pair for hvd-coordinatord into DIR (default %s/hvd):\n"
+                               "DIR/coordinatord.key (public) and DIR/coordinatord.secret (secret, mode 0600).\n",
+                               SYSCONFDIR);
+                        return 0;
+                }
+                return usage_error("keygen takes one argument, a directory");
+        }
+        char dir[PATH_MAX];
+        snprintf(dir, sizeof dir, "%s", argc == 2 ? argv[1] : SYSCONFDIR "/hvd");
+        if (!zmq_has("curve")) {
+                fprintf(stderr, "hvdctl: this libzmq has no CURVE support\n");
+                return EXIT_ERROR;
+        }
+        char pub[41], sec[41];
+        if (zmq_curve_keypair(pub, sec) < 0) {
+                fprintf(stderr, "hvdctl: cannot make a key pair: %s\n", zmq_strerror(zmq_errno()));
+                return EXIT_ERROR;
+        }
+        if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+                fprintf(stderr, "hvdctl: cannot create %s: %s\n", dir, strerror(errno));
+                return errno == EACCES ? EXIT_DENIED : EXIT_ERROR;
+        }
+        static const struct {
+                const char *name;
+                mode_t mode;
+                bool secret;
+        } files[] = { { "coordinatord.secret", 0600, true }, { "coordinatord.key", 0644, false } };
+        for (size_t i = 0; i < 2; i++) {
+                char path[PATH_MAX + 32];
+                snprintf(path, sizeof path, "%s/%s", dir, files[i].name);
+                int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, files[i].mode);
+                if (fd < 0) {
+                        int e = errno;
+                        fprintf(stderr, "hvdctl: cannot create %s: %s%s\n", path, strerror(e),
+                                e == EEXIST ? " (remove the old key pair first)" : "");
+                        if (i == 1) {
+                                snprintf(path, sizeof path, "%s/%s", dir, files[0].name);
+                                unlink(path);
+                        }
+                        explicit_bzero(sec, sizeof sec);
+                        return e == EACCES ? EXIT_DENIED : EXIT_ERROR;
+                }
+                char text[256];
+                int n = snprintf(text, sizeof text,
+                                 "# hvd-coordinatord CURVE %s key (Z85), made by hvdctl keygen\n%s\n",
+                                 files[i].secret ? "secret" : "public", files[i].secret ? sec : pub);
+                bool ok = fchmod(fd, files[i].mode) == 0 && write(fd, text, (size_t) n) == n;
+                ok = close(fd) == 0 && ok;
+                explicit_bzero(text, sizeof text);
+                if (!ok) {
+                        fprintf(stderr, "hvdctl: cannot write %s: %s\n", path, strerror(errno));
+                        explicit_bzero(sec, sizeof sec);
+                        return EXIT_ERROR;
+                }
+        }
+        explicit_bzero(sec, sizeof sec);
+        printf("public key %s\nwritten to %s/coordinatord.key; secret key in %s/coordinatord.secret (mode 0600)\n",
+               pub, dir, dir);
+        return 0;
+}
+
 int main(int argc, char **argv) {
         static const struct option opts[] = {
                 { "runtime-dir", required_argument, NULL, 'r' },
@@ -898,6 +970,8 @@ int main(int argc, char **argv) {
                 { "version", no_argument, NULL, 'V' },
                 {},
         };
+        if (argc >= 2 && strcmp(argv[1], "keygen") == 0)
+                return cmd_keygen(argc - 1, argv + 1);
         ctl_t c = { .timeout_usec = DEFAULT_TIMEOUT_USEC };
         const char *endpoint = NULL, *args[3] = { NULL };
         size_t n_args = 0;

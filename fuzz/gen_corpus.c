@@ -1,0 +1,399 @@
+/* gen_corpus.c — writes the fuzzers' seed corpus: one valid encoded
+ * Envelope of every body type (and a few variants), plus malformed ones,
+ * and checks on the way that every valid message passes hvd_wire_decode
+ * and every malformed one is refused.
+ *   gen_corpus            check only (a test in make check)
+ *   gen_corpus DIR        also write DIR/envelope/ and DIR/negotiate/ */
+#include "config.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "hvd.h"
+#include "hvd.pb-c.h"
+#include "wire.h"
+
+static const char *out_dir;
+static int failures;
+
+static void write_file(const char *sub, const char *name, const void *buf, size_t len) {
+        if (!out_dir)
+                return;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", out_dir, sub);
+        mkdir(path, 0755);
+        snprintf(path, sizeof path, "%s/%s/%s", out_dir, sub, name);
+        FILE *f = fopen(path, "wb");
+        if (!f || fwrite(buf, 1, len, f) != len || fclose(f) != 0) {
+                fprintf(stderr, "gen_corpus: cannot write %s: %s\n", path, strerror(errno));
+                exit(1);
+        }
+}
+
+/* Packs env, checks the decoder's verdict, writes it as envelope/NAME. */
+static void emit(const char *name, Hvd__Envelope *env, bool valid) {
+        if (!env->version)
+                env->version = HVD_PROTOCOL_VERSION;
+        size_t len = hvd__envelope__get_packed_size(env);
+        uint8_t *buf = malloc(len + 1);
+        hvd__envelope__pack(env, buf);
+        Hvd__Envelope *dec = NULL;
+        char err[512] = "";
+        int r = hvd_wire_decode(buf, len, 0, &dec, err, sizeof err);
+        if ((r == 0) != valid) {
+                fprintf(stderr, "gen_corpus: %s: expected %s, decode returned %d (%s)\n", name,
+                        valid ? "accepted" : "refused", r, err);
+                failures++;
+        }
+        hvd_wire_free(&dec);
+        write_file("envelope", name, buf, len);
+        free(buf);
+}
+
+static void emit_raw(const char *name, const void *buf, size_t len) {
+        Hvd__Envelope *dec = NULL;
+        char err[512] = "";
+        if (hvd_wire_decode(buf, len, 0, &dec, err, sizeof err) == 0) {
+                fprintf(stderr, "gen_corpus: %s: malformed input was accepted\n", name);
+                failures++;
+        }
+        hvd_wire_free(&dec);
+        write_file("envelope", name, buf, len);
+}
+
+static Hvd__Request request(const char *name, Hvd__Kind kind, int64_t *shape, size_t n_shape) {
+        Hvd__Request q = HVD__REQUEST__INIT;
+        q.name = (char *) name;
+        q.kind = kind;
+        q.dtype = HVD_FLOAT32;
+        q.reduce_op = HVD_REDUCE_SUM;
+        q.shape = shape;
+        q.n_shape = n_shape;
+        q.prescale = 1.0;
+        q.postscale = 1.0;
+        q.device = -1;
+        return q;
+}
+
+/* The negotiate harness reads: 1 byte world size selector, then frames of
+ * [1 byte rank][2 bytes little-endian length][Envelope with a Ready]. */
+static void neg_frame(uint8_t **buf, size_t *len, uint8_t rank, Hvd__Envelope *env) {
+        env->version = HVD_PROTOCOL_VERSION;
+        size_t n = hvd__envelope__get_packed_size(env);
+        *buf = realloc(*buf, *len + 3 + n);
+        (*buf)[*len] = rank;
+        (*buf)[*len + 1] = (uint8_t) (n & 0xff);
+        (*buf)[*len + 2] = (uint8_t) (n >> 8);
+        hvd__envelope__pack(env, *buf + *len + 3);
+        *len += 3 + n;
+}
+
+static void negotiate_seeds(void) {
+        int64_t shape[] = { 4, 3 }, shape2[] = { 3, 4 };
+        int64_t splits[] = { 1, 3 };
+        struct {
+                const char *name;
+                Hvd__Kind kind;
+                int64_t *shape;
+                uint32_t reduce_op;
+                int64_t *splits;
+                size_t n_splits;
+        } kinds[] = {
+                { "allreduce", HVD__KIND__KIND_ALLREDUCE, shape, HVD_REDUCE_SUM, NULL, 0 },
+                { "average", HVD__KIND__KIND_ALLREDUCE, shape, HVD_REDUCE_AVERAGE, NULL, 0 },
+                { "broadcast", HVD__KIND__KIND_BROADCAST, shape, HVD_REDUCE_SUM, NULL, 0 },
+                { "allgather", HVD__KIND__KIND_ALLGATHER, shape, HVD_REDUCE_SUM, NULL, 0 },
+                { "alltoall", HVD__KIND__KIND_ALLTOALL, shape, HVD_REDUCE_SUM, splits, 2 },
+                { "reducescatter", HVD__KIND__KIND_REDUCESCATTER, shape, HVD_REDUCE_SUM, NULL, 0 },
+                { "barrier", HVD__KIND__KIND_BARRIER, NULL, HVD_REDUCE_SUM, NULL, 0 },
+                { "join", HVD__KIND__KIND_JOIN, NULL, HVD_REDUCE_SUM, NULL, 0 },
+        };
+        for (size_t k = 0; k < sizeof kinds / sizeof kinds[0]; k++) {
+                uint8_t *buf = malloc(1);
+                size_t len = 1;
+                buf[0] = 2; /* world size 2 */
+                for (uint8_t rank = 0; rank < 2; rank++) {
+                        const char *name = kinds[k].kind == HVD__KIND__KIND_BARRIER ? "__hvd.barrier"
+                                           : kinds[k].kind == HVD__KIND__KIND_JOIN  ? "__hvd.join"
+                                                                                     : "grad.w";
+                        Hvd__Request q = request(name, kinds[k].kind, kinds[k].shape, kinds[k].shape ? 2 : 0);
+                        q.reduce_op = kinds[k].reduce_op;
+                        q.splits = kinds[k].splits;
+                        q.n_splits = kinds[k].n_splits;
+                        Hvd__Request *qs[] = { &q };
+                        Hvd__Ready ready = HVD__READY__INIT;
+                        ready.requests = qs;
+                        ready.n_requests = 1;
+                        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                        env.body_case = HVD__ENVELOPE__BODY_READY;
+                        env.ready = &ready;
+                        neg_frame(&buf, &len, rank, &env);
+                }
+                /* a second round from cached ids 0 */
+                for (uint8_t rank = 0; rank < 2; rank++) {
+                        uint32_t cached[] = { 0 };
+                        Hvd__Ready ready = HVD__READY__INIT;
+                        ready.cached = cached;
+                        ready.n_cached = 1;
+                        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                        env.body_case = HVD__ENVELOPE__BODY_READY;
+                        env.ready = &ready;
+                        neg_frame(&buf, &len, rank, &env);
+                }
+                write_file("negotiate", kinds[k].name, buf, len);
+                free(buf);
+        }
+        /* a mismatch: rank 0 and rank 1 disagree on the shape; and a fused pair */
+        uint8_t *buf = malloc(1);
+        size_t len = 1;
+        buf[0] = 3;
+        for (uint8_t rank = 0; rank < 3; rank++) {
+                Hvd__Request a = request("grad.a", HVD__KIND__KIND_ALLREDUCE, rank == 1 ? shape2 : shape, 2);
+                Hvd__Request b = request("grad.b", HVD__KIND__KIND_ALLREDUCE, shape, 2);
+                Hvd__Request c = request("grad.c", HVD__KIND__KIND_ALLREDUCE, shape, 1);
+                c.group_id = 1;
+                c.group_size = 1;
+                Hvd__Request *qs[] = { &a, &b, &c };
+                Hvd__Ready ready = HVD__READY__INIT;
+                ready.requests = qs;
+                ready.n_requests = 3;
+                Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                env.body_case = HVD__ENVELOPE__BODY_READY;
+                env.ready = &ready;
+                neg_frame(&buf, &len, rank, &env);
+        }
+        write_file("negotiate", "mismatch-and-fusion", buf, len);
+        free(buf);
+}
+
+int main(int argc, char **argv) {
+        out_dir = argc > 1 ? argv[1] : NULL;
+        if (out_dir && mkdir(out_dir, 0755) < 0 && errno != EEXIST) {
+                fprintf(stderr, "gen_corpus: cannot create %s: %s\n", out_dir, strerror(errno));
+                return 1;
+        }
+        int64_t shape[] = { 4, 3 };
+        char *hosts[] = { "node-a", "node-b" };
+        uint8_t secret[16] = "0123456789abcdef";
+
+        Hvd__Hello h = HVD__HELLO__INIT;
+        h.job_id = "job-1";
+        h.secret = (ProtobufCBinaryData){ sizeof secret, secret };
+        h.world_size = 4, h.local_size = 2, h.local_rank = 1, h.rank = 3, h.pid = 1234;
+        h.host = "node-b";
+        h.device = -1;
+        h.fusion_threshold = -1;
+        h.data_addr = "127.0.0.1:4000";
+        h.cross_rank = 1, h.cross_size = 2;
+        h.root_peer = "tcp://127.0.0.1:7100";
+        h.hosts = hosts, h.n_hosts = 2;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        env.body_case = HVD__ENVELOPE__BODY_HELLO;
+        env.hello = &h;
+        emit("hello", &env, true);
+        h.local_rank = 2;
+        emit("bad-hello-local-rank", &env, false);
+        h.local_rank = 1;
+        h.job_id = "job\x01";
+        emit("bad-hello-control-char", &env, false);
+        h.job_id = "job-\xc3\x28";
+        emit("bad-hello-utf8", &env, false);
+        h.job_id = "job-1";
+        env.version = 7;
+        emit("bad-version", &env, false);
+        env.version = 0;
+
+        Hvd__RankInfo ri[2] = { HVD__RANK_INFO__INIT, HVD__RANK_INFO__INIT };
+        Hvd__RankInfo *rip[2] = { &ri[0], &ri[1] };
+        for (int i = 0; i < 2; i++) {
+                ri[i].rank = (uint32_t) i;
+                ri[i].local_rank = (uint32_t) i;
+                ri[i].pid = 100 + (uint32_t) i;
+                ri[i].host = "node-a";
+                ri[i].data_addr = "127.0.0.1:4001";
+        }
+        Hvd__Welcome w = HVD__WELCOME__INIT;
+        w.epoch = 1, w.rank = 1, w.size = 2, w.local_rank = 1, w.local_size = 2, w.cross_size = 1;
+        w.shm_name = "/hvd-job-1";
+        w.slot_bytes = 1 << 20;
+        w.ranks = rip, w.n_ranks = 2;
+        env.body_case = HVD__ENVELOPE__BODY_WELCOME;
+        env.welcome = &w;
+        emit("welcome", &env, true);
+        w.rank = 2;
+        emit("bad-welcome-rank", &env, false);
+        w.rank = 1;
+
+        Hvd__Request q1 = request("grad.fc1.weight", HVD__KIND__KIND_ALLREDUCE, shape, 2);
+        Hvd__Request q2 = request("grad.fc1.bias", HVD__KIND__KIND_ALLGATHER, shape, 1);
+        Hvd__Request *qs[] = { &q1, &q2 };
+        uint32_t cached[] = { 1, 2, 3 };
+        Hvd__Ready ready = HVD__READY__INIT;
+        ready.epoch = 1;
+        ready.requests = qs, ready.n_requests = 2;
+        ready.cached = cached, ready.n_cached = 3;
+        env.body_case = HVD__ENVELOPE__BODY_READY;
+        env.ready = &ready;
+        emit("ready", &env, true);
+        q1.kind = 99;
+        emit("bad-ready-kind", &env, false);
+        q1.kind = HVD__KIND__KIND_ALLREDUCE;
+        q1.dtype = 200;
+        emit("bad-ready-dtype", &env, false);
+        q1.dtype = HVD_FLOAT32;
+        int64_t neg[] = { 4, -1 };
+        q1.shape = neg;
+        emit("bad-ready-negative-dim", &env, false);
+        int64_t huge[] = { INT64_C(1) << 40, INT64_C(1) << 40 };
+        q1.shape = huge;
+        emit("bad-ready-overflow", &env, false);
+        q1.shape = shape;
+        q1.name = "";
+        emit("bad-ready-empty-name", &env, false);
+        q1.name = "grad.fc1.weight";
+
+        Hvd__Entry e = HVD__ENTRY__INIT;
+        e.id = 1, e.name = "grad.fc1.weight", e.count = 12, e.shape = shape, e.n_shape = 2;
+        Hvd__Entry *ep[] = { &e };
+        Hvd__Op op = HVD__OP__INIT;
+        op.kind = HVD__KIND__KIND_ALLREDUCE, op.dtype = HVD_FLOAT32, op.reduce_op = HVD_REDUCE_SUM;
+        op.prescale = op.postscale = 1.0, op.device = -1;
+        op.entries = ep, op.n_entries = 1;
+        Hvd__Op *opp[] = { &op };
+        Hvd__TensorError te = HVD__TENSOR_ERROR__INIT;
+        te.name = "grad.x", te.id = 5, te.code = -71, te.message = "rank 1 sent shape [3], rank 0 sent [4]";
+        Hvd__TensorError *tep[] = { &te };
+        Hvd__Schedule s = HVD__SCHEDULE__INIT;
+        s.seq = 1, s.ops = opp, s.n_ops = 1, s.errors = tep, s.n_errors = 1, s.join_done_last_rank = -1;
+        env.body_case = HVD__ENVELOPE__BODY_SCHEDULE;
+        env.schedule = &s;
+        emit("schedule", &env, true);
+        op.reduce_op = 77;
+        emit("bad-schedule-op", &env, false);
+        op.reduce_op = HVD_REDUCE_SUM;
+
+        Hvd__Done done = HVD__DONE__INIT;
+        done.seq = 3, done.bytes = 4096, done.busy_usec = 17;
+        env.body_case = HVD__ENVELOPE__BODY_DONE;
+        env.done = &done;
+        emit("done", &env, true);
+
+        Hvd__Goodbye bye = HVD__GOODBYE__INIT;
+        bye.rank = 1;
+        env.body_case = HVD__ENVELOPE__BODY_GOODBYE;
+        env.goodbye = &bye;
+        emit("goodbye", &env, true);
+
+        Hvd__Abort ab = HVD__ABORT__INIT;
+        ab.job_id = "job-1", ab.reason = "rank 1 exited", ab.lost_rank = 1, ab.code = -71;
+        env.body_case = HVD__ENVELOPE__BODY_ABORT;
+        env.abort = &ab;
+        emit("abort", &env, true);
+
+        Hvd__StatusRequest sr = HVD__STATUS_REQUEST__INIT;
+        sr.job_id = "job-1";
+        env.body_case = HVD__ENVELOPE__BODY_STATUS_REQUEST;
+        env.status_request = &sr;
+        emit("status-request", &env, true);
+
+        Hvd__JobStatus js = HVD__JOB_STATUS__INIT;
+        js.job_id = "job-1", js.size = 2, js.state = "running", js.ranks = rip, js.n_ranks = 2;
+        js.stalled = "";
+        Hvd__JobStatus *jsp[] = { &js };
+        Hvd__PeerStatus ps = HVD__PEER_STATUS__INIT;
+        ps.endpoint = "tcp://127.0.0.1:7100", ps.state = "connected";
+        Hvd__PeerStatus *psp[] = { &ps };
+        Hvd__Status st = HVD__STATUS__INIT;
+        st.version = "0.1.0", st.pid = 42, st.runtime_dir = "/run/hvd", st.host = "node-a";
+        st.jobs = jsp, st.n_jobs = 1, st.peers = psp, st.n_peers = 1;
+        env.body_case = HVD__ENVELOPE__BODY_STATUS;
+        env.status = &st;
+        emit("status", &env, true);
+
+        Hvd__ErrorReply er = HVD__ERROR_REPLY__INIT;
+        er.code = -13, er.message = "job-1: wrong secret";
+        env.body_case = HVD__ENVELOPE__BODY_ERROR;
+        env.error = &er;
+        emit("error", &env, true);
+
+        Hvd__NodeJoin nj = HVD__NODE_JOIN__INIT;
+        nj.job_id = "job-1", nj.secret = h.secret, nj.host = "node-b", nj.cross_rank = 1, nj.cross_size = 2;
+        nj.world_size = 4, nj.ranks = rip, nj.n_ranks = 2, nj.fusion_threshold = -1;
+        nj.hosts = hosts, nj.n_hosts = 2;
+        env.body_case = HVD__ENVELOPE__BODY_NODE_JOIN;
+        env.node_join = &nj;
+        emit("node-join", &env, true);
+        nj.world_size = 1;
+        emit("bad-node-join-world", &env, false);
+        nj.world_size = 4;
+
+        Hvd__NodeWelcome nw = HVD__NODE_WELCOME__INIT;
+        nw.job_id = "job-1", nw.ranks = rip, nw.n_ranks = 2, nw.epoch = 1;
+        env.body_case = HVD__ENVELOPE__BODY_NODE_WELCOME;
+        env.node_welcome = &nw;
+        emit("node-welcome", &env, true);
+        ri[1].rank = 5;
+        emit("bad-node-welcome-rank", &env, false);
+        ri[1].rank = 1;
+
+        Hvd__RankReady rr = HVD__RANK_READY__INIT;
+        rr.rank = 1, rr.ready = &ready;
+        Hvd__RankReady *rrp[] = { &rr };
+        uint32_t departed[] = { 0 };
+        Hvd__NodeReady nr = HVD__NODE_READY__INIT;
+        nr.job_id = "job-1", nr.ranks = rrp, nr.n_ranks = 1, nr.node_cached = cached, nr.n_node_cached = 3;
+        nr.departed = departed, nr.n_departed = 1;
+        env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
+        env.node_ready = &nr;
+        emit("node-ready", &env, true);
+        rr.ready = NULL;
+        emit("bad-node-ready-empty", &env, false);
+        rr.ready = &ready;
+
+        Hvd__JobSchedule jsch = HVD__JOB_SCHEDULE__INIT;
+        jsch.job_id = "job-1", jsch.schedule = &s;
+        env.body_case = HVD__ENVELOPE__BODY_JOB_SCHEDULE;
+        env.job_schedule = &jsch;
+        emit("job-schedule", &env, true);
+
+        Hvd__Ping ping = HVD__PING__INIT;
+        ping.sent_usec = 123456789, ping.reply = 1;
+        env.body_case = HVD__ENVELOPE__BODY_PING;
+        env.ping = &ping;
+        emit("ping", &env, true);
+
+        env.body_case = HVD__ENVELOPE__BODY__NOT_SET;
+        emit("bad-no-body", &env, false);
+
+        /* raw malformed bytes */
+        static const uint8_t truncated[] = { 0x08, 0x01, 0x52, 0x10, 0x0a, 0x05, 'j', 'o' };
+        emit_raw("bad-truncated", truncated, sizeof truncated);
+        static const uint8_t embedded_nul[] = { 0x08, 0x01, 0x8a, 0x01, 0x05, 0x0a, 0x03, 'j', 0, 'b' };
+        emit_raw("bad-embedded-nul", embedded_nul, sizeof embedded_nul);
+        static const uint8_t bad_varint[] = { 0x08, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01 };
+        emit_raw("bad-varint", bad_varint, sizeof bad_varint);
+        /* 4096 empty repeated sub-messages: the decode budget refuses the amplification */
+        size_t n = 4096, amp_len = 2 + 3 + 2 * n;
+        uint8_t *amp = malloc(amp_len);
+        size_t k = 0;
+        amp[k++] = 0x08, amp[k++] = 0x01;
+        amp[k++] = 0x62; /* field 12 (ready), length-delimited */
+        amp[k++] = (uint8_t) (0x80 | ((2 * n) & 0x7f));
+        amp[k++] = (uint8_t) ((2 * n) >> 7);
+        for (size_t i = 0; i < n; i++)
+                amp[k++] = 0x12, amp[k++] = 0x00; /* requests = {} */
+        emit_raw("bad-amplification", amp, k);
+        free(amp);
+
+        negotiate_seeds();
+        if (failures) {
+                fprintf(stderr, "gen_corpus: %d message(s) judged wrongly\n", failures);
+                return 1;
+        }
+        printf("gen_corpus: every valid message decodes, every malformed one is refused\n");
+        return 0;
+}
