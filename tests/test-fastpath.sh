@@ -11,6 +11,8 @@ set -u
 worker=$HVD_BUILDDIR/tests/worker_fastpath
 launch=$HVD_SRCDIR/tests/lib/launch.sh
 hvdctl=$HVD_BUILDDIR/tools/hvdctl
+# the fast path is opt-in (README: HVD_FAST_PATH)
+export HVD_FAST_PATH=1
 tmp=$(mktemp -d /tmp/hvd-fastpath-XXXXXX)
 groups=()
 cleanup() {
