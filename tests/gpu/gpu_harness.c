@@ -974,12 +974,17 @@ static int probe_contract(void) {
         printf("module: %s (name %s, ABI %u)\n", path, m->name, m->abi);
         int n = m->probe(err, sizeof err);
         printf("probe: %d %s\n", n, n < 0 ? err : "device(s)");
-        uint8_t id[HVD_NCCL_ID_BYTES];
-        char err2[1024] = "";
-        int u = m->unique_id(id, err2, sizeof err2);
-        printf("unique_id: %d %s\n", u, u < 0 ? err2 : "ok");
-        if (n > 0)
-                return 0; /* a GPU machine: make check-gpu covers the rest */
+        uint8_t id[HVD_NCCL_ID_BYTES] = { 0 };
+        if (n > 0) {
+                /* a GPU machine: make check-gpu covers the rest. Not without
+                 * one: ncclGetUniqueId starts NCCL's bootstrap root thread,
+                 * which no communicator ever ends here and which crashed the
+                 * harness now and then (SIGSEGV in bootstrapRoot) */
+                char err2[1024] = "";
+                int u = m->unique_id(id, err2, sizeof err2);
+                printf("unique_id: %d %s\n", u, u < 0 ? err2 : "ok");
+                return 0;
+        }
         int bad = 0;
         if (n != HVD_ENODEVICE || strncmp(err, "no CUDA device: ", 16) != 0) {
                 printf("FAIL: probe must return HVD_ENODEVICE with 'no CUDA device: <reason>'\n");
