@@ -46,12 +46,12 @@ if ENABLE_FUZZING
 # libFuzzer binaries: clang compiles the code under test once into
 # instrumented objects (fuzz/obj/), and each harness links them (automake
 # has no per-target compiler, so these are plain rules).
-%C%_lib_srcs = $(filter %.c,$(common_libhvdcommon_la_SOURCES)) daemon/coordinator.c daemon/zap.c
+%C%_lib_srcs = $(filter %.c,$(common_libhvdcommon_la_SOURCES) $(daemon_libhvddaemon_la_SOURCES))
 %C%_lib_objs = $(%C%_lib_srcs:%.c=%D%/obj/%.o) %D%/obj/proto/hvd.pb-c.o
 %C%_clang_flags = -g -O1 -std=gnu11 -pthread -fsanitize=address,undefined \
 	-fno-sanitize-recover=undefined -fno-omit-frame-pointer \
-	$(DEFS) -I$(top_builddir) $(%C%_cppflags) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
-%C%_clang_libs = $(ZMQ_LIBS) $(PROTOBUF_C_LIBS) -lm
+	$(DEFS) -I$(top_builddir) $(%C%_cppflags) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS) $(SYSTEMD_CFLAGS)
+%C%_clang_libs = $(ZMQ_LIBS) $(PROTOBUF_C_LIBS) $(SYSTEMD_LIBS) -lm
 %C%_fuzzers = $(foreach h,$(%C%_harnesses),%D%/fuzz-$(h))
 noinst_DATA = $(%C%_fuzzers)
 CLEANFILES += $(%C%_fuzzers) $(%C%_lib_objs)
