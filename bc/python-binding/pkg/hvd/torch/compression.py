@@ -1,1 +1,0 @@
-/work/wt/int/bc/../python-binding/hvd/torch/compression.py

@@ -1,1 +1,0 @@
-/work/wt/int/bc/../python-binding/hvd/torch/sync_batch_norm.py
