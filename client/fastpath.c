@@ -23,6 +23,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <stddef.h>
 #include <linux/futex.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -66,6 +67,9 @@ typedef struct board {
         row_t rows[];
 } board_t;
 
+/* the board's first word is its lock (its unit test holds it from outside) */
+_Static_assert(offsetof(board_t, lock) == 0, "board layout");
+
 struct hvd_fastpath {
         board_t *b;
         int me, n;
@@ -80,6 +84,7 @@ struct hvd_fastpath {
         uint32_t seen_gen;
         bool was_joining;
         uint64_t recv_seq; /* schedules received here */
+        uint64_t ran_seq;  /* schedules run here (their markers passed) */
         uint64_t cursor;   /* records run here */
         _Atomic bool stuck; /* the last step stopped at a schedule's marker */
         rec_t cur;
@@ -233,17 +238,15 @@ static bool log_room(const hvd_fastpath_t *fp, uint64_t head) {
         return head - low < LOG_CAP;
 }
 
-/* Appends markers and fast records (lock held). Returns how many. */
+/* Appends fast records, then markers (lock held). Returns how many.
+ * Records first: an id set in every row was submitted everywhere before
+ * any rank ran a schedule not yet in the log (none has run it), so it may
+ * come before that schedule and must when a rank submitted it before
+ * something the schedule waits for (e.g. a tensor, then a barrier: the
+ * barrier's marker must not pass the tensor's record). */
 static uint64_t publish(hvd_fastpath_t *fp) {
         board_t *b = fp->b;
         uint64_t head = atomic_load_explicit(&b->head, memory_order_relaxed), start = head;
-        while (b->last_slow < fp->recv_seq && log_room(fp, head)) {
-                rec_t *rc = &b->log[head % LOG_CAP];
-                rc->slow = 1;
-                rc->n = 0;
-                rc->seq = ++b->last_slow;
-                head++;
-        }
         if (!any_joining(fp)) {
                 rec_t *rc = NULL;
                 for (uint32_t w = 0; w < b->n_words; w++) {
@@ -274,6 +277,13 @@ static uint64_t publish(hvd_fastpath_t *fp) {
                         head++;
         }
 out:
+        while (b->last_slow < fp->recv_seq && log_room(fp, head)) {
+                rec_t *rc = &b->log[head % LOG_CAP];
+                rc->slow = 1;
+                rc->n = 0;
+                rc->seq = ++b->last_slow;
+                head++;
+        }
         atomic_store_explicit(&b->head, head, memory_order_release);
         return head - start;
 }
@@ -360,6 +370,8 @@ int hvd_fastpath_step(hvd_fastpath_t *fp, uint64_t now, bool fast_only, const hv
                 }
                 /* copied: the slot may be reused once the cursor passes it */
                 fp->cursor++;
+                if (rec.slow)
+                        fp->ran_seq = rec.seq;
                 atomic_store_explicit(&me->cursor, fp->cursor, memory_order_release);
                 for (uint32_t i = 0; i < rec.n; i++) {
                         uint32_t id = rec.ids[i];
@@ -377,7 +389,20 @@ int hvd_fastpath_step(hvd_fastpath_t *fp, uint64_t now, bool fast_only, const hv
 }
 
 bool hvd_fastpath_busy(const hvd_fastpath_t *fp) {
-        return fp && (fp->n_mine > 0 || fp->cursor < atomic_load_explicit(&fp->b->head, memory_order_acquire));
+        /* a schedule that arrived here and has not run: its marker may not
+         * be in the log yet (the last step missed the board's lock while
+         * another rank held it, e.g. preempted while appending that very
+         * marker): only a later step appends or runs it, and nothing else
+         * wakes the caller for that */
+        return fp && (fp->n_mine > 0 || fp->recv_seq > fp->ran_seq ||
+                      fp->cursor < atomic_load_explicit(&fp->b->head, memory_order_acquire));
+}
+
+bool hvd_fastpath_demote_due(const hvd_fastpath_t *fp, uint64_t now) {
+        if (!fp || !fp->n_mine)
+                return false;
+        return now >= fp->next_timeout_usec ||
+               atomic_load_explicit(&fp->b->demote_gen, memory_order_relaxed) != fp->seen_gen || any_joining(fp);
 }
 
 bool hvd_fastpath_awaits_schedule(const hvd_fastpath_t *fp) {

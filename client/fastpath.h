@@ -89,9 +89,17 @@ typedef struct hvd_fastpath_ops {
 int hvd_fastpath_step(hvd_fastpath_t *fp, uint64_t now_usec, bool fast_only, const hvd_fastpath_ops_t *ops,
                       void *userdata);
 
-/* True while this rank has bits on the board or records to run: the caller
- * should then wait with hvd_fastpath_wait rather than block elsewhere. */
+/* True while this rank has bits on the board, records to run, or a
+ * schedule that arrived here and has not run (its marker may not be in the
+ * log yet: the last step may have missed the board's lock): the caller should then wait with hvd_fastpath_wait (at
+ * most a millisecond at a time) and step again rather than block
+ * elsewhere. */
 bool hvd_fastpath_busy(const hvd_fastpath_t *fp);
+/* True when a step with fast_only false would withdraw some of this
+ * rank's bits now (one waited too long, another rank gave up on one, or a
+ * rank joins): a caller that steps with fast_only must then make sure the
+ * thread that withdraws takes its turn. */
+bool hvd_fastpath_demote_due(const hvd_fastpath_t *fp, uint64_t now_usec);
 /* Tensors this rank has on the board or in records not yet run. */
 size_t hvd_fastpath_pending(const hvd_fastpath_t *fp);
 /* True when the last step stopped at a schedule's marker: wait on the

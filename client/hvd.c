@@ -1241,6 +1241,13 @@ static int fp_cycle(bool user) {
         }
         if (hvd_fastpath_awaits_schedule(G.fp))
                 wake_bg = true; /* a schedule's marker: the background thread runs those */
+        /* bits to withdraw: only the background thread's turn withdraws and
+         * sends them, and it may be asleep on its socket (it went to sleep
+         * before this thread took the turns, so it does not know it should
+         * come back every millisecond): without this, a tensor another rank
+         * sent to the coordinator would wait here forever */
+        if (hvd_fastpath_demote_due(G.fp, hvd_now_usec()))
+                wake_bg = true;
         if (wake_bg) {
                 uint64_t one = 1;
                 if (write(G.wake_fd, &one, sizeof one) < 0)

@@ -226,6 +226,76 @@ START_TEST(test_fastpath_joining) {
 }
 END_TEST
 
+START_TEST(test_fastpath_records_before_markers) {
+        /* id 6 is ready everywhere when the schedule's marker is appended
+         * (every rank posted it before sending what the schedule answers,
+         * e.g. a tensor, then a barrier): its record comes first */
+        for (int r = 0; r < N; r++)
+                hvd_fastpath_instance(fp[r], 6);
+        for (int r = 0; r < N; r++)
+                ck_assert_int_eq(hvd_fastpath_post(fp[r], 6, 0), 0);
+        for (int r = 0; r < N; r++)
+                hvd_fastpath_schedule_arrived(fp[r], 1);
+        for (int r = 0; r < N; r++)
+                step(r, 1);
+        for (int r = 0; r < N; r++) {
+                ck_assert_int_eq(logs[r].n, 2);
+                ck_assert(!logs[r].slow[0]);
+                ck_assert_uint_eq(logs[r].ids[0][0], 6);
+                ck_assert(logs[r].slow[1]);
+                ck_assert_uint_eq(logs[r].seq[1], 1);
+        }
+}
+END_TEST
+
+START_TEST(test_fastpath_busy_until_schedule_runs) {
+        /* a schedule arrives while another rank holds the board's lock (it
+         * was preempted while appending): the step cannot append its marker;
+         * the rank must stay busy (step again) rather than sleep until a
+         * message that will never come */
+        hvd_fastpath_schedule_arrived(fp[0], 1);
+        atomic_store((_Atomic uint32_t *) board, 1u);
+        step(0, 1);
+        ck_assert_int_eq(logs[0].n, 0);
+        ck_assert(hvd_fastpath_busy(fp[0]));
+        atomic_store((_Atomic uint32_t *) board, 0u);
+        step(0, 2);
+        ck_assert_int_eq(logs[0].n, 1);
+        ck_assert(logs[0].slow[0]);
+        ck_assert(!hvd_fastpath_busy(fp[0]));
+        /* the same when another rank appended the marker meanwhile: busy
+         * until the marker is run here */
+        hvd_fastpath_schedule_arrived(fp[1], 2);
+        hvd_fastpath_schedule_arrived(fp[0], 2);
+        step(1, 3);
+        ck_assert(hvd_fastpath_busy(fp[0]));
+        step(0, 3);
+        ck_assert_int_eq(logs[0].n, 2);
+        ck_assert(!hvd_fastpath_busy(fp[0]));
+}
+END_TEST
+
+START_TEST(test_fastpath_demote_due) {
+        /* a thread stepping with fast_only withdraws nothing: demote_due
+         * tells it when the withdrawing thread must take a turn */
+        ck_assert(!hvd_fastpath_demote_due(fp[0], 0));
+        post(0, 3, 0);
+        post(1, 3, 0);
+        ck_assert(!hvd_fastpath_demote_due(fp[0], 1));
+        ck_assert(hvd_fastpath_demote_due(fp[0], HVD_FASTPATH_DEMOTE_USEC));
+        /* rank 1 withdraws its bit: rank 0's is due at once */
+        step(1, HVD_FASTPATH_DEMOTE_USEC);
+        ck_assert_int_eq(logs[1].n_demoted, 1);
+        ck_assert(hvd_fastpath_demote_due(fp[0], 2));
+        ck_assert_int_eq(hvd_fastpath_step(fp[0], 2, true, &ops, &logs[0]), 0);
+        ck_assert_int_eq(logs[0].n_demoted, 0);
+        ck_assert(hvd_fastpath_demote_due(fp[0], 2));
+        step(0, 2);
+        ck_assert_int_eq(logs[0].n_demoted, 1);
+        ck_assert(!hvd_fastpath_demote_due(fp[0], 3));
+}
+END_TEST
+
 START_TEST(test_fastpath_limits) {
         hvd_fastpath_t *x = NULL;
         ck_assert_int_eq(hvd_fastpath_new(NULL, 0, 2, NULL, &x), -EINVAL);
@@ -269,6 +339,9 @@ static Suite *fastpath_suite(void) {
         tcase_add_test(tc, test_fastpath_demotion);
         tcase_add_test(tc, test_fastpath_forgo);
         tcase_add_test(tc, test_fastpath_joining);
+        tcase_add_test(tc, test_fastpath_records_before_markers);
+        tcase_add_test(tc, test_fastpath_busy_until_schedule_runs);
+        tcase_add_test(tc, test_fastpath_demote_due);
         tcase_add_test(tc, test_fastpath_limits);
         suite_add_tcase(s, tc);
         return s;
