@@ -1570,10 +1570,9 @@ static int env_int(const char *name, int def, bool horovod_too) {
         return (int) x;
 }
 
-/* HVD_FAST_PATH=1 turns the fast path on (off by default: a rare hang of
- * a cached tensor posted on the board while another rank sent it to the
- * coordinator was seen under load and is not yet explained); every rank of
- * a job should see the same value. */
+/* HVD_FAST_PATH=1 turns the fast path on (off by default until it has run
+ * longer: three races found under load were fixed late); every rank of a
+ * job should see the same value. */
 static bool fast_path_enabled(void) {
         const char *v = hvd_getenv("FAST_PATH", false);
         bool on = false;
