@@ -5,6 +5,7 @@
  * worker_smoke stall: rank 0 submits 'stuck.tensor', the others never do;
  * prints the error rank 0 and the others get (the stall inspector). */
 #include <stdio.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 #include "hvd.h"
@@ -30,7 +31,11 @@ static int stall(int rank) {
         if (rank == 0 && hvd_allreduce_async(&q, &h) < 0)
                 return 1;
         if (rank != 0) {
-                /* everyone but rank 0 waits in a barrier, which rank 0 never reaches */
+                /* everyone but rank 0 waits in a barrier, which rank 0 never
+                 * reaches. A second later: the barrier stalls too, and the
+                 * inspector names the oldest stall, which must be rank 0's
+                 * tensor even when rank 0 starts late on a loaded machine */
+                usleep(1000 * 1000);
                 int r = hvd_barrier();
                 printf("rank %d: barrier: %s: %s\n", rank, hvd_strerror(r), hvd_last_error());
                 return r < 0 ? 3 : 0;
