@@ -1047,10 +1047,30 @@ static void timeline_from_rank(hvd_daemon_t *d, worker_t *w, const Hvd__Timeline
 
 /* hvdctl timeline JOB start FILE / stop: forwarded to the job's rank 0,
  * which must run on this node. One request per job at a time. */
-static void timeline_request(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__TimelineControl *q) {
+static void timeline_request(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__TimelineControl *q,
+                             uid_t caller) {
         job_t *j = q->job_id[0] ? hvd_strmap_get(d->jobs, q->job_id, strlen(q->job_id)) : NULL;
         if (!j) {
                 send_error(d, d->control_sock, id, id_len, -ENOENT, "no job '%s' here (see hvdctl jobs)", q->job_id);
+                return;
+        }
+        /* an action on a job: its owner (the uid of its workers), root or the
+         * daemon's own user; a caller whose uid is unknown is refused */
+        if (caller == (uid_t) -1 ||
+            (caller != 0 && caller != getuid() && !(j->owned && caller == j->owner_uid))) {
+                char who[32] = "an unknown uid";
+                if (caller != (uid_t) -1)
+                        snprintf(who, sizeof who, "uid %u", (unsigned) caller);
+                if (j->owned)
+                        send_error(d, d->control_sock, id, id_len, HVD_EDENIED,
+                                   "permission denied: job %s belongs to uid %u; only its owner or root may start or "
+                                   "stop its timeline (the request came from %s)",
+                                   j->id, (unsigned) j->owner_uid, who);
+                else
+                        send_error(d, d->control_sock, id, id_len, HVD_EDENIED,
+                                   "permission denied: job %s has no worker here yet; only root may start or stop its "
+                                   "timeline (the request came from %s)",
+                                   j->id, who);
                 return;
         }
         worker_t *w = j->ranks[0];
@@ -1867,7 +1887,8 @@ static void handle_control_socket(hvd_daemon_t *d) {
                 size_t id_len;
                 Hvd__Envelope *env = NULL;
                 char err[512], peer[256];
-                int r = router_recv_ex(d->control_sock, id, &id_len, &env, NULL, err, sizeof err, peer, sizeof peer);
+                uid_t uid = (uid_t) -1;
+                int r = router_recv_ex(d->control_sock, id, &id_len, &env, &uid, err, sizeof err, peer, sizeof peer);
                 if (r == 0)
                         return;
                 count_message(d, HVD_METRICS_SOCK_CONTROL, r, env);
@@ -1880,7 +1901,7 @@ static void handle_control_socket(hvd_daemon_t *d) {
                 if (env->body_case == HVD__ENVELOPE__BODY_STATUS_REQUEST)
                         handle_status(d, id, id_len, env->status_request);
                 else if (env->body_case == HVD__ENVELOPE__BODY_TIMELINE_CONTROL)
-                        timeline_request(d, id, id_len, env->timeline_control);
+                        timeline_request(d, id, id_len, env->timeline_control, uid);
                 else if (env->body_case == HVD__ENVELOPE__BODY_METRICS_REQUEST)
                         handle_metrics_request(d, id, id_len);
                 else if (env->body_case == HVD__ENVELOPE__BODY_LOG_LEVEL)

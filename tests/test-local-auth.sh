@@ -50,6 +50,19 @@ r0=$!
 for _ in $(seq 100); do grep -q "rank 0 joined" "$base/open/daemon.log" && break; sleep 0.05; done
 grep -q "rank 0 joined" "$base/open/daemon.log" || fail "rank 0 did not join" "$(cat "$base/open/daemon.log" "$out0")"
 
+# hvdctl actions on a job are its owner's or root's: nobody cannot start
+# rank 0's timeline (root is not refused for permission: the job is still
+# starting)
+out=$(as_nobody timeout -k 5 30 "$b/tools/hvdctl" -r "$base/open" timeline "$job" start "$base/tl.json" 2>&1)
+rc=$?
+[ $rc -eq 4 ] || fail "hvdctl timeline by uid $nobody exited $rc, not 4" "$out"
+echo "$out" | grep -q "permission denied: job $job belongs to uid 0; only its owner or root may start or stop its timeline (the request came from uid $nobody)" ||
+        fail "hvdctl timeline by uid $nobody: no clear refusal" "$out"
+out=$(timeout -k 5 30 "$b/tools/hvdctl" -r "$base/open" timeline "$job" stop 2>&1)
+[ $? -eq 1 ] && ! echo "$out" | grep -q "permission denied" || fail "hvdctl timeline by root: unexpected answer" "$out"
+[ ! -e "$base/tl.json" ] || fail "a refused timeline request created its file"
+echo "ok: hvdctl timeline on a job of uid 0 is refused for uid $nobody (exit 4)"
+
 # rank 1 as nobody, with the right secret: refused, quickly and clearly
 start=$(date +%s%N)
 # shellcheck disable=SC2046

@@ -773,7 +773,7 @@ static int timeline_main(int argc, char **argv) {
         int ret = 0;
         if (reply->body_case == HVD__ENVELOPE__BODY_ERROR) {
                 fprintf(stderr, "hvdctl: %s\n", reply->error->message);
-                ret = EXIT_ERROR;
+                ret = reply->error->code == HVD_EDENIED ? EXIT_DENIED : EXIT_ERROR;
         } else if (reply->body_case != HVD__ENVELOPE__BODY_TIMELINE_CONTROL) {
                 fprintf(stderr, "hvdctl: unexpected reply from hvd-coordinatord at %s\n", c.endpoint);
                 ret = EXIT_ERROR;
