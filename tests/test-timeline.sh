@@ -140,6 +140,11 @@ grep -q '"not"' "$tmp/other.json" || fail "timeline-repair changed a file that i
 # 6. errors
 ctl timeline nosuchjob stop >"$tmp/err6" 2>&1
 [ $? -eq 1 ] && grep -q "no job 'nosuchjob'" "$tmp/err6" || fail "unknown job" "$(cat "$tmp/err6")"
+# --endpoint takes a runtime directory or an endpoint, as for the other commands
+for ep in "$tmp/rt" "ipc://$tmp/rt/control.sock"; do
+        "$hvdctl" --endpoint "$ep" timeline nosuchjob stop >"$tmp/err6e" 2>&1
+        [ $? -eq 1 ] && grep -q "no job 'nosuchjob'" "$tmp/err6e" || fail "--endpoint $ep" "$(cat "$tmp/err6e")"
+done
 "$hvdctl" -r "$tmp/rt" timeline tljob >"$tmp/err6b" 2>&1
 [ $? -eq 2 ] || fail "hvdctl timeline without start/stop is a usage error" "$(cat "$tmp/err6b")"
 "$hvdctl" -r "$tmp/rt" timeline tljob stop --mark-cycles >/dev/null 2>&1

@@ -589,6 +589,40 @@ static int parse_timeout(const char *s, uint64_t *ret) {
         return 0;
 }
 
+/* Sets c->endpoint (and c->runtime_dir, for messages) from --endpoint
+ * (ipc://PATH, tcp://HOST:PORT or a runtime directory), else from
+ * c->runtime_dir, $HVD_RUNTIME_DIR or the default. Returns 0 or an exit
+ * status after a message. */
+static int set_endpoint(ctl_t *c, const char *endpoint) {
+        if (endpoint && !strstr(endpoint, "://")) {
+                /* a runtime directory */
+                snprintf(c->endpoint, sizeof c->endpoint, "ipc://%s/control.sock", endpoint);
+                c->runtime_dir = endpoint;
+        } else if (endpoint) {
+                if (strncmp(endpoint, "ipc://", 6) != 0 && strncmp(endpoint, "tcp://", 6) != 0)
+                        return usage_error("--endpoint '%s': expected ipc://PATH, tcp://HOST:PORT or a directory",
+                                           endpoint);
+                snprintf(c->endpoint, sizeof c->endpoint, "%s", endpoint);
+                if (strncmp(endpoint, "ipc://", 6) == 0) {
+                        snprintf(c->dir_buf, sizeof c->dir_buf, "%s", endpoint + 6);
+                        char *slash = strrchr(c->dir_buf, '/');
+                        if (slash && slash != c->dir_buf)
+                                *slash = 0;
+                        else if (slash)
+                                slash[1] = 0;
+                        c->runtime_dir = c->dir_buf;
+                } else
+                        c->runtime_dir = endpoint;
+        } else {
+                if (!c->runtime_dir) {
+                        const char *e = getenv("HVD_RUNTIME_DIR");
+                        c->runtime_dir = e && *e ? e : HVD_DEFAULT_RUNTIME_DIR;
+                }
+                snprintf(c->endpoint, sizeof c->endpoint, "ipc://%s/control.sock", c->runtime_dir);
+        }
+        return 0;
+}
+
 /* ---- timeline ---- */
 
 /* The timeline commands take their own arguments: "hvdctl [OPTIONS]
@@ -733,19 +767,10 @@ static int timeline_main(int argc, char **argv) {
                 return usage_error("job id or file name too long");
         if (endpoint && runtime_dir)
                 return usage_error("--runtime-dir and --endpoint exclude each other");
-        if (endpoint) {
-                snprintf(c.endpoint, sizeof c.endpoint, "%s", endpoint);
-                c.runtime_dir = endpoint;
-        } else {
-                const char *env = getenv("HVD_RUNTIME_DIR");
-                c.runtime_dir = runtime_dir ? runtime_dir : env && *env ? env : HVD_DEFAULT_RUNTIME_DIR;
-                snprintf(c.endpoint, sizeof c.endpoint, "ipc://%s/control.sock", c.runtime_dir);
-        }
-        if (strncmp(c.endpoint, "ipc://", 6) == 0) {
-                int e = precheck_ipc(&c);
-                if (e)
-                        return e;
-        }
+        c.runtime_dir = runtime_dir;
+        int e = set_endpoint(&c, endpoint);
+        if (e)
+                return e;
         Hvd__TimelineControl q = HVD__TIMELINE_CONTROL__INIT;
         Hvd__Envelope req = HVD__ENVELOPE__INIT, *reply = NULL;
         q.job_id = (char *) pos[1];
@@ -754,30 +779,10 @@ static int timeline_main(int argc, char **argv) {
         q.mark_cycles = mark_cycles;
         req.body_case = HVD__ENVELOPE__BODY_TIMELINE_CONTROL;
         req.timeline_control = &q;
-        int r = hvd_control_call(NULL, c.endpoint, &req, c.timeout_usec, &reply);
-        if (r == -ECONNREFUSED || r == -ENOENT) {
-                no_daemon(&c, "no control socket");
-                return EXIT_ERROR;
-        }
-        if (r == -EACCES || r == -EPERM)
-                return denied(c.endpoint);
-        if (r == HVD_ETIMEOUT) {
-                fprintf(stderr, "hvdctl: no answer about job %s's timeline within %.1f s (rank 0 may be busy); try "
-                        "a longer --timeout\n", pos[1], (double) c.timeout_usec / 1e6);
-                return EXIT_TIMEOUT;
-        }
-        if (r < 0) {
-                fprintf(stderr, "hvdctl: cannot reach hvd-coordinatord at %s: %s\n", c.endpoint, hvd_strerror(r));
-                return EXIT_ERROR;
-        }
+        if ((e = call(&c, &req, HVD__ENVELOPE__BODY_TIMELINE_CONTROL, &reply)))
+                return e;
         int ret = 0;
-        if (reply->body_case == HVD__ENVELOPE__BODY_ERROR) {
-                fprintf(stderr, "hvdctl: %s\n", reply->error->message);
-                ret = reply->error->code == HVD_EDENIED ? EXIT_DENIED : EXIT_ERROR;
-        } else if (reply->body_case != HVD__ENVELOPE__BODY_TIMELINE_CONTROL) {
-                fprintf(stderr, "hvdctl: unexpected reply from hvd-coordinatord at %s\n", c.endpoint);
-                ret = EXIT_ERROR;
-        } else if (reply->timeline_control->code < 0) {
+        if (reply->timeline_control->code < 0) {
                 fprintf(stderr, "hvdctl: job %s, rank 0: %s\n", pos[1], reply->timeline_control->message);
                 ret = EXIT_ERROR;
         } else if (start)
@@ -1073,37 +1078,14 @@ int main(int argc, char **argv) {
                         return usage_error("log level '%s': expected err, warning, notice, info or debug", c.level);
         }
 
-        if (endpoint && !strstr(endpoint, "://")) {
-                /* a runtime directory */
-                snprintf(c.endpoint, sizeof c.endpoint, "ipc://%s/control.sock", endpoint);
-                c.runtime_dir = endpoint;
-        } else if (endpoint) {
-                if (strncmp(endpoint, "ipc://", 6) != 0 && strncmp(endpoint, "tcp://", 6) != 0)
-                        return usage_error("--endpoint '%s': expected ipc://PATH, tcp://HOST:PORT or a directory",
-                                           endpoint);
-                snprintf(c.endpoint, sizeof c.endpoint, "%s", endpoint);
-                if (strncmp(endpoint, "ipc://", 6) == 0) {
-                        snprintf(c.dir_buf, sizeof c.dir_buf, "%s", endpoint + 6);
-                        char *slash = strrchr(c.dir_buf, '/');
-                        if (slash && slash != c.dir_buf)
-                                *slash = 0;
-                        else if (slash)
-                                slash[1] = 0;
-                        c.runtime_dir = c.dir_buf;
-                } else
-                        c.runtime_dir = endpoint;
-        } else {
-                if (!c.runtime_dir) {
-                        const char *e = getenv("HVD_RUNTIME_DIR");
-                        c.runtime_dir = e && *e ? e : HVD_DEFAULT_RUNTIME_DIR;
-                }
-                snprintf(c.endpoint, sizeof c.endpoint, "ipc://%s/control.sock", c.runtime_dir);
-        }
+        int e = set_endpoint(&c, endpoint);
+        if (e)
+                return e;
 
         if (cmd == CMD_VERSION)
                 printf("hvdctl %s\n", PACKAGE_VERSION);
         fflush(stdout);
-        int e = watch_usec ? watch(&c, cmd, watch_usec) : run(&c, cmd);
+        e = watch_usec ? watch(&c, cmd, watch_usec) : run(&c, cmd);
         if (fflush(stdout) != 0 || ferror(stdout)) {
                 fprintf(stderr, "hvdctl: cannot write the output: %s\n", strerror(errno));
                 return EXIT_ERROR;
