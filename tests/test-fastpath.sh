@@ -41,8 +41,19 @@ for _ in $(seq 1200); do
         sleep 0.05
 done
 [ -e "$tmp/x/hold.ready" ] || fail "exact: the job did not reach its hold point" "$(cat "$tmp/out" "$tmp/daemon.log")"
-"$hvdctl" --runtime-dir "$tmp/rt" status --json >"$tmp/status.json" 2>"$tmp/hvdctl.err"
-st=$?
+# status and metrics count the workers' fast-path reports (sent every 50 ms
+# while counts are pending): read both until no report came in between
+for _ in 1 2 3 4 5 6 7 8 9 10; do
+        "$hvdctl" --runtime-dir "$tmp/rt" metrics >"$tmp/metrics.txt" 2>"$tmp/hvdctl.err" &&
+                "$hvdctl" --runtime-dir "$tmp/rt" status --json >"$tmp/status.json" 2>>"$tmp/hvdctl.err" &&
+                "$hvdctl" --runtime-dir "$tmp/rt" metrics >"$tmp/metrics2.txt" 2>>"$tmp/hvdctl.err"
+        st=$?
+        if [ $st -eq 0 ] && [ "$(grep '^hvd_fast_path_tensors_total ' "$tmp/metrics.txt")" = \
+                "$(grep '^hvd_fast_path_tensors_total ' "$tmp/metrics2.txt")" ]; then
+                break
+        fi
+        sleep 0.2
+done
 touch "$tmp/x/hold.go"
 [ $st -eq 0 ] || fail "hvdctl status --json exited with $st" "$(cat "$tmp/hvdctl.err")"
 wait $pid
@@ -50,10 +61,14 @@ status=$?
 cat "$tmp/out"
 [ $status -eq 0 ] || fail "exact: the job exited with $status" "$(cat "$tmp/daemon.log")"
 [ "$(grep -c "exact: 120 rounds ok" "$tmp/out")" -eq 4 ] || fail "exact: not every rank finished" "$(cat "$tmp/out")"
-/usr/bin/python3 - "$tmp/status.json" <<'PY' || fail "exact: counters" "$(cat "$tmp/status.json")"
-import json, sys
+/usr/bin/python3 - "$tmp/status.json" "$tmp/metrics.txt" <<'PY' || fail "exact: counters" "$(cat "$tmp/status.json")"
+import json, re, sys
 j = [j for j in json.load(open(sys.argv[1]))["jobs"] if j["job_id"] == "fp-exact"][0]
 fast, neg = j["fast_path_tensors"], j["tensors_negotiated"]
+# the daemon's metrics count the same fast-path tensors (the only job so far)
+m = re.search(r"^hvd_fast_path_tensors_total (\d+)$", open(sys.argv[2]).read(), re.M)
+if not m or int(m.group(1)) != fast:
+    sys.exit("metrics hvd_fast_path_tensors_total %s, status fast_path_tensors %d" % (m and m.group(1), fast))
 print("fp-exact: tensors_negotiated=%d fast_path_tensors=%d fused_ops=%d cache_hits=%d"
       % (neg, fast, j["fused_ops"], j["cache_hits"]))
 # 8 cached tensors per round, first round by name; on a loaded machine some
