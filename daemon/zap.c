@@ -480,6 +480,11 @@ void hvd_zap_handle_monitor(hvd_zap_t *z) {
                         why = "a client failed the CURVE handshake (does it pin another server key than ours?)";
                 else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
                         why = "a client broke the handshake protocol";
+                else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL && (value == EPIPE || value == ECONNRESET))
+                        /* a client that sees our CURVE greeting and cannot
+                         * speak it may hang up before we see its mechanism */
+                        why = "a client hung up during the CURVE handshake (one without CURVE, or pinning another "
+                              "server key, does that)";
                 else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL)
                         why = "a client's handshake failed";
                 /* FAILED_AUTH: the handler refused and logged it already */

@@ -103,7 +103,10 @@ refused c "a daemon with an unlisted key" "refused a peer daemon at 127\.0\.0\.1
         "(lost contact with|start timeout:) the root daemon at"
 grep -F "refused a peer daemon" "$base/a/daemon.log" | grep -qF "key $keyc is not listed" ||
         fail "the root did not name the refused key" "$(cat "$base/a/daemon.log")"
-refused n "a daemon without CURVE" "a client without CURVE \(NULL or PLAIN mechanism\) was refused" \
+# libzmq reports the mechanism mismatch, or, when the NULL client hangs up
+# first on seeing the CURVE greeting, a broken pipe during the handshake
+refused n "a daemon without CURVE" \
+        "a client without CURVE \(NULL or PLAIN mechanism\) was refused|a client hung up during the CURVE handshake" \
         "(lost contact with|start timeout:) the root daemon at"
 refused w "a daemon pinning a wrong server key" "failed the CURVE handshake" \
         "never answered: is the CURVE key listed for it its public key"
