@@ -169,6 +169,10 @@ static struct {
         int listen_fd;
         int daemon_pidfd; /* readable when the coordinator exits */
         pid_t daemon_pid;
+        /* liveness: a heartbeat to the coordinator every hb_interval_usec
+         * (0 = none), sent by whoever holds the socket and keeps running —
+         * the background thread's poll loop and its data-plane waits */
+        uint64_t hb_interval_usec, last_hb_usec, epoch;
         /* process sets, by id (0 = all ranks, implicit) */
         pset_t *psets[HVD_MAX_PROCESS_SETS];
         uint32_t pset_seq;
@@ -796,7 +800,10 @@ static void handle_message(Hvd__Envelope *env) {
                         execute_schedule(env->schedule);
                 break;
         case HVD__ENVELOPE__BODY_ABORT:
-                snprintf(reason, sizeof reason, "job aborted: %s", env->abort->reason);
+                snprintf(reason, sizeof reason, "job aborted: %s%s", env->abort->reason,
+                         env->abort->lost_rank >= 0 && env->abort->lost_rank == G.rank
+                                 ? " (this rank: the coordinator gave up on it)"
+                                 : "");
                 job_aborted(env->abort->code < 0 ? env->abort->code : HVD_EABORTED, reason);
                 break;
         case HVD__ENVELOPE__BODY_ERROR:
@@ -810,6 +817,33 @@ static void handle_message(Hvd__Envelope *env) {
                 job_aborted(HVD_EPROTO, "unexpected message from the coordinator");
                 break;
         }
+}
+
+/* Sends a heartbeat when one is due (background thread: the socket's
+ * owner). Goes on after an abort: a rank the coordinator gave up on learns
+ * it from the refusal of its heartbeat as much as from the abort. */
+static void heartbeat_maybe(void) {
+        if (!G.sock || !G.hb_interval_usec)
+                return;
+        uint64_t now = hvd_now_usec();
+        if (now - G.last_hb_usec < G.hb_interval_usec)
+                return;
+        G.last_hb_usec = now;
+        Hvd__Heartbeat hb = HVD__HEARTBEAT__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        hb.epoch = G.epoch;
+        hb.sent_usec = now;
+        env.body_case = HVD__ENVELOPE__BODY_HEARTBEAT;
+        env.heartbeat = &hb;
+        (void) hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT); /* a full pipe: the next one, or the timeout, tells */
+}
+
+/* Milliseconds until the next heartbeat is due (-1: none), for a poll. */
+static long heartbeat_timeout_ms(void) {
+        if (!G.sock || !G.hb_interval_usec)
+                return -1;
+        uint64_t now = hvd_now_usec(), due = G.last_hb_usec + G.hb_interval_usec;
+        return now >= due ? 0 : (long) ((due - now + 999) / 1000);
 }
 
 /* The coordinator's process ended: nothing more will be scheduled. */
@@ -871,6 +905,7 @@ static int wait_check(void *userdata, char *err, size_t err_len) {
          * the socket, and an abort reaches the data plane's shared flag */
         if (!pthread_equal(pthread_self(), G.thread))
                 return 0;
+        heartbeat_maybe(); /* the wait may be long: the coordinator must know this rank is alive */
         if (daemon_lost()) {
                 snprintf(err, err_len, "%s", G.abort_reason);
                 return HVD_EABORTED;
@@ -1274,6 +1309,7 @@ static void *bg_main(void *arg) {
         entry_t **batch = NULL;
         size_t cap_batch = 0;
         for (;;) {
+                heartbeat_maybe();
                 /* with a fast path, a user thread waiting for its tensor may
                  * hold the runner and do the turn itself: then only look at
                  * the socket (aborts at once, the rest kept for later) */
@@ -1386,7 +1422,13 @@ static void *bg_main(void *arg) {
                         { .socket = G.sock, .events = ZMQ_POLLIN },
                         { .fd = G.daemon_pidfd, .events = ZMQ_POLLIN },
                 };
+                long hb_ms = heartbeat_timeout_ms();
+                if (hb_ms >= 0 && (timeout < 0 || timeout > hb_ms))
+                        timeout = hb_ms;
                 int n = zmq_poll(items, !G.sock ? 1 : G.daemon_pidfd >= 0 ? 3 : 2, timeout);
+                /* before reading: a process resumed after a stop says it is
+                 * back before it acts on what came meanwhile */
+                heartbeat_maybe();
                 if (n < 0) {
                         if (zmq_errno() == EINTR)
                                 continue;
@@ -1599,6 +1641,7 @@ static void pset_free(pset_t *ps);
 static void teardown(void) {
         hvd_timeline_stop();
         atomic_store(&hvd_timeline_changed, false);
+        G.hb_interval_usec = 0;
         if (G.daemon_pidfd >= 0) {
                 close(G.daemon_pidfd);
                 G.daemon_pidfd = -1;
@@ -1962,6 +2005,9 @@ int hvd_init(void) {
                 G.cross_size = (int) w->cross_size;
                 if (w->cycle_time_usec)
                         G.cycle_time_usec = w->cycle_time_usec;
+                G.epoch = w->epoch;
+                G.hb_interval_usec = w->heartbeat_interval_usec;
+                G.last_hb_usec = hvd_now_usec();
 #ifdef SYS_pidfd_open
                 if (w->daemon_pid) {
                         G.daemon_pid = (pid_t) w->daemon_pid;

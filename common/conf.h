@@ -22,6 +22,8 @@ typedef struct hvd_daemon_config {
         uint64_t cycle_time_usec;
         uint64_t start_timeout_usec;       /* a job must complete its join within this */
         uint64_t collective_timeout_usec;  /* data-plane waits give up after this */
+        uint64_t heartbeat_interval_usec;  /* workers send a heartbeat this often */
+        uint64_t heartbeat_timeout_usec;   /* a silent local worker is lost after this (0 = never) */
         uint32_t max_jobs;
         uint32_t max_ranks_per_job;
         uint32_t max_tensors_per_job;      /* negotiation table / cache capacity */

@@ -383,6 +383,7 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                         return fail(err, err_len, "metrics text is not valid UTF-8");
                 return 0;
         case HVD__ENVELOPE__BODY_METRICS_REQUEST:
+        case HVD__ENVELOPE__BODY_HEARTBEAT:
         case HVD__ENVELOPE__BODY_DONE:
         case HVD__ENVELOPE__BODY_GOODBYE:
         case HVD__ENVELOPE__BODY_STATUS:

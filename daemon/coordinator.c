@@ -95,6 +95,9 @@ typedef struct worker {
         char data_addr[HVD_WIRE_MAX_HOST + 9];
         bool goodbye; /* said goodbye: its exit is expected */
         bool exited;
+        bool lost;          /* silent past the heartbeat timeout: what it sends now is stale */
+        bool stale_logged;  /* its first stale message was logged */
+        uint64_t last_heard_usec; /* anything from it (heartbeats, readiness), since its welcome */
         uint64_t done_seq, busy_usec; /* as it reported with its readiness */
 } worker_t;
 
@@ -122,6 +125,7 @@ struct job {
         char shm_name[96];
         uint64_t created_usec, aborted_usec;
         uint64_t fusion_threshold, cycle_time_usec;
+        uint64_t hb_interval_usec, hb_timeout_usec; /* as its workers were told at welcome */
         uint64_t cycles;
         char abort_reason[1024];
         int32_t departed_rank; /* a rank that said goodbye while others run */
@@ -150,6 +154,19 @@ struct job {
         uint64_t tp_sec[THROUGHPUT_SECS + 1], tp_bytes[THROUGHPUT_SECS + 1];
         hvd_negotiator_stats_t fast; /* reported by the workers' fast path (Done) */
 };
+
+/* A job aborted before all its ranks joined, kept after its removal so that
+ * a rank arriving late learns why instead of starting the job anew. */
+#define N_TOMBS 32
+typedef struct tomb {
+        char id[HVD_WIRE_MAX_JOB_ID + 1];
+        uint8_t secret[HVD_WIRE_MAX_SECRET];
+        size_t secret_len;
+        uint64_t usec;
+        uint32_t size;
+        uint8_t *joined; /* [size]: it had said hello */
+        char reason[1024];
+} tomb_t;
 
 struct hvd_daemon {
         hvd_daemon_config_t cfg;
@@ -181,6 +198,9 @@ struct hvd_daemon {
         hvd_http_t *http;     /* GET /metrics, when metrics_listen is set */
         size_t http_first;    /* its poll items: [http_first, n_items) */
         uint64_t wake_usec;   /* when the reactor last woke with work */
+        uint64_t stale_log_usec; /* last log of a stale message on a connection of no job */
+        tomb_t tombs[N_TOMBS];   /* round robin */
+        size_t next_tomb;
 };
 
 /* ---- helpers ---- */
@@ -365,8 +385,39 @@ static void job_set_nccl_id(job_t *j, const ProtobufCBinaryData *id) {
         }
 }
 
+static void tomb_add(hvd_daemon_t *d, const job_t *j) {
+        tomb_t *t = &d->tombs[d->next_tomb++ % N_TOMBS];
+        free(t->joined);
+        memset(t, 0, sizeof *t);
+        if (!(t->joined = calloc(j->size, 1)))
+                return;
+        snprintf(t->id, sizeof t->id, "%s", j->id);
+        memcpy(t->secret, j->secret, j->secret_len);
+        t->secret_len = j->secret_len;
+        t->usec = hvd_now_usec();
+        t->size = j->size;
+        for (uint32_t r = 0; r < j->size; r++)
+                t->joined[r] = j->ranks[r] != NULL;
+        snprintf(t->reason, sizeof t->reason, "%s", j->abort_reason);
+}
+
+/* A job recently aborted before this rank of it joined, or NULL. */
+static const tomb_t *tomb_find(const hvd_daemon_t *d, const Hvd__Hello *h) {
+        uint64_t now = hvd_now_usec();
+        for (size_t i = 0; i < N_TOMBS; i++) {
+                const tomb_t *t = &d->tombs[i];
+                if (t->joined && now - t->usec < ABORTED_JOB_LINGER_USEC && strcmp(t->id, h->job_id) == 0 &&
+                    h->rank < t->size && !t->joined[h->rank] && t->secret_len == h->secret.len &&
+                    memcmp(t->secret, h->secret.data, t->secret_len) == 0)
+                        return t;
+        }
+        return NULL;
+}
+
 static void job_remove(hvd_daemon_t *d, job_t *j) {
         hvd_log_info("job %s removed (%s)", j->id, job_state_names[j->state]);
+        if (j->state == JOB_ABORTED && j->n_hello < j->local_size)
+                tomb_add(d, j);
         if (j->state != JOB_ABORTED)
                 d->metrics.jobs_finished++;
         hvd_strmap_remove(d->jobs, j->id, strlen(j->id));
@@ -434,6 +485,17 @@ static void fill_rank_infos(const job_t *j, Hvd__RankInfo *infos, Hvd__RankInfo 
         }
 }
 
+/* The heartbeat settings a job starts with: the timeout is at least two
+ * intervals (0 = workers are never declared lost for silence). */
+static void heartbeat_settings(const hvd_daemon_t *d, uint64_t *interval, uint64_t *timeout) {
+        *interval = d->cfg.heartbeat_interval_usec;
+        *timeout = d->cfg.heartbeat_timeout_usec;
+        if (*timeout && *timeout < 2 * *interval)
+                *timeout = 2 * *interval;
+        if (!*timeout)
+                *interval = 0;
+}
+
 /* Welcomes this node's workers: the job is complete everywhere. */
 static void welcome_local(hvd_daemon_t *d, job_t *j) {
         Hvd__RankInfo *infos = calloc(j->size, sizeof *infos);
@@ -450,6 +512,8 @@ static void welcome_local(hvd_daemon_t *d, job_t *j) {
                 slot = UINT64_C(4) << 20;
         if (slot > (UINT64_C(256) << 20))
                 slot = UINT64_C(256) << 20;
+        heartbeat_settings(d, &j->hb_interval_usec, &j->hb_timeout_usec);
+        uint64_t now = hvd_now_usec();
         for (uint32_t r = 0; r < j->size; r++) {
                 worker_t *w = j->ranks[r];
                 if (!w)
@@ -473,12 +537,16 @@ static void welcome_local(hvd_daemon_t *d, job_t *j) {
                 wel.nccl_id.data = j->nccl_id;
                 wel.nccl_id.len = j->nccl_id_len;
                 wel.daemon_pid = (uint32_t) getpid();
+                wel.heartbeat_interval_usec = j->hb_interval_usec;
+                wel.heartbeat_timeout_usec = j->hb_timeout_usec;
+                w->last_heard_usec = now;
                 env.body_case = HVD__ENVELOPE__BODY_WELCOME;
                 env.welcome = &wel;
                 send_to_worker(d, w, &env);
         }
         free(infos);
         free(ptrs);
+        d->next_housekeeping = 0; /* arms the heartbeat check */
         j->state = JOB_RUNNING;
         hvd_log_notice("job %s running: %u ranks on %u host%s, %u here", j->id, j->size, j->cross_size,
                        j->cross_size == 1 ? "" : "s", j->local_size);
@@ -774,6 +842,12 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
                 hvd_log_info("job %s starts over; the previous run is now %s", old, j->id);
                 j = NULL;
         }
+        const tomb_t *t = j ? NULL : tomb_find(d, h);
+        if (t) {
+                send_error(d, d->worker_sock, id, id_len, HVD_EABORTED,
+                           "job %s was aborted before rank %u joined: %s", t->id, h->rank, t->reason);
+                return;
+        }
         if (!j) {
                 char err[512];
                 job_params_t jp = {
@@ -805,6 +879,11 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
                         send_error(d, d->worker_sock, id, id_len, HVD_EDENIED,
                                    "job %s belongs to uid %u: a process of uid %u cannot join it", j->id,
                                    (unsigned) j->owner_uid, (unsigned) uid);
+                        return;
+                }
+                if (j->state == JOB_ABORTED) {
+                        send_error(d, d->worker_sock, id, id_len, HVD_EABORTED,
+                                   "job %s was aborted before rank %u joined: %s", j->id, h->rank, j->abort_reason);
                         return;
                 }
                 if (j->state != JOB_JOINING || j->n_hello >= j->local_size) {
@@ -980,9 +1059,55 @@ static void worker_gone(hvd_daemon_t *d, worker_t *w, const char *why) {
         j->n_live--;
         if (!w->goodbye && j->state != JOB_ABORTED)
                 job_abort(d, j, (int) w->rank, HVD_EABORTED,
-                          "rank %u (pid %d on %s) %s without calling hvd_shutdown", w->rank, (int) w->pid,
+                          "rank %u (pid %d on host %s) %s without calling hvd_shutdown", w->rank, (int) w->pid,
                           w->host, why);
         d->next_housekeeping = 0;
+}
+
+/* How a worker process ended, while it is a zombie its parent has not
+ * reaped yet (field 52 of /proc/PID/stat is its wait status); "exited" when
+ * that is no longer known. */
+static void exit_cause(pid_t pid, char *buf, size_t len) {
+        snprintf(buf, len, "exited");
+        char path[64], st[1024];
+        snprintf(path, sizeof path, "/proc/%d/stat", (int) pid);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        if (fd < 0)
+                return;
+        ssize_t n = read(fd, st, sizeof st - 1);
+        close(fd);
+        if (n <= 0)
+                return;
+        st[n] = 0;
+        char *p = strrchr(st, ')'); /* the command name may hold blanks */
+        if (!p || p[1] != ' ' || p[2] != 'Z')
+                return;
+        int field = 3; /* the state, just after the name */
+        long code = -1;
+        for (char *tok = p + 2; *tok; field++) {
+                if (field == 52) {
+                        code = strtol(tok, NULL, 10);
+                        break;
+                }
+                tok = strchr(tok, ' ');
+                if (!tok)
+                        break;
+                tok++;
+        }
+        if (code < 0)
+                return;
+        if ((code & 0x7f) == 0)
+                snprintf(buf, len, "exited with status %ld", (code >> 8) & 0xff);
+        else
+                snprintf(buf, len, "was killed by SIG%s (signal %ld)", sigabbrev_np((int) (code & 0x7f)) ?: "?",
+                         code & 0x7f);
+}
+
+static void worker_exited(hvd_daemon_t *d, worker_t *w) {
+        char why[128] = "exited";
+        if (!w->exited && !w->goodbye && w->job->state != JOB_ABORTED)
+                exit_cause(w->pid, why, sizeof why);
+        worker_gone(d, w, why);
 }
 
 /* Root: rank said goodbye. A goodbye while collectives wait for it means
@@ -1178,6 +1303,91 @@ static void count_message(hvd_daemon_t *d, int sock, int r, const Hvd__Envelope 
                 d->metrics.messages[env->body_case]++;
 }
 
+/* ---- worker liveness ---- */
+
+static const char *body_name(const Hvd__Envelope *env) {
+        switch (env->body_case) {
+        case HVD__ENVELOPE__BODY_HEARTBEAT: return "heartbeat";
+        case HVD__ENVELOPE__BODY_READY: return "readiness";
+        case HVD__ENVELOPE__BODY_DONE: return "completion report";
+        case HVD__ENVELOPE__BODY_TIMELINE_CONTROL: return "timeline message";
+        default: return "message";
+        }
+}
+
+/* A message that belongs to a job that is over for its sender: the sender
+ * was declared lost (anything from it is late), or its job was aborted and
+ * it still submits work. A goodbye is always taken: it ends the worker. */
+static bool is_stale(const worker_t *w, const Hvd__Envelope *env) {
+        if (env->body_case == HVD__ENVELOPE__BODY_GOODBYE)
+                return false;
+        if (w->lost)
+                return true;
+        return w->job->state == JOB_ABORTED && (env->body_case == HVD__ENVELOPE__BODY_READY ||
+                                                env->body_case == HVD__ENVELOPE__BODY_DONE);
+}
+
+/* Refuses a stale message with an explicit error to its sender, logged once
+ * per worker (a resumed process may send several before it reads the abort). */
+static void reject_stale(hvd_daemon_t *d, worker_t *w, const Hvd__Envelope *env) {
+        job_t *j = w->job;
+        d->metrics.rejected[HVD_METRICS_SOCK_WORKER]++;
+        if (!w->stale_logged)
+                hvd_log_full(w->lost ? LOG_WARNING : LOG_INFO, 0,
+                             "job %s: stale %s from rank %u (pid %d) refused: %s", j->id, body_name(env), w->rank,
+                             (int) w->pid,
+                             w->lost ? "it was declared lost and the job aborted" : "the job was aborted");
+        w->stale_logged = true;
+        send_error(d, d->worker_sock, w->id, w->id_len, HVD_EABORTED,
+                   "stale %s refused: job %s (epoch %" PRIu64 ") is no longer running for rank %u: %s%s",
+                   body_name(env), j->id, d->epoch, w->rank,
+                   w->lost ? "this rank was declared lost; the job was aborted: " : "the job was aborted: ",
+                   j->abort_reason);
+}
+
+/* A heartbeat, readiness or report on a connection that belongs to no job
+ * here: its job is gone (aborted or ended and removed), or this daemon was
+ * restarted since the worker joined. */
+static void stale_unknown(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__Envelope *env) {
+        uint64_t now = hvd_now_usec();
+        d->metrics.rejected[HVD_METRICS_SOCK_WORKER]++;
+        if (now - d->stale_log_usec >= 10 * USEC_PER_SEC) {
+                d->stale_log_usec = now;
+                hvd_log_info("stale %s on a connection of no job refused (its job is gone from this daemon)",
+                             body_name(env));
+        }
+        send_error(d, d->worker_sock, id, id_len, HVD_EABORTED,
+                   "stale %s refused: this connection belongs to no job of this coordinator (epoch %" PRIu64
+                   "): its job was aborted or has ended, or the coordinator restarted; call hvd_init again",
+                   body_name(env), d->epoch);
+}
+
+/* A local worker silent past its job's heartbeat timeout (stopped, hung,
+ * or its host stalled): the job is aborted and the worker is lost. Returns
+ * when to look again (UINT64_MAX: no running job has heartbeats). */
+static uint64_t heartbeat_check(hvd_daemon_t *d, job_t *j, uint64_t now) {
+        if (j->state != JOB_RUNNING || !j->hb_timeout_usec)
+                return UINT64_MAX;
+        uint64_t next = UINT64_MAX;
+        for (uint32_t r = 0; r < j->size; r++) {
+                worker_t *w = j->ranks[r];
+                if (!w || w->exited || w->goodbye || w->lost)
+                        continue;
+                uint64_t due = w->last_heard_usec + j->hb_timeout_usec;
+                if (now < due) {
+                        next = HVD_MIN(next, due);
+                        continue;
+                }
+                w->lost = true;
+                d->metrics.workers_lost++;
+                job_abort(d, j, (int) r, HVD_EABORTED,
+                          "rank %u (pid %d on host %s) stopped responding: no heartbeat for %.1f s", r, (int) w->pid,
+                          w->host, (double) (now - w->last_heard_usec) / 1e6);
+                return UINT64_MAX;
+        }
+        return next;
+}
+
 static void handle_worker_socket(hvd_daemon_t *d) {
         for (int n = 0; n < RECV_BATCH; n++) {
                 uint8_t id[256];
@@ -1196,11 +1406,20 @@ static void handle_worker_socket(hvd_daemon_t *d) {
                         send_error(d, d->worker_sock, id, id_len, r, "message rejected: %s", err);
                         continue;
                 }
+                if (w)
+                        w->last_heard_usec = hvd_now_usec();
                 if (env->body_case == HVD__ENVELOPE__BODY_HELLO)
                         handle_hello(d, id, id_len, env->hello, uid);
+                else if (!w && (env->body_case == HVD__ENVELOPE__BODY_HEARTBEAT ||
+                                env->body_case == HVD__ENVELOPE__BODY_READY || env->body_case == HVD__ENVELOPE__BODY_DONE))
+                        stale_unknown(d, id, id_len, env);
                 else if (!w)
                         send_error(d, d->worker_sock, id, id_len, HVD_EPROTO,
                                    "say hello first: this connection has not joined a job");
+                else if (is_stale(w, env))
+                        reject_stale(d, w, env);
+                else if (env->body_case == HVD__ENVELOPE__BODY_HEARTBEAT)
+                        ; /* last_heard_usec is all it is for */
                 else if (env->body_case == HVD__ENVELOPE__BODY_READY)
                         handle_ready(d, w, env);
                 else if (env->body_case == HVD__ENVELOPE__BODY_GOODBYE)
@@ -2018,6 +2237,7 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
         bool again = false;
         job_t *dead[64];
         size_t n_dead = 0;
+        uint64_t hb_due = UINT64_MAX;
         uint64_t hb = d->cfg.peer_timeout_usec / 5;
         if (hb > USEC_PER_SEC)
                 hb = USEC_PER_SEC;
@@ -2070,6 +2290,7 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                 }
                 if (stall_inspect(d, j, now))
                         again = true;
+                hb_due = HVD_MIN(hb_due, heartbeat_check(d, j, now));
                 if (j->state == JOB_RUNNING && j->is_root) {
                         again = true;
                         for (uint32_t c = 0; c < j->cross_size; c++) {
@@ -2100,6 +2321,8 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
         for (size_t i = 0; i < n_dead; i++)
                 job_remove(d, dead[i]);
         d->next_housekeeping = again ? now + HVD_MIN(HOUSEKEEPING_USEC, hb) : UINT64_MAX;
+        if (hb_due < d->next_housekeeping)
+                d->next_housekeeping = hb_due;
 }
 
 enum { ITEM_WORKER, ITEM_CONTROL, ITEM_STOP, ITEM_SIGNAL, ITEM_PEER, ITEM_ROOT, ITEM_PIDFD, ITEM_HTTP, ITEM_ZAP, ITEM_ZAP_MONITOR };
@@ -2368,7 +2591,7 @@ int hvd_daemon_run(hvd_daemon_t *d) {
                         handle_worker_socket(d);
                 for (size_t i = 0; exits && i < d->n_items; i++)
                         if (d->item_kind[i] == ITEM_PIDFD && (d->items[i].revents & ZMQ_POLLIN))
-                                worker_gone(d, d->item_workers[i], "exited");
+                                worker_exited(d, d->item_workers[i]);
                 if (http)
                         hvd_http_dispatch(d->http, d->items + d->http_first, d->n_items - d->http_first,
                                           hvd_now_usec());
@@ -2611,6 +2834,8 @@ void hvd_daemon_destroy(hvd_daemon_t **dp) {
         free(d->item_workers);
         free(d->item_peers);
         free(d->item_kind);
+        for (size_t i = 0; i < N_TOMBS; i++)
+                free(d->tombs[i].joined);
         free(d);
         *dp = NULL;
 }

@@ -31,6 +31,7 @@ enum { HVD_METRICS_SOCK_WORKER, HVD_METRICS_SOCK_PEER, HVD_METRICS_SOCK_ROOT, HV
 typedef struct hvd_metrics {
         uint64_t jobs_started, jobs_finished, jobs_aborted;
         uint64_t workers_connected; /* hellos accepted */
+        uint64_t workers_lost;      /* declared lost: no heartbeat within the timeout */
         uint64_t messages[HVD_METRICS_MAX_BODY];  /* received, by Envelope body number */
         uint64_t rejected[HVD_METRICS_N_SOCK];    /* refused (undecodable, invalid, malformed) */
         uint64_t control_requests;

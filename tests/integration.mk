@@ -9,6 +9,9 @@ check_PROGRAMS += %D%/worker_timeline
 %C%_worker_timeline_SOURCES = %D%/worker_timeline.c
 %C%_worker_timeline_LDADD = client/libhvd.la -lm
 check_PROGRAMS += %D%/worker_fastpath
+check_PROGRAMS += %D%/worker_faults
+%C%_worker_faults_SOURCES = %D%/worker_faults.c
+%C%_worker_faults_LDADD = client/libhvd.la -lpthread
 %C%_worker_fastpath_SOURCES = %D%/worker_fastpath.c
 %C%_worker_fastpath_LDADD = client/libhvd.la
 
@@ -29,7 +32,10 @@ check_PROGRAMS += %D%/worker_fastpath
 	%D%/test-table-capacity.sh \
 	%D%/test-api-contract.sh \
 	%D%/test-timeline.sh \
-	%D%/test-fastpath.sh
+	%D%/test-fastpath.sh \
+	%D%/test-faults.sh \
+	%D%/test-heartbeat.sh \
+	%D%/test-deadlines.sh
 TESTS += $(%C%_integration_tests)
 EXTRA_DIST += $(%C%_integration_tests) %D%/test-collectives.sh %D%/test-daemon-lost.sh
 

@@ -50,7 +50,7 @@ start=$(date +%s%N)
 wait $lpid
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
 # the ranks' own lines, not the daemon logs printed after a failure
-n=$(grep -cE "^\[[0-9]+@[a-z]+\] .*rank $lost \(pid $victim on [a-z]+\) exited without calling hvd_shutdown" "$log")
+n=$(grep -cE "^\[[0-9]+@[a-z]+\] .*rank $lost \(pid $victim on host [a-z]+\) .*without calling hvd_shutdown" "$log")
 [ "$n" -eq 4 ] || fail "$n of 4 surviving ranks were told that rank $lost was lost" "$(cat "$log")"
 [ "$ms" -lt 5000 ] || fail "the job took $ms ms to end after the kill"
 rm -f "$log"
