@@ -2312,7 +2312,9 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                         if (n_dead < ELEMENTSOF(dead))
                                 dead[n_dead++] = j;
                 } else if (j->state == JOB_ABORTED) {
-                        if (now - j->aborted_usec > ABORTED_JOB_LINGER_USEC && n_dead < ELEMENTSOF(dead))
+                        /* aborted_usec may be later than now: aborted by this very pass */
+                        if (now > j->aborted_usec && now - j->aborted_usec > ABORTED_JOB_LINGER_USEC &&
+                            n_dead < ELEMENTSOF(dead))
                                 dead[n_dead++] = j;
                         else
                                 again = true;
