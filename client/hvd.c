@@ -227,6 +227,7 @@ static const char *entry_name(const Hvd__Entry *en);
 static void gpu_free_garbage(void);
 static int gpu_enqueue(const hvd_xop_t *x, entry_t **em, char *err, size_t err_len);
 static void await_abort(uint64_t usec);
+static uint64_t abort_grace_usec(int r);
 
 static int set_error(int r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int set_error(int r, const char *fmt, ...) {
@@ -733,7 +734,7 @@ static int execute_schedule_ops(const Hvd__Schedule *s) {
                 /* a peer's connection failing is usually the symptom: the
                  * coordinator's abort, a moment later, says what happened */
                 if (r < 0 && !G.abort_code && G.sock)
-                        await_abort(USEC_PER_SEC);
+                        await_abort(abort_grace_usec(r));
                 if (r < 0 && G.abort_code) {
                         r = G.abort_code;
                         snprintf(err, sizeof err, "%s", G.abort_reason);
@@ -896,6 +897,14 @@ static void await_abort(uint64_t usec) {
                 } else
                         hold_message(env);
         }
+}
+
+/* How long a failed data-plane operation waits for the coordinator's
+ * explanation: a peer's connection failing is usually a symptom that the
+ * abort, a moment later, explains; a deadline of our own that expired has
+ * already used up the time a caller may wait (deadline plus one second). */
+static uint64_t abort_grace_usec(int r) {
+        return r == HVD_ETIMEOUT ? 200 * USEC_PER_MSEC : USEC_PER_SEC;
 }
 
 /* Called by the data plane while it waits: an abort from the daemon must
@@ -1109,7 +1118,7 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
                 };
                 r = hvd_backend_execute(G.backend, &x, err, sizeof err);
                 if (r < 0 && !G.abort_code && G.sock && pthread_equal(pthread_self(), G.thread))
-                        await_abort(USEC_PER_SEC);
+                        await_abort(abort_grace_usec(r));
                 if (r < 0 && G.abort_code) {
                         r = G.abort_code;
                         snprintf(err, sizeof err, "%s", G.abort_reason);
