@@ -37,5 +37,5 @@ check_PROGRAMS += %D%/worker_faults
 	%D%/test-heartbeat.sh \
 	%D%/test-deadlines.sh
 TESTS += $(%C%_integration_tests)
-EXTRA_DIST += $(%C%_integration_tests) %D%/test-collectives.sh %D%/test-daemon-lost.sh
+EXTRA_DIST += $(%C%_integration_tests) %D%/test-collectives.sh %D%/test-daemon-lost.sh docs/FAULTS.md
 
