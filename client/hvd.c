@@ -228,6 +228,7 @@ static void gpu_free_garbage(void);
 static int gpu_enqueue(const hvd_xop_t *x, entry_t **em, char *err, size_t err_len);
 static void await_abort(uint64_t usec);
 static uint64_t abort_grace_usec(int r);
+static void report_failure(int r, const char *err);
 
 static int set_error(int r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int set_error(int r, const char *fmt, ...) {
@@ -735,6 +736,8 @@ static int execute_schedule_ops(const Hvd__Schedule *s) {
                  * coordinator's abort, a moment later, says what happened */
                 if (r < 0 && !G.abort_code && G.sock)
                         await_abort(abort_grace_usec(r));
+                if (r < 0 && !G.abort_code)
+                        report_failure(r, err);
                 if (r < 0 && G.abort_code) {
                         r = G.abort_code;
                         snprintf(err, sizeof err, "%s", G.abort_reason);
@@ -897,6 +900,26 @@ static void await_abort(uint64_t usec) {
                 } else
                         hold_message(env);
         }
+}
+
+/* A data-plane operation failed here first (its deadline expired, a peer's
+ * connection broke) and the coordinator has not explained it: tell it, so
+ * that it aborts the job with this cause on every rank rather than with
+ * this rank's exit later (background thread: the socket's owner). */
+static void report_failure(int r, const char *err) {
+        if (!G.sock || !pthread_equal(pthread_self(), G.thread))
+                return;
+        Hvd__Abort ab = HVD__ABORT__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        char reason[HVD_WIRE_MAX_TEXT + 1];
+        snprintf(reason, sizeof reason, "%s", err && *err ? err : hvd_strerror(r));
+        ab.job_id = (char *) "";
+        ab.reason = reason;
+        ab.lost_rank = -1;
+        ab.code = r;
+        env.body_case = HVD__ENVELOPE__BODY_ABORT;
+        env.abort = &ab;
+        (void) hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT);
 }
 
 /* How long a failed data-plane operation waits for the coordinator's
@@ -1119,6 +1142,8 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
                 r = hvd_backend_execute(G.backend, &x, err, sizeof err);
                 if (r < 0 && !G.abort_code && G.sock && pthread_equal(pthread_self(), G.thread))
                         await_abort(abort_grace_usec(r));
+                if (r < 0 && !G.abort_code)
+                        report_failure(r, err);
                 if (r < 0 && G.abort_code) {
                         r = G.abort_code;
                         snprintf(err, sizeof err, "%s", G.abort_reason);

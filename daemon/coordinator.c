@@ -970,7 +970,7 @@ static void root_submit(hvd_daemon_t *d, job_t *j, uint32_t rank, const Hvd__Rea
         if (r < 0)
                 job_abort(d, j, -1, r, "rank %u: %s", rank, err);
         /* the stall inspector looks while tensors wait */
-        if (j->stall_check_usec && d->next_housekeeping == UINT64_MAX)
+        if (j->stall_check_usec && d->next_housekeeping > hvd_now_usec() + USEC_PER_SEC)
                 d->next_housekeeping = hvd_now_usec() + USEC_PER_SEC;
 }
 
@@ -1331,7 +1331,7 @@ static bool is_stale(const worker_t *w, const Hvd__Envelope *env) {
  * per worker (a resumed process may send several before it reads the abort). */
 static void reject_stale(hvd_daemon_t *d, worker_t *w, const Hvd__Envelope *env) {
         job_t *j = w->job;
-        d->metrics.rejected[HVD_METRICS_SOCK_WORKER]++;
+        d->metrics.stale_messages++;
         if (!w->stale_logged)
                 hvd_log_full(w->lost ? LOG_WARNING : LOG_INFO, 0,
                              "job %s: stale %s from rank %u (pid %d) refused: %s", j->id, body_name(env), w->rank,
@@ -1350,7 +1350,7 @@ static void reject_stale(hvd_daemon_t *d, worker_t *w, const Hvd__Envelope *env)
  * restarted since the worker joined. */
 static void stale_unknown(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__Envelope *env) {
         uint64_t now = hvd_now_usec();
-        d->metrics.rejected[HVD_METRICS_SOCK_WORKER]++;
+        d->metrics.stale_messages++;
         if (now - d->stale_log_usec >= 10 * USEC_PER_SEC) {
                 d->stale_log_usec = now;
                 hvd_log_info("stale %s on a connection of no job refused (its job is gone from this daemon)",
@@ -1386,6 +1386,17 @@ static uint64_t heartbeat_check(hvd_daemon_t *d, job_t *j, uint64_t now) {
                 return UINT64_MAX;
         }
         return next;
+}
+
+/* A worker's data plane failed on its own (its deadline expired, a peer's
+ * connection broke) before any abort reached it: the job is over, and
+ * every rank learns that cause. */
+static void worker_failed(hvd_daemon_t *d, worker_t *w, const Hvd__Abort *ab) {
+        job_t *j = w->job;
+        if (j->state != JOB_RUNNING)
+                return;
+        job_abort(d, j, -1, ab->code < 0 ? ab->code : HVD_EABORTED,
+                  "rank %u (pid %d on host %s) gave up: %s", w->rank, (int) w->pid, w->host, ab->reason);
 }
 
 static void handle_worker_socket(hvd_daemon_t *d) {
@@ -1428,6 +1439,8 @@ static void handle_worker_socket(hvd_daemon_t *d) {
                         handle_done(d, w, env->done);
                 else if (env->body_case == HVD__ENVELOPE__BODY_TIMELINE_CONTROL)
                         timeline_from_rank(d, w, env->timeline_control);
+                else if (env->body_case == HVD__ENVELOPE__BODY_ABORT)
+                        worker_failed(d, w, env->abort);
                 else
                         send_error(d, d->worker_sock, id, id_len, HVD_EPROTO,
                                    "unexpected message on the worker socket");

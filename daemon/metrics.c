@@ -128,6 +128,9 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
         counter(&b, "hvd_workers_connected_total", "Workers that joined a job here.", m->workers_connected);
         counter(&b, "hvd_workers_lost_total", "Workers declared lost: no heartbeat within heartbeat_timeout.",
                 m->workers_lost);
+        counter(&b, "hvd_stale_messages_total",
+                "Messages refused as stale: from a worker declared lost, or for a job aborted or gone.",
+                m->stale_messages);
         head(&b, "hvd_messages_received_total", "counter", "Valid messages received, by type.");
         for (size_t i = 0; i < HVD_METRICS_MAX_BODY; i++) {
                 const ProtobufCFieldDescriptor *f =

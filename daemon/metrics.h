@@ -23,7 +23,7 @@ typedef struct hvd_histogram {
 void hvd_histogram_observe(hvd_histogram_t *h, uint64_t usec);
 
 /* Envelope body numbers below this are counted by type. */
-#define HVD_METRICS_MAX_BODY 64
+#define HVD_METRICS_MAX_BODY 128
 
 enum { HVD_METRICS_SOCK_WORKER, HVD_METRICS_SOCK_PEER, HVD_METRICS_SOCK_ROOT, HVD_METRICS_SOCK_CONTROL,
        HVD_METRICS_SOCK_HTTP, HVD_METRICS_N_SOCK };
@@ -32,6 +32,7 @@ typedef struct hvd_metrics {
         uint64_t jobs_started, jobs_finished, jobs_aborted;
         uint64_t workers_connected; /* hellos accepted */
         uint64_t workers_lost;      /* declared lost: no heartbeat within the timeout */
+        uint64_t stale_messages;    /* refused: from a lost worker, or for an aborted or unknown job */
         uint64_t messages[HVD_METRICS_MAX_BODY];  /* received, by Envelope body number */
         uint64_t rejected[HVD_METRICS_N_SOCK];    /* refused (undecodable, invalid, malformed) */
         uint64_t control_requests;

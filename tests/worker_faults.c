@@ -182,8 +182,18 @@ int main(int argc, char **argv) {
                 return 1;
 
         if (strcmp(phase, "ok") == 0) {
-                /* at least 20, then on until DIR/stop (when the test made one) */
-                for (int i = 0; i < 20 || (exists("keepon") && !exists("stop")); i++) {
+                /* at least 20, then on until DIR/stop (when the test made
+                 * one): rank 0 decides, the others follow its word */
+                bool keepon = exists("keepon");
+                for (int i = 0;; i++) {
+                        float more = i < 20 || (keepon && !exists("stop"));
+                        r = hvd_broadcast("ok.more", &more, 1, HVD_FLOAT32, 0);
+                        if (r < 0 || !more) {
+                                if (r >= 0)
+                                        break;
+                                fprintf(stderr, "rank %d: ok: %s: %s\n", my_rank, hvd_strerror(r), hvd_last_error());
+                                return 1;
+                        }
                         char t[32];
                         snprintf(t, sizeof t, "ok.%d", i % 4);
                         r = allreduce_checked(t, buf, size);
@@ -224,8 +234,11 @@ int main(int argc, char **argv) {
                 } else
                         touch(name);
                 r = hvd_allreduce("trapped", in, in, N_ELEMS, HVD_FLOAT32, HVD_REDUCE_SUM);
-                if (r < 0)
-                        return survivor_error("allreduce", r, hvd_last_error());
+                if (r < 0) {
+                        int st = survivor_error("allreduce", r, hvd_last_error());
+                        usleep(300000); /* a moment for the other survivor, on the same deadline */
+                        return st;
+                }
                 printf("rank %d: an allreduce with a rank stuck in it succeeded\n", my_rank);
                 return 1;
         }
