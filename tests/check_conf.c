@@ -406,6 +406,30 @@ START_TEST(test_conf_apply_live) {
 }
 END_TEST
 
+/* Heartbeats: defaults, units, bounds (interval 10ms..1h, timeout 0 = off). */
+START_TEST(test_conf_heartbeat) {
+        hvd_daemon_config_t c;
+        char buf[32];
+        hvd_daemon_config_init(&c);
+        ck_assert_uint_eq(c.heartbeat_interval_usec, USEC_PER_SEC);
+        ck_assert_uint_eq(c.heartbeat_timeout_usec, 30 * USEC_PER_SEC);
+        ck_assert_int_eq(hvd_daemon_config_set(&c, "heartbeat_interval", "500ms", NULL), 0);
+        ck_assert_uint_eq(c.heartbeat_interval_usec, 500 * USEC_PER_MSEC);
+        ck_assert_int_eq(hvd_daemon_config_set(&c, "heartbeat_timeout", "3", NULL), 0);
+        ck_assert_uint_eq(c.heartbeat_timeout_usec, 3 * USEC_PER_SEC);
+        ck_assert_int_eq(hvd_daemon_config_format(&c, "heartbeat_timeout", buf, sizeof buf), 0);
+        ck_assert_str_eq(buf, "3s");
+        ck_assert_int_eq(hvd_daemon_config_set(&c, "heartbeat_timeout", "0", NULL), 0);
+        ck_assert_uint_eq(c.heartbeat_timeout_usec, 0);
+        const char *why = NULL;
+        ck_assert_int_eq(hvd_daemon_config_set(&c, "heartbeat_interval", "5ms", &why), -ERANGE);
+        ck_assert_ptr_nonnull(why);
+        ck_assert_int_lt(hvd_daemon_config_set(&c, "heartbeat_interval", "2h", NULL), 0);
+        ck_assert_int_lt(hvd_daemon_config_set(&c, "heartbeat_timeout", "-1", NULL), 0);
+        ck_assert_uint_eq(c.heartbeat_interval_usec, 500 * USEC_PER_MSEC); /* unchanged by the failures */
+}
+END_TEST
+
 /* Every key reads back as the file would have it, and setting what was
  * read gives the same configuration. */
 START_TEST(test_conf_get_round_trip) {
@@ -471,6 +495,7 @@ static Suite *conf_suite(void) {
         tcase_add_test(tc, test_conf_load_good);
         tcase_add_test(tc, test_conf_load_errors);
         tcase_add_test(tc, test_conf_apply_live);
+        tcase_add_test(tc, test_conf_heartbeat);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -179,6 +179,8 @@ START_TEST(test_wire_roundtrip_welcome) {
         w.fusion_threshold = 64 << 20;
         w.cycle_time_usec = 1000;
         w.collective_timeout_usec = 300000000;
+        w.heartbeat_interval_usec = 500000;
+        w.heartbeat_timeout_usec = 3000000;
         w.ranks = rp;
         w.n_ranks = 2;
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
@@ -192,9 +194,23 @@ START_TEST(test_wire_roundtrip_welcome) {
         ck_assert_str_eq(g->shm_name, "/hvd-1-2-abcd");
         ck_assert_uint_eq(g->slot_bytes, 4 << 20);
         ck_assert_uint_eq(g->collective_timeout_usec, 300000000);
+        ck_assert_uint_eq(g->heartbeat_interval_usec, 500000);
+        ck_assert_uint_eq(g->heartbeat_timeout_usec, 3000000);
         ck_assert_uint_eq(g->n_ranks, 2);
         ck_assert_uint_eq(g->ranks[1]->pid, 101);
         ck_assert_str_eq(g->ranks[1]->host, "b");
+        hvd_wire_free(&d);
+        /* a heartbeat is a known body that passes validation */
+        Hvd__Heartbeat hb = HVD__HEARTBEAT__INIT;
+        hb.epoch = 7;
+        hb.sent_usec = 42;
+        Hvd__Envelope henv = HVD__ENVELOPE__INIT;
+        henv.body_case = HVD__ENVELOPE__BODY_HEARTBEAT;
+        henv.heartbeat = &hb;
+        d = decode_ok(pack(&henv));
+        ck_assert_int_eq(d->body_case, HVD__ENVELOPE__BODY_HEARTBEAT);
+        ck_assert_uint_eq(d->heartbeat->epoch, 7);
+        ck_assert_uint_eq(d->heartbeat->sent_usec, 42);
         hvd_wire_free(&d);
 }
 END_TEST
