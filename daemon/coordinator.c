@@ -282,6 +282,15 @@ static const char *host_of(const job_t *j, uint32_t cross_rank) {
         return j->hosts && cross_rank < j->cross_size ? j->hosts[cross_rank] : "?";
 }
 
+/* The ranks of host cross_rank as "0, 1, 2" (known once the job runs). */
+static void ranks_of_host(const job_t *j, uint32_t cross_rank, char *buf, size_t len) {
+        size_t o = 0;
+        buf[0] = 0;
+        for (uint32_t r = 0; j->table && r < j->size && o + 12 < len; r++)
+                if (j->table[r].known && j->table[r].cross_rank == cross_rank)
+                        o += (size_t) snprintf(buf + o, len - o, "%s%u", o ? ", " : "", r);
+}
+
 /* Aborts the job here and tells everyone who has to know: the local
  * workers, and the other daemons (root: every node; otherwise: the root,
  * unless the abort came from it). */
@@ -2050,11 +2059,15 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                         void *v2;
                         while (hvd_strmap_next(d->jobs, &it2, NULL, NULL, &v2)) {
                                 job_t *j = v2;
-                                if (j->root == p)
-                                        job_abort_ex(d, j, true, -1, HVD_EABORTED,
-                                                     "lost contact with the root daemon at %s (host %s): silent for %.1f s%s",
-                                                     p->endpoint, host_of(j, 0),
-                                                     (double) (now - p->last_heard_usec) / 1e6, hint);
+                                if (j->root != p)
+                                        continue;
+                                char ranks[256];
+                                ranks_of_host(j, 0, ranks, sizeof ranks);
+                                job_abort_ex(d, j, true, -1, HVD_EABORTED,
+                                             "job %s: lost contact with host %s (ranks [%s]), its root daemon at %s: "
+                                             "silent for %.1f s%s",
+                                             j->id, host_of(j, 0), ranks, p->endpoint,
+                                             (double) (now - p->last_heard_usec) / 1e6, hint);
                         }
                 }
         }
@@ -2076,14 +2089,11 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                                 node_t *nd = &j->nodes[c];
                                 if (nd->local || now - nd->last_heard_usec <= d->cfg.peer_timeout_usec)
                                         continue;
-                                char ranks[256] = "";
-                                size_t o = 0;
-                                for (uint32_t r = 0; r < j->size && o + 12 < sizeof ranks; r++)
-                                        if (j->table[r].cross_rank == c)
-                                                o += (size_t) snprintf(ranks + o, sizeof ranks - o, "%s%u", o ? ", " : "", r);
+                                char ranks[256];
+                                ranks_of_host(j, c, ranks, sizeof ranks);
                                 job_abort(d, j, -1, HVD_EABORTED,
-                                          "lost contact with host %s (ranks [%s]): its daemon was silent for %.1f s",
-                                          host_of(j, c), ranks, (double) (now - nd->last_heard_usec) / 1e6);
+                                          "job %s: lost contact with host %s (ranks [%s]): its daemon was silent for %.1f s",
+                                          j->id, host_of(j, c), ranks, (double) (now - nd->last_heard_usec) / 1e6);
                                 break;
                         }
                 }
