@@ -152,6 +152,8 @@ static struct {
         /* abort: sticky until shutdown */
         int abort_code;
         char abort_reason[ERRLEN];
+        char job_id[HVD_WIRE_MAX_JOB_ID + 1]; /* for the abort messages */
+        uint64_t peer_timeout_usec;           /* the daemons' (Welcome), 0 on one host */
         /* background thread only */
         hvd_strmap_t *known; /* name → known_t */
         char **id_names;
@@ -223,6 +225,13 @@ static const char *entry_name(const Hvd__Entry *en);
 static void gpu_free_garbage(void);
 static int gpu_enqueue(const hvd_xop_t *x, entry_t **em, char *err, size_t err_len);
 static void await_abort(uint64_t usec);
+
+/* How long a failed data-plane operation waits for the coordinator's word
+ * on why: a peer's connection failing is the symptom, the daemons name the
+ * cause once they notice, which across hosts takes up to the peer timeout. */
+static uint64_t abort_grace_usec(void) {
+        return HVD_MAX(USEC_PER_SEC, G.peer_timeout_usec + USEC_PER_SEC / 2);
+}
 
 static int set_error(int r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int set_error(int r, const char *fmt, ...) {
@@ -729,7 +738,7 @@ static int execute_schedule_ops(const Hvd__Schedule *s) {
                 /* a peer's connection failing is usually the symptom: the
                  * coordinator's abort, a moment later, says what happened */
                 if (r < 0 && !G.abort_code && G.sock)
-                        await_abort(USEC_PER_SEC);
+                        await_abort(abort_grace_usec());
                 if (r < 0 && G.abort_code) {
                         r = G.abort_code;
                         snprintf(err, sizeof err, "%s", G.abort_reason);
@@ -787,7 +796,7 @@ static int recv_envelope(int flags, Hvd__Envelope **ret) {
 }
 
 static void handle_message(Hvd__Envelope *env) {
-        char reason[ERRLEN + 64];
+        char reason[ERRLEN + 64 + HVD_WIRE_MAX_JOB_ID];
         switch (env->body_case) {
         case HVD__ENVELOPE__BODY_SCHEDULE:
                 if (G.fp)
@@ -796,7 +805,7 @@ static void handle_message(Hvd__Envelope *env) {
                         execute_schedule(env->schedule);
                 break;
         case HVD__ENVELOPE__BODY_ABORT:
-                snprintf(reason, sizeof reason, "job aborted: %s", env->abort->reason);
+                snprintf(reason, sizeof reason, "job %s aborted: %s", G.job_id, env->abort->reason);
                 job_aborted(env->abort->code < 0 ? env->abort->code : HVD_EABORTED, reason);
                 break;
         case HVD__ENVELOPE__BODY_ERROR:
@@ -835,9 +844,9 @@ static bool daemon_lost(void) {
                 hvd_wire_free(&env); /* anything else cannot run without the coordinator anyway */
         }
         if (!G.abort_code) {
-                char reason[128];
-                snprintf(reason, sizeof reason, "coordinator lost: hvd-coordinatord (pid %d) exited",
-                         (int) G.daemon_pid);
+                char reason[128 + HVD_WIRE_MAX_JOB_ID];
+                snprintf(reason, sizeof reason, "job %s: coordinator lost: hvd-coordinatord (pid %d) exited",
+                         G.job_id, (int) G.daemon_pid);
                 job_aborted(HVD_EABORTED, reason);
         }
         return true;
@@ -1074,7 +1083,7 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
                 };
                 r = hvd_backend_execute(G.backend, &x, err, sizeof err);
                 if (r < 0 && !G.abort_code && G.sock && pthread_equal(pthread_self(), G.thread))
-                        await_abort(USEC_PER_SEC);
+                        await_abort(abort_grace_usec());
                 if (r < 0 && G.abort_code) {
                         r = G.abort_code;
                         snprintf(err, sizeof err, "%s", G.abort_reason);
@@ -1925,6 +1934,7 @@ int hvd_init(void) {
                         r = set_error(-EINVAL, "HVD_JOB_ID is longer than %d bytes", HVD_WIRE_MAX_JOB_ID);
                         goto fail;
                 }
+                snprintf(G.job_id, sizeof G.job_id, "%s", job_id);
                 gpu_load();
                 G.data_addr[0] = 0;
                 if (G.cross_size > 1) {
@@ -1963,6 +1973,7 @@ int hvd_init(void) {
                 if (w->cycle_time_usec)
                         G.cycle_time_usec = w->cycle_time_usec;
 #ifdef SYS_pidfd_open
+                G.peer_timeout_usec = w->peer_timeout_usec;
                 if (w->daemon_pid) {
                         G.daemon_pid = (pid_t) w->daemon_pid;
                         G.daemon_pidfd = (int) syscall(SYS_pidfd_open, G.daemon_pid, 0);
