@@ -226,11 +226,27 @@ static void gpu_free_garbage(void);
 static int gpu_enqueue(const hvd_xop_t *x, entry_t **em, char *err, size_t err_len);
 static void await_abort(uint64_t usec);
 
-/* How long a failed data-plane operation waits for the coordinator's word
- * on why: a peer's connection failing is the symptom, the daemons name the
- * cause once they notice, which across hosts takes up to the peer timeout. */
-static uint64_t abort_grace_usec(void) {
-        return HVD_MAX(USEC_PER_SEC, G.peer_timeout_usec + USEC_PER_SEC / 2);
+/* A data-plane operation failed with r and err[ERRLEN]; returns the error
+ * to report, with err rewritten. A peer's connection failing is usually the
+ * symptom: the coordinator's abort, a moment later, says what happened. A
+ * failure before the deadline (a connection closed or reset) waits for it as
+ * long as the daemons take to notice a lost host (the peer timeout, across
+ * hosts); a wait that reached its deadline waits half a second more at most.
+ * Without a word from the coordinator, the error names the job. */
+static int data_plane_verdict(int r, char *err, bool may_wait) {
+        if (!G.abort_code && G.sock && may_wait)
+                await_abort(r == HVD_ETIMEOUT ? USEC_PER_SEC / 2
+                                              : HVD_MAX(USEC_PER_SEC, G.peer_timeout_usec + USEC_PER_SEC / 2));
+        if (G.abort_code) {
+                snprintf(err, ERRLEN, "%s", G.abort_reason);
+                return G.abort_code;
+        }
+        if (G.job_id[0] && strncmp(err, "job ", 4) != 0) {
+                char tmp[ERRLEN];
+                snprintf(tmp, sizeof tmp, "job %s: %s", G.job_id, err);
+                memcpy(err, tmp, ERRLEN);
+        }
+        return r;
 }
 
 static int set_error(int r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -735,14 +751,8 @@ static int execute_schedule_ops(const Hvd__Schedule *s) {
                         if (tl)
                                 hvd_timeline_op_end(r);
                 }
-                /* a peer's connection failing is usually the symptom: the
-                 * coordinator's abort, a moment later, says what happened */
-                if (r < 0 && !G.abort_code && G.sock)
-                        await_abort(abort_grace_usec());
-                if (r < 0 && G.abort_code) {
-                        r = G.abort_code;
-                        snprintf(err, sizeof err, "%s", G.abort_reason);
-                }
+                if (r < 0)
+                        r = data_plane_verdict(r, err, true);
                 for (size_t k = 0; k < op->n_entries && em && r >= 0 && !gpu && !op->process_set; k++)
                         if (em[k])
                                 fp_confirm(em[k], true);
@@ -1082,12 +1092,8 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
                         .device = HVD_DEVICE_CPU,
                 };
                 r = hvd_backend_execute(G.backend, &x, err, sizeof err);
-                if (r < 0 && !G.abort_code && G.sock && pthread_equal(pthread_self(), G.thread))
-                        await_abort(abort_grace_usec());
-                if (r < 0 && G.abort_code) {
-                        r = G.abort_code;
-                        snprintf(err, sizeof err, "%s", G.abort_reason);
-                }
+                if (r < 0)
+                        r = data_plane_verdict(r, err, pthread_equal(pthread_self(), G.thread));
                 if (G.local_rank == 0) {
                         G.fp_done.ops++;
                         G.fp_done.tensors += m;
