@@ -232,7 +232,9 @@ static void await_abort(uint64_t usec);
  * failure before the deadline (a connection closed or reset) waits for it as
  * long as the daemons take to notice a lost host (the peer timeout, across
  * hosts); a wait that reached its deadline waits half a second more at most.
- * Without a word from the coordinator, the error names the job. */
+ * Without a word from the coordinator, the error names the job, and the
+ * coordinator is told, so that every rank learns this cause (not only that
+ * this rank went away). */
 static int data_plane_verdict(int r, char *err, bool may_wait) {
         if (!G.abort_code && G.sock && may_wait)
                 await_abort(r == HVD_ETIMEOUT ? USEC_PER_SEC / 2
@@ -240,6 +242,17 @@ static int data_plane_verdict(int r, char *err, bool may_wait) {
         if (G.abort_code) {
                 snprintf(err, ERRLEN, "%s", G.abort_reason);
                 return G.abort_code;
+        }
+        if (G.sock && may_wait) {
+                Hvd__Abort ab = HVD__ABORT__INIT;
+                Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                ab.job_id = G.job_id;
+                ab.reason = err;
+                ab.code = r;
+                ab.lost_rank = -1;
+                env.body_case = HVD__ENVELOPE__BODY_ABORT;
+                env.abort = &ab;
+                (void) hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT);
         }
         if (G.job_id[0] && strncmp(err, "job ", 4) != 0) {
                 char tmp[ERRLEN];

@@ -1221,6 +1221,13 @@ static void handle_worker_socket(hvd_daemon_t *d) {
                         handle_done(d, w, env->done);
                 else if (env->body_case == HVD__ENVELOPE__BODY_TIMELINE_CONTROL)
                         timeline_from_rank(d, w, env->timeline_control);
+                else if (env->body_case == HVD__ENVELOPE__BODY_ABORT)
+                        /* its data plane failed (a peer's connection broke
+                         * or timed out) before the daemons noticed anything */
+                        job_abort(d, w->job, -1, env->abort->code < 0 ? env->abort->code : HVD_EABORTED,
+                                  "rank %u%s%s%s: %s", w->rank, w->job->is_root ? " (host " : "",
+                                  w->job->is_root ? host_of(w->job, w->job->cross_rank) : "",
+                                  w->job->is_root ? ")" : "", env->abort->reason);
                 else
                         send_error(d, d->worker_sock, id, id_len, HVD_EPROTO,
                                    "unexpected message on the worker socket");

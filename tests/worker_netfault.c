@@ -8,12 +8,16 @@
  *   rank R: netfault: ERROR at T_MS after N iterations: MSG  (exit 3)
  *   rank R: netfault: WRONG ...                             (exit 1)
  * where T_MS is CLOCK_REALTIME in milliseconds when the error came back, for
- * the test's time to detect. Stops with "ok" after MAX_SECONDS (default 60). */
+ * the test's time to detect. Stops with "ok" after MAX_SECONDS (default 60).
+ * With HVD_TEST_GO set, it creates $HVD_TEST_TMPDIR/joined.RANK after
+ * hvd_init and waits for the file HVD_TEST_GO before the first collective
+ * (so that a fault can be made before the data-plane connections exist). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hvd.h"
 
@@ -50,6 +54,17 @@ int main(int argc, char **argv) {
         float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
         if (!x || !y)
                 return 2;
+        const char *go = getenv("HVD_TEST_GO");
+        if (go) {
+                const char *dir = getenv("HVD_TEST_TMPDIR");
+                char path[512];
+                snprintf(path, sizeof path, "%s/joined.%d", dir ? dir : "/tmp", rank);
+                FILE *f = fopen(path, "w");
+                if (f)
+                        fclose(f);
+                for (int i = 0; i < 3000 && access(go, F_OK) != 0; i++)
+                        usleep(10000);
+        }
         uint64_t t0 = clock_ms(CLOCK_MONOTONIC);
         long it;
         for (it = 0; it < iters && clock_ms(CLOCK_MONOTONIC) - t0 < max_ms; it++) {

@@ -109,7 +109,7 @@ nf_spawn() {
                 ip netns exec "$ns" env HVD_JOB_ID="$job" HVD_JOB_SECRET=0123456789abcdef HVD_RANK=$r HVD_SIZE=2 \
                         HVD_LOCAL_RANK=0 HVD_LOCAL_SIZE=1 HVD_CROSS_RANK=$r HVD_CROSS_SIZE=2 HVD_HOSTS=a:1,b:1 \
                         HVD_HOSTNAME=$h HVD_ROOT_PEER="$NF_ROOT_PEER" HVD_RUNTIME_DIR="$NF_BASE/$h" HVD_DATA_ADDR=$ip \
-                        HVD_TEST_TMPDIR="$dir" timeout -k 2 40 "$NF_WORKER" "$@" >"$dir/rank$r" 2>&1 &
+                        HVD_TEST_TMPDIR="$dir" ${NF_GO:+HVD_TEST_GO="$NF_GO"} timeout -k 2 40 "$NF_WORKER" "$@" >"$dir/rank$r" 2>&1 &
                 NF_RPIDS+=($!)
                 nf_pids+=($!)
         done
