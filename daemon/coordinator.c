@@ -2140,9 +2140,9 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                                 char ranks[256];
                                 ranks_of_host(j, 0, ranks, sizeof ranks);
                                 job_abort_ex(d, j, true, -1, HVD_EABORTED,
-                                             "lost contact with host %s (ranks [%s]), its root daemon at %s: "
+                                             "lost contact with the root daemon at %s (host %s, ranks [%s]): "
                                              "silent for %.1f s%s",
-                                             host_of(j, 0), ranks, p->endpoint,
+                                             p->endpoint, host_of(j, 0), ranks,
                                              (double) (now - p->last_heard_usec) / 1e6, hint);
                         }
                 }

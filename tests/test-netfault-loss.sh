@@ -39,6 +39,6 @@ echo "ok: mild-loss (2 %): 30 allreduces of 1 MiB exact in $ms ms, $dropped pack
 nf_heal_nft
 
 heavy() { loss 90; }
-lost_b='(lost contact with host b \(ranks \[1\]\)|rank 1 \([0-9.:]+\): timed out)'
-lost_a='(lost contact with host a \(ranks \[0\]\)|rank 0 \([0-9.:]+\): timed out)'
+lost_b='(lost contact with host b \(ranks \[1\]\)|rank 1 \([0-9.:]+\): timed out|host b: rank 1: .*timed out)'
+lost_a='(lost contact with the root daemon at [^ ]* \(host a, ranks \[0\]\)|rank 0 \([0-9.:]+\): timed out|rank 0 \(host a\): .*timed out)'
 nf_case heavy-loss heavy nf_heal_nft "a b" "$lost_b" "$lost_a"

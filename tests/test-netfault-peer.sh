@@ -28,7 +28,7 @@ kill_restart_a() {
 }
 nothing() { :; }
 lost_b='lost contact with host b \(ranks \[1\]\): (the connection to its daemon closed|its daemon was silent)'
-lost_a='host a \(ranks \[0\]\).*(restarted|silent)'
+lost_a='host a,? \(?ranks \[0\]\)?.*(restarted|silent)'
 orphan='coordinator lost: hvd-coordinatord \(pid [0-9]+\) exited'
 nf_case kill-b kill_b restart_b "a" "$lost_b" "$orphan"
 nf_case kill-root-a kill_a restart_a "b" "$orphan" "$lost_a"
