@@ -1247,7 +1247,7 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
                 Hvd__Ping pong = HVD__PING__INIT;
                 Hvd__Envelope reply = HVD__ENVELOPE__INIT;
                 if (env->ping->reply)
-                        return; /* the answer to a probe of ours: see probe_nodes() */
+                        return; /* a reply: nothing to answer (probe_node() expects none) */
                 pong.sent_usec = env->ping->sent_usec;
                 pong.reply = true;
                 pong.epoch = d->epoch;
