@@ -52,8 +52,11 @@ int main(int argc, char **argv) {
         }
         int rank = hvd_rank(), size = hvd_size();
         float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
-        if (!x || !y)
+        if (!x || !y) {
+                free(x);
+                free(y);
                 return 2;
+        }
         const char *go = getenv("HVD_TEST_GO");
         if (go) {
                 const char *dir = getenv("HVD_TEST_TMPDIR");
@@ -89,6 +92,8 @@ int main(int argc, char **argv) {
                         fflush(stdout);
                         hvd_handle_release(&h);
                         hvd_shutdown();
+                        free(x);
+                        free(y);
                         return 3;
                 }
                 hvd_handle_release(&h);
@@ -96,6 +101,9 @@ int main(int argc, char **argv) {
                         if (y[i] != (float) (size * ((i + (size_t) it) % 10) + size * (size - 1) / 2)) {
                                 printf("rank %d: netfault: WRONG result at iteration %ld, element %zu: %g\n", rank, it,
                                        i, (double) y[i]);
+                                free(x);
+                                free(y);
+                                hvd_shutdown();
                                 return 1;
                         }
                 if (it == 2) {
