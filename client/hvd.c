@@ -882,9 +882,15 @@ static void hold_message(Hvd__Envelope *env);
 static void await_abort(uint64_t usec) {
         uint64_t until = hvd_now_usec() + usec;
         for (uint64_t now; !G.abort_code && (now = hvd_now_usec()) < until;) {
-                zmq_pollitem_t it = { .socket = G.sock, .events = ZMQ_POLLIN };
-                if (zmq_poll(&it, 1, (long) ((until - now) / 1000 + 1)) <= 0)
+                /* the coordinator's own end is a verdict too */
+                zmq_pollitem_t it[2] = { { .socket = G.sock, .events = ZMQ_POLLIN },
+                                         { .fd = G.daemon_pidfd, .events = ZMQ_POLLIN } };
+                if (zmq_poll(it, G.daemon_pidfd >= 0 ? 2 : 1, (long) ((until - now) / 1000 + 1)) <= 0)
                         continue;
+                if (G.daemon_pidfd >= 0 && (it[1].revents & ZMQ_POLLIN)) {
+                        daemon_lost();
+                        continue;
+                }
                 Hvd__Envelope *env = NULL;
                 if (recv_envelope(ZMQ_DONTWAIT, &env) < 0)
                         return;
@@ -1991,8 +1997,8 @@ int hvd_init(void) {
                 G.cross_size = (int) w->cross_size;
                 if (w->cycle_time_usec)
                         G.cycle_time_usec = w->cycle_time_usec;
-#ifdef SYS_pidfd_open
                 G.peer_timeout_usec = w->peer_timeout_usec;
+#ifdef SYS_pidfd_open
                 if (w->daemon_pid) {
                         G.daemon_pid = (pid_t) w->daemon_pid;
                         G.daemon_pidfd = (int) syscall(SYS_pidfd_open, G.daemon_pid, 0);

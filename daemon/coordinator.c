@@ -388,8 +388,14 @@ static void job_remove(hvd_daemon_t *d, job_t *j) {
 
 static peer_t *peer_get(hvd_daemon_t *d, const char *endpoint) {
         peer_t *p = hvd_strmap_get(d->peers, endpoint, strlen(endpoint));
-        if (p && !p->lost)
+        if (p && !p->lost) {
+                /* idle, it was not pinged: its silence so far says nothing */
+                if (!p->n_jobs) {
+                        p->last_heard_usec = hvd_now_usec();
+                        p->last_ping_usec = 0;
+                }
                 return p;
+        }
         if (!p) {
                 p = calloc(1, sizeof *p);
                 if (!p)
@@ -1449,10 +1455,24 @@ static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) 
         if (!j || j->root != p)
                 return; /* a job we no longer have, or not from its root */
         switch (env->body_case) {
-        case HVD__ENVELOPE__BODY_ABORT:
+        case HVD__ENVELOPE__BODY_ABORT: {
+                /* the root has no record of the job: it restarted (its new
+                 * epoch may not have been heard yet) or dropped the job */
+                char unknown[HVD_WIRE_MAX_JOB_ID + 64];
+                snprintf(unknown, sizeof unknown, "job %s is unknown to the root daemon", j->id);
+                if (strcmp(env->abort->reason, unknown) == 0) {
+                        char ranks[256];
+                        ranks_of_host(j, 0, ranks, sizeof ranks);
+                        job_abort_ex(d, j, true, -1, HVD_EABORTED,
+                                     "lost host %s (ranks [%s]): its root daemon at %s no longer knows the job "
+                                     "(restarted, or dropped it)",
+                                     host_of(j, 0), ranks, p->endpoint);
+                        break;
+                }
                 job_abort_ex(d, j, true, env->abort->lost_rank, env->abort->code ? env->abort->code : HVD_EABORTED,
                              "%s", env->abort->reason);
                 break;
+        }
         case HVD__ENVELOPE__BODY_NODE_WELCOME: {
                 const Hvd__NodeWelcome *nw = env->node_welcome;
                 if (j->root_epoch && nw->epoch && nw->epoch != j->root_epoch) {

@@ -134,7 +134,7 @@ nf_good() {
         local st=0
         for p in "${NF_RPIDS[@]}"; do wait "$p" || st=1; done
         [ $st -eq 0 ] && grep -q "netfault: ok 10 iterations" "$dir/rank0" && grep -q "netfault: ok 10" "$dir/rank1" ||
-                fail "$name: a spanning job failed" "$(tail -n 5 "$dir"/rank* "$NF_BASE"/a.log "$NF_BASE"/b.log)"
+                fail "$name: a spanning job failed" "$(tail -n 12 "$dir"/rank* "$NF_BASE"/a.log "$NF_BASE"/b.log)"
 }
 
 # nf_case NAME INJECT HEAL SURVIVORS RANK0_RE RANK1_RE [ELEMENTS]
@@ -174,7 +174,8 @@ nf_case() {
                 local re=$re0
                 [ $r = 1 ] && re=$re1
                 [[ $line == *"$job"* ]] || fail "$name: rank $r's error does not name job $job" "$line"
-                [[ $line =~ $re ]] || fail "$name: rank $r's error does not say what happened (/$re/)" "$line"
+                [[ $line =~ $re ]] || fail "$name: rank $r's error does not say what happened (/$re/)" \
+                        "$line$(printf '\n'; tail -n 8 "$NF_BASE"/a.log "$NF_BASE"/b.log)"
                 at=${line#*ERROR at }
                 at=${at%% *}
                 ms=$((at - t0))
