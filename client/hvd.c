@@ -152,6 +152,8 @@ static struct {
         /* abort: sticky until shutdown */
         int abort_code;
         char abort_reason[ERRLEN];
+        char job_id[HVD_WIRE_MAX_JOB_ID + 1]; /* for the abort messages */
+        uint64_t peer_timeout_usec;           /* the daemons' (Welcome), 0 on one host */
         /* background thread only */
         hvd_strmap_t *known; /* name → known_t */
         char **id_names;
@@ -227,8 +229,43 @@ static const char *entry_name(const Hvd__Entry *en);
 static void gpu_free_garbage(void);
 static int gpu_enqueue(const hvd_xop_t *x, entry_t **em, char *err, size_t err_len);
 static void await_abort(uint64_t usec);
-static uint64_t abort_grace_usec(int r);
-static void report_failure(int r, const char *err);
+
+/* A data-plane operation failed with r and err[ERRLEN]; returns the error
+ * to report, with err rewritten. A peer's connection failing is usually the
+ * symptom: the coordinator's abort, a moment later, says what happened. A
+ * failure before the deadline (a connection closed or reset) waits for it as
+ * long as the daemons take to notice a lost host (the peer timeout, across
+ * hosts); a wait that reached its own deadline has used up the time a caller
+ * may wait (deadline plus one second) and waits 200 ms more at most.
+ * Without a word from the coordinator, the error names the job, and the
+ * coordinator is told, so that every rank learns this cause (not only that
+ * this rank went away). */
+static int data_plane_verdict(int r, char *err, bool may_wait) {
+        if (!G.abort_code && G.sock && may_wait)
+                await_abort(r == HVD_ETIMEOUT ? 200 * USEC_PER_MSEC
+                                              : HVD_MAX(USEC_PER_SEC, G.peer_timeout_usec + USEC_PER_SEC / 2));
+        if (G.abort_code) {
+                snprintf(err, ERRLEN, "%s", G.abort_reason);
+                return G.abort_code;
+        }
+        if (G.sock && may_wait) {
+                Hvd__Abort ab = HVD__ABORT__INIT;
+                Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                ab.job_id = G.job_id;
+                ab.reason = err;
+                ab.code = r;
+                ab.lost_rank = -1;
+                env.body_case = HVD__ENVELOPE__BODY_ABORT;
+                env.abort = &ab;
+                (void) hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT);
+        }
+        if (G.job_id[0] && strncmp(err, "job ", 4) != 0) {
+                char tmp[ERRLEN];
+                snprintf(tmp, sizeof tmp, "job %s: %s", G.job_id, err);
+                memcpy(err, tmp, ERRLEN);
+        }
+        return r;
+}
 
 static int set_error(int r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static int set_error(int r, const char *fmt, ...) {
@@ -732,16 +769,8 @@ static int execute_schedule_ops(const Hvd__Schedule *s) {
                         if (tl)
                                 hvd_timeline_op_end(r);
                 }
-                /* a peer's connection failing is usually the symptom: the
-                 * coordinator's abort, a moment later, says what happened */
-                if (r < 0 && !G.abort_code && G.sock)
-                        await_abort(abort_grace_usec(r));
-                if (r < 0 && !G.abort_code)
-                        report_failure(r, err);
-                if (r < 0 && G.abort_code) {
-                        r = G.abort_code;
-                        snprintf(err, sizeof err, "%s", G.abort_reason);
-                }
+                if (r < 0)
+                        r = data_plane_verdict(r, err, true);
                 for (size_t k = 0; k < op->n_entries && em && r >= 0 && !gpu && !op->process_set; k++)
                         if (em[k])
                                 fp_confirm(em[k], true);
@@ -795,7 +824,7 @@ static int recv_envelope(int flags, Hvd__Envelope **ret) {
 }
 
 static void handle_message(Hvd__Envelope *env) {
-        char reason[ERRLEN + 64];
+        char reason[ERRLEN + 64 + HVD_WIRE_MAX_JOB_ID];
         switch (env->body_case) {
         case HVD__ENVELOPE__BODY_SCHEDULE:
                 if (G.fp)
@@ -804,7 +833,7 @@ static void handle_message(Hvd__Envelope *env) {
                         execute_schedule(env->schedule);
                 break;
         case HVD__ENVELOPE__BODY_ABORT:
-                snprintf(reason, sizeof reason, "job aborted: %s%s", env->abort->reason,
+                snprintf(reason, sizeof reason, "job %s aborted: %s%s", G.job_id, env->abort->reason,
                          env->abort->lost_rank >= 0 && env->abort->lost_rank == G.rank
                                  ? " (this rank: the coordinator gave up on it)"
                                  : "");
@@ -873,9 +902,9 @@ static bool daemon_lost(void) {
                 hvd_wire_free(&env); /* anything else cannot run without the coordinator anyway */
         }
         if (!G.abort_code) {
-                char reason[128];
-                snprintf(reason, sizeof reason, "coordinator lost: hvd-coordinatord (pid %d) exited",
-                         (int) G.daemon_pid);
+                char reason[128 + HVD_WIRE_MAX_JOB_ID];
+                snprintf(reason, sizeof reason, "job %s: coordinator lost: hvd-coordinatord (pid %d) exited",
+                         G.job_id, (int) G.daemon_pid);
                 job_aborted(HVD_EABORTED, reason);
         }
         return true;
@@ -888,9 +917,15 @@ static void hold_message(Hvd__Envelope *env);
 static void await_abort(uint64_t usec) {
         uint64_t until = hvd_now_usec() + usec;
         for (uint64_t now; !G.abort_code && (now = hvd_now_usec()) < until;) {
-                zmq_pollitem_t it = { .socket = G.sock, .events = ZMQ_POLLIN };
-                if (zmq_poll(&it, 1, (long) ((until - now) / 1000 + 1)) <= 0)
+                /* the coordinator's own end is a verdict too */
+                zmq_pollitem_t it[2] = { { .socket = G.sock, .events = ZMQ_POLLIN },
+                                         { .fd = G.daemon_pidfd, .events = ZMQ_POLLIN } };
+                if (zmq_poll(it, G.daemon_pidfd >= 0 ? 2 : 1, (long) ((until - now) / 1000 + 1)) <= 0)
                         continue;
+                if (G.daemon_pidfd >= 0 && (it[1].revents & ZMQ_POLLIN)) {
+                        daemon_lost();
+                        continue;
+                }
                 Hvd__Envelope *env = NULL;
                 if (recv_envelope(ZMQ_DONTWAIT, &env) < 0)
                         return;
@@ -906,30 +941,6 @@ static void await_abort(uint64_t usec) {
  * connection broke) and the coordinator has not explained it: tell it, so
  * that it aborts the job with this cause on every rank rather than with
  * this rank's exit later (background thread: the socket's owner). */
-static void report_failure(int r, const char *err) {
-        if (!G.sock || !pthread_equal(pthread_self(), G.thread))
-                return;
-        Hvd__Abort ab = HVD__ABORT__INIT;
-        Hvd__Envelope env = HVD__ENVELOPE__INIT;
-        char reason[HVD_WIRE_MAX_TEXT + 1];
-        snprintf(reason, sizeof reason, "%s", err && *err ? err : hvd_strerror(r));
-        ab.job_id = (char *) "";
-        ab.reason = reason;
-        ab.lost_rank = -1;
-        ab.code = r;
-        env.body_case = HVD__ENVELOPE__BODY_ABORT;
-        env.abort = &ab;
-        (void) hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT);
-}
-
-/* How long a failed data-plane operation waits for the coordinator's
- * explanation: a peer's connection failing is usually a symptom that the
- * abort, a moment later, explains; a deadline of our own that expired has
- * already used up the time a caller may wait (deadline plus one second). */
-static uint64_t abort_grace_usec(int r) {
-        return r == HVD_ETIMEOUT ? 200 * USEC_PER_MSEC : USEC_PER_SEC;
-}
-
 /* Called by the data plane while it waits: an abort from the daemon must
  * end the wait; anything else is kept for after the current operation. */
 static int wait_check(void *userdata, char *err, size_t err_len) {
@@ -1140,14 +1151,8 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
                         .device = HVD_DEVICE_CPU,
                 };
                 r = hvd_backend_execute(G.backend, &x, err, sizeof err);
-                if (r < 0 && !G.abort_code && G.sock && pthread_equal(pthread_self(), G.thread))
-                        await_abort(abort_grace_usec(r));
-                if (r < 0 && !G.abort_code)
-                        report_failure(r, err);
-                if (r < 0 && G.abort_code) {
-                        r = G.abort_code;
-                        snprintf(err, sizeof err, "%s", G.abort_reason);
-                }
+                if (r < 0)
+                        r = data_plane_verdict(r, err, pthread_equal(pthread_self(), G.thread));
                 if (G.local_rank == 0) {
                         G.fp_done.ops++;
                         G.fp_done.tensors += m;
@@ -2002,6 +2007,7 @@ int hvd_init(void) {
                         r = set_error(-EINVAL, "HVD_JOB_ID is longer than %d bytes", HVD_WIRE_MAX_JOB_ID);
                         goto fail;
                 }
+                snprintf(G.job_id, sizeof G.job_id, "%s", job_id);
                 gpu_load();
                 G.data_addr[0] = 0;
                 if (G.cross_size > 1) {
@@ -2042,6 +2048,7 @@ int hvd_init(void) {
                 G.epoch = w->epoch;
                 G.hb_interval_usec = w->heartbeat_interval_usec;
                 G.last_hb_usec = hvd_now_usec();
+                G.peer_timeout_usec = w->peer_timeout_usec;
 #ifdef SYS_pidfd_open
                 if (w->daemon_pid) {
                         G.daemon_pid = (pid_t) w->daemon_pid;

@@ -195,8 +195,8 @@ static int wait_fd(hvd_tcp_t *t, struct pollfd *pfd, int n, uint64_t start, cons
                                 return r;
                 }
                 if (hvd_now_usec() - start > t->timeout_usec) {
-                        snprintf(err, err_len, "%s rank %d: timed out after %.1f s", what, peer,
-                                 (double) t->timeout_usec / 1e6);
+                        snprintf(err, err_len, "%s rank %d (%s): timed out after %.1f s", what, peer,
+                                 peer >= 0 && peer < t->size ? t->addrs[peer] : "?", (double) t->timeout_usec / 1e6);
                         return HVD_ETIMEOUT;
                 }
         }
@@ -278,8 +278,22 @@ static int connect_to(hvd_tcp_t *t, int peer, char *err, size_t err_len) {
                 if (fd < 0)
                         return -errno;
                 tune(fd);
-                if (connect(fd, (struct sockaddr *) &sa, sizeof sa) == 0) {
-                        fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+                /* non-blocking: a connect into a partition would otherwise
+                 * wait for the kernel's SYN retries (minutes), not our deadline */
+                fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+                int c = connect(fd, (struct sockaddr *) &sa, sizeof sa) == 0 ? 0 : -errno;
+                if (c == -EINPROGRESS) {
+                        struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+                        int e = 0;
+                        socklen_t el = sizeof e;
+                        c = wait_fd(t, &pfd, 1, start, "connecting to", peer, err, err_len);
+                        if (c < 0) {
+                                close(fd);
+                                return c;
+                        }
+                        c = getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) < 0 ? -errno : -e;
+                }
+                if (c == 0) {
                         tcp_hello_t h = { .magic = HELLO_MAGIC, .rank = (uint32_t) t->rank, .job_hash = t->job_hash };
                         int r = full_io(t, fd, &h, sizeof h, true, peer, start, err, err_len);
                         if (r < 0) {
@@ -289,7 +303,7 @@ static int connect_to(hvd_tcp_t *t, int peer, char *err, size_t err_len) {
                         t->conn[peer] = fd;
                         return 0;
                 }
-                int e = errno;
+                int e = -c;
                 close(fd);
                 if (e != ECONNREFUSED && e != EINTR && e != ETIMEDOUT && e != EHOSTUNREACH) {
                         snprintf(err, err_len, "cannot connect to rank %d at %s: %s", peer, t->addrs[peer], strerror(e));

@@ -137,6 +137,8 @@ struct job {
         node_t *nodes;     /* root: [cross_size] */
         uint32_t n_nodes_joined;
         peer_t *root;      /* not root: where the root is */
+        uint64_t root_epoch; /* not root: the root daemon's epoch (0 = not heard yet) */
+        uint64_t last_probe_usec; /* root: when the nodes were last probed */
         bool joined_root;  /* not root: NodeJoin sent */
         Hvd__RankReady **fwd; /* not root: readiness to forward, owned */
         size_t n_fwd, cap_fwd;
@@ -302,6 +304,15 @@ static const char *host_of(const job_t *j, uint32_t cross_rank) {
         return j->hosts && cross_rank < j->cross_size ? j->hosts[cross_rank] : "?";
 }
 
+/* The ranks of host cross_rank as "0, 1, 2" (known once the job runs). */
+static void ranks_of_host(const job_t *j, uint32_t cross_rank, char *buf, size_t len) {
+        size_t o = 0;
+        buf[0] = 0;
+        for (uint32_t r = 0; j->table && r < j->size && o + 12 < len; r++)
+                if (j->table[r].known && j->table[r].cross_rank == cross_rank)
+                        o += (size_t) snprintf(buf + o, len - o, "%s%u", o ? ", " : "", r);
+}
+
 /* Aborts the job here and tells everyone who has to know: the local
  * workers, and the other daemons (root: every node; otherwise: the root,
  * unless the abort came from it). */
@@ -428,8 +439,14 @@ static void job_remove(hvd_daemon_t *d, job_t *j) {
 
 static peer_t *peer_get(hvd_daemon_t *d, const char *endpoint) {
         peer_t *p = hvd_strmap_get(d->peers, endpoint, strlen(endpoint));
-        if (p && !p->lost)
+        if (p && !p->lost) {
+                /* idle, it was not pinged: its silence so far says nothing */
+                if (!p->n_jobs) {
+                        p->last_heard_usec = hvd_now_usec();
+                        p->last_ping_usec = 0;
+                }
                 return p;
+        }
         if (!p) {
                 p = calloc(1, sizeof *p);
                 if (!p)
@@ -540,6 +557,7 @@ static void welcome_local(hvd_daemon_t *d, job_t *j) {
                 wel.heartbeat_interval_usec = j->hb_interval_usec;
                 wel.heartbeat_timeout_usec = j->hb_timeout_usec;
                 w->last_heard_usec = now;
+                wel.peer_timeout_usec = j->cross_size > 1 ? d->cfg.peer_timeout_usec : 0;
                 env.body_case = HVD__ENVELOPE__BODY_WELCOME;
                 env.welcome = &wel;
                 send_to_worker(d, w, &env);
@@ -1395,8 +1413,11 @@ static void worker_failed(hvd_daemon_t *d, worker_t *w, const Hvd__Abort *ab) {
         job_t *j = w->job;
         if (j->state != JOB_RUNNING)
                 return;
-        job_abort(d, j, -1, ab->code < 0 ? ab->code : HVD_EABORTED,
-                  "rank %u (pid %d on host %s) gave up: %s", w->rank, (int) w->pid, w->host, ab->reason);
+        /* its data plane failed (a peer's connection broke or timed out)
+         * before the daemons noticed anything */
+        job_abort(d, j, -1, ab->code < 0 ? ab->code : HVD_EABORTED, "rank %u%s%s%s: %s", w->rank,
+                  j->is_root ? " (host " : "", j->is_root ? host_of(j, j->cross_rank) : "", j->is_root ? ")" : "",
+                  ab->reason);
 }
 
 static void handle_worker_socket(hvd_daemon_t *d) {
@@ -1459,8 +1480,11 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
         if (env->body_case == HVD__ENVELOPE__BODY_PING) {
                 Hvd__Ping pong = HVD__PING__INIT;
                 Hvd__Envelope reply = HVD__ENVELOPE__INIT;
+                if (env->ping->reply)
+                        return; /* a reply: nothing to answer (probe_node() expects none) */
                 pong.sent_usec = env->ping->sent_usec;
                 pong.reply = true;
+                pong.epoch = d->epoch;
                 reply.body_case = HVD__ENVELOPE__BODY_PING;
                 reply.ping = &pong;
                 (void) hvd_wire_send_to(d->peer_sock, id, id_len, &reply, ZMQ_DONTWAIT);
@@ -1552,7 +1576,17 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
                         cross = c;
                 }
         if (!nd) {
+                /* a node's connection is its identity: a message over a new
+                 * one means the old one broke, and what was on it is lost */
                 hvd_log_warning("job %s: message from a daemon that is not one of its nodes", j->id);
+                if (env->body_case != HVD__ENVELOPE__BODY_ABORT) {
+                        snprintf(reason, sizeof reason,
+                                 "the root daemon of host %s no longer knows this daemon's connection (it broke and "
+                                 "was made again: messages may be lost)",
+                                 host_of(j, 0));
+                        ab.code = HVD_EABORTED;
+                        (void) hvd_wire_send_to(d->peer_sock, id, id_len, &reply, ZMQ_DONTWAIT);
+                }
                 return;
         }
         nd->last_heard_usec = hvd_now_usec();
@@ -1602,12 +1636,39 @@ static void handle_peer_socket(hvd_daemon_t *d) {
         }
 }
 
+/* Not root: the root daemon at p speaks with epoch. A job that already
+ * knows another epoch of it was forgotten there (the daemon restarted): it
+ * is aborted, and nothing from the new epoch is taken for it. */
+static void root_epoch_check(hvd_daemon_t *d, peer_t *p, uint64_t epoch) {
+        size_t iter = 0;
+        void *v;
+        while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
+                job_t *j = v;
+                if (j->root != p || j->state == JOB_ABORTED)
+                        continue;
+                if (!j->root_epoch) {
+                        j->root_epoch = epoch;
+                        continue;
+                }
+                if (j->root_epoch == epoch)
+                        continue;
+                char ranks[256];
+                ranks_of_host(j, 0, ranks, sizeof ranks);
+                job_abort_ex(d, j, true, -1, HVD_EABORTED,
+                             "lost host %s (ranks [%s]): its root daemon at %s restarted (epoch %016" PRIx64
+                             ", was %016" PRIx64 ") and no longer knows the job",
+                             host_of(j, 0), ranks, p->endpoint, epoch, j->root_epoch);
+        }
+}
+
 /* Not root: a message from a root daemon. */
 static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) {
         p->last_heard_usec = hvd_now_usec();
         if (env->body_case == HVD__ENVELOPE__BODY_PING) {
                 if (env->ping->reply)
                         p->rtt_usec = hvd_now_usec() - env->ping->sent_usec;
+                if (env->ping->epoch)
+                        root_epoch_check(d, p, env->ping->epoch);
                 return;
         }
         if (env->body_case == HVD__ENVELOPE__BODY_ERROR) {
@@ -1622,12 +1683,35 @@ static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) 
         if (!j || j->root != p)
                 return; /* a job we no longer have, or not from its root */
         switch (env->body_case) {
-        case HVD__ENVELOPE__BODY_ABORT:
+        case HVD__ENVELOPE__BODY_ABORT: {
+                /* the root has no record of the job: it restarted (its new
+                 * epoch may not have been heard yet) or dropped the job */
+                char unknown[HVD_WIRE_MAX_JOB_ID + 64];
+                snprintf(unknown, sizeof unknown, "job %s is unknown to the root daemon", j->id);
+                if (strcmp(env->abort->reason, unknown) == 0) {
+                        char ranks[256];
+                        ranks_of_host(j, 0, ranks, sizeof ranks);
+                        job_abort_ex(d, j, true, -1, HVD_EABORTED,
+                                     "lost host %s (ranks [%s]): its root daemon at %s no longer knows the job "
+                                     "(restarted, or dropped it)",
+                                     host_of(j, 0), ranks, p->endpoint);
+                        break;
+                }
                 job_abort_ex(d, j, true, env->abort->lost_rank, env->abort->code ? env->abort->code : HVD_EABORTED,
                              "%s", env->abort->reason);
                 break;
+        }
         case HVD__ENVELOPE__BODY_NODE_WELCOME: {
                 const Hvd__NodeWelcome *nw = env->node_welcome;
+                if (j->root_epoch && nw->epoch && nw->epoch != j->root_epoch) {
+                        job_abort_ex(d, j, true, -1, HVD_EABORTED,
+                                     "host %s: its root daemon at %s restarted during the join (epoch %016" PRIx64
+                                     ", was %016" PRIx64 ")",
+                                     host_of(j, 0), p->endpoint, nw->epoch, j->root_epoch);
+                        break;
+                }
+                if (nw->epoch)
+                        j->root_epoch = nw->epoch;
                 if (j->state != JOB_JOINING || nw->n_ranks != j->size) {
                         job_abort(d, j, -1, HVD_EPROTO, "root daemon sent a rank table of %zu ranks for %u", nw->n_ranks,
                                   j->size);
@@ -2244,6 +2328,22 @@ static void start_timeout(hvd_daemon_t *d, job_t *j) {
                           missing);
 }
 
+/* Root: a one-way ping to a node of a running job. The peer socket is a
+ * ROUTER with ZMQ_ROUTER_MANDATORY, so a node whose connection closed (its
+ * daemon died, the connection was reset, or the transport heartbeat gave
+ * up) is -EHOSTUNREACH at once instead of after peer_timeout of silence. A
+ * reconnection would come with a new routing id, and what was sent over the
+ * old one may be lost, so that too ends the node's part in the job. */
+static int probe_node(hvd_daemon_t *d, const node_t *nd, uint64_t now) {
+        Hvd__Ping ping = HVD__PING__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        ping.sent_usec = now;
+        ping.epoch = d->epoch;
+        env.body_case = HVD__ENVELOPE__BODY_PING;
+        env.ping = &ping;
+        return hvd_wire_send_to(d->peer_sock, nd->id, nd->id_len, &env, ZMQ_DONTWAIT);
+}
+
 static void housekeeping(hvd_daemon_t *d, uint64_t now) {
         size_t iter = 0;
         void *v;
@@ -2266,6 +2366,7 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                         Hvd__Envelope env = HVD__ENVELOPE__INIT;
                         ping.sent_usec = now;
                         ping.rtt_usec = p->rtt_usec;
+                        ping.epoch = d->epoch;
                         env.body_case = HVD__ENVELOPE__BODY_PING;
                         env.ping = &ping;
                         (void) hvd_wire_send(p->sock, &env, ZMQ_DONTWAIT);
@@ -2283,11 +2384,15 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                         void *v2;
                         while (hvd_strmap_next(d->jobs, &it2, NULL, NULL, &v2)) {
                                 job_t *j = v2;
-                                if (j->root == p)
-                                        job_abort_ex(d, j, true, -1, HVD_EABORTED,
-                                                     "lost contact with the root daemon at %s (host %s): silent for %.1f s%s",
-                                                     p->endpoint, host_of(j, 0),
-                                                     (double) (now - p->last_heard_usec) / 1e6, hint);
+                                if (j->root != p)
+                                        continue;
+                                char ranks[256];
+                                ranks_of_host(j, 0, ranks, sizeof ranks);
+                                job_abort_ex(d, j, true, -1, HVD_EABORTED,
+                                             "lost contact with the root daemon at %s (host %s, ranks [%s]): "
+                                             "silent for %.1f s%s",
+                                             p->endpoint, host_of(j, 0), ranks,
+                                             (double) (now - p->last_heard_usec) / 1e6, hint);
                         }
                 }
         }
@@ -2306,15 +2411,26 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                 hb_due = HVD_MIN(hb_due, heartbeat_check(d, j, now));
                 if (j->state == JOB_RUNNING && j->is_root) {
                         again = true;
+                        bool probe = now - j->last_probe_usec >= hb;
+                        if (probe)
+                                j->last_probe_usec = now;
                         for (uint32_t c = 0; c < j->cross_size; c++) {
                                 node_t *nd = &j->nodes[c];
-                                if (nd->local || now - nd->last_heard_usec <= d->cfg.peer_timeout_usec)
+                                if (nd->local)
                                         continue;
-                                char ranks[256] = "";
-                                size_t o = 0;
-                                for (uint32_t r = 0; r < j->size && o + 12 < sizeof ranks; r++)
-                                        if (j->table[r].cross_rank == c)
-                                                o += (size_t) snprintf(ranks + o, sizeof ranks - o, "%s%u", o ? ", " : "", r);
+                                if (probe && probe_node(d, nd, now) == -EHOSTUNREACH) {
+                                        char ranks[256];
+                                        ranks_of_host(j, c, ranks, sizeof ranks);
+                                        job_abort(d, j, -1, HVD_EABORTED,
+                                                  "lost contact with host %s (ranks [%s]): the connection to its daemon "
+                                                  "closed (daemon gone or connection reset)",
+                                                  host_of(j, c), ranks);
+                                        break;
+                                }
+                                if (now - nd->last_heard_usec <= d->cfg.peer_timeout_usec)
+                                        continue;
+                                char ranks[256];
+                                ranks_of_host(j, c, ranks, sizeof ranks);
                                 job_abort(d, j, -1, HVD_EABORTED,
                                           "lost contact with host %s (ranks [%s]): its daemon was silent for %.1f s",
                                           host_of(j, c), ranks, (double) (now - nd->last_heard_usec) / 1e6);

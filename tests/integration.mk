@@ -39,3 +39,11 @@ check_PROGRAMS += %D%/worker_faults
 TESTS += $(%C%_integration_tests)
 EXTRA_DIST += $(%C%_integration_tests) %D%/test-collectives.sh %D%/test-daemon-lost.sh docs/FAULTS.md
 
+
+# network faults between two test hosts (namespaces): tests/lib/netfault.sh
+check_PROGRAMS += %D%/worker_netfault
+%C%_worker_netfault_LDADD = client/libhvd.la
+%C%_netfault_tests = %D%/test-netfault-peer.sh %D%/test-netfault-partition.sh \
+	%D%/test-netfault-loss.sh %D%/test-netfault-slow.sh
+TESTS += $(%C%_netfault_tests)
+EXTRA_DIST += $(%C%_netfault_tests) %D%/lib/netfault.sh docs/FAULTS-network.md

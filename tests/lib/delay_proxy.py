@@ -5,10 +5,15 @@ DELAY_MS later, order preserved, in both directions.
 
     delay_proxy.py LISTEN_HOST:PORT TARGET_HOST:PORT DELAY_MS [--max-seconds N]
 
-Exits by itself after --max-seconds (default 600)."""
+SIGUSR1 stalls the link: nothing is forwarded (reads go on, into the
+queue) until SIGUSR2, which delivers what was held, in order. Exits by
+itself after --max-seconds (default 600)."""
 import asyncio
+import signal
 import sys
 import time
+
+flowing = None  # asyncio.Event: set while forwarding, cleared by SIGUSR1
 
 
 async def pipe(reader, writer, delay):
@@ -22,6 +27,7 @@ async def pipe(reader, writer, delay):
             pause = when - time.monotonic()
             if pause > 0:
                 await asyncio.sleep(pause)
+            await flowing.wait()
             writer.write(data)
             await writer.drain()
         writer.close()
@@ -40,6 +46,12 @@ async def pipe(reader, writer, delay):
 
 
 async def main():
+    global flowing
+    flowing = asyncio.Event()
+    flowing.set()
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGUSR1, flowing.clear)
+    loop.add_signal_handler(signal.SIGUSR2, flowing.set)
     listen, target, delay_ms = sys.argv[1], sys.argv[2], float(sys.argv[3])
     max_seconds = 600.0
     if "--max-seconds" in sys.argv:
