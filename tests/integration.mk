@@ -29,7 +29,8 @@ check_PROGRAMS += %D%/worker_fastpath
 	%D%/test-table-capacity.sh \
 	%D%/test-api-contract.sh \
 	%D%/test-timeline.sh \
-	%D%/test-fastpath.sh
+	%D%/test-fastpath.sh \
+	%D%/test-aggregation.sh
 TESTS += $(%C%_integration_tests)
 EXTRA_DIST += $(%C%_integration_tests) %D%/test-collectives.sh %D%/test-daemon-lost.sh
 
