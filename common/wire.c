@@ -348,6 +348,15 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                         return fail(err, err_len, "node ready: too many entries");
                 if (nr->n_node_cached_waited_usec && nr->n_node_cached_waited_usec != nr->n_node_cached)
                         return fail(err, err_len, "node ready: waiting times do not match the cached ids");
+                if (nr->n_shared > HVD_WIRE_MAX_RANKS)
+                        return fail(err, err_len, "node ready: too many shared entries");
+                for (size_t i = 0; i < nr->n_shared; i++) {
+                        if (!nr->shared[i]->ready || !nr->shared[i]->n_ranks || nr->shared[i]->n_ranks > HVD_WIRE_MAX_RANKS)
+                                return fail(err, err_len, "node ready: shared entry without requests or ranks");
+                        int r = validate_ready(nr->shared[i]->ready, err, err_len);
+                        if (r < 0)
+                                return r;
+                }
                 for (size_t i = 0; i < nr->n_ranks; i++) {
                         if (!nr->ranks[i]->ready)
                                 return fail(err, err_len, "node ready: rank entry without requests");

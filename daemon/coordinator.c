@@ -1684,6 +1684,21 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
                 if (j->state != JOB_RUNNING)
                         return;
         }
+        for (size_t i = 0; i < nr->n_shared; i++)
+                for (size_t k = 0; k < nr->shared[i]->n_ranks; k++) {
+                        uint32_t r = nr->shared[i]->ranks[k];
+                        if (r >= j->size || !j->table[r].known || j->table[r].cross_rank != cross) {
+                                job_abort(d, j, -1, HVD_EPROTO, "host %s sent readiness for rank %u, which is not on it",
+                                          host_of(j, cross), r);
+                                return;
+                        }
+                        j->cycles++;
+                        d->metrics.cycles++;
+                        d->metrics.rank_readies_received++;
+                        root_submit(d, j, r, nr->shared[i]->ready);
+                        if (j->state != JOB_RUNNING)
+                                return;
+                }
         if (nr->n_node_cached)
                 root_submit_node(d, j, cross, nr);
         if (j->state != JOB_RUNNING)
@@ -2266,12 +2281,127 @@ static void handle_control_socket(hvd_daemon_t *d) {
 
 /* ---- loop ---- */
 
+/* The new requests of this batch that several local ranks sent alike go
+ * once, as SharedReady (the first step: every rank names the same
+ * tensors); what stays per rank keeps its cached ids. Only when every
+ * rank has one entry in the batch, so no rank's order changes. Returns
+ * the number of shared entries in *ret (free each with
+ * protobuf_c_message_free_unpacked, and the array). */
+static size_t share_requests(job_t *j, Hvd__SharedReady ***ret) {
+        *ret = NULL;
+        size_t n = j->n_fwd, n_sh = 0;
+        if (n < 2)
+                return 0;
+        uint8_t **body = calloc(n, sizeof *body);
+        size_t *len = calloc(n, sizeof *len);
+        uint64_t *hash = calloc(n, sizeof *hash);
+        size_t *group = calloc(n, sizeof *group); /* index of the group's first member + 1; 0 = alone */
+        uint8_t *seen = calloc(j->size, 1);
+        Hvd__SharedReady **sh = NULL;
+        if (!body || !len || !hash || !group || !seen)
+                goto out;
+        for (size_t i = 0; i < n; i++) {
+                uint32_t r = j->fwd[i]->rank;
+                if (r >= j->size || seen[r]++)
+                        goto out;
+        }
+        for (size_t i = 0; i < n; i++) {
+                const Hvd__Ready *q = j->fwd[i]->ready;
+                if (!q->n_requests)
+                        continue;
+                Hvd__Ready only = HVD__READY__INIT;
+                only.n_requests = q->n_requests;
+                only.requests = q->requests;
+                len[i] = protobuf_c_message_get_packed_size(&only.base);
+                if (!(body[i] = malloc(len[i] ? len[i] : 1)))
+                        goto out;
+                protobuf_c_message_pack(&only.base, body[i]);
+                uint64_t h = 1469598103934665603ull;
+                for (size_t k = 0; k < len[i]; k++)
+                        h = (h ^ body[i][k]) * 1099511628211ull;
+                hash[i] = h;
+                for (size_t g = 0; g < i; g++)
+                        if (body[g] && !group[g] && hash[g] == h && len[g] == len[i] && !memcmp(body[g], body[i], len[i])) {
+                                group[i] = g + 1;
+                                break;
+                        }
+        }
+        if (!(sh = calloc(n, sizeof *sh)))
+                goto out;
+        for (size_t g = 0; g < n; g++) {
+                if (!body[g] || group[g])
+                        continue;
+                size_t members = 1;
+                for (size_t i = g + 1; i < n; i++)
+                        members += group[i] == g + 1;
+                if (members < 2)
+                        continue;
+                Hvd__SharedReady *s = calloc(1, sizeof *s);
+                Hvd__Ready *q = calloc(1, sizeof *q);
+                uint32_t *ranks = malloc(members * sizeof *ranks);
+                if (!s || !q || !ranks) {
+                        free(s);
+                        free(q);
+                        free(ranks);
+                        break;
+                }
+                hvd__shared_ready__init(s);
+                hvd__ready__init(q);
+                s->ready = q;
+                s->ranks = ranks;
+                /* the first member's requests move over; the others' go */
+                Hvd__Ready *first = j->fwd[g]->ready;
+                q->requests = TAKE_PTR(first->requests);
+                q->n_requests = first->n_requests;
+                first->n_requests = 0;
+                s->ranks[s->n_ranks++] = j->fwd[g]->rank;
+                for (size_t i = g + 1; i < n; i++) {
+                        if (group[i] != g + 1)
+                                continue;
+                        Hvd__Ready *o = j->fwd[i]->ready;
+                        for (size_t k = 0; k < o->n_requests; k++)
+                                protobuf_c_message_free_unpacked(&o->requests[k]->base, NULL);
+                        free(o->requests);
+                        o->requests = NULL;
+                        o->n_requests = 0;
+                        s->ranks[s->n_ranks++] = j->fwd[i]->rank;
+                }
+                sh[n_sh++] = s;
+        }
+out:
+        for (size_t i = 0; body && i < n; i++)
+                free(body[i]);
+        free(body);
+        free(len);
+        free(hash);
+        free(group);
+        free(seen);
+        if (!n_sh)
+                free(sh);
+        else
+                *ret = sh;
+        return n_sh;
+}
+
 static void flush_forward(hvd_daemon_t *d, job_t *j) {
         if (!j->n_fwd && !j->n_departed && !j->n_nc)
                 return;
         if (j->state == JOB_RUNNING) {
                 Hvd__NodeReady nr = HVD__NODE_READY__INIT;
                 Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                Hvd__SharedReady **sh = NULL;
+                nr.n_shared = share_requests(j, &sh);
+                nr.shared = sh;
+                /* entries left with nothing (their requests went shared) stay home */
+                size_t keep = 0;
+                for (size_t i = 0; i < j->n_fwd; i++) {
+                        const Hvd__Ready *q = j->fwd[i]->ready;
+                        if (q->n_requests || q->n_cached || !nr.n_shared)
+                                j->fwd[keep++] = j->fwd[i];
+                        else
+                                protobuf_c_message_free_unpacked(&j->fwd[i]->base, NULL);
+                }
+                j->n_fwd = keep;
                 nr.job_id = j->id;
                 nr.n_ranks = j->n_fwd;
                 nr.ranks = j->fwd;
@@ -2285,6 +2415,9 @@ static void flush_forward(hvd_daemon_t *d, job_t *j) {
                 env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
                 env.node_ready = &nr;
                 send_to_root(d, j, &env);
+                for (size_t i = 0; i < nr.n_shared; i++)
+                        protobuf_c_message_free_unpacked(&sh[i]->base, NULL);
+                free(sh);
         }
         fwd_clear(j);
 }
