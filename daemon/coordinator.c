@@ -10,7 +10,13 @@
  * A job's root is the daemon of its first host (cross rank 0): it alone
  * holds the negotiation table, checks consistency and plans schedules. Every
  * other daemon of the job forwards its ranks' readiness (batched, one
- * message per reactor iteration) and passes schedules to its workers. */
+ * message per reactor iteration) and passes schedules to its workers. In
+ * the steady state it aggregates: a cached tensor every local rank takes
+ * part in goes up once, as a node-level id, when the last local rank posted
+ * it (a partial one held past AGG_HOLD_USEC, or met by new requests, a join
+ * or a goodbye, goes rank by rank); new requests several local ranks sent
+ * alike go up once. The root sends a schedule that repeats one it keeps by
+ * key as the key and seq alone. */
 #include "config.h"
 
 #include <errno.h>
