@@ -41,6 +41,7 @@ typedef struct tensor {
         bool announced;  /* its name was sent once: later schedules send only the id */
         bool queued;     /* in the ready list */
         uint32_t n_ready;
+        uint32_t some_ready; /* a rank that is ready this round (valid while n_ready > 0) */
         uint64_t first_ready_usec;
         bool checked;    /* every rank's parameters passed check_consistent and did not change since */
         uint8_t *ready;  /* [size]: ranks marked one by one */
@@ -266,7 +267,8 @@ static uint32_t first_ready_rank(const hvd_negotiator_t *n, const tensor_t *t);
 static bool tensor_complete(const hvd_negotiator_t *n, const tensor_t *t) {
         if (t->n_ready == 0)
                 return false;
-        const params_t *a = &t->p[first_ready_rank(n, t)];
+        /* O(1): which set, from any ready rank (consistency is checked later) */
+        const params_t *a = &t->p[t->some_ready];
         if (a->process_set) {
                 /* a process set: its members, joined or not */
                 for (uint32_t i = 0; i < a->n_set; i++)
@@ -298,6 +300,8 @@ static int mark_ready(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, uint64_t 
         }
         if (t->n_ready == 0 || when < t->first_ready_usec)
                 t->first_ready_usec = when;
+        if (t->n_ready == 0)
+                t->some_ready = rank;
         t->ready[rank] = 1;
         t->n_ready++;
         if (t->node_marks)
@@ -450,6 +454,10 @@ int hvd_negotiator_submit_node(hvd_negotiator_t *n, uint32_t node, const uint32_
                 return HVD_EPROTO;
         }
         uint32_t ns = n->node_size[node];
+        if (ns == 0) {
+                snprintf(err, err_len, "node %u has no ranks", node);
+                return HVD_EPROTO;
+        }
         for (size_t i = 0; i < n_ids; i++) {
                 uint32_t id = ids[i];
                 tensor_t *t = id < n->n_tensors ? n->tensors[id] : NULL;
@@ -470,6 +478,8 @@ int hvd_negotiator_submit_node(hvd_negotiator_t *n, uint32_t node, const uint32_
                 uint64_t when = waited < now ? now - waited : now;
                 if (t->n_ready == 0 || when < t->first_ready_usec)
                         t->first_ready_usec = when;
+                if (t->n_ready == 0)
+                        t->some_ready = n->node_list[n->node_first[node]];
                 t->node_ready[node] = 1;
                 t->n_ready += ns;
                 if (n->timeline && (t->ready_usec || (t->ready_usec = calloc(n->size, sizeof *t->ready_usec))))
