@@ -4,15 +4,18 @@
  * ZeroMQ DEALER per rank speaking Hello → Welcome, then per step one Ready
  * per rank with every tensor of a model (cold: requests by name; steady
  * state: the cache ids the schedules handed out) and the Schedules that
- * cover them, answered with Done, as libhvd's background thread does.
+ * cover them, as libhvd's background thread does: no Done per schedule
+ * (the last schedule run rides on the next Ready), schedules kept by key
+ * and their repeats resolved from what was kept.
  * A step's latency runs from the first Ready sent to the last rank's last
  * schedule entry received. One line per measurement:
  *   bench=control ranks=.. nodes=.. tensors=.. phase=cold|steady steps=..
- *   ms_median=.. ms_min=.. tensors_per_sec=.. join_ms=.. [driver_cpu_ms=.. daemons_cpu_ms=.. root_cpu_ms=..]
- *   ready_bytes=.. sched_bytes=..
- * (steady state: CPU time per step of this process, of all daemons and of
- * the job's root daemon, to tell the daemons' cost from the synthetic
- * driver's own; /proc counts in clock ticks, so few steps read coarse)
+ *   ms_median=.. ms_min=.. tensors_per_sec=.. join_ms=.. [driver_cpu_ms=.. daemons_cpu_ms=.. root_cpu_ms=..
+ *   node_cpu_ms=..] ready_bytes=.. sched_bytes=..
+ * (steady state: CPU time per step of this process, of all daemons, of
+ * the job's root daemon and the most any other daemon used, to tell the
+ * daemons' cost from the synthetic driver's own; /proc counts in clock
+ * ticks, so few steps read coarse)
  * Every rank is this process (its pid in Hello), so the daemons' pidfds all
  * watch it; the daemons are children, started with private runtime dirs. */
 #include <errno.h>
@@ -39,6 +42,8 @@ typedef struct rank {
         uint64_t epoch;
         size_t got;      /* schedule entries received this step */
         bool welcomed;
+        uint64_t done_seq; /* last schedule received, sent with the next Ready */
+        uint32_t kept[HVD_WIRE_SCHEDULE_KEYS + 1]; /* entries of the schedules kept by key */
 } rank_t;
 
 static struct {
@@ -158,25 +163,23 @@ static double self_cpu_sec(void) {
                ((double) ru.ru_utime.tv_usec + (double) ru.ru_stime.tv_usec) * 1e-6;
 }
 
-/* all daemons (root_only: the root's, n0, alone) */
-static double daemons_cpu_sec(bool root_only) {
-        double sum = 0, tick = (double) sysconf(_SC_CLK_TCK);
-        for (int i = 0; i < (root_only ? 1 : B.n_nodes); i++) {
-                char p[64], buf[1024];
-                snprintf(p, sizeof p, "/proc/%d/stat", (int) B.daemons[i]);
-                FILE *f = fopen(p, "r");
-                if (!f)
-                        continue;
-                size_t n = fread(buf, 1, sizeof buf - 1, f);
-                fclose(f);
-                buf[n] = 0;
-                /* fields after the ")" closing the command name: 14 utime, 15 stime */
-                char *q = strrchr(buf, ')');
-                unsigned long ut = 0, st = 0;
-                if (q && sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2)
-                        sum += (double) (ut + st) / tick;
-        }
-        return sum;
+/* CPU seconds daemon i (n0: the job's root) has used */
+static double daemon_cpu_sec(int i) {
+        double tick = (double) sysconf(_SC_CLK_TCK);
+        char p[64], buf[1024];
+        snprintf(p, sizeof p, "/proc/%d/stat", (int) B.daemons[i]);
+        FILE *f = fopen(p, "r");
+        if (!f)
+                return 0;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        /* fields after the ")" closing the command name: 14 utime, 15 stime */
+        char *q = strrchr(buf, ')');
+        unsigned long ut = 0, st = 0;
+        if (q && sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2)
+                return (double) (ut + st) / tick;
+        return 0;
 }
 
 static int send_env(void *sock, Hvd__Envelope *env) {
@@ -186,8 +189,49 @@ static int send_env(void *sock, Hvd__Envelope *env) {
         return r;
 }
 
-/* Receives whatever is waiting on rank i's socket; counts schedule entries
- * and answers each schedule with Done. Returns 0, or < 0 on an abort/error. */
+/* The daemons send every rank of a job the same bytes for a schedule: the
+ * driver decodes each distinct message once (so that its own cost stays
+ * far below the daemons') and recognises the copies. */
+typedef struct seen {
+        uint8_t *bytes;
+        size_t len;
+        uint64_t seq;
+        uint32_t entries, keep_key, repeat_key;
+} seen_t;
+static seen_t SEEN[8];
+static unsigned n_seen_next;
+
+static const seen_t *seen_find(const void *data, size_t len) {
+        for (size_t k = 0; k < sizeof SEEN / sizeof SEEN[0]; k++)
+                if (SEEN[k].bytes && SEEN[k].len == len && memcmp(SEEN[k].bytes, data, len) == 0)
+                        return &SEEN[k];
+        return NULL;
+}
+
+static void seen_add(const void *data, size_t len, const Hvd__Schedule *s, uint32_t entries) {
+        if (seen_find(data, len))
+                return;
+        seen_t *e = &SEEN[n_seen_next++ % (sizeof SEEN / sizeof SEEN[0])];
+        free(e->bytes);
+        e->bytes = malloc(len ? len : 1);
+        if (!e->bytes)
+                return;
+        memcpy(e->bytes, data, len);
+        e->len = len;
+        e->seq = s->seq;
+        e->entries = entries;
+        e->keep_key = s->keep_key;
+        e->repeat_key = s->repeat_key;
+}
+
+static void seen_free(void) {
+        for (size_t k = 0; k < sizeof SEEN / sizeof SEEN[0]; k++)
+                free(SEEN[k].bytes);
+}
+
+/* Receives whatever is waiting on rank i's socket and counts schedule
+ * entries (a repeat by its key: the entries of the schedule kept there).
+ * Returns 0, or < 0 on an abort/error. */
 static int drain(int i, const step_model_t *m) {
         rank_t *rk = &B.r[i];
         for (;;) {
@@ -201,9 +245,20 @@ static int drain(int i, const step_model_t *m) {
                 char err[512];
                 if (i == 0)
                         B.sched_bytes += zmq_msg_size(&msg);
+                /* rank 0 decodes everything: it learns the cache ids */
+                const seen_t *sn = i ? seen_find(zmq_msg_data(&msg), zmq_msg_size(&msg)) : NULL;
+                if (sn) {
+                        zmq_msg_close(&msg);
+                        rk->done_seq = sn->seq;
+                        uint32_t got = sn->repeat_key ? rk->kept[sn->repeat_key] : sn->entries;
+                        rk->got += got;
+                        if (sn->keep_key)
+                                rk->kept[sn->keep_key] = got;
+                        continue;
+                }
                 int r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, &env, err, sizeof err);
-                zmq_msg_close(&msg);
                 if (r < 0) {
+                        zmq_msg_close(&msg);
                         fprintf(stderr, "bench: rank %d: invalid message: %s\n", i, err);
                         return r;
                 }
@@ -214,6 +269,13 @@ static int drain(int i, const step_model_t *m) {
                         break;
                 case HVD__ENVELOPE__BODY_SCHEDULE: {
                         const Hvd__Schedule *s = env->schedule;
+                        rk->done_seq = s->seq;
+                        if (s->repeat_key) {
+                                rk->got += rk->kept[s->repeat_key];
+                                seen_add(zmq_msg_data(&msg), zmq_msg_size(&msg), s, 0);
+                                break;
+                        }
+                        size_t before = rk->got;
                         for (size_t o = 0; o < s->n_ops; o++) {
                                 rk->got += s->ops[o]->n_entries;
                                 if (i == 0)
@@ -233,25 +295,26 @@ static int drain(int i, const step_model_t *m) {
                         if (s->n_errors && !B.errors++)
                                 snprintf(B.first_error, sizeof B.first_error, "%s: %s", s->errors[0]->name,
                                          s->errors[0]->message);
-                        Hvd__Done done = HVD__DONE__INIT;
-                        Hvd__Envelope denv = HVD__ENVELOPE__INIT;
-                        done.seq = s->seq;
-                        denv.body_case = HVD__ENVELOPE__BODY_DONE;
-                        denv.done = &done;
-                        send_env(rk->sock, &denv);
+                        if (s->keep_key)
+                                rk->kept[s->keep_key] = (uint32_t) (rk->got - before);
+                        if (!s->n_errors)
+                                seen_add(zmq_msg_data(&msg), zmq_msg_size(&msg), s, (uint32_t) (rk->got - before));
                         break;
                 }
                 case HVD__ENVELOPE__BODY_ABORT:
                         fprintf(stderr, "bench: rank %d: job aborted: %s\n", i, env->abort->reason);
+                        zmq_msg_close(&msg);
                         hvd_wire_free(&env);
                         return HVD_EABORTED;
                 case HVD__ENVELOPE__BODY_ERROR:
                         fprintf(stderr, "bench: rank %d: coordinator: %s\n", i, env->error->message);
+                        zmq_msg_close(&msg);
                         hvd_wire_free(&env);
                         return HVD_EPROTO;
                 default:
                         break;
                 }
+                zmq_msg_close(&msg);
                 hvd_wire_free(&env);
         }
 }
@@ -336,6 +399,8 @@ static double run_step(const step_model_t *m, bool cold) {
         ready.requests = rp;
         ready.cached = cached;
         ready.epoch = B.r[0].epoch;
+        /* every rank has run the same schedules: the same done_seq */
+        ready.done_seq = B.r[0].done_seq;
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
         env.version = HVD_PROTOCOL_VERSION;
         env.body_case = HVD__ENVELOPE__BODY_READY;
@@ -349,16 +414,28 @@ static double run_step(const step_model_t *m, bool cold) {
         for (int i = 0; i < B.n_ranks; i++)
                 B.r[i].got = 0;
         B.sched_bytes = 0;
+        /* one buffer, shared by every rank's message (no copy per send) */
+        zmq_msg_t packed;
+        if (zmq_msg_init_size(&packed, len) < 0) {
+                free(buf);
+                goto out;
+        }
+        memcpy(zmq_msg_data(&packed), buf, len);
+        free(buf);
         double t0 = step_now_sec();
-        for (int i = 0; i < B.n_ranks; i++)
-                if (zmq_send(B.r[i].sock, buf, len, 0) < 0) {
+        for (int i = 0; i < B.n_ranks; i++) {
+                zmq_msg_t mm;
+                zmq_msg_init(&mm);
+                if (zmq_msg_copy(&mm, &packed) < 0 || zmq_msg_send(&mm, B.r[i].sock, 0) < 0) {
                         fprintf(stderr, "bench: send: %s\n", zmq_strerror(zmq_errno()));
-                        free(buf);
+                        zmq_msg_close(&mm);
+                        zmq_msg_close(&packed);
                         goto out;
                 }
+        }
+        zmq_msg_close(&packed);
         int r = wait_all(m, false, t0 + 60);
         double t1 = step_now_sec();
-        free(buf);
         if (r >= 0)
                 t = t1 - t0;
 out:
@@ -510,7 +587,20 @@ int main(int argc, char **argv) {
         double join_ms = (step_now_sec() - tj) * 1e3;
 
         /* cold: names first seen; the tensors get their cache ids */
+        double cc_self = self_cpu_sec(), cc_root = daemon_cpu_sec(0), cc_node = 0;
+        double *cc0 = calloc((size_t) B.n_nodes, sizeof *cc0);
+        if (!cc0)
+                goto out;
+        for (int i = 1; i < B.n_nodes; i++)
+                cc0[i] = daemon_cpu_sec(i);
         double cold = run_step(&m, true);
+        cc_self = self_cpu_sec() - cc_self;
+        cc_root = daemon_cpu_sec(0) - cc_root;
+        for (int i = 1; i < B.n_nodes; i++) {
+                double ci = daemon_cpu_sec(i) - cc0[i];
+                cc_node = ci > cc_node ? ci : cc_node;
+        }
+        free(cc0);
         if (cold < 0 || B.errors) {
                 if (B.errors)
                         fprintf(stderr, "bench: %zu tensor errors, first: %s\n", B.errors, B.first_error);
@@ -518,16 +608,20 @@ int main(int argc, char **argv) {
                 goto out;
         }
         printf("bench=control ranks=%d nodes=%d tensors=%zu phase=cold steps=1 ms_median=%.3f ms_min=%.3f "
-               "tensors_per_sec=%.0f join_ms=%.1f ready_bytes=%zu sched_bytes=%zu\n",
-               B.n_ranks, B.n_nodes, m.n, cold * 1e3, cold * 1e3, (double) m.n / cold, join_ms, B.ready_bytes,
-               B.sched_bytes);
+               "tensors_per_sec=%.0f join_ms=%.1f driver_cpu_ms=%.3f root_cpu_ms=%.3f node_cpu_ms=%.3f ready_bytes=%zu "
+               "sched_bytes=%zu\n",
+               B.n_ranks, B.n_nodes, m.n, cold * 1e3, cold * 1e3, (double) m.n / cold, join_ms, cc_self * 1e3,
+               cc_root * 1e3, cc_node * 1e3, B.ready_bytes, B.sched_bytes);
         fflush(stdout);
-        double c_self = 0, c_daemons = 0, c_root = 0;
+        double c_self = 0, c_daemons = 0, c_root = 0, c_node = 0;
+        double *c0 = calloc((size_t) B.n_nodes, sizeof *c0);
+        if (!c0)
+                goto out;
         for (int s = -warmup; s < steps; s++) {
                 if (s == 0) {
                         c_self = self_cpu_sec();
-                        c_daemons = daemons_cpu_sec(false);
-                        c_root = daemons_cpu_sec(true);
+                        for (int i = 0; i < B.n_nodes; i++)
+                                c0[i] = daemon_cpu_sec(i);
                 }
                 double t = run_step(&m, false);
                 if (t < 0 || B.errors) {
@@ -540,16 +634,24 @@ int main(int argc, char **argv) {
                         dt[s] = t;
         }
         c_self = (self_cpu_sec() - c_self) / steps;
-        c_daemons = (daemons_cpu_sec(false) - c_daemons) / steps;
-        c_root = (daemons_cpu_sec(true) - c_root) / steps;
+        for (int i = 0; i < B.n_nodes; i++) {
+                double ci = (daemon_cpu_sec(i) - c0[i]) / steps;
+                c_daemons += ci;
+                if (i == 0)
+                        c_root = ci;
+                else if (ci > c_node)
+                        c_node = ci;
+        }
+        free(c0);
         double min = dt[0];
         for (int s = 1; s < steps; s++)
                 min = dt[s] < min ? dt[s] : min;
         double med = step_median(dt, steps);
         printf("bench=control ranks=%d nodes=%d tensors=%zu phase=steady steps=%d ms_median=%.3f ms_min=%.3f "
-               "tensors_per_sec=%.0f join_ms=%.1f driver_cpu_ms=%.3f daemons_cpu_ms=%.3f root_cpu_ms=%.3f ready_bytes=%zu sched_bytes=%zu\n",
+               "tensors_per_sec=%.0f join_ms=%.1f driver_cpu_ms=%.3f daemons_cpu_ms=%.3f root_cpu_ms=%.3f node_cpu_ms=%.3f "
+               "ready_bytes=%zu sched_bytes=%zu\n",
                B.n_ranks, B.n_nodes, m.n, steps, med * 1e3, min * 1e3, (double) m.n / med, join_ms, c_self * 1e3,
-               c_daemons * 1e3, c_root * 1e3, B.ready_bytes, B.sched_bytes);
+               c_daemons * 1e3, c_root * 1e3, c_node * 1e3, B.ready_bytes, B.sched_bytes);
         fflush(stdout);
         status = 0;
         /* goodbye from every rank, so the daemons end the job cleanly */
@@ -574,6 +676,7 @@ out:
         free(B.daemons);
         free(B.ids);
         free(B.have_id);
+        seen_free();
         free(dt);
         free(hostlist);
         step_model_free(&m);

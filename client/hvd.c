@@ -158,6 +158,10 @@ static struct {
         hvd_strmap_t *known; /* name → known_t */
         char **id_names;
         size_t n_id_names;
+        /* schedules the coordinator may repeat by key (Schedule.keep_key):
+         * the packed envelope as it came */
+        uint8_t *sched_kept[HVD_WIRE_SCHEDULE_KEYS + 1];
+        size_t sched_kept_len[HVD_WIRE_SCHEDULE_KEYS + 1];
         hvd_backend_t *backend;
         hvd_negotiator_t *neg; /* solo only */
         uint64_t cycle_time_usec;
@@ -804,6 +808,40 @@ static int execute_schedule_ops(const Hvd__Schedule *s) {
         return 0;
 }
 
+/* A schedule to keep (keep_key): a copy of its bytes; a repeat
+ * (repeat_key): the kept one again, with the repeat's seq, in *env. */
+static int schedule_by_key(const void *data, size_t len, Hvd__Envelope **env, char *err, size_t err_len) {
+        const Hvd__Schedule *s = (*env)->schedule;
+        if (s->keep_key) {
+                uint8_t *copy = malloc(len ? len : 1);
+                if (!copy) {
+                        hvd_wire_free(env);
+                        snprintf(err, err_len, "out of memory");
+                        return -ENOMEM;
+                }
+                memcpy(copy, data, len);
+                free(G.sched_kept[s->keep_key]);
+                G.sched_kept[s->keep_key] = copy;
+                G.sched_kept_len[s->keep_key] = len;
+                return 0;
+        }
+        if (!s->repeat_key)
+                return 0;
+        uint32_t k = s->repeat_key;
+        uint64_t seq = s->seq;
+        hvd_wire_free(env);
+        if (!G.sched_kept[k]) {
+                snprintf(err, err_len, "schedule %" PRIu64 " repeats key %u, which this rank does not hold", seq, k);
+                return HVD_EPROTO;
+        }
+        int r = hvd_wire_decode(G.sched_kept[k], G.sched_kept_len[k], 0, env, err, err_len);
+        if (r < 0)
+                return r;
+        (*env)->schedule->seq = seq;
+        (*env)->schedule->keep_key = 0;
+        return 0;
+}
+
 static int recv_envelope(int flags, Hvd__Envelope **ret) {
         zmq_msg_t msg;
         zmq_msg_init(&msg);
@@ -814,6 +852,8 @@ static int recv_envelope(int flags, Hvd__Envelope **ret) {
         }
         char err[512];
         int r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, ret, err, sizeof err);
+        if (r >= 0 && (*ret)->body_case == HVD__ENVELOPE__BODY_SCHEDULE)
+                r = schedule_by_key(zmq_msg_data(&msg), zmq_msg_size(&msg), ret, err, sizeof err);
         zmq_msg_close(&msg);
         if (r < 0) {
                 char reason[700];
@@ -1734,6 +1774,11 @@ static void teardown(void) {
         free(G.id_names);
         G.id_names = NULL;
         G.n_id_names = 0;
+        for (size_t k = 0; k <= HVD_WIRE_SCHEDULE_KEYS; k++) {
+                free(G.sched_kept[k]);
+                G.sched_kept[k] = NULL;
+                G.sched_kept_len[k] = 0;
+        }
         free(G.queue);
         G.queue = NULL;
         G.n_queue = G.cap_queue = 0;

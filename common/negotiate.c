@@ -41,8 +41,13 @@ typedef struct tensor {
         bool announced;  /* its name was sent once: later schedules send only the id */
         bool queued;     /* in the ready list */
         uint32_t n_ready;
+        uint32_t some_ready; /* a rank that is ready this round (valid while n_ready > 0) */
         uint64_t first_ready_usec;
-        uint8_t *ready;  /* [size] */
+        bool checked;    /* every rank's parameters passed check_consistent and did not change since */
+        uint8_t *ready;  /* [size]: ranks marked one by one */
+        uint8_t *node_ready;  /* [n_nodes], with nodes: every rank of that node is ready */
+        uint32_t *node_marks; /* [n_nodes]: ranks of that node marked one by one this round */
+        uint32_t *node_valid; /* [n_nodes]: ranks of that node whose parameters are known */
         uint64_t *ready_usec; /* [size], while the timeline is on: when each rank became ready */
         params_t *p;     /* [size]: each rank's last parameters */
 } tensor_t;
@@ -69,7 +74,16 @@ struct hvd_negotiator {
         hvd_negotiator_stats_t stats;
         void (*observe)(void *userdata, uint64_t wait_usec);
         void *observe_data;
+        uint32_t n_nodes;    /* 0 = no node-level readiness */
+        uint32_t *node_of;   /* [size]: each rank's node */
+        uint32_t *node_size; /* [n_nodes]: ranks per node */
+        uint32_t *node_first, *node_list; /* the ranks of node c: node_list[node_first[c] .. node_first[c + 1]) */
 };
+
+/* A rank is ready for t when it was marked itself or its whole node was. */
+static inline bool is_ready(const hvd_negotiator_t *n, const tensor_t *t, uint32_t r) {
+        return t->ready[r] || (t->node_ready && t->node_ready[n->node_of[r]]);
+}
 
 static const char *op_name(uint32_t op) {
         static const char *const names[] = { "average", "sum", "min", "max", "product" };
@@ -111,6 +125,9 @@ static void tensor_free(tensor_t *t, uint32_t size) {
                 }
         free(t->p);
         free(t->ready);
+        free(t->node_ready);
+        free(t->node_marks);
+        free(t->node_valid);
         free(t->ready_usec);
         free(t->name);
         free(t->key);
@@ -129,6 +146,10 @@ void hvd_negotiator_destroy(hvd_negotiator_t **np) {
         free(n->ready_list);
         free(n->held);
         free(n->joined);
+        free(n->node_of);
+        free(n->node_size);
+        free(n->node_first);
+        free(n->node_list);
         free(n);
         *np = NULL;
 }
@@ -177,10 +198,16 @@ static tensor_t *tensor_add(hvd_negotiator_t *n, const char *name, const char *k
         t->ready = calloc(n->size, 1);
         t->p = calloc(n->size, sizeof *t->p);
         t->transient = transient;
+        if (n->n_nodes) {
+                t->node_ready = calloc(n->n_nodes, 1);
+                t->node_marks = calloc(n->n_nodes, sizeof *t->node_marks);
+                t->node_valid = calloc(n->n_nodes, sizeof *t->node_valid);
+        }
         t->id = transient && n->n_free ? n->free_ids[n->n_free - 1] : n->n_tensors;
         if (t->key)
                 memcpy(t->key, key, key_len);
-        if (!t->name || !t->key || !t->ready || !t->p || hvd_strmap_put(n->by_name, key, key_len, t) < 0) {
+        if (!t->name || !t->key || !t->ready || !t->p ||
+            (n->n_nodes && (!t->node_ready || !t->node_marks || !t->node_valid)) || hvd_strmap_put(n->by_name, key, key_len, t) < 0) {
                 tensor_free(t, n->size);
                 return NULL;
         }
@@ -240,18 +267,19 @@ static uint32_t first_ready_rank(const hvd_negotiator_t *n, const tensor_t *t);
 static bool tensor_complete(const hvd_negotiator_t *n, const tensor_t *t) {
         if (t->n_ready == 0)
                 return false;
-        const params_t *a = &t->p[first_ready_rank(n, t)];
+        /* O(1): which set, from any ready rank (consistency is checked later) */
+        const params_t *a = &t->p[t->some_ready];
         if (a->process_set) {
                 /* a process set: its members, joined or not */
                 for (uint32_t i = 0; i < a->n_set; i++)
-                        if (!t->ready[a->set_ranks[i]])
+                        if (!is_ready(n, t, a->set_ranks[i]))
                                 return false;
                 return true;
         }
         if (n->n_joined == 0)
                 return t->n_ready == n->size;
         for (uint32_t r = 0; r < n->size; r++)
-                if (!t->ready[r] && !n->joined[r])
+                if (!n->joined[r] && !is_ready(n, t, r))
                         return false;
         return true;
 }
@@ -265,15 +293,19 @@ static void maybe_queue(hvd_negotiator_t *n, tensor_t *t) {
 
 static int mark_ready(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, uint64_t when, char *err,
                       size_t err_len) {
-        if (t->ready[rank]) {
+        if (is_ready(n, t, rank)) {
                 snprintf(err, err_len, "tensor '%s' submitted twice by rank %u before it completed",
                          t->name, rank);
                 return HVD_EDUPLICATE;
         }
         if (t->n_ready == 0 || when < t->first_ready_usec)
                 t->first_ready_usec = when;
+        if (t->n_ready == 0)
+                t->some_ready = rank;
         t->ready[rank] = 1;
         t->n_ready++;
+        if (t->node_marks)
+                t->node_marks[n->node_of[rank]]++;
         if (n->timeline && (t->ready_usec || (t->ready_usec = calloc(n->size, sizeof *t->ready_usec))))
                 t->ready_usec[rank] = when;
         maybe_queue(n, t);
@@ -324,7 +356,7 @@ int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *
                         ret = -ENOSPC;
                         continue;
                 }
-                if (t->ready[rank]) {
+                if (is_ready(n, t, rank)) {
                         snprintf(err, err_len, "tensor '%s' submitted twice by rank %u before it completed",
                                  t->name, rank);
                         ret = HVD_EDUPLICATE;
@@ -339,11 +371,15 @@ int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *
                         ret = HVD_EPROTO;
                         continue;
                 }
+                bool was_valid = t->p[rank].valid;
                 if ((r = params_set(&t->p[rank], q)) < 0) {
                         snprintf(err, err_len, "out of memory");
                         ret = r;
                         continue;
                 }
+                t->checked = false;
+                if (!was_valid && t->node_valid)
+                        t->node_valid[n->node_of[rank]]++;
                 if ((r = mark_ready(n, rank, t, now, err, err_len)) < 0)
                         ret = r;
         }
@@ -361,6 +397,95 @@ int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *
                 int r = mark_ready(n, rank, t, waited < now ? now - waited : now, err, err_len);
                 if (r < 0)
                         ret = r;
+        }
+        return ret;
+}
+
+int hvd_negotiator_set_nodes(hvd_negotiator_t *n, uint32_t n_nodes, const uint32_t *node_of) {
+        if (n->n_tensors || n_nodes == 0)
+                return -EBUSY;
+        uint32_t *of = malloc(n->size * sizeof *of), *sz = calloc(n_nodes, sizeof *sz);
+        uint32_t *first = calloc(n_nodes + 1, sizeof *first), *list = malloc(n->size * sizeof *list);
+        if (!of || !sz || !first || !list) {
+                free(of);
+                free(sz);
+                free(first);
+                free(list);
+                return -ENOMEM;
+        }
+        for (uint32_t r = 0; r < n->size; r++) {
+                if (node_of[r] >= n_nodes) {
+                        free(of);
+                        free(sz);
+                        free(first);
+                        free(list);
+                        return -EINVAL;
+                }
+                of[r] = node_of[r];
+                sz[of[r]]++;
+        }
+        for (uint32_t c = 0; c < n_nodes; c++)
+                first[c + 1] = first[c] + sz[c];
+        uint32_t *pos = calloc(n_nodes, sizeof *pos);
+        if (!pos) {
+                free(of);
+                free(sz);
+                free(first);
+                free(list);
+                return -ENOMEM;
+        }
+        for (uint32_t r = 0; r < n->size; r++)
+                list[first[of[r]] + pos[of[r]]++] = r;
+        free(pos);
+        n->n_nodes = n_nodes;
+        n->node_of = of;
+        n->node_size = sz;
+        n->node_first = first;
+        n->node_list = list;
+        return 0;
+}
+
+int hvd_negotiator_submit_node(hvd_negotiator_t *n, uint32_t node, const uint32_t *ids, size_t n_ids,
+                               const uint64_t *waited_usec, char *err, size_t err_len) {
+        int ret = 0;
+        uint64_t now = hvd_now_usec();
+        if (node >= n->n_nodes) {
+                snprintf(err, err_len, "node %u out of range", node);
+                return HVD_EPROTO;
+        }
+        uint32_t ns = n->node_size[node];
+        if (ns == 0) {
+                snprintf(err, err_len, "node %u has no ranks", node);
+                return HVD_EPROTO;
+        }
+        for (size_t i = 0; i < n_ids; i++) {
+                uint32_t id = ids[i];
+                tensor_t *t = id < n->n_tensors ? n->tensors[id] : NULL;
+                if (!t || t->transient || t->node_valid[node] != ns) {
+                        snprintf(err, err_len, "unknown cached tensor id %u from the ranks of node %u", id, node);
+                        ret = HVD_EPROTO;
+                        continue;
+                }
+                if (t->node_ready[node] || t->node_marks[node]) {
+                        snprintf(err, err_len, "tensor '%s' submitted twice by a rank of node %u before it completed",
+                                 t->name, node);
+                        ret = HVD_EDUPLICATE;
+                        continue;
+                }
+                n->stats.requests += ns;
+                n->stats.cache_hits += ns;
+                uint64_t waited = waited_usec ? waited_usec[i] : 0;
+                uint64_t when = waited < now ? now - waited : now;
+                if (t->n_ready == 0 || when < t->first_ready_usec)
+                        t->first_ready_usec = when;
+                if (t->n_ready == 0)
+                        t->some_ready = n->node_list[n->node_first[node]];
+                t->node_ready[node] = 1;
+                t->n_ready += ns;
+                if (n->timeline && (t->ready_usec || (t->ready_usec = calloc(n->size, sizeof *t->ready_usec))))
+                        for (uint32_t k = n->node_first[node]; k < n->node_first[node + 1]; k++)
+                                t->ready_usec[n->node_list[k]] = when;
+                maybe_queue(n, t);
         }
         return ret;
 }
@@ -399,7 +524,7 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                         bool member = false;
                         for (uint32_t i = 0; i < a->n_set; i++)
                                 member |= a->set_ranks[i] == r;
-                        if (t->ready[r] && !member) {
+                        if (!member && is_ready(n, t, r)) {
                                 snprintf(msg, len, "%s '%s': rank %u is not a member of process set %u", k, t->name,
                                          r, a->process_set);
                                 return -EINVAL;
@@ -407,7 +532,7 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                 }
         }
         for (uint32_t r = 0; r < n->size; r++) {
-                if (!t->ready[r] || r == ref)
+                if (r == ref || !is_ready(n, t, r))
                         continue;
                 const params_t *b = &t->p[r];
                 char sa[160], sb[160];
@@ -468,7 +593,7 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                 snprintf(msg, len, "broadcast '%s': root rank %d out of range (size %u)", t->name, a->root, set_size);
                 return -EINVAL;
         }
-        if (a->kind == HVD__KIND__KIND_BROADCAST && !a->process_set && n->joined[a->root] && !t->ready[a->root]) {
+        if (a->kind == HVD__KIND__KIND_BROADCAST && !a->process_set && n->joined[a->root] && !is_ready(n, t, (uint32_t) a->root)) {
                 snprintf(msg, len, "broadcast '%s': root rank %d has joined", t->name, a->root);
                 return -EINVAL;
         }
@@ -480,7 +605,7 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
         if (a->kind == HVD__KIND__KIND_ALLTOALL) {
                 for (uint32_t i = 0; i < set_size; i++) {
                         uint32_t r = a->process_set ? a->set_ranks[i] : i;
-                        if (!t->ready[r]) {
+                        if (!is_ready(n, t, r)) {
                                 snprintf(msg, len, "alltoall '%s': rank %u has joined", t->name, r);
                                 return -EINVAL;
                         }
@@ -507,7 +632,7 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
         if (n->n_joined && !a->process_set && a->kind != HVD__KIND__KIND_ALLREDUCE && a->kind != HVD__KIND__KIND_ALLGATHER &&
             a->kind != HVD__KIND__KIND_BROADCAST) {
                 for (uint32_t r = 0; r < n->size; r++)
-                        if (!t->ready[r]) {
+                        if (!is_ready(n, t, r)) {
                                 snprintf(msg, len, "%s '%s' cannot run while rank %u has joined", k, t->name, r);
                                 return -EINVAL;
                         }
@@ -547,7 +672,7 @@ static Hvd__Entry *entry_new(const hvd_negotiator_t *n, tensor_t *t, uint32_t re
                         goto fail;
                 for (uint32_t i = 0; i < ss; i++) {
                         uint32_t r = MEMBER(i);
-                        e->rank_rows[i] = t->ready[r] ? t->p[r].shape[0] : 0;
+                        e->rank_rows[i] = is_ready(n, t, r) ? t->p[r].shape[0] : 0;
                 }
         } else if (a->kind == HVD__KIND__KIND_ALLTOALL) {
                 e->n_splits = (size_t) ss * ss;
@@ -566,7 +691,7 @@ static Hvd__Entry *entry_new(const hvd_negotiator_t *n, tensor_t *t, uint32_t re
                     !(e->ready_age_usec = calloc(t->n_ready, sizeof *e->ready_age_usec)))
                         goto fail;
                 for (uint32_t r = 0; r < n->size; r++)
-                        if (t->ready[r] && e->n_ready_ranks < t->n_ready) {
+                        if (e->n_ready_ranks < t->n_ready && is_ready(n, t, r)) {
                                 /* ready before the timeline started: drawn when the first rank was */
                                 uint64_t at = t->ready_usec && t->ready_usec[r] ? t->ready_usec[r] : t->first_ready_usec;
                                 e->ready_ranks[e->n_ready_ranks] = r;
@@ -601,13 +726,17 @@ static int add_error(Hvd__Schedule *s, const tensor_t *t, int code, const char *
 
 static uint32_t first_ready_rank(const hvd_negotiator_t *n, const tensor_t *t) {
         for (uint32_t r = 0; r < n->size; r++)
-                if (t->ready[r])
+                if (is_ready(n, t, r))
                         return r;
         return 0;
 }
 
-static void tensor_reset(tensor_t *t, uint32_t size) {
+static void tensor_reset(const hvd_negotiator_t *n, tensor_t *t, uint32_t size) {
         memset(t->ready, 0, size);
+        if (t->node_ready) {
+                memset(t->node_ready, 0, n->n_nodes);
+                memset(t->node_marks, 0, n->n_nodes * sizeof *t->node_marks);
+        }
         if (t->ready_usec)
                 memset(t->ready_usec, 0, size * sizeof *t->ready_usec);
         t->n_ready = 0;
@@ -686,7 +815,11 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
                 tensor_t *t = n->tensors[n->ready_list[i]];
                 uint32_t ref = first_ready_rank(n, t);
                 char msg[1024];
-                int c = check_consistent(n, t, ref, msg, sizeof msg);
+                /* cached resubmissions of parameters that passed once need
+                 * no second look (with every rank taking part: no joins) */
+                int c = t->checked && !n->n_joined ? 0 : check_consistent(n, t, ref, msg, sizeof msg);
+                if (c == 0 && !n->n_joined)
+                        t->checked = true;
                 n->stats.tensors_negotiated++;
                 uint64_t wait = now > t->first_ready_usec ? now - t->first_ready_usec : 0;
                 n->stats.negotiation_usec += wait;
@@ -702,7 +835,7 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
                 if (a->kind == HVD__KIND__KIND_ALLGATHER) {
                         uint64_t rows = 0;
                         for (uint32_t q = 0; q < n->size; q++)
-                                rows += t->ready[q] ? (uint64_t) t->p[q].shape[0] : 0;
+                                rows += is_ready(n, t, q) ? (uint64_t) t->p[q].shape[0] : 0;
                         bytes = rows * numel(a, 1) * hvd_dtype_size(a->dtype);
                 }
                 items[n_ok] = (hvd_fusion_item_t){
@@ -777,7 +910,7 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
                         n->free_ids[n->n_free++] = t->id;
                         tensor_free(t, n->size);
                 } else
-                        tensor_reset(t, n->size);
+                        tensor_reset(n, t, n->size);
         }
         n->n_ready_list = 0;
         n->stats.schedules++;
@@ -804,7 +937,7 @@ static size_t fmt_ranks(char *buf, size_t len, const hvd_negotiator_t *n, const 
         bool first = true;
         o += (size_t) snprintf(buf, len, "[");
         for (uint32_t r = 0; r < n->size && o < len; r++) {
-                bool is = t->ready[r] || (!want && n->joined[r]);
+                bool is = is_ready(n, t, r) || (!want && n->joined[r]);
                 if (is != want)
                         continue;
                 o += (size_t) snprintf(buf + o, len - o, "%s%u", first ? "" : ", ", r);
@@ -840,7 +973,7 @@ size_t hvd_negotiator_describe_pending(const hvd_negotiator_t *n, uint64_t now_u
 
 bool hvd_negotiator_rank_has_pending(const hvd_negotiator_t *n, uint32_t rank) {
         for (uint32_t i = 0; i < n->n_tensors; i++)
-                if (n->tensors[i] && n->tensors[i]->ready[rank])
+                if (n->tensors[i] && is_ready(n, n->tensors[i], rank))
                         return true;
         return false;
 }
@@ -848,7 +981,7 @@ bool hvd_negotiator_rank_has_pending(const hvd_negotiator_t *n, uint32_t rank) {
 uint32_t hvd_negotiator_rank_pending(const hvd_negotiator_t *n, uint32_t rank) {
         uint32_t c = 0;
         for (uint32_t i = 0; n && rank < n->size && i < n->n_tensors; i++)
-                if (n->tensors[i] && n->tensors[i]->ready[rank] && !n->tensors[i]->queued)
+                if (n->tensors[i] && !n->tensors[i]->queued && is_ready(n, n->tensors[i], rank))
                         c++;
         return c;
 }

@@ -38,6 +38,18 @@ void hvd_negotiator_destroy(hvd_negotiator_t **n);
 int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *ready,
                           char *err, size_t err_len);
 
+/* Node-level readiness (the daemon that is a job's root, for nodes that
+ * aggregate their ranks). node_of[size] gives each rank's node; call before
+ * anything is submitted (-EBUSY after). Returns 0, -EINVAL or -ENOMEM. */
+int hvd_negotiator_set_nodes(hvd_negotiator_t *n, uint32_t n_nodes, const uint32_t *node_of);
+
+/* Every rank of node is ready for each cached id in ids, with the
+ * parameters it last sent by name: as if each had sent the ids itself,
+ * at O(1) per id. waited_usec (may be NULL) says how long before now the
+ * first of them was. Errors as hvd_negotiator_submit. */
+int hvd_negotiator_submit_node(hvd_negotiator_t *n, uint32_t node, const uint32_t *ids, size_t n_ids,
+                               const uint64_t *waited_usec, char *err, size_t err_len);
+
 /* True when something became ready since the last schedule. */
 bool hvd_negotiator_has_work(const hvd_negotiator_t *n);
 

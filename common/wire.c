@@ -213,6 +213,10 @@ static int validate_ready(const Hvd__Ready *q, char *err, size_t err_len) {
 }
 
 static int validate_schedule(const Hvd__Schedule *s, char *err, size_t err_len) {
+        if (s->keep_key > HVD_WIRE_SCHEDULE_KEYS || s->repeat_key > HVD_WIRE_SCHEDULE_KEYS)
+                return fail(err, err_len, "schedule: key out of range");
+        if (s->repeat_key && (s->keep_key || s->n_ops || s->n_errors))
+                return fail(err, err_len, "schedule: a repeat carries nothing but its key and seq");
         for (size_t i = 0; i < s->n_ops; i++) {
                 const Hvd__Op *op = s->ops[i];
                 if (op->kind <= HVD__KIND__KIND_NONE || op->kind > HVD__KIND__KIND_JOIN ||
@@ -342,6 +346,17 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                 CHECK_NAME(nr->job_id, HVD_WIRE_MAX_JOB_ID, "job id");
                 if (nr->n_ranks > HVD_WIRE_MAX_RANKS || nr->n_node_cached > HVD_WIRE_MAX_REQUESTS * 16)
                         return fail(err, err_len, "node ready: too many entries");
+                if (nr->n_node_cached_waited_usec && nr->n_node_cached_waited_usec != nr->n_node_cached)
+                        return fail(err, err_len, "node ready: waiting times do not match the cached ids");
+                if (nr->n_shared > HVD_WIRE_MAX_RANKS)
+                        return fail(err, err_len, "node ready: too many shared entries");
+                for (size_t i = 0; i < nr->n_shared; i++) {
+                        if (!nr->shared[i]->ready || !nr->shared[i]->n_ranks || nr->shared[i]->n_ranks > HVD_WIRE_MAX_RANKS)
+                                return fail(err, err_len, "node ready: shared entry without requests or ranks");
+                        int r = validate_ready(nr->shared[i]->ready, err, err_len);
+                        if (r < 0)
+                                return r;
+                }
                 for (size_t i = 0; i < nr->n_ranks; i++) {
                         if (!nr->ranks[i]->ready)
                                 return fail(err, err_len, "node ready: rank entry without requests");

@@ -18,6 +18,8 @@
 #define HVD_WIRE_MAX_SECRET 256
 #define HVD_WIRE_MAX_HOST 255
 #define HVD_WIRE_MAX_TEXT 4096
+/* schedules kept by key for repeats (Schedule.keep_key, repeat_key: 1..this) */
+#define HVD_WIRE_SCHEDULE_KEYS 16
 /* ZMQ_ZAP_ENFORCE_DOMAIN lives behind the draft API in Debian's header. */
 #define HVD_ZMQ_ZAP_ENFORCE_DOMAIN 93
 

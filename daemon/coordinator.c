@@ -10,7 +10,13 @@
  * A job's root is the daemon of its first host (cross rank 0): it alone
  * holds the negotiation table, checks consistency and plans schedules. Every
  * other daemon of the job forwards its ranks' readiness (batched, one
- * message per reactor iteration) and passes schedules to its workers. */
+ * message per reactor iteration) and passes schedules to its workers. In
+ * the steady state it aggregates: a cached tensor every local rank takes
+ * part in goes up once, as a node-level id, when the last local rank posted
+ * it (a partial one held past AGG_HOLD_USEC, or met by new requests, a join
+ * or a goodbye, goes rank by rank); new requests several local ranks sent
+ * alike go up once. The root sends a schedule that repeats one it keeps by
+ * key as the key and seq alone. */
 #include "config.h"
 
 #include <errno.h>
@@ -107,6 +113,20 @@ typedef struct rstat {
         uint64_t last_seen_usec, readies;
 } rstat_t;
 
+/* Not root: one cache id in this node's aggregation. A cached id every
+ * local rank takes part in goes to the root once for the node, when the
+ * last local rank posted it; anything else goes rank by rank. */
+typedef struct agg {
+        uint32_t n_ready;    /* local ranks that posted it this round */
+        bool known;          /* a schedule showed it, for every local rank */
+        bool per_rank;       /* this round was handed to the root rank by rank */
+        uint64_t first_usec; /* the first local readiness this round */
+} agg_t;
+
+/* A partial node-level readiness older than this goes to the root rank by
+ * rank, so that its stall inspector sees which ranks are missing. */
+#define AGG_HOLD_USEC (500 * USEC_PER_MSEC)
+
 /* Bytes scheduled per second over the last THROUGHPUT_SECS seconds: one
  * slot per second, reused round robin. */
 #define THROUGHPUT_SECS 10
@@ -155,6 +175,24 @@ struct job {
         rstat_t *rstat;     /* [size] */
         uint64_t tp_sec[THROUGHPUT_SECS + 1], tp_bytes[THROUGHPUT_SECS + 1];
         hvd_negotiator_stats_t fast; /* reported by the workers' fast path (Done) */
+        /* control plane aggregation */
+        uint32_t *node_first, *node_list; /* root: node c's ranks are node_list[node_first[c] .. node_first[c+1]) */
+        agg_t *agg;            /* not root: [n_agg], by cache id */
+        uint8_t *agg_bits;     /* not root: [n_agg * local_size], which local ranks posted each id */
+        uint32_t n_agg;
+        bool agg_off;          /* not root: a local rank left; rank by rank from now on */
+        uint32_t agg_joined;   /* not root: local ranks waiting in hvd_join */
+        uint64_t agg_oldest;   /* not root: first readiness of the oldest partial id (0 = none) */
+        uint32_t *nc_ids;      /* not root: node-level ids for the next NodeReady */
+        uint64_t *nc_waited;
+        size_t n_nc, cap_nc;
+        /* schedules kept by key (1..HVD_WIRE_SCHEDULE_KEYS): root: the packed
+         * body, to recognise a repeat; not root: the cache ids in it */
+        uint8_t *key_body[HVD_WIRE_SCHEDULE_KEYS + 1];
+        size_t key_len[HVD_WIRE_SCHEDULE_KEYS + 1];
+        uint32_t *key_ids[HVD_WIRE_SCHEDULE_KEYS + 1];
+        uint32_t key_n[HVD_WIRE_SCHEDULE_KEYS + 1];
+        uint32_t next_key;
 };
 
 /* A job aborted before all its ranks joined, kept after its removal so that
@@ -276,19 +314,34 @@ static void send_to_local_workers(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env,
         zmq_msg_close(&packed);
 }
 
-/* Root: to every remote node that joined. */
+/* Root: to every remote node that joined; packed once, the same bytes to each. */
 static void send_to_nodes(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
         if (!j->is_root || !j->nodes)
                 return;
+        env->version = HVD_PROTOCOL_VERSION;
+        zmq_msg_t packed;
+        if (zmq_msg_init_size(&packed, protobuf_c_message_get_packed_size(&env->base)) < 0) {
+                hvd_log_warning("job %s: cannot send to its nodes: %s", j->id, hvd_strerror(-zmq_errno()));
+                return;
+        }
+        protobuf_c_message_pack(&env->base, zmq_msg_data(&packed));
         for (uint32_t c = 0; c < j->cross_size; c++) {
                 node_t *n = &j->nodes[c];
                 if (!n->joined || n->local)
                         continue;
-                int r = hvd_wire_send_to(d->peer_sock, n->id, n->id_len, env, ZMQ_DONTWAIT);
+                zmq_msg_t m;
+                int r = 0;
+                zmq_msg_init(&m);
+                if (zmq_msg_copy(&m, &packed) < 0 ||
+                    zmq_send(d->peer_sock, n->id, n->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+                    zmq_msg_send(&m, d->peer_sock, ZMQ_DONTWAIT) < 0)
+                        r = -zmq_errno();
+                zmq_msg_close(&m);
                 if (r < 0)
                         hvd_log_warning("job %s: cannot reach node %u (%s): %s", j->id, c,
                                         j->hosts ? j->hosts[c] : "?", hvd_strerror(r));
         }
+        zmq_msg_close(&packed);
 }
 
 static void send_to_root(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
@@ -361,6 +414,7 @@ static void fwd_clear(job_t *j) {
                 protobuf_c_message_free_unpacked(&j->fwd[i]->base, NULL);
         j->n_fwd = 0;
         j->n_departed = 0;
+        j->n_nc = 0;
 }
 
 static void job_free(hvd_daemon_t *d, job_t *j) {
@@ -384,6 +438,16 @@ static void job_free(hvd_daemon_t *d, job_t *j) {
         free(j->fwd);
         free(j->departed);
         free(j->rstat);
+        free(j->node_first);
+        free(j->node_list);
+        free(j->agg);
+        free(j->agg_bits);
+        free(j->nc_ids);
+        free(j->nc_waited);
+        for (size_t k = 0; k <= HVD_WIRE_SCHEDULE_KEYS; k++) {
+                free(j->key_body[k]);
+                free(j->key_ids[k]);
+        }
         if (j->root)
                 j->root->n_jobs--;
         free(j);
@@ -571,10 +635,35 @@ static void welcome_local(hvd_daemon_t *d, job_t *j) {
 }
 
 /* Root: every node joined; tell them, then our own workers. */
+/* Root: the table knows every rank's node; the negotiator takes the
+ * other nodes' readiness node by node from now on. */
+static int root_set_nodes(job_t *j) {
+        uint32_t *of = malloc(j->size * sizeof *of), *fill = calloc(j->cross_size, sizeof *fill);
+        j->node_first = calloc(j->cross_size + 1, sizeof *j->node_first);
+        j->node_list = malloc(j->size * sizeof *j->node_list);
+        if (!of || !fill || !j->node_first || !j->node_list) {
+                free(of);
+                free(fill);
+                return -ENOMEM;
+        }
+        for (uint32_t r = 0; r < j->size; r++) {
+                of[r] = j->table[r].cross_rank < j->cross_size ? j->table[r].cross_rank : 0;
+                j->node_first[of[r] + 1]++;
+        }
+        for (uint32_t c = 0; c < j->cross_size; c++)
+                j->node_first[c + 1] += j->node_first[c];
+        for (uint32_t r = 0; r < j->size; r++)
+                j->node_list[j->node_first[of[r]] + fill[of[r]]++] = r;
+        int r = hvd_negotiator_set_nodes(j->neg, j->cross_size, of);
+        free(of);
+        free(fill);
+        return r;
+}
+
 static void root_complete(hvd_daemon_t *d, job_t *j) {
         Hvd__RankInfo *infos = calloc(j->size, sizeof *infos);
         Hvd__RankInfo **ptrs = calloc(j->size, sizeof *ptrs);
-        if (!infos || !ptrs) {
+        if (!infos || !ptrs || root_set_nodes(j) < 0) {
                 free(infos);
                 free(ptrs);
                 job_abort(d, j, -1, -ENOMEM, "out of memory");
@@ -992,6 +1081,41 @@ static void root_submit(hvd_daemon_t *d, job_t *j, uint32_t rank, const Hvd__Rea
                 d->next_housekeeping = hvd_now_usec() + USEC_PER_SEC;
 }
 
+/* Root: ids every rank of node cross is ready for (control plane
+ * aggregation): one submission for the node, as if each rank had sent them. */
+static void root_submit_node(hvd_daemon_t *d, job_t *j, uint32_t cross, const Hvd__NodeReady *nr) {
+        uint32_t first = j->node_first[cross], last = j->node_first[cross + 1];
+        if (j->departed_rank >= 0) {
+                job_abort(d, j, j->departed_rank, HVD_EABORTED,
+                          "rank %d has shut down, but the ranks of host %s still submit collectives; the job cannot go on",
+                          j->departed_rank, host_of(j, cross));
+                return;
+        }
+        char err[1024];
+        hvd_negotiator_stats_t before, after;
+        hvd_negotiator_get_stats(j->neg, &before);
+        int r = hvd_negotiator_submit_node(j->neg, cross, nr->node_cached, nr->n_node_cached,
+                                           nr->n_node_cached_waited_usec ? nr->node_cached_waited_usec : NULL, err,
+                                           sizeof err);
+        hvd_negotiator_get_stats(j->neg, &after);
+        d->metrics.cache_hits += after.cache_hits - before.cache_hits;
+        d->metrics.requests += after.requests - before.requests;
+        d->metrics.node_ready_received++;
+        d->metrics.node_cached_ids += nr->n_node_cached;
+        /* a readiness message from each of its ranks, for status */
+        uint64_t now = hvd_now_usec();
+        for (uint32_t k = first; k < last; k++) {
+                j->rstat[j->node_list[k]].last_seen_usec = now;
+                j->rstat[j->node_list[k]].readies++;
+        }
+        j->cycles += last - first;
+        d->metrics.cycles += last - first;
+        if (r < 0)
+                job_abort(d, j, -1, r, "host %s: %s", host_of(j, cross), err);
+        if (j->stall_check_usec && d->next_housekeeping == UINT64_MAX)
+                d->next_housekeeping = now + USEC_PER_SEC;
+}
+
 /* Root: tensors some ranks submitted and others not, for long: warn once,
  * and abort the job after the shutdown time when one is set. */
 static bool stall_inspect(hvd_daemon_t *d, job_t *j, uint64_t now) {
@@ -1024,6 +1148,235 @@ static bool stall_inspect(hvd_daemon_t *d, job_t *j, uint64_t now) {
         return true;
 }
 
+/* ---- control plane aggregation (not root) ---- */
+
+/* Appends a RankReady of rank with cached ids to this iteration's batch.
+ * Takes ownership of ready. */
+static int fwd_append(job_t *j, uint32_t rank, Hvd__Ready *ready) {
+        if (j->n_fwd == j->cap_fwd) {
+                size_t cap = j->cap_fwd ? j->cap_fwd * 2 : 16;
+                Hvd__RankReady **nf = realloc(j->fwd, cap * sizeof *nf);
+                if (!nf) {
+                        protobuf_c_message_free_unpacked(&ready->base, NULL);
+                        return -ENOMEM;
+                }
+                j->fwd = nf;
+                j->cap_fwd = cap;
+        }
+        Hvd__RankReady *rr = calloc(1, sizeof *rr);
+        if (!rr) {
+                protobuf_c_message_free_unpacked(&ready->base, NULL);
+                return -ENOMEM;
+        }
+        hvd__rank_ready__init(rr);
+        rr->rank = rank;
+        rr->ready = ready;
+        j->fwd[j->n_fwd++] = rr;
+        return 0;
+}
+
+static int agg_grow(job_t *j, uint32_t id) {
+        if (id < j->n_agg)
+                return 0;
+        if (id >= HVD_WIRE_MAX_REQUESTS * 16)
+                return -E2BIG;
+        uint32_t n = j->n_agg ? j->n_agg : 64;
+        while (n <= id)
+                n *= 2;
+        agg_t *a = realloc(j->agg, n * sizeof *a);
+        if (!a)
+                return -ENOMEM;
+        j->agg = a;
+        uint8_t *b = realloc(j->agg_bits, (size_t) n * j->local_size);
+        if (!b)
+                return -ENOMEM;
+        j->agg_bits = b;
+        memset(j->agg + j->n_agg, 0, (n - j->n_agg) * sizeof *a);
+        memset(j->agg_bits + (size_t) j->n_agg * j->local_size, 0, (size_t) (n - j->n_agg) * j->local_size);
+        j->n_agg = n;
+        return 0;
+}
+
+/* Hands every partial node-level readiness to the root rank by rank: the
+ * ids stay rank by rank until their schedule passes. */
+static void agg_release(hvd_daemon_t *d, job_t *j) {
+        if (!j->agg_oldest)
+                return;
+        j->agg_oldest = 0;
+        uint64_t now = hvd_now_usec();
+        for (uint32_t r = 0; r < j->size; r++) {
+                worker_t *w = j->ranks[r];
+                if (!w)
+                        continue;
+                Hvd__Ready *q = NULL;
+                for (uint32_t id = 0; id < j->n_agg; id++) {
+                        agg_t *a = &j->agg[id];
+                        uint8_t *bit = &j->agg_bits[(size_t) id * j->local_size + w->local_rank];
+                        if (!a->n_ready || !*bit)
+                                continue;
+                        if (!q) {
+                                if (!(q = calloc(1, sizeof *q)))
+                                        goto oom;
+                                hvd__ready__init(q);
+                                q->cached = malloc(j->n_agg * sizeof *q->cached);
+                                q->cached_waited_usec = malloc(j->n_agg * sizeof *q->cached_waited_usec);
+                                if (!q->cached || !q->cached_waited_usec) {
+                                        protobuf_c_message_free_unpacked(&q->base, NULL);
+                                        goto oom;
+                                }
+                        }
+                        q->cached[q->n_cached++] = id;
+                        q->cached_waited_usec[q->n_cached_waited_usec++] = now > a->first_usec ? now - a->first_usec : 0;
+                }
+                if (q && fwd_append(j, w->rank, q) < 0)
+                        goto oom;
+        }
+        for (uint32_t id = 0; id < j->n_agg; id++)
+                if (j->agg[id].n_ready) {
+                        j->agg[id].n_ready = 0;
+                        j->agg[id].per_rank = true;
+                        memset(&j->agg_bits[(size_t) id * j->local_size], 0, j->local_size);
+                }
+        return;
+oom:
+        job_abort(d, j, -1, -ENOMEM, "out of memory");
+}
+
+/* A schedule passing through: its ids are done with this round (whatever
+ * went rank by rank aggregates again) and show which ids every local rank
+ * takes part in. */
+static void agg_learn(hvd_daemon_t *d, job_t *j, const Hvd__Schedule *s) {
+        if (s->repeat_key) {
+                for (uint32_t i = 0; i < j->key_n[s->repeat_key]; i++)
+                        j->agg[j->key_ids[s->repeat_key][i]].per_rank = false;
+                return;
+        }
+        uint32_t *kids = NULL, nk = 0;
+        if (s->keep_key) {
+                size_t total = 0;
+                for (size_t o = 0; o < s->n_ops; o++)
+                        total += s->ops[o]->n_entries;
+                if (!(kids = malloc((total ? total : 1) * sizeof *kids)))
+                        goto oom;
+        }
+        for (size_t o = 0; o < s->n_ops; o++) {
+                const Hvd__Op *op = s->ops[o];
+                bool all_local = op->process_set == 0;
+                if (!all_local) {
+                        uint32_t here = 0;
+                        for (size_t k = 0; k < op->n_set_ranks; k++)
+                                here += op->set_ranks[k] < j->size && j->ranks[op->set_ranks[k]];
+                        all_local = here == j->local_size;
+                }
+                for (size_t e = 0; e < op->n_entries; e++) {
+                        uint32_t id = op->entries[e]->id;
+                        if (id == HVD_NEGOTIATOR_NO_ID)
+                                continue;
+                        if (agg_grow(j, id) < 0)
+                                goto oom;
+                        j->agg[id].known = all_local;
+                        j->agg[id].per_rank = false;
+                        if (kids)
+                                kids[nk++] = id;
+                }
+        }
+        for (size_t i = 0; i < s->n_errors; i++) {
+                uint32_t id = s->errors[i]->id;
+                if (id != HVD_NEGOTIATOR_NO_ID && id < j->n_agg)
+                        j->agg[id].per_rank = false;
+        }
+        if (s->join_done_last_rank >= 0)
+                j->agg_joined = 0;
+        if (s->keep_key) {
+                free(j->key_ids[s->keep_key]);
+                j->key_ids[s->keep_key] = kids;
+                j->key_n[s->keep_key] = nk;
+        }
+        return;
+oom:
+        free(kids);
+        job_abort(d, j, -1, -ENOMEM, "out of memory");
+}
+
+/* A local rank's cached ids: those every local rank takes part in are
+ * counted here and leave for the root as one node-level id once the last
+ * local rank posted them; the others stay in q, for the root rank by rank.
+ * Returns false when the job was aborted. */
+static bool agg_ready(hvd_daemon_t *d, job_t *j, worker_t *w, Hvd__Ready *q) {
+        for (size_t i = 0; i < q->n_requests; i++)
+                if (q->requests[i]->kind == HVD__KIND__KIND_JOIN)
+                        j->agg_joined++;
+        /* new or changed parameters, or a join: what waits here would wait
+         * for ranks that will not post it cached; it goes rank by rank */
+        if (q->n_requests)
+                agg_release(d, j);
+        if (j->agg_off || j->agg_joined || j->state != JOB_RUNNING)
+                return j->state == JOB_RUNNING;
+        uint64_t now = hvd_now_usec();
+        size_t keep = 0;
+        bool waited = q->n_cached_waited_usec == q->n_cached;
+        for (size_t i = 0; i < q->n_cached; i++) {
+                uint32_t id = q->cached[i];
+                uint64_t wt = waited ? q->cached_waited_usec[i] : 0;
+                agg_t *a = id < j->n_agg ? &j->agg[id] : NULL;
+                if (!a || !a->known || a->per_rank) {
+                        q->cached[keep] = id;
+                        if (waited)
+                                q->cached_waited_usec[keep] = wt;
+                        keep++;
+                        continue;
+                }
+                uint8_t *bit = &j->agg_bits[(size_t) id * j->local_size + w->local_rank];
+                if (*bit) {
+                        job_abort(d, j, (int) w->rank, HVD_EDUPLICATE,
+                                  "rank %u submitted the tensor of cache id %u twice before it completed", w->rank, id);
+                        return false;
+                }
+                uint64_t at = wt < now ? now - wt : now;
+                if (!a->n_ready || at < a->first_usec)
+                        a->first_usec = at;
+                if (!j->agg_oldest || a->first_usec < j->agg_oldest)
+                        j->agg_oldest = a->first_usec;
+                *bit = 1;
+                if (++a->n_ready < j->local_size)
+                        continue;
+                if (j->n_nc == j->cap_nc) {
+                        size_t cap = j->cap_nc ? j->cap_nc * 2 : 256;
+                        uint32_t *ni = realloc(j->nc_ids, cap * sizeof *ni);
+                        if (ni)
+                                j->nc_ids = ni;
+                        uint64_t *nw = realloc(j->nc_waited, cap * sizeof *nw);
+                        if (nw)
+                                j->nc_waited = nw;
+                        if (!ni || !nw) {
+                                job_abort(d, j, -1, -ENOMEM, "out of memory");
+                                return false;
+                        }
+                        j->cap_nc = cap;
+                }
+                j->nc_ids[j->n_nc] = id;
+                j->nc_waited[j->n_nc++] = now > a->first_usec ? now - a->first_usec : 0;
+                a->n_ready = 0;
+                memset(&j->agg_bits[(size_t) id * j->local_size], 0, j->local_size);
+        }
+        q->n_cached = keep;
+        if (waited)
+                q->n_cached_waited_usec = keep;
+        return true;
+}
+
+/* Housekeeping: a partial node-level readiness held for long goes rank by
+ * rank (the root's stall inspector names the missing ranks). */
+static void agg_expire(hvd_daemon_t *d, job_t *j, uint64_t now) {
+        uint64_t oldest = 0;
+        for (uint32_t id = 0; id < j->n_agg; id++)
+                if (j->agg[id].n_ready && (!oldest || j->agg[id].first_usec < oldest))
+                        oldest = j->agg[id].first_usec;
+        j->agg_oldest = oldest;
+        if (oldest && now - oldest > AGG_HOLD_USEC)
+                agg_release(d, j);
+}
+
 /* Takes ownership of env when it returns true. */
 static bool handle_ready(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
         job_t *j = w->job;
@@ -1045,27 +1398,15 @@ static bool handle_ready(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
         }
         j->rstat[w->rank].last_seen_usec = hvd_now_usec();
         j->rstat[w->rank].readies++;
-        /* forward to the root with this iteration's batch */
-        if (j->n_fwd == j->cap_fwd) {
-                size_t cap = j->cap_fwd ? j->cap_fwd * 2 : 16;
-                Hvd__RankReady **nf = realloc(j->fwd, cap * sizeof *nf);
-                if (!nf) {
-                        job_abort(d, j, -1, -ENOMEM, "out of memory");
-                        return false;
-                }
-                j->fwd = nf;
-                j->cap_fwd = cap;
-        }
-        Hvd__RankReady *rr = calloc(1, sizeof *rr);
-        if (!rr) {
-                job_abort(d, j, -1, -ENOMEM, "out of memory");
+        if (!agg_ready(d, j, w, env->ready))
                 return false;
-        }
-        hvd__rank_ready__init(rr);
-        rr->rank = w->rank;
-        rr->ready = TAKE_PTR(env->ready);
+        if (!env->ready->n_requests && !env->ready->n_cached)
+                return false; /* all of it waits here for the node-level message */
+        /* the rest goes to the root rank by rank, with this iteration's batch */
+        Hvd__Ready *q = TAKE_PTR(env->ready);
         env->body_case = HVD__ENVELOPE__BODY__NOT_SET;
-        j->fwd[j->n_fwd++] = rr;
+        if (fwd_append(j, w->rank, q) < 0)
+                job_abort(d, j, -1, -ENOMEM, "out of memory");
         return false;
 }
 
@@ -1156,6 +1497,9 @@ static void handle_goodbye(hvd_daemon_t *d, worker_t *w) {
         if (j->neg)
                 root_departed(d, j, w->rank);
         else if (j->state == JOB_RUNNING) {
+                /* the others' ids can no longer complete on this node */
+                j->agg_off = true;
+                agg_release(d, j);
                 uint32_t *nd = realloc(j->departed, (j->n_departed + 1) * sizeof *nd);
                 if (nd) {
                         j->departed = nd;
@@ -1607,10 +1951,30 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
                 }
                 j->cycles++;
                 d->metrics.cycles++;
+                d->metrics.rank_readies_received++;
                 root_submit(d, j, r, nr->ranks[i]->ready);
                 if (j->state != JOB_RUNNING)
                         return;
         }
+        for (size_t i = 0; i < nr->n_shared; i++)
+                for (size_t k = 0; k < nr->shared[i]->n_ranks; k++) {
+                        uint32_t r = nr->shared[i]->ranks[k];
+                        if (r >= j->size || !j->table[r].known || j->table[r].cross_rank != cross) {
+                                job_abort(d, j, -1, HVD_EPROTO, "host %s sent readiness for rank %u, which is not on it",
+                                          host_of(j, cross), r);
+                                return;
+                        }
+                        j->cycles++;
+                        d->metrics.cycles++;
+                        d->metrics.rank_readies_received++;
+                        root_submit(d, j, r, nr->shared[i]->ready);
+                        if (j->state != JOB_RUNNING)
+                                return;
+                }
+        if (nr->n_node_cached)
+                root_submit_node(d, j, cross, nr);
+        if (j->state != JOB_RUNNING)
+                return;
         for (size_t i = 0; i < nr->n_departed; i++)
                 if (nr->departed[i] < j->size && j->table[nr->departed[i]].cross_rank == cross)
                         root_departed(d, j, nr->departed[i]);
@@ -1740,6 +2104,13 @@ static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) 
         case HVD__ENVELOPE__BODY_JOB_SCHEDULE: {
                 if (j->state != JOB_RUNNING)
                         break;
+                const Hvd__Schedule *sc = env->job_schedule->schedule;
+                if (sc->repeat_key && !j->key_ids[sc->repeat_key]) {
+                        job_abort(d, j, -1, HVD_EPROTO, "root daemon repeated schedule key %u, which it never sent",
+                                  sc->repeat_key);
+                        break;
+                }
+                agg_learn(d, j, sc);
                 Hvd__Envelope out = HVD__ENVELOPE__INIT;
                 out.body_case = HVD__ENVELOPE__BODY_SCHEDULE;
                 out.schedule = env->job_schedule->schedule;
@@ -2232,22 +2603,184 @@ static void handle_control_socket(hvd_daemon_t *d) {
 
 /* ---- loop ---- */
 
+/* The new requests of this batch that several local ranks sent alike go
+ * once, as SharedReady (the first step: every rank names the same
+ * tensors); what stays per rank keeps its cached ids. Only when every
+ * rank has one entry in the batch, so no rank's order changes. Returns
+ * the number of shared entries in *ret (free each with
+ * protobuf_c_message_free_unpacked, and the array). */
+static size_t share_requests(job_t *j, Hvd__SharedReady ***ret) {
+        *ret = NULL;
+        size_t n = j->n_fwd, n_sh = 0;
+        if (n < 2)
+                return 0;
+        uint8_t **body = calloc(n, sizeof *body);
+        size_t *len = calloc(n, sizeof *len);
+        uint64_t *hash = calloc(n, sizeof *hash);
+        size_t *group = calloc(n, sizeof *group); /* index of the group's first member + 1; 0 = alone */
+        uint8_t *seen = calloc(j->size, 1);
+        Hvd__SharedReady **sh = NULL;
+        if (!body || !len || !hash || !group || !seen)
+                goto out;
+        for (size_t i = 0; i < n; i++) {
+                uint32_t r = j->fwd[i]->rank;
+                if (r >= j->size || seen[r]++)
+                        goto out;
+        }
+        for (size_t i = 0; i < n; i++) {
+                const Hvd__Ready *q = j->fwd[i]->ready;
+                if (!q->n_requests)
+                        continue;
+                Hvd__Ready only = HVD__READY__INIT;
+                only.n_requests = q->n_requests;
+                only.requests = q->requests;
+                len[i] = protobuf_c_message_get_packed_size(&only.base);
+                if (!(body[i] = malloc(len[i] ? len[i] : 1)))
+                        goto out;
+                protobuf_c_message_pack(&only.base, body[i]);
+                uint64_t h = 1469598103934665603ull;
+                for (size_t k = 0; k < len[i]; k++)
+                        h = (h ^ body[i][k]) * 1099511628211ull;
+                hash[i] = h;
+                for (size_t g = 0; g < i; g++)
+                        if (body[g] && !group[g] && hash[g] == h && len[g] == len[i] && !memcmp(body[g], body[i], len[i])) {
+                                group[i] = g + 1;
+                                break;
+                        }
+        }
+        if (!(sh = calloc(n, sizeof *sh)))
+                goto out;
+        for (size_t g = 0; g < n; g++) {
+                if (!body[g] || group[g])
+                        continue;
+                size_t members = 1;
+                for (size_t i = g + 1; i < n; i++)
+                        members += group[i] == g + 1;
+                if (members < 2)
+                        continue;
+                Hvd__SharedReady *s = calloc(1, sizeof *s);
+                Hvd__Ready *q = calloc(1, sizeof *q);
+                uint32_t *ranks = malloc(members * sizeof *ranks);
+                if (!s || !q || !ranks) {
+                        free(s);
+                        free(q);
+                        free(ranks);
+                        break;
+                }
+                hvd__shared_ready__init(s);
+                hvd__ready__init(q);
+                s->ready = q;
+                s->ranks = ranks;
+                /* the first member's requests move over; the others' go */
+                Hvd__Ready *first = j->fwd[g]->ready;
+                q->requests = TAKE_PTR(first->requests);
+                q->n_requests = first->n_requests;
+                first->n_requests = 0;
+                s->ranks[s->n_ranks++] = j->fwd[g]->rank;
+                for (size_t i = g + 1; i < n; i++) {
+                        if (group[i] != g + 1)
+                                continue;
+                        Hvd__Ready *o = j->fwd[i]->ready;
+                        for (size_t k = 0; k < o->n_requests; k++)
+                                protobuf_c_message_free_unpacked(&o->requests[k]->base, NULL);
+                        free(o->requests);
+                        o->requests = NULL;
+                        o->n_requests = 0;
+                        s->ranks[s->n_ranks++] = j->fwd[i]->rank;
+                }
+                sh[n_sh++] = s;
+        }
+out:
+        for (size_t i = 0; body && i < n; i++)
+                free(body[i]);
+        free(body);
+        free(len);
+        free(hash);
+        free(group);
+        free(seen);
+        if (!n_sh)
+                free(sh);
+        else
+                *ret = sh;
+        return n_sh;
+}
+
 static void flush_forward(hvd_daemon_t *d, job_t *j) {
-        if (!j->n_fwd && !j->n_departed)
+        if (!j->n_fwd && !j->n_departed && !j->n_nc)
                 return;
         if (j->state == JOB_RUNNING) {
                 Hvd__NodeReady nr = HVD__NODE_READY__INIT;
                 Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                Hvd__SharedReady **sh = NULL;
+                nr.n_shared = share_requests(j, &sh);
+                nr.shared = sh;
+                /* entries left with nothing (their requests went shared) stay home */
+                size_t keep = 0;
+                for (size_t i = 0; i < j->n_fwd; i++) {
+                        const Hvd__Ready *q = j->fwd[i]->ready;
+                        if (q->n_requests || q->n_cached || !nr.n_shared)
+                                j->fwd[keep++] = j->fwd[i];
+                        else
+                                protobuf_c_message_free_unpacked(&j->fwd[i]->base, NULL);
+                }
+                j->n_fwd = keep;
                 nr.job_id = j->id;
                 nr.n_ranks = j->n_fwd;
                 nr.ranks = j->fwd;
+                nr.n_node_cached = j->n_nc;
+                nr.node_cached = j->nc_ids;
+                nr.n_node_cached_waited_usec = j->n_nc;
+                nr.node_cached_waited_usec = j->nc_waited;
+                d->metrics.node_ready_sent += j->n_nc > 0;
                 nr.n_departed = j->n_departed;
                 nr.departed = j->departed;
                 env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
                 env.node_ready = &nr;
                 send_to_root(d, j, &env);
+                for (size_t i = 0; i < nr.n_shared; i++)
+                        protobuf_c_message_free_unpacked(&sh[i]->base, NULL);
+                free(sh);
         }
         fwd_clear(j);
+}
+
+/* Root: a schedule with nothing but cached ids that repeats one kept by
+ * key becomes "key K, seq N" (filled into rep; returns true); a new one is
+ * kept under the next key (s->keep_key) and goes out whole. */
+static bool schedule_key(hvd_daemon_t *d, job_t *j, Hvd__Schedule *s, Hvd__Schedule *rep) {
+        if (s->n_errors || s->join_done_last_rank >= 0 || !s->n_ops)
+                return false;
+        for (size_t o = 0; o < s->n_ops; o++)
+                for (size_t e = 0; e < s->ops[o]->n_entries; e++) {
+                        const Hvd__Entry *en = s->ops[o]->entries[e];
+                        if (en->id == HVD_NEGOTIATOR_NO_ID || en->name[0] || en->n_ready_ranks)
+                                return false;
+                }
+        uint64_t seq = s->seq;
+        s->seq = 0;
+        size_t len = protobuf_c_message_get_packed_size(&s->base);
+        uint8_t *body = malloc(len ? len : 1);
+        if (body)
+                protobuf_c_message_pack(&s->base, body);
+        s->seq = seq;
+        if (!body)
+                return false;
+        for (uint32_t k = 1; k <= HVD_WIRE_SCHEDULE_KEYS; k++)
+                if (j->key_len[k] == len && j->key_body[k] && memcmp(j->key_body[k], body, len) == 0) {
+                        free(body);
+                        rep->seq = seq;
+                        rep->repeat_key = k;
+                        rep->join_done_last_rank = -1;
+                        d->metrics.schedule_repeats++;
+                        return true;
+                }
+        uint32_t k = j->next_key % HVD_WIRE_SCHEDULE_KEYS + 1;
+        j->next_key = k;
+        free(j->key_body[k]);
+        j->key_body[k] = body;
+        j->key_len[k] = len;
+        s->keep_key = k;
+        return false;
 }
 
 static void before_sleep(hvd_daemon_t *d) {
@@ -2272,15 +2805,16 @@ static void before_sleep(hvd_daemon_t *d) {
                 }
                 if (r == 0)
                         continue;
+                Hvd__Schedule rep = HVD__SCHEDULE__INIT;
                 Hvd__Envelope env = HVD__ENVELOPE__INIT;
                 env.body_case = HVD__ENVELOPE__BODY_SCHEDULE;
-                env.schedule = s;
+                env.schedule = schedule_key(d, j, s, &rep) ? &rep : s;
                 send_to_local_workers(d, j, &env, true);
                 if (j->cross_size > 1) {
                         Hvd__JobSchedule js = HVD__JOB_SCHEDULE__INIT;
                         Hvd__Envelope jenv = HVD__ENVELOPE__INIT;
                         js.job_id = j->id;
-                        js.schedule = s;
+                        js.schedule = env.schedule;
                         jenv.body_case = HVD__ENVELOPE__BODY_JOB_SCHEDULE;
                         jenv.job_schedule = &js;
                         send_to_nodes(d, j, &jenv);
@@ -2409,6 +2943,10 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                 if (stall_inspect(d, j, now))
                         again = true;
                 hb_due = HVD_MIN(hb_due, heartbeat_check(d, j, now));
+                if (j->agg_oldest && j->state == JOB_RUNNING) {
+                        again = true;
+                        agg_expire(d, j, now);
+                }
                 if (j->state == JOB_RUNNING && j->is_root) {
                         again = true;
                         bool probe = now - j->last_probe_usec >= hb;

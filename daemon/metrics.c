@@ -160,6 +160,16 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
         counter(&b, "hvd_bytes_scheduled_total", "Payload bytes per rank of the scheduled operations.",
                 m->bytes_scheduled);
         counter(&b, "hvd_stall_warnings_total", "Stall inspector warnings.", m->stall_warnings);
+        head(&b, "hvd_node_readiness_total", "counter",
+             "Readiness a root daemon received from the other nodes of its jobs: node-level messages (every "
+             "local rank ready for a set of cached ids) and per-rank readiness.");
+        sb_printf(&b, "hvd_node_readiness_total{kind=\"node\"} %" PRIu64 "\nhvd_node_readiness_total{kind=\"rank\"} %" PRIu64 "\n",
+                  m->node_ready_received, m->rank_readies_received);
+        counter(&b, "hvd_node_cached_ids_total", "Cached ids a root daemon received node by node.", m->node_cached_ids);
+        counter(&b, "hvd_node_ready_sent_total", "Node-level readiness messages this daemon sent to a root daemon.",
+                m->node_ready_sent);
+        counter(&b, "hvd_schedule_repeats_total", "Schedules sent as a repeat of one kept by key (a few bytes).",
+                m->schedule_repeats);
         counter(&b, "hvd_log_level_changes_total", "Run-time log level changes (hvdctl log-level).",
                 m->log_level_changes);
         histogram(&b, "hvd_negotiation_latency_seconds",

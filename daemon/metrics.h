@@ -40,6 +40,11 @@ typedef struct hvd_metrics {
         uint64_t tensors_negotiated, cache_hits, requests, bytes_scheduled, fused_ops, schedules;
         uint64_t fast_path_tensors;  /* of tensors_negotiated: run from the workers' board */
         uint64_t stall_warnings;
+        /* control plane aggregation: node-level readiness messages sent to a
+         * root / received as a root, the ids they carried, per-rank readiness
+         * received from other nodes, schedules sent as repeats */
+        uint64_t node_ready_sent, node_ready_received, node_cached_ids, rank_readies_received;
+        uint64_t schedule_repeats;
         uint64_t log_level_changes;
         hvd_histogram_t negotiation; /* per tensor: first readiness to schedule */
         hvd_histogram_t iteration;   /* reactor: wake-up to going back to sleep */

@@ -35,7 +35,8 @@ check_PROGRAMS += %D%/worker_faults
 	%D%/test-fastpath.sh \
 	%D%/test-faults.sh \
 	%D%/test-heartbeat.sh \
-	%D%/test-deadlines.sh
+	%D%/test-deadlines.sh \
+	%D%/test-aggregation.sh
 TESTS += $(%C%_integration_tests)
 EXTRA_DIST += $(%C%_integration_tests) %D%/test-collectives.sh %D%/test-daemon-lost.sh docs/FAULTS.md
 

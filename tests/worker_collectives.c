@@ -2359,6 +2359,111 @@ static int flow_reinit(void) {
         return failures ? 1 : 0;
 }
 
+/* ---- the steady state over several nodes ---- */
+
+/* HVD_TEST_STEPS steps (default 60) of the same 15 tensors (cached ids
+ * after the first: node-level readiness, repeated schedules), every
+ * element exact: rank r contributes (r + 1) * (step + 1) + i % 7. */
+static void scenario_steady(void) {
+        enum { T = 15 };
+        static const size_t ns[T] = { 1, 3, 10, 33, 100, 257, 1000, 4096, 5, 64, 999, 2048, 7, 128, 3000 };
+        const char *e = getenv("HVD_TEST_STEPS");
+        int steps = e && atoi(e) > 0 ? atoi(e) : 60;
+        for (int st = 0; st < steps; st++) {
+                void *in[T], *out[T];
+                hvd_handle_t *h[T];
+                char names[T][32];
+                for (int k = 0; k < T; k++) {
+                        hvd_dtype_t dt = k % 3 == 0 ? HVD_FLOAT32 : k % 3 == 1 ? HVD_INT32 : HVD_FLOAT64;
+                        size_t es = dt == HVD_FLOAT64 ? 8 : 4;
+                        in[k] = xmalloc(ns[k] * es);
+                        out[k] = xmalloc(ns[k] * es);
+                        for (size_t i = 0; i < ns[k]; i++) {
+                                long v = (long) (rank + 1) * (st + 1) + (long) (i % 7);
+                                if (dt == HVD_FLOAT32)
+                                        ((float *) in[k])[i] = (float) v;
+                                else if (dt == HVD_INT32)
+                                        ((int32_t *) in[k])[i] = (int32_t) v;
+                                else
+                                        ((double *) in[k])[i] = (double) v;
+                        }
+                        snprintf(names[k], sizeof names[k], "steady.%d", k);
+                        int64_t shape[1] = { (int64_t) ns[k] };
+                        hvd_request_t q = HVD_REQUEST_INIT;
+                        q.name = names[k];
+                        q.input = in[k];
+                        q.output = out[k];
+                        q.dtype = dt;
+                        q.ndim = 1;
+                        q.shape = shape;
+                        q.reduce_op = k % 3 == 2 ? HVD_REDUCE_MAX : HVD_REDUCE_SUM;
+                        MUST(hvd_allreduce_async(&q, &h[k]));
+                }
+                for (int k = 0; k < T; k++) {
+                        wait_ok(h[k], names[k]);
+                        hvd_handle_release(&h[k]);
+                        long base = (long) (st + 1) * size * (size + 1) / 2;
+                        for (size_t i = 0; i < ns[k]; i++) {
+                                double got, want;
+                                if (k % 3 == 0) {
+                                        got = ((float *) out[k])[i];
+                                        want = (double) (base + (long) size * (long) (i % 7));
+                                } else if (k % 3 == 1) {
+                                        got = ((int32_t *) out[k])[i];
+                                        want = (double) (base + (long) size * (long) (i % 7));
+                                } else {
+                                        got = ((double *) out[k])[i];
+                                        want = (double) ((long) size * (st + 1) + (long) (i % 7));
+                                }
+                                if (got != want) {
+                                        CHECK(false, "step %d: %s[%zu] = %g, expected %g", st, names[k], i, got, want);
+                                        break;
+                                }
+                        }
+                        free(in[k]);
+                        free(out[k]);
+                }
+        }
+        if (rank == 0)
+                printf("rank 0: steady: %d steps of %d tensors exact\n", steps, (int) T);
+}
+
+/* Five rounds of "stall.t" on every rank, then rank HVD_TEST_STALL_RANK
+ * (default the last) stays away: the job's stall shutdown ends the
+ * others' wait, with the message that names who is missing. */
+static void scenario_stall_one(void) {
+        const char *e = getenv("HVD_TEST_STALL_RANK");
+        int victim = e ? atoi(e) : size - 1;
+        for (int it = 0; it < 6; it++) {
+                if (it == 5 && rank == victim)
+                        for (int k = 0; k < 160; k++)
+                                usleep(50 * 1000);
+                float x[4] = { 1, 1, 1, 1 }, y[4] = { 0 };
+                int64_t shape[1] = { 4 };
+                hvd_request_t q = HVD_REQUEST_INIT;
+                q.name = "stall.t";
+                q.input = x;
+                q.output = y;
+                q.ndim = 1;
+                q.shape = shape;
+                q.reduce_op = HVD_REDUCE_SUM;
+                hvd_handle_t *h = NULL;
+                int r = hvd_allreduce_async(&q, &h);
+                if (r >= 0)
+                        r = hvd_handle_wait_timeout(h, 30 * 1000000ull);
+                if (it < 5)
+                        CHECK(r == 0 && y[0] == (float) size, "round %d: %s, %g", it, errname(r), y[0]);
+                else {
+                        const char *msg = h ? hvd_handle_error(h) : hvd_last_error();
+                        printf("rank %d: stall-one: %s: %s\n", rank, errname(r), msg ? msg : "");
+                        CHECK(r < 0, "the stalled round completed");
+                }
+                hvd_handle_release(&h);
+                if (r < 0)
+                        return;
+        }
+}
+
 /* ---- main ---- */
 
 typedef struct scen {
@@ -2393,6 +2498,8 @@ static const scen_t scenarios[] = {
         { "longrun", scenario_longrun, true },
         { "longrun-detached", scenario_longrun_detached, true },
         { "early-shutdown", scenario_early_shutdown, true },
+        { "steady", scenario_steady, true },
+        { "stall-one", scenario_stall_one, true },
 };
 #define N_SCEN (sizeof scenarios / sizeof scenarios[0])
 

@@ -1,0 +1,94 @@
+#!/bin/bash
+# test-aggregation.sh — control plane aggregation over three daemons on
+# loopback (tests/lib/launch-multi.sh, 3 + 2 + 3 ranks):
+# - 60 steps of 15 cached tensors, every element exact on every rank, while
+#   the root daemon's metrics show that the other nodes sent their steady
+#   state node by node (hvd_node_readiness_total{kind="node"}, the ids in
+#   hvd_node_cached_ids_total) rather than rank by rank, and that repeated
+#   schedules went out as a key (hvd_schedule_repeats_total);
+# - a stall across nodes: one rank of a node whose other ranks posted a
+#   cached tensor stays away; the root's hvdctl status and every waiting
+#   rank's error name exactly that rank as missing.
+set -u
+. "$HVD_SRCDIR/tests/lib/common.sh"
+PY=${PYTHON:-/usr/bin/python3}
+[ -x "$PY" ] || skip "$PY is needed to parse the metrics"
+hvdctl=$HVD_BUILDDIR/tools/hvdctl
+worker=$HVD_BUILDDIR/tests/worker_collectives
+tmp=$(mktemp -d /tmp/hvd-test-aggregation-XXXXXX)
+lp=
+cleanup() {
+        touch "$tmp/hold.go"
+        [ -n "$lp" ] && { sleep 0.5; kill -TERM "$lp" 2>/dev/null; wait "$lp" 2>/dev/null; }
+        rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+steps=60
+HVD_TEST_STEPS=$steps HVD_TEST_HOLD=$tmp/hold "$HVD_SRCDIR/tests/lib/launch-multi.sh" -H a:3,b:2,c:3 -t 90 -- \
+        sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/rt.$HVD_RANK; exec "$0" steady' "$worker" >"$tmp/job.out" 2>&1 &
+lp=$!
+for _ in $(seq 1200); do
+        [ -e "$tmp/hold.ready" ] && break
+        kill -0 $lp 2>/dev/null || break
+        sleep 0.05
+done
+[ -e "$tmp/hold.ready" ] || fail "the job did not reach its hold point" "$(cat "$tmp/job.out")"
+"$hvdctl" -r "$(cat "$tmp/rt.0")" metrics >"$tmp/root.prom" || fail "metrics of the root daemon: exit $?"
+"$hvdctl" -r "$(cat "$tmp/rt.3")" metrics >"$tmp/b.prom" || fail "metrics of host b's daemon: exit $?"
+touch "$tmp/hold.go"
+wait $lp || fail "the steady job failed" "$(cat "$tmp/job.out")"
+lp=
+out=$(cat "$tmp/job.out")
+n=$(grep -c "steady: ok" <<<"$out")
+[ "$n" -eq 8 ] || fail "$n of 8 ranks passed the steady scenario" "$out"
+grep -q "rank 0: steady: $steps steps of 15 tensors exact" <<<"$out" || fail "no summary line" "$out"
+"$PY" - "$tmp/root.prom" "$tmp/b.prom" "$HVD_SRCDIR/tests/lib/promparse.py" "$steps" <<'EOF' || fail "the root did not get the steady state node by node"
+import json, subprocess, sys
+root_p, b_p, parser, steps = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
+def load(p):
+    return json.loads(subprocess.run([sys.executable, parser, p], check=True, capture_output=True, text=True).stdout)
+root, b = load(root_p), load(b_p)
+node = root['hvd_node_readiness_total{kind="node"}']
+rank = root['hvd_node_readiness_total{kind="rank"}']
+ids = root["hvd_node_cached_ids_total{}"]
+sent_b = b["hvd_node_ready_sent_total{}"]
+repeats = root["hvd_schedule_repeats_total{}"]
+print(f"root: node-level messages {node:.0f}, their ids {ids:.0f}, per-rank readiness from nodes {rank:.0f}, "
+      f"schedule repeats {repeats:.0f}; host b sent {sent_b:.0f} node-level messages")
+# two other nodes, 15 tensors, 59 steady steps: every id of every steady
+# step came once per node (a partial one held past its deadline goes rank
+# by rank instead: allow a quarter of them)
+ok = ids >= 2 * 15 * (steps - 1) * 3 / 4 and node >= 2 * (steps - 1) * 3 / 4
+# rank by rank, each of the 5 remote ranks would send at least one
+# readiness per step: far fewer came (the first step's names, and stragglers)
+ok = ok and rank < 5 * steps / 4 and rank < node
+ok = ok and repeats > 0 and sent_b >= (steps - 1) * 3 / 4
+sys.exit(0 if ok else 1)
+EOF
+echo "ok: $steps steps exact on 3 nodes; the other nodes' steady state reached the root node by node"
+
+# a stall across nodes: rank 4 (host b, beside rank 3) stays away from a
+# cached tensor the others posted
+HVD_STALL_CHECK_TIME_SECONDS=1 HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=5 HVD_TEST_STALL_RANK=4 \
+        "$HVD_SRCDIR/tests/lib/launch-multi.sh" -H a:2,b:3 -t 60 -- \
+        sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/srt.$HVD_RANK; exec "$0" stall-one' "$worker" >"$tmp/stall.out" 2>&1 &
+lp=$!
+for _ in $(seq 200); do [ -s "$tmp/srt.0" ] && break; sleep 0.05; done
+stalled=
+for _ in $(seq 200); do
+        stalled=$("$hvdctl" -r "$(cat "$tmp/srt.0")" status --json 2>/dev/null |
+                "$PY" -c 'import json,sys; j=json.load(sys.stdin)["jobs"]; print(j[0]["stalled"] if j else "")' 2>/dev/null)
+        [ -n "$stalled" ] && break
+        kill -0 $lp 2>/dev/null || break
+        sleep 0.1
+done
+want="'stall.t' ready on ranks [0, 1, 2, 3], missing ranks [4]"
+[ "$stalled" = "$want" ] || fail "the root's status shows the stall as \"$stalled\", expected \"$want\"" "$(cat "$tmp/stall.out")"
+wait $lp
+lp=
+for r in 0 1 2 3; do
+        grep "^\[$r@[ab]\] rank $r: stall-one: " "$tmp/stall.out" | grep -qF "stalled for more than 5 s: $want" ||
+                fail "rank $r was not told which rank is missing" "$(cat "$tmp/stall.out")"
+done
+echo "ok: a stall across nodes names the missing rank (status and every waiting rank)"
