@@ -37,6 +37,7 @@
 #define CHECK_INTERVAL_USEC (20 * USEC_PER_MSEC)
 #define SPIN_USEC 50
 #define HVD_MAX_SET_LOCAL 4096
+#define HVD_RING_MAX_STEPS 2048 /* 2(C-1) steps: up to 1025 nodes */
 
 typedef struct shm_barrier {
         _Alignas(64) _Atomic uint32_t count;
@@ -86,6 +87,7 @@ struct hvd_backend {
         int *rank_cross, *rank_local;
         int *node_peer;    /* [cross_size]: rank with my local rank on each node (-1: none) */
         hvd_tcp_t *tcp;
+        struct ring *ring; /* the TCP ring's state, allocated on first use */
         uint8_t *scratch;  /* grows, never shrinks: no allocation per operation once warm */
         size_t scratch_bytes;
         uint32_t set_local[HVD_MAX_SET_LOCAL];
@@ -343,6 +345,7 @@ void hvd_backend_destroy(hvd_backend_t **bp) {
         free(b->rank_local);
         free(b->node_peer);
         free(b->scratch);
+        free(b->ring);
         free(b);
         *bp = NULL;
 }
@@ -663,42 +666,101 @@ static uint8_t *scratch_get(hvd_backend_t *b, size_t bytes) {
 
 /* Bandwidth-optimal ring allreduce of buf (n elements) among the ranks
  * with my local rank on every node: reduce-scatter, scale my block once,
- * allgather. Each rank sends 2(C-1)/C of the buffer; sends and receives of
- * every step overlap. */
+ * allgather. Each rank sends 2(C-1)/C of the buffer. The 2(C-1) steps are
+ * one stream each way (hvd_tcp_stream, a segment per step), pipelined by
+ * frames: a received frame is reduced at once, and the next step sends it
+ * on as soon as it is — so the wire never waits for a whole block, the
+ * reduction overlaps the transfer, and the allgather starts while the
+ * reduce-scatter still runs. */
+typedef struct ring {
+        hvd_dtype_t dt;
+        hvd_reduce_op_t op;
+        size_t es;
+        uint8_t *buf, *tmp;
+        uint64_t n, blk;
+        int C, c;
+        double scale;
+        uint64_t len[2 * HVD_RING_MAX_STEPS]; /* bytes of each step's blocks, send then receive */
+        uint64_t done[HVD_RING_MAX_STEPS];    /* bytes of step t's received block reduced or in place */
+} ring_t;
+
+static inline uint64_t ring_b0(const ring_t *g, int i) {
+        return HVD_MIN((uint64_t) i * g->blk, g->n);
+}
+
+static inline uint64_t ring_bl(const ring_t *g, int i) {
+        return HVD_MIN(ring_b0(g, i) + g->blk, g->n) - ring_b0(g, i);
+}
+
+/* blocks sent and received at step t (reduce-scatter for t < C-1) */
+static inline int ring_sb(const ring_t *g, int t) {
+        return t < g->C - 1 ? (g->c - t + g->C) % g->C : (g->c + 1 - (t - (g->C - 1)) + g->C) % g->C;
+}
+
+static inline int ring_rb(const ring_t *g, int t) {
+        return t < g->C - 1 ? (g->c - t - 1 + 2 * g->C) % g->C : (g->c - (t - (g->C - 1)) + g->C) % g->C;
+}
+
+static const uint8_t *ring_send_at(void *ud, size_t seg, uint64_t off, uint64_t *ready) {
+        ring_t *g = ud;
+        int t = (int) seg;
+        uint64_t have = t == 0 ? g->len[0] : g->done[t - 1]; /* step t sends what step t-1 received */
+        *ready = have > off ? have - off : 0;
+        return g->buf + ring_b0(g, ring_sb(g, t)) * g->es + off;
+}
+
+static uint8_t *ring_recv_at(void *ud, size_t seg, uint64_t off) {
+        ring_t *g = ud;
+        int t = (int) seg;
+        if (t < g->C - 1)
+                return g->tmp + off; /* reduced frame by frame before the next step reuses it */
+        return g->buf + ring_b0(g, ring_rb(g, t)) * g->es + off;
+}
+
+static int ring_received(void *ud, size_t seg, uint64_t off, uint64_t len, char *err, size_t err_len) {
+        (void) err;
+        (void) err_len;
+        ring_t *g = ud;
+        int t = (int) seg;
+        if (t < g->C - 1) {
+                uint8_t *dst = g->buf + ring_b0(g, ring_rb(g, t)) * g->es + off;
+                const void *srcs[2] = { dst, g->tmp + off };
+                hvd_reduce_n(g->dt, g->op, dst, srcs, 2, len / g->es, 1.0);
+                if (t == g->C - 2 && g->scale != 1.0) /* my block is complete: scale it once */
+                        hvd_scale_copy(g->dt, dst, dst, len / g->es, g->scale);
+        }
+        g->done[t] = off + len;
+        return 0;
+}
+
 static int ring_allreduce(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, uint64_t n, double scale,
                           char *err, size_t err_len) {
         int C = b->cross_size, c = b->cross_rank;
-        size_t es = hvd_dtype_size(dt);
-        int next = b->node_peer[(c + 1) % C], prev = b->node_peer[(c + C - 1) % C];
-        uint64_t blk = (n + (uint64_t) C - 1) / (uint64_t) C;
-#define B0(i) HVD_MIN((uint64_t) (i) * blk, n)
-#define BL(i) (HVD_MIN(B0(i) + blk, n) - B0(i))
-        uint8_t *tmp = scratch_get(b, blk * es > 0 ? blk * es : 1);
-        if (!tmp)
+        if (2 * (C - 1) > HVD_RING_MAX_STEPS) {
+                snprintf(err, err_len, "%d nodes: the CPU ring supports at most %d", C, HVD_RING_MAX_STEPS / 2 + 1);
+                return -EINVAL;
+        }
+        if (!b->ring && !(b->ring = malloc(sizeof *b->ring)))
                 return -ENOMEM;
-        int r;
-        for (int s = 0; s < C - 1; s++) {
-                int sb = (c - s + C) % C, rb = (c - s - 1 + 2 * C) % C;
-                r = hvd_tcp_sendrecv(b->tcp, next, buf + B0(sb) * es, BL(sb) * es, prev, tmp, BL(rb) * es, err,
-                                     err_len);
-                if (r < 0)
-                        return r;
-                const void *srcs[2] = { buf + B0(rb) * es, tmp };
-                hvd_reduce_n(dt, op, buf + B0(rb) * es, srcs, 2, BL(rb), 1.0);
+        ring_t *g = b->ring;
+        *g = (ring_t){ .dt = dt, .op = op, .es = hvd_dtype_size(dt), .buf = buf, .n = n, .C = C, .c = c, .scale = scale };
+        g->blk = (n + (uint64_t) C - 1) / (uint64_t) C;
+        if (!(g->tmp = scratch_get(b, g->blk * g->es > 0 ? g->blk * g->es : 1)))
+                return -ENOMEM;
+        int steps = 2 * (C - 1);
+        for (int t = 0; t < steps; t++) {
+                g->len[t] = ring_bl(g, ring_sb(g, t)) * g->es;
+                g->len[HVD_RING_MAX_STEPS + t] = ring_bl(g, ring_rb(g, t)) * g->es;
         }
-        int mine = (c + 1) % C;
-        if (scale != 1.0)
-                hvd_scale_copy(dt, buf + B0(mine) * es, buf + B0(mine) * es, BL(mine), scale);
-        for (int s = 0; s < C - 1; s++) {
-                int sb = (c + 1 - s + C) % C, rb = (c - s + C) % C;
-                r = hvd_tcp_sendrecv(b->tcp, next, buf + B0(sb) * es, BL(sb) * es, prev, buf + B0(rb) * es,
-                                     BL(rb) * es, err, err_len);
-                if (r < 0)
-                        return r;
-        }
-#undef B0
-#undef BL
-        return 0;
+        if (steps == 0)
+                return 0;
+        hvd_tcp_stream_t s = {
+                .to = b->node_peer[(c + 1) % C], .from = b->node_peer[(c + C - 1) % C],
+                .n_send = (size_t) steps, .n_recv = (size_t) steps,
+                .send_len = g->len, .recv_len = g->len + HVD_RING_MAX_STEPS,
+                .send_at = ring_send_at, .recv_at = ring_recv_at, .received = ring_received, .ud = g,
+        };
+        return hvd_tcp_stream(b->tcp, &s, err, err_len);
 }
 
 /* Hierarchical allreduce: shared-memory reduce inside the node (each of
