@@ -88,6 +88,8 @@ struct hvd_backend {
         int *node_peer;    /* [cross_size]: rank with my local rank on each node (-1: none) */
         hvd_tcp_t *tcp;
         struct ring *ring; /* the TCP ring's state, allocated on first use */
+        uint64_t *mend;    /* [mend_cap]: the ring's member ends (grows, never shrinks) */
+        size_t mend_cap;
         uint8_t *scratch;  /* grows, never shrinks: no allocation per operation once warm */
         size_t scratch_bytes;
         uint32_t set_local[HVD_MAX_SET_LOCAL];
@@ -346,6 +348,7 @@ void hvd_backend_destroy(hvd_backend_t **bp) {
         free(b->node_peer);
         free(b->scratch);
         free(b->ring);
+        free(b->mend);
         free(b);
         *bp = NULL;
 }
@@ -676,7 +679,13 @@ typedef struct ring {
         hvd_dtype_t dt;
         hvd_reduce_op_t op;
         size_t es;
-        uint8_t *buf, *tmp;
+        /* the buffer: contiguous (buf), or the outputs of members m[0..nm)
+         * end to end, member k ending at byte mend[k] */
+        uint8_t *buf;
+        const hvd_xmember_t *m;
+        size_t nm;
+        const uint64_t *mend;
+        uint8_t *tmp;
         uint64_t n, blk;
         int C, c;
         double scale;
@@ -701,20 +710,43 @@ static inline int ring_rb(const ring_t *g, int t) {
         return t < g->C - 1 ? (g->c - t - 1 + 2 * g->C) % g->C : (g->c - (t - (g->C - 1)) + g->C) % g->C;
 }
 
+/* Byte `at` of the buffer, and in *contig how many bytes follow it there. */
+static uint8_t *ring_ptr(const ring_t *g, uint64_t at, uint64_t *contig) {
+        if (g->buf) {
+                *contig = g->n * g->es - at;
+                return g->buf + at;
+        }
+        size_t lo = 0, hi = g->nm; /* the first member ending after at */
+        while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (g->mend[mid] > at)
+                        hi = mid;
+                else
+                        lo = mid + 1;
+        }
+        uint64_t beg = lo ? g->mend[lo - 1] : 0;
+        *contig = g->mend[lo] - at;
+        return (uint8_t *) g->m[lo].out + (at - beg);
+}
+
 static const uint8_t *ring_send_at(void *ud, size_t seg, uint64_t off, uint64_t *ready) {
         ring_t *g = ud;
         int t = (int) seg;
         uint64_t have = t == 0 ? g->len[0] : g->done[t - 1]; /* step t sends what step t-1 received */
-        *ready = have > off ? have - off : 0;
-        return g->buf + ring_b0(g, ring_sb(g, t)) * g->es + off;
+        uint64_t contig;
+        const uint8_t *p = ring_ptr(g, ring_b0(g, ring_sb(g, t)) * g->es + off, &contig);
+        *ready = have > off ? HVD_MIN(have - off, contig) : 0;
+        return p;
 }
 
-static uint8_t *ring_recv_at(void *ud, size_t seg, uint64_t off) {
+static uint8_t *ring_recv_at(void *ud, size_t seg, uint64_t off, uint64_t *room) {
         ring_t *g = ud;
         int t = (int) seg;
-        if (t < g->C - 1)
+        if (t < g->C - 1) {
+                *room = g->len[HVD_RING_MAX_STEPS + t] - off;
                 return g->tmp + off; /* reduced frame by frame before the next step reuses it */
-        return g->buf + ring_b0(g, ring_rb(g, t)) * g->es + off;
+        }
+        return ring_ptr(g, ring_b0(g, ring_rb(g, t)) * g->es + off, room);
 }
 
 static int ring_received(void *ud, size_t seg, uint64_t off, uint64_t len, char *err, size_t err_len) {
@@ -723,18 +755,26 @@ static int ring_received(void *ud, size_t seg, uint64_t off, uint64_t len, char 
         ring_t *g = ud;
         int t = (int) seg;
         if (t < g->C - 1) {
-                uint8_t *dst = g->buf + ring_b0(g, ring_rb(g, t)) * g->es + off;
-                const void *srcs[2] = { dst, g->tmp + off };
-                hvd_reduce_n(g->dt, g->op, dst, srcs, 2, len / g->es, 1.0);
-                if (t == g->C - 2 && g->scale != 1.0) /* my block is complete: scale it once */
-                        hvd_scale_copy(g->dt, dst, dst, len / g->es, g->scale);
+                uint64_t at = ring_b0(g, ring_rb(g, t)) * g->es + off;
+                for (uint64_t k = 0; k < len;) {
+                        uint64_t contig;
+                        uint8_t *dst = ring_ptr(g, at + k, &contig);
+                        uint64_t l = HVD_MIN(contig, len - k);
+                        const void *srcs[2] = { dst, g->tmp + off + k };
+                        hvd_reduce_n(g->dt, g->op, dst, srcs, 2, l / g->es, 1.0);
+                        if (t == g->C - 2 && g->scale != 1.0) /* my block is complete: scale it once */
+                                hvd_scale_copy(g->dt, dst, dst, l / g->es, g->scale);
+                        k += l;
+                }
         }
         g->done[t] = off + len;
         return 0;
 }
 
-static int ring_allreduce(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, uint64_t n, double scale,
-                          char *err, size_t err_len) {
+/* The ring over buf (n elements), or over the outputs of op's members
+ * end to end (buf NULL; every member has an output). */
+static int ring_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, const hvd_xop_t *xop,
+                    uint64_t n, double scale, char *err, size_t err_len) {
         int C = b->cross_size, c = b->cross_rank;
         if (2 * (C - 1) > HVD_RING_MAX_STEPS) {
                 snprintf(err, err_len, "%d nodes: the CPU ring supports at most %d", C, HVD_RING_MAX_STEPS / 2 + 1);
@@ -744,6 +784,21 @@ static int ring_allreduce(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, 
                 return -ENOMEM;
         ring_t *g = b->ring;
         *g = (ring_t){ .dt = dt, .op = op, .es = hvd_dtype_size(dt), .buf = buf, .n = n, .C = C, .c = c, .scale = scale };
+        if (!buf) {
+                if (xop->n > b->mend_cap) {
+                        uint64_t *p = realloc(b->mend, xop->n * sizeof *p);
+                        if (!p)
+                                return -ENOMEM;
+                        b->mend = p;
+                        b->mend_cap = xop->n;
+                }
+                uint64_t at = 0;
+                for (size_t i = 0; i < xop->n; i++)
+                        b->mend[i] = at += xop->m[i].count * g->es;
+                g->m = xop->m;
+                g->nm = xop->n;
+                g->mend = b->mend;
+        }
         g->blk = (n + (uint64_t) C - 1) / (uint64_t) C;
         if (!(g->tmp = scratch_get(b, g->blk * g->es > 0 ? g->blk * g->es : 1)))
                 return -ENOMEM;
@@ -763,11 +818,48 @@ static int ring_allreduce(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, 
         return hvd_tcp_stream(b->tcp, &s, err, err_len);
 }
 
+static int ring_allreduce(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, uint64_t n, double scale,
+                          char *err, size_t err_len) {
+        return ring_run(b, dt, op, buf, NULL, n, scale, err, err_len);
+}
+
+/* Allreduce with one rank on this node: no shared memory to go through.
+ * Inputs are copied (prescaled) to the outputs unless in place, and the
+ * ring runs on the outputs themselves, end to end: the fused buffer is
+ * never materialised, and every byte is read and written once by the ring.
+ * The ring is pipelined inside (hvd_tcp_stream), so no chunking either. */
+static int execute_reduce_direct(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
+        size_t es = hvd_dtype_size(op->dtype);
+        uint64_t total = 0;
+        hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
+        for (size_t i = 0; i < op->n; i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                total += m->count;
+                if (!m->in)
+                        memset(m->out, 0, m->count * es);
+                else if (m->in != m->out || op->prescale != 1.0)
+                        hvd_scale_copy(op->dtype, m->out, m->in, m->count, op->prescale);
+        }
+        hvd_xop_phase(op, HVD_TL_PHASE_NETWORK);
+        int r = ring_run(b, op->dtype, op->reduce_op, NULL, op, total, reduce_scale(op, b->g_size), err, err_len);
+        hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
+        if (r < 0)
+                hvd_backend_abort(b, err);
+        return r;
+}
+
 /* Hierarchical allreduce: shared-memory reduce inside the node (each of
  * the first lmin local ranks owns a slice), the ring across nodes per slice
  * (every such local rank drives the network at once), copy-out from shared
  * memory. */
 static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
+        if (v->size == 1 && op->kind == HVD__KIND__KIND_ALLREDUCE) {
+                bool outs = true;
+                for (size_t i = 0; i < op->n; i++)
+                        outs = outs && op->m[i].out;
+                if (outs)
+                        return execute_reduce_direct(b, op, err, err_len);
+        }
         size_t es = hvd_dtype_size(op->dtype);
         uint64_t total = 0;
         for (size_t i = 0; i < op->n; i++)

@@ -438,8 +438,9 @@ static int stream_recv(hvd_tcp_t *t, dir_t *d, const hvd_tcp_stream_t *s, char *
                 if (d->tpos >= 0)
                         k = recv(d->fd, d->trailer + d->tpos, 4 - (size_t) d->tpos, MSG_DONTWAIT);
                 else {
-                        uint8_t *p = s->recv_at(s->ud, d->seg, d->off);
-                        k = recv(d->fd, p, (size_t) (d->fend - d->off), MSG_DONTWAIT);
+                        uint64_t room = 0;
+                        uint8_t *p = s->recv_at(s->ud, d->seg, d->off, &room);
+                        k = recv(d->fd, p, (size_t) HVD_MIN(room, d->fend - d->off), MSG_DONTWAIT);
                         if (k > 0 && t->checksum)
                                 d->crc = hvd_crc32c(d->crc, p, (size_t) k);
                 }
@@ -555,9 +556,10 @@ static const uint8_t *plain_send_at(void *ud, size_t seg, uint64_t off, uint64_t
         return p->sbuf + off;
 }
 
-static uint8_t *plain_recv_at(void *ud, size_t seg, uint64_t off) {
+static uint8_t *plain_recv_at(void *ud, size_t seg, uint64_t off, uint64_t *room) {
         (void) seg;
         plain_t *p = ud;
+        *room = UINT64_MAX;
         return p->rbuf + off;
 }
 

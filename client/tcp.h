@@ -55,8 +55,9 @@ typedef struct hvd_tcp_stream {
          * many of them may be sent now (0: none yet; never more than the
          * segment holds; may grow on later calls) */
         const uint8_t *(*send_at)(void *ud, size_t seg, uint64_t off, uint64_t *ready);
-        /* where received bytes [off, end of the frame) of segment seg go */
-        uint8_t *(*recv_at)(void *ud, size_t seg, uint64_t off);
+        /* where received bytes [off, ...) of segment seg go, and in *room
+         * how many fit there contiguously (> 0) */
+        uint8_t *(*recv_at)(void *ud, size_t seg, uint64_t off, uint64_t *room);
         /* frame [off, off + len) of receive segment seg is complete (and
          * its checksum matched); NULL = nothing to do; < 0 ends the exchange */
         int (*received)(void *ud, size_t seg, uint64_t off, uint64_t len, char *err, size_t err_len);
