@@ -652,8 +652,11 @@ static int multi_node_init(hvd_backend_t *b, const hvd_topology_t *t) {
         for (int c = 0; c < t->cross_size; c++)
                 b->lmin = HVD_MIN(b->lmin, local_sizes[c]);
         free(local_sizes);
-        return hvd_tcp_new(t->listen_fd, t->rank, t->size, t->addrs, t->job_hash, b->timeout_usec, b->check,
-                           b->userdata, &b->tcp);
+        int r = hvd_tcp_new(t->listen_fd, t->rank, t->size, t->addrs, t->job_hash, b->timeout_usec, b->check,
+                            b->userdata, &b->tcp);
+        if (r >= 0)
+                hvd_tcp_set_checksum(b->tcp, t->ring_checksum);
+        return r;
 }
 
 static uint8_t *scratch_get(hvd_backend_t *b, size_t bytes) {

@@ -810,6 +810,22 @@ static int execute_schedule_ops(const Hvd__Schedule *s) {
                         if (tl)
                                 hvd_timeline_op_end(r);
                 }
+                /* data that failed its integrity check (the TCP ring's
+                 * checksum): this rank is the one that knows why, so it
+                 * tells its daemon, which aborts the job with this reason on
+                 * every rank (the peers would otherwise only see this rank
+                 * leave) */
+                if (r == HVD_EPROTO && !G.abort_code && G.sock && pthread_equal(pthread_self(), G.thread)) {
+                        Hvd__Abort ab = HVD__ABORT__INIT;
+                        Hvd__Envelope aenv = HVD__ENVELOPE__INIT;
+                        ab.job_id = (char *) "";
+                        ab.reason = err;
+                        ab.lost_rank = -1;
+                        ab.code = r;
+                        aenv.body_case = HVD__ENVELOPE__BODY_ABORT;
+                        aenv.abort = &ab;
+                        (void) hvd_wire_send(G.sock, &aenv, ZMQ_DONTWAIT);
+                }
                 /* a peer's connection failing is usually the symptom: the
                  * coordinator's abort, a moment later, says what happened */
                 if (r < 0 && !G.abort_code && G.sock)
@@ -1810,6 +1826,13 @@ static int connect_and_join(const char *endpoint, const char *job_id, const uint
         hello.stall_check_usec = stall_off ? 0 : stall;
         hello.stall_shutdown_usec = stall_off ? 0 : stall_shutdown;
         hello.timeline = hvd_timeline_on();
+        /* a CRC-32C on every frame of the TCP ring between nodes: on for
+         * the whole job if any rank or daemon asks */
+        const char *rc = hvd_getenv("RING_CHECKSUM", false);
+        bool ring_ck = false;
+        if (rc && hvd_parse_bool(rc, &ring_ck) < 0)
+                return set_error(-EINVAL, "HVD_RING_CHECKSUM='%s' is not a boolean", rc);
+        hello.ring_checksum = ring_ck;
         uint8_t nccl_id[HVD_NCCL_ID_BYTES];
         char gerr[400] = "";
         if (G.rank == 0 && GPU.devices > 0) {
@@ -2079,6 +2102,7 @@ int hvd_init(void) {
                         .rank = G.rank, .size = G.size, .local_rank = G.local_rank, .local_size = G.local_size,
                         .cross_rank = G.cross_rank, .cross_size = G.cross_size, .rank_cross = rank_cross,
                         .rank_local = rank_local, .addrs = addrs, .listen_fd = G.listen_fd, .job_hash = job_hash,
+                        .ring_checksum = w->ring_checksum,
                 };
                 G.listen_fd = -1; /* the backend owns it now */
                 r = hvd_cpu_backend_new(w->shm_name, &topo, w->slot_bytes, w->collective_timeout_usec, wait_check,
