@@ -586,6 +586,21 @@ static int execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                         if (op->m[i].out && op->m[i].in != op->m[i].out)
                                 memmove(op->m[i].out, op->m[i].in, op->m[i].count * es);
         }
+        /* so do an allgather's own rows: one copy, not two through the slot */
+        bool own_direct = op->kind == HVD__KIND__KIND_ALLGATHER;
+        if (own_direct)
+                for (size_t i = 0; i < op->n; i++) {
+                        const hvd_xmember_t *m = &op->m[i];
+                        uint64_t row = m->row_elems * es, dst = 0, len = (uint64_t) m->rank_rows[me] * row;
+                        for (int k = 0; k < me; k++)
+                                dst += (uint64_t) m->rank_rows[k] * row;
+                        if (!m->out || !len)
+                                continue;
+                        if (m->in)
+                                memmove((uint8_t *) m->out + dst, m->in, len);
+                        else
+                                memset((uint8_t *) m->out + dst, 0, len);
+                }
         for (uint64_t w0 = 0; w0 < longest; w0 += win) {
                 uint64_t w1 = w0 + win;
                 uint8_t *slot = slot_of(b, v, me);
@@ -611,6 +626,8 @@ static int execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                 hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
                 for (int j = 0; j < size; j++) {
                         if (op->kind == HVD__KIND__KIND_BROADCAST && (j != op->root || me == op->root))
+                                continue;
+                        if (own_direct && j == me)
                                 continue;
                         read_window(v, op, j, slot_of(b, v, j), w0, w1, es);
                 }
@@ -1006,6 +1023,47 @@ static int execute_broadcast_multi(hvd_backend_t *b, const hvd_xop_t *op, char *
         return r;
 }
 
+/* The allgather ring's stream: at step s rank me sends contribution
+ * me-s and receives me-s-1, which it sends on at step s+1. */
+typedef struct agring {
+        uint8_t *stage;
+        const uint64_t *boff;
+        const uint64_t *len; /* [N-1] send, then [N-1] receive */
+        uint64_t *done;      /* [N-1]: bytes of step s's contribution in */
+        int N, me;
+} agring_t;
+
+static inline int agring_sb(const agring_t *g, int s) {
+        return (g->me - s + g->N) % g->N;
+}
+
+static inline int agring_rb(const agring_t *g, int s) {
+        return (g->me - s - 1 + 2 * g->N) % g->N;
+}
+
+static const uint8_t *agring_send_at(void *ud, size_t seg, uint64_t off, uint64_t *ready) {
+        agring_t *g = ud;
+        int s = (int) seg;
+        uint64_t have = s == 0 ? g->len[0] : g->done[s - 1];
+        *ready = have > off ? have - off : 0;
+        return g->stage + g->boff[agring_sb(g, s)] + off;
+}
+
+static uint8_t *agring_recv_at(void *ud, size_t seg, uint64_t off, uint64_t *room) {
+        agring_t *g = ud;
+        int s = (int) seg;
+        *room = g->len[g->N - 1 + s] - off;
+        return g->stage + g->boff[agring_rb(g, s)] + off;
+}
+
+static int agring_received(void *ud, size_t seg, uint64_t off, uint64_t len, char *err, size_t err_len) {
+        (void) err;
+        (void) err_len;
+        agring_t *g = ud;
+        g->done[seg] = off + len;
+        return 0;
+}
+
 /* allgather across nodes: a ring over all ranks of whole contributions. */
 static int execute_allgather_multi(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
         size_t es = hvd_dtype_size(op->dtype);
@@ -1020,9 +1078,18 @@ static int execute_allgather_multi(hvd_backend_t *b, const hvd_xop_t *op, char *
                         l += (uint64_t) op->m[i].rank_rows[j] * op->m[i].row_elems * es;
                 boff[j + 1] = boff[j] + l;
         }
-        uint8_t *stage = scratch_get(b, boff[N] ? boff[N] : 1);
+        /* one tensor: its output is laid out as the staging, so the ring
+         * runs in it and nothing is copied but this rank's own rows */
+        bool direct = op->n == 1 && op->m[0].out;
+        uint8_t *stage = direct ? op->m[0].out : scratch_get(b, boff[N] ? boff[N] : 1);
         int r = stage ? 0 : -ENOMEM;
-        if (r >= 0) {
+        if (r >= 0 && direct) {
+                uint64_t l = boff[me + 1] - boff[me];
+                if (op->m[0].in)
+                        memmove(stage + boff[me], op->m[0].in, l);
+                else
+                        memset(stage + boff[me], 0, l);
+        } else if (r >= 0) {
                 uint64_t o = boff[me];
                 for (size_t i = 0; i < op->n; i++) {
                         uint64_t l = (uint64_t) op->m[i].rank_rows[me] * op->m[i].row_elems * es;
@@ -1031,12 +1098,27 @@ static int execute_allgather_multi(hvd_backend_t *b, const hvd_xop_t *op, char *
                         o += l;
                 }
         }
-        for (int s = 0; s < N - 1 && r >= 0; s++) {
-                int sb = (me - s + N) % N, rb = (me - s - 1 + 2 * N) % N;
-                r = hvd_tcp_sendrecv(b->tcp, next, stage + boff[sb], boff[sb + 1] - boff[sb], prev, stage + boff[rb],
-                                     boff[rb + 1] - boff[rb], err, err_len);
+        /* the N-1 steps as one pipelined stream: step s+1 forwards each
+         * frame of what step s received as soon as it is in */
+        uint64_t *lens = r >= 0 ? calloc(3 * (size_t) (N - 1) + 1, sizeof *lens) : NULL;
+        if (r >= 0 && !lens)
+                r = -ENOMEM;
+        if (r >= 0) {
+                agring_t g = { .stage = stage, .boff = boff, .N = N, .me = me, .done = lens + 2 * (N - 1) };
+                for (int s = 0; s < N - 1; s++) {
+                        lens[s] = boff[agring_sb(&g, s) + 1] - boff[agring_sb(&g, s)];
+                        lens[N - 1 + s] = boff[agring_rb(&g, s) + 1] - boff[agring_rb(&g, s)];
+                }
+                hvd_tcp_stream_t st = {
+                        .to = next, .from = prev, .n_send = (size_t) (N - 1), .n_recv = (size_t) (N - 1),
+                        .send_len = lens, .recv_len = lens + (N - 1), .send_at = agring_send_at,
+                        .recv_at = agring_recv_at, .received = agring_received, .ud = &g,
+                };
+                g.len = lens;
+                r = hvd_tcp_stream(b->tcp, &st, err, err_len);
         }
-        for (size_t i = 0; i < op->n && r >= 0; i++) {
+        free(lens);
+        for (size_t i = 0; i < op->n && r >= 0 && !direct; i++) {
                 const hvd_xmember_t *m = &op->m[i];
                 uint64_t row = m->row_elems * es, dst = 0;
                 for (int j = 0; j < N; j++) {
