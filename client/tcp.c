@@ -48,11 +48,31 @@ typedef struct {
         uint64_t job_hash;
 } tcp_hello_t;
 
+/* Whether the kernel grants SOCKBUF_BYTES to SO_SNDBUF/SO_RCVBUF (its
+ * net.core.[rw]mem_max). A smaller grant would also switch off TCP's own
+ * buffer autotuning, which grows to net.ipv4.tcp_[rw]mem's maximum (4 and
+ * 6 MiB by default): then the buffers are better left to the kernel. */
+static bool sockbuf_granted(const char *path) {
+        FILE *f = fopen(path, "re");
+        unsigned long long max = 0;
+        bool ok = f && fscanf(f, "%llu", &max) == 1 && max >= SOCKBUF_BYTES;
+        if (f)
+                fclose(f);
+        return ok;
+}
+
 static void tune(int fd) {
+        static int wmem = -1, rmem = -1; /* benign race: every thread computes the same */
+        if (wmem < 0)
+                wmem = sockbuf_granted("/proc/sys/net/core/wmem_max");
+        if (rmem < 0)
+                rmem = sockbuf_granted("/proc/sys/net/core/rmem_max");
         int one = 1, buf = SOCKBUF_BYTES;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+        if (wmem)
+                setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+        if (rmem)
+                setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
 }
 
 int hvd_tcp_listen(const char *bind_ip, const char *advertise_ip, char *addr, size_t addr_len) {
@@ -67,7 +87,8 @@ int hvd_tcp_listen(const char *bind_ip, const char *advertise_ip, char *addr, si
                 return -EINVAL;
         }
         int buf = SOCKBUF_BYTES;
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+        if (sockbuf_granted("/proc/sys/net/core/rmem_max"))
+                setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
         if (bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 || listen(fd, 128) < 0) {
                 int r = -errno;
                 close(fd);
