@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "crc32c.h"
 #include "reduce-internal.h"
 #include "reduce.h"
 
@@ -69,6 +70,19 @@ struct job {
 static void run_reduce(void *ctx) {
         struct job *j = ctx;
         hvd_reduce_n(j->dt, HVD_REDUCE_SUM, j->dst, j->srcs, j->nsrc, j->count, 1.0);
+}
+
+/* the TCP ring's checksum (HVD_RING_CHECKSUM): CRC-32C over the buffer */
+static volatile uint32_t crc_sink;
+
+static void run_crc_hw(void *ctx) {
+        struct job *j = ctx;
+        crc_sink = hvd_crc32c(0, j->srcs[0], j->bytes);
+}
+
+static void run_crc_portable(void *ctx) {
+        struct job *j = ctx;
+        crc_sink = hvd_crc32c_portable(0, j->srcs[0], j->bytes);
 }
 
 static void run_memcpy(void *ctx) {
@@ -146,6 +160,19 @@ int main(int argc, char **argv) {
                                 }
                                 hvd_reduce_force_generic(false);
                         }
+        /* CRC-32C: one ring frame (256 KiB, in cache) and a large buffer */
+        static const size_t crc_sizes[] = { 256 << 10, 64 << 20 };
+        for (size_t s = 0; s < sizeof(crc_sizes) / sizeof(crc_sizes[0]); s++) {
+                struct job j = { .bytes = crc_sizes[s] };
+                fill(HVD_FLOAT32, bufs[0], j.bytes / 4, 7);
+                j.srcs[0] = bufs[0];
+                for (int hw = 0; hw <= hvd_crc32c_hw(); hw++) {
+                        double t = time_best(hw ? run_crc_hw : run_crc_portable, &j);
+                        printf("bench=crc32c bytes=%zu impl=%s gbs=%.2f usec=%.1f\n", j.bytes,
+                               hw ? "sse4.2" : "slicing-by-8", (double) j.bytes / t * 1e-9, t * 1e6);
+                        fflush(stdout);
+                }
+        }
         for (int k = 0; k <= MAX_SRC; k++)
                 free(bufs[k]);
         return 0;

@@ -13,8 +13,13 @@
 #   RAW=FILE: run nothing; tabulate and plot the raw lines of an earlier run's output
 #   NETNS=1: two emulated nodes as network namespaces joined by a veth pair
 #     with a tc tbf limit of RATE (default 1gbit) each way, one daemon per
-#     namespace, PER_NODE ranks on each (default 1); hvd only (fusion on vs
-#     off), since mpirun cannot start ranks inside the namespaces. Needs root.
+#     namespace, PER_NODE ranks on each (default 1). Open MPI runs there too
+#     (--mca btl tcp,self over the same limited link): mpirun starts its
+#     daemons in the namespaces through an rsh agent that is `ip netns exec`,
+#     and reaches them over a second, unlimited veth pair per namespace
+#     (routed=direct: the two namespaces reach each other only over the
+#     limited link).
+#     Needs root.
 set -u
 build=${1:-$(pwd)}
 build=$(cd "$build" && pwd)
@@ -38,6 +43,8 @@ cleanup() {
         if [ "$NETNS" = 1 ] && [ -z "${RAW:-}" ]; then
                 ip netns del "$na" 2>/dev/null
                 ip netns del "$nb" 2>/dev/null
+                ip link del "hca$tag" 2>/dev/null
+                ip link del "hcb$tag" 2>/dev/null
         fi
         rm -rf "$out" "$work"
 }
@@ -55,7 +62,18 @@ netns_setup() {
         ip -n "$na" link set "$va" up && ip -n "$nb" link set "$vb" up || exit 1
         tc -n "$na" qdisc add dev "$va" root tbf rate "$RATE" burst 1mb latency 100ms || exit 1
         tc -n "$nb" qdisc add dev "$vb" root tbf rate "$RATE" burst 1mb latency 100ms || exit 1
+        # the control links for mpirun (root namespace <-> a, b), no limit
+        local ctl=10.215.$((tag % 250)).
+        ip link add "hca$tag" type veth peer name "hca2$tag" && ip link set "hca2$tag" netns "$na" || exit 1
+        ip link add "hcb$tag" type veth peer name "hcb2$tag" && ip link set "hcb2$tag" netns "$nb" || exit 1
+        ip addr add "${ctl}1/30" dev "hca$tag" && ip link set "hca$tag" up || exit 1
+        ip -n "$na" addr add "${ctl}2/30" dev "hca2$tag" && ip -n "$na" link set "hca2$tag" up || exit 1
+        ip addr add "${ctl}5/30" dev "hcb$tag" && ip link set "hcb$tag" up || exit 1
+        ip -n "$nb" addr add "${ctl}6/30" dev "hcb2$tag" && ip -n "$nb" link set "hcb2$tag" up || exit 1
         mkdir -p "$work/a" "$work/b"
+        printf '#!/bin/sh\nns=$1; shift\nexec ip netns exec "$ns" /bin/sh -c "$*"\n' >"$work/nsrsh"
+        chmod +x "$work/nsrsh"
+        CTL=${ctl}0/24
         ip netns exec "$na" "$build/daemon/hvd-coordinatord" --runtime-dir "$work/a" \
                 --peer-listen "tcp://${net}1:7100" --log-level warning 2>"$work/a.log" &
         pids+=($!)
@@ -92,6 +110,19 @@ netns_job() {
         [ $st -eq 0 ] || { echo "run-step: job failed:" >&2; tail -n 3 "$work"/rank*.out "$work"/?.log >&2; }
 }
 
+# Open MPI's mpi_step on PER_NODE ranks per namespace (TSV NP)
+netns_mpi() {
+        local tsv=$1 np=$2 hosts
+        hosts=$(for ((l = 0; l < PER_NODE; l++)); do printf '%s,' "$na"; done
+                for ((l = 0; l < PER_NODE; l++)); do printf '%s,' "$nb"; done)
+        timeout -k 5 900 mpirun --allow-run-as-root --oversubscribe -H "${hosts%,}" \
+                --mca plm_rsh_agent "$work/nsrsh" --mca routed direct --mca oob_tcp_if_include "$CTL" \
+                --mca btl tcp,self --mca btl_tcp_if_include "${NET}0/24" \
+                -np "$np" "$build/benchmarks/mpi_step" --model "$tsv" --steps "$STEPS" --warmup "$WARMUP" \
+                --fusion-mb "$(echo $FUSIONS | tr ' ' '\n' | grep -v '^0$' | paste -sd,)" \
+                >>"$out" 2>"$work/mpi.err" || { echo "run-step: mpi $(basename "$tsv") np=$np failed" >&2; tail -n 5 "$work/mpi.err" >&2; }
+}
+
 if [ -n "${RAW:-}" ]; then
         sed -n 's/^#   \(bench=step .*\)/\1/p; /^bench=step /p' "$RAW" >"$out"
         NPS=
@@ -121,6 +152,15 @@ for np in $NPS; do
                                         >>"$out" 2>/dev/null || echo "run-step: mpi $model np=$np failed" >&2
                         fi
                 done
+                # in the namespaces, Open MPI after every hvd job of the round:
+                # the first hvd job after an mpirun there lost its daemons'
+                # peer link (10 s of silence) in every run so far (with the
+                # data plane before the pipelined ring too)
+                if [ "$NETNS" = 1 ] && [ -x "$build/benchmarks/mpi_step" ]; then
+                        for model in $MODELS; do
+                                netns_mpi "$DATA/$model.tsv" "$np"
+                        done
+                fi
         done
 done
 echo "# raw lines"
@@ -182,7 +222,7 @@ set xtics rotate by -30
 set yrange [0:*]
 set key outside top center horizontal
 plot '{dat}' using 2:xtic(1) title 'hvd fusion off', '' using 3 title 'hvd fusion on (best threshold)'""" + \
-        ("" if netns else ", '' using 4 title 'Open MPI (best mode)'") + "\n"
+        ", '' using 4 title 'Open MPI (best mode)'" + "\n"
     subprocess.run(["gnuplot"], input=script.encode(), check=True)
     print(f"\n# plot: {png}")
 except (OSError, subprocess.CalledProcessError) as e:

@@ -5,6 +5,7 @@
 #ifndef HVD_BACKEND_H
 #define HVD_BACKEND_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -74,6 +75,7 @@ typedef struct hvd_topology {
         char *const *addrs;         /* [size]: data-plane "ip:port" of each rank */
         int listen_fd;              /* this rank's data-plane listener, or -1 */
         uint64_t job_hash;
+        bool ring_checksum;         /* a CRC-32C on every TCP ring frame (the job's setting) */
 } hvd_topology_t;
 
 /* CPU backend: shared memory between the ranks of this node (segment

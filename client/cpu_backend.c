@@ -37,6 +37,7 @@
 #define CHECK_INTERVAL_USEC (20 * USEC_PER_MSEC)
 #define SPIN_USEC 50
 #define HVD_MAX_SET_LOCAL 4096
+#define HVD_RING_MAX_STEPS 2048 /* 2(C-1) steps: up to 1025 nodes */
 
 typedef struct shm_barrier {
         _Alignas(64) _Atomic uint32_t count;
@@ -86,6 +87,9 @@ struct hvd_backend {
         int *rank_cross, *rank_local;
         int *node_peer;    /* [cross_size]: rank with my local rank on each node (-1: none) */
         hvd_tcp_t *tcp;
+        struct ring *ring; /* the TCP ring's state, allocated on first use */
+        uint64_t *mend;    /* [mend_cap]: the ring's member ends (grows, never shrinks) */
+        size_t mend_cap;
         uint8_t *scratch;  /* grows, never shrinks: no allocation per operation once warm */
         size_t scratch_bytes;
         uint32_t set_local[HVD_MAX_SET_LOCAL];
@@ -343,6 +347,8 @@ void hvd_backend_destroy(hvd_backend_t **bp) {
         free(b->rank_local);
         free(b->node_peer);
         free(b->scratch);
+        free(b->ring);
+        free(b->mend);
         free(b);
         *bp = NULL;
 }
@@ -580,6 +586,21 @@ static int execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                         if (op->m[i].out && op->m[i].in != op->m[i].out)
                                 memmove(op->m[i].out, op->m[i].in, op->m[i].count * es);
         }
+        /* so do an allgather's own rows: one copy, not two through the slot */
+        bool own_direct = op->kind == HVD__KIND__KIND_ALLGATHER;
+        if (own_direct)
+                for (size_t i = 0; i < op->n; i++) {
+                        const hvd_xmember_t *m = &op->m[i];
+                        uint64_t row = m->row_elems * es, dst = 0, len = (uint64_t) m->rank_rows[me] * row;
+                        for (int k = 0; k < me; k++)
+                                dst += (uint64_t) m->rank_rows[k] * row;
+                        if (!m->out || !len)
+                                continue;
+                        if (m->in)
+                                memmove((uint8_t *) m->out + dst, m->in, len);
+                        else
+                                memset((uint8_t *) m->out + dst, 0, len);
+                }
         for (uint64_t w0 = 0; w0 < longest; w0 += win) {
                 uint64_t w1 = w0 + win;
                 uint8_t *slot = slot_of(b, v, me);
@@ -605,6 +626,8 @@ static int execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                 hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
                 for (int j = 0; j < size; j++) {
                         if (op->kind == HVD__KIND__KIND_BROADCAST && (j != op->root || me == op->root))
+                                continue;
+                        if (own_direct && j == me)
                                 continue;
                         read_window(v, op, j, slot_of(b, v, j), w0, w1, es);
                 }
@@ -646,8 +669,11 @@ static int multi_node_init(hvd_backend_t *b, const hvd_topology_t *t) {
         for (int c = 0; c < t->cross_size; c++)
                 b->lmin = HVD_MIN(b->lmin, local_sizes[c]);
         free(local_sizes);
-        return hvd_tcp_new(t->listen_fd, t->rank, t->size, t->addrs, t->job_hash, b->timeout_usec, b->check,
-                           b->userdata, &b->tcp);
+        int r = hvd_tcp_new(t->listen_fd, t->rank, t->size, t->addrs, t->job_hash, b->timeout_usec, b->check,
+                            b->userdata, &b->tcp);
+        if (r >= 0)
+                hvd_tcp_set_checksum(b->tcp, t->ring_checksum);
+        return r;
 }
 
 static uint8_t *scratch_get(hvd_backend_t *b, size_t bytes) {
@@ -663,42 +689,183 @@ static uint8_t *scratch_get(hvd_backend_t *b, size_t bytes) {
 
 /* Bandwidth-optimal ring allreduce of buf (n elements) among the ranks
  * with my local rank on every node: reduce-scatter, scale my block once,
- * allgather. Each rank sends 2(C-1)/C of the buffer; sends and receives of
- * every step overlap. */
+ * allgather. Each rank sends 2(C-1)/C of the buffer. The 2(C-1) steps are
+ * one stream each way (hvd_tcp_stream, a segment per step), pipelined by
+ * frames: a received frame is reduced at once, and the next step sends it
+ * on as soon as it is — so the wire never waits for a whole block, the
+ * reduction overlaps the transfer, and the allgather starts while the
+ * reduce-scatter still runs. */
+typedef struct ring {
+        hvd_dtype_t dt;
+        hvd_reduce_op_t op;
+        size_t es;
+        /* the buffer: contiguous (buf), or the outputs of members m[0..nm)
+         * end to end, member k ending at byte mend[k] */
+        uint8_t *buf;
+        const hvd_xmember_t *m;
+        size_t nm;
+        const uint64_t *mend;
+        uint8_t *tmp;
+        uint64_t n, blk;
+        int C, c;
+        double scale;
+        uint64_t len[2 * HVD_RING_MAX_STEPS]; /* bytes of each step's blocks, send then receive */
+        uint64_t done[HVD_RING_MAX_STEPS];    /* bytes of step t's received block reduced or in place */
+} ring_t;
+
+static inline uint64_t ring_b0(const ring_t *g, int i) {
+        return HVD_MIN((uint64_t) i * g->blk, g->n);
+}
+
+static inline uint64_t ring_bl(const ring_t *g, int i) {
+        return HVD_MIN(ring_b0(g, i) + g->blk, g->n) - ring_b0(g, i);
+}
+
+/* blocks sent and received at step t (reduce-scatter for t < C-1) */
+static inline int ring_sb(const ring_t *g, int t) {
+        return t < g->C - 1 ? (g->c - t + g->C) % g->C : (g->c + 1 - (t - (g->C - 1)) + g->C) % g->C;
+}
+
+static inline int ring_rb(const ring_t *g, int t) {
+        return t < g->C - 1 ? (g->c - t - 1 + 2 * g->C) % g->C : (g->c - (t - (g->C - 1)) + g->C) % g->C;
+}
+
+/* Byte `at` of the buffer, and in *contig how many bytes follow it there. */
+static uint8_t *ring_ptr(const ring_t *g, uint64_t at, uint64_t *contig) {
+        if (g->buf) {
+                *contig = g->n * g->es - at;
+                return g->buf + at;
+        }
+        size_t lo = 0, hi = g->nm; /* the first member ending after at */
+        while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (g->mend[mid] > at)
+                        hi = mid;
+                else
+                        lo = mid + 1;
+        }
+        uint64_t beg = lo ? g->mend[lo - 1] : 0;
+        *contig = g->mend[lo] - at;
+        return (uint8_t *) g->m[lo].out + (at - beg);
+}
+
+static const uint8_t *ring_send_at(void *ud, size_t seg, uint64_t off, uint64_t *ready) {
+        ring_t *g = ud;
+        int t = (int) seg;
+        uint64_t have = t == 0 ? g->len[0] : g->done[t - 1]; /* step t sends what step t-1 received */
+        uint64_t contig;
+        const uint8_t *p = ring_ptr(g, ring_b0(g, ring_sb(g, t)) * g->es + off, &contig);
+        *ready = have > off ? HVD_MIN(have - off, contig) : 0;
+        return p;
+}
+
+static uint8_t *ring_recv_at(void *ud, size_t seg, uint64_t off, uint64_t *room) {
+        ring_t *g = ud;
+        int t = (int) seg;
+        if (t < g->C - 1) {
+                *room = g->len[HVD_RING_MAX_STEPS + t] - off;
+                return g->tmp + off; /* reduced frame by frame before the next step reuses it */
+        }
+        return ring_ptr(g, ring_b0(g, ring_rb(g, t)) * g->es + off, room);
+}
+
+static int ring_received(void *ud, size_t seg, uint64_t off, uint64_t len, char *err, size_t err_len) {
+        (void) err;
+        (void) err_len;
+        ring_t *g = ud;
+        int t = (int) seg;
+        if (t < g->C - 1) {
+                uint64_t at = ring_b0(g, ring_rb(g, t)) * g->es + off;
+                for (uint64_t k = 0; k < len;) {
+                        uint64_t contig;
+                        uint8_t *dst = ring_ptr(g, at + k, &contig);
+                        uint64_t l = HVD_MIN(contig, len - k);
+                        const void *srcs[2] = { dst, g->tmp + off + k };
+                        hvd_reduce_n(g->dt, g->op, dst, srcs, 2, l / g->es, 1.0);
+                        if (t == g->C - 2 && g->scale != 1.0) /* my block is complete: scale it once */
+                                hvd_scale_copy(g->dt, dst, dst, l / g->es, g->scale);
+                        k += l;
+                }
+        }
+        g->done[t] = off + len;
+        return 0;
+}
+
+/* The ring over buf (n elements), or over the outputs of op's members
+ * end to end (buf NULL; every member has an output). */
+static int ring_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, const hvd_xop_t *xop,
+                    uint64_t n, double scale, char *err, size_t err_len) {
+        int C = b->cross_size, c = b->cross_rank;
+        if (2 * (C - 1) > HVD_RING_MAX_STEPS) {
+                snprintf(err, err_len, "%d nodes: the CPU ring supports at most %d", C, HVD_RING_MAX_STEPS / 2 + 1);
+                return -EINVAL;
+        }
+        if (!b->ring && !(b->ring = malloc(sizeof *b->ring)))
+                return -ENOMEM;
+        ring_t *g = b->ring;
+        *g = (ring_t){ .dt = dt, .op = op, .es = hvd_dtype_size(dt), .buf = buf, .n = n, .C = C, .c = c, .scale = scale };
+        if (!buf) {
+                if (xop->n > b->mend_cap) {
+                        uint64_t *p = realloc(b->mend, xop->n * sizeof *p);
+                        if (!p)
+                                return -ENOMEM;
+                        b->mend = p;
+                        b->mend_cap = xop->n;
+                }
+                uint64_t at = 0;
+                for (size_t i = 0; i < xop->n; i++)
+                        b->mend[i] = at += xop->m[i].count * g->es;
+                g->m = xop->m;
+                g->nm = xop->n;
+                g->mend = b->mend;
+        }
+        g->blk = (n + (uint64_t) C - 1) / (uint64_t) C;
+        if (!(g->tmp = scratch_get(b, g->blk * g->es > 0 ? g->blk * g->es : 1)))
+                return -ENOMEM;
+        int steps = 2 * (C - 1);
+        for (int t = 0; t < steps; t++) {
+                g->len[t] = ring_bl(g, ring_sb(g, t)) * g->es;
+                g->len[HVD_RING_MAX_STEPS + t] = ring_bl(g, ring_rb(g, t)) * g->es;
+        }
+        if (steps == 0)
+                return 0;
+        hvd_tcp_stream_t s = {
+                .to = b->node_peer[(c + 1) % C], .from = b->node_peer[(c + C - 1) % C],
+                .n_send = (size_t) steps, .n_recv = (size_t) steps,
+                .send_len = g->len, .recv_len = g->len + HVD_RING_MAX_STEPS,
+                .send_at = ring_send_at, .recv_at = ring_recv_at, .received = ring_received, .ud = g,
+        };
+        return hvd_tcp_stream(b->tcp, &s, err, err_len);
+}
+
 static int ring_allreduce(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, uint64_t n, double scale,
                           char *err, size_t err_len) {
-        int C = b->cross_size, c = b->cross_rank;
-        size_t es = hvd_dtype_size(dt);
-        int next = b->node_peer[(c + 1) % C], prev = b->node_peer[(c + C - 1) % C];
-        uint64_t blk = (n + (uint64_t) C - 1) / (uint64_t) C;
-#define B0(i) HVD_MIN((uint64_t) (i) * blk, n)
-#define BL(i) (HVD_MIN(B0(i) + blk, n) - B0(i))
-        uint8_t *tmp = scratch_get(b, blk * es > 0 ? blk * es : 1);
-        if (!tmp)
-                return -ENOMEM;
-        int r;
-        for (int s = 0; s < C - 1; s++) {
-                int sb = (c - s + C) % C, rb = (c - s - 1 + 2 * C) % C;
-                r = hvd_tcp_sendrecv(b->tcp, next, buf + B0(sb) * es, BL(sb) * es, prev, tmp, BL(rb) * es, err,
-                                     err_len);
-                if (r < 0)
-                        return r;
-                const void *srcs[2] = { buf + B0(rb) * es, tmp };
-                hvd_reduce_n(dt, op, buf + B0(rb) * es, srcs, 2, BL(rb), 1.0);
+        return ring_run(b, dt, op, buf, NULL, n, scale, err, err_len);
+}
+
+/* Allreduce with one rank on this node: no shared memory to go through.
+ * Inputs are copied (prescaled) to the outputs unless in place, and the
+ * ring runs on the outputs themselves, end to end: the fused buffer is
+ * never materialised, and every byte is read and written once by the ring.
+ * The ring is pipelined inside (hvd_tcp_stream), so no chunking either. */
+static int execute_reduce_direct(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
+        size_t es = hvd_dtype_size(op->dtype);
+        uint64_t total = 0;
+        hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
+        for (size_t i = 0; i < op->n; i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                total += m->count;
+                if (!m->in)
+                        memset(m->out, 0, m->count * es);
+                else if (m->in != m->out || op->prescale != 1.0)
+                        hvd_scale_copy(op->dtype, m->out, m->in, m->count, op->prescale);
         }
-        int mine = (c + 1) % C;
-        if (scale != 1.0)
-                hvd_scale_copy(dt, buf + B0(mine) * es, buf + B0(mine) * es, BL(mine), scale);
-        for (int s = 0; s < C - 1; s++) {
-                int sb = (c + 1 - s + C) % C, rb = (c - s + C) % C;
-                r = hvd_tcp_sendrecv(b->tcp, next, buf + B0(sb) * es, BL(sb) * es, prev, buf + B0(rb) * es,
-                                     BL(rb) * es, err, err_len);
-                if (r < 0)
-                        return r;
-        }
-#undef B0
-#undef BL
-        return 0;
+        hvd_xop_phase(op, HVD_TL_PHASE_NETWORK);
+        int r = ring_run(b, op->dtype, op->reduce_op, NULL, op, total, reduce_scale(op, b->g_size), err, err_len);
+        hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
+        if (r < 0)
+                hvd_backend_abort(b, err);
+        return r;
 }
 
 /* Hierarchical allreduce: shared-memory reduce inside the node (each of
@@ -706,6 +873,13 @@ static int ring_allreduce(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, 
  * (every such local rank drives the network at once), copy-out from shared
  * memory. */
 static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
+        if (v->size == 1 && op->kind == HVD__KIND__KIND_ALLREDUCE) {
+                bool outs = true;
+                for (size_t i = 0; i < op->n; i++)
+                        outs = outs && op->m[i].out;
+                if (outs)
+                        return execute_reduce_direct(b, op, err, err_len);
+        }
         size_t es = hvd_dtype_size(op->dtype);
         uint64_t total = 0;
         for (size_t i = 0; i < op->n; i++)
@@ -849,6 +1023,47 @@ static int execute_broadcast_multi(hvd_backend_t *b, const hvd_xop_t *op, char *
         return r;
 }
 
+/* The allgather ring's stream: at step s rank me sends contribution
+ * me-s and receives me-s-1, which it sends on at step s+1. */
+typedef struct agring {
+        uint8_t *stage;
+        const uint64_t *boff;
+        const uint64_t *len; /* [N-1] send, then [N-1] receive */
+        uint64_t *done;      /* [N-1]: bytes of step s's contribution in */
+        int N, me;
+} agring_t;
+
+static inline int agring_sb(const agring_t *g, int s) {
+        return (g->me - s + g->N) % g->N;
+}
+
+static inline int agring_rb(const agring_t *g, int s) {
+        return (g->me - s - 1 + 2 * g->N) % g->N;
+}
+
+static const uint8_t *agring_send_at(void *ud, size_t seg, uint64_t off, uint64_t *ready) {
+        agring_t *g = ud;
+        int s = (int) seg;
+        uint64_t have = s == 0 ? g->len[0] : g->done[s - 1];
+        *ready = have > off ? have - off : 0;
+        return g->stage + g->boff[agring_sb(g, s)] + off;
+}
+
+static uint8_t *agring_recv_at(void *ud, size_t seg, uint64_t off, uint64_t *room) {
+        agring_t *g = ud;
+        int s = (int) seg;
+        *room = g->len[g->N - 1 + s] - off;
+        return g->stage + g->boff[agring_rb(g, s)] + off;
+}
+
+static int agring_received(void *ud, size_t seg, uint64_t off, uint64_t len, char *err, size_t err_len) {
+        (void) err;
+        (void) err_len;
+        agring_t *g = ud;
+        g->done[seg] = off + len;
+        return 0;
+}
+
 /* allgather across nodes: a ring over all ranks of whole contributions. */
 static int execute_allgather_multi(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
         size_t es = hvd_dtype_size(op->dtype);
@@ -863,9 +1078,18 @@ static int execute_allgather_multi(hvd_backend_t *b, const hvd_xop_t *op, char *
                         l += (uint64_t) op->m[i].rank_rows[j] * op->m[i].row_elems * es;
                 boff[j + 1] = boff[j] + l;
         }
-        uint8_t *stage = scratch_get(b, boff[N] ? boff[N] : 1);
+        /* one tensor: its output is laid out as the staging, so the ring
+         * runs in it and nothing is copied but this rank's own rows */
+        bool direct = op->n == 1 && op->m[0].out;
+        uint8_t *stage = direct ? op->m[0].out : scratch_get(b, boff[N] ? boff[N] : 1);
         int r = stage ? 0 : -ENOMEM;
-        if (r >= 0) {
+        if (r >= 0 && direct) {
+                uint64_t l = boff[me + 1] - boff[me];
+                if (op->m[0].in)
+                        memmove(stage + boff[me], op->m[0].in, l);
+                else
+                        memset(stage + boff[me], 0, l);
+        } else if (r >= 0) {
                 uint64_t o = boff[me];
                 for (size_t i = 0; i < op->n; i++) {
                         uint64_t l = (uint64_t) op->m[i].rank_rows[me] * op->m[i].row_elems * es;
@@ -874,12 +1098,27 @@ static int execute_allgather_multi(hvd_backend_t *b, const hvd_xop_t *op, char *
                         o += l;
                 }
         }
-        for (int s = 0; s < N - 1 && r >= 0; s++) {
-                int sb = (me - s + N) % N, rb = (me - s - 1 + 2 * N) % N;
-                r = hvd_tcp_sendrecv(b->tcp, next, stage + boff[sb], boff[sb + 1] - boff[sb], prev, stage + boff[rb],
-                                     boff[rb + 1] - boff[rb], err, err_len);
+        /* the N-1 steps as one pipelined stream: step s+1 forwards each
+         * frame of what step s received as soon as it is in */
+        uint64_t *lens = r >= 0 ? calloc(3 * (size_t) (N - 1) + 1, sizeof *lens) : NULL;
+        if (r >= 0 && !lens)
+                r = -ENOMEM;
+        if (r >= 0) {
+                agring_t g = { .stage = stage, .boff = boff, .N = N, .me = me, .done = lens + 2 * (N - 1) };
+                for (int s = 0; s < N - 1; s++) {
+                        lens[s] = boff[agring_sb(&g, s) + 1] - boff[agring_sb(&g, s)];
+                        lens[N - 1 + s] = boff[agring_rb(&g, s) + 1] - boff[agring_rb(&g, s)];
+                }
+                hvd_tcp_stream_t st = {
+                        .to = next, .from = prev, .n_send = (size_t) (N - 1), .n_recv = (size_t) (N - 1),
+                        .send_len = lens, .recv_len = lens + (N - 1), .send_at = agring_send_at,
+                        .recv_at = agring_recv_at, .received = agring_received, .ud = &g,
+                };
+                g.len = lens;
+                r = hvd_tcp_stream(b->tcp, &st, err, err_len);
         }
-        for (size_t i = 0; i < op->n && r >= 0; i++) {
+        free(lens);
+        for (size_t i = 0; i < op->n && r >= 0 && !direct; i++) {
                 const hvd_xmember_t *m = &op->m[i];
                 uint64_t row = m->row_elems * es, dst = 0;
                 for (int j = 0; j < N; j++) {

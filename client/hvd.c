@@ -91,6 +91,7 @@ typedef struct entry {
          * mem_free when the handle is freed) */
         void *alloc;
         size_t alloc_bytes;
+        size_t alloc_cap; /* host: the buffer's capacity (see outbuf) */
         int alloc_device;
         devmem_t *alloc_node;
         int out_ndim;
@@ -245,7 +246,9 @@ static void await_abort(uint64_t usec);
  * coordinator is told, so that every rank learns this cause (not only that
  * this rank went away). */
 static int data_plane_verdict(int r, char *err, bool may_wait) {
-        if (!G.abort_code && G.sock && may_wait)
+        /* data that failed its integrity check (the TCP ring's checksum):
+         * this rank is the one that knows why; it tells its daemon at once */
+        if (!G.abort_code && G.sock && may_wait && r != HVD_EPROTO)
                 await_abort(r == HVD_ETIMEOUT ? 200 * USEC_PER_MSEC
                                               : HVD_MAX(USEC_PER_SEC, G.peer_timeout_usec + USEC_PER_SEC / 2));
         if (G.abort_code) {
@@ -303,6 +306,89 @@ static void params_free(params_t *p) {
         p->n_set = 0;
 }
 
+/* Host outputs the library allocates (allgather, alltoall,
+ * reducescatter), kept for reuse once their handle is released: a large
+ * malloc is a fresh mapping whose every page faults and is zeroed on first
+ * touch — for a 256 MiB allgather that cost more than the collective — and
+ * a training loop asks for the same sizes every step. Up to OUTBUF_SLOTS
+ * buffers of at least OUTBUF_MIN bytes, while hvd is initialised. */
+#define OUTBUF_SLOTS 4
+#define OUTBUF_MIN ((size_t) 1 << 20)
+static struct {
+        pthread_mutex_t lock;
+        bool open;
+        void *p[OUTBUF_SLOTS];
+        size_t cap[OUTBUF_SLOTS];
+} outbuf = { .lock = PTHREAD_MUTEX_INITIALIZER };
+
+/* A buffer of at least bytes (capacity in *cap): a kept one no more than
+ * twice as large, or a new one. */
+static void *outbuf_get(size_t bytes, size_t *cap) {
+        if (bytes >= OUTBUF_MIN) {
+                pthread_mutex_lock(&outbuf.lock);
+                int best = -1;
+                for (int i = 0; i < OUTBUF_SLOTS; i++)
+                        if (outbuf.p[i] && outbuf.cap[i] >= bytes && outbuf.cap[i] / 2 <= bytes &&
+                            (best < 0 || outbuf.cap[i] < outbuf.cap[best]))
+                                best = i;
+                void *p = NULL;
+                if (best >= 0) {
+                        p = outbuf.p[best];
+                        *cap = outbuf.cap[best];
+                        outbuf.p[best] = NULL;
+                }
+                pthread_mutex_unlock(&outbuf.lock);
+                if (p)
+                        return p;
+        }
+        *cap = bytes;
+        return malloc(bytes);
+}
+
+static void outbuf_put(void *p, size_t cap) {
+        if (!p)
+                return;
+        if (cap >= OUTBUF_MIN) {
+                pthread_mutex_lock(&outbuf.lock);
+                /* an empty slot, else the smallest kept buffer if smaller */
+                int slot = -1;
+                for (int i = 0; i < OUTBUF_SLOTS && outbuf.open && slot < 0; i++)
+                        if (!outbuf.p[i])
+                                slot = i;
+                if (slot < 0 && outbuf.open) {
+                        int small = 0;
+                        for (int i = 1; i < OUTBUF_SLOTS; i++)
+                                if (outbuf.cap[i] < outbuf.cap[small])
+                                        small = i;
+                        if (outbuf.cap[small] < cap)
+                                slot = small;
+                }
+                if (slot >= 0) {
+                        void *old = outbuf.p[slot];
+                        outbuf.p[slot] = p;
+                        outbuf.cap[slot] = cap;
+                        p = old;
+                }
+                pthread_mutex_unlock(&outbuf.lock);
+        }
+        free(p);
+}
+
+/* open: keep released buffers from now on; closed: free the kept ones. */
+static void outbuf_set_open(bool open) {
+        pthread_mutex_lock(&outbuf.lock);
+        outbuf.open = open;
+        void *drop[OUTBUF_SLOTS] = { 0 };
+        if (!open)
+                for (int i = 0; i < OUTBUF_SLOTS; i++) {
+                        drop[i] = outbuf.p[i];
+                        outbuf.p[i] = NULL;
+                }
+        pthread_mutex_unlock(&outbuf.lock);
+        for (int i = 0; i < OUTBUF_SLOTS; i++)
+                free(drop[i]);
+}
+
 static void handle_free(hvd_handle_t *h) {
         for (size_t i = 0; i < h->n; i++) {
                 entry_t *e = &h->m[i];
@@ -316,7 +402,7 @@ static void handle_free(hvd_handle_t *h) {
                         G.dev_garbage = e->alloc_node;
                 } else {
                         free(e->alloc_node);
-                        free(e->alloc);
+                        outbuf_put(e->alloc, e->alloc_cap);
                 }
                 free(e->recv_splits);
         }
@@ -650,7 +736,7 @@ static int prepare_member(const Hvd__Op *op, const Hvd__Entry *en, hvd_xmember_t
                         return r;
                 }
                 e->alloc_device = GPU.device; /* op->device only says "a GPU" */
-        } else if (!(e->alloc = malloc(bytes)))
+        } else if (!(e->alloc = outbuf_get(bytes, &e->alloc_cap)))
                 return -ENOMEM;
         e->alloc_bytes = out_elems * es;
         e->out_ndim = (int) (en->n_shape ? en->n_shape : 1);
@@ -1853,6 +1939,13 @@ static int connect_and_join(const char *endpoint, const char *job_id, const uint
         hello.stall_check_usec = stall_off ? 0 : stall;
         hello.stall_shutdown_usec = stall_off ? 0 : stall_shutdown;
         hello.timeline = hvd_timeline_on();
+        /* a CRC-32C on every frame of the TCP ring between nodes: on for
+         * the whole job if any rank or daemon asks */
+        const char *rc = hvd_getenv("RING_CHECKSUM", false);
+        bool ring_ck = false;
+        if (rc && hvd_parse_bool(rc, &ring_ck) < 0)
+                return set_error(-EINVAL, "HVD_RING_CHECKSUM='%s' is not a boolean", rc);
+        hello.ring_checksum = ring_ck;
         uint8_t nccl_id[HVD_NCCL_ID_BYTES];
         char gerr[400] = "";
         if (G.rank == 0 && GPU.devices > 0) {
@@ -2127,6 +2220,7 @@ int hvd_init(void) {
                         .rank = G.rank, .size = G.size, .local_rank = G.local_rank, .local_size = G.local_size,
                         .cross_rank = G.cross_rank, .cross_size = G.cross_size, .rank_cross = rank_cross,
                         .rank_local = rank_local, .addrs = addrs, .listen_fd = G.listen_fd, .job_hash = job_hash,
+                        .ring_checksum = w->ring_checksum,
                 };
                 G.listen_fd = -1; /* the backend owns it now */
                 r = hvd_cpu_backend_new(w->shm_name, &topo, w->slot_bytes, w->collective_timeout_usec, wait_check,
@@ -2169,6 +2263,7 @@ int hvd_init(void) {
         pthread_mutex_lock(&G.lock);
         G.state = 1;
         pthread_mutex_unlock(&G.lock);
+        outbuf_set_open(true);
         return 0;
 fail:
         teardown();
@@ -2223,6 +2318,7 @@ int hvd_shutdown(void) {
         fail_everything(HVD_ESHUTDOWN, "hvd has been shut down");
         pthread_mutex_unlock(&G.lock);
         teardown();
+        outbuf_set_open(false);
         return 0;
 }
 

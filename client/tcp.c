@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -17,6 +18,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "crc32c.h"
 #include "hvd.h"
 #include "tcp.h"
 #include "util.h"
@@ -35,6 +37,9 @@ struct hvd_tcp {
         hvd_wait_check_fn check;
         void *userdata;
         bool aborted;
+        bool checksum;        /* a CRC-32C after every frame, both ways */
+        int64_t corrupt_frame; /* test hook (HVD_TEST_RING_CORRUPT): -1 = off */
+        uint64_t *sent_frames, *recv_frames; /* [size]: frames per connection and direction */
 };
 
 typedef struct {
@@ -43,11 +48,31 @@ typedef struct {
         uint64_t job_hash;
 } tcp_hello_t;
 
+/* Whether the kernel grants SOCKBUF_BYTES to SO_SNDBUF/SO_RCVBUF (its
+ * net.core.[rw]mem_max). A smaller grant would also switch off TCP's own
+ * buffer autotuning, which grows to net.ipv4.tcp_[rw]mem's maximum (4 and
+ * 6 MiB by default): then the buffers are better left to the kernel. */
+static bool sockbuf_granted(const char *path) {
+        FILE *f = fopen(path, "re");
+        unsigned long long max = 0;
+        bool ok = f && fscanf(f, "%llu", &max) == 1 && max >= SOCKBUF_BYTES;
+        if (f)
+                fclose(f);
+        return ok;
+}
+
 static void tune(int fd) {
+        static int wmem = -1, rmem = -1; /* benign race: every thread computes the same */
+        if (wmem < 0)
+                wmem = sockbuf_granted("/proc/sys/net/core/wmem_max");
+        if (rmem < 0)
+                rmem = sockbuf_granted("/proc/sys/net/core/rmem_max");
         int one = 1, buf = SOCKBUF_BYTES;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-        setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+        if (wmem)
+                setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof buf);
+        if (rmem)
+                setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
 }
 
 int hvd_tcp_listen(const char *bind_ip, const char *advertise_ip, char *addr, size_t addr_len) {
@@ -62,7 +87,8 @@ int hvd_tcp_listen(const char *bind_ip, const char *advertise_ip, char *addr, si
                 return -EINVAL;
         }
         int buf = SOCKBUF_BYTES;
-        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+        if (sockbuf_granted("/proc/sys/net/core/rmem_max"))
+                setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
         if (bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 || listen(fd, 128) < 0) {
                 int r = -errno;
                 close(fd);
@@ -136,7 +162,18 @@ int hvd_tcp_new(int listen_fd, int rank, int size, char *const *addrs, uint64_t 
         t->userdata = userdata;
         t->conn = malloc((size_t) size * sizeof *t->conn);
         t->addrs = calloc((size_t) size, sizeof *t->addrs);
-        if (!t->conn || !t->addrs) {
+        t->sent_frames = calloc((size_t) size, sizeof *t->sent_frames);
+        t->recv_frames = calloc((size_t) size, sizeof *t->recv_frames);
+        t->corrupt_frame = -1;
+        /* HVD_TEST_RING_CORRUPT=RANK:CHUNK: rank RANK changes one byte of
+         * the CHUNK-th frame (from 0) it sends on each connection, after
+         * computing its checksum — for tests of the checksum only */
+        const char *hook = getenv("HVD_TEST_RING_CORRUPT");
+        int hr = -1;
+        long long hc = -1;
+        if (hook && sscanf(hook, "%d:%lld", &hr, &hc) == 2 && hr == rank && hc >= 0)
+                t->corrupt_frame = hc;
+        if (!t->conn || !t->addrs || !t->sent_frames || !t->recv_frames) {
                 hvd_tcp_destroy(&t);
                 return -ENOMEM;
         }
@@ -165,6 +202,8 @@ void hvd_tcp_destroy(hvd_tcp_t **tp) {
                 free(t->addrs[i]);
         free(t->addrs);
         free(t->conn);
+        free(t->sent_frames);
+        free(t->recv_frames);
         free(t);
         *tp = NULL;
 }
@@ -324,13 +363,11 @@ static int get_conn(hvd_tcp_t *t, int peer, char *err, size_t err_len) {
         return r < 0 ? r : t->conn[peer];
 }
 
-int hvd_tcp_sendrecv(hvd_tcp_t *t, int to, const void *sbuf, size_t slen, int from, void *rbuf, size_t rlen,
-                     char *err, size_t err_len) {
-        int sfd = -1, rfd = -1;
-        /* connects first, accepts second: a connect completes without the
-         * peer's help, so every accept below waits only for a connect that
-         * its peer makes before waiting itself */
-        int peers[2] = { slen ? to : -1, rlen ? from : -1 };
+/* Connects to `to` and `from` as needed: connects first, accepts second
+ * (a connect completes without the peer's help, so every accept waits only
+ * for a connect that its peer makes before waiting itself). */
+static int connect_pair(hvd_tcp_t *t, int to, int from, char *err, size_t err_len) {
+        int peers[2] = { to, from };
         for (int phase = 0; phase < 2; phase++)
                 for (int i = 0; i < 2; i++) {
                         int p = peers[i];
@@ -344,50 +381,235 @@ int hvd_tcp_sendrecv(hvd_tcp_t *t, int to, const void *sbuf, size_t slen, int fr
                         if (r < 0)
                                 return r;
                 }
-        if (slen)
-                sfd = t->conn[to];
-        if (rlen)
-                rfd = t->conn[from];
-        const uint8_t *sp = sbuf;
-        uint8_t *rp = rbuf;
+        return 0;
+}
+
+/* One direction of a stream: segment seg, offset off in it, the current
+ * frame [fbeg, fend), its running CRC and the 4-byte trailer. */
+typedef struct dir {
+        int peer, fd;
+        size_t seg, nseg;
+        const uint64_t *len;
+        uint64_t off, fbeg, fend;
+        uint32_t crc;
+        uint8_t trailer[4];
+        int tpos; /* -1: in the frame's data; 0..4: trailer bytes done */
+} dir_t;
+
+static void dir_frame(dir_t *d) {
+        while (d->seg < d->nseg && d->off >= d->len[d->seg]) {
+                d->seg++;
+                d->off = 0;
+        }
+        d->fbeg = d->off;
+        d->fend = d->seg < d->nseg ? HVD_MIN(d->off + HVD_TCP_FRAME_BYTES, d->len[d->seg]) : 0;
+        d->crc = 0;
+        d->tpos = -1;
+}
+
+/* Sends what is ready; 1 if any byte moved, 0 if none could, < 0 error. */
+static int stream_send(hvd_tcp_t *t, dir_t *d, const hvd_tcp_stream_t *s, char *err, size_t err_len) {
+        int moved = 0;
+        while (d->seg < d->nseg) {
+                if (d->tpos >= 0) {
+                        ssize_t k = send(d->fd, d->trailer + d->tpos, 4 - (size_t) d->tpos, MSG_NOSIGNAL | MSG_DONTWAIT);
+                        if (k <= 0)
+                                goto io;
+                        moved = 1;
+                        if ((d->tpos += (int) k) < 4)
+                                continue;
+                        t->sent_frames[d->peer]++;
+                        dir_frame(d);
+                        continue;
+                }
+                uint64_t ready = 0;
+                const uint8_t *p = s->send_at(s->ud, d->seg, d->off, &ready);
+                ready = HVD_MIN(ready, d->fend - d->off);
+                if (!ready)
+                        return moved;
+                uint8_t flipped;
+                const uint8_t *src = p;
+                size_t n = (size_t) ready;
+                bool corrupt = t->corrupt_frame >= 0 && d->off == d->fbeg &&
+                               t->sent_frames[d->peer] == (uint64_t) t->corrupt_frame;
+                if (corrupt) {
+                        /* test hook: the byte goes out changed, its CRC is the original's */
+                        flipped = p[0] ^ 0x20;
+                        src = &flipped;
+                        n = 1;
+                }
+                ssize_t k = send(d->fd, src, n, MSG_NOSIGNAL | MSG_DONTWAIT);
+                if (k <= 0)
+                        goto io;
+                if (corrupt)
+                        t->corrupt_frame = -1;
+                moved = 1;
+                if (t->checksum)
+                        d->crc = hvd_crc32c(d->crc, p, (size_t) k);
+                d->off += (uint64_t) k;
+                if (d->off < d->fend)
+                        continue;
+                if (t->checksum) {
+                        memcpy(d->trailer, &d->crc, 4);
+                        d->tpos = 0;
+                } else {
+                        t->sent_frames[d->peer]++;
+                        dir_frame(d);
+                }
+                continue;
+        io:
+                if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+                        return moved;
+                snprintf(err, err_len, "sending to rank %d: %s", d->peer, strerror(errno));
+                return HVD_EABORTED;
+        }
+        return moved;
+}
+
+static int stream_recv(hvd_tcp_t *t, dir_t *d, const hvd_tcp_stream_t *s, char *err, size_t err_len) {
+        int moved = 0;
+        while (d->seg < d->nseg) {
+                ssize_t k;
+                if (d->tpos >= 0)
+                        k = recv(d->fd, d->trailer + d->tpos, 4 - (size_t) d->tpos, MSG_DONTWAIT);
+                else {
+                        uint64_t room = 0;
+                        uint8_t *p = s->recv_at(s->ud, d->seg, d->off, &room);
+                        k = recv(d->fd, p, (size_t) HVD_MIN(room, d->fend - d->off), MSG_DONTWAIT);
+                        if (k > 0 && t->checksum)
+                                d->crc = hvd_crc32c(d->crc, p, (size_t) k);
+                }
+                if (k == 0) {
+                        snprintf(err, err_len, "rank %d closed its data connection", d->peer);
+                        return HVD_EABORTED;
+                }
+                if (k < 0) {
+                        if (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+                                return moved;
+                        snprintf(err, err_len, "receiving from rank %d: %s", d->peer, strerror(errno));
+                        return HVD_EABORTED;
+                }
+                moved = 1;
+                if (d->tpos >= 0) {
+                        if ((d->tpos += (int) k) < 4)
+                                continue;
+                        uint32_t want;
+                        memcpy(&want, d->trailer, 4);
+                        if (want != d->crc) {
+                                snprintf(err, err_len,
+                                         "checksum mismatch in data from rank %d (chunk %" PRIu64
+                                         " on that connection, %" PRIu64 " bytes): the data was corrupted in "
+                                         "transit; the collective is aborted rather than give a wrong result",
+                                         d->peer, t->recv_frames[d->peer], d->fend - d->fbeg);
+                                return HVD_EPROTO;
+                        }
+                } else {
+                        d->off += (uint64_t) k;
+                        if (d->off < d->fend)
+                                continue;
+                        if (t->checksum) {
+                                d->tpos = 0;
+                                continue;
+                        }
+                }
+                t->recv_frames[d->peer]++;
+                if (s->received) {
+                        int r = s->received(s->ud, d->seg, d->fbeg, d->fend - d->fbeg, err, err_len);
+                        if (r < 0)
+                                return r;
+                }
+                dir_frame(d);
+        }
+        return moved;
+}
+
+int hvd_tcp_stream(hvd_tcp_t *t, const hvd_tcp_stream_t *s, char *err, size_t err_len) {
+        uint64_t stotal = 0, rtotal = 0;
+        for (size_t i = 0; i < s->n_send; i++)
+                stotal += s->send_len[i];
+        for (size_t i = 0; i < s->n_recv; i++)
+                rtotal += s->recv_len[i];
+        int r = connect_pair(t, stotal ? s->to : -1, rtotal ? s->from : -1, err, err_len);
+        if (r < 0)
+                return r;
+        dir_t sd = { .peer = s->to, .fd = stotal ? t->conn[s->to] : -1, .nseg = stotal ? s->n_send : 0,
+                     .len = s->send_len };
+        dir_t rd = { .peer = s->from, .fd = rtotal ? t->conn[s->from] : -1, .nseg = rtotal ? s->n_recv : 0,
+                     .len = s->recv_len };
+        dir_frame(&sd);
+        dir_frame(&rd);
         uint64_t start = hvd_now_usec();
-        while (slen || rlen) {
+        while (sd.seg < sd.nseg || rd.seg < rd.nseg) {
+                if (t->aborted) {
+                        snprintf(err, err_len, "exchanging data with rank %d: the job was aborted", s->to);
+                        return HVD_EABORTED;
+                }
+                int ms = 0, mr = 0;
+                if (sd.seg < sd.nseg && (ms = stream_send(t, &sd, s, err, err_len)) < 0)
+                        return ms;
+                if (rd.seg < rd.nseg && (mr = stream_recv(t, &rd, s, err, err_len)) < 0)
+                        return mr;
+                if (ms || mr) {
+                        start = hvd_now_usec();
+                        continue;
+                }
+                /* nothing moved: wait for room to send (only when there is
+                 * something ready to send) or for data to arrive */
                 struct pollfd pfd[2];
-                int n = 0, si = -1, ri = -1;
-                if (slen) {
-                        si = n;
-                        pfd[n++] = (struct pollfd){ .fd = sfd, .events = POLLOUT };
+                int n = 0;
+                uint64_t ready = 0;
+                if (sd.seg < sd.nseg) {
+                        if (sd.tpos < 0)
+                                s->send_at(s->ud, sd.seg, sd.off, &ready);
+                        if (sd.tpos >= 0 || ready)
+                                pfd[n++] = (struct pollfd){ .fd = sd.fd, .events = POLLOUT };
                 }
-                if (rlen) {
-                        ri = n;
-                        pfd[n++] = (struct pollfd){ .fd = rfd, .events = POLLIN };
+                if (rd.seg < rd.nseg)
+                        pfd[n++] = (struct pollfd){ .fd = rd.fd, .events = POLLIN };
+                if (!n) {
+                        snprintf(err, err_len, "exchanging data with rank %d: nothing to send and nothing to "
+                                 "receive (internal error)", s->to);
+                        return HVD_EPROTO;
                 }
-                int r = wait_fd(t, pfd, n, start, "exchanging data with", slen ? to : from, err, err_len);
+                r = wait_fd(t, pfd, n, start, "exchanging data with", rd.seg < rd.nseg ? s->from : s->to, err,
+                            err_len);
                 if (r < 0)
                         return r;
-                if (si >= 0 && (pfd[si].revents & (POLLOUT | POLLERR | POLLHUP))) {
-                        ssize_t k = send(sfd, sp, slen, MSG_NOSIGNAL | MSG_DONTWAIT);
-                        if (k > 0) {
-                                sp += k;
-                                slen -= (size_t) k;
-                        } else if (k < 0 && errno != EAGAIN && errno != EINTR) {
-                                snprintf(err, err_len, "sending to rank %d: %s", to, strerror(errno));
-                                return HVD_EABORTED;
-                        }
-                }
-                if (ri >= 0 && (pfd[ri].revents & (POLLIN | POLLERR | POLLHUP))) {
-                        ssize_t k = recv(rfd, rp, rlen, MSG_DONTWAIT);
-                        if (k > 0) {
-                                rp += k;
-                                rlen -= (size_t) k;
-                        } else if (k == 0) {
-                                snprintf(err, err_len, "rank %d closed its data connection", from);
-                                return HVD_EABORTED;
-                        } else if (errno != EAGAIN && errno != EINTR) {
-                                snprintf(err, err_len, "receiving from rank %d: %s", from, strerror(errno));
-                                return HVD_EABORTED;
-                        }
-                }
         }
         return 0;
+}
+
+typedef struct plain {
+        const uint8_t *sbuf;
+        uint8_t *rbuf;
+} plain_t;
+
+static const uint8_t *plain_send_at(void *ud, size_t seg, uint64_t off, uint64_t *ready) {
+        (void) seg;
+        plain_t *p = ud;
+        *ready = UINT64_MAX;
+        return p->sbuf + off;
+}
+
+static uint8_t *plain_recv_at(void *ud, size_t seg, uint64_t off, uint64_t *room) {
+        (void) seg;
+        plain_t *p = ud;
+        *room = UINT64_MAX;
+        return p->rbuf + off;
+}
+
+int hvd_tcp_sendrecv(hvd_tcp_t *t, int to, const void *sbuf, size_t slen, int from, void *rbuf, size_t rlen,
+                     char *err, size_t err_len) {
+        plain_t p = { sbuf, rbuf };
+        uint64_t sl = slen, rl = rlen;
+        hvd_tcp_stream_t s = {
+                .to = to, .from = from, .n_send = 1, .n_recv = 1, .send_len = &sl, .recv_len = &rl,
+                .send_at = plain_send_at, .recv_at = plain_recv_at, .ud = &p,
+        };
+        return hvd_tcp_stream(t, &s, err, err_len);
+}
+
+void hvd_tcp_set_checksum(hvd_tcp_t *t, bool on) {
+        if (t)
+                t->checksum = on;
 }

@@ -6,6 +6,7 @@
 #ifndef HVD_TCP_H
 #define HVD_TCP_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,6 +36,41 @@ void hvd_tcp_destroy(hvd_tcp_t **t);
  * message naming the peer in err. */
 int hvd_tcp_sendrecv(hvd_tcp_t *t, int to, const void *sbuf, size_t slen, int from, void *rbuf, size_t rlen,
                      char *err, size_t err_len);
+
+/* Streams are cut into frames of at most this many bytes (a frame never
+ * spans two segments); with the checksum on, each frame is followed by
+ * its CRC-32C, and the receiver hands on only frames that match. */
+#define HVD_TCP_FRAME_BYTES (UINT64_C(256) << 10)
+
+/* A full-duplex exchange of two byte streams, each a sequence of segments:
+ * to `to` the segments send_len[0..n_send), from `from` recv_len[0..n_recv)
+ * (to and from may be equal; lengths may be 0). The caller feeds the send
+ * side as data becomes ready and consumes the receive side frame by frame,
+ * so a ring can forward and reduce while the wire is busy. */
+typedef struct hvd_tcp_stream {
+        int to, from;
+        size_t n_send, n_recv;
+        const uint64_t *send_len, *recv_len;
+        /* where bytes [off, ...) of send segment seg are, and in *ready how
+         * many of them may be sent now (0: none yet; never more than the
+         * segment holds; may grow on later calls) */
+        const uint8_t *(*send_at)(void *ud, size_t seg, uint64_t off, uint64_t *ready);
+        /* where received bytes [off, ...) of segment seg go, and in *room
+         * how many fit there contiguously (> 0) */
+        uint8_t *(*recv_at)(void *ud, size_t seg, uint64_t off, uint64_t *room);
+        /* frame [off, off + len) of receive segment seg is complete (and
+         * its checksum matched); NULL = nothing to do; < 0 ends the exchange */
+        int (*received)(void *ud, size_t seg, uint64_t off, uint64_t len, char *err, size_t err_len);
+        void *ud;
+} hvd_tcp_stream_t;
+
+int hvd_tcp_stream(hvd_tcp_t *t, const hvd_tcp_stream_t *s, char *err, size_t err_len);
+
+/* Per-frame CRC-32C on every later exchange (every rank of a job must
+ * agree: the job's setting, from the coordinator's Welcome). A mismatch
+ * fails the exchange with HVD_EPROTO and a message naming the peer and
+ * the chunk. */
+void hvd_tcp_set_checksum(hvd_tcp_t *t, bool on);
 
 /* Fails every later call at once (the job was aborted). */
 void hvd_tcp_abort(hvd_tcp_t *t);

@@ -166,6 +166,7 @@ static const key_def_t keys[] = {
         { "socket_group", T_STRING, OFF(socket_group), 64, 0, 0, "a group name", false },
         { "socket_mode", T_MODE, OFF(socket_mode), 0, 0, 0777, "an octal mode such as 0660", false },
         { "peer_listen", T_STRING, OFF(peer_listen), 256, 0, 0, "a ZeroMQ endpoint such as tcp://10.0.0.1:7100", false },
+        { "ring_checksum", T_BOOL, OFF(ring_checksum), 0, 0, 0, "yes or no", true },
         { "peer_timeout", T_USEC_SEC, OFF(peer_timeout_usec), 0, 500 * USEC_PER_MSEC, 3600 * USEC_PER_SEC,
           "a duration such as 10s (plain numbers are seconds)", true },
         { "metrics_listen", T_STRING, OFF(metrics_listen), 256, 0, 0,

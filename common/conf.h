@@ -35,6 +35,7 @@ typedef struct hvd_daemon_config {
         char metrics_listen[256];          /* HTTP /metrics listener "ADDR:PORT" ("" = off) */
         char curve_secret_key_file[PATH_MAX]; /* this daemon's CURVE key ("" = no CURVE) */
         char peer_public_keys[PATH_MAX];   /* allowed peer keys: a file or a directory */
+        bool ring_checksum;                /* jobs' TCP ring frames carry a CRC-32C */
         bool handle_signals;               /* SIGTERM/SIGINT/SIGHUP through signalfd */
         bool notify;                       /* speak sd_notify if NOTIFY_SOCKET is set */
 } hvd_daemon_config_t;

@@ -8,6 +8,7 @@ common_libhvdcommon_la_SOURCES = \
 	common/reduce.c common/reduce.h common/reduce-internal.h common/reduce_avx2.c \
 	common/wire.c common/wire.h \
 	common/fusion.c common/fusion.h \
+	common/crc32c.c common/crc32c.h \
 	common/strmap.c common/strmap.h \
 	common/negotiate.c common/negotiate.h
 nodist_common_libhvdcommon_la_SOURCES = proto/hvd.pb-c.c proto/hvd.pb-c.h

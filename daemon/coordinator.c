@@ -167,6 +167,7 @@ struct job {
         uint8_t nccl_id[128]; /* from the rank that has a GPU backend (rank 0) */
         size_t nccl_id_len;
         uint64_t stall_check_usec, stall_shutdown_usec;
+        bool ring_checksum; /* CRC-32C on the TCP ring: the daemon's key or any rank's request */
         bool stall_warned;
         char stalled[1024]; /* last stall report, for status */
         uint8_t tl_req_id[256]; /* hvdctl waiting for rank 0's timeline answer */
@@ -622,6 +623,7 @@ static void welcome_local(hvd_daemon_t *d, job_t *j) {
                 wel.heartbeat_timeout_usec = j->hb_timeout_usec;
                 w->last_heard_usec = now;
                 wel.peer_timeout_usec = j->cross_size > 1 ? d->cfg.peer_timeout_usec : 0;
+                wel.ring_checksum = j->ring_checksum;
                 env.body_case = HVD__ENVELOPE__BODY_WELCOME;
                 env.welcome = &wel;
                 send_to_worker(d, w, &env);
@@ -678,6 +680,7 @@ static void root_complete(hvd_daemon_t *d, job_t *j) {
         nw.epoch = d->epoch;
         nw.fusion_threshold = j->fusion_threshold;
         nw.cycle_time_usec = j->cycle_time_usec;
+        nw.ring_checksum = j->ring_checksum;
         nw.nccl_id.data = j->nccl_id;
         nw.nccl_id.len = j->nccl_id_len;
         env.body_case = HVD__ENVELOPE__BODY_NODE_WELCOME;
@@ -794,6 +797,7 @@ static void local_complete(hvd_daemon_t *d, job_t *j) {
                 nj.nccl_id.len = j->nccl_id_len;
                 nj.stall_check_usec = j->stall_check_usec;
                 nj.stall_shutdown_usec = j->stall_shutdown_usec;
+                nj.ring_checksum = j->ring_checksum;
                 env.body_case = HVD__ENVELOPE__BODY_NODE_JOIN;
                 env.node_join = &nj;
                 send_to_root(d, j, &env);
@@ -863,6 +867,7 @@ static job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, siz
         j->cycle_time_usec = jp->cycle_time_usec ? jp->cycle_time_usec : d->cfg.cycle_time_usec;
         j->stall_check_usec = jp->stall_check_usec;
         j->stall_shutdown_usec = jp->stall_shutdown_usec;
+        j->ring_checksum = d->cfg.ring_checksum;
         unsigned rnd = 0;
         int ufd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
         if (ufd >= 0) {
@@ -1046,6 +1051,8 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
         j->ranks[h->rank] = w;
         if (h->timeline)
                 hvd_negotiator_set_timeline(j->neg, true);
+        if (h->ring_checksum)
+                j->ring_checksum = true;
         j->n_hello++;
         j->n_live++;
         d->metrics.workers_connected++;
@@ -1899,6 +1906,8 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
                         return;
                 }
                 job_set_nccl_id(j, &nj->nccl_id);
+                if (nj->ring_checksum)
+                        j->ring_checksum = true;
                 root_node_joined(d, j, nj->cross_rank, false, id, id_len, nj->ranks, nj->n_ranks);
                 return;
         }
@@ -2097,6 +2106,7 @@ static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) 
                         }
                 j->fusion_threshold = nw->fusion_threshold;
                 j->cycle_time_usec = nw->cycle_time_usec;
+                j->ring_checksum = nw->ring_checksum;
                 job_set_nccl_id(j, &nw->nccl_id);
                 welcome_local(d, j);
                 break;

@@ -1,0 +1,59 @@
+#!/bin/bash
+# netns-job.sh — one hvd job of 2 ranks on 2 emulated nodes: two network
+# namespaces joined by a veth pair with a tc tbf limit of RATE each way
+# (burst 1mb, latency 100ms, as run-step.sh), one hvd-coordinatord in each,
+# one rank in each running CMD. Prints rank 0's output (and the first lines
+# of rank 1's if it says anything else). Needs root.
+#
+#   benchmarks/netns-job.sh BUILDDIR RATE CMD ARGS...
+# e.g. benchmarks/netns-job.sh build 10gbit build/benchmarks/bench_collective --min-bytes 8 --max-bytes 33554432
+# The environment reaches the ranks (HVD_RING_CHECKSUM=1 etc.).
+set -u
+[ $# -ge 3 ] || { echo "usage: $0 BUILDDIR RATE CMD ARGS..." >&2; exit 2; }
+build=$(cd "$1" && pwd) rate=$2
+shift 2
+tag=$$ na=hvdj$$a nb=hvdj$$b va=hja$$ vb=hjb$$ net=10.217.$(($$ % 250)).
+work=$(mktemp -d /tmp/hvd-netns-job-XXXXXX)
+pids=()
+cleanup() {
+        for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
+        for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
+        ip netns del "$na" 2>/dev/null
+        ip netns del "$nb" 2>/dev/null
+        rm -rf "$work"
+}
+trap cleanup EXIT
+ip netns add "$na" && ip netns add "$nb" || { echo "netns-job: cannot create namespaces (root?)" >&2; exit 1; }
+ip link add "$va" type veth peer name "$vb" || exit 1
+ip link set "$va" netns "$na" && ip link set "$vb" netns "$nb" || exit 1
+ip -n "$na" addr add "${net}1/24" dev "$va" && ip -n "$nb" addr add "${net}2/24" dev "$vb" || exit 1
+for n in "$na" "$nb"; do ip -n "$n" link set lo up; done
+ip -n "$na" link set "$va" up && ip -n "$nb" link set "$vb" up || exit 1
+tc -n "$na" qdisc add dev "$va" root tbf rate "$rate" burst 1mb latency 100ms || exit 1
+tc -n "$nb" qdisc add dev "$vb" root tbf rate "$rate" burst 1mb latency 100ms || exit 1
+mkdir -p "$work/a" "$work/b"
+ip netns exec "$na" "$build/daemon/hvd-coordinatord" --runtime-dir "$work/a" --peer-listen "tcp://${net}1:7100" \
+        --log-level warning 2>"$work/a.log" &
+pids+=($!)
+ip netns exec "$nb" "$build/daemon/hvd-coordinatord" --runtime-dir "$work/b" --log-level warning 2>"$work/b.log" &
+pids+=($!)
+for _ in $(seq 200); do
+        [ -S "$work/a/worker.sock" ] && [ -S "$work/b/worker.sock" ] && break
+        sleep 0.05
+done
+wp=()
+for r in 0 1; do
+        ns=$na ip=${net}1 h=a
+        [ $r = 1 ] && ns=$nb ip=${net}2 h=b
+        ip netns exec "$ns" env HVD_JOB_ID="job$tag" HVD_JOB_SECRET=0123456789abcdef HVD_RANK=$r HVD_SIZE=2 \
+                HVD_LOCAL_RANK=0 HVD_LOCAL_SIZE=1 HVD_CROSS_RANK=$r HVD_CROSS_SIZE=2 HVD_HOSTS=a:1,b:1 HVD_HOSTNAME=$h \
+                HVD_ROOT_PEER="tcp://${net}1:7100" HVD_RUNTIME_DIR="$work/$h" HVD_DATA_ADDR="$ip" \
+                timeout -k 5 900 "$@" >"$work/r$r.out" 2>&1 &
+        wp+=($!)
+done
+st=0
+for p in "${wp[@]}"; do wait "$p" || st=1; done
+cat "$work/r0.out"
+grep -v '^bench' "$work/r1.out" | head -n 3 >&2
+[ $st -eq 0 ] || { echo "netns-job: a rank failed" >&2; tail -n 3 "$work"/?.log >&2; }
+exit $st
