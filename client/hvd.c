@@ -245,27 +245,37 @@ static void await_abort(uint64_t usec);
  * Without a word from the coordinator, the error names the job, and the
  * coordinator is told, so that every rank learns this cause (not only that
  * this rank went away). */
+static void tell_daemon_failure(int r, char *err) {
+        Hvd__Abort ab = HVD__ABORT__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        ab.job_id = G.job_id;
+        ab.reason = err;
+        ab.code = r;
+        ab.lost_rank = -1;
+        env.body_case = HVD__ENVELOPE__BODY_ABORT;
+        env.abort = &ab;
+        (void) hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT);
+}
+
 static int data_plane_verdict(int r, char *err, bool may_wait) {
+        bool told = false;
         /* data that failed its integrity check (the TCP ring's checksum):
-         * this rank is the one that knows why; it tells its daemon at once */
-        if (!G.abort_code && G.sock && may_wait && r != HVD_EPROTO)
+         * this rank is the one that knows why; it tells its daemon at once
+         * and waits for the abort the daemons send every rank */
+        if (!G.abort_code && G.sock && may_wait && r == HVD_EPROTO) {
+                tell_daemon_failure(r, err);
+                told = true;
+        }
+        if (!G.abort_code && G.sock && may_wait)
                 await_abort(r == HVD_ETIMEOUT ? 200 * USEC_PER_MSEC
+                            : told            ? USEC_PER_SEC
                                               : HVD_MAX(USEC_PER_SEC, G.peer_timeout_usec + USEC_PER_SEC / 2));
         if (G.abort_code) {
                 snprintf(err, ERRLEN, "%s", G.abort_reason);
                 return G.abort_code;
         }
-        if (G.sock && may_wait) {
-                Hvd__Abort ab = HVD__ABORT__INIT;
-                Hvd__Envelope env = HVD__ENVELOPE__INIT;
-                ab.job_id = G.job_id;
-                ab.reason = err;
-                ab.code = r;
-                ab.lost_rank = -1;
-                env.body_case = HVD__ENVELOPE__BODY_ABORT;
-                env.abort = &ab;
-                (void) hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT);
-        }
+        if (G.sock && may_wait && !told)
+                tell_daemon_failure(r, err);
         if (G.job_id[0] && strncmp(err, "job ", 4) != 0) {
                 char tmp[ERRLEN];
                 snprintf(tmp, sizeof tmp, "job %s: %s", G.job_id, err);
