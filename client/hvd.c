@@ -1629,7 +1629,8 @@ static void teardown(void) {
                 G.sock = NULL;
         }
         if (G.zctx) {
-                zmq_ctx_term(G.zctx);
+                while (zmq_ctx_term(G.zctx) < 0 && zmq_errno() == EINTR)
+                        ; /* restarted after a signal, or its threads and descriptors stay behind */
                 G.zctx = NULL;
         }
         if (G.wake_fd >= 0) {
