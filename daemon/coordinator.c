@@ -1126,8 +1126,54 @@ static void handle_done(hvd_daemon_t *d, worker_t *w, const Hvd__Done *dn) {
  * are dropped: one envelope per message. Returns 1 with *env set, 0 when
  * the socket is drained, or < 0 (the message was refused; err says why and
  * the id is filled, so the sender can be told). */
+/* A message handed in by hvd_daemon_feed() in place of the socket's next
+ * one (tests and fuzzing): while it is set, the reactor's receive paths
+ * read it, once, instead of their socket. Per thread: an embedded daemon
+ * runs in its own. */
+typedef struct fed_frame {
+        const void *id, *data;
+        size_t id_len, len;
+        uid_t uid;
+        bool taken;
+} fed_frame_t;
+static __thread fed_frame_t *fed;
+
+static int fed_recv(uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
+                    size_t err_len, char *peer, size_t peer_len) {
+        if (fed->taken)
+                return 0;
+        fed->taken = true;
+        memcpy(id, fed->id, fed->id_len);
+        *id_len = fed->id_len;
+        if (peer) {
+                if (fed->uid == (uid_t) -1)
+                        snprintf(peer, peer_len, "%s", "");
+                else
+                        snprintf(peer, peer_len, "feed:%u:%u:%d", (unsigned) fed->uid, (unsigned) fed->uid,
+                                 (int) getpid());
+        }
+        if (uid)
+                *uid = fed->uid;
+        int r = hvd_wire_decode(fed->data, fed->len, 0, env, err, err_len);
+        return r < 0 ? r : 1;
+}
+
+/* One whole message from a DEALER (or the fed one). */
+static int msg_recv(zmq_msg_t *msg, void *sock) {
+        if (!fed)
+                return zmq_msg_recv(msg, sock, ZMQ_DONTWAIT);
+        if (fed->taken || zmq_msg_init_size(msg, fed->len) < 0)
+                return -1;
+        fed->taken = true;
+        if (fed->len)
+                memcpy(zmq_msg_data(msg), fed->data, fed->len);
+        return (int) fed->len;
+}
+
 static int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid,
                           char *err, size_t err_len, char *peer, size_t peer_len) {
+        if (fed)
+                return fed_recv(id, id_len, env, uid, err, err_len, peer, peer_len);
         for (;;) {
                 int n = zmq_recv(sock, id, 256, ZMQ_DONTWAIT);
                 if (n < 0)
@@ -1439,7 +1485,7 @@ static void handle_root_socket(hvd_daemon_t *d, peer_t *p) {
         for (int n = 0; n < RECV_BATCH; n++) {
                 zmq_msg_t msg;
                 zmq_msg_init(&msg);
-                if (zmq_msg_recv(&msg, p->sock, ZMQ_DONTWAIT) < 0) {
+                if (msg_recv(&msg, p->sock) < 0) {
                         zmq_msg_close(&msg);
                         return;
                 }
@@ -2597,8 +2643,10 @@ void hvd_daemon_destroy(hvd_daemon_t **dp) {
                 unlink(d->control_ep + 6);
         }
         hvd_zap_destroy(&d->zap);
-        if (d->zctx)
-                zmq_ctx_term(d->zctx);
+        /* a signal interrupts the termination; it must be restarted, or
+         * the context's threads and descriptors stay behind */
+        while (d->zctx && zmq_ctx_term(d->zctx) < 0 && zmq_errno() == EINTR)
+                ;
         if (d->stop_fd >= 0)
                 close(d->stop_fd);
         if (d->sig_fd >= 0)
@@ -2621,4 +2669,54 @@ const char *hvd_daemon_worker_endpoint(const hvd_daemon_t *d) {
 
 const char *hvd_daemon_control_endpoint(const hvd_daemon_t *d) {
         return d->control_ep;
+}
+
+/* ---- feeding messages without sockets (tests, fuzzing) ---- */
+
+int hvd_daemon_feed(hvd_daemon_t *d, hvd_daemon_source_t src, const void *id, size_t id_len, uid_t uid,
+                    const void *data, size_t len) {
+        peer_t *p = NULL;
+        if (!d || (id_len && !id) || id_len > 255 || (len && !data))
+                return -EINVAL;
+        if (src == HVD_DAEMON_FROM_PEER && !d->peer_sock)
+                return -ENOENT;
+        if (src == HVD_DAEMON_FROM_ROOT) {
+                char ep[HVD_WIRE_MAX_TEXT + 1];
+                snprintf(ep, sizeof ep, "%.*s", (int) id_len, (const char *) id);
+                p = hvd_strmap_get(d->peers, ep, strlen(ep));
+                if (!p || !p->sock)
+                        return -ENOENT;
+        }
+        fed_frame_t f = { .id = id, .id_len = id_len, .data = data, .len = len, .uid = uid };
+        fed = &f;
+        switch (src) {
+        case HVD_DAEMON_FROM_WORKER: handle_worker_socket(d); break;
+        case HVD_DAEMON_FROM_CONTROL: handle_control_socket(d); break;
+        case HVD_DAEMON_FROM_PEER: handle_peer_socket(d); break;
+        case HVD_DAEMON_FROM_ROOT: handle_root_socket(d, p); break;
+        default: fed = NULL; return -EINVAL;
+        }
+        fed = NULL;
+        before_sleep(d);
+        return 0;
+}
+
+int hvd_daemon_feed_exit(hvd_daemon_t *d, const void *id, size_t id_len) {
+        worker_t *w = hvd_strmap_get(d->workers, id, id_len);
+        if (!w)
+                return -ENOENT;
+        worker_gone(d, w, "exited");
+        before_sleep(d);
+        return 0;
+}
+
+void hvd_daemon_feed_time(hvd_daemon_t *d, uint64_t advance_usec) {
+        housekeeping(d, hvd_now_usec() + advance_usec);
+        before_sleep(d);
+}
+
+void hvd_daemon_sizes(const hvd_daemon_t *d, size_t *jobs, size_t *workers, size_t *peers) {
+        *jobs = hvd_strmap_size(d->jobs);
+        *workers = hvd_strmap_size(d->workers);
+        *peers = hvd_strmap_size(d->peers);
 }
