@@ -169,6 +169,7 @@ static struct {
         int listen_fd;
         int daemon_pidfd; /* readable when the coordinator exits */
         pid_t daemon_pid;
+        uint64_t max_message_bytes; /* the coordinator's limit (Welcome; 0: the protocol's) */
         /* process sets, by id (0 = all ranks, implicit) */
         pset_t *psets[HVD_MAX_PROCESS_SETS];
         uint32_t pset_seq;
@@ -395,7 +396,10 @@ static int solo_negotiate(const Hvd__Ready *ready) {
         return r;
 }
 
-/* Sends the queued requests as one Ready message. */
+/* Sends the queued requests as one Ready message, or as several when one
+ * would exceed the coordinator's max_message_size (libzmq would drop it by
+ * closing the connection, and nobody would be told). A single request too
+ * large on its own aborts the job with an error that says so. */
 static int send_ready(entry_t **batch, size_t n) {
         Hvd__Request *reqs = calloc(n, sizeof *reqs);
         Hvd__Request **rp = calloc(n, sizeof *rp);
@@ -466,7 +470,24 @@ static int send_ready(entry_t **batch, size_t n) {
                 /* the fast path's counters first: whatever this Ready leads
                  * to, the coordinator has counted what ran before it */
                 fp_report(true);
-                r = hvd_wire_send(G.sock, &env, 0);
+                uint64_t limit = G.max_message_bytes ? G.max_message_bytes : HVD_WIRE_MAX_MESSAGE_BYTES;
+                env.version = HVD_PROTOCOL_VERSION;
+                size_t bytes = hvd__envelope__get_packed_size(&env);
+                if (bytes <= limit)
+                        r = hvd_wire_send(G.sock, &env, 0);
+                else if (n > 1) {
+                        r = send_ready(batch, n / 2);
+                        if (r >= 0)
+                                r = send_ready(batch + n / 2, n - n / 2);
+                } else {
+                        char reason[512];
+                        snprintf(reason, sizeof reason,
+                                 "tensor '%.200s': its request takes %zu bytes, more than the coordinator's "
+                                 "max_message_size (%" PRIu64 " bytes; see hvd.conf(5))",
+                                 batch[0]->name, bytes, limit);
+                        job_aborted(-EMSGSIZE, reason);
+                        r = -EMSGSIZE;
+                }
         }
 out:
         free(reqs);
@@ -1963,6 +1984,7 @@ int hvd_init(void) {
                 G.cross_size = (int) w->cross_size;
                 if (w->cycle_time_usec)
                         G.cycle_time_usec = w->cycle_time_usec;
+                G.max_message_bytes = w->max_message_bytes;
 #ifdef SYS_pidfd_open
                 if (w->daemon_pid) {
                         G.daemon_pid = (pid_t) w->daemon_pid;

@@ -51,6 +51,9 @@
 #define HOUSEKEEPING_USEC (100 * USEC_PER_MSEC)
 #define ABORTED_JOB_LINGER_USEC (30 * USEC_PER_SEC)
 #define RECV_BATCH 512
+/* A connection that has not finished its ZMTP (and ZAP, CURVE) handshake
+ * within this is closed; libzmq's default is 30 s. */
+#define HANDSHAKE_MSEC 5000
 
 typedef enum { JOB_JOINING, JOB_RUNNING, JOB_ABORTED } job_state_t;
 static const char *const job_state_names[] = { "joining", "running", "aborted" };
@@ -473,6 +476,7 @@ static void welcome_local(hvd_daemon_t *d, job_t *j) {
                 wel.nccl_id.data = j->nccl_id;
                 wel.nccl_id.len = j->nccl_id_len;
                 wel.daemon_pid = (uint32_t) getpid();
+                wel.max_message_bytes = d->cfg.max_message_bytes;
                 env.body_case = HVD__ENVELOPE__BODY_WELCOME;
                 env.welcome = &wel;
                 send_to_worker(d, w, &env);
@@ -2475,9 +2479,10 @@ static int bind_socket(hvd_daemon_t *d, void **sock, char *ep, size_t ep_len, co
         *sock = zmq_socket(d->zctx, ZMQ_ROUTER);
         if (!*sock)
                 return hvd_log_error(-zmq_errno(), "Cannot create socket");
-        int one = 1, zero = 0, hwm = 100000;
+        int one = 1, zero = 0, hwm = 100000, handshake = HANDSHAKE_MSEC;
         int64_t maxmsg = (int64_t) d->cfg.max_message_bytes;
         zmq_setsockopt(*sock, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_setsockopt(*sock, ZMQ_HANDSHAKE_IVL, &handshake, sizeof handshake);
         zmq_setsockopt(*sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
         zmq_setsockopt(*sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
         zmq_setsockopt(*sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
@@ -2542,8 +2547,10 @@ int hvd_daemon_new(const hvd_daemon_config_t *cfg, hvd_daemon_t **ret) {
                         goto fail;
                 }
                 int one = 1, zero = 0, hwm = 100000, ivl = 1000, tmo = (int) (cfg->peer_timeout_usec / 1000);
+                int handshake = HANDSHAKE_MSEC;
                 int64_t maxmsg = (int64_t) cfg->max_message_bytes;
                 zmq_setsockopt(d->peer_sock, ZMQ_LINGER, &zero, sizeof zero);
+                zmq_setsockopt(d->peer_sock, ZMQ_HANDSHAKE_IVL, &handshake, sizeof handshake);
                 zmq_setsockopt(d->peer_sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
                 zmq_setsockopt(d->peer_sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
                 zmq_setsockopt(d->peer_sock, ZMQ_SNDHWM, &hwm, sizeof hwm);

@@ -11,6 +11,10 @@ check_PROGRAMS += %D%/worker_timeline
 check_PROGRAMS += %D%/worker_fastpath
 %C%_worker_fastpath_SOURCES = %D%/worker_fastpath.c
 %C%_worker_fastpath_LDADD = client/libhvd.la
+check_PROGRAMS += %D%/bad_wire
+%C%_bad_wire_SOURCES = %D%/bad_wire.c
+%C%_bad_wire_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
+%C%_bad_wire_LDADD = client/libhvd.la common/libhvdcommon.la
 
 %C%_integration_tests = \
 	%D%/test-collectives-np1.sh \
@@ -29,7 +33,8 @@ check_PROGRAMS += %D%/worker_fastpath
 	%D%/test-table-capacity.sh \
 	%D%/test-api-contract.sh \
 	%D%/test-timeline.sh \
-	%D%/test-fastpath.sh
+	%D%/test-fastpath.sh \
+	%D%/test-bad-wire.sh
 TESTS += $(%C%_integration_tests)
 EXTRA_DIST += $(%C%_integration_tests) %D%/test-collectives.sh %D%/test-daemon-lost.sh
 
