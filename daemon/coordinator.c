@@ -2062,10 +2062,29 @@ static void start_timeout(hvd_daemon_t *d, job_t *j) {
                           missing);
 }
 
+/* Local workers without a pidfd (pidfd_open is missing before Linux 5.3
+ * and under valgrind): whether their process still exists is asked at
+ * every housekeeping. Returns whether any such worker is left to watch. */
+static bool watch_pidless_workers(hvd_daemon_t *d) {
+        size_t iter = 0;
+        void *v;
+        bool any = false;
+        while (hvd_strmap_next(d->workers, &iter, NULL, NULL, &v)) {
+                worker_t *w = v;
+                if (w->pidfd >= 0 || w->exited || w->pid <= 0)
+                        continue;
+                if (kill(w->pid, 0) < 0 && errno == ESRCH)
+                        worker_gone(d, w, "exited");
+                else
+                        any = true;
+        }
+        return any;
+}
+
 static void housekeeping(hvd_daemon_t *d, uint64_t now) {
         size_t iter = 0;
         void *v;
-        bool again = false;
+        bool again = watch_pidless_workers(d);
         job_t *dead[64];
         size_t n_dead = 0;
         uint64_t hb = d->cfg.peer_timeout_usec / 5;

@@ -34,7 +34,8 @@ check_PROGRAMS += %D%/bad_wire
 	%D%/test-api-contract.sh \
 	%D%/test-timeline.sh \
 	%D%/test-fastpath.sh \
-	%D%/test-bad-wire.sh
+	%D%/test-bad-wire.sh \
+	%D%/valgrind-daemon.sh
 TESTS += $(%C%_integration_tests)
 EXTRA_DIST += $(%C%_integration_tests) %D%/test-collectives.sh %D%/test-daemon-lost.sh
 
