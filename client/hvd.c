@@ -1786,6 +1786,16 @@ static int connect_and_join(const char *endpoint, const char *job_id, const uint
         int r = hvd_wire_send(G.sock, &env, 0);
         if (r < 0)
                 return set_error(r, "cannot send hello to %s: %s", endpoint, hvd_strerror(r));
+        /* the limit is only known from the welcome; a daemon configured
+         * below this hello's size drops it without a word (4K is the least
+         * max_message_size allows) */
+        size_t hello_bytes = hvd__envelope__get_packed_size(&env);
+        char hint[160] = "";
+        if (hello_bytes > 4096)
+                snprintf(hint, sizeof hint,
+                         "; or its max_message_size is below this hello's %zu bytes (the host list), and it "
+                         "dropped the connection",
+                         hello_bytes);
 
         uint64_t deadline = hvd_now_usec() + timeout_usec;
         for (;;) {
@@ -1793,8 +1803,8 @@ static int connect_and_join(const char *endpoint, const char *job_id, const uint
                 if (now >= deadline)
                         return set_error(HVD_ETIMEOUT,
                                          "rank %d: no welcome from the coordinator at %s within %.1f s (job %s; "
-                                         "are all %d ranks started?)",
-                                         G.rank, endpoint, (double) timeout_usec / 1e6, job_id, G.size);
+                                         "are all %d ranks started?%s)",
+                                         G.rank, endpoint, (double) timeout_usec / 1e6, job_id, G.size, hint);
                 zmq_pollitem_t it = { .socket = G.sock, .events = ZMQ_POLLIN };
                 int n = zmq_poll(&it, 1, (long) ((deadline - now + 999) / 1000));
                 if (n < 0 && zmq_errno() == EINTR)
