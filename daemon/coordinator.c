@@ -1125,11 +1125,6 @@ static void handle_done(hvd_daemon_t *d, worker_t *w, const Hvd__Done *dn) {
         d->metrics.requests += dn->fast_path_cache_hits;
 }
 
-/* Takes one message off a ROUTER socket without blocking: its routing id
- * and its decoded, validated envelope (owned by the caller). Extra frames
- * are dropped: one envelope per message. Returns 1 with *env set, 0 when
- * the socket is drained, or < 0 (the message was refused; err says why and
- * the id is filled, so the sender can be told). */
 /* A message handed in by hvd_daemon_feed() in place of the socket's next
  * one (tests and fuzzing): while it is set, the reactor's receive paths
  * read it, once, instead of their socket. Per thread: an embedded daemon
@@ -1174,6 +1169,11 @@ static int msg_recv(zmq_msg_t *msg, void *sock) {
         return (int) fed->len;
 }
 
+/* Takes one message off a ROUTER socket without blocking: its routing id
+ * and its decoded, validated envelope (owned by the caller). Extra frames
+ * are dropped: one envelope per message. Returns 1 with *env set, 0 when
+ * the socket is drained, or < 0 (the message was refused; err says why and
+ * the id is filled, so the sender can be told). */
 static int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid,
                           char *err, size_t err_len, char *peer, size_t peer_len) {
         if (fed)
