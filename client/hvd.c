@@ -180,6 +180,7 @@ static struct {
          * (0 = none), sent by whoever holds the socket and keeps running —
          * the background thread's poll loop and its data-plane waits */
         uint64_t hb_interval_usec, last_hb_usec, epoch;
+        uint64_t max_message_bytes; /* the coordinator's limit (Welcome; 0: the protocol's) */
         /* process sets, by id (0 = all ranks, implicit) */
         pset_t *psets[HVD_MAX_PROCESS_SETS];
         uint32_t pset_seq;
@@ -538,7 +539,10 @@ static int solo_negotiate(const Hvd__Ready *ready) {
         return r;
 }
 
-/* Sends the queued requests as one Ready message. */
+/* Sends the queued requests as one Ready message, or as several when one
+ * would exceed the coordinator's max_message_size (libzmq would drop it by
+ * closing the connection, and nobody would be told). A single request too
+ * large on its own aborts the job with an error that says so. */
 static int send_ready(entry_t **batch, size_t n) {
         Hvd__Request *reqs = calloc(n, sizeof *reqs);
         Hvd__Request **rp = calloc(n, sizeof *rp);
@@ -609,7 +613,24 @@ static int send_ready(entry_t **batch, size_t n) {
                 /* the fast path's counters first: whatever this Ready leads
                  * to, the coordinator has counted what ran before it */
                 fp_report(true);
-                r = hvd_wire_send(G.sock, &env, 0);
+                uint64_t limit = G.max_message_bytes ? G.max_message_bytes : HVD_WIRE_MAX_MESSAGE_BYTES;
+                env.version = HVD_PROTOCOL_VERSION;
+                size_t bytes = hvd__envelope__get_packed_size(&env);
+                if (bytes <= limit)
+                        r = hvd_wire_send(G.sock, &env, 0);
+                else if (n > 1) {
+                        r = send_ready(batch, n / 2);
+                        if (r >= 0)
+                                r = send_ready(batch + n / 2, n - n / 2);
+                } else {
+                        char reason[512];
+                        snprintf(reason, sizeof reason,
+                                 "tensor '%.200s': its request takes %zu bytes, more than the coordinator's "
+                                 "max_message_size (%" PRIu64 " bytes; see hvd.conf(5))",
+                                 batch[0]->name, bytes, limit);
+                        job_aborted(-EMSGSIZE, reason);
+                        r = -EMSGSIZE;
+                }
         }
 out:
         free(reqs);
@@ -1847,7 +1868,8 @@ static void teardown(void) {
                 G.sock = NULL;
         }
         if (G.zctx) {
-                zmq_ctx_term(G.zctx);
+                while (zmq_ctx_term(G.zctx) < 0 && zmq_errno() == EINTR)
+                        ; /* restarted after a signal, or its threads and descriptors stay behind */
                 G.zctx = NULL;
         }
         if (G.wake_fd >= 0) {
@@ -1994,6 +2016,16 @@ static int connect_and_join(const char *endpoint, const char *job_id, const uint
         int r = hvd_wire_send(G.sock, &env, 0);
         if (r < 0)
                 return set_error(r, "cannot send hello to %s: %s", endpoint, hvd_strerror(r));
+        /* the limit is only known from the welcome; a daemon configured
+         * below this hello's size drops it without a word (4K is the least
+         * max_message_size allows) */
+        size_t hello_bytes = hvd__envelope__get_packed_size(&env);
+        char hint[160] = "";
+        if (hello_bytes > 4096)
+                snprintf(hint, sizeof hint,
+                         "; or its max_message_size is below this hello's %zu bytes (the host list), and it "
+                         "dropped the connection",
+                         hello_bytes);
 
         uint64_t deadline = hvd_now_usec() + timeout_usec;
         for (;;) {
@@ -2001,8 +2033,8 @@ static int connect_and_join(const char *endpoint, const char *job_id, const uint
                 if (now >= deadline)
                         return set_error(HVD_ETIMEOUT,
                                          "rank %d: no welcome from the coordinator at %s within %.1f s (job %s; "
-                                         "are all %d ranks started?)",
-                                         G.rank, endpoint, (double) timeout_usec / 1e6, job_id, G.size);
+                                         "are all %d ranks started?%s)",
+                                         G.rank, endpoint, (double) timeout_usec / 1e6, job_id, G.size, hint);
                 zmq_pollitem_t it = { .socket = G.sock, .events = ZMQ_POLLIN };
                 int n = zmq_poll(&it, 1, (long) ((deadline - now + 999) / 1000));
                 if (n < 0 && zmq_errno() == EINTR)
@@ -2197,6 +2229,7 @@ int hvd_init(void) {
                 G.hb_interval_usec = w->heartbeat_interval_usec;
                 G.last_hb_usec = hvd_now_usec();
                 G.peer_timeout_usec = w->peer_timeout_usec;
+                G.max_message_bytes = w->max_message_bytes;
 #ifdef SYS_pidfd_open
                 if (w->daemon_pid) {
                         G.daemon_pid = (pid_t) w->daemon_pid;

@@ -480,6 +480,7 @@ out:
         zmq_close(s);
 out_ctx:
         if (!zctx)
-                zmq_ctx_term(ctx);
+                while (zmq_ctx_term(ctx) < 0 && zmq_errno() == EINTR)
+                        ; /* restarted after a signal, or the context stays behind */
         return r;
 }

@@ -57,6 +57,9 @@
 #define HOUSEKEEPING_USEC (100 * USEC_PER_MSEC)
 #define ABORTED_JOB_LINGER_USEC (30 * USEC_PER_SEC)
 #define RECV_BATCH 512
+/* A connection that has not finished its ZMTP (and ZAP, CURVE) handshake
+ * within this is closed; libzmq's default is 30 s. */
+#define HANDSHAKE_MSEC 5000
 
 typedef enum { JOB_JOINING, JOB_RUNNING, JOB_ABORTED } job_state_t;
 static const char *const job_state_names[] = { "joining", "running", "aborted" };
@@ -624,6 +627,7 @@ static void welcome_local(hvd_daemon_t *d, job_t *j) {
                 w->last_heard_usec = now;
                 wel.peer_timeout_usec = j->cross_size > 1 ? d->cfg.peer_timeout_usec : 0;
                 wel.ring_checksum = j->ring_checksum;
+                wel.max_message_bytes = d->cfg.max_message_bytes;
                 env.body_case = HVD__ENVELOPE__BODY_WELCOME;
                 env.welcome = &wel;
                 send_to_worker(d, w, &env);
@@ -1615,6 +1619,50 @@ static void handle_done(hvd_daemon_t *d, worker_t *w, const Hvd__Done *dn) {
         d->metrics.requests += dn->fast_path_cache_hits;
 }
 
+/* A message handed in by hvd_daemon_feed() in place of the socket's next
+ * one (tests and fuzzing): while it is set, the reactor's receive paths
+ * read it, once, instead of their socket. Per thread: an embedded daemon
+ * runs in its own. */
+typedef struct fed_frame {
+        const void *id, *data;
+        size_t id_len, len;
+        uid_t uid;
+        bool taken;
+} fed_frame_t;
+static __thread fed_frame_t *fed;
+
+static int fed_recv(uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
+                    size_t err_len, char *peer, size_t peer_len) {
+        if (fed->taken)
+                return 0;
+        fed->taken = true;
+        memcpy(id, fed->id, fed->id_len);
+        *id_len = fed->id_len;
+        if (peer) {
+                if (fed->uid == (uid_t) -1)
+                        snprintf(peer, peer_len, "%s", "");
+                else
+                        snprintf(peer, peer_len, "feed:%u:%u:%d", (unsigned) fed->uid, (unsigned) fed->uid,
+                                 (int) getpid());
+        }
+        if (uid)
+                *uid = fed->uid;
+        int r = hvd_wire_decode(fed->data, fed->len, 0, env, err, err_len);
+        return r < 0 ? r : 1;
+}
+
+/* One whole message from a DEALER (or the fed one). */
+static int msg_recv(zmq_msg_t *msg, void *sock) {
+        if (!fed)
+                return zmq_msg_recv(msg, sock, ZMQ_DONTWAIT);
+        if (fed->taken || zmq_msg_init_size(msg, fed->len) < 0)
+                return -1;
+        fed->taken = true;
+        if (fed->len)
+                memcpy(zmq_msg_data(msg), fed->data, fed->len);
+        return (int) fed->len;
+}
+
 /* Takes one message off a ROUTER socket without blocking: its routing id
  * and its decoded, validated envelope (owned by the caller). Extra frames
  * are dropped: one envelope per message. Returns 1 with *env set, 0 when
@@ -1622,6 +1670,8 @@ static void handle_done(hvd_daemon_t *d, worker_t *w, const Hvd__Done *dn) {
  * the id is filled, so the sender can be told). */
 static int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid,
                           char *err, size_t err_len, char *peer, size_t peer_len) {
+        if (fed)
+                return fed_recv(id, id_len, env, uid, err, err_len, peer, peer_len);
         for (;;) {
                 int n = zmq_recv(sock, id, 256, ZMQ_DONTWAIT);
                 if (n < 0)
@@ -2136,7 +2186,7 @@ static void handle_root_socket(hvd_daemon_t *d, peer_t *p) {
         for (int n = 0; n < RECV_BATCH; n++) {
                 zmq_msg_t msg;
                 zmq_msg_init(&msg);
-                if (zmq_msg_recv(&msg, p->sock, ZMQ_DONTWAIT) < 0) {
+                if (msg_recv(&msg, p->sock) < 0) {
                         zmq_msg_close(&msg);
                         return;
                 }
@@ -2888,10 +2938,29 @@ static int probe_node(hvd_daemon_t *d, const node_t *nd, uint64_t now) {
         return hvd_wire_send_to(d->peer_sock, nd->id, nd->id_len, &env, ZMQ_DONTWAIT);
 }
 
+/* Local workers without a pidfd (pidfd_open is missing before Linux 5.3
+ * and under valgrind): whether their process still exists is asked at
+ * every housekeeping. Returns whether any such worker is left to watch. */
+static bool watch_pidless_workers(hvd_daemon_t *d) {
+        size_t iter = 0;
+        void *v;
+        bool any = false;
+        while (hvd_strmap_next(d->workers, &iter, NULL, NULL, &v)) {
+                worker_t *w = v;
+                if (w->pidfd >= 0 || w->exited || w->pid <= 0)
+                        continue;
+                if (kill(w->pid, 0) < 0 && errno == ESRCH)
+                        worker_gone(d, w, "exited");
+                else
+                        any = true;
+        }
+        return any;
+}
+
 static void housekeeping(hvd_daemon_t *d, uint64_t now) {
         size_t iter = 0;
         void *v;
-        bool again = false;
+        bool again = watch_pidless_workers(d);
         job_t *dead[64];
         size_t n_dead = 0;
         uint64_t hb_due = UINT64_MAX;
@@ -3331,9 +3400,10 @@ static int bind_socket(hvd_daemon_t *d, void **sock, char *ep, size_t ep_len, co
         *sock = zmq_socket(d->zctx, ZMQ_ROUTER);
         if (!*sock)
                 return hvd_log_error(-zmq_errno(), "Cannot create socket");
-        int one = 1, zero = 0, hwm = 100000;
+        int one = 1, zero = 0, hwm = 100000, handshake = HANDSHAKE_MSEC;
         int64_t maxmsg = (int64_t) d->cfg.max_message_bytes;
         zmq_setsockopt(*sock, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_setsockopt(*sock, ZMQ_HANDSHAKE_IVL, &handshake, sizeof handshake);
         zmq_setsockopt(*sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
         zmq_setsockopt(*sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
         zmq_setsockopt(*sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
@@ -3398,8 +3468,10 @@ int hvd_daemon_new(const hvd_daemon_config_t *cfg, hvd_daemon_t **ret) {
                         goto fail;
                 }
                 int one = 1, zero = 0, hwm = 100000, ivl = 1000, tmo = (int) (cfg->peer_timeout_usec / 1000);
+                int handshake = HANDSHAKE_MSEC;
                 int64_t maxmsg = (int64_t) cfg->max_message_bytes;
                 zmq_setsockopt(d->peer_sock, ZMQ_LINGER, &zero, sizeof zero);
+                zmq_setsockopt(d->peer_sock, ZMQ_HANDSHAKE_IVL, &handshake, sizeof handshake);
                 zmq_setsockopt(d->peer_sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
                 zmq_setsockopt(d->peer_sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
                 zmq_setsockopt(d->peer_sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
@@ -3499,8 +3571,10 @@ void hvd_daemon_destroy(hvd_daemon_t **dp) {
                 unlink(d->control_ep + 6);
         }
         hvd_zap_destroy(&d->zap);
-        if (d->zctx)
-                zmq_ctx_term(d->zctx);
+        /* a signal interrupts the termination; it must be restarted, or
+         * the context's threads and descriptors stay behind */
+        while (d->zctx && zmq_ctx_term(d->zctx) < 0 && zmq_errno() == EINTR)
+                ;
         if (d->stop_fd >= 0)
                 close(d->stop_fd);
         if (d->sig_fd >= 0)
@@ -3525,4 +3599,54 @@ const char *hvd_daemon_worker_endpoint(const hvd_daemon_t *d) {
 
 const char *hvd_daemon_control_endpoint(const hvd_daemon_t *d) {
         return d->control_ep;
+}
+
+/* ---- feeding messages without sockets (tests, fuzzing) ---- */
+
+int hvd_daemon_feed(hvd_daemon_t *d, hvd_daemon_source_t src, const void *id, size_t id_len, uid_t uid,
+                    const void *data, size_t len) {
+        peer_t *p = NULL;
+        if (!d || (id_len && !id) || id_len > 255 || (len && !data))
+                return -EINVAL;
+        if (src == HVD_DAEMON_FROM_PEER && !d->peer_sock)
+                return -ENOENT;
+        if (src == HVD_DAEMON_FROM_ROOT) {
+                char ep[HVD_WIRE_MAX_TEXT + 1];
+                snprintf(ep, sizeof ep, "%.*s", (int) id_len, (const char *) id);
+                p = hvd_strmap_get(d->peers, ep, strlen(ep));
+                if (!p || !p->sock)
+                        return -ENOENT;
+        }
+        fed_frame_t f = { .id = id, .id_len = id_len, .data = data, .len = len, .uid = uid };
+        fed = &f;
+        switch (src) {
+        case HVD_DAEMON_FROM_WORKER: handle_worker_socket(d); break;
+        case HVD_DAEMON_FROM_CONTROL: handle_control_socket(d); break;
+        case HVD_DAEMON_FROM_PEER: handle_peer_socket(d); break;
+        case HVD_DAEMON_FROM_ROOT: handle_root_socket(d, p); break;
+        default: fed = NULL; return -EINVAL;
+        }
+        fed = NULL;
+        before_sleep(d);
+        return 0;
+}
+
+int hvd_daemon_feed_exit(hvd_daemon_t *d, const void *id, size_t id_len) {
+        worker_t *w = hvd_strmap_get(d->workers, id, id_len);
+        if (!w)
+                return -ENOENT;
+        worker_gone(d, w, "exited");
+        before_sleep(d);
+        return 0;
+}
+
+void hvd_daemon_feed_time(hvd_daemon_t *d, uint64_t advance_usec) {
+        housekeeping(d, hvd_now_usec() + advance_usec);
+        before_sleep(d);
+}
+
+void hvd_daemon_sizes(const hvd_daemon_t *d, size_t *jobs, size_t *workers, size_t *peers) {
+        *jobs = hvd_strmap_size(d->jobs);
+        *workers = hvd_strmap_size(d->workers);
+        *peers = hvd_strmap_size(d->peers);
 }

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 #include "conf.h"
 
@@ -49,5 +50,33 @@ int hvd_daemon_reload(hvd_daemon_t *d, const hvd_daemon_config_t *cfg);
 /* The ipc endpoints, e.g. "ipc:///run/hvd/worker.sock". Borrowed. */
 const char *hvd_daemon_worker_endpoint(const hvd_daemon_t *d);
 const char *hvd_daemon_control_endpoint(const hvd_daemon_t *d);
+
+/* Tests and fuzzing: where a message handed to hvd_daemon_feed() comes from. */
+typedef enum {
+        HVD_DAEMON_FROM_WORKER,  /* the worker socket; id: the routing id */
+        HVD_DAEMON_FROM_CONTROL, /* the control socket (hvdctl); id: the routing id */
+        HVD_DAEMON_FROM_PEER,    /* the peer socket (another daemon); id: the routing id */
+        HVD_DAEMON_FROM_ROOT,    /* a root daemon this one reports to; id: its endpoint */
+} hvd_daemon_source_t;
+
+/* Handles data (an encoded Envelope, decoded and validated as off the
+ * wire) as if it had arrived from src, without a socket, then does the
+ * reactor's before-sleep step (schedules, forwarding). uid is the sender's
+ * as ZAP would report it ((uid_t) -1: unknown). Replies go to the real
+ * sockets, where libzmq drops them (no such peer). Returns 0, -ENOENT when
+ * src has no such socket or root peer, -EINVAL. Reactor thread only. */
+int hvd_daemon_feed(hvd_daemon_t *d, hvd_daemon_source_t src, const void *id, size_t id_len, uid_t uid,
+                    const void *data, size_t len);
+
+/* The worker with routing id id has exited, as its pidfd would say.
+ * Returns 0 or -ENOENT (no such worker). */
+int hvd_daemon_feed_exit(hvd_daemon_t *d, const void *id, size_t id_len);
+
+/* Runs the housekeeping timer as if the clock were advance_usec ahead
+ * (start, stall and peer timeouts; removal of finished jobs). */
+void hvd_daemon_feed_time(hvd_daemon_t *d, uint64_t advance_usec);
+
+/* How many jobs, local workers and root peers the daemon holds now. */
+void hvd_daemon_sizes(const hvd_daemon_t *d, size_t *jobs, size_t *workers, size_t *peers);
 
 #endif

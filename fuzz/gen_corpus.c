@@ -3,7 +3,7 @@
  * and checks on the way that every valid message passes hvd_wire_decode
  * and every malformed one is refused.
  *   gen_corpus            check only (a test in make check)
- *   gen_corpus DIR        also write DIR/envelope/ and DIR/negotiate/ */
+ *   gen_corpus DIR        also write DIR/envelope/, DIR/negotiate/ and DIR/dispatch/ */
 #include "config.h"
 
 #include <errno.h>
@@ -168,6 +168,299 @@ static void negotiate_seeds(void) {
         }
         write_file("negotiate", "mismatch-and-fusion", buf, len);
         free(buf);
+}
+
+
+/* ---- dispatch seeds: sequences of frames fed to a daemon (fuzz/dispatch.c) ---- */
+
+enum { FROM_WORKER = 0, FROM_CONTROL = 1, FROM_PEER = 2, FROM_ROOT = 3, WORKER_EXIT = 4, TIME_PASSES = 5 };
+
+typedef struct seq {
+        uint8_t *buf;
+        size_t len;
+} seq_t;
+
+static void seq_start(seq_t *q, uint8_t settings) {
+        q->buf = malloc(1);
+        q->buf[0] = settings;
+        q->len = 1;
+}
+
+static void seq_raw(seq_t *q, uint8_t op, const void *p, size_t n) {
+        q->buf = realloc(q->buf, q->len + 3 + n);
+        q->buf[q->len] = op;
+        q->buf[q->len + 1] = (uint8_t) (n & 0xff);
+        q->buf[q->len + 2] = (uint8_t) (n >> 8);
+        if (n)
+                memcpy(q->buf + q->len + 3, p, n);
+        q->len += 3 + n;
+}
+
+/* source | connection << 3 (| 0x40 another uid, | 0x80 unknown uid) */
+static void seq_msg(seq_t *q, uint8_t op, Hvd__Envelope *env) {
+        env->version = HVD_PROTOCOL_VERSION;
+        size_t n = hvd__envelope__get_packed_size(env);
+        uint8_t *b = malloc(n + 1);
+        hvd__envelope__pack(env, b);
+        seq_raw(q, op, b, n);
+        free(b);
+}
+
+static void seq_write(seq_t *q, const char *name) {
+        write_file("dispatch", name, q->buf, q->len);
+        free(q->buf);
+}
+
+static uint8_t dsecret[16] = "fedcba9876543210";
+static char *dhosts[] = { "node-a", "node-b" };
+
+static void seq_hello(seq_t *q, uint8_t op, const char *job, uint32_t rank, uint32_t world, uint32_t local_rank,
+                      uint32_t local_size, uint32_t cross_rank, uint32_t cross_size) {
+        Hvd__Hello h = HVD__HELLO__INIT;
+        h.job_id = (char *) job;
+        h.secret = (ProtobufCBinaryData){ sizeof dsecret, dsecret };
+        h.world_size = world, h.local_size = local_size, h.local_rank = local_rank, h.rank = rank;
+        h.pid = 999999; /* no such process: no pidfd */
+        h.host = cross_size > 1 ? dhosts[cross_rank] : "";
+        h.device = -1;
+        h.fusion_threshold = -1;
+        h.data_addr = "127.0.0.1:4000";
+        if (cross_size > 1) {
+                h.cross_rank = cross_rank, h.cross_size = cross_size;
+                h.root_peer = "tcp://127.0.0.1:7100";
+                h.hosts = dhosts, h.n_hosts = 2;
+        }
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        env.body_case = HVD__ENVELOPE__BODY_HELLO;
+        env.hello = &h;
+        seq_msg(q, op, &env);
+}
+
+static void seq_ready(seq_t *q, uint8_t op, const char *name, bool cached) {
+        int64_t shape[] = { 4, 3 };
+        Hvd__Request r = request(name, HVD__KIND__KIND_ALLREDUCE, shape, 2);
+        Hvd__Request *rs[] = { &r };
+        uint32_t ids[] = { 0 };
+        Hvd__Ready ready = HVD__READY__INIT;
+        if (cached)
+                ready.cached = ids, ready.n_cached = 1;
+        else
+                ready.requests = rs, ready.n_requests = 1;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        env.body_case = HVD__ENVELOPE__BODY_READY;
+        env.ready = &ready;
+        seq_msg(q, op, &env);
+}
+
+static void seq_done(seq_t *q, uint8_t op, uint64_t s) {
+        Hvd__Done dn = HVD__DONE__INIT;
+        dn.seq = s;
+        dn.bytes = 48;
+        dn.fast_path_tensors = 3;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        env.body_case = HVD__ENVELOPE__BODY_DONE;
+        env.done = &dn;
+        seq_msg(q, op, &env);
+}
+
+static void seq_goodbye(seq_t *q, uint8_t op, uint32_t rank) {
+        Hvd__Goodbye g = HVD__GOODBYE__INIT;
+        g.rank = rank;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        env.body_case = HVD__ENVELOPE__BODY_GOODBYE;
+        env.goodbye = &g;
+        seq_msg(q, op, &env);
+}
+
+static void seq_control(seq_t *q, uint8_t op, const char *job) {
+        Hvd__StatusRequest sr = HVD__STATUS_REQUEST__INIT;
+        sr.job_id = (char *) job;
+        sr.rank_detail = true;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        env.body_case = HVD__ENVELOPE__BODY_STATUS_REQUEST;
+        env.status_request = &sr;
+        seq_msg(q, op, &env);
+        Hvd__MetricsRequest mr = HVD__METRICS_REQUEST__INIT;
+        env.body_case = HVD__ENVELOPE__BODY_METRICS_REQUEST;
+        env.metrics_request = &mr;
+        seq_msg(q, op, &env);
+        Hvd__LogLevel ll = HVD__LOG_LEVEL__INIT;
+        ll.level = "";
+        env.body_case = HVD__ENVELOPE__BODY_LOG_LEVEL;
+        env.log_level = &ll;
+        seq_msg(q, op, &env);
+        Hvd__TimelineControl tc = HVD__TIMELINE_CONTROL__INIT;
+        tc.job_id = (char *) job;
+        tc.start = true;
+        tc.file = "timeline.json";
+        env.body_case = HVD__ENVELOPE__BODY_TIMELINE_CONTROL;
+        env.timeline_control = &tc;
+        seq_msg(q, op, &env);
+}
+
+static void seq_time(seq_t *q, uint8_t seconds) {
+        seq_raw(q, TIME_PASSES, &seconds, 1);
+}
+
+static Hvd__RankInfo rank_info(uint32_t rank, uint32_t cross_rank) {
+        Hvd__RankInfo ri = HVD__RANK_INFO__INIT;
+        ri.rank = rank;
+        ri.local_rank = 0;
+        ri.pid = 999999;
+        ri.host = dhosts[cross_rank];
+        ri.data_addr = "127.0.0.1:4001";
+        ri.cross_rank = cross_rank;
+        return ri;
+}
+
+static void dispatch_seeds(void) {
+        seq_t q;
+        /* one job of two ranks from start to end, with hvdctl looking */
+        seq_start(&q, 0);
+        seq_hello(&q, FROM_WORKER | 0 << 3, "job-a", 0, 2, 0, 2, 0, 1);
+        seq_hello(&q, FROM_WORKER | 1 << 3, "job-a", 1, 2, 1, 2, 0, 1);
+        seq_ready(&q, FROM_WORKER | 0 << 3, "grad.w", false);
+        seq_ready(&q, FROM_WORKER | 1 << 3, "grad.w", false);
+        seq_done(&q, FROM_WORKER | 0 << 3, 1);
+        seq_done(&q, FROM_WORKER | 1 << 3, 1);
+        seq_ready(&q, FROM_WORKER | 0 << 3, "grad.w", true);
+        seq_ready(&q, FROM_WORKER | 1 << 3, "grad.w", true);
+        seq_control(&q, FROM_CONTROL, "job-a");
+        seq_goodbye(&q, FROM_WORKER | 0 << 3, 0);
+        seq_goodbye(&q, FROM_WORKER | 1 << 3, 1);
+        seq_raw(&q, WORKER_EXIT | 0 << 3, NULL, 0);
+        seq_raw(&q, WORKER_EXIT | 1 << 3, NULL, 0);
+        seq_time(&q, 1);
+        seq_write(&q, "job-lifecycle");
+
+        /* a rank dies with a collective pending; a second job goes on; the
+         * dead one is removed after its linger time */
+        seq_start(&q, 0);
+        seq_hello(&q, FROM_WORKER | 0 << 3, "job-a", 0, 2, 0, 2, 0, 1);
+        seq_hello(&q, FROM_WORKER | 1 << 3, "job-a", 1, 2, 1, 2, 0, 1);
+        seq_hello(&q, FROM_WORKER | 2 << 3, "job-b", 0, 1, 0, 1, 0, 1);
+        seq_ready(&q, FROM_WORKER | 0 << 3, "grad.w", false);
+        seq_raw(&q, WORKER_EXIT | 1 << 3, NULL, 0);
+        seq_ready(&q, FROM_WORKER | 2 << 3, "grad.w", false);
+        seq_ready(&q, FROM_WORKER | 0 << 3, "grad.x", false);
+        seq_control(&q, FROM_CONTROL | 1 << 3, "");
+        seq_time(&q, 40);
+        seq_write(&q, "killed-worker");
+
+        /* refusals: messages before hello, a second hello on one
+         * connection, a wrong secret, another uid, garbage, a full rank */
+        seq_start(&q, 2);
+        seq_ready(&q, FROM_WORKER | 3 << 3, "grad.w", false);
+        seq_hello(&q, FROM_WORKER | 0 << 3, "job-a", 0, 3, 0, 3, 0, 1);
+        seq_hello(&q, FROM_WORKER | 0 << 3, "job-a", 1, 3, 1, 3, 0, 1);
+        seq_hello(&q, FROM_WORKER | 1 << 3 | 0x40, "job-a", 1, 3, 1, 3, 0, 1);
+        seq_hello(&q, FROM_WORKER | 2 << 3, "job-a", 0, 3, 0, 3, 0, 1);
+        seq_raw(&q, FROM_WORKER | 4 << 3, "\x08\x01\x52\x05garbage", 10);
+        seq_hello(&q, FROM_WORKER | 5 << 3, "job-b", 0, 1, 0, 1, 0, 1);
+        seq_hello(&q, FROM_WORKER | 6 << 3, "job-c", 0, 1, 0, 1, 0, 1);
+        seq_hello(&q, FROM_WORKER | 7 << 3, "job-d", 0, 9, 0, 9, 0, 1);
+        seq_time(&q, 31);
+        seq_write(&q, "refusals");
+
+        /* this daemon is the root of a job on two hosts */
+        seq_start(&q, 1);
+        seq_hello(&q, FROM_WORKER | 0 << 3, "job-m", 0, 2, 0, 1, 0, 2);
+        {
+                Hvd__RankInfo ri = rank_info(1, 1), *rip[] = { &ri };
+                Hvd__NodeJoin nj = HVD__NODE_JOIN__INIT;
+                nj.job_id = "job-m";
+                nj.secret = (ProtobufCBinaryData){ sizeof dsecret, dsecret };
+                nj.host = "node-b";
+                nj.cross_rank = 1, nj.cross_size = 2, nj.world_size = 2;
+                nj.ranks = rip, nj.n_ranks = 1;
+                nj.fusion_threshold = -1;
+                nj.hosts = dhosts, nj.n_hosts = 2;
+                Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                env.body_case = HVD__ENVELOPE__BODY_NODE_JOIN;
+                env.node_join = &nj;
+                seq_msg(&q, FROM_PEER | 0 << 3, &env);
+                seq_ready(&q, FROM_WORKER | 0 << 3, "grad.w", false);
+                int64_t shape[] = { 4, 3 };
+                Hvd__Request r = request("grad.w", HVD__KIND__KIND_ALLREDUCE, shape, 2);
+                Hvd__Request *rs[] = { &r };
+                Hvd__Ready ready = HVD__READY__INIT;
+                ready.requests = rs, ready.n_requests = 1;
+                Hvd__RankReady rr = HVD__RANK_READY__INIT, *rrp[] = { &rr };
+                rr.rank = 1;
+                rr.ready = &ready;
+                Hvd__NodeReady nr = HVD__NODE_READY__INIT;
+                nr.job_id = "job-m";
+                nr.ranks = rrp, nr.n_ranks = 1;
+                env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
+                env.node_ready = &nr;
+                seq_msg(&q, FROM_PEER | 0 << 3, &env);
+                seq_msg(&q, FROM_PEER | 1 << 3, &env); /* not a node of the job */
+                Hvd__Ping ping = HVD__PING__INIT;
+                ping.sent_usec = 12345;
+                ping.rtt_usec = 100;
+                env.body_case = HVD__ENVELOPE__BODY_PING;
+                env.ping = &ping;
+                seq_msg(&q, FROM_PEER | 0 << 3, &env);
+                seq_control(&q, FROM_CONTROL, "job-m");
+                uint32_t departed[] = { 1 };
+                Hvd__NodeReady bye = HVD__NODE_READY__INIT;
+                bye.job_id = "job-m";
+                bye.departed = departed, bye.n_departed = 1;
+                env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
+                env.node_ready = &bye;
+                seq_msg(&q, FROM_PEER | 0 << 3, &env);
+                Hvd__Abort ab = HVD__ABORT__INIT;
+                ab.job_id = "job-m";
+                ab.reason = "host node-b lost rank 1";
+                ab.lost_rank = 1;
+                ab.code = HVD_EABORTED;
+                env.body_case = HVD__ENVELOPE__BODY_ABORT;
+                env.abort = &ab;
+                seq_msg(&q, FROM_PEER | 0 << 3, &env);
+        }
+        seq_time(&q, 12);
+        seq_write(&q, "root-of-two-hosts");
+
+        /* this daemon is host 1 of 2: its root (a peer it connects to) welcomes
+         * the job, sends a schedule, pings, then goes silent */
+        seq_start(&q, 0);
+        seq_hello(&q, FROM_WORKER | 0 << 3, "job-n", 1, 2, 0, 1, 1, 2);
+        {
+                Hvd__RankInfo ri0 = rank_info(0, 0), ri1 = rank_info(1, 1), *rip[] = { &ri0, &ri1 };
+                Hvd__NodeWelcome nw = HVD__NODE_WELCOME__INIT;
+                nw.job_id = "job-n";
+                nw.ranks = rip, nw.n_ranks = 2;
+                nw.epoch = 7;
+                nw.fusion_threshold = 1 << 20;
+                nw.cycle_time_usec = 1000;
+                Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                env.body_case = HVD__ENVELOPE__BODY_NODE_WELCOME;
+                env.node_welcome = &nw;
+                seq_msg(&q, FROM_ROOT, &env);
+                seq_ready(&q, FROM_WORKER | 0 << 3, "grad.w", false);
+                Hvd__Schedule sc = HVD__SCHEDULE__INIT;
+                sc.seq = 1;
+                sc.join_done_last_rank = -1;
+                Hvd__JobSchedule js = HVD__JOB_SCHEDULE__INIT;
+                js.job_id = "job-n";
+                js.schedule = &sc;
+                env.body_case = HVD__ENVELOPE__BODY_JOB_SCHEDULE;
+                env.job_schedule = &js;
+                seq_msg(&q, FROM_ROOT, &env);
+                seq_msg(&q, FROM_ROOT | 1 << 3, &env); /* not its root */
+                Hvd__Ping ping = HVD__PING__INIT;
+                ping.sent_usec = 1;
+                ping.reply = true;
+                env.body_case = HVD__ENVELOPE__BODY_PING;
+                env.ping = &ping;
+                seq_msg(&q, FROM_ROOT, &env);
+                seq_done(&q, FROM_WORKER | 0 << 3, 1);
+                seq_goodbye(&q, FROM_WORKER | 0 << 3, 1);
+                seq_control(&q, FROM_CONTROL, "job-n");
+        }
+        seq_time(&q, 15);
+        seq_time(&q, 40);
+        seq_write(&q, "node-of-two-hosts");
 }
 
 int main(int argc, char **argv) {
@@ -390,6 +683,7 @@ int main(int argc, char **argv) {
         free(amp);
 
         negotiate_seeds();
+        dispatch_seeds();
         if (failures) {
                 fprintf(stderr, "gen_corpus: %d message(s) judged wrongly\n", failures);
                 return 1;

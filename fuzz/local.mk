@@ -6,15 +6,17 @@
 #    binary with ASan + UBSan, built by `make` and run by fuzz/run.sh.
 # fuzz/gen_corpus writes the seed messages and checks the decoder's verdict
 # on each (also a test).
-%C%_harnesses = envelope negotiate conf hostfile
+%C%_harnesses = envelope negotiate conf hostfile dispatch
 
 EXTRA_DIST += %D%/run.sh %D%/fuzz.h $(foreach h,$(%C%_harnesses),%D%/$(h).c) %D%/corpus docs/FUZZING.md
 
 %C%_cppflags = $(AM_CPPFLAGS) -I$(top_srcdir)/%D% -I$(top_srcdir)/daemon
 %C%_cflags = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
 
-check_PROGRAMS += %D%/gen_corpus %D%/regress-envelope %D%/regress-negotiate %D%/regress-conf %D%/regress-hostfile
-TESTS += %D%/gen_corpus %D%/regress-envelope %D%/regress-negotiate %D%/regress-conf %D%/regress-hostfile
+check_PROGRAMS += %D%/gen_corpus %D%/regress-envelope %D%/regress-negotiate %D%/regress-conf %D%/regress-hostfile \
+	%D%/regress-dispatch
+TESTS += %D%/gen_corpus %D%/regress-envelope %D%/regress-negotiate %D%/regress-conf %D%/regress-hostfile \
+	%D%/regress-dispatch
 
 %C%_gen_corpus_SOURCES = %D%/gen_corpus.c
 %C%_gen_corpus_CPPFLAGS = $(%C%_cppflags)
@@ -41,6 +43,11 @@ TESTS += %D%/gen_corpus %D%/regress-envelope %D%/regress-negotiate %D%/regress-c
 %C%_regress_hostfile_CFLAGS = $(%C%_cflags)
 %C%_regress_hostfile_LDADD = daemon/libhvddaemon.la -lm
 EXTRA_%C%_regress_hostfile_DEPENDENCIES = $(top_srcdir)/tools/hvdrun.c
+
+%C%_regress_dispatch_SOURCES = %D%/dispatch.c %D%/standalone.c %D%/fuzz.h
+%C%_regress_dispatch_CPPFLAGS = $(%C%_cppflags) -DFUZZ_NAME='"dispatch"'
+%C%_regress_dispatch_CFLAGS = $(%C%_cflags)
+%C%_regress_dispatch_LDADD = daemon/libhvddaemon.la -lm
 
 if ENABLE_FUZZING
 # libFuzzer binaries: clang compiles the code under test once into
