@@ -1211,6 +1211,7 @@ int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t
         int r = wait_failed(b, op->name, err, err_len);
         if (r < 0)
                 return r;
+        hvd_tcp_begin_op(b->tcp);
         view_t v = { .me = b->rank, .size = b->size, .bar = &b->hdr->bar };
         if (op->process_set) {
                 if (op->process_set >= HVD_MAX_PROCESS_SETS) {

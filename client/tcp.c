@@ -34,6 +34,7 @@ struct hvd_tcp {
         char **addrs;
         uint64_t job_hash;
         uint64_t timeout_usec;
+        uint64_t op_deadline; /* the current collective must end by then (0 = none) */
         hvd_wait_check_fn check;
         void *userdata;
         bool aborted;
@@ -208,6 +209,11 @@ void hvd_tcp_destroy(hvd_tcp_t **tp) {
         *tp = NULL;
 }
 
+void hvd_tcp_begin_op(hvd_tcp_t *t) {
+        if (t)
+                t->op_deadline = hvd_now_usec() + t->timeout_usec;
+}
+
 void hvd_tcp_abort(hvd_tcp_t *t) {
         if (t)
                 t->aborted = true;
@@ -220,6 +226,14 @@ static int wait_fd(hvd_tcp_t *t, struct pollfd *pfd, int n, uint64_t start, cons
                 if (t->aborted) {
                         snprintf(err, err_len, "%s rank %d: the job was aborted", what, peer);
                         return HVD_EABORTED;
+                }
+                /* a link that keeps moving, but too slowly, must not stretch
+                 * one collective past its deadline either */
+                if (t->op_deadline && hvd_now_usec() > t->op_deadline) {
+                        snprintf(err, err_len, "%s rank %d (%s): timed out after %.1f s for the whole collective (data still moving, too slowly)",
+                                 what, peer, peer >= 0 && peer < t->size ? t->addrs[peer] : "?",
+                                 (double) t->timeout_usec / 1e6);
+                        return HVD_ETIMEOUT;
                 }
                 int k = poll(pfd, (nfds_t) n, POLL_SLICE_MS);
                 if (k > 0)

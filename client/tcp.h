@@ -73,6 +73,10 @@ int hvd_tcp_stream(hvd_tcp_t *t, const hvd_tcp_stream_t *s, char *err, size_t er
 void hvd_tcp_set_checksum(hvd_tcp_t *t, bool on);
 
 /* Fails every later call at once (the job was aborted). */
+/* A collective starts: every wait of its transfers ends with HVD_ETIMEOUT
+ * once the whole collective has taken the job's timeout, not only when one
+ * wait makes no progress for that long. */
+void hvd_tcp_begin_op(hvd_tcp_t *t);
 void hvd_tcp_abort(hvd_tcp_t *t);
 
 #endif
