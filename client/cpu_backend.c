@@ -32,10 +32,11 @@
 #include "reduce.h"
 #include "util.h"
 
-#define SHM_MAGIC UINT64_C(0x6876645f73686d32) /* "hvd_shm2" */
+#define SHM_MAGIC UINT64_C(0x6876645f73686d33) /* "hvd_shm3" */
 #define HEADER_BYTES (64 * 1024)
 #define CHECK_INTERVAL_USEC (20 * USEC_PER_MSEC)
 #define SPIN_USEC 50
+#define CHUNK_BYTES (UINT64_C(1) << 20)
 #define HVD_MAX_SET_LOCAL 4096
 
 typedef struct shm_barrier {
@@ -48,6 +49,7 @@ typedef struct shm_header {
         _Atomic uint64_t magic;
         uint32_t local_size;
         uint64_t slot_bytes;
+        uint64_t chunk_bytes; /* set by local rank 0: every rank chunks alike */
         _Atomic uint32_t attached;
         _Atomic uint32_t aborted;
         char abort_reason[512];
@@ -69,6 +71,7 @@ typedef struct view {
 struct hvd_backend {
         int rank, size;
         uint64_t slot_bytes, half_bytes, stride_bytes;
+        uint64_t chunk_bytes; /* per step of the shared-memory reductions (at most half a slot) */
         uint64_t timeout_usec;
         uint64_t step; /* selects the slot half */
         hvd_wait_check_fn check;
@@ -197,6 +200,13 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
         b->stride_bytes = b->slot_bytes + b->half_bytes; /* two halves + the process-set region */
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         b->spin = size <= ncpu ? 20000 : 64;
+        /* cache-sized chunks when every rank has a core; with more ranks
+         * than cores each chunk's barriers cost context switches, and half
+         * a slot per step does better */
+        b->chunk_bytes = size <= ncpu ? CHUNK_BYTES : b->half_bytes;
+        const char *cb = getenv("HVD_SHM_CHUNK_BYTES_TUNE");
+        if (cb && atoll(cb) >= 4096)
+                b->chunk_bytes = (uint64_t) atoll(cb);
         b->srcs = calloc((size_t) size, sizeof *b->srcs);
         if (!b->srcs) {
                 free(b);
@@ -280,6 +290,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
         if (rank == 0) {
                 b->hdr->local_size = (uint32_t) size;
                 b->hdr->slot_bytes = b->slot_bytes;
+                b->hdr->chunk_bytes = b->chunk_bytes;
                 atomic_store_explicit(&b->hdr->magic, SHM_MAGIC, memory_order_release);
         } else {
                 while (atomic_load_explicit(&b->hdr->magic, memory_order_acquire) != SHM_MAGIC) {
@@ -295,6 +306,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
                         snprintf(err, err_len, "shared memory %s has a different layout", shm_name);
                         goto fail;
                 }
+                b->chunk_bytes = b->hdr->chunk_bytes;
         }
         /* the last rank to attach removes the name: nothing is left behind
          * in /dev/shm whatever happens to the processes later */
@@ -446,15 +458,48 @@ static void chunk_copy_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
         }
 }
 
+/* The reduced chunk [c0, c0 + cl) of the fused element space, reduced
+ * from every member's slot straight into the members' outputs (no copy
+ * out): each rank reduces the whole chunk itself. Sources in member order on
+ * every rank, so every rank computes the same bits. */
+static void chunk_reduce_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t c0, uint64_t cl,
+                             size_t es, double post) {
+        uint64_t off = 0;
+        for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                uint64_t a = HVD_MAX(off, c0), e = HVD_MIN(off + m->count, c0 + cl);
+                if (a >= e || !m->out)
+                        continue;
+                for (int k = 0; k < v->size; k++)
+                        b->srcs[k] = slot_of(b, v, k) + (a - c0) * es;
+                hvd_reduce_n(op->dtype, op->reduce_op, (uint8_t *) m->out + (a - off) * es, b->srcs, (size_t) v->size,
+                             e - a, post);
+        }
+}
+
+/* Bytes of a chunk below which every rank reduces the whole chunk itself
+ * (one barrier per chunk) rather than its segment (two barriers and a copy
+ * out): with two ranks that is always cheaper (the same bytes read, fewer
+ * written), with more it saves a cross-process wakeup where the data is too
+ * small for the extra reads to matter. */
+#define DIRECT_BYTES (64 * 1024)
+
 /* allreduce and reducescatter over the fused element space, chunked by
- * half a slot. reducescatter reduces only this rank's rows, straight into
- * its output, and needs no second barrier. */
+ * b->chunk_bytes (cache-sized: a chunk's slots stay in the caches between
+ * the copy in, the reduction and the copy out; consecutive chunks use
+ * alternate halves, so a rank copies the next chunk in while the others
+ * still read the last one). reducescatter reduces only this rank's rows,
+ * straight into its output; an allreduce chunk of two ranks or of at most
+ * DIRECT_BYTES likewise reduces every slot straight into the outputs; both
+ * need one barrier per chunk. Larger chunks of more ranks: each rank
+ * reduces its segment into its slot, barrier, every rank copies every
+ * segment out. */
 static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
         size_t es = hvd_dtype_size(op->dtype);
         uint64_t total = 0;
         for (size_t i = 0; i < op->n; i++)
                 total += op->m[i].count;
-        uint64_t chunk = (b->half_bytes / 64) * 64 / es;
+        uint64_t chunk = (HVD_MIN(b->half_bytes, b->chunk_bytes) / 64) * 64 / es;
         double post = reduce_scale(op, v->size);
         bool rs = op->kind == HVD__KIND__KIND_REDUCESCATTER;
         int r;
@@ -482,6 +527,12 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                                 hvd_reduce_n(op->dtype, op->reduce_op, (uint8_t *) m->out + (a - mine0) * es, b->srcs,
                                              (size_t) v->size, e - a, post);
                         }
+                        if ((r = end_step(b, v, op->name, err, err_len)) < 0)
+                                return r;
+                        continue;
+                }
+                if (v->size == 2 || cl * es <= DIRECT_BYTES) {
+                        chunk_reduce_out(b, v, op, c0, cl, es, post);
                         if ((r = end_step(b, v, op->name, err, err_len)) < 0)
                                 return r;
                         continue;
