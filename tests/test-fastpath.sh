@@ -11,7 +11,7 @@ set -u
 worker=$HVD_BUILDDIR/tests/worker_fastpath
 launch=$HVD_SRCDIR/tests/lib/launch.sh
 hvdctl=$HVD_BUILDDIR/tools/hvdctl
-# the fast path is opt-in (README: HVD_FAST_PATH)
+# the fast path is on by default (README: HVD_FAST_PATH); set it all the same
 export HVD_FAST_PATH=1
 tmp=$(mktemp -d /tmp/hvd-fastpath-XXXXXX)
 groups=()
