@@ -32,10 +32,12 @@
 #include "reduce.h"
 #include "util.h"
 
-#define SHM_MAGIC UINT64_C(0x6876645f73686d32) /* "hvd_shm2" */
+#define SHM_MAGIC UINT64_C(0x6876645f73686d33) /* "hvd_shm3" */
 #define HEADER_BYTES (64 * 1024)
 #define CHECK_INTERVAL_USEC (20 * USEC_PER_MSEC)
 #define SPIN_USEC 50
+#define SPIN_MIN_USEC 4
+#define CHUNK_BYTES (UINT64_C(1) << 20)
 #define HVD_MAX_SET_LOCAL 4096
 #define HVD_RING_MAX_STEPS 2048 /* 2(C-1) steps: up to 1025 nodes */
 
@@ -49,6 +51,7 @@ typedef struct shm_header {
         _Atomic uint64_t magic;
         uint32_t local_size;
         uint64_t slot_bytes;
+        uint64_t chunk_bytes; /* set by local rank 0: every rank chunks alike */
         _Atomic uint32_t attached;
         _Atomic uint32_t aborted;
         char abort_reason[512];
@@ -70,6 +73,7 @@ typedef struct view {
 struct hvd_backend {
         int rank, size;
         uint64_t slot_bytes, half_bytes, stride_bytes;
+        uint64_t chunk_bytes; /* per step of the shared-memory reductions (at most half a slot) */
         uint64_t timeout_usec;
         uint64_t step; /* selects the slot half */
         hvd_wait_check_fn check;
@@ -80,6 +84,7 @@ struct hvd_backend {
         void *board;           /* the fast path's readiness board (after the header), or NULL */
         size_t map_bytes;
         int spin;
+        uint64_t spin_usec; /* the barrier's current spin bound (adaptive) */
         const void **srcs; /* [size] scratch for reductions */
         /* several nodes */
         int g_rank, g_size, cross_rank, cross_size;
@@ -130,15 +135,24 @@ static int barrier(hvd_backend_t *b, const view_t *v, const char *what, char *er
         }
         /* spin for a bounded time, not a count: a pause costs 10 to 140
          * cycles depending on the CPU, and a rank spinning long keeps the
-         * core the one it waits for may need */
+         * core the one it waits for may need. The bound adapts: a wait that
+         * ended while spinning lets the next ones spin a little longer (up
+         * to SPIN_USEC), one that had to sleep halves it (down to
+         * SPIN_MIN_USEC), so a loaded machine, where the others are often
+         * descheduled, wastes little, and a quiet one seldom sleeps. */
         uint64_t spin_start = b->spin > 64 ? hvd_now_usec() : 0;
         for (int i = 0; i < b->spin; i++) {
-                if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
+                if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen) {
+                        if (spin_start && b->spin_usec < SPIN_USEC)
+                                b->spin_usec = HVD_MIN(SPIN_USEC, b->spin_usec + 4);
                         return 0;
+                }
                 cpu_relax();
-                if ((i & 63) == 63 && spin_start && hvd_now_usec() - spin_start >= SPIN_USEC)
+                if ((i & 63) == 63 && spin_start && hvd_now_usec() - spin_start >= b->spin_usec)
                         break;
         }
+        if (spin_start)
+                b->spin_usec = HVD_MAX(SPIN_MIN_USEC, b->spin_usec / 2);
         uint64_t start = hvd_now_usec(), last_check = start;
         for (;;) {
                 for (int i = 0; i < 4; i++) {
@@ -201,6 +215,20 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
         b->stride_bytes = b->slot_bytes + b->half_bytes; /* two halves + the process-set region */
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         b->spin = size <= ncpu ? 20000 : 64;
+        b->spin_usec = SPIN_USEC;
+        /* cache-sized chunks when every rank has a core; with more ranks
+         * than cores each chunk's barriers cost context switches, and half
+         * a slot per step does better */
+        b->chunk_bytes = size <= ncpu ? CHUNK_BYTES : b->half_bytes;
+        /* HVD_SHM_CHUNK_BYTES (local rank 0's, published in the header):
+         * for tuning, and for tests of many chunks */
+        const char *cb = getenv("HVD_SHM_CHUNK_BYTES");
+        if (cb && *cb) {
+                char *end;
+                unsigned long long x = strtoull(cb, &end, 10);
+                if (!*end && x >= 4096)
+                        b->chunk_bytes = x;
+        }
         b->srcs = calloc((size_t) size, sizeof *b->srcs);
         if (!b->srcs) {
                 free(b);
@@ -284,6 +312,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
         if (rank == 0) {
                 b->hdr->local_size = (uint32_t) size;
                 b->hdr->slot_bytes = b->slot_bytes;
+                b->hdr->chunk_bytes = b->chunk_bytes;
                 atomic_store_explicit(&b->hdr->magic, SHM_MAGIC, memory_order_release);
         } else {
                 while (atomic_load_explicit(&b->hdr->magic, memory_order_acquire) != SHM_MAGIC) {
@@ -299,6 +328,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
                         snprintf(err, err_len, "shared memory %s has a different layout", shm_name);
                         goto fail;
                 }
+                b->chunk_bytes = b->hdr->chunk_bytes;
         }
         /* the last rank to attach removes the name: nothing is left behind
          * in /dev/shm whatever happens to the processes later */
@@ -452,17 +482,57 @@ static void chunk_copy_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
         }
 }
 
+/* The reduced chunk [c0, c0 + cl) of the fused element space, reduced
+ * from every member's slot straight into the members' outputs (no copy
+ * out): each rank reduces the whole chunk itself. Sources in member order on
+ * every rank, so every rank computes the same bits. */
+static void chunk_reduce_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t c0, uint64_t cl,
+                             size_t es, double post, bool stream) {
+        uint64_t off = 0;
+        for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                uint64_t a = HVD_MAX(off, c0), e = HVD_MIN(off + m->count, c0 + cl);
+                if (a >= e || !m->out)
+                        continue;
+                for (int k = 0; k < v->size; k++)
+                        b->srcs[k] = slot_of(b, v, k) + (a - c0) * es;
+                (stream ? hvd_reduce_n_stream : hvd_reduce_n)(op->dtype, op->reduce_op,
+                                                              (uint8_t *) m->out + (a - off) * es, b->srcs,
+                                                              (size_t) v->size, e - a, post);
+        }
+}
+
+/* Bytes of a chunk below which every rank reduces the whole chunk itself
+ * (one barrier per chunk) rather than its segment (two barriers and a copy
+ * out): with two ranks that is always cheaper (the same bytes read, fewer
+ * written), with more it saves a cross-process wakeup where the data is too
+ * small for the extra reads to matter. */
+#define DIRECT_BYTES (64 * 1024)
+/* Operations from this size on write their outputs with non-temporal
+ * stores: they do not fit the caches anyway, and a normal store reads each
+ * line of the output in before overwriting it. */
+#define STREAM_BYTES (UINT64_C(32) << 20)
+
 /* allreduce and reducescatter over the fused element space, chunked by
- * half a slot. reducescatter reduces only this rank's rows, straight into
- * its output, and needs no second barrier. */
+ * b->chunk_bytes (cache-sized: a chunk's slots stay in the caches between
+ * the copy in, the reduction and the copy out; consecutive chunks use
+ * alternate halves, so a rank copies the next chunk in while the others
+ * still read the last one). reducescatter reduces only this rank's rows,
+ * straight into its output; an allreduce chunk of two ranks or of at most
+ * DIRECT_BYTES likewise reduces every slot straight into the outputs; both
+ * need one barrier per chunk. Larger chunks of more ranks: each rank
+ * reduces its segment into its slot, barrier, every rank copies every
+ * segment out. */
 static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
         size_t es = hvd_dtype_size(op->dtype);
         uint64_t total = 0;
         for (size_t i = 0; i < op->n; i++)
                 total += op->m[i].count;
-        uint64_t chunk = (b->half_bytes / 64) * 64 / es;
+        uint64_t chunk = (HVD_MIN(b->half_bytes, b->chunk_bytes) / 64) * 64 / es;
         double post = reduce_scale(op, v->size);
         bool rs = op->kind == HVD__KIND__KIND_REDUCESCATTER;
+        /* outputs larger than the caches are written around them */
+        bool stream = total * es >= STREAM_BYTES;
         int r;
         for (uint64_t c0 = 0; c0 < total; c0 += chunk) {
                 uint64_t cl = HVD_MIN(chunk, total - c0);
@@ -488,6 +558,14 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                                 hvd_reduce_n(op->dtype, op->reduce_op, (uint8_t *) m->out + (a - mine0) * es, b->srcs,
                                              (size_t) v->size, e - a, post);
                         }
+                        if ((r = end_step(b, v, op->name, err, err_len)) < 0)
+                                return r;
+                        continue;
+                }
+                if (v->size == 2 || cl * es <= DIRECT_BYTES) {
+                        /* the copy out, reducing as it goes */
+                        hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
+                        chunk_reduce_out(b, v, op, c0, cl, es, post, stream);
                         if ((r = end_step(b, v, op->name, err, err_len)) < 0)
                                 return r;
                         continue;
@@ -571,7 +649,7 @@ static void read_window(const view_t *v, const hvd_xop_t *op, int j, const uint8
 static int execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
         size_t es = hvd_dtype_size(op->dtype);
         int size = v->size, me = v->me, r;
-        uint64_t win = b->half_bytes, longest = 0, mine = 0;
+        uint64_t win = HVD_MIN(b->half_bytes, b->chunk_bytes), longest = 0, mine = 0;
         for (int j = 0; j < size; j++) {
                 uint64_t len = 0;
                 for (size_t i = 0; i < op->n; i++)

@@ -31,6 +31,10 @@ bool hvd_reduce_cpu_has_avx2(void);
  * Only call when hvd_reduce_cpu_has_avx2(). */
 void hvd_reduce_n_avx2(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs,
                        size_t nsrc, size_t count, double scale);
+/* float32 SUM, dst written with non-temporal stores; the same bits as
+ * hvd_reduce_n_avx2. dst must not be one of the sources. */
+void hvd_reduce_sum_f32_stream_avx2(float *dst, const float *const *srcs, size_t nsrc, size_t count, float scale,
+                                    bool scaled);
 #endif
 
 /* Integer results of a scale multiply (computed in double, truncated toward

@@ -318,6 +318,19 @@ void hvd_reduce_n(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *con
         generic_kernels[dt][op - HVD_REDUCE_SUM](dst, srcs, n, count, scale);
 }
 
+void hvd_reduce_n_stream(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs, size_t n,
+                         size_t count, double scale) {
+#if HVD_REDUCE_HAVE_AVX2
+        if (dt == HVD_FLOAT32 && (op == HVD_REDUCE_SUM || op == HVD_REDUCE_AVERAGE) && n >= 2 && count > 0 &&
+            use_avx2()) {
+                hvd_reduce_sum_f32_stream_avx2(dst, (const float *const *) srcs, n, count, (float) scale,
+                                               scale != 1.0);
+                return;
+        }
+#endif
+        hvd_reduce_n(dt, op, dst, srcs, n, count, scale);
+}
+
 void hvd_scale_copy(hvd_dtype_t dt, void *dst, const void *src, size_t count, double scale) {
         if (scale == 1.0 || dt == HVD_BOOL) {
                 if (dst != src)

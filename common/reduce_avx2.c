@@ -471,7 +471,46 @@ void hvd_reduce_n_avx2(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void
         avx2_kernels[dt](op, dst, srcs, nsrc, count, scale);
 }
 
+/* float32 SUM with non-temporal stores: dst is written around the caches
+ * (for outputs larger than the caches, which would otherwise be read in
+ * before being overwritten, and evict the data still to be read). The
+ * same additions in the same order as the SUM kernel, so the same bits.
+ * Elements before dst's first 32-byte boundary and after the last whole
+ * vector take the scalar formula. */
+AVX2 void hvd_reduce_sum_f32_stream_avx2(float *dst, const float *const *srcs, size_t n, size_t count, float scale,
+                                         bool scaled) {
+        size_t i = 0;
+        for (; i < count && ((uintptr_t) (dst + i) & 31); i++) {
+                float a = srcs[0][i];
+                for (size_t k = 1; k < n; k++)
+                        a = a + srcs[k][i];
+                dst[i] = scaled ? a * scale : a;
+        }
+        __m256 sv = _mm256_set1_ps(scale);
+        for (; count - i >= 16; i += 16) {
+                __m256 a0 = _mm256_loadu_ps(srcs[0] + i), a1 = _mm256_loadu_ps(srcs[0] + i + 8);
+                for (size_t k = 1; k < n; k++) {
+                        a0 = _mm256_add_ps(a0, _mm256_loadu_ps(srcs[k] + i));
+                        a1 = _mm256_add_ps(a1, _mm256_loadu_ps(srcs[k] + i + 8));
+                }
+                if (scaled) {
+                        a0 = _mm256_mul_ps(a0, sv);
+                        a1 = _mm256_mul_ps(a1, sv);
+                }
+                _mm256_stream_ps(dst + i, a0);
+                _mm256_stream_ps(dst + i + 8, a1);
+        }
+        _mm_sfence();
+        for (; i < count; i++) {
+                float a = srcs[0][i];
+                for (size_t k = 1; k < n; k++)
+                        a = a + srcs[k][i];
+                dst[i] = scaled ? a * scale : a;
+        }
+}
+
 #else
 /* not x86 or no per-function targets: reduce.c uses the portable kernels */
 typedef int hvd_reduce_avx2_unused;
 #endif
+

@@ -498,6 +498,47 @@ START_TEST(test_generic_and_avx2_agree) {
 }
 END_TEST
 
+/* The streaming-store variant writes the same bits as hvd_reduce_n for
+ * every dtype and op (it falls back where it has no kernel), at every
+ * alignment of the destination, with 2 to 4 sources, scaled or not. */
+START_TEST(test_reduce_stream_agrees) {
+        hvd_dtype_t dt = (hvd_dtype_t) _i;
+        const size_t count = 4099, es = hvd_dtype_size(dt);
+        rng_state = 991 + (uint64_t) _i;
+        void *s[4];
+        for (int k = 0; k < 4; k++) {
+                s[k] = malloc(count * es);
+                ck_assert_ptr_nonnull(s[k]);
+                fill_random(dt, s[k], count);
+        }
+        size_t bytes = (count * es + 64 + 63) / 64 * 64;
+        uint8_t *a = aligned_alloc(64, bytes), *b = aligned_alloc(64, bytes);
+        ck_assert_ptr_nonnull(a);
+        ck_assert_ptr_nonnull(b);
+        const void *const *srcs = (const void *const *) s;
+        for (int op = 0; op < _HVD_REDUCE_COUNT; op++)
+                for (size_t n = 2; n <= 4; n++)
+                        for (int sc = 0; sc < 2; sc++)
+                                for (size_t shift = 0; shift < 64; shift += es * 3) {
+                                        double scale = sc ? 0.25 : 1.0;
+                                        size_t c = count - shift / es;
+                                        hvd_reduce_n(dt, (hvd_reduce_op_t) op, a + shift, srcs, n, c, scale);
+                                        memset(b + shift, 0x5a, c * es);
+                                        hvd_reduce_n_stream(dt, (hvd_reduce_op_t) op, b + shift, srcs, n, c, scale);
+                                        size_t bad = first_diff(dt, a + shift, b + shift, c);
+                                        ck_assert_msg(bad == SIZE_MAX,
+                                                      "%s op=%d n=%zu scale=%g shift=%zu: [%zu] = %#" PRIx64
+                                                      ", streamed %#" PRIx64,
+                                                      hvd_dtype_name(dt), op, n, scale, shift, bad,
+                                                      elem_bits(dt, a + shift, bad), elem_bits(dt, b + shift, bad));
+                                }
+        for (int k = 0; k < 4; k++)
+                free(s[k]);
+        free(a);
+        free(b);
+}
+END_TEST
+
 /* ---- scale_copy ---- */
 
 START_TEST(test_scale_copy) {
@@ -912,6 +953,7 @@ static Suite *reduce_suite(void) {
         tcase_add_test(tc, test_impl_and_tables);
         tcase_add_loop_test(tc, test_reduce_matches_reference, 0, IMPL_COUNT * _HVD_DTYPE_COUNT);
         tcase_add_loop_test(tc, test_generic_and_avx2_agree, 0, 3 * _HVD_DTYPE_COUNT);
+        tcase_add_loop_test(tc, test_reduce_stream_agrees, 0, _HVD_DTYPE_COUNT);
         tcase_add_loop_test(tc, test_scale_copy, 0, IMPL_COUNT * _HVD_DTYPE_COUNT);
         tcase_add_loop_test(tc, test_int_scale_saturates, 0, IMPL_COUNT);
         suite_add_tcase(s, tc);

@@ -4,7 +4,8 @@
 # elements with a 4 MiB fusion threshold (so large tensors are chunked),
 # broadcast from every root, allgather/alltoall/reducescatter with uneven
 # rows, groups, barrier, join, 300 small tensors at once, real model
-# gradients, mismatch and duplicate errors. Exact results, checked by
+# gradients, mismatch and duplicate errors; then the reductions and streams
+# again in small shared-memory chunks. Exact results, checked by
 # tests/worker_collectives on every rank. Called by test-collectives-npN.sh.
 set -u
 . "$HVD_SRCDIR/tests/lib/common.sh"
@@ -44,6 +45,22 @@ cat "$tmp/out"
 passed=$(grep -c "all [0-9]* scenario(s) passed" "$tmp/out")
 [ "$passed" -eq "$n" ] || fail "$passed of $n ranks reported success"
 kill -0 "${groups[0]}" 2>/dev/null || fail "hvd-coordinatord died" "$(cat "$tmp/daemon.log")"
+
+# the shared-memory data plane in small chunks (HVD_SHM_CHUNK_BYTES, read
+# by local rank 0): many chunks per operation, both kinds of reduction step
+# (every slot into the outputs at most 64 KiB, segments above) and
+# windows of the byte streams, whatever the machine's core count
+if [ "$n" -ge 2 ]; then
+        HVD_SHM_CHUNK_BYTES=98304 HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp \
+                "$launch" -r "$tmp/rt" -t $tmo -n "$n" -- "$worker" allreduce grouped broadcast allgather \
+                reducescatter many >"$tmp/chunks.out" 2>&1
+        status=$?
+        sed 's/^/[chunks] /' "$tmp/chunks.out"
+        [ $status -eq 0 ] || fail "worker_collectives in 96 KiB chunks on $n ranks exited with $status" \
+                "$(cat "$tmp/daemon.log")"
+        passed=$(grep -c "all [0-9]* scenario(s) passed" "$tmp/chunks.out")
+        [ "$passed" -eq "$n" ] || fail "in 96 KiB chunks: $passed of $n ranks reported success"
+fi
 
 # one rank without hvdrun and without a daemon (no HVD_JOB_ID): the same
 # library runs the job of one rank in-process
