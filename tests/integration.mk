@@ -53,4 +53,4 @@ check_PROGRAMS += %D%/worker_netfault
 %C%_netfault_tests = %D%/test-netfault-peer.sh %D%/test-netfault-partition.sh \
 	%D%/test-netfault-loss.sh %D%/test-netfault-slow.sh
 TESTS += $(%C%_netfault_tests)
-EXTRA_DIST += $(%C%_netfault_tests) %D%/lib/netfault.sh docs/FAULTS-network.md
+EXTRA_DIST += $(%C%_netfault_tests) %D%/lib/netfault.sh
