@@ -23,25 +23,10 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-now_ms() { date +%s%3N; }
-wait_for() {
-        local n=$(($1 * 20)) f ok
-        shift
-        for ((i = 0; i < n; i++)); do
-                ok=1
-                for f in "$@"; do [ -e "$f" ] || { ok=; break; }; done
-                [ -n "$ok" ] && return 0
-                sleep 0.05
-        done
-        return 1
-}
 
 printf 'collective_timeout = 2s\nheartbeat_timeout = 60s\n' >"$tmp/conf"
-setsid "$HVD_BUILDDIR/daemon/hvd-coordinatord" -c "$tmp/conf" --runtime-dir "$tmp/rt" --log-level info \
-        2>"$tmp/daemon.log" &
-daemon=$!
+start_daemon "$tmp" "$tmp/conf"
 groups+=($daemon)
-wait_for 10 "$tmp/rt/worker.sock" || fail "hvd-coordinatord did not start" "$(cat "$tmp/daemon.log")"
 
 # 1. a rank that never arrives in the data plane
 c=$tmp/coll
@@ -49,9 +34,9 @@ mkdir "$c"
 setsid "$launch" -r "$tmp/rt" -j never-arrives -t 60 -n 3 -- "$worker" collective "$c" >"$c/out" 2>&1 &
 job=$!
 groups+=($job)
-wait_for 60 "$c/ready.1" || fail "rank 1 did not get stuck in the collective" "$(cat "$c/out" "$tmp/daemon.log")"
+wait_files 60 "$c/ready.1" || fail "rank 1 did not get stuck in the collective" "$(cat "$c/out" "$tmp/daemon.log")"
 t0=$(stat -c %.3Y "$c/ready.1" | tr -d .)
-wait_for 20 "$c/err.0" "$c/err.2" || fail "the waiting ranks did not give up" "$(cat "$c/out")"
+wait_files 20 "$c/err.0" "$c/err.2" || fail "the waiting ranks did not give up" "$(cat "$c/out")"
 for r in 0 2; do
         read -r t code msg <"$c/err.$r"
         ms=$((t - t0))

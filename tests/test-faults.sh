@@ -26,28 +26,12 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-now_ms() { date +%s%3N; }
 
-# wait_for SECONDS FILE...: all of them exist
-wait_for() {
-        local n=$(($1 * 20)) f ok
-        shift
-        for ((i = 0; i < n; i++)); do
-                ok=1
-                for f in "$@"; do [ -e "$f" ] || { ok=; break; }; done
-                [ -n "$ok" ] && return 0
-                sleep 0.05
-        done
-        return 1
-}
 
 # heartbeats stay out of the way: these faults are seen by pidfd at once
 printf 'heartbeat_timeout = 30s\n' >"$tmp/conf"
-setsid "$HVD_BUILDDIR/daemon/hvd-coordinatord" -c "$tmp/conf" --runtime-dir "$tmp/rt" --log-level info \
-        2>"$tmp/daemon.log" &
-daemon=$!
+start_daemon "$tmp" "$tmp/conf"
 groups+=($daemon)
-wait_for 10 "$tmp/rt/worker.sock" || fail "hvd-coordinatord did not start" "$(cat "$tmp/daemon.log")"
 baseline=$(ls -A "$tmp/rt" | sort | tr '\n' ' ')
 
 faults="kill term abrt exit0 exit1"
@@ -70,9 +54,9 @@ for phase in join negotiate collective; do
         done
         for f in $faults; do
                 c=$tmp/$phase-$f
-                wait_for 60 "$c/ready.0" "$c/ready.1" "$c/pid.1" ||
+                wait_files 60 "$c/ready.0" "$c/ready.1" "$c/pid.1" ||
                         fail "$phase/$f: the job did not get to the fault" "$(cat "$c/out" "$tmp/daemon.log")"
-                [ $phase = join ] || wait_for 30 "$c/ready.2" ||
+                [ $phase = join ] || wait_files 30 "$c/ready.2" ||
                         fail "$phase/$f: rank 2 did not get to the fault" "$(cat "$c/out")"
         done
         # rank 1 said hello (join), the others' requests reached the daemon
@@ -92,13 +76,13 @@ for phase in join negotiate collective; do
         done
         for f in $faults; do
                 c=$tmp/$phase-$f
-                wait_for 30 "$c/err.0" || fail "$phase/$f: rank 0 saw no error" "$(cat "$c/out" "$tmp/daemon.log")"
+                wait_files 30 "$c/err.0" || fail "$phase/$f: rank 0 saw no error" "$(cat "$c/out" "$tmp/daemon.log")"
                 if [ $phase = join ]; then
                         touch "$c/go" # rank 2 joins only now, a job already aborted
-                        wait_for 30 "$c/err.2" || fail "$phase/$f: rank 2 saw no error" "$(cat "$c/out")"
+                        wait_files 30 "$c/err.2" || fail "$phase/$f: rank 2 saw no error" "$(cat "$c/out")"
                         last=$(cut -d' ' -f1 "$c/err.0")
                 else
-                        wait_for 30 "$c/err.2" || fail "$phase/$f: rank 2 saw no error" "$(cat "$c/out")"
+                        wait_files 30 "$c/err.2" || fail "$phase/$f: rank 2 saw no error" "$(cat "$c/out")"
                         last=$(cat "$c/err.0" "$c/err.2" | cut -d' ' -f1 | sort -n | tail -1)
                 fi
                 detect=$((last - $(cat "$c/t0")))

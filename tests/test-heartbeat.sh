@@ -23,25 +23,10 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-now_ms() { date +%s%3N; }
-wait_for() {
-        local n=$(($1 * 20)) f ok
-        shift
-        for ((i = 0; i < n; i++)); do
-                ok=1
-                for f in "$@"; do [ -e "$f" ] || { ok=; break; }; done
-                [ -n "$ok" ] && return 0
-                sleep 0.05
-        done
-        return 1
-}
 
 printf 'heartbeat_interval = 500ms\nheartbeat_timeout = 3s\n' >"$tmp/conf"
-setsid "$HVD_BUILDDIR/daemon/hvd-coordinatord" -c "$tmp/conf" --runtime-dir "$tmp/rt" --log-level info \
-        2>"$tmp/daemon.log" &
-daemon=$!
+start_daemon "$tmp" "$tmp/conf"
 groups+=($daemon)
-wait_for 10 "$tmp/rt/worker.sock" || fail "hvd-coordinatord did not start" "$(cat "$tmp/daemon.log")"
 
 # 1. alive but slow: no false alarm
 c=$tmp/slow
@@ -49,13 +34,13 @@ mkdir "$c"
 setsid "$launch" -r "$tmp/rt" -j slow -t 60 -n 3 -- "$worker" negotiate "$c" >"$c/out" 2>&1 &
 job=$!
 groups+=($job)
-wait_for 60 "$c/ready.0" "$c/ready.1" "$c/ready.2" || fail "slow: the job did not start" "$(cat "$c/out")"
+wait_files 60 "$c/ready.0" "$c/ready.1" "$c/ready.2" || fail "slow: the job did not start" "$(cat "$c/out")"
 sleep 5
 [ -e "$c/err.0" ] && fail "slow: a rank sleeping 5 s with a 3 s heartbeat timeout was declared lost" \
         "$(cat "$c/err.0" "$tmp/daemon.log")"
 echo exit1 >"$c/fault"
 wait $job
-wait_for 10 "$c/err.0" "$c/err.2" || fail "slow: the others were not told" "$(cat "$c/out")"
+wait_files 10 "$c/err.0" "$c/err.2" || fail "slow: the others were not told" "$(cat "$c/out")"
 # the status is named when the daemon sees the process before its parent reaps it
 grep -q "rank 1 (pid $(cat "$c/pid.1") on host .*) exited" "$c/err.0" ||
         fail "slow: rank 0's error does not say rank 1 exited" "$(cat "$c/err.0")"
@@ -72,11 +57,11 @@ groups+=($by_pid)
 setsid "$launch" -r "$tmp/rt" -j stopped -t 60 -n 3 -- "$worker" stop "$c" >"$c/out" 2>&1 &
 job=$!
 groups+=($job)
-wait_for 60 "$c/running.0" "$c/running.1" "$c/running.2" || fail "stop: the job did not start" "$(cat "$c/out")"
+wait_files 60 "$c/running.0" "$c/running.1" "$c/running.2" || fail "stop: the job did not start" "$(cat "$c/out")"
 victim=$(cat "$c/pid.1")
 t0=$(now_ms)
 kill -STOP "$victim"
-wait_for 20 "$c/err.0" "$c/err.2" || fail "stop: the other ranks were not told" "$(cat "$c/out" "$tmp/daemon.log")"
+wait_files 20 "$c/err.0" "$c/err.2" || fail "stop: the other ranks were not told" "$(cat "$c/out" "$tmp/daemon.log")"
 last=$(cat "$c/err.0" "$c/err.2" | cut -d' ' -f1 | sort -n | tail -1)
 detect=$((last - t0))
 echo "fault=sigstop phase=collectives detect_ms=$detect (heartbeat_timeout 3 s)"
@@ -93,7 +78,7 @@ echo "  rank 0: $(cut -d' ' -f3- "$c/err.0")"
 grep -q "job stopped aborted: rank 1 (pid $victim on host .*) stopped responding" "$tmp/daemon.log" ||
         fail "stop: the daemon did not log the abort" "$(cat "$tmp/daemon.log")"
 kill -CONT "$victim"
-wait_for 20 "$c/err.1" || fail "stop: the resumed rank did not fail" "$(cat "$c/out")"
+wait_files 20 "$c/err.1" || fail "stop: the resumed rank did not fail" "$(cat "$c/out")"
 read -r _ code msg <"$c/err.1"
 [ "$code" = -1002 ] || fail "stop: the resumed rank: expected HVD_EABORTED: $code $msg"
 case $msg in

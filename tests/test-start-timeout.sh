@@ -15,7 +15,6 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-now_ms() { date +%s%3N; }
 
 setsid "$HVD_BUILDDIR/daemon/hvd-coordinatord" --runtime-dir "$tmp/rt" --log-level warning --start-timeout 2s \
         2>"$tmp/daemon.log" &

@@ -13,3 +13,31 @@ skip() {
         echo "SKIP: $1" >&2
         exit 77
 }
+
+# now_ms: the wall clock in milliseconds
+now_ms() { date +%s%3N; }
+
+# wait_files SECONDS FILE...: wait until every FILE exists; 1 if they do not
+# within SECONDS
+wait_files() {
+        local n=$(($1 * 20)) f ok i
+        shift
+        for ((i = 0; i < n; i++)); do
+                ok=1
+                for f in "$@"; do [ -e "$f" ] || { ok=; break; }; done
+                [ -n "$ok" ] && return 0
+                sleep 0.05
+        done
+        return 1
+}
+
+# start_daemon DIR CONF: start hvd-coordinatord in its own process group
+# with the configuration file CONF, runtime directory DIR/rt and its log in
+# DIR/daemon.log; sets $daemon to its pid and fails the test unless its
+# worker socket appears within 10 s
+start_daemon() {
+        setsid "$HVD_BUILDDIR/daemon/hvd-coordinatord" -c "$2" --runtime-dir "$1/rt" --log-level info \
+                2>"$1/daemon.log" &
+        daemon=$!
+        wait_files 10 "$1/rt/worker.sock" || fail "hvd-coordinatord did not start" "$(cat "$1/daemon.log")"
+}
