@@ -286,6 +286,19 @@ static void send_to_worker(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
                              hvd_strerror(r));
 }
 
+/* Sends one packed message to the peer `id` of a ROUTER socket, sharing the
+ * packed buffer (zmq_msg_copy counts references, nothing is copied). */
+static int send_shared(void *sock, const void *id, size_t id_len, zmq_msg_t *packed) {
+        zmq_msg_t m;
+        int e = 0;
+        zmq_msg_init(&m);
+        if (zmq_msg_copy(&m, packed) < 0 || zmq_send(sock, id, id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+            zmq_msg_send(&m, sock, ZMQ_DONTWAIT) < 0)
+                e = -zmq_errno();
+        zmq_msg_close(&m);
+        return e;
+}
+
 /* Packs env once and sends the same bytes to each local worker (a schedule
  * goes to every rank here: packing it per rank cost as much as the rest). */
 static void send_to_local_workers(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool skip_goodbye) {
@@ -301,15 +314,7 @@ static void send_to_local_workers(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env,
                 worker_t *w = j->ranks[r];
                 if (!w || w->exited || (skip_goodbye && w->goodbye))
                         continue;
-                zmq_msg_t m;
-                int e = 0;
-                zmq_msg_init(&m);
-                /* zmq_msg_copy shares the packed buffer (reference counted) */
-                if (zmq_msg_copy(&m, &packed) < 0 ||
-                    zmq_send(d->worker_sock, w->id, w->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-                    zmq_msg_send(&m, d->worker_sock, ZMQ_DONTWAIT) < 0)
-                        e = -zmq_errno();
-                zmq_msg_close(&m);
+                int e = send_shared(d->worker_sock, w->id, w->id_len, &packed);
                 if (e < 0)
                         hvd_log_full(w->goodbye || j->state == JOB_ABORTED ? LOG_DEBUG : LOG_WARNING, 0,
                                      "job %s: cannot send to rank %u (pid %d): %s", j->id, w->rank, (int) w->pid,
@@ -333,14 +338,7 @@ static void send_to_nodes(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
                 node_t *n = &j->nodes[c];
                 if (!n->joined || n->local)
                         continue;
-                zmq_msg_t m;
-                int r = 0;
-                zmq_msg_init(&m);
-                if (zmq_msg_copy(&m, &packed) < 0 ||
-                    zmq_send(d->peer_sock, n->id, n->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-                    zmq_msg_send(&m, d->peer_sock, ZMQ_DONTWAIT) < 0)
-                        r = -zmq_errno();
-                zmq_msg_close(&m);
+                int r = send_shared(d->peer_sock, n->id, n->id_len, &packed);
                 if (r < 0)
                         hvd_log_warning("job %s: cannot reach node %u (%s): %s", j->id, c,
                                         j->hosts ? j->hosts[c] : "?", hvd_strerror(r));
