@@ -236,16 +236,6 @@ static void gpu_free_garbage(void);
 static int gpu_enqueue(const hvd_xop_t *x, entry_t **em, char *err, size_t err_len);
 static void await_abort(uint64_t usec);
 
-/* A data-plane operation failed with r and err[ERRLEN]; returns the error
- * to report, with err rewritten. A peer's connection failing is usually the
- * symptom: the coordinator's abort, a moment later, says what happened. A
- * failure before the deadline (a connection closed or reset) waits for it as
- * long as the daemons take to notice a lost host (the peer timeout, across
- * hosts); a wait that reached its own deadline has used up the time a caller
- * may wait (deadline plus one second) and waits 200 ms more at most.
- * Without a word from the coordinator, the error names the job, and the
- * coordinator is told, so that every rank learns this cause (not only that
- * this rank went away). */
 static void tell_daemon_failure(int r, char *err) {
         Hvd__Abort ab = HVD__ABORT__INIT;
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
@@ -258,6 +248,18 @@ static void tell_daemon_failure(int r, char *err) {
         (void) hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT);
 }
 
+/* A data-plane operation failed with r and err[ERRLEN]; returns the error
+ * to report, with err rewritten. A peer's connection failing is usually the
+ * symptom: the coordinator's abort, a moment later, says what happened. A
+ * failure before the deadline (a connection closed or reset) waits for it as
+ * long as the daemons take to notice a lost host (the peer timeout, across
+ * hosts); a wait that reached its own deadline has used up the time a caller
+ * may wait (deadline plus one second) and waits 200 ms more at most.
+ * Without a word from the coordinator, the error names the job, and the
+ * coordinator is told, so that every rank learns this cause (not only that
+ * this rank went away). A user thread running the fast path does not own
+ * the socket: it waits as long for the background thread to take the
+ * verdict in. */
 static int data_plane_verdict(int r, char *err, bool may_wait) {
         bool told = false;
         /* data that failed its integrity check (the TCP ring's checksum):
@@ -267,13 +269,21 @@ static int data_plane_verdict(int r, char *err, bool may_wait) {
                 tell_daemon_failure(r, err);
                 told = true;
         }
+        uint64_t grace = r == HVD_ETIMEOUT ? 200 * USEC_PER_MSEC
+                         : told            ? USEC_PER_SEC
+                                           : HVD_MAX(USEC_PER_SEC, G.peer_timeout_usec + USEC_PER_SEC / 2);
         if (!G.abort_code && G.sock && may_wait)
-                await_abort(r == HVD_ETIMEOUT ? 200 * USEC_PER_MSEC
-                            : told            ? USEC_PER_SEC
-                                              : HVD_MAX(USEC_PER_SEC, G.peer_timeout_usec + USEC_PER_SEC / 2));
-        if (G.abort_code) {
+                await_abort(grace);
+        else if (G.sock)
+                for (uint64_t until = hvd_now_usec() + grace;
+                     !__atomic_load_n(&G.abort_code, __ATOMIC_ACQUIRE) && hvd_now_usec() < until;)
+                        usleep(1000);
+        if (__atomic_load_n(&G.abort_code, __ATOMIC_ACQUIRE)) {
+                pthread_mutex_lock(&G.lock); /* job_aborted writes the reason under it */
                 snprintf(err, ERRLEN, "%s", G.abort_reason);
-                return G.abort_code;
+                int code = G.abort_code;
+                pthread_mutex_unlock(&G.lock);
+                return code;
         }
         if (G.sock && may_wait && !told)
                 tell_daemon_failure(r, err);
@@ -1094,10 +1104,6 @@ static void await_abort(uint64_t usec) {
         }
 }
 
-/* A data-plane operation failed here first (its deadline expired, a peer's
- * connection broke) and the coordinator has not explained it: tell it, so
- * that it aborts the job with this cause on every rank rather than with
- * this rank's exit later (background thread: the socket's owner). */
 /* Called by the data plane while it waits: an abort from the daemon must
  * end the wait; anything else is kept for after the current operation. */
 static int wait_check(void *userdata, char *err, size_t err_len) {
