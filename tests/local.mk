@@ -3,7 +3,8 @@ AM_TESTS_ENVIRONMENT = \
 	HVD_BUILDDIR='$(abs_top_builddir)'; export HVD_BUILDDIR; \
 	HVD_SRCDIR='$(abs_top_srcdir)'; export HVD_SRCDIR; \
 	PYTHON='$(PYTHON)'; export PYTHON; \
-	HVD_ASAN_RUNTIME='$(ASAN_RUNTIME)'; export HVD_ASAN_RUNTIME;
+	HVD_ASAN_RUNTIME='$(ASAN_RUNTIME)'; export HVD_ASAN_RUNTIME; \
+	HVD_SANITIZER_FLAGS='$(SANITIZER_FLAGS)'; export HVD_SANITIZER_FLAGS;
 
 EXTRA_DIST += %D%/lib/launch.sh %D%/lib/launch-multi.sh %D%/lib/common.sh %D%/lib/delay_proxy.py \
 	%D%/lib/timeline_check.py

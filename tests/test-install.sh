@@ -118,7 +118,8 @@ export PKG_CONFIG_PATH=$dest$libdir/pkgconfig PKG_CONFIG_SYSROOT_DIR=$dest
 flags=$(pkg-config --cflags --libs hvd) || fail "pkg-config hvd failed"
 case $flags in *"-I$dest$includedir"*"-L$dest$libdir"*|*"-L$dest$libdir"*"-I$dest$includedir"*) ;;
 *) fail "pkg-config does not point into the installed tree: $flags" ;; esac
-${CC:-cc} -o "$tmp/prog" "$tmp/prog.c" $flags 2>"$tmp/cc" || fail "cannot build against the installed tree" "$(cat "$tmp/cc")"
+# a sanitizer build's library needs its runtime linked first
+${CC:-cc} ${HVD_SANITIZER_FLAGS:-} -o "$tmp/prog" "$tmp/prog.c" $flags 2>"$tmp/cc" || fail "cannot build against the installed tree" "$(cat "$tmp/cc")"
 ldd "$tmp/prog" | grep -q "libhvd.so.0 => $dest$libdir/libhvd.so.0" || fail "prog does not load the installed libhvd" "$(ldd "$tmp/prog")"
 mkdir "$tmp/rt"
 "$dest$sbindir/hvd-coordinatord" --config "$dest$sysconfdir/hvd/coordinatord.conf" --runtime-dir "$tmp/rt" \
@@ -138,7 +139,11 @@ ok "a C program built with pkg-config runs 2 ranks with the installed hvdrun, da
 
 # ---- the installed Python package ----
 if [ "$python" = yes ] && [ -x "$PY" ]; then
-        PYTHONPATH=$dest$pyexecdir "$PY" -c 'import hvd, hvd.torch; print(hvd.__file__); print(hvd.torch.__file__)' \
+        # a sanitizer build: the interpreter needs the runtime preloaded (as in
+        # tests/python/run-pytest.sh)
+        asan=()
+        [ -n "${HVD_ASAN_RUNTIME:-}" ] && asan=(env "LD_PRELOAD=$HVD_ASAN_RUNTIME" ASAN_OPTIONS=detect_leaks=0)
+        PYTHONPATH=$dest$pyexecdir "${asan[@]}" "$PY" -c 'import hvd, hvd.torch; print(hvd.__file__); print(hvd.torch.__file__)' \
                 >"$tmp/py" 2>&1 || fail "import hvd.torch from the installed package failed" "$(cat "$tmp/py")"
         grep -q "^$dest$pyexecdir/hvd/torch/__init__.py$" "$tmp/py" || fail "hvd.torch came from elsewhere" "$(cat "$tmp/py")"
         case $prefix in /usr|/usr/local)
@@ -147,7 +152,8 @@ if [ "$python" = yes ] && [ -x "$PY" ]; then
                         fail "$pyexecdir is not on $PY's path: $("$PY" -c 'import sys; print(sys.path)')" ;;
         esac
         # a job through the numpy API (hvd.torch's import of torch alone takes seconds)
-        PYTHONPATH=$dest$pyexecdir timeout 120 "$dest$bindir/hvdrun" --no-embedded --runtime-dir "$tmp/rt" -np 2 "$PY" -c '
+        PYTHONPATH=$dest$pyexecdir timeout 120 "$dest$bindir/hvdrun" --no-embedded --runtime-dir "$tmp/rt" -np 2 \
+                "${asan[@]}" "$PY" -c '
 import numpy as np, hvd
 hvd.init()
 t = hvd.allreduce(np.full(3, float(hvd.rank() + 1), dtype=np.float32), op=hvd.Sum)
