@@ -1,4 +1,5 @@
-# common.sh — helpers for the shell tests (sourced).
+# common.sh — helpers for the shell tests (sourced by sh and bash scripts:
+# POSIX sh only).
 : "${HVD_BUILDDIR:?run through make check}" "${HVD_SRCDIR:?run through make check}"
 
 # fail MESSAGE [DETAILS]: print and exit 1
@@ -20,13 +21,14 @@ now_ms() { date +%s%3N; }
 # wait_files SECONDS FILE...: wait until every FILE exists; 1 if they do not
 # within SECONDS
 wait_files() {
-        local n=$(($1 * 20)) f ok i
+        _wf_n=$(($1 * 20))
         shift
-        for ((i = 0; i < n; i++)); do
-                ok=1
-                for f in "$@"; do [ -e "$f" ] || { ok=; break; }; done
-                [ -n "$ok" ] && return 0
+        while [ "$_wf_n" -gt 0 ]; do
+                _wf_ok=1
+                for _wf_f in "$@"; do [ -e "$_wf_f" ] || { _wf_ok=; break; }; done
+                [ -n "$_wf_ok" ] && return 0
                 sleep 0.05
+                _wf_n=$((_wf_n - 1))
         done
         return 1
 }
