@@ -1870,6 +1870,21 @@ static void handle_worker_socket(hvd_daemon_t *d) {
 
 /* ---- peer messages ---- */
 
+/* Root: one rank's readiness that node `cross` forwarded (on its own or
+ * shared by several of its ranks); false when the job ended on it. */
+static bool node_rank_ready(hvd_daemon_t *d, job_t *j, uint32_t cross, uint32_t r, const Hvd__Ready *ready) {
+        if (r >= j->size || !j->table[r].known || j->table[r].cross_rank != cross) {
+                job_abort(d, j, -1, HVD_EPROTO, "host %s sent readiness for rank %u, which is not on it",
+                          host_of(j, cross), r);
+                return false;
+        }
+        j->cycles++;
+        d->metrics.cycles++;
+        d->metrics.rank_readies_received++;
+        root_submit(d, j, r, ready);
+        return j->state == JOB_RUNNING;
+}
+
 /* Root side: a message from another daemon on the peer socket. */
 static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_len, Hvd__Envelope *env) {
         const char *job_id = env->body_case == HVD__ENVELOPE__BODY_NODE_JOIN    ? env->node_join->job_id
@@ -1999,35 +2014,13 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
         const Hvd__NodeReady *nr = env->node_ready;
         if (j->state != JOB_RUNNING)
                 return;
-        for (size_t i = 0; i < nr->n_ranks; i++) {
-                uint32_t r = nr->ranks[i]->rank;
-                if (r >= j->size || !j->table[r].known || j->table[r].cross_rank != cross) {
-                        job_abort(d, j, -1, HVD_EPROTO, "host %s sent readiness for rank %u, which is not on it",
-                                  host_of(j, cross), r);
+        for (size_t i = 0; i < nr->n_ranks; i++)
+                if (!node_rank_ready(d, j, cross, nr->ranks[i]->rank, nr->ranks[i]->ready))
                         return;
-                }
-                j->cycles++;
-                d->metrics.cycles++;
-                d->metrics.rank_readies_received++;
-                root_submit(d, j, r, nr->ranks[i]->ready);
-                if (j->state != JOB_RUNNING)
-                        return;
-        }
         for (size_t i = 0; i < nr->n_shared; i++)
-                for (size_t k = 0; k < nr->shared[i]->n_ranks; k++) {
-                        uint32_t r = nr->shared[i]->ranks[k];
-                        if (r >= j->size || !j->table[r].known || j->table[r].cross_rank != cross) {
-                                job_abort(d, j, -1, HVD_EPROTO, "host %s sent readiness for rank %u, which is not on it",
-                                          host_of(j, cross), r);
+                for (size_t k = 0; k < nr->shared[i]->n_ranks; k++)
+                        if (!node_rank_ready(d, j, cross, nr->shared[i]->ranks[k], nr->shared[i]->ready))
                                 return;
-                        }
-                        j->cycles++;
-                        d->metrics.cycles++;
-                        d->metrics.rank_readies_received++;
-                        root_submit(d, j, r, nr->shared[i]->ready);
-                        if (j->state != JOB_RUNNING)
-                                return;
-                }
         if (nr->n_node_cached)
                 root_submit_node(d, j, cross, nr);
         if (j->state != JOB_RUNNING)
