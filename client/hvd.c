@@ -274,17 +274,19 @@ static int data_plane_verdict(int r, char *err, bool may_wait) {
                                            : HVD_MAX(USEC_PER_SEC, G.peer_timeout_usec + USEC_PER_SEC / 2);
         if (!G.abort_code && G.sock && may_wait)
                 await_abort(grace);
-        else if (G.sock)
-                for (uint64_t until = hvd_now_usec() + grace;
-                     !__atomic_load_n(&G.abort_code, __ATOMIC_ACQUIRE) && hvd_now_usec() < until;)
-                        usleep(1000);
-        if (__atomic_load_n(&G.abort_code, __ATOMIC_ACQUIRE)) {
-                pthread_mutex_lock(&G.lock); /* job_aborted writes the reason under it */
-                snprintf(err, ERRLEN, "%s", G.abort_reason);
-                int code = G.abort_code;
-                pthread_mutex_unlock(&G.lock);
-                return code;
+        pthread_mutex_lock(&G.lock);
+        if (!may_wait && G.sock) {
+                /* job_aborted broadcasts G.cond */
+                struct timespec until = hvd_realtime_after(grace);
+                while (!G.abort_code && pthread_cond_timedwait(&G.cond, &G.lock, &until) != ETIMEDOUT)
+                        ;
         }
+        int code = G.abort_code;
+        if (code)
+                snprintf(err, ERRLEN, "%s", G.abort_reason);
+        pthread_mutex_unlock(&G.lock);
+        if (code)
+                return code;
         if (G.sock && may_wait && !told)
                 tell_daemon_failure(r, err);
         if (G.job_id[0] && strncmp(err, "job ", 4) != 0) {
@@ -479,6 +481,7 @@ static void job_aborted(int code, const char *reason) {
         if (!G.abort_code) {
                 G.abort_code = code < 0 ? code : HVD_EABORTED;
                 snprintf(G.abort_reason, sizeof G.abort_reason, "%s", reason);
+                pthread_cond_broadcast(&G.cond); /* a user thread may wait for the verdict */
         }
         fail_everything(G.abort_code, G.abort_reason);
         pthread_mutex_unlock(&G.lock);
@@ -2629,11 +2632,7 @@ static bool fp_user_may_run(const hvd_handle_t *h) {
 int hvd_handle_wait_timeout(hvd_handle_t *h, uint64_t timeout_usec) {
         if (!h)
                 return -EINVAL;
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t ns = (uint64_t) ts.tv_nsec + (timeout_usec % USEC_PER_SEC) * 1000;
-        ts.tv_sec += (time_t) (timeout_usec / USEC_PER_SEC + ns / 1000000000);
-        ts.tv_nsec = (long) (ns % 1000000000);
+        struct timespec ts = hvd_realtime_after(timeout_usec);
         pthread_mutex_lock(&G.lock);
         while (h->n_pending) {
                 if (fp_user_may_run(h)) {

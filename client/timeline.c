@@ -272,11 +272,7 @@ bool hvd_timeline_take_change(bool *on) {
 }
 
 void hvd_timeline_wait_told(uint64_t timeout_usec) {
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t ns = (uint64_t) ts.tv_nsec + (timeout_usec % USEC_PER_SEC) * 1000;
-        ts.tv_sec += (time_t) (timeout_usec / USEC_PER_SEC + ns / 1000000000);
-        ts.tv_nsec = (long) (ns % 1000000000);
+        struct timespec ts = hvd_realtime_after(timeout_usec);
         pthread_mutex_lock(&T.lock);
         uint64_t want = T.change_seq;
         while (T.told_seq < want)

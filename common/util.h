@@ -25,6 +25,16 @@ static inline uint64_t hvd_now_usec(void) {
         return (uint64_t) ts.tv_sec * USEC_PER_SEC + (uint64_t) ts.tv_nsec / 1000;
 }
 
+/* The CLOCK_REALTIME time usec from now, as pthread_cond_timedwait wants it. */
+static inline struct timespec hvd_realtime_after(uint64_t usec) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t) ts.tv_nsec + (usec % USEC_PER_SEC) * 1000;
+        ts.tv_sec += (time_t) (usec / USEC_PER_SEC + ns / 1000000000);
+        ts.tv_nsec = (long) (ns % 1000000000);
+        return ts;
+}
+
 static inline void freep(void *p) {
         free(*(void **) p);
 }
