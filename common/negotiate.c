@@ -30,6 +30,7 @@ typedef struct params {
         int64_t *splits;
         uint32_t n_set; /* process set members (sorted), when process_set != 0 */
         uint32_t *set_ranks;
+        uint32_t src; /* which submission by name set them: equal src, equal parameters */
 } params_t;
 
 typedef struct tensor {
@@ -44,6 +45,7 @@ typedef struct tensor {
         uint32_t some_ready; /* a rank that is ready this round (valid while n_ready > 0) */
         uint64_t first_ready_usec;
         bool checked;    /* every rank's parameters passed check_consistent and did not change since */
+        uint32_t n_src;  /* submissions by name so far (params_t.src) */
         uint8_t *ready;  /* [size]: ranks marked one by one */
         uint8_t *node_ready;  /* [n_nodes], with nodes: every rank of that node is ready */
         uint32_t *node_marks; /* [n_nodes]: ranks of that node marked one by one this round */
@@ -219,7 +221,7 @@ static tensor_t *tensor_add(hvd_negotiator_t *n, const char *name, const char *k
         return t;
 }
 
-static int params_set(params_t *p, const Hvd__Request *q) {
+static int params_set(params_t *p, const Hvd__Request *q, uint32_t src) {
         int64_t *splits = NULL;
         uint32_t *set = NULL;
         if (q->n_splits) {
@@ -256,6 +258,7 @@ static int params_set(params_t *p, const Hvd__Request *q) {
                 .splits = splits,
                 .n_set = set ? (uint32_t) q->n_set_ranks : 0,
                 .set_ranks = set,
+                .src = src,
         };
         if (q->n_shape)
                 memcpy(p->shape, q->shape, q->n_shape * sizeof(int64_t));
@@ -328,43 +331,62 @@ static void rank_join(hvd_negotiator_t *n, uint32_t rank) {
                         maybe_queue(n, n->tensors[i]);
 }
 
-int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *ready, char *err,
-                          size_t err_len) {
-        int ret = 0;
-        uint64_t now = hvd_now_usec();
-        if (rank >= n->size) {
-                snprintf(err, err_len, "rank %u out of range", rank);
-                return HVD_EPROTO;
+/* p becomes a copy of *from (its own splits and members). */
+static int params_copy(params_t *p, const params_t *from) {
+        int64_t *splits = NULL;
+        uint32_t *set = NULL;
+        if (from->n_splits && !(splits = malloc(from->n_splits * sizeof *splits)))
+                return -ENOMEM;
+        if (from->n_set && !(set = malloc(from->n_set * sizeof *set))) {
+                free(splits);
+                return -ENOMEM;
         }
-        n->stats.requests += ready->n_requests + ready->n_cached;
-        for (size_t i = 0; i < ready->n_requests; i++) {
-                const Hvd__Request *q = ready->requests[i];
+        free(p->splits);
+        free(p->set_ranks);
+        *p = *from;
+        p->splits = splits;
+        p->set_ranks = set;
+        if (splits)
+                memcpy(splits, from->splits, from->n_splits * sizeof *splits);
+        if (set)
+                memcpy(set, from->set_ranks, from->n_set * sizeof *set);
+        return 0;
+}
+
+/* One request by name, sent alike by every rank in ranks: looked up,
+ * checked and parsed once, then recorded for each rank in order. */
+static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_ranks, const Hvd__Request *q,
+                          uint64_t now, char *err, size_t err_len) {
+        int ret = 0;
+        if (q->kind == HVD__KIND__KIND_JOIN) {
+                for (size_t k = 0; k < n_ranks; k++)
+                        rank_join(n, ranks[k]);
+                return 0;
+        }
+        /* one row per name and process set: disjoint sets may use a name
+         * at the same time */
+        char key[HVD_MAX_NAME_BYTES + 16];
+        size_t key_len = tensor_key(key, q->name, q->process_set);
+        tensor_t *t = hvd_strmap_get(n->by_name, key, key_len);
+        if (!t && !(t = tensor_add(n, q->name, key, key_len))) {
+                snprintf(err, err_len, "too many tensors waiting at once (%u cached and %u more pending): '%s' refused",
+                         n->max_tensors, n->max_tensors, q->name);
+                return -ENOSPC;
+        }
+        bool set_ok = q->process_set == 0 || q->n_set_ranks > 0;
+        for (size_t k = 0; k < q->n_set_ranks && set_ok; k++)
+                set_ok = q->set_ranks[k] < n->size && (k == 0 || q->set_ranks[k] > q->set_ranks[k - 1]);
+        const params_t *first = NULL; /* the first rank's, which the others copy */
+        uint32_t src = ++t->n_src;
+        for (size_t k = 0; k < n_ranks; k++) {
+                uint32_t rank = ranks[k];
                 int r;
-                if (q->kind == HVD__KIND__KIND_JOIN) {
-                        rank_join(n, rank);
-                        continue;
-                }
-                /* one row per name and process set: disjoint sets may use a
-                 * name at the same time */
-                char key[HVD_MAX_NAME_BYTES + 16];
-                size_t key_len = tensor_key(key, q->name, q->process_set);
-                tensor_t *t = hvd_strmap_get(n->by_name, key, key_len);
-                if (!t && !(t = tensor_add(n, q->name, key, key_len))) {
-                        snprintf(err, err_len,
-                                 "too many tensors waiting at once (%u cached and %u more pending): '%s' refused",
-                                 n->max_tensors, n->max_tensors, q->name);
-                        ret = -ENOSPC;
-                        continue;
-                }
                 if (is_ready(n, t, rank)) {
                         snprintf(err, err_len, "tensor '%s' submitted twice by rank %u before it completed",
                                  t->name, rank);
                         ret = HVD_EDUPLICATE;
                         continue;
                 }
-                bool set_ok = q->process_set == 0 || q->n_set_ranks > 0;
-                for (size_t k = 0; k < q->n_set_ranks && set_ok; k++)
-                        set_ok = q->set_ranks[k] < n->size && (k == 0 || q->set_ranks[k] > q->set_ranks[k - 1]);
                 if (!set_ok) {
                         snprintf(err, err_len, "tensor '%s': rank %u sent an invalid member list for process set %u",
                                  q->name, rank, q->process_set);
@@ -372,33 +394,61 @@ int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *
                         continue;
                 }
                 bool was_valid = t->p[rank].valid;
-                if ((r = params_set(&t->p[rank], q)) < 0) {
+                if ((r = first ? params_copy(&t->p[rank], first) : params_set(&t->p[rank], q, src)) < 0) {
                         snprintf(err, err_len, "out of memory");
                         ret = r;
                         continue;
                 }
+                if (!first)
+                        first = &t->p[rank];
                 t->checked = false;
                 if (!was_valid && t->node_valid)
                         t->node_valid[n->node_of[rank]]++;
                 if ((r = mark_ready(n, rank, t, now, err, err_len)) < 0)
                         ret = r;
         }
-        for (size_t i = 0; i < ready->n_cached; i++) {
-                uint32_t id = ready->cached[i];
-                tensor_t *t = id < n->n_tensors ? n->tensors[id] : NULL;
-                if (!t || t->transient || !t->p[rank].valid) {
-                        snprintf(err, err_len, "unknown cached tensor id %u from rank %u", id, rank);
-                        ret = HVD_EPROTO;
-                        continue;
+        return ret;
+}
+
+int hvd_negotiator_submit_ranks(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_ranks, const Hvd__Ready *ready,
+                                char *err, size_t err_len) {
+        int ret = 0;
+        uint64_t now = hvd_now_usec();
+        for (size_t k = 0; k < n_ranks; k++)
+                if (ranks[k] >= n->size) {
+                        snprintf(err, err_len, "rank %u out of range", ranks[k]);
+                        return HVD_EPROTO;
                 }
-                n->stats.cache_hits++;
-                /* it may have waited on the fast path's board before */
-                uint64_t waited = ready->n_cached_waited_usec == ready->n_cached ? ready->cached_waited_usec[i] : 0;
-                int r = mark_ready(n, rank, t, waited < now ? now - waited : now, err, err_len);
+        n->stats.requests += (ready->n_requests + ready->n_cached) * n_ranks;
+        for (size_t i = 0; i < ready->n_requests; i++) {
+                int r = submit_request(n, ranks, n_ranks, ready->requests[i], now, err, err_len);
                 if (r < 0)
                         ret = r;
         }
+        for (size_t k = 0; k < n_ranks; k++) {
+                uint32_t rank = ranks[k];
+                for (size_t i = 0; i < ready->n_cached; i++) {
+                        uint32_t id = ready->cached[i];
+                        tensor_t *t = id < n->n_tensors ? n->tensors[id] : NULL;
+                        if (!t || t->transient || !t->p[rank].valid) {
+                                snprintf(err, err_len, "unknown cached tensor id %u from rank %u", id, rank);
+                                ret = HVD_EPROTO;
+                                continue;
+                        }
+                        n->stats.cache_hits++;
+                        /* it may have waited on the fast path's board before */
+                        uint64_t waited = ready->n_cached_waited_usec == ready->n_cached ? ready->cached_waited_usec[i] : 0;
+                        int r = mark_ready(n, rank, t, waited < now ? now - waited : now, err, err_len);
+                        if (r < 0)
+                                ret = r;
+                }
+        }
         return ret;
+}
+
+int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *ready, char *err,
+                          size_t err_len) {
+        return hvd_negotiator_submit_ranks(n, &rank, 1, ready, err, err_len);
 }
 
 int hvd_negotiator_set_nodes(hvd_negotiator_t *n, uint32_t n_nodes, const uint32_t *node_of) {
@@ -531,10 +581,14 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                         }
                 }
         }
+        uint32_t ok_src = a->src; /* parameters known equal to a's */
         for (uint32_t r = 0; r < n->size; r++) {
                 if (r == ref || !is_ready(n, t, r))
                         continue;
                 const params_t *b = &t->p[r];
+                /* ranks whose requests a node forwarded once share a src */
+                if (b->src == ok_src || b->src == a->src)
+                        continue;
                 char sa[160], sb[160];
                 if (b->kind != a->kind) {
                         snprintf(msg, len, "tensor '%s': rank %u sent a %s, rank %u sent a %s", t->name, r,
@@ -588,6 +642,7 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                                  sb, ref, sa, variable_first ? " (all but the first dimension must agree)" : "");
                         return HVD_EMISMATCH;
                 }
+                ok_src = b->src;
         }
         if (a->kind == HVD__KIND__KIND_BROADCAST && (a->root < 0 || (uint32_t) a->root >= set_size)) {
                 snprintf(msg, len, "broadcast '%s': root rank %d out of range (size %u)", t->name, a->root, set_size);

@@ -38,6 +38,14 @@ void hvd_negotiator_destroy(hvd_negotiator_t **n);
 int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *ready,
                           char *err, size_t err_len);
 
+/* The same Ready from each rank in ranks (a node's ranks that sent the
+ * same new requests, forwarded once): as hvd_negotiator_submit for each
+ * rank in turn, but each request's name is looked up, checked and parsed
+ * once, and their parameters need a single consistency check when the
+ * schedule is built. Errors as hvd_negotiator_submit. */
+int hvd_negotiator_submit_ranks(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_ranks, const Hvd__Ready *ready,
+                                char *err, size_t err_len);
+
 /* Node-level readiness (the daemon that is a job's root, for nodes that
  * aggregate their ranks). node_of[size] gives each rank's node; call before
  * anything is submitted (-EBUSY after). Returns 0, -EINVAL or -ENOMEM. */

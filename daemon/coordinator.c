@@ -1,7 +1,9 @@
 /* coordinator.c — hvd-coordinatord's reactor: one thread, one zmq_poll over
  * the worker socket, the control socket, the peer socket (other daemons
  * reach this one there), one socket per root daemon this one reports to, a
- * stop eventfd, a signalfd and one pidfd per local worker. Order of one
+ * stop eventfd, a signalfd and one epoll set holding a pidfd per local
+ * worker (one poll item however many workers: a wakeup costs the same with
+ * 2 or 256 local ranks). Order of one
  * iteration: before_sleep() (send the schedules that became ready, forward
  * this node's readiness to remote roots) → poll → handle every readable
  * source → housekeeping when its timer is due. Nothing blocks but the poll;
@@ -25,6 +27,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <poll.h>
+#include <sys/epoll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -217,6 +220,7 @@ struct hvd_daemon {
         void *zctx;
         void *worker_sock, *control_sock;
         int stop_fd, sig_fd, lock_fd;
+        int pid_epfd; /* epoll set of the live local workers' pidfds */
         char worker_ep[PATH_MAX + 16], control_ep[PATH_MAX + 16];
         char lock_path[PATH_MAX + 32];
         hvd_strmap_t *jobs;    /* job id → job_t */
@@ -402,12 +406,31 @@ static void job_abort_ex(hvd_daemon_t *d, job_t *j, bool from_root, int lost_ran
 
 #define job_abort(d, j, lost, code, ...) job_abort_ex((d), (j), false, (lost), (code), __VA_ARGS__)
 
+/* A worker's pidfd joins the epoll set while it lives; it leaves when the
+ * worker is gone (a pidfd stays readable after the exit). */
+static void pidfd_watch(hvd_daemon_t *d, worker_t *w) {
+        struct epoll_event ev = { .events = EPOLLIN, .data.ptr = w };
+        if (w->pidfd < 0 || epoll_ctl(d->pid_epfd, EPOLL_CTL_ADD, w->pidfd, &ev) == 0)
+                return;
+        /* watched as workers without a pidfd are (watch_pidless_workers) */
+        hvd_log_debug("job %s: cannot watch rank %u's pidfd: %m", w->job->id, w->rank);
+        close(w->pidfd);
+        w->pidfd = -1;
+}
+
+static void pidfd_unwatch(hvd_daemon_t *d, worker_t *w) {
+        if (w->pidfd >= 0)
+                (void) epoll_ctl(d->pid_epfd, EPOLL_CTL_DEL, w->pidfd, NULL);
+}
+
 static void worker_free(hvd_daemon_t *d, worker_t *w) {
         if (!w)
                 return;
         hvd_strmap_remove(d->workers, w->id, w->id_len);
-        if (w->pidfd >= 0)
+        if (w->pidfd >= 0) {
+                pidfd_unwatch(d, w);
                 close(w->pidfd);
+        }
         free(w);
 }
 
@@ -1045,6 +1068,7 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
                 send_error(d, d->worker_sock, id, id_len, -ENOMEM, "out of memory");
                 return;
         }
+        pidfd_watch(d, w);
         job_set_nccl_id(j, &h->nccl_id);
         if (!j->owned && uid != (uid_t) -1) {
                 j->owner_uid = uid;
@@ -1064,27 +1088,32 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
                 local_complete(d, j);
 }
 
-/* Root: one rank's readiness, from a local worker or a remote node. */
-static void root_submit(hvd_daemon_t *d, job_t *j, uint32_t rank, const Hvd__Ready *q) {
+/* Root: the same readiness of each rank in ranks, from a local worker or
+ * a remote node (one Ready its ranks shared: entered once). */
+static void root_submit(hvd_daemon_t *d, job_t *j, const uint32_t *ranks, size_t n_ranks, const Hvd__Ready *q) {
         if (j->departed_rank >= 0) {
                 job_abort(d, j, j->departed_rank, HVD_EABORTED,
                           "rank %d has shut down, but rank %u still submits collectives; the job cannot go on",
-                          j->departed_rank, rank);
+                          j->departed_rank, ranks[0]);
                 return;
         }
         char err[1024];
         hvd_negotiator_stats_t before, after;
         hvd_negotiator_get_stats(j->neg, &before);
-        int r = hvd_negotiator_submit(j->neg, rank, q, err, sizeof err);
+        int r = hvd_negotiator_submit_ranks(j->neg, ranks, n_ranks, q, err, sizeof err);
         hvd_negotiator_get_stats(j->neg, &after);
         d->metrics.cache_hits += after.cache_hits - before.cache_hits;
         d->metrics.requests += after.requests - before.requests;
-        if (rank < j->size) {
-                j->rstat[rank].last_seen_usec = hvd_now_usec();
-                j->rstat[rank].readies++;
-        }
-        if (r < 0)
-                job_abort(d, j, -1, r, "rank %u: %s", rank, err);
+        uint64_t now = hvd_now_usec();
+        for (size_t k = 0; k < n_ranks; k++)
+                if (ranks[k] < j->size) {
+                        j->rstat[ranks[k]].last_seen_usec = now;
+                        j->rstat[ranks[k]].readies++;
+                }
+        if (r < 0 && n_ranks == 1)
+                job_abort(d, j, -1, r, "rank %u: %s", ranks[0], err);
+        else if (r < 0) /* err names the rank */
+                job_abort(d, j, -1, r, "host %s: %s", host_of(j, j->table[ranks[0]].cross_rank), err);
         /* the stall inspector looks while tensors wait */
         if (j->stall_check_usec && d->next_housekeeping > hvd_now_usec() + USEC_PER_SEC)
                 d->next_housekeeping = hvd_now_usec() + USEC_PER_SEC;
@@ -1402,7 +1431,7 @@ static bool handle_ready(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
                 w->busy_usec = env->ready->busy_usec;
         }
         if (j->neg) {
-                root_submit(d, j, w->rank, env->ready);
+                root_submit(d, j, &w->rank, 1, env->ready);
                 return false;
         }
         j->rstat[w->rank].last_seen_usec = hvd_now_usec();
@@ -1424,6 +1453,7 @@ static void worker_gone(hvd_daemon_t *d, worker_t *w, const char *why) {
         if (w->exited)
                 return;
         w->exited = true;
+        pidfd_unwatch(d, w);
         j->n_live--;
         if (!w->goodbye && j->state != JOB_ABORTED)
                 job_abort(d, j, (int) w->rank, HVD_EABORTED,
@@ -1870,18 +1900,23 @@ static void handle_worker_socket(hvd_daemon_t *d) {
 
 /* ---- peer messages ---- */
 
-/* Root: one rank's readiness that node `cross` forwarded (on its own or
- * shared by several of its ranks); false when the job ended on it. */
-static bool node_rank_ready(hvd_daemon_t *d, job_t *j, uint32_t cross, uint32_t r, const Hvd__Ready *ready) {
-        if (r >= j->size || !j->table[r].known || j->table[r].cross_rank != cross) {
-                job_abort(d, j, -1, HVD_EPROTO, "host %s sent readiness for rank %u, which is not on it",
-                          host_of(j, cross), r);
-                return false;
+/* Root: the readiness that node `cross` forwarded for the ranks in ranks
+ * (one rank's own, or one its ranks shared: entered once for all); false
+ * when the job ended on it. */
+static bool node_rank_ready(hvd_daemon_t *d, job_t *j, uint32_t cross, const uint32_t *ranks, size_t n_ranks,
+                            const Hvd__Ready *ready) {
+        for (size_t k = 0; k < n_ranks; k++) {
+                uint32_t r = ranks[k];
+                if (r >= j->size || !j->table[r].known || j->table[r].cross_rank != cross) {
+                        job_abort(d, j, -1, HVD_EPROTO, "host %s sent readiness for rank %u, which is not on it",
+                                  host_of(j, cross), r);
+                        return false;
+                }
         }
-        j->cycles++;
-        d->metrics.cycles++;
-        d->metrics.rank_readies_received++;
-        root_submit(d, j, r, ready);
+        j->cycles += n_ranks;
+        d->metrics.cycles += n_ranks;
+        d->metrics.rank_readies_received += n_ranks;
+        root_submit(d, j, ranks, n_ranks, ready);
         return j->state == JOB_RUNNING;
 }
 
@@ -2015,12 +2050,11 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
         if (j->state != JOB_RUNNING)
                 return;
         for (size_t i = 0; i < nr->n_ranks; i++)
-                if (!node_rank_ready(d, j, cross, nr->ranks[i]->rank, nr->ranks[i]->ready))
+                if (!node_rank_ready(d, j, cross, &nr->ranks[i]->rank, 1, nr->ranks[i]->ready))
                         return;
         for (size_t i = 0; i < nr->n_shared; i++)
-                for (size_t k = 0; k < nr->shared[i]->n_ranks; k++)
-                        if (!node_rank_ready(d, j, cross, nr->shared[i]->ranks[k], nr->shared[i]->ready))
-                                return;
+                if (!node_rank_ready(d, j, cross, nr->shared[i]->ranks, nr->shared[i]->n_ranks, nr->shared[i]->ready))
+                        return;
         if (nr->n_node_cached)
                 root_submit_node(d, j, cross, nr);
         if (j->state != JOB_RUNNING)
@@ -3067,7 +3101,7 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
 enum { ITEM_WORKER, ITEM_CONTROL, ITEM_STOP, ITEM_SIGNAL, ITEM_PEER, ITEM_ROOT, ITEM_PIDFD, ITEM_HTTP, ITEM_ZAP, ITEM_ZAP_MONITOR };
 
 static int build_poll_items(hvd_daemon_t *d) {
-        size_t need = 7 + hvd_strmap_size(d->workers) + hvd_strmap_size(d->peers) +
+        size_t need = 8 + hvd_strmap_size(d->peers) +
                       (d->http ? hvd_http_max_items(d->http) : 0);
         if (need > d->cap_items) {
                 size_t cap = need * 2;
@@ -3118,12 +3152,7 @@ static int build_poll_items(hvd_daemon_t *d) {
                 if (p->sock && !p->lost)
                         ADD(ITEM_ROOT, p->sock, 0, NULL, p);
         }
-        iter = 0;
-        while (hvd_strmap_next(d->workers, &iter, NULL, NULL, &v)) {
-                worker_t *w = v;
-                if (w->pidfd >= 0 && !w->exited)
-                        ADD(ITEM_PIDFD, NULL, w->pidfd, w, NULL);
-        }
+        ADD(ITEM_PIDFD, NULL, d->pid_epfd, NULL, NULL);
 #undef ADD
         /* the metrics listener's items come last, in one block */
         d->http_first = n;
@@ -3260,6 +3289,18 @@ static void notify_status(hvd_daemon_t *d) {
         hvd_daemon_notify(st);
 }
 
+/* Every worker whose pidfd became readable (it exited). Workers are freed
+ * only with their job (housekeeping), so the pointers stay valid here. */
+static void workers_exited(hvd_daemon_t *d) {
+        struct epoll_event ev[64];
+        int n;
+        do {
+                n = epoll_wait(d->pid_epfd, ev, (int) ELEMENTSOF(ev), 0);
+                for (int i = 0; i < n; i++)
+                        worker_exited(d, ev[i].data.ptr); /* leaves the set */
+        } while (n == (int) ELEMENTSOF(ev));
+}
+
 int hvd_daemon_run(hvd_daemon_t *d) {
         /* the sockets were bound (and listen) in hvd_daemon_new: workers can connect now */
         if (d->cfg.notify) {
@@ -3328,9 +3369,8 @@ int hvd_daemon_run(hvd_daemon_t *d) {
                 }
                 if (worker_msgs || exits)
                         handle_worker_socket(d);
-                for (size_t i = 0; exits && i < d->n_items; i++)
-                        if (d->item_kind[i] == ITEM_PIDFD && (d->items[i].revents & ZMQ_POLLIN))
-                                worker_exited(d, d->item_workers[i]);
+                if (exits)
+                        workers_exited(d);
                 if (http)
                         hvd_http_dispatch(d->http, d->items + d->http_first, d->n_items - d->http_first,
                                           hvd_now_usec());
@@ -3423,7 +3463,7 @@ int hvd_daemon_new(const hvd_daemon_config_t *cfg, hvd_daemon_t **ret) {
         if (!d)
                 return -ENOMEM;
         d->cfg = *cfg;
-        d->stop_fd = d->sig_fd = d->lock_fd = -1;
+        d->stop_fd = d->sig_fd = d->lock_fd = d->pid_epfd = -1;
         d->start_usec = hvd_now_usec();
         if (gethostname(d->host, sizeof d->host - 1) < 0)
                 snprintf(d->host, sizeof d->host, "localhost");
@@ -3442,8 +3482,9 @@ int hvd_daemon_new(const hvd_daemon_config_t *cfg, hvd_daemon_t **ret) {
         d->workers = hvd_strmap_new();
         d->peers = hvd_strmap_new();
         d->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        d->pid_epfd = epoll_create1(EPOLL_CLOEXEC);
         d->zctx = zmq_ctx_new();
-        if (!d->jobs || !d->workers || !d->peers || d->stop_fd < 0 || !d->zctx) {
+        if (!d->jobs || !d->workers || !d->peers || d->stop_fd < 0 || d->pid_epfd < 0 || !d->zctx) {
                 r = -ENOMEM;
                 goto fail;
         }
@@ -3568,6 +3609,8 @@ void hvd_daemon_destroy(hvd_daemon_t **dp) {
                 ;
         if (d->stop_fd >= 0)
                 close(d->stop_fd);
+        if (d->pid_epfd >= 0)
+                close(d->pid_epfd);
         if (d->sig_fd >= 0)
                 close(d->sig_fd);
         if (d->lock_fd >= 0) {
