@@ -1192,6 +1192,80 @@ START_TEST(test_negotiate_timeline_ready_times) {
 }
 END_TEST
 
+/* A Ready several ranks shared (a node forwards its ranks' identical new
+ * requests once): entered once for all of them, the same schedule and the
+ * same errors as the ranks one by one. */
+START_TEST(test_negotiate_submit_ranks) {
+        hvd_negotiator_t *n = neg_new(6, 64, 64 * MiB);
+        char err[256] = "";
+        rq_t b;
+        rq_init(&b);
+        rq_add(&b, "a", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
+        rq_add(&b, "b", HVD__KIND__KIND_BROADCAST, HVD_FLOAT32, "2x3")->root = 4;
+        const uint32_t r012[] = { 0, 1, 2 }, r34[] = { 3, 4 };
+        hvd_negotiator_stats_t before, after;
+        hvd_negotiator_get_stats(n, &before);
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, r012, 3, &b.ready, err, sizeof err), 0);
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, r34, 2, &b.ready, err, sizeof err), 0);
+        hvd_negotiator_get_stats(n, &after);
+        ck_assert_uint_eq(after.requests - before.requests, 10);
+        ck_assert_uint_eq(after.n_tensors, 2);
+        ck_assert_uint_eq(hvd_negotiator_rank_pending(n, 4), 2);
+        take_none(n);
+        /* the last rank alone: both complete, in request order */
+        submit_ok(n, 5, &b);
+        Hvd__Schedule *s = take(n);
+        ck_assert_uint_eq(s->n_errors, 0);
+        ck_assert_uint_eq(s->n_ops, 2);
+        ck_assert_str_eq(entry(s, 0, 0)->name, "a");
+        ck_assert_str_eq(entry(s, 1, 0)->name, "b");
+        ck_assert_int_eq(s->ops[1]->root, 4);
+        uint32_t ida = entry(s, 0, 0)->id;
+        hvd_negotiator_schedule_free(&s);
+        /* a shared Ready with cached ids: each rank's ids, in order */
+        rq_init(&b);
+        rq_cached(&b, ida);
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, r012, 3, &b.ready, err, sizeof err), 0);
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, r34, 2, &b.ready, err, sizeof err), 0);
+        submit_ok(n, 5, &b);
+        s = take(n);
+        ck_assert_uint_eq(s->n_errors, 0);
+        ck_assert_uint_eq(entry(s, 0, 0)->id, ida);
+        hvd_negotiator_schedule_free(&s);
+        /* a rank that differs from ranks whose parameters came shared:
+         * the real error, naming it and the reference rank */
+        rq_init(&b);
+        rq_add(&b, "a", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, r012, 3, &b.ready, err, sizeof err), 0);
+        sub1(n, 3, "a", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
+        sub1(n, 4, "a", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT64, "4");
+        sub1(n, 5, "a", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
+        s = take(n);
+        ck_assert_uint_eq(s->n_errors, 1);
+        ck_assert_str_eq(s->errors[0]->message, "allreduce 'a': rank 4 sent dtype float64, rank 0 sent float32");
+        hvd_negotiator_schedule_free(&s);
+        /* the shared ones differ from the first rank, which came alone */
+        sub1(n, 0, "a", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
+        rq_init(&b);
+        rq_add(&b, "a", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "5");
+        const uint32_t r12345[] = { 1, 2, 3, 4, 5 };
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, r12345, 5, &b.ready, err, sizeof err), 0);
+        s = take(n);
+        ck_assert_uint_eq(s->n_errors, 1);
+        ck_assert_str_eq(s->errors[0]->message, "allreduce 'a': rank 1 sent shape [5], rank 0 sent [4]");
+        hvd_negotiator_schedule_free(&s);
+        /* a rank listed twice, and a rank out of range */
+        const uint32_t twice[] = { 2, 2 }, bad[] = { 1, 6 };
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, twice, 2, &b.ready, err, sizeof err), HVD_EDUPLICATE);
+        ck_assert_str_eq(err, "tensor 'a' submitted twice by rank 2 before it completed");
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, bad, 2, &b.ready, err, sizeof err), HVD_EPROTO);
+        ck_assert_str_eq(err, "rank 6 out of range");
+        ck_assert_uint_eq(hvd_negotiator_rank_pending(n, 1), 0);
+        ck_assert_uint_eq(hvd_negotiator_rank_pending(n, 2), 1);
+        hvd_negotiator_destroy(&n);
+}
+END_TEST
+
 static Suite *negotiate_suite(void) {
         Suite *s = suite_create("negotiate");
         TCase *tc = tcase_create("schedule");
@@ -1227,6 +1301,7 @@ static Suite *negotiate_suite(void) {
         tcase_add_test(tc, test_negotiate_describe_pending);
         tcase_add_test(tc, test_negotiate_timeline_ready_times);
         tcase_add_test(tc, test_negotiate_node_ready);
+        tcase_add_test(tc, test_negotiate_submit_ranks);
         suite_add_tcase(s, tc);
         return s;
 }
