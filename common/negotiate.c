@@ -30,7 +30,6 @@ typedef struct params {
         int64_t *splits;
         uint32_t n_set; /* process set members (sorted), when process_set != 0 */
         uint32_t *set_ranks;
-        uint32_t src; /* which submission by name set them: equal src, equal parameters */
 } params_t;
 
 typedef struct tensor {
@@ -45,13 +44,20 @@ typedef struct tensor {
         uint32_t some_ready; /* a rank that is ready this round (valid while n_ready > 0) */
         uint64_t first_ready_usec;
         bool checked;    /* every rank's parameters passed check_consistent and did not change since */
-        uint32_t n_src;  /* submissions by name so far (params_t.src) */
         uint8_t *ready;  /* [size]: ranks marked one by one */
         uint8_t *node_ready;  /* [n_nodes], with nodes: every rank of that node is ready */
         uint32_t *node_marks; /* [n_nodes]: ranks of that node marked one by one this round */
         uint32_t *node_valid; /* [n_nodes]: ranks of that node whose parameters are known */
         uint64_t *ready_usec; /* [size], while the timeline is on: when each rank became ready */
-        params_t *p;     /* [size]: each rank's last parameters */
+        /* Each rank's last parameters: var[pref[rank]]. A request by name
+         * that several ranks shared is one parameter set for all of them,
+         * so equal indices mean equal parameters; var[0] is "none yet" and
+         * a set no rank refers to any more is reused. */
+        uint32_t *pref;     /* [size] */
+        params_t *var;      /* [n_var] */
+        uint32_t *var_refs; /* [n_var]: ranks that refer to each */
+        uint32_t *var_free; /* unused indices */
+        uint32_t n_var, cap_var, n_var_free;
 } tensor_t;
 
 struct hvd_negotiator {
@@ -81,6 +87,9 @@ struct hvd_negotiator {
         uint32_t *node_size; /* [n_nodes]: ranks per node */
         uint32_t *node_first, *node_list; /* the ranks of node c: node_list[node_first[c] .. node_first[c + 1]) */
 };
+
+/* rank r's last parameters for t */
+#define PR(t, r) (&(t)->var[(t)->pref[(r)]])
 
 /* A rank is ready for t when it was marked itself or its whole node was. */
 static inline bool is_ready(const hvd_negotiator_t *n, const tensor_t *t, uint32_t r) {
@@ -120,12 +129,15 @@ int hvd_negotiator_new(uint32_t size, uint32_t max_tensors, uint64_t fusion_thre
 static void tensor_free(tensor_t *t, uint32_t size) {
         if (!t)
                 return;
-        if (t->p)
-                for (uint32_t r = 0; r < size; r++) {
-                        free(t->p[r].splits);
-                        free(t->p[r].set_ranks);
-                }
-        free(t->p);
+        (void) size;
+        for (uint32_t v = 0; v < t->n_var; v++) {
+                free(t->var[v].splits);
+                free(t->var[v].set_ranks);
+        }
+        free(t->pref);
+        free(t->var);
+        free(t->var_refs);
+        free(t->var_free);
         free(t->ready);
         free(t->node_ready);
         free(t->node_marks);
@@ -198,7 +210,12 @@ static tensor_t *tensor_add(hvd_negotiator_t *n, const char *name, const char *k
         t->key = malloc(key_len ? key_len : 1);
         t->key_len = key_len;
         t->ready = calloc(n->size, 1);
-        t->p = calloc(n->size, sizeof *t->p);
+        t->pref = calloc(n->size, sizeof *t->pref);
+        t->cap_var = 4;
+        t->var = calloc(t->cap_var, sizeof *t->var);
+        t->var_refs = calloc(t->cap_var, sizeof *t->var_refs);
+        t->var_free = calloc(t->cap_var, sizeof *t->var_free);
+        t->n_var = 1;
         t->transient = transient;
         if (n->n_nodes) {
                 t->node_ready = calloc(n->n_nodes, 1);
@@ -208,7 +225,7 @@ static tensor_t *tensor_add(hvd_negotiator_t *n, const char *name, const char *k
         t->id = transient && n->n_free ? n->free_ids[n->n_free - 1] : n->n_tensors;
         if (t->key)
                 memcpy(t->key, key, key_len);
-        if (!t->name || !t->key || !t->ready || !t->p ||
+        if (!t->name || !t->key || !t->ready || !t->pref || !t->var || !t->var_refs || !t->var_free ||
             (n->n_nodes && (!t->node_ready || !t->node_marks || !t->node_valid)) || hvd_strmap_put(n->by_name, key, key_len, t) < 0) {
                 tensor_free(t, n->size);
                 return NULL;
@@ -221,7 +238,7 @@ static tensor_t *tensor_add(hvd_negotiator_t *n, const char *name, const char *k
         return t;
 }
 
-static int params_set(params_t *p, const Hvd__Request *q, uint32_t src) {
+static int params_set(params_t *p, const Hvd__Request *q) {
         int64_t *splits = NULL;
         uint32_t *set = NULL;
         if (q->n_splits) {
@@ -258,7 +275,6 @@ static int params_set(params_t *p, const Hvd__Request *q, uint32_t src) {
                 .splits = splits,
                 .n_set = set ? (uint32_t) q->n_set_ranks : 0,
                 .set_ranks = set,
-                .src = src,
         };
         if (q->n_shape)
                 memcpy(p->shape, q->shape, q->n_shape * sizeof(int64_t));
@@ -271,7 +287,7 @@ static bool tensor_complete(const hvd_negotiator_t *n, const tensor_t *t) {
         if (t->n_ready == 0)
                 return false;
         /* O(1): which set, from any ready rank (consistency is checked later) */
-        const params_t *a = &t->p[t->some_ready];
+        const params_t *a = PR(t, t->some_ready);
         if (a->process_set) {
                 /* a process set: its members, joined or not */
                 for (uint32_t i = 0; i < a->n_set; i++)
@@ -331,26 +347,45 @@ static void rank_join(hvd_negotiator_t *n, uint32_t rank) {
                         maybe_queue(n, n->tensors[i]);
 }
 
-/* p becomes a copy of *from (its own splits and members). */
-static int params_copy(params_t *p, const params_t *from) {
-        int64_t *splits = NULL;
-        uint32_t *set = NULL;
-        if (from->n_splits && !(splits = malloc(from->n_splits * sizeof *splits)))
-                return -ENOMEM;
-        if (from->n_set && !(set = malloc(from->n_set * sizeof *set))) {
-                free(splits);
-                return -ENOMEM;
+/* A new parameter set (refs 0) for t: its index, or 0 without memory. */
+static uint32_t var_new(tensor_t *t) {
+        if (t->n_var_free)
+                return t->var_free[--t->n_var_free];
+        if (t->n_var == t->cap_var) {
+                uint32_t cap = t->cap_var * 2;
+                params_t *v = realloc(t->var, cap * sizeof *v);
+                if (v)
+                        t->var = v;
+                uint32_t *rf = realloc(t->var_refs, cap * sizeof *rf);
+                if (rf)
+                        t->var_refs = rf;
+                uint32_t *fr = realloc(t->var_free, cap * sizeof *fr);
+                if (fr)
+                        t->var_free = fr;
+                if (!v || !rf || !fr)
+                        return 0;
+                t->cap_var = cap;
         }
-        free(p->splits);
-        free(p->set_ranks);
-        *p = *from;
-        p->splits = splits;
-        p->set_ranks = set;
-        if (splits)
-                memcpy(splits, from->splits, from->n_splits * sizeof *splits);
-        if (set)
-                memcpy(set, from->set_ranks, from->n_set * sizeof *set);
-        return 0;
+        t->var[t->n_var] = (params_t){ 0 };
+        t->var_refs[t->n_var] = 0;
+        return t->n_var++;
+}
+
+static void var_unref(tensor_t *t, uint32_t v) {
+        if (v == 0 || --t->var_refs[v] > 0)
+                return;
+        free(t->var[v].splits);
+        free(t->var[v].set_ranks);
+        t->var[v] = (params_t){ 0 };
+        t->var_free[t->n_var_free++] = v;
+}
+
+/* rank's parameters become var[v] */
+static void rank_set_var(tensor_t *t, uint32_t rank, uint32_t v) {
+        uint32_t old = t->pref[rank];
+        t->var_refs[v]++;
+        t->pref[rank] = v;
+        var_unref(t, old);
 }
 
 /* One request by name, sent alike by every rank in ranks: looked up,
@@ -376,8 +411,7 @@ static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_r
         bool set_ok = q->process_set == 0 || q->n_set_ranks > 0;
         for (size_t k = 0; k < q->n_set_ranks && set_ok; k++)
                 set_ok = q->set_ranks[k] < n->size && (k == 0 || q->set_ranks[k] > q->set_ranks[k - 1]);
-        const params_t *first = NULL; /* the first rank's, which the others copy */
-        uint32_t src = ++t->n_src;
+        uint32_t v = 0; /* the parameter set of these ranks, made for the first */
         for (size_t k = 0; k < n_ranks; k++) {
                 uint32_t rank = ranks[k];
                 int r;
@@ -393,14 +427,18 @@ static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_r
                         ret = HVD_EPROTO;
                         continue;
                 }
-                bool was_valid = t->p[rank].valid;
-                if ((r = first ? params_copy(&t->p[rank], first) : params_set(&t->p[rank], q, src)) < 0) {
-                        snprintf(err, err_len, "out of memory");
-                        ret = r;
-                        continue;
+                bool was_valid = t->pref[rank] != 0;
+                if (!v) {
+                        if (!(v = var_new(t)) || (r = params_set(&t->var[v], q)) < 0) {
+                                if (v)
+                                        t->var_free[t->n_var_free++] = v;
+                                v = 0;
+                                snprintf(err, err_len, "out of memory");
+                                ret = -ENOMEM;
+                                continue;
+                        }
                 }
-                if (!first)
-                        first = &t->p[rank];
+                rank_set_var(t, rank, v);
                 t->checked = false;
                 if (!was_valid && t->node_valid)
                         t->node_valid[n->node_of[rank]]++;
@@ -430,7 +468,7 @@ int hvd_negotiator_submit_ranks(hvd_negotiator_t *n, const uint32_t *ranks, size
                 for (size_t i = 0; i < ready->n_cached; i++) {
                         uint32_t id = ready->cached[i];
                         tensor_t *t = id < n->n_tensors ? n->tensors[id] : NULL;
-                        if (!t || t->transient || !t->p[rank].valid) {
+                        if (!t || t->transient || !t->pref[rank]) {
                                 snprintf(err, err_len, "unknown cached tensor id %u from rank %u", id, rank);
                                 ret = HVD_EPROTO;
                                 continue;
@@ -566,7 +604,7 @@ static uint64_t numel(const params_t *p, unsigned from_dim) {
  * writes "allreduce 'x': rank 3 sent shape [..], rank 0 sent [..]". */
 static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32_t ref, char *msg,
                             size_t len) {
-        const params_t *a = &t->p[ref];
+        const params_t *a = PR(t, ref);
         const char *k = kind_name(a->kind);
         uint32_t set_size = a->process_set ? a->n_set : n->size;
         if (a->process_set) {
@@ -581,14 +619,15 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                         }
                 }
         }
-        uint32_t ok_src = a->src; /* parameters known equal to a's */
+        uint32_t va = t->pref[ref], ok = va; /* parameter sets known equal to a's */
         for (uint32_t r = 0; r < n->size; r++) {
                 if (r == ref || !is_ready(n, t, r))
                         continue;
-                const params_t *b = &t->p[r];
-                /* ranks whose requests a node forwarded once share a src */
-                if (b->src == ok_src || b->src == a->src)
+                /* ranks whose requests a node forwarded once share a set */
+                uint32_t vb = t->pref[r];
+                if (vb == va || vb == ok)
                         continue;
+                const params_t *b = &t->var[vb];
                 char sa[160], sb[160];
                 if (b->kind != a->kind) {
                         snprintf(msg, len, "tensor '%s': rank %u sent a %s, rank %u sent a %s", t->name, r,
@@ -642,7 +681,7 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                                  sb, ref, sa, variable_first ? " (all but the first dimension must agree)" : "");
                         return HVD_EMISMATCH;
                 }
-                ok_src = b->src;
+                ok = vb;
         }
         if (a->kind == HVD__KIND__KIND_BROADCAST && (a->root < 0 || (uint32_t) a->root >= set_size)) {
                 snprintf(msg, len, "broadcast '%s': root rank %d out of range (size %u)", t->name, a->root, set_size);
@@ -664,7 +703,7 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                                 snprintf(msg, len, "alltoall '%s': rank %u has joined", t->name, r);
                                 return -EINVAL;
                         }
-                        const params_t *b = &t->p[r];
+                        const params_t *b = PR(t, r);
                         if (b->n_splits == 0) {
                                 if (b->shape[0] % set_size) {
                                         snprintf(msg, len, "alltoall '%s': rank %u: first dimension %" PRId64
@@ -702,7 +741,7 @@ static void *zalloc(size_t n) {
 }
 
 static Hvd__Entry *entry_new(const hvd_negotiator_t *n, tensor_t *t, uint32_t ref) {
-        const params_t *a = &t->p[ref];
+        const params_t *a = PR(t, ref);
         Hvd__Entry *e = zalloc(sizeof *e);
         if (!e)
                 return NULL;
@@ -727,14 +766,14 @@ static Hvd__Entry *entry_new(const hvd_negotiator_t *n, tensor_t *t, uint32_t re
                         goto fail;
                 for (uint32_t i = 0; i < ss; i++) {
                         uint32_t r = MEMBER(i);
-                        e->rank_rows[i] = is_ready(n, t, r) ? t->p[r].shape[0] : 0;
+                        e->rank_rows[i] = is_ready(n, t, r) ? PR(t, r)->shape[0] : 0;
                 }
         } else if (a->kind == HVD__KIND__KIND_ALLTOALL) {
                 e->n_splits = (size_t) ss * ss;
                 if (!(e->splits = calloc(e->n_splits, sizeof(int64_t))))
                         goto fail;
                 for (uint32_t i = 0; i < ss; i++) {
-                        const params_t *b = &t->p[MEMBER(i)];
+                        const params_t *b = PR(t, MEMBER(i));
                         for (uint32_t d = 0; d < ss; d++)
                                 e->splits[(size_t) i * ss + d] = b->n_splits ? b->splits[d] : b->shape[0] / ss;
                 }
@@ -805,7 +844,7 @@ static bool group_complete(const hvd_negotiator_t *n, uint32_t group_id, uint32_
         uint32_t c = 0;
         for (uint32_t i = 0; i < n->n_held; i++) {
                 const tensor_t *t = n->tensors[n->held[i]];
-                if (t->p[first_ready_rank(n, t)].group_id == group_id)
+                if (PR(t, first_ready_rank(n, t))->group_id == group_id)
                         c++;
         }
         return c >= group_size;
@@ -819,7 +858,7 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
         uint32_t n_go = 0;
         for (uint32_t i = 0; i < n->n_ready_list; i++) {
                 tensor_t *t = n->tensors[n->ready_list[i]];
-                const params_t *a = &t->p[first_ready_rank(n, t)];
+                const params_t *a = PR(t, first_ready_rank(n, t));
                 if (a->group_size > 1)
                         n->held[n->n_held++] = t->id;
                 else
@@ -828,7 +867,7 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
         n->n_ready_list = n_go;
         for (uint32_t i = 0; i < n->n_held;) {
                 tensor_t *t = n->tensors[n->held[i]];
-                const params_t *a = &t->p[first_ready_rank(n, t)];
+                const params_t *a = PR(t, first_ready_rank(n, t));
                 if (!group_complete(n, a->group_id, a->group_size, 0)) {
                         i++;
                         continue;
@@ -837,7 +876,7 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
                 uint32_t gid = a->group_id, k = 0;
                 for (uint32_t j = 0; j < n->n_held; j++) {
                         tensor_t *u = n->tensors[n->held[j]];
-                        if (u->p[first_ready_rank(n, u)].group_id == gid)
+                        if (PR(u, first_ready_rank(n, u))->group_id == gid)
                                 n->ready_list[n->n_ready_list++] = u->id;
                         else
                                 n->held[k++] = n->held[j];
@@ -885,12 +924,12 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
                                 goto out;
                         continue;
                 }
-                const params_t *a = &t->p[ref];
+                const params_t *a = PR(t, ref);
                 uint64_t bytes = numel(a, 0) * hvd_dtype_size(a->dtype);
                 if (a->kind == HVD__KIND__KIND_ALLGATHER) {
                         uint64_t rows = 0;
                         for (uint32_t q = 0; q < n->size; q++)
-                                rows += is_ready(n, t, q) ? (uint64_t) t->p[q].shape[0] : 0;
+                                rows += is_ready(n, t, q) ? (uint64_t) PR(t, q)->shape[0] : 0;
                         bytes = rows * numel(a, 1) * hvd_dtype_size(a->dtype);
                 }
                 items[n_ok] = (hvd_fusion_item_t){
@@ -923,7 +962,8 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
                 op->device = f->device;
                 op->process_set = f->process_set;
                 if (f->process_set) {
-                        const params_t *a = &n->tensors[ok_ids[ops[k].first]]->p[first_ready_rank(n, n->tensors[ok_ids[ops[k].first]])];
+                        const tensor_t *ft = n->tensors[ok_ids[ops[k].first]];
+                        const params_t *a = PR(ft, first_ready_rank(n, ft));
                         if (!(op->set_ranks = malloc(a->n_set * sizeof *op->set_ranks)))
                                 goto out;
                         memcpy(op->set_ranks, a->set_ranks, a->n_set * sizeof *op->set_ranks);
