@@ -310,7 +310,9 @@ static void maybe_queue(hvd_negotiator_t *n, tensor_t *t) {
         }
 }
 
-static int mark_ready(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, uint64_t when, char *err,
+/* queue: look whether t is complete now (the caller does once after
+ * marking several ranks otherwise) */
+static int mark_ready(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, uint64_t when, bool queue, char *err,
                       size_t err_len) {
         if (is_ready(n, t, rank)) {
                 snprintf(err, err_len, "tensor '%s' submitted twice by rank %u before it completed",
@@ -327,7 +329,8 @@ static int mark_ready(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, uint64_t 
                 t->node_marks[n->node_of[rank]]++;
         if (n->timeline && (t->ready_usec || (t->ready_usec = calloc(n->size, sizeof *t->ready_usec))))
                 t->ready_usec[rank] = when;
-        maybe_queue(n, t);
+        if (queue)
+                maybe_queue(n, t);
         return 0;
 }
 
@@ -442,9 +445,10 @@ static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_r
                 t->checked = false;
                 if (!was_valid && t->node_valid)
                         t->node_valid[n->node_of[rank]]++;
-                if ((r = mark_ready(n, rank, t, now, err, err_len)) < 0)
+                if ((r = mark_ready(n, rank, t, now, false, err, err_len)) < 0)
                         ret = r;
         }
+        maybe_queue(n, t);
         return ret;
 }
 
@@ -476,7 +480,7 @@ int hvd_negotiator_submit_ranks(hvd_negotiator_t *n, const uint32_t *ranks, size
                         n->stats.cache_hits++;
                         /* it may have waited on the fast path's board before */
                         uint64_t waited = ready->n_cached_waited_usec == ready->n_cached ? ready->cached_waited_usec[i] : 0;
-                        int r = mark_ready(n, rank, t, waited < now ? now - waited : now, err, err_len);
+                        int r = mark_ready(n, rank, t, waited < now ? now - waited : now, true, err, err_len);
                         if (r < 0)
                                 ret = r;
                 }
