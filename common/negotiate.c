@@ -32,6 +32,13 @@ typedef struct params {
         uint32_t *set_ranks;
 } params_t;
 
+/* One node's part of a tensor (one cache line holds several nodes'). */
+typedef struct node_state {
+        uint32_t marks; /* ranks of that node marked one by one this round */
+        uint32_t valid; /* ranks of that node whose parameters are known */
+        bool ready;     /* every rank of that node is ready */
+} node_state_t;
+
 typedef struct tensor {
         char *name;
         char *key; /* name, plus the process set when not 0 */
@@ -42,12 +49,11 @@ typedef struct tensor {
         bool queued;     /* in the ready list */
         uint32_t n_ready;
         uint32_t some_ready; /* a rank that is ready this round (valid while n_ready > 0) */
+        bool some_in_set;    /* ... and it named a process set (known without its parameters) */
         uint64_t first_ready_usec;
         bool checked;    /* every rank's parameters passed check_consistent and did not change since */
         uint8_t *ready;  /* [size]: ranks marked one by one */
-        uint8_t *node_ready;  /* [n_nodes], with nodes: every rank of that node is ready */
-        uint32_t *node_marks; /* [n_nodes]: ranks of that node marked one by one this round */
-        uint32_t *node_valid; /* [n_nodes]: ranks of that node whose parameters are known */
+        node_state_t *nodes;  /* [n_nodes], with nodes */
         uint64_t *ready_usec; /* [size], while the timeline is on: when each rank became ready */
         /* Each rank's last parameters: var[pref[rank]]. A request by name
          * that several ranks shared is one parameter set for all of them,
@@ -93,7 +99,7 @@ struct hvd_negotiator {
 
 /* A rank is ready for t when it was marked itself or its whole node was. */
 static inline bool is_ready(const hvd_negotiator_t *n, const tensor_t *t, uint32_t r) {
-        return t->ready[r] || (t->node_ready && t->node_ready[n->node_of[r]]);
+        return t->ready[r] || (t->nodes && t->nodes[n->node_of[r]].ready);
 }
 
 static const char *op_name(uint32_t op) {
@@ -139,9 +145,7 @@ static void tensor_free(tensor_t *t, uint32_t size) {
         free(t->var_refs);
         free(t->var_free);
         free(t->ready);
-        free(t->node_ready);
-        free(t->node_marks);
-        free(t->node_valid);
+        free(t->nodes);
         free(t->ready_usec);
         free(t->name);
         free(t->key);
@@ -218,15 +222,13 @@ static tensor_t *tensor_add(hvd_negotiator_t *n, const char *name, const char *k
         t->n_var = 1;
         t->transient = transient;
         if (n->n_nodes) {
-                t->node_ready = calloc(n->n_nodes, 1);
-                t->node_marks = calloc(n->n_nodes, sizeof *t->node_marks);
-                t->node_valid = calloc(n->n_nodes, sizeof *t->node_valid);
+                t->nodes = calloc(n->n_nodes, sizeof *t->nodes);
         }
         t->id = transient && n->n_free ? n->free_ids[n->n_free - 1] : n->n_tensors;
         if (t->key)
                 memcpy(t->key, key, key_len);
         if (!t->name || !t->key || !t->ready || !t->pref || !t->var || !t->var_refs || !t->var_free ||
-            (n->n_nodes && (!t->node_ready || !t->node_marks || !t->node_valid)) || hvd_strmap_put(n->by_name, key, key_len, t) < 0) {
+            (n->n_nodes && !t->nodes) || hvd_strmap_put(n->by_name, key, key_len, t) < 0) {
                 tensor_free(t, n->size);
                 return NULL;
         }
@@ -287,8 +289,8 @@ static bool tensor_complete(const hvd_negotiator_t *n, const tensor_t *t) {
         if (t->n_ready == 0)
                 return false;
         /* O(1): which set, from any ready rank (consistency is checked later) */
-        const params_t *a = PR(t, t->some_ready);
-        if (a->process_set) {
+        if (t->some_in_set) {
+                const params_t *a = PR(t, t->some_ready);
                 /* a process set: its members, joined or not */
                 for (uint32_t i = 0; i < a->n_set; i++)
                         if (!is_ready(n, t, a->set_ranks[i]))
@@ -321,12 +323,14 @@ static int mark_ready(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, uint64_t 
         }
         if (t->n_ready == 0 || when < t->first_ready_usec)
                 t->first_ready_usec = when;
-        if (t->n_ready == 0)
+        if (t->n_ready == 0) {
                 t->some_ready = rank;
+                t->some_in_set = PR(t, rank)->process_set != 0;
+        }
         t->ready[rank] = 1;
         t->n_ready++;
-        if (t->node_marks)
-                t->node_marks[n->node_of[rank]]++;
+        if (t->nodes)
+                t->nodes[n->node_of[rank]].marks++;
         if (n->timeline && (t->ready_usec || (t->ready_usec = calloc(n->size, sizeof *t->ready_usec))))
                 t->ready_usec[rank] = when;
         if (queue)
@@ -443,8 +447,8 @@ static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_r
                 }
                 rank_set_var(t, rank, v);
                 t->checked = false;
-                if (!was_valid && t->node_valid)
-                        t->node_valid[n->node_of[rank]]++;
+                if (!was_valid && t->nodes)
+                        t->nodes[n->node_of[rank]].valid++;
                 if ((r = mark_ready(n, rank, t, now, false, err, err_len)) < 0)
                         ret = r;
         }
@@ -553,12 +557,12 @@ int hvd_negotiator_submit_node(hvd_negotiator_t *n, uint32_t node, const uint32_
         for (size_t i = 0; i < n_ids; i++) {
                 uint32_t id = ids[i];
                 tensor_t *t = id < n->n_tensors ? n->tensors[id] : NULL;
-                if (!t || t->transient || t->node_valid[node] != ns) {
+                if (!t || t->transient || t->nodes[node].valid != ns) {
                         snprintf(err, err_len, "unknown cached tensor id %u from the ranks of node %u", id, node);
                         ret = HVD_EPROTO;
                         continue;
                 }
-                if (t->node_ready[node] || t->node_marks[node]) {
+                if (t->nodes[node].ready || t->nodes[node].marks) {
                         snprintf(err, err_len, "tensor '%s' submitted twice by a rank of node %u before it completed",
                                  t->name, node);
                         ret = HVD_EDUPLICATE;
@@ -570,9 +574,11 @@ int hvd_negotiator_submit_node(hvd_negotiator_t *n, uint32_t node, const uint32_
                 uint64_t when = waited < now ? now - waited : now;
                 if (t->n_ready == 0 || when < t->first_ready_usec)
                         t->first_ready_usec = when;
-                if (t->n_ready == 0)
+                if (t->n_ready == 0) {
                         t->some_ready = n->node_list[n->node_first[node]];
-                t->node_ready[node] = 1;
+                        t->some_in_set = PR(t, t->some_ready)->process_set != 0;
+                }
+                t->nodes[node].ready = true;
                 t->n_ready += ns;
                 if (n->timeline && (t->ready_usec || (t->ready_usec = calloc(n->size, sizeof *t->ready_usec))))
                         for (uint32_t k = n->node_first[node]; k < n->node_first[node + 1]; k++)
@@ -831,9 +837,9 @@ static uint32_t first_ready_rank(const hvd_negotiator_t *n, const tensor_t *t) {
 
 static void tensor_reset(const hvd_negotiator_t *n, tensor_t *t, uint32_t size) {
         memset(t->ready, 0, size);
-        if (t->node_ready) {
-                memset(t->node_ready, 0, n->n_nodes);
-                memset(t->node_marks, 0, n->n_nodes * sizeof *t->node_marks);
+        for (uint32_t c = 0; t->nodes && c < n->n_nodes; c++) {
+                t->nodes[c].ready = false;
+                t->nodes[c].marks = 0;
         }
         if (t->ready_usec)
                 memset(t->ready_usec, 0, size * sizeof *t->ready_usec);
