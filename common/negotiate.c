@@ -32,7 +32,8 @@ typedef struct params {
         uint32_t *set_ranks;
 } params_t;
 
-/* One node's part of a tensor (one cache line holds several nodes'). */
+/* One node's part of a tensor. Kept node by node (NODE()): a node's
+ * message walks its ids through consecutive memory. */
 typedef struct node_state {
         uint32_t marks; /* ranks of that node marked one by one this round */
         uint32_t valid; /* ranks of that node whose parameters are known */
@@ -53,7 +54,6 @@ typedef struct tensor {
         uint64_t first_ready_usec;
         bool checked;    /* every rank's parameters passed check_consistent and did not change since */
         uint8_t *ready;  /* [size]: ranks marked one by one */
-        node_state_t *nodes;  /* [n_nodes], with nodes */
         uint64_t *ready_usec; /* [size], while the timeline is on: when each rank became ready */
         /* Each rank's last parameters: var[pref[rank]]. A request by name
          * that several ranks shared is one parameter set for all of them,
@@ -92,14 +92,17 @@ struct hvd_negotiator {
         uint32_t *node_of;   /* [size]: each rank's node */
         uint32_t *node_size; /* [n_nodes]: ranks per node */
         uint32_t *node_first, *node_list; /* the ranks of node c: node_list[node_first[c] .. node_first[c + 1]) */
+        node_state_t *nst; /* [n_nodes][cap_tensors], with nodes */
 };
+
+#define NODE(n, t, c) (&(n)->nst[(size_t) (c) * (n)->cap_tensors + (t)->id])
 
 /* rank r's last parameters for t */
 #define PR(t, r) (&(t)->var[(t)->pref[(r)]])
 
 /* A rank is ready for t when it was marked itself or its whole node was. */
 static inline bool is_ready(const hvd_negotiator_t *n, const tensor_t *t, uint32_t r) {
-        return t->ready[r] || (t->nodes && t->nodes[n->node_of[r]].ready);
+        return t->ready[r] || (n->nst && NODE(n, t, n->node_of[r])->ready);
 }
 
 static const char *op_name(uint32_t op) {
@@ -145,7 +148,6 @@ static void tensor_free(tensor_t *t, uint32_t size) {
         free(t->var_refs);
         free(t->var_free);
         free(t->ready);
-        free(t->nodes);
         free(t->ready_usec);
         free(t->name);
         free(t->key);
@@ -168,6 +170,7 @@ void hvd_negotiator_destroy(hvd_negotiator_t **np) {
         free(n->node_size);
         free(n->node_first);
         free(n->node_list);
+        free(n->nst);
         free(n);
         *np = NULL;
 }
@@ -205,6 +208,16 @@ static tensor_t *tensor_add(hvd_negotiator_t *n, const char *name, const char *k
                         n->held = hl;
                 if (!nt || !rl || !hl)
                         return NULL;
+                if (n->n_nodes) {
+                        node_state_t *ns = calloc((size_t) n->n_nodes * cap, sizeof *ns);
+                        if (!ns)
+                                return NULL;
+                        for (uint32_t c = 0; n->nst && c < n->n_nodes; c++)
+                                memcpy(ns + (size_t) c * cap, n->nst + (size_t) c * n->cap_tensors,
+                                       n->cap_tensors * sizeof *ns);
+                        free(n->nst);
+                        n->nst = ns;
+                }
                 n->cap_tensors = cap;
         }
         tensor_t *t = calloc(1, sizeof *t);
@@ -221,17 +234,16 @@ static tensor_t *tensor_add(hvd_negotiator_t *n, const char *name, const char *k
         t->var_free = calloc(t->cap_var, sizeof *t->var_free);
         t->n_var = 1;
         t->transient = transient;
-        if (n->n_nodes) {
-                t->nodes = calloc(n->n_nodes, sizeof *t->nodes);
-        }
         t->id = transient && n->n_free ? n->free_ids[n->n_free - 1] : n->n_tensors;
         if (t->key)
                 memcpy(t->key, key, key_len);
         if (!t->name || !t->key || !t->ready || !t->pref || !t->var || !t->var_refs || !t->var_free ||
-            (n->n_nodes && !t->nodes) || hvd_strmap_put(n->by_name, key, key_len, t) < 0) {
+            hvd_strmap_put(n->by_name, key, key_len, t) < 0) {
                 tensor_free(t, n->size);
                 return NULL;
         }
+        for (uint32_t c = 0; n->nst && c < n->n_nodes; c++) /* a reused slot starts afresh */
+                *NODE(n, t, c) = (node_state_t){ 0 };
         if (t->id == n->n_tensors)
                 n->n_tensors++;
         else
@@ -329,8 +341,8 @@ static int mark_ready(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, uint64_t 
         }
         t->ready[rank] = 1;
         t->n_ready++;
-        if (t->nodes)
-                t->nodes[n->node_of[rank]].marks++;
+        if (n->nst)
+                NODE(n, t, n->node_of[rank])->marks++;
         if (n->timeline && (t->ready_usec || (t->ready_usec = calloc(n->size, sizeof *t->ready_usec))))
                 t->ready_usec[rank] = when;
         if (queue)
@@ -447,8 +459,8 @@ static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_r
                 }
                 rank_set_var(t, rank, v);
                 t->checked = false;
-                if (!was_valid && t->nodes)
-                        t->nodes[n->node_of[rank]].valid++;
+                if (!was_valid && n->nst)
+                        NODE(n, t, n->node_of[rank])->valid++;
                 if ((r = mark_ready(n, rank, t, now, false, err, err_len)) < 0)
                         ret = r;
         }
@@ -557,12 +569,12 @@ int hvd_negotiator_submit_node(hvd_negotiator_t *n, uint32_t node, const uint32_
         for (size_t i = 0; i < n_ids; i++) {
                 uint32_t id = ids[i];
                 tensor_t *t = id < n->n_tensors ? n->tensors[id] : NULL;
-                if (!t || t->transient || t->nodes[node].valid != ns) {
+                if (!t || t->transient || NODE(n, t, node)->valid != ns) {
                         snprintf(err, err_len, "unknown cached tensor id %u from the ranks of node %u", id, node);
                         ret = HVD_EPROTO;
                         continue;
                 }
-                if (t->nodes[node].ready || t->nodes[node].marks) {
+                if (NODE(n, t, node)->ready || NODE(n, t, node)->marks) {
                         snprintf(err, err_len, "tensor '%s' submitted twice by a rank of node %u before it completed",
                                  t->name, node);
                         ret = HVD_EDUPLICATE;
@@ -578,7 +590,7 @@ int hvd_negotiator_submit_node(hvd_negotiator_t *n, uint32_t node, const uint32_
                         t->some_ready = n->node_list[n->node_first[node]];
                         t->some_in_set = PR(t, t->some_ready)->process_set != 0;
                 }
-                t->nodes[node].ready = true;
+                NODE(n, t, node)->ready = true;
                 t->n_ready += ns;
                 if (n->timeline && (t->ready_usec || (t->ready_usec = calloc(n->size, sizeof *t->ready_usec))))
                         for (uint32_t k = n->node_first[node]; k < n->node_first[node + 1]; k++)
@@ -837,9 +849,9 @@ static uint32_t first_ready_rank(const hvd_negotiator_t *n, const tensor_t *t) {
 
 static void tensor_reset(const hvd_negotiator_t *n, tensor_t *t, uint32_t size) {
         memset(t->ready, 0, size);
-        for (uint32_t c = 0; t->nodes && c < n->n_nodes; c++) {
-                t->nodes[c].ready = false;
-                t->nodes[c].marks = 0;
+        for (uint32_t c = 0; n->nst && c < n->n_nodes; c++) {
+                NODE(n, t, c)->ready = false;
+                NODE(n, t, c)->marks = 0;
         }
         if (t->ready_usec)
                 memset(t->ready_usec, 0, size * sizeof *t->ready_usec);

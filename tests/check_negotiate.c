@@ -1266,6 +1266,59 @@ START_TEST(test_negotiate_submit_ranks) {
 }
 END_TEST
 
+/* Node-level state survives the table's growth (kept node by node, it
+ * moves when the table doubles past 64 rows). */
+START_TEST(test_negotiate_node_state_growth) {
+        hvd_negotiator_t *n = neg_new(4, 256, 64 * MiB);
+        const uint32_t node_of[4] = { 0, 0, 1, 1 };
+        ck_assert_int_eq(hvd_negotiator_set_nodes(n, 2, node_of), 0);
+        enum { T = 100 };
+        static char names[T][16];
+        uint32_t tid[T];
+        for (uint32_t r = 0; r < 4; r++)
+                for (int i = 0; i < T; i += 25) {
+                        rq_t b;
+                        rq_init(&b);
+                        for (int k = i; k < i + 25; k++) {
+                                snprintf(names[k], sizeof names[k], "g%d", k);
+                                rq_add(&b, names[k], HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
+                        }
+                        submit_ok(n, r, &b);
+                }
+        Hvd__Schedule *s = take(n);
+        ck_assert_uint_eq(s->n_errors, 0);
+        size_t k = 0;
+        for (size_t o = 0; o < s->n_ops; o++)
+                for (size_t e = 0; e < s->ops[o]->n_entries; e++)
+                        tid[k++] = s->ops[o]->entries[e]->id;
+        ck_assert_uint_eq(k, T);
+        hvd_negotiator_schedule_free(&s);
+        char err[256] = "";
+        /* node 1 at once for every id, node 0 rank by rank */
+        ck_assert_int_eq(hvd_negotiator_submit_node(n, 1, tid, T, NULL, err, sizeof err), 0);
+        take_none(n);
+        for (uint32_t r = 0; r < 2; r++)
+                for (int i = 0; i < T; i += 25) {
+                        rq_t b;
+                        rq_init(&b);
+                        for (int q = i; q < i + 25; q++)
+                                rq_cached(&b, tid[q]);
+                        submit_ok(n, r, &b);
+                }
+        s = take(n);
+        ck_assert_uint_eq(s->n_errors, 0);
+        k = 0;
+        for (size_t o = 0; o < s->n_ops; o++)
+                k += s->ops[o]->n_entries;
+        ck_assert_uint_eq(k, T);
+        hvd_negotiator_schedule_free(&s);
+        /* and the node's state was cleared with the schedule */
+        ck_assert_int_eq(hvd_negotiator_submit_node(n, 1, tid, 1, NULL, err, sizeof err), 0);
+        ck_assert_int_eq(hvd_negotiator_submit_node(n, 1, tid, 1, NULL, err, sizeof err), HVD_EDUPLICATE);
+        hvd_negotiator_destroy(&n);
+}
+END_TEST
+
 static Suite *negotiate_suite(void) {
         Suite *s = suite_create("negotiate");
         TCase *tc = tcase_create("schedule");
@@ -1302,6 +1355,7 @@ static Suite *negotiate_suite(void) {
         tcase_add_test(tc, test_negotiate_timeline_ready_times);
         tcase_add_test(tc, test_negotiate_node_ready);
         tcase_add_test(tc, test_negotiate_submit_ranks);
+        tcase_add_test(tc, test_negotiate_node_state_growth);
         suite_add_tcase(s, tc);
         return s;
 }
