@@ -80,7 +80,8 @@ static Hvd__Request request(const char *name, Hvd__Kind kind, int64_t *shape, si
 }
 
 /* The negotiate harness reads: 1 byte world size selector, then frames of
- * [1 byte rank][2 bytes little-endian length][Envelope with a Ready]. */
+ * [1 byte ranks][2 bytes little-endian length][Envelope with a Ready]
+ * (ranks: bits 0-3 a rank; bit 7: shared by bits 4-6 + 1 ranks from it). */
 static void neg_frame(uint8_t **buf, size_t *len, uint8_t rank, Hvd__Envelope *env) {
         env->version = HVD_PROTOCOL_VERSION;
         size_t n = hvd__envelope__get_packed_size(env);
@@ -167,6 +168,34 @@ static void negotiate_seeds(void) {
                 neg_frame(&buf, &len, rank, &env);
         }
         write_file("negotiate", "mismatch-and-fusion", buf, len);
+        free(buf);
+        /* shared: ranks 0-2 send one Ready together (a node's forwarded
+         * requests), rank 3 alone with another shape, then all by id */
+        buf = malloc(1);
+        len = 1;
+        buf[0] = 3; /* world size 4 */
+        for (int round = 0; round < 2; round++) {
+                Hvd__Request a = request("grad.a", HVD__KIND__KIND_ALLREDUCE, round ? shape2 : shape, 2);
+                Hvd__Request *qs[] = { &a };
+                Hvd__Ready ready = HVD__READY__INIT;
+                ready.requests = qs;
+                ready.n_requests = 1;
+                Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                env.body_case = HVD__ENVELOPE__BODY_READY;
+                env.ready = &ready;
+                neg_frame(&buf, &len, round ? 3 : 0x80 | (2 << 4), &env);
+        }
+        for (int round = 0; round < 2; round++) {
+                uint32_t cached[] = { 0 };
+                Hvd__Ready ready = HVD__READY__INIT;
+                ready.cached = cached;
+                ready.n_cached = 1;
+                Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                env.body_case = HVD__ENVELOPE__BODY_READY;
+                env.ready = &ready;
+                neg_frame(&buf, &len, round ? 3 : 0x80 | (2 << 4), &env);
+        }
+        write_file("negotiate", "shared", buf, len);
         free(buf);
 }
 

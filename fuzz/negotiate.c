@@ -4,7 +4,10 @@
  * table produces must itself pass the validation the receiving daemons and
  * workers apply (a root must never send what its peers refuse).
  * Input: 1 byte world size (1..8), then frames of
- * [1 byte rank][2 bytes little-endian length][Envelope]. */
+ * [1 byte ranks][2 bytes little-endian length][Envelope]; the ranks byte:
+ * bits 0-3 the rank, and with bit 7 the frame is a Ready shared by
+ * bits 4-6 + 1 consecutive ranks from it (mod the world size: more ranks
+ * than the world repeats one), as a node forwards its ranks' alike. */
 #include "config.h"
 
 #include <stdio.h>
@@ -47,7 +50,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                     "negotiator_new failed");
         size_t off = 1;
         while (off + 3 <= size) {
-                uint32_t rank = data[off] % world;
+                uint32_t rank = (data[off] & 0x0f) % world, ranks[8], n_ranks = 1;
+                if (data[off] & 0x80)
+                        n_ranks = ((data[off] >> 4) & 7) + 1;
+                for (uint32_t k = 0; k < n_ranks; k++)
+                        ranks[k] = (rank + k) % world;
                 size_t len = (size_t) data[off + 1] | (size_t) data[off + 2] << 8;
                 off += 3;
                 if (len > size - off)
@@ -56,7 +63,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 char err[512];
                 if (hvd_wire_decode(data + off, len, 0, &env, err, sizeof err) == 0) {
                         if (env->body_case == HVD__ENVELOPE__BODY_READY)
-                                hvd_negotiator_submit(n, rank, env->ready, err, sizeof err);
+                                hvd_negotiator_submit_ranks(n, ranks, n_ranks, env->ready, err, sizeof err);
                         hvd_wire_free(&env);
                 }
                 off += len;
