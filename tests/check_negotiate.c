@@ -1073,7 +1073,7 @@ START_TEST(test_negotiate_node_ready) {
         const uint32_t node_of[5] = { 0, 0, 1, 1, 1 };
         ck_assert_int_eq(hvd_negotiator_set_nodes(n, 2, node_of), 0);
         char err[256] = "";
-        uint32_t ids[2];
+        uint32_t nids[2];
         /* a node-level id before the ranks named the tensor is refused */
         uint32_t bogus = 0;
         ck_assert_int_eq(hvd_negotiator_submit_node(n, 1, &bogus, 1, NULL, err, sizeof err), HVD_EPROTO);
@@ -1085,19 +1085,19 @@ START_TEST(test_negotiate_node_ready) {
                 submit_ok(n, r, &b);
         }
         Hvd__Schedule *s = take(n);
-        ids[0] = entry(s, 0, 0)->id;
-        ids[1] = entry(s, 0, 1)->id;
+        nids[0] = entry(s, 0, 0)->id;
+        nids[1] = entry(s, 0, 1)->id;
         hvd_negotiator_schedule_free(&s);
         /* ranks 0 and 1 one by one, node 1 at once: the same schedule */
         hvd_negotiator_stats_t before, after;
         hvd_negotiator_get_stats(n, &before);
-        ck_assert_int_eq(hvd_negotiator_submit_node(n, 1, ids, 2, NULL, err, sizeof err), 0);
+        ck_assert_int_eq(hvd_negotiator_submit_node(n, 1, nids, 2, NULL, err, sizeof err), 0);
         take_none(n);
         for (uint32_t r = 0; r < 2; r++) {
                 rq_t b;
                 rq_init(&b);
-                rq_cached(&b, ids[1]);
-                rq_cached(&b, ids[0]);
+                rq_cached(&b, nids[1]);
+                rq_cached(&b, nids[0]);
                 submit_ok(n, r, &b);
         }
         s = take(n);
@@ -1111,41 +1111,41 @@ START_TEST(test_negotiate_node_ready) {
         /* partial: rank 1 missing; node 1's ranks count as ready */
         rq_t b;
         rq_init(&b);
-        rq_cached(&b, ids[0]);
+        rq_cached(&b, nids[0]);
         submit_ok(n, 0, &b);
-        ck_assert_int_eq(hvd_negotiator_submit_node(n, 1, ids, 1, NULL, err, sizeof err), 0);
+        ck_assert_int_eq(hvd_negotiator_submit_node(n, 1, nids, 1, NULL, err, sizeof err), 0);
         char buf[256];
         ck_assert_uint_eq(hvd_negotiator_describe_pending(n, hvd_now_usec(), 0, buf, sizeof buf), 1);
         ck_assert_str_eq(buf, "'a' ready on ranks [0, 2, 3, 4], missing ranks [1]");
         ck_assert_uint_eq(hvd_negotiator_rank_pending(n, 3), 1);
         ck_assert_uint_eq(hvd_negotiator_rank_pending(n, 1), 0);
         /* twice before it completed: from the node, and from one of its ranks */
-        ck_assert_int_eq(hvd_negotiator_submit_node(n, 1, ids, 1, NULL, err, sizeof err), HVD_EDUPLICATE);
+        ck_assert_int_eq(hvd_negotiator_submit_node(n, 1, nids, 1, NULL, err, sizeof err), HVD_EDUPLICATE);
         ck_assert_str_eq(err, "tensor 'a' submitted twice by a rank of node 1 before it completed");
         rq_init(&b);
-        rq_cached(&b, ids[0]);
+        rq_cached(&b, nids[0]);
         ck_assert_int_eq(hvd_negotiator_submit(n, 3, &b.ready, err, sizeof err), HVD_EDUPLICATE);
         ck_assert_str_eq(err, "tensor 'a' submitted twice by rank 3 before it completed");
         rq_init(&b);
-        rq_cached(&b, ids[0]);
+        rq_cached(&b, nids[0]);
         submit_ok(n, 1, &b);
         s = take(n);
         ck_assert_uint_eq(s->n_errors, 0);
         ck_assert_uint_eq(s->ops[0]->n_entries, 1);
         hvd_negotiator_schedule_free(&s);
-        /* a rank of node 0 changes the shape: the node's cached ids are
+        /* a rank of node 0 changes the shape: the node's cached nids are
          * checked again and the mismatch names it */
         sub1(n, 0, "a", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "6");
         rq_init(&b);
-        rq_cached(&b, ids[0]);
+        rq_cached(&b, nids[0]);
         submit_ok(n, 1, &b);
-        ck_assert_int_eq(hvd_negotiator_submit_node(n, 1, ids, 1, NULL, err, sizeof err), 0);
+        ck_assert_int_eq(hvd_negotiator_submit_node(n, 1, nids, 1, NULL, err, sizeof err), 0);
         s = take(n);
         ck_assert_uint_eq(s->n_errors, 1);
         ck_assert_ptr_nonnull(strstr(s->errors[0]->message, "rank 1 sent shape [4], rank 0 sent [6]"));
         hvd_negotiator_schedule_free(&s);
         /* a node out of range, and nodes set too late */
-        ck_assert_int_eq(hvd_negotiator_submit_node(n, 2, ids, 1, NULL, err, sizeof err), HVD_EPROTO);
+        ck_assert_int_eq(hvd_negotiator_submit_node(n, 2, nids, 1, NULL, err, sizeof err), HVD_EPROTO);
         ck_assert_int_eq(hvd_negotiator_set_nodes(n, 2, node_of), -EBUSY);
         hvd_negotiator_destroy(&n);
 }
