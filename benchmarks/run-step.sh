@@ -19,6 +19,13 @@
 #     and reaches them over a second, unlimited veth pair per namespace
 #     (routed=direct: the two namespaces reach each other only over the
 #     limited link).
+#     DELAY_US=N (with NETNS=1): N microseconds of one-way latency on the
+#     limited link, for every TCP connection that crosses it (hvd's data
+#     plane, the daemons' link, Open MPI's): in each namespace an nftables
+#     rule redirects the connections it opens over the link to
+#     tests/delay_proxy there, which forwards both directions N us late
+#     (this kernel has no netem). Unset: no proxy at all; 0: the proxy without
+#     delay (what the proxy itself costs).
 #     Needs root.
 set -u
 build=${1:-$(pwd)}
@@ -26,7 +33,7 @@ build=$(cd "$build" && pwd)
 src=$(cd "$(dirname "$0")/.." && pwd)
 NPS=${NPS:-"2 4"} ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-10} WARMUP=${WARMUP:-3}
 MODELS=${MODELS:-"resnet50 resnet101 inception_v3 vgg16"} FUSIONS=${FUSIONS:-"0 4 16 64"}
-NETNS=${NETNS:-0} RATE=${RATE:-1gbit} PER_NODE=${PER_NODE:-1}
+NETNS=${NETNS:-0} RATE=${RATE:-1gbit} PER_NODE=${PER_NODE:-1} DELAY_US=${DELAY_US:-}
 PY=${PYTHON:-/usr/bin/python3}
 if [ -z "${DATA:-}" ]; then
         for d in "$src/../shared/data" /work/shared/data; do [ -f "$d/resnet50.tsv" ] && DATA=$d && break; done
@@ -62,6 +69,9 @@ netns_setup() {
         ip -n "$na" link set "$va" up && ip -n "$nb" link set "$vb" up || exit 1
         tc -n "$na" qdisc add dev "$va" root tbf rate "$RATE" burst 1mb latency 100ms || exit 1
         tc -n "$nb" qdisc add dev "$vb" root tbf rate "$RATE" burst 1mb latency 100ms || exit 1
+        if [ -n "$DELAY_US" ]; then
+                delay_setup "$na" "$va" a && delay_setup "$nb" "$vb" b || exit 1
+        fi
         # the control links for mpirun (root namespace <-> a, b), no limit
         local ctl=10.215.$((tag % 250)).
         ip link add "hca$tag" type veth peer name "hca2$tag" && ip link set "hca2$tag" netns "$na" || exit 1
@@ -85,6 +95,27 @@ netns_setup() {
                 sleep 0.05
         done
         NET=$net
+}
+
+# DELAY_US: TCP connections opened in namespace NS over DEV go through
+# tests/delay_proxy (port 7999 there), which delays both directions; its
+# own connections carry the mark 0x6876
+delay_setup() {
+        local ns=$1 dev=$2 h=$3
+        [ -x "$build/tests/delay_proxy" ] || { echo "run-step: no $build/tests/delay_proxy (make bench builds it)" >&2; return 1; }
+        ip netns exec "$ns" nft -f - <<EOF || { echo "run-step: nftables redirect failed" >&2; return 1; }
+table ip hvddelay {
+        chain out {
+                type nat hook output priority -100;
+                oifname "$dev" meta mark != 0x6876 meta l4proto tcp redirect to :7999
+        }
+}
+EOF
+        ip netns exec "$ns" "$build/tests/delay_proxy" 0.0.0.0:7999 orig "$DELAY_US" >"$work/proxy-$h.log" 2>&1 &
+        pids+=($!)
+        for _ in $(seq 100); do grep -q listening "$work/proxy-$h.log" && return 0; sleep 0.05; done
+        echo "run-step: the delay proxy did not start: $(cat "$work/proxy-$h.log")" >&2
+        return 1
 }
 
 # one hvd job of 2*PER_NODE ranks across the namespaces; rank 0's output on stdout
@@ -165,7 +196,7 @@ for np in $NPS; do
 done
 echo "# raw lines"
 sed 's/^/#   /' "$out"
-"$PY" - "$out" "$NETNS" "$RATE" "$PNG" <<'PY'
+"$PY" - "$out" "$NETNS" "$RATE" "$PNG" "$DELAY_US" <<'PY'
 import re, statistics, subprocess, sys
 path, netns, rate, png = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4]
 runs = {}
@@ -182,7 +213,10 @@ for line in open(path):
         key = f"mpi {m['mode']}"
     runs.setdefault((m["model"], int(m["np"])), {}).setdefault(key, []).append(float(m["ms_median"]))
     runs[(m["model"], int(m["np"]))].setdefault("_bytes", [float(m["bytes"])])
+delay = sys.argv[5] if len(sys.argv) > 5 else ""
 where = f"2 namespaced nodes, tbf {rate} each way" if netns else "one node"
+if netns and delay:
+    where += f", {delay} us one-way latency (delay_proxy)"
 print(f"# ms per step (medians of the rounds' medians), {where}; speed ratios are time(peer)/time(hvd)")
 plot = []
 for (model, np_), r in sorted(runs.items()):
