@@ -30,4 +30,4 @@ EXTRA_PROGRAMS += %D%/bench_control
 bench: $(EXTRA_PROGRAMS) %D%/mpi_collective %D%/mpi_step tests/delay_proxy$(EXEEXT)
 CLEANFILES += $(EXTRA_PROGRAMS) %D%/mpi_collective %D%/mpi_step
 EXTRA_DIST += %D%/mpi_collective.c %D%/mpi_step.c %D%/run-allreduce.sh %D%/gloo_collective.py \
-	%D%/run-step.sh %D%/run-control.sh %D%/run-collectives.sh %D%/netns-job.sh
+	%D%/run-step.sh %D%/run-control.sh %D%/run-collectives.sh %D%/netns-job.sh %D%/run-delay-proxy.sh
