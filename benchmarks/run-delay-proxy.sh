@@ -74,5 +74,5 @@ for d in $DELAYS; do
         for _ in $(seq 100); do grep -q listening "$work/proxy.log" && break; sleep 0.05; done
         ip netns exec "$na" "$PY" "$work/tp.py" send "${net}2" 7400 "$MIB" "proxy_${d}us"
         kill "$p"
-        wait "$p" 2>/dev/null
+        wait "$p" 2>/dev/null || true
 done
