@@ -51,6 +51,17 @@ ip -n "$na" link set "$va" up && ip -n "$nb" link set "$vb" up || fail "links up
 # a port already taken inside the pinned range: the rank takes the next one
 ip netns exec "$nb" "$proxy" --max-seconds 120 "${net}2:7400" "${net}2:9" 0 >"$base/squat.log" 2>&1 &
 pids+=($!)
+for _ in $(seq 200); do grep -qs listening "$base/squat.log" && break; sleep 0.05; done
+# a range with no free port
+out=$(ip netns exec "$nb" env HVD_JOB_ID=full HVD_JOB_SECRET=00 HVD_RANK=1 HVD_SIZE=2 HVD_LOCAL_RANK=0 \
+        HVD_LOCAL_SIZE=1 HVD_CROSS_RANK=1 HVD_CROSS_SIZE=2 HVD_HOSTS=a:1,b:1 HVD_HOSTNAME=b HVD_RUNTIME_DIR="$base/none" \
+        HVD_DATA_PORT=7400 HVD_DATA_ADDR="${net}2:7500" timeout 20 "$HVD_BUILDDIR/tests/worker_smoke" 1000 2>&1) &&
+        fail "a listener on a taken port was accepted"
+case $out in
+*"no free port in HVD_DATA_PORT=7400"*) ;;
+*) fail "a full HVD_DATA_PORT range: the error does not say so" "$out" ;;
+esac
+echo "ok: a range whose ports are all taken is refused, naming it"
 mkdir -p "$base/a" "$base/b"
 ip netns exec "$na" "$HVD_BUILDDIR/daemon/hvd-coordinatord" --runtime-dir "$base/a" \
         --peer-listen "tcp://${net}1:7100" --log-level warning 2>"$base/a.log" &
