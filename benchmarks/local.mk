@@ -26,7 +26,8 @@ EXTRA_PROGRAMS += %D%/bench_control
 	$(AM_V_CC)if test -n "$(MPICC)"; then $(MPICC) -O2 -o $@ $(srcdir)/%D%/mpi_step.c -lm; \
 	else echo "bench: mpicc not found; install libopenmpi-dev for the MPI peer" >&2; fi
 
-bench: $(EXTRA_PROGRAMS) %D%/mpi_collective %D%/mpi_step
+# tests/delay_proxy gives the emulated nodes of run-step.sh NETNS=1 latency
+bench: $(EXTRA_PROGRAMS) %D%/mpi_collective %D%/mpi_step tests/delay_proxy$(EXEEXT)
 CLEANFILES += $(EXTRA_PROGRAMS) %D%/mpi_collective %D%/mpi_step
 EXTRA_DIST += %D%/mpi_collective.c %D%/mpi_step.c %D%/run-allreduce.sh %D%/gloo_collective.py \
-	%D%/run-step.sh %D%/run-control.sh %D%/run-collectives.sh %D%/netns-job.sh
+	%D%/run-step.sh %D%/run-control.sh %D%/run-collectives.sh %D%/netns-job.sh %D%/run-delay-proxy.sh

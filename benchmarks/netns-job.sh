@@ -1,13 +1,16 @@
 #!/bin/bash
 # netns-job.sh — one hvd job of 2 ranks on 2 emulated nodes: two network
 # namespaces joined by a veth pair with a tc tbf limit of RATE each way
-# (burst 1mb, latency 100ms, as run-step.sh), one hvd-coordinatord in each,
+# (burst BURST, default 1mb, latency 100ms, as run-step.sh), one hvd-coordinatord in each,
 # one rank in each running CMD. Prints rank 0's output (and the first lines
 # of rank 1's if it says anything else). Needs root.
 #
 #   benchmarks/netns-job.sh BUILDDIR RATE CMD ARGS...
 # e.g. benchmarks/netns-job.sh build 10gbit build/benchmarks/bench_collective --min-bytes 8 --max-bytes 33554432
 # The environment reaches the ranks (HVD_RING_CHECKSUM=1 etc.).
+# DELAY_US=N: N us of one-way latency on every TCP connection across the
+# link (tests/delay_proxy behind an nftables redirect in each namespace,
+# as run-step.sh NETNS=1 DELAY_US=N).
 set -u
 [ $# -ge 3 ] || { echo "usage: $0 BUILDDIR RATE CMD ARGS..." >&2; exit 2; }
 build=$(cd "$1" && pwd) rate=$2
@@ -29,8 +32,26 @@ ip link set "$va" netns "$na" && ip link set "$vb" netns "$nb" || exit 1
 ip -n "$na" addr add "${net}1/24" dev "$va" && ip -n "$nb" addr add "${net}2/24" dev "$vb" || exit 1
 for n in "$na" "$nb"; do ip -n "$n" link set lo up; done
 ip -n "$na" link set "$va" up && ip -n "$nb" link set "$vb" up || exit 1
-tc -n "$na" qdisc add dev "$va" root tbf rate "$rate" burst 1mb latency 100ms || exit 1
-tc -n "$nb" qdisc add dev "$vb" root tbf rate "$rate" burst 1mb latency 100ms || exit 1
+tc -n "$na" qdisc add dev "$va" root tbf rate "$rate" burst "${BURST:-1mb}" latency 100ms || exit 1
+tc -n "$nb" qdisc add dev "$vb" root tbf rate "$rate" burst "${BURST:-1mb}" latency 100ms || exit 1
+if [ -n "${DELAY_US:-}" ]; then
+        for h in a b; do
+                ns=$na dev=$va
+                [ $h = b ] && ns=$nb dev=$vb
+                ip netns exec "$ns" nft -f - <<EOF || { echo "netns-job: nftables redirect failed" >&2; exit 1; }
+table ip hvddelay {
+        chain out {
+                type nat hook output priority -100;
+                oifname "$dev" meta mark != 0x6876 meta l4proto tcp redirect to :7999
+        }
+}
+EOF
+                ip netns exec "$ns" "$build/tests/delay_proxy" 0.0.0.0:7999 orig "$DELAY_US" >"$work/proxy-$h.log" 2>&1 &
+                pids+=($!)
+                for _ in $(seq 100); do grep -q listening "$work/proxy-$h.log" && break; sleep 0.05; done
+                grep -q listening "$work/proxy-$h.log" || { echo "netns-job: no delay proxy: $(cat "$work/proxy-$h.log")" >&2; exit 1; }
+        done
+fi
 mkdir -p "$work/a" "$work/b"
 ip netns exec "$na" "$build/daemon/hvd-coordinatord" --runtime-dir "$work/a" --peer-listen "tcp://${net}1:7100" \
         --log-level warning 2>"$work/a.log" &

@@ -12,13 +12,23 @@
 #   ROUNDS=3  STEPS=10  WARMUP=3  DATA=<dir of the model tsv files>  PNG=step.png
 #   RAW=FILE: run nothing; tabulate and plot the raw lines of an earlier run's output
 #   NETNS=1: two emulated nodes as network namespaces joined by a veth pair
-#     with a tc tbf limit of RATE (default 1gbit) each way, one daemon per
+#     with a tc tbf limit of RATE (default 1gbit) each way (bucket BURST,
+#     default 1mb: a link idle for a while then sends that much at veth
+#     speed, which hides gaps on the wire, such as per-tensor latency, at
+#     1 Gbit/s; 128kb, two GSO packets, is closer to a real link), one daemon per
 #     namespace, PER_NODE ranks on each (default 1). Open MPI runs there too
 #     (--mca btl tcp,self over the same limited link): mpirun starts its
 #     daemons in the namespaces through an rsh agent that is `ip netns exec`,
 #     and reaches them over a second, unlimited veth pair per namespace
 #     (routed=direct: the two namespaces reach each other only over the
 #     limited link).
+#     DELAY_US=N (with NETNS=1): N microseconds of one-way latency on the
+#     limited link, for every TCP connection that crosses it (hvd's data
+#     plane, the daemons' link, Open MPI's): in each namespace an nftables
+#     rule redirects the connections it opens over the link to
+#     tests/delay_proxy there, which forwards both directions N us late
+#     (this kernel has no netem). Unset: no proxy at all; 0: the proxy without
+#     delay (what the proxy itself costs).
 #     Needs root.
 set -u
 build=${1:-$(pwd)}
@@ -26,7 +36,7 @@ build=$(cd "$build" && pwd)
 src=$(cd "$(dirname "$0")/.." && pwd)
 NPS=${NPS:-"2 4"} ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-10} WARMUP=${WARMUP:-3}
 MODELS=${MODELS:-"resnet50 resnet101 inception_v3 vgg16"} FUSIONS=${FUSIONS:-"0 4 16 64"}
-NETNS=${NETNS:-0} RATE=${RATE:-1gbit} PER_NODE=${PER_NODE:-1}
+NETNS=${NETNS:-0} RATE=${RATE:-1gbit} PER_NODE=${PER_NODE:-1} DELAY_US=${DELAY_US:-} BURST=${BURST:-1mb}
 PY=${PYTHON:-/usr/bin/python3}
 if [ -z "${DATA:-}" ]; then
         for d in "$src/../shared/data" /work/shared/data; do [ -f "$d/resnet50.tsv" ] && DATA=$d && break; done
@@ -60,8 +70,11 @@ netns_setup() {
         ip -n "$na" addr add "${net}1/24" dev "$va" && ip -n "$nb" addr add "${net}2/24" dev "$vb" || exit 1
         for n in "$na" "$nb"; do ip -n "$n" link set lo up; done
         ip -n "$na" link set "$va" up && ip -n "$nb" link set "$vb" up || exit 1
-        tc -n "$na" qdisc add dev "$va" root tbf rate "$RATE" burst 1mb latency 100ms || exit 1
-        tc -n "$nb" qdisc add dev "$vb" root tbf rate "$RATE" burst 1mb latency 100ms || exit 1
+        tc -n "$na" qdisc add dev "$va" root tbf rate "$RATE" burst "$BURST" latency 100ms || exit 1
+        tc -n "$nb" qdisc add dev "$vb" root tbf rate "$RATE" burst "$BURST" latency 100ms || exit 1
+        if [ -n "$DELAY_US" ]; then
+                delay_setup "$na" "$va" a && delay_setup "$nb" "$vb" b || exit 1
+        fi
         # the control links for mpirun (root namespace <-> a, b), no limit
         local ctl=10.215.$((tag % 250)).
         ip link add "hca$tag" type veth peer name "hca2$tag" && ip link set "hca2$tag" netns "$na" || exit 1
@@ -85,6 +98,27 @@ netns_setup() {
                 sleep 0.05
         done
         NET=$net
+}
+
+# DELAY_US: TCP connections opened in namespace NS over DEV go through
+# tests/delay_proxy (port 7999 there), which delays both directions; its
+# own connections carry the mark 0x6876
+delay_setup() {
+        local ns=$1 dev=$2 h=$3
+        [ -x "$build/tests/delay_proxy" ] || { echo "run-step: no $build/tests/delay_proxy (make bench builds it)" >&2; return 1; }
+        ip netns exec "$ns" nft -f - <<EOF || { echo "run-step: nftables redirect failed" >&2; return 1; }
+table ip hvddelay {
+        chain out {
+                type nat hook output priority -100;
+                oifname "$dev" meta mark != 0x6876 meta l4proto tcp redirect to :7999
+        }
+}
+EOF
+        ip netns exec "$ns" "$build/tests/delay_proxy" 0.0.0.0:7999 orig "$DELAY_US" >"$work/proxy-$h.log" 2>&1 &
+        pids+=($!)
+        for _ in $(seq 100); do grep -q listening "$work/proxy-$h.log" && return 0; sleep 0.05; done
+        echo "run-step: the delay proxy did not start: $(cat "$work/proxy-$h.log")" >&2
+        return 1
 }
 
 # one hvd job of 2*PER_NODE ranks across the namespaces; rank 0's output on stdout
@@ -115,12 +149,18 @@ netns_mpi() {
         local tsv=$1 np=$2 hosts
         hosts=$(for ((l = 0; l < PER_NODE; l++)); do printf '%s,' "$na"; done
                 for ((l = 0; l < PER_NODE; l++)); do printf '%s,' "$nb"; done)
-        timeout -k 5 900 mpirun --allow-run-as-root --oversubscribe -H "${hosts%,}" \
-                --mca plm_rsh_agent "$work/nsrsh" --mca routed direct --mca oob_tcp_if_include "$CTL" \
-                --mca btl tcp,self --mca btl_tcp_if_include "${NET}0/24" \
-                -np "$np" "$build/benchmarks/mpi_step" --model "$tsv" --steps "$STEPS" --warmup "$WARMUP" \
-                --fusion-mb "$(echo $FUSIONS | tr ' ' '\n' | grep -v '^0$' | paste -sd,)" \
-                >>"$out" 2>"$work/mpi.err" || { echo "run-step: mpi $(basename "$tsv") np=$np failed" >&2; tail -n 5 "$work/mpi.err" >&2; }
+        local try
+        for try in 1 2; do
+                timeout -k 5 900 mpirun --allow-run-as-root --oversubscribe -H "${hosts%,}" \
+                        --mca plm_rsh_agent "$work/nsrsh" --mca routed direct --mca oob_tcp_if_include "$CTL" \
+                        --mca btl tcp,self --mca btl_tcp_if_include "${NET}0/24" \
+                        -np "$np" "$build/benchmarks/mpi_step" --model "$tsv" --steps "$STEPS" --warmup "$WARMUP" \
+                        --fusion-mb "$(echo $FUSIONS | tr ' ' '\n' | grep -v '^0$' | paste -sd,)" \
+                        >>"$out" 2>"$work/mpi.err" && return 0
+                echo "run-step: mpi $(basename "$tsv") np=$np failed (try $try)" >&2
+                grep -v '^ *$' "$work/mpi.err" | head -n 12 >&2
+                sleep 2
+        done
 }
 
 if [ -n "${RAW:-}" ]; then
@@ -165,7 +205,7 @@ for np in $NPS; do
 done
 echo "# raw lines"
 sed 's/^/#   /' "$out"
-"$PY" - "$out" "$NETNS" "$RATE" "$PNG" <<'PY'
+"$PY" - "$out" "$NETNS" "$RATE" "$PNG" "$DELAY_US" "$BURST" <<'PY'
 import re, statistics, subprocess, sys
 path, netns, rate, png = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4]
 runs = {}
@@ -182,7 +222,10 @@ for line in open(path):
         key = f"mpi {m['mode']}"
     runs.setdefault((m["model"], int(m["np"])), {}).setdefault(key, []).append(float(m["ms_median"]))
     runs[(m["model"], int(m["np"]))].setdefault("_bytes", [float(m["bytes"])])
-where = f"2 namespaced nodes, tbf {rate} each way" if netns else "one node"
+delay = sys.argv[5] if len(sys.argv) > 5 else ""
+where = f"2 namespaced nodes, tbf {rate} each way (burst {sys.argv[6]})" if netns else "one node"
+if netns and delay:
+    where += f", {delay} us one-way latency (delay_proxy)"
 print(f"# ms per step (medians of the rounds' medians), {where}; speed ratios are time(peer)/time(hvd)")
 plot = []
 for (model, np_), r in sorted(runs.items()):

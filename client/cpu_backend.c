@@ -97,6 +97,12 @@ struct hvd_backend {
         size_t mend_cap;
         uint8_t *scratch;  /* grows, never shrinks: no allocation per operation once warm */
         size_t scratch_bytes;
+        /* reducescatter across nodes: the whole reduced buffer and the
+         * members pointing into it (grow, never shrink, like scratch) */
+        uint8_t *rs_full;
+        size_t rs_full_bytes;
+        hvd_xmember_t *rs_m;
+        size_t rs_m_cap;
         uint32_t set_local[HVD_MAX_SET_LOCAL];
 };
 
@@ -377,6 +383,8 @@ void hvd_backend_destroy(hvd_backend_t **bp) {
         free(b->rank_local);
         free(b->node_peer);
         free(b->scratch);
+        free(b->rs_full);
+        free(b->rs_m);
         free(b->ring);
         free(b->mend);
         free(b);
@@ -1003,21 +1011,32 @@ static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop
         return 0;
 }
 
-/* reducescatter across nodes: the hierarchical allreduce into scratch,
- * then each rank keeps its rows. */
+/* reducescatter across nodes: the hierarchical allreduce into a buffer
+ * kept for the next one (no allocation per operation once warm), then
+ * each rank keeps its rows. */
 static int execute_reducescatter_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err,
                                        size_t err_len) {
         size_t es = hvd_dtype_size(op->dtype);
         uint64_t total = 0;
         for (size_t i = 0; i < op->n; i++)
                 total += op->m[i].count;
-        hvd_xmember_t *tm = calloc(op->n ? op->n : 1, sizeof *tm);
-        uint8_t *full = malloc(total * es > 0 ? total * es : 1);
-        if (!tm || !full) {
-                free(tm);
-                free(full);
-                return -ENOMEM;
+        size_t full_bytes = total * es > 0 ? total * es : 1, nm = op->n ? op->n : 1;
+        if (full_bytes > b->rs_full_bytes) {
+                uint8_t *p = realloc(b->rs_full, full_bytes);
+                if (!p)
+                        return -ENOMEM;
+                b->rs_full = p;
+                b->rs_full_bytes = full_bytes;
         }
+        if (nm > b->rs_m_cap) {
+                hvd_xmember_t *p = realloc(b->rs_m, nm * sizeof *p);
+                if (!p)
+                        return -ENOMEM;
+                b->rs_m = p;
+                b->rs_m_cap = nm;
+        }
+        hvd_xmember_t *tm = b->rs_m;
+        uint8_t *full = b->rs_full;
         uint64_t off = 0;
         for (size_t i = 0; i < op->n; i++) {
                 tm[i] = op->m[i];
@@ -1037,8 +1056,6 @@ static int execute_reducescatter_multi(hvd_backend_t *b, const view_t *v, const 
                         memcpy(m->out, full + (off + (uint64_t) start * m->row_elems) * es,
                                (size_t) nrows * m->row_elems * es);
         }
-        free(tm);
-        free(full);
         return r;
 }
 

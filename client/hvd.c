@@ -2080,6 +2080,41 @@ static int connect_and_join(const char *endpoint, const char *job_id, const uint
         }
 }
 
+/* HVD_DATA_PORT: PORT or LO-HI (1-65535). */
+static int parse_port_range(const char *v, unsigned *lo, unsigned *hi) {
+        char *end;
+        errno = 0;
+        unsigned long a = strtoul(v, &end, 10), b = a;
+        if (end != v && *end == '-') {
+                const char *s2 = end + 1;
+                b = strtoul(s2, &end, 10);
+                if (end == s2)
+                        end = (char *) v; /* "12-" */
+        }
+        if (errno || end == v || *end || a < 1 || b > 65535 || b < a)
+                return set_error(-EINVAL, "HVD_DATA_PORT='%s' is not a port or a range LO-HI of ports 1-65535", v);
+        *lo = (unsigned) a;
+        *hi = (unsigned) b;
+        return 0;
+}
+
+/* HVD_DATA_ADDR=HOST:PORT, the host resolved to an IPv4 address. */
+static int parse_data_addr(const char *v, char *host, size_t host_len, unsigned *port) {
+        char h[256];
+        const char *colon = strrchr(v, ':');
+        char *end;
+        errno = 0;
+        unsigned long p = strtoul(colon + 1, &end, 10);
+        if ((size_t) (colon - v) >= sizeof h || colon == v || errno || end == colon + 1 || *end || p < 1 || p > 65535)
+                return set_error(-EINVAL, "HVD_DATA_ADDR='%s' is not HOST or HOST:PORT (PORT 1-65535)", v);
+        memcpy(h, v, (size_t) (colon - v));
+        h[colon - v] = 0;
+        if (hvd_tcp_resolve(h, host, host_len) < 0)
+                return set_error(-ENOENT, "HVD_DATA_ADDR='%s': cannot resolve '%s' to an IPv4 address", v, h);
+        *port = (unsigned) p;
+        return 0;
+}
+
 int hvd_init(void) {
         pthread_mutex_lock(&G.lock);
         if (G.state == 1) {
@@ -2206,18 +2241,37 @@ int hvd_init(void) {
                          * else this host's name resolved, else loopback (hosts
                          * emulated on one machine) */
                         const char *ip = hvd_getenv("DATA_ADDR", false);
-                        char resolved[64] = "127.0.0.1";
+                        char resolved[64] = "127.0.0.1", adv_host[64] = "";
+                        unsigned adv_port = 0, port_lo = 0, port_hi = 0;
                         const char *rp = hvd_getenv("ROOT_PEER", false);
-                        if (!ip && !(rp && hvd_tcp_route_addr(rp, resolved, sizeof resolved) == 0)) {
+                        if (ip && strchr(ip, ':')) {
+                                /* HOST:PORT: an address a NAT, firewall or proxy
+                                 * forwards to this rank; the listener binds every
+                                 * interface (the advertised host may not be ours) */
+                                r = parse_data_addr(ip, adv_host, sizeof adv_host, &adv_port);
+                                if (r < 0)
+                                        goto fail;
+                        } else if (!ip && !(rp && hvd_tcp_route_addr(rp, resolved, sizeof resolved) == 0)) {
                                 const char *hn = hvd_getenv("HOSTNAME", false);
                                 if (hn)
                                         hvd_tcp_resolve(hn, resolved, sizeof resolved);
                         }
-                        G.listen_fd = hvd_tcp_listen(ip ? ip : "", ip ? ip : resolved, G.data_addr,
+                        const char *dp = hvd_getenv("DATA_PORT", false);
+                        if (dp && (r = parse_port_range(dp, &port_lo, &port_hi)) < 0)
+                                goto fail;
+                        const char *bind_ip = adv_port ? "" : ip ? ip : "";
+                        G.listen_fd = hvd_tcp_listen(bind_ip, port_lo, port_hi,
+                                                     adv_port ? adv_host : ip ? ip : resolved, adv_port, G.data_addr,
                                                      sizeof G.data_addr);
                         if (G.listen_fd < 0) {
-                                r = set_error(G.listen_fd, "cannot open the data-plane listener on %s: %s",
-                                              ip ? ip : "0.0.0.0", hvd_strerror(G.listen_fd));
+                                if (G.listen_fd == -EADDRINUSE && dp)
+                                        r = set_error(G.listen_fd,
+                                                      "cannot open the data-plane listener: no free port in "
+                                                      "HVD_DATA_PORT=%s",
+                                                      dp);
+                                else
+                                        r = set_error(G.listen_fd, "cannot open the data-plane listener on %s: %s",
+                                                      *bind_ip ? bind_ip : "0.0.0.0", hvd_strerror(G.listen_fd));
                                 goto fail;
                         }
                 }

@@ -76,29 +76,38 @@ static void tune(int fd) {
                 setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
 }
 
-int hvd_tcp_listen(const char *bind_ip, const char *advertise_ip, char *addr, size_t addr_len) {
-        int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-                return -errno;
+int hvd_tcp_listen(const char *bind_ip, unsigned port_lo, unsigned port_hi, const char *advertise_ip,
+                   unsigned advertise_port, char *addr, size_t addr_len) {
         struct sockaddr_in sa = { .sin_family = AF_INET };
         if (!bind_ip || !*bind_ip)
                 sa.sin_addr.s_addr = htonl(INADDR_ANY);
-        else if (inet_pton(AF_INET, bind_ip, &sa.sin_addr) != 1) {
-                close(fd);
+        else if (inet_pton(AF_INET, bind_ip, &sa.sin_addr) != 1)
                 return -EINVAL;
-        }
-        int buf = SOCKBUF_BYTES;
-        if (sockbuf_granted("/proc/sys/net/core/rmem_max"))
-                setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
-        if (bind(fd, (struct sockaddr *) &sa, sizeof sa) < 0 || listen(fd, 128) < 0) {
-                int r = -errno;
+        if (port_hi < port_lo || port_hi > 65535)
+                return -EINVAL;
+        int buf = SOCKBUF_BYTES, r = -EADDRINUSE;
+        bool grant = sockbuf_granted("/proc/sys/net/core/rmem_max");
+        /* the first free port of [port_lo, port_hi]; 0 = any the kernel picks */
+        for (unsigned port = port_lo; port <= port_hi; port++) {
+                int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+                if (fd < 0)
+                        return -errno;
+                if (grant)
+                        setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof buf);
+                sa.sin_port = htons((uint16_t) port);
+                if (bind(fd, (struct sockaddr *) &sa, sizeof sa) == 0 && listen(fd, 128) == 0) {
+                        socklen_t len = sizeof sa;
+                        getsockname(fd, (struct sockaddr *) &sa, &len);
+                        snprintf(addr, addr_len, "%s:%u", advertise_ip,
+                                 advertise_port ? advertise_port : (unsigned) ntohs(sa.sin_port));
+                        return fd;
+                }
+                r = -errno;
                 close(fd);
-                return r;
+                if (r != -EADDRINUSE && r != -EACCES)
+                        break;
         }
-        socklen_t len = sizeof sa;
-        getsockname(fd, (struct sockaddr *) &sa, &len);
-        snprintf(addr, addr_len, "%s:%u", advertise_ip, (unsigned) ntohs(sa.sin_port));
-        return fd;
+        return r;
 }
 
 int hvd_tcp_route_addr(const char *endpoint, char *buf, size_t len) {

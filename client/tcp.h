@@ -14,9 +14,13 @@
 
 typedef struct hvd_tcp hvd_tcp_t;
 
-/* Opens the listener of this rank: bind_ip "" = 0.0.0.0 (advertised as
- * advertise_ip). Writes "ip:port" to addr. Returns the listening fd or < 0. */
-int hvd_tcp_listen(const char *bind_ip, const char *advertise_ip, char *addr, size_t addr_len);
+/* Opens the listener of this rank on bind_ip ("" = 0.0.0.0) and the first
+ * free port of [port_lo, port_hi] (0, 0: any port), advertised as
+ * advertise_ip:advertise_port (0: the port bound; another port when a
+ * NAT, firewall rule or proxy forwards to this one). Writes "ip:port" to
+ * addr. Returns the listening fd, or < 0 (-EADDRINUSE: no free port). */
+int hvd_tcp_listen(const char *bind_ip, unsigned port_lo, unsigned port_hi, const char *advertise_ip,
+                   unsigned advertise_port, char *addr, size_t addr_len);
 
 /* The local IPv4 address this host would use to reach endpoint
  * ("tcp://HOST:PORT"), unless that is loopback. 0 or < 0, buf untouched. */

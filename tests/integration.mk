@@ -48,9 +48,9 @@ EXTRA_DIST += $(%C%_integration_tests) %D%/test-collectives.sh %D%/test-daemon-l
 
 
 # network faults between two test hosts (namespaces): tests/lib/netfault.sh
-check_PROGRAMS += %D%/worker_netfault
+check_PROGRAMS += %D%/worker_netfault %D%/delay_proxy
 %C%_worker_netfault_LDADD = client/libhvd.la
 %C%_netfault_tests = %D%/test-netfault-peer.sh %D%/test-netfault-partition.sh \
 	%D%/test-netfault-loss.sh %D%/test-netfault-slow.sh
-TESTS += $(%C%_netfault_tests)
-EXTRA_DIST += $(%C%_netfault_tests) %D%/lib/netfault.sh
+TESTS += $(%C%_netfault_tests) %D%/test-netns-delay.sh
+EXTRA_DIST += $(%C%_netfault_tests) %D%/lib/netfault.sh %D%/test-netns-delay.sh
