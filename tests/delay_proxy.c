@@ -16,6 +16,9 @@
  * once, and keeps the node's source address (which Open MPI checks).
  * Prints "listening IP:PORT" once ready, and "connection to IP:PORT" for
  * each connection it forwards.
+ * SIGUSR1 stalls every connection: reads go on into the buffers, nothing is
+ * written on until SIGUSR2, which lets what was held go, in order (a
+ * stalled link that stays up, for the fault tests).
  * Exits on SIGTERM, or by itself after --max-seconds (default 3600). */
 #include "config.h"
 
@@ -63,6 +66,11 @@ struct conn {
 };
 
 static uint64_t delay_ns;
+static atomic_bool stalled; /* SIGUSR1 sets, SIGUSR2 clears */
+
+static void on_stall(int sig) {
+        atomic_store(&stalled, sig == SIGUSR1);
+}
 
 static uint64_t now_ns(void) {
         struct timespec ts;
@@ -94,7 +102,8 @@ static void *pump(void *arg) {
                 while (head != tail && d->stamps[head % STAMPS].due <= now)
                         released = d->stamps[head++ % STAMPS].end;
                 bool can_read = !eof && in - out < RING_BYTES && tail - head < STAMPS;
-                bool can_write = released > out;
+                bool held = atomic_load(&stalled);
+                bool can_write = released > out && !held;
                 if (eof && out == in) {
                         shutdown(d->dst, SHUT_WR);
                         break;
@@ -103,7 +112,10 @@ static void *pump(void *arg) {
                 struct pollfd pfd[2] = { { .fd = can_read ? d->src : -1, .events = POLLIN },
                                          { .fd = d->dst, .events = can_write ? POLLOUT : 0 } };
                 struct timespec ts, *tsp = NULL;
-                if (!can_write && head != tail) {
+                if (held) { /* look again for SIGUSR2 every millisecond */
+                        ts = (struct timespec) { .tv_nsec = 1000000 };
+                        tsp = &ts;
+                } else if (!can_write && head != tail) {
                         uint64_t wait = d->stamps[head % STAMPS].due - now;
                         ts.tv_sec = (time_t) (wait / 1000000000u);
                         ts.tv_nsec = (long) (wait % 1000000000u);
@@ -199,6 +211,9 @@ int main(int argc, char **argv) {
         delay_ns = (uint64_t) us * 1000u;
         alarm((unsigned) max_seconds);
         signal(SIGPIPE, SIG_IGN);
+        struct sigaction sa = { .sa_handler = on_stall }; /* no SA_RESTART: ppoll returns */
+        sigaction(SIGUSR1, &sa, NULL);
+        sigaction(SIGUSR2, &sa, NULL);
         int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
         setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         if (lfd < 0 || bind(lfd, (struct sockaddr *) &la, sizeof la) < 0 || listen(lfd, 128) < 0) {

@@ -1,6 +1,6 @@
 #!/bin/bash
 # test-netfault-slow.sh — a slow network between two test hosts. The
-# control plane stalls (tests/lib/delay_proxy.py stops forwarding): a
+# control plane stalls (tests/delay_proxy stops forwarding): a
 # stall shorter than the peer timeout is ridden out with exact results; a
 # longer one aborts the spanning job on every rank within the peer timeout +
 # 1 s (plus slack for a loaded machine), naming job, host, ranks and cause.

@@ -2,7 +2,7 @@
 # test-netns.sh — real test hosts: two network namespaces joined by a veth
 # pair, one hvd-coordinatord in each, a bandwidth limit (tc tbf) on the link
 # and 20 ms of added latency on the daemons' connection (tests/lib/
-# delay_proxy.py; this kernel has no netem). A 4-rank job (2 per host) must
+# tests/delay_proxy; this kernel has no netem). A 4-rank job (2 per host) must
 # give exact results for every collective across the real network stack.
 # Reported as skipped, with the reason, where namespaces cannot be made.
 set -u
@@ -10,7 +10,6 @@ set -u
 [ "$(id -u)" -eq 0 ] || skip "creating network namespaces needs root"
 command -v ip >/dev/null || skip "ip (iproute2) is not installed"
 command -v tc >/dev/null || skip "tc (iproute2) is not installed"
-PY=${PYTHON:-/usr/bin/python3}
 
 tag=$$
 na=hvdt${tag}a nb=hvdt${tag}b va=hva${tag} vb=hvb${tag}
@@ -44,8 +43,7 @@ pids+=($!)
 ip netns exec "$nb" "$HVD_BUILDDIR/daemon/hvd-coordinatord" --runtime-dir "$base/b" --log-level warning \
         2>"$base/b.log" &
 pids+=($!)
-ip netns exec "$nb" "$PY" "$HVD_SRCDIR/tests/lib/delay_proxy.py" "${net}2:7200" "${net}1:7100" 20 \
-        --max-seconds 120 >"$base/proxy.log" 2>&1 &
+ip netns exec "$nb" "$HVD_BUILDDIR/tests/delay_proxy" --max-seconds 120 "${net}2:7200" "${net}1:7100" 20000 >"$base/proxy.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do
         [ -S "$base/a/worker.sock" ] && [ -S "$base/b/worker.sock" ] && grep -q listening "$base/proxy.log" && break

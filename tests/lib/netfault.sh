@@ -3,7 +3,7 @@
 # "a" (10.214.0.1, the root daemon of every spanning job) and "b"
 # (10.214.0.2), joined by a veth pair; one hvd-coordinatord in each with
 # short deadlines; daemon b reaches daemon a through tests/lib/
-# delay_proxy.py (in b) so that the control plane can be stalled. Faults are
+# tests/delay_proxy (in b) so that the control plane can be stalled. Faults are
 # made only inside these namespaces: nftables rules in a table of b's own
 # ruleset, tc qdiscs on b's veth end, signals to processes started here.
 # Everything is removed on exit (trap), also when a check fails.
@@ -17,7 +17,6 @@
 : "${HVD_BUILDDIR:?}" "${HVD_SRCDIR:?}"
 [ "$(id -u)" -eq 0 ] || skip "network namespaces and nftables need root"
 command -v ip >/dev/null || skip "ip (iproute2) is not installed (scripts/setup.sh installs it)"
-NF_PY=${PYTHON:-/usr/bin/python3}
 NF_WORKER=$HVD_BUILDDIR/tests/worker_netfault
 NF_COLL_TIMEOUT_MS=${NF_COLL_TIMEOUT_MS:-3000}
 NF_PEER_TIMEOUT_MS=${NF_PEER_TIMEOUT_MS:-2000}
@@ -61,8 +60,7 @@ nf_setup() {
                 "$NF_COLL_TIMEOUT_MS" "$NF_PEER_TIMEOUT_MS" >"$NF_BASE/daemon.conf"
         nf_start_daemon a
         nf_start_daemon b
-        ip netns exec "$NF_NB" "$NF_PY" "$HVD_SRCDIR/tests/lib/delay_proxy.py" "$NF_IPB:7200" "$NF_IPA:7100" 1 \
-                --max-seconds 300 >"$NF_BASE/proxy.log" 2>&1 &
+        ip netns exec "$NF_NB" "$HVD_BUILDDIR/tests/delay_proxy" --max-seconds 300 "$NF_IPB:7200" "$NF_IPA:7100" 1000 >"$NF_BASE/proxy.log" 2>&1 &
         NF_PROXY=$!
         nf_pids+=($NF_PROXY)
         for _ in $(seq 100); do grep -q listening "$NF_BASE/proxy.log" && break; sleep 0.05; done
