@@ -8,6 +8,13 @@ include %D%/nccl.mk
 EXTRA_PROGRAMS += %D%/bench_collective
 %C%_bench_collective_LDADD = client/libhvd.la
 
+# bench_shm: the one-node shared-memory data plane alone (no daemon)
+EXTRA_PROGRAMS += %D%/bench_shm
+%C%_bench_shm_SOURCES = %D%/bench_shm.c client/cpu_backend.c client/backend.h client/fastpath.c \
+	client/fastpath.h client/tcp.c client/tcp.h
+%C%_bench_shm_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS) -O3
+%C%_bench_shm_LDADD = common/libhvdcommon.la -lrt
+
 EXTRA_PROGRAMS += %D%/bench_step
 %C%_bench_step_SOURCES = %D%/bench_step.c %D%/step_model.h
 %C%_bench_step_LDADD = client/libhvd.la -lm

@@ -32,12 +32,22 @@
 #include "reduce.h"
 #include "util.h"
 
-#define SHM_MAGIC UINT64_C(0x6876645f73686d33) /* "hvd_shm3" */
+#define SHM_MAGIC UINT64_C(0x6876645f73686d34) /* "hvd_shm4" */
 #define HEADER_BYTES (64 * 1024)
 #define CHECK_INTERVAL_USEC (20 * USEC_PER_MSEC)
 #define SPIN_USEC 50
 #define SPIN_MIN_USEC 4
 #define CHUNK_BYTES (UINT64_C(1) << 20)
+/* Bytes of a chunk up to which every rank reduces the whole chunk itself
+ * (one barrier per chunk) rather than its segment (two barriers and a copy
+ * out): with two ranks that is always cheaper (the same bytes read, fewer
+ * written), with more it saves a cross-process wakeup where the data is too
+ * small for the extra reads to matter. When the ranks outnumber the cores,
+ * a barrier costs context switches of every rank (and in a worker, of its
+ * threads beside the data plane's) — far more than reading the other
+ * slots of a chunk of up to DIRECT_OVERSUB_BYTES. */
+#define DIRECT_BYTES (64 * 1024)
+#define DIRECT_OVERSUB_BYTES (UINT64_C(1) << 20)
 #define HVD_MAX_SET_LOCAL 4096
 #define HVD_RING_MAX_STEPS 2048 /* 2(C-1) steps: up to 1025 nodes */
 
@@ -52,6 +62,7 @@ typedef struct shm_header {
         uint32_t local_size;
         uint64_t slot_bytes;
         uint64_t chunk_bytes; /* set by local rank 0: every rank chunks alike */
+        uint64_t direct_bytes; /* likewise: every rank takes the same path */
         _Atomic uint32_t attached;
         _Atomic uint32_t aborted;
         char abort_reason[512];
@@ -73,6 +84,7 @@ typedef struct view {
 struct hvd_backend {
         int rank, size;
         uint64_t slot_bytes, half_bytes, stride_bytes;
+        uint64_t direct_bytes; /* allreduce chunks up to this size: one barrier, every rank reduces all */
         uint64_t chunk_bytes; /* per step of the shared-memory reductions (at most half a slot) */
         uint64_t timeout_usec;
         uint64_t step; /* selects the slot half */
@@ -226,6 +238,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
          * than cores each chunk's barriers cost context switches, and half
          * a slot per step does better */
         b->chunk_bytes = size <= ncpu ? CHUNK_BYTES : b->half_bytes;
+        b->direct_bytes = size <= ncpu ? DIRECT_BYTES : DIRECT_OVERSUB_BYTES;
         /* HVD_SHM_CHUNK_BYTES (local rank 0's, published in the header):
          * for tuning, and for tests of many chunks */
         const char *cb = getenv("HVD_SHM_CHUNK_BYTES");
@@ -319,6 +332,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
                 b->hdr->local_size = (uint32_t) size;
                 b->hdr->slot_bytes = b->slot_bytes;
                 b->hdr->chunk_bytes = b->chunk_bytes;
+                b->hdr->direct_bytes = b->direct_bytes;
                 atomic_store_explicit(&b->hdr->magic, SHM_MAGIC, memory_order_release);
         } else {
                 while (atomic_load_explicit(&b->hdr->magic, memory_order_acquire) != SHM_MAGIC) {
@@ -335,6 +349,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
                         goto fail;
                 }
                 b->chunk_bytes = b->hdr->chunk_bytes;
+                b->direct_bytes = b->hdr->direct_bytes;
         }
         /* the last rank to attach removes the name: nothing is left behind
          * in /dev/shm whatever happens to the processes later */
@@ -510,12 +525,6 @@ static void chunk_reduce_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t 
         }
 }
 
-/* Bytes of a chunk below which every rank reduces the whole chunk itself
- * (one barrier per chunk) rather than its segment (two barriers and a copy
- * out): with two ranks that is always cheaper (the same bytes read, fewer
- * written), with more it saves a cross-process wakeup where the data is too
- * small for the extra reads to matter. */
-#define DIRECT_BYTES (64 * 1024)
 /* Operations from this size on write their outputs with non-temporal
  * stores: they do not fit the caches anyway, and a normal store reads each
  * line of the output in before overwriting it. */
@@ -527,7 +536,7 @@ static void chunk_reduce_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t 
  * alternate halves, so a rank copies the next chunk in while the others
  * still read the last one). reducescatter reduces only this rank's rows,
  * straight into its output; an allreduce chunk of two ranks or of at most
- * DIRECT_BYTES likewise reduces every slot straight into the outputs; both
+ * b->direct_bytes likewise reduces every slot straight into the outputs; both
  * need one barrier per chunk. Larger chunks of more ranks: each rank
  * reduces its segment into its slot, barrier, every rank copies every
  * segment out. */
@@ -570,7 +579,7 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                                 return r;
                         continue;
                 }
-                if (v->size == 2 || cl * es <= DIRECT_BYTES) {
+                if (v->size == 2 || cl * es <= b->direct_bytes) {
                         /* the copy out, reducing as it goes */
                         hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
                         chunk_reduce_out(b, v, op, c0, cl, es, post, stream);

@@ -441,6 +441,19 @@ static void scenario_allreduce(void) {
         ar_case_init(&cases[n++], "large", HVD_INT64, HVD_REDUCE_MAX, 3u << 19, 1, 1.0, 1.0, false);
         ar_case_init(&cases[n++], "large", HVD_FLOAT64, HVD_REDUCE_SUM, (1u << 20) + 3, 1, 0.5, 2.0, true);
         run_cases(cases, n);
+        /* mid sizes on either side of the shared-memory data plane's
+         * thresholds (one chunk reduced by every rank into its outputs up to
+         * 64 KiB, or up to 1 MiB when the ranks outnumber the cores; by
+         * segments above), odd element counts, with and without prescale */
+        n = 0;
+        ar_case_init(&cases[n++], "mid", HVD_FLOAT32, HVD_REDUCE_SUM, 16384, 1, 1.0, 1.0, false);
+        ar_case_init(&cases[n++], "mid", HVD_FLOAT32, HVD_REDUCE_SUM, 16385, 1, 1.0, 1.0, true);
+        ar_case_init(&cases[n++], "mid", HVD_FLOAT32, HVD_REDUCE_AVERAGE, 40001, 1, 2.0, 0.5, false);
+        ar_case_init(&cases[n++], "mid", HVD_FLOAT16, HVD_REDUCE_SUM, 131073, 1, 1.0, 1.0, false);
+        ar_case_init(&cases[n++], "mid", HVD_INT32, HVD_REDUCE_MAX, 262143, 1, 1.0, 1.0, true);
+        ar_case_init(&cases[n++], "mid", HVD_FLOAT64, HVD_REDUCE_MIN, 131073, 1, 1.0, 1.0, false);
+        ar_case_init(&cases[n++], "mid", HVD_FLOAT32, HVD_REDUCE_SUM, 262145, 1, 1.0, 1.0, false);
+        run_cases(cases, n);
         /* and synchronously, in place, after something small */
         ar_case_init(&cases[0], "large2", HVD_FLOAT32, HVD_REDUCE_SUM, 9u << 20, 1, 1.0, 1.0, true);
         ar_case_init(&cases[1], "small2", HVD_FLOAT32, HVD_REDUCE_SUM, 5, 1, 1.0, 1.0, false);
