@@ -17,7 +17,13 @@ static double now_sec(void) {
         return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
 }
 
-static int run_once(const char *op, const char *name, float *in, float *out, size_t count, int size) {
+static int run_once(const char *op, const char *name, float *in, float *out, size_t count, int size, int async) {
+        if (!async && !strcmp(op, "allreduce")) { /* the blocking call, as MPI_Allreduce is */
+                int r = hvd_allreduce(name, in, out, count, HVD_FLOAT32, HVD_REDUCE_SUM);
+                if (r < 0)
+                        fprintf(stderr, "bench: %s\n", hvd_last_error());
+                return r;
+        }
         int64_t shape[1] = { (int64_t) count };
         hvd_request_t q = HVD_REQUEST_INIT;
         q.name = name;
@@ -51,25 +57,29 @@ static int run_once(const char *op, const char *name, float *in, float *out, siz
 
 int main(int argc, char **argv) {
         size_t min_bytes = 8, max_bytes = 64u << 20;
-        int iters = 0, warmup = 3;
+        int iters = 0, warmup = 3, async = 0;
         const char *op = "allreduce";
         static const struct option opts[] = {
                 { "min-bytes", required_argument, NULL, 'b' }, { "max-bytes", required_argument, NULL, 'e' },
                 { "iters", required_argument, NULL, 'n' },     { "warmup", required_argument, NULL, 'w' },
-                { "op", required_argument, NULL, 'o' },        { "help", no_argument, NULL, 'h' },
+                { "op", required_argument, NULL, 'o' },        { "async", no_argument, NULL, 'a' },
+                { "help", no_argument, NULL, 'h' },
                 {},
         };
         int c;
-        while ((c = getopt_long(argc, argv, "b:e:n:w:o:h", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "b:e:n:w:o:ah", opts, NULL)) >= 0) {
                 switch (c) {
                 case 'b': min_bytes = strtoull(optarg, NULL, 0); break;
                 case 'e': max_bytes = strtoull(optarg, NULL, 0); break;
                 case 'n': iters = atoi(optarg); break;
                 case 'w': warmup = atoi(optarg); break;
                 case 'o': op = optarg; break;
+                case 'a': async = 1; break;
                 default:
                         printf("usage: bench_collective [--op allreduce|broadcast|allgather|reducescatter]\n"
-                               "       [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N]\n");
+                               "       [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N] [--async]\n"
+                               "allreduce uses the blocking hvd_allreduce unless --async (hvd_allreduce_async +\n"
+                               "hvd_handle_wait); the other collectives are always asynchronous + wait\n");
                         return c == 'h' ? 0 : 2;
                 }
         }
@@ -91,11 +101,11 @@ int main(int argc, char **argv) {
                 char name[64];
                 snprintf(name, sizeof name, "bench.%s.%zu", op, bytes);
                 for (int i = 0; i < warmup; i++)
-                        if (run_once(op, name, in, out, count, size) < 0)
+                        if (run_once(op, name, in, out, count, size, async) < 0)
                                 return 1;
                 double t0 = now_sec();
                 for (int i = 0; i < n; i++)
-                        if (run_once(op, name, in, out, count, size) < 0)
+                        if (run_once(op, name, in, out, count, size, async) < 0)
                                 return 1;
                 double t = (now_sec() - t0) / n;
                 double algbw = (double) bytes / t / 1e9;
