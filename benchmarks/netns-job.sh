@@ -26,12 +26,8 @@ cleanup() {
         rm -rf "$work"
 }
 trap cleanup EXIT
-ip netns add "$na" && ip netns add "$nb" || { echo "netns-job: cannot create namespaces (root?)" >&2; exit 1; }
-ip link add "$va" type veth peer name "$vb" || exit 1
-ip link set "$va" netns "$na" && ip link set "$vb" netns "$nb" || exit 1
-ip -n "$na" addr add "${net}1/24" dev "$va" && ip -n "$nb" addr add "${net}2/24" dev "$vb" || exit 1
-for n in "$na" "$nb"; do ip -n "$n" link set lo up; done
-ip -n "$na" link set "$va" up && ip -n "$nb" link set "$vb" up || exit 1
+. "$(dirname "$0")/../tests/lib/netpair.sh"
+netpair "$na" "$nb" "$va" "$vb" "${net}1" "${net}2" >&2 || { echo "netns-job: root is needed" >&2; exit 1; }
 tc -n "$na" qdisc add dev "$va" root tbf rate "$rate" burst "${BURST:-1mb}" latency 100ms || exit 1
 tc -n "$nb" qdisc add dev "$vb" root tbf rate "$rate" burst "${BURST:-1mb}" latency 100ms || exit 1
 if [ -n "${DELAY_US:-}" ]; then

@@ -55,11 +55,8 @@ c.shutdown(socket.SHUT_WR); c.recv(1); dt = time.perf_counter() - t
 print(f"bench=delay_proxy path={what} rtt_us_p10={ts[20]*1e6:.0f} rtt_us_median={ts[100]*1e6:.0f} "
       f"rtt_us_p90={ts[180]*1e6:.0f} gbits={mib * 8 / 1024 / dt:.2f}")
 EOF
-ip netns add "$na" && ip netns add "$nb" || { echo "run-delay-proxy: cannot create namespaces (root?)" >&2; exit 1; }
-ip link add "$va" type veth peer name "$vb" && ip link set "$va" netns "$na" && ip link set "$vb" netns "$nb" || exit 1
-ip -n "$na" addr add "${net}1/24" dev "$va" && ip -n "$nb" addr add "${net}2/24" dev "$vb" || exit 1
-for n in "$na" "$nb"; do ip -n "$n" link set lo up; done
-ip -n "$na" link set "$va" up && ip -n "$nb" link set "$vb" up || exit 1
+. "$(dirname "$0")/../tests/lib/netpair.sh"
+netpair "$na" "$nb" "$va" "$vb" "${net}1" "${net}2" >&2 || { echo "run-delay-proxy: root is needed" >&2; exit 1; }
 tc -n "$na" qdisc add dev "$va" root tbf rate "$RATE" burst "$BURST" latency 100ms || exit 1
 tc -n "$nb" qdisc add dev "$vb" root tbf rate "$RATE" burst "$BURST" latency 100ms || exit 1
 ip netns exec "$nb" "$PY" "$work/tp.py" sink "${net}2" 7300 >"$work/sink.log" 2>&1 &

@@ -64,12 +64,8 @@ export HVD_BUILDDIR=$build
 # two namespaces a, b on 10.214.X.1/.2, tbf RATE each way, one daemon each
 netns_setup() {
         local net=10.214.$((tag % 250)). va=hsa$tag vb=hsb$tag
-        ip netns add "$na" && ip netns add "$nb" || { echo "run-step: cannot create namespaces (root?)" >&2; exit 1; }
-        ip link add "$va" type veth peer name "$vb" || exit 1
-        ip link set "$va" netns "$na" && ip link set "$vb" netns "$nb" || exit 1
-        ip -n "$na" addr add "${net}1/24" dev "$va" && ip -n "$nb" addr add "${net}2/24" dev "$vb" || exit 1
-        for n in "$na" "$nb"; do ip -n "$n" link set lo up; done
-        ip -n "$na" link set "$va" up && ip -n "$nb" link set "$vb" up || exit 1
+        . "$src/tests/lib/netpair.sh"
+        netpair "$na" "$nb" "$va" "$vb" "${net}1" "${net}2" >&2 || { echo "run-step: root is needed" >&2; exit 1; }
         tc -n "$na" qdisc add dev "$va" root tbf rate "$RATE" burst "$BURST" latency 100ms || exit 1
         tc -n "$nb" qdisc add dev "$vb" root tbf rate "$RATE" burst "$BURST" latency 100ms || exit 1
         if [ -n "$DELAY_US" ]; then

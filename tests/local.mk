@@ -6,7 +6,7 @@ AM_TESTS_ENVIRONMENT = \
 	HVD_ASAN_RUNTIME='$(ASAN_RUNTIME)'; export HVD_ASAN_RUNTIME; \
 	HVD_SANITIZER_FLAGS='$(SANITIZER_FLAGS)'; export HVD_SANITIZER_FLAGS;
 
-EXTRA_DIST += %D%/lib/launch.sh %D%/lib/launch-multi.sh %D%/lib/common.sh \
+EXTRA_DIST += %D%/lib/launch.sh %D%/lib/launch-multi.sh %D%/lib/common.sh %D%/lib/netpair.sh \
 	%D%/lib/timeline_check.py
 
 # several nodes: daemons on loopback, and real test hosts in namespaces

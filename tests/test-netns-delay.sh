@@ -9,6 +9,7 @@
 # the two variables must fail hvd_init with a clear error.
 set -u
 . "$HVD_SRCDIR/tests/lib/common.sh"
+. "$HVD_SRCDIR/tests/lib/netpair.sh"
 [ "$(id -u)" -eq 0 ] || skip "creating network namespaces needs root"
 command -v ip >/dev/null || skip "ip (iproute2) is not installed"
 proxy=$HVD_BUILDDIR/tests/delay_proxy
@@ -40,13 +41,7 @@ for bad in "HVD_DATA_PORT=70000" "HVD_DATA_PORT=9-3" "HVD_DATA_PORT=x" "HVD_DATA
 done
 echo "ok: bad HVD_DATA_PORT / HVD_DATA_ADDR values are refused with their name and value"
 
-err=$(ip netns add "$na" 2>&1) || skip "cannot create a network namespace: $err"
-ip netns add "$nb" || skip "cannot create a second network namespace"
-ip link add "$va" type veth peer name "$vb" || skip "cannot create a veth pair"
-ip link set "$va" netns "$na" && ip link set "$vb" netns "$nb" || fail "cannot move the veth ends"
-ip -n "$na" addr add "${net}1/24" dev "$va" && ip -n "$nb" addr add "${net}2/24" dev "$vb" || fail "addresses"
-for n in "$na" "$nb"; do ip -n "$n" link set lo up; done
-ip -n "$na" link set "$va" up && ip -n "$nb" link set "$vb" up || fail "links up"
+netpair_test "$na" "$nb" "$va" "$vb" "${net}1" "${net}2"
 
 # a port already taken inside the pinned range: the rank takes the next one
 ip netns exec "$nb" "$proxy" --max-seconds 120 "${net}2:7400" "${net}2:9" 0 >"$base/squat.log" 2>&1 &

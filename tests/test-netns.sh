@@ -7,6 +7,7 @@
 # Reported as skipped, with the reason, where namespaces cannot be made.
 set -u
 . "$HVD_SRCDIR/tests/lib/common.sh"
+. "$HVD_SRCDIR/tests/lib/netpair.sh"
 [ "$(id -u)" -eq 0 ] || skip "creating network namespaces needs root"
 command -v ip >/dev/null || skip "ip (iproute2) is not installed"
 command -v tc >/dev/null || skip "tc (iproute2) is not installed"
@@ -25,13 +26,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-err=$(ip netns add "$na" 2>&1) || skip "cannot create a network namespace: $err"
-ip netns add "$nb" || skip "cannot create a second network namespace"
-ip link add "$va" type veth peer name "$vb" || skip "cannot create a veth pair"
-ip link set "$va" netns "$na" && ip link set "$vb" netns "$nb" || fail "cannot move the veth ends"
-ip -n "$na" addr add "${net}1/24" dev "$va" && ip -n "$nb" addr add "${net}2/24" dev "$vb" || fail "addresses"
-for n in "$na" "$nb"; do ip -n "$n" link set lo up; done
-ip -n "$na" link set "$va" up && ip -n "$nb" link set "$vb" up || fail "links up"
+netpair_test "$na" "$nb" "$va" "$vb" "${net}1" "${net}2"
 # 400 Mbit/s each way
 tc -n "$na" qdisc add dev "$va" root tbf rate 400mbit burst 256kb latency 100ms || skip "tc tbf is unavailable"
 tc -n "$nb" qdisc add dev "$vb" root tbf rate 400mbit burst 256kb latency 100ms || skip "tc tbf is unavailable"

@@ -15,6 +15,7 @@
 # and a new spanning job must complete with exact results. The time from
 # the fault to each rank's error is printed ("detect").
 : "${HVD_BUILDDIR:?}" "${HVD_SRCDIR:?}"
+. "$HVD_SRCDIR/tests/lib/netpair.sh"
 [ "$(id -u)" -eq 0 ] || skip "network namespaces and nftables need root"
 command -v ip >/dev/null || skip "ip (iproute2) is not installed (scripts/setup.sh installs it)"
 NF_WORKER=$HVD_BUILDDIR/tests/worker_netfault
@@ -46,15 +47,7 @@ trap 'exit 130' INT TERM
 nf_now() { date +%s%3N; }
 
 nf_setup() {
-        local err
-        err=$(ip netns add "$NF_NA" 2>&1) || skip "cannot create a network namespace: $err"
-        ip netns add "$NF_NB" || skip "cannot create a second network namespace"
-        ip link add "$nf_va" type veth peer name "$nf_vb" || skip "cannot create a veth pair"
-        ip link set "$nf_va" netns "$NF_NA" && ip link set "$nf_vb" netns "$NF_NB" || fail "cannot move the veth ends"
-        ip -n "$NF_NA" addr add "$NF_IPA/24" dev "$nf_va" && ip -n "$NF_NB" addr add "$NF_IPB/24" dev "$nf_vb" ||
-                fail "cannot address the veth ends"
-        for n in "$NF_NA" "$NF_NB"; do ip -n "$n" link set lo up; done
-        ip -n "$NF_NA" link set "$nf_va" up && ip -n "$NF_NB" link set "$nf_vb" up || fail "cannot bring the link up"
+        netpair_test "$NF_NA" "$NF_NB" "$nf_va" "$nf_vb" "$NF_IPA" "$NF_IPB"
         mkdir -p "$NF_BASE/a" "$NF_BASE/b"
         printf 'collective_timeout = %dms\npeer_timeout = %dms\nstart_timeout = 10s\n' \
                 "$NF_COLL_TIMEOUT_MS" "$NF_PEER_TIMEOUT_MS" >"$NF_BASE/daemon.conf"

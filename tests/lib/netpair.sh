@@ -1,0 +1,30 @@
+# netpair.sh — two emulated hosts: network namespaces joined by a veth pair.
+# POSIX sh; sourced by the namespace tests and benchmarks (root needed).
+#
+#   netpair NA NB VA VB IPA IPB
+# creates namespaces NA and NB, the veth pair VA (in NA, IPA/24) - VB (in NB,
+# IPB/24), and brings both ends and both loopbacks up. Returns 0; 2 when
+# this machine cannot make them at all (not root, no namespaces or veth:
+# a test skips), 1 on a later failure; what failed is on stdout. Deleting
+# the namespaces (ip netns del) removes the pair.
+netpair() {
+        np_err=$(ip netns add "$1" 2>&1) || { echo "cannot create a network namespace: $np_err"; return 2; }
+        ip netns add "$2" || { echo "cannot create a second network namespace"; return 2; }
+        ip link add "$3" type veth peer name "$4" || { echo "cannot create a veth pair"; return 2; }
+        ip link set "$3" netns "$1" && ip link set "$4" netns "$2" || { echo "cannot move the veth ends"; return 1; }
+        ip -n "$1" addr add "$5/24" dev "$3" && ip -n "$2" addr add "$6/24" dev "$4" ||
+                { echo "cannot address the veth ends"; return 1; }
+        ip -n "$1" link set lo up && ip -n "$2" link set lo up && ip -n "$1" link set "$3" up &&
+                ip -n "$2" link set "$4" up || { echo "cannot bring the link up"; return 1; }
+}
+
+# netpair_test NA NB VA VB IPA IPB: netpair in a test (after common.sh):
+# skips when the machine cannot, fails on anything else.
+netpair_test() {
+        np_msg=$(netpair "$@")
+        case $? in
+        0) ;;
+        2) skip "$np_msg" ;;
+        *) fail "$np_msg" ;;
+        esac
+}
