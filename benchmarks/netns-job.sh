@@ -48,12 +48,8 @@ EOF
                 grep -q listening "$work/proxy-$h.log" || { echo "netns-job: no delay proxy: $(cat "$work/proxy-$h.log")" >&2; exit 1; }
         done
 fi
-mkdir -p "$work/a" "$work/b"
-ip netns exec "$na" "$build/daemon/hvd-coordinatord" --runtime-dir "$work/a" --peer-listen "tcp://${net}1:7100" \
-        --log-level warning 2>"$work/a.log" &
-pids+=($!)
-ip netns exec "$nb" "$build/daemon/hvd-coordinatord" --runtime-dir "$work/b" --log-level warning 2>"$work/b.log" &
-pids+=($!)
+netpair_daemons "$build/daemon/hvd-coordinatord" "$work" "$na" "$nb" "${net}1"
+pids+=($NP_PIDS)
 for _ in $(seq 200); do
         [ -S "$work/a/worker.sock" ] && [ -S "$work/b/worker.sock" ] && break
         sleep 0.05

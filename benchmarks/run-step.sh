@@ -79,16 +79,11 @@ netns_setup() {
         ip -n "$na" addr add "${ctl}2/30" dev "hca2$tag" && ip -n "$na" link set "hca2$tag" up || exit 1
         ip addr add "${ctl}5/30" dev "hcb$tag" && ip link set "hcb$tag" up || exit 1
         ip -n "$nb" addr add "${ctl}6/30" dev "hcb2$tag" && ip -n "$nb" link set "hcb2$tag" up || exit 1
-        mkdir -p "$work/a" "$work/b"
         printf '#!/bin/sh\nns=$1; shift\nexec ip netns exec "$ns" /bin/sh -c "$*"\n' >"$work/nsrsh"
         chmod +x "$work/nsrsh"
         CTL=${ctl}0/24
-        ip netns exec "$na" "$build/daemon/hvd-coordinatord" --runtime-dir "$work/a" \
-                --peer-listen "tcp://${net}1:7100" --log-level warning 2>"$work/a.log" &
-        pids+=($!)
-        ip netns exec "$nb" "$build/daemon/hvd-coordinatord" --runtime-dir "$work/b" --log-level warning \
-                2>"$work/b.log" &
-        pids+=($!)
+        netpair_daemons "$build/daemon/hvd-coordinatord" "$work" "$na" "$nb" "${net}1"
+        pids+=($NP_PIDS)
         for _ in $(seq 200); do
                 [ -S "$work/a/worker.sock" ] && [ -S "$work/b/worker.sock" ] && break
                 sleep 0.05

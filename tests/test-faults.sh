@@ -20,8 +20,7 @@ hvdctl=$HVD_BUILDDIR/tools/hvdctl
 tmp=$(mktemp -d /tmp/hvd-faults-XXXXXX)
 groups=()
 cleanup() {
-        for g in "${groups[@]}"; do kill -KILL -- "-$g" 2>/dev/null; done
-        wait 2>/dev/null
+        kill_groups "${groups[@]}"
         rm -rf "$tmp"
 }
 trap cleanup EXIT

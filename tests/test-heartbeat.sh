@@ -17,8 +17,7 @@ launch=$HVD_SRCDIR/tests/lib/launch.sh
 tmp=$(mktemp -d /tmp/hvd-heartbeat-XXXXXX)
 groups=()
 cleanup() {
-        for g in "${groups[@]}"; do kill -CONT -- "-$g" 2>/dev/null; kill -KILL -- "-$g" 2>/dev/null; done
-        wait 2>/dev/null
+        kill_groups "${groups[@]}"
         rm -rf "$tmp"
 }
 trap cleanup EXIT

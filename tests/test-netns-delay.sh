@@ -57,13 +57,8 @@ case $out in
 *) fail "a full HVD_DATA_PORT range: the error does not say so" "$out" ;;
 esac
 echo "ok: a range whose ports are all taken is refused, naming it"
-mkdir -p "$base/a" "$base/b"
-ip netns exec "$na" "$HVD_BUILDDIR/daemon/hvd-coordinatord" --runtime-dir "$base/a" \
-        --peer-listen "tcp://${net}1:7100" --log-level warning 2>"$base/a.log" &
-pids+=($!)
-ip netns exec "$nb" "$HVD_BUILDDIR/daemon/hvd-coordinatord" --runtime-dir "$base/b" --log-level warning \
-        2>"$base/b.log" &
-pids+=($!)
+netpair_daemons "$HVD_BUILDDIR/daemon/hvd-coordinatord" "$base" "$na" "$nb" "${net}1"
+pids+=($NP_PIDS)
 # the daemons' link: b -> proxy in b -> a's peer port
 ip netns exec "$nb" "$proxy" --max-seconds 120 "${net}2:7200" "${net}1:7100" 1000 >"$base/proxy-ctl.log" 2>&1 &
 pids+=($!)

@@ -31,13 +31,8 @@ netpair_test "$na" "$nb" "$va" "$vb" "${net}1" "${net}2"
 tc -n "$na" qdisc add dev "$va" root tbf rate 400mbit burst 256kb latency 100ms || skip "tc tbf is unavailable"
 tc -n "$nb" qdisc add dev "$vb" root tbf rate 400mbit burst 256kb latency 100ms || skip "tc tbf is unavailable"
 
-mkdir -p "$base/a" "$base/b"
-ip netns exec "$na" "$HVD_BUILDDIR/daemon/hvd-coordinatord" --runtime-dir "$base/a" \
-        --peer-listen "tcp://${net}1:7100" --log-level warning 2>"$base/a.log" &
-pids+=($!)
-ip netns exec "$nb" "$HVD_BUILDDIR/daemon/hvd-coordinatord" --runtime-dir "$base/b" --log-level warning \
-        2>"$base/b.log" &
-pids+=($!)
+netpair_daemons "$HVD_BUILDDIR/daemon/hvd-coordinatord" "$base" "$na" "$nb" "${net}1"
+pids+=($NP_PIDS)
 ip netns exec "$nb" "$HVD_BUILDDIR/tests/delay_proxy" --max-seconds 120 "${net}2:7200" "${net}1:7100" 20000 >"$base/proxy.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do

@@ -33,6 +33,16 @@ wait_files() {
         return 1
 }
 
+# kill_groups PGID...: ends every process of these process groups (stopped
+# ones too: SIGCONT before SIGKILL) and reaps this shell's children
+kill_groups() {
+        for _kg in "$@"; do
+                kill -CONT -- "-$_kg" 2>/dev/null
+                kill -KILL -- "-$_kg" 2>/dev/null
+        done
+        wait 2>/dev/null
+}
+
 # start_daemon DIR CONF: start hvd-coordinatord in its own process group
 # with the configuration file CONF, runtime directory DIR/rt and its log in
 # DIR/daemon.log; sets $daemon to its pid and fails the test unless its

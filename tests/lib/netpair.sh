@@ -28,3 +28,17 @@ netpair_test() {
         *) fail "$np_msg" ;;
         esac
 }
+
+# netpair_daemons DAEMON DIR NA NB IPA: starts one DAEMON
+# (hvd-coordinatord) in each namespace, in the background: runtime
+# directories DIR/a and DIR/b, logs DIR/a.log and DIR/b.log; a's listens for
+# peers on IPA:7100. Sets NP_PIDS to their two pids; the caller waits for
+# their worker sockets (with whatever else it starts).
+netpair_daemons() {
+        mkdir -p "$2/a" "$2/b"
+        ip netns exec "$3" "$1" --runtime-dir "$2/a" --peer-listen "tcp://$5:7100" --log-level warning \
+                2>"$2/a.log" &
+        NP_PIDS=$!
+        ip netns exec "$4" "$1" --runtime-dir "$2/b" --log-level warning 2>"$2/b.log" &
+        NP_PIDS="$NP_PIDS $!"
+}
