@@ -58,6 +58,7 @@ static struct {
         size_t sched_bytes; /* schedule bytes rank 0 received this step */
         size_t ready_bytes; /* one rank's Ready message this step */
         char first_error[512];
+        const char *relay_fanout; /* the daemons' --relay-fanout */
 } B;
 
 static void stop_daemons(void) {
@@ -109,7 +110,7 @@ static int start_daemons(const char *daemon) {
                                 dup2(fd, 2);
                         if (B.n_nodes > 1)
                                 execl(daemon, daemon, "--runtime-dir", dir, "--peer-listen", "tcp://127.0.0.1:*",
-                                      "--log-level", "warning", (char *) NULL);
+                                      "--log-level", "warning", "--relay-fanout", B.relay_fanout, (char *) NULL);
                         else
                                 execl(daemon, daemon, "--runtime-dir", dir, "--log-level", "warning", (char *) NULL);
                         fprintf(stderr, "cannot run %s: %s\n", daemon, strerror(errno));
@@ -450,14 +451,16 @@ int main(int argc, char **argv) {
         int steps = 50, warmup = 5;
         B.n_ranks = 2;
         B.n_nodes = 1;
+        B.relay_fanout = "8";
         static const struct option opts[] = {
                 { "model", required_argument, NULL, 'm' },  { "daemon", required_argument, NULL, 'd' },
                 { "ranks", required_argument, NULL, 'r' },  { "nodes", required_argument, NULL, 'k' },
                 { "steps", required_argument, NULL, 'n' },  { "warmup", required_argument, NULL, 'w' },
+                { "relay-fanout", required_argument, NULL, 'f' },
                 { "help", no_argument, NULL, 'h' },         {},
         };
         int c;
-        while ((c = getopt_long(argc, argv, "m:d:r:k:n:w:h", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "m:d:r:k:n:w:f:h", opts, NULL)) >= 0) {
                 switch (c) {
                 case 'm': tsv = optarg; break;
                 case 'd': daemon = optarg; break;
@@ -465,10 +468,12 @@ int main(int argc, char **argv) {
                 case 'k': B.n_nodes = atoi(optarg); break;
                 case 'n': steps = atoi(optarg); break;
                 case 'w': warmup = atoi(optarg); break;
+                case 'f': B.relay_fanout = optarg; break;
                 default:
                         printf("usage: bench_control --daemon PATH/hvd-coordinatord --model FILE.tsv\n"
-                               "       [--ranks N] [--nodes K] [--steps N] [--warmup N]\n"
-                               "N synthetic ranks (no data) spread evenly over K daemons, one per emulated node.\n");
+                               "       [--ranks N] [--nodes K] [--steps N] [--warmup N] [--relay-fanout N]\n"
+                               "N synthetic ranks (no data) spread evenly over K daemons, one per emulated node;\n"
+                               "--relay-fanout is the daemons' (default 8; 0 = every node speaks to the root).\n");
                         return c == 'h' ? 0 : 2;
                 }
         }

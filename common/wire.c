@@ -256,6 +256,57 @@ static int validate_ranks(Hvd__RankInfo *const *ri, size_t n, uint32_t world, ch
         return 0;
 }
 
+void hvd_wire_relayed_view(const Hvd__RelayedReady *rr, Hvd__NodeReady *view) {
+        view->n_ranks = rr->n_ranks;
+        view->ranks = rr->ranks;
+        view->n_node_cached = rr->n_node_cached;
+        view->node_cached = rr->node_cached;
+        view->n_node_cached_waited_usec = rr->n_node_cached_waited_usec;
+        view->node_cached_waited_usec = rr->node_cached_waited_usec;
+        view->n_departed = rr->n_departed;
+        view->departed = rr->departed;
+        view->n_shared = rr->n_shared;
+        view->shared = rr->shared;
+}
+
+/* A node's readiness; relayed: a view of an entry of a relay's. */
+static int validate_node_ready(const Hvd__NodeReady *nr, char *err, size_t err_len) {
+        if (nr->n_ranks > HVD_WIRE_MAX_RANKS || nr->n_node_cached > HVD_WIRE_MAX_REQUESTS * 16)
+                return fail(err, err_len, "node ready: too many entries");
+        if (nr->n_node_cached_waited_usec && nr->n_node_cached_waited_usec != nr->n_node_cached)
+                return fail(err, err_len, "node ready: waiting times do not match the cached ids");
+        if (nr->n_shared > HVD_WIRE_MAX_RANKS)
+                return fail(err, err_len, "node ready: too many shared entries");
+        for (size_t i = 0; i < nr->n_shared; i++) {
+                if (!nr->shared[i]->ready || !nr->shared[i]->n_ranks || nr->shared[i]->n_ranks > HVD_WIRE_MAX_RANKS)
+                        return fail(err, err_len, "node ready: shared entry without requests or ranks");
+                int r = validate_ready(nr->shared[i]->ready, err, err_len);
+                if (r < 0)
+                        return r;
+        }
+        for (size_t i = 0; i < nr->n_ranks; i++) {
+                if (!nr->ranks[i]->ready)
+                        return fail(err, err_len, "node ready: rank entry without requests");
+                int r = validate_ready(nr->ranks[i]->ready, err, err_len);
+                if (r < 0)
+                        return r;
+        }
+        if (nr->n_departed > HVD_WIRE_MAX_RANKS)
+                return fail(err, err_len, "node ready: too many departed ranks");
+        if (nr->relay_secret.len > HVD_WIRE_MAX_SECRET || nr->n_relayed > HVD_WIRE_MAX_RANKS)
+                return fail(err, err_len, "node ready: relay secret too long or too many relayed entries");
+        for (size_t i = 0; i < nr->n_relayed; i++) {
+                Hvd__NodeReady view = HVD__NODE_READY__INIT;
+                hvd_wire_relayed_view(nr->relayed[i], &view);
+                if (!nr->relayed[i]->n_hosts || nr->relayed[i]->n_hosts > HVD_WIRE_MAX_RANKS)
+                        return fail(err, err_len, "node ready: relayed entry without hosts");
+                int r = validate_node_ready(&view, err, err_len);
+                if (r < 0)
+                        return r;
+        }
+        return 0;
+}
+
 int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
         if (env->version != HVD_PROTOCOL_VERSION)
                 return fail(err, err_len, "protocol version %u not supported (this side speaks %u)",
@@ -330,6 +381,7 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                         return fail(err, err_len, "node join: too many hosts");
                 for (size_t i = 0; i < nj->n_hosts; i++)
                         CHECK_NAME(nj->hosts[i], HVD_WIRE_MAX_HOST, "host name");
+                CHECK_NAME(nj->peer_endpoint, HVD_WIRE_MAX_TEXT, "peer endpoint");
                 return validate_ranks(nj->ranks, nj->n_ranks, nj->world_size, err, err_len);
         }
         case HVD__ENVELOPE__BODY_NODE_WELCOME: {
@@ -339,33 +391,15 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                         return fail(err, err_len, "node welcome: NCCL id longer than 128 bytes");
                 if (nw->n_ranks == 0 || nw->n_ranks > HVD_WIRE_MAX_RANKS)
                         return fail(err, err_len, "node welcome: rank table out of range");
+                if (nw->n_relay_via > HVD_WIRE_MAX_RANKS || nw->n_relay_endpoint != nw->n_relay_via)
+                        return fail(err, err_len, "node welcome: relay table out of range");
+                for (size_t i = 0; i < nw->n_relay_endpoint; i++)
+                        CHECK_NAME(nw->relay_endpoint[i], HVD_WIRE_MAX_TEXT, "relay endpoint");
                 return validate_ranks(nw->ranks, nw->n_ranks, (uint32_t) nw->n_ranks, err, err_len);
         }
-        case HVD__ENVELOPE__BODY_NODE_READY: {
-                const Hvd__NodeReady *nr = env->node_ready;
-                CHECK_NAME(nr->job_id, HVD_WIRE_MAX_JOB_ID, "job id");
-                if (nr->n_ranks > HVD_WIRE_MAX_RANKS || nr->n_node_cached > HVD_WIRE_MAX_REQUESTS * 16)
-                        return fail(err, err_len, "node ready: too many entries");
-                if (nr->n_node_cached_waited_usec && nr->n_node_cached_waited_usec != nr->n_node_cached)
-                        return fail(err, err_len, "node ready: waiting times do not match the cached ids");
-                if (nr->n_shared > HVD_WIRE_MAX_RANKS)
-                        return fail(err, err_len, "node ready: too many shared entries");
-                for (size_t i = 0; i < nr->n_shared; i++) {
-                        if (!nr->shared[i]->ready || !nr->shared[i]->n_ranks || nr->shared[i]->n_ranks > HVD_WIRE_MAX_RANKS)
-                                return fail(err, err_len, "node ready: shared entry without requests or ranks");
-                        int r = validate_ready(nr->shared[i]->ready, err, err_len);
-                        if (r < 0)
-                                return r;
-                }
-                for (size_t i = 0; i < nr->n_ranks; i++) {
-                        if (!nr->ranks[i]->ready)
-                                return fail(err, err_len, "node ready: rank entry without requests");
-                        int r = validate_ready(nr->ranks[i]->ready, err, err_len);
-                        if (r < 0)
-                                return r;
-                }
-                return 0;
-        }
+        case HVD__ENVELOPE__BODY_NODE_READY:
+                CHECK_NAME(env->node_ready->job_id, HVD_WIRE_MAX_JOB_ID, "job id");
+                return validate_node_ready(env->node_ready, err, err_len);
         case HVD__ENVELOPE__BODY_PING:
                 return 0;
         case HVD__ENVELOPE__BODY_ABORT:

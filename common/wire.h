@@ -39,6 +39,10 @@ void hvd_wire_free(Hvd__Envelope **env);
 
 /* Field-by-field validation (also called by hvd_wire_decode). */
 int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len);
+
+/* A relayed entry's fields seen as a NodeReady's (pointers into rr; the
+ * job and relay fields of view stay as they were). */
+void hvd_wire_relayed_view(const Hvd__RelayedReady *rr, Hvd__NodeReady *view);
 int hvd_wire_validate_name(const char *s, size_t max_bytes, const char *what, char *err,
                            size_t err_len);
 

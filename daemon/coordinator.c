@@ -94,6 +94,7 @@ typedef struct node {
         uint64_t last_heard_usec;
         uint64_t rtt_usec; /* as the node measured it (Ping.rtt_usec) */
         uint32_t n_ranks;
+        char *endpoint; /* its peer socket, as it said (NULL = it cannot relay) */
 } node_t;
 
 typedef struct worker {
@@ -132,6 +133,47 @@ typedef struct agg {
 /* A partial node-level readiness older than this goes to the root rank by
  * rank, so that its stall inspector sees which ranks are missing. */
 #define AGG_HOLD_USEC (500 * USEC_PER_MSEC)
+
+/* Control plane relays: a job of many hosts has its non-root hosts in
+ * groups of relay_fanout; one daemon of each group (the relay) takes its
+ * group's readiness, merges the cache ids every host of the group posted
+ * into one entry and passes everything on to the root in one message, and
+ * passes the root's schedules on to its group. Aborts and pings still go
+ * straight between each daemon and the root. */
+typedef struct relay_member {
+        uint32_t host;                 /* cross rank */
+        uint8_t id[256];               /* routing id on the peer socket */
+        size_t id_len;                 /* 0: not heard from yet */
+        zmq_msg_t *pending;            /* schedules that came before it was heard from */
+        size_t n_pending;
+} relay_member_t;
+
+typedef struct early_msg {
+        uint8_t id[256];
+        size_t id_len;
+        Hvd__NodeReady *nr; /* owned */
+} early_msg_t;
+
+#define RL_KNOWN 1    /* every rank of the job takes part: merged across the group */
+#define RL_PER_HOST 2 /* went to the root host by host this round */
+#define RELAY_MAX_PENDING 4096
+
+typedef struct relay {
+        uint32_t n;             /* hosts of the group; m[0] is this daemon's own */
+        relay_member_t *m;
+        uint64_t full;          /* bit i: m[i] */
+        uint64_t *bits;         /* [n_ids]: the hosts that posted the id this round */
+        uint64_t *first_usec;   /* [n_ids]: its first posting this round */
+        uint8_t *flags;         /* [n_ids]: RL_* */
+        uint32_t n_ids;
+        uint64_t oldest;        /* first posting of the oldest partial id (0 = none) */
+        Hvd__RelayedReady **out; /* entries of the next NodeReady to the root, owned */
+        size_t n_out, cap_out;
+        uint32_t *grp_ids;      /* ids every host of the group posted, for the next NodeReady */
+        uint64_t *grp_waited;
+        size_t n_grp, cap_grp;
+        uint64_t in_msgs, out_msgs; /* readiness messages taken from the group / sent to the root */
+} relay_t;
 
 /* Bytes scheduled per second over the last THROUGHPUT_SECS seconds: one
  * slot per second, reused round robin. */
@@ -200,6 +242,12 @@ struct job {
         uint32_t *key_ids[HVD_WIRE_SCHEDULE_KEYS + 1];
         uint32_t key_n[HVD_WIRE_SCHEDULE_KEYS + 1];
         uint32_t next_key;
+        /* control plane relays */
+        uint32_t *relay_via;   /* [cross_size] or NULL: the host relaying each host (0 = none, the root) */
+        peer_t *relay;         /* a host of a relay group: the relay daemon it reports to */
+        relay_t *rl;           /* a relay: its group */
+        early_msg_t *early;    /* a relay: its group's messages that came before its own welcome */
+        size_t n_early;
 };
 
 /* A job aborted before all its ranks joined, kept after its removal so that
@@ -327,8 +375,10 @@ static void send_to_local_workers(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env,
         zmq_msg_close(&packed);
 }
 
-/* Root: to every remote node that joined; packed once, the same bytes to each. */
-static void send_to_nodes(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
+/* Root: to every remote node that joined; packed once, the same bytes to
+ * each. A schedule goes to the hosts of a relay group through their relay
+ * only (so that it comes after what the relay passed on before it). */
+static void send_to_nodes_ex(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool schedule) {
         if (!j->is_root || !j->nodes)
                 return;
         env->version = HVD_PROTOCOL_VERSION;
@@ -340,7 +390,7 @@ static void send_to_nodes(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
         protobuf_c_message_pack(&env->base, zmq_msg_data(&packed));
         for (uint32_t c = 0; c < j->cross_size; c++) {
                 node_t *n = &j->nodes[c];
-                if (!n->joined || n->local)
+                if (!n->joined || n->local || (schedule && j->relay_via && j->relay_via[c] && j->relay_via[c] != c))
                         continue;
                 int r = send_shared(d->peer_sock, n->id, n->id_len, &packed);
                 if (r < 0)
@@ -349,6 +399,8 @@ static void send_to_nodes(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
         }
         zmq_msg_close(&packed);
 }
+
+#define send_to_nodes(d, j, env) send_to_nodes_ex((d), (j), (env), false)
 
 static void send_to_root(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
         if (!j->root || j->root->lost)
@@ -406,6 +458,16 @@ static void job_abort_ex(hvd_daemon_t *d, job_t *j, bool from_root, int lost_ran
 
 #define job_abort(d, j, lost, code, ...) job_abort_ex((d), (j), false, (lost), (code), __VA_ARGS__)
 
+/* control plane relays (defined with flush_forward) */
+static void relay_receive(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, Hvd__NodeReady *nr);
+static bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw);
+static void relay_replay_early(hvd_daemon_t *d, job_t *j);
+static void relay_learn(hvd_daemon_t *d, job_t *j, const Hvd__Schedule *s);
+static void relay_forward(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env);
+static void relay_expire(hvd_daemon_t *d, job_t *j, uint64_t now);
+static void relay_flush(hvd_daemon_t *d, job_t *j);
+static int root_assign_relays(hvd_daemon_t *d, job_t *j);
+
 /* A worker's pidfd joins the epoll set while it lives; it leaves when the
  * worker is gone (a pidfd stays readable after the exit). */
 static void pidfd_watch(hvd_daemon_t *d, worker_t *w) {
@@ -442,6 +504,32 @@ static void fwd_clear(job_t *j) {
         j->n_nc = 0;
 }
 
+static void relay_out_clear(relay_t *rl) {
+        for (size_t i = 0; i < rl->n_out; i++)
+                protobuf_c_message_free_unpacked(&rl->out[i]->base, NULL);
+        rl->n_out = 0;
+        rl->n_grp = 0;
+}
+
+static void relay_free(relay_t *rl) {
+        if (!rl)
+                return;
+        for (uint32_t i = 0; i < rl->n; i++) {
+                for (size_t k = 0; k < rl->m[i].n_pending; k++)
+                        zmq_msg_close(&rl->m[i].pending[k]);
+                free(rl->m[i].pending);
+        }
+        free(rl->m);
+        free(rl->bits);
+        free(rl->first_usec);
+        free(rl->flags);
+        relay_out_clear(rl);
+        free(rl->out);
+        free(rl->grp_ids);
+        free(rl->grp_waited);
+        free(rl);
+}
+
 static void job_free(hvd_daemon_t *d, job_t *j) {
         if (!j)
                 return;
@@ -458,7 +546,6 @@ static void job_free(hvd_daemon_t *d, job_t *j) {
                         free(j->hosts[c]);
         free(j->hosts);
         free(j->table);
-        free(j->nodes);
         fwd_clear(j);
         free(j->fwd);
         free(j->departed);
@@ -475,6 +562,16 @@ static void job_free(hvd_daemon_t *d, job_t *j) {
         }
         if (j->root)
                 j->root->n_jobs--;
+        if (j->relay)
+                j->relay->n_jobs--;
+        relay_free(j->rl);
+        for (size_t i = 0; i < j->n_early; i++)
+                protobuf_c_message_free_unpacked(&j->early[i].nr->base, NULL);
+        free(j->early);
+        free(j->relay_via);
+        for (uint32_t c = 0; j->nodes && c < j->cross_size; c++)
+                free(j->nodes[c].endpoint);
+        free(j->nodes);
         free(j);
 }
 
@@ -696,9 +793,24 @@ static void root_complete(hvd_daemon_t *d, job_t *j) {
                 job_abort(d, j, -1, -ENOMEM, "out of memory");
                 return;
         }
+        char **eps = NULL;
+        if (root_assign_relays(d, j) < 0 ||
+            (j->relay_via && !(eps = calloc(j->cross_size, sizeof *eps)))) {
+                free(infos);
+                free(ptrs);
+                job_abort(d, j, -1, -ENOMEM, "out of memory");
+                return;
+        }
         fill_rank_infos(j, infos, ptrs);
         Hvd__NodeWelcome nw = HVD__NODE_WELCOME__INIT;
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        if (j->relay_via) {
+                for (uint32_t c = 0; c < j->cross_size; c++)
+                        eps[c] = c && j->relay_via[c] == c ? j->nodes[c].endpoint : "";
+                nw.n_relay_via = nw.n_relay_endpoint = j->cross_size;
+                nw.relay_via = j->relay_via;
+                nw.relay_endpoint = eps;
+        }
         nw.job_id = j->id;
         nw.n_ranks = j->size;
         nw.ranks = ptrs;
@@ -713,6 +825,7 @@ static void root_complete(hvd_daemon_t *d, job_t *j) {
         send_to_nodes(d, j, &env);
         free(infos);
         free(ptrs);
+        free(eps);
         welcome_local(d, j);
 }
 
@@ -740,7 +853,7 @@ static int table_add(job_t *j, uint32_t cross_rank, Hvd__RankInfo *const *ri, si
 }
 
 static int root_node_joined(hvd_daemon_t *d, job_t *j, uint32_t cross_rank, bool local, const uint8_t *id,
-                            size_t id_len, Hvd__RankInfo *const *ri, size_t n) {
+                            size_t id_len, Hvd__RankInfo *const *ri, size_t n, const char *endpoint) {
         node_t *nd = &j->nodes[cross_rank];
         char err[512];
         if (nd->joined) {
@@ -760,12 +873,68 @@ static int root_node_joined(hvd_daemon_t *d, job_t *j, uint32_t cross_rank, bool
         if (!local) {
                 memcpy(nd->id, id, id_len);
                 nd->id_len = id_len;
+                if (endpoint && endpoint[0] && !(nd->endpoint = strdup(endpoint))) {
+                        job_abort(d, j, -1, -ENOMEM, "out of memory");
+                        return -ENOMEM;
+                }
         }
         j->n_nodes_joined++;
         hvd_log_info("job %s: host %u (%s) joined with %zu ranks, %u of %u hosts", j->id, cross_rank,
                      host_of(j, cross_rank), n, j->n_nodes_joined, j->cross_size);
         if (j->n_nodes_joined == j->cross_size)
                 root_complete(d, j);
+        return 0;
+}
+
+/* Where the other daemons of job j reach this one's peer socket, for a
+ * relay: the bound endpoint, with a wildcard address replaced by this
+ * host's name in the job; "" when there is none (or with CURVE, whose
+ * server keys are listed for root endpoints only). */
+static char *advertised_endpoint(hvd_daemon_t *d, const job_t *j, char *buf, size_t len) {
+        buf[0] = 0;
+        if (!d->peer_sock || hvd_zap_curve(d->zap) || strncmp(d->peer_ep, "tcp://", 6) != 0)
+                return buf;
+        const char *hostpart = d->peer_ep + 6, *port = strrchr(hostpart, ':');
+        if (!port)
+                return buf;
+        size_t hl = (size_t) (port - hostpart);
+        bool wild = (hl == 1 && hostpart[0] == '*') || (hl == 7 && memcmp(hostpart, "0.0.0.0", 7) == 0) ||
+                    (hl == 4 && memcmp(hostpart, "[::]", 4) == 0);
+        if (!wild)
+                snprintf(buf, len, "%s", d->peer_ep);
+        else if (strcmp(port + 1, "*") != 0)
+                snprintf(buf, len, "tcp://%s%s", host_of(j, j->cross_rank), port);
+        return buf;
+}
+
+/* Root: groups the other hosts of a large job relay_fanout by relay_fanout
+ * (the first host of a group that gave an endpoint relays for it); fills
+ * j->relay_via. Returns 0 (no relays: j->relay_via stays NULL) or -ENOMEM. */
+static int root_assign_relays(hvd_daemon_t *d, job_t *j) {
+        uint32_t g = d->cfg.relay_fanout;
+        if (g < 2 || j->cross_size - 1 <= g || hvd_zap_curve(d->zap))
+                return 0;
+        if (!(j->relay_via = calloc(j->cross_size, sizeof *j->relay_via)))
+                return -ENOMEM;
+        uint32_t groups = 0;
+        for (uint32_t first = 1; first < j->cross_size; first += g) {
+                uint32_t last = HVD_MIN(first + g, j->cross_size), relay = 0;
+                for (uint32_t c = first; c < last && !relay; c++)
+                        if (j->nodes[c].endpoint)
+                                relay = c;
+                if (!relay || last - first < 2)
+                        continue;
+                for (uint32_t c = first; c < last; c++)
+                        j->relay_via[c] = relay;
+                groups++;
+        }
+        if (!groups) {
+                free(j->relay_via);
+                j->relay_via = NULL;
+                return 0;
+        }
+        hvd_log_info("job %s: %u hosts report through %u relay daemons (%u hosts a group)", j->id, j->cross_size - 1,
+                     groups, g);
         return 0;
 }
 
@@ -801,7 +970,7 @@ static void local_complete(hvd_daemon_t *d, job_t *j) {
                 else
                         welcome_local(d, j);
         } else if (j->is_root)
-                root_node_joined(d, j, j->cross_rank, true, NULL, 0, ptrs, n);
+                root_node_joined(d, j, j->cross_rank, true, NULL, 0, ptrs, n, NULL);
         else {
                 Hvd__NodeJoin nj = HVD__NODE_JOIN__INIT;
                 Hvd__Envelope env = HVD__ENVELOPE__INIT;
@@ -823,6 +992,8 @@ static void local_complete(hvd_daemon_t *d, job_t *j) {
                 nj.stall_check_usec = j->stall_check_usec;
                 nj.stall_shutdown_usec = j->stall_shutdown_usec;
                 nj.ring_checksum = j->ring_checksum;
+                char ep[sizeof d->peer_ep + HVD_WIRE_MAX_HOST];
+                nj.peer_endpoint = advertised_endpoint(d, j, ep, sizeof ep);
                 env.body_case = HVD__ENVELOPE__BODY_NODE_JOIN;
                 env.node_join = &nj;
                 send_to_root(d, j, &env);
@@ -1920,6 +2091,25 @@ static bool node_rank_ready(hvd_daemon_t *d, job_t *j, uint32_t cross, const uin
         return j->state == JOB_RUNNING;
 }
 
+/* Root: the readiness of host cross (its own message, or relayed).
+ * Returns false when the job stopped running. */
+static bool root_node_content(hvd_daemon_t *d, job_t *j, uint32_t cross, const Hvd__NodeReady *nr) {
+        for (size_t i = 0; i < nr->n_ranks; i++)
+                if (!node_rank_ready(d, j, cross, &nr->ranks[i]->rank, 1, nr->ranks[i]->ready))
+                        return false;
+        for (size_t i = 0; i < nr->n_shared; i++)
+                if (!node_rank_ready(d, j, cross, nr->shared[i]->ranks, nr->shared[i]->n_ranks, nr->shared[i]->ready))
+                        return false;
+        if (nr->n_node_cached)
+                root_submit_node(d, j, cross, nr);
+        if (j->state != JOB_RUNNING)
+                return false;
+        for (size_t i = 0; i < nr->n_departed; i++)
+                if (nr->departed[i] < j->size && j->table[nr->departed[i]].cross_rank == cross)
+                        root_departed(d, j, nr->departed[i]);
+        return j->state == JOB_RUNNING;
+}
+
 /* Root side: a message from another daemon on the peer socket. */
 static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_len, Hvd__Envelope *env) {
         const char *job_id = env->body_case == HVD__ENVELOPE__BODY_NODE_JOIN    ? env->node_join->job_id
@@ -1958,6 +2148,13 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
                 return;
         }
         job_t *j = hvd_strmap_get(d->jobs, job_id, strlen(job_id));
+        if (j && env->body_case == HVD__ENVELOPE__BODY_NODE_READY && env->node_ready->relay_host) {
+                /* for this daemon as the relay of the sender's group */
+                Hvd__NodeReady *nr = TAKE_PTR(env->node_ready);
+                env->body_case = HVD__ENVELOPE__BODY__NOT_SET;
+                relay_receive(d, j, id, id_len, nr);
+                return;
+        }
         Hvd__Abort ab = HVD__ABORT__INIT;
         Hvd__Envelope reply = HVD__ENVELOPE__INIT;
         char reason[1024];
@@ -2006,7 +2203,7 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
                 job_set_nccl_id(j, &nj->nccl_id);
                 if (nj->ring_checksum)
                         j->ring_checksum = true;
-                root_node_joined(d, j, nj->cross_rank, false, id, id_len, nj->ranks, nj->n_ranks);
+                root_node_joined(d, j, nj->cross_rank, false, id, id_len, nj->ranks, nj->n_ranks, nj->peer_endpoint);
                 return;
         }
         if (!j || !j->is_root) {
@@ -2049,19 +2246,27 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
         const Hvd__NodeReady *nr = env->node_ready;
         if (j->state != JOB_RUNNING)
                 return;
-        for (size_t i = 0; i < nr->n_ranks; i++)
-                if (!node_rank_ready(d, j, cross, &nr->ranks[i]->rank, 1, nr->ranks[i]->ready))
-                        return;
-        for (size_t i = 0; i < nr->n_shared; i++)
-                if (!node_rank_ready(d, j, cross, nr->shared[i]->ranks, nr->shared[i]->n_ranks, nr->shared[i]->ready))
-                        return;
-        if (nr->n_node_cached)
-                root_submit_node(d, j, cross, nr);
-        if (j->state != JOB_RUNNING)
+        if (!root_node_content(d, j, cross, nr))
                 return;
-        for (size_t i = 0; i < nr->n_departed; i++)
-                if (nr->departed[i] < j->size && j->table[nr->departed[i]].cross_rank == cross)
-                        root_departed(d, j, nr->departed[i]);
+        /* a relay: its group's readiness, in the order it came */
+        for (size_t i = 0; i < nr->n_relayed; i++) {
+                const Hvd__RelayedReady *rr = nr->relayed[i];
+                for (size_t k = 0; k < rr->n_hosts; k++) {
+                        uint32_t h = rr->hosts[k];
+                        if (h >= j->cross_size || !j->relay_via || (h != cross && j->relay_via[h] != cross)) {
+                                job_abort(d, j, -1, HVD_EPROTO,
+                                          "host %s relayed readiness for host %u, which is not in its relay group",
+                                          host_of(j, cross), h);
+                                return;
+                        }
+                        Hvd__NodeReady view = HVD__NODE_READY__INIT;
+                        hvd_wire_relayed_view(rr, &view);
+                        if (!root_node_content(d, j, h, &view))
+                                return;
+                }
+        }
+        if (nr->n_relayed)
+                d->metrics.relayed_received++;
 }
 
 static void handle_peer_socket(hvd_daemon_t *d) {
@@ -2128,8 +2333,8 @@ static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) 
                              : env->body_case == HVD__ENVELOPE__BODY_ABORT        ? env->abort->job_id
                                                                                   : NULL;
         job_t *j = job_id ? hvd_strmap_get(d->jobs, job_id, strlen(job_id)) : NULL;
-        if (!j || j->root != p)
-                return; /* a job we no longer have, or not from its root */
+        if (!j || (j->root != p && (j->relay != p || env->body_case == HVD__ENVELOPE__BODY_NODE_WELCOME)))
+                return; /* a job we no longer have, or not from its root (or relay) */
         switch (env->body_case) {
         case HVD__ENVELOPE__BODY_ABORT: {
                 /* the root has no record of the job: it restarted (its new
@@ -2145,8 +2350,8 @@ static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) 
                                      host_of(j, 0), ranks, p->endpoint);
                         break;
                 }
-                job_abort_ex(d, j, true, env->abort->lost_rank, env->abort->code ? env->abort->code : HVD_EABORTED,
-                             "%s", env->abort->reason);
+                job_abort_ex(d, j, p == j->root, env->abort->lost_rank,
+                             env->abort->code ? env->abort->code : HVD_EABORTED, "%s", env->abort->reason);
                 break;
         }
         case HVD__ENVELOPE__BODY_NODE_WELCOME: {
@@ -2183,7 +2388,10 @@ static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) 
                 j->cycle_time_usec = nw->cycle_time_usec;
                 j->ring_checksum = nw->ring_checksum;
                 job_set_nccl_id(j, &nw->nccl_id);
+                if (!relay_setup(d, j, nw))
+                        break;
                 welcome_local(d, j);
+                relay_replay_early(d, j);
                 break;
         }
         case HVD__ENVELOPE__BODY_JOB_SCHEDULE: {
@@ -2200,6 +2408,10 @@ static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) 
                 out.body_case = HVD__ENVELOPE__BODY_SCHEDULE;
                 out.schedule = env->job_schedule->schedule;
                 send_to_local_workers(d, j, &out, true);
+                if (j->rl && j->state == JOB_RUNNING) {
+                        relay_learn(d, j, sc);
+                        relay_forward(d, j, env);
+                }
                 break;
         }
         default:
@@ -2790,6 +3002,541 @@ out:
         return n_sh;
 }
 
+/* ---- control plane relays ---- */
+
+static int relay_grow(relay_t *rl, uint32_t id) {
+        if (id < rl->n_ids)
+                return 0;
+        if (id >= HVD_WIRE_MAX_REQUESTS * 16)
+                return -E2BIG;
+        uint32_t n = rl->n_ids ? rl->n_ids : 64;
+        while (n <= id)
+                n *= 2;
+        uint64_t *b = realloc(rl->bits, n * sizeof *b);
+        if (!b)
+                return -ENOMEM;
+        rl->bits = b;
+        uint64_t *f = realloc(rl->first_usec, n * sizeof *f);
+        if (!f)
+                return -ENOMEM;
+        rl->first_usec = f;
+        uint8_t *fl = realloc(rl->flags, n);
+        if (!fl)
+                return -ENOMEM;
+        rl->flags = fl;
+        memset(rl->bits + rl->n_ids, 0, (n - rl->n_ids) * sizeof *b);
+        memset(rl->first_usec + rl->n_ids, 0, (n - rl->n_ids) * sizeof *f);
+        memset(rl->flags + rl->n_ids, 0, n - rl->n_ids);
+        rl->n_ids = n;
+        return 0;
+}
+
+/* Appends an entry for the root: nr (owned from here on) is the readiness
+ * of the n hosts. */
+static int relay_append(relay_t *rl, const uint32_t *hosts, size_t n, Hvd__NodeReady *nr) {
+        Hvd__RelayedReady *rr = NULL;
+        if (rl->n_out == rl->cap_out) {
+                size_t cap = rl->cap_out ? rl->cap_out * 2 : 16;
+                Hvd__RelayedReady **o = realloc(rl->out, cap * sizeof *o);
+                if (!o)
+                        goto oom;
+                rl->out = o;
+                rl->cap_out = cap;
+        }
+        if (!(rr = calloc(1, sizeof *rr)))
+                goto oom;
+        hvd__relayed_ready__init(rr);
+        if (!(rr->hosts = malloc(n * sizeof *rr->hosts)))
+                goto oom;
+        memcpy(rr->hosts, hosts, n * sizeof *hosts);
+        rr->n_hosts = n;
+        /* nr's readiness moves over; its shell goes */
+        rr->n_ranks = nr->n_ranks;
+        rr->ranks = TAKE_PTR(nr->ranks);
+        rr->n_node_cached = nr->n_node_cached;
+        rr->node_cached = TAKE_PTR(nr->node_cached);
+        rr->n_node_cached_waited_usec = nr->n_node_cached_waited_usec;
+        rr->node_cached_waited_usec = TAKE_PTR(nr->node_cached_waited_usec);
+        rr->n_departed = nr->n_departed;
+        rr->departed = TAKE_PTR(nr->departed);
+        rr->n_shared = nr->n_shared;
+        rr->shared = TAKE_PTR(nr->shared);
+        nr->n_ranks = nr->n_node_cached = nr->n_node_cached_waited_usec = nr->n_departed = nr->n_shared = 0;
+        protobuf_c_message_free_unpacked(&nr->base, NULL);
+        rl->out[rl->n_out++] = rr;
+        return 0;
+oom:
+        if (rr)
+                free(rr->hosts);
+        free(rr);
+        protobuf_c_message_free_unpacked(&nr->base, NULL);
+        return -ENOMEM;
+}
+
+static Hvd__NodeReady *node_ready_new(size_t n_ids) {
+        Hvd__NodeReady *nr = calloc(1, sizeof *nr);
+        if (!nr)
+                return NULL;
+        hvd__node_ready__init(nr);
+        if (n_ids && (!(nr->node_cached = malloc(n_ids * sizeof *nr->node_cached)) ||
+                      !(nr->node_cached_waited_usec = malloc(n_ids * sizeof *nr->node_cached_waited_usec)))) {
+                protobuf_c_message_free_unpacked(&nr->base, NULL);
+                return NULL;
+        }
+        return nr;
+}
+
+/* The ids every host of the group posted become one entry, for all of them. */
+static int relay_grp_out(relay_t *rl) {
+        if (!rl->n_grp)
+                return 0;
+        Hvd__NodeReady *nr = node_ready_new(rl->n_grp);
+        uint32_t *hosts = malloc(rl->n * sizeof *hosts);
+        if (!nr || !hosts) {
+                free(hosts);
+                if (nr)
+                        protobuf_c_message_free_unpacked(&nr->base, NULL);
+                return -ENOMEM;
+        }
+        memcpy(nr->node_cached, rl->grp_ids, rl->n_grp * sizeof *rl->grp_ids);
+        memcpy(nr->node_cached_waited_usec, rl->grp_waited, rl->n_grp * sizeof *rl->grp_waited);
+        nr->n_node_cached = nr->n_node_cached_waited_usec = rl->n_grp;
+        for (uint32_t i = 0; i < rl->n; i++)
+                hosts[i] = rl->m[i].host;
+        rl->n_grp = 0;
+        int r = relay_append(rl, hosts, rl->n, nr);
+        free(hosts);
+        return r;
+}
+
+/* Whatever the group posted in part goes on host by host, after the ids
+ * every host posted: what comes next from a host must not overtake it. */
+static int relay_release(relay_t *rl) {
+        int r = relay_grp_out(rl);
+        if (r < 0 || !rl->oldest)
+                return r;
+        rl->oldest = 0;
+        uint64_t now = hvd_now_usec();
+        for (uint32_t i = 0; i < rl->n; i++) {
+                size_t n = 0;
+                for (uint32_t id = 0; id < rl->n_ids; id++)
+                        n += (rl->bits[id] >> i) & 1;
+                if (!n)
+                        continue;
+                Hvd__NodeReady *nr = node_ready_new(n);
+                if (!nr)
+                        return -ENOMEM;
+                for (uint32_t id = 0; id < rl->n_ids; id++)
+                        if ((rl->bits[id] >> i) & 1) {
+                                nr->node_cached[nr->n_node_cached++] = id;
+                                nr->node_cached_waited_usec[nr->n_node_cached_waited_usec++] =
+                                        now > rl->first_usec[id] ? now - rl->first_usec[id] : 0;
+                        }
+                if ((r = relay_append(rl, &rl->m[i].host, 1, nr)) < 0)
+                        return r;
+        }
+        for (uint32_t id = 0; id < rl->n_ids; id++)
+                if (rl->bits[id]) {
+                        rl->bits[id] = 0;
+                        rl->flags[id] |= RL_PER_HOST;
+                }
+        return 0;
+}
+
+/* A relay: the readiness nr (owned) of group host i. Cache ids of
+ * collectives every rank takes part in wait here until every host of the
+ * group posted them; everything else goes on as it came. */
+static void relay_take(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeReady *nr) {
+        relay_t *rl = j->rl;
+        int r = 0;
+        rl->in_msgs++;
+        d->metrics.relay_in++;
+        if (nr->n_ranks || nr->n_shared || nr->n_departed) {
+                if ((r = relay_release(rl)) < 0)
+                        protobuf_c_message_free_unpacked(&nr->base, NULL);
+                if (r < 0 || (r = relay_append(rl, &rl->m[i].host, 1, nr)) < 0) /* appending frees nr on failure */
+                        goto fail;
+                return;
+        }
+        uint64_t now = hvd_now_usec();
+        bool waited = nr->n_node_cached_waited_usec == nr->n_node_cached;
+        size_t keep = 0;
+        for (size_t k = 0; k < nr->n_node_cached; k++) {
+                uint32_t id = nr->node_cached[k];
+                uint64_t wt = waited ? nr->node_cached_waited_usec[k] : 0;
+                if (id >= rl->n_ids || !(rl->flags[id] & RL_KNOWN) || (rl->flags[id] & RL_PER_HOST)) {
+                        nr->node_cached[keep] = id;
+                        if (waited)
+                                nr->node_cached_waited_usec[keep] = wt;
+                        keep++;
+                        continue;
+                }
+                if ((rl->bits[id] >> i) & 1) {
+                        protobuf_c_message_free_unpacked(&nr->base, NULL);
+                        job_abort(d, j, -1, HVD_EDUPLICATE,
+                                  "host %s posted the tensor of cache id %u twice before it completed",
+                                  host_of(j, rl->m[i].host), id);
+                        return;
+                }
+                uint64_t at = wt < now ? now - wt : now;
+                if (!rl->bits[id] || at < rl->first_usec[id])
+                        rl->first_usec[id] = at;
+                if (!rl->oldest || rl->first_usec[id] < rl->oldest)
+                        rl->oldest = rl->first_usec[id];
+                rl->bits[id] |= UINT64_C(1) << i;
+                if (rl->bits[id] != rl->full)
+                        continue;
+                if (rl->n_grp == rl->cap_grp) {
+                        size_t cap = rl->cap_grp ? rl->cap_grp * 2 : 256;
+                        uint32_t *gi = realloc(rl->grp_ids, cap * sizeof *gi);
+                        if (gi)
+                                rl->grp_ids = gi;
+                        uint64_t *gw = realloc(rl->grp_waited, cap * sizeof *gw);
+                        if (gw)
+                                rl->grp_waited = gw;
+                        if (!gi || !gw) {
+                                protobuf_c_message_free_unpacked(&nr->base, NULL);
+                                r = -ENOMEM;
+                                goto fail;
+                        }
+                        rl->cap_grp = cap;
+                }
+                rl->grp_ids[rl->n_grp] = id;
+                rl->grp_waited[rl->n_grp++] = now > rl->first_usec[id] ? now - rl->first_usec[id] : 0;
+                rl->bits[id] = 0;
+        }
+        nr->n_node_cached = keep;
+        if (waited)
+                nr->n_node_cached_waited_usec = keep;
+        if (keep) {
+                if ((r = relay_append(rl, &rl->m[i].host, 1, nr)) < 0)
+                        goto fail;
+        } else
+                protobuf_c_message_free_unpacked(&nr->base, NULL);
+        return;
+fail:
+        job_abort(d, j, -1, r, "relaying the readiness of host %s: %s", host_of(j, rl->m[i].host), hvd_strerror(r));
+}
+
+/* A relay: sends what its group made ready to the root, one message. */
+static void relay_flush(hvd_daemon_t *d, job_t *j) {
+        relay_t *rl = j->rl;
+        if (relay_grp_out(rl) < 0) {
+                job_abort(d, j, -1, -ENOMEM, "out of memory");
+                return;
+        }
+        if (!rl->n_out)
+                return;
+        if (j->state == JOB_RUNNING) {
+                Hvd__NodeReady nr = HVD__NODE_READY__INIT;
+                Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                nr.job_id = j->id;
+                nr.n_relayed = rl->n_out;
+                nr.relayed = rl->out;
+                env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
+                env.node_ready = &nr;
+                send_to_root(d, j, &env);
+                rl->out_msgs++;
+                d->metrics.relay_out++;
+        }
+        relay_out_clear(rl);
+}
+
+/* A relay, housekeeping: ids held for long go on host by host (the root's
+ * stall inspector then names the hosts that are missing). */
+static void relay_expire(hvd_daemon_t *d, job_t *j, uint64_t now) {
+        relay_t *rl = j->rl;
+        uint64_t oldest = 0;
+        for (uint32_t id = 0; id < rl->n_ids; id++)
+                if (rl->bits[id] && (!oldest || rl->first_usec[id] < oldest))
+                        oldest = rl->first_usec[id];
+        rl->oldest = oldest;
+        if (oldest && now - oldest > AGG_HOLD_USEC && relay_release(rl) < 0)
+                job_abort(d, j, -1, -ENOMEM, "out of memory");
+}
+
+/* A relay: a schedule of the root on its way to the group. Its ids are done
+ * with this round; those of collectives of every rank merge across the group. */
+static void relay_learn(hvd_daemon_t *d, job_t *j, const Hvd__Schedule *s) {
+        relay_t *rl = j->rl;
+        if (s->repeat_key) {
+                for (uint32_t i = 0; i < j->key_n[s->repeat_key]; i++) {
+                        uint32_t id = j->key_ids[s->repeat_key][i];
+                        if (id < rl->n_ids)
+                                rl->flags[id] &= (uint8_t) ~RL_PER_HOST;
+                }
+                return;
+        }
+        for (size_t o = 0; o < s->n_ops; o++)
+                for (size_t e = 0; e < s->ops[o]->n_entries; e++) {
+                        uint32_t id = s->ops[o]->entries[e]->id;
+                        if (id == HVD_NEGOTIATOR_NO_ID)
+                                continue;
+                        if (relay_grow(rl, id) < 0) {
+                                job_abort(d, j, -1, -ENOMEM, "out of memory");
+                                return;
+                        }
+                        rl->flags[id] = s->ops[o]->process_set == 0 ? RL_KNOWN : 0;
+                }
+        for (size_t i = 0; i < s->n_errors; i++) {
+                uint32_t id = s->errors[i]->id;
+                if (id != HVD_NEGOTIATOR_NO_ID && id < rl->n_ids)
+                        rl->flags[id] &= (uint8_t) ~RL_PER_HOST;
+        }
+}
+
+/* A relay: the root's message env (a schedule) to every host of the group,
+ * packed once; a host not heard from yet gets it when it is. */
+static void relay_forward(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
+        relay_t *rl = j->rl;
+        env->version = HVD_PROTOCOL_VERSION;
+        zmq_msg_t packed;
+        if (zmq_msg_init_size(&packed, protobuf_c_message_get_packed_size(&env->base)) < 0) {
+                job_abort(d, j, -1, -ENOMEM, "out of memory");
+                return;
+        }
+        protobuf_c_message_pack(&env->base, zmq_msg_data(&packed));
+        for (uint32_t i = 1; i < rl->n; i++) {
+                relay_member_t *m = &rl->m[i];
+                if (m->id_len) {
+                        int r = send_shared(d->peer_sock, m->id, m->id_len, &packed);
+                        if (r < 0)
+                                hvd_log_warning("job %s: cannot pass a schedule on to host %s: %s", j->id,
+                                                host_of(j, m->host), hvd_strerror(r));
+                        continue;
+                }
+                if (m->n_pending == RELAY_MAX_PENDING) {
+                        zmq_msg_close(&packed);
+                        job_abort(d, j, -1, HVD_ETIMEOUT,
+                                  "host %s never reached its relay daemon here (%d schedules wait for it)",
+                                  host_of(j, m->host), RELAY_MAX_PENDING);
+                        return;
+                }
+                zmq_msg_t *pm = realloc(m->pending, (m->n_pending + 1) * sizeof *pm);
+                if (!pm) {
+                        zmq_msg_close(&packed);
+                        job_abort(d, j, -1, -ENOMEM, "out of memory");
+                        return;
+                }
+                m->pending = pm;
+                zmq_msg_init(&pm[m->n_pending]);
+                zmq_msg_copy(&pm[m->n_pending], &packed);
+                m->n_pending++;
+        }
+        zmq_msg_close(&packed);
+}
+
+/* A relay: the first message over a group host's connection names it. */
+static void relay_member_heard(hvd_daemon_t *d, job_t *j, relay_member_t *m, const uint8_t *id, size_t id_len) {
+        memcpy(m->id, id, id_len);
+        m->id_len = id_len;
+        for (size_t k = 0; k < m->n_pending; k++) {
+                int r = send_shared(d->peer_sock, m->id, m->id_len, &m->pending[k]);
+                if (r < 0)
+                        hvd_log_warning("job %s: cannot pass a schedule on to host %s: %s", j->id, host_of(j, m->host),
+                                        hvd_strerror(r));
+                zmq_msg_close(&m->pending[k]);
+        }
+        free(m->pending);
+        m->pending = NULL;
+        m->n_pending = 0;
+}
+
+/* Strips what only the hop to the relay needed. */
+static void relay_strip(Hvd__NodeReady *nr) {
+        if (nr->job_id != protobuf_c_empty_string) {
+                free(nr->job_id);
+                nr->job_id = (char *) protobuf_c_empty_string;
+        }
+        free(nr->relay_secret.data);
+        nr->relay_secret.data = NULL;
+        nr->relay_secret.len = 0;
+        nr->relay_host = 0;
+}
+
+/* A relay: a NodeReady of a host of its group (nr owned from here on). */
+static void relay_receive(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, Hvd__NodeReady *nr) {
+        char reason[512];
+        reason[0] = 0;
+        if (!j->rl && j->state == JOB_JOINING && !j->is_root && j->cross_size > 1) {
+                /* the root's welcome to this daemon is still on its way */
+                early_msg_t *e = j->n_early < 4096 ? realloc(j->early, (j->n_early + 1) * sizeof *e) : NULL;
+                if (!e) {
+                        protobuf_c_message_free_unpacked(&nr->base, NULL);
+                        job_abort(d, j, -1, -ENOMEM, "too many relayed messages before the job's welcome");
+                        return;
+                }
+                j->early = e;
+                memcpy(e[j->n_early].id, id, id_len);
+                e[j->n_early].id_len = id_len;
+                e[j->n_early].nr = nr;
+                j->n_early++;
+                return;
+        }
+        relay_member_t *m = NULL;
+        uint32_t i = 0;
+        for (uint32_t k = 1; j->rl && k < j->rl->n; k++)
+                if (j->rl->m[k].host == nr->relay_host) {
+                        m = &j->rl->m[k];
+                        i = k;
+                }
+        if (nr->relay_secret.len != j->secret_len || memcmp(nr->relay_secret.data, j->secret, j->secret_len) != 0)
+                snprintf(reason, sizeof reason, "job %s: host %u presented a wrong job secret to its relay daemon",
+                         j->id, nr->relay_host);
+        else if (!m)
+                snprintf(reason, sizeof reason, "job %s: host %u is not in the relay group of this daemon (host %s)",
+                         j->id, nr->relay_host, host_of(j, j->cross_rank));
+        if (reason[0]) {
+                Hvd__Abort ab = HVD__ABORT__INIT;
+                Hvd__Envelope reply = HVD__ENVELOPE__INIT;
+                hvd_log_warning("%s", reason);
+                ab.job_id = j->id;
+                ab.reason = reason;
+                ab.code = HVD_EDENIED;
+                ab.lost_rank = -1;
+                reply.body_case = HVD__ENVELOPE__BODY_ABORT;
+                reply.abort = &ab;
+                (void) hvd_wire_send_to(d->peer_sock, id, id_len, &reply, ZMQ_DONTWAIT);
+                protobuf_c_message_free_unpacked(&nr->base, NULL);
+                return;
+        }
+        if (!m->id_len)
+                relay_member_heard(d, j, m, id, id_len);
+        else if (m->id_len != id_len || memcmp(m->id, id, id_len) != 0) {
+                protobuf_c_message_free_unpacked(&nr->base, NULL);
+                job_abort(d, j, -1, HVD_EABORTED,
+                          "host %s: its connection to the relay daemon of host %s broke and was made again (messages "
+                          "may be lost)",
+                          host_of(j, m->host), host_of(j, j->cross_rank));
+                return;
+        }
+        relay_strip(nr);
+        if (j->state != JOB_RUNNING || (!nr->n_ranks && !nr->n_shared && !nr->n_node_cached && !nr->n_departed)) {
+                protobuf_c_message_free_unpacked(&nr->base, NULL); /* a hello, or too late */
+                return;
+        }
+        relay_take(d, j, i, nr);
+}
+
+/* A relay, once running: what its group sent before its own welcome. */
+static void relay_replay_early(hvd_daemon_t *d, job_t *j) {
+        early_msg_t *early = TAKE_PTR(j->early);
+        size_t n_early = j->n_early;
+        j->n_early = 0;
+        for (size_t k = 0; k < n_early; k++)
+                if (j->rl && j->state == JOB_RUNNING)
+                        relay_receive(d, j, early[k].id, early[k].id_len, early[k].nr);
+                else
+                        protobuf_c_message_free_unpacked(&early[k].nr->base, NULL);
+        free(early);
+}
+
+/* Not root: the relay table of the job's NodeWelcome: this daemon relays
+ * for a group, reports through a relay, or neither. Returns false when
+ * the job was aborted. */
+static bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
+        if (!nw->n_relay_via)
+                return true;
+        uint32_t me = j->cross_rank, n = 1;
+        bool ok = nw->n_relay_via == j->cross_size && nw->relay_via[0] == 0;
+        for (uint32_t c = 0; ok && c < j->cross_size; c++) {
+                uint32_t v = nw->relay_via[c];
+                ok = v < j->cross_size && (!v || (nw->relay_via[v] == v && nw->relay_endpoint[v][0]));
+                n += v == me && c != me;
+        }
+        if (!ok || n > 64) {
+                job_abort(d, j, -1, HVD_EPROTO, "root daemon sent an invalid relay table");
+                return false;
+        }
+        if (!(j->relay_via = malloc(j->cross_size * sizeof *j->relay_via)))
+                goto oom;
+        memcpy(j->relay_via, nw->relay_via, j->cross_size * sizeof *j->relay_via);
+        uint32_t via = j->relay_via[me];
+        if (via == me && n > 1) {
+                relay_t *rl = calloc(1, sizeof *rl);
+                if (!rl || !(rl->m = calloc(n, sizeof *rl->m))) {
+                        free(rl);
+                        goto oom;
+                }
+                j->rl = rl;
+                rl->m[rl->n++].host = me;
+                char list[512];
+                size_t o = 0;
+                list[0] = 0;
+                for (uint32_t c = 0; c < j->cross_size; c++)
+                        if (c != me && j->relay_via[c] == me) {
+                                rl->m[rl->n++].host = c;
+                                if (o + 32 < sizeof list)
+                                        o += (size_t) snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "",
+                                                               host_of(j, c));
+                        }
+                rl->full = rl->n == 64 ? UINT64_MAX : (UINT64_C(1) << rl->n) - 1;
+                hvd_log_info("job %s: relaying for hosts [%s]", j->id, list);
+        } else if (via && via != me) {
+                peer_t *p = peer_get(d, nw->relay_endpoint[via]);
+                if (!p) {
+                        job_abort(d, j, -1, HVD_EABORTED, "cannot connect to the relay daemon of host %s at %s",
+                                  host_of(j, via), nw->relay_endpoint[via]);
+                        return false;
+                }
+                p->n_jobs++;
+                j->relay = p;
+                hvd_log_info("job %s: reporting through the relay daemon of host %s at %s", j->id, host_of(j, via),
+                             p->endpoint);
+                /* a hello: the relay learns this connection */
+                Hvd__NodeReady nr = HVD__NODE_READY__INIT;
+                Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                nr.job_id = j->id;
+                nr.relay_host = me;
+                nr.relay_secret.data = j->secret;
+                nr.relay_secret.len = j->secret_len;
+                env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
+                env.node_ready = &nr;
+                int r = hvd_wire_send(p->sock, &env, ZMQ_DONTWAIT);
+                if (r < 0)
+                        hvd_log_warning("job %s: cannot reach the relay daemon at %s: %s", j->id, p->endpoint,
+                                        hvd_strerror(r));
+        }
+        return true;
+oom:
+        job_abort(d, j, -1, -ENOMEM, "out of memory");
+        return false;
+}
+
+/* A relay: its own host's readiness joins the group's (ids alone are
+ * taken as they are; anything else as a copy, nr stays the caller's). */
+static void relay_take_own(hvd_daemon_t *d, job_t *j, const Hvd__NodeReady *nr) {
+        if (!nr->n_ranks && !nr->n_shared && !nr->n_departed) {
+                Hvd__NodeReady *c = node_ready_new(nr->n_node_cached);
+                if (!c) {
+                        job_abort(d, j, -1, -ENOMEM, "out of memory");
+                        return;
+                }
+                memcpy(c->node_cached, nr->node_cached, nr->n_node_cached * sizeof *c->node_cached);
+                memcpy(c->node_cached_waited_usec, nr->node_cached_waited_usec,
+                       nr->n_node_cached * sizeof *c->node_cached_waited_usec);
+                c->n_node_cached = c->n_node_cached_waited_usec = nr->n_node_cached;
+                relay_take(d, j, 0, c);
+                return;
+        }
+        /* the cold path: a copy through the wire format */
+        Hvd__NodeReady only = *nr;
+        only.job_id = (char *) protobuf_c_empty_string;
+        size_t len = protobuf_c_message_get_packed_size(&only.base);
+        uint8_t *buf = malloc(len ? len : 1);
+        Hvd__NodeReady *c = NULL;
+        if (buf) {
+                protobuf_c_message_pack(&only.base, buf);
+                c = hvd__node_ready__unpack(NULL, len, buf);
+        }
+        free(buf);
+        if (!c) {
+                job_abort(d, j, -1, -ENOMEM, "out of memory");
+                return;
+        }
+        relay_take(d, j, 0, c);
+}
+
 static void flush_forward(hvd_daemon_t *d, job_t *j) {
         if (!j->n_fwd && !j->n_departed && !j->n_nc)
                 return;
@@ -2821,7 +3568,21 @@ static void flush_forward(hvd_daemon_t *d, job_t *j) {
                 nr.departed = j->departed;
                 env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
                 env.node_ready = &nr;
-                send_to_root(d, j, &env);
+                if (j->rl)
+                        relay_take_own(d, j, &nr);
+                else if (j->relay) {
+                        /* through the relay of this host's group */
+                        nr.relay_host = j->cross_rank;
+                        nr.relay_secret.data = j->secret;
+                        nr.relay_secret.len = j->secret_len;
+                        if (!j->relay->lost) {
+                                int r = hvd_wire_send(j->relay->sock, &env, ZMQ_DONTWAIT);
+                                if (r < 0)
+                                        hvd_log_warning("job %s: cannot reach the relay daemon at %s: %s", j->id,
+                                                        j->relay->endpoint, hvd_strerror(r));
+                        }
+                } else
+                        send_to_root(d, j, &env);
                 for (size_t i = 0; i < nr.n_shared; i++)
                         protobuf_c_message_free_unpacked(&sh[i]->base, NULL);
                 free(sh);
@@ -2875,6 +3636,8 @@ static void before_sleep(hvd_daemon_t *d) {
                 job_t *j = v;
                 if (!j->neg) {
                         flush_forward(d, j);
+                        if (j->rl)
+                                relay_flush(d, j);
                         continue;
                 }
                 if (j->state != JOB_RUNNING || !hvd_negotiator_has_work(j->neg))
@@ -2902,7 +3665,7 @@ static void before_sleep(hvd_daemon_t *d) {
                         js.schedule = env.schedule;
                         jenv.body_case = HVD__ENVELOPE__BODY_JOB_SCHEDULE;
                         jenv.job_schedule = &js;
-                        send_to_nodes(d, j, &jenv);
+                        send_to_nodes_ex(d, j, &jenv, true);
                 }
                 hvd_negotiator_schedule_free(&s);
         }
@@ -2982,6 +3745,20 @@ static bool watch_pidless_workers(hvd_daemon_t *d) {
         return any;
 }
 
+/* What peer p is to this daemon's jobs, for messages: "root" or "relay". */
+static const char *peer_role(hvd_daemon_t *d, const peer_t *p) {
+        size_t iter = 0;
+        void *v;
+        bool relay = false;
+        while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
+                const job_t *j = v;
+                if (j->root == p)
+                        return "root";
+                relay |= j->relay == p;
+        }
+        return relay ? "relay" : "root";
+}
+
 static void housekeeping(hvd_daemon_t *d, uint64_t now) {
         size_t iter = 0;
         void *v;
@@ -3016,12 +3793,23 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                                                    ? "; it never answered: is the CURVE key listed for it its public "
                                                      "key, and does it list ours?"
                                                    : "";
-                        hvd_log_error(0, "lost contact with the root daemon at %s (silent for %.1f s)%s", p->endpoint,
+                        hvd_log_error(0, "lost contact with the %s daemon at %s (silent for %.1f s)%s", peer_role(d, p), p->endpoint,
                                       (double) (now - p->last_heard_usec) / 1e6, hint);
                         size_t it2 = 0;
                         void *v2;
                         while (hvd_strmap_next(d->jobs, &it2, NULL, NULL, &v2)) {
                                 job_t *j = v2;
+                                if (j->relay == p && j->relay_via) {
+                                        uint32_t via = j->relay_via[j->cross_rank];
+                                        char ranks[256];
+                                        ranks_of_host(j, via, ranks, sizeof ranks);
+                                        job_abort(d, j, -1, HVD_EABORTED,
+                                                  "lost contact with the relay daemon of host %s at %s (ranks [%s]): "
+                                                  "silent for %.1f s",
+                                                  host_of(j, via), p->endpoint, ranks,
+                                                  (double) (now - p->last_heard_usec) / 1e6);
+                                        continue;
+                                }
                                 if (j->root != p)
                                         continue;
                                 char ranks[256];
@@ -3050,6 +3838,10 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                 if (j->agg_oldest && j->state == JOB_RUNNING) {
                         again = true;
                         agg_expire(d, j, now);
+                }
+                if (j->rl && j->rl->oldest && j->state == JOB_RUNNING) {
+                        again = true;
+                        relay_expire(d, j, now);
                 }
                 if (j->state == JOB_RUNNING && j->is_root) {
                         again = true;

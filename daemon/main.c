@@ -36,6 +36,11 @@ static void help(void) {
                "                            tcp://IP:* picks a free port, written to\n"
                "                            RUNTIME_DIR/peer.endpoint)\n"
                "      --peer-timeout T      A silent peer daemon is lost after T (default 10s)\n"
+               "      --relay-fanout N      As the root of a job of more than N+1 hosts,\n"
+               "                            group its other hosts N by N, each group's\n"
+               "                            readiness and schedules relayed by one of its\n"
+               "                            daemons (default 8; 0 = every host speaks to\n"
+               "                            the root)\n"
                "  -h, --help                Show this help\n"
                "  -V, --version             Show the version\n"
                "\n"
@@ -79,7 +84,7 @@ static int load_settings(hvd_daemon_config_t *ret, char *msg, size_t msg_len, vo
 }
 
 int main(int argc, char **argv) {
-        enum { OPT_CHECK = 0x100, OPT_FUSION, OPT_CYCLE, OPT_START, OPT_PEER, OPT_PEER_TIMEOUT };
+        enum { OPT_CHECK = 0x100, OPT_FUSION, OPT_CYCLE, OPT_START, OPT_PEER, OPT_PEER_TIMEOUT, OPT_RELAY };
         static const struct option opts[] = {
                 { "foreground", no_argument, NULL, 'f' },
                 { "config", required_argument, NULL, 'c' },
@@ -91,6 +96,7 @@ int main(int argc, char **argv) {
                 { "start-timeout", required_argument, NULL, OPT_START },
                 { "peer-listen", required_argument, NULL, OPT_PEER },
                 { "peer-timeout", required_argument, NULL, OPT_PEER_TIMEOUT },
+                { "relay-fanout", required_argument, NULL, OPT_RELAY },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'V' },
                 {},
@@ -113,6 +119,7 @@ int main(int argc, char **argv) {
                 case OPT_START: key = "start_timeout"; break;
                 case OPT_PEER: key = "peer_listen"; break;
                 case OPT_PEER_TIMEOUT: key = "peer_timeout"; break;
+                case OPT_RELAY: key = "relay_fanout"; break;
                 case 'h': help(); return 0;
                 case 'V': printf("hvd-coordinatord %s\n", PACKAGE_VERSION); return 0;
                 default: fprintf(stderr, "Try 'hvd-coordinatord --help'.\n"); return 2;

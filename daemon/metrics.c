@@ -168,6 +168,13 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
         counter(&b, "hvd_node_cached_ids_total", "Cached ids a root daemon received node by node.", m->node_cached_ids);
         counter(&b, "hvd_node_ready_sent_total", "Node-level readiness messages this daemon sent to a root daemon.",
                 m->node_ready_sent);
+        head(&b, "hvd_relay_messages_total", "counter",
+             "Control plane relays: readiness messages a relay daemon took from the hosts of its group (in), sent "
+             "on to the root daemon (out), and relayed messages a root daemon received (root).");
+        sb_printf(&b,
+                  "hvd_relay_messages_total{direction=\"in\"} %" PRIu64 "\nhvd_relay_messages_total{direction=\"out\"} %" PRIu64
+                  "\nhvd_relay_messages_total{direction=\"root\"} %" PRIu64 "\n",
+                  m->relay_in, m->relay_out, m->relayed_received);
         counter(&b, "hvd_schedule_repeats_total", "Schedules sent as a repeat of one kept by key (a few bytes).",
                 m->schedule_repeats);
         counter(&b, "hvd_log_level_changes_total", "Run-time log level changes (hvdctl log-level).",

@@ -45,6 +45,9 @@ typedef struct hvd_metrics {
          * received from other nodes, schedules sent as repeats */
         uint64_t node_ready_sent, node_ready_received, node_cached_ids, rank_readies_received;
         uint64_t schedule_repeats;
+        /* control plane relays: readiness messages a relay took from its
+         * group and sent on to the root; relayed messages a root received */
+        uint64_t relay_in, relay_out, relayed_received;
         uint64_t log_level_changes;
         hvd_histogram_t negotiation; /* per tensor: first readiness to schedule */
         hvd_histogram_t iteration;   /* reactor: wake-up to going back to sleep */

@@ -754,6 +754,95 @@ START_TEST(test_wire_reject_ranks) {
 }
 END_TEST
 
+/* control plane relays: a relay's NodeReady and the NodeWelcome relay table */
+START_TEST(test_wire_relay) {
+        one_req_t o;
+        one_req_init(&o, "layer1.weight");
+        Hvd__RankReady rr = HVD__RANK_READY__INIT, *rrp[1] = { &rr };
+        rr.rank = 3;
+        rr.ready = &o.ready;
+        uint32_t hosts_grp[3] = { 1, 2, 3 }, host_one[1] = { 2 }, ids[2] = { 7, 9 };
+        uint64_t waited[2] = { 100, 200 };
+        Hvd__RelayedReady grp = HVD__RELAYED_READY__INIT, one = HVD__RELAYED_READY__INIT;
+        grp.hosts = hosts_grp;
+        grp.n_hosts = 3;
+        grp.node_cached = ids;
+        grp.n_node_cached = 2;
+        grp.node_cached_waited_usec = waited;
+        grp.n_node_cached_waited_usec = 2;
+        one.hosts = host_one;
+        one.n_hosts = 1;
+        one.ranks = rrp;
+        one.n_ranks = 1;
+        Hvd__RelayedReady *rel[2] = { &grp, &one };
+        Hvd__NodeReady nr = HVD__NODE_READY__INIT;
+        nr.job_id = "job-1";
+        nr.relayed = rel;
+        nr.n_relayed = 2;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
+        env.node_ready = &nr;
+        Hvd__Envelope *d = decode_ok(pack(&env));
+        ck_assert_int_eq(d->body_case, HVD__ENVELOPE__BODY_NODE_READY);
+        ck_assert_uint_eq(d->node_ready->n_relayed, 2);
+        ck_assert_uint_eq(d->node_ready->relayed[0]->n_hosts, 3);
+        ck_assert_uint_eq(d->node_ready->relayed[0]->node_cached[1], 9);
+        Hvd__NodeReady view = HVD__NODE_READY__INIT;
+        hvd_wire_relayed_view(d->node_ready->relayed[1], &view);
+        ck_assert_uint_eq(view.n_ranks, 1);
+        ck_assert_uint_eq(view.ranks[0]->rank, 3);
+        ck_assert_str_eq(view.ranks[0]->ready->requests[0]->name, "layer1.weight");
+        hvd_wire_free(&d);
+
+        env.version = HVD_PROTOCOL_VERSION;
+        /* an entry for no host */
+        grp.n_hosts = 0;
+        validate_fails(&env, "relayed entry without hosts");
+        grp.n_hosts = 3;
+        /* waiting times that do not match the ids, inside an entry */
+        grp.n_node_cached_waited_usec = 1;
+        validate_fails(&env, "waiting times do not match");
+        grp.n_node_cached_waited_usec = 2;
+        /* a bad request inside an entry is caught as at the top level */
+        o.req.kind = (Hvd__Kind) 99;
+        validate_fails(&env, "unknown operation 99");
+        o.req.kind = HVD__KIND__KIND_ALLREDUCE;
+        /* an oversized relay secret */
+        uint8_t big[HVD_WIRE_MAX_SECRET + 1] = { 0 };
+        nr.relay_secret.data = big;
+        nr.relay_secret.len = sizeof big;
+        validate_fails(&env, "relay secret");
+        nr.relay_secret.len = 0;
+        char err[256];
+        ck_assert_int_eq(hvd_wire_validate(&env, err, sizeof err), 0);
+
+        /* NodeWelcome: a relay table of one entry per host, endpoints alike */
+        Hvd__RankInfo ri = HVD__RANK_INFO__INIT, *rip[1] = { &ri };
+        ri.host = "a";
+        uint32_t via[4] = { 0, 1, 1, 3 };
+        char *eps[4] = { "", "tcp://10.0.0.2:7100", "", "tcp://10.0.0.4:7100" };
+        Hvd__NodeWelcome nw = HVD__NODE_WELCOME__INIT;
+        nw.job_id = "job-1";
+        nw.ranks = rip;
+        nw.n_ranks = 1;
+        nw.relay_via = via;
+        nw.n_relay_via = 4;
+        nw.relay_endpoint = eps;
+        nw.n_relay_endpoint = 4;
+        Hvd__Envelope wenv = HVD__ENVELOPE__INIT;
+        wenv.body_case = HVD__ENVELOPE__BODY_NODE_WELCOME;
+        wenv.node_welcome = &nw;
+        d = decode_ok(pack(&wenv));
+        ck_assert_uint_eq(d->node_welcome->n_relay_via, 4);
+        ck_assert_uint_eq(d->node_welcome->relay_via[2], 1);
+        ck_assert_str_eq(d->node_welcome->relay_endpoint[3], "tcp://10.0.0.4:7100");
+        hvd_wire_free(&d);
+        wenv.version = HVD_PROTOCOL_VERSION;
+        nw.n_relay_endpoint = 3;
+        validate_fails(&wenv, "relay table");
+}
+END_TEST
+
 START_TEST(test_wire_reject_too_many) {
         /* validate on a constructed message: one request shared 65537 times */
         one_req_t o;
@@ -1139,6 +1228,7 @@ static Suite *wire_suite(void) {
         tcase_add_test(tc, test_wire_roundtrip_ready);
         tcase_add_test(tc, test_wire_roundtrip_schedule);
         tcase_add_test(tc, test_wire_roundtrip_small_messages);
+        tcase_add_test(tc, test_wire_relay);
         tcase_add_test(tc, test_wire_roundtrip_status);
         suite_add_tcase(s, tc);
         tc = tcase_create("reject");

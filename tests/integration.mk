@@ -41,6 +41,7 @@ check_PROGRAMS += %D%/bad_wire
 	%D%/test-heartbeat.sh \
 	%D%/test-deadlines.sh \
 	%D%/test-aggregation.sh \
+	%D%/test-relay.sh \
 	%D%/test-bad-wire.sh \
 	%D%/valgrind-daemon.sh
 TESTS += $(%C%_integration_tests)

@@ -1,0 +1,119 @@
+#!/bin/bash
+# test-relay.sh — control plane relays over five daemons on loopback
+# (tests/lib/launch-multi.sh, every daemon with --relay-fanout 2: hosts b, c
+# report through b's daemon, d, e through d's):
+# - 60 steps of 15 cached tensors, every element exact on every rank, while
+#   the metrics show that the root got the relayed groups' readiness from
+#   the relays (hvd_relay_messages_total{direction="root"}) and that each
+#   relay sent the root fewer messages than it took from its group (the ids
+#   every host posted merged into one entry);
+# - a stall in a relayed group: one rank of host c stays away from a cached
+#   tensor; the root's status and every waiting rank name exactly that rank;
+# - a relay daemon killed under a running job: every rank of the other
+#   hosts ends with an error that names the lost host, none hangs.
+set -u
+. "$HVD_SRCDIR/tests/lib/common.sh"
+PY=${PYTHON:-/usr/bin/python3}
+[ -x "$PY" ] || skip "$PY is needed to parse the metrics"
+hvdctl=$HVD_BUILDDIR/tools/hvdctl
+worker=$HVD_BUILDDIR/tests/worker_collectives
+multi=$HVD_SRCDIR/tests/lib/launch-multi.sh
+tmp=$(mktemp -d /tmp/hvd-test-relay-XXXXXX)
+lp=
+cleanup() {
+        touch "$tmp/hold.go" "$tmp/kill.go"
+        [ -n "$lp" ] && { sleep 0.5; kill -TERM "$lp" 2>/dev/null; wait "$lp" 2>/dev/null; }
+        rm -rf "$tmp"
+}
+trap cleanup EXIT
+export HVD_TEST_DAEMON_ARGS="--relay-fanout 2"
+hosts=a:2,b:1,c:2,d:1,e:2 # ranks: a 0-1, b 2, c 3-4, d 5, e 6-7
+
+steps=60
+HVD_TEST_STEPS=$steps HVD_TEST_HOLD=$tmp/hold "$multi" -H $hosts -t 120 -- \
+        sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/rt.$HVD_RANK; exec "$0" steady' "$worker" >"$tmp/job.out" 2>&1 &
+lp=$!
+wait_files 60 "$tmp/hold.ready" || fail "the job did not reach its hold point" "$(cat "$tmp/job.out")"
+"$hvdctl" -r "$(cat "$tmp/rt.0")" metrics >"$tmp/root.prom" || fail "metrics of the root daemon: exit $?"
+"$hvdctl" -r "$(cat "$tmp/rt.2")" metrics >"$tmp/b.prom" || fail "metrics of host b's daemon: exit $?"
+"$hvdctl" -r "$(cat "$tmp/rt.5")" metrics >"$tmp/d.prom" || fail "metrics of host d's daemon: exit $?"
+"$hvdctl" -r "$(cat "$tmp/rt.3")" metrics >"$tmp/c.prom" || fail "metrics of host c's daemon: exit $?"
+touch "$tmp/hold.go"
+wait $lp || fail "the steady job failed" "$(cat "$tmp/job.out")"
+lp=
+out=$(cat "$tmp/job.out")
+n=$(grep -c "steady: ok" <<<"$out")
+[ "$n" -eq 8 ] || fail "$n of 8 ranks passed the steady scenario" "$out"
+grep -q "rank 0: steady: $steps steps of 15 tensors exact" <<<"$out" || fail "no summary line" "$out"
+"$PY" - "$tmp" "$HVD_SRCDIR/tests/lib/promparse.py" "$steps" <<'EOF' || fail "the relays did not carry the steady state"
+import json, subprocess, sys
+tmp, parser, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def load(n):
+    return json.loads(subprocess.run([sys.executable, parser, f"{tmp}/{n}.prom"], check=True,
+                                     capture_output=True, text=True).stdout)
+root, b, d, c = load("root"), load("b"), load("d"), load("c")
+get = lambda m, k: m.get(f'hvd_relay_messages_total{{direction="{k}"}}', 0)
+print(f"root: relayed messages {get(root, 'root'):.0f}, node-level ids {root['hvd_node_cached_ids_total{}']:.0f}; "
+      f"relay b: in {get(b, 'in'):.0f} out {get(b, 'out'):.0f}; relay d: in {get(d, 'in'):.0f} "
+      f"out {get(d, 'out'):.0f}; c: in {get(c, 'in'):.0f} out {get(c, 'out'):.0f}")
+ok = True
+for name, r in (("b", b), ("d", d)):
+    # two hosts a group, a message or more from each per step
+    if not (get(r, "in") >= 2 * (steps - 1) * 3 / 4 and 0 < get(r, "out") < get(r, "in")):
+        print(f"relay {name}: in/out not as expected"); ok = False
+# every node-level message reached the root through a relay
+if not (get(root, "root") >= 2 * (steps - 1) * 3 / 4 and root["hvd_node_readiness_total{kind=\"node\"}"] >= 4 * (steps - 1) * 3 / 4):
+    print("root: too few relayed messages"); ok = False
+# c reports through b: it relays nothing itself
+if get(c, "in") or get(c, "out"):
+    print("host c relayed"); ok = False
+sys.exit(0 if ok else 1)
+EOF
+echo "ok: $steps steps exact on 5 hosts; hosts b-e reached the root through two relays, merged"
+
+# a stall in a relayed group: rank 4 (host c, reporting through b) stays away
+HVD_STALL_CHECK_TIME_SECONDS=1 HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=5 HVD_TEST_STALL_RANK=4 \
+        "$multi" -H $hosts -t 60 -- \
+        sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/srt.$HVD_RANK; exec "$0" stall-one' "$worker" >"$tmp/stall.out" 2>&1 &
+lp=$!
+wait_files 10 "$tmp/srt.0" || fail "the stall job did not start" "$(cat "$tmp/stall.out")"
+stalled=
+for _ in $(seq 200); do
+        stalled=$("$hvdctl" -r "$(cat "$tmp/srt.0")" status --json 2>/dev/null |
+                "$PY" -c 'import json,sys; j=json.load(sys.stdin)["jobs"]; print(j[0]["stalled"] if j else "")' 2>/dev/null)
+        [ -n "$stalled" ] && break
+        kill -0 $lp 2>/dev/null || break
+        sleep 0.1
+done
+want="'stall.t' ready on ranks [0, 1, 2, 3, 5, 6, 7], missing ranks [4]"
+[ "$stalled" = "$want" ] || fail "the root's status shows the stall as \"$stalled\", expected \"$want\"" "$(cat "$tmp/stall.out")"
+wait $lp
+lp=
+for r in 0 1 2 3 5 6 7; do
+        grep "^\[$r@[a-e]\] rank $r: stall-one: " "$tmp/stall.out" | grep -qF "stalled for more than 5 s: $want" ||
+                fail "rank $r was not told which rank is missing" "$(cat "$tmp/stall.out")"
+done
+echo "ok: a stall in a relayed group names the missing rank (status and every waiting rank)"
+
+# relay b's daemon killed while the job holds: the others end, naming host b
+HVD_TEST_STEPS=5 HVD_TEST_HOLD=$tmp/kill "$multi" -H $hosts -t 60 -- \
+        sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/krt.$HVD_RANK; exec "$0" steady' "$worker" >"$tmp/kill.out" 2>&1 &
+lp=$!
+wait_files 60 "$tmp/kill.ready" || fail "the kill job did not reach its hold point" "$(cat "$tmp/kill.out")"
+bdir=$(cat "$tmp/krt.2")
+bpid=$(pgrep -f -- "--runtime-dir $bdir " | head -n 1)
+[ -n "$bpid" ] || fail "no daemon found for host b ($bdir)"
+kill -KILL "$bpid"
+t0=$(now_ms)
+touch "$tmp/kill.go"
+wait $lp
+rc=$?
+lp=
+ms=$(($(now_ms) - t0))
+[ "$rc" -ne 0 ] || fail "the job survived the loss of a relay daemon" "$(cat "$tmp/kill.out")"
+for r in 0 1 3 4 5 6 7; do
+        grep "^\[$r@[a-e]\] rank $r: FAIL \[shutdown\]" "$tmp/kill.out" | grep -q "host b" ||
+                fail "rank $r did not fail naming host b" "$(cat "$tmp/kill.out")"
+done
+[ "$ms" -lt 30000 ] || fail "the ranks took $ms ms to end" "$(cat "$tmp/kill.out")"
+echo "ok: a relay daemon lost mid-job: every other rank failed naming host b, in $ms ms"
