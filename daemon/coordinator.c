@@ -246,6 +246,7 @@ struct job {
         uint32_t *relay_via;   /* [cross_size] or NULL: the host relaying each host (0 = none, the root) */
         peer_t *relay;         /* a host of a relay group: the relay daemon it reports to */
         relay_t *rl;           /* a relay: its group */
+        char relay_desc[HVD_WIRE_MAX_TEXT + 128]; /* this daemon's part in the relays, for status ("" = none) */
         early_msg_t *early;    /* a relay: its group's messages that came before its own welcome */
         size_t n_early;
 };
@@ -933,8 +934,9 @@ static int root_assign_relays(hvd_daemon_t *d, job_t *j) {
                 j->relay_via = NULL;
                 return 0;
         }
-        hvd_log_info("job %s: %u hosts report through %u relay daemons (%u hosts a group)", j->id, j->cross_size - 1,
-                     groups, g);
+        snprintf(j->relay_desc, sizeof j->relay_desc, "%u hosts report through %u relay daemons (%u hosts a group)",
+                 j->cross_size - 1, groups, g);
+        hvd_log_info("job %s: %s", j->id, j->relay_desc);
         return 0;
 }
 
@@ -2667,6 +2669,7 @@ static int status_job(const job_t *j, uint64_t now, bool detail, Hvd__JobStatus 
         s->cache_hits = ns.cache_hits + f->cache_hits;
         s->tensors_in_fused_ops = ns.tensors_in_fused_ops + f->tensors_in_fused_ops;
         s->fast_path_tensors = f->tensors_negotiated;
+        s->relay = (char *) j->relay_desc;
         s->joined_ranks = ns.joined;
         s->negotiation_usec = ns.negotiation_usec;
         uint64_t requests = ns.requests + f->cache_hits;
@@ -3471,6 +3474,7 @@ static bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
                                                                host_of(j, c));
                         }
                 rl->full = rl->n == 64 ? UINT64_MAX : (UINT64_C(1) << rl->n) - 1;
+                snprintf(j->relay_desc, sizeof j->relay_desc, "relays for hosts [%s]", list);
                 hvd_log_info("job %s: relaying for hosts [%s]", j->id, list);
         } else if (via && via != me) {
                 peer_t *p = peer_get(d, nw->relay_endpoint[via]);
@@ -3481,8 +3485,9 @@ static bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
                 }
                 p->n_jobs++;
                 j->relay = p;
-                hvd_log_info("job %s: reporting through the relay daemon of host %s at %s", j->id, host_of(j, via),
-                             p->endpoint);
+                snprintf(j->relay_desc, sizeof j->relay_desc, "reports through the relay daemon of host %s at %s",
+                         host_of(j, via), p->endpoint);
+                hvd_log_info("job %s: %s", j->id, j->relay_desc);
                 /* a hello: the relay learns this connection */
                 Hvd__NodeReady nr = HVD__NODE_READY__INIT;
                 Hvd__Envelope env = HVD__ENVELOPE__INIT;

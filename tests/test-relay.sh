@@ -38,6 +38,9 @@ wait_files 60 "$tmp/hold.ready" || fail "the job did not reach its hold point" "
 "$hvdctl" -r "$(cat "$tmp/rt.2")" metrics >"$tmp/b.prom" || fail "metrics of host b's daemon: exit $?"
 "$hvdctl" -r "$(cat "$tmp/rt.5")" metrics >"$tmp/d.prom" || fail "metrics of host d's daemon: exit $?"
 "$hvdctl" -r "$(cat "$tmp/rt.3")" metrics >"$tmp/c.prom" || fail "metrics of host c's daemon: exit $?"
+for r in 0 2 3; do
+        "$hvdctl" -r "$(cat "$tmp/rt.$r")" status --json >"$tmp/status.$r" || fail "status of rank $r's daemon: exit $?"
+done
 touch "$tmp/hold.go"
 wait $lp || fail "the steady job failed" "$(cat "$tmp/job.out")"
 lp=
@@ -69,7 +72,17 @@ if get(c, "in") or get(c, "out"):
     print("host c relayed"); ok = False
 sys.exit(0 if ok else 1)
 EOF
-echo "ok: $steps steps exact on 5 hosts; hosts b-e reached the root through two relays, merged"
+"$PY" - "$tmp" <<'EOF' || fail "hvdctl status does not show the relays" "$(cat "$tmp"/status.*)"
+import json, re, sys
+tmp = sys.argv[1]
+rel = {r: json.load(open(f"{tmp}/status.{r}"))["jobs"][0]["relay"] for r in (0, 2, 3)}
+print(rel)
+ok = rel[0] == "4 hosts report through 2 relay daemons (2 hosts a group)"
+ok = ok and rel[2] == "relays for hosts [c]"
+ok = ok and re.fullmatch(r"reports through the relay daemon of host b at tcp://127\.0\.0\.1:\d+", rel[3]) is not None
+sys.exit(0 if ok else 1)
+EOF
+echo "ok: $steps steps exact on 5 hosts; hosts b-e reached the root through two relays, merged; status shows them"
 
 # a stall in a relayed group: rank 4 (host c, reporting through b) stays away
 HVD_STALL_CHECK_TIME_SECONDS=1 HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=5 HVD_TEST_STALL_RANK=4 \

@@ -354,6 +354,8 @@ static void json_job(FILE *f, const Hvd__JobStatus *j, const char *ind) {
         json_string(f, j->abort_reason);
         fprintf(f, ",\n%s  \"stalled\": ", ind);
         json_string(f, j->stalled);
+        fprintf(f, ",\n%s  \"relay\": ", ind);
+        json_string(f, j->relay);
         fprintf(f,
                 ",\n%s  \"negotiation_usec\": %" PRIu64 ",\n%s  \"data_usec\": %" PRIu64
                 ",\n%s  \"throughput_bytes_per_sec\": ",
@@ -530,6 +532,8 @@ static void print_status(const Hvd__Status *s) {
                         printf("    aborted: %s\n", j->abort_reason);
                 if (j->stalled && *j->stalled)
                         printf("    stalled: %s\n", j->stalled);
+                if (j->relay && *j->relay)
+                        printf("    relay: %s\n", j->relay);
         }
 }
 
@@ -556,6 +560,8 @@ static void print_job(const Hvd__Status *s, const Hvd__JobStatus *j) {
                 printf("  aborted: %s\n", j->abort_reason);
         if (j->stalled && *j->stalled)
                 printf("  stalled: %s\n", j->stalled);
+        if (j->relay && *j->relay)
+                printf("  relay: %s\n", j->relay);
         int hw = 4;
         for (size_t i = 0; i < j->n_rank_status; i++)
                 hw = HVD_MAX(hw, text_width(j->rank_status[i]->host));
