@@ -14,10 +14,11 @@
  *   node_cpu_ms=..] ready_bytes=.. sched_bytes=..
  * (steady state: CPU time per step of this process, of all daemons, of
  * the job's root daemon and the most any other daemon used, to tell the
- * daemons' cost from the synthetic driver's own; /proc counts in clock
- * ticks, so few steps read coarse)
+ * daemons' cost from the synthetic driver's own; the daemons' from their
+ * threads' schedstat, in nanoseconds)
  * Every rank is this process (its pid in Hello), so the daemons' pidfds all
  * watch it; the daemons are children, started with private runtime dirs. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -164,10 +165,37 @@ static double self_cpu_sec(void) {
                ((double) ru.ru_utime.tv_usec + (double) ru.ru_stime.tv_usec) * 1e-6;
 }
 
-/* CPU seconds daemon i (n0: the job's root) has used */
+/* CPU seconds daemon i (n0: the job's root) has used: the sum of its
+ * threads' time on a CPU in nanoseconds (/proc/PID/task/TID/schedstat;
+ * /proc/PID/stat counts clock ticks, too coarse for one cold step), or
+ * the ticks where schedstat is missing. */
 static double daemon_cpu_sec(int i) {
-        double tick = (double) sysconf(_SC_CLK_TCK);
         char p[64], buf[1024];
+        snprintf(p, sizeof p, "/proc/%d/task", (int) B.daemons[i]);
+        DIR *dir = opendir(p);
+        if (dir) {
+                double ns = 0;
+                bool any = false;
+                struct dirent *de;
+                while ((de = readdir(dir))) {
+                        if (de->d_name[0] == '.')
+                                continue;
+                        char sp[320];
+                        snprintf(sp, sizeof sp, "/proc/%d/task/%s/schedstat", (int) B.daemons[i], de->d_name);
+                        FILE *f = fopen(sp, "r");
+                        unsigned long long run = 0;
+                        if (f && fscanf(f, "%llu", &run) == 1) {
+                                ns += (double) run;
+                                any = true;
+                        }
+                        if (f)
+                                fclose(f);
+                }
+                closedir(dir);
+                if (any)
+                        return ns * 1e-9;
+        }
+        double tick = (double) sysconf(_SC_CLK_TCK);
         snprintf(p, sizeof p, "/proc/%d/stat", (int) B.daemons[i]);
         FILE *f = fopen(p, "r");
         if (!f)

@@ -157,6 +157,9 @@ typedef struct early_msg {
 #define RL_KNOWN 1    /* every rank of the job takes part: merged across the group */
 #define RL_PER_HOST 2 /* went to the root host by host this round */
 #define RELAY_MAX_PENDING 4096
+/* A relay holds new requests (a first step) for at most this long, until
+ * every host of its group sent its own: those alike go on as one entry. */
+#define RELAY_HOLD_USEC (20 * USEC_PER_MSEC)
 
 typedef struct relay {
         uint32_t n;             /* hosts of the group; m[0] is this daemon's own */
@@ -173,6 +176,8 @@ typedef struct relay {
         uint64_t *grp_waited;
         size_t n_grp, cap_grp;
         uint64_t in_msgs, out_msgs; /* readiness messages taken from the group / sent to the root */
+        uint64_t hold_since;    /* requests held for the rest of the group since (0 = none) */
+        uint64_t shared;        /* hosts' requests that went on in another host's entry */
 } relay_t;
 
 /* Bytes scheduled per second over the last THROUGHPUT_SECS seconds: one
@@ -466,7 +471,7 @@ static void relay_replay_early(hvd_daemon_t *d, job_t *j);
 static void relay_learn(hvd_daemon_t *d, job_t *j, const Hvd__Schedule *s);
 static void relay_forward(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env);
 static void relay_expire(hvd_daemon_t *d, job_t *j, uint64_t now);
-static void relay_flush(hvd_daemon_t *d, job_t *j);
+static void relay_flush(hvd_daemon_t *d, job_t *j, bool force);
 static int root_assign_relays(hvd_daemon_t *d, job_t *j);
 
 /* A worker's pidfd joins the epoll set while it lives; it leaves when the
@@ -2076,16 +2081,23 @@ static void handle_worker_socket(hvd_daemon_t *d) {
 /* Root: the readiness that node `cross` forwarded for the ranks in ranks
  * (one rank's own, or one its ranks shared: entered once for all); false
  * when the job ended on it. */
-static bool node_rank_ready(hvd_daemon_t *d, job_t *j, uint32_t cross, const uint32_t *ranks, size_t n_ranks,
-                            const Hvd__Ready *ready) {
-        for (size_t k = 0; k < n_ranks; k++) {
-                uint32_t r = ranks[k];
-                if (r >= j->size || !j->table[r].known || j->table[r].cross_rank != cross) {
-                        job_abort(d, j, -1, HVD_EPROTO, "host %s sent readiness for rank %u, which is not on it",
-                                  host_of(j, cross), r);
+static bool on_hosts(const job_t *j, uint32_t r, const uint32_t *hosts, size_t n_hosts) {
+        if (r >= j->size || !j->table[r].known)
+                return false;
+        for (size_t h = 0; h < n_hosts; h++)
+                if (j->table[r].cross_rank == hosts[h])
+                        return true;
+        return false;
+}
+
+static bool node_rank_ready(hvd_daemon_t *d, job_t *j, const uint32_t *hosts, size_t n_hosts, const uint32_t *ranks,
+                            size_t n_ranks, const Hvd__Ready *ready) {
+        for (size_t k = 0; k < n_ranks; k++)
+                if (!on_hosts(j, ranks[k], hosts, n_hosts)) {
+                        job_abort(d, j, -1, HVD_EPROTO, "host %s%s sent readiness for rank %u, which is not on it",
+                                  host_of(j, hosts[0]), n_hosts > 1 ? " (for its relay group)" : "", ranks[k]);
                         return false;
                 }
-        }
         j->cycles += n_ranks;
         d->metrics.cycles += n_ranks;
         d->metrics.rank_readies_received += n_ranks;
@@ -2093,21 +2105,25 @@ static bool node_rank_ready(hvd_daemon_t *d, job_t *j, uint32_t cross, const uin
         return j->state == JOB_RUNNING;
 }
 
-/* Root: the readiness of host cross (its own message, or relayed).
- * Returns false when the job stopped running. */
-static bool root_node_content(hvd_daemon_t *d, job_t *j, uint32_t cross, const Hvd__NodeReady *nr) {
+/* Root: the readiness of hosts (a host's own message, or relayed for
+ * one or more hosts of a relay group: requests the hosts' ranks sent
+ * alike are entered once). Returns false when the job stopped running. */
+static bool root_node_content(hvd_daemon_t *d, job_t *j, const uint32_t *hosts, size_t n_hosts,
+                              const Hvd__NodeReady *nr) {
         for (size_t i = 0; i < nr->n_ranks; i++)
-                if (!node_rank_ready(d, j, cross, &nr->ranks[i]->rank, 1, nr->ranks[i]->ready))
+                if (!node_rank_ready(d, j, hosts, n_hosts, &nr->ranks[i]->rank, 1, nr->ranks[i]->ready))
                         return false;
         for (size_t i = 0; i < nr->n_shared; i++)
-                if (!node_rank_ready(d, j, cross, nr->shared[i]->ranks, nr->shared[i]->n_ranks, nr->shared[i]->ready))
+                if (!node_rank_ready(d, j, hosts, n_hosts, nr->shared[i]->ranks, nr->shared[i]->n_ranks,
+                                     nr->shared[i]->ready))
                         return false;
-        if (nr->n_node_cached)
-                root_submit_node(d, j, cross, nr);
-        if (j->state != JOB_RUNNING)
-                return false;
+        for (size_t h = 0; nr->n_node_cached && h < n_hosts; h++) {
+                root_submit_node(d, j, hosts[h], nr);
+                if (j->state != JOB_RUNNING)
+                        return false;
+        }
         for (size_t i = 0; i < nr->n_departed; i++)
-                if (nr->departed[i] < j->size && j->table[nr->departed[i]].cross_rank == cross)
+                if (on_hosts(j, nr->departed[i], hosts, n_hosts))
                         root_departed(d, j, nr->departed[i]);
         return j->state == JOB_RUNNING;
 }
@@ -2248,7 +2264,7 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
         const Hvd__NodeReady *nr = env->node_ready;
         if (j->state != JOB_RUNNING)
                 return;
-        if (!root_node_content(d, j, cross, nr))
+        if (!root_node_content(d, j, &cross, 1, nr))
                 return;
         /* a relay: its group's readiness, in the order it came */
         for (size_t i = 0; i < nr->n_relayed; i++) {
@@ -2261,11 +2277,11 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
                                           host_of(j, cross), h);
                                 return;
                         }
-                        Hvd__NodeReady view = HVD__NODE_READY__INIT;
-                        hvd_wire_relayed_view(rr, &view);
-                        if (!root_node_content(d, j, h, &view))
-                                return;
                 }
+                Hvd__NodeReady view = HVD__NODE_READY__INIT;
+                hvd_wire_relayed_view(rr, &view);
+                if (!root_node_content(d, j, rr->hosts, rr->n_hosts, &view))
+                        return;
         }
         if (nr->n_relayed)
                 d->metrics.relayed_received++;
@@ -3066,6 +3082,28 @@ static int relay_append(relay_t *rl, const uint32_t *hosts, size_t n, Hvd__NodeR
         rr->shared = TAKE_PTR(nr->shared);
         nr->n_ranks = nr->n_node_cached = nr->n_node_cached_waited_usec = nr->n_departed = nr->n_shared = 0;
         protobuf_c_message_free_unpacked(&nr->base, NULL);
+        /* one rank's new requests (a host of one rank) as a shared entry of
+         * one rank, which relay_share can merge with other hosts' */
+        Hvd__SharedReady *sh = NULL;
+        if (rr->n_ranks == 1 && !rr->n_shared && !rr->ranks[0]->ready->n_cached && rr->ranks[0]->ready->n_requests &&
+            (sh = calloc(1, sizeof *sh)) && (rr->shared = malloc(sizeof *rr->shared))) {
+                hvd__shared_ready__init(sh);
+                if ((sh->ranks = malloc(sizeof *sh->ranks))) {
+                        sh->ranks[0] = rr->ranks[0]->rank;
+                        sh->n_ranks = 1;
+                        sh->ready = TAKE_PTR(rr->ranks[0]->ready);
+                        protobuf_c_message_free_unpacked(&rr->ranks[0]->base, NULL);
+                        free(rr->ranks);
+                        rr->ranks = NULL;
+                        rr->n_ranks = 0;
+                        rr->shared[0] = TAKE_PTR(sh);
+                        rr->n_shared = 1;
+                } else {
+                        free(rr->shared);
+                        rr->shared = NULL;
+                }
+        }
+        free(sh);
         rl->out[rl->n_out++] = rr;
         return 0;
 oom:
@@ -3221,15 +3259,140 @@ fail:
         job_abort(d, j, -1, r, "relaying the readiness of host %s: %s", host_of(j, rl->m[i].host), hvd_strerror(r));
 }
 
+/* A relay, before it sends: entries of requests alone that several hosts
+ * of the group sent alike (each host's first step names the same tensors)
+ * become one, for all of them, so that the root decodes and enters them
+ * once. An entry joins an earlier one only when no entry between them is of
+ * its host (each host's readiness stays in the order it came). */
+static void relay_share(relay_t *rl) {
+        size_t n = rl->n_out;
+        if (n < 2)
+                return;
+        uint8_t **body = calloc(n, sizeof *body);
+        size_t *len = calloc(n, sizeof *len);
+        bool *gone = calloc(n, sizeof *gone);
+        if (!body || !len || !gone)
+                goto out;
+        for (size_t i = 0; i < n; i++) {
+                const Hvd__RelayedReady *rr = rl->out[i];
+                if (rr->n_hosts != 1 || rr->n_ranks || rr->n_node_cached || rr->n_departed || !rr->n_shared)
+                        continue;
+                size_t total = 0;
+                for (size_t k = 0; k < rr->n_shared; k++)
+                        total += 8 + protobuf_c_message_get_packed_size(&rr->shared[k]->ready->base);
+                if (!(body[i] = malloc(total)))
+                        continue;
+                len[i] = total;
+                uint8_t *w = body[i];
+                for (size_t k = 0; k < rr->n_shared; k++) {
+                        uint64_t l = protobuf_c_message_get_packed_size(&rr->shared[k]->ready->base);
+                        memcpy(w, &l, 8);
+                        w += 8 + protobuf_c_message_pack(&rr->shared[k]->ready->base, w + 8);
+                }
+        }
+        for (size_t i = 1; i < n; i++) {
+                if (!body[i])
+                        continue;
+                Hvd__RelayedReady *ri = rl->out[i];
+                uint32_t host = ri->hosts[0];
+                /* the nearest earlier entry of this host bounds the search */
+                size_t lo = 0;
+                for (size_t m = i; m-- > 0;) {
+                        bool mine = false;
+                        for (size_t h = 0; !gone[m] && h < rl->out[m]->n_hosts; h++)
+                                mine |= rl->out[m]->hosts[h] == host;
+                        if (mine) {
+                                lo = m + 1;
+                                break;
+                        }
+                }
+                for (size_t g = lo; g < i; g++) {
+                        Hvd__RelayedReady *rg = rl->out[g];
+                        if (gone[g] || !body[g] || len[g] != len[i] || memcmp(body[g], body[i], len[i]) != 0)
+                                continue;
+                        uint32_t *nh = realloc(rg->hosts, (rg->n_hosts + 1) * sizeof *nh);
+                        if (!nh)
+                                break;
+                        rg->hosts = nh;
+                        bool ok = true;
+                        for (size_t k = 0; ok && k < rg->n_shared; k++) {
+                                Hvd__SharedReady *a = rg->shared[k], *b = ri->shared[k];
+                                uint32_t *nr = realloc(a->ranks, (a->n_ranks + b->n_ranks) * sizeof *nr);
+                                if (!nr) {
+                                        ok = false;
+                                        break;
+                                }
+                                a->ranks = nr;
+                        }
+                        if (!ok)
+                                break; /* nothing changed but capacity */
+                        rg->hosts[rg->n_hosts++] = host;
+                        for (size_t k = 0; k < rg->n_shared; k++) {
+                                Hvd__SharedReady *a = rg->shared[k], *b = ri->shared[k];
+                                memcpy(a->ranks + a->n_ranks, b->ranks, b->n_ranks * sizeof *b->ranks);
+                                a->n_ranks += b->n_ranks;
+                        }
+                        gone[i] = true;
+                        rl->shared++;
+                        break;
+                }
+        }
+        size_t keep = 0;
+        for (size_t i = 0; i < n; i++)
+                if (gone[i])
+                        protobuf_c_message_free_unpacked(&rl->out[i]->base, NULL);
+                else
+                        rl->out[keep++] = rl->out[i];
+        rl->n_out = keep;
+out:
+        for (size_t i = 0; body && i < n; i++)
+                free(body[i]);
+        free(body);
+        free(len);
+        free(gone);
+}
+
+/* Whether what waits to go to the root is new requests alone, one entry a
+ * host, and not yet from every host of the group: worth holding for the
+ * others' (see relay_share). */
+static bool relay_holds(const relay_t *rl) {
+        if (!rl->n_out)
+                return false;
+        uint64_t seen = 0;
+        for (size_t i = 0; i < rl->n_out; i++) {
+                const Hvd__RelayedReady *rr = rl->out[i];
+                if (rr->n_hosts != 1 || rr->n_ranks || rr->n_node_cached || rr->n_departed || !rr->n_shared)
+                        return false;
+                for (uint32_t k = 0; k < rl->n; k++)
+                        if (rl->m[k].host == rr->hosts[0])
+                                seen |= UINT64_C(1) << k;
+        }
+        return seen != rl->full;
+}
+
 /* A relay: sends what its group made ready to the root, one message. */
-static void relay_flush(hvd_daemon_t *d, job_t *j) {
+static void relay_flush(hvd_daemon_t *d, job_t *j, bool force) {
         relay_t *rl = j->rl;
+        if (!force && !rl->n_grp && relay_holds(rl)) {
+                uint64_t now = hvd_now_usec();
+                if (!rl->hold_since)
+                        rl->hold_since = now;
+                if (now - rl->hold_since < RELAY_HOLD_USEC) {
+                        if (d->next_housekeeping > rl->hold_since + RELAY_HOLD_USEC)
+                                d->next_housekeeping = rl->hold_since + RELAY_HOLD_USEC;
+                        return;
+                }
+        }
+        rl->hold_since = 0;
         if (relay_grp_out(rl) < 0) {
                 job_abort(d, j, -1, -ENOMEM, "out of memory");
                 return;
         }
         if (!rl->n_out)
                 return;
+        uint64_t shared = rl->shared;
+        relay_share(rl);
+        d->metrics.relay_shared += rl->shared - shared;
         if (j->state == JOB_RUNNING) {
                 Hvd__NodeReady nr = HVD__NODE_READY__INIT;
                 Hvd__Envelope env = HVD__ENVELOPE__INIT;
@@ -3642,7 +3805,7 @@ static void before_sleep(hvd_daemon_t *d) {
                 if (!j->neg) {
                         flush_forward(d, j);
                         if (j->rl)
-                                relay_flush(d, j);
+                                relay_flush(d, j, false);
                         continue;
                 }
                 if (j->state != JOB_RUNNING || !hvd_negotiator_has_work(j->neg))
@@ -3847,6 +4010,12 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                 if (j->rl && j->rl->oldest && j->state == JOB_RUNNING) {
                         again = true;
                         relay_expire(d, j, now);
+                }
+                if (j->rl && j->rl->hold_since) {
+                        if (now - j->rl->hold_since >= RELAY_HOLD_USEC)
+                                relay_flush(d, j, true);
+                        else
+                                hb_due = HVD_MIN(hb_due, j->rl->hold_since + RELAY_HOLD_USEC);
                 }
                 if (j->state == JOB_RUNNING && j->is_root) {
                         again = true;

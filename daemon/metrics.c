@@ -175,6 +175,10 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
                   "hvd_relay_messages_total{direction=\"in\"} %" PRIu64 "\nhvd_relay_messages_total{direction=\"out\"} %" PRIu64
                   "\nhvd_relay_messages_total{direction=\"root\"} %" PRIu64 "\n",
                   m->relay_in, m->relay_out, m->relayed_received);
+        counter(&b, "hvd_relay_shared_requests_total",
+                "New requests of a host that a relay daemon sent on in the entry of another host of its group that "
+                "sent the same (decoded and entered once by the root).",
+                m->relay_shared);
         counter(&b, "hvd_schedule_repeats_total", "Schedules sent as a repeat of one kept by key (a few bytes).",
                 m->schedule_repeats);
         counter(&b, "hvd_log_level_changes_total", "Run-time log level changes (hvdctl log-level).",

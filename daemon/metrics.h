@@ -47,7 +47,7 @@ typedef struct hvd_metrics {
         uint64_t schedule_repeats;
         /* control plane relays: readiness messages a relay took from its
          * group and sent on to the root; relayed messages a root received */
-        uint64_t relay_in, relay_out, relayed_received;
+        uint64_t relay_in, relay_out, relayed_received, relay_shared;
         uint64_t log_level_changes;
         hvd_histogram_t negotiation; /* per tensor: first readiness to schedule */
         hvd_histogram_t iteration;   /* reactor: wake-up to going back to sleep */
