@@ -153,6 +153,7 @@ static struct {
         /* abort: sticky until shutdown */
         int abort_code;
         char abort_reason[ERRLEN];
+        bool failure_told; /* this rank reported its own failure to the coordinator */
         char job_id[HVD_WIRE_MAX_JOB_ID + 1]; /* for the abort messages */
         uint64_t peer_timeout_usec;           /* the daemons' (Welcome), 0 on one host */
         /* background thread only */
@@ -245,7 +246,8 @@ static void tell_daemon_failure(int r, char *err) {
         ab.lost_rank = -1;
         env.body_case = HVD__ENVELOPE__BODY_ABORT;
         env.abort = &ab;
-        (void) hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT);
+        if (hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT) == 0)
+                G.failure_told = true; /* hvd_shutdown makes sure it was read */
 }
 
 /* A data-plane operation failed with r and err[ERRLEN]; returns the error
@@ -2169,6 +2171,7 @@ int hvd_init(void) {
         G.zctx = zmq_ctx_new();
         G.abort_code = 0;
         G.abort_reason[0] = 0;
+        G.failure_told = false;
         G.stop = false;
         G.next_seq = 1;
         atomic_store(&G.done_seq, 0);
@@ -2404,8 +2407,15 @@ int hvd_shutdown(void) {
                 env.body_case = HVD__ENVELOPE__BODY_GOODBYE;
                 env.goodbye = &bye;
                 /* wait (briefly) for the ack, so the daemon has seen the
-                 * goodbye before it sees this process exit */
-                if (!G.abort_code && hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT) == 0) {
+                 * goodbye before it sees this process exit. After an abort
+                 * the daemons know already, unless this rank's failure
+                 * report is what aborts the job: the daemon's I/O thread
+                 * may still hold it when the daemon's main loop sees this
+                 * process exit, which would then stand as the cause ("rank
+                 * N exited without calling hvd_shutdown") on every rank.
+                 * The goodbye travels behind the report on the same
+                 * connection: its ack means the report was taken in. */
+                if ((!G.abort_code || G.failure_told) && hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT) == 0) {
                         uint64_t deadline = hvd_now_usec() + USEC_PER_SEC;
                         for (uint64_t now; (now = hvd_now_usec()) < deadline;) {
                                 zmq_pollitem_t it = { .socket = G.sock, .events = ZMQ_POLLIN };

@@ -59,6 +59,11 @@
 
 #define HOUSEKEEPING_USEC (100 * USEC_PER_MSEC)
 #define ABORTED_JOB_LINGER_USEC (30 * USEC_PER_SEC)
+/* A local worker's exit seen without its goodbye ends its job only this
+ * long after: its pidfd can turn readable while the last message it sent
+ * (a failure report saying why) is still in libzmq's I/O thread, on its
+ * way to the worker socket. */
+#define EXIT_GRACE_USEC (100 * USEC_PER_MSEC)
 #define RECV_BATCH 512
 /* A connection that has not finished its ZMTP (and ZAP, CURVE) handshake
  * within this is closed; libzmq's default is 30 s. */
@@ -108,6 +113,8 @@ typedef struct worker {
         char data_addr[HVD_WIRE_MAX_HOST + 9];
         bool goodbye; /* said goodbye: its exit is expected */
         bool exited;
+        uint64_t exit_seen_usec; /* its pidfd said it exited (0: not yet); gone after EXIT_GRACE_USEC */
+        char exit_why[128];      /* how it ended, read while it was a zombie */
         bool lost;          /* silent past the heartbeat timeout: what it sends now is stale */
         bool stale_logged;  /* its first stale message was logged */
         uint64_t last_heard_usec; /* anything from it (heartbeats, readiness), since its welcome */
@@ -1679,11 +1686,41 @@ static void exit_cause(pid_t pid, char *buf, size_t len) {
                          code & 0x7f);
 }
 
+/* Its pidfd turned readable. Without its goodbye, in a job still alive, the
+ * verdict waits EXIT_GRACE_USEC for the messages it sent last (the main
+ * loop reads the worker socket before the pidfds, but what libzmq's I/O
+ * thread has not yet passed on is not there to read): a failure report
+ * among them is the job's cause, not this exit (settle_exits). */
 static void worker_exited(hvd_daemon_t *d, worker_t *w) {
-        char why[128] = "exited";
-        if (!w->exited && !w->goodbye && w->job->state != JOB_ABORTED)
-                exit_cause(w->pid, why, sizeof why);
-        worker_gone(d, w, why);
+        if (w->exited || w->goodbye || w->job->state == JOB_ABORTED) {
+                worker_gone(d, w, "exited");
+                return;
+        }
+        pidfd_unwatch(d, w); /* a pidfd stays readable */
+        if (w->exit_seen_usec)
+                return;
+        exit_cause(w->pid, w->exit_why, sizeof w->exit_why);
+        w->exit_seen_usec = hvd_now_usec();
+        d->next_housekeeping = HVD_MIN(d->next_housekeeping, w->exit_seen_usec + EXIT_GRACE_USEC);
+}
+
+/* Housekeeping: workers whose exit has waited out EXIT_GRACE_USEC are gone.
+ * Returns when the next one is due (UINT64_MAX: none waits). */
+static uint64_t settle_exits(hvd_daemon_t *d, uint64_t now) {
+        size_t iter = 0;
+        void *v;
+        uint64_t next = UINT64_MAX;
+        while (hvd_strmap_next(d->workers, &iter, NULL, NULL, &v)) {
+                worker_t *w = v;
+                if (w->exited || !w->exit_seen_usec)
+                        continue;
+                uint64_t due = w->exit_seen_usec + EXIT_GRACE_USEC;
+                if (now >= due || w->goodbye || w->job->state == JOB_ABORTED)
+                        worker_gone(d, w, w->exit_why);
+                else
+                        next = HVD_MIN(next, due);
+        }
+        return next;
 }
 
 /* Root: rank said goodbye. A goodbye while collectives wait for it means
@@ -3930,6 +3967,7 @@ static const char *peer_role(hvd_daemon_t *d, const peer_t *p) {
 static void housekeeping(hvd_daemon_t *d, uint64_t now) {
         size_t iter = 0;
         void *v;
+        uint64_t exit_due = settle_exits(d, now);
         bool again = watch_pidless_workers(d);
         job_t *dead[64];
         size_t n_dead = 0;
@@ -4062,6 +4100,8 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
         d->next_housekeeping = again ? now + HVD_MIN(HOUSEKEEPING_USEC, hb) : UINT64_MAX;
         if (hb_due < d->next_housekeeping)
                 d->next_housekeeping = hb_due;
+        if (exit_due < d->next_housekeeping)
+                d->next_housekeeping = exit_due;
 }
 
 enum { ITEM_WORKER, ITEM_CONTROL, ITEM_STOP, ITEM_SIGNAL, ITEM_PEER, ITEM_ROOT, ITEM_PIDFD, ITEM_HTTP, ITEM_ZAP, ITEM_ZAP_MONITOR };
