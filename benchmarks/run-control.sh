@@ -13,7 +13,9 @@
 # Environment: CONFIGS="2:1 16:1 16:8 128:1 128:8 128:64 1024:1 1024:8 1024:64"
 # (ranks:nodes), ROUNDS=3, STEPS=50, MODEL=resnet50, DATA=<dir of the tsv files>,
 # BEFORE=<another build tree> (an older version: each round runs it, then
-# BUILDDIR, and a table is printed for each).
+# BUILDDIR, and a table is printed for each), RELAYS="0 8" (the daemons'
+# --relay-fanout: each round runs every config with each, a table each;
+# unset: the daemons' default, 8).
 set -u
 build=${1:-$(pwd)}
 build=$(cd "$build" && pwd)
@@ -38,10 +40,15 @@ for ((round = 0; round < ROUNDS; round++)); do
                 [ "$b" = "${BEFORE:-}" ] && tag=before
                 [ ${#builds[@]} -eq 1 ] && tag=this
                 for c in $CONFIGS; do
-                        timeout 900 "$b/benchmarks/bench_control" --daemon "$b/daemon/hvd-coordinatord" \
-                                --model "$DATA/$MODEL.tsv" --ranks "${c%%:*}" --nodes "${c##*:}" --steps "$STEPS" |
-                                sed "s/\$/ build=$tag/" >>"$out"
-                        [ "${PIPESTATUS[0]}" -eq 0 ] || echo "run-control: ${c%%:*} ranks on ${c##*:} nodes failed ($tag)" >&2
+                        for rf in ${RELAYS:--}; do
+                                rargs=() rtag=
+                                [ "$rf" != - ] && rargs=(--relay-fanout "$rf") rtag=" relay=$rf"
+                                timeout 900 "$b/benchmarks/bench_control" --daemon "$b/daemon/hvd-coordinatord" \
+                                        --model "$DATA/$MODEL.tsv" --ranks "${c%%:*}" --nodes "${c##*:}" --steps "$STEPS" \
+                                        "${rargs[@]}" | sed "s/\$/ build=$tag$rtag/" >>"$out"
+                                [ "${PIPESTATUS[0]}" -eq 0 ] ||
+                                        echo "run-control: ${c%%:*} ranks on ${c##*:} nodes failed ($tag$rtag)" >&2
+                        done
                 done
         done
 done
@@ -54,7 +61,8 @@ for line in open(sys.argv[1]):
     m = dict(re.findall(r"(\w+)=(\S+)", line))
     if m.get("bench") != "control":
         continue
-    r = rows.setdefault((m.get("build", "this"), int(m["ranks"]), int(m["nodes"])), {"cold": [], "steady": [], "drv": [], "dmn": [], "root": [], "node": [],
+    b = m.get("build", "this") + (f", relay fanout {m['relay']}" if "relay" in m else "")
+    r = rows.setdefault((b, int(m["ranks"]), int(m["nodes"])), {"cold": [], "steady": [], "drv": [], "dmn": [], "root": [], "node": [],
                                                               "croot": [], "cnode": [], "t": m["tensors"]})
     r[m["phase"]].append(float(m["ms_median"]))
     if m["phase"] == "steady":
@@ -72,7 +80,7 @@ print("# projection (a real cluster: a machine per daemon): CPU ms of the root d
 print(f"{'ranks':>6} {'nodes':>6} {'tensors':>7} {'cold_ms':>9} {'steady_ms':>10} {'tensors/s':>10} {'drv_cpu':>8} {'dmn_cpu':>8} {'root_cpu':>8} {'cold/target':>11} {'steady/target':>13} {'proj_cold_root':>14} {'proj_cold_node':>14} {'proj_root':>9} {'proj_node':>9}")
 order = {"before": 0, "after": 1, "this": 2}
 last = None
-for (b, n, k), r in sorted(rows.items(), key=lambda kv: (order.get(kv[0][0], 3), kv[0][1], kv[0][2])):
+for (b, n, k), r in sorted(rows.items(), key=lambda kv: (order.get(kv[0][0].split(",")[0], 3), kv[0][0], kv[0][1], kv[0][2])):
     if b != "this" and b != last:
         print(f"# {b}")
         last = b
