@@ -626,6 +626,10 @@ static const tomb_t *tomb_find(const hvd_daemon_t *d, const Hvd__Hello *h) {
 
 static void job_remove(hvd_daemon_t *d, job_t *j) {
         hvd_log_info("job %s removed (%s)", j->id, job_state_names[j->state]);
+        if (j->rl)
+                hvd_log_info("job %s: %s: took %" PRIu64 " readiness messages from its group, sent %" PRIu64
+                             " to the root",
+                             j->id, j->relay_desc, j->rl->in_msgs, j->rl->out_msgs);
         if (j->state == JOB_ABORTED && j->n_hello < j->local_size)
                 tomb_add(d, j);
         if (j->state != JOB_ABORTED)

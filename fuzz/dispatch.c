@@ -5,7 +5,8 @@
  * four other daemons on the peer socket and two root daemons, with worker
  * exits and clock jumps in between. Each frame is decoded and validated as
  * off the wire, then handled by the same code the reactor runs.
- * Input: 1 byte of settings (bit 0: a peer socket; bit 1: tight limits),
+ * Input: 1 byte of settings (bit 0: a peer socket; bit 1: tight limits;
+ * bit 2: relay_fanout 2, so that a root of 4 hosts or more uses relays),
  * then frames of [op][2 bytes little-endian length][payload]; op bits 0-2
  * the source (0 worker, 1 control, 2 peer, 3 root, 4 a worker exits,
  * 5 time passes: payload = seconds), bits 3-5 which connection, bit 6 the
@@ -94,6 +95,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         snprintf(cfg.runtime_dir, sizeof cfg.runtime_dir, "%s", runtime_dir);
         if (data[0] & 1)
                 snprintf(cfg.peer_listen, sizeof cfg.peer_listen, "tcp://127.0.0.1:*");
+        if (data[0] & 4)
+                cfg.relay_fanout = 2;
         if (data[0] & 2) {
                 cfg.max_jobs = 2;
                 cfg.max_ranks_per_job = 4;

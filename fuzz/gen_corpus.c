@@ -241,7 +241,7 @@ static void seq_write(seq_t *q, const char *name) {
 }
 
 static uint8_t dsecret[16] = "fedcba9876543210";
-static char *dhosts[] = { "node-a", "node-b" };
+static char *dhosts[] = { "node-a", "node-b", "node-c", "node-d" };
 
 static void seq_hello(seq_t *q, uint8_t op, const char *job, uint32_t rank, uint32_t world, uint32_t local_rank,
                       uint32_t local_size, uint32_t cross_rank, uint32_t cross_size) {
@@ -257,7 +257,7 @@ static void seq_hello(seq_t *q, uint8_t op, const char *job, uint32_t rank, uint
         if (cross_size > 1) {
                 h.cross_rank = cross_rank, h.cross_size = cross_size;
                 h.root_peer = "tcp://127.0.0.1:7100";
-                h.hosts = dhosts, h.n_hosts = 2;
+                h.hosts = dhosts, h.n_hosts = cross_size;
         }
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
         env.body_case = HVD__ENVELOPE__BODY_HELLO;
@@ -490,6 +490,198 @@ static void dispatch_seeds(void) {
         seq_time(&q, 15);
         seq_time(&q, 40);
         seq_write(&q, "node-of-two-hosts");
+
+        /* control plane relays: this daemon is host 1 of 4 and relays for
+         * host 2 (relay_via 0 1 1 3): host 2's hello, its requests, a wrong
+         * secret, a host not of the group, the root's schedule passed on,
+         * the group's cached ids merged, a departure */
+        seq_start(&q, 1);
+        seq_hello(&q, FROM_WORKER | 0 << 3, "job-r", 1, 4, 0, 1, 1, 4);
+        {
+                Hvd__RankInfo ri[4], *rip[4];
+                for (uint32_t c = 0; c < 4; c++)
+                        ri[c] = rank_info(c, c), rip[c] = &ri[c];
+                uint32_t via[] = { 0, 1, 1, 3 };
+                char *eps[] = { "", "tcp://127.0.0.1:1", "", "tcp://127.0.0.1:2" };
+                Hvd__NodeWelcome nw = HVD__NODE_WELCOME__INIT;
+                nw.job_id = "job-r";
+                nw.ranks = rip, nw.n_ranks = 4;
+                nw.epoch = 7;
+                nw.fusion_threshold = 1 << 20;
+                nw.cycle_time_usec = 1000;
+                nw.relay_via = via, nw.n_relay_via = 4;
+                nw.relay_endpoint = eps, nw.n_relay_endpoint = 4;
+                Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                env.body_case = HVD__ENVELOPE__BODY_NODE_WELCOME;
+                env.node_welcome = &nw;
+                /* host 2's hello before this daemon's own welcome: held */
+                Hvd__NodeReady hello = HVD__NODE_READY__INIT;
+                hello.job_id = "job-r";
+                hello.relay_host = 2;
+                hello.relay_secret = (ProtobufCBinaryData){ sizeof dsecret, dsecret };
+                Hvd__Envelope henv = HVD__ENVELOPE__INIT;
+                henv.body_case = HVD__ENVELOPE__BODY_NODE_READY;
+                henv.node_ready = &hello;
+                seq_msg(&q, FROM_PEER | 0 << 3, &henv);
+                seq_msg(&q, FROM_ROOT, &env);
+                /* host 2's requests, then this host's own */
+                int64_t shape[] = { 4, 3 };
+                Hvd__Request r = request("grad.w", HVD__KIND__KIND_ALLREDUCE, shape, 2);
+                Hvd__Request *rs[] = { &r };
+                Hvd__Ready ready = HVD__READY__INIT;
+                ready.requests = rs, ready.n_requests = 1;
+                Hvd__RankReady rr = HVD__RANK_READY__INIT, *rrp[] = { &rr };
+                rr.rank = 2;
+                rr.ready = &ready;
+                Hvd__NodeReady nr = HVD__NODE_READY__INIT;
+                nr.job_id = "job-r";
+                nr.relay_host = 2;
+                nr.relay_secret = (ProtobufCBinaryData){ sizeof dsecret, dsecret };
+                nr.ranks = rrp, nr.n_ranks = 1;
+                env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
+                env.node_ready = &nr;
+                seq_msg(&q, FROM_PEER | 0 << 3, &env);
+                seq_ready(&q, FROM_WORKER | 0 << 3, "grad.w", false);
+                /* a wrong secret; a host that is not of this group; host 2
+                 * over another connection */
+                static uint8_t wrong[16] = "0123456789abcdef";
+                nr.relay_secret = (ProtobufCBinaryData){ sizeof wrong, wrong };
+                seq_msg(&q, FROM_PEER | 1 << 3, &env);
+                nr.relay_secret = (ProtobufCBinaryData){ sizeof dsecret, dsecret };
+                nr.relay_host = 3;
+                seq_msg(&q, FROM_PEER | 2 << 3, &env);
+                /* the root's schedule of grad.w (cache id 0), kept under key 1 */
+                Hvd__Entry en = HVD__ENTRY__INIT, *enp[] = { &en };
+                en.id = 0;
+                en.name = "grad.w";
+                en.count = 12;
+                en.shape = shape, en.n_shape = 2;
+                Hvd__Op op = HVD__OP__INIT, *opp[] = { &op };
+                op.kind = HVD__KIND__KIND_ALLREDUCE;
+                op.dtype = HVD_FLOAT32;
+                op.reduce_op = HVD_REDUCE_SUM;
+                op.entries = enp, op.n_entries = 1;
+                op.prescale = op.postscale = 1.0;
+                Hvd__Schedule sc = HVD__SCHEDULE__INIT;
+                sc.seq = 1;
+                sc.join_done_last_rank = -1;
+                sc.ops = opp, sc.n_ops = 1;
+                sc.keep_key = 1;
+                Hvd__JobSchedule js = HVD__JOB_SCHEDULE__INIT;
+                js.job_id = "job-r";
+                js.schedule = &sc;
+                env.body_case = HVD__ENVELOPE__BODY_JOB_SCHEDULE;
+                env.job_schedule = &js;
+                seq_msg(&q, FROM_ROOT, &env);
+                /* the steady state: host 2's and this host's cached id 0,
+                 * merged; the root repeats key 1 */
+                uint32_t ids[] = { 0 };
+                uint64_t waited[] = { 50 };
+                Hvd__NodeReady cached = HVD__NODE_READY__INIT;
+                cached.job_id = "job-r";
+                cached.relay_host = 2;
+                cached.relay_secret = (ProtobufCBinaryData){ sizeof dsecret, dsecret };
+                cached.node_cached = ids, cached.n_node_cached = 1;
+                cached.node_cached_waited_usec = waited, cached.n_node_cached_waited_usec = 1;
+                env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
+                env.node_ready = &cached;
+                seq_done(&q, FROM_WORKER | 0 << 3, 1);
+                seq_msg(&q, FROM_PEER | 0 << 3, &env);
+                seq_ready(&q, FROM_WORKER | 0 << 3, "grad.w", true);
+                seq_msg(&q, FROM_PEER | 0 << 3, &env); /* twice before it completed */
+                Hvd__Schedule rep = HVD__SCHEDULE__INIT;
+                rep.seq = 2;
+                rep.join_done_last_rank = -1;
+                rep.repeat_key = 1;
+                js.schedule = &rep;
+                env.body_case = HVD__ENVELOPE__BODY_JOB_SCHEDULE;
+                env.job_schedule = &js;
+                seq_msg(&q, FROM_ROOT, &env);
+                uint32_t departed[] = { 2 };
+                Hvd__NodeReady bye = HVD__NODE_READY__INIT;
+                bye.job_id = "job-r";
+                bye.relay_host = 2;
+                bye.relay_secret = (ProtobufCBinaryData){ sizeof dsecret, dsecret };
+                bye.departed = departed, bye.n_departed = 1;
+                env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
+                env.node_ready = &bye;
+                seq_msg(&q, FROM_PEER | 0 << 3, &env);
+                seq_goodbye(&q, FROM_WORKER | 0 << 3, 2);
+        }
+        seq_time(&q, 1);
+        seq_time(&q, 40);
+        seq_write(&q, "relay-of-a-group");
+
+        /* control plane relays, the root's side: host 0 of 4 with
+         * relay_fanout 2 (settings bit 2): hosts 1 and 2 report through
+         * host 1, host 3 straight; a relayed entry for hosts 1 and 2 alike,
+         * host 3's own, the group's cached id merged, then an entry for
+         * host 3 through host 1, which does not relay for it */
+        seq_start(&q, 1 | 4);
+        seq_hello(&q, FROM_WORKER | 0 << 3, "job-s", 0, 4, 0, 1, 0, 4);
+        {
+                Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                for (uint32_t c = 1; c < 4; c++) {
+                        Hvd__RankInfo ri = rank_info(c, c), *rip[] = { &ri };
+                        Hvd__NodeJoin nj = HVD__NODE_JOIN__INIT;
+                        nj.job_id = "job-s";
+                        nj.secret = (ProtobufCBinaryData){ sizeof dsecret, dsecret };
+                        nj.host = dhosts[c];
+                        nj.cross_rank = c, nj.cross_size = 4, nj.world_size = 4;
+                        nj.ranks = rip, nj.n_ranks = 1;
+                        nj.fusion_threshold = -1;
+                        nj.hosts = dhosts, nj.n_hosts = 4;
+                        nj.peer_endpoint = c == 2 ? "" : c == 1 ? "tcp://127.0.0.1:1" : "tcp://127.0.0.1:3";
+                        env.body_case = HVD__ENVELOPE__BODY_NODE_JOIN;
+                        env.node_join = &nj;
+                        seq_msg(&q, FROM_PEER | (uint8_t) ((c - 1) << 3), &env);
+                }
+                seq_ready(&q, FROM_WORKER | 0 << 3, "grad.w", false);
+                int64_t shape[] = { 4, 3 };
+                Hvd__Request r = request("grad.w", HVD__KIND__KIND_ALLREDUCE, shape, 2);
+                Hvd__Request *rs[] = { &r };
+                Hvd__Ready ready = HVD__READY__INIT;
+                ready.requests = rs, ready.n_requests = 1;
+                uint32_t ranks12[] = { 1, 2 }, hosts12[] = { 1, 2 }, hosts3[] = { 3 }, ranks3[] = { 3 };
+                Hvd__SharedReady sh = HVD__SHARED_READY__INIT, *shp[] = { &sh };
+                sh.ranks = ranks12, sh.n_ranks = 2;
+                sh.ready = &ready;
+                Hvd__RelayedReady rel = HVD__RELAYED_READY__INIT, *relp[] = { &rel };
+                rel.hosts = hosts12, rel.n_hosts = 2;
+                rel.shared = shp, rel.n_shared = 1;
+                Hvd__NodeReady nr = HVD__NODE_READY__INIT;
+                nr.job_id = "job-s";
+                nr.relayed = relp, nr.n_relayed = 1;
+                env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
+                env.node_ready = &nr;
+                seq_msg(&q, FROM_PEER | 0 << 3, &env);
+                /* host 3's own, straight: grad.w is complete and scheduled */
+                Hvd__RankReady rr3 = HVD__RANK_READY__INIT, *rr3p[] = { &rr3 };
+                rr3.rank = 3;
+                rr3.ready = &ready;
+                Hvd__NodeReady own3 = HVD__NODE_READY__INIT;
+                own3.job_id = "job-s";
+                own3.ranks = rr3p, own3.n_ranks = 1;
+                env.node_ready = &own3;
+                seq_msg(&q, FROM_PEER | 2 << 3, &env);
+                env.node_ready = &nr;
+                seq_control(&q, FROM_CONTROL, "job-s");
+                seq_done(&q, FROM_WORKER | 0 << 3, 1);
+                /* the group's cached id 0, merged for hosts 1 and 2 */
+                uint32_t ids[] = { 0 };
+                Hvd__RelayedReady grp = HVD__RELAYED_READY__INIT, *grpp[] = { &grp };
+                grp.hosts = hosts12, grp.n_hosts = 2;
+                grp.node_cached = ids, grp.n_node_cached = 1;
+                nr.relayed = grpp;
+                seq_msg(&q, FROM_PEER | 0 << 3, &env);
+                /* host 3 through host 1: not its group */
+                sh.ranks = ranks3, sh.n_ranks = 1;
+                rel.hosts = hosts3, rel.n_hosts = 1;
+                nr.relayed = relp;
+                seq_msg(&q, FROM_PEER | 0 << 3, &env);
+        }
+        seq_time(&q, 12);
+        seq_write(&q, "root-of-relays");
 }
 
 int main(int argc, char **argv) {
