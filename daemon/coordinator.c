@@ -442,17 +442,15 @@ static void ranks_of_host(const job_t *j, uint32_t cross_rank, char *buf, size_t
  * unless the abort came from it). */
 static void job_abort_ex(hvd_daemon_t *d, job_t *j, bool from_root, int lost_rank, int code, const char *fmt, ...)
         __attribute__((format(printf, 6, 7)));
-static void job_abort_ex(hvd_daemon_t *d, job_t *j, bool from_root, int lost_rank, int code, const char *fmt, ...) {
+static void job_abort_v(hvd_daemon_t *d, job_t *j, bool from_root, int lost_rank, int code, int level,
+                        const char *fmt, va_list ap) {
         if (j->state == JOB_ABORTED)
                 return;
-        va_list ap;
-        va_start(ap, fmt);
         vsnprintf(j->abort_reason, sizeof j->abort_reason, fmt, ap);
-        va_end(ap);
         j->state = JOB_ABORTED;
         j->aborted_usec = hvd_now_usec();
         d->metrics.jobs_aborted++;
-        hvd_log_error(0, "job %s aborted: %s", j->id, j->abort_reason);
+        hvd_log_full(level, 0, "job %s %s: %s", j->id, level == LOG_ERR ? "aborted" : "ended", j->abort_reason);
         Hvd__Abort ab = HVD__ABORT__INIT;
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
         ab.job_id = j->id;
@@ -467,6 +465,24 @@ static void job_abort_ex(hvd_daemon_t *d, job_t *j, bool from_root, int lost_ran
         else if (!from_root)
                 send_to_root(d, j, &env);
         d->next_housekeeping = 0;
+}
+
+static void job_abort_ex(hvd_daemon_t *d, job_t *j, bool from_root, int lost_rank, int code, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        job_abort_v(d, j, from_root, lost_rank, code, LOG_ERR, fmt, ap);
+        va_end(ap);
+}
+
+/* The end of a job that is shutting down anyway (a local rank said
+ * goodbye): the ranks still in it are told, the log says it as news. */
+static void job_end_quietly(hvd_daemon_t *d, job_t *j, bool from_root, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+static void job_end_quietly(hvd_daemon_t *d, job_t *j, bool from_root, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        job_abort_v(d, j, from_root, -1, HVD_EABORTED, LOG_NOTICE, fmt, ap);
+        va_end(ap);
 }
 
 #define job_abort(d, j, lost, code, ...) job_abort_ex((d), (j), false, (lost), (code), __VA_ARGS__)
@@ -2401,12 +2417,24 @@ static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) 
                 char unknown[HVD_WIRE_MAX_JOB_ID + 64];
                 snprintf(unknown, sizeof unknown, "job %s is unknown to the root daemon", j->id);
                 if (strcmp(env->abort->reason, unknown) == 0) {
+                        /* a local rank said goodbye: the job is ending, and
+                         * the root (or relay) daemon, whose ranks were done
+                         * first, has already let it go; this answers our
+                         * departures */
+                        bool ending = false;
+                        for (uint32_t r = 0; !ending && r < j->size; r++)
+                                ending = j->ranks[r] && j->ranks[r]->goodbye;
+                        if (ending) {
+                                job_end_quietly(d, j, true, "its %s daemon at %s has finished it (its ranks were done first)",
+                                                p == j->root ? "root" : "relay", p->endpoint);
+                                break;
+                        }
                         char ranks[256];
                         ranks_of_host(j, 0, ranks, sizeof ranks);
-                        job_abort_ex(d, j, true, -1, HVD_EABORTED,
-                                     "lost host %s (ranks [%s]): its root daemon at %s no longer knows the job "
+                        job_abort_ex(d, j, p == j->root, -1, HVD_EABORTED,
+                                     "lost host %s (ranks [%s]): its %s daemon at %s no longer knows the job "
                                      "(restarted, or dropped it)",
-                                     host_of(j, 0), ranks, p->endpoint);
+                                     host_of(j, 0), ranks, p == j->root ? "root" : "relay", p->endpoint);
                         break;
                 }
                 job_abort_ex(d, j, p == j->root, env->abort->lost_rank,

@@ -30,7 +30,8 @@ export HVD_TEST_DAEMON_ARGS="--relay-fanout 2"
 hosts=a:2,b:1,c:2,d:1,e:2 # ranks: a 0-1, b 2, c 3-4, d 5, e 6-7
 
 steps=60
-HVD_TEST_STEPS=$steps HVD_TEST_HOLD=$tmp/hold "$multi" -H $hosts -t 120 -- \
+mkdir "$tmp/logs"
+HVD_TEST_LOG_DIR=$tmp/logs HVD_TEST_STEPS=$steps HVD_TEST_HOLD=$tmp/hold "$multi" -H $hosts -t 120 -- \
         sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/rt.$HVD_RANK; exec "$0" steady' "$worker" >"$tmp/job.out" 2>&1 &
 lp=$!
 wait_files 60 "$tmp/hold.ready" || fail "the job did not reach its hold point" "$(cat "$tmp/job.out")"
@@ -45,6 +46,11 @@ touch "$tmp/hold.go"
 wait $lp || fail "the steady job failed" "$(cat "$tmp/job.out")"
 lp=
 out=$(cat "$tmp/job.out")
+# a job that ends well leaves no error or warning in any daemon's log (the
+# root, whose ranks are done first, may let the job go before the others'
+# last departures reach it: that is its end, not a lost host)
+errs=$(grep -H -E 'error|warning' "$tmp"/logs/daemon-*.log)
+[ -z "$errs" ] || fail "the daemons logged errors for a job that ended well" "$errs"
 n=$(grep -c "steady: ok" <<<"$out")
 [ "$n" -eq 8 ] || fail "$n of 8 ranks passed the steady scenario" "$out"
 grep -q "rank 0: steady: $steps steps of 15 tensors exact" <<<"$out" || fail "no summary line" "$out"

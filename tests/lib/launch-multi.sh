@@ -9,6 +9,7 @@
 # prefixed "[rank@host] ". Exit status: 0 when every rank exited 0, else the
 # first non-zero status. -k keeps the daemons' logs on failure (printed).
 # HVD_TEST_SKIP_HOSTS="c" starts host c's daemon but none of its ranks.
+# HVD_TEST_LOG_DIR=DIR keeps each host's daemon log as DIR/daemon-HOST.log.
 set -u
 builddir=${HVD_BUILDDIR:?HVD_BUILDDIR must point at the build tree}
 hosts= tmo=120 job="job-$$-$RANDOM" secret=$(printf '%08x%08x' $RANDOM$RANDOM $$)
@@ -26,6 +27,9 @@ dpids=()
 cleanup() {
         for p in "${dpids[@]}"; do kill -TERM "$p" 2>/dev/null; done
         for p in "${dpids[@]}"; do wait "$p" 2>/dev/null; done
+        if [ -n "${HVD_TEST_LOG_DIR:-}" ]; then
+                for n in "${names[@]}"; do cp "$base/$n/daemon.log" "$HVD_TEST_LOG_DIR/daemon-$n.log" 2>/dev/null; done
+        fi
         rm -rf "$base"
 }
 trap cleanup EXIT
