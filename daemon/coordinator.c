@@ -1418,14 +1418,24 @@ static int fwd_append(job_t *j, uint32_t rank, Hvd__Ready *ready) {
         return 0;
 }
 
+/* The capacity of a table by cache id that holds id, from have: doubled
+ * from 64; -E2BIG past the ids a message may carry. */
+static int64_t id_capacity(uint32_t have, uint32_t id) {
+        if (id >= HVD_WIRE_MAX_REQUESTS * 16)
+                return -E2BIG;
+        uint32_t n = have ? have : 64;
+        while (n <= id)
+                n *= 2;
+        return n;
+}
+
 static int agg_grow(job_t *j, uint32_t id) {
         if (id < j->n_agg)
                 return 0;
-        if (id >= HVD_WIRE_MAX_REQUESTS * 16)
-                return -E2BIG;
-        uint32_t n = j->n_agg ? j->n_agg : 64;
-        while (n <= id)
-                n *= 2;
+        int64_t cap = id_capacity(j->n_agg, id);
+        if (cap < 0)
+                return (int) cap;
+        uint32_t n = (uint32_t) cap;
         agg_t *a = realloc(j->agg, n * sizeof *a);
         if (!a)
                 return -ENOMEM;
@@ -3095,11 +3105,10 @@ out:
 static int relay_grow(relay_t *rl, uint32_t id) {
         if (id < rl->n_ids)
                 return 0;
-        if (id >= HVD_WIRE_MAX_REQUESTS * 16)
-                return -E2BIG;
-        uint32_t n = rl->n_ids ? rl->n_ids : 64;
-        while (n <= id)
-                n *= 2;
+        int64_t cap = id_capacity(rl->n_ids, id);
+        if (cap < 0)
+                return (int) cap;
+        uint32_t n = (uint32_t) cap;
         uint64_t *b = realloc(rl->bits, n * sizeof *b);
         if (!b)
                 return -ENOMEM;

@@ -102,14 +102,7 @@ HVD_STALL_CHECK_TIME_SECONDS=1 HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=5 HVD_TEST_ST
         sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/srt.$HVD_RANK; exec "$0" stall-one' "$worker" >"$tmp/stall.out" 2>&1 &
 lp=$!
 wait_files 10 "$tmp/srt.0" || fail "the stall job did not start" "$(cat "$tmp/stall.out")"
-stalled=
-for _ in $(seq 200); do
-        stalled=$("$hvdctl" -r "$(cat "$tmp/srt.0")" status --json 2>/dev/null |
-                "$PY" -c 'import json,sys; j=json.load(sys.stdin)["jobs"]; print(j[0]["stalled"] if j else "")' 2>/dev/null)
-        [ -n "$stalled" ] && break
-        kill -0 $lp 2>/dev/null || break
-        sleep 0.1
-done
+stalled=$(job_stalled "$tmp/srt.0" $lp)
 want="'stall.t' ready on ranks [0, 1, 2, 3, 5, 6, 7], missing ranks [4]"
 [ "$stalled" = "$want" ] || fail "the root's status shows the stall as \"$stalled\", expected \"$want\"" "$(cat "$tmp/stall.out")"
 wait $lp

@@ -53,3 +53,18 @@ start_daemon() {
         daemon=$!
         wait_files 10 "$1/rt/worker.sock" || fail "hvd-coordinatord did not start" "$(cat "$1/daemon.log")"
 }
+
+# job_stalled RT_FILE PID: the "stalled" text of the first job of the daemon
+# whose runtime directory RT_FILE names (hvdctl status --json), polled for
+# up to 20 s while PID runs; empty when none came
+job_stalled() {
+        _js=
+        for _ in $(seq 200); do
+                _js=$("$HVD_BUILDDIR/tools/hvdctl" -r "$(cat "$1")" status --json 2>/dev/null |
+                        "${PYTHON:-/usr/bin/python3}" -c 'import json,sys; j=json.load(sys.stdin)["jobs"]; print(j[0]["stalled"] if j else "")' 2>/dev/null)
+                [ -n "$_js" ] && break
+                kill -0 "$2" 2>/dev/null || break
+                sleep 0.1
+        done
+        printf '%s\n' "$_js"
+}
