@@ -995,6 +995,8 @@ static int recv_envelope(int flags, Hvd__Envelope **ret) {
         return r;
 }
 
+static bool daemon_lost(void);
+
 static void handle_message(Hvd__Envelope *env) {
         char reason[ERRLEN + 64 + HVD_WIRE_MAX_JOB_ID];
         switch (env->body_case) {
@@ -1012,6 +1014,9 @@ static void handle_message(Hvd__Envelope *env) {
                 job_aborted(env->abort->code < 0 ? env->abort->code : HVD_EABORTED, reason);
                 break;
         case HVD__ENVELOPE__BODY_ERROR:
+                /* from a coordinator that replaced the one this rank joined */
+                if (daemon_lost())
+                        break;
                 snprintf(reason, sizeof reason, "coordinator: %s", env->error->message);
                 job_aborted(env->error->code < 0 ? env->error->code : HVD_EPROTO, reason);
                 break;
@@ -1069,7 +1074,10 @@ static bool daemon_lost(void) {
                 Hvd__Envelope *env = NULL;
                 if (recv_envelope(ZMQ_DONTWAIT, &env) < 0)
                         break;
-                if (env->body_case == HVD__ENVELOPE__BODY_ABORT || env->body_case == HVD__ENVELOPE__BODY_ERROR)
+                /* an error now is a new coordinator's answer (restarted on
+                 * the same socket, it refuses this connection): the lost one
+                 * is the verdict */
+                if (env->body_case == HVD__ENVELOPE__BODY_ABORT)
                         handle_message(env);
                 hvd_wire_free(&env); /* anything else cannot run without the coordinator anyway */
         }
