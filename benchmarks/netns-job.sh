@@ -34,18 +34,9 @@ if [ -n "${DELAY_US:-}" ]; then
         for h in a b; do
                 ns=$na dev=$va
                 [ $h = b ] && ns=$nb dev=$vb
-                ip netns exec "$ns" nft -f - <<EOF || { echo "netns-job: nftables redirect failed" >&2; exit 1; }
-table ip hvddelay {
-        chain out {
-                type nat hook output priority -100;
-                oifname "$dev" meta mark != 0x6876 meta l4proto tcp redirect to :7999
-        }
-}
-EOF
-                ip netns exec "$ns" "$build/tests/delay_proxy" 0.0.0.0:7999 orig "$DELAY_US" >"$work/proxy-$h.log" 2>&1 &
-                pids+=($!)
-                for _ in $(seq 100); do grep -q listening "$work/proxy-$h.log" && break; sleep 0.05; done
-                grep -q listening "$work/proxy-$h.log" || { echo "netns-job: no delay proxy: $(cat "$work/proxy-$h.log")" >&2; exit 1; }
+                netpair_delay "$build/tests/delay_proxy" "$ns" "$dev" "$DELAY_US" "$work/proxy-$h.log" >"$work/np.msg" ||
+                        { echo "netns-job: $(cat "$work/np.msg")" >&2; exit 1; }
+                pids+=($NP_PID)
         done
 fi
 netpair_daemons "$build/daemon/hvd-coordinatord" "$work" "$na" "$nb" "${net}1"

@@ -97,19 +97,9 @@ netns_setup() {
 delay_setup() {
         local ns=$1 dev=$2 h=$3
         [ -x "$build/tests/delay_proxy" ] || { echo "run-step: no $build/tests/delay_proxy (make bench builds it)" >&2; return 1; }
-        ip netns exec "$ns" nft -f - <<EOF || { echo "run-step: nftables redirect failed" >&2; return 1; }
-table ip hvddelay {
-        chain out {
-                type nat hook output priority -100;
-                oifname "$dev" meta mark != 0x6876 meta l4proto tcp redirect to :7999
-        }
-}
-EOF
-        ip netns exec "$ns" "$build/tests/delay_proxy" 0.0.0.0:7999 orig "$DELAY_US" >"$work/proxy-$h.log" 2>&1 &
-        pids+=($!)
-        for _ in $(seq 100); do grep -q listening "$work/proxy-$h.log" && return 0; sleep 0.05; done
-        echo "run-step: the delay proxy did not start: $(cat "$work/proxy-$h.log")" >&2
-        return 1
+        netpair_delay "$build/tests/delay_proxy" "$ns" "$dev" "$DELAY_US" "$work/proxy-$h.log" >"$work/np.msg" ||
+                { echo "run-step: $(cat "$work/np.msg")" >&2; return 1; }
+        pids+=($NP_PID)
 }
 
 # one hvd job of 2*PER_NODE ranks across the namespaces; rank 0's output on stdout

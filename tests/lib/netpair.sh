@@ -42,3 +42,25 @@ netpair_daemons() {
         ip netns exec "$4" "$1" --runtime-dir "$2/b" --log-level warning 2>"$2/b.log" &
         NP_PIDS="$NP_PIDS $!"
 }
+
+# netpair_delay PROXY NS DEV DELAY_US LOG: TCP connections opened in
+# namespace NS over DEV go through PROXY (tests/delay_proxy, on port 7999
+# there), which delays both directions by DELAY_US; its own connections
+# carry the mark 0x6876. Starts the proxy in the background (NP_PID, output
+# in LOG) and waits until it listens. Returns 1 with what failed on stdout
+# (call it without $(...), which would keep NP_PID in a subshell).
+netpair_delay() {
+        ip netns exec "$2" nft -f - <<EOF || { echo "nftables redirect failed in $2"; return 1; }
+table ip hvddelay {
+        chain out {
+                type nat hook output priority -100;
+                oifname "$3" meta mark != 0x6876 meta l4proto tcp redirect to :7999
+        }
+}
+EOF
+        ip netns exec "$2" "$1" 0.0.0.0:7999 orig "$4" >"$5" 2>&1 &
+        NP_PID=$!
+        for _ in $(seq 100); do grep -q listening "$5" && return 0; sleep 0.05; done
+        echo "the delay proxy in $2 did not start: $(cat "$5")"
+        return 1
+}
