@@ -27,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -106,6 +107,10 @@ static int start_daemons(const char *daemon) {
                 if (p < 0)
                         return -errno;
                 if (p == 0) {
+                        /* a bench killed outright takes its daemons along */
+                        prctl(PR_SET_PDEATHSIG, SIGTERM);
+                        if (getppid() == 1)
+                                _exit(1);
                         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
                         if (fd >= 0)
                                 dup2(fd, 2);

@@ -18,15 +18,9 @@ shift 2
 tag=$$ na=hvdj$$a nb=hvdj$$b va=hja$$ vb=hjb$$ net=10.217.$(($$ % 250)).
 work=$(mktemp -d /tmp/hvd-netns-job-XXXXXX)
 pids=()
-cleanup() {
-        for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-        for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-        ip netns del "$na" 2>/dev/null
-        ip netns del "$nb" 2>/dev/null
-        rm -rf "$work"
-}
-trap cleanup EXIT
 . "$(dirname "$0")/../tests/lib/netpair.sh"
+cleanup() { netpair_teardown "$na" "$nb" "$work" "${pids[@]}"; }
+trap cleanup EXIT
 netpair "$na" "$nb" "$va" "$vb" "${net}1" "${net}2" >&2 || { echo "netns-job: root is needed" >&2; exit 1; }
 tc -n "$na" qdisc add dev "$va" root tbf rate "$rate" burst "${BURST:-1mb}" latency 100ms || exit 1
 tc -n "$nb" qdisc add dev "$vb" root tbf rate "$rate" burst "${BURST:-1mb}" latency 100ms || exit 1

@@ -16,13 +16,8 @@ PY=${PYTHON:-/usr/bin/python3}
 tag=$$ na=hvdp$$a nb=hvdp$$b va=hpa$$ vb=hpb$$ net=10.219.$(($$ % 250)).
 work=$(mktemp -d /tmp/hvd-proxy-XXXXXX)
 pids=()
-cleanup() {
-        for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-        for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-        ip netns del "$na" 2>/dev/null
-        ip netns del "$nb" 2>/dev/null
-        rm -rf "$work"
-}
+. "$(dirname "$0")/../tests/lib/netpair.sh"
+cleanup() { netpair_teardown "$na" "$nb" "$work" "${pids[@]}"; }
 trap cleanup EXIT
 cat >"$work/tp.py" <<'EOF'
 import socket, sys, time
@@ -55,7 +50,6 @@ c.shutdown(socket.SHUT_WR); c.recv(1); dt = time.perf_counter() - t
 print(f"bench=delay_proxy path={what} rtt_us_p10={ts[20]*1e6:.0f} rtt_us_median={ts[100]*1e6:.0f} "
       f"rtt_us_p90={ts[180]*1e6:.0f} gbits={mib * 8 / 1024 / dt:.2f}")
 EOF
-. "$(dirname "$0")/../tests/lib/netpair.sh"
 netpair "$na" "$nb" "$va" "$vb" "${net}1" "${net}2" >&2 || { echo "run-delay-proxy: root is needed" >&2; exit 1; }
 tc -n "$na" qdisc add dev "$va" root tbf rate "$RATE" burst "$BURST" latency 100ms || exit 1
 tc -n "$nb" qdisc add dev "$vb" root tbf rate "$RATE" burst "$BURST" latency 100ms || exit 1

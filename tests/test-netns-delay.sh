@@ -19,13 +19,7 @@ na=hvdd${tag}a nb=hvdd${tag}b va=hda${tag} vb=hdb${tag}
 net=10.218.$((tag % 250)).
 base=$(mktemp -d /tmp/hvd-netns-delay-XXXXXX)
 pids=()
-cleanup() {
-        for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-        for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-        ip netns del "$na" 2>/dev/null
-        ip netns del "$nb" 2>/dev/null
-        rm -rf "$base"
-}
+cleanup() { netpair_teardown "$na" "$nb" "$base" "${pids[@]}"; }
 trap cleanup EXIT
 
 # bad values fail at once, before any daemon is reached

@@ -17,13 +17,7 @@ na=hvdt${tag}a nb=hvdt${tag}b va=hva${tag} vb=hvb${tag}
 net=10.213.$((tag % 250)).
 base=$(mktemp -d /tmp/hvd-netns-XXXXXX)
 pids=()
-cleanup() {
-        for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
-        for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
-        ip netns del "$na" 2>/dev/null
-        ip netns del "$nb" 2>/dev/null
-        rm -rf "$base"
-}
+cleanup() { netpair_teardown "$na" "$nb" "$base" "${pids[@]}"; }
 trap cleanup EXIT
 
 netpair_test "$na" "$nb" "$va" "$vb" "${net}1" "${net}2"

@@ -64,3 +64,16 @@ EOF
         echo "the delay proxy in $2 did not start: $(cat "$5")"
         return 1
 }
+
+# netpair_teardown NA NB DIR [PID...]: ends the PIDs (TERM, then waits for
+# them), deletes both namespaces (and the veth pair with them) and removes
+# DIR; for a test's or benchmark's exit trap.
+netpair_teardown() {
+        _nt_na=$1 _nt_nb=$2 _nt_dir=$3
+        shift 3
+        for _nt_p in "$@"; do kill -TERM "$_nt_p" 2>/dev/null; done
+        for _nt_p in "$@"; do wait "$_nt_p" 2>/dev/null; done
+        ip netns del "$_nt_na" 2>/dev/null
+        ip netns del "$_nt_nb" 2>/dev/null
+        rm -rf "$_nt_dir"
+}
