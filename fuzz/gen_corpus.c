@@ -342,6 +342,15 @@ static Hvd__RankInfo rank_info(uint32_t rank, uint32_t cross_rank) {
         return ri;
 }
 
+/* host's NodeReady for job j through its relay (relay fields set, nothing else) */
+static Hvd__NodeReady relay_ready(const char *job, uint32_t host) {
+        Hvd__NodeReady nr = HVD__NODE_READY__INIT;
+        nr.job_id = (char *) job;
+        nr.relay_host = host;
+        nr.relay_secret = (ProtobufCBinaryData){ sizeof dsecret, dsecret };
+        return nr;
+}
+
 static void dispatch_seeds(void) {
         seq_t q;
         /* one job of two ranks from start to end, with hvdctl looking */
@@ -515,10 +524,7 @@ static void dispatch_seeds(void) {
                 env.body_case = HVD__ENVELOPE__BODY_NODE_WELCOME;
                 env.node_welcome = &nw;
                 /* host 2's hello before this daemon's own welcome: held */
-                Hvd__NodeReady hello = HVD__NODE_READY__INIT;
-                hello.job_id = "job-r";
-                hello.relay_host = 2;
-                hello.relay_secret = (ProtobufCBinaryData){ sizeof dsecret, dsecret };
+                Hvd__NodeReady hello = relay_ready("job-r", 2);
                 Hvd__Envelope henv = HVD__ENVELOPE__INIT;
                 henv.body_case = HVD__ENVELOPE__BODY_NODE_READY;
                 henv.node_ready = &hello;
@@ -533,10 +539,7 @@ static void dispatch_seeds(void) {
                 Hvd__RankReady rr = HVD__RANK_READY__INIT, *rrp[] = { &rr };
                 rr.rank = 2;
                 rr.ready = &ready;
-                Hvd__NodeReady nr = HVD__NODE_READY__INIT;
-                nr.job_id = "job-r";
-                nr.relay_host = 2;
-                nr.relay_secret = (ProtobufCBinaryData){ sizeof dsecret, dsecret };
+                Hvd__NodeReady nr = relay_ready("job-r", 2);
                 nr.ranks = rrp, nr.n_ranks = 1;
                 env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
                 env.node_ready = &nr;
@@ -577,10 +580,7 @@ static void dispatch_seeds(void) {
                  * merged; the root repeats key 1 */
                 uint32_t ids[] = { 0 };
                 uint64_t waited[] = { 50 };
-                Hvd__NodeReady cached = HVD__NODE_READY__INIT;
-                cached.job_id = "job-r";
-                cached.relay_host = 2;
-                cached.relay_secret = (ProtobufCBinaryData){ sizeof dsecret, dsecret };
+                Hvd__NodeReady cached = relay_ready("job-r", 2);
                 cached.node_cached = ids, cached.n_node_cached = 1;
                 cached.node_cached_waited_usec = waited, cached.n_node_cached_waited_usec = 1;
                 env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
@@ -598,10 +598,7 @@ static void dispatch_seeds(void) {
                 env.job_schedule = &js;
                 seq_msg(&q, FROM_ROOT, &env);
                 uint32_t departed[] = { 2 };
-                Hvd__NodeReady bye = HVD__NODE_READY__INIT;
-                bye.job_id = "job-r";
-                bye.relay_host = 2;
-                bye.relay_secret = (ProtobufCBinaryData){ sizeof dsecret, dsecret };
+                Hvd__NodeReady bye = relay_ready("job-r", 2);
                 bye.departed = departed, bye.n_departed = 1;
                 env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
                 env.node_ready = &bye;
