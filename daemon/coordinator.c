@@ -184,7 +184,6 @@ typedef struct relay {
         size_t n_grp, cap_grp;
         uint64_t in_msgs, out_msgs; /* readiness messages taken from the group / sent to the root */
         uint64_t hold_since;    /* requests held for the rest of the group since (0 = none) */
-        uint64_t shared;        /* hosts' requests that went on in another host's entry */
 } relay_t;
 
 /* Bytes scheduled per second over the last THROUGHPUT_SECS seconds: one
@@ -3206,7 +3205,7 @@ static Hvd__NodeReady *node_ready_new(size_t n_ids) {
 }
 
 /* The ids every host of the group posted become one entry, for all of them. */
-static int relay_grp_out(relay_t *rl) {
+static int relay_grp_out(hvd_daemon_t *d, relay_t *rl) {
         if (!rl->n_grp)
                 return 0;
         Hvd__NodeReady *nr = node_ready_new(rl->n_grp);
@@ -3222,6 +3221,7 @@ static int relay_grp_out(relay_t *rl) {
         nr->n_node_cached = nr->n_node_cached_waited_usec = rl->n_grp;
         for (uint32_t i = 0; i < rl->n; i++)
                 hosts[i] = rl->m[i].host;
+        d->metrics.relay_group_ids += rl->n_grp;
         rl->n_grp = 0;
         int r = relay_append(rl, hosts, rl->n, nr);
         free(hosts);
@@ -3230,8 +3230,8 @@ static int relay_grp_out(relay_t *rl) {
 
 /* Whatever the group posted in part goes on host by host, after the ids
  * every host posted: what comes next from a host must not overtake it. */
-static int relay_release(relay_t *rl) {
-        int r = relay_grp_out(rl);
+static int relay_release(hvd_daemon_t *d, relay_t *rl) {
+        int r = relay_grp_out(d, rl);
         if (r < 0 || !rl->oldest)
                 return r;
         rl->oldest = 0;
@@ -3271,7 +3271,7 @@ static void relay_take(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeReady *nr
         rl->in_msgs++;
         d->metrics.relay_in++;
         if (nr->n_ranks || nr->n_shared || nr->n_departed) {
-                if ((r = relay_release(rl)) < 0)
+                if ((r = relay_release(d, rl)) < 0)
                         protobuf_c_message_free_unpacked(&nr->base, NULL);
                 if (r < 0 || (r = relay_append(rl, &rl->m[i].host, 1, nr)) < 0) /* appending frees nr on failure */
                         goto fail;
@@ -3342,7 +3342,7 @@ fail:
  * become one, for all of them, so that the root decodes and enters them
  * once. An entry joins an earlier one only when no entry between them is of
  * its host (each host's readiness stays in the order it came). */
-static void relay_share(relay_t *rl) {
+static void relay_share(hvd_daemon_t *d, relay_t *rl) {
         size_t n = rl->n_out;
         if (n < 2)
                 return;
@@ -3411,7 +3411,7 @@ static void relay_share(relay_t *rl) {
                                 a->n_ranks += b->n_ranks;
                         }
                         gone[i] = true;
-                        rl->shared++;
+                        d->metrics.relay_shared++;
                         break;
                 }
         }
@@ -3462,15 +3462,13 @@ static void relay_flush(hvd_daemon_t *d, job_t *j, bool force) {
                 }
         }
         rl->hold_since = 0;
-        if (relay_grp_out(rl) < 0) {
+        if (relay_grp_out(d, rl) < 0) {
                 job_abort(d, j, -1, -ENOMEM, "out of memory");
                 return;
         }
         if (!rl->n_out)
                 return;
-        uint64_t shared = rl->shared;
-        relay_share(rl);
-        d->metrics.relay_shared += rl->shared - shared;
+        relay_share(d, rl);
         if (j->state == JOB_RUNNING) {
                 Hvd__NodeReady nr = HVD__NODE_READY__INIT;
                 Hvd__Envelope env = HVD__ENVELOPE__INIT;
@@ -3495,7 +3493,7 @@ static void relay_expire(hvd_daemon_t *d, job_t *j, uint64_t now) {
                 if (rl->bits[id] && (!oldest || rl->first_usec[id] < oldest))
                         oldest = rl->first_usec[id];
         rl->oldest = oldest;
-        if (oldest && now - oldest > AGG_HOLD_USEC && relay_release(rl) < 0)
+        if (oldest && now - oldest > AGG_HOLD_USEC && relay_release(d, rl) < 0)
                 job_abort(d, j, -1, -ENOMEM, "out of memory");
 }
 

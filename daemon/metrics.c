@@ -179,6 +179,9 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
                 "New requests of a host that a relay daemon sent on in the entry of another host of its group that "
                 "sent the same (decoded and entered once by the root).",
                 m->relay_shared);
+        counter(&b, "hvd_relay_group_ids_total",
+                "Cache ids a relay daemon sent on as one entry for its whole group (every host of it had posted them).",
+                m->relay_group_ids);
         counter(&b, "hvd_schedule_repeats_total", "Schedules sent as a repeat of one kept by key (a few bytes).",
                 m->schedule_repeats);
         counter(&b, "hvd_log_level_changes_total", "Run-time log level changes (hvdctl log-level).",

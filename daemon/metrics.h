@@ -46,8 +46,10 @@ typedef struct hvd_metrics {
         uint64_t node_ready_sent, node_ready_received, node_cached_ids, rank_readies_received;
         uint64_t schedule_repeats;
         /* control plane relays: readiness messages a relay took from its
-         * group and sent on to the root; relayed messages a root received */
-        uint64_t relay_in, relay_out, relayed_received, relay_shared;
+         * group and sent on to the root; relayed messages a root received;
+         * hosts' new requests a relay sent on in another host's entry;
+         * cache ids a relay sent on as one entry for its whole group */
+        uint64_t relay_in, relay_out, relayed_received, relay_shared, relay_group_ids;
         uint64_t log_level_changes;
         hvd_histogram_t negotiation; /* per tensor: first readiness to schedule */
         hvd_histogram_t iteration;   /* reactor: wake-up to going back to sleep */
