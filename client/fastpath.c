@@ -17,6 +17,11 @@
  *   rank; demoted_inst[id] = n + 1 tells the others that instance n goes to
  *   the coordinator, so they send theirs at once instead of waiting.
  *   (Only a hint for speed: correctness rests on the two rules above.)
+ * - Node mode (a job on several hosts): a schedule may come to local rank 0
+ *   alone, which appends it inline (its packed bytes in the record); the
+ *   others take it from there. So a rank may have received schedules with
+ *   gaps: it appends the slow record of a schedule only when it has that
+ *   schedule and every earlier one is in the log (`pend`, in seq order).
  * - The log is a ring: a record is overwritten only after every rank's
  *   cursor has passed it; when it is full nothing is appended (bits wait,
  *   and are demoted in time if need be). */
@@ -41,12 +46,15 @@
 #define LOCK_SPINS 200
 #define LOCK_YIELDS 20000
 
+enum { REC_FAST, REC_MARKER, REC_INLINE };
+
 typedef struct rec {
-        uint32_t slow, n;
-        uint64_t seq;
+        uint32_t slow, n; /* slow: REC_*; n: ids (fast) or bytes (inline) */
+        uint64_t seq; /* slow: the schedule's; fast: the local rank that appended it */
         uint32_t ids[REC_IDS];
 } rec_t;
 _Static_assert(sizeof(rec_t) == 256, "record layout");
+_Static_assert(HVD_FASTPATH_INLINE_BYTES <= REC_IDS * sizeof(uint32_t), "an inline schedule fits a record");
 
 typedef struct row {
         _Alignas(64) _Atomic uint32_t bell; /* bumped to wake this rank */
@@ -84,6 +92,14 @@ struct hvd_fastpath {
         uint32_t seen_gen;
         bool was_joining;
         uint64_t recv_seq; /* schedules received here */
+        /* schedules received here whose slow record is not in the log yet,
+         * in seq order; inline ones with their bytes */
+        struct pend {
+                uint64_t seq;
+                uint32_t len; /* 0: a marker */
+                uint8_t bytes[HVD_FASTPATH_INLINE_BYTES];
+        } *pend;
+        size_t n_pend, cap_pend;
         uint64_t ran_seq;  /* schedules run here (their markers passed) */
         uint64_t cursor;   /* records run here */
         _Atomic bool stuck; /* the last step stopped at a schedule's marker */
@@ -135,6 +151,7 @@ int hvd_fastpath_new(void *board, int local_rank, int local_size, const _Atomic 
 void hvd_fastpath_destroy(hvd_fastpath_t **fpp) {
         if (!fpp || !*fpp)
                 return;
+        free((*fpp)->pend);
         free(*fpp);
         *fpp = NULL;
 }
@@ -222,9 +239,35 @@ void hvd_fastpath_set_joining(hvd_fastpath_t *fp, bool joining) {
         atomic_store(&row_of(fp, fp->me)->joining, joining ? 1u : 0u);
 }
 
-void hvd_fastpath_schedule_arrived(hvd_fastpath_t *fp, uint64_t seq) {
-        if (fp && seq > fp->recv_seq)
+static int pend_push(hvd_fastpath_t *fp, uint64_t seq, const void *bytes, size_t len) {
+        if (fp->n_pend && fp->pend[fp->n_pend - 1].seq >= seq)
+                return 0; /* arrived already (inline, then held) */
+        if (fp->n_pend == fp->cap_pend) {
+                size_t cap = fp->cap_pend ? fp->cap_pend * 2 : 16;
+                struct pend *p = realloc(fp->pend, cap * sizeof *p);
+                if (!p)
+                        return -ENOMEM;
+                fp->pend = p;
+                fp->cap_pend = cap;
+        }
+        struct pend *p = &fp->pend[fp->n_pend++];
+        p->seq = seq;
+        p->len = (uint32_t) len;
+        if (len)
+                memcpy(p->bytes, bytes, len);
+        if (seq > fp->recv_seq)
                 fp->recv_seq = seq;
+        return 0;
+}
+
+int hvd_fastpath_schedule_arrived(hvd_fastpath_t *fp, uint64_t seq) {
+        return fp ? pend_push(fp, seq, NULL, 0) : 0;
+}
+
+int hvd_fastpath_schedule_inline(hvd_fastpath_t *fp, uint64_t seq, const void *bytes, size_t len) {
+        if (!fp || !len || len > HVD_FASTPATH_INLINE_BYTES)
+                return -EINVAL;
+        return pend_push(fp, seq, bytes, len);
 }
 
 /* Room in the ring (lock held). */
@@ -263,7 +306,7 @@ static uint64_t publish(hvd_fastpath_t *fp) {
                                         rc = &b->log[head % LOG_CAP];
                                         rc->slow = 0;
                                         rc->n = 0;
-                                        rc->seq = 0;
+                                        rc->seq = (uint64_t) fp->me; /* fast: its appender */
                                 }
                                 int k = __builtin_ctzll(a);
                                 uint64_t bit = UINT64_C(1) << k;
@@ -277,12 +320,25 @@ static uint64_t publish(hvd_fastpath_t *fp) {
                         head++;
         }
 out:
-        while (b->last_slow < fp->recv_seq && log_room(fp, head)) {
+        /* the schedules received here, in seq order, as long as the next
+         * one the log lacks is one of them (another rank appended the
+         * earlier ones, or appends the one missing here) */
+        size_t k = 0;
+        while (k < fp->n_pend && fp->pend[k].seq <= b->last_slow)
+                k++;
+        while (k < fp->n_pend && fp->pend[k].seq == b->last_slow + 1 && log_room(fp, head)) {
+                const struct pend *p = &fp->pend[k++];
                 rec_t *rc = &b->log[head % LOG_CAP];
-                rc->slow = 1;
-                rc->n = 0;
+                rc->slow = p->len ? REC_INLINE : REC_MARKER;
+                rc->n = p->len;
                 rc->seq = ++b->last_slow;
+                if (p->len)
+                        memcpy(rc->ids, p->bytes, p->len);
                 head++;
+        }
+        if (k) {
+                memmove(fp->pend, fp->pend + k, (fp->n_pend - k) * sizeof *fp->pend);
+                fp->n_pend -= k;
         }
         atomic_store_explicit(&b->head, head, memory_order_release);
         return head - start;
@@ -344,7 +400,7 @@ int hvd_fastpath_step(hvd_fastpath_t *fp, uint64_t now, bool fast_only, const hv
                       void *userdata) {
         board_t *b = fp->b;
         bool joining = fp->n_mine && any_joining(fp);
-        bool want_lock = fp->recv_seq > b->last_slow || fp->n_mine > 0;
+        bool want_lock = fp->n_pend > 0 || fp->n_mine > 0;
         if (want_lock && board_lock(fp) == 0) {
                 uint64_t appended = publish(fp);
                 size_t nd = fast_only ? 0 : demote(fp, now, joining);
@@ -358,13 +414,18 @@ int hvd_fastpath_step(hvd_fastpath_t *fp, uint64_t now, bool fast_only, const hv
         fp->stuck = false;
         while (fp->cursor < atomic_load_explicit(&b->head, memory_order_acquire)) {
                 fp->cur = b->log[fp->cursor % LOG_CAP];
+                bool inl = fp->cur.slow == REC_INLINE;
                 hvd_fastpath_record_t rec = {
-                        .slow = fp->cur.slow != 0,
-                        .seq = fp->cur.seq,
+                        .slow = fp->cur.slow != REC_FAST,
+                        .seq = fp->cur.slow ? fp->cur.seq : 0,
                         .n = fp->cur.slow ? 0 : HVD_MIN(fp->cur.n, (uint32_t) REC_IDS),
                         .ids = fp->cur.ids,
+                        .appender = fp->cur.slow ? -1 : (int) fp->cur.seq,
+                        .bytes = inl ? (const uint8_t *) fp->cur.ids : NULL,
+                        .n_bytes = inl ? HVD_MIN(fp->cur.n, (uint32_t) HVD_FASTPATH_INLINE_BYTES) : 0,
                 };
-                if (rec.slow && (fast_only || rec.seq > fp->recv_seq)) {
+                /* a marker waits for its schedule here; an inline one has it */
+                if (rec.slow && (fast_only || (!inl && rec.seq > fp->recv_seq))) {
                         fp->stuck = true;
                         break;
                 }
@@ -403,6 +464,10 @@ bool hvd_fastpath_demote_due(const hvd_fastpath_t *fp, uint64_t now) {
                 return false;
         return now >= fp->next_timeout_usec ||
                atomic_load_explicit(&fp->b->demote_gen, memory_order_relaxed) != fp->seen_gen || any_joining(fp);
+}
+
+uint64_t hvd_fastpath_next_due(const hvd_fastpath_t *fp) {
+        return fp && fp->n_mine ? fp->next_timeout_usec : UINT64_MAX;
 }
 
 bool hvd_fastpath_awaits_schedule(const hvd_fastpath_t *fp) {

@@ -13,6 +13,11 @@
  * ("demoted") and its tensor goes to the coordinator like any other: the
  * coordinator then sees every tensor that waits, for status and stalls.
  *
+ * Node mode (a job on several hosts): the same board aggregates one host's
+ * readiness. A record then runs nothing here: its appender sends its ids
+ * to the coordinator once for the whole host, and every rank waits for the
+ * coordinator's schedule as for any tensor; schedules are not markers.
+ *
  * Called from the worker's background thread only, except
  * hvd_fastpath_kick (any thread). */
 #ifndef HVD_FASTPATH_H
@@ -28,6 +33,8 @@
 /* A bit waits this long on the board before its tensor goes to the
  * coordinator (then a stall, a dead rank or a join is the coordinator's). */
 #define HVD_FASTPATH_DEMOTE_USEC (200 * UINT64_C(1000))
+/* The longest schedule a record carries inline (node mode). */
+#define HVD_FASTPATH_INLINE_BYTES 240
 
 typedef struct hvd_fastpath hvd_fastpath_t;
 
@@ -59,9 +66,16 @@ void hvd_fastpath_forgo(hvd_fastpath_t *fp, uint32_t id);
  * tensor takes the fast path. */
 void hvd_fastpath_set_joining(hvd_fastpath_t *fp, bool joining);
 
-/* The coordinator's schedule `seq` has arrived here (they arrive in order):
- * it will be run when the log reaches its marker. */
-void hvd_fastpath_schedule_arrived(hvd_fastpath_t *fp, uint64_t seq);
+/* The coordinator's schedule `seq` has arrived here (they arrive in seq
+ * order, in node mode with gaps: the ones local rank 0 posts inline): it
+ * will be run when the log reaches its marker. Returns 0 or -ENOMEM. */
+int hvd_fastpath_schedule_arrived(hvd_fastpath_t *fp, uint64_t seq);
+
+/* Node mode, local rank 0: schedule `seq` came here alone (Schedule.board),
+ * len bytes packed: its record carries them to the other ranks. Call it
+ * before hvd_fastpath_schedule_arrived for the same seq. Returns 0, -EINVAL
+ * (too long) or -ENOMEM. */
+int hvd_fastpath_schedule_inline(hvd_fastpath_t *fp, uint64_t seq, const void *bytes, size_t len);
 
 /* One record of the log, as this rank runs it. */
 typedef struct hvd_fastpath_record {
@@ -69,6 +83,9 @@ typedef struct hvd_fastpath_record {
         uint64_t seq;
         uint32_t n;          /* fast: cache ids, ascending */
         const uint32_t *ids;
+        int appender;        /* fast: the local rank that appended it (node mode: it speaks for the host) */
+        const uint8_t *bytes; /* slow, posted inline (node mode): the schedule's packed envelope */
+        size_t n_bytes;
 } hvd_fastpath_record_t;
 
 typedef struct hvd_fastpath_ops {
@@ -100,6 +117,8 @@ bool hvd_fastpath_busy(const hvd_fastpath_t *fp);
  * rank joins): a caller that steps with fast_only must then make sure the
  * thread that withdraws takes its turn. */
 bool hvd_fastpath_demote_due(const hvd_fastpath_t *fp, uint64_t now_usec);
+/* When this rank's oldest bit times out (UINT64_MAX: none on the board). */
+uint64_t hvd_fastpath_next_due(const hvd_fastpath_t *fp);
 /* Tensors this rank has on the board or in records not yet run. */
 size_t hvd_fastpath_pending(const hvd_fastpath_t *fp);
 /* True when the last step stopped at a schedule's marker: wait on the

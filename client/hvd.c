@@ -199,6 +199,15 @@ static struct {
         pthread_mutex_t runner;
         _Atomic int fp_waiters;     /* user threads taking turns */
         uint64_t fp_bg_turn_usec;   /* the background thread's last turn */
+        /* the board in node mode (a job on several hosts): ids this rank's
+         * records completed for the host, not yet sent, and when each was
+         * posted here (background thread) */
+        bool fp_node;
+        bool fp_scribe; /* node mode, local rank 0: small schedules come here alone, for the board */
+        size_t fp_node_n;
+        uint64_t fp_node_sent_usec;
+        uint32_t fp_node_ids[HVD_FASTPATH_MAX_IDS];
+        uint64_t fp_node_posted[HVD_FASTPATH_MAX_IDS];
 } G = {
         .lock = PTHREAD_MUTEX_INITIALIZER,
         .cond = PTHREAD_COND_INITIALIZER,
@@ -984,8 +993,27 @@ static int recv_envelope(int flags, Hvd__Envelope **ret) {
         }
         char err[512];
         int r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, ret, err, sizeof err);
-        if (r >= 0 && (*ret)->body_case == HVD__ENVELOPE__BODY_SCHEDULE)
-                r = schedule_by_key(zmq_msg_data(&msg), zmq_msg_size(&msg), ret, err, sizeof err);
+        if (r >= 0 && (*ret)->body_case == HVD__ENVELOPE__BODY_SCHEDULE) {
+                const Hvd__Schedule *s = (*ret)->schedule;
+                if (s->board && !G.fp_scribe) {
+                        snprintf(err, sizeof err, "schedule %" PRIu64 " came for the board, but this rank does not post "
+                                 "schedules there", s->seq);
+                        hvd_wire_free(ret);
+                        r = HVD_EPROTO;
+                } else if (s->board && G.fp) {
+                        /* for the others: its record carries these bytes */
+                        r = hvd_fastpath_schedule_inline(G.fp, s->seq, zmq_msg_data(&msg), zmq_msg_size(&msg));
+                        if (r < 0) {
+                                snprintf(err, sizeof err, "schedule %" PRIu64 ": cannot post it on the board: %s",
+                                         s->seq, hvd_strerror(r));
+                                hvd_wire_free(ret);
+                        }
+                }
+                /* node mode: kept and repeated schedules resolve in seq order,
+                 * when they run (fp_run): some come through the board */
+                if (r >= 0 && !G.fp_node)
+                        r = schedule_by_key(zmq_msg_data(&msg), zmq_msg_size(&msg), ret, err, sizeof err);
+        }
         zmq_msg_close(&msg);
         if (r < 0) {
                 char reason[700];
@@ -1002,7 +1030,7 @@ static void handle_message(Hvd__Envelope *env) {
         switch (env->body_case) {
         case HVD__ENVELOPE__BODY_SCHEDULE:
                 if (G.fp)
-                        fp_hold_schedule(env); /* runs at its marker in the board's log */
+                        fp_hold_schedule(env); /* runs at its record in the board's log */
                 else if (!G.abort_code)
                         execute_schedule(env->schedule);
                 break;
@@ -1210,7 +1238,8 @@ static void fp_hold_schedule(Hvd__Envelope *env) {
         *pp = h;
         if (!h->next)
                 G.sched_tail = h;
-        hvd_fastpath_schedule_arrived(G.fp, h->s->seq);
+        if (hvd_fastpath_schedule_arrived(G.fp, h->s->seq) < 0)
+                job_aborted(-ENOMEM, "out of memory");
 }
 
 static void fp_free_held(void) {
@@ -1241,8 +1270,13 @@ static void fp_confirm(const entry_t *e, bool ok) {
  * to the coordinator; -1: the fast path does not apply. Counts e as an
  * instance of its id once. */
 static int fp_classify(entry_t *e, uint32_t *id) {
-        if (e->p.kind != HVD__KIND__KIND_ALLREDUCE || e->p.device != HVD_DEVICE_CPU || e->p.process_set != 0 ||
-            e->p.group_size > 1)
+        if (e->p.process_set != 0 || e->p.group_size > 1)
+                return -1;
+        /* node mode runs nothing from the board: any collective of every
+         * rank whose schedule names its ranks' parts by cache id alone */
+        if (G.fp_node ? e->p.kind != HVD__KIND__KIND_ALLREDUCE && e->p.kind != HVD__KIND__KIND_BROADCAST &&
+                                e->p.kind != HVD__KIND__KIND_ALLGATHER && e->p.kind != HVD__KIND__KIND_REDUCESCATTER
+                      : e->p.kind != HVD__KIND__KIND_ALLREDUCE || e->p.device != HVD_DEVICE_CPU)
                 return -1;
         /* rank 0's timeline marks each rank's readiness as the coordinator
          * sees it: while it records, rank 0 sends everything there (the
@@ -1352,33 +1386,126 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
         return r;
 }
 
+/* A schedule local rank 0 posted inline: its packed envelope, decoded. */
+static int fp_inline_schedule(const hvd_fastpath_record_t *rec, Hvd__Schedule **ret, char *err, size_t len) {
+        Hvd__Envelope *env = NULL;
+        char why[400];
+        int r = hvd_wire_decode(rec->bytes, rec->n_bytes, 0, &env, why, sizeof why);
+        if (r < 0) {
+                snprintf(err, len, "invalid schedule on the board: %s", why);
+                return HVD_EPROTO;
+        }
+        if (env->body_case != HVD__ENVELOPE__BODY_SCHEDULE || env->schedule->seq != rec->seq) {
+                snprintf(err, len, "the board's record of schedule %" PRIu64 " holds another message", rec->seq);
+                hvd_wire_free(&env);
+                return HVD_EPROTO;
+        }
+        *ret = TAKE_PTR(env->schedule);
+        env->body_case = HVD__ENVELOPE__BODY__NOT_SET;
+        hvd_wire_free(&env);
+        return 0;
+}
+
+/* Node mode: a schedule kept by key is kept, and a repeat becomes the kept
+ * one, as it runs (in seq order; schedule_by_key does it on arrival where
+ * every schedule comes on the socket, in that same order). */
+static int node_schedule_keys(Hvd__Schedule **sp, char *err, size_t len) {
+        Hvd__Schedule *s = *sp;
+        if (s->keep_key) {
+                Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                env.version = HVD_PROTOCOL_VERSION;
+                env.body_case = HVD__ENVELOPE__BODY_SCHEDULE;
+                env.schedule = s;
+                size_t n = hvd__envelope__get_packed_size(&env);
+                uint8_t *copy = malloc(n ? n : 1);
+                if (!copy) {
+                        snprintf(err, len, "out of memory");
+                        return -ENOMEM;
+                }
+                hvd__envelope__pack(&env, copy);
+                free(G.sched_kept[s->keep_key]);
+                G.sched_kept[s->keep_key] = copy;
+                G.sched_kept_len[s->keep_key] = n;
+                return 0;
+        }
+        if (!s->repeat_key)
+                return 0;
+        uint32_t k = s->repeat_key;
+        uint64_t seq = s->seq;
+        if (!G.sched_kept[k]) {
+                snprintf(err, len, "invalid message from the coordinator: schedule %" PRIu64
+                         " repeats key %u, which this rank does not hold", seq, k);
+                return HVD_EPROTO;
+        }
+        Hvd__Envelope *env = NULL;
+        char why[400];
+        if (hvd_wire_decode(G.sched_kept[k], G.sched_kept_len[k], 0, &env, why, sizeof why) < 0) {
+                snprintf(err, len, "schedule kept under key %u: %s", k, why);
+                return HVD_EPROTO;
+        }
+        hvd_negotiator_schedule_free(sp);
+        *sp = TAKE_PTR(env->schedule);
+        env->body_case = HVD__ENVELOPE__BODY__NOT_SET;
+        hvd_wire_free(&env);
+        (*sp)->seq = seq;
+        (*sp)->keep_key = 0;
+        return 0;
+}
+
 static int fp_run(void *userdata, const hvd_fastpath_record_t *rec) {
         (void) userdata;
         if (G.abort_code)
                 return G.abort_code;
+        if (G.fp_node && !rec->slow) {
+                /* every local rank is ready for rec's ids: the appender tells
+                 * the coordinator, once for the host; every rank's tensors
+                 * wait for the schedule as if each had sent them */
+                if (rec->appender != G.local_rank)
+                        return 0;
+                for (uint32_t i = 0; i < rec->n && G.fp_node_n < HVD_FASTPATH_MAX_IDS; i++) {
+                        const char *name = id_name(rec->ids[i]);
+                        pthread_mutex_lock(&G.lock);
+                        const entry_t *e = name ? hvd_strmap_get(G.inflight, name, strlen(name)) : NULL;
+                        G.fp_node_posted[G.fp_node_n] = e ? e->fp_posted_usec : 0;
+                        pthread_mutex_unlock(&G.lock);
+                        G.fp_node_ids[G.fp_node_n++] = rec->ids[i];
+                }
+                return 0;
+        }
         if (!rec->slow)
                 return fp_execute(rec->ids, rec->n);
         if (!G.sched_head || G.sched_head->s->seq != rec->seq)
                 process_held(); /* a wait may have kept it */
         held_schedule_t *h = G.sched_head;
-        if (!h) {
-                job_aborted(HVD_EPROTO, "fast path: a schedule's marker came before the schedule");
+        Hvd__Schedule *s = NULL;
+        char err[ERRLEN];
+        int r = 0;
+        if (h && h->s->seq == rec->seq) {
+                G.sched_head = h->next;
+                if (!G.sched_head)
+                        G.sched_tail = NULL;
+                s = TAKE_PTR(h->s);
+                free(h);
+        } else if (rec->n_bytes && (!h || h->s->seq > rec->seq)) {
+                /* posted inline by local rank 0 (node mode) */
+                if ((r = fp_inline_schedule(rec, &s, err, sizeof err)) < 0) {
+                        job_aborted(r, err);
+                        return r;
+                }
+        } else {
+                if (!h)
+                        snprintf(err, sizeof err, "fast path: a schedule's marker came before the schedule");
+                else
+                        snprintf(err, sizeof err, "fast path: schedule %" PRIu64 " arrived, expected %" PRIu64,
+                                 h->s->seq, rec->seq);
+                job_aborted(HVD_EPROTO, err);
                 return HVD_EPROTO;
         }
-        G.sched_head = h->next;
-        if (!G.sched_head)
-                G.sched_tail = NULL;
-        int r = 0;
-        if (h->s->seq != rec->seq) {
-                char err[128];
-                snprintf(err, sizeof err, "fast path: schedule %" PRIu64 " arrived, expected %" PRIu64, h->s->seq,
-                         rec->seq);
-                job_aborted(HVD_EPROTO, err);
-                r = HVD_EPROTO;
-        } else
-                r = execute_schedule(h->s);
-        hvd_negotiator_schedule_free(&h->s);
-        free(h);
+        if (G.fp_node && (r = node_schedule_keys(&s, err, sizeof err)) < 0)
+                job_aborted(r, err);
+        else
+                r = execute_schedule(s);
+        hvd_negotiator_schedule_free(&s);
         return r < 0 ? r : G.abort_code;
 }
 
@@ -1416,6 +1543,31 @@ static void fp_report(bool force) {
         if (hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT) == 0)
                 G.fp_sent = G.fp_done;
         G.fp_report_usec = now;
+}
+
+/* Node mode: the ids this rank's records completed for the host go to the
+ * coordinator in one Ready, at most once a cycle (as ranks send theirs). */
+static void fp_node_flush(bool force) {
+        uint64_t now = hvd_now_usec();
+        if (!G.fp_node_n || G.abort_code || (!force && now < G.fp_node_sent_usec + G.cycle_time_usec))
+                return;
+        uint64_t waited[HVD_FASTPATH_MAX_IDS];
+        for (size_t i = 0; i < G.fp_node_n; i++)
+                waited[i] = G.fp_node_posted[i] && now > G.fp_node_posted[i] ? now - G.fp_node_posted[i] : 0;
+        Hvd__Ready ready = HVD__READY__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        ready.n_node_cached = G.fp_node_n;
+        ready.node_cached = G.fp_node_ids;
+        ready.n_node_cached_waited_usec = G.fp_node_n;
+        ready.node_cached_waited_usec = waited;
+        ready.done_seq = atomic_load_explicit(&G.done_seq, memory_order_relaxed);
+        ready.busy_usec = atomic_load_explicit(&G.busy_usec, memory_order_relaxed);
+        env.body_case = HVD__ENVELOPE__BODY_READY;
+        env.ready = &ready;
+        if (hvd_wire_send(G.sock, &env, 0) < 0)
+                job_aborted(-EIO, "cannot send to the coordinator");
+        G.fp_node_n = 0;
+        G.fp_node_sent_usec = now;
 }
 
 /* One turn of the fast path in the background loop: queued tensors onto
@@ -1485,6 +1637,8 @@ static int fp_cycle(bool user) {
         hvd_fastpath_step(G.fp, now, user, &ops, &d);
         if (d.n && !G.abort_code && send_ready(d.e, d.n) < 0) /* the background thread's turn only */
                 job_aborted(-EIO, "cannot send to the coordinator");
+        if (G.fp_node)
+                fp_node_flush(false);
         if (!user) {
                 fp_report(false);
                 return 0;
@@ -1606,7 +1760,36 @@ static void *bg_main(void *arg) {
                         if (more && (timeout < 0 || timeout > 1))
                                 timeout = 1;
                 }
-                if (G.fp && (!runner || atomic_load(&G.fp_waiters))) {
+                if (G.fp_node && !G.abort_code) {
+                        /* node mode: come back for the host's ids not yet
+                         * sent, and for this rank's bits that time out or that
+                         * another rank gave up on (looked at every 20 ms while
+                         * bits wait, and the log then, so that it never fills) */
+                        bool busy = hvd_fastpath_busy(G.fp), awaits = hvd_fastpath_awaits_schedule(G.fp);
+                        pthread_mutex_unlock(&G.runner);
+                        uint64_t wake = hvd_fastpath_next_due(G.fp);
+                        if (hvd_fastpath_pending(G.fp) || !G.fp_scribe)
+                                wake = HVD_MIN(wake, now + 20 * USEC_PER_MSEC);
+                        if (G.fp_node_n)
+                                wake = HVD_MIN(wake, G.fp_node_sent_usec + G.cycle_time_usec);
+                        if (wake != UINT64_MAX) {
+                                long ms = wake > now ? (long) ((wake - now + 999) / 1000) : 0;
+                                if (timeout < 0 || timeout > ms)
+                                        timeout = ms;
+                        }
+                        /* schedules may come through the board (local rank 0
+                         * posts the small ones): while this rank waits for
+                         * one, wait on the board's futex a millisecond at a
+                         * time, then look at the socket without blocking */
+                        if (!G.fp_scribe && (busy || outstanding) && !awaits && timeout != 0) {
+                                hvd_fastpath_wait(G.fp, timeout < 0 || timeout > 1 ? USEC_PER_MSEC
+                                                                                   : (uint64_t) timeout * 1000);
+                                timeout = 0;
+                        } else if (awaits && (timeout < 0 || timeout > 1))
+                                timeout = 1;
+                } else if (G.fp_node)
+                        pthread_mutex_unlock(&G.runner);
+                else if (G.fp && (!runner || atomic_load(&G.fp_waiters))) {
                         /* a user thread has the turn: come back soon */
                         if (runner)
                                 pthread_mutex_unlock(&G.runner);
@@ -1880,6 +2063,8 @@ static void teardown(void) {
         }
         G.pset_seq = 0;
         hvd_fastpath_destroy(&G.fp); /* before the backend: the board is in its memory */
+        G.fp_node = G.fp_scribe = false;
+        G.fp_node_n = 0;
         fp_free_held();
         hvd_backend_destroy(&G.backend);
         hvd_negotiator_destroy(&G.neg);
@@ -1998,6 +2183,7 @@ static int connect_and_join(const char *endpoint, const char *job_id, const uint
         if (rc && hvd_parse_bool(rc, &ring_ck) < 0)
                 return set_error(-EINVAL, "HVD_RING_CHECKSUM='%s' is not a boolean", rc);
         hello.ring_checksum = ring_ck;
+        hello.board = fast_path_enabled();
         uint8_t nccl_id[HVD_NCCL_ID_BYTES];
         char gerr[400] = "";
         if (G.rank == 0 && GPU.devices > 0) {
@@ -2344,13 +2530,17 @@ int hvd_init(void) {
                 r = hvd_cpu_backend_new(w->shm_name, &topo, w->slot_bytes, w->collective_timeout_usec, wait_check,
                                         NULL, &G.backend, err, sizeof err);
                 G.fusion_threshold = w->fusion_threshold;
-                if (r >= 0 && G.cross_size == 1 && G.local_size > 1 && fast_path_enabled()) {
+                if (r >= 0 && G.local_size > 1 && fast_path_enabled()) {
+                        /* one host: the fast path; several: node mode, the
+                         * host's readiness aggregated on the board */
                         const void *aborted = NULL;
                         void *board = hvd_backend_board(G.backend, &aborted);
                         if (board && hvd_fastpath_new(board, G.local_rank, G.local_size, aborted, &G.fp) < 0) {
                                 r = -ENOMEM;
                                 snprintf(err, sizeof err, "out of memory");
                         }
+                        G.fp_node = G.fp && G.cross_size > 1;
+                        G.fp_scribe = G.fp_node && G.local_rank == 0;
                 }
                 if (r >= 0 && GPU.devices > 0) {
                         if (w->nccl_id.len != HVD_NCCL_ID_BYTES)
@@ -2694,7 +2884,7 @@ int hvd_grouped_reducescatter_async(const hvd_request_t *reqs, size_t n, hvd_han
 /* G.lock held: h is one cached-looking CPU allreduce of all ranks, on a
  * job with a fast path; its waiter may run the fast path's turn. */
 static bool fp_user_may_run(const hvd_handle_t *h) {
-        if (!G.fp || G.abort_code || G.stop || h->n != 1)
+        if (!G.fp || G.fp_node || G.abort_code || G.stop || h->n != 1)
                 return false;
         const entry_t *e = &h->m[0];
         return !e->done && e->p.kind == HVD__KIND__KIND_ALLREDUCE && e->p.device == HVD_DEVICE_CPU &&

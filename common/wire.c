@@ -204,6 +204,10 @@ static int validate_ready(const Hvd__Ready *q, char *err, size_t err_len) {
                 return fail(err, err_len, "ready: too many requests");
         if (q->n_cached_waited_usec && q->n_cached_waited_usec != q->n_cached)
                 return fail(err, err_len, "ready: waiting times do not match the cached ids");
+        if (q->n_node_cached > HVD_WIRE_MAX_REQUESTS * 16)
+                return fail(err, err_len, "ready: too many host-level ids");
+        if (q->n_node_cached_waited_usec && q->n_node_cached_waited_usec != q->n_node_cached)
+                return fail(err, err_len, "ready: waiting times do not match the host-level ids");
         for (size_t i = 0; i < q->n_requests; i++) {
                 int r = validate_request(q->requests[i], err, err_len);
                 if (r < 0)

@@ -20,6 +20,8 @@
 #define HVD_WIRE_MAX_TEXT 4096
 /* schedules kept by key for repeats (Schedule.keep_key, repeat_key: 1..this) */
 #define HVD_WIRE_SCHEDULE_KEYS 16
+/* the largest packed envelope a Schedule.board may be (a board record) */
+#define HVD_WIRE_BOARD_SCHEDULE_BYTES 240
 /* ZMQ_ZAP_ENFORCE_DOMAIN lives behind the draft API in Debian's header. */
 #define HVD_ZMQ_ZAP_ENFORCE_DOMAIN 93
 

@@ -119,6 +119,7 @@ typedef struct worker {
         bool stale_logged;  /* its first stale message was logged */
         uint64_t last_heard_usec; /* anything from it (heartbeats, readiness), since its welcome */
         uint64_t done_seq, busy_usec; /* as it reported with its readiness */
+        bool board; /* reads its host's board (Hello.board) */
 } worker_t;
 
 /* Per rank, for status: when its readiness last came (root: every rank;
@@ -253,6 +254,11 @@ struct job {
         uint32_t *key_ids[HVD_WIRE_SCHEDULE_KEYS + 1];
         uint32_t key_n[HVD_WIRE_SCHEDULE_KEYS + 1];
         uint32_t next_key;
+        /* small schedules through the workers' board (Schedule.board): every
+         * local rank reads it and the job spans several hosts; which kept
+         * schedules every op of includes local rank 0 (their repeats may go) */
+        bool board_sched;
+        bool key_board[HVD_WIRE_SCHEDULE_KEYS + 1];
         /* control plane relays */
         uint32_t *relay_via;   /* [cross_size] or NULL: the host relaying each host (0 = none, the root) */
         peer_t *relay;         /* a host of a relay group: the relay daemon it reports to */
@@ -363,10 +369,60 @@ static int send_shared(void *sock, const void *id, size_t id_len, zmq_msg_t *pac
         return e;
 }
 
+/* True when every op of s includes rank (so that the rank runs it). */
+static bool schedule_has(const Hvd__Schedule *s, uint32_t rank) {
+        if (s->n_errors || s->join_done_last_rank >= 0 || !s->n_ops)
+                return false;
+        for (size_t o = 0; o < s->n_ops; o++) {
+                const Hvd__Op *op = s->ops[o];
+                bool in = op->process_set == 0;
+                for (size_t k = 0; !in && k < op->n_set_ranks; k++)
+                        in = op->set_ranks[k] == rank;
+                if (!in)
+                        return false;
+        }
+        return true;
+}
+
+/* A schedule that may go through the workers' board: local rank 0's
+ * worker, which posts it there for the other local ranks (NULL: it goes
+ * to every local rank). Only while rank 0 is here to post it, and only a
+ * schedule it runs itself: it cannot leave before that one reached it. */
+static worker_t *board_scribe(job_t *j, const Hvd__Envelope *env) {
+        if (env->body_case != HVD__ENVELOPE__BODY_SCHEDULE || !j->board_sched)
+                return NULL;
+        const Hvd__Schedule *s = env->schedule;
+        worker_t *scribe = NULL;
+        for (uint32_t r = 0; r < j->size && !scribe; r++)
+                if (j->ranks[r] && j->ranks[r]->local_rank == 0)
+                        scribe = j->ranks[r];
+        if (!scribe)
+                return NULL;
+        bool ok = s->repeat_key ? j->key_board[s->repeat_key] : schedule_has(s, scribe->rank);
+        if (s->keep_key)
+                j->key_board[s->keep_key] = ok;
+        if (!ok || scribe->exited || scribe->goodbye || scribe->exit_seen_usec)
+                return NULL;
+        return scribe;
+}
+
 /* Packs env once and sends the same bytes to each local worker (a schedule
- * goes to every rank here: packing it per rank cost as much as the rest). */
+ * goes to every rank here: packing it per rank cost as much as the rest),
+ * or a small schedule to local rank 0 alone, for the board (board_scribe). */
 static void send_to_local_workers(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool skip_goodbye) {
         env->version = HVD_PROTOCOL_VERSION;
+        worker_t *scribe = board_scribe(j, env);
+        if (scribe) {
+                env->schedule->board = true;
+                size_t len = protobuf_c_message_get_packed_size(&env->base);
+                if (len <= HVD_WIRE_BOARD_SCHEDULE_BYTES) {
+                        d->metrics.board_schedules++;
+                        send_to_worker(d, scribe, env);
+                        env->schedule->board = false;
+                        return;
+                }
+                env->schedule->board = false;
+        }
         size_t len = protobuf_c_message_get_packed_size(&env->base);
         zmq_msg_t packed;
         if (zmq_msg_init_size(&packed, len) < 0) {
@@ -996,6 +1052,11 @@ static void local_complete(hvd_daemon_t *d, job_t *j) {
                 ptrs[n] = &infos[n];
                 n++;
         }
+        /* small schedules through the board when every local rank reads it */
+        j->board_sched = j->local_size > 1 && j->cross_size > 1;
+        for (uint32_t r = 0; r < j->size; r++)
+                if (j->ranks[r] && !j->ranks[r]->board)
+                        j->board_sched = false;
         if (j->cross_size <= 1) {
                 char err[512];
                 if (table_add(j, 0, ptrs, n, err, sizeof err) < 0)
@@ -1259,6 +1320,7 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
         w->job = j;
         w->rank = h->rank;
         w->local_rank = h->local_rank;
+        w->board = h->board;
         w->pid = (pid_t) h->pid;
         snprintf(w->host, sizeof w->host, "%s", h->host[0] ? h->host : d->host);
         snprintf(w->data_addr, sizeof w->data_addr, "%s", h->data_addr);
@@ -1325,7 +1387,7 @@ static void root_submit(hvd_daemon_t *d, job_t *j, const uint32_t *ranks, size_t
 
 /* Root: ids every rank of node cross is ready for (control plane
  * aggregation): one submission for the node, as if each rank had sent them. */
-static void root_submit_node(hvd_daemon_t *d, job_t *j, uint32_t cross, const Hvd__NodeReady *nr) {
+static void root_submit_node(hvd_daemon_t *d, job_t *j, uint32_t cross, const Hvd__NodeReady *nr, bool own) {
         uint32_t first = j->node_first[cross], last = j->node_first[cross + 1];
         if (j->departed_rank >= 0) {
                 job_abort(d, j, j->departed_rank, HVD_EABORTED,
@@ -1342,8 +1404,10 @@ static void root_submit_node(hvd_daemon_t *d, job_t *j, uint32_t cross, const Hv
         hvd_negotiator_get_stats(j->neg, &after);
         d->metrics.cache_hits += after.cache_hits - before.cache_hits;
         d->metrics.requests += after.requests - before.requests;
-        d->metrics.node_ready_received++;
-        d->metrics.node_cached_ids += nr->n_node_cached;
+        if (!own) { /* the root host's own board counts apart (node_level_ready) */
+                d->metrics.node_ready_received++;
+                d->metrics.node_cached_ids += nr->n_node_cached;
+        }
         /* a readiness message from each of its ranks, for status */
         uint64_t now = hvd_now_usec();
         for (uint32_t k = first; k < last; k++) {
@@ -1550,6 +1614,28 @@ oom:
         job_abort(d, j, -1, -ENOMEM, "out of memory");
 }
 
+/* One node-level id for the root, with how long it waited here. Returns
+ * false when the job was aborted. */
+static bool nc_push(hvd_daemon_t *d, job_t *j, uint32_t id, uint64_t waited) {
+        if (j->n_nc == j->cap_nc) {
+                size_t cap = j->cap_nc ? j->cap_nc * 2 : 256;
+                uint32_t *ni = realloc(j->nc_ids, cap * sizeof *ni);
+                if (ni)
+                        j->nc_ids = ni;
+                uint64_t *nw = realloc(j->nc_waited, cap * sizeof *nw);
+                if (nw)
+                        j->nc_waited = nw;
+                if (!ni || !nw) {
+                        job_abort(d, j, -1, -ENOMEM, "out of memory");
+                        return false;
+                }
+                j->cap_nc = cap;
+        }
+        j->nc_ids[j->n_nc] = id;
+        j->nc_waited[j->n_nc++] = waited;
+        return true;
+}
+
 /* A local rank's cached ids: those every local rank takes part in are
  * counted here and leave for the root as one node-level id once the last
  * local rank posted them; the others stay in q, for the root rank by rank.
@@ -1592,22 +1678,8 @@ static bool agg_ready(hvd_daemon_t *d, job_t *j, worker_t *w, Hvd__Ready *q) {
                 *bit = 1;
                 if (++a->n_ready < j->local_size)
                         continue;
-                if (j->n_nc == j->cap_nc) {
-                        size_t cap = j->cap_nc ? j->cap_nc * 2 : 256;
-                        uint32_t *ni = realloc(j->nc_ids, cap * sizeof *ni);
-                        if (ni)
-                                j->nc_ids = ni;
-                        uint64_t *nw = realloc(j->nc_waited, cap * sizeof *nw);
-                        if (nw)
-                                j->nc_waited = nw;
-                        if (!ni || !nw) {
-                                job_abort(d, j, -1, -ENOMEM, "out of memory");
-                                return false;
-                        }
-                        j->cap_nc = cap;
-                }
-                j->nc_ids[j->n_nc] = id;
-                j->nc_waited[j->n_nc++] = now > a->first_usec ? now - a->first_usec : 0;
+                if (!nc_push(d, j, id, now > a->first_usec ? now - a->first_usec : 0))
+                        return false;
                 a->n_ready = 0;
                 memset(&j->agg_bits[(size_t) id * j->local_size], 0, j->local_size);
         }
@@ -1629,6 +1701,62 @@ static void agg_expire(hvd_daemon_t *d, job_t *j, uint64_t now) {
                 agg_release(d, j);
 }
 
+/* Ids every local rank posted on the board (its node mode, on a job of
+ * several hosts), sent once for this host by the rank that completed
+ * them: node-level readiness, as if the last local rank had posted them
+ * here. At the root they are entered once for the host; on any other host
+ * they leave with this iteration's node-level ids, or rank by rank once
+ * aggregation is off here (a local rank left). Returns false when the job
+ * was aborted. */
+static bool node_level_ready(hvd_daemon_t *d, job_t *j, worker_t *w, const Hvd__Ready *q) {
+        if (j->cross_size < 2) {
+                job_abort(d, j, (int) w->rank, HVD_EPROTO,
+                          "rank %u sent host-level readiness, but the job runs on one host", w->rank);
+                return false;
+        }
+        d->metrics.board_node_ready++;
+        d->metrics.board_node_ids += q->n_node_cached;
+        bool waited = q->n_node_cached_waited_usec == q->n_node_cached;
+        if (j->neg) {
+                Hvd__NodeReady nr = HVD__NODE_READY__INIT;
+                nr.n_node_cached = q->n_node_cached;
+                nr.node_cached = q->node_cached;
+                nr.n_node_cached_waited_usec = waited ? q->n_node_cached : 0;
+                nr.node_cached_waited_usec = q->node_cached_waited_usec;
+                root_submit_node(d, j, j->cross_rank, &nr, true);
+                return j->state == JOB_RUNNING;
+        }
+        j->rstat[w->rank].last_seen_usec = hvd_now_usec();
+        if (!j->agg_off) {
+                for (size_t i = 0; i < q->n_node_cached; i++)
+                        if (!nc_push(d, j, q->node_cached[i], waited ? q->node_cached_waited_usec[i] : 0))
+                                return false;
+                return true;
+        }
+        for (uint32_t r = 0; r < j->size; r++) {
+                worker_t *o = j->ranks[r];
+                if (!o || o->goodbye)
+                        continue;
+                Hvd__Ready *c = calloc(1, sizeof *c);
+                if (!c)
+                        goto oom;
+                hvd__ready__init(c);
+                c->cached = malloc(q->n_node_cached * sizeof *c->cached);
+                if (!c->cached) {
+                        free(c);
+                        goto oom;
+                }
+                memcpy(c->cached, q->node_cached, q->n_node_cached * sizeof *c->cached);
+                c->n_cached = q->n_node_cached;
+                if (fwd_append(j, o->rank, c) < 0)
+                        goto oom;
+        }
+        return true;
+oom:
+        job_abort(d, j, -1, -ENOMEM, "out of memory");
+        return false;
+}
+
 /* Takes ownership of env when it returns true. */
 static bool handle_ready(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
         job_t *j = w->job;
@@ -1644,8 +1772,11 @@ static bool handle_ready(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
                 w->done_seq = env->ready->done_seq;
                 w->busy_usec = env->ready->busy_usec;
         }
+        if (env->ready->n_node_cached && !node_level_ready(d, j, w, env->ready))
+                return false;
         if (j->neg) {
-                root_submit(d, j, &w->rank, 1, env->ready);
+                if (env->ready->n_requests || env->ready->n_cached || !env->ready->n_node_cached)
+                        root_submit(d, j, &w->rank, 1, env->ready);
                 return false;
         }
         j->rstat[w->rank].last_seen_usec = hvd_now_usec();
@@ -2184,7 +2315,7 @@ static bool root_node_content(hvd_daemon_t *d, job_t *j, const uint32_t *hosts, 
                                      nr->shared[i]->ready))
                         return false;
         for (size_t h = 0; nr->n_node_cached && h < n_hosts; h++) {
-                root_submit_node(d, j, hosts[h], nr);
+                root_submit_node(d, j, hosts[h], nr, false);
                 if (j->state != JOB_RUNNING)
                         return false;
         }

@@ -168,6 +168,14 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
         counter(&b, "hvd_node_cached_ids_total", "Cached ids a root daemon received node by node.", m->node_cached_ids);
         counter(&b, "hvd_node_ready_sent_total", "Node-level readiness messages this daemon sent to a root daemon.",
                 m->node_ready_sent);
+        counter(&b, "hvd_board_host_readiness_total",
+                "Readiness messages from local workers that spoke for every local rank: ids completed on the workers' "
+                "shared-memory board (jobs on several hosts), sent once for the host.",
+                m->board_node_ready);
+        counter(&b, "hvd_board_host_ids_total", "Cached ids those messages carried.", m->board_node_ids);
+        counter(&b, "hvd_board_schedules_total",
+                "Schedules sent to local rank 0 alone, which posted them on the board for the host's other ranks.",
+                m->board_schedules);
         head(&b, "hvd_relay_messages_total", "counter",
              "Control plane relays: readiness messages a relay daemon took from the hosts of its group (in), sent "
              "on to the root daemon (out), and relayed messages a root daemon received (root).");

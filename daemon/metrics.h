@@ -45,6 +45,10 @@ typedef struct hvd_metrics {
          * received from other nodes, schedules sent as repeats */
         uint64_t node_ready_sent, node_ready_received, node_cached_ids, rank_readies_received;
         uint64_t schedule_repeats;
+        /* the workers' board in node mode (jobs on several hosts): readiness
+         * messages that spoke for every local rank, and the ids they carried */
+        uint64_t board_node_ready, board_node_ids;
+        uint64_t board_schedules; /* schedules sent to local rank 0 alone, for the board */
         /* control plane relays: readiness messages a relay took from its
          * group and sent on to the root; relayed messages a root received;
          * hosts' new requests a relay sent on in another host's entry;

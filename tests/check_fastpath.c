@@ -4,7 +4,9 @@
  * rank runs the same records in the same order, whoever appended them; schedule markers sit in the
  * same log and wait for their schedule; a bit that waits too long is
  * withdrawn, and the others then send that instance to the coordinator too;
- * a joining rank keeps everyone off the board; fast_only stops at markers. */
+ * a joining rank keeps everyone off the board; fast_only stops at markers;
+ * in node mode local rank 0 posts some schedules inline, and every rank
+ * still takes every schedule in seq order, whichever way it came. */
 #include "config.h"
 
 #include <check.h>
@@ -26,6 +28,9 @@ typedef struct log {
         uint32_t n_ids[64];
         uint32_t demoted[64];
         int n_demoted;
+        int appender[64];
+        uint8_t bytes[64][HVD_FASTPATH_INLINE_BYTES];
+        size_t n_bytes[64];
 } log_t;
 
 static void *board;
@@ -40,6 +45,10 @@ static int run(void *u, const hvd_fastpath_record_t *rec) {
         l->seq[l->n] = rec->seq;
         l->n_ids[l->n] = rec->n;
         memcpy(l->ids[l->n], rec->ids, rec->n * sizeof *rec->ids);
+        l->appender[l->n] = rec->appender;
+        l->n_bytes[l->n] = rec->n_bytes;
+        if (rec->n_bytes)
+                memcpy(l->bytes[l->n], rec->bytes, rec->n_bytes);
         l->n++;
         return 0;
 }
@@ -154,6 +163,57 @@ START_TEST(test_fastpath_markers_share_the_order) {
                 ck_assert_uint_eq(logs[r].seq[0], 1);
                 ck_assert(!logs[r].slow[1]);
                 ck_assert_uint_eq(logs[r].ids[1][0], 9);
+        }
+}
+END_TEST
+
+START_TEST(test_fastpath_node_mode_inline) {
+        /* schedule 1 comes to every rank, 2 to rank 0 alone (inline), 3 to
+         * every rank; rank 2 has not yet received 3 */
+        const char body[] = "schedule two, packed";
+        for (int r = 0; r < N; r++)
+                ck_assert_int_eq(hvd_fastpath_schedule_arrived(fp[r], 1), 0);
+        ck_assert_int_eq(hvd_fastpath_schedule_arrived(fp[1], 3), 0);
+        /* rank 1 appends 1, but not 3: it lacks 2 */
+        step(1, 0);
+        ck_assert_int_eq(logs[1].n, 1);
+        ck_assert(logs[1].slow[0]);
+        ck_assert_uint_eq(logs[1].seq[0], 1);
+        ck_assert_uint_eq(logs[1].n_bytes[0], 0);
+        ck_assert(hvd_fastpath_busy(fp[1])); /* 3 arrived, not run */
+        /* rank 0: 2 inline, then 3 */
+        ck_assert_int_eq(hvd_fastpath_schedule_inline(fp[0], 2, body, sizeof body), 0);
+        ck_assert_int_eq(hvd_fastpath_schedule_arrived(fp[0], 2), 0); /* the same one, held: no second record */
+        ck_assert_int_eq(hvd_fastpath_schedule_arrived(fp[0], 3), 0);
+        ck_assert_int_eq(hvd_fastpath_schedule_inline(fp[0], 4, body, HVD_FASTPATH_INLINE_BYTES + 1), -EINVAL);
+        step(0, 1);
+        step(1, 1);
+        step(2, 1);
+        for (int r = 0; r < N; r++) {
+                ck_assert_int_eq(logs[r].n, r == 2 ? 2 : 3);
+                for (int k = 0; k < logs[r].n; k++) {
+                        ck_assert(logs[r].slow[k]);
+                        ck_assert_uint_eq(logs[r].seq[k], (uint64_t) k + 1);
+                        ck_assert_int_eq(logs[r].appender[k], -1);
+                }
+                ck_assert_uint_eq(logs[r].n_bytes[1], sizeof body);
+                ck_assert_mem_eq(logs[r].bytes[1], body, sizeof body);
+        }
+        /* rank 2 waits at 3's marker until 3 reaches it */
+        ck_assert(hvd_fastpath_awaits_schedule(fp[2]));
+        ck_assert_int_eq(hvd_fastpath_schedule_arrived(fp[2], 3), 0);
+        step(2, 2);
+        ck_assert_int_eq(logs[2].n, 3);
+        ck_assert_uint_eq(logs[2].n_bytes[2], 0);
+        /* a fast record names the rank that appended it */
+        for (int r = 0; r < N; r++)
+                post(r, 7, 3);
+        step(1, 4);
+        step(0, 4);
+        step(2, 4);
+        for (int r = 0; r < N; r++) {
+                ck_assert(!logs[r].slow[logs[r].n - 1]);
+                ck_assert_int_eq(logs[r].appender[logs[r].n - 1], 1);
         }
 }
 END_TEST
@@ -343,6 +403,7 @@ static Suite *fastpath_suite(void) {
         tcase_add_test(tc, test_fastpath_busy_until_schedule_runs);
         tcase_add_test(tc, test_fastpath_demote_due);
         tcase_add_test(tc, test_fastpath_limits);
+        tcase_add_test(tc, test_fastpath_node_mode_inline);
         suite_add_tcase(s, tc);
         return s;
 }

@@ -4,8 +4,12 @@
 # - 60 steps of 15 cached tensors, every element exact on every rank, while
 #   the root daemon's metrics show that the other nodes sent their steady
 #   state node by node (hvd_node_readiness_total{kind="node"}, the ids in
-#   hvd_node_cached_ids_total) rather than rank by rank, and that repeated
-#   schedules went out as a key (hvd_schedule_repeats_total);
+#   hvd_node_cached_ids_total) rather than rank by rank, that each host's
+#   ranks posted theirs on the shared-memory board, which sent them to
+#   their daemon once for the host (hvd_board_host_ids_total), that
+#   repeated schedules went out as a key (hvd_schedule_repeats_total) and
+#   reached each host's ranks through local rank 0 and the board
+#   (hvd_board_schedules_total);
 # - a stall across nodes: one rank of a node whose other ranks posted a
 #   cached tensor stays away; the root's hvdctl status and every waiting
 #   rank's error name exactly that rank as missing.
@@ -54,8 +58,12 @@ rank = root['hvd_node_readiness_total{kind="rank"}']
 ids = root["hvd_node_cached_ids_total{}"]
 sent_b = b["hvd_node_ready_sent_total{}"]
 repeats = root["hvd_schedule_repeats_total{}"]
+board_root, board_b = root["hvd_board_host_ids_total{}"], b["hvd_board_host_ids_total{}"]
+bsched_root, bsched_b = root["hvd_board_schedules_total{}"], b["hvd_board_schedules_total{}"]
 print(f"root: node-level messages {node:.0f}, their ids {ids:.0f}, per-rank readiness from nodes {rank:.0f}, "
-      f"schedule repeats {repeats:.0f}; host b sent {sent_b:.0f} node-level messages")
+      f"schedule repeats {repeats:.0f}; host b sent {sent_b:.0f} node-level messages; ids the board completed "
+      f"for the whole host: {board_root:.0f} on host a, {board_b:.0f} on host b; schedules through local rank 0 "
+      f"and the board: {bsched_root:.0f} on host a, {bsched_b:.0f} on host b")
 # two other nodes, 15 tensors, 59 steady steps: every id of every steady
 # step came once per node (a partial one held past its deadline goes rank
 # by rank instead: allow a quarter of them)
@@ -64,6 +72,14 @@ ok = ids >= 2 * 15 * (steps - 1) * 3 / 4 and node >= 2 * (steps - 1) * 3 / 4
 # readiness per step: far fewer came (the first step's names, and stragglers)
 ok = ok and rank < 5 * steps / 4 and rank < node
 ok = ok and repeats > 0 and sent_b >= (steps - 1) * 3 / 4
+# the hosts' own ranks posted their steady state on the board (node mode):
+# the ids came to their daemons once for the host, not once per rank (a
+# tensor whose ranks came more than 200 ms apart goes rank by rank: on a
+# loaded machine, allow half of them)
+ok = ok and min(board_root, board_b) >= 15 * (steps - 1) / 2
+# and the steady state's schedules (repeats, a few bytes) reached the
+# hosts' other ranks through local rank 0 and the board
+ok = ok and min(bsched_root, bsched_b) >= (steps - 1) / 2
 sys.exit(0 if ok else 1)
 EOF
 echo "ok: $steps steps exact on 3 nodes; the other nodes' steady state reached the root node by node"
