@@ -7,21 +7,33 @@
  * cover them, as libhvd's background thread does: no Done per schedule
  * (the last schedule run rides on the next Ready), schedules kept by key
  * and their repeats resolved from what was kept.
+ * On several nodes of several ranks each, the steady state goes as libhvd
+ * sends it (its HVD_FAST_PATH default): each node's ranks post their cached
+ * ids on a shared-memory board (libhvd's own, client/fastpath.c, one per
+ * node in this process's memory), and the rank whose turn completes them
+ * sends one Ready for the host; the daemons send small schedules to local
+ * rank 0 alone, which posts them on the board for the others. --no-board:
+ * every rank sends its own Ready and gets every schedule (HVD_FAST_PATH=0).
  * A step's latency runs from the first Ready sent to the last rank's last
  * schedule entry received. One line per measurement:
  *   bench=control ranks=.. nodes=.. tensors=.. phase=cold|steady steps=..
  *   ms_median=.. ms_min=.. tensors_per_sec=.. join_ms=.. [driver_cpu_ms=.. daemons_cpu_ms=.. root_cpu_ms=..
- *   node_cpu_ms=..] ready_bytes=.. sched_bytes=..
+ *   node_cpu_ms=.. root_runs=..] ready_bytes=.. sched_bytes=..
  * (steady state: CPU time per step of this process, of all daemons, of
  * the job's root daemon and the most any other daemon used, to tell the
  * daemons' cost from the synthetic driver's own; the daemons' from their
- * threads' schedstat, in nanoseconds)
+ * threads' schedstat, in nanoseconds; root_runs: how many times a thread of
+ * the root daemon was put on a CPU, per step). --isolate-root gives the
+ * root daemon a CPU of its own.
  * Every rank is this process (its pid in Hello), so the daemons' pidfds all
  * watch it; the daemons are children, started with private runtime dirs. */
+#include "config.h"
+
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -35,7 +47,9 @@
 #include <zmq.h>
 
 #include "step_model.h"
+#include "fastpath.h"
 #include "hvd.h"
+#include "util.h"
 #include "wire.h"
 
 typedef struct rank {
@@ -46,6 +60,7 @@ typedef struct rank {
         bool welcomed;
         uint64_t done_seq; /* last schedule received, sent with the next Ready */
         uint32_t kept[HVD_WIRE_SCHEDULE_KEYS + 1]; /* entries of the schedules kept by key */
+        hvd_fastpath_t *fp; /* on its node's board (node mode) */
 } rank_t;
 
 static struct {
@@ -61,7 +76,36 @@ static struct {
         size_t ready_bytes; /* one rank's Ready message this step */
         char first_error[512];
         const char *relay_fanout; /* the daemons' --relay-fanout */
+        bool isolate_root; /* the root daemon on a CPU of its own, everything else on the others */
+        bool board;        /* steady state: each node's ranks post on a shared-memory board, as libhvd does */
+        void **boards;     /* one per node */
+        uint32_t *host_ids; /* node mode: what one step's records completed for a host */
+        size_t n_host_ids;
+        cpu_set_t root_cpu, other_cpus;
 } B;
+
+/* --isolate-root: the last CPU this process may use goes to the root
+ * daemon alone, the others to the driver and every other daemon, so that
+ * the root's CPU per step is what its own machine would spend rather than
+ * what 64 daemons thrashing two CPUs make of it. */
+static int isolate_setup(void) {
+        cpu_set_t all;
+        if (sched_getaffinity(0, sizeof all, &all) < 0)
+                return -errno;
+        if (CPU_COUNT(&all) < 2) {
+                fprintf(stderr, "bench: --isolate-root needs at least 2 CPUs\n");
+                return -EINVAL;
+        }
+        int last = -1;
+        for (int c = 0; c < CPU_SETSIZE; c++)
+                if (CPU_ISSET(c, &all))
+                        last = c;
+        B.other_cpus = all;
+        CPU_CLR(last, &B.other_cpus);
+        CPU_ZERO(&B.root_cpu);
+        CPU_SET(last, &B.root_cpu);
+        return sched_setaffinity(0, sizeof B.other_cpus, &B.other_cpus) < 0 ? -errno : 0;
+}
 
 static void stop_daemons(void) {
         for (int i = 0; i < B.n_nodes; i++)
@@ -111,6 +155,8 @@ static int start_daemons(const char *daemon) {
                         prctl(PR_SET_PDEATHSIG, SIGTERM);
                         if (getppid() == 1)
                                 _exit(1);
+                        if (B.isolate_root && i == 0 && sched_setaffinity(0, sizeof B.root_cpu, &B.root_cpu) < 0)
+                                _exit(126);
                         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
                         if (fd >= 0)
                                 dup2(fd, 2);
@@ -174,7 +220,7 @@ static double self_cpu_sec(void) {
  * threads' time on a CPU in nanoseconds (/proc/PID/task/TID/schedstat;
  * /proc/PID/stat counts clock ticks, too coarse for one cold step), or
  * the ticks where schedstat is missing. */
-static double daemon_cpu_sec(int i) {
+static double daemon_cpu_sec_runs(int i, double *runs) {
         char p[64], buf[1024];
         snprintf(p, sizeof p, "/proc/%d/task", (int) B.daemons[i]);
         DIR *dir = opendir(p);
@@ -188,11 +234,14 @@ static double daemon_cpu_sec(int i) {
                         char sp[320];
                         snprintf(sp, sizeof sp, "/proc/%d/task/%s/schedstat", (int) B.daemons[i], de->d_name);
                         FILE *f = fopen(sp, "r");
-                        unsigned long long run = 0;
-                        if (f && fscanf(f, "%llu", &run) == 1) {
+                        unsigned long long run = 0, wait = 0, slices = 0;
+                        int got = f ? fscanf(f, "%llu %llu %llu", &run, &wait, &slices) : 0;
+                        if (got >= 1) {
                                 ns += (double) run;
                                 any = true;
                         }
+                        if (got == 3 && runs)
+                                *runs += (double) slices;
                         if (f)
                                 fclose(f);
                 }
@@ -216,6 +265,10 @@ static double daemon_cpu_sec(int i) {
         return 0;
 }
 
+static double daemon_cpu_sec(int i) {
+        return daemon_cpu_sec_runs(i, NULL);
+}
+
 static int send_env(void *sock, Hvd__Envelope *env) {
         int r = hvd_wire_send(sock, env, 0);
         if (r < 0)
@@ -231,6 +284,7 @@ typedef struct seen {
         size_t len;
         uint64_t seq;
         uint32_t entries, keep_key, repeat_key;
+        bool board;
 } seen_t;
 static seen_t SEEN[8];
 static unsigned n_seen_next;
@@ -256,7 +310,10 @@ static void seen_add(const void *data, size_t len, const Hvd__Schedule *s, uint3
         e->entries = entries;
         e->keep_key = s->keep_key;
         e->repeat_key = s->repeat_key;
+        e->board = s->board;
 }
+
+static int board_after(int i, const void *data, size_t len, uint64_t seq, bool inline_);
 
 static void seen_free(void) {
         for (size_t k = 0; k < sizeof SEEN / sizeof SEEN[0]; k++)
@@ -282,12 +339,15 @@ static int drain(int i, const step_model_t *m) {
                 /* rank 0 decodes everything: it learns the cache ids */
                 const seen_t *sn = i ? seen_find(zmq_msg_data(&msg), zmq_msg_size(&msg)) : NULL;
                 if (sn) {
-                        zmq_msg_close(&msg);
                         rk->done_seq = sn->seq;
                         uint32_t got = sn->repeat_key ? rk->kept[sn->repeat_key] : sn->entries;
                         rk->got += got;
                         if (sn->keep_key)
                                 rk->kept[sn->keep_key] = got;
+                        int r = B.board ? board_after(i, zmq_msg_data(&msg), zmq_msg_size(&msg), sn->seq, sn->board) : 0;
+                        zmq_msg_close(&msg);
+                        if (r < 0)
+                                return r;
                         continue;
                 }
                 int r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, &env, err, sizeof err);
@@ -307,6 +367,11 @@ static int drain(int i, const step_model_t *m) {
                         if (s->repeat_key) {
                                 rk->got += rk->kept[s->repeat_key];
                                 seen_add(zmq_msg_data(&msg), zmq_msg_size(&msg), s, 0);
+                                if (B.board && board_after(i, zmq_msg_data(&msg), zmq_msg_size(&msg), s->seq, s->board) < 0) {
+                                        zmq_msg_close(&msg);
+                                        hvd_wire_free(&env);
+                                        return -EIO;
+                                }
                                 break;
                         }
                         size_t before = rk->got;
@@ -333,6 +398,11 @@ static int drain(int i, const step_model_t *m) {
                                 rk->kept[s->keep_key] = (uint32_t) (rk->got - before);
                         if (!s->n_errors)
                                 seen_add(zmq_msg_data(&msg), zmq_msg_size(&msg), s, (uint32_t) (rk->got - before));
+                        if (B.board && board_after(i, zmq_msg_data(&msg), zmq_msg_size(&msg), s->seq, s->board) < 0) {
+                                zmq_msg_close(&msg);
+                                hvd_wire_free(&env);
+                                return -EIO;
+                        }
                         break;
                 }
                 case HVD__ENVELOPE__BODY_ABORT:
@@ -398,6 +468,142 @@ out:
         return r;
 }
 
+/* A board per node, zeroed (as the job's shared memory starts), and each
+ * rank's view of it. */
+static int board_setup(void) {
+        size_t bytes = hvd_fastpath_board_bytes(B.per_node);
+        B.boards = calloc((size_t) B.n_nodes, sizeof *B.boards);
+        B.host_ids = calloc(HVD_FASTPATH_MAX_IDS, sizeof *B.host_ids);
+        if (!B.boards || !B.host_ids)
+                return -ENOMEM;
+        for (int node = 0; node < B.n_nodes; node++)
+                if (!(B.boards[node] = aligned_alloc(4096, bytes)))
+                        return -ENOMEM;
+                else
+                        memset(B.boards[node], 0, bytes);
+        return 0;
+}
+
+static void board_free(void) {
+        for (int i = 0; B.r && i < B.n_ranks; i++)
+                hvd_fastpath_destroy(&B.r[i].fp);
+        for (int node = 0; B.boards && node < B.n_nodes; node++)
+                free(B.boards[node]);
+        free(B.boards);
+        free(B.host_ids);
+}
+
+static void board_demote(void *userdata, uint32_t id) {
+        (void) userdata;
+        fprintf(stderr, "bench: the board withdrew cache id %u\n", id);
+        B.errors++;
+}
+
+/* Schedule bytes another rank of the node posted on the board: counted
+ * for rank i as if they had come on its socket (seen before: they have). */
+static void board_count(int i, const uint8_t *bytes, size_t len) {
+        rank_t *rk = &B.r[i];
+        const seen_t *sn = seen_find(bytes, len);
+        if (!sn) {
+                fprintf(stderr, "bench: rank %d: a schedule on the board that local rank 0 did not count\n", i);
+                B.errors++;
+                return;
+        }
+        rk->done_seq = sn->seq;
+        uint32_t got = sn->repeat_key ? rk->kept[sn->repeat_key] : sn->entries;
+        rk->got += got;
+        if (sn->keep_key)
+                rk->kept[sn->keep_key] = got;
+}
+
+static int board_take(void *userdata, const hvd_fastpath_record_t *rec) {
+        int i = *(const int *) userdata;
+        if (rec->slow && rec->n_bytes && i % B.per_node != 0)
+                board_count(i, rec->bytes, rec->n_bytes);
+        return 0;
+}
+
+/* A schedule that came to rank i's socket: onto its node's board (inline
+ * when it came for the board, to local rank 0 alone), where the node's
+ * other ranks take it, as libhvd's background threads do. */
+static int board_after(int i, const void *data, size_t len, uint64_t seq, bool inline_) {
+        rank_t *rk = &B.r[i];
+        if (inline_ && hvd_fastpath_schedule_inline(rk->fp, seq, data, len) < 0)
+                return -EINVAL;
+        if (hvd_fastpath_schedule_arrived(rk->fp, seq) < 0)
+                return -ENOMEM;
+        const hvd_fastpath_ops_t ops = { .run = board_take, .demote = board_demote };
+        uint64_t now = hvd_now_usec();
+        int first = i - i % B.per_node;
+        if (hvd_fastpath_step(rk->fp, now, false, &ops, &i) < 0)
+                return -EIO;
+        for (int l = first; inline_ && l < first + B.per_node; l++)
+                if (l != i && hvd_fastpath_step(B.r[l].fp, now, false, &ops, &l) < 0)
+                        return -EIO;
+        return 0;
+}
+
+/* Node mode of the board (libhvd's, client/fastpath.c, on a job of several
+ * hosts): a record's appender collects its ids for the host. */
+static int board_run(void *userdata, const hvd_fastpath_record_t *rec) {
+        int i = *(const int *) userdata;
+        if (rec->slow)
+                return board_take(userdata, rec);
+        if (rec->appender == i % B.per_node)
+                for (uint32_t k = 0; k < rec->n; k++)
+                        B.host_ids[B.n_host_ids++] = rec->ids[k];
+        return 0;
+}
+
+
+/* A steady step in node mode: every rank of a node posts the cached ids on
+ * its node's board and takes a turn; the rank whose turn appends the
+ * records sends one Ready for the host, as libhvd's background thread does;
+ * the others take the records off later, as theirs do. */
+static int board_step(const step_model_t *m, const uint32_t *cached, size_t n_cached) {
+        (void) m;
+        const hvd_fastpath_ops_t ops = { .run = board_run, .demote = board_demote };
+        uint64_t now = hvd_now_usec();
+        for (int node = 0; node < B.n_nodes; node++) {
+                for (int l = 0; l < B.per_node; l++) {
+                        int i = node * B.per_node + l;
+                        rank_t *rk = &B.r[i];
+                        B.n_host_ids = 0;
+                        for (size_t k = 0; k < n_cached; k++) {
+                                hvd_fastpath_instance(rk->fp, cached[k]);
+                                if (hvd_fastpath_post(rk->fp, cached[k], now) < 0) {
+                                        fprintf(stderr, "bench: rank %d: the board refused cache id %u\n", i,
+                                                cached[k]);
+                                        return -EAGAIN;
+                                }
+                        }
+                        if (hvd_fastpath_step(rk->fp, now, false, &ops, &i) < 0)
+                                return -EIO;
+                        if (!B.n_host_ids)
+                                continue;
+                        Hvd__Ready ready = HVD__READY__INIT;
+                        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                        ready.epoch = rk->epoch;
+                        ready.done_seq = rk->done_seq;
+                        ready.n_node_cached = B.n_host_ids;
+                        ready.node_cached = B.host_ids;
+                        env.body_case = HVD__ENVELOPE__BODY_READY;
+                        env.ready = &ready;
+                        env.version = HVD_PROTOCOL_VERSION;
+                        B.ready_bytes = hvd__envelope__get_packed_size(&env);
+                        if (send_env(rk->sock, &env) < 0)
+                                return -EIO;
+                }
+                /* the others take the records off */
+                for (int i = node * B.per_node; i < (node + 1) * B.per_node; i++) {
+                        B.n_host_ids = 0;
+                        if (hvd_fastpath_step(B.r[i].fp, now, false, &ops, &i) < 0)
+                                return -EIO;
+                }
+        }
+        return B.errors ? -EIO : 0;
+}
+
 /* One step: every rank's Ready (packed once: the ranks send the same), then
  * every rank's schedules. Returns seconds, or < 0. */
 static double run_step(const step_model_t *m, bool cold) {
@@ -457,6 +663,16 @@ static double run_step(const step_model_t *m, bool cold) {
         memcpy(zmq_msg_data(&packed), buf, len);
         free(buf);
         double t0 = step_now_sec();
+        if (!cold && B.board) {
+                zmq_msg_close(&packed);
+                if (board_step(m, cached, ready.n_cached) < 0)
+                        goto out;
+                int r = wait_all(m, false, t0 + 60);
+                double t1 = step_now_sec();
+                if (r >= 0)
+                        t = t1 - t0;
+                goto out;
+        }
         for (int i = 0; i < B.n_ranks; i++) {
                 zmq_msg_t mm;
                 zmq_msg_init(&mm);
@@ -485,15 +701,18 @@ int main(int argc, char **argv) {
         B.n_ranks = 2;
         B.n_nodes = 1;
         B.relay_fanout = "8";
+        B.board = true;
         static const struct option opts[] = {
                 { "model", required_argument, NULL, 'm' },  { "daemon", required_argument, NULL, 'd' },
                 { "ranks", required_argument, NULL, 'r' },  { "nodes", required_argument, NULL, 'k' },
                 { "steps", required_argument, NULL, 'n' },  { "warmup", required_argument, NULL, 'w' },
                 { "relay-fanout", required_argument, NULL, 'f' },
+                { "isolate-root", no_argument, NULL, 'i' },
+                { "no-board", no_argument, NULL, 'b' },
                 { "help", no_argument, NULL, 'h' },         {},
         };
         int c;
-        while ((c = getopt_long(argc, argv, "m:d:r:k:n:w:f:h", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "m:d:r:k:n:w:f:ibh", opts, NULL)) >= 0) {
                 switch (c) {
                 case 'm': tsv = optarg; break;
                 case 'd': daemon = optarg; break;
@@ -502,11 +721,17 @@ int main(int argc, char **argv) {
                 case 'n': steps = atoi(optarg); break;
                 case 'w': warmup = atoi(optarg); break;
                 case 'f': B.relay_fanout = optarg; break;
+                case 'i': B.isolate_root = true; break;
+                case 'b': B.board = false; break;
                 default:
                         printf("usage: bench_control --daemon PATH/hvd-coordinatord --model FILE.tsv\n"
                                "       [--ranks N] [--nodes K] [--steps N] [--warmup N] [--relay-fanout N]\n"
+                               "       [--isolate-root] [--no-board]\n"
                                "N synthetic ranks (no data) spread evenly over K daemons, one per emulated node;\n"
-                               "--relay-fanout is the daemons' (default 8; 0 = every node speaks to the root).\n");
+                               "--relay-fanout is the daemons' (default 8; 0 = every node speaks to the root);\n"
+                               "--isolate-root gives the root daemon a CPU of its own and everything else the others;\n"
+                               "--no-board: in the steady state every rank sends its own readiness (HVD_FAST_PATH=0),\n"
+                               "rather than each node's ranks posting on a shared-memory board that sends it once.\n");
                         return c == 'h' ? 0 : 2;
                 }
         }
@@ -520,6 +745,14 @@ int main(int argc, char **argv) {
                 return 2;
         }
         B.per_node = B.n_ranks / B.n_nodes;
+        /* libhvd's board: the fast path on one host, node mode on several */
+        B.board = B.board && B.n_nodes > 1 && B.per_node > 1;
+        if (B.board && board_setup() < 0) {
+                fprintf(stderr, "bench: out of memory\n");
+                return 1;
+        }
+        if (B.isolate_root && isolate_setup() < 0)
+                return 2;
         step_model_t m;
         if (step_model_load(tsv, &m) < 0)
                 return 1;
@@ -549,6 +782,9 @@ int main(int argc, char **argv) {
         void *ctx = zmq_ctx_new();
         if (!B.ids || !B.have_id || !B.r || !dt || !ctx)
                 goto out;
+        for (int i = 0; B.board && i < B.n_ranks; i++)
+                if (hvd_fastpath_new(B.boards[i / B.per_node], i % B.per_node, B.per_node, NULL, &B.r[i].fp) < 0)
+                        goto out;
         zmq_ctx_set(ctx, ZMQ_MAX_SOCKETS, B.n_ranks + 64);
         if (start_daemons(daemon) < 0)
                 goto out;
@@ -598,6 +834,7 @@ int main(int argc, char **argv) {
                 h.rank = (uint32_t) i;
                 h.local_rank = (uint32_t) (i % B.per_node);
                 h.local_size = (uint32_t) B.per_node;
+                h.board = B.board;
                 h.pid = (uint32_t) getpid();
                 h.host = hosts[rk->node];
                 h.device = -1;
@@ -651,7 +888,7 @@ int main(int argc, char **argv) {
                B.n_ranks, B.n_nodes, m.n, cold * 1e3, cold * 1e3, (double) m.n / cold, join_ms, cc_self * 1e3,
                cc_root * 1e3, cc_node * 1e3, B.ready_bytes, B.sched_bytes);
         fflush(stdout);
-        double c_self = 0, c_daemons = 0, c_root = 0, c_node = 0;
+        double c_self = 0, c_daemons = 0, c_root = 0, c_node = 0, runs0 = 0, runs1 = 0;
         double *c0 = calloc((size_t) B.n_nodes, sizeof *c0);
         if (!c0)
                 goto out;
@@ -659,7 +896,7 @@ int main(int argc, char **argv) {
                 if (s == 0) {
                         c_self = self_cpu_sec();
                         for (int i = 0; i < B.n_nodes; i++)
-                                c0[i] = daemon_cpu_sec(i);
+                                c0[i] = daemon_cpu_sec_runs(i, i ? NULL : &runs0);
                 }
                 double t = run_step(&m, false);
                 if (t < 0 || B.errors) {
@@ -673,7 +910,7 @@ int main(int argc, char **argv) {
         }
         c_self = (self_cpu_sec() - c_self) / steps;
         for (int i = 0; i < B.n_nodes; i++) {
-                double ci = (daemon_cpu_sec(i) - c0[i]) / steps;
+                double ci = (daemon_cpu_sec_runs(i, i ? NULL : &runs1) - c0[i]) / steps;
                 c_daemons += ci;
                 if (i == 0)
                         c_root = ci;
@@ -687,9 +924,9 @@ int main(int argc, char **argv) {
         double med = step_median(dt, steps);
         printf("bench=control ranks=%d nodes=%d tensors=%zu phase=steady steps=%d ms_median=%.3f ms_min=%.3f "
                "tensors_per_sec=%.0f join_ms=%.1f driver_cpu_ms=%.3f daemons_cpu_ms=%.3f root_cpu_ms=%.3f node_cpu_ms=%.3f "
-               "ready_bytes=%zu sched_bytes=%zu\n",
+               "root_runs=%.1f ready_bytes=%zu sched_bytes=%zu\n",
                B.n_ranks, B.n_nodes, m.n, steps, med * 1e3, min * 1e3, (double) m.n / med, join_ms, c_self * 1e3,
-               c_daemons * 1e3, c_root * 1e3, c_node * 1e3, B.ready_bytes, B.sched_bytes);
+               c_daemons * 1e3, c_root * 1e3, c_node * 1e3, (runs1 - runs0) / steps, B.ready_bytes, B.sched_bytes);
         fflush(stdout);
         status = 0;
         /* goodbye from every rank, so the daemons end the job cleanly */
@@ -710,6 +947,7 @@ out:
         if (ctx)
                 zmq_ctx_term(ctx);
         stop_daemons();
+        board_free();
         free(B.r);
         free(B.daemons);
         free(B.ids);

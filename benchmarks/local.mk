@@ -20,7 +20,7 @@ EXTRA_PROGRAMS += %D%/bench_step
 %C%_bench_step_LDADD = client/libhvd.la -lm
 
 EXTRA_PROGRAMS += %D%/bench_control
-%C%_bench_control_SOURCES = %D%/bench_control.c %D%/step_model.h
+%C%_bench_control_SOURCES = %D%/bench_control.c %D%/step_model.h client/fastpath.c
 %C%_bench_control_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
 %C%_bench_control_LDADD = common/libhvdcommon.la
 

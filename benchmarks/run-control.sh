@@ -15,7 +15,10 @@
 # BEFORE=<another build tree> (an older version: each round runs it, then
 # BUILDDIR, and a table is printed for each), RELAYS="0 8" (the daemons'
 # --relay-fanout: each round runs every config with each, a table each;
-# unset: the daemons' default, 8).
+# unset: the daemons' default, 8), BOARD="on off" (each node's ranks post
+# their steady state on a shared-memory board that speaks once for the
+# host, as libhvd does, or each rank sends its own readiness: --no-board,
+# HVD_FAST_PATH=0; a table each; unset: on).
 set -u
 build=${1:-$(pwd)}
 build=$(cd "$build" && pwd)
@@ -41,13 +44,17 @@ for ((round = 0; round < ROUNDS; round++)); do
                 [ ${#builds[@]} -eq 1 ] && tag=this
                 for c in $CONFIGS; do
                         for rf in ${RELAYS:--}; do
-                                rargs=() rtag=
-                                [ "$rf" != - ] && rargs=(--relay-fanout "$rf") rtag=" relay=$rf"
-                                timeout 900 "$b/benchmarks/bench_control" --daemon "$b/daemon/hvd-coordinatord" \
-                                        --model "$DATA/$MODEL.tsv" --ranks "${c%%:*}" --nodes "${c##*:}" --steps "$STEPS" \
-                                        "${rargs[@]}" | sed "s/\$/ build=$tag$rtag/" >>"$out"
-                                [ "${PIPESTATUS[0]}" -eq 0 ] ||
-                                        echo "run-control: ${c%%:*} ranks on ${c##*:} nodes failed ($tag$rtag)" >&2
+                                for bd in ${BOARD:--}; do
+                                        rargs=() rtag=
+                                        [ "$rf" != - ] && rargs=(--relay-fanout "$rf") rtag=" relay=$rf"
+                                        [ "$bd" = off ] && rargs+=(--no-board)
+                                        [ "$bd" != - ] && rtag+=" board=$bd"
+                                        timeout 900 "$b/benchmarks/bench_control" --daemon "$b/daemon/hvd-coordinatord" \
+                                                --model "$DATA/$MODEL.tsv" --ranks "${c%%:*}" --nodes "${c##*:}" \
+                                                --steps "$STEPS" "${rargs[@]}" | sed "s/\$/ build=$tag$rtag/" >>"$out"
+                                        [ "${PIPESTATUS[0]}" -eq 0 ] ||
+                                                echo "run-control: ${c%%:*} ranks on ${c##*:} nodes failed ($tag$rtag)" >&2
+                                done
                         done
                 done
         done
@@ -61,7 +68,8 @@ for line in open(sys.argv[1]):
     m = dict(re.findall(r"(\w+)=(\S+)", line))
     if m.get("bench") != "control":
         continue
-    b = m.get("build", "this") + (f", relay fanout {m['relay']}" if "relay" in m else "")
+    b = m.get("build", "this") + (f", relay fanout {m['relay']}" if "relay" in m else "") + \
+        (f", board {m['board']}" if "board" in m else "")
     r = rows.setdefault((b, int(m["ranks"]), int(m["nodes"])), {"cold": [], "steady": [], "drv": [], "dmn": [], "root": [], "node": [],
                                                               "croot": [], "cnode": [], "t": m["tensors"]})
     r[m["phase"]].append(float(m["ms_median"]))
