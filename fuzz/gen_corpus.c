@@ -400,6 +400,25 @@ static void dispatch_seeds(void) {
         seq_time(&q, 31);
         seq_write(&q, "refusals");
 
+        /* host-level readiness (the board's node mode) on a job of one
+         * host: refused with an abort */
+        seq_start(&q, 0);
+        seq_hello(&q, FROM_WORKER | 0 << 3, "job-o", 0, 2, 0, 2, 0, 1);
+        seq_hello(&q, FROM_WORKER | 1 << 3, "job-o", 1, 2, 1, 2, 0, 1);
+        seq_ready(&q, FROM_WORKER | 0 << 3, "grad.w", false);
+        seq_ready(&q, FROM_WORKER | 1 << 3, "grad.w", false);
+        {
+                uint32_t host[] = { 0 };
+                Hvd__Ready ready = HVD__READY__INIT;
+                ready.node_cached = host, ready.n_node_cached = 1;
+                Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                env.body_case = HVD__ENVELOPE__BODY_READY;
+                env.ready = &ready;
+                seq_msg(&q, FROM_WORKER | 1 << 3, &env);
+        }
+        seq_time(&q, 3);
+        seq_write(&q, "board-one-host");
+
         /* this daemon is the root of a job on two hosts */
         seq_start(&q, 1);
         seq_hello(&q, FROM_WORKER | 0 << 3, "job-m", 0, 2, 0, 1, 0, 2);

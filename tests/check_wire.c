@@ -256,6 +256,20 @@ START_TEST(test_wire_roundtrip_ready) {
         ck_assert_uint_eq(g->n_cached, 3);
         ck_assert_uint_eq(g->cached[2], 65535);
         hvd_wire_free(&d);
+        /* a host's ids from its board (node mode), with their waits */
+        uint32_t host[] = { 4, 9 };
+        uint64_t waited[] = { 10, 20 };
+        o.ready.node_cached = host;
+        o.ready.n_node_cached = 2;
+        o.ready.node_cached_waited_usec = waited;
+        o.ready.n_node_cached_waited_usec = 2;
+        d = decode_ok(pack(&o.env));
+        ck_assert_uint_eq(d->ready->n_node_cached, 2);
+        ck_assert_uint_eq(d->ready->node_cached[1], 9);
+        ck_assert_uint_eq(d->ready->node_cached_waited_usec[1], 20);
+        hvd_wire_free(&d);
+        o.ready.n_node_cached_waited_usec = 1;
+        validate_fails(&o.env, "do not match the host-level ids");
 }
 END_TEST
 
