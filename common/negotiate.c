@@ -431,10 +431,16 @@ static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_r
         for (size_t k = 0; k < q->n_set_ranks && set_ok; k++)
                 set_ok = q->set_ranks[k] < n->size && (k == 0 || q->set_ranks[k] > q->set_ranks[k - 1]);
         uint32_t v = 0; /* the parameter set of these ranks, made for the first */
+        /* a shared request lists a node's ranks together: its node state is
+         * looked up once per run of them, not three times per rank */
+        node_state_t *ns = NULL;
+        uint32_t ns_node = UINT32_MAX;
         for (size_t k = 0; k < n_ranks; k++) {
                 uint32_t rank = ranks[k];
                 int r;
-                if (is_ready(n, t, rank)) {
+                if (n->nst && n->node_of[rank] != ns_node)
+                        ns = NODE(n, t, ns_node = n->node_of[rank]);
+                if (t->ready[rank] || (ns && ns->ready)) { /* is_ready() */
                         snprintf(err, err_len, "tensor '%s' submitted twice by rank %u before it completed",
                                  t->name, rank);
                         ret = HVD_EDUPLICATE;
@@ -459,10 +465,21 @@ static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_r
                 }
                 rank_set_var(t, rank, v);
                 t->checked = false;
-                if (!was_valid && n->nst)
-                        NODE(n, t, n->node_of[rank])->valid++;
-                if ((r = mark_ready(n, rank, t, now, false, err, err_len)) < 0)
-                        ret = r;
+                if (!was_valid && ns)
+                        ns->valid++;
+                /* mark_ready(), its checks made above */
+                if (t->n_ready == 0 || now < t->first_ready_usec)
+                        t->first_ready_usec = now;
+                if (t->n_ready == 0) {
+                        t->some_ready = rank;
+                        t->some_in_set = PR(t, rank)->process_set != 0;
+                }
+                t->ready[rank] = 1;
+                t->n_ready++;
+                if (ns)
+                        ns->marks++;
+                if (n->timeline && (t->ready_usec || (t->ready_usec = calloc(n->size, sizeof *t->ready_usec))))
+                        t->ready_usec[rank] = now;
         }
         maybe_queue(n, t);
         return ret;
