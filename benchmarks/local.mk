@@ -24,6 +24,12 @@ EXTRA_PROGRAMS += %D%/bench_control
 %C%_bench_control_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
 %C%_bench_control_LDADD = common/libhvdcommon.la
 
+# bench_negotiate: the root's negotiation table alone (no messages)
+EXTRA_PROGRAMS += %D%/bench_negotiate
+%C%_bench_negotiate_SOURCES = %D%/bench_negotiate.c %D%/step_model.h
+%C%_bench_negotiate_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS)
+%C%_bench_negotiate_LDADD = common/libhvdcommon.la
+
 # The Open MPI peer, compiled with mpicc when configure found it.
 %D%/mpi_collective: %D%/mpi_collective.c
 	$(AM_V_CC)if test -n "$(MPICC)"; then $(MPICC) -O2 -o $@ $(srcdir)/%D%/mpi_collective.c; \
