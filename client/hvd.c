@@ -1637,8 +1637,15 @@ static int fp_cycle(bool user) {
         hvd_fastpath_step(G.fp, now, user, &ops, &d);
         if (d.n && !G.abort_code && send_ready(d.e, d.n) < 0) /* the background thread's turn only */
                 job_aborted(-EIO, "cannot send to the coordinator");
-        if (G.fp_node)
-                fp_node_flush(false);
+        if (G.fp_node && G.fp_node_n) {
+                /* at once when nothing else of this rank awaits a schedule
+                 * (nothing to batch with, as for a Ready), else once a cycle */
+                pthread_mutex_lock(&G.lock);
+                size_t waiting = hvd_strmap_size(G.inflight) - G.n_queue;
+                pthread_mutex_unlock(&G.lock);
+                waiting -= HVD_MIN(waiting, hvd_fastpath_pending(G.fp));
+                fp_node_flush(waiting <= G.fp_node_n);
+        }
         if (!user) {
                 fp_report(false);
                 return 0;
