@@ -18,12 +18,17 @@
  * schedule entry received. One line per measurement:
  *   bench=control ranks=.. nodes=.. tensors=.. phase=cold|steady steps=..
  *   ms_median=.. ms_min=.. tensors_per_sec=.. join_ms=.. [driver_cpu_ms=.. daemons_cpu_ms=.. root_cpu_ms=..
- *   node_cpu_ms=.. root_runs=..] ready_bytes=.. sched_bytes=..
+ *   node_cpu_ms=.. root_runs=.. ms_mean=..] root_idle_cpu_ms_per_s=.. root_net_cpu_ms=..
+ *   ready_bytes=.. sched_bytes=..
  * (steady state: CPU time per step of this process, of all daemons, of
  * the job's root daemon and the most any other daemon used, to tell the
  * daemons' cost from the synthetic driver's own; the daemons' from their
  * threads' schedstat, in nanoseconds; root_runs: how many times a thread of
- * the root daemon was put on a CPU, per step). --isolate-root gives the
+ * the root daemon was put on a CPU, per step). root_idle_cpu_ms_per_s: the
+ * root's CPU per second while the joined job idles for a second before the
+ * cold step (heartbeats with every node, housekeeping); root_net_cpu_ms: the
+ * step's root CPU less that rate times the step's wall time (the mean, for
+ * the steady state), i.e. the step's own work. --isolate-root gives the
  * root daemon a CPU of its own.
  * Every rank is this process (its pid in Hello), so the daemons' pidfds all
  * watch it; the daemons are children, started with private runtime dirs. */
@@ -860,6 +865,12 @@ int main(int argc, char **argv) {
                 goto out;
         }
         double join_ms = (step_now_sec() - tj) * 1e3;
+        /* the root's CPU while the job idles (heartbeats with every node,
+         * housekeeping): what a step's figure holds for the time it lasts,
+         * not for its work; net_* figures take it out */
+        double idle0 = daemon_cpu_sec(0), ti0 = step_now_sec();
+        usleep(1000000);
+        double idle_rate = (daemon_cpu_sec(0) - idle0) / (step_now_sec() - ti0); /* CPU s per s */
 
         /* cold: names first seen; the tensors get their cache ids */
         double cc_self = self_cpu_sec(), cc_root = daemon_cpu_sec(0), cc_node = 0;
@@ -883,17 +894,20 @@ int main(int argc, char **argv) {
                 goto out;
         }
         printf("bench=control ranks=%d nodes=%d tensors=%zu phase=cold steps=1 ms_median=%.3f ms_min=%.3f "
-               "tensors_per_sec=%.0f join_ms=%.1f driver_cpu_ms=%.3f root_cpu_ms=%.3f node_cpu_ms=%.3f ready_bytes=%zu "
-               "sched_bytes=%zu\n",
+               "tensors_per_sec=%.0f join_ms=%.1f driver_cpu_ms=%.3f root_cpu_ms=%.3f node_cpu_ms=%.3f "
+               "root_idle_cpu_ms_per_s=%.3f root_net_cpu_ms=%.3f ready_bytes=%zu sched_bytes=%zu\n",
                B.n_ranks, B.n_nodes, m.n, cold * 1e3, cold * 1e3, (double) m.n / cold, join_ms, cc_self * 1e3,
-               cc_root * 1e3, cc_node * 1e3, B.ready_bytes, B.sched_bytes);
+               cc_root * 1e3, cc_node * 1e3, idle_rate * 1e3, (cc_root - idle_rate * cold) * 1e3, B.ready_bytes,
+               B.sched_bytes);
         fflush(stdout);
         double c_self = 0, c_daemons = 0, c_root = 0, c_node = 0, runs0 = 0, runs1 = 0;
         double *c0 = calloc((size_t) B.n_nodes, sizeof *c0);
         if (!c0)
                 goto out;
+        double t_steady = 0;
         for (int s = -warmup; s < steps; s++) {
                 if (s == 0) {
+                        t_steady = step_now_sec();
                         c_self = self_cpu_sec();
                         for (int i = 0; i < B.n_nodes; i++)
                                 c0[i] = daemon_cpu_sec_runs(i, i ? NULL : &runs0);
@@ -908,6 +922,7 @@ int main(int argc, char **argv) {
                 if (s >= 0)
                         dt[s] = t;
         }
+        double mean = (step_now_sec() - t_steady) / steps;
         c_self = (self_cpu_sec() - c_self) / steps;
         for (int i = 0; i < B.n_nodes; i++) {
                 double ci = (daemon_cpu_sec_runs(i, i ? NULL : &runs1) - c0[i]) / steps;
@@ -924,9 +939,10 @@ int main(int argc, char **argv) {
         double med = step_median(dt, steps);
         printf("bench=control ranks=%d nodes=%d tensors=%zu phase=steady steps=%d ms_median=%.3f ms_min=%.3f "
                "tensors_per_sec=%.0f join_ms=%.1f driver_cpu_ms=%.3f daemons_cpu_ms=%.3f root_cpu_ms=%.3f node_cpu_ms=%.3f "
-               "root_runs=%.1f ready_bytes=%zu sched_bytes=%zu\n",
+               "root_runs=%.1f ms_mean=%.3f root_idle_cpu_ms_per_s=%.3f root_net_cpu_ms=%.3f ready_bytes=%zu sched_bytes=%zu\n",
                B.n_ranks, B.n_nodes, m.n, steps, med * 1e3, min * 1e3, (double) m.n / med, join_ms, c_self * 1e3,
-               c_daemons * 1e3, c_root * 1e3, c_node * 1e3, (runs1 - runs0) / steps, B.ready_bytes, B.sched_bytes);
+               c_daemons * 1e3, c_root * 1e3, c_node * 1e3, (runs1 - runs0) / steps, mean * 1e3, idle_rate * 1e3,
+               (c_root - idle_rate * mean) * 1e3, B.ready_bytes, B.sched_bytes);
         fflush(stdout);
         status = 0;
         /* goodbye from every rank, so the daemons end the job cleanly */

@@ -71,21 +71,24 @@ for line in open(sys.argv[1]):
     b = m.get("build", "this") + (f", relay fanout {m['relay']}" if "relay" in m else "") + \
         (f", board {m['board']}" if "board" in m else "")
     r = rows.setdefault((b, int(m["ranks"]), int(m["nodes"])), {"cold": [], "steady": [], "drv": [], "dmn": [], "root": [], "node": [],
-                                                              "croot": [], "cnode": [], "t": m["tensors"]})
+                                                              "croot": [], "cnode": [], "nroot": [], "ncroot": [], "t": m["tensors"]})
     r[m["phase"]].append(float(m["ms_median"]))
     if m["phase"] == "steady":
         r["drv"].append(float(m["driver_cpu_ms"]))
         r["dmn"].append(float(m["daemons_cpu_ms"]))
         r["root"].append(float(m.get("root_cpu_ms", "nan")))
         r["node"].append(float(m.get("node_cpu_ms", "nan")))
+        r["nroot"].append(float(m.get("root_net_cpu_ms", "nan")))
     else:
         r["croot"].append(float(m.get("root_cpu_ms", "nan")))
         r["cnode"].append(float(m.get("node_cpu_ms", "nan")))
+        r["ncroot"].append(float(m.get("root_net_cpu_ms", "nan")))
 med = lambda v: statistics.median(v) if v else float("nan")
 print("# control plane: one step of tensors negotiated by every rank; medians of the rounds")
 print("# targets (1024 ranks, 64 nodes): cold < 5 ms, steady < 1 ms; CPU ms per steady step: synthetic driver / all daemons / root daemon")
-print("# projection (a real cluster: a machine per daemon): CPU ms of the root daemon and of the busiest other daemon, cold step / steady step")
-print(f"{'ranks':>6} {'nodes':>6} {'tensors':>7} {'cold_ms':>9} {'steady_ms':>10} {'tensors/s':>10} {'drv_cpu':>8} {'dmn_cpu':>8} {'root_cpu':>8} {'cold/target':>11} {'steady/target':>13} {'proj_cold_root':>14} {'proj_cold_node':>14} {'proj_root':>9} {'proj_node':>9}")
+print("# projection (a real cluster: a machine per daemon): CPU ms of the root daemon and of the busiest other daemon, cold step / steady step;")
+print("# net_*: the root's, less what it spends idle (heartbeats, housekeeping) for as long as the step lasts here")
+print(f"{'ranks':>6} {'nodes':>6} {'tensors':>7} {'cold_ms':>9} {'steady_ms':>10} {'tensors/s':>10} {'drv_cpu':>8} {'dmn_cpu':>8} {'root_cpu':>8} {'cold/target':>11} {'steady/target':>13} {'proj_cold_root':>14} {'proj_cold_node':>14} {'proj_root':>9} {'proj_node':>9} {'net_cold_root':>13} {'net_root':>8}")
 order = {"before": 0, "after": 1, "this": 2}
 last = None
 for (b, n, k), r in sorted(rows.items(), key=lambda kv: (order.get(kv[0][0].split(",")[0], 3), kv[0][0], kv[0][1], kv[0][2])):
@@ -94,5 +97,6 @@ for (b, n, k), r in sorted(rows.items(), key=lambda kv: (order.get(kv[0][0].spli
         last = b
     c, s = med(r["cold"]), med(r["steady"])
     print(f"{n:>6} {k:>6} {r['t']:>7} {c:9.2f} {s:10.3f} {int(r['t']) / s * 1e3:10.0f} {med(r['drv']):8.2f} {med(r['dmn']):8.2f} {med(r['root']):8.2f} {c / 5:10.1f}x {s / 1:12.1f}x "
-          f"{med(r['croot']):14.2f} {med(r['cnode']):14.2f} {med(r['root']):9.2f} {med(r['node']):9.2f}")
+          f"{med(r['croot']):14.2f} {med(r['cnode']):14.2f} {med(r['root']):9.2f} {med(r['node']):9.2f} "
+          f"{med(r['ncroot']):13.2f} {med(r['nroot']):8.2f}")
 PY
