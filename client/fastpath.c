@@ -91,7 +91,10 @@ struct hvd_fastpath {
         uint64_t next_timeout_usec;                 /* earliest moment a bit may time out */
         uint32_t seen_gen;
         bool was_joining;
-        uint64_t recv_seq; /* schedules received here */
+        /* schedules received here and not yet run, in seq order (a marker
+         * runs only once its schedule is among them) */
+        uint64_t *got;
+        size_t n_got, cap_got;
         /* schedules received here whose slow record is not in the log yet,
          * in seq order; inline ones with their bytes */
         struct pend {
@@ -152,6 +155,7 @@ void hvd_fastpath_destroy(hvd_fastpath_t **fpp) {
         if (!fpp || !*fpp)
                 return;
         free((*fpp)->pend);
+        free((*fpp)->got);
         free(*fpp);
         *fpp = NULL;
 }
@@ -240,8 +244,13 @@ void hvd_fastpath_set_joining(hvd_fastpath_t *fp, bool joining) {
 }
 
 static int pend_push(hvd_fastpath_t *fp, uint64_t seq, const void *bytes, size_t len) {
-        if (fp->n_pend && fp->pend[fp->n_pend - 1].seq >= seq)
-                return 0; /* arrived already (inline, then held) */
+        /* in seq order: a schedule local rank 0 took for the board and left
+         * without posting comes again, after later ones (node mode) */
+        size_t at = fp->n_pend;
+        while (at > 0 && fp->pend[at - 1].seq > seq)
+                at--;
+        if ((at > 0 && fp->pend[at - 1].seq == seq) || seq <= fp->ran_seq)
+                return 0; /* arrived already (inline, then held), or ran */
         if (fp->n_pend == fp->cap_pend) {
                 size_t cap = fp->cap_pend ? fp->cap_pend * 2 : 16;
                 struct pend *p = realloc(fp->pend, cap * sizeof *p);
@@ -250,24 +259,65 @@ static int pend_push(hvd_fastpath_t *fp, uint64_t seq, const void *bytes, size_t
                 fp->pend = p;
                 fp->cap_pend = cap;
         }
-        struct pend *p = &fp->pend[fp->n_pend++];
+        memmove(fp->pend + at + 1, fp->pend + at, (fp->n_pend - at) * sizeof *fp->pend);
+        fp->n_pend++;
+        struct pend *p = &fp->pend[at];
         p->seq = seq;
         p->len = (uint32_t) len;
         if (len)
                 memcpy(p->bytes, bytes, len);
-        if (seq > fp->recv_seq)
-                fp->recv_seq = seq;
         return 0;
 }
 
+static int got_add(hvd_fastpath_t *fp, uint64_t seq) {
+        size_t at = fp->n_got;
+        while (at > 0 && fp->got[at - 1] > seq)
+                at--;
+        if ((at > 0 && fp->got[at - 1] == seq) || seq <= fp->ran_seq)
+                return 0;
+        if (fp->n_got == fp->cap_got) {
+                size_t cap = fp->cap_got ? fp->cap_got * 2 : 16;
+                uint64_t *g = realloc(fp->got, cap * sizeof *g);
+                if (!g)
+                        return -ENOMEM;
+                fp->got = g;
+                fp->cap_got = cap;
+        }
+        memmove(fp->got + at + 1, fp->got + at, (fp->n_got - at) * sizeof *fp->got);
+        fp->got[at] = seq;
+        fp->n_got++;
+        return 0;
+}
+
+static bool got_has(const hvd_fastpath_t *fp, uint64_t seq) {
+        for (size_t i = 0; i < fp->n_got && fp->got[i] <= seq; i++)
+                if (fp->got[i] == seq)
+                        return true;
+        return false;
+}
+
+/* schedule seq ran here: it, and any copy of an earlier one, is done */
+static void got_ran(hvd_fastpath_t *fp, uint64_t seq) {
+        size_t k = 0;
+        while (k < fp->n_got && fp->got[k] <= seq)
+                k++;
+        memmove(fp->got, fp->got + k, (fp->n_got - k) * sizeof *fp->got);
+        fp->n_got -= k;
+        fp->ran_seq = seq;
+}
+
 int hvd_fastpath_schedule_arrived(hvd_fastpath_t *fp, uint64_t seq) {
-        return fp ? pend_push(fp, seq, NULL, 0) : 0;
+        if (!fp)
+                return 0;
+        int r = got_add(fp, seq);
+        return r < 0 ? r : pend_push(fp, seq, NULL, 0);
 }
 
 int hvd_fastpath_schedule_inline(hvd_fastpath_t *fp, uint64_t seq, const void *bytes, size_t len) {
         if (!fp || !len || len > HVD_FASTPATH_INLINE_BYTES)
                 return -EINVAL;
-        return pend_push(fp, seq, bytes, len);
+        int r = got_add(fp, seq);
+        return r < 0 ? r : pend_push(fp, seq, bytes, len);
 }
 
 /* Room in the ring (lock held). */
@@ -425,14 +475,14 @@ int hvd_fastpath_step(hvd_fastpath_t *fp, uint64_t now, bool fast_only, const hv
                         .n_bytes = inl ? HVD_MIN(fp->cur.n, (uint32_t) HVD_FASTPATH_INLINE_BYTES) : 0,
                 };
                 /* a marker waits for its schedule here; an inline one has it */
-                if (rec.slow && (fast_only || (!inl && rec.seq > fp->recv_seq))) {
+                if (rec.slow && (fast_only || (!inl && !got_has(fp, rec.seq)))) {
                         fp->stuck = true;
                         break;
                 }
                 /* copied: the slot may be reused once the cursor passes it */
                 fp->cursor++;
                 if (rec.slow)
-                        fp->ran_seq = rec.seq;
+                        got_ran(fp, rec.seq);
                 atomic_store_explicit(&me->cursor, fp->cursor, memory_order_release);
                 for (uint32_t i = 0; i < rec.n; i++) {
                         uint32_t id = rec.ids[i];
@@ -455,7 +505,7 @@ bool hvd_fastpath_busy(const hvd_fastpath_t *fp) {
          * another rank held it, e.g. preempted while appending that very
          * marker): only a later step appends or runs it, and nothing else
          * wakes the caller for that */
-        return fp && (fp->n_mine > 0 || fp->recv_seq > fp->ran_seq ||
+        return fp && (fp->n_mine > 0 || fp->n_got > 0 ||
                       fp->cursor < atomic_load_explicit(&fp->b->head, memory_order_acquire));
 }
 
@@ -464,6 +514,10 @@ bool hvd_fastpath_demote_due(const hvd_fastpath_t *fp, uint64_t now) {
                 return false;
         return now >= fp->next_timeout_usec ||
                atomic_load_explicit(&fp->b->demote_gen, memory_order_relaxed) != fp->seen_gen || any_joining(fp);
+}
+
+uint64_t hvd_fastpath_ran_seq(const hvd_fastpath_t *fp) {
+        return fp ? fp->ran_seq : 0;
 }
 
 uint64_t hvd_fastpath_next_due(const hvd_fastpath_t *fp) {

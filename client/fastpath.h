@@ -117,6 +117,8 @@ bool hvd_fastpath_busy(const hvd_fastpath_t *fp);
  * rank joins): a caller that steps with fast_only must then make sure the
  * thread that withdraws takes its turn. */
 bool hvd_fastpath_demote_due(const hvd_fastpath_t *fp, uint64_t now_usec);
+/* The last schedule this rank ran from the log (0: none). */
+uint64_t hvd_fastpath_ran_seq(const hvd_fastpath_t *fp);
 /* When this rank's oldest bit times out (UINT64_MAX: none on the board). */
 uint64_t hvd_fastpath_next_due(const hvd_fastpath_t *fp);
 /* Tensors this rank has on the board or in records not yet run. */

@@ -1234,6 +1234,13 @@ static void fp_hold_schedule(Hvd__Envelope *env) {
         held_schedule_t **pp = &G.sched_head;
         while (*pp && (*pp)->s->seq < h->s->seq)
                 pp = &(*pp)->next;
+        /* node mode: one local rank 0 took for the board and left (its daemon
+         * sends them again): ran from the board already, or held already */
+        if (h->s->seq <= hvd_fastpath_ran_seq(G.fp) || (*pp && (*pp)->s->seq == h->s->seq)) {
+                hvd_negotiator_schedule_free(&h->s);
+                free(h);
+                return;
+        }
         h->next = *pp;
         *pp = h;
         if (!h->next)
@@ -1476,6 +1483,15 @@ static int fp_run(void *userdata, const hvd_fastpath_record_t *rec) {
                 return fp_execute(rec->ids, rec->n);
         if (!G.sched_head || G.sched_head->s->seq != rec->seq)
                 process_held(); /* a wait may have kept it */
+        /* node mode: copies of schedules this rank ran from the board */
+        while (G.fp_node && G.sched_head && G.sched_head->s->seq < rec->seq) {
+                held_schedule_t *old = G.sched_head;
+                G.sched_head = old->next;
+                if (!G.sched_head)
+                        G.sched_tail = NULL;
+                hvd_negotiator_schedule_free(&old->s);
+                free(old);
+        }
         held_schedule_t *h = G.sched_head;
         Hvd__Schedule *s = NULL;
         char err[ERRLEN];

@@ -64,6 +64,7 @@
  * (a failure report saying why) is still in libzmq's I/O thread, on its
  * way to the worker socket. */
 #define EXIT_GRACE_USEC (100 * USEC_PER_MSEC)
+#define BOARD_KEEP 64 /* schedules kept for the other ranks should local rank 0 leave */
 #define RECV_BATCH 512
 /* A connection that has not finished its ZMTP (and ZAP, CURVE) handshake
  * within this is closed; libzmq's default is 30 s. */
@@ -259,6 +260,14 @@ struct job {
          * schedules every op of includes local rank 0 (their repeats may go) */
         bool board_sched;
         bool key_board[HVD_WIRE_SCHEDULE_KEYS + 1];
+        /* the last BOARD_KEEP of them, packed for the other local ranks: if
+         * local rank 0 leaves, what it may not have posted goes to them */
+        struct board_sent {
+                uint64_t seq;
+                size_t len;
+                uint8_t bytes[HVD_WIRE_BOARD_SCHEDULE_BYTES];
+        } *board_sent;
+        uint64_t n_board_sent;
         /* control plane relays */
         uint32_t *relay_via;   /* [cross_size] or NULL: the host relaying each host (0 = none, the root) */
         peer_t *relay;         /* a host of a relay group: the relay daemon it reports to */
@@ -406,6 +415,27 @@ static worker_t *board_scribe(job_t *j, const Hvd__Envelope *env) {
         return scribe;
 }
 
+/* Local rank 0 said goodbye: the schedules it took for the board after the
+ * last one it said it ran go to the other local ranks (those it posted
+ * already, they drop). From now on they get every schedule (board_scribe). */
+static void board_resend(hvd_daemon_t *d, job_t *j, const worker_t *scribe) {
+        uint64_t n = j->n_board_sent < BOARD_KEEP ? j->n_board_sent : BOARD_KEEP;
+        for (uint64_t i = j->n_board_sent - n; j->board_sent && i < j->n_board_sent; i++) {
+                const struct board_sent *k = &j->board_sent[i % BOARD_KEEP];
+                if (k->seq <= scribe->done_seq)
+                        continue;
+                for (uint32_t r = 0; r < j->size; r++) {
+                        worker_t *w = j->ranks[r];
+                        if (!w || w == scribe || w->exited || w->goodbye)
+                                continue;
+                        if (zmq_send(d->worker_sock, w->id, w->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+                            zmq_send(d->worker_sock, k->bytes, k->len, ZMQ_DONTWAIT) < 0)
+                                hvd_log_warning("job %s: cannot send to rank %u (pid %d): %s", j->id, w->rank,
+                                                (int) w->pid, hvd_strerror(-zmq_errno()));
+                }
+        }
+}
+
 /* Packs env once and sends the same bytes to each local worker (a schedule
  * goes to every rank here: packing it per rank cost as much as the rest),
  * or a small schedule to local rank 0 alone, for the board (board_scribe). */
@@ -415,13 +445,19 @@ static void send_to_local_workers(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env,
         if (scribe) {
                 env->schedule->board = true;
                 size_t len = protobuf_c_message_get_packed_size(&env->base);
-                if (len <= HVD_WIRE_BOARD_SCHEDULE_BYTES) {
+                env->schedule->board = false;
+                if (len <= HVD_WIRE_BOARD_SCHEDULE_BYTES &&
+                    (j->board_sent || (j->board_sent = calloc(BOARD_KEEP, sizeof *j->board_sent)))) {
+                        struct board_sent *k = &j->board_sent[j->n_board_sent++ % BOARD_KEEP];
+                        k->seq = env->schedule->seq;
+                        k->len = protobuf_c_message_get_packed_size(&env->base);
+                        protobuf_c_message_pack(&env->base, k->bytes);
                         d->metrics.board_schedules++;
+                        env->schedule->board = true;
                         send_to_worker(d, scribe, env);
                         env->schedule->board = false;
                         return;
                 }
-                env->schedule->board = false;
         }
         size_t len = protobuf_c_message_get_packed_size(&env->base);
         zmq_msg_t packed;
@@ -615,6 +651,7 @@ static void relay_free(relay_t *rl) {
 }
 
 static void job_free(hvd_daemon_t *d, job_t *j) {
+        free(j->board_sent);
         if (!j)
                 return;
         for (uint32_t r = 0; r < j->size; r++)
@@ -1908,6 +1945,8 @@ static void handle_goodbye(hvd_daemon_t *d, worker_t *w) {
         env.goodbye = &ack;
         send_to_worker(d, w, &env);
         hvd_log_info("job %s: rank %u said goodbye", j->id, w->rank);
+        if (j->board_sched && w->local_rank == 0 && j->state == JOB_RUNNING)
+                board_resend(d, j, w);
         if (j->neg)
                 root_departed(d, j, w->rank);
         else if (j->state == JOB_RUNNING) {

@@ -218,6 +218,33 @@ START_TEST(test_fastpath_node_mode_inline) {
 }
 END_TEST
 
+START_TEST(test_fastpath_node_mode_late_copy) {
+        /* local rank 0 took schedule 1 for the board and left without
+         * posting it; 2 came to every rank; the daemon then sends 1 again:
+         * rank 1 gets 2 before 1, and appends both, in seq order */
+        ck_assert_int_eq(hvd_fastpath_schedule_arrived(fp[1], 2), 0);
+        step(1, 0);
+        ck_assert_int_eq(logs[1].n, 0); /* 1 is missing */
+        ck_assert_int_eq(hvd_fastpath_schedule_arrived(fp[1], 1), 0);
+        ck_assert_int_eq(hvd_fastpath_schedule_arrived(fp[1], 1), 0); /* a duplicate: one record */
+        step(1, 1);
+        ck_assert_int_eq(logs[1].n, 2);
+        ck_assert_uint_eq(logs[1].seq[0], 1);
+        ck_assert_uint_eq(logs[1].seq[1], 2);
+        ck_assert_uint_eq(hvd_fastpath_ran_seq(fp[1]), 2);
+        /* a copy of one that ran: nothing more */
+        ck_assert_int_eq(hvd_fastpath_schedule_arrived(fp[1], 1), 0);
+        step(1, 2);
+        ck_assert_int_eq(logs[1].n, 2);
+        ck_assert(!hvd_fastpath_busy(fp[1]));
+        /* rank 2 got only 2: it waits at 1's marker, which came to rank 1 */
+        ck_assert_int_eq(hvd_fastpath_schedule_arrived(fp[2], 2), 0);
+        step(2, 3);
+        ck_assert_int_eq(logs[2].n, 0);
+        ck_assert(hvd_fastpath_awaits_schedule(fp[2]));
+}
+END_TEST
+
 START_TEST(test_fastpath_fast_only_stops_at_markers) {
         hvd_fastpath_schedule_arrived(fp[0], 1);
         ck_assert_int_eq(hvd_fastpath_step(fp[0], 0, true, &ops, &logs[0]), 0);
@@ -404,6 +431,7 @@ static Suite *fastpath_suite(void) {
         tcase_add_test(tc, test_fastpath_demote_due);
         tcase_add_test(tc, test_fastpath_limits);
         tcase_add_test(tc, test_fastpath_node_mode_inline);
+        tcase_add_test(tc, test_fastpath_node_mode_late_copy);
         suite_add_tcase(s, tc);
         return s;
 }
