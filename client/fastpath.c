@@ -301,8 +301,10 @@ static void got_ran(hvd_fastpath_t *fp, uint64_t seq) {
         size_t k = 0;
         while (k < fp->n_got && fp->got[k] <= seq)
                 k++;
-        memmove(fp->got, fp->got + k, (fp->n_got - k) * sizeof *fp->got);
-        fp->n_got -= k;
+        if (k) {
+                memmove(fp->got, fp->got + k, (fp->n_got - k) * sizeof *fp->got);
+                fp->n_got -= k;
+        }
         fp->ran_seq = seq;
 }
 

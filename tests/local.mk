@@ -30,6 +30,7 @@ include %D%/gpu.mk
 # whose build differs with and without the NCCL module.
 CPU_VARIANT_TESTS = $(foreach t,$(TESTS),$(if $(findstring /check_,$(t))$(findstring gpu,$(t)),$(t))) \
 	%D%/test-collectives-np2.sh %D%/test-collectives-np3.sh %D%/test-multinode.sh %D%/test-relay.sh \
+	%D%/test-aggregation.sh \
 	fuzz/regress-dispatch %D%/test-bad-wire.sh
 print-cpu-tests:
 	@echo $(CPU_VARIANT_TESTS)
