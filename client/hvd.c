@@ -949,28 +949,20 @@ static int execute_schedule_ops(const Hvd__Schedule *s) {
         return 0;
 }
 
-/* A schedule to keep (keep_key): a copy of its bytes; a repeat
- * (repeat_key): the kept one again, with the repeat's seq, in *env. */
-static int schedule_by_key(const void *data, size_t len, Hvd__Envelope **env, char *err, size_t err_len) {
-        const Hvd__Schedule *s = (*env)->schedule;
-        if (s->keep_key) {
-                uint8_t *copy = malloc(len ? len : 1);
-                if (!copy) {
-                        hvd_wire_free(env);
-                        snprintf(err, err_len, "out of memory");
-                        return -ENOMEM;
-                }
-                memcpy(copy, data, len);
-                free(G.sched_kept[s->keep_key]);
-                G.sched_kept[s->keep_key] = copy;
-                G.sched_kept_len[s->keep_key] = len;
-                return 0;
-        }
-        if (!s->repeat_key)
-                return 0;
-        uint32_t k = s->repeat_key;
-        uint64_t seq = s->seq;
-        hvd_wire_free(env);
+/* Keeps a copy of a schedule's packed envelope under key. */
+static int sched_keep(uint32_t key, const void *data, size_t len) {
+        uint8_t *copy = malloc(len ? len : 1);
+        if (!copy)
+                return -ENOMEM;
+        memcpy(copy, data, len);
+        free(G.sched_kept[key]);
+        G.sched_kept[key] = copy;
+        G.sched_kept_len[key] = len;
+        return 0;
+}
+
+/* The schedule kept under key k, as a new envelope in *env, with seq. */
+static int sched_repeat(uint32_t k, uint64_t seq, Hvd__Envelope **env, char *err, size_t err_len) {
         if (!G.sched_kept[k]) {
                 snprintf(err, err_len, "schedule %" PRIu64 " repeats key %u, which this rank does not hold", seq, k);
                 return HVD_EPROTO;
@@ -981,6 +973,26 @@ static int schedule_by_key(const void *data, size_t len, Hvd__Envelope **env, ch
         (*env)->schedule->seq = seq;
         (*env)->schedule->keep_key = 0;
         return 0;
+}
+
+/* A schedule to keep (keep_key): a copy of its bytes; a repeat
+ * (repeat_key): the kept one again, with the repeat's seq, in *env. */
+static int schedule_by_key(const void *data, size_t len, Hvd__Envelope **env, char *err, size_t err_len) {
+        const Hvd__Schedule *s = (*env)->schedule;
+        if (s->keep_key) {
+                if (sched_keep(s->keep_key, data, len) < 0) {
+                        hvd_wire_free(env);
+                        snprintf(err, err_len, "out of memory");
+                        return -ENOMEM;
+                }
+                return 0;
+        }
+        if (!s->repeat_key)
+                return 0;
+        uint32_t k = s->repeat_key;
+        uint64_t seq = s->seq;
+        hvd_wire_free(env);
+        return sched_repeat(k, seq, env, err, err_len);
 }
 
 static int recv_envelope(int flags, Hvd__Envelope **ret) {
@@ -1424,38 +1436,26 @@ static int node_schedule_keys(Hvd__Schedule **sp, char *err, size_t len) {
                 env.body_case = HVD__ENVELOPE__BODY_SCHEDULE;
                 env.schedule = s;
                 size_t n = hvd__envelope__get_packed_size(&env);
-                uint8_t *copy = malloc(n ? n : 1);
-                if (!copy) {
+                uint8_t *packed = malloc(n ? n : 1);
+                int r = packed ? sched_keep(s->keep_key, packed, hvd__envelope__pack(&env, packed)) : -ENOMEM;
+                free(packed);
+                if (r < 0)
                         snprintf(err, len, "out of memory");
-                        return -ENOMEM;
-                }
-                hvd__envelope__pack(&env, copy);
-                free(G.sched_kept[s->keep_key]);
-                G.sched_kept[s->keep_key] = copy;
-                G.sched_kept_len[s->keep_key] = n;
-                return 0;
+                return r;
         }
         if (!s->repeat_key)
                 return 0;
-        uint32_t k = s->repeat_key;
-        uint64_t seq = s->seq;
-        if (!G.sched_kept[k]) {
-                snprintf(err, len, "invalid message from the coordinator: schedule %" PRIu64
-                         " repeats key %u, which this rank does not hold", seq, k);
-                return HVD_EPROTO;
-        }
         Hvd__Envelope *env = NULL;
         char why[400];
-        if (hvd_wire_decode(G.sched_kept[k], G.sched_kept_len[k], 0, &env, why, sizeof why) < 0) {
-                snprintf(err, len, "schedule kept under key %u: %s", k, why);
+        int r = sched_repeat(s->repeat_key, s->seq, &env, why, sizeof why);
+        if (r < 0) {
+                snprintf(err, len, "invalid message from the coordinator: %s", why);
                 return HVD_EPROTO;
         }
         hvd_negotiator_schedule_free(sp);
         *sp = TAKE_PTR(env->schedule);
         env->body_case = HVD__ENVELOPE__BODY__NOT_SET;
         hvd_wire_free(&env);
-        (*sp)->seq = seq;
-        (*sp)->keep_key = 0;
         return 0;
 }
 

@@ -324,6 +324,23 @@ static void maybe_queue(hvd_negotiator_t *n, tensor_t *t) {
         }
 }
 
+/* rank is ready for t (not yet, the caller made sure); ns: its node's
+ * state for t, or NULL without nodes */
+static void mark_one(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, node_state_t *ns, uint64_t when) {
+        if (t->n_ready == 0 || when < t->first_ready_usec)
+                t->first_ready_usec = when;
+        if (t->n_ready == 0) {
+                t->some_ready = rank;
+                t->some_in_set = PR(t, rank)->process_set != 0;
+        }
+        t->ready[rank] = 1;
+        t->n_ready++;
+        if (ns)
+                ns->marks++;
+        if (n->timeline && (t->ready_usec || (t->ready_usec = calloc(n->size, sizeof *t->ready_usec))))
+                t->ready_usec[rank] = when;
+}
+
 /* queue: look whether t is complete now (the caller does once after
  * marking several ranks otherwise) */
 static int mark_ready(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, uint64_t when, bool queue, char *err,
@@ -333,18 +350,7 @@ static int mark_ready(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, uint64_t 
                          t->name, rank);
                 return HVD_EDUPLICATE;
         }
-        if (t->n_ready == 0 || when < t->first_ready_usec)
-                t->first_ready_usec = when;
-        if (t->n_ready == 0) {
-                t->some_ready = rank;
-                t->some_in_set = PR(t, rank)->process_set != 0;
-        }
-        t->ready[rank] = 1;
-        t->n_ready++;
-        if (n->nst)
-                NODE(n, t, n->node_of[rank])->marks++;
-        if (n->timeline && (t->ready_usec || (t->ready_usec = calloc(n->size, sizeof *t->ready_usec))))
-                t->ready_usec[rank] = when;
+        mark_one(n, rank, t, n->nst ? NODE(n, t, n->node_of[rank]) : NULL, when);
         if (queue)
                 maybe_queue(n, t);
         return 0;
@@ -467,19 +473,7 @@ static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_r
                 t->checked = false;
                 if (!was_valid && ns)
                         ns->valid++;
-                /* mark_ready(), its checks made above */
-                if (t->n_ready == 0 || now < t->first_ready_usec)
-                        t->first_ready_usec = now;
-                if (t->n_ready == 0) {
-                        t->some_ready = rank;
-                        t->some_in_set = PR(t, rank)->process_set != 0;
-                }
-                t->ready[rank] = 1;
-                t->n_ready++;
-                if (ns)
-                        ns->marks++;
-                if (n->timeline && (t->ready_usec || (t->ready_usec = calloc(n->size, sizeof *t->ready_usec))))
-                        t->ready_usec[rank] = now;
+                mark_one(n, rank, t, ns, now); /* its checks made above */
         }
         maybe_queue(n, t);
         return ret;

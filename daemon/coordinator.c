@@ -1651,25 +1651,33 @@ oom:
         job_abort(d, j, -1, -ENOMEM, "out of memory");
 }
 
+/* Appends id and its wait to a pair of growing arrays (n of cap used).
+ * Returns 0 or -ENOMEM (nothing appended). */
+static int ids_push(uint32_t **ids, uint64_t **waited, size_t *n, size_t *cap, uint32_t id, uint64_t w) {
+        if (*n == *cap) {
+                size_t c = *cap ? *cap * 2 : 256;
+                uint32_t *ni = realloc(*ids, c * sizeof *ni);
+                if (ni)
+                        *ids = ni;
+                uint64_t *nw = realloc(*waited, c * sizeof *nw);
+                if (nw)
+                        *waited = nw;
+                if (!ni || !nw)
+                        return -ENOMEM;
+                *cap = c;
+        }
+        (*ids)[*n] = id;
+        (*waited)[(*n)++] = w;
+        return 0;
+}
+
 /* One node-level id for the root, with how long it waited here. Returns
  * false when the job was aborted. */
 static bool nc_push(hvd_daemon_t *d, job_t *j, uint32_t id, uint64_t waited) {
-        if (j->n_nc == j->cap_nc) {
-                size_t cap = j->cap_nc ? j->cap_nc * 2 : 256;
-                uint32_t *ni = realloc(j->nc_ids, cap * sizeof *ni);
-                if (ni)
-                        j->nc_ids = ni;
-                uint64_t *nw = realloc(j->nc_waited, cap * sizeof *nw);
-                if (nw)
-                        j->nc_waited = nw;
-                if (!ni || !nw) {
-                        job_abort(d, j, -1, -ENOMEM, "out of memory");
-                        return false;
-                }
-                j->cap_nc = cap;
+        if (ids_push(&j->nc_ids, &j->nc_waited, &j->n_nc, &j->cap_nc, id, waited) < 0) {
+                job_abort(d, j, -1, -ENOMEM, "out of memory");
+                return false;
         }
-        j->nc_ids[j->n_nc] = id;
-        j->nc_waited[j->n_nc++] = waited;
         return true;
 }
 
@@ -3475,23 +3483,12 @@ static void relay_take(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeReady *nr
                 rl->bits[id] |= UINT64_C(1) << i;
                 if (rl->bits[id] != rl->full)
                         continue;
-                if (rl->n_grp == rl->cap_grp) {
-                        size_t cap = rl->cap_grp ? rl->cap_grp * 2 : 256;
-                        uint32_t *gi = realloc(rl->grp_ids, cap * sizeof *gi);
-                        if (gi)
-                                rl->grp_ids = gi;
-                        uint64_t *gw = realloc(rl->grp_waited, cap * sizeof *gw);
-                        if (gw)
-                                rl->grp_waited = gw;
-                        if (!gi || !gw) {
-                                protobuf_c_message_free_unpacked(&nr->base, NULL);
-                                r = -ENOMEM;
-                                goto fail;
-                        }
-                        rl->cap_grp = cap;
+                if (ids_push(&rl->grp_ids, &rl->grp_waited, &rl->n_grp, &rl->cap_grp, id,
+                             now > rl->first_usec[id] ? now - rl->first_usec[id] : 0) < 0) {
+                        protobuf_c_message_free_unpacked(&nr->base, NULL);
+                        r = -ENOMEM;
+                        goto fail;
                 }
-                rl->grp_ids[rl->n_grp] = id;
-                rl->grp_waited[rl->n_grp++] = now > rl->first_usec[id] ? now - rl->first_usec[id] : 0;
                 rl->bits[id] = 0;
         }
         nr->n_node_cached = keep;
