@@ -1771,7 +1771,14 @@ static bool node_level_ready(hvd_daemon_t *d, job_t *j, worker_t *w, const Hvd__
                 root_submit_node(d, j, j->cross_rank, &nr, true);
                 return j->state == JOB_RUNNING;
         }
-        j->rstat[w->rank].last_seen_usec = hvd_now_usec();
+        /* a readiness from each local rank, for status (as the root counts
+         * them; w's own is counted with its message, in handle_ready) */
+        uint64_t now = hvd_now_usec();
+        for (uint32_t r = 0; r < j->size; r++)
+                if (j->ranks[r] && r != w->rank) {
+                        j->rstat[r].last_seen_usec = now;
+                        j->rstat[r].readies++;
+                }
         if (!j->agg_off) {
                 for (size_t i = 0; i < q->n_node_cached; i++)
                         if (!nc_push(d, j, q->node_cached[i], waited ? q->node_cached_waited_usec[i] : 0))

@@ -40,6 +40,8 @@ done
 [ -e "$tmp/hold.ready" ] || fail "the job did not reach its hold point" "$(cat "$tmp/job.out")"
 "$hvdctl" -r "$(cat "$tmp/rt.0")" metrics >"$tmp/root.prom" || fail "metrics of the root daemon: exit $?"
 "$hvdctl" -r "$(cat "$tmp/rt.3")" metrics >"$tmp/b.prom" || fail "metrics of host b's daemon: exit $?"
+job=$("$hvdctl" -r "$(cat "$tmp/rt.3")" jobs | awk '{print $1; exit}')
+"$hvdctl" -r "$(cat "$tmp/rt.3")" job "$job" >"$tmp/b.job" || fail "hvdctl job on host b: exit $?"
 touch "$tmp/hold.go"
 wait $lp || fail "the steady job failed" "$(cat "$tmp/job.out")"
 lp=
@@ -82,6 +84,15 @@ ok = ok and min(board_root, board_b) >= 15 * (steps - 1) / 2
 ok = ok and min(bsched_root, bsched_b) >= (steps - 1) / 2
 sys.exit(0 if ok else 1)
 EOF
+# host b's status counts a readiness from each of its ranks, though on the
+# board only one of them speaks for the host each time (counting only the
+# one that spoke gives each about half the steps)
+for r in 3 4; do
+        readies=$(awk -v r=$r '$1 == r && $2 == "local" {print $(NF - 2)}' "$tmp/b.job") # READIES, DONE-SEQ, BUSY
+        [ "${readies:-0}" -ge $((steps * 3 / 4)) ] ||
+                fail "host b's status shows ${readies:-no} readiness messages from rank $r, expected at least $((steps * 3 / 4))" \
+                        "$(cat "$tmp/b.job")"
+done
 echo "ok: $steps steps exact on 3 nodes; the other nodes' steady state reached the root node by node"
 
 # a stall across nodes: rank 4 (host b, beside rank 3) stays away from a
