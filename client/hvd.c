@@ -1789,7 +1789,8 @@ static void *bg_main(void *arg) {
                          * another rank gave up on (looked at every 20 ms while
                          * bits wait, and the log then, so that it never fills) */
                         bool busy = hvd_fastpath_busy(G.fp), awaits = hvd_fastpath_awaits_schedule(G.fp);
-                        pthread_mutex_unlock(&G.runner);
+                        if (runner) /* always: no user thread takes turns in node mode */
+                                pthread_mutex_unlock(&G.runner);
                         uint64_t wake = hvd_fastpath_next_due(G.fp);
                         if (hvd_fastpath_pending(G.fp) || !G.fp_scribe)
                                 wake = HVD_MIN(wake, now + 20 * USEC_PER_MSEC);
@@ -1810,9 +1811,10 @@ static void *bg_main(void *arg) {
                                 timeout = 0;
                         } else if (awaits && (timeout < 0 || timeout > 1))
                                 timeout = 1;
-                } else if (G.fp_node)
-                        pthread_mutex_unlock(&G.runner);
-                else if (G.fp && (!runner || atomic_load(&G.fp_waiters))) {
+                } else if (G.fp_node) {
+                        if (runner)
+                                pthread_mutex_unlock(&G.runner);
+                } else if (G.fp && (!runner || atomic_load(&G.fp_waiters))) {
                         /* a user thread has the turn: come back soon */
                         if (runner)
                                 pthread_mutex_unlock(&G.runner);
