@@ -21,7 +21,7 @@
  *   alone, which appends it inline (its packed bytes in the record); the
  *   others take it from there. So a rank may have received schedules with
  *   gaps: it appends the slow record of a schedule only when it has that
- *   schedule and every earlier one is in the log (`pend`, in seq order).
+ *   schedule and every earlier one is in the log (`got`, in seq order).
  * - The log is a ring: a record is overwritten only after every rank's
  *   cursor has passed it; when it is full nothing is appended (bits wait,
  *   and are demoted in time if need be). */
@@ -91,18 +91,16 @@ struct hvd_fastpath {
         uint64_t next_timeout_usec;                 /* earliest moment a bit may time out */
         uint32_t seen_gen;
         bool was_joining;
-        /* schedules received here and not yet run, in seq order (a marker
-         * runs only once its schedule is among them) */
-        uint64_t *got;
-        size_t n_got, cap_got;
-        /* schedules received here whose slow record is not in the log yet,
-         * in seq order; inline ones with their bytes */
-        struct pend {
+        /* schedules received here and not yet run, in seq order, those to
+         * post inline with their bytes: a marker runs only once its schedule
+         * is among them; those past the log's last slow record are this
+         * rank's to append when their turn comes */
+        struct got {
                 uint64_t seq;
                 uint32_t len; /* 0: a marker */
                 uint8_t bytes[HVD_FASTPATH_INLINE_BYTES];
-        } *pend;
-        size_t n_pend, cap_pend;
+        } *got;
+        size_t n_got, cap_got;
         uint64_t ran_seq;  /* schedules run here (their markers passed) */
         uint64_t cursor;   /* records run here */
         _Atomic bool stuck; /* the last step stopped at a schedule's marker */
@@ -154,7 +152,6 @@ int hvd_fastpath_new(void *board, int local_rank, int local_size, const _Atomic 
 void hvd_fastpath_destroy(hvd_fastpath_t **fpp) {
         if (!fpp || !*fpp)
                 return;
-        free((*fpp)->pend);
         free((*fpp)->got);
         free(*fpp);
         *fpp = NULL;
@@ -243,55 +240,45 @@ void hvd_fastpath_set_joining(hvd_fastpath_t *fp, bool joining) {
         atomic_store(&row_of(fp, fp->me)->joining, joining ? 1u : 0u);
 }
 
-static int pend_push(hvd_fastpath_t *fp, uint64_t seq, const void *bytes, size_t len) {
-        /* in seq order: a schedule local rank 0 took for the board and left
-         * without posting comes again, after later ones (node mode) */
-        size_t at = fp->n_pend;
-        while (at > 0 && fp->pend[at - 1].seq > seq)
-                at--;
-        if ((at > 0 && fp->pend[at - 1].seq == seq) || seq <= fp->ran_seq)
-                return 0; /* arrived already (inline, then held), or ran */
-        if (fp->n_pend == fp->cap_pend) {
-                size_t cap = fp->cap_pend ? fp->cap_pend * 2 : 16;
-                struct pend *p = realloc(fp->pend, cap * sizeof *p);
-                if (!p)
-                        return -ENOMEM;
-                fp->pend = p;
-                fp->cap_pend = cap;
-        }
-        memmove(fp->pend + at + 1, fp->pend + at, (fp->n_pend - at) * sizeof *fp->pend);
-        fp->n_pend++;
-        struct pend *p = &fp->pend[at];
-        p->seq = seq;
-        p->len = (uint32_t) len;
-        if (len)
-                memcpy(p->bytes, bytes, len);
-        return 0;
-}
-
-static int got_add(hvd_fastpath_t *fp, uint64_t seq) {
+/* Schedule seq received here (with its bytes when it is to be posted
+ * inline), in seq order: a schedule local rank 0 took for the board and
+ * left without posting comes again, after later ones (node mode). A copy
+ * of one received or run already adds nothing. */
+static int got_add(hvd_fastpath_t *fp, uint64_t seq, const void *bytes, size_t len) {
         size_t at = fp->n_got;
-        while (at > 0 && fp->got[at - 1] > seq)
+        while (at > 0 && fp->got[at - 1].seq > seq)
                 at--;
-        if ((at > 0 && fp->got[at - 1] == seq) || seq <= fp->ran_seq)
+        if (seq <= fp->ran_seq)
                 return 0;
+        if (at > 0 && fp->got[at - 1].seq == seq) {
+                struct got *g = &fp->got[at - 1];
+                if (len && !g->len) {
+                        memcpy(g->bytes, bytes, len);
+                        g->len = (uint32_t) len;
+                }
+                return 0;
+        }
         if (fp->n_got == fp->cap_got) {
                 size_t cap = fp->cap_got ? fp->cap_got * 2 : 16;
-                uint64_t *g = realloc(fp->got, cap * sizeof *g);
+                struct got *g = realloc(fp->got, cap * sizeof *g);
                 if (!g)
                         return -ENOMEM;
                 fp->got = g;
                 fp->cap_got = cap;
         }
         memmove(fp->got + at + 1, fp->got + at, (fp->n_got - at) * sizeof *fp->got);
-        fp->got[at] = seq;
         fp->n_got++;
+        struct got *g = &fp->got[at];
+        g->seq = seq;
+        g->len = (uint32_t) len;
+        if (len)
+                memcpy(g->bytes, bytes, len);
         return 0;
 }
 
 static bool got_has(const hvd_fastpath_t *fp, uint64_t seq) {
-        for (size_t i = 0; i < fp->n_got && fp->got[i] <= seq; i++)
-                if (fp->got[i] == seq)
+        for (size_t i = 0; i < fp->n_got && fp->got[i].seq <= seq; i++)
+                if (fp->got[i].seq == seq)
                         return true;
         return false;
 }
@@ -299,7 +286,7 @@ static bool got_has(const hvd_fastpath_t *fp, uint64_t seq) {
 /* schedule seq ran here: it, and any copy of an earlier one, is done */
 static void got_ran(hvd_fastpath_t *fp, uint64_t seq) {
         size_t k = 0;
-        while (k < fp->n_got && fp->got[k] <= seq)
+        while (k < fp->n_got && fp->got[k].seq <= seq)
                 k++;
         if (k) {
                 memmove(fp->got, fp->got + k, (fp->n_got - k) * sizeof *fp->got);
@@ -309,17 +296,13 @@ static void got_ran(hvd_fastpath_t *fp, uint64_t seq) {
 }
 
 int hvd_fastpath_schedule_arrived(hvd_fastpath_t *fp, uint64_t seq) {
-        if (!fp)
-                return 0;
-        int r = got_add(fp, seq);
-        return r < 0 ? r : pend_push(fp, seq, NULL, 0);
+        return fp ? got_add(fp, seq, NULL, 0) : 0;
 }
 
 int hvd_fastpath_schedule_inline(hvd_fastpath_t *fp, uint64_t seq, const void *bytes, size_t len) {
         if (!fp || !len || len > HVD_FASTPATH_INLINE_BYTES)
                 return -EINVAL;
-        int r = got_add(fp, seq);
-        return r < 0 ? r : pend_push(fp, seq, bytes, len);
+        return got_add(fp, seq, bytes, len);
 }
 
 /* Room in the ring (lock held). */
@@ -376,10 +359,10 @@ out:
          * one the log lacks is one of them (another rank appended the
          * earlier ones, or appends the one missing here) */
         size_t k = 0;
-        while (k < fp->n_pend && fp->pend[k].seq <= b->last_slow)
+        while (k < fp->n_got && fp->got[k].seq <= b->last_slow)
                 k++;
-        while (k < fp->n_pend && fp->pend[k].seq == b->last_slow + 1 && log_room(fp, head)) {
-                const struct pend *p = &fp->pend[k++];
+        while (k < fp->n_got && fp->got[k].seq == b->last_slow + 1 && log_room(fp, head)) {
+                const struct got *p = &fp->got[k++];
                 rec_t *rc = &b->log[head % LOG_CAP];
                 rc->slow = p->len ? REC_INLINE : REC_MARKER;
                 rc->n = p->len;
@@ -387,10 +370,6 @@ out:
                 if (p->len)
                         memcpy(rc->ids, p->bytes, p->len);
                 head++;
-        }
-        if (k) {
-                memmove(fp->pend, fp->pend + k, (fp->n_pend - k) * sizeof *fp->pend);
-                fp->n_pend -= k;
         }
         atomic_store_explicit(&b->head, head, memory_order_release);
         return head - start;
@@ -452,7 +431,7 @@ int hvd_fastpath_step(hvd_fastpath_t *fp, uint64_t now, bool fast_only, const hv
                       void *userdata) {
         board_t *b = fp->b;
         bool joining = fp->n_mine && any_joining(fp);
-        bool want_lock = fp->n_pend > 0 || fp->n_mine > 0;
+        bool want_lock = fp->n_got > 0 || fp->n_mine > 0;
         if (want_lock && board_lock(fp) == 0) {
                 uint64_t appended = publish(fp);
                 size_t nd = fast_only ? 0 : demote(fp, now, joining);

@@ -66,9 +66,11 @@ void hvd_fastpath_forgo(hvd_fastpath_t *fp, uint32_t id);
  * tensor takes the fast path. */
 void hvd_fastpath_set_joining(hvd_fastpath_t *fp, bool joining);
 
-/* The coordinator's schedule `seq` has arrived here (they arrive in seq
- * order, in node mode with gaps: the ones local rank 0 posts inline): it
- * will be run when the log reaches its marker. Returns 0 or -ENOMEM. */
+/* The coordinator's schedule `seq` has arrived here: it will be run when
+ * the log reaches its marker. They arrive in seq order, except in node
+ * mode: there the ones local rank 0 posts inline never come here, and
+ * those it took and left without posting come again, late (a copy of one
+ * received or run already is ignored). Returns 0 or -ENOMEM. */
 int hvd_fastpath_schedule_arrived(hvd_fastpath_t *fp, uint64_t seq);
 
 /* Node mode, local rank 0: schedule `seq` came here alone (Schedule.board),
