@@ -320,6 +320,16 @@ static void seen_add(const void *data, size_t len, const Hvd__Schedule *s, uint3
 
 static int board_after(int i, const void *data, size_t len, uint64_t seq, bool inline_);
 
+/* A schedule rk received that rank 0 decoded before: its entries counted
+ * (a repeat by what rk kept under its key) without decoding it again. */
+static void seen_count(rank_t *rk, const seen_t *sn) {
+        rk->done_seq = sn->seq;
+        uint32_t got = sn->repeat_key ? rk->kept[sn->repeat_key] : sn->entries;
+        rk->got += got;
+        if (sn->keep_key)
+                rk->kept[sn->keep_key] = got;
+}
+
 static void seen_free(void) {
         for (size_t k = 0; k < sizeof SEEN / sizeof SEEN[0]; k++)
                 free(SEEN[k].bytes);
@@ -344,11 +354,7 @@ static int drain(int i, const step_model_t *m) {
                 /* rank 0 decodes everything: it learns the cache ids */
                 const seen_t *sn = i ? seen_find(zmq_msg_data(&msg), zmq_msg_size(&msg)) : NULL;
                 if (sn) {
-                        rk->done_seq = sn->seq;
-                        uint32_t got = sn->repeat_key ? rk->kept[sn->repeat_key] : sn->entries;
-                        rk->got += got;
-                        if (sn->keep_key)
-                                rk->kept[sn->keep_key] = got;
+                        seen_count(rk, sn);
                         int r = B.board ? board_after(i, zmq_msg_data(&msg), zmq_msg_size(&msg), sn->seq, sn->board) : 0;
                         zmq_msg_close(&msg);
                         if (r < 0)
@@ -514,11 +520,7 @@ static void board_count(int i, const uint8_t *bytes, size_t len) {
                 B.errors++;
                 return;
         }
-        rk->done_seq = sn->seq;
-        uint32_t got = sn->repeat_key ? rk->kept[sn->repeat_key] : sn->entries;
-        rk->got += got;
-        if (sn->keep_key)
-                rk->kept[sn->keep_key] = got;
+        seen_count(rk, sn);
 }
 
 static int board_take(void *userdata, const hvd_fastpath_record_t *rec) {
