@@ -355,14 +355,28 @@ static void send_error(hvd_daemon_t *d, void *sock, const void *id, size_t id_le
         (void) hvd_wire_send_to(sock, id, id_len, &env, ZMQ_DONTWAIT);
 }
 
+/* A send to w failed with r (quiet once it said goodbye or its job ended). */
+static void send_failed(const worker_t *w, int r) {
+        hvd_log_full(w->goodbye || w->job->state == JOB_ABORTED ? LOG_DEBUG : LOG_WARNING, 0,
+                     "job %s: cannot send to rank %u (pid %d): %s", w->job->id, w->rank, (int) w->pid,
+                     hvd_strerror(r));
+}
+
 static void send_to_worker(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
         if (w->exited)
                 return;
         int r = hvd_wire_send_to(d->worker_sock, w->id, w->id_len, env, ZMQ_DONTWAIT);
         if (r < 0)
-                hvd_log_full(w->goodbye || w->job->state == JOB_ABORTED ? LOG_DEBUG : LOG_WARNING, 0,
-                             "job %s: cannot send to rank %u (pid %d): %s", w->job->id, w->rank, (int) w->pid,
-                             hvd_strerror(r));
+                send_failed(w, r);
+}
+
+/* An envelope packed already, to w. */
+static void send_packed_to_worker(hvd_daemon_t *d, const worker_t *w, const void *bytes, size_t len) {
+        if (w->exited)
+                return;
+        if (zmq_send(d->worker_sock, w->id, w->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+            zmq_send(d->worker_sock, bytes, len, ZMQ_DONTWAIT) < 0)
+                send_failed(w, -zmq_errno());
 }
 
 /* Sends one packed message to the peer `id` of a ROUTER socket, sharing the
@@ -426,12 +440,8 @@ static void board_resend(hvd_daemon_t *d, job_t *j, const worker_t *scribe) {
                         continue;
                 for (uint32_t r = 0; r < j->size; r++) {
                         worker_t *w = j->ranks[r];
-                        if (!w || w == scribe || w->exited || w->goodbye)
-                                continue;
-                        if (zmq_send(d->worker_sock, w->id, w->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-                            zmq_send(d->worker_sock, k->bytes, k->len, ZMQ_DONTWAIT) < 0)
-                                hvd_log_warning("job %s: cannot send to rank %u (pid %d): %s", j->id, w->rank,
-                                                (int) w->pid, hvd_strerror(-zmq_errno()));
+                        if (w && w != scribe && !w->goodbye)
+                                send_packed_to_worker(d, w, k->bytes, k->len);
                 }
         }
 }
@@ -443,19 +453,21 @@ static void send_to_local_workers(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env,
         env->version = HVD_PROTOCOL_VERSION;
         worker_t *scribe = board_scribe(j, env);
         if (scribe) {
+                /* to rank 0 flagged for the board; kept unflagged for the
+                 * others (board_resend) */
+                uint8_t flagged[HVD_WIRE_BOARD_SCHEDULE_BYTES];
                 env->schedule->board = true;
                 size_t len = protobuf_c_message_get_packed_size(&env->base);
+                if (len <= sizeof flagged)
+                        protobuf_c_message_pack(&env->base, flagged);
                 env->schedule->board = false;
-                if (len <= HVD_WIRE_BOARD_SCHEDULE_BYTES &&
+                if (len <= sizeof flagged &&
                     (j->board_sent || (j->board_sent = calloc(BOARD_KEEP, sizeof *j->board_sent)))) {
                         struct board_sent *k = &j->board_sent[j->n_board_sent++ % BOARD_KEEP];
                         k->seq = env->schedule->seq;
-                        k->len = protobuf_c_message_get_packed_size(&env->base);
-                        protobuf_c_message_pack(&env->base, k->bytes);
+                        k->len = protobuf_c_message_pack(&env->base, k->bytes);
                         d->metrics.board_schedules++;
-                        env->schedule->board = true;
-                        send_to_worker(d, scribe, env);
-                        env->schedule->board = false;
+                        send_packed_to_worker(d, scribe, flagged, len);
                         return;
                 }
         }
@@ -472,9 +484,7 @@ static void send_to_local_workers(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env,
                         continue;
                 int e = send_shared(d->worker_sock, w->id, w->id_len, &packed);
                 if (e < 0)
-                        hvd_log_full(w->goodbye || j->state == JOB_ABORTED ? LOG_DEBUG : LOG_WARNING, 0,
-                                     "job %s: cannot send to rank %u (pid %d): %s", j->id, w->rank, (int) w->pid,
-                                     hvd_strerror(e));
+                        send_failed(w, e);
         }
         zmq_msg_close(&packed);
 }
