@@ -342,6 +342,27 @@ static Hvd__RankInfo rank_info(uint32_t rank, uint32_t cross_rank) {
         return ri;
 }
 
+/* One rank's readiness for grad.w [4, 3] by name, as a host forwards it
+ * (filled in place: it points into itself). */
+typedef struct rank_grad {
+        int64_t shape[2];
+        Hvd__Request r, *rs[1];
+        Hvd__Ready ready;
+        Hvd__RankReady rr, *rrp[1];
+} rank_grad_t;
+
+static void rank_grad(rank_grad_t *g, uint32_t rank) {
+        g->shape[0] = 4, g->shape[1] = 3;
+        g->r = request("grad.w", HVD__KIND__KIND_ALLREDUCE, g->shape, 2);
+        g->rs[0] = &g->r;
+        hvd__ready__init(&g->ready);
+        g->ready.requests = g->rs, g->ready.n_requests = 1;
+        hvd__rank_ready__init(&g->rr);
+        g->rr.rank = rank;
+        g->rr.ready = &g->ready;
+        g->rrp[0] = &g->rr;
+}
+
 /* host's NodeReady for job j through its relay (relay fields set, nothing else) */
 static Hvd__NodeReady relay_ready(const char *job, uint32_t host) {
         Hvd__NodeReady nr = HVD__NODE_READY__INIT;
@@ -437,14 +458,9 @@ static void dispatch_seeds(void) {
                 env.node_join = &nj;
                 seq_msg(&q, FROM_PEER | 0 << 3, &env);
                 seq_ready(&q, FROM_WORKER | 0 << 3, "grad.w", false);
-                int64_t shape[] = { 4, 3 };
-                Hvd__Request r = request("grad.w", HVD__KIND__KIND_ALLREDUCE, shape, 2);
-                Hvd__Request *rs[] = { &r };
-                Hvd__Ready ready = HVD__READY__INIT;
-                ready.requests = rs, ready.n_requests = 1;
-                Hvd__RankReady rr = HVD__RANK_READY__INIT, *rrp[] = { &rr };
-                rr.rank = 1;
-                rr.ready = &ready;
+                rank_grad_t rg;
+                rank_grad(&rg, 1);
+                Hvd__RankReady **rrp = rg.rrp;
                 Hvd__NodeReady nr = HVD__NODE_READY__INIT;
                 nr.job_id = "job-m";
                 nr.ranks = rrp, nr.n_ranks = 1;
@@ -550,14 +566,9 @@ static void dispatch_seeds(void) {
                 seq_msg(&q, FROM_PEER | 0 << 3, &henv);
                 seq_msg(&q, FROM_ROOT, &env);
                 /* host 2's requests, then this host's own */
-                int64_t shape[] = { 4, 3 };
-                Hvd__Request r = request("grad.w", HVD__KIND__KIND_ALLREDUCE, shape, 2);
-                Hvd__Request *rs[] = { &r };
-                Hvd__Ready ready = HVD__READY__INIT;
-                ready.requests = rs, ready.n_requests = 1;
-                Hvd__RankReady rr = HVD__RANK_READY__INIT, *rrp[] = { &rr };
-                rr.rank = 2;
-                rr.ready = &ready;
+                rank_grad_t rg;
+                rank_grad(&rg, 2);
+                Hvd__RankReady **rrp = rg.rrp;
                 Hvd__NodeReady nr = relay_ready("job-r", 2);
                 nr.ranks = rrp, nr.n_ranks = 1;
                 env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
@@ -577,7 +588,7 @@ static void dispatch_seeds(void) {
                 en.id = 0;
                 en.name = "grad.w";
                 en.count = 12;
-                en.shape = shape, en.n_shape = 2;
+                en.shape = rg.shape, en.n_shape = 2;
                 Hvd__Op op = HVD__OP__INIT, *opp[] = { &op };
                 op.kind = HVD__KIND__KIND_ALLREDUCE;
                 op.dtype = HVD_FLOAT32;
