@@ -1469,14 +1469,14 @@ static int fp_run(void *userdata, const hvd_fastpath_record_t *rec) {
                  * wait for the schedule as if each had sent them */
                 if (rec->appender != G.local_rank)
                         return 0;
+                pthread_mutex_lock(&G.lock);
                 for (uint32_t i = 0; i < rec->n && G.fp_node_n < HVD_FASTPATH_MAX_IDS; i++) {
                         const char *name = id_name(rec->ids[i]);
-                        pthread_mutex_lock(&G.lock);
                         const entry_t *e = name ? hvd_strmap_get(G.inflight, name, strlen(name)) : NULL;
                         G.fp_node_posted[G.fp_node_n] = e ? e->fp_posted_usec : 0;
-                        pthread_mutex_unlock(&G.lock);
                         G.fp_node_ids[G.fp_node_n++] = rec->ids[i];
                 }
+                pthread_mutex_unlock(&G.lock);
                 return 0;
         }
         if (!rec->slow)
