@@ -57,17 +57,17 @@ static int run_once(const char *op, const char *name, float *in, float *out, siz
 
 int main(int argc, char **argv) {
         size_t min_bytes = 8, max_bytes = 64u << 20;
-        int iters = 0, warmup = 3, async = 0;
+        int iters = 0, warmup = 3, async = 0, out_of_place = 0;
         const char *op = "allreduce";
         static const struct option opts[] = {
                 { "min-bytes", required_argument, NULL, 'b' }, { "max-bytes", required_argument, NULL, 'e' },
                 { "iters", required_argument, NULL, 'n' },     { "warmup", required_argument, NULL, 'w' },
                 { "op", required_argument, NULL, 'o' },        { "async", no_argument, NULL, 'a' },
-                { "help", no_argument, NULL, 'h' },
+                { "out-of-place", no_argument, NULL, 'O' },    { "help", no_argument, NULL, 'h' },
                 {},
         };
         int c;
-        while ((c = getopt_long(argc, argv, "b:e:n:w:o:ah", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "b:e:n:w:o:aOh", opts, NULL)) >= 0) {
                 switch (c) {
                 case 'b': min_bytes = strtoull(optarg, NULL, 0); break;
                 case 'e': max_bytes = strtoull(optarg, NULL, 0); break;
@@ -75,11 +75,16 @@ int main(int argc, char **argv) {
                 case 'w': warmup = atoi(optarg); break;
                 case 'o': op = optarg; break;
                 case 'a': async = 1; break;
+                case 'O': out_of_place = 1; break;
                 default:
                         printf("usage: bench_collective [--op allreduce|broadcast|allgather|reducescatter]\n"
                                "       [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N] [--async]\n"
+                               "       [--out-of-place]\n"
                                "allreduce uses the blocking hvd_allreduce unless --async (hvd_allreduce_async +\n"
-                               "hvd_handle_wait); the other collectives are always asynchronous + wait\n");
+                               "hvd_handle_wait); the other collectives are always asynchronous + wait.\n"
+                               "allreduce and broadcast run in place (input == output), as the peers'\n"
+                               "MPI_Allreduce(MPI_IN_PLACE), MPI_Bcast and torch's all_reduce do, unless\n"
+                               "--out-of-place (separate input and output: twice the memory touched)\n");
                         return c == 'h' ? 0 : 2;
                 }
         }
@@ -100,20 +105,25 @@ int main(int argc, char **argv) {
                 int n = iters ? iters : (bytes <= (1u << 20) ? 200 : bytes <= (16u << 20) ? 20 : 5);
                 char name[64];
                 snprintf(name, sizeof name, "bench.%s.%zu", op, bytes);
+                /* in place, as the peers run: one buffer of the size touched */
+                float *src = !out_of_place && (!strcmp(op, "allreduce") || !strcmp(op, "broadcast")) ? out : in;
                 for (int i = 0; i < warmup; i++)
-                        if (run_once(op, name, in, out, count, size, async) < 0)
+                        if (run_once(op, name, src, out, count, size, async) < 0)
                                 return 1;
                 double t0 = now_sec();
                 for (int i = 0; i < n; i++)
-                        if (run_once(op, name, in, out, count, size, async) < 0)
+                        if (run_once(op, name, src, out, count, size, async) < 0)
                                 return 1;
                 double t = (now_sec() - t0) / n;
                 double algbw = (double) bytes / t / 1e9;
                 double factor = !strcmp(op, "allreduce") ? 2.0 * (size - 1) / size
                                 : !strcmp(op, "broadcast") ? 1.0 : (double) (size - 1) / size;
                 if (rank == 0)
-                        printf("bench=%s impl=hvd bytes=%zu np=%d time_us=%.1f algbw_gbs=%.3f busbw_gbs=%.3f\n", op,
-                               bytes, size, t * 1e6, algbw, algbw * factor);
+                        printf("bench=%s impl=hvd bytes=%zu np=%d time_us=%.1f algbw_gbs=%.3f busbw_gbs=%.3f%s\n",
+                               op, bytes, size, t * 1e6, algbw, algbw * factor,
+                               src == in && src != out && strcmp(op, "allgather") && strcmp(op, "reducescatter")
+                                       ? " out_of_place=1"
+                                       : "");
                 fflush(stdout);
         }
         free(in);

@@ -13,13 +13,16 @@
 # Environment: OPS="allreduce broadcast allgather reducescatter", NPS="2 4",
 # ROUNDS=3, MIN=8, MAX=268435456, NODES=1 (or 2, 4: emulated nodes, one
 # daemon each on loopback; the MPI peer then uses TCP, gloo is left out),
-# PNG=collectives.png (empty: no plot).
+# PNG=collectives.png (empty: no plot), OUT_OF_PLACE=1 (also time hvd's
+# allreduce and broadcast with a separate output, column hvd_oop; by default
+# they run in place, as the peers' MPI_IN_PLACE, MPI_Bcast and torch do).
 set -u
 build=${1:-$(pwd)}
 build=$(cd "$build" && pwd)
 src=$(cd "$(dirname "$0")/.." && pwd)
 OPS=${OPS:-"allreduce broadcast allgather reducescatter"}
 NPS=${NPS:-"2 4"} ROUNDS=${ROUNDS:-3} MIN=${MIN:-8} MAX=${MAX:-268435456} NODES=${NODES:-1}
+OUT_OF_PLACE=${OUT_OF_PLACE:-0}
 PNG=${PNG-collectives-nodes$NODES.png}
 PY=${PYTHON:-/usr/bin/python3}
 out=$(mktemp)
@@ -29,16 +32,22 @@ for np in $NPS; do
         for ((round = 0; round < ROUNDS; round++)); do
                 for op in $OPS; do
                         args=(--op "$op" --min-bytes "$MIN" --max-bytes "$MAX")
-                        if [ "$NODES" -gt 1 ]; then
-                                hosts=$(for ((i = 0; i < NODES; i++)); do printf 'n%d:%d,' $i $((np / NODES)); done)
-                                "$src/tests/lib/launch-multi.sh" -H "${hosts%,}" -t 900 -- \
-                                        "$build/benchmarks/bench_collective" "${args[@]}" | sed 's/^\[[^]]*\] //' >>"$out"
-                                mca="--mca btl tcp,self"
-                        else
-                                "$build/tools/hvdrun" -np "$np" --no-prefix "$build/benchmarks/bench_collective" \
-                                        "${args[@]}" >>"$out"
-                                mca=""
-                        fi
+                        variants=("")
+                        [ "$OUT_OF_PLACE" = 1 ] && [ "$op" = allreduce -o "$op" = broadcast ] &&
+                                variants+=(--out-of-place)
+                        for v in "${variants[@]}"; do
+                                if [ "$NODES" -gt 1 ]; then
+                                        hosts=$(for ((i = 0; i < NODES; i++)); do printf 'n%d:%d,' $i $((np / NODES)); done)
+                                        "$src/tests/lib/launch-multi.sh" -H "${hosts%,}" -t 900 -- \
+                                                "$build/benchmarks/bench_collective" "${args[@]}" $v |
+                                                sed 's/^\[[^]]*\] //' >>"$out"
+                                        mca="--mca btl tcp,self"
+                                else
+                                        "$build/tools/hvdrun" -np "$np" --no-prefix "$build/benchmarks/bench_collective" \
+                                                "${args[@]}" $v >>"$out"
+                                        mca=""
+                                fi
+                        done
                         if [ -x "$build/benchmarks/mpi_collective" ]; then
                                 # shellcheck disable=SC2086
                                 mpirun --allow-run-as-root --oversubscribe $mca -np "$np" \
@@ -60,7 +69,8 @@ for line in open(path):
     m = dict(re.findall(r"(\w+)=(\S+)", line))
     if "impl" not in m or "busbw_gbs" not in m:
         continue
-    r = rows.setdefault((m["bench"], int(m["np"]), int(m["bytes"])), {}).setdefault(m["impl"], {"t": [], "bw": []})
+    impl = "hvd_oop" if m.get("out_of_place") == "1" else m["impl"]
+    r = rows.setdefault((m["bench"], int(m["np"]), int(m["bytes"])), {}).setdefault(impl, {"t": [], "bw": []})
     r["t"].append(float(m["time_us"]))
     r["bw"].append(float(m["busbw_gbs"]))
 order = ["allreduce", "broadcast", "allgather", "reducescatter"]
@@ -69,8 +79,11 @@ f = lambda x, w=8, p=3: f"{x:{w}.{p}f}" if x is not None else f"{'-':>{w}}"
 # busbw(hvd)/busbw(peer) at equal bytes and ranks = time(peer)/time(hvd)
 ratio = lambda th, tp: f"{tp / th:8.2f}" if th and tp else f"{'-':>8}"
 for op in ops:
-    print(f"\n# {op}: time µs and busbw GB/s, medians; nodes={nodes}; ratios are busbw(hvd)/busbw(peer)")
-    print(f"{'np':>3} {'bytes':>10} {'hvd_us':>9} {'mpi_us':>9} {'gloo_us':>9} {'hvd_bw':>8} {'mpi_bw':>8} {'gloo_bw':>8} {'hvd/mpi':>8} {'hvd/gloo':>8}")
+    oop = any("hvd_oop" in v for (o, _, _), v in rows.items() if o == op)
+    print(f"\n# {op}: time µs and busbw GB/s, medians; nodes={nodes}; ratios are busbw(hvd)/busbw(peer)"
+          + ("; hvd_oop: hvd with a separate output" if oop else ""))
+    print(f"{'np':>3} {'bytes':>10} {'hvd_us':>9} {'mpi_us':>9} {'gloo_us':>9} {'hvd_bw':>8} {'mpi_bw':>8} {'gloo_bw':>8} {'hvd/mpi':>8} {'hvd/gloo':>8}"
+          + (f" {'oop_us':>9} {'oop/mpi':>8}" if oop else ""))
     for (o, np_, b), impls in sorted(rows.items()):
         if o != op:
             continue
@@ -78,7 +91,8 @@ for op in ops:
         bw = {k: statistics.median(v["bw"]) for k, v in impls.items()}
         print(f"{np_:>3} {b:>10} {f(t.get('hvd'), 9, 1)} {f(t.get('mpi'), 9, 1)} {f(t.get('gloo'), 9, 1)} "
               f"{f(bw.get('hvd'))} {f(bw.get('mpi'))} {f(bw.get('gloo'))} {ratio(t.get('hvd'), t.get('mpi'))} "
-              f"{ratio(t.get('hvd'), t.get('gloo'))}")
+              f"{ratio(t.get('hvd'), t.get('gloo'))}"
+              + (f" {f(t.get('hvd_oop'), 9, 1)} {ratio(t.get('hvd_oop'), t.get('mpi'))}" if oop else ""))
 if not png:
     sys.exit(0)
 nps = sorted({k[1] for k in rows})
