@@ -155,6 +155,8 @@ typedef struct relay_member {
         size_t id_len;                 /* 0: not heard from yet */
         zmq_msg_t *pending;            /* schedules that came before it was heard from */
         size_t n_pending;
+        uint32_t *sub;                 /* the hosts it stands for: itself, and those it relays for */
+        uint32_t n_sub;
 } relay_member_t;
 
 typedef struct early_msg {
@@ -173,6 +175,9 @@ typedef struct early_msg {
 typedef struct relay {
         uint32_t n;             /* hosts of the group; m[0] is this daemon's own */
         relay_member_t *m;
+        uint32_t *all;          /* every host this daemon stands for (its own and the members') */
+        uint32_t n_all;
+        int32_t *member_of;     /* [cross_size]: the member a host reports through here, or -1 */
         uint64_t full;          /* bit i: m[i] */
         uint64_t *bits;         /* [n_ids]: the hosts that posted the id this round */
         uint64_t *first_usec;   /* [n_ids]: its first posting this round */
@@ -270,6 +275,7 @@ struct job {
         uint64_t n_board_sent;
         /* control plane relays */
         uint32_t *relay_via;   /* [cross_size] or NULL: the host relaying each host (0 = none, the root) */
+        uint32_t relay_depth;  /* root: levels of relays below it */
         peer_t *relay;         /* a host of a relay group: the relay daemon it reports to */
         relay_t *rl;           /* a relay: its group */
         char relay_desc[HVD_WIRE_MAX_TEXT + 128]; /* this daemon's part in the relays, for status ("" = none) */
@@ -525,6 +531,25 @@ static void send_to_root(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
                                 hvd_strerror(r));
 }
 
+/* A NodeReady on its way to the root: through the relay this host
+ * reports to, if any. */
+static void send_up(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
+        if (!j->relay) {
+                send_to_root(d, j, env);
+                return;
+        }
+        Hvd__NodeReady *nr = env->node_ready;
+        nr->relay_host = j->cross_rank;
+        nr->relay_secret.data = j->secret;
+        nr->relay_secret.len = j->secret_len;
+        if (j->relay->lost)
+                return;
+        int r = hvd_wire_send(j->relay->sock, env, ZMQ_DONTWAIT);
+        if (r < 0)
+                hvd_log_warning("job %s: cannot reach the relay daemon at %s: %s", j->id, j->relay->endpoint,
+                                hvd_strerror(r));
+}
+
 static const char *host_of(const job_t *j, uint32_t cross_rank) {
         return j->hosts && cross_rank < j->cross_size ? j->hosts[cross_rank] : "?";
 }
@@ -648,8 +673,11 @@ static void relay_free(relay_t *rl) {
                 for (size_t k = 0; k < rl->m[i].n_pending; k++)
                         zmq_msg_close(&rl->m[i].pending[k]);
                 free(rl->m[i].pending);
+                free(rl->m[i].sub);
         }
         free(rl->m);
+        free(rl->all);
+        free(rl->member_of);
         free(rl->bits);
         free(rl->first_usec);
         free(rl->flags);
@@ -746,8 +774,8 @@ static void job_remove(hvd_daemon_t *d, job_t *j) {
         hvd_log_info("job %s removed (%s)", j->id, job_state_names[j->state]);
         if (j->rl)
                 hvd_log_info("job %s: %s: took %" PRIu64 " readiness messages from its group, sent %" PRIu64
-                             " to the root",
-                             j->id, j->relay_desc, j->rl->in_msgs, j->rl->out_msgs);
+                             " to %s",
+                             j->id, j->relay_desc, j->rl->in_msgs, j->rl->out_msgs, j->relay ? "its relay" : "the root");
         if (j->state == JOB_ABORTED && j->n_hello < j->local_size)
                 tomb_add(d, j);
         if (j->state != JOB_ABORTED)
@@ -941,7 +969,10 @@ static void root_complete(hvd_daemon_t *d, job_t *j) {
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
         if (j->relay_via) {
                 for (uint32_t c = 0; c < j->cross_size; c++)
-                        eps[c] = c && j->relay_via[c] == c ? j->nodes[c].endpoint : "";
+                        eps[c] = "";
+                for (uint32_t c = 1; c < j->cross_size; c++)
+                        if (j->relay_via[c]) /* c's relay, or c itself relaying under the root */
+                                eps[j->relay_via[c]] = j->nodes[j->relay_via[c]].endpoint;
                 nw.n_relay_via = nw.n_relay_endpoint = j->cross_size;
                 nw.relay_via = j->relay_via;
                 nw.relay_endpoint = eps;
@@ -1042,36 +1073,98 @@ static char *advertised_endpoint(hvd_daemon_t *d, const job_t *j, char *buf, siz
         return buf;
 }
 
-/* Root: groups the other hosts of a large job relay_fanout by relay_fanout
- * (the first host of a group that gave an endpoint relays for it); fills
+/* Root: hosts[0..n) (cross ranks, in order) report to parent (0: the
+ * root): at most g of them directly; more are cut into g runs as even as
+ * can be, the first host of each run that gave an endpoint relays for the
+ * rest of its run, which is placed under it the same way. A relay whose
+ * parent is the root names itself. Returns the relays made. */
+static uint32_t relay_tree(job_t *j, const uint32_t *hosts, uint32_t n, uint32_t parent, uint32_t g, uint32_t depth) {
+        if (n <= g) {
+                for (uint32_t k = 0; k < n; k++)
+                        j->relay_via[hosts[k]] = parent;
+                return 0;
+        }
+        uint32_t made = 0;
+        for (uint32_t part = 0, first = 0; part < g; part++) {
+                uint32_t len = n / g + (part < n % g), relay = UINT32_MAX;
+                for (uint32_t k = first; k < first + len && relay == UINT32_MAX; k++)
+                        if (j->nodes[hosts[k]].endpoint)
+                                relay = k;
+                if (relay == UINT32_MAX || len < 2) { /* no one can relay: straight to the parent */
+                        for (uint32_t k = first; k < first + len; k++)
+                                j->relay_via[hosts[k]] = parent;
+                } else {
+                        uint32_t r = hosts[relay];
+                        j->relay_via[r] = parent ? parent : r;
+                        if (depth + 1 > j->relay_depth)
+                                j->relay_depth = depth + 1;
+                        /* the run without its relay, in order */
+                        uint32_t *rest = malloc((len - 1) * sizeof *rest);
+                        if (!rest)
+                                return UINT32_MAX;
+                        for (uint32_t k = first, o = 0; k < first + len; k++)
+                                if (k != relay)
+                                        rest[o++] = hosts[k];
+                        uint32_t sub = relay_tree(j, rest, len - 1, r, g, depth + 1);
+                        free(rest);
+                        if (sub == UINT32_MAX)
+                                return UINT32_MAX;
+                        made += 1 + sub;
+                }
+                first += len;
+        }
+        return made;
+}
+
+/* Root: places the other hosts of a large job in a tree of relays in which
+ * no daemon has more than relay_fanout hosts reporting to it (the first
+ * host of a group that gave an endpoint relays for it); fills
  * j->relay_via. Returns 0 (no relays: j->relay_via stays NULL) or -ENOMEM. */
 static int root_assign_relays(hvd_daemon_t *d, job_t *j) {
         uint32_t g = d->cfg.relay_fanout;
         if (g < 2 || j->cross_size - 1 <= g || hvd_zap_curve(d->zap))
                 return 0;
-        if (!(j->relay_via = calloc(j->cross_size, sizeof *j->relay_via)))
+        uint32_t *hosts = malloc((j->cross_size - 1) * sizeof *hosts);
+        if (!hosts || !(j->relay_via = calloc(j->cross_size, sizeof *j->relay_via))) {
+                free(hosts);
                 return -ENOMEM;
-        uint32_t groups = 0;
-        for (uint32_t first = 1; first < j->cross_size; first += g) {
-                uint32_t last = HVD_MIN(first + g, j->cross_size), relay = 0;
-                for (uint32_t c = first; c < last && !relay; c++)
-                        if (j->nodes[c].endpoint)
-                                relay = c;
-                if (!relay || last - first < 2)
-                        continue;
-                for (uint32_t c = first; c < last; c++)
-                        j->relay_via[c] = relay;
-                groups++;
         }
-        if (!groups) {
+        for (uint32_t c = 1; c < j->cross_size; c++)
+                hosts[c - 1] = c;
+        j->relay_depth = 0;
+        uint32_t relays = relay_tree(j, hosts, j->cross_size - 1, 0, g, 0);
+        free(hosts);
+        if (relays == UINT32_MAX || !relays) {
                 free(j->relay_via);
                 j->relay_via = NULL;
-                return 0;
+                return relays ? -ENOMEM : 0;
         }
-        snprintf(j->relay_desc, sizeof j->relay_desc, "%u hosts report through %u relay daemons (%u hosts a group)",
-                 j->cross_size - 1, groups, g);
+        uint32_t top = 0;
+        for (uint32_t c = 1; c < j->cross_size; c++)
+                top += j->relay_via[c] == c;
+        if (j->relay_depth > 1)
+                snprintf(j->relay_desc, sizeof j->relay_desc,
+                         "%u hosts report through %u relay daemons in %u levels (%u under the root, at most %u hosts "
+                         "a relay)",
+                         j->cross_size - 1, relays, j->relay_depth, top, g);
+        else
+                snprintf(j->relay_desc, sizeof j->relay_desc,
+                         "%u hosts report through %u relay daemons (%u hosts a group)", j->cross_size - 1, relays, g);
         hvd_log_info("job %s: %s", j->id, j->relay_desc);
         return 0;
+}
+
+/* The host that host c reports to with relays (0: the root). */
+static uint32_t relay_parent(const job_t *j, uint32_t c) {
+        return j->relay_via[c] == c ? 0 : j->relay_via[c];
+}
+
+/* Whether host h is relay r or reports through it, however deep. */
+static bool relay_under(const job_t *j, uint32_t h, uint32_t r) {
+        for (uint32_t steps = 0; h && steps < j->cross_size; steps++, h = relay_parent(j, h))
+                if (h == r)
+                        return true;
+        return false;
 }
 
 /* All local ranks said hello. */
@@ -2532,7 +2625,7 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
                 const Hvd__RelayedReady *rr = nr->relayed[i];
                 for (size_t k = 0; k < rr->n_hosts; k++) {
                         uint32_t h = rr->hosts[k];
-                        if (h >= j->cross_size || !j->relay_via || (h != cross && j->relay_via[h] != cross)) {
+                        if (h >= j->cross_size || !j->relay_via || !relay_under(j, h, cross)) {
                                 job_abort(d, j, -1, HVD_EPROTO,
                                           "host %s relayed readiness for host %u, which is not in its relay group",
                                           host_of(j, cross), h);
@@ -3404,7 +3497,7 @@ static int relay_grp_out(hvd_daemon_t *d, relay_t *rl) {
         if (!rl->n_grp)
                 return 0;
         Hvd__NodeReady *nr = node_ready_new(rl->n_grp);
-        uint32_t *hosts = malloc(rl->n * sizeof *hosts);
+        uint32_t *hosts = malloc(rl->n_all * sizeof *hosts);
         if (!nr || !hosts) {
                 free(hosts);
                 if (nr)
@@ -3414,11 +3507,10 @@ static int relay_grp_out(hvd_daemon_t *d, relay_t *rl) {
         memcpy(nr->node_cached, rl->grp_ids, rl->n_grp * sizeof *rl->grp_ids);
         memcpy(nr->node_cached_waited_usec, rl->grp_waited, rl->n_grp * sizeof *rl->grp_waited);
         nr->n_node_cached = nr->n_node_cached_waited_usec = rl->n_grp;
-        for (uint32_t i = 0; i < rl->n; i++)
-                hosts[i] = rl->m[i].host;
+        memcpy(hosts, rl->all, rl->n_all * sizeof *hosts);
         d->metrics.relay_group_ids += rl->n_grp;
         rl->n_grp = 0;
-        int r = relay_append(rl, hosts, rl->n, nr);
+        int r = relay_append(rl, hosts, rl->n_all, nr);
         free(hosts);
         return r;
 }
@@ -3446,7 +3538,7 @@ static int relay_release(hvd_daemon_t *d, relay_t *rl) {
                                 nr->node_cached_waited_usec[nr->n_node_cached_waited_usec++] =
                                         now > rl->first_usec[id] ? now - rl->first_usec[id] : 0;
                         }
-                if ((r = relay_append(rl, &rl->m[i].host, 1, nr)) < 0)
+                if ((r = relay_append(rl, rl->m[i].sub, rl->m[i].n_sub, nr)) < 0)
                         return r;
         }
         for (uint32_t id = 0; id < rl->n_ids; id++)
@@ -3457,18 +3549,17 @@ static int relay_release(hvd_daemon_t *d, relay_t *rl) {
         return 0;
 }
 
-/* A relay: the readiness nr (owned) of group host i. Cache ids of
- * collectives every rank takes part in wait here until every host of the
- * group posted them; everything else goes on as it came. */
-static void relay_take(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeReady *nr) {
+/* A relay: the readiness nr (owned) of member i, for every host it
+ * stands for. Cache ids of collectives every rank takes part in wait here
+ * until every member posted them; everything else goes on as it came. */
+static void relay_take_one(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeReady *nr) {
         relay_t *rl = j->rl;
+        relay_member_t *mi = &rl->m[i];
         int r = 0;
-        rl->in_msgs++;
-        d->metrics.relay_in++;
         if (nr->n_ranks || nr->n_shared || nr->n_departed) {
                 if ((r = relay_release(d, rl)) < 0)
                         protobuf_c_message_free_unpacked(&nr->base, NULL);
-                if (r < 0 || (r = relay_append(rl, &rl->m[i].host, 1, nr)) < 0) /* appending frees nr on failure */
+                if (r < 0 || (r = relay_append(rl, mi->sub, mi->n_sub, nr)) < 0) /* appending frees nr on failure */
                         goto fail;
                 return;
         }
@@ -3512,20 +3603,109 @@ static void relay_take(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeReady *nr
         if (waited)
                 nr->n_node_cached_waited_usec = keep;
         if (keep) {
-                if ((r = relay_append(rl, &rl->m[i].host, 1, nr)) < 0)
+                if ((r = relay_append(rl, mi->sub, mi->n_sub, nr)) < 0)
                         goto fail;
         } else
                 protobuf_c_message_free_unpacked(&nr->base, NULL);
         return;
 fail:
-        job_abort(d, j, -1, r, "relaying the readiness of host %s: %s", host_of(j, rl->m[i].host), hvd_strerror(r));
+        job_abort(d, j, -1, r, "relaying the readiness of host %s: %s", host_of(j, mi->host), hvd_strerror(r));
 }
 
-/* A relay, before it sends: entries of requests alone that several hosts
- * of the group sent alike (each host's first step names the same tensors)
+static int relay_push(relay_t *rl, Hvd__RelayedReady *rr) {
+        if (rl->n_out == rl->cap_out) {
+                size_t cap = rl->cap_out ? rl->cap_out * 2 : 16;
+                Hvd__RelayedReady **o = realloc(rl->out, cap * sizeof *o);
+                if (!o)
+                        return -ENOMEM;
+                rl->out = o;
+                rl->cap_out = cap;
+        }
+        rl->out[rl->n_out++] = rr;
+        return 0;
+}
+
+/* A relay: what member i, itself a relay, passed on (nr owned). An entry
+ * for every host it stands for with cache ids alone merges as member i's
+ * own would; anything else goes on as it came, in order. */
+static void relay_take_relayed(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeReady *nr) {
+        relay_t *rl = j->rl;
+        relay_member_t *mi = &rl->m[i];
+        int r = 0;
+        for (size_t k = 0; k < nr->n_relayed && j->state == JOB_RUNNING; k++) {
+                Hvd__RelayedReady *rr = nr->relayed[k];
+                bool full = rr->n_hosts == mi->n_sub && !rr->n_ranks && !rr->n_shared && !rr->n_departed;
+                for (size_t h = 0; h < rr->n_hosts; h++) {
+                        uint32_t x = rr->hosts[h];
+                        if (x >= j->cross_size || rl->member_of[x] != (int32_t) i) {
+                                job_abort(d, j, -1, HVD_EPROTO,
+                                          "host %s relayed readiness for host %u, which does not report through it",
+                                          host_of(j, mi->host), x);
+                                goto out;
+                        }
+                        full = full && (!h || x > rr->hosts[h - 1]); /* ascending: all of them, each once */
+                }
+                if (full) {
+                        Hvd__NodeReady *c = node_ready_new(rr->n_node_cached);
+                        if (!c) {
+                                r = -ENOMEM;
+                                break;
+                        }
+                        memcpy(c->node_cached, rr->node_cached, rr->n_node_cached * sizeof *c->node_cached);
+                        c->n_node_cached = rr->n_node_cached;
+                        if (rr->n_node_cached_waited_usec == rr->n_node_cached) {
+                                memcpy(c->node_cached_waited_usec, rr->node_cached_waited_usec,
+                                       rr->n_node_cached * sizeof *c->node_cached_waited_usec);
+                                c->n_node_cached_waited_usec = rr->n_node_cached;
+                        }
+                        relay_take_one(d, j, i, c);
+                        continue;
+                }
+                if ((r = relay_release(d, rl)) < 0 || (r = relay_push(rl, rr)) < 0)
+                        break;
+                nr->relayed[k] = NULL;
+        }
+        if (r < 0)
+                job_abort(d, j, -1, r, "relaying the readiness of host %s: %s", host_of(j, mi->host), hvd_strerror(r));
+out:
+        for (size_t k = 0; k < nr->n_relayed; k++)
+                if (nr->relayed[k])
+                        protobuf_c_message_free_unpacked(&nr->relayed[k]->base, NULL);
+        free(nr->relayed);
+        nr->relayed = NULL;
+        nr->n_relayed = 0;
+        protobuf_c_message_free_unpacked(&nr->base, NULL);
+}
+
+static void relay_take(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeReady *nr) {
+        j->rl->in_msgs++;
+        d->metrics.relay_in++;
+        if (nr->n_relayed)
+                relay_take_relayed(d, j, i, nr);
+        else
+                relay_take_one(d, j, i, nr);
+}
+
+/* The member whose hosts an entry is all of, or -1. */
+static int32_t entry_member(const relay_t *rl, const Hvd__RelayedReady *rr) {
+        int32_t m = rr->n_hosts ? rl->member_of[rr->hosts[0]] : -1;
+        for (size_t h = 1; m >= 0 && h < rr->n_hosts; h++)
+                if (rl->member_of[rr->hosts[h]] != m)
+                        m = -1;
+        return m;
+}
+
+/* Whether an entry is new requests alone, all of one member's hosts:
+ * something relay_share can merge. */
+static bool entry_requests(const relay_t *rl, const Hvd__RelayedReady *rr) {
+        return !rr->n_ranks && !rr->n_node_cached && !rr->n_departed && rr->n_shared && entry_member(rl, rr) >= 0;
+}
+
+/* A relay, before it sends: entries of requests alone that several
+ * members sent alike (each host's first step names the same tensors)
  * become one, for all of them, so that the root decodes and enters them
  * once. An entry joins an earlier one only when no entry between them is of
- * its host (each host's readiness stays in the order it came). */
+ * its member (each host's readiness stays in the order it came). */
 static void relay_share(hvd_daemon_t *d, relay_t *rl) {
         size_t n = rl->n_out;
         if (n < 2)
@@ -3537,7 +3717,7 @@ static void relay_share(hvd_daemon_t *d, relay_t *rl) {
                 goto out;
         for (size_t i = 0; i < n; i++) {
                 const Hvd__RelayedReady *rr = rl->out[i];
-                if (rr->n_hosts != 1 || rr->n_ranks || rr->n_node_cached || rr->n_departed || !rr->n_shared)
+                if (!entry_requests(rl, rr))
                         continue;
                 size_t total = 0;
                 for (size_t k = 0; k < rr->n_shared; k++)
@@ -3556,13 +3736,13 @@ static void relay_share(hvd_daemon_t *d, relay_t *rl) {
                 if (!body[i])
                         continue;
                 Hvd__RelayedReady *ri = rl->out[i];
-                uint32_t host = ri->hosts[0];
-                /* the nearest earlier entry of this host bounds the search */
+                int32_t member = rl->member_of[ri->hosts[0]];
+                /* the nearest earlier entry of this member bounds the search */
                 size_t lo = 0;
                 for (size_t m = i; m-- > 0;) {
                         bool mine = false;
                         for (size_t h = 0; !gone[m] && h < rl->out[m]->n_hosts; h++)
-                                mine |= rl->out[m]->hosts[h] == host;
+                                mine |= rl->member_of[rl->out[m]->hosts[h]] == member;
                         if (mine) {
                                 lo = m + 1;
                                 break;
@@ -3572,7 +3752,7 @@ static void relay_share(hvd_daemon_t *d, relay_t *rl) {
                         Hvd__RelayedReady *rg = rl->out[g];
                         if (gone[g] || !body[g] || len[g] != len[i] || memcmp(body[g], body[i], len[i]) != 0)
                                 continue;
-                        uint32_t *nh = realloc(rg->hosts, (rg->n_hosts + 1) * sizeof *nh);
+                        uint32_t *nh = realloc(rg->hosts, (rg->n_hosts + ri->n_hosts) * sizeof *nh);
                         if (!nh)
                                 break;
                         rg->hosts = nh;
@@ -3588,7 +3768,8 @@ static void relay_share(hvd_daemon_t *d, relay_t *rl) {
                         }
                         if (!ok)
                                 break; /* nothing changed but capacity */
-                        rg->hosts[rg->n_hosts++] = host;
+                        memcpy(rg->hosts + rg->n_hosts, ri->hosts, ri->n_hosts * sizeof *ri->hosts);
+                        rg->n_hosts += ri->n_hosts;
                         for (size_t k = 0; k < rg->n_shared; k++) {
                                 Hvd__SharedReady *a = rg->shared[k], *b = ri->shared[k];
                                 memcpy(a->ranks + a->n_ranks, b->ranks, b->n_ranks * sizeof *b->ranks);
@@ -3614,8 +3795,8 @@ out:
         free(gone);
 }
 
-/* Whether what waits to go to the root is new requests alone, one entry a
- * host, and not yet from every host of the group: worth holding for the
+/* Whether what waits to go to the root is new requests alone, each of
+ * one member, and not yet from every member: worth holding for the
  * others' (see relay_share). */
 static bool relay_holds(const relay_t *rl) {
         if (!rl->n_out)
@@ -3623,11 +3804,9 @@ static bool relay_holds(const relay_t *rl) {
         uint64_t seen = 0;
         for (size_t i = 0; i < rl->n_out; i++) {
                 const Hvd__RelayedReady *rr = rl->out[i];
-                if (rr->n_hosts != 1 || rr->n_ranks || rr->n_node_cached || rr->n_departed || !rr->n_shared)
+                if (!entry_requests(rl, rr))
                         return false;
-                for (uint32_t k = 0; k < rl->n; k++)
-                        if (rl->m[k].host == rr->hosts[0])
-                                seen |= UINT64_C(1) << k;
+                seen |= UINT64_C(1) << entry_member(rl, rr);
         }
         return seen != rl->full;
 }
@@ -3661,7 +3840,7 @@ static void relay_flush(hvd_daemon_t *d, job_t *j, bool force) {
                 nr.relayed = rl->out;
                 env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
                 env.node_ready = &nr;
-                send_to_root(d, j, &env);
+                send_up(d, j, &env);
                 rl->out_msgs++;
                 d->metrics.relay_out++;
         }
@@ -3837,8 +4016,18 @@ static void relay_receive(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t i
                 return;
         }
         relay_strip(nr);
-        if (j->state != JOB_RUNNING || (!nr->n_ranks && !nr->n_shared && !nr->n_node_cached && !nr->n_departed)) {
+        bool own = nr->n_ranks || nr->n_shared || nr->n_node_cached || nr->n_departed;
+        if (j->state != JOB_RUNNING || (!own && !nr->n_relayed)) {
                 protobuf_c_message_free_unpacked(&nr->base, NULL); /* a hello, or too late */
+                return;
+        }
+        /* a relay below this one passes its hosts' readiness on, its own with it; any other host sends its own */
+        if ((m->n_sub > 1) != (nr->n_relayed > 0) || (own && nr->n_relayed)) {
+                protobuf_c_message_free_unpacked(&nr->base, NULL);
+                job_abort(d, j, -1, HVD_EPROTO, "host %s sent %s to its relay daemon on host %s", host_of(j, m->host),
+                          m->n_sub > 1 ? "readiness of its own, though it relays for other hosts"
+                                       : "relayed readiness, though it relays for no host",
+                          host_of(j, j->cross_rank));
                 return;
         }
         relay_take(d, j, i, nr);
@@ -3865,26 +4054,41 @@ static bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
                 return true;
         uint32_t me = j->cross_rank, n = 1;
         bool ok = nw->n_relay_via == j->cross_size && nw->relay_via[0] == 0;
-        for (uint32_t c = 0; ok && c < j->cross_size; c++) {
+        for (uint32_t c = 1; ok && c < j->cross_size; c++) {
                 uint32_t v = nw->relay_via[c];
-                ok = v < j->cross_size && (!v || (nw->relay_via[v] == v && nw->relay_endpoint[v][0]));
+                /* a relay has an endpoint; one that is not its own names a relay */
+                ok = v < j->cross_size && (!v || nw->relay_endpoint[v][0]) && (v == c || !v || nw->relay_via[v]);
                 n += v == me && c != me;
         }
+        if (ok) {
+                /* every host reaches the root */
+                if (!(j->relay_via = malloc(j->cross_size * sizeof *j->relay_via)))
+                        goto oom;
+                memcpy(j->relay_via, nw->relay_via, j->cross_size * sizeof *j->relay_via);
+                for (uint32_t c = 1; ok && c < j->cross_size; c++) {
+                        uint32_t h = c, steps = 0;
+                        while (h && steps++ < j->cross_size)
+                                h = relay_parent(j, h);
+                        ok = h == 0;
+                }
+        }
         if (!ok || n > 64) {
+                free(j->relay_via);
+                j->relay_via = NULL;
                 job_abort(d, j, -1, HVD_EPROTO, "root daemon sent an invalid relay table");
                 return false;
         }
-        if (!(j->relay_via = malloc(j->cross_size * sizeof *j->relay_via)))
-                goto oom;
-        memcpy(j->relay_via, nw->relay_via, j->cross_size * sizeof *j->relay_via);
-        uint32_t via = j->relay_via[me];
-        if (via == me && n > 1) {
+        uint32_t via = relay_parent(j, me);
+        if (n > 1) {
                 relay_t *rl = calloc(1, sizeof *rl);
-                if (!rl || !(rl->m = calloc(n, sizeof *rl->m))) {
-                        free(rl);
+                if (!rl)
                         goto oom;
-                }
                 j->rl = rl;
+                if (!(rl->m = calloc(n, sizeof *rl->m)) || !(rl->member_of = malloc(j->cross_size * sizeof *rl->member_of)) ||
+                    !(rl->all = malloc(j->cross_size * sizeof *rl->all)))
+                        goto oom;
+                for (uint32_t c = 0; c < j->cross_size; c++)
+                        rl->member_of[c] = -1;
                 rl->m[rl->n++].host = me;
                 char list[512];
                 size_t o = 0;
@@ -3896,10 +4100,31 @@ static bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
                                         o += (size_t) snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "",
                                                                host_of(j, c));
                         }
+                /* what each member stands for, in host order */
+                for (uint32_t k = 0; k < rl->n; k++) {
+                        relay_member_t *m = &rl->m[k];
+                        uint32_t cnt = 0;
+                        for (uint32_t c = 1; c < j->cross_size; c++)
+                                cnt += k ? relay_under(j, c, m->host) : c == me;
+                        if (!(m->sub = malloc(cnt * sizeof *m->sub)))
+                                goto oom;
+                        for (uint32_t c = 1; c < j->cross_size; c++)
+                                if (k ? relay_under(j, c, m->host) : c == me) {
+                                        m->sub[m->n_sub++] = c;
+                                        rl->member_of[c] = (int32_t) k;
+                                }
+                }
+                for (uint32_t c = 1; c < j->cross_size; c++)
+                        if (rl->member_of[c] >= 0)
+                                rl->all[rl->n_all++] = c;
                 rl->full = rl->n == 64 ? UINT64_MAX : (UINT64_C(1) << rl->n) - 1;
                 snprintf(j->relay_desc, sizeof j->relay_desc, "relays for hosts [%s]", list);
-                hvd_log_info("job %s: relaying for hosts [%s]", j->id, list);
-        } else if (via && via != me) {
+                if (rl->n_all > rl->n)
+                        snprintf(j->relay_desc + strlen(j->relay_desc), sizeof j->relay_desc - strlen(j->relay_desc),
+                                 " (%u hosts in all)", rl->n_all - 1);
+                hvd_log_info("job %s: %s", j->id, j->relay_desc);
+        }
+        if (via) {
                 peer_t *p = peer_get(d, nw->relay_endpoint[via]);
                 if (!p) {
                         job_abort(d, j, -1, HVD_EABORTED, "cannot connect to the relay daemon of host %s at %s",
@@ -3908,8 +4133,9 @@ static bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
                 }
                 p->n_jobs++;
                 j->relay = p;
-                snprintf(j->relay_desc, sizeof j->relay_desc, "reports through the relay daemon of host %s at %s",
-                         host_of(j, via), p->endpoint);
+                size_t o = strlen(j->relay_desc);
+                snprintf(j->relay_desc + o, sizeof j->relay_desc - o, "%sreports through the relay daemon of host %s at %s",
+                         o ? "; " : "", host_of(j, via), p->endpoint);
                 hvd_log_info("job %s: %s", j->id, j->relay_desc);
                 /* a hello: the relay learns this connection */
                 Hvd__NodeReady nr = HVD__NODE_READY__INIT;
@@ -3998,19 +4224,8 @@ static void flush_forward(hvd_daemon_t *d, job_t *j) {
                 env.node_ready = &nr;
                 if (j->rl)
                         relay_take_own(d, j, &nr);
-                else if (j->relay) {
-                        /* through the relay of this host's group */
-                        nr.relay_host = j->cross_rank;
-                        nr.relay_secret.data = j->secret;
-                        nr.relay_secret.len = j->secret_len;
-                        if (!j->relay->lost) {
-                                int r = hvd_wire_send(j->relay->sock, &env, ZMQ_DONTWAIT);
-                                if (r < 0)
-                                        hvd_log_warning("job %s: cannot reach the relay daemon at %s: %s", j->id,
-                                                        j->relay->endpoint, hvd_strerror(r));
-                        }
-                } else
-                        send_to_root(d, j, &env);
+                else
+                        send_up(d, j, &env);
                 for (size_t i = 0; i < nr.n_shared; i++)
                         protobuf_c_message_free_unpacked(&sh[i]->base, NULL);
                 free(sh);

@@ -10,7 +10,11 @@
 # - a stall in a relayed group: one rank of host c stays away from a cached
 #   tensor; the root's status and every waiting rank name exactly that rank;
 # - a relay daemon killed under a running job: every rank of the other
-#   hosts ends with an error that names the lost host, none hangs.
+#   hosts ends with an error that names the lost host, none hangs;
+# - a tree of relays two levels deep (8 hosts, fanout 2: b relays for c and
+#   e, c for d, f for g and h): exact steady steps, the ids of the whole
+#   subtree merged at each level, status naming each daemon's part; then
+#   the middle relay (c) killed: every rank ends naming host c.
 set -u
 . "$HVD_SRCDIR/tests/lib/common.sh"
 PY=${PYTHON:-/usr/bin/python3}
@@ -141,3 +145,58 @@ for r in 0 1 3 4 5 6 7; do
 done
 [ "$ms" -lt 30000 ] || fail "the ranks took $ms ms to end" "$(cat "$tmp/kill.out")"
 echo "ok: a relay daemon lost mid-job: every other rank failed naming host b, in $ms ms"
+
+# a tree two levels deep: 7 hosts under the root, at most 2 reporting to a
+# daemon: b relays for c (which relays for d) and e; f for g and h
+hosts=a:2,b:1,c:2,d:1,e:2,f:1,g:2,h:1 # ranks: a 0-1, b 2, c 3-4, d 5, e 6-7, f 8, g 9-10, h 11
+HVD_TEST_STEPS=$steps HVD_TEST_HOLD=$tmp/tree "$multi" -H $hosts -t 120 -- \
+        sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/trt.$HVD_RANK; exec "$0" steady' "$worker" >"$tmp/tree.out" 2>&1 &
+lp=$!
+wait_files 60 "$tmp/tree.ready" || fail "the tree job did not reach its hold point" "$(cat "$tmp/tree.out")"
+for r in 0 2 3 5; do
+        "$hvdctl" -r "$(cat "$tmp/trt.$r")" metrics >"$tmp/t$r.prom" || fail "metrics of rank $r's daemon: exit $?"
+        "$hvdctl" -r "$(cat "$tmp/trt.$r")" status --json >"$tmp/tstatus.$r" || fail "status of rank $r's daemon: exit $?"
+done
+n=$(grep -c "steady: ok" "$tmp/tree.out")
+[ "$n" -eq 12 ] || fail "$n of 12 ranks passed the steady scenario on the tree" "$(cat "$tmp/tree.out")"
+"$PY" - "$tmp" "$HVD_SRCDIR/tests/lib/promparse.py" "$steps" <<'EOF' || fail "the tree of relays did not carry the steady state" "$(cat "$tmp"/tstatus.*)"
+import json, re, subprocess, sys
+tmp, parser, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+def load(n):
+    return json.loads(subprocess.run([sys.executable, parser, f"{tmp}/t{n}.prom"], check=True,
+                                     capture_output=True, text=True).stdout)
+root, b, c, d = load(0), load(2), load(3), load(5)
+rel = {r: json.load(open(f"{tmp}/tstatus.{r}"))["jobs"][0]["relay"] for r in (0, 2, 3, 5)}
+print(rel)
+ok = rel[0] == "7 hosts report through 3 relay daemons in 2 levels (2 under the root, at most 2 hosts a relay)"
+ok = ok and rel[2] == "relays for hosts [c, e] (3 hosts in all)"
+ok = ok and re.fullmatch(r"relays for hosts \[d\]; reports through the relay daemon of host b at tcp://127\.0\.0\.1:\d+", rel[3]) is not None
+ok = ok and re.fullmatch(r"reports through the relay daemon of host c at tcp://127\.0\.0\.1:\d+", rel[5]) is not None
+get = lambda m, k: m.get(f'hvd_relay_messages_total{{direction="{k}"}}', 0)
+gids = lambda m: m.get("hvd_relay_group_ids_total{}", 0)
+print(f"relay c: in {get(c, 'in'):.0f} out {get(c, 'out'):.0f}, {gids(c):.0f} ids merged; relay b: in {get(b, 'in'):.0f} "
+      f"out {get(b, 'out'):.0f}, {gids(b):.0f} ids merged; root: relayed messages {get(root, 'root'):.0f}")
+# c merges c and d; b merges b, c's merged entries (for c and d) and e
+for name, r in (("c", c), ("b", b)):
+    if gids(r) < 15 * (steps - 1) * 3 / 4 or not 0 < get(r, "out") < get(r, "in"):
+        print(f"relay {name}: too few ids merged, or no fewer messages out than in"); ok = False
+if get(d, "in") or get(d, "out"):
+    print("host d relayed"); ok = False
+if get(root, "root") < 2 * (steps - 1) * 3 / 4:
+    print("root: too few relayed messages"); ok = False
+sys.exit(0 if ok else 1)
+EOF
+cdir=$(cat "$tmp/trt.3")
+cpid=$(pgrep -f -- "--runtime-dir $cdir " | head -n 1)
+[ -n "$cpid" ] || fail "no daemon found for host c ($cdir)"
+kill -KILL "$cpid"
+touch "$tmp/tree.go"
+wait $lp
+rc=$?
+lp=
+[ "$rc" -ne 0 ] || fail "the job survived the loss of a relay daemon in the middle of the tree" "$(cat "$tmp/tree.out")"
+for r in 0 1 2 5 6 7 8 9 10 11; do
+        grep "^\[$r@[a-h]\] rank $r: FAIL \[shutdown\]" "$tmp/tree.out" | grep -q "host c" ||
+                fail "rank $r did not fail naming host c" "$(cat "$tmp/tree.out")"
+done
+echo "ok: a tree of relays two levels deep: $steps steps exact, ids merged at both levels; its middle relay lost: every rank named host c"
