@@ -35,8 +35,9 @@ typedef struct params {
 /* One node's part of a tensor. Kept node by node (NODE()): a node's
  * message walks its ids through consecutive memory. */
 typedef struct node_state {
-        uint32_t marks; /* ranks of that node marked one by one this round */
         uint32_t valid; /* ranks of that node whose parameters are known */
+        uint32_t round; /* the tensor's round marks and ready are of (older: 0 and false) */
+        uint32_t marks; /* ranks of that node marked one by one this round */
         bool ready;     /* every rank of that node is ready */
 } node_state_t;
 
@@ -53,6 +54,8 @@ typedef struct tensor {
         bool some_in_set;    /* ... and it named a process set (known without its parameters) */
         uint64_t first_ready_usec;
         bool checked;    /* every rank's parameters passed check_consistent and did not change since */
+        uint32_t round;  /* completed rounds + 1: node states of older rounds count as cleared */
+        uint32_t n_marked; /* ranks marked one by one this round (ready[] is all 0 without) */
         uint8_t *ready;  /* [size]: ranks marked one by one */
         uint64_t *ready_usec; /* [size], while the timeline is on: when each rank became ready */
         /* Each rank's last parameters: var[pref[rank]]. A request by name
@@ -97,12 +100,30 @@ struct hvd_negotiator {
 
 #define NODE(n, t, c) (&(n)->nst[(size_t) (c) * (n)->cap_tensors + (t)->id])
 
+/* A node's state for t in this round: one left from an earlier round is
+ * cleared when first looked at (completing a round does not touch every
+ * node). */
+static inline node_state_t *node_cur(const hvd_negotiator_t *n, const tensor_t *t, uint32_t c) {
+        node_state_t *ns = NODE(n, t, c);
+        if (ns->round != t->round) {
+                ns->round = t->round;
+                ns->marks = 0;
+                ns->ready = false;
+        }
+        return ns;
+}
+
+static inline bool node_ready(const hvd_negotiator_t *n, const tensor_t *t, uint32_t c) {
+        const node_state_t *ns = NODE(n, t, c);
+        return ns->round == t->round && ns->ready;
+}
+
 /* rank r's last parameters for t */
 #define PR(t, r) (&(t)->var[(t)->pref[(r)]])
 
 /* A rank is ready for t when it was marked itself or its whole node was. */
 static inline bool is_ready(const hvd_negotiator_t *n, const tensor_t *t, uint32_t r) {
-        return t->ready[r] || (n->nst && NODE(n, t, n->node_of[r])->ready);
+        return t->ready[r] || (n->nst && node_ready(n, t, n->node_of[r]));
 }
 
 static const char *op_name(uint32_t op) {
@@ -233,6 +254,7 @@ static tensor_t *tensor_add(hvd_negotiator_t *n, const char *name, const char *k
         t->var_refs = calloc(t->cap_var, sizeof *t->var_refs);
         t->var_free = calloc(t->cap_var, sizeof *t->var_free);
         t->n_var = 1;
+        t->round = 1;
         t->transient = transient;
         t->id = transient && n->n_free ? n->free_ids[n->n_free - 1] : n->n_tensors;
         if (t->key)
@@ -331,9 +353,11 @@ static void mark_one(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, node_state
                 t->first_ready_usec = when;
         if (t->n_ready == 0) {
                 t->some_ready = rank;
-                t->some_in_set = PR(t, rank)->process_set != 0;
+                if (!t->checked) /* else every rank's parameters are alike and unchanged since the last round */
+                        t->some_in_set = PR(t, rank)->process_set != 0;
         }
         t->ready[rank] = 1;
+        t->n_marked++;
         t->n_ready++;
         if (ns)
                 ns->marks++;
@@ -350,7 +374,7 @@ static int mark_ready(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, uint64_t 
                          t->name, rank);
                 return HVD_EDUPLICATE;
         }
-        mark_one(n, rank, t, n->nst ? NODE(n, t, n->node_of[rank]) : NULL, when);
+        mark_one(n, rank, t, n->nst ? node_cur(n, t, n->node_of[rank]) : NULL, when);
         if (queue)
                 maybe_queue(n, t);
         return 0;
@@ -445,7 +469,7 @@ static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_r
                 uint32_t rank = ranks[k];
                 int r;
                 if (n->nst && n->node_of[rank] != ns_node)
-                        ns = NODE(n, t, ns_node = n->node_of[rank]);
+                        ns = node_cur(n, t, ns_node = n->node_of[rank]);
                 if (t->ready[rank] || (ns && ns->ready)) { /* is_ready() */
                         snprintf(err, err_len, "tensor '%s' submitted twice by rank %u before it completed",
                                  t->name, rank);
@@ -579,13 +603,20 @@ int hvd_negotiator_submit_node(hvd_negotiator_t *n, uint32_t node, const uint32_
         }
         for (size_t i = 0; i < n_ids; i++) {
                 uint32_t id = ids[i];
+                /* a message's ids are tensors and node states the caches
+                 * lost since the last step: ask for those a few ids ahead */
+                if (i + 16 < n_ids && ids[i + 16] < n->n_tensors) {
+                        __builtin_prefetch(n->tensors[ids[i + 16]]);
+                        __builtin_prefetch(&n->nst[(size_t) node * n->cap_tensors + ids[i + 16]]);
+                }
                 tensor_t *t = id < n->n_tensors ? n->tensors[id] : NULL;
-                if (!t || t->transient || NODE(n, t, node)->valid != ns) {
+                node_state_t *st = t ? node_cur(n, t, node) : NULL;
+                if (!t || t->transient || st->valid != ns) {
                         snprintf(err, err_len, "unknown cached tensor id %u from the ranks of node %u", id, node);
                         ret = HVD_EPROTO;
                         continue;
                 }
-                if (NODE(n, t, node)->ready || NODE(n, t, node)->marks) {
+                if (st->ready || st->marks) {
                         snprintf(err, err_len, "tensor '%s' submitted twice by a rank of node %u before it completed",
                                  t->name, node);
                         ret = HVD_EDUPLICATE;
@@ -599,9 +630,11 @@ int hvd_negotiator_submit_node(hvd_negotiator_t *n, uint32_t node, const uint32_
                         t->first_ready_usec = when;
                 if (t->n_ready == 0) {
                         t->some_ready = n->node_list[n->node_first[node]];
-                        t->some_in_set = PR(t, t->some_ready)->process_set != 0;
+                        /* checked: every rank's parameters alike and unchanged since the last round */
+                        if (!t->checked)
+                                t->some_in_set = PR(t, t->some_ready)->process_set != 0;
                 }
-                NODE(n, t, node)->ready = true;
+                st->ready = true;
                 t->n_ready += ns;
                 if (n->timeline && (t->ready_usec || (t->ready_usec = calloc(n->size, sizeof *t->ready_usec))))
                         for (uint32_t k = n->node_first[node]; k < n->node_first[node + 1]; k++)
@@ -859,10 +892,16 @@ static uint32_t first_ready_rank(const hvd_negotiator_t *n, const tensor_t *t) {
 }
 
 static void tensor_reset(const hvd_negotiator_t *n, tensor_t *t, uint32_t size) {
-        memset(t->ready, 0, size);
-        for (uint32_t c = 0; n->nst && c < n->n_nodes; c++) {
-                NODE(n, t, c)->ready = false;
-                NODE(n, t, c)->marks = 0;
+        if (t->n_marked)
+                memset(t->ready, 0, size);
+        t->n_marked = 0;
+        if (++t->round == 0) { /* wrapped: clear them all, once in 2^32 rounds */
+                t->round = 1;
+                for (uint32_t c = 0; n->nst && c < n->n_nodes; c++) {
+                        NODE(n, t, c)->round = 1;
+                        NODE(n, t, c)->ready = false;
+                        NODE(n, t, c)->marks = 0;
+                }
         }
         if (t->ready_usec)
                 memset(t->ready_usec, 0, size * sizeof *t->ready_usec);
