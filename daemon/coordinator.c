@@ -1074,19 +1074,24 @@ static char *advertised_endpoint(hvd_daemon_t *d, const job_t *j, char *buf, siz
 }
 
 /* Root: hosts[0..n) (cross ranks, in order) report to parent (0: the
- * root): at most g of them directly; more are cut into g runs as even as
- * can be, the first host of each run that gave an endpoint relays for the
- * rest of its run, which is placed under it the same way. A relay whose
- * parent is the root names itself. Returns the relays made. */
+ * root): at most g of them directly. More are cut into runs as even as can
+ * be: ceil(n / g) runs of at most g hosts when that makes at most g of
+ * them (each run's relay hears from the rest of it), else g runs, each
+ * placed below its relay the same way. A run's relay is its first host
+ * that gave an endpoint; a relay whose parent is the root names itself.
+ * Returns the relays made (UINT32_MAX: out of memory). */
 static uint32_t relay_tree(job_t *j, const uint32_t *hosts, uint32_t n, uint32_t parent, uint32_t g, uint32_t depth) {
         if (n <= g) {
                 for (uint32_t k = 0; k < n; k++)
                         j->relay_via[hosts[k]] = parent;
                 return 0;
         }
+        uint32_t runs = (n + g - 1) / g;
+        if (runs > g)
+                runs = g;
         uint32_t made = 0;
-        for (uint32_t part = 0, first = 0; part < g; part++) {
-                uint32_t len = n / g + (part < n % g), relay = UINT32_MAX;
+        for (uint32_t part = 0, first = 0; part < runs; part++) {
+                uint32_t len = n / runs + (part < n % runs), relay = UINT32_MAX;
                 for (uint32_t k = first; k < first + len && relay == UINT32_MAX; k++)
                         if (j->nodes[hosts[k]].endpoint)
                                 relay = k;
