@@ -3643,9 +3643,14 @@ static void relay_take_relayed(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeR
                 for (size_t h = 0; h < rr->n_hosts; h++) {
                         uint32_t x = rr->hosts[h];
                         if (x >= j->cross_size || rl->member_of[x] != (int32_t) i) {
+                                char other[64];
+                                if (x < j->cross_size)
+                                        snprintf(other, sizeof other, "%s", host_of(j, x));
+                                else
+                                        snprintf(other, sizeof other, "%u (no such host)", x);
                                 job_abort(d, j, -1, HVD_EPROTO,
-                                          "host %s relayed readiness for host %u, which does not report through it",
-                                          host_of(j, mi->host), x);
+                                          "host %s relayed readiness for host %s, which does not report through it",
+                                          host_of(j, mi->host), other);
                                 goto out;
                         }
                         full = full && (!h || x > rr->hosts[h - 1]); /* ascending: all of them, each once */

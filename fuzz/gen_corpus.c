@@ -241,7 +241,7 @@ static void seq_write(seq_t *q, const char *name) {
 }
 
 static uint8_t dsecret[16] = "fedcba9876543210";
-static char *dhosts[] = { "node-a", "node-b", "node-c", "node-d" };
+static char *dhosts[] = { "node-a", "node-b", "node-c", "node-d", "node-e" };
 
 static void seq_hello(seq_t *q, uint8_t op, const char *job, uint32_t rank, uint32_t world, uint32_t local_rank,
                       uint32_t local_size, uint32_t cross_rank, uint32_t cross_size) {
@@ -709,6 +709,115 @@ static void dispatch_seeds(void) {
         }
         seq_time(&q, 12);
         seq_write(&q, "root-of-relays");
+
+        /* a tree of relays: this daemon is host 1 of 5, under the root; host
+         * 2 relays for host 3 and reports through host 1 (relay_via 0 1 1 2
+         * 0). Host 2's requests for hosts 2 and 3 pass on as they came; its
+         * cached id for both merges with this host's own; one for host 3
+         * alone passes on; then an entry for host 4, which does not report
+         * through it */
+        seq_start(&q, 1);
+        seq_hello(&q, FROM_WORKER | 0 << 3, "job-t", 1, 5, 0, 1, 1, 5);
+        {
+                Hvd__RankInfo ri[5], *rip[5];
+                for (uint32_t c = 0; c < 5; c++)
+                        ri[c] = rank_info(c, c), rip[c] = &ri[c];
+                uint32_t via[] = { 0, 1, 1, 2, 0 };
+                char *eps[] = { "", "tcp://127.0.0.1:1", "tcp://127.0.0.1:2", "", "" };
+                Hvd__NodeWelcome nw = HVD__NODE_WELCOME__INIT;
+                nw.job_id = "job-t";
+                nw.ranks = rip, nw.n_ranks = 5;
+                nw.epoch = 7;
+                nw.fusion_threshold = 1 << 20;
+                nw.cycle_time_usec = 1000;
+                nw.relay_via = via, nw.n_relay_via = 5;
+                nw.relay_endpoint = eps, nw.n_relay_endpoint = 5;
+                Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                env.body_case = HVD__ENVELOPE__BODY_NODE_WELCOME;
+                env.node_welcome = &nw;
+                seq_msg(&q, FROM_ROOT, &env);
+                Hvd__NodeReady hello = relay_ready("job-t", 2);
+                env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
+                env.node_ready = &hello;
+                seq_msg(&q, FROM_PEER | 0 << 3, &env);
+                /* hosts 2 and 3 name grad.w alike */
+                int64_t shape[] = { 4, 3 };
+                Hvd__Request r = request("grad.w", HVD__KIND__KIND_ALLREDUCE, shape, 2);
+                Hvd__Request *rs[] = { &r };
+                Hvd__Ready ready = HVD__READY__INIT;
+                ready.requests = rs, ready.n_requests = 1;
+                uint32_t ranks23[] = { 2, 3 }, hosts23[] = { 2, 3 }, hosts3[] = { 3 }, hosts4[] = { 4 };
+                Hvd__SharedReady sh = HVD__SHARED_READY__INIT, *shp[] = { &sh };
+                sh.ranks = ranks23, sh.n_ranks = 2;
+                sh.ready = &ready;
+                Hvd__RelayedReady rel = HVD__RELAYED_READY__INIT, *relp[] = { &rel };
+                rel.hosts = hosts23, rel.n_hosts = 2;
+                rel.shared = shp, rel.n_shared = 1;
+                Hvd__NodeReady nr = relay_ready("job-t", 2);
+                nr.relayed = relp, nr.n_relayed = 1;
+                env.node_ready = &nr;
+                seq_msg(&q, FROM_PEER | 0 << 3, &env);
+                seq_ready(&q, FROM_WORKER | 0 << 3, "grad.w", false);
+                /* the root's schedule of grad.w (cache id 0), kept under key 1 */
+                rank_grad_t rg;
+                rank_grad(&rg, 1);
+                Hvd__Entry en = HVD__ENTRY__INIT, *enp[] = { &en };
+                en.id = 0;
+                en.name = "grad.w";
+                en.count = 12;
+                en.shape = rg.shape, en.n_shape = 2;
+                Hvd__Op op = HVD__OP__INIT, *opp[] = { &op };
+                op.kind = HVD__KIND__KIND_ALLREDUCE;
+                op.dtype = HVD_FLOAT32;
+                op.reduce_op = HVD_REDUCE_SUM;
+                op.entries = enp, op.n_entries = 1;
+                op.prescale = op.postscale = 1.0;
+                Hvd__Schedule sc = HVD__SCHEDULE__INIT;
+                sc.seq = 1;
+                sc.join_done_last_rank = -1;
+                sc.ops = opp, sc.n_ops = 1;
+                sc.keep_key = 1;
+                Hvd__JobSchedule js = HVD__JOB_SCHEDULE__INIT;
+                js.job_id = "job-t";
+                js.schedule = &sc;
+                env.body_case = HVD__ENVELOPE__BODY_JOB_SCHEDULE;
+                env.job_schedule = &js;
+                seq_msg(&q, FROM_ROOT, &env);
+                seq_done(&q, FROM_WORKER | 0 << 3, 1);
+                /* the steady state: cached id 0 for hosts 2 and 3, merged
+                 * with this host's own; the root repeats key 1 */
+                uint32_t ids[] = { 0 };
+                uint64_t waited[] = { 50 };
+                Hvd__RelayedReady grp = HVD__RELAYED_READY__INIT, *grpp[] = { &grp };
+                grp.hosts = hosts23, grp.n_hosts = 2;
+                grp.node_cached = ids, grp.n_node_cached = 1;
+                grp.node_cached_waited_usec = waited, grp.n_node_cached_waited_usec = 1;
+                nr.relayed = grpp;
+                env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
+                env.node_ready = &nr;
+                seq_msg(&q, FROM_PEER | 0 << 3, &env);
+                seq_ready(&q, FROM_WORKER | 0 << 3, "grad.w", true);
+                Hvd__Schedule rep = HVD__SCHEDULE__INIT;
+                rep.seq = 2;
+                rep.join_done_last_rank = -1;
+                rep.repeat_key = 1;
+                js.schedule = &rep;
+                env.body_case = HVD__ENVELOPE__BODY_JOB_SCHEDULE;
+                env.job_schedule = &js;
+                seq_msg(&q, FROM_ROOT, &env);
+                seq_done(&q, FROM_WORKER | 0 << 3, 2);
+                /* host 3 alone (host 2 released it after its hold) */
+                grp.hosts = hosts3, grp.n_hosts = 1;
+                env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
+                env.node_ready = &nr;
+                seq_msg(&q, FROM_PEER | 0 << 3, &env);
+                /* host 4 through host 2: not below it */
+                grp.hosts = hosts4, grp.n_hosts = 1;
+                seq_msg(&q, FROM_PEER | 0 << 3, &env);
+        }
+        seq_time(&q, 1);
+        seq_time(&q, 40);
+        seq_write(&q, "relay-in-a-tree");
 }
 
 int main(int argc, char **argv) {
