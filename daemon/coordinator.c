@@ -1074,21 +1074,23 @@ static char *advertised_endpoint(hvd_daemon_t *d, const job_t *j, char *buf, siz
 }
 
 /* Root: hosts[0..n) (cross ranks, in order) report to parent (0: the
- * root): at most g of them directly. More are cut into runs as even as can
- * be: ceil(n / g) runs of at most g hosts when that makes at most g of
- * them (each run's relay hears from the rest of it), else g runs, each
- * placed below its relay the same way. A run's relay is its first host
- * that gave an endpoint; a relay whose parent is the root names itself.
- * Returns the relays made (UINT32_MAX: out of memory). */
-static uint32_t relay_tree(job_t *j, const uint32_t *hosts, uint32_t n, uint32_t parent, uint32_t g, uint32_t depth) {
-        if (n <= g) {
+ * root), which hears from at most cap of them. More are cut into runs as
+ * even as can be: ceil(n / g) runs of at most g hosts when that makes at
+ * most cap of them (each run's relay hears from the rest of it), else cap
+ * runs, each placed below its relay the same way (at most g a relay). A
+ * run's relay is its first host that gave an endpoint; a relay whose
+ * parent is the root names itself. Returns the relays made (UINT32_MAX:
+ * out of memory). */
+static uint32_t relay_tree(job_t *j, const uint32_t *hosts, uint32_t n, uint32_t parent, uint32_t g, uint32_t cap,
+                           uint32_t depth) {
+        if (n <= cap) {
                 for (uint32_t k = 0; k < n; k++)
                         j->relay_via[hosts[k]] = parent;
                 return 0;
         }
         uint32_t runs = (n + g - 1) / g;
-        if (runs > g)
-                runs = g;
+        if (runs > cap)
+                runs = cap;
         uint32_t made = 0;
         for (uint32_t part = 0, first = 0; part < runs; part++) {
                 uint32_t len = n / runs + (part < n % runs), relay = UINT32_MAX;
@@ -1110,7 +1112,7 @@ static uint32_t relay_tree(job_t *j, const uint32_t *hosts, uint32_t n, uint32_t
                         for (uint32_t k = first, o = 0; k < first + len; k++)
                                 if (k != relay)
                                         rest[o++] = hosts[k];
-                        uint32_t sub = relay_tree(j, rest, len - 1, r, g, depth + 1);
+                        uint32_t sub = relay_tree(j, rest, len - 1, r, g, g, depth + 1);
                         free(rest);
                         if (sub == UINT32_MAX)
                                 return UINT32_MAX;
@@ -1122,9 +1124,10 @@ static uint32_t relay_tree(job_t *j, const uint32_t *hosts, uint32_t n, uint32_t
 }
 
 /* Root: places the other hosts of a large job in a tree of relays in which
- * no daemon has more than relay_fanout hosts reporting to it (the first
- * host of a group that gave an endpoint relays for it); fills
- * j->relay_via. Returns 0 (no relays: j->relay_via stays NULL) or -ENOMEM. */
+ * no relay hears from more than relay_fanout hosts, and the root, which
+ * also negotiates, from at most half as many (the first host of a group
+ * that gave an endpoint relays for it); fills j->relay_via. Returns 0 (no
+ * relays: j->relay_via stays NULL) or -ENOMEM. */
 static int root_assign_relays(hvd_daemon_t *d, job_t *j) {
         uint32_t g = d->cfg.relay_fanout;
         if (g < 2 || j->cross_size - 1 <= g || hvd_zap_curve(d->zap))
@@ -1137,7 +1140,7 @@ static int root_assign_relays(hvd_daemon_t *d, job_t *j) {
         for (uint32_t c = 1; c < j->cross_size; c++)
                 hosts[c - 1] = c;
         j->relay_depth = 0;
-        uint32_t relays = relay_tree(j, hosts, j->cross_size - 1, 0, g, 0);
+        uint32_t relays = relay_tree(j, hosts, j->cross_size - 1, 0, g, HVD_MAX(2u, g / 2), 0);
         free(hosts);
         if (relays == UINT32_MAX || !relays) {
                 free(j->relay_via);
