@@ -1125,7 +1125,8 @@ static uint32_t relay_tree(job_t *j, const uint32_t *hosts, uint32_t n, uint32_t
 
 /* Root: places the other hosts of a large job in a tree of relays in which
  * no relay hears from more than relay_fanout hosts, and the root, which
- * also negotiates, from at most half as many (the first host of a group
+ * also negotiates, from at most a quarter as many (at least 2; the first
+ * host of a group
  * that gave an endpoint relays for it); fills j->relay_via. Returns 0 (no
  * relays: j->relay_via stays NULL) or -ENOMEM. */
 static int root_assign_relays(hvd_daemon_t *d, job_t *j) {
@@ -1140,7 +1141,7 @@ static int root_assign_relays(hvd_daemon_t *d, job_t *j) {
         for (uint32_t c = 1; c < j->cross_size; c++)
                 hosts[c - 1] = c;
         j->relay_depth = 0;
-        uint32_t relays = relay_tree(j, hosts, j->cross_size - 1, 0, g, HVD_MAX(2u, g / 2), 0);
+        uint32_t relays = relay_tree(j, hosts, j->cross_size - 1, 0, g, HVD_MAX(2u, g / 4), 0);
         free(hosts);
         if (relays == UINT32_MAX || !relays) {
                 free(j->relay_via);

@@ -9,7 +9,8 @@
 # collectives, several nodes), and, when clang is here, a libFuzzer build
 # (--enable-fuzzing) runs every fuzz harness for a few seconds
 # (docs/FUZZING.md). Extra arguments go to the first configure.
-# HVD_TEST_QUICK=1 skips the second and third builds.
+# The benchmarks are built (make bench), not run. HVD_TEST_QUICK=1 skips
+# the second and third builds.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 "$top/scripts/setup.sh" || exit 1
@@ -37,6 +38,18 @@ run_check() {
 }
 
 run_check "$top/build"
+# the benchmarks build (make bench) but are not run here: their timings are
+# compared side by side with their peers by benchmarks/run-*.sh, never asserted
+echo "test: the benchmarks build (make bench)"
+if (cd "$top/build" && make -s -j2 bench) >"$top/build/bench.out" 2>&1; then
+        echo "PASS: make bench"
+        pass=$((pass + 1))
+else
+        echo "FAIL: make bench"
+        tail -n 40 "$top/build/bench.out"
+        status=1
+        fail=$((fail + 1))
+fi
 if [ -z "${HVD_TEST_QUICK:-}" ]; then
         echo "test: CPU-only build with sanitizers (--without-cuda --enable-sanitizers)"
         if BUILD_DIR=build-cpu "$top/scripts/build.sh" --without-cuda --enable-sanitizers; then
