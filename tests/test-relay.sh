@@ -14,7 +14,9 @@
 # - a tree of relays two levels deep (8 hosts, fanout 2: b relays for c and
 #   e, c for d, f for g and h): exact steady steps, the ids of the whole
 #   subtree merged at each level, status naming each daemon's part; then
-#   the middle relay (c) killed: every rank ends naming host c.
+#   the middle relay (c) killed: every rank ends naming host c; and a rank
+#   two relays down that stays away from a tensor: the root's status and
+#   the waiting ranks name exactly that rank.
 set -u
 . "$HVD_SRCDIR/tests/lib/common.sh"
 PY=${PYTHON:-/usr/bin/python3}
@@ -200,3 +202,20 @@ for r in 0 1 2 5 6 7 8 9 10 11; do
                 fail "rank $r did not fail naming host c" "$(cat "$tmp/tree.out")"
 done
 echo "ok: a tree of relays two levels deep: $steps steps exact, ids merged at both levels; its middle relay lost: every rank named host c"
+
+# a stall two levels down: rank 5 (host d, below c, below b) stays away
+HVD_STALL_CHECK_TIME_SECONDS=1 HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=5 HVD_TEST_STALL_RANK=5 \
+        "$multi" -H $hosts -t 60 -- \
+        sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/tsrt.$HVD_RANK; exec "$0" stall-one' "$worker" >"$tmp/tstall.out" 2>&1 &
+lp=$!
+wait_files 10 "$tmp/tsrt.0" || fail "the stall job on the tree did not start" "$(cat "$tmp/tstall.out")"
+stalled=$(job_stalled "$tmp/tsrt.0" $lp)
+want="'stall.t' ready on ranks [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11], missing ranks [5]"
+[ "$stalled" = "$want" ] || fail "on the tree, the root's status shows the stall as \"$stalled\", expected \"$want\"" "$(cat "$tmp/tstall.out")"
+wait $lp
+lp=
+for r in 0 2 3 4 6 11; do
+        grep "^\[$r@[a-h]\] rank $r: stall-one: " "$tmp/tstall.out" | grep -qF "stalled for more than 5 s: $want" ||
+                fail "rank $r was not told which rank is missing, on the tree" "$(cat "$tmp/tstall.out")"
+done
+echo "ok: a stall two relays down names the missing rank"
