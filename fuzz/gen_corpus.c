@@ -363,6 +363,45 @@ static void rank_grad(rank_grad_t *g, uint32_t rank) {
         g->rrp[0] = &g->rr;
 }
 
+/* The root's schedule of grad.w [4, 3] (cache id 0) for job, kept under
+ * key 1, and its repeat (filled in place: it points into itself). */
+typedef struct kept_grad {
+        int64_t shape[2];
+        Hvd__Entry en, *enp[1];
+        Hvd__Op op, *opp[1];
+        Hvd__Schedule sc, rep;
+        Hvd__JobSchedule js;
+} kept_grad_t;
+
+static void kept_grad(kept_grad_t *k, const char *job) {
+        k->shape[0] = 4, k->shape[1] = 3;
+        hvd__entry__init(&k->en);
+        k->en.id = 0;
+        k->en.name = "grad.w";
+        k->en.count = 12;
+        k->en.shape = k->shape, k->en.n_shape = 2;
+        k->enp[0] = &k->en;
+        hvd__op__init(&k->op);
+        k->op.kind = HVD__KIND__KIND_ALLREDUCE;
+        k->op.dtype = HVD_FLOAT32;
+        k->op.reduce_op = HVD_REDUCE_SUM;
+        k->op.entries = k->enp, k->op.n_entries = 1;
+        k->op.prescale = k->op.postscale = 1.0;
+        k->opp[0] = &k->op;
+        hvd__schedule__init(&k->sc);
+        k->sc.seq = 1;
+        k->sc.join_done_last_rank = -1;
+        k->sc.ops = k->opp, k->sc.n_ops = 1;
+        k->sc.keep_key = 1;
+        hvd__schedule__init(&k->rep);
+        k->rep.seq = 2;
+        k->rep.join_done_last_rank = -1;
+        k->rep.repeat_key = 1;
+        hvd__job_schedule__init(&k->js);
+        k->js.job_id = (char *) job;
+        k->js.schedule = &k->sc;
+}
+
 /* host's NodeReady for job j through its relay (relay fields set, nothing else) */
 static Hvd__NodeReady relay_ready(const char *job, uint32_t host) {
         Hvd__NodeReady nr = HVD__NODE_READY__INIT;
@@ -584,27 +623,10 @@ static void dispatch_seeds(void) {
                 nr.relay_host = 3;
                 seq_msg(&q, FROM_PEER | 2 << 3, &env);
                 /* the root's schedule of grad.w (cache id 0), kept under key 1 */
-                Hvd__Entry en = HVD__ENTRY__INIT, *enp[] = { &en };
-                en.id = 0;
-                en.name = "grad.w";
-                en.count = 12;
-                en.shape = rg.shape, en.n_shape = 2;
-                Hvd__Op op = HVD__OP__INIT, *opp[] = { &op };
-                op.kind = HVD__KIND__KIND_ALLREDUCE;
-                op.dtype = HVD_FLOAT32;
-                op.reduce_op = HVD_REDUCE_SUM;
-                op.entries = enp, op.n_entries = 1;
-                op.prescale = op.postscale = 1.0;
-                Hvd__Schedule sc = HVD__SCHEDULE__INIT;
-                sc.seq = 1;
-                sc.join_done_last_rank = -1;
-                sc.ops = opp, sc.n_ops = 1;
-                sc.keep_key = 1;
-                Hvd__JobSchedule js = HVD__JOB_SCHEDULE__INIT;
-                js.job_id = "job-r";
-                js.schedule = &sc;
+                kept_grad_t kg;
+                kept_grad(&kg, "job-r");
                 env.body_case = HVD__ENVELOPE__BODY_JOB_SCHEDULE;
-                env.job_schedule = &js;
+                env.job_schedule = &kg.js;
                 seq_msg(&q, FROM_ROOT, &env);
                 /* the steady state: host 2's and this host's cached id 0,
                  * merged; the root repeats key 1 */
@@ -619,13 +641,9 @@ static void dispatch_seeds(void) {
                 seq_msg(&q, FROM_PEER | 0 << 3, &env);
                 seq_ready(&q, FROM_WORKER | 0 << 3, "grad.w", true);
                 seq_msg(&q, FROM_PEER | 0 << 3, &env); /* twice before it completed */
-                Hvd__Schedule rep = HVD__SCHEDULE__INIT;
-                rep.seq = 2;
-                rep.join_done_last_rank = -1;
-                rep.repeat_key = 1;
-                js.schedule = &rep;
+                kg.js.schedule = &kg.rep;
                 env.body_case = HVD__ENVELOPE__BODY_JOB_SCHEDULE;
-                env.job_schedule = &js;
+                env.job_schedule = &kg.js;
                 seq_msg(&q, FROM_ROOT, &env);
                 uint32_t departed[] = { 2 };
                 Hvd__NodeReady bye = relay_ready("job-r", 2);
@@ -759,29 +777,10 @@ static void dispatch_seeds(void) {
                 seq_msg(&q, FROM_PEER | 0 << 3, &env);
                 seq_ready(&q, FROM_WORKER | 0 << 3, "grad.w", false);
                 /* the root's schedule of grad.w (cache id 0), kept under key 1 */
-                rank_grad_t rg;
-                rank_grad(&rg, 1);
-                Hvd__Entry en = HVD__ENTRY__INIT, *enp[] = { &en };
-                en.id = 0;
-                en.name = "grad.w";
-                en.count = 12;
-                en.shape = rg.shape, en.n_shape = 2;
-                Hvd__Op op = HVD__OP__INIT, *opp[] = { &op };
-                op.kind = HVD__KIND__KIND_ALLREDUCE;
-                op.dtype = HVD_FLOAT32;
-                op.reduce_op = HVD_REDUCE_SUM;
-                op.entries = enp, op.n_entries = 1;
-                op.prescale = op.postscale = 1.0;
-                Hvd__Schedule sc = HVD__SCHEDULE__INIT;
-                sc.seq = 1;
-                sc.join_done_last_rank = -1;
-                sc.ops = opp, sc.n_ops = 1;
-                sc.keep_key = 1;
-                Hvd__JobSchedule js = HVD__JOB_SCHEDULE__INIT;
-                js.job_id = "job-t";
-                js.schedule = &sc;
+                kept_grad_t kg;
+                kept_grad(&kg, "job-t");
                 env.body_case = HVD__ENVELOPE__BODY_JOB_SCHEDULE;
-                env.job_schedule = &js;
+                env.job_schedule = &kg.js;
                 seq_msg(&q, FROM_ROOT, &env);
                 seq_done(&q, FROM_WORKER | 0 << 3, 1);
                 /* the steady state: cached id 0 for hosts 2 and 3, merged
@@ -797,13 +796,9 @@ static void dispatch_seeds(void) {
                 env.node_ready = &nr;
                 seq_msg(&q, FROM_PEER | 0 << 3, &env);
                 seq_ready(&q, FROM_WORKER | 0 << 3, "grad.w", true);
-                Hvd__Schedule rep = HVD__SCHEDULE__INIT;
-                rep.seq = 2;
-                rep.join_done_last_rank = -1;
-                rep.repeat_key = 1;
-                js.schedule = &rep;
+                kg.js.schedule = &kg.rep;
                 env.body_case = HVD__ENVELOPE__BODY_JOB_SCHEDULE;
-                env.job_schedule = &js;
+                env.job_schedule = &kg.js;
                 seq_msg(&q, FROM_ROOT, &env);
                 seq_done(&q, FROM_WORKER | 0 << 3, 2);
                 /* host 3 alone (host 2 released it after its hold) */

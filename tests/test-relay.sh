@@ -108,21 +108,31 @@ sys.exit(0 if ok else 1)
 EOF
 echo "ok: $steps steps exact on 5 hosts; hosts b-e reached the root through two relays, merged; status shows them"
 
+# stall_named NAME RANK WANT RANK...: a job on $hosts in which RANK stays
+# away from a tensor; the root's status shows WANT, and each RANK... is
+# told it when the job gives up
+stall_named() {
+        local name=$1 missing=$2 want=$3 r
+        shift 3
+        HVD_STALL_CHECK_TIME_SECONDS=1 HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=5 HVD_TEST_STALL_RANK=$missing \
+                "$multi" -H $hosts -t 60 -- \
+                sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp/$name"'.$HVD_RANK; exec "$0" stall-one' "$worker" \
+                >"$tmp/$name.out" 2>&1 &
+        lp=$!
+        wait_files 10 "$tmp/$name.0" || fail "the $name job did not start" "$(cat "$tmp/$name.out")"
+        stalled=$(job_stalled "$tmp/$name.0" $lp)
+        [ "$stalled" = "$want" ] ||
+                fail "$name: the root's status shows the stall as \"$stalled\", expected \"$want\"" "$(cat "$tmp/$name.out")"
+        wait $lp
+        lp=
+        for r in "$@"; do
+                grep "^\[$r@[a-h]\] rank $r: stall-one: " "$tmp/$name.out" | grep -qF "stalled for more than 5 s: $want" ||
+                        fail "$name: rank $r was not told which rank is missing" "$(cat "$tmp/$name.out")"
+        done
+}
+
 # a stall in a relayed group: rank 4 (host c, reporting through b) stays away
-HVD_STALL_CHECK_TIME_SECONDS=1 HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=5 HVD_TEST_STALL_RANK=4 \
-        "$multi" -H $hosts -t 60 -- \
-        sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/srt.$HVD_RANK; exec "$0" stall-one' "$worker" >"$tmp/stall.out" 2>&1 &
-lp=$!
-wait_files 10 "$tmp/srt.0" || fail "the stall job did not start" "$(cat "$tmp/stall.out")"
-stalled=$(job_stalled "$tmp/srt.0" $lp)
-want="'stall.t' ready on ranks [0, 1, 2, 3, 5, 6, 7], missing ranks [4]"
-[ "$stalled" = "$want" ] || fail "the root's status shows the stall as \"$stalled\", expected \"$want\"" "$(cat "$tmp/stall.out")"
-wait $lp
-lp=
-for r in 0 1 2 3 5 6 7; do
-        grep "^\[$r@[a-e]\] rank $r: stall-one: " "$tmp/stall.out" | grep -qF "stalled for more than 5 s: $want" ||
-                fail "rank $r was not told which rank is missing" "$(cat "$tmp/stall.out")"
-done
+stall_named stall 4 "'stall.t' ready on ranks [0, 1, 2, 3, 5, 6, 7], missing ranks [4]" 0 1 2 3 5 6 7
 echo "ok: a stall in a relayed group names the missing rank (status and every waiting rank)"
 
 # relay b's daemon killed while the job holds: the others end, naming host b
@@ -204,18 +214,5 @@ done
 echo "ok: a tree of relays two levels deep: $steps steps exact, ids merged at both levels; its middle relay lost: every rank named host c"
 
 # a stall two levels down: rank 5 (host d, below c, below b) stays away
-HVD_STALL_CHECK_TIME_SECONDS=1 HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=5 HVD_TEST_STALL_RANK=5 \
-        "$multi" -H $hosts -t 60 -- \
-        sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/tsrt.$HVD_RANK; exec "$0" stall-one' "$worker" >"$tmp/tstall.out" 2>&1 &
-lp=$!
-wait_files 10 "$tmp/tsrt.0" || fail "the stall job on the tree did not start" "$(cat "$tmp/tstall.out")"
-stalled=$(job_stalled "$tmp/tsrt.0" $lp)
-want="'stall.t' ready on ranks [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11], missing ranks [5]"
-[ "$stalled" = "$want" ] || fail "on the tree, the root's status shows the stall as \"$stalled\", expected \"$want\"" "$(cat "$tmp/tstall.out")"
-wait $lp
-lp=
-for r in 0 2 3 4 6 11; do
-        grep "^\[$r@[a-h]\] rank $r: stall-one: " "$tmp/tstall.out" | grep -qF "stalled for more than 5 s: $want" ||
-                fail "rank $r was not told which rank is missing, on the tree" "$(cat "$tmp/tstall.out")"
-done
+stall_named tree-stall 5 "'stall.t' ready on ranks [0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11], missing ranks [5]" 0 2 3 4 6 11
 echo "ok: a stall two relays down names the missing rank"
