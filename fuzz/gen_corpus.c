@@ -363,6 +363,32 @@ static void rank_grad(rank_grad_t *g, uint32_t rank) {
         g->rrp[0] = &g->rr;
 }
 
+/* Two ranks' readiness for grad.w [4, 3] by name, shared, relayed for two
+ * hosts (filled in place: it points into itself). */
+typedef struct relayed_grad {
+        int64_t shape[2];
+        Hvd__Request r, *rs[1];
+        Hvd__Ready ready;
+        Hvd__SharedReady sh, *shp[1];
+        Hvd__RelayedReady rel, *relp[1];
+} relayed_grad_t;
+
+static void relayed_grad(relayed_grad_t *g, uint32_t *ranks, uint32_t *hosts) {
+        g->shape[0] = 4, g->shape[1] = 3;
+        g->r = request("grad.w", HVD__KIND__KIND_ALLREDUCE, g->shape, 2);
+        g->rs[0] = &g->r;
+        hvd__ready__init(&g->ready);
+        g->ready.requests = g->rs, g->ready.n_requests = 1;
+        hvd__shared_ready__init(&g->sh);
+        g->sh.ranks = ranks, g->sh.n_ranks = 2;
+        g->sh.ready = &g->ready;
+        g->shp[0] = &g->sh;
+        hvd__relayed_ready__init(&g->rel);
+        g->rel.hosts = hosts, g->rel.n_hosts = 2;
+        g->rel.shared = g->shp, g->rel.n_shared = 1;
+        g->relp[0] = &g->rel;
+}
+
 /* The root's schedule of grad.w [4, 3] (cache id 0) for job, kept under
  * key 1, and its repeat (filled in place: it points into itself). */
 typedef struct kept_grad {
@@ -682,28 +708,19 @@ static void dispatch_seeds(void) {
                         seq_msg(&q, FROM_PEER | (uint8_t) ((c - 1) << 3), &env);
                 }
                 seq_ready(&q, FROM_WORKER | 0 << 3, "grad.w", false);
-                int64_t shape[] = { 4, 3 };
-                Hvd__Request r = request("grad.w", HVD__KIND__KIND_ALLREDUCE, shape, 2);
-                Hvd__Request *rs[] = { &r };
-                Hvd__Ready ready = HVD__READY__INIT;
-                ready.requests = rs, ready.n_requests = 1;
                 uint32_t ranks12[] = { 1, 2 }, hosts12[] = { 1, 2 }, hosts3[] = { 3 }, ranks3[] = { 3 };
-                Hvd__SharedReady sh = HVD__SHARED_READY__INIT, *shp[] = { &sh };
-                sh.ranks = ranks12, sh.n_ranks = 2;
-                sh.ready = &ready;
-                Hvd__RelayedReady rel = HVD__RELAYED_READY__INIT, *relp[] = { &rel };
-                rel.hosts = hosts12, rel.n_hosts = 2;
-                rel.shared = shp, rel.n_shared = 1;
+                relayed_grad_t g;
+                relayed_grad(&g, ranks12, hosts12);
                 Hvd__NodeReady nr = HVD__NODE_READY__INIT;
                 nr.job_id = "job-s";
-                nr.relayed = relp, nr.n_relayed = 1;
+                nr.relayed = g.relp, nr.n_relayed = 1;
                 env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
                 env.node_ready = &nr;
                 seq_msg(&q, FROM_PEER | 0 << 3, &env);
                 /* host 3's own, straight: grad.w is complete and scheduled */
                 Hvd__RankReady rr3 = HVD__RANK_READY__INIT, *rr3p[] = { &rr3 };
                 rr3.rank = 3;
-                rr3.ready = &ready;
+                rr3.ready = &g.ready;
                 Hvd__NodeReady own3 = HVD__NODE_READY__INIT;
                 own3.job_id = "job-s";
                 own3.ranks = rr3p, own3.n_ranks = 1;
@@ -720,9 +737,9 @@ static void dispatch_seeds(void) {
                 nr.relayed = grpp;
                 seq_msg(&q, FROM_PEER | 0 << 3, &env);
                 /* host 3 through host 1: not its group */
-                sh.ranks = ranks3, sh.n_ranks = 1;
-                rel.hosts = hosts3, rel.n_hosts = 1;
-                nr.relayed = relp;
+                g.sh.ranks = ranks3, g.sh.n_ranks = 1;
+                g.rel.hosts = hosts3, g.rel.n_hosts = 1;
+                nr.relayed = g.relp;
                 seq_msg(&q, FROM_PEER | 0 << 3, &env);
         }
         seq_time(&q, 12);
@@ -759,20 +776,11 @@ static void dispatch_seeds(void) {
                 env.node_ready = &hello;
                 seq_msg(&q, FROM_PEER | 0 << 3, &env);
                 /* hosts 2 and 3 name grad.w alike */
-                int64_t shape[] = { 4, 3 };
-                Hvd__Request r = request("grad.w", HVD__KIND__KIND_ALLREDUCE, shape, 2);
-                Hvd__Request *rs[] = { &r };
-                Hvd__Ready ready = HVD__READY__INIT;
-                ready.requests = rs, ready.n_requests = 1;
                 uint32_t ranks23[] = { 2, 3 }, hosts23[] = { 2, 3 }, hosts3[] = { 3 }, hosts4[] = { 4 };
-                Hvd__SharedReady sh = HVD__SHARED_READY__INIT, *shp[] = { &sh };
-                sh.ranks = ranks23, sh.n_ranks = 2;
-                sh.ready = &ready;
-                Hvd__RelayedReady rel = HVD__RELAYED_READY__INIT, *relp[] = { &rel };
-                rel.hosts = hosts23, rel.n_hosts = 2;
-                rel.shared = shp, rel.n_shared = 1;
+                relayed_grad_t g;
+                relayed_grad(&g, ranks23, hosts23);
                 Hvd__NodeReady nr = relay_ready("job-t", 2);
-                nr.relayed = relp, nr.n_relayed = 1;
+                nr.relayed = g.relp, nr.n_relayed = 1;
                 env.node_ready = &nr;
                 seq_msg(&q, FROM_PEER | 0 << 3, &env);
                 seq_ready(&q, FROM_WORKER | 0 << 3, "grad.w", false);
