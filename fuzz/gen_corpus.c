@@ -363,6 +363,26 @@ static void rank_grad(rank_grad_t *g, uint32_t rank) {
         g->rrp[0] = &g->rr;
 }
 
+/* The root's welcome of job to a host of n (at most 5), one rank a host,
+ * with the relay table via / eps (filled in place: it points into itself). */
+typedef struct relay_welcome {
+        Hvd__RankInfo ri[5], *rip[5];
+        Hvd__NodeWelcome nw;
+} relay_welcome_t;
+
+static void relay_welcome(relay_welcome_t *w, const char *job, uint32_t n, uint32_t *via, char **eps) {
+        for (uint32_t c = 0; c < n; c++)
+                w->ri[c] = rank_info(c, c), w->rip[c] = &w->ri[c];
+        hvd__node_welcome__init(&w->nw);
+        w->nw.job_id = (char *) job;
+        w->nw.ranks = w->rip, w->nw.n_ranks = n;
+        w->nw.epoch = 7;
+        w->nw.fusion_threshold = 1 << 20;
+        w->nw.cycle_time_usec = 1000;
+        w->nw.relay_via = via, w->nw.n_relay_via = n;
+        w->nw.relay_endpoint = eps, w->nw.n_relay_endpoint = n;
+}
+
 /* Two ranks' readiness for grad.w [4, 3] by name, shared, relayed for two
  * hosts (filled in place: it points into itself). */
 typedef struct relayed_grad {
@@ -607,22 +627,13 @@ static void dispatch_seeds(void) {
         seq_start(&q, 1);
         seq_hello(&q, FROM_WORKER | 0 << 3, "job-r", 1, 4, 0, 1, 1, 4);
         {
-                Hvd__RankInfo ri[4], *rip[4];
-                for (uint32_t c = 0; c < 4; c++)
-                        ri[c] = rank_info(c, c), rip[c] = &ri[c];
                 uint32_t via[] = { 0, 1, 1, 3 };
                 char *eps[] = { "", "tcp://127.0.0.1:1", "", "tcp://127.0.0.1:2" };
-                Hvd__NodeWelcome nw = HVD__NODE_WELCOME__INIT;
-                nw.job_id = "job-r";
-                nw.ranks = rip, nw.n_ranks = 4;
-                nw.epoch = 7;
-                nw.fusion_threshold = 1 << 20;
-                nw.cycle_time_usec = 1000;
-                nw.relay_via = via, nw.n_relay_via = 4;
-                nw.relay_endpoint = eps, nw.n_relay_endpoint = 4;
+                relay_welcome_t w;
+                relay_welcome(&w, "job-r", 4, via, eps);
                 Hvd__Envelope env = HVD__ENVELOPE__INIT;
                 env.body_case = HVD__ENVELOPE__BODY_NODE_WELCOME;
-                env.node_welcome = &nw;
+                env.node_welcome = &w.nw;
                 /* host 2's hello before this daemon's own welcome: held */
                 Hvd__NodeReady hello = relay_ready("job-r", 2);
                 Hvd__Envelope henv = HVD__ENVELOPE__INIT;
@@ -754,22 +765,13 @@ static void dispatch_seeds(void) {
         seq_start(&q, 1);
         seq_hello(&q, FROM_WORKER | 0 << 3, "job-t", 1, 5, 0, 1, 1, 5);
         {
-                Hvd__RankInfo ri[5], *rip[5];
-                for (uint32_t c = 0; c < 5; c++)
-                        ri[c] = rank_info(c, c), rip[c] = &ri[c];
                 uint32_t via[] = { 0, 1, 1, 2, 0 };
                 char *eps[] = { "", "tcp://127.0.0.1:1", "tcp://127.0.0.1:2", "", "" };
-                Hvd__NodeWelcome nw = HVD__NODE_WELCOME__INIT;
-                nw.job_id = "job-t";
-                nw.ranks = rip, nw.n_ranks = 5;
-                nw.epoch = 7;
-                nw.fusion_threshold = 1 << 20;
-                nw.cycle_time_usec = 1000;
-                nw.relay_via = via, nw.n_relay_via = 5;
-                nw.relay_endpoint = eps, nw.n_relay_endpoint = 5;
+                relay_welcome_t w;
+                relay_welcome(&w, "job-t", 5, via, eps);
                 Hvd__Envelope env = HVD__ENVELOPE__INIT;
                 env.body_case = HVD__ENVELOPE__BODY_NODE_WELCOME;
-                env.node_welcome = &nw;
+                env.node_welcome = &w.nw;
                 seq_msg(&q, FROM_ROOT, &env);
                 Hvd__NodeReady hello = relay_ready("job-t", 2);
                 env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
