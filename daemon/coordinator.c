@@ -171,6 +171,9 @@ typedef struct early_msg {
 /* A relay holds new requests (a first step) for at most this long, until
  * every host of its group sent its own: those alike go on as one entry. */
 #define RELAY_HOLD_USEC (20 * USEC_PER_MSEC)
+/* A host's daemon likewise holds its ranks' new requests for the others'
+ * (costing no time: none of them completes before every rank sent its own). */
+#define HOST_HOLD_USEC (100 * USEC_PER_MSEC)
 
 typedef struct relay {
         uint32_t n;             /* hosts of the group; m[0] is this daemon's own */
@@ -228,6 +231,8 @@ struct job {
         bool joined_root;  /* not root: NodeJoin sent */
         Hvd__RankReady **fwd; /* not root: readiness to forward, owned */
         size_t n_fwd, cap_fwd;
+        uint64_t fwd_hold_since; /* not root: new requests held for the other local ranks' since (0 = none) */
+        bool fwd_joined;         /* not root: a local rank joined once: no more holds (it may send nothing more) */
         uint32_t *departed; /* not root: goodbyes to forward */
         size_t n_departed;
         uint8_t nccl_id[128]; /* from the rank that has a GPU backend (rank 0) */
@@ -4205,15 +4210,50 @@ static void relay_take_own(hvd_daemon_t *d, job_t *j, const Hvd__NodeReady *nr) 
         relay_take(d, j, 0, c);
 }
 
-static void flush_forward(hvd_daemon_t *d, job_t *j) {
+/* Not root: whether this iteration's batch is new requests alone (a first
+ * step), one Ready a rank, of collectives of every rank, and not yet from
+ * every local rank: worth holding for the others', so that the requests
+ * they share go on as one entry (share_requests). None of them can complete
+ * before every rank has sent its own, so the hold costs no time; once a
+ * local rank joined (it may send nothing more), nothing is held. */
+static bool fwd_holds(job_t *j) {
+        bool hold = j->n_fwd && j->n_fwd < j->local_size && !j->n_departed && !j->n_nc && !j->fwd_joined;
+        for (size_t i = 0; hold && i < j->n_fwd; i++) {
+                const Hvd__Ready *q = j->fwd[i]->ready;
+                hold = !q->n_cached && q->n_requests;
+                for (size_t k = 0; k < q->n_requests; k++) {
+                        /* a rank that joined may send nothing more: never wait for it */
+                        j->fwd_joined |= q->requests[k]->kind == HVD__KIND__KIND_JOIN;
+                        hold = hold && !q->requests[k]->process_set && !j->fwd_joined;
+                }
+                for (size_t k = 0; hold && k < i; k++)
+                        hold = j->fwd[k]->rank != j->fwd[i]->rank;
+        }
+        return hold;
+}
+
+static void flush_forward(hvd_daemon_t *d, job_t *j, bool force) {
         if (!j->n_fwd && !j->n_departed && !j->n_nc)
                 return;
+        if (j->state == JOB_RUNNING && !force && fwd_holds(j)) {
+                uint64_t now = hvd_now_usec();
+                if (!j->fwd_hold_since)
+                        j->fwd_hold_since = now;
+                if (now - j->fwd_hold_since < HOST_HOLD_USEC) {
+                        if (d->next_housekeeping > j->fwd_hold_since + HOST_HOLD_USEC)
+                                d->next_housekeeping = j->fwd_hold_since + HOST_HOLD_USEC;
+                        return;
+                }
+        }
+        j->fwd_hold_since = 0;
         if (j->state == JOB_RUNNING) {
                 Hvd__NodeReady nr = HVD__NODE_READY__INIT;
                 Hvd__Envelope env = HVD__ENVELOPE__INIT;
                 Hvd__SharedReady **sh = NULL;
                 nr.n_shared = share_requests(j, &sh);
                 nr.shared = sh;
+                for (size_t i = 0; i < nr.n_shared; i++)
+                        d->metrics.node_shared_requests += sh[i]->ready->n_requests;
                 /* entries left with nothing (their requests went shared) stay home */
                 size_t keep = 0;
                 for (size_t i = 0; i < j->n_fwd; i++) {
@@ -4292,7 +4332,7 @@ static void before_sleep(hvd_daemon_t *d) {
         while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
                 job_t *j = v;
                 if (!j->neg) {
-                        flush_forward(d, j);
+                        flush_forward(d, j, false);
                         if (j->rl)
                                 relay_flush(d, j, false);
                         continue;
@@ -4500,6 +4540,12 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                 if (j->rl && j->rl->oldest && j->state == JOB_RUNNING) {
                         again = true;
                         relay_expire(d, j, now);
+                }
+                if (j->fwd_hold_since) {
+                        if (now - j->fwd_hold_since >= HOST_HOLD_USEC)
+                                flush_forward(d, j, true);
+                        else
+                                hb_due = HVD_MIN(hb_due, j->fwd_hold_since + HOST_HOLD_USEC);
                 }
                 if (j->rl && j->rl->hold_since) {
                         if (now - j->rl->hold_since >= RELAY_HOLD_USEC)

@@ -168,6 +168,10 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
         counter(&b, "hvd_node_cached_ids_total", "Cached ids a root daemon received node by node.", m->node_cached_ids);
         counter(&b, "hvd_node_ready_sent_total", "Node-level readiness messages this daemon sent to a root daemon.",
                 m->node_ready_sent);
+        counter(&b, "hvd_node_shared_requests_total",
+                "Requests by name that several local ranks sent alike (a first step), forwarded once for all of them "
+                "(jobs on several hosts).",
+                m->node_shared_requests);
         counter(&b, "hvd_board_host_readiness_total",
                 "Readiness messages from local workers that spoke for every local rank: ids completed on the workers' "
                 "shared-memory board (jobs on several hosts), sent once for the host.",

@@ -44,6 +44,7 @@ typedef struct hvd_metrics {
          * root / received as a root, the ids they carried, per-rank readiness
          * received from other nodes, schedules sent as repeats */
         uint64_t node_ready_sent, node_ready_received, node_cached_ids, rank_readies_received;
+        uint64_t node_shared_requests; /* requests several local ranks sent alike, forwarded once */
         uint64_t schedule_repeats;
         /* the workers' board in node mode (jobs on several hosts): readiness
          * messages that spoke for every local rank, and the ids they carried */

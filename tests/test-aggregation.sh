@@ -10,6 +10,9 @@
 #   repeated schedules went out as a key (hvd_schedule_repeats_total) and
 #   reached each host's ranks through local rank 0 and the board
 #   (hvd_board_schedules_total);
+# - a grouped allreduce of 8 new names on hosts a:1, b:2: host b's daemon
+#   holds its first rank's requests for the other's and sends them once
+#   for both (hvd_node_shared_requests_total), results exact;
 # - a stall across nodes: one rank of a node whose other ranks posted a
 #   cached tensor stays away; the root's hvdctl status and every waiting
 #   rank's error name exactly that rank as missing.
@@ -62,10 +65,13 @@ sent_b = b["hvd_node_ready_sent_total{}"]
 repeats = root["hvd_schedule_repeats_total{}"]
 board_root, board_b = root["hvd_board_host_ids_total{}"], b["hvd_board_host_ids_total{}"]
 bsched_root, bsched_b = root["hvd_board_schedules_total{}"], b["hvd_board_schedules_total{}"]
+shared_b = b["hvd_node_shared_requests_total{}"]
 print(f"root: node-level messages {node:.0f}, their ids {ids:.0f}, per-rank readiness from nodes {rank:.0f}, "
       f"schedule repeats {repeats:.0f}; host b sent {sent_b:.0f} node-level messages; ids the board completed "
       f"for the whole host: {board_root:.0f} on host a, {board_b:.0f} on host b; schedules through local rank 0 "
-      f"and the board: {bsched_root:.0f} on host a, {bsched_b:.0f} on host b")
+      f"and the board: {bsched_root:.0f} on host a, {bsched_b:.0f} on host b; first-step requests host b "
+      f"forwarded once for both its ranks: {shared_b:.0f} (not asserted: each rank's client batches the "
+      f"first step's names as they come, and only lists alike are shared)")
 # two other nodes, 15 tensors, 59 steady steps: every id of every steady
 # step came once per node (a partial one held past its deadline goes rank
 # by rank instead: allow a quarter of them)
@@ -94,6 +100,22 @@ for r in 3 4; do
                         "$(cat "$tmp/b.job")"
 done
 echo "ok: $steps steps exact on 3 nodes; the other nodes' steady state reached the root node by node"
+
+# a first step of new names: host b's daemon holds the requests of its
+# first rank until its other rank's came (none can complete before), and
+# the 8 names of a grouped allreduce, alike on both ranks, go once for both
+HVD_TEST_HOLD=$tmp/grp "$HVD_SRCDIR/tests/lib/launch-multi.sh" -H a:1,b:2 -t 60 -- \
+        sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/grt.$HVD_RANK; exec "$0" grouped' "$worker" >"$tmp/grp.out" 2>&1 &
+lp=$!
+wait_files 60 "$tmp/grp.ready" || fail "the grouped job did not reach its hold point" "$(cat "$tmp/grp.out")"
+shared=$("$hvdctl" -r "$(cat "$tmp/grt.1")" metrics | awk '$1 == "hvd_node_shared_requests_total" {print $2}')
+touch "$tmp/grp.go"
+wait $lp || fail "the grouped job failed" "$(cat "$tmp/grp.out")"
+lp=
+[ "$(grep -c "grouped: ok" "$tmp/grp.out")" -eq 3 ] || fail "not every rank passed the grouped scenario" "$(cat "$tmp/grp.out")"
+[ "${shared:-0}" -ge 8 ] ||
+        fail "host b's daemon forwarded ${shared:-no} requests once for both its ranks, expected the group's 8 at least"
+echo "ok: a grouped allreduce's 8 new names went from host b once for both its ranks ($shared requests shared)"
 
 # a stall across nodes: rank 4 (host b, beside rank 3) stays away from a
 # cached tensor the others posted
