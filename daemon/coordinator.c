@@ -3830,19 +3830,24 @@ static bool relay_holds(const relay_t *rl) {
         return seen != rl->full;
 }
 
+/* Whether what has been held since *since (now, when 0) may wait on: at
+ * most usec in all, after which housekeeping lets it go. */
+static bool hold_on(hvd_daemon_t *d, uint64_t *since, uint64_t usec) {
+        uint64_t now = hvd_now_usec();
+        if (!*since)
+                *since = now;
+        if (now - *since >= usec)
+                return false;
+        if (d->next_housekeeping > *since + usec)
+                d->next_housekeeping = *since + usec;
+        return true;
+}
+
 /* A relay: sends what its group made ready to the root, one message. */
 static void relay_flush(hvd_daemon_t *d, job_t *j, bool force) {
         relay_t *rl = j->rl;
-        if (!force && !rl->n_grp && relay_holds(rl)) {
-                uint64_t now = hvd_now_usec();
-                if (!rl->hold_since)
-                        rl->hold_since = now;
-                if (now - rl->hold_since < RELAY_HOLD_USEC) {
-                        if (d->next_housekeeping > rl->hold_since + RELAY_HOLD_USEC)
-                                d->next_housekeeping = rl->hold_since + RELAY_HOLD_USEC;
-                        return;
-                }
-        }
+        if (!force && !rl->n_grp && relay_holds(rl) && hold_on(d, &rl->hold_since, RELAY_HOLD_USEC))
+                return;
         rl->hold_since = 0;
         if (relay_grp_out(d, rl) < 0) {
                 job_abort(d, j, -1, -ENOMEM, "out of memory");
@@ -4235,16 +4240,8 @@ static bool fwd_holds(job_t *j) {
 static void flush_forward(hvd_daemon_t *d, job_t *j, bool force) {
         if (!j->n_fwd && !j->n_departed && !j->n_nc)
                 return;
-        if (j->state == JOB_RUNNING && !force && fwd_holds(j)) {
-                uint64_t now = hvd_now_usec();
-                if (!j->fwd_hold_since)
-                        j->fwd_hold_since = now;
-                if (now - j->fwd_hold_since < HOST_HOLD_USEC) {
-                        if (d->next_housekeeping > j->fwd_hold_since + HOST_HOLD_USEC)
-                                d->next_housekeeping = j->fwd_hold_since + HOST_HOLD_USEC;
-                        return;
-                }
-        }
+        if (j->state == JOB_RUNNING && !force && fwd_holds(j) && hold_on(d, &j->fwd_hold_since, HOST_HOLD_USEC))
+                return;
         j->fwd_hold_since = 0;
         if (j->state == JOB_RUNNING) {
                 Hvd__NodeReady nr = HVD__NODE_READY__INIT;
