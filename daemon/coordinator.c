@@ -232,7 +232,7 @@ struct job {
         Hvd__RankReady **fwd; /* not root: readiness to forward, owned */
         size_t n_fwd, cap_fwd;
         uint64_t fwd_hold_since; /* not root: new requests held for the other local ranks' since (0 = none) */
-        bool fwd_joined;         /* not root: a local rank joined once: no more holds (it may send nothing more) */
+        bool fwd_joined;         /* not root: a local rank joined once: no more first-step holds in this job */
         uint32_t *departed; /* not root: goodbyes to forward */
         size_t n_departed;
         uint8_t nccl_id[128]; /* from the rank that has a GPU backend (rank 0) */
@@ -1613,6 +1613,10 @@ static bool stall_inspect(hvd_daemon_t *d, job_t *j, uint64_t now) {
 /* Appends a RankReady of rank with cached ids to this iteration's batch.
  * Takes ownership of ready. */
 static int fwd_append(job_t *j, uint32_t rank, Hvd__Ready *ready) {
+        /* a rank that joined may send nothing more: the first step's hold
+         * (fwd_holds) never waits for it again */
+        for (size_t k = 0; k < ready->n_requests; k++)
+                j->fwd_joined |= ready->requests[k]->kind == HVD__KIND__KIND_JOIN;
         if (j->n_fwd == j->cap_fwd) {
                 size_t cap = j->cap_fwd ? j->cap_fwd * 2 : 16;
                 Hvd__RankReady **nf = realloc(j->fwd, cap * sizeof *nf);
@@ -3429,18 +3433,24 @@ static int relay_grow(relay_t *rl, uint32_t id) {
         return 0;
 }
 
-/* Appends an entry for the root: nr (owned from here on) is the readiness
- * of the n hosts. */
-static int relay_append(relay_t *rl, const uint32_t *hosts, size_t n, Hvd__NodeReady *nr) {
-        Hvd__RelayedReady *rr = NULL;
+/* Appends rr (owned by the relay when this succeeds) to what goes on. */
+static int relay_push(relay_t *rl, Hvd__RelayedReady *rr) {
         if (rl->n_out == rl->cap_out) {
                 size_t cap = rl->cap_out ? rl->cap_out * 2 : 16;
                 Hvd__RelayedReady **o = realloc(rl->out, cap * sizeof *o);
                 if (!o)
-                        goto oom;
+                        return -ENOMEM;
                 rl->out = o;
                 rl->cap_out = cap;
         }
+        rl->out[rl->n_out++] = rr;
+        return 0;
+}
+
+/* Appends an entry for the root: nr (owned from here on) is the readiness
+ * of the n hosts. */
+static int relay_append(relay_t *rl, const uint32_t *hosts, size_t n, Hvd__NodeReady *nr) {
+        Hvd__RelayedReady *rr = NULL;
         if (!(rr = calloc(1, sizeof *rr)))
                 goto oom;
         hvd__relayed_ready__init(rr);
@@ -3483,7 +3493,10 @@ static int relay_append(relay_t *rl, const uint32_t *hosts, size_t n, Hvd__NodeR
                 }
         }
         free(sh);
-        rl->out[rl->n_out++] = rr;
+        if (relay_push(rl, rr) < 0) {
+                protobuf_c_message_free_unpacked(&rr->base, NULL);
+                return -ENOMEM;
+        }
         return 0;
 oom:
         if (rr)
@@ -3511,22 +3524,14 @@ static int relay_grp_out(hvd_daemon_t *d, relay_t *rl) {
         if (!rl->n_grp)
                 return 0;
         Hvd__NodeReady *nr = node_ready_new(rl->n_grp);
-        uint32_t *hosts = malloc(rl->n_all * sizeof *hosts);
-        if (!nr || !hosts) {
-                free(hosts);
-                if (nr)
-                        protobuf_c_message_free_unpacked(&nr->base, NULL);
+        if (!nr)
                 return -ENOMEM;
-        }
         memcpy(nr->node_cached, rl->grp_ids, rl->n_grp * sizeof *rl->grp_ids);
         memcpy(nr->node_cached_waited_usec, rl->grp_waited, rl->n_grp * sizeof *rl->grp_waited);
         nr->n_node_cached = nr->n_node_cached_waited_usec = rl->n_grp;
-        memcpy(hosts, rl->all, rl->n_all * sizeof *hosts);
         d->metrics.relay_group_ids += rl->n_grp;
         rl->n_grp = 0;
-        int r = relay_append(rl, hosts, rl->n_all, nr);
-        free(hosts);
-        return r;
+        return relay_append(rl, rl->all, rl->n_all, nr);
 }
 
 /* Whatever the group posted in part goes on host by host, after the ids
@@ -3624,19 +3629,6 @@ static void relay_take_one(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeReady
         return;
 fail:
         job_abort(d, j, -1, r, "relaying the readiness of host %s: %s", host_of(j, mi->host), hvd_strerror(r));
-}
-
-static int relay_push(relay_t *rl, Hvd__RelayedReady *rr) {
-        if (rl->n_out == rl->cap_out) {
-                size_t cap = rl->cap_out ? rl->cap_out * 2 : 16;
-                Hvd__RelayedReady **o = realloc(rl->out, cap * sizeof *o);
-                if (!o)
-                        return -ENOMEM;
-                rl->out = o;
-                rl->cap_out = cap;
-        }
-        rl->out[rl->n_out++] = rr;
-        return 0;
 }
 
 /* A relay: what member i, itself a relay, passed on (nr owned). An entry
@@ -3841,6 +3833,17 @@ static bool hold_on(hvd_daemon_t *d, uint64_t *since, uint64_t usec) {
         if (d->next_housekeeping > *since + usec)
                 d->next_housekeeping = *since + usec;
         return true;
+}
+
+/* Housekeeping: whether what has been held since since (0: nothing) is
+ * due to go now; else *due becomes no later than its deadline. */
+static bool hold_expired(uint64_t since, uint64_t usec, uint64_t now, uint64_t *due) {
+        if (!since)
+                return false;
+        if (now - since >= usec)
+                return true;
+        *due = HVD_MIN(*due, since + usec);
+        return false;
 }
 
 /* A relay: sends what its group made ready to the root, one message. */
@@ -4048,10 +4051,10 @@ static void relay_receive(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t i
         /* a relay below this one passes its hosts' readiness on, its own with it; any other host sends its own */
         if ((m->n_sub > 1) != (nr->n_relayed > 0) || (own && nr->n_relayed)) {
                 protobuf_c_message_free_unpacked(&nr->base, NULL);
-                job_abort(d, j, -1, HVD_EPROTO, "host %s sent %s to its relay daemon on host %s", host_of(j, m->host),
+                job_abort(d, j, -1, HVD_EPROTO, "host %s sent its relay daemon on host %s %s", host_of(j, m->host),
+                          host_of(j, j->cross_rank),
                           m->n_sub > 1 ? "readiness of its own, though it relays for other hosts"
-                                       : "relayed readiness, though it relays for no host",
-                          host_of(j, j->cross_rank));
+                                       : "relayed readiness, though it relays for no host");
                 return;
         }
         relay_take(d, j, i, nr);
@@ -4221,16 +4224,13 @@ static void relay_take_own(hvd_daemon_t *d, job_t *j, const Hvd__NodeReady *nr) 
  * they share go on as one entry (share_requests). None of them can complete
  * before every rank has sent its own, so the hold costs no time; once a
  * local rank joined (it may send nothing more), nothing is held. */
-static bool fwd_holds(job_t *j) {
+static bool fwd_holds(const job_t *j) {
         bool hold = j->n_fwd && j->n_fwd < j->local_size && !j->n_departed && !j->n_nc && !j->fwd_joined;
         for (size_t i = 0; hold && i < j->n_fwd; i++) {
                 const Hvd__Ready *q = j->fwd[i]->ready;
                 hold = !q->n_cached && q->n_requests;
-                for (size_t k = 0; k < q->n_requests; k++) {
-                        /* a rank that joined may send nothing more: never wait for it */
-                        j->fwd_joined |= q->requests[k]->kind == HVD__KIND__KIND_JOIN;
-                        hold = hold && !q->requests[k]->process_set && !j->fwd_joined;
-                }
+                for (size_t k = 0; hold && k < q->n_requests; k++)
+                        hold = !q->requests[k]->process_set;
                 for (size_t k = 0; hold && k < i; k++)
                         hold = j->fwd[k]->rank != j->fwd[i]->rank;
         }
@@ -4538,18 +4538,10 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                         again = true;
                         relay_expire(d, j, now);
                 }
-                if (j->fwd_hold_since) {
-                        if (now - j->fwd_hold_since >= HOST_HOLD_USEC)
-                                flush_forward(d, j, true);
-                        else
-                                hb_due = HVD_MIN(hb_due, j->fwd_hold_since + HOST_HOLD_USEC);
-                }
-                if (j->rl && j->rl->hold_since) {
-                        if (now - j->rl->hold_since >= RELAY_HOLD_USEC)
-                                relay_flush(d, j, true);
-                        else
-                                hb_due = HVD_MIN(hb_due, j->rl->hold_since + RELAY_HOLD_USEC);
-                }
+                if (hold_expired(j->fwd_hold_since, HOST_HOLD_USEC, now, &hb_due))
+                        flush_forward(d, j, true);
+                if (j->rl && hold_expired(j->rl->hold_since, RELAY_HOLD_USEC, now, &hb_due))
+                        relay_flush(d, j, true);
                 if (j->state == JOB_RUNNING && j->is_root) {
                         again = true;
                         bool probe = now - j->last_probe_usec >= hb;
