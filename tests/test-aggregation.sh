@@ -10,9 +10,10 @@
 #   repeated schedules went out as a key (hvd_schedule_repeats_total) and
 #   reached each host's ranks through local rank 0 and the board
 #   (hvd_board_schedules_total);
-# - a grouped allreduce of 8 new names on hosts a:1, b:2: host b's daemon
-#   holds its first rank's requests for the other's and sends them once
-#   for both (hvd_node_shared_requests_total), results exact;
+# - a grouped allreduce of 8 new names on hosts a:1, b:2, one of b's ranks
+#   40 ms late: host b's daemon holds its first rank's requests for the
+#   other's and sends them once for both (hvd_node_shared_requests_total),
+#   results exact;
 # - a stall across nodes: one rank of a node whose other ranks posted a
 #   cached tensor stays away; the root's hvdctl status and every waiting
 #   rank's error name exactly that rank as missing.
@@ -103,8 +104,11 @@ echo "ok: $steps steps exact on 3 nodes; the other nodes' steady state reached t
 
 # a first step of new names: host b's daemon holds the requests of its
 # first rank until its other rank's came (none can complete before), and
-# the 8 names of a grouped allreduce, alike on both ranks, go once for both
-HVD_TEST_HOLD=$tmp/grp "$HVD_SRCDIR/tests/lib/launch-multi.sh" -H a:1,b:2 -t 60 -- \
+# the 8 names of a grouped allreduce, alike on both ranks, go once for both.
+# Rank 2 comes 40 ms late, far more than a cycle: without the hold, rank 1's
+# requests would go alone.
+HVD_TEST_LATE_RANK=2 HVD_TEST_LATE_MS=40 HVD_TEST_HOLD=$tmp/grp \
+        "$HVD_SRCDIR/tests/lib/launch-multi.sh" -H a:1,b:2 -t 60 -- \
         sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/grt.$HVD_RANK; exec "$0" grouped' "$worker" >"$tmp/grp.out" 2>&1 &
 lp=$!
 wait_files 60 "$tmp/grp.ready" || fail "the grouped job did not reach its hold point" "$(cat "$tmp/grp.out")"
