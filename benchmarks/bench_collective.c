@@ -4,6 +4,7 @@
  * size: bench=allreduce impl=hvd bytes=.. np=.. time_us=.. algbw_gbs=.. busbw_gbs=..
  * Run under hvdrun (or tests/lib/launch.sh); rank 0 prints. */
 #include <getopt.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -93,6 +94,9 @@ int main(int argc, char **argv) {
                 return 1;
         }
         int rank = hvd_rank(), size = hvd_size();
+        /* in place, as the peers run: one buffer of the size touched */
+        bool may_be_in_place = !strcmp(op, "allreduce") || !strcmp(op, "broadcast");
+        bool in_place = may_be_in_place && !out_of_place;
         float *in = malloc(max_bytes), *out = malloc(max_bytes);
         if (!in || !out)
                 return 1;
@@ -105,8 +109,7 @@ int main(int argc, char **argv) {
                 int n = iters ? iters : (bytes <= (1u << 20) ? 200 : bytes <= (16u << 20) ? 20 : 5);
                 char name[64];
                 snprintf(name, sizeof name, "bench.%s.%zu", op, bytes);
-                /* in place, as the peers run: one buffer of the size touched */
-                float *src = !out_of_place && (!strcmp(op, "allreduce") || !strcmp(op, "broadcast")) ? out : in;
+                float *src = in_place ? out : in;
                 for (int i = 0; i < warmup; i++)
                         if (run_once(op, name, src, out, count, size, async) < 0)
                                 return 1;
@@ -121,9 +124,7 @@ int main(int argc, char **argv) {
                 if (rank == 0)
                         printf("bench=%s impl=hvd bytes=%zu np=%d time_us=%.1f algbw_gbs=%.3f busbw_gbs=%.3f%s\n",
                                op, bytes, size, t * 1e6, algbw, algbw * factor,
-                               src == in && src != out && strcmp(op, "allgather") && strcmp(op, "reducescatter")
-                                       ? " out_of_place=1"
-                                       : "");
+                               may_be_in_place && !in_place ? " out_of_place=1" : "");
                 fflush(stdout);
         }
         free(in);
