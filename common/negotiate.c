@@ -67,6 +67,7 @@ typedef struct tensor {
         uint32_t *var_refs; /* [n_var]: ranks that refer to each */
         uint32_t *var_free; /* unused indices */
         uint32_t n_var, cap_var, n_var_free;
+        uint32_t last_var; /* the set a request by name made or matched last (0: none) */
 } tensor_t;
 
 struct hvd_negotiator {
@@ -79,6 +80,7 @@ struct hvd_negotiator {
         uint32_t *free_ids; /* free transient slots */
         uint32_t n_free;
         hvd_strmap_t *by_name;
+        uint32_t n_pending;   /* tensors with a ready rank (n_ready > 0) */
         uint32_t *ready_list; /* ids, in ready order */
         uint32_t n_ready_list;
         uint32_t *held; /* complete members of incomplete groups */
@@ -95,6 +97,7 @@ struct hvd_negotiator {
         uint32_t *node_of;   /* [size]: each rank's node */
         uint32_t *node_size; /* [n_nodes]: ranks per node */
         uint32_t *node_first, *node_list; /* the ranks of node c: node_list[node_first[c] .. node_first[c + 1]) */
+        uint8_t *scratch; /* [size], all 0 between calls (node_run) */
         node_state_t *nst; /* [n_nodes][cap_tensors], with nodes */
 };
 
@@ -191,6 +194,7 @@ void hvd_negotiator_destroy(hvd_negotiator_t **np) {
         free(n->node_size);
         free(n->node_first);
         free(n->node_list);
+        free(n->scratch);
         free(n->nst);
         free(n);
         *np = NULL;
@@ -317,6 +321,19 @@ static int params_set(params_t *p, const Hvd__Request *q) {
         return 0;
 }
 
+/* Whether p is what params_set(p, q) would make of q. */
+static bool params_match(const params_t *p, const Hvd__Request *q) {
+        uint32_t n_set = q->process_set && q->n_set_ranks ? (uint32_t) q->n_set_ranks : 0;
+        return p->valid && p->kind == (uint8_t) q->kind && p->dtype == (uint8_t) q->dtype &&
+               p->reduce_op == (uint8_t) q->reduce_op && p->ndim == (uint8_t) q->n_shape && p->root == q->root &&
+               p->device == (q->device >= 0 ? 0 : -1) && p->process_set == q->process_set &&
+               p->group_id == q->group_id && p->group_size == q->group_size && p->prescale == q->prescale &&
+               p->postscale == q->postscale && p->n_splits == q->n_splits && p->n_set == n_set &&
+               memcmp(p->shape, q->shape, q->n_shape * sizeof(int64_t)) == 0 &&
+               (!q->n_splits || memcmp(p->splits, q->splits, q->n_splits * sizeof(int64_t)) == 0) &&
+               (!n_set || memcmp(p->set_ranks, q->set_ranks, n_set * sizeof(uint32_t)) == 0);
+}
+
 static uint32_t first_ready_rank(const hvd_negotiator_t *n, const tensor_t *t);
 
 static bool tensor_complete(const hvd_negotiator_t *n, const tensor_t *t) {
@@ -352,6 +369,7 @@ static void mark_one(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, node_state
         if (t->n_ready == 0 || when < t->first_ready_usec)
                 t->first_ready_usec = when;
         if (t->n_ready == 0) {
+                n->n_pending++;
                 t->some_ready = rank;
                 if (!t->checked) /* else every rank's parameters are alike and unchanged since the last round */
                         t->some_in_set = PR(t, rank)->process_set != 0;
@@ -437,6 +455,21 @@ static void rank_set_var(tensor_t *t, uint32_t rank, uint32_t v) {
         var_unref(t, old);
 }
 
+/* Whether the len ranks are every rank of node c, each once (in any order). */
+static bool node_run(hvd_negotiator_t *n, const uint32_t *ranks, uint32_t len, uint32_t c) {
+        uint32_t i = 0;
+        for (; i < len; i++) {
+                uint32_t r = ranks[i];
+                if (r >= n->size || n->node_of[r] != c || n->scratch[r])
+                        break;
+                n->scratch[r] = 1;
+        }
+        bool all = i == len;
+        while (i-- > 0)
+                n->scratch[ranks[i]] = 0;
+        return all;
+}
+
 /* One request by name, sent alike by every rank in ranks: looked up,
  * checked and parsed once, then recorded for each rank in order. */
 static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_ranks, const Hvd__Request *q,
@@ -460,7 +493,12 @@ static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_r
         bool set_ok = q->process_set == 0 || q->n_set_ranks > 0;
         for (size_t k = 0; k < q->n_set_ranks && set_ok; k++)
                 set_ok = q->set_ranks[k] < n->size && (k == 0 || q->set_ranks[k] > q->set_ranks[k - 1]);
-        uint32_t v = 0; /* the parameter set of these ranks, made for the first */
+        /* the parameter set of these ranks: the one the last request by
+         * name made when it is alike (every rank's first step names the
+         * same tensors alike), else a new one */
+        uint32_t v = 0;
+        if (set_ok && t->last_var && t->var_refs[t->last_var] && params_match(&t->var[t->last_var], q))
+                v = t->last_var;
         /* a shared request lists a node's ranks together: its node state is
          * looked up once per run of them, not three times per rank */
         node_state_t *ns = NULL;
@@ -482,7 +520,6 @@ static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_r
                         ret = HVD_EPROTO;
                         continue;
                 }
-                bool was_valid = t->pref[rank] != 0;
                 if (!v) {
                         if (!(v = var_new(t)) || (r = params_set(&t->var[v], q)) < 0) {
                                 if (v)
@@ -492,9 +529,44 @@ static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_r
                                 ret = -ENOMEM;
                                 continue;
                         }
+                        t->last_var = v;
                 }
-                rank_set_var(t, rank, v);
                 t->checked = false;
+                /* every rank of the node, in its order, none marked yet: the
+                 * node is ready as one, as for its cached ids (submit_node) */
+                uint32_t size_c = ns ? n->node_size[ns_node] : 0;
+                if (ns && size_c > 1 && !ns->marks && n_ranks - k >= size_c && node_run(n, ranks + k, size_c, ns_node)) {
+                        uint32_t fresh = 0;
+                        for (uint32_t i = 0; i < size_c; i++) {
+                                uint32_t rc = ranks[k + i], old = t->pref[rc];
+                                if (old == v)
+                                        continue;
+                                fresh++;
+                                t->pref[rc] = v;
+                                if (old) {
+                                        ns->valid--; /* counted again below */
+                                        var_unref(t, old);
+                                }
+                        }
+                        t->var_refs[v] += fresh;
+                        ns->valid += fresh;
+                        if (t->n_ready == 0 || now < t->first_ready_usec)
+                                t->first_ready_usec = now;
+                        if (t->n_ready == 0) {
+                                n->n_pending++;
+                                t->some_ready = rank;
+                                t->some_in_set = t->var[v].process_set != 0;
+                        }
+                        ns->ready = true;
+                        t->n_ready += size_c;
+                        if (n->timeline && (t->ready_usec || (t->ready_usec = calloc(n->size, sizeof *t->ready_usec))))
+                                for (uint32_t i = 0; i < size_c; i++)
+                                        t->ready_usec[ranks[k + i]] = now;
+                        k += size_c - 1;
+                        continue;
+                }
+                bool was_valid = t->pref[rank] != 0;
+                rank_set_var(t, rank, v);
                 if (!was_valid && ns)
                         ns->valid++;
                 mark_one(n, rank, t, ns, now); /* its checks made above */
@@ -570,7 +642,10 @@ int hvd_negotiator_set_nodes(hvd_negotiator_t *n, uint32_t n_nodes, const uint32
         for (uint32_t c = 0; c < n_nodes; c++)
                 first[c + 1] = first[c] + sz[c];
         uint32_t *pos = calloc(n_nodes, sizeof *pos);
-        if (!pos) {
+        uint8_t *scratch = calloc(n->size, 1);
+        if (!pos || !scratch) {
+                free(pos);
+                free(scratch);
                 free(of);
                 free(sz);
                 free(first);
@@ -585,6 +660,7 @@ int hvd_negotiator_set_nodes(hvd_negotiator_t *n, uint32_t n_nodes, const uint32
         n->node_size = sz;
         n->node_first = first;
         n->node_list = list;
+        n->scratch = scratch;
         return 0;
 }
 
@@ -629,6 +705,7 @@ int hvd_negotiator_submit_node(hvd_negotiator_t *n, uint32_t node, const uint32_
                 if (t->n_ready == 0 || when < t->first_ready_usec)
                         t->first_ready_usec = when;
                 if (t->n_ready == 0) {
+                        n->n_pending++;
                         t->some_ready = n->node_list[n->node_first[node]];
                         /* checked: every rank's parameters alike and unchanged since the last round */
                         if (!t->checked)
@@ -686,8 +763,9 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                 }
         }
         uint32_t va = t->pref[ref], ok = va; /* parameter sets known equal to a's */
+        bool all = t->n_ready == n->size;
         for (uint32_t r = 0; r < n->size; r++) {
-                if (r == ref || !is_ready(n, t, r))
+                if (r == ref || (!all && !is_ready(n, t, r)))
                         continue;
                 /* ranks whose requests a node forwarded once share a set */
                 uint32_t vb = t->pref[r];
@@ -885,13 +963,15 @@ static int add_error(Hvd__Schedule *s, const tensor_t *t, int code, const char *
 }
 
 static uint32_t first_ready_rank(const hvd_negotiator_t *n, const tensor_t *t) {
+        if (t->n_ready == n->size)
+                return 0;
         for (uint32_t r = 0; r < n->size; r++)
                 if (is_ready(n, t, r))
                         return r;
         return 0;
 }
 
-static void tensor_reset(const hvd_negotiator_t *n, tensor_t *t, uint32_t size) {
+static void tensor_reset(hvd_negotiator_t *n, tensor_t *t, uint32_t size) {
         if (t->n_marked)
                 memset(t->ready, 0, size);
         t->n_marked = 0;
@@ -905,6 +985,8 @@ static void tensor_reset(const hvd_negotiator_t *n, tensor_t *t, uint32_t size) 
         }
         if (t->ready_usec)
                 memset(t->ready_usec, 0, size * sizeof *t->ready_usec);
+        if (t->n_ready)
+                n->n_pending--;
         t->n_ready = 0;
         t->queued = false;
         t->announced = true;
@@ -1072,6 +1154,7 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
         for (uint32_t i = 0; i < cnt; i++) {
                 tensor_t *t = n->tensors[n->ready_list[i]];
                 if (t->transient) {
+                        n->n_pending -= t->n_ready > 0;
                         hvd_strmap_remove(n->by_name, t->key, t->key_len);
                         n->tensors[t->id] = NULL;
                         n->free_ids[n->n_free++] = t->id;
@@ -1160,10 +1243,7 @@ void hvd_negotiator_set_observer(hvd_negotiator_t *n, void (*fn)(void *userdata,
 }
 
 bool hvd_negotiator_any_pending(const hvd_negotiator_t *n) {
-        for (uint32_t i = 0; i < n->n_tensors; i++)
-                if (n->tensors[i] && n->tensors[i]->n_ready)
-                        return true;
-        return n->n_joined > 0;
+        return n->n_pending > 0 || n->n_joined > 0;
 }
 
 void hvd_negotiator_set_timeline(hvd_negotiator_t *n, bool on) {
