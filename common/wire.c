@@ -42,6 +42,91 @@ int hvd_wire_send_to(void *router, const void *id, size_t id_len, Hvd__Envelope 
         return hvd_wire_send(router, env, flags);
 }
 
+/* ---- equality without packing ---- */
+
+static size_t elem_size(ProtobufCType t) {
+        switch (t) {
+        case PROTOBUF_C_TYPE_INT64:
+        case PROTOBUF_C_TYPE_SINT64:
+        case PROTOBUF_C_TYPE_SFIXED64:
+        case PROTOBUF_C_TYPE_UINT64:
+        case PROTOBUF_C_TYPE_FIXED64:
+        case PROTOBUF_C_TYPE_DOUBLE:
+                return 8;
+        case PROTOBUF_C_TYPE_BOOL:
+                return sizeof(protobuf_c_boolean);
+        case PROTOBUF_C_TYPE_STRING:
+                return sizeof(char *);
+        case PROTOBUF_C_TYPE_BYTES:
+                return sizeof(ProtobufCBinaryData);
+        case PROTOBUF_C_TYPE_MESSAGE:
+                return sizeof(ProtobufCMessage *);
+        default: /* 32-bit integers, enums, float */
+                return 4;
+        }
+}
+
+static bool value_equal(ProtobufCType t, const void *a, const void *b) {
+        switch (t) {
+        case PROTOBUF_C_TYPE_STRING: {
+                const char *x = *(char *const *) a, *y = *(char *const *) b;
+                return strcmp(x ? x : "", y ? y : "") == 0;
+        }
+        case PROTOBUF_C_TYPE_BYTES: {
+                const ProtobufCBinaryData *x = a, *y = b;
+                return x->len == y->len && (!x->len || memcmp(x->data, y->data, x->len) == 0);
+        }
+        case PROTOBUF_C_TYPE_MESSAGE:
+                return hvd_wire_equal(*(ProtobufCMessage *const *) a, *(ProtobufCMessage *const *) b);
+        default:
+                return memcmp(a, b, elem_size(t)) == 0;
+        }
+}
+
+bool hvd_wire_equal(const ProtobufCMessage *a, const ProtobufCMessage *b) {
+        if (a == b)
+                return true;
+        if (!a || !b || a->descriptor != b->descriptor || a->n_unknown_fields || b->n_unknown_fields)
+                return false;
+        const ProtobufCMessageDescriptor *d = a->descriptor;
+        const char *ma = (const char *) a, *mb = (const char *) b;
+        for (unsigned i = 0; i < d->n_fields; i++) {
+                const ProtobufCFieldDescriptor *f = &d->fields[i];
+                const char *pa = ma + f->offset, *pb = mb + f->offset;
+                if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+                        size_t na = *(const size_t *) (ma + f->quantifier_offset);
+                        size_t nb = *(const size_t *) (mb + f->quantifier_offset);
+                        if (na != nb)
+                                return false;
+                        const char *xa = *(char *const *) pa, *xb = *(char *const *) pb;
+                        size_t es = elem_size(f->type);
+                        for (size_t k = 0; k < na; k++)
+                                if (!value_equal(f->type, xa + k * es, xb + k * es))
+                                        return false;
+                        continue;
+                }
+                if (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) {
+                        uint32_t ca = *(const uint32_t *) (ma + f->quantifier_offset);
+                        uint32_t cb = *(const uint32_t *) (mb + f->quantifier_offset);
+                        if (ca != cb)
+                                return false;
+                        if (ca != f->id)
+                                continue;
+                } else if (f->label == PROTOBUF_C_LABEL_OPTIONAL && f->type != PROTOBUF_C_TYPE_STRING &&
+                           f->type != PROTOBUF_C_TYPE_MESSAGE) {
+                        protobuf_c_boolean ha = *(const protobuf_c_boolean *) (ma + f->quantifier_offset);
+                        protobuf_c_boolean hb = *(const protobuf_c_boolean *) (mb + f->quantifier_offset);
+                        if (ha != hb)
+                                return false;
+                        if (!ha)
+                                continue;
+                }
+                if (!value_equal(f->type, pa, pb))
+                        return false;
+        }
+        return true;
+}
+
 /* ---- budgeted allocator ---- */
 
 typedef struct {

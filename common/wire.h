@@ -5,6 +5,7 @@
 #ifndef HVD_WIRE_H
 #define HVD_WIRE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -38,6 +39,11 @@ int hvd_wire_send_to(void *router, const void *id, size_t id_len, Hvd__Envelope 
 int hvd_wire_decode(const void *buf, size_t len, size_t budget_bytes, Hvd__Envelope **ret,
                     char *err, size_t err_len);
 void hvd_wire_free(Hvd__Envelope **env);
+
+/* Whether two messages of the same type pack to the same bytes: the same
+ * set fields with bitwise equal values, field by field through the
+ * descriptors (no packing). Messages with unknown fields never are. */
+bool hvd_wire_equal(const ProtobufCMessage *a, const ProtobufCMessage *b);
 
 /* Field-by-field validation (also called by hvd_wire_decode). */
 int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len);
