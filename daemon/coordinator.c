@@ -168,12 +168,16 @@ typedef struct early_msg {
 #define RL_KNOWN 1    /* every rank of the job takes part: merged across the group */
 #define RL_PER_HOST 2 /* went to the root host by host this round */
 #define RELAY_MAX_PENDING 4096
-/* A relay holds new requests (a first step) for at most this long, until
- * every host of its group sent its own: those alike go on as one entry. */
-#define RELAY_HOLD_USEC (20 * USEC_PER_MSEC)
-/* A host's daemon likewise holds its ranks' new requests for the others'
- * (costing no time: none of them completes before every rank sent its own). */
+/* A host's daemon holds its ranks' new requests (a first step) for at most
+ * this long, until every local rank sent its own, so that those alike go
+ * on as one entry. It costs no time: none of them completes before every
+ * rank sent its own. The limit only bounds how long the root cannot name
+ * the ranks that did, should one never come. */
 #define HOST_HOLD_USEC (100 * USEC_PER_MSEC)
+/* A relay likewise holds them until every host of its group sent its own;
+ * as long as a host may, or a host's late rank would undo the merging
+ * above it. */
+#define RELAY_HOLD_USEC HOST_HOLD_USEC
 
 typedef struct relay {
         uint32_t n;             /* hosts of the group; m[0] is this daemon's own */
@@ -627,6 +631,8 @@ static void relay_forward(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env);
 static void relay_expire(hvd_daemon_t *d, job_t *j, uint64_t now);
 static void relay_flush(hvd_daemon_t *d, job_t *j, bool force);
 static int root_assign_relays(hvd_daemon_t *d, job_t *j);
+/* a host's batch of its ranks' readiness (at the root: entered) */
+static void flush_forward(hvd_daemon_t *d, job_t *j, bool force);
 
 /* A worker's pidfd joins the epoll set while it lives; it leaves when the
  * worker is gone (a pidfd stays readable after the exit). */
@@ -1931,6 +1937,22 @@ oom:
 }
 
 /* Takes ownership of env when it returns true. */
+/* Root: whether a local rank's Ready waits in this iteration's batch, as
+ * a host's does before it goes to the root (flush_forward): new requests
+ * of a first step, which the other local ranks send alike and which are
+ * then entered once for all of them; and anything of a rank behind what
+ * waits, which must not overtake it. */
+static bool root_holds(const job_t *j, const Hvd__Ready *q) {
+        if (j->n_fwd)
+                return true;
+        if (j->local_size < 2 || j->fwd_joined || !q->n_requests || q->n_cached || q->n_node_cached)
+                return false;
+        for (size_t k = 0; k < q->n_requests; k++)
+                if (q->requests[k]->process_set)
+                        return false;
+        return true;
+}
+
 static bool handle_ready(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
         job_t *j = w->job;
         if (j->state != JOB_RUNNING)
@@ -1945,11 +1967,23 @@ static bool handle_ready(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
                 w->done_seq = env->ready->done_seq;
                 w->busy_usec = env->ready->busy_usec;
         }
+        if (j->neg && j->n_fwd && env->ready->n_node_cached)
+                flush_forward(d, j, true); /* what was held goes first */
         if (env->ready->n_node_cached && !node_level_ready(d, j, w, env->ready))
                 return false;
         if (j->neg) {
-                if (env->ready->n_requests || env->ready->n_cached || !env->ready->n_node_cached)
+                if (!env->ready->n_requests && !env->ready->n_cached && env->ready->n_node_cached)
+                        return false;
+                if (!root_holds(j, env->ready)) {
                         root_submit(d, j, &w->rank, 1, env->ready);
+                        return false;
+                }
+                /* held for the other local ranks' (flush_forward), or
+                 * behind what is */
+                Hvd__Ready *q = TAKE_PTR(env->ready);
+                env->body_case = HVD__ENVELOPE__BODY__NOT_SET;
+                if (fwd_append(j, w->rank, q) < 0)
+                        job_abort(d, j, -1, -ENOMEM, "out of memory");
                 return false;
         }
         j->rstat[w->rank].last_seen_usec = hvd_now_usec();
@@ -2083,9 +2117,10 @@ static void handle_goodbye(hvd_daemon_t *d, worker_t *w) {
         hvd_log_info("job %s: rank %u said goodbye", j->id, w->rank);
         if (j->board_sched && w->local_rank == 0 && j->state == JOB_RUNNING)
                 board_resend(d, j, w);
-        if (j->neg)
+        if (j->neg) {
+                flush_forward(d, j, true); /* what it sent before goes first */
                 root_departed(d, j, w->rank);
-        else if (j->state == JOB_RUNNING) {
+        } else if (j->state == JOB_RUNNING) {
                 /* the others' ids can no longer complete on this node */
                 j->agg_off = true;
                 agg_release(d, j);
@@ -3303,6 +3338,16 @@ static void handle_control_socket(hvd_daemon_t *d) {
 
 /* ---- loop ---- */
 
+/* Whether two Readys' new requests are alike (as they would pack). */
+static bool requests_equal(const Hvd__Ready *a, const Hvd__Ready *b) {
+        if (a->n_requests != b->n_requests)
+                return false;
+        for (size_t k = 0; k < a->n_requests; k++)
+                if (!hvd_wire_equal(&a->requests[k]->base, &b->requests[k]->base))
+                        return false;
+        return true;
+}
+
 /* The new requests of this batch that several local ranks sent alike go
  * once, as SharedReady (the first step: every rank names the same
  * tensors); what stays per rank keeps its cached ids. Only when every
@@ -3314,36 +3359,22 @@ static size_t share_requests(job_t *j, Hvd__SharedReady ***ret) {
         size_t n = j->n_fwd, n_sh = 0;
         if (n < 2)
                 return 0;
-        uint8_t **body = calloc(n, sizeof *body);
-        size_t *len = calloc(n, sizeof *len);
-        uint64_t *hash = calloc(n, sizeof *hash);
         size_t *group = calloc(n, sizeof *group); /* index of the group's first member + 1; 0 = alone */
         uint8_t *seen = calloc(j->size, 1);
         Hvd__SharedReady **sh = NULL;
-        if (!body || !len || !hash || !group || !seen)
+        if (!group || !seen)
                 goto out;
         for (size_t i = 0; i < n; i++) {
                 uint32_t r = j->fwd[i]->rank;
                 if (r >= j->size || seen[r]++)
                         goto out;
         }
-        for (size_t i = 0; i < n; i++) {
+        for (size_t i = 1; i < n; i++) {
                 const Hvd__Ready *q = j->fwd[i]->ready;
                 if (!q->n_requests)
                         continue;
-                Hvd__Ready only = HVD__READY__INIT;
-                only.n_requests = q->n_requests;
-                only.requests = q->requests;
-                len[i] = protobuf_c_message_get_packed_size(&only.base);
-                if (!(body[i] = malloc(len[i] ? len[i] : 1)))
-                        goto out;
-                protobuf_c_message_pack(&only.base, body[i]);
-                uint64_t h = 1469598103934665603ull;
-                for (size_t k = 0; k < len[i]; k++)
-                        h = (h ^ body[i][k]) * 1099511628211ull;
-                hash[i] = h;
                 for (size_t g = 0; g < i; g++)
-                        if (body[g] && !group[g] && hash[g] == h && len[g] == len[i] && !memcmp(body[g], body[i], len[i])) {
+                        if (!group[g] && requests_equal(j->fwd[g]->ready, q)) {
                                 group[i] = g + 1;
                                 break;
                         }
@@ -3351,7 +3382,7 @@ static size_t share_requests(job_t *j, Hvd__SharedReady ***ret) {
         if (!(sh = calloc(n, sizeof *sh)))
                 goto out;
         for (size_t g = 0; g < n; g++) {
-                if (!body[g] || group[g])
+                if (!j->fwd[g]->ready->n_requests || group[g])
                         continue;
                 size_t members = 1;
                 for (size_t i = g + 1; i < n; i++)
@@ -3391,11 +3422,6 @@ static size_t share_requests(job_t *j, Hvd__SharedReady ***ret) {
                 sh[n_sh++] = s;
         }
 out:
-        for (size_t i = 0; body && i < n; i++)
-                free(body[i]);
-        free(body);
-        free(len);
-        free(hash);
         free(group);
         free(seen);
         if (!n_sh)
@@ -3712,6 +3738,17 @@ static bool entry_requests(const relay_t *rl, const Hvd__RelayedReady *rr) {
         return !rr->n_ranks && !rr->n_node_cached && !rr->n_departed && rr->n_shared && entry_member(rl, rr) >= 0;
 }
 
+/* Whether two entries' shared readiness is alike, entry by entry (their
+ * ranks aside). */
+static bool shared_equal(const Hvd__RelayedReady *a, const Hvd__RelayedReady *b) {
+        if (a->n_shared != b->n_shared)
+                return false;
+        for (size_t k = 0; k < a->n_shared; k++)
+                if (!hvd_wire_equal(&a->shared[k]->ready->base, &b->shared[k]->ready->base))
+                        return false;
+        return true;
+}
+
 /* A relay, before it sends: entries of requests alone that several
  * members sent alike (each host's first step names the same tensors)
  * become one, for all of them, so that the root decodes and enters them
@@ -3721,30 +3758,14 @@ static void relay_share(hvd_daemon_t *d, relay_t *rl) {
         size_t n = rl->n_out;
         if (n < 2)
                 return;
-        uint8_t **body = calloc(n, sizeof *body);
-        size_t *len = calloc(n, sizeof *len);
+        bool *req = calloc(n, sizeof *req); /* entry_requests() */
         bool *gone = calloc(n, sizeof *gone);
-        if (!body || !len || !gone)
+        if (!req || !gone)
                 goto out;
-        for (size_t i = 0; i < n; i++) {
-                const Hvd__RelayedReady *rr = rl->out[i];
-                if (!entry_requests(rl, rr))
-                        continue;
-                size_t total = 0;
-                for (size_t k = 0; k < rr->n_shared; k++)
-                        total += 8 + protobuf_c_message_get_packed_size(&rr->shared[k]->ready->base);
-                if (!(body[i] = malloc(total)))
-                        continue;
-                len[i] = total;
-                uint8_t *w = body[i];
-                for (size_t k = 0; k < rr->n_shared; k++) {
-                        uint64_t l = protobuf_c_message_get_packed_size(&rr->shared[k]->ready->base);
-                        memcpy(w, &l, 8);
-                        w += 8 + protobuf_c_message_pack(&rr->shared[k]->ready->base, w + 8);
-                }
-        }
+        for (size_t i = 0; i < n; i++)
+                req[i] = entry_requests(rl, rl->out[i]);
         for (size_t i = 1; i < n; i++) {
-                if (!body[i])
+                if (!req[i])
                         continue;
                 Hvd__RelayedReady *ri = rl->out[i];
                 int32_t member = rl->member_of[ri->hosts[0]];
@@ -3761,7 +3782,7 @@ static void relay_share(hvd_daemon_t *d, relay_t *rl) {
                 }
                 for (size_t g = lo; g < i; g++) {
                         Hvd__RelayedReady *rg = rl->out[g];
-                        if (gone[g] || !body[g] || len[g] != len[i] || memcmp(body[g], body[i], len[i]) != 0)
+                        if (gone[g] || !req[g] || !shared_equal(rg, ri))
                                 continue;
                         uint32_t *nh = realloc(rg->hosts, (rg->n_hosts + ri->n_hosts) * sizeof *nh);
                         if (!nh)
@@ -3799,10 +3820,7 @@ static void relay_share(hvd_daemon_t *d, relay_t *rl) {
                         rl->out[keep++] = rl->out[i];
         rl->n_out = keep;
 out:
-        for (size_t i = 0; body && i < n; i++)
-                free(body[i]);
-        free(body);
-        free(len);
+        free(req);
         free(gone);
 }
 
@@ -4237,12 +4255,40 @@ static bool fwd_holds(const job_t *j) {
         return hold;
 }
 
+/* Root: its local ranks' readiness that waited in this iteration's batch
+ * (root_holds), entered in order; new requests several of them sent alike,
+ * once for all of them, as a host's shared requests are. */
+static void root_flush(hvd_daemon_t *d, job_t *j) {
+        if (j->state != JOB_RUNNING)
+                return;
+        Hvd__SharedReady **sh = NULL;
+        size_t n_sh = share_requests(j, &sh);
+        for (size_t i = 0; i < j->n_fwd && j->state == JOB_RUNNING; i++) {
+                const Hvd__Ready *q = j->fwd[i]->ready;
+                if (q->n_requests || q->n_cached || !n_sh) /* not what went shared alone */
+                        root_submit(d, j, &j->fwd[i]->rank, 1, q);
+        }
+        for (size_t i = 0; i < n_sh; i++) {
+                if (j->state == JOB_RUNNING) {
+                        d->metrics.node_shared_requests += sh[i]->ready->n_requests;
+                        root_submit(d, j, sh[i]->ranks, sh[i]->n_ranks, sh[i]->ready);
+                }
+                protobuf_c_message_free_unpacked(&sh[i]->base, NULL);
+        }
+        free(sh);
+}
+
 static void flush_forward(hvd_daemon_t *d, job_t *j, bool force) {
         if (!j->n_fwd && !j->n_departed && !j->n_nc)
                 return;
         if (j->state == JOB_RUNNING && !force && fwd_holds(j) && hold_on(d, &j->fwd_hold_since, HOST_HOLD_USEC))
                 return;
         j->fwd_hold_since = 0;
+        if (j->neg) {
+                root_flush(d, j);
+                fwd_clear(j);
+                return;
+        }
         if (j->state == JOB_RUNNING) {
                 Hvd__NodeReady nr = HVD__NODE_READY__INIT;
                 Hvd__Envelope env = HVD__ENVELOPE__INIT;
@@ -4328,8 +4374,8 @@ static void before_sleep(hvd_daemon_t *d) {
         void *v;
         while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
                 job_t *j = v;
+                flush_forward(d, j, false);
                 if (!j->neg) {
-                        flush_forward(d, j, false);
                         if (j->rl)
                                 relay_flush(d, j, false);
                         continue;
