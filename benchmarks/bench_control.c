@@ -611,6 +611,23 @@ static int board_step(const step_model_t *m, const uint32_t *cached, size_t n_ca
         return B.errors ? -EIO : 0;
 }
 
+/* The model with every name suffixed ".cold<k>": names no step sent before. */
+static int model_renamed(const step_model_t *m, int k, step_model_t *out) {
+        *out = (step_model_t){ .n = m->n, .total_numel = m->total_numel };
+        if (!(out->t = calloc(m->n ? m->n : 1, sizeof *out->t)))
+                return -ENOMEM;
+        for (size_t i = 0; i < m->n; i++) {
+                out->t[i] = m->t[i];
+                size_t len = strlen(m->t[i].name) + 24;
+                if (!(out->t[i].name = malloc(len))) {
+                        step_model_free(out);
+                        return -ENOMEM;
+                }
+                snprintf(out->t[i].name, len, "%s.cold%d", m->t[i].name, k);
+        }
+        return 0;
+}
+
 /* One step: every rank's Ready (packed once: the ranks send the same), then
  * every rank's schedules. Returns seconds, or < 0. */
 static double run_step(const step_model_t *m, bool cold) {
@@ -704,7 +721,7 @@ out:
 
 int main(int argc, char **argv) {
         const char *tsv = NULL, *daemon = NULL;
-        int steps = 50, warmup = 5;
+        int steps = 50, warmup = 5, cold_steps = 1;
         B.n_ranks = 2;
         B.n_nodes = 1;
         B.relay_fanout = "8";
@@ -714,12 +731,13 @@ int main(int argc, char **argv) {
                 { "ranks", required_argument, NULL, 'r' },  { "nodes", required_argument, NULL, 'k' },
                 { "steps", required_argument, NULL, 'n' },  { "warmup", required_argument, NULL, 'w' },
                 { "relay-fanout", required_argument, NULL, 'f' },
+                { "cold-steps", required_argument, NULL, 'c' },
                 { "isolate-root", no_argument, NULL, 'i' },
                 { "no-board", no_argument, NULL, 'b' },
                 { "help", no_argument, NULL, 'h' },         {},
         };
         int c;
-        while ((c = getopt_long(argc, argv, "m:d:r:k:n:w:f:ibh", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "m:d:r:k:n:w:f:c:ibh", opts, NULL)) >= 0) {
                 switch (c) {
                 case 'm': tsv = optarg; break;
                 case 'd': daemon = optarg; break;
@@ -728,22 +746,25 @@ int main(int argc, char **argv) {
                 case 'n': steps = atoi(optarg); break;
                 case 'w': warmup = atoi(optarg); break;
                 case 'f': B.relay_fanout = optarg; break;
+                case 'c': cold_steps = atoi(optarg); break;
                 case 'i': B.isolate_root = true; break;
                 case 'b': B.board = false; break;
                 default:
                         printf("usage: bench_control --daemon PATH/hvd-coordinatord --model FILE.tsv\n"
-                               "       [--ranks N] [--nodes K] [--steps N] [--warmup N] [--relay-fanout N]\n"
-                               "       [--isolate-root] [--no-board]\n"
+                               "       [--ranks N] [--nodes K] [--steps N] [--warmup N] [--cold-steps N]\n"
+                               "       [--relay-fanout N] [--isolate-root] [--no-board]\n"
                                "N synthetic ranks (no data) spread evenly over K daemons, one per emulated node;\n"
                                "--relay-fanout is the daemons' (default 8; 0 = every node speaks to the root);\n"
                                "--isolate-root gives the root daemon a CPU of its own and everything else the others;\n"
                                "--no-board: in the steady state every rank sends its own readiness (HVD_FAST_PATH=0),\n"
-                               "rather than each node's ranks posting on a shared-memory board that sends it once.\n");
+                               "rather than each node's ranks posting on a shared-memory board that sends it once;\n"
+                               "--cold-steps N: N cold steps (default 1), each with names never seen before\n"
+                               "(the model's names with a suffix, the last one's as they are).\n");
                         return c == 'h' ? 0 : 2;
                 }
         }
         if (!tsv || !daemon || B.n_ranks < 1 || B.n_nodes < 1 || B.n_ranks % B.n_nodes || steps < 1 ||
-            warmup < 0 || B.n_ranks > 65536) {
+            warmup < 0 || cold_steps < 1 || B.n_ranks > 65536) {
                 fprintf(stderr, "bench: --daemon and --model are required; --ranks a multiple of --nodes\n");
                 return 2;
         }
@@ -874,33 +895,60 @@ int main(int argc, char **argv) {
         usleep(1000000);
         double idle_rate = (daemon_cpu_sec(0) - idle0) / (step_now_sec() - ti0); /* CPU s per s */
 
-        /* cold: names first seen; the tensors get their cache ids */
+        /* cold: names first seen; the tensors get their cache ids (the
+         * last cold step's names are the model's own, which the steady
+         * state then sends as ids) */
         double cc_self = self_cpu_sec(), cc_root = daemon_cpu_sec(0), cc_node = 0;
         double *cc0 = calloc((size_t) B.n_nodes, sizeof *cc0);
-        if (!cc0)
+        double *cdt = calloc((size_t) cold_steps, sizeof *cdt);
+        if (!cc0 || !cdt) {
+                free(cc0);
+                free(cdt);
                 goto out;
+        }
         for (int i = 1; i < B.n_nodes; i++)
                 cc0[i] = daemon_cpu_sec(i);
-        double cold = run_step(&m, true);
-        cc_self = self_cpu_sec() - cc_self;
-        cc_root = daemon_cpu_sec(0) - cc_root;
+        double tc0 = step_now_sec();
+        for (int k = 0; k < cold_steps; k++) {
+                step_model_t mk;
+                if (k < cold_steps - 1 ? model_renamed(&m, k, &mk) < 0 : (mk = m, 0)) {
+                        cdt[k] = -1;
+                        break;
+                }
+                cdt[k] = run_step(&mk, true);
+                if (k < cold_steps - 1)
+                        step_model_free(&mk);
+                if (cdt[k] < 0 || B.errors)
+                        break;
+        }
+        double cold_mean = (step_now_sec() - tc0) / cold_steps;
+        cc_self = (self_cpu_sec() - cc_self) / cold_steps;
+        cc_root = (daemon_cpu_sec(0) - cc_root) / cold_steps;
         for (int i = 1; i < B.n_nodes; i++) {
-                double ci = daemon_cpu_sec(i) - cc0[i];
+                double ci = (daemon_cpu_sec(i) - cc0[i]) / cold_steps;
                 cc_node = ci > cc_node ? ci : cc_node;
         }
         free(cc0);
-        if (cold < 0 || B.errors) {
+        bool cold_ok = !B.errors;
+        for (int k = 0; k < cold_steps; k++)
+                cold_ok = cold_ok && cdt[k] >= 0;
+        if (!cold_ok) {
+                free(cdt);
                 if (B.errors)
                         fprintf(stderr, "bench: %zu tensor errors, first: %s\n", B.errors, B.first_error);
                 dump_logs();
                 goto out;
         }
-        printf("bench=control ranks=%d nodes=%d tensors=%zu phase=cold steps=1 ms_median=%.3f ms_min=%.3f "
+        double cold = step_median(cdt, cold_steps), cold_min = cdt[0];
+        for (int k = 1; k < cold_steps; k++)
+                cold_min = cdt[k] < cold_min ? cdt[k] : cold_min;
+        free(cdt);
+        printf("bench=control ranks=%d nodes=%d tensors=%zu phase=cold steps=%d ms_median=%.3f ms_min=%.3f "
                "tensors_per_sec=%.0f join_ms=%.1f driver_cpu_ms=%.3f root_cpu_ms=%.3f node_cpu_ms=%.3f "
                "root_idle_cpu_ms_per_s=%.3f root_net_cpu_ms=%.3f ready_bytes=%zu sched_bytes=%zu\n",
-               B.n_ranks, B.n_nodes, m.n, cold * 1e3, cold * 1e3, (double) m.n / cold, join_ms, cc_self * 1e3,
-               cc_root * 1e3, cc_node * 1e3, idle_rate * 1e3, (cc_root - idle_rate * cold) * 1e3, B.ready_bytes,
-               B.sched_bytes);
+               B.n_ranks, B.n_nodes, m.n, cold_steps, cold * 1e3, cold_min * 1e3, (double) m.n / cold, join_ms,
+               cc_self * 1e3, cc_root * 1e3, cc_node * 1e3, idle_rate * 1e3, (cc_root - idle_rate * cold_mean) * 1e3,
+               B.ready_bytes, B.sched_bytes);
         fflush(stdout);
         double c_self = 0, c_daemons = 0, c_root = 0, c_node = 0, runs0 = 0, runs1 = 0;
         double *c0 = calloc((size_t) B.n_nodes, sizeof *c0);
