@@ -1319,10 +1319,85 @@ START_TEST(test_negotiate_node_state_growth) {
 }
 END_TEST
 
+/* A request by name that every rank of a node shares marks the node ready
+ * as one (whatever the order of its ranks); a node listed in part, a rank
+ * listed again, and parameters that differ between hosts still come out as
+ * they would rank by rank. */
+START_TEST(test_negotiate_shared_whole_nodes) {
+        hvd_negotiator_t *n = neg_new(6, 64, 64 * MiB);
+        const uint32_t node_of[6] = { 0, 0, 0, 1, 1, 2 };
+        ck_assert_int_eq(hvd_negotiator_set_nodes(n, 3, node_of), 0);
+        char err[256] = "";
+        rq_t b;
+        rq_init(&b);
+        rq_add(&b, "w", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
+        rq_add(&b, "v", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "2x2");
+        /* node 0 in another order than its ranks', node 1 with node 2 */
+        const uint32_t n0[] = { 2, 0, 1 }, n12[] = { 4, 3, 5 };
+        ck_assert(!hvd_negotiator_any_pending(n));
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, n0, 3, &b.ready, err, sizeof err), 0);
+        ck_assert(hvd_negotiator_any_pending(n));
+        ck_assert_uint_eq(hvd_negotiator_rank_pending(n, 1), 2);
+        ck_assert_uint_eq(hvd_negotiator_rank_pending(n, 3), 0);
+        /* a rank of a node that is ready as one */
+        ck_assert_int_eq(hvd_negotiator_submit(n, 1, &b.ready, err, sizeof err), HVD_EDUPLICATE);
+        ck_assert_str_eq(err, "tensor 'v' submitted twice by rank 1 before it completed");
+        char buf[512];
+        ck_assert_uint_eq(hvd_negotiator_describe_pending(n, UINT64_MAX / 2, 0, buf, sizeof buf), 2);
+        ck_assert_str_eq(buf, "'w' ready on ranks [0, 1, 2], missing ranks [3, 4, 5]; "
+                              "'v' ready on ranks [0, 1, 2], missing ranks [3, 4, 5]");
+        take_none(n);
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, n12, 3, &b.ready, err, sizeof err), 0);
+        Hvd__Schedule *s = take(n);
+        ck_assert_uint_eq(s->n_errors, 0);
+        ck_assert_uint_eq(s->n_ops, 1);
+        ck_assert_uint_eq(s->ops[0]->n_entries, 2);
+        ck_assert_str_eq(entry(s, 0, 0)->name, "w");
+        uint32_t idw = entry(s, 0, 0)->id;
+        hvd_negotiator_schedule_free(&s);
+        ck_assert(!hvd_negotiator_any_pending(n));
+        /* the parameters were taken for each rank: the nodes' cached ids */
+        for (uint32_t c = 0; c < 3; c++)
+                ck_assert_int_eq(hvd_negotiator_submit_node(n, c, &idw, 1, NULL, err, sizeof err), 0);
+        s = take(n);
+        ck_assert_uint_eq(s->n_errors, 0);
+        ck_assert_uint_eq(entry(s, 0, 0)->id, idw);
+        hvd_negotiator_schedule_free(&s);
+        /* node 0 in part, then the rest rank by rank; host 1's shape differs */
+        rq_t o;
+        rq_init(&o);
+        rq_add(&o, "w", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "8");
+        const uint32_t part[] = { 0, 2 }, n1[] = { 3, 4 };
+        rq_init(&b);
+        rq_add(&b, "w", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, part, 2, &b.ready, err, sizeof err), 0);
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, n1, 2, &o.ready, err, sizeof err), 0);
+        /* rank 0 again, with node 0 marked rank by rank */
+        ck_assert_int_eq(hvd_negotiator_submit(n, 0, &b.ready, err, sizeof err), HVD_EDUPLICATE);
+        ck_assert_str_eq(err, "tensor 'w' submitted twice by rank 0 before it completed");
+        submit_ok(n, 1, &b);
+        submit_ok(n, 5, &b);
+        s = take(n);
+        ck_assert_uint_eq(s->n_errors, 1);
+        ck_assert_str_eq(s->errors[0]->message, "allreduce 'w': rank 3 sent shape [8], rank 0 sent [4]");
+        hvd_negotiator_schedule_free(&s);
+        ck_assert(!hvd_negotiator_any_pending(n));
+        /* alike again on every host: one round, no error */
+        const uint32_t all[] = { 5, 3, 4, 0, 1, 2 };
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, all, 6, &b.ready, err, sizeof err), 0);
+        s = take(n);
+        ck_assert_uint_eq(s->n_errors, 0);
+        ck_assert_uint_eq(entry(s, 0, 0)->id, idw);
+        hvd_negotiator_schedule_free(&s);
+        hvd_negotiator_destroy(&n);
+}
+END_TEST
+
 static Suite *negotiate_suite(void) {
         Suite *s = suite_create("negotiate");
         TCase *tc = tcase_create("schedule");
         tcase_add_test(tc, test_negotiate_schedule_only_when_all_ready);
+        tcase_add_test(tc, test_negotiate_shared_whole_nodes);
         tcase_add_test(tc, test_negotiate_seq_numbers);
         tcase_add_test(tc, test_negotiate_ready_order_preserved);
         tcase_add_test(tc, test_negotiate_fused_op_contents);
