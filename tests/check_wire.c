@@ -273,6 +273,91 @@ START_TEST(test_wire_roundtrip_ready) {
 }
 END_TEST
 
+/* hvd_wire_equal says what comparing the packed bytes would: a and b
+ * are equal exactly when they pack alike. */
+static void equal_as_packed(const ProtobufCMessage *a, const ProtobufCMessage *b, bool want) {
+        size_t la = protobuf_c_message_get_packed_size(a), lb = protobuf_c_message_get_packed_size(b);
+        uint8_t *pa = malloc(la + 1), *pb = malloc(lb + 1);
+        ck_assert(pa && pb);
+        protobuf_c_message_pack(a, pa);
+        protobuf_c_message_pack(b, pb);
+        bool packed = la == lb && memcmp(pa, pb, la) == 0;
+        free(pa);
+        free(pb);
+        ck_assert_msg(packed == want, "the packed bytes %s", packed ? "are equal" : "differ");
+        ck_assert_msg(hvd_wire_equal(a, b) == want, "hvd_wire_equal says %s", want ? "not equal" : "equal");
+        ck_assert(hvd_wire_equal(b, a) == want);
+}
+
+START_TEST(test_wire_equal) {
+        one_req_t o;
+        one_req_init(&o, "grad.fc1.weight");
+        o.req.splits = o.splits;
+        o.req.n_splits = 2;
+        o.splits[0] = 1;
+        o.splits[1] = 5;
+        o.ready.epoch = 7;
+        packed_t p = pack(&o.env);
+        Hvd__Envelope *d = decode_ok(p), *c = decode_ok(pack(&o.env));
+        ck_assert(hvd_wire_equal(NULL, NULL));
+        ck_assert(!hvd_wire_equal(&d->base, NULL));
+        ck_assert(hvd_wire_equal(&d->base, &d->base));
+        equal_as_packed(&d->base, &c->base, true);
+        equal_as_packed(&d->base, &o.env.base, true);
+        Hvd__Request *q = c->ready->requests[0];
+        /* one field at a time, in the message and the one inside it */
+        q->name[0] = 'G';
+        equal_as_packed(&d->base, &c->base, false);
+        q->name[0] = 'g';
+        q->shape[1] = 4;
+        equal_as_packed(&d->base, &c->base, false);
+        q->shape[1] = 3;
+        q->n_shape = 1;
+        equal_as_packed(&d->base, &c->base, false);
+        q->n_shape = 2;
+        q->splits[0] = 2;
+        equal_as_packed(&d->base, &c->base, false);
+        q->splits[0] = 1;
+        q->postscale = 0.5;
+        equal_as_packed(&d->base, &c->base, false);
+        q->postscale = 1.0;
+        q->group_size = 3;
+        equal_as_packed(&d->base, &c->base, false);
+        q->group_size = 0;
+        c->ready->epoch = 8;
+        equal_as_packed(&d->base, &c->base, false);
+        c->ready->epoch = 7;
+        c->ready->n_requests = 0;
+        equal_as_packed(&d->base, &c->base, false);
+        c->ready->n_requests = 1;
+        equal_as_packed(&d->base, &c->base, true);
+        /* another body of the envelope (its oneof) */
+        Hvd__Goodbye g = HVD__GOODBYE__INIT;
+        Hvd__Envelope e = HVD__ENVELOPE__INIT;
+        e.version = d->version;
+        e.body_case = HVD__ENVELOPE__BODY_GOODBYE;
+        e.goodbye = &g;
+        equal_as_packed(&d->base, &e.base, false);
+        /* a field this build does not know: never equal */
+        p = pack(&o.env);
+        uint8_t *more = malloc(p.len + 3);
+        ck_assert_ptr_nonnull(more);
+        memcpy(more, p.buf, p.len);
+        more[p.len] = 0xb8; /* field 999, varint */
+        more[p.len + 1] = 0x3e;
+        more[p.len + 2] = 0x01;
+        Hvd__Envelope *u = hvd__envelope__unpack(NULL, p.len + 3, more);
+        ck_assert_ptr_nonnull(u);
+        ck_assert_uint_eq(u->base.n_unknown_fields, 1);
+        ck_assert(!hvd_wire_equal(&d->base, &u->base));
+        protobuf_c_message_free_unpacked(&u->base, NULL);
+        free(more);
+        free(p.buf);
+        hvd_wire_free(&d);
+        hvd_wire_free(&c);
+}
+END_TEST
+
 START_TEST(test_wire_roundtrip_schedule) {
         int64_t rows[] = { 2, 0, 3 }, shape[] = { 2, 5 }, splits[] = { 1, 2, 2, 2 };
         uint32_t joined[] = { 1 };
@@ -1240,6 +1325,7 @@ static Suite *wire_suite(void) {
         tcase_add_test(tc, test_wire_roundtrip_hello);
         tcase_add_test(tc, test_wire_roundtrip_welcome);
         tcase_add_test(tc, test_wire_roundtrip_ready);
+        tcase_add_test(tc, test_wire_equal);
         tcase_add_test(tc, test_wire_roundtrip_schedule);
         tcase_add_test(tc, test_wire_roundtrip_small_messages);
         tcase_add_test(tc, test_wire_relay);
