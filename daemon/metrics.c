@@ -170,7 +170,7 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
                 m->node_ready_sent);
         counter(&b, "hvd_node_shared_requests_total",
                 "Requests by name that several local ranks sent alike (a first step), forwarded once for all of them "
-                "(jobs on several hosts).",
+                "(jobs on several hosts), or entered once at the job's root.",
                 m->node_shared_requests);
         counter(&b, "hvd_board_host_readiness_total",
                 "Readiness messages from local workers that spoke for every local rank: ids completed on the workers' "

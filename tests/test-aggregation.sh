@@ -10,10 +10,10 @@
 #   repeated schedules went out as a key (hvd_schedule_repeats_total) and
 #   reached each host's ranks through local rank 0 and the board
 #   (hvd_board_schedules_total);
-# - a grouped allreduce of 8 new names on hosts a:1, b:2, one of b's ranks
-#   40 ms late: host b's daemon holds its first rank's requests for the
-#   other's and sends them once for both (hvd_node_shared_requests_total),
-#   results exact;
+# - a grouped allreduce of 8 new names on hosts a:2, b:2, one rank of each
+#   40 ms late: each daemon holds its first rank's requests for the other's,
+#   host b's sends them once for both, the root's (host a) enters them once
+#   for both (hvd_node_shared_requests_total), results exact;
 # - a stall across nodes: one rank of a node whose other ranks posted a
 #   cached tensor stays away; the root's hvdctl status and every waiting
 #   rank's error name exactly that rank as missing.
@@ -102,24 +102,28 @@ for r in 3 4; do
 done
 echo "ok: $steps steps exact on 3 nodes; the other nodes' steady state reached the root node by node"
 
-# a first step of new names: host b's daemon holds the requests of its
+# a first step of new names: each host's daemon holds the requests of its
 # first rank until its other rank's came (none can complete before), and
-# the 8 names of a grouped allreduce, alike on both ranks, go once for both.
-# Rank 2 comes 40 ms late, far more than a cycle: without the hold, rank 1's
-# requests would go alone.
-HVD_TEST_LATE_RANK=2 HVD_TEST_LATE_MS=40 HVD_TEST_HOLD=$tmp/grp \
-        "$HVD_SRCDIR/tests/lib/launch-multi.sh" -H a:1,b:2 -t 60 -- \
+# the 8 names of a grouped allreduce, alike on both ranks, go once for both:
+# from host b to the root, and on host a, the root's own, into its table.
+# Ranks 1 and 3 come 40 ms late, far more than a cycle: without the hold,
+# ranks 0's and 2's requests would go alone.
+HVD_TEST_LATE_RANK=1,3 HVD_TEST_LATE_MS=40 HVD_TEST_HOLD=$tmp/grp \
+        "$HVD_SRCDIR/tests/lib/launch-multi.sh" -H a:2,b:2 -t 60 -- \
         sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/grt.$HVD_RANK; exec "$0" grouped' "$worker" >"$tmp/grp.out" 2>&1 &
 lp=$!
 wait_files 60 "$tmp/grp.ready" || fail "the grouped job did not reach its hold point" "$(cat "$tmp/grp.out")"
-shared=$("$hvdctl" -r "$(cat "$tmp/grt.1")" metrics | awk '$1 == "hvd_node_shared_requests_total" {print $2}')
+shared_a=$("$hvdctl" -r "$(cat "$tmp/grt.0")" metrics | awk '$1 == "hvd_node_shared_requests_total" {print $2}')
+shared_b=$("$hvdctl" -r "$(cat "$tmp/grt.2")" metrics | awk '$1 == "hvd_node_shared_requests_total" {print $2}')
 touch "$tmp/grp.go"
 wait $lp || fail "the grouped job failed" "$(cat "$tmp/grp.out")"
 lp=
-[ "$(grep -c "grouped: ok" "$tmp/grp.out")" -eq 3 ] || fail "not every rank passed the grouped scenario" "$(cat "$tmp/grp.out")"
-[ "${shared:-0}" -ge 8 ] ||
-        fail "host b's daemon forwarded ${shared:-no} requests once for both its ranks, expected the group's 8 at least"
-echo "ok: a grouped allreduce's 8 new names went from host b once for both its ranks ($shared requests shared)"
+[ "$(grep -c "grouped: ok" "$tmp/grp.out")" -eq 4 ] || fail "not every rank passed the grouped scenario" "$(cat "$tmp/grp.out")"
+[ "${shared_b:-0}" -ge 8 ] ||
+        fail "host b's daemon forwarded ${shared_b:-no} requests once for both its ranks, expected the group's 8 at least"
+[ "${shared_a:-0}" -ge 8 ] ||
+        fail "the root daemon (host a) entered ${shared_a:-no} requests once for both its ranks, expected the group's 8 at least"
+echo "ok: a grouped allreduce's 8 new names went once for both ranks of each host (root $shared_a, host b $shared_b requests shared)"
 
 # a stall across nodes: rank 4 (host b, beside rank 3) stays away from a
 # cached tensor the others posted

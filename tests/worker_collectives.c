@@ -470,11 +470,13 @@ static void scenario_grouped(void) {
         const hvd_reduce_op_t ops[G] = { HVD_REDUCE_SUM, HVD_REDUCE_AVERAGE, HVD_REDUCE_MAX, HVD_REDUCE_SUM,
                                          HVD_REDUCE_MIN, HVD_REDUCE_SUM,     HVD_REDUCE_SUM, HVD_REDUCE_PRODUCT };
         const size_t ns[G] = { 10, 1000, 7, 1, 0, 2u << 20, 100, 64 };
-        /* HVD_TEST_LATE_RANK / HVD_TEST_LATE_MS: that rank comes late to
-         * the first group (its host's other ranks' requests wait for it) */
+        /* HVD_TEST_LATE_RANK (ranks, comma-separated) / HVD_TEST_LATE_MS:
+         * those ranks come late to the first group (their hosts' other
+         * ranks' requests wait for them) */
         const char *late = getenv("HVD_TEST_LATE_RANK"), *late_ms = getenv("HVD_TEST_LATE_MS");
-        if (late && late_ms && atoi(late) == rank)
-                usleep((useconds_t) atoi(late_ms) * 1000);
+        for (const char *c = late; c && late_ms && *c; c += strcspn(c, ","), c += *c == ',')
+                if (atoi(c) == rank)
+                        usleep((useconds_t) atoi(late_ms) * 1000);
         for (int round = 0; round < 3; round++) {
                 hvd_request_t q[G];
                 for (int i = 0; i < G; i++) {
