@@ -329,7 +329,7 @@ static bool params_match(const params_t *p, const Hvd__Request *q) {
                p->device == (q->device >= 0 ? 0 : -1) && p->process_set == q->process_set &&
                p->group_id == q->group_id && p->group_size == q->group_size && p->prescale == q->prescale &&
                p->postscale == q->postscale && p->n_splits == q->n_splits && p->n_set == n_set &&
-               memcmp(p->shape, q->shape, q->n_shape * sizeof(int64_t)) == 0 &&
+               (!q->n_shape || memcmp(p->shape, q->shape, q->n_shape * sizeof(int64_t)) == 0) &&
                (!q->n_splits || memcmp(p->splits, q->splits, q->n_splits * sizeof(int64_t)) == 0) &&
                (!n_set || memcmp(p->set_ranks, q->set_ranks, n_set * sizeof(uint32_t)) == 0);
 }

@@ -1319,6 +1319,32 @@ START_TEST(test_negotiate_node_state_growth) {
 }
 END_TEST
 
+/* A scalar (no shape) asked for by name again in a later round: its
+ * parameters are compared with the set the last round made. */
+START_TEST(test_negotiate_scalar_by_name_again) {
+        hvd_negotiator_t *n = neg_new(2, 64, 64 * MiB);
+        rq_t b;
+        rq_init(&b);
+        rq_add(&b, "loss", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "")->shape = NULL; /* as decoded */
+        for (int round = 0; round < 3; round++) {
+                submit_ok(n, 0, &b);
+                submit_ok(n, 1, &b);
+                Hvd__Schedule *s = take(n);
+                ck_assert_uint_eq(s->n_errors, 0);
+                ck_assert_uint_eq(s->n_ops, 1);
+                hvd_negotiator_schedule_free(&s);
+        }
+        /* and one rank's differs: the error names it */
+        sub1(n, 0, "loss", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "");
+        sub1(n, 1, "loss", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "1");
+        Hvd__Schedule *s = take(n);
+        ck_assert_uint_eq(s->n_errors, 1);
+        ck_assert_str_eq(s->errors[0]->message, "allreduce 'loss': rank 1 sent shape [1], rank 0 sent []");
+        hvd_negotiator_schedule_free(&s);
+        hvd_negotiator_destroy(&n);
+}
+END_TEST
+
 /* A request by name that every rank of a node shares marks the node ready
  * as one (whatever the order of its ranks); a node listed in part, a rank
  * listed again, and parameters that differ between hosts still come out as
@@ -1398,6 +1424,7 @@ static Suite *negotiate_suite(void) {
         TCase *tc = tcase_create("schedule");
         tcase_add_test(tc, test_negotiate_schedule_only_when_all_ready);
         tcase_add_test(tc, test_negotiate_shared_whole_nodes);
+        tcase_add_test(tc, test_negotiate_scalar_by_name_again);
         tcase_add_test(tc, test_negotiate_seq_numbers);
         tcase_add_test(tc, test_negotiate_ready_order_preserved);
         tcase_add_test(tc, test_negotiate_fused_op_contents);
