@@ -233,10 +233,16 @@ struct job {
         uint64_t root_epoch; /* not root: the root daemon's epoch (0 = not heard yet) */
         uint64_t last_probe_usec; /* root: when the nodes were last probed */
         bool joined_root;  /* not root: NodeJoin sent */
-        Hvd__RankReady **fwd; /* not root: readiness to forward, owned */
+        Hvd__RankReady **fwd; /* readiness to forward (at the root: to enter), owned */
+        uint64_t *fwd_at;     /* [cap_fwd]: when each came */
         size_t n_fwd, cap_fwd;
-        uint64_t fwd_hold_since; /* not root: new requests held for the other local ranks' since (0 = none) */
-        bool fwd_joined;         /* not root: a local rank joined once: no more first-step holds in this job */
+        uint64_t fwd_hold_since; /* new requests held for the other local ranks' since (0 = none) */
+        bool fwd_joined;         /* a local rank joined once: no more first-step holds in this job */
+        /* a first step's names in what is held, name by name (pool_add):
+         * pool_name_t by name; pool_off: the batch holds something else */
+        hvd_strmap_t *pool;
+        uint32_t pool_complete; /* names every local rank sent, alike */
+        bool pool_off;
         uint32_t *departed; /* not root: goodbyes to forward */
         size_t n_departed;
         uint8_t nccl_id[128]; /* from the rank that has a GPU backend (rank 0) */
@@ -662,9 +668,32 @@ static void worker_free(hvd_daemon_t *d, worker_t *w) {
         free(w);
 }
 
+/* A name of a first step held on this host (pool_add). */
+typedef struct pool_name {
+        const Hvd__Request *first; /* the first local rank's, in its held entry */
+        uint32_t n;                /* local ranks that sent it */
+        bool bad;                  /* a rank sent it twice, or other parameters: it goes rank by rank */
+        uint8_t have[];            /* [local_size] */
+} pool_name_t;
+
+static bool pool_done(const job_t *j, const pool_name_t *p) {
+        return p && !p->bad && p->n == j->local_size;
+}
+
+static void pool_clear(job_t *j) {
+        size_t iter = 0;
+        void *v;
+        while (j->pool && hvd_strmap_next(j->pool, &iter, NULL, NULL, &v))
+                free(v);
+        hvd_strmap_destroy(&j->pool);
+        j->pool_complete = 0;
+        j->pool_off = false;
+}
+
 static void fwd_clear(job_t *j) {
         for (size_t i = 0; i < j->n_fwd; i++)
                 protobuf_c_message_free_unpacked(&j->fwd[i]->base, NULL);
+        pool_clear(j);
         j->n_fwd = 0;
         j->n_departed = 0;
         j->n_nc = 0;
@@ -718,6 +747,7 @@ static void job_free(hvd_daemon_t *d, job_t *j) {
         free(j->table);
         fwd_clear(j);
         free(j->fwd);
+        free(j->fwd_at);
         free(j->departed);
         free(j->rstat);
         free(j->node_first);
@@ -1616,7 +1646,48 @@ static bool stall_inspect(hvd_daemon_t *d, job_t *j, uint64_t now) {
 
 /* ---- control plane aggregation (not root) ---- */
 
-/* Appends a RankReady of rank with cached ids to this iteration's batch.
+/* The new requests of local rank's Ready q, just held: counted name by
+ * name, so that those every local rank sent alike can go on once for all
+ * of them (pool_take), whatever batches each rank's client made of them.
+ * Only a first step's kind of batch: new requests alone, of collectives
+ * of every rank; anything else turns the pool off until the batch went. */
+static void pool_add(job_t *j, uint32_t rank, const Hvd__Ready *q) {
+        if (j->pool_off)
+                return;
+        const worker_t *w = rank < j->size ? j->ranks[rank] : NULL;
+        bool ok = w && j->local_size > 1 && w->local_rank < j->local_size && !j->fwd_joined && q->n_requests &&
+                  !q->n_cached && !q->n_node_cached;
+        for (size_t k = 0; ok && k < q->n_requests; k++)
+                ok = !q->requests[k]->process_set && q->requests[k]->kind != HVD__KIND__KIND_JOIN;
+        if (ok && !j->pool && !(j->pool = hvd_strmap_new()))
+                ok = false;
+        for (size_t k = 0; ok && k < q->n_requests; k++) {
+                const Hvd__Request *r = q->requests[k];
+                size_t len = strlen(r->name);
+                pool_name_t *p = hvd_strmap_get(j->pool, r->name, len);
+                if (!p) {
+                        if (!(p = calloc(1, sizeof *p + j->local_size)) || hvd_strmap_put(j->pool, r->name, len, p) < 0) {
+                                free(p);
+                                ok = false;
+                                break;
+                        }
+                        p->first = r;
+                }
+                bool was = pool_done(j, p);
+                if (p->have[w->local_rank] || !hvd_wire_equal(&p->first->base, &r->base))
+                        p->bad = true;
+                else {
+                        p->have[w->local_rank] = 1;
+                        p->n++;
+                }
+                j->pool_complete += pool_done(j, p);
+                j->pool_complete -= was;
+        }
+        if (!ok)
+                j->pool_off = true;
+}
+
+/* Appends a RankReady of rank to this iteration's batch (or what is held).
  * Takes ownership of ready. */
 static int fwd_append(job_t *j, uint32_t rank, Hvd__Ready *ready) {
         /* a rank that joined may send nothing more: the first step's hold
@@ -1626,11 +1697,15 @@ static int fwd_append(job_t *j, uint32_t rank, Hvd__Ready *ready) {
         if (j->n_fwd == j->cap_fwd) {
                 size_t cap = j->cap_fwd ? j->cap_fwd * 2 : 16;
                 Hvd__RankReady **nf = realloc(j->fwd, cap * sizeof *nf);
-                if (!nf) {
+                if (nf)
+                        j->fwd = nf;
+                uint64_t *na = realloc(j->fwd_at, cap * sizeof *na);
+                if (na)
+                        j->fwd_at = na;
+                if (!nf || !na) {
                         protobuf_c_message_free_unpacked(&ready->base, NULL);
                         return -ENOMEM;
                 }
-                j->fwd = nf;
                 j->cap_fwd = cap;
         }
         Hvd__RankReady *rr = calloc(1, sizeof *rr);
@@ -1641,7 +1716,9 @@ static int fwd_append(job_t *j, uint32_t rank, Hvd__Ready *ready) {
         hvd__rank_ready__init(rr);
         rr->rank = rank;
         rr->ready = ready;
+        j->fwd_at[j->n_fwd] = hvd_now_usec();
         j->fwd[j->n_fwd++] = rr;
+        pool_add(j, rank, ready);
         return 0;
 }
 
@@ -4236,78 +4313,135 @@ static void relay_take_own(hvd_daemon_t *d, job_t *j, const Hvd__NodeReady *nr) 
         relay_take(d, j, 0, c);
 }
 
-/* Not root: whether this iteration's batch is new requests alone (a first
- * step), one Ready a rank, of collectives of every rank, and not yet from
- * every local rank: worth holding for the others', so that the requests
- * they share go on as one entry (share_requests). None of them can complete
- * before every rank has sent its own, so the hold costs no time; once a
- * local rank joined (it may send nothing more), nothing is held. */
+/* What is held is a first step's new requests alone, of collectives of
+ * every rank (pool_add), with no departure or host-level ids to go with
+ * it: worth holding for the other local ranks', so that the names all of
+ * them sent alike go on once for all (pool_take). None of them can
+ * complete before every rank has sent its own, so the hold costs no time;
+ * once a local rank joined (it may send nothing more), nothing is held. */
 static bool fwd_holds(const job_t *j) {
-        bool hold = j->n_fwd && j->n_fwd < j->local_size && !j->n_departed && !j->n_nc && !j->fwd_joined;
-        for (size_t i = 0; hold && i < j->n_fwd; i++) {
-                const Hvd__Ready *q = j->fwd[i]->ready;
-                hold = !q->n_cached && q->n_requests;
-                for (size_t k = 0; hold && k < q->n_requests; k++)
-                        hold = !q->requests[k]->process_set;
-                for (size_t k = 0; hold && k < i; k++)
-                        hold = j->fwd[k]->rank != j->fwd[i]->rank;
-        }
-        return hold;
+        return j->n_fwd && !j->pool_off && !j->n_departed && !j->n_nc && !j->fwd_joined;
 }
 
-/* Root: its local ranks' readiness that waited in this iteration's batch
- * (root_holds), entered in order; new requests several of them sent alike,
- * once for all of them, as a host's shared requests are. */
-static void root_flush(hvd_daemon_t *d, job_t *j) {
-        if (j->state != JOB_RUNNING)
-                return;
-        Hvd__SharedReady **sh = NULL;
-        size_t n_sh = share_requests(j, &sh);
-        for (size_t i = 0; i < j->n_fwd && j->state == JOB_RUNNING; i++) {
-                const Hvd__Ready *q = j->fwd[i]->ready;
-                if (q->n_requests || q->n_cached || !n_sh) /* not what went shared alone */
-                        root_submit(d, j, &j->fwd[i]->rank, 1, q);
-        }
-        for (size_t i = 0; i < n_sh; i++) {
-                if (j->state == JOB_RUNNING) {
-                        d->metrics.node_shared_requests += sh[i]->ready->n_requests;
-                        root_submit(d, j, sh[i]->ranks, sh[i]->n_ranks, sh[i]->ready);
+/* The names of the held first-step requests that every local rank sent
+ * alike, taken out of the ranks' entries into one SharedReady for all the
+ * local ranks, in the order they first came (the other ranks' copies go).
+ * Entries left with nothing go too. NULL when there are none (or no
+ * memory: then nothing changed). */
+static Hvd__SharedReady *pool_take(job_t *j) {
+        if (j->pool_off || !j->pool_complete)
+                return NULL;
+        Hvd__SharedReady *sh = calloc(1, sizeof *sh);
+        Hvd__Ready *q = calloc(1, sizeof *q);
+        Hvd__Request **reqs = malloc(j->pool_complete * sizeof *reqs);
+        uint32_t *ranks = malloc(j->local_size * sizeof *ranks);
+        if (!sh || !q || !reqs || !ranks)
+                goto fail;
+        hvd__shared_ready__init(sh);
+        hvd__ready__init(q);
+        for (uint32_t r = 0; r < j->size && sh->n_ranks < j->local_size; r++)
+                if (j->ranks[r])
+                        ranks[sh->n_ranks++] = r;
+        if (sh->n_ranks != j->local_size)
+                goto fail;
+        sh->ranks = ranks;
+        sh->ready = q;
+        q->requests = reqs;
+        for (size_t i = 0; i < j->n_fwd; i++) {
+                Hvd__Ready *e = j->fwd[i]->ready;
+                size_t keep = 0;
+                for (size_t k = 0; k < e->n_requests; k++) {
+                        Hvd__Request *r = e->requests[k];
+                        const pool_name_t *p = hvd_strmap_get(j->pool, r->name, strlen(r->name));
+                        if (!pool_done(j, p))
+                                e->requests[keep++] = r;
+                        else if (p->first == r)
+                                q->requests[q->n_requests++] = r;
+                        else
+                                protobuf_c_message_free_unpacked(&r->base, NULL);
                 }
-                protobuf_c_message_free_unpacked(&sh[i]->base, NULL);
+                e->n_requests = keep;
         }
+        /* they are done with: a name may come again (a next step's) */
+        for (size_t k = 0; k < q->n_requests; k++)
+                free(hvd_strmap_remove(j->pool, q->requests[k]->name, strlen(q->requests[k]->name)));
+        j->pool_complete = 0;
+        size_t keep = 0;
+        for (size_t i = 0; i < j->n_fwd; i++) {
+                if (j->fwd[i]->ready->n_requests) { /* the pool holds new requests alone */
+                        j->fwd_at[keep] = j->fwd_at[i];
+                        j->fwd[keep++] = j->fwd[i];
+                } else
+                        protobuf_c_message_free_unpacked(&j->fwd[i]->base, NULL);
+        }
+        j->n_fwd = keep;
+        return sh;
+fail:
         free(sh);
+        free(q);
+        free(reqs);
+        free(ranks);
+        return NULL;
 }
 
-static void flush_forward(hvd_daemon_t *d, job_t *j, bool force) {
-        if (!j->n_fwd && !j->n_departed && !j->n_nc)
-                return;
-        if (j->state == JOB_RUNNING && !force && fwd_holds(j) && hold_on(d, &j->fwd_hold_since, HOST_HOLD_USEC))
-                return;
-        j->fwd_hold_since = 0;
+/* Everything the batch shares: what pool_take found, then whatever
+ * share_requests finds in the rest. Returns how many, in *ret. */
+static size_t take_shared(job_t *j, Hvd__SharedReady ***ret) {
+        *ret = NULL;
+        /* share_requests makes at most one of every two entries */
+        Hvd__SharedReady **all = malloc((j->n_fwd + 1) * sizeof *all);
+        if (!all) {
+                pool_clear(j);
+                return 0;
+        }
+        size_t n = 0;
+        Hvd__SharedReady *ps = pool_take(j);
+        if (ps)
+                all[n++] = ps;
+        pool_clear(j);
+        Hvd__SharedReady **sh = NULL;
+        size_t m = share_requests(j, &sh);
+        for (size_t i = 0; i < m; i++)
+                all[n++] = sh[i];
+        free(sh);
+        if (!n)
+                free(all);
+        else
+                *ret = all;
+        return n;
+}
+
+/* Sends (at the root: enters) the shared requests sh of local ranks, and
+ * with them the rest of what is held when all is true. */
+static void fwd_send(hvd_daemon_t *d, job_t *j, Hvd__SharedReady **sh, size_t n_sh, bool all) {
+        for (size_t i = 0; i < n_sh; i++)
+                d->metrics.node_shared_requests += sh[i]->ready->n_requests;
         if (j->neg) {
-                root_flush(d, j);
-                fwd_clear(j);
+                for (size_t i = 0; all && i < j->n_fwd && j->state == JOB_RUNNING; i++) {
+                        const Hvd__Ready *q = j->fwd[i]->ready;
+                        if (q->n_requests || q->n_cached || !n_sh) /* not what went shared alone */
+                                root_submit(d, j, &j->fwd[i]->rank, 1, q);
+                }
+                for (size_t i = 0; i < n_sh && j->state == JOB_RUNNING; i++)
+                        root_submit(d, j, sh[i]->ranks, sh[i]->n_ranks, sh[i]->ready);
                 return;
         }
-        if (j->state == JOB_RUNNING) {
-                Hvd__NodeReady nr = HVD__NODE_READY__INIT;
-                Hvd__Envelope env = HVD__ENVELOPE__INIT;
-                Hvd__SharedReady **sh = NULL;
-                nr.n_shared = share_requests(j, &sh);
-                nr.shared = sh;
-                for (size_t i = 0; i < nr.n_shared; i++)
-                        d->metrics.node_shared_requests += sh[i]->ready->n_requests;
+        Hvd__NodeReady nr = HVD__NODE_READY__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        nr.job_id = j->id;
+        nr.n_shared = n_sh;
+        nr.shared = sh;
+        if (all) {
                 /* entries left with nothing (their requests went shared) stay home */
                 size_t keep = 0;
                 for (size_t i = 0; i < j->n_fwd; i++) {
                         const Hvd__Ready *q = j->fwd[i]->ready;
-                        if (q->n_requests || q->n_cached || !nr.n_shared)
+                        if (q->n_requests || q->n_cached || !n_sh)
                                 j->fwd[keep++] = j->fwd[i];
                         else
                                 protobuf_c_message_free_unpacked(&j->fwd[i]->base, NULL);
                 }
                 j->n_fwd = keep;
-                nr.job_id = j->id;
                 nr.n_ranks = j->n_fwd;
                 nr.ranks = j->fwd;
                 nr.n_node_cached = j->n_nc;
@@ -4317,13 +4451,45 @@ static void flush_forward(hvd_daemon_t *d, job_t *j, bool force) {
                 d->metrics.node_ready_sent += j->n_nc > 0;
                 nr.n_departed = j->n_departed;
                 nr.departed = j->departed;
-                env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
-                env.node_ready = &nr;
-                if (j->rl)
-                        relay_take_own(d, j, &nr);
-                else
-                        send_up(d, j, &env);
-                for (size_t i = 0; i < nr.n_shared; i++)
+        }
+        env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
+        env.node_ready = &nr;
+        if (j->rl)
+                relay_take_own(d, j, &nr);
+        else
+                send_up(d, j, &env);
+}
+
+/* A host's batch of its ranks' readiness goes on to the root (the root's
+ * own is entered): at the end of each iteration, unless a first step's
+ * new requests wait for the other local ranks' (fwd_holds). Those every
+ * local rank sent go then, once for all; the rest waits, for at most
+ * HOST_HOLD_USEC from the oldest, or until force. */
+static void flush_forward(hvd_daemon_t *d, job_t *j, bool force) {
+        if (!j->n_fwd && !j->n_departed && !j->n_nc)
+                return;
+        if (j->state == JOB_RUNNING && !force && fwd_holds(j)) {
+                Hvd__SharedReady *ps = pool_take(j);
+                if (ps) {
+                        fwd_send(d, j, &ps, 1, false);
+                        protobuf_c_message_free_unpacked(&ps->base, NULL);
+                }
+                if (!j->n_fwd || j->state != JOB_RUNNING) {
+                        j->fwd_hold_since = 0;
+                        if (j->state != JOB_RUNNING)
+                                fwd_clear(j);
+                        return;
+                }
+                j->fwd_hold_since = j->fwd_at[0];
+                if (hold_on(d, &j->fwd_hold_since, HOST_HOLD_USEC))
+                        return;
+        }
+        j->fwd_hold_since = 0;
+        if (j->state == JOB_RUNNING) {
+                Hvd__SharedReady **sh = NULL;
+                size_t n_sh = take_shared(j, &sh);
+                fwd_send(d, j, sh, n_sh, true);
+                for (size_t i = 0; i < n_sh; i++)
                         protobuf_c_message_free_unpacked(&sh[i]->base, NULL);
                 free(sh);
         }
