@@ -11,9 +11,11 @@
 #   reached each host's ranks through local rank 0 and the board
 #   (hvd_board_schedules_total);
 # - a grouped allreduce of 8 new names on hosts a:2, b:2, one rank of each
-#   40 ms late: each daemon holds its first rank's requests for the other's,
-#   host b's sends them once for both, the root's (host a) enters them once
-#   for both (hvd_node_shared_requests_total), results exact;
+#   40 ms late, then 24 new names that each host's two ranks batch
+#   differently: each daemon holds its first rank's requests for the
+#   other's, host b's sends them once for both, the root's (host a) enters
+#   them once for both, name by name (hvd_node_shared_requests_total),
+#   results exact;
 # - a stall across nodes: one rank of a node whose other ranks posted a
 #   cached tensor stays away; the root's hvdctl status and every waiting
 #   rank's error name exactly that rank as missing.
@@ -104,13 +106,16 @@ echo "ok: $steps steps exact on 3 nodes; the other nodes' steady state reached t
 
 # a first step of new names: each host's daemon holds the requests of its
 # first rank until its other rank's came (none can complete before), and
-# the 8 names of a grouped allreduce, alike on both ranks, go once for both:
-# from host b to the root, and on host a, the root's own, into its table.
-# Ranks 1 and 3 come 40 ms late, far more than a cycle: without the hold,
-# ranks 0's and 2's requests would go alone.
+# the names both sent alike go once for both: from host b to the root, and
+# on host a, the root's own, into its table. The 8 names of a grouped
+# allreduce come in one batch from each rank, ranks 1 and 3 40 ms late, far
+# more than a cycle (without the hold, ranks 0's and 2's requests would go
+# alone); then twice 12 names, which local rank 0 asks for at once and the
+# other rank one by one, 3 ms apart: batched differently, shared name by
+# name.
 HVD_TEST_LATE_RANK=1,3 HVD_TEST_LATE_MS=40 HVD_TEST_HOLD=$tmp/grp \
         "$HVD_SRCDIR/tests/lib/launch-multi.sh" -H a:2,b:2 -t 60 -- \
-        sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/grt.$HVD_RANK; exec "$0" grouped' "$worker" >"$tmp/grp.out" 2>&1 &
+        sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/grt.$HVD_RANK; exec "$0" grouped staggered' "$worker" >"$tmp/grp.out" 2>&1 &
 lp=$!
 wait_files 60 "$tmp/grp.ready" || fail "the grouped job did not reach its hold point" "$(cat "$tmp/grp.out")"
 shared_a=$("$hvdctl" -r "$(cat "$tmp/grt.0")" metrics | awk '$1 == "hvd_node_shared_requests_total" {print $2}')
@@ -119,11 +124,13 @@ touch "$tmp/grp.go"
 wait $lp || fail "the grouped job failed" "$(cat "$tmp/grp.out")"
 lp=
 [ "$(grep -c "grouped: ok" "$tmp/grp.out")" -eq 4 ] || fail "not every rank passed the grouped scenario" "$(cat "$tmp/grp.out")"
-[ "${shared_b:-0}" -ge 8 ] ||
-        fail "host b's daemon forwarded ${shared_b:-no} requests once for both its ranks, expected the group's 8 at least"
-[ "${shared_a:-0}" -ge 8 ] ||
-        fail "the root daemon (host a) entered ${shared_a:-no} requests once for both its ranks, expected the group's 8 at least"
-echo "ok: a grouped allreduce's 8 new names went once for both ranks of each host (root $shared_a, host b $shared_b requests shared)"
+[ "$(grep -c "staggered: ok" "$tmp/grp.out")" -eq 4 ] || fail "not every rank passed the staggered scenario" "$(cat "$tmp/grp.out")"
+want=$((8 + 2 * 12))
+[ "${shared_b:-0}" -ge $want ] ||
+        fail "host b's daemon forwarded ${shared_b:-no} requests once for both its ranks, expected the $want names at least"
+[ "${shared_a:-0}" -ge $want ] ||
+        fail "the root daemon (host a) entered ${shared_a:-no} requests once for both its ranks, expected the $want names at least"
+echo "ok: the first steps' $want new names went once for both ranks of each host, batched alike or not (root $shared_a, host b $shared_b requests shared)"
 
 # a stall across nodes: rank 4 (host b, beside rank 3) stays away from a
 # cached tensor the others posted

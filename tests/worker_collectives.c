@@ -507,6 +507,30 @@ static void scenario_grouped(void) {
         }
 }
 
+/* The same new names, batched differently by each rank's client: local
+ * rank 0 asks for all of them at once, the others one by one, 3 ms apart,
+ * twice (each host's daemon shares the names its ranks all sent alike,
+ * whatever batches they came in). */
+static void scenario_staggered(void) {
+        enum { S = 12 };
+        ar_case_t k[S];
+        for (int round = 0; round < 2; round++) {
+                for (int i = 0; i < S; i++) {
+                        char tag[32];
+                        snprintf(tag, sizeof tag, "stag%d.%d", round, i);
+                        ar_case_init(&k[i], tag, i % 2 ? HVD_FLOAT64 : HVD_FLOAT32, HVD_REDUCE_SUM, 100 + (size_t) i,
+                                     1, 1.0, 1.0, false);
+                }
+                for (int i = 0; i < S; i++) {
+                        if (hvd_local_rank() != 0)
+                                usleep(3000);
+                        ar_case_submit(&k[i]);
+                }
+                for (int i = S; i-- > 0;)
+                        ar_case_finish(&k[i]);
+        }
+}
+
 /* ---- broadcast ---- */
 
 typedef struct bc_ctx {
@@ -2497,6 +2521,7 @@ static const scen_t scenarios[] = {
         { "bcast-null-input", scenario_bcast_null_input },
         { "allreduce", scenario_allreduce },
         { "grouped", scenario_grouped },
+        { "staggered", scenario_staggered },
         { "broadcast", scenario_broadcast },
         { "allgather", scenario_allgather },
         { "alltoall", scenario_alltoall },
