@@ -2,7 +2,9 @@
  * data drive one or more hvd-coordinatord (one per emulated node, peer
  * links on loopback) through the worker protocol, from one process: one
  * ZeroMQ DEALER per rank speaking Hello → Welcome, then per step one Ready
- * per rank with every tensor of a model (cold: requests by name; steady
+ * per rank with every tensor of a model (cold: requests by name, in one
+ * Ready alike on every rank, or with --cold-batches in several, cut in
+ * other places on neighbouring ranks; steady
  * state: the cache ids the schedules handed out) and the Schedules that
  * cover them, as libhvd's background thread does: no Done per schedule
  * (the last schedule run rides on the next Ready), schedules kept by key
@@ -83,6 +85,7 @@ static struct {
         const char *relay_fanout; /* the daemons' --relay-fanout */
         bool isolate_root; /* the root daemon on a CPU of its own, everything else on the others */
         bool board;        /* steady state: each node's ranks post on a shared-memory board, as libhvd does */
+        int cold_batches;  /* a cold step's requests in this many Readys a rank, split differently by rank */
         void **boards;     /* one per node */
         uint32_t *host_ids; /* node mode: what one step's records completed for a host */
         size_t n_host_ids;
@@ -628,6 +631,65 @@ static int model_renamed(const step_model_t *m, int k, step_model_t *out) {
         return 0;
 }
 
+/* A cold step's requests rp[0..n) as libhvd's clients send them: in
+ * B.cold_batches Readys a rank, as the gradients come, and cut in other
+ * places on each of 8 neighbouring ranks (one batching per rank % 8, each
+ * packed once). Returns 0 or < 0. */
+static int send_cold_batches(Hvd__Request **rp, size_t n, const Hvd__Ready *base) {
+        enum { V = 8 };
+        size_t chunk = (n + (size_t) B.cold_batches - 1) / (size_t) B.cold_batches;
+        zmq_msg_t *msgs = calloc((size_t) V * ((size_t) B.cold_batches + 1), sizeof *msgs);
+        size_t n_msgs[V] = { 0 };
+        int r = -ENOMEM;
+        if (!msgs || !chunk)
+                goto out;
+        for (int v = 0; v < V; v++) {
+                /* variant v cuts at chunk·k + shift */
+                size_t shift = chunk * (size_t) v / V, at = 0;
+                while (at < n) {
+                        size_t end = at == 0 ? (shift ? shift : chunk) : at + chunk;
+                        if (end > n)
+                                end = n;
+                        Hvd__Ready ready = *base;
+                        ready.requests = rp + at;
+                        ready.n_requests = end - at;
+                        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                        env.version = HVD_PROTOCOL_VERSION;
+                        env.body_case = HVD__ENVELOPE__BODY_READY;
+                        env.ready = &ready;
+                        size_t len = hvd__envelope__get_packed_size(&env);
+                        zmq_msg_t *mm = &msgs[(size_t) v * ((size_t) B.cold_batches + 1) + n_msgs[v]];
+                        if (zmq_msg_init_size(mm, len) < 0)
+                                goto out;
+                        n_msgs[v]++;
+                        hvd__envelope__pack(&env, zmq_msg_data(mm));
+                        B.ready_bytes = len;
+                        at = end;
+                }
+        }
+        for (int i = 0; i < B.n_ranks; i++) {
+                int v = i % V;
+                for (size_t k = 0; k < n_msgs[v]; k++) {
+                        zmq_msg_t mm;
+                        zmq_msg_init(&mm);
+                        if (zmq_msg_copy(&mm, &msgs[(size_t) v * ((size_t) B.cold_batches + 1) + k]) < 0 ||
+                            zmq_msg_send(&mm, B.r[i].sock, 0) < 0) {
+                                fprintf(stderr, "bench: send: %s\n", zmq_strerror(zmq_errno()));
+                                zmq_msg_close(&mm);
+                                r = -EIO;
+                                goto out;
+                        }
+                }
+        }
+        r = 0;
+out:
+        for (int v = 0; msgs && v < V; v++)
+                for (size_t k = 0; k < n_msgs[v]; k++)
+                        zmq_msg_close(&msgs[(size_t) v * ((size_t) B.cold_batches + 1) + k]);
+        free(msgs);
+        return r;
+}
+
 /* One step: every rank's Ready (packed once: the ranks send the same), then
  * every rank's schedules. Returns seconds, or < 0. */
 static double run_step(const step_model_t *m, bool cold) {
@@ -687,6 +749,16 @@ static double run_step(const step_model_t *m, bool cold) {
         memcpy(zmq_msg_data(&packed), buf, len);
         free(buf);
         double t0 = step_now_sec();
+        if (cold && B.cold_batches > 1) {
+                zmq_msg_close(&packed);
+                if (send_cold_batches(rp, ready.n_requests, &ready) < 0)
+                        goto out;
+                int r = wait_all(m, false, t0 + 60);
+                double t1 = step_now_sec();
+                if (r >= 0)
+                        t = t1 - t0;
+                goto out;
+        }
         if (!cold && B.board) {
                 zmq_msg_close(&packed);
                 if (board_step(m, cached, ready.n_cached) < 0)
@@ -726,18 +798,20 @@ int main(int argc, char **argv) {
         B.n_nodes = 1;
         B.relay_fanout = "8";
         B.board = true;
+        B.cold_batches = 1;
         static const struct option opts[] = {
                 { "model", required_argument, NULL, 'm' },  { "daemon", required_argument, NULL, 'd' },
                 { "ranks", required_argument, NULL, 'r' },  { "nodes", required_argument, NULL, 'k' },
                 { "steps", required_argument, NULL, 'n' },  { "warmup", required_argument, NULL, 'w' },
                 { "relay-fanout", required_argument, NULL, 'f' },
                 { "cold-steps", required_argument, NULL, 'c' },
+                { "cold-batches", required_argument, NULL, 'B' },
                 { "isolate-root", no_argument, NULL, 'i' },
                 { "no-board", no_argument, NULL, 'b' },
                 { "help", no_argument, NULL, 'h' },         {},
         };
         int c;
-        while ((c = getopt_long(argc, argv, "m:d:r:k:n:w:f:c:ibh", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "m:d:r:k:n:w:f:c:B:ibh", opts, NULL)) >= 0) {
                 switch (c) {
                 case 'm': tsv = optarg; break;
                 case 'd': daemon = optarg; break;
@@ -747,24 +821,28 @@ int main(int argc, char **argv) {
                 case 'w': warmup = atoi(optarg); break;
                 case 'f': B.relay_fanout = optarg; break;
                 case 'c': cold_steps = atoi(optarg); break;
+                case 'B': B.cold_batches = atoi(optarg); break;
                 case 'i': B.isolate_root = true; break;
                 case 'b': B.board = false; break;
                 default:
                         printf("usage: bench_control --daemon PATH/hvd-coordinatord --model FILE.tsv\n"
                                "       [--ranks N] [--nodes K] [--steps N] [--warmup N] [--cold-steps N]\n"
-                               "       [--relay-fanout N] [--isolate-root] [--no-board]\n"
+                               "       [--cold-batches N] [--relay-fanout N] [--isolate-root] [--no-board]\n"
                                "N synthetic ranks (no data) spread evenly over K daemons, one per emulated node;\n"
                                "--relay-fanout is the daemons' (default 8; 0 = every node speaks to the root);\n"
                                "--isolate-root gives the root daemon a CPU of its own and everything else the others;\n"
                                "--no-board: in the steady state every rank sends its own readiness (HVD_FAST_PATH=0),\n"
                                "rather than each node's ranks posting on a shared-memory board that sends it once;\n"
                                "--cold-steps N: N cold steps (default 1), each with names never seen before\n"
-                               "(the model's names with a suffix, the last one's as they are).\n");
+                               "(the model's names with a suffix, the last one's as they are);\n"
+                               "--cold-batches N: each rank sends a cold step's requests in N Readys, cut\n"
+                               "in other places on neighbouring ranks, as clients batch them as the gradients\n"
+                               "come (default 1: one Ready, alike on every rank).\n");
                         return c == 'h' ? 0 : 2;
                 }
         }
         if (!tsv || !daemon || B.n_ranks < 1 || B.n_nodes < 1 || B.n_ranks % B.n_nodes || steps < 1 ||
-            warmup < 0 || cold_steps < 1 || B.n_ranks > 65536) {
+            warmup < 0 || cold_steps < 1 || B.cold_batches < 1 || B.n_ranks > 65536) {
                 fprintf(stderr, "bench: --daemon and --model are required; --ranks a multiple of --nodes\n");
                 return 2;
         }
