@@ -157,6 +157,7 @@ typedef struct relay_member {
         size_t n_pending;
         uint32_t *sub;                 /* the hosts it stands for: itself, and those it relays for */
         uint32_t n_sub;
+        uint32_t n_ranks;              /* the ranks of those hosts */
 } relay_member_t;
 
 typedef struct early_msg {
@@ -168,16 +169,6 @@ typedef struct early_msg {
 #define RL_KNOWN 1    /* every rank of the job takes part: merged across the group */
 #define RL_PER_HOST 2 /* went to the root host by host this round */
 #define RELAY_MAX_PENDING 4096
-/* A host's daemon holds its ranks' new requests (a first step) for at most
- * this long, until every local rank sent its own, so that those alike go
- * on as one entry. It costs no time: none of them completes before every
- * rank sent its own. The limit only bounds how long the root cannot name
- * the ranks that did, should one never come. */
-#define HOST_HOLD_USEC (100 * USEC_PER_MSEC)
-/* A relay likewise holds them until every host of its group sent its own;
- * as long as a host may, or a host's late rank would undo the merging
- * above it. */
-#define RELAY_HOLD_USEC HOST_HOLD_USEC
 
 typedef struct relay {
         uint32_t n;             /* hosts of the group; m[0] is this daemon's own */
@@ -198,6 +189,17 @@ typedef struct relay {
         size_t n_grp, cap_grp;
         uint64_t in_msgs, out_msgs; /* readiness messages taken from the group / sent to the root */
         uint64_t hold_since;    /* requests held for the rest of the group since (0 = none) */
+        uint64_t *out_at;       /* [cap_out]: when each entry came */
+        uint32_t *ranks_all;    /* the ranks of every host in all, host by host */
+        uint32_t n_ranks_all;
+        uint8_t *seen;          /* [n_seen: the job's size], all 0 between calls (relay_pool_add) */
+        uint32_t n_seen;
+        /* a first step's names in what is held, name by name over the
+         * members (relay_pool_add): rl_name_t by name; pool_off: something
+         * else is held */
+        hvd_strmap_t *pool;
+        uint32_t pool_complete;
+        bool pool_off;
 } relay_t;
 
 /* Bytes scheduled per second over the last THROUGHPUT_SECS seconds: one
@@ -699,9 +701,27 @@ static void fwd_clear(job_t *j) {
         j->n_nc = 0;
 }
 
+/* A name of a first step held at a relay (relay_pool_add). */
+typedef struct rl_name {
+        const Hvd__Request *first; /* the first member's, in its held entry */
+        uint64_t members;          /* bit i: member i sent it, for all its ranks */
+        bool bad;                  /* sent twice, or with other parameters: goes as it came */
+} rl_name_t;
+
+static void relay_pool_clear(relay_t *rl) {
+        size_t iter = 0;
+        void *v;
+        while (rl->pool && hvd_strmap_next(rl->pool, &iter, NULL, NULL, &v))
+                free(v);
+        hvd_strmap_destroy(&rl->pool);
+        rl->pool_complete = 0;
+        rl->pool_off = false;
+}
+
 static void relay_out_clear(relay_t *rl) {
         for (size_t i = 0; i < rl->n_out; i++)
                 protobuf_c_message_free_unpacked(&rl->out[i]->base, NULL);
+        relay_pool_clear(rl);
         rl->n_out = 0;
         rl->n_grp = 0;
 }
@@ -723,6 +743,9 @@ static void relay_free(relay_t *rl) {
         free(rl->flags);
         relay_out_clear(rl);
         free(rl->out);
+        free(rl->out_at);
+        free(rl->ranks_all);
+        free(rl->seen);
         free(rl->grp_ids);
         free(rl->grp_waited);
         free(rl);
@@ -3536,18 +3559,166 @@ static int relay_grow(relay_t *rl, uint32_t id) {
         return 0;
 }
 
+static bool entry_requests(const relay_t *rl, const Hvd__RelayedReady *rr);
+static int32_t entry_member(const relay_t *rl, const Hvd__RelayedReady *rr);
+
+static bool rl_name_done(const relay_t *rl, const rl_name_t *p) {
+        return p && !p->bad && p->members == rl->full;
+}
+
+/* The new requests of entry rr, just held: counted name by name over the
+ * members, so that those every member sent alike for all its ranks go on
+ * once for the whole group (relay_pool_take), whatever entries each
+ * member's hosts made of them. Only for entries of a first step's kind
+ * (new requests alone, all of one member's hosts and ranks); anything
+ * else turns the pool off until what is held went. */
+static void relay_pool_add(relay_t *rl, const Hvd__RelayedReady *rr) {
+        if (rl->pool_off)
+                return;
+        int32_t mi = entry_requests(rl, rr) ? entry_member(rl, rr) : -1;
+        bool ok = mi >= 0 && rr->n_hosts == rl->m[mi].n_sub && rl->seen;
+        /* every rank of its hosts, each once, in each shared part */
+        for (size_t k = 0; ok && k < rr->n_shared; k++) {
+                const Hvd__SharedReady *sh = rr->shared[k];
+                ok = sh->n_ranks == rl->m[mi].n_ranks && sh->ready && !sh->ready->n_cached && !sh->ready->n_node_cached;
+                size_t i = 0;
+                for (; ok && i < sh->n_ranks; i++) {
+                        uint32_t r = sh->ranks[i];
+                        ok = r < rl->n_seen && !rl->seen[r];
+                        if (ok)
+                                rl->seen[r] = 1;
+                }
+                while (i-- > 0)
+                        if (sh->ranks[i] < rl->n_seen)
+                                rl->seen[sh->ranks[i]] = 0;
+                for (size_t q = 0; ok && q < sh->ready->n_requests; q++)
+                        ok = !sh->ready->requests[q]->process_set && sh->ready->requests[q]->kind != HVD__KIND__KIND_JOIN;
+        }
+        if (ok && !rl->pool && !(rl->pool = hvd_strmap_new()))
+                ok = false;
+        for (size_t k = 0; ok && k < rr->n_shared; k++) {
+                const Hvd__Ready *q = rr->shared[k]->ready;
+                for (size_t i = 0; ok && i < q->n_requests; i++) {
+                        const Hvd__Request *r = q->requests[i];
+                        size_t len = strlen(r->name);
+                        rl_name_t *p = hvd_strmap_get(rl->pool, r->name, len);
+                        if (!p) {
+                                if (!(p = calloc(1, sizeof *p)) || hvd_strmap_put(rl->pool, r->name, len, p) < 0) {
+                                        free(p);
+                                        ok = false;
+                                        break;
+                                }
+                                p->first = r;
+                        }
+                        bool was = rl_name_done(rl, p);
+                        uint64_t bit = UINT64_C(1) << mi;
+                        if ((p->members & bit) || !hvd_wire_equal(&p->first->base, &r->base))
+                                p->bad = true;
+                        else
+                                p->members |= bit;
+                        rl->pool_complete += rl_name_done(rl, p);
+                        rl->pool_complete -= was;
+                }
+        }
+        if (!ok)
+                rl->pool_off = true;
+}
+
 /* Appends rr (owned by the relay when this succeeds) to what goes on. */
 static int relay_push(relay_t *rl, Hvd__RelayedReady *rr) {
         if (rl->n_out == rl->cap_out) {
                 size_t cap = rl->cap_out ? rl->cap_out * 2 : 16;
                 Hvd__RelayedReady **o = realloc(rl->out, cap * sizeof *o);
-                if (!o)
+                if (o)
+                        rl->out = o;
+                uint64_t *at = realloc(rl->out_at, cap * sizeof *at);
+                if (at)
+                        rl->out_at = at;
+                if (!o || !at)
                         return -ENOMEM;
-                rl->out = o;
                 rl->cap_out = cap;
         }
+        rl->out_at[rl->n_out] = hvd_now_usec();
         rl->out[rl->n_out++] = rr;
+        relay_pool_add(rl, rr);
         return 0;
+}
+
+/* The names of the held first-step requests that every member sent alike
+ * for all its ranks, taken out of the members' entries into one entry for
+ * every host and rank of the group, in the order they first came (the
+ * other copies go). Entries left with nothing go too. NULL when there are
+ * none (or no memory: then nothing changed). */
+static Hvd__RelayedReady *relay_pool_take(relay_t *rl) {
+        if (rl->pool_off || !rl->pool_complete)
+                return NULL;
+        Hvd__RelayedReady *rr = calloc(1, sizeof *rr);
+        Hvd__SharedReady *sh = calloc(1, sizeof *sh);
+        Hvd__SharedReady **shp = malloc(sizeof *shp);
+        Hvd__Ready *q = calloc(1, sizeof *q);
+        Hvd__Request **reqs = malloc(rl->pool_complete * sizeof *reqs);
+        uint32_t *hosts = malloc(rl->n_all * sizeof *hosts);
+        uint32_t *ranks = malloc(rl->n_ranks_all * sizeof *ranks);
+        if (!rr || !sh || !shp || !q || !reqs || !hosts || !ranks) {
+                free(rr);
+                free(sh);
+                free(shp);
+                free(q);
+                free(reqs);
+                free(hosts);
+                free(ranks);
+                return NULL;
+        }
+        hvd__relayed_ready__init(rr);
+        hvd__shared_ready__init(sh);
+        hvd__ready__init(q);
+        memcpy(hosts, rl->all, rl->n_all * sizeof *hosts);
+        memcpy(ranks, rl->ranks_all, rl->n_ranks_all * sizeof *ranks);
+        rr->hosts = hosts;
+        rr->n_hosts = rl->n_all;
+        rr->shared = shp;
+        rr->shared[rr->n_shared++] = sh;
+        sh->ranks = ranks;
+        sh->n_ranks = rl->n_ranks_all;
+        sh->ready = q;
+        q->requests = reqs;
+        for (size_t i = 0; i < rl->n_out; i++) {
+                Hvd__RelayedReady *e = rl->out[i];
+                size_t keep_sh = 0;
+                for (size_t k = 0; k < e->n_shared; k++) {
+                        Hvd__Ready *eq = e->shared[k]->ready;
+                        size_t keep = 0;
+                        for (size_t x = 0; x < eq->n_requests; x++) {
+                                Hvd__Request *r = eq->requests[x];
+                                const rl_name_t *p = hvd_strmap_get(rl->pool, r->name, strlen(r->name));
+                                if (!rl_name_done(rl, p))
+                                        eq->requests[keep++] = r;
+                                else if (p->first == r)
+                                        q->requests[q->n_requests++] = r;
+                                else
+                                        protobuf_c_message_free_unpacked(&r->base, NULL);
+                        }
+                        eq->n_requests = keep;
+                        if (keep)
+                                e->shared[keep_sh++] = e->shared[k];
+                        else
+                                protobuf_c_message_free_unpacked(&e->shared[k]->base, NULL);
+                }
+                e->n_shared = keep_sh;
+        }
+        for (size_t k = 0; k < q->n_requests; k++)
+                free(hvd_strmap_remove(rl->pool, q->requests[k]->name, strlen(q->requests[k]->name)));
+        rl->pool_complete = 0;
+        size_t keep = 0;
+        for (size_t i = 0; i < rl->n_out; i++) {
+                if (rl->out[i]->n_shared) { /* the pool holds shared requests alone */
+                        rl->out_at[keep] = rl->out_at[i];
+                        rl->out[keep++] = rl->out[i];
+                } else
+                        protobuf_c_message_free_unpacked(&rl->out[i]->base, NULL);
+        }
+        rl->n_out = keep;
+        return rr;
 }
 
 /* Appends an entry for the root: nr (owned from here on) is the readiness
@@ -3885,7 +4056,8 @@ static void relay_share(hvd_daemon_t *d, relay_t *rl) {
                                 a->n_ranks += b->n_ranks;
                         }
                         gone[i] = true;
-                        d->metrics.relay_shared++;
+                        for (size_t k = 0; k < ri->n_shared; k++)
+                                d->metrics.relay_shared += ri->shared[k]->ready->n_requests;
                         break;
                 }
         }
@@ -3901,20 +4073,11 @@ out:
         free(gone);
 }
 
-/* Whether what waits to go to the root is new requests alone, each of
- * one member, and not yet from every member: worth holding for the
- * others' (see relay_share). */
+/* Whether what waits to go to the root is a first step's new requests
+ * alone, each entry all of one member's hosts and ranks (relay_pool_add):
+ * worth holding for the other members' (relay_pool_take). */
 static bool relay_holds(const relay_t *rl) {
-        if (!rl->n_out)
-                return false;
-        uint64_t seen = 0;
-        for (size_t i = 0; i < rl->n_out; i++) {
-                const Hvd__RelayedReady *rr = rl->out[i];
-                if (!entry_requests(rl, rr))
-                        return false;
-                seen |= UINT64_C(1) << entry_member(rl, rr);
-        }
-        return seen != rl->full;
+        return rl->n_out && !rl->pool_off;
 }
 
 /* Whether what has been held since *since (now, when 0) may wait on: at
@@ -3942,11 +4105,46 @@ static bool hold_expired(uint64_t since, uint64_t usec, uint64_t now, uint64_t *
 }
 
 /* A relay: sends what its group made ready to the root, one message. */
+/* Sends n entries to the root (or the relay above). */
+static void relay_send(hvd_daemon_t *d, job_t *j, Hvd__RelayedReady **out, size_t n) {
+        Hvd__NodeReady nr = HVD__NODE_READY__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        nr.job_id = j->id;
+        nr.n_relayed = n;
+        nr.relayed = out;
+        env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
+        env.node_ready = &nr;
+        send_up(d, j, &env);
+        j->rl->out_msgs++;
+        d->metrics.relay_out++;
+}
+
+/* The names every member sent go on now, once for the whole group. */
+static void relay_pool_send(hvd_daemon_t *d, job_t *j) {
+        Hvd__RelayedReady *pr = relay_pool_take(j->rl);
+        if (!pr)
+                return;
+        d->metrics.relay_shared += pr->shared[0]->ready->n_requests * (uint64_t) (j->rl->n - 1);
+        if (j->state == JOB_RUNNING)
+                relay_send(d, j, &pr, 1);
+        protobuf_c_message_free_unpacked(&pr->base, NULL);
+}
+
 static void relay_flush(hvd_daemon_t *d, job_t *j, bool force) {
         relay_t *rl = j->rl;
-        if (!force && !rl->n_grp && relay_holds(rl) && hold_on(d, &rl->hold_since, RELAY_HOLD_USEC))
-                return;
+        if (!force && !rl->n_grp && relay_holds(rl)) {
+                relay_pool_send(d, j);
+                if (!rl->n_out) {
+                        rl->hold_since = 0;
+                        return;
+                }
+                rl->hold_since = rl->out_at[0];
+                if (hold_on(d, &rl->hold_since, d->cfg.first_step_hold_usec))
+                        return;
+        }
         rl->hold_since = 0;
+        relay_pool_send(d, j);
+        relay_pool_clear(rl);
         if (relay_grp_out(d, rl) < 0) {
                 job_abort(d, j, -1, -ENOMEM, "out of memory");
                 return;
@@ -3954,18 +4152,8 @@ static void relay_flush(hvd_daemon_t *d, job_t *j, bool force) {
         if (!rl->n_out)
                 return;
         relay_share(d, rl);
-        if (j->state == JOB_RUNNING) {
-                Hvd__NodeReady nr = HVD__NODE_READY__INIT;
-                Hvd__Envelope env = HVD__ENVELOPE__INIT;
-                nr.job_id = j->id;
-                nr.n_relayed = rl->n_out;
-                nr.relayed = rl->out;
-                env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
-                env.node_ready = &nr;
-                send_up(d, j, &env);
-                rl->out_msgs++;
-                d->metrics.relay_out++;
-        }
+        if (j->state == JOB_RUNNING)
+                relay_send(d, j, rl->out, rl->n_out);
         relay_out_clear(rl);
 }
 
@@ -4240,6 +4428,18 @@ static bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
                         if (rl->member_of[c] >= 0)
                                 rl->all[rl->n_all++] = c;
                 rl->full = rl->n == 64 ? UINT64_MAX : (UINT64_C(1) << rl->n) - 1;
+                /* the ranks of each member's hosts, and of them all, host by
+                 * host (what a first step's names shared by the whole group
+                 * name: relay_pool_take) */
+                if (!(rl->ranks_all = malloc(j->size * sizeof *rl->ranks_all)) || !(rl->seen = calloc(j->size, 1)))
+                        goto oom;
+                rl->n_seen = j->size;
+                for (uint32_t h = 0; h < rl->n_all; h++)
+                        for (uint32_t r = 0; r < j->size; r++)
+                                if (j->table[r].known && j->table[r].cross_rank == rl->all[h]) {
+                                        rl->ranks_all[rl->n_ranks_all++] = r;
+                                        rl->m[rl->member_of[rl->all[h]]].n_ranks++;
+                                }
                 snprintf(j->relay_desc, sizeof j->relay_desc, "relays for hosts [%s]", list);
                 if (rl->n_all > rl->n)
                         snprintf(j->relay_desc + strlen(j->relay_desc), sizeof j->relay_desc - strlen(j->relay_desc),
@@ -4318,7 +4518,9 @@ static void relay_take_own(hvd_daemon_t *d, job_t *j, const Hvd__NodeReady *nr) 
  * it: worth holding for the other local ranks', so that the names all of
  * them sent alike go on once for all (pool_take). None of them can
  * complete before every rank has sent its own, so the hold costs no time;
- * once a local rank joined (it may send nothing more), nothing is held. */
+ * its limit (first_step_hold) only bounds how long the root cannot name
+ * the ranks that did send, should one never come. Once a local rank
+ * joined (it may send nothing more), nothing is held. */
 static bool fwd_holds(const job_t *j) {
         return j->n_fwd && !j->pool_off && !j->n_departed && !j->n_nc && !j->fwd_joined;
 }
@@ -4464,7 +4666,7 @@ static void fwd_send(hvd_daemon_t *d, job_t *j, Hvd__SharedReady **sh, size_t n_
  * own is entered): at the end of each iteration, unless a first step's
  * new requests wait for the other local ranks' (fwd_holds). Those every
  * local rank sent go then, once for all; the rest waits, for at most
- * HOST_HOLD_USEC from the oldest, or until force. */
+ * the first_step_hold setting from the oldest, or until force. */
 static void flush_forward(hvd_daemon_t *d, job_t *j, bool force) {
         if (!j->n_fwd && !j->n_departed && !j->n_nc)
                 return;
@@ -4481,7 +4683,7 @@ static void flush_forward(hvd_daemon_t *d, job_t *j, bool force) {
                         return;
                 }
                 j->fwd_hold_since = j->fwd_at[0];
-                if (hold_on(d, &j->fwd_hold_since, HOST_HOLD_USEC))
+                if (hold_on(d, &j->fwd_hold_since, d->cfg.first_step_hold_usec))
                         return;
         }
         j->fwd_hold_since = 0;
@@ -4750,9 +4952,9 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                         again = true;
                         relay_expire(d, j, now);
                 }
-                if (hold_expired(j->fwd_hold_since, HOST_HOLD_USEC, now, &hb_due))
+                if (hold_expired(j->fwd_hold_since, d->cfg.first_step_hold_usec, now, &hb_due))
                         flush_forward(d, j, true);
-                if (j->rl && hold_expired(j->rl->hold_since, RELAY_HOLD_USEC, now, &hb_due))
+                if (j->rl && hold_expired(j->rl->hold_since, d->cfg.first_step_hold_usec, now, &hb_due))
                         relay_flush(d, j, true);
                 if (j->state == JOB_RUNNING && j->is_root) {
                         again = true;

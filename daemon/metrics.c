@@ -188,8 +188,8 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
                   "\nhvd_relay_messages_total{direction=\"root\"} %" PRIu64 "\n",
                   m->relay_in, m->relay_out, m->relayed_received);
         counter(&b, "hvd_relay_shared_requests_total",
-                "New requests of a host that a relay daemon sent on in the entry of another host of its group that "
-                "sent the same (decoded and entered once by the root).",
+                "New requests of a host that a relay daemon sent on once with the same of the other hosts of its "
+                "group (decoded and entered once by the root).",
                 m->relay_shared);
         counter(&b, "hvd_relay_group_ids_total",
                 "Cache ids a relay daemon sent on as one entry for its whole group (every host of it had posted them).",
