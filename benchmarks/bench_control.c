@@ -83,6 +83,7 @@ static struct {
         size_t ready_bytes; /* one rank's Ready message this step */
         char first_error[512];
         const char *relay_fanout; /* the daemons' --relay-fanout */
+        const char *hold;         /* the daemons' --first-step-hold */
         bool isolate_root; /* the root daemon on a CPU of its own, everything else on the others */
         bool board;        /* steady state: each node's ranks post on a shared-memory board, as libhvd does */
         int cold_batches;  /* a cold step's requests in this many Readys a rank, split differently by rank */
@@ -168,11 +169,14 @@ static int start_daemons(const char *daemon) {
                         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
                         if (fd >= 0)
                                 dup2(fd, 2);
+                        const char *hold = B.hold ? "--first-step-hold" : NULL;
                         if (B.n_nodes > 1)
                                 execl(daemon, daemon, "--runtime-dir", dir, "--peer-listen", "tcp://127.0.0.1:*",
-                                      "--log-level", "warning", "--relay-fanout", B.relay_fanout, (char *) NULL);
+                                      "--log-level", "warning", "--relay-fanout", B.relay_fanout, hold, B.hold,
+                                      (char *) NULL);
                         else
-                                execl(daemon, daemon, "--runtime-dir", dir, "--log-level", "warning", (char *) NULL);
+                                execl(daemon, daemon, "--runtime-dir", dir, "--log-level", "warning", hold, B.hold,
+                                      (char *) NULL);
                         fprintf(stderr, "cannot run %s: %s\n", daemon, strerror(errno));
                         _exit(127);
                 }
@@ -806,12 +810,13 @@ int main(int argc, char **argv) {
                 { "relay-fanout", required_argument, NULL, 'f' },
                 { "cold-steps", required_argument, NULL, 'c' },
                 { "cold-batches", required_argument, NULL, 'B' },
+                { "first-step-hold", required_argument, NULL, 'H' },
                 { "isolate-root", no_argument, NULL, 'i' },
                 { "no-board", no_argument, NULL, 'b' },
                 { "help", no_argument, NULL, 'h' },         {},
         };
         int c;
-        while ((c = getopt_long(argc, argv, "m:d:r:k:n:w:f:c:B:ibh", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "m:d:r:k:n:w:f:c:B:H:ibh", opts, NULL)) >= 0) {
                 switch (c) {
                 case 'm': tsv = optarg; break;
                 case 'd': daemon = optarg; break;
@@ -822,12 +827,14 @@ int main(int argc, char **argv) {
                 case 'f': B.relay_fanout = optarg; break;
                 case 'c': cold_steps = atoi(optarg); break;
                 case 'B': B.cold_batches = atoi(optarg); break;
+                case 'H': B.hold = optarg; break;
                 case 'i': B.isolate_root = true; break;
                 case 'b': B.board = false; break;
                 default:
                         printf("usage: bench_control --daemon PATH/hvd-coordinatord --model FILE.tsv\n"
                                "       [--ranks N] [--nodes K] [--steps N] [--warmup N] [--cold-steps N]\n"
-                               "       [--cold-batches N] [--relay-fanout N] [--isolate-root] [--no-board]\n"
+                               "       [--cold-batches N] [--first-step-hold T] [--relay-fanout N]\n"
+                               "       [--isolate-root] [--no-board]\n"
                                "N synthetic ranks (no data) spread evenly over K daemons, one per emulated node;\n"
                                "--relay-fanout is the daemons' (default 8; 0 = every node speaks to the root);\n"
                                "--isolate-root gives the root daemon a CPU of its own and everything else the others;\n"
@@ -837,7 +844,8 @@ int main(int argc, char **argv) {
                                "(the model's names with a suffix, the last one's as they are);\n"
                                "--cold-batches N: each rank sends a cold step's requests in N Readys, cut\n"
                                "in other places on neighbouring ranks, as clients batch them as the gradients\n"
-                               "come (default 1: one Ready, alike on every rank).\n");
+                               "come (default 1: one Ready, alike on every rank);\n"
+                               "--first-step-hold T: the daemons' (default theirs, 100ms).\n");
                         return c == 'h' ? 0 : 2;
                 }
         }
