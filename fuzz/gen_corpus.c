@@ -281,6 +281,24 @@ static void seq_ready(seq_t *q, uint8_t op, const char *name, bool cached) {
         seq_msg(q, op, &env);
 }
 
+/* new requests for names[0..n) in one Ready; shape[0] of the last is last0 */
+static void seq_ready_names(seq_t *q, uint8_t op, const char *const *names, size_t n, int64_t last0) {
+        int64_t shape[8][2];
+        Hvd__Request r[8], *rs[8];
+        for (size_t i = 0; i < n && i < 8; i++) {
+                shape[i][0] = i + 1 == n ? last0 : 4;
+                shape[i][1] = 3;
+                r[i] = request(names[i], HVD__KIND__KIND_ALLREDUCE, shape[i], 2);
+                rs[i] = &r[i];
+        }
+        Hvd__Ready ready = HVD__READY__INIT;
+        ready.requests = rs, ready.n_requests = n < 8 ? n : 8;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        env.body_case = HVD__ENVELOPE__BODY_READY;
+        env.ready = &ready;
+        seq_msg(q, op, &env);
+}
+
 static void seq_done(seq_t *q, uint8_t op, uint64_t s) {
         Hvd__Done dn = HVD__DONE__INIT;
         dn.seq = s;
@@ -476,6 +494,33 @@ static void dispatch_seeds(void) {
         seq_raw(&q, WORKER_EXIT | 1 << 3, NULL, 0);
         seq_time(&q, 1);
         seq_write(&q, "job-lifecycle");
+
+        /* a first step's names batched differently by three local ranks:
+         * shared name by name as each completes; one name twice from a
+         * rank, one with another shape; then the hold runs out on a name
+         * one rank never asks for */
+        seq_start(&q, 0);
+        for (uint32_t r = 0; r < 3; r++)
+                seq_hello(&q, FROM_WORKER | r << 3, "job-p", r, 3, r, 3, 0, 1);
+        {
+                const char *ab[] = { "grad.a", "grad.b" }, *a[] = { "grad.a" }, *b[] = { "grad.b" },
+                           *ba[] = { "grad.b", "grad.a" }, *cd[] = { "grad.c", "grad.d" }, *c[] = { "grad.c" },
+                           *e[] = { "grad.e" };
+                seq_ready_names(&q, FROM_WORKER | 0 << 3, ab, 2, 4);
+                seq_ready_names(&q, FROM_WORKER | 1 << 3, a, 1, 4);
+                seq_ready_names(&q, FROM_WORKER | 2 << 3, ba, 2, 4);
+                seq_ready_names(&q, FROM_WORKER | 1 << 3, b, 1, 4);
+                seq_ready_names(&q, FROM_WORKER | 0 << 3, cd, 2, 4);
+                seq_ready_names(&q, FROM_WORKER | 1 << 3, c, 1, 4);
+                seq_ready_names(&q, FROM_WORKER | 1 << 3, c, 1, 4);
+                seq_ready_names(&q, FROM_WORKER | 2 << 3, cd, 2, 5);
+                seq_ready_names(&q, FROM_WORKER | 0 << 3, e, 1, 4);
+                seq_ready_names(&q, FROM_WORKER | 1 << 3, e, 1, 4);
+        }
+        seq_time(&q, 1);
+        seq_ready(&q, FROM_WORKER | 2 << 3, "grad.e", false);
+        seq_control(&q, FROM_CONTROL, "job-p");
+        seq_write(&q, "first-step-by-name");
 
         /* a rank dies with a collective pending; a second job goes on; the
          * dead one is removed after its linger time */
