@@ -18,7 +18,12 @@
 # unset: the daemons' default, 8), BOARD="on off" (each node's ranks post
 # their steady state on a shared-memory board that speaks once for the
 # host, as libhvd does, or each rank sends its own readiness: --no-board,
-# HVD_FAST_PATH=0; a table each; unset: on).
+# HVD_FAST_PATH=0; a table each; unset: on), COLD_STEPS=1 (cold steps per
+# run, each with new names: their median), BATCHES="1 8" (the Readys a rank
+# cuts a cold step's requests into, differently on neighbouring ranks, as
+# clients batch them: a table each; unset: 1), HOLD=2s (the daemons'
+# --first-step-hold; unset: theirs, 100ms). Every build runs under this
+# build's bench_control (the same synthetic ranks), with its own daemon.
 set -u
 build=${1:-$(pwd)}
 build=$(cd "$build" && pwd)
@@ -45,15 +50,19 @@ for ((round = 0; round < ROUNDS; round++)); do
                 for c in $CONFIGS; do
                         for rf in ${RELAYS:--}; do
                                 for bd in ${BOARD:--}; do
-                                        rargs=() rtag=
-                                        [ "$rf" != - ] && rargs=(--relay-fanout "$rf") rtag=" relay=$rf"
+                                        for cb in ${BATCHES:--}; do
+                                        rargs=(--cold-steps "${COLD_STEPS:-1}") rtag=
+                                        [ -n "${HOLD:-}" ] && rargs+=(--first-step-hold "$HOLD") rtag=" hold=$HOLD"
+                                        [ "$rf" != - ] && rargs+=(--relay-fanout "$rf") rtag+=" relay=$rf"
                                         [ "$bd" = off ] && rargs+=(--no-board)
                                         [ "$bd" != - ] && rtag+=" board=$bd"
-                                        timeout 900 "$b/benchmarks/bench_control" --daemon "$b/daemon/hvd-coordinatord" \
+                                        [ "$cb" != - ] && rargs+=(--cold-batches "$cb") rtag+=" batches=$cb"
+                                        timeout 900 "$build/benchmarks/bench_control" --daemon "$b/daemon/hvd-coordinatord" \
                                                 --model "$DATA/$MODEL.tsv" --ranks "${c%%:*}" --nodes "${c##*:}" \
                                                 --steps "$STEPS" "${rargs[@]}" | sed "s/\$/ build=$tag$rtag/" >>"$out"
                                         [ "${PIPESTATUS[0]}" -eq 0 ] ||
                                                 echo "run-control: ${c%%:*} ranks on ${c##*:} nodes failed ($tag$rtag)" >&2
+                                        done
                                 done
                         done
                 done
@@ -69,7 +78,9 @@ for line in open(sys.argv[1]):
     if m.get("bench") != "control":
         continue
     b = m.get("build", "this") + (f", relay fanout {m['relay']}" if "relay" in m else "") + \
-        (f", board {m['board']}" if "board" in m else "")
+        (f", board {m['board']}" if "board" in m else "") + \
+        (f", cold step in {m['batches']} batches a rank" if "batches" in m else "") + \
+        (f", first-step hold {m['hold']}" if "hold" in m else "")
     r = rows.setdefault((b, int(m["ranks"]), int(m["nodes"])), {"cold": [], "steady": [], "drv": [], "dmn": [], "root": [], "node": [],
                                                               "croot": [], "cnode": [], "nroot": [], "ncroot": [], "t": m["tensors"]})
     r[m["phase"]].append(float(m["ms_median"]))
