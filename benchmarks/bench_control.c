@@ -753,19 +753,10 @@ static double run_step(const step_model_t *m, bool cold) {
         memcpy(zmq_msg_data(&packed), buf, len);
         free(buf);
         double t0 = step_now_sec();
-        if (cold && B.cold_batches > 1) {
+        /* a cold step in batches, or the steady state on the boards */
+        if ((cold && B.cold_batches > 1) || (!cold && B.board)) {
                 zmq_msg_close(&packed);
-                if (send_cold_batches(rp, ready.n_requests, &ready) < 0)
-                        goto out;
-                int r = wait_all(m, false, t0 + 60);
-                double t1 = step_now_sec();
-                if (r >= 0)
-                        t = t1 - t0;
-                goto out;
-        }
-        if (!cold && B.board) {
-                zmq_msg_close(&packed);
-                if (board_step(m, cached, ready.n_cached) < 0)
+                if ((cold ? send_cold_batches(rp, ready.n_requests, &ready) : board_step(m, cached, ready.n_cached)) < 0)
                         goto out;
                 int r = wait_all(m, false, t0 + 60);
                 double t1 = step_now_sec();

@@ -670,9 +670,39 @@ static void worker_free(hvd_daemon_t *d, worker_t *w) {
         free(w);
 }
 
+/* A name of a first step held (pool_add, relay_pool_add): where it first
+ * came, and whether everyone it waits for sent it alike. */
+typedef struct pool_head {
+        const Hvd__Request *first; /* the first copy, in its held entry */
+        bool done;
+} pool_head_t;
+
+/* Takes the requests of e whose names are done in pool out of e: the first
+ * copy of each into q (whose requests array has room), the others freed. */
+static void pool_move_done(hvd_strmap_t *pool, Hvd__Ready *e, Hvd__Ready *q) {
+        size_t keep = 0;
+        for (size_t k = 0; k < e->n_requests; k++) {
+                Hvd__Request *r = e->requests[k];
+                const pool_head_t *p = hvd_strmap_get(pool, r->name, strlen(r->name));
+                if (!p || !p->done)
+                        e->requests[keep++] = r;
+                else if (p->first == r)
+                        q->requests[q->n_requests++] = r;
+                else
+                        protobuf_c_message_free_unpacked(&r->base, NULL);
+        }
+        e->n_requests = keep;
+}
+
+/* The names now in q are done with: a name may come again (a next step's). */
+static void pool_forget(hvd_strmap_t *pool, const Hvd__Ready *q) {
+        for (size_t k = 0; k < q->n_requests; k++)
+                free(hvd_strmap_remove(pool, q->requests[k]->name, strlen(q->requests[k]->name)));
+}
+
 /* A name of a first step held on this host (pool_add). */
 typedef struct pool_name {
-        const Hvd__Request *first; /* the first local rank's, in its held entry */
+        pool_head_t head;          /* first: the first local rank's */
         uint32_t n;                /* local ranks that sent it */
         bool bad;                  /* a rank sent it twice, or other parameters: it goes rank by rank */
         uint8_t have[];            /* [local_size] */
@@ -703,7 +733,7 @@ static void fwd_clear(job_t *j) {
 
 /* A name of a first step held at a relay (relay_pool_add). */
 typedef struct rl_name {
-        const Hvd__Request *first; /* the first member's, in its held entry */
+        pool_head_t head;          /* first: the first member's */
         uint64_t members;          /* bit i: member i sent it, for all its ranks */
         bool bad;                  /* sent twice, or with other parameters: goes as it came */
 } rl_name_t;
@@ -1694,16 +1724,17 @@ static void pool_add(job_t *j, uint32_t rank, const Hvd__Ready *q) {
                                 ok = false;
                                 break;
                         }
-                        p->first = r;
+                        p->head.first = r;
                 }
-                bool was = pool_done(j, p);
-                if (p->have[w->local_rank] || !hvd_wire_equal(&p->first->base, &r->base))
+                bool was = p->head.done;
+                if (p->have[w->local_rank] || !hvd_wire_equal(&p->head.first->base, &r->base))
                         p->bad = true;
                 else {
                         p->have[w->local_rank] = 1;
                         p->n++;
                 }
-                j->pool_complete += pool_done(j, p);
+                p->head.done = pool_done(j, p);
+                j->pool_complete += p->head.done;
                 j->pool_complete -= was;
         }
         if (!ok)
@@ -3608,15 +3639,16 @@ static void relay_pool_add(relay_t *rl, const Hvd__RelayedReady *rr) {
                                         ok = false;
                                         break;
                                 }
-                                p->first = r;
+                                p->head.first = r;
                         }
-                        bool was = rl_name_done(rl, p);
+                        bool was = p->head.done;
                         uint64_t bit = UINT64_C(1) << mi;
-                        if ((p->members & bit) || !hvd_wire_equal(&p->first->base, &r->base))
+                        if ((p->members & bit) || !hvd_wire_equal(&p->head.first->base, &r->base))
                                 p->bad = true;
                         else
                                 p->members |= bit;
-                        rl->pool_complete += rl_name_done(rl, p);
+                        p->head.done = rl_name_done(rl, p);
+                        rl->pool_complete += p->head.done;
                         rl->pool_complete -= was;
                 }
         }
@@ -3686,28 +3718,15 @@ static Hvd__RelayedReady *relay_pool_take(relay_t *rl) {
                 Hvd__RelayedReady *e = rl->out[i];
                 size_t keep_sh = 0;
                 for (size_t k = 0; k < e->n_shared; k++) {
-                        Hvd__Ready *eq = e->shared[k]->ready;
-                        size_t keep = 0;
-                        for (size_t x = 0; x < eq->n_requests; x++) {
-                                Hvd__Request *r = eq->requests[x];
-                                const rl_name_t *p = hvd_strmap_get(rl->pool, r->name, strlen(r->name));
-                                if (!rl_name_done(rl, p))
-                                        eq->requests[keep++] = r;
-                                else if (p->first == r)
-                                        q->requests[q->n_requests++] = r;
-                                else
-                                        protobuf_c_message_free_unpacked(&r->base, NULL);
-                        }
-                        eq->n_requests = keep;
-                        if (keep)
+                        pool_move_done(rl->pool, e->shared[k]->ready, q);
+                        if (e->shared[k]->ready->n_requests)
                                 e->shared[keep_sh++] = e->shared[k];
                         else
                                 protobuf_c_message_free_unpacked(&e->shared[k]->base, NULL);
                 }
                 e->n_shared = keep_sh;
         }
-        for (size_t k = 0; k < q->n_requests; k++)
-                free(hvd_strmap_remove(rl->pool, q->requests[k]->name, strlen(q->requests[k]->name)));
+        pool_forget(rl->pool, q);
         rl->pool_complete = 0;
         size_t keep = 0;
         for (size_t i = 0; i < rl->n_out; i++) {
@@ -4549,24 +4568,9 @@ static Hvd__SharedReady *pool_take(job_t *j) {
         sh->ranks = ranks;
         sh->ready = q;
         q->requests = reqs;
-        for (size_t i = 0; i < j->n_fwd; i++) {
-                Hvd__Ready *e = j->fwd[i]->ready;
-                size_t keep = 0;
-                for (size_t k = 0; k < e->n_requests; k++) {
-                        Hvd__Request *r = e->requests[k];
-                        const pool_name_t *p = hvd_strmap_get(j->pool, r->name, strlen(r->name));
-                        if (!pool_done(j, p))
-                                e->requests[keep++] = r;
-                        else if (p->first == r)
-                                q->requests[q->n_requests++] = r;
-                        else
-                                protobuf_c_message_free_unpacked(&r->base, NULL);
-                }
-                e->n_requests = keep;
-        }
-        /* they are done with: a name may come again (a next step's) */
-        for (size_t k = 0; k < q->n_requests; k++)
-                free(hvd_strmap_remove(j->pool, q->requests[k]->name, strlen(q->requests[k]->name)));
+        for (size_t i = 0; i < j->n_fwd; i++)
+                pool_move_done(j->pool, j->fwd[i]->ready, q);
+        pool_forget(j->pool, q);
         j->pool_complete = 0;
         size_t keep = 0;
         for (size_t i = 0; i < j->n_fwd; i++) {

@@ -1323,9 +1323,9 @@ END_TEST
  * parameters are compared with the set the last round made. */
 START_TEST(test_negotiate_scalar_by_name_again) {
         hvd_negotiator_t *n = neg_new(2, 64, 64 * MiB);
-        rq_t b;
-        rq_init(&b);
-        rq_add(&b, "loss", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "")->shape = NULL; /* as decoded */
+        rq_t b, o;
+        one(&b, HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "");
+        b.req[0].shape = NULL; /* as decoded */
         for (int round = 0; round < 3; round++) {
                 submit_ok(n, 0, &b);
                 submit_ok(n, 1, &b);
@@ -1335,11 +1335,9 @@ START_TEST(test_negotiate_scalar_by_name_again) {
                 hvd_negotiator_schedule_free(&s);
         }
         /* and one rank's differs: the error names it */
-        sub1(n, 0, "loss", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "");
-        sub1(n, 1, "loss", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "1");
-        Hvd__Schedule *s = take(n);
-        ck_assert_uint_eq(s->n_errors, 1);
-        ck_assert_str_eq(s->errors[0]->message, "allreduce 'loss': rank 1 sent shape [1], rank 0 sent []");
+        one(&o, HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "1");
+        Hvd__Schedule *s = mismatch(n, 2, &b, &o, 1);
+        ck_assert_str_eq(s->errors[0]->message, "allreduce 'w': rank 1 sent shape [1], rank 0 sent []");
         hvd_negotiator_schedule_free(&s);
         hvd_negotiator_destroy(&n);
 }

@@ -73,8 +73,8 @@ print(f"root: node-level messages {node:.0f}, their ids {ids:.0f}, per-rank read
       f"schedule repeats {repeats:.0f}; host b sent {sent_b:.0f} node-level messages; ids the board completed "
       f"for the whole host: {board_root:.0f} on host a, {board_b:.0f} on host b; schedules through local rank 0 "
       f"and the board: {bsched_root:.0f} on host a, {bsched_b:.0f} on host b; first-step requests host b "
-      f"forwarded once for both its ranks: {shared_b:.0f} (not asserted: each rank's client batches the "
-      f"first step's names as they come, and only lists alike are shared)")
+      f"forwarded once for both its ranks: {shared_b:.0f} (not asserted here: the job below does, with a "
+      f"longer hold)")
 # two other nodes, 15 tensors, 59 steady steps: every id of every steady
 # step came once per node (a partial one held past its deadline goes rank
 # by rank instead: allow a quarter of them)
