@@ -712,12 +712,17 @@ static bool pool_done(const job_t *j, const pool_name_t *p) {
         return p && !p->bad && p->n == j->local_size;
 }
 
-static void pool_clear(job_t *j) {
+/* Frees a pool's names and the pool (NULL-safe). */
+static void pool_free(hvd_strmap_t **pool) {
         size_t iter = 0;
         void *v;
-        while (j->pool && hvd_strmap_next(j->pool, &iter, NULL, NULL, &v))
+        while (*pool && hvd_strmap_next(*pool, &iter, NULL, NULL, &v))
                 free(v);
-        hvd_strmap_destroy(&j->pool);
+        hvd_strmap_destroy(pool);
+}
+
+static void pool_clear(job_t *j) {
+        pool_free(&j->pool);
         j->pool_complete = 0;
         j->pool_off = false;
 }
@@ -739,11 +744,7 @@ typedef struct rl_name {
 } rl_name_t;
 
 static void relay_pool_clear(relay_t *rl) {
-        size_t iter = 0;
-        void *v;
-        while (rl->pool && hvd_strmap_next(rl->pool, &iter, NULL, NULL, &v))
-                free(v);
-        hvd_strmap_destroy(&rl->pool);
+        pool_free(&rl->pool);
         rl->pool_complete = 0;
         rl->pool_off = false;
 }
