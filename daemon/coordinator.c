@@ -1599,8 +1599,11 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
 }
 
 /* Root: the same readiness of each rank in ranks, from a local worker or
- * a remote node (one Ready its ranks shared: entered once). */
-static void root_submit(hvd_daemon_t *d, job_t *j, const uint32_t *ranks, size_t n_ranks, const Hvd__Ready *q) {
+ * a remote node (one Ready its ranks shared: entered once). seen: count it
+ * as a readiness message from each, for status (a local rank's held one
+ * was counted when it came). */
+static void root_submit(hvd_daemon_t *d, job_t *j, const uint32_t *ranks, size_t n_ranks, const Hvd__Ready *q,
+                        bool seen) {
         if (j->departed_rank >= 0) {
                 job_abort(d, j, j->departed_rank, HVD_EABORTED,
                           "rank %d has shut down, but rank %u still submits collectives; the job cannot go on",
@@ -1615,7 +1618,7 @@ static void root_submit(hvd_daemon_t *d, job_t *j, const uint32_t *ranks, size_t
         d->metrics.cache_hits += after.cache_hits - before.cache_hits;
         d->metrics.requests += after.requests - before.requests;
         uint64_t now = hvd_now_usec();
-        for (size_t k = 0; k < n_ranks; k++)
+        for (size_t k = 0; seen && k < n_ranks; k++)
                 if (ranks[k] < j->size) {
                         j->rstat[ranks[k]].last_seen_usec = now;
                         j->rstat[ranks[k]].readies++;
@@ -2107,11 +2110,13 @@ static bool handle_ready(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
                 if (!env->ready->n_requests && !env->ready->n_cached && env->ready->n_node_cached)
                         return false;
                 if (!root_holds(j, env->ready)) {
-                        root_submit(d, j, &w->rank, 1, env->ready);
+                        root_submit(d, j, &w->rank, 1, env->ready, true);
                         return false;
                 }
                 /* held for the other local ranks' (flush_forward), or
-                 * behind what is */
+                 * behind what is; a readiness message from it all the same */
+                j->rstat[w->rank].last_seen_usec = hvd_now_usec();
+                j->rstat[w->rank].readies++;
                 Hvd__Ready *q = TAKE_PTR(env->ready);
                 env->body_case = HVD__ENVELOPE__BODY__NOT_SET;
                 if (fwd_append(j, w->rank, q) < 0)
@@ -2640,7 +2645,7 @@ static bool node_rank_ready(hvd_daemon_t *d, job_t *j, const uint32_t *hosts, si
         j->cycles += n_ranks;
         d->metrics.cycles += n_ranks;
         d->metrics.rank_readies_received += n_ranks;
-        root_submit(d, j, ranks, n_ranks, ready);
+        root_submit(d, j, ranks, n_ranks, ready, true);
         return j->state == JOB_RUNNING;
 }
 
@@ -4627,10 +4632,10 @@ static void fwd_send(hvd_daemon_t *d, job_t *j, Hvd__SharedReady **sh, size_t n_
                 for (size_t i = 0; all && i < j->n_fwd && j->state == JOB_RUNNING; i++) {
                         const Hvd__Ready *q = j->fwd[i]->ready;
                         if (q->n_requests || q->n_cached || !n_sh) /* not what went shared alone */
-                                root_submit(d, j, &j->fwd[i]->rank, 1, q);
+                                root_submit(d, j, &j->fwd[i]->rank, 1, q, false);
                 }
                 for (size_t i = 0; i < n_sh && j->state == JOB_RUNNING; i++)
-                        root_submit(d, j, sh[i]->ranks, sh[i]->n_ranks, sh[i]->ready);
+                        root_submit(d, j, sh[i]->ranks, sh[i]->n_ranks, sh[i]->ready, false);
                 return;
         }
         Hvd__NodeReady nr = HVD__NODE_READY__INIT;
