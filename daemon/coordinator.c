@@ -194,6 +194,7 @@ typedef struct relay {
         uint32_t n_ranks_all;
         uint8_t *seen;          /* [n_seen: the job's size], all 0 between calls (relay_pool_add) */
         uint32_t n_seen;
+        int32_t *rank_member;   /* [n_seen]: the member whose hosts a rank is on, or -1 */
         /* a first step's names in what is held, name by name over the
          * members (relay_pool_add): rl_name_t by name; pool_off: something
          * else is held */
@@ -777,6 +778,7 @@ static void relay_free(relay_t *rl) {
         free(rl->out_at);
         free(rl->ranks_all);
         free(rl->seen);
+        free(rl->rank_member);
         free(rl->grp_ids);
         free(rl->grp_waited);
         free(rl);
@@ -3614,14 +3616,16 @@ static void relay_pool_add(relay_t *rl, const Hvd__RelayedReady *rr) {
                 return;
         int32_t mi = entry_requests(rl, rr) ? entry_member(rl, rr) : -1;
         bool ok = mi >= 0 && rr->n_hosts == rl->m[mi].n_sub && rl->seen;
-        /* every rank of its hosts, each once, in each shared part */
+        /* every rank of its hosts, each once, in each shared part (a rank
+         * of another member's would let a name go for ranks that did not
+         * ask for it) */
         for (size_t k = 0; ok && k < rr->n_shared; k++) {
                 const Hvd__SharedReady *sh = rr->shared[k];
                 ok = sh->n_ranks == rl->m[mi].n_ranks && sh->ready && !sh->ready->n_cached && !sh->ready->n_node_cached;
                 size_t i = 0;
                 for (; ok && i < sh->n_ranks; i++) {
                         uint32_t r = sh->ranks[i];
-                        ok = r < rl->n_seen && !rl->seen[r];
+                        ok = r < rl->n_seen && !rl->seen[r] && rl->rank_member[r] == mi;
                         if (ok)
                                 rl->seen[r] = 1;
                 }
@@ -4456,9 +4460,14 @@ static bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
                 /* the ranks of each member's hosts, and of them all, host by
                  * host (what a first step's names shared by the whole group
                  * name: relay_pool_take) */
-                if (!(rl->ranks_all = malloc(j->size * sizeof *rl->ranks_all)) || !(rl->seen = calloc(j->size, 1)))
+                if (!(rl->ranks_all = malloc(j->size * sizeof *rl->ranks_all)) || !(rl->seen = calloc(j->size, 1)) ||
+                    !(rl->rank_member = malloc(j->size * sizeof *rl->rank_member)))
                         goto oom;
                 rl->n_seen = j->size;
+                for (uint32_t r = 0; r < j->size; r++)
+                        rl->rank_member[r] = j->table[r].known && j->table[r].cross_rank < j->cross_size
+                                                     ? rl->member_of[j->table[r].cross_rank]
+                                                     : -1;
                 for (uint32_t h = 0; h < rl->n_all; h++)
                         for (uint32_t r = 0; r < j->size; r++)
                                 if (j->table[r].known && j->table[r].cross_rank == rl->all[h]) {
