@@ -190,6 +190,7 @@ typedef struct relay {
         uint64_t in_msgs, out_msgs; /* readiness messages taken from the group / sent to the root */
         uint64_t hold_since;    /* requests held for the rest of the group since (0 = none) */
         uint64_t *out_at;       /* [cap_out]: when each entry came */
+        uint64_t out_newest;    /* when the last one came (held still or gone on) */
         uint32_t *ranks_all;    /* the ranks of every host in all, host by host */
         uint32_t n_ranks_all;
         uint8_t *seen;          /* [n_seen: the job's size], all 0 between calls (relay_pool_add) */
@@ -238,6 +239,7 @@ struct job {
         bool joined_root;  /* not root: NodeJoin sent */
         Hvd__RankReady **fwd; /* readiness to forward (at the root: to enter), owned */
         uint64_t *fwd_at;     /* [cap_fwd]: when each came */
+        uint64_t fwd_newest;  /* when the last one came (held still or gone on) */
         size_t n_fwd, cap_fwd;
         uint64_t fwd_hold_since; /* new requests held for the other local ranks' since (0 = none) */
         bool fwd_joined;         /* a local rank joined once: no more first-step holds in this job */
@@ -1776,7 +1778,7 @@ static int fwd_append(job_t *j, uint32_t rank, Hvd__Ready *ready) {
         hvd__rank_ready__init(rr);
         rr->rank = rank;
         rr->ready = ready;
-        j->fwd_at[j->n_fwd] = hvd_now_usec();
+        j->fwd_at[j->n_fwd] = j->fwd_newest = hvd_now_usec();
         j->fwd[j->n_fwd++] = rr;
         pool_add(j, rank, ready);
         return 0;
@@ -3680,7 +3682,7 @@ static int relay_push(relay_t *rl, Hvd__RelayedReady *rr) {
                         return -ENOMEM;
                 rl->cap_out = cap;
         }
-        rl->out_at[rl->n_out] = hvd_now_usec();
+        rl->out_at[rl->n_out] = rl->out_newest = hvd_now_usec();
         rl->out[rl->n_out++] = rr;
         relay_pool_add(rl, rr);
         return 0;
@@ -4109,6 +4111,17 @@ static bool relay_holds(const relay_t *rl) {
         return rl->n_out && !rl->pool_off;
 }
 
+/* A first step's hold lasts while its ranks are still sending: until
+ * nothing new has come for the first_step_hold setting (since newest, the
+ * last entry taken, held still or gone on), and at most HOLD_CAP times
+ * that from the oldest entry still held. Returns the time the hold counts
+ * from (hold_on). */
+#define HOLD_CAP 10
+static uint64_t hold_start(uint64_t oldest, uint64_t newest, uint64_t hold) {
+        uint64_t cap = oldest + (HOLD_CAP - 1) * hold;
+        return newest < cap ? newest : cap;
+}
+
 /* Whether what has been held since *since (now, when 0) may wait on: at
  * most usec in all, after which housekeeping lets it go. */
 static bool hold_on(hvd_daemon_t *d, uint64_t *since, uint64_t usec) {
@@ -4167,7 +4180,7 @@ static void relay_flush(hvd_daemon_t *d, job_t *j, bool force) {
                         rl->hold_since = 0;
                         return;
                 }
-                rl->hold_since = rl->out_at[0];
+                rl->hold_since = hold_start(rl->out_at[0], rl->out_newest, d->cfg.first_step_hold_usec);
                 if (hold_on(d, &rl->hold_since, d->cfg.first_step_hold_usec))
                         return;
         }
@@ -4552,9 +4565,10 @@ static void relay_take_own(hvd_daemon_t *d, job_t *j, const Hvd__NodeReady *nr) 
  * it: worth holding for the other local ranks', so that the names all of
  * them sent alike go on once for all (pool_take). None of them can
  * complete before every rank has sent its own, so the hold costs no time;
- * its limit (first_step_hold) only bounds how long the root cannot name
- * the ranks that did send, should one never come. Once a local rank
- * joined (it may send nothing more), nothing is held. */
+ * its limit (hold_start: first_step_hold without anything new, ten times
+ * that in all) only bounds how long the root cannot name the ranks that
+ * did send, should one never come. Once a local rank joined (it may send
+ * nothing more), nothing is held. */
 static bool fwd_holds(const job_t *j) {
         return j->n_fwd && !j->pool_off && !j->n_departed && !j->n_nc && !j->fwd_joined;
 }
@@ -4684,8 +4698,8 @@ static void fwd_send(hvd_daemon_t *d, job_t *j, Hvd__SharedReady **sh, size_t n_
 /* A host's batch of its ranks' readiness goes on to the root (the root's
  * own is entered): at the end of each iteration, unless a first step's
  * new requests wait for the other local ranks' (fwd_holds). Those every
- * local rank sent go then, once for all; the rest waits, for at most
- * the first_step_hold setting from the oldest, or until force. */
+ * local rank sent go then, once for all; the rest waits while its ranks
+ * are still sending (hold_start), or until force. */
 static void flush_forward(hvd_daemon_t *d, job_t *j, bool force) {
         if (!j->n_fwd && !j->n_departed && !j->n_nc)
                 return;
@@ -4701,7 +4715,7 @@ static void flush_forward(hvd_daemon_t *d, job_t *j, bool force) {
                                 fwd_clear(j);
                         return;
                 }
-                j->fwd_hold_since = j->fwd_at[0];
+                j->fwd_hold_since = hold_start(j->fwd_at[0], j->fwd_newest, d->cfg.first_step_hold_usec);
                 if (hold_on(d, &j->fwd_hold_since, d->cfg.first_step_hold_usec))
                         return;
         }
