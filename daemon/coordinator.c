@@ -4623,6 +4623,11 @@ fail:
  * share_requests finds in the rest. Returns how many, in *ret. */
 static size_t take_shared(job_t *j, Hvd__SharedReady ***ret) {
         *ret = NULL;
+        /* the steady state, every cycle: nothing to share, nothing to allocate */
+        if (j->n_fwd < 2 && (j->pool_off || !j->pool_complete)) {
+                pool_clear(j);
+                return 0;
+        }
         /* share_requests makes at most one of every two entries */
         Hvd__SharedReady **all = malloc((j->n_fwd + 1) * sizeof *all);
         if (!all) {
