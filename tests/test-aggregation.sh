@@ -12,8 +12,8 @@
 #   (hvd_board_schedules_total);
 # - a grouped allreduce of 8 new names on hosts a:2, b:2, one rank of each
 #   40 ms late, then 24 new names that each host's two ranks batch
-#   differently: each daemon holds its first rank's requests for the
-#   other's, host b's sends them once for both, the root's (host a) enters
+#   differently, the second rank's 100 ms apart: each daemon holds its
+#   first rank's requests for the other's while they keep coming, host b's sends them once for both, the root's (host a) enters
 #   them once for both, name by name (hvd_node_shared_requests_total),
 #   results exact;
 # - a stall across nodes: one rank of a node whose other ranks posted a
@@ -111,28 +111,47 @@ echo "ok: $steps steps exact on 3 nodes; the other nodes' steady state reached t
 # allreduce come in one batch from each rank, ranks 1 and 3 40 ms late, far
 # more than a cycle (without the hold, ranks 0's and 2's requests would go
 # alone); then twice 12 names, which local rank 0 asks for at once and the
-# other rank one by one, 3 ms apart: batched differently, shared name by
-# name. The daemons hold for up to 2 s (--first-step-hold; 100 ms by
-# default): on a loaded machine a rank can be kept off a CPU for longer than
-# 100 ms, and what waited then goes rank by rank (exact all the same).
-HVD_TEST_DAEMON_ARGS="--first-step-hold 2s" HVD_TEST_LATE_RANK=1,3 HVD_TEST_LATE_MS=40 HVD_TEST_HOLD=$tmp/grp \
-        "$HVD_SRCDIR/tests/lib/launch-multi.sh" -H a:2,b:2 -t 60 -- \
-        sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/grt.$HVD_RANK; exec "$0" grouped staggered' "$worker" >"$tmp/grp.out" 2>&1 &
-lp=$!
-wait_files 60 "$tmp/grp.ready" || fail "the grouped job did not reach its hold point" "$(cat "$tmp/grp.out")"
-shared_a=$("$hvdctl" -r "$(cat "$tmp/grt.0")" metrics | awk '$1 == "hvd_node_shared_requests_total" {print $2}')
-shared_b=$("$hvdctl" -r "$(cat "$tmp/grt.2")" metrics | awk '$1 == "hvd_node_shared_requests_total" {print $2}')
-touch "$tmp/grp.go"
-wait $lp || fail "the grouped job failed" "$(cat "$tmp/grp.out")"
-lp=
-[ "$(grep -c "grouped: ok" "$tmp/grp.out")" -eq 4 ] || fail "not every rank passed the grouped scenario" "$(cat "$tmp/grp.out")"
-[ "$(grep -c "staggered: ok" "$tmp/grp.out")" -eq 4 ] || fail "not every rank passed the staggered scenario" "$(cat "$tmp/grp.out")"
-want=$((8 + 2 * 12))
-[ "${shared_b:-0}" -ge $want ] ||
-        fail "host b's daemon forwarded ${shared_b:-no} requests once for both its ranks, expected the $want names at least"
-[ "${shared_a:-0}" -ge $want ] ||
-        fail "the root daemon (host a) entered ${shared_a:-no} requests once for both its ranks, expected the $want names at least"
-echo "ok: the first steps' $want new names went once for both ranks of each host, batched alike or not (root $shared_a, host b $shared_b requests shared)"
+# other rank one by one, 100 ms apart: batched differently, shared name by
+# name. The daemons hold for 500 ms without anything new
+# (--first-step-hold; 100 ms by default, more than a loaded machine may
+# keep a rank off a CPU): the second rank's names come over 1.2 s, so they
+# are shared only because the hold lasts while the ranks are still sending
+# (it would have run out 500 ms after rank 0's batch).
+# first_steps TAG SCENARIO...: runs them on hosts a:2, b:2; shared_a and
+# shared_b: the requests the root (host a) and host b shared for both ranks
+first_steps() {
+        local tag=$1
+        shift
+        HVD_TEST_DAEMON_ARGS="--first-step-hold 500ms" HVD_TEST_STAGGER_MS=100 \
+                HVD_TEST_LATE_RANK=1,3 HVD_TEST_LATE_MS=40 HVD_TEST_HOLD=$tmp/$tag \
+                "$HVD_SRCDIR/tests/lib/launch-multi.sh" -H a:2,b:2 -t 60 -- \
+                sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp/$tag"'.rt.$HVD_RANK; exec "$0" "$@"' "$worker" "$@" \
+                >"$tmp/$tag.out" 2>&1 &
+        lp=$!
+        wait_files 60 "$tmp/$tag.ready" || fail "the $tag job did not reach its hold point" "$(cat "$tmp/$tag.out")"
+        shared_a=$("$hvdctl" -r "$(cat "$tmp/$tag.rt.0")" metrics | awk '$1 == "hvd_node_shared_requests_total" {print $2}')
+        shared_b=$("$hvdctl" -r "$(cat "$tmp/$tag.rt.2")" metrics | awk '$1 == "hvd_node_shared_requests_total" {print $2}')
+        touch "$tmp/$tag.go"
+        wait $lp || fail "the $tag job failed" "$(cat "$tmp/$tag.out")"
+        lp=
+        for sc in "$@"; do
+                [ "$(grep -c "$sc: ok" "$tmp/$tag.out")" -eq 4 ] ||
+                        fail "not every rank passed the $sc scenario" "$(cat "$tmp/$tag.out")"
+        done
+}
+first_steps grp grouped
+base_a=${shared_a:-0} base_b=${shared_b:-0}
+[ "$base_b" -ge 8 ] ||
+        fail "host b's daemon forwarded $base_b requests once for both its ranks, expected the group's 8 at least"
+[ "$base_a" -ge 8 ] ||
+        fail "the root daemon (host a) entered $base_a requests once for both its ranks, expected the group's 8 at least"
+first_steps stag grouped staggered
+# the same job and 24 more names: each of them shared once on each host
+[ $((${shared_b:-0} - base_b)) -ge 24 ] ||
+        fail "host b's daemon forwarded $((${shared_b:-0} - base_b)) of the staggered steps' 24 names once for both its ranks"
+[ $((${shared_a:-0} - base_a)) -ge 24 ] ||
+        fail "the root daemon (host a) entered $((${shared_a:-0} - base_a)) of the staggered steps' 24 names once for both its ranks"
+echo "ok: a first step's new names went once for both ranks of each host, batched alike (grouped: root $base_a, host b $base_b requests shared) or not (24 more names: root $shared_a, host b $shared_b)"
 
 # a stall across nodes: rank 4 (host b, beside rank 3) stays away from a
 # cached tensor the others posted

@@ -508,12 +508,14 @@ static void scenario_grouped(void) {
 }
 
 /* The same new names, batched differently by each rank's client: local
- * rank 0 asks for all of them at once, the others one by one, 3 ms apart,
- * twice (each host's daemon shares the names its ranks all sent alike,
- * whatever batches they came in). */
+ * rank 0 asks for all of them at once, the others one by one,
+ * HVD_TEST_STAGGER_MS apart (default 3), twice (each host's daemon shares
+ * the names its ranks all sent alike, whatever batches they came in). */
 static void scenario_staggered(void) {
         enum { S = 12 };
         ar_case_t k[S];
+        const char *gap = getenv("HVD_TEST_STAGGER_MS");
+        useconds_t gap_us = (useconds_t) (gap ? atoi(gap) : 3) * 1000;
         for (int round = 0; round < 2; round++) {
                 for (int i = 0; i < S; i++) {
                         char tag[32];
@@ -523,7 +525,7 @@ static void scenario_staggered(void) {
                 }
                 for (int i = 0; i < S; i++) {
                         if (hvd_local_rank() != 0)
-                                usleep(3000);
+                                usleep(gap_us);
                         ar_case_submit(&k[i]);
                 }
                 for (int i = S; i-- > 0;)
