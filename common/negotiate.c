@@ -39,6 +39,10 @@ typedef struct node_state {
         uint32_t round; /* the tensor's round marks and ready are of (older: 0 and false) */
         uint32_t marks; /* ranks of that node marked one by one this round */
         bool ready;     /* every rank of that node is ready */
+        /* not 0: every rank of that node has the tensor's parameter set
+         * var[var] (a request by name the whole node shared), and their
+         * pref[] entries are not used; 0: each has its own (pref[]) */
+        uint32_t var;
 } node_state_t;
 
 typedef struct tensor {
@@ -58,11 +62,12 @@ typedef struct tensor {
         uint32_t n_marked; /* ranks marked one by one this round (ready[] is all 0 without) */
         uint8_t *ready;  /* [size]: ranks marked one by one */
         uint64_t *ready_usec; /* [size], while the timeline is on: when each rank became ready */
-        /* Each rank's last parameters: var[pref[rank]]. A request by name
-         * that several ranks shared is one parameter set for all of them,
-         * so equal indices mean equal parameters; var[0] is "none yet" and
-         * a set no rank refers to any more is reused. */
-        uint32_t *pref;     /* [size] */
+        /* Each rank's last parameters: var[pref[rank]], or var[ns->var]
+         * for every rank of a node that shared them (rank_var()). A request
+         * by name that several ranks shared is one parameter set for all
+         * of them, so equal indices mean equal parameters; var[0] is "none
+         * yet" and a set no rank refers to any more is reused. */
+        uint32_t *pref;     /* [size], or NULL while no rank has its own */
         params_t *var;      /* [n_var] */
         uint32_t *var_refs; /* [n_var]: ranks that refer to each */
         uint32_t *var_free; /* unused indices */
@@ -121,8 +126,18 @@ static inline bool node_ready(const hvd_negotiator_t *n, const tensor_t *t, uint
         return ns->round == t->round && ns->ready;
 }
 
+/* The index of rank r's last parameters for t (0: none yet). */
+static inline uint32_t rank_var(const hvd_negotiator_t *n, const tensor_t *t, uint32_t r) {
+        if (n->nst) {
+                uint32_t v = NODE(n, t, n->node_of[r])->var;
+                if (v)
+                        return v;
+        }
+        return t->pref ? t->pref[r] : 0;
+}
+
 /* rank r's last parameters for t */
-#define PR(t, r) (&(t)->var[(t)->pref[(r)]])
+#define PR(n, t, r) (&(t)->var[rank_var((n), (t), (r))])
 
 /* A rank is ready for t when it was marked itself or its whole node was. */
 static inline bool is_ready(const hvd_negotiator_t *n, const tensor_t *t, uint32_t r) {
@@ -252,7 +267,6 @@ static tensor_t *tensor_add(hvd_negotiator_t *n, const char *name, const char *k
         t->key = malloc(key_len ? key_len : 1);
         t->key_len = key_len;
         t->ready = calloc(n->size, 1);
-        t->pref = calloc(n->size, sizeof *t->pref);
         t->cap_var = 4;
         t->var = calloc(t->cap_var, sizeof *t->var);
         t->var_refs = calloc(t->cap_var, sizeof *t->var_refs);
@@ -263,7 +277,7 @@ static tensor_t *tensor_add(hvd_negotiator_t *n, const char *name, const char *k
         t->id = transient && n->n_free ? n->free_ids[n->n_free - 1] : n->n_tensors;
         if (t->key)
                 memcpy(t->key, key, key_len);
-        if (!t->name || !t->key || !t->ready || !t->pref || !t->var || !t->var_refs || !t->var_free ||
+        if (!t->name || !t->key || !t->ready || !t->var || !t->var_refs || !t->var_free ||
             hvd_strmap_put(n->by_name, key, key_len, t) < 0) {
                 tensor_free(t, n->size);
                 return NULL;
@@ -341,7 +355,7 @@ static bool tensor_complete(const hvd_negotiator_t *n, const tensor_t *t) {
                 return false;
         /* O(1): which set, from any ready rank (consistency is checked later) */
         if (t->some_in_set) {
-                const params_t *a = PR(t, t->some_ready);
+                const params_t *a = PR(n, t, t->some_ready);
                 /* a process set: its members, joined or not */
                 for (uint32_t i = 0; i < a->n_set; i++)
                         if (!is_ready(n, t, a->set_ranks[i]))
@@ -372,7 +386,7 @@ static void mark_one(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, node_state
                 n->n_pending++;
                 t->some_ready = rank;
                 if (!t->checked) /* else every rank's parameters are alike and unchanged since the last round */
-                        t->some_in_set = PR(t, rank)->process_set != 0;
+                        t->some_in_set = PR(n, t, rank)->process_set != 0;
         }
         t->ready[rank] = 1;
         t->n_marked++;
@@ -438,8 +452,9 @@ static uint32_t var_new(tensor_t *t) {
         return t->n_var++;
 }
 
-static void var_unref(tensor_t *t, uint32_t v) {
-        if (v == 0 || --t->var_refs[v] > 0)
+/* k ranks no longer refer to var[v] */
+static void var_unref_n(tensor_t *t, uint32_t v, uint32_t k) {
+        if (v == 0 || (t->var_refs[v] -= k) > 0)
                 return;
         free(t->var[v].splits);
         free(t->var[v].set_ranks);
@@ -447,16 +462,51 @@ static void var_unref(tensor_t *t, uint32_t v) {
         t->var_free[t->n_var_free++] = v;
 }
 
-/* rank's parameters become var[v] */
-static void rank_set_var(tensor_t *t, uint32_t rank, uint32_t v) {
+static void var_unref(tensor_t *t, uint32_t v) {
+        var_unref_n(t, v, 1);
+}
+
+/* rank's parameters become var[v]; -ENOMEM without memory for pref[] */
+static int rank_set_var(hvd_negotiator_t *n, tensor_t *t, uint32_t rank, uint32_t v) {
+        if (!t->pref && !(t->pref = calloc(n->size, sizeof *t->pref)))
+                return -ENOMEM;
+        node_state_t *ns = n->nst ? NODE(n, t, n->node_of[rank]) : NULL;
+        if (ns && ns->var) { /* its node's ranks each keep the set they shared */
+                uint32_t c = n->node_of[rank];
+                for (uint32_t k = n->node_first[c]; k < n->node_first[c + 1]; k++)
+                        t->pref[n->node_list[k]] = ns->var;
+                ns->var = 0;
+        }
         uint32_t old = t->pref[rank];
         t->var_refs[v]++;
         t->pref[rank] = v;
         var_unref(t, old);
+        return 0;
+}
+
+/* Every rank of node c (ns: its state) has the parameters var[v] now. */
+static void node_set_var(hvd_negotiator_t *n, tensor_t *t, uint32_t c, node_state_t *ns, uint32_t v) {
+        uint32_t size_c = n->node_size[c];
+        if (ns->var == v)
+                return;
+        t->var_refs[v] += size_c; /* first: a rank may have had var[v] itself */
+        if (ns->var)
+                var_unref_n(t, ns->var, size_c);
+        else if (t->pref)
+                for (uint32_t k = n->node_first[c]; k < n->node_first[c + 1]; k++) {
+                        uint32_t r = n->node_list[k];
+                        var_unref(t, t->pref[r]);
+                        t->pref[r] = 0;
+                }
+        ns->var = v;
+        ns->valid = size_c;
 }
 
 /* Whether the len ranks are every rank of node c, each once (in any order). */
 static bool node_run(hvd_negotiator_t *n, const uint32_t *ranks, uint32_t len, uint32_t c) {
+        /* most often in the node's own order */
+        if (memcmp(ranks, n->node_list + n->node_first[c], len * sizeof *ranks) == 0)
+                return true;
         uint32_t i = 0;
         for (; i < len; i++) {
                 uint32_t r = ranks[i];
@@ -536,20 +586,7 @@ static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_r
                  * node is ready as one, as for its cached ids (submit_node) */
                 uint32_t size_c = ns ? n->node_size[ns_node] : 0;
                 if (ns && size_c > 1 && !ns->marks && n_ranks - k >= size_c && node_run(n, ranks + k, size_c, ns_node)) {
-                        uint32_t fresh = 0;
-                        for (uint32_t i = 0; i < size_c; i++) {
-                                uint32_t rc = ranks[k + i], old = t->pref[rc];
-                                if (old == v)
-                                        continue;
-                                fresh++;
-                                t->pref[rc] = v;
-                                if (old) {
-                                        ns->valid--; /* counted again below */
-                                        var_unref(t, old);
-                                }
-                        }
-                        t->var_refs[v] += fresh;
-                        ns->valid += fresh;
+                        node_set_var(n, t, ns_node, ns, v);
                         if (t->n_ready == 0 || now < t->first_ready_usec)
                                 t->first_ready_usec = now;
                         if (t->n_ready == 0) {
@@ -565,8 +602,12 @@ static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_r
                         k += size_c - 1;
                         continue;
                 }
-                bool was_valid = t->pref[rank] != 0;
-                rank_set_var(t, rank, v);
+                bool was_valid = rank_var(n, t, rank) != 0;
+                if (rank_set_var(n, t, rank, v) < 0) {
+                        snprintf(err, err_len, "out of memory");
+                        ret = -ENOMEM;
+                        continue;
+                }
                 if (!was_valid && ns)
                         ns->valid++;
                 mark_one(n, rank, t, ns, now); /* its checks made above */
@@ -595,7 +636,7 @@ int hvd_negotiator_submit_ranks(hvd_negotiator_t *n, const uint32_t *ranks, size
                 for (size_t i = 0; i < ready->n_cached; i++) {
                         uint32_t id = ready->cached[i];
                         tensor_t *t = id < n->n_tensors ? n->tensors[id] : NULL;
-                        if (!t || t->transient || !t->pref[rank]) {
+                        if (!t || t->transient || !rank_var(n, t, rank)) {
                                 snprintf(err, err_len, "unknown cached tensor id %u from rank %u", id, rank);
                                 ret = HVD_EPROTO;
                                 continue;
@@ -709,7 +750,7 @@ int hvd_negotiator_submit_node(hvd_negotiator_t *n, uint32_t node, const uint32_
                         t->some_ready = n->node_list[n->node_first[node]];
                         /* checked: every rank's parameters alike and unchanged since the last round */
                         if (!t->checked)
-                                t->some_in_set = PR(t, t->some_ready)->process_set != 0;
+                                t->some_in_set = PR(n, t, t->some_ready)->process_set != 0;
                 }
                 st->ready = true;
                 t->n_ready += ns;
@@ -747,7 +788,7 @@ static uint64_t numel(const params_t *p, unsigned from_dim) {
  * writes "allreduce 'x': rank 3 sent shape [..], rank 0 sent [..]". */
 static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32_t ref, char *msg,
                             size_t len) {
-        const params_t *a = PR(t, ref);
+        const params_t *a = PR(n, t, ref);
         const char *k = kind_name(a->kind);
         uint32_t set_size = a->process_set ? a->n_set : n->size;
         if (a->process_set) {
@@ -762,13 +803,17 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                         }
                 }
         }
-        uint32_t va = t->pref[ref], ok = va; /* parameter sets known equal to a's */
+        uint32_t va = rank_var(n, t, ref), ok = va; /* parameter sets known equal to a's */
         bool all = t->n_ready == n->size;
-        for (uint32_t r = 0; r < n->size; r++) {
+        /* every node shared a's parameters: nothing to compare rank by rank */
+        bool alike = n->nst != NULL;
+        for (uint32_t c = 0; alike && c < n->n_nodes; c++)
+                alike = NODE(n, t, c)->var == va;
+        for (uint32_t r = 0; !alike && r < n->size; r++) {
                 if (r == ref || (!all && !is_ready(n, t, r)))
                         continue;
                 /* ranks whose requests a node forwarded once share a set */
-                uint32_t vb = t->pref[r];
+                uint32_t vb = rank_var(n, t, r);
                 if (vb == va || vb == ok)
                         continue;
                 const params_t *b = &t->var[vb];
@@ -847,7 +892,7 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                                 snprintf(msg, len, "alltoall '%s': rank %u has joined", t->name, r);
                                 return -EINVAL;
                         }
-                        const params_t *b = PR(t, r);
+                        const params_t *b = PR(n, t, r);
                         if (b->n_splits == 0) {
                                 if (b->shape[0] % set_size) {
                                         snprintf(msg, len, "alltoall '%s': rank %u: first dimension %" PRId64
@@ -885,7 +930,7 @@ static void *zalloc(size_t n) {
 }
 
 static Hvd__Entry *entry_new(const hvd_negotiator_t *n, tensor_t *t, uint32_t ref) {
-        const params_t *a = PR(t, ref);
+        const params_t *a = PR(n, t, ref);
         Hvd__Entry *e = zalloc(sizeof *e);
         if (!e)
                 return NULL;
@@ -910,14 +955,14 @@ static Hvd__Entry *entry_new(const hvd_negotiator_t *n, tensor_t *t, uint32_t re
                         goto fail;
                 for (uint32_t i = 0; i < ss; i++) {
                         uint32_t r = MEMBER(i);
-                        e->rank_rows[i] = is_ready(n, t, r) ? PR(t, r)->shape[0] : 0;
+                        e->rank_rows[i] = is_ready(n, t, r) ? PR(n, t, r)->shape[0] : 0;
                 }
         } else if (a->kind == HVD__KIND__KIND_ALLTOALL) {
                 e->n_splits = (size_t) ss * ss;
                 if (!(e->splits = calloc(e->n_splits, sizeof(int64_t))))
                         goto fail;
                 for (uint32_t i = 0; i < ss; i++) {
-                        const params_t *b = PR(t, MEMBER(i));
+                        const params_t *b = PR(n, t, MEMBER(i));
                         for (uint32_t d = 0; d < ss; d++)
                                 e->splits[(size_t) i * ss + d] = b->n_splits ? b->splits[d] : b->shape[0] / ss;
                 }
@@ -998,7 +1043,7 @@ static bool group_complete(const hvd_negotiator_t *n, uint32_t group_id, uint32_
         uint32_t c = 0;
         for (uint32_t i = 0; i < n->n_held; i++) {
                 const tensor_t *t = n->tensors[n->held[i]];
-                if (PR(t, first_ready_rank(n, t))->group_id == group_id)
+                if (PR(n, t, first_ready_rank(n, t))->group_id == group_id)
                         c++;
         }
         return c >= group_size;
@@ -1012,7 +1057,7 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
         uint32_t n_go = 0;
         for (uint32_t i = 0; i < n->n_ready_list; i++) {
                 tensor_t *t = n->tensors[n->ready_list[i]];
-                const params_t *a = PR(t, first_ready_rank(n, t));
+                const params_t *a = PR(n, t, first_ready_rank(n, t));
                 if (a->group_size > 1)
                         n->held[n->n_held++] = t->id;
                 else
@@ -1021,7 +1066,7 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
         n->n_ready_list = n_go;
         for (uint32_t i = 0; i < n->n_held;) {
                 tensor_t *t = n->tensors[n->held[i]];
-                const params_t *a = PR(t, first_ready_rank(n, t));
+                const params_t *a = PR(n, t, first_ready_rank(n, t));
                 if (!group_complete(n, a->group_id, a->group_size, 0)) {
                         i++;
                         continue;
@@ -1030,7 +1075,7 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
                 uint32_t gid = a->group_id, k = 0;
                 for (uint32_t j = 0; j < n->n_held; j++) {
                         tensor_t *u = n->tensors[n->held[j]];
-                        if (PR(u, first_ready_rank(n, u))->group_id == gid)
+                        if (PR(n, u, first_ready_rank(n, u))->group_id == gid)
                                 n->ready_list[n->n_ready_list++] = u->id;
                         else
                                 n->held[k++] = n->held[j];
@@ -1078,12 +1123,12 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
                                 goto out;
                         continue;
                 }
-                const params_t *a = PR(t, ref);
+                const params_t *a = PR(n, t, ref);
                 uint64_t bytes = numel(a, 0) * hvd_dtype_size(a->dtype);
                 if (a->kind == HVD__KIND__KIND_ALLGATHER) {
                         uint64_t rows = 0;
                         for (uint32_t q = 0; q < n->size; q++)
-                                rows += is_ready(n, t, q) ? (uint64_t) PR(t, q)->shape[0] : 0;
+                                rows += is_ready(n, t, q) ? (uint64_t) PR(n, t, q)->shape[0] : 0;
                         bytes = rows * numel(a, 1) * hvd_dtype_size(a->dtype);
                 }
                 items[n_ok] = (hvd_fusion_item_t){
@@ -1117,7 +1162,7 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
                 op->process_set = f->process_set;
                 if (f->process_set) {
                         const tensor_t *ft = n->tensors[ok_ids[ops[k].first]];
-                        const params_t *a = PR(ft, first_ready_rank(n, ft));
+                        const params_t *a = PR(n, ft, first_ready_rank(n, ft));
                         if (!(op->set_ranks = malloc(a->n_set * sizeof *op->set_ranks)))
                                 goto out;
                         memcpy(op->set_ranks, a->set_ranks, a->n_set * sizeof *op->set_ranks);

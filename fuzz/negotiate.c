@@ -3,13 +3,17 @@
  * the negotiation table as the rank's submission, and every schedule the
  * table produces must itself pass the validation the receiving daemons and
  * workers apply (a root must never send what its peers refuse).
- * Input: 1 byte world size (1..8), then frames of
+ * Input: 1 byte: world size (bits 0-2, + 1), hosts (bit 6: ranks on
+ * hosts of bits 3-5 + 1 consecutive ranks each, whose ranks may share a
+ * request and whose Ready's node_cached ids are the host's own, as a
+ * host's daemon sends them), fusion off (bit 7); then frames of
  * [1 byte ranks][2 bytes little-endian length][Envelope]; the ranks byte:
  * bits 0-3 the rank, and with bit 7 the frame is a Ready shared by
  * bits 4-6 + 1 consecutive ranks from it (mod the world size: more ranks
  * than the world repeats one), as a node forwards its ranks' alike. */
 #include "config.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -48,6 +52,13 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         hvd_negotiator_t *n = NULL;
         FUZZ_ASSERT(hvd_negotiator_new(world, 16, (data[0] & 0x80) ? 0 : 1 << 20, &n) == 0,
                     "negotiator_new failed");
+        uint32_t node_of[8], per_node = ((data[0] >> 3) & 7) + 1;
+        bool nodes = data[0] & 0x40;
+        for (uint32_t r = 0; r < world; r++)
+                node_of[r] = r / per_node;
+        if (nodes)
+                FUZZ_ASSERT(hvd_negotiator_set_nodes(n, (world + per_node - 1) / per_node, node_of) == 0,
+                            "set_nodes failed");
         size_t off = 1;
         while (off + 3 <= size) {
                 uint32_t rank = (data[off] & 0x0f) % world, ranks[8], n_ranks = 1;
@@ -62,8 +73,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 Hvd__Envelope *env = NULL;
                 char err[512];
                 if (hvd_wire_decode(data + off, len, 0, &env, err, sizeof err) == 0) {
-                        if (env->body_case == HVD__ENVELOPE__BODY_READY)
+                        if (env->body_case == HVD__ENVELOPE__BODY_READY) {
                                 hvd_negotiator_submit_ranks(n, ranks, n_ranks, env->ready, err, sizeof err);
+                                if (nodes && env->ready->n_node_cached)
+                                        hvd_negotiator_submit_node(n, node_of[rank], env->ready->node_cached,
+                                                                   env->ready->n_node_cached,
+                                                                   env->ready->n_node_cached_waited_usec ==
+                                                                                   env->ready->n_node_cached
+                                                                           ? env->ready->node_cached_waited_usec
+                                                                           : NULL,
+                                                                   err, sizeof err);
+                        }
                         hvd_wire_free(&env);
                 }
                 off += len;

@@ -1417,11 +1417,109 @@ START_TEST(test_negotiate_shared_whole_nodes) {
 }
 END_TEST
 
+/* The first error of a round's schedule (NULL without one). */
+static const char *round_error(hvd_negotiator_t *n, Hvd__Schedule **s) {
+        *s = take(n);
+        return (*s)->n_errors ? (*s)->errors[0]->message : NULL;
+}
+
+/* A node that shared a request by name keeps one parameter set for all its
+ * ranks; a rank of it that later asks alone, or differently, takes its own
+ * again, and the node's other ranks keep theirs: checks, errors and cached
+ * ids come out as rank by rank. */
+START_TEST(test_negotiate_node_parameter_sets) {
+        hvd_negotiator_t *n = neg_new(6, 64, 64 * MiB);
+        const uint32_t node_of[6] = { 0, 0, 0, 1, 1, 2 };
+        ck_assert_int_eq(hvd_negotiator_set_nodes(n, 3, node_of), 0);
+        char err[256] = "";
+        rq_t b, o, q;
+        rq_init(&b);
+        rq_add(&b, "w", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
+        rq_init(&o);
+        rq_add(&o, "w", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "8");
+        rq_init(&q);
+        rq_add(&q, "w", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "2x2");
+        const uint32_t all[] = { 0, 1, 2, 3, 4, 5 }, n0[] = { 0, 1, 2 }, n1[] = { 3, 4 };
+        Hvd__Schedule *s;
+        /* every node as one */
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, all, 6, &b.ready, err, sizeof err), 0);
+        ck_assert_ptr_null(round_error(n, &s));
+        uint32_t idw = entry(s, 0, 0)->id;
+        hvd_negotiator_schedule_free(&s);
+        /* node 1 as one with another shape */
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, n0, 3, &b.ready, err, sizeof err), 0);
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, n1, 2, &o.ready, err, sizeof err), 0);
+        submit_ok(n, 5, &b);
+        ck_assert_str_eq(round_error(n, &s), "allreduce 'w': rank 3 sent shape [8], rank 0 sent [4]");
+        hvd_negotiator_schedule_free(&s);
+        /* node 0 rank by rank, rank 2 differently; node 1 as one again */
+        submit_ok(n, 0, &b);
+        submit_ok(n, 2, &q);
+        submit_ok(n, 1, &b);
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, n1, 2, &b.ready, err, sizeof err), 0);
+        submit_ok(n, 5, &b);
+        ck_assert_str_eq(round_error(n, &s), "allreduce 'w': rank 2 sent shape [2, 2], rank 0 sent [4]");
+        hvd_negotiator_schedule_free(&s);
+        /* cached ids keep each rank's last parameters: rank 2's differ */
+        for (uint32_t c = 0; c < 3; c++)
+                ck_assert_int_eq(hvd_negotiator_submit_node(n, c, &idw, 1, NULL, err, sizeof err), 0);
+        ck_assert_str_eq(round_error(n, &s), "allreduce 'w': rank 2 sent shape [2, 2], rank 0 sent [4]");
+        hvd_negotiator_schedule_free(&s);
+        /* node 0 as one after its ranks' own sets; then cached rank by rank */
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, n0, 3, &b.ready, err, sizeof err), 0);
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, n1, 2, &b.ready, err, sizeof err), 0);
+        submit_ok(n, 5, &b);
+        ck_assert_ptr_null(round_error(n, &s));
+        hvd_negotiator_schedule_free(&s);
+        rq_t c;
+        rq_init(&c);
+        rq_cached(&c, idw);
+        for (uint32_t r = 0; r < 6; r++)
+                submit_ok(n, r, &c);
+        ck_assert_ptr_null(round_error(n, &s));
+        ck_assert_uint_eq(entry(s, 0, 0)->count, 4);
+        hvd_negotiator_schedule_free(&s);
+        /* a rank of a node that shares its set, alone with another shape */
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, all, 6, &b.ready, err, sizeof err), 0);
+        ck_assert_ptr_null(round_error(n, &s));
+        hvd_negotiator_schedule_free(&s);
+        for (uint32_t r = 0; r < 6; r++)
+                submit_ok(n, r, r == 4 ? &o : &c);
+        ck_assert_str_eq(round_error(n, &s), "allreduce 'w': rank 4 sent shape [8], rank 0 sent [4]");
+        hvd_negotiator_schedule_free(&s);
+        /* node 0's ranks alone share a set; then node 0 as one with it (its
+         * ranks' last references to it go as the node's first come) */
+        for (uint32_t r = 3; r < 6; r++)
+                submit_ok(n, r, &b);
+        for (uint32_t r = 0; r < 3; r++)
+                submit_ok(n, r, &q);
+        ck_assert_str_eq(round_error(n, &s), "allreduce 'w': rank 3 sent shape [4], rank 0 sent [2, 2]");
+        hvd_negotiator_schedule_free(&s);
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, n0, 3, &q.ready, err, sizeof err), 0);
+        for (uint32_t r = 3; r < 6; r++)
+                submit_ok(n, r, &c);
+        ck_assert_str_eq(round_error(n, &s), "allreduce 'w': rank 3 sent shape [4], rank 0 sent [2, 2]");
+        hvd_negotiator_schedule_free(&s);
+        ck_assert_int_eq(hvd_negotiator_submit_ranks(n, n1, 2, &q.ready, err, sizeof err), 0);
+        submit_ok(n, 5, &q);
+        for (uint32_t r = 0; r < 3; r++)
+                submit_ok(n, r, &c);
+        ck_assert_ptr_null(round_error(n, &s));
+        ck_assert_int_eq(s->ops[0]->kind, HVD__KIND__KIND_ALLREDUCE);
+        ck_assert_int_eq(s->ops[0]->dtype, HVD_FLOAT32);
+        ck_assert_uint_eq(entry(s, 0, 0)->count, 4);
+        ck_assert_uint_eq(entry(s, 0, 0)->n_shape, 2);
+        hvd_negotiator_schedule_free(&s);
+        hvd_negotiator_destroy(&n);
+}
+END_TEST
+
 static Suite *negotiate_suite(void) {
         Suite *s = suite_create("negotiate");
         TCase *tc = tcase_create("schedule");
         tcase_add_test(tc, test_negotiate_schedule_only_when_all_ready);
         tcase_add_test(tc, test_negotiate_shared_whole_nodes);
+        tcase_add_test(tc, test_negotiate_node_parameter_sets);
         tcase_add_test(tc, test_negotiate_scalar_by_name_again);
         tcase_add_test(tc, test_negotiate_seq_numbers);
         tcase_add_test(tc, test_negotiate_ready_order_preserved);
