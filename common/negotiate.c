@@ -68,6 +68,7 @@ typedef struct tensor {
          * of them, so equal indices mean equal parameters; var[0] is "none
          * yet" and a set no rank refers to any more is reused. */
         uint32_t *pref;     /* [size], or NULL while no rank has its own */
+        uint32_t n_var_nodes; /* nodes whose ranks share one set (node_state_t.var) */
         params_t *var;      /* [n_var] */
         uint32_t *var_refs; /* [n_var]: ranks that refer to each */
         uint32_t *var_free; /* unused indices */
@@ -128,7 +129,7 @@ static inline bool node_ready(const hvd_negotiator_t *n, const tensor_t *t, uint
 
 /* The index of rank r's last parameters for t (0: none yet). */
 static inline uint32_t rank_var(const hvd_negotiator_t *n, const tensor_t *t, uint32_t r) {
-        if (n->nst) {
+        if (t->n_var_nodes) {
                 uint32_t v = NODE(n, t, n->node_of[r])->var;
                 if (v)
                         return v;
@@ -466,16 +467,16 @@ static void var_unref(tensor_t *t, uint32_t v) {
         var_unref_n(t, v, 1);
 }
 
-/* rank's parameters become var[v]; -ENOMEM without memory for pref[] */
-static int rank_set_var(hvd_negotiator_t *n, tensor_t *t, uint32_t rank, uint32_t v) {
+/* rank's parameters become var[v] (ns: the state of its node c, or NULL
+ * without nodes); -ENOMEM without memory for pref[] */
+static int rank_set_var(hvd_negotiator_t *n, tensor_t *t, uint32_t rank, uint32_t v, node_state_t *ns, uint32_t c) {
         if (!t->pref && !(t->pref = calloc(n->size, sizeof *t->pref)))
                 return -ENOMEM;
-        node_state_t *ns = n->nst ? NODE(n, t, n->node_of[rank]) : NULL;
         if (ns && ns->var) { /* its node's ranks each keep the set they shared */
-                uint32_t c = n->node_of[rank];
                 for (uint32_t k = n->node_first[c]; k < n->node_first[c + 1]; k++)
                         t->pref[n->node_list[k]] = ns->var;
                 ns->var = 0;
+                t->n_var_nodes--;
         }
         uint32_t old = t->pref[rank];
         t->var_refs[v]++;
@@ -492,12 +493,14 @@ static void node_set_var(hvd_negotiator_t *n, tensor_t *t, uint32_t c, node_stat
         t->var_refs[v] += size_c; /* first: a rank may have had var[v] itself */
         if (ns->var)
                 var_unref_n(t, ns->var, size_c);
-        else if (t->pref)
-                for (uint32_t k = n->node_first[c]; k < n->node_first[c + 1]; k++) {
+        else {
+                t->n_var_nodes++;
+                for (uint32_t k = n->node_first[c]; t->pref && k < n->node_first[c + 1]; k++) {
                         uint32_t r = n->node_list[k];
                         var_unref(t, t->pref[r]);
                         t->pref[r] = 0;
                 }
+        }
         ns->var = v;
         ns->valid = size_c;
 }
@@ -602,8 +605,8 @@ static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_r
                         k += size_c - 1;
                         continue;
                 }
-                bool was_valid = rank_var(n, t, rank) != 0;
-                if (rank_set_var(n, t, rank, v) < 0) {
+                bool was_valid = (ns && ns->var) || (t->pref && t->pref[rank]);
+                if (rank_set_var(n, t, rank, v, ns, ns_node) < 0) {
                         snprintf(err, err_len, "out of memory");
                         ret = -ENOMEM;
                         continue;
@@ -805,15 +808,16 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
         }
         uint32_t va = rank_var(n, t, ref), ok = va; /* parameter sets known equal to a's */
         bool all = t->n_ready == n->size;
-        /* every node shared a's parameters: nothing to compare rank by rank */
-        bool alike = n->nst != NULL;
+        /* every node shared a's parameters: nothing to compare rank by rank;
+         * none shared any: each rank's are in pref[] */
+        bool own = t->n_var_nodes == 0, alike = n->nst && t->n_var_nodes == n->n_nodes;
         for (uint32_t c = 0; alike && c < n->n_nodes; c++)
                 alike = NODE(n, t, c)->var == va;
         for (uint32_t r = 0; !alike && r < n->size; r++) {
                 if (r == ref || (!all && !is_ready(n, t, r)))
                         continue;
                 /* ranks whose requests a node forwarded once share a set */
-                uint32_t vb = rank_var(n, t, r);
+                uint32_t vb = own ? t->pref[r] : rank_var(n, t, r);
                 if (vb == va || vb == ok)
                         continue;
                 const params_t *b = &t->var[vb];
