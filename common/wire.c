@@ -18,6 +18,7 @@
 
 #include "hvd.h"
 #include "reduce.h"
+#include "strmap.h"
 #include "util.h"
 #include "wire.h"
 
@@ -178,6 +179,395 @@ int hvd_wire_decode(const void *buf, size_t len, size_t budget_bytes, Hvd__Envel
         }
         *ret = env;
         return 0;
+}
+
+/* ---- copies, and a memo of decoded requests ---- */
+
+/* Sets every pointer field of m (a byte copy of a message) to nothing, so
+ * that protobuf_c_message_free_unpacked() frees only what is filled in. */
+static void dup_clear(ProtobufCMessage *m) {
+        const ProtobufCMessageDescriptor *d = m->descriptor;
+        char *mm = (char *) m;
+        m->n_unknown_fields = 0;
+        m->unknown_fields = NULL;
+        for (unsigned i = 0; i < d->n_fields; i++) {
+                const ProtobufCFieldDescriptor *f = &d->fields[i];
+                void *p = mm + f->offset;
+                /* a oneof's members share their place: the one set counts */
+                if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) && *(const uint32_t *) (mm + f->quantifier_offset) != f->id)
+                        continue;
+                if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+                        *(size_t *) (mm + f->quantifier_offset) = 0;
+                        *(void **) p = NULL;
+                } else if (f->type == PROTOBUF_C_TYPE_STRING)
+                        *(const void **) p = f->default_value;
+                else if (f->type == PROTOBUF_C_TYPE_MESSAGE)
+                        *(void **) p = NULL;
+                else if (f->type == PROTOBUF_C_TYPE_BYTES)
+                        *(ProtobufCBinaryData *) p = (ProtobufCBinaryData){ 0 };
+        }
+}
+
+static bool dup_value(const ProtobufCFieldDescriptor *f, void *dst, const void *src);
+
+ProtobufCMessage *hvd_wire_dup(const ProtobufCMessage *m) {
+        if (!m || m->n_unknown_fields)
+                return NULL;
+        const ProtobufCMessageDescriptor *d = m->descriptor;
+        ProtobufCMessage *c = malloc(d->sizeof_message);
+        if (!c)
+                return NULL;
+        memcpy(c, m, d->sizeof_message);
+        dup_clear(c);
+        const char *mm = (const char *) m;
+        char *cc = (char *) c;
+        for (unsigned i = 0; i < d->n_fields; i++) {
+                const ProtobufCFieldDescriptor *f = &d->fields[i];
+                if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+                    *(const uint32_t *) (mm + f->quantifier_offset) != f->id)
+                        continue;
+                if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+                        size_t n = *(const size_t *) (mm + f->quantifier_offset), es = elem_size(f->type);
+                        const char *from = *(char *const *) (mm + f->offset);
+                        if (!n)
+                                continue;
+                        char *to = calloc(n, es);
+                        if (!to)
+                                goto fail;
+                        *(void **) (cc + f->offset) = to;
+                        for (size_t k = 0; k < n; k++) {
+                                if (!dup_value(f, to + k * es, from + k * es))
+                                        goto fail;
+                                *(size_t *) (cc + f->quantifier_offset) = k + 1;
+                        }
+                } else if ((f->type == PROTOBUF_C_TYPE_STRING || f->type == PROTOBUF_C_TYPE_MESSAGE ||
+                            f->type == PROTOBUF_C_TYPE_BYTES) &&
+                           !dup_value(f, cc + f->offset, mm + f->offset))
+                        goto fail;
+        }
+        return c;
+fail:
+        protobuf_c_message_free_unpacked(c, NULL);
+        return NULL;
+}
+
+/* One value of field f (an element, for a repeated one): strings, bytes
+ * and messages are copied, anything else is already. */
+static bool dup_value(const ProtobufCFieldDescriptor *f, void *dst, const void *src) {
+        switch (f->type) {
+        case PROTOBUF_C_TYPE_STRING: {
+                const char *s = *(char *const *) src;
+                /* a string left at its default is the descriptor's, not the message's */
+                if (!s || (f->label != PROTOBUF_C_LABEL_REPEATED && (const void *) s == f->default_value))
+                        *(const char **) dst = s;
+                else if (!(*(char **) dst = strdup(s)))
+                        return false;
+                return true;
+        }
+        case PROTOBUF_C_TYPE_BYTES: {
+                const ProtobufCBinaryData *b = src;
+                ProtobufCBinaryData *o = dst;
+                *o = (ProtobufCBinaryData){ 0 };
+                if (!b->len)
+                        return true;
+                if (!(o->data = malloc(b->len)))
+                        return false;
+                memcpy(o->data, b->data, b->len);
+                o->len = b->len;
+                return true;
+        }
+        case PROTOBUF_C_TYPE_MESSAGE: {
+                const ProtobufCMessage *sm = *(ProtobufCMessage *const *) src;
+                *(ProtobufCMessage **) dst = NULL;
+                return !sm || (*(ProtobufCMessage **) dst = hvd_wire_dup(sm)) != NULL;
+        }
+        default:
+                memcpy(dst, src, elem_size(f->type));
+                return true;
+        }
+}
+
+struct hvd_wire_memo {
+        hvd_strmap_t *map; /* a request's wire bytes -> its decoded copy */
+        size_t max_entries;
+        hvd_wire_memo_stats_t stats;
+};
+
+static void memo_clear(hvd_wire_memo_t *m) {
+        size_t it = 0;
+        const void *k;
+        size_t kl;
+        void *v;
+        while (hvd_strmap_next(m->map, &it, &k, &kl, &v))
+                protobuf_c_message_free_unpacked(v, NULL);
+        hvd_strmap_destroy(&m->map);
+}
+
+hvd_wire_memo_t *hvd_wire_memo_new(size_t max_entries) {
+        hvd_wire_memo_t *m = calloc(1, sizeof *m);
+        if (!m || !(m->map = hvd_strmap_new())) {
+                free(m);
+                return NULL;
+        }
+        m->max_entries = max_entries ? max_entries : 1;
+        return m;
+}
+
+void hvd_wire_memo_free(hvd_wire_memo_t **mp) {
+        if (!mp || !*mp)
+                return;
+        memo_clear(*mp);
+        free(*mp);
+        *mp = NULL;
+}
+
+void hvd_wire_memo_get_stats(const hvd_wire_memo_t *m, hvd_wire_memo_stats_t *st) {
+        *st = m->stats;
+        st->entries = hvd_strmap_size(m->map);
+}
+
+/* protobuf's wire format, as far as finding a Ready's requests needs */
+static bool rd_varint(const uint8_t **p, const uint8_t *end, uint64_t *v) {
+        uint64_t r = 0;
+        for (unsigned s = 0; s < 64 && *p < end; s += 7) {
+                uint8_t b = *(*p)++;
+                r |= (uint64_t) (b & 0x7f) << s;
+                if (!(b & 0x80)) {
+                        *v = r;
+                        return true;
+                }
+        }
+        return false;
+}
+
+static size_t varint_size(uint64_t v) {
+        size_t n = 1;
+        while (v >= 0x80) {
+                v >>= 7;
+                n++;
+        }
+        return n;
+}
+
+static uint8_t *wr_varint(uint8_t *p, uint64_t v) {
+        while (v >= 0x80) {
+                *p++ = (uint8_t) (v | 0x80);
+                v >>= 7;
+        }
+        *p++ = (uint8_t) v;
+        return p;
+}
+
+/* Reads one field: its number, wire type, and where its value lies
+ * ([*val, *next); for a length-delimited one, its bytes without the
+ * length). False on anything this reader does not take (groups, a field
+ * past the end, a length or tag not in its shortest form). */
+static bool rd_field(const uint8_t **p, const uint8_t *end, uint32_t *num, unsigned *wt, const uint8_t **val) {
+        const uint8_t *tag_at = *p;
+        uint64_t tag, v;
+        if (!rd_varint(p, end, &tag) || (size_t) (*p - tag_at) != varint_size(tag) || tag >> 3 == 0 ||
+            tag >> 3 > UINT32_MAX)
+                return false;
+        *num = (uint32_t) (tag >> 3);
+        *wt = (unsigned) (tag & 7);
+        switch (*wt) {
+        case 0:
+                *val = *p;
+                return rd_varint(p, end, &v);
+        case 1:
+        case 5: {
+                size_t n = *wt == 1 ? 8 : 4;
+                if ((size_t) (end - *p) < n)
+                        return false;
+                *val = *p;
+                *p += n;
+                return true;
+        }
+        case 2: {
+                const uint8_t *len_at = *p;
+                if (!rd_varint(p, end, &v) || (size_t) (*p - len_at) != varint_size(v) || v > (uint64_t) (end - *p))
+                        return false;
+                *val = *p;
+                *p += v;
+                return true;
+        }
+        default:
+                return false;
+        }
+}
+
+#define ENVELOPE_READY_FIELD 12
+#define READY_REQUESTS_FIELD 2
+
+/* The memo's copies of a Ready's requests go where the frame had them. */
+typedef struct {
+        const uint8_t *at, *val, *end; /* the whole field, its bytes */
+        const Hvd__Request *hit;
+} slice_t;
+
+/* The requests of a just decoded Ready that the memo did not have are
+ * remembered (the memo starts afresh once full), each only when its bytes
+ * are what packing it gives: the frame's check of its packed size covers
+ * the frame as a whole, and a request the memo has is not part of what
+ * that check sees again. */
+static void memo_learn(hvd_wire_memo_t *m, const Hvd__Ready *q, const slice_t *sl, size_t n_sl) {
+        for (size_t i = 0; i < n_sl && i < q->n_requests; i++) {
+                if (sl[i].hit)
+                        continue;
+                const Hvd__Request *r = q->requests[i]; /* the frame's i-th */
+                size_t kl = (size_t) (sl[i].end - sl[i].val);
+                if (hvd_strmap_get(m->map, sl[i].val, kl) || protobuf_c_message_get_packed_size(&r->base) != kl)
+                        continue;
+                if (hvd_strmap_size(m->map) >= m->max_entries) {
+                        memo_clear(m);
+                        if (!(m->map = hvd_strmap_new()))
+                                return; /* hvd_wire_decode_memo() decodes plainly without one */
+                }
+                ProtobufCMessage *c = hvd_wire_dup(&r->base);
+                if (c && hvd_strmap_put(m->map, sl[i].val, kl, c) < 0)
+                        protobuf_c_message_free_unpacked(c, NULL);
+        }
+}
+
+/* hvd_wire_decode_memo() once it found the frame's Ready [rd_at, rd_end)
+ * (its bytes from rd_val) and room for a slice per request in sl. */
+static int memo_decode(const void *buf, size_t len, size_t budget_bytes, hvd_wire_memo_t *memo,
+                       const uint8_t *rd_at, const uint8_t *rd_val, const uint8_t *rd_end, slice_t *sl,
+                       Hvd__Envelope **ret, char *err, size_t err_len) {
+        const uint8_t *p, *end = (const uint8_t *) buf + len, *val;
+        uint32_t num;
+        unsigned wt;
+        size_t n_sl = 0, n_hit = 0, hit_bytes = 0;
+        for (p = rd_val; p < rd_end;) {
+                const uint8_t *at = p;
+                if (!rd_field(&p, rd_end, &num, &wt, &val))
+                        return hvd_wire_decode(buf, len, budget_bytes, ret, err, err_len);
+                if (num != READY_REQUESTS_FIELD)
+                        continue;
+                if (wt != 2)
+                        return hvd_wire_decode(buf, len, budget_bytes, ret, err, err_len);
+                const Hvd__Request *hit = hvd_strmap_get(memo->map, val, (size_t) (p - val));
+                sl[n_sl++] = (slice_t){ .at = at, .val = val, .end = p, .hit = hit };
+                if (hit) {
+                        n_hit++;
+                        hit_bytes += (size_t) (p - at);
+                }
+        }
+        int r;
+        if (!n_hit) {
+                if ((r = hvd_wire_decode(buf, len, budget_bytes, ret, err, err_len)) == 0 &&
+                    (*ret)->body_case == HVD__ENVELOPE__BODY_READY) {
+                        memo->stats.parsed += (*ret)->ready->n_requests;
+                        memo_learn(memo, (*ret)->ready, sl, n_sl);
+                }
+                return r;
+        }
+        /* the frame without the requests the memo has: the Ready's length
+         * shrinks by theirs (and its own length's size may) */
+        size_t rd_len = (size_t) (rd_end - rd_val), new_rd = rd_len - hit_bytes;
+        size_t out_len = len - (size_t) (rd_end - rd_at) + 1 + varint_size(new_rd) + new_rd;
+        uint8_t *out = malloc(out_len ? out_len : 1), *o = out;
+        if (!out) {
+                snprintf(err, err_len, "out of memory");
+                return -ENOMEM;
+        }
+        memcpy(o, buf, (size_t) (rd_at - (const uint8_t *) buf));
+        o += rd_at - (const uint8_t *) buf;
+        *o++ = ENVELOPE_READY_FIELD << 3 | 2;
+        o = wr_varint(o, new_rd);
+        const uint8_t *from = rd_val;
+        for (size_t i = 0; i < n_sl; i++) {
+                if (!sl[i].hit)
+                        continue;
+                memcpy(o, from, (size_t) (sl[i].at - from));
+                o += sl[i].at - from;
+                from = sl[i].end;
+        }
+        memcpy(o, from, (size_t) (rd_end - from));
+        o += rd_end - from;
+        memcpy(o, rd_end, (size_t) (end - rd_end));
+        o += end - rd_end;
+        /* a Ready's tag is one byte; a longer one in the frame would have
+         * been refused by rd_field() */
+        r = hvd_wire_decode(out, (size_t) (o - out), budget_bytes ? budget_bytes : len * 8 + 65536, ret, err, err_len);
+        free(out);
+        if (r < 0) /* refused: in the frame's own words */
+                return hvd_wire_decode(buf, len, budget_bytes, ret, err, err_len);
+        Hvd__Ready *q = (*ret)->ready;
+        if ((*ret)->body_case != HVD__ENVELOPE__BODY_READY || q->n_requests + n_hit != n_sl) {
+                hvd_wire_free(ret); /* cannot be: the same frame, plainly */
+                return hvd_wire_decode(buf, len, budget_bytes, ret, err, err_len);
+        }
+        Hvd__Request **all = calloc(n_sl, sizeof *all);
+        if (!all) {
+                hvd_wire_free(ret);
+                snprintf(err, err_len, "out of memory");
+                return -ENOMEM;
+        }
+        size_t k = 0;
+        bool ok = true;
+        for (size_t i = 0; i < n_sl; i++) {
+                if (!sl[i].hit)
+                        all[i] = q->requests[k++];
+                else if (ok)
+                        ok = (all[i] = (Hvd__Request *) hvd_wire_dup(&sl[i].hit->base)) != NULL;
+        }
+        free(q->requests);
+        q->requests = all;
+        q->n_requests = n_sl; /* the copies not made are NULL, freed as none */
+        if (!ok) {
+                hvd_wire_free(ret);
+                snprintf(err, err_len, "out of memory");
+                return -ENOMEM;
+        }
+        memo->stats.copied += n_hit;
+        memo->stats.parsed += n_sl - n_hit;
+        memo_learn(memo, q, sl, n_sl);
+        return 0;
+}
+
+int hvd_wire_decode_memo(const void *buf, size_t len, size_t budget_bytes, hvd_wire_memo_t *memo,
+                         Hvd__Envelope **ret, char *err, size_t err_len) {
+        if (!memo || !memo->map)
+                return hvd_wire_decode(buf, len, budget_bytes, ret, err, err_len);
+        /* where the Ready and its requests are; anything unusual decodes
+         * plainly, which then says what is wrong with it */
+        const uint8_t *p = buf, *end = p + len, *rd_at = NULL, *rd_val = NULL, *rd_end = NULL, *val;
+        uint32_t num;
+        unsigned wt;
+        while (p < end) {
+                const uint8_t *at = p;
+                if (!rd_field(&p, end, &num, &wt, &val))
+                        return hvd_wire_decode(buf, len, budget_bytes, ret, err, err_len);
+                if (num == ENVELOPE_READY_FIELD && wt == 2) {
+                        if (rd_at) /* merged Readys */
+                                return hvd_wire_decode(buf, len, budget_bytes, ret, err, err_len);
+                        rd_at = at;
+                        rd_val = val;
+                        rd_end = p;
+                }
+        }
+        if (!rd_at)
+                return hvd_wire_decode(buf, len, budget_bytes, ret, err, err_len);
+        /* its requests: counted, then found (a Ready holds at most
+         * HVD_WIRE_MAX_REQUESTS; more are refused plainly) */
+        size_t n_req = 0;
+        for (p = rd_val; p < rd_end;) {
+                if (!rd_field(&p, rd_end, &num, &wt, &val))
+                        return hvd_wire_decode(buf, len, budget_bytes, ret, err, err_len);
+                n_req += num == READY_REQUESTS_FIELD;
+        }
+        if (n_req > HVD_WIRE_MAX_REQUESTS)
+                return hvd_wire_decode(buf, len, budget_bytes, ret, err, err_len);
+        slice_t small[64], *sl = n_req <= ELEMENTSOF(small) ? small : malloc(n_req * sizeof *sl);
+        if (!sl) {
+                snprintf(err, err_len, "out of memory");
+                return -ENOMEM;
+        }
+        int r = memo_decode(buf, len, budget_bytes, memo, rd_at, rd_val, rd_end, sl, ret, err, err_len);
+        if (sl != small)
+                free(sl);
+        return r;
 }
 
 void hvd_wire_free(Hvd__Envelope **env) {

@@ -66,6 +66,9 @@
 #define EXIT_GRACE_USEC (100 * USEC_PER_MSEC)
 #define BOARD_KEEP 64 /* schedules kept for the other ranks should local rank 0 leave */
 #define RECV_BATCH 512
+/* requests a host's ranks sent lately, kept by their bytes so that the
+ * same request from the next rank is copied, not parsed (hvd_wire_memo) */
+#define MEMO_ENTRIES 4096
 /* A connection that has not finished its ZMTP (and ZAP, CURVE) handshake
  * within this is closed; libzmq's default is 30 s. */
 #define HANDSHAKE_MSEC 5000
@@ -327,6 +330,7 @@ struct hvd_daemon {
         hvd_strmap_t *jobs;    /* job id → job_t */
         hvd_strmap_t *workers; /* routing id → worker_t */
         hvd_strmap_t *peers;   /* root endpoint → peer_t */
+        hvd_wire_memo_t *memo; /* the workers' requests decoded lately, by their bytes */
         void *peer_sock;       /* ROUTER on cfg.peer_listen, or NULL */
         hvd_zap_t *zap;        /* ZAP handler, CURVE keys */
         char peer_ep[256];
@@ -2386,7 +2390,7 @@ typedef struct fed_frame {
 static __thread fed_frame_t *fed;
 
 static int fed_recv(uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
-                    size_t err_len, char *peer, size_t peer_len) {
+                    size_t err_len, char *peer, size_t peer_len, hvd_wire_memo_t *memo) {
         if (fed->taken)
                 return 0;
         fed->taken = true;
@@ -2401,7 +2405,7 @@ static int fed_recv(uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env,
         }
         if (uid)
                 *uid = fed->uid;
-        int r = hvd_wire_decode(fed->data, fed->len, 0, env, err, err_len);
+        int r = hvd_wire_decode_memo(fed->data, fed->len, 0, memo, env, err, err_len);
         return r < 0 ? r : 1;
 }
 
@@ -2423,9 +2427,9 @@ static int msg_recv(zmq_msg_t *msg, void *sock) {
  * the socket is drained, or < 0 (the message was refused; err says why and
  * the id is filled, so the sender can be told). */
 static int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid,
-                          char *err, size_t err_len, char *peer, size_t peer_len) {
+                          char *err, size_t err_len, char *peer, size_t peer_len, hvd_wire_memo_t *memo) {
         if (fed)
-                return fed_recv(id, id_len, env, uid, err, err_len, peer, peer_len);
+                return fed_recv(id, id_len, env, uid, err, err_len, peer, peer_len, memo);
         for (;;) {
                 int n = zmq_recv(sock, id, 256, ZMQ_DONTWAIT);
                 if (n < 0)
@@ -2458,7 +2462,7 @@ static int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hv
                 }
                 if (uid && hvd_zap_msg_uid(&msg, uid) < 0)
                         *uid = (uid_t) -1;
-                int r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, env, err, err_len);
+                int r = hvd_wire_decode_memo(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, memo, env, err, err_len);
                 zmq_msg_close(&msg);
                 return r < 0 ? r : 1;
         }
@@ -2466,7 +2470,7 @@ static int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hv
 
 static int router_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid,
                        char *err, size_t err_len) {
-        return router_recv_ex(sock, id, id_len, env, uid, err, err_len, NULL, 0);
+        return router_recv_ex(sock, id, id_len, env, uid, err, err_len, NULL, 0, NULL);
 }
 
 static void count_message(hvd_daemon_t *d, int sock, int r, const Hvd__Envelope *env) {
@@ -2582,7 +2586,8 @@ static void handle_worker_socket(hvd_daemon_t *d) {
                 Hvd__Envelope *env = NULL;
                 char err[512];
                 uid_t uid = (uid_t) -1;
-                int r = router_recv(d->worker_sock, id, &id_len, &env, &uid, err, sizeof err);
+                /* a host's ranks send a first step's requests alike: parsed once */
+                int r = router_recv_ex(d->worker_sock, id, &id_len, &env, &uid, err, sizeof err, NULL, 0, d->memo);
                 if (r == 0)
                         return;
                 worker_t *w = hvd_strmap_get(d->workers, id, id_len);
@@ -3363,6 +3368,10 @@ static int render_metrics(void *userdata, char **body, size_t *len) {
                 else
                         g.peers_idle++;
         }
+        hvd_wire_memo_stats_t ms;
+        hvd_wire_memo_get_stats(d->memo, &ms);
+        d->metrics.requests_copied = ms.copied;
+        d->metrics.requests_parsed = ms.parsed;
         return hvd_metrics_render(&d->metrics, &g, body, len);
 }
 
@@ -3451,7 +3460,8 @@ static void handle_control_socket(hvd_daemon_t *d) {
                 Hvd__Envelope *env = NULL;
                 char err[512], peer[256];
                 uid_t uid = (uid_t) -1;
-                int r = router_recv_ex(d->control_sock, id, &id_len, &env, &uid, err, sizeof err, peer, sizeof peer);
+                int r = router_recv_ex(d->control_sock, id, &id_len, &env, &uid, err, sizeof err, peer, sizeof peer,
+                                       NULL);
                 if (r == 0)
                         return;
                 count_message(d, HVD_METRICS_SOCK_CONTROL, r, env);
@@ -5426,10 +5436,11 @@ int hvd_daemon_new(const hvd_daemon_config_t *cfg, hvd_daemon_t **ret) {
         d->jobs = hvd_strmap_new();
         d->workers = hvd_strmap_new();
         d->peers = hvd_strmap_new();
+        d->memo = hvd_wire_memo_new(MEMO_ENTRIES);
         d->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         d->pid_epfd = epoll_create1(EPOLL_CLOEXEC);
         d->zctx = zmq_ctx_new();
-        if (!d->jobs || !d->workers || !d->peers || d->stop_fd < 0 || d->pid_epfd < 0 || !d->zctx) {
+        if (!d->jobs || !d->workers || !d->peers || !d->memo || d->stop_fd < 0 || d->pid_epfd < 0 || !d->zctx) {
                 r = -ENOMEM;
                 goto fail;
         }
@@ -5531,6 +5542,7 @@ void hvd_daemon_destroy(hvd_daemon_t **dp) {
                 }
         }
         hvd_strmap_destroy(&d->peers);
+        hvd_wire_memo_free(&d->memo);
         hvd_http_destroy(&d->http);
         hvd_zap_stop_monitor(d->zap);
         if (d->peer_sock) {

@@ -196,6 +196,12 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
                 m->relay_group_ids);
         counter(&b, "hvd_schedule_repeats_total", "Schedules sent as a repeat of one kept by key (a few bytes).",
                 m->schedule_repeats);
+        head(&b, "hvd_worker_requests_decoded_total", "counter",
+             "Requests by name in local workers' readiness messages: copied from those decoded lately with the same "
+             "bytes (another local rank's, a first step), or parsed.");
+        sb_printf(&b, "hvd_worker_requests_decoded_total{how=\"copied\"} %" PRIu64
+                      "\nhvd_worker_requests_decoded_total{how=\"parsed\"} %" PRIu64 "\n",
+                  m->requests_copied, m->requests_parsed);
         counter(&b, "hvd_log_level_changes_total", "Run-time log level changes (hvdctl log-level).",
                 m->log_level_changes);
         histogram(&b, "hvd_negotiation_latency_seconds",

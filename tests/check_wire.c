@@ -358,6 +358,269 @@ START_TEST(test_wire_equal) {
 }
 END_TEST
 
+/* a deep copy packs alike and shares no memory with the original */
+START_TEST(test_wire_dup) {
+        one_req_t o;
+        one_req_init(&o, "grad.fc1.weight");
+        o.req.splits = o.splits;
+        o.req.n_splits = 2;
+        o.splits[0] = 1;
+        o.splits[1] = 5;
+        uint32_t set[] = { 0, 2, 5 };
+        o.req.process_set = 3;
+        o.req.set_ranks = set;
+        o.req.n_set_ranks = 3;
+        o.req.group_id = 4;
+        o.req.group_size = 2;
+        uint32_t cached[] = { 7, 9 };
+        o.ready.cached = cached;
+        o.ready.n_cached = 2;
+        o.ready.epoch = 11;
+        Hvd__Envelope *d = decode_ok(pack(&o.env));
+        Hvd__Request *q = (Hvd__Request *) hvd_wire_dup(&d->ready->requests[0]->base);
+        ck_assert_ptr_nonnull(q);
+        equal_as_packed(&q->base, &d->ready->requests[0]->base, true);
+        ck_assert_ptr_ne(q->name, d->ready->requests[0]->name);
+        ck_assert_ptr_ne(q->shape, d->ready->requests[0]->shape);
+        q->shape[0] = 99;
+        q->set_ranks[1] = 1;
+        ck_assert_int_eq(d->ready->requests[0]->shape[0], 2);
+        ck_assert_uint_eq(d->ready->requests[0]->set_ranks[1], 2);
+        protobuf_c_message_free_unpacked(&q->base, NULL);
+        /* the whole envelope: a oneof, a message inside, repeated ids */
+        Hvd__Envelope *e = (Hvd__Envelope *) hvd_wire_dup(&d->base);
+        ck_assert_ptr_nonnull(e);
+        equal_as_packed(&e->base, &d->base, true);
+        ck_assert_ptr_ne(e->ready, d->ready);
+        hvd_wire_free(&e);
+        /* fields left at their defaults: an empty name stays the default */
+        Hvd__Request empty = HVD__REQUEST__INIT;
+        q = (Hvd__Request *) hvd_wire_dup(&empty.base);
+        ck_assert_ptr_nonnull(q);
+        equal_as_packed(&q->base, &empty.base, true);
+        protobuf_c_message_free_unpacked(&q->base, NULL);
+        ck_assert_ptr_null(hvd_wire_dup(NULL));
+        hvd_wire_free(&d);
+}
+END_TEST
+
+/* ---- the memo of decoded requests ---- */
+
+/* A request named name with an n-element shape of dims 1..n, packed alone. */
+static packed_t request_bytes(const char *name, size_t n) {
+        Hvd__Request q = HVD__REQUEST__INIT;
+        int64_t shape[8];
+        for (size_t i = 0; i < n; i++)
+                shape[i] = (int64_t) i + 1;
+        q.name = (char *) name;
+        q.kind = HVD__KIND__KIND_ALLREDUCE;
+        q.dtype = HVD_FLOAT32;
+        q.device = HVD_DEVICE_CPU;
+        q.prescale = q.postscale = 1.0;
+        q.shape = shape;
+        q.n_shape = n;
+        packed_t p = { .len = hvd__request__get_packed_size(&q) };
+        p.buf = malloc(p.len);
+        ck_assert_ptr_nonnull(p.buf);
+        hvd__request__pack(&q, p.buf);
+        return p;
+}
+
+static size_t put_len(uint8_t *b, uint64_t v, bool padded) {
+        size_t n = 0;
+        while (v >= 0x80) {
+                b[n++] = (uint8_t) (v | 0x80);
+                v >>= 7;
+        }
+        if (padded) { /* one byte longer than it needs to be */
+                b[n++] = (uint8_t) (v | 0x80);
+                v = 0;
+        }
+        b[n++] = (uint8_t) v;
+        return n;
+}
+
+/* An Envelope frame of a Ready (epoch 5, cached id 3) of the requests
+ * reqs[0..n), laid out by hand: reqs[pad]'s length (if pad < n) one byte
+ * longer than its shortest form. */
+static packed_t ready_frame(const packed_t *reqs, size_t n, size_t pad) {
+        size_t body = 2 + 3; /* epoch, then cached packed: 0x1a 0x01 0x03 */
+        for (size_t i = 0; i < n; i++)
+                body += 1 + 10 + reqs[i].len;
+        uint8_t *rd = malloc(body), *b = rd;
+        ck_assert_ptr_nonnull(rd);
+        *b++ = 0x08;
+        *b++ = 5;
+        for (size_t i = 0; i < n; i++) {
+                *b++ = 0x12;
+                b += put_len(b, reqs[i].len, i == pad);
+                memcpy(b, reqs[i].buf, reqs[i].len);
+                b += reqs[i].len;
+        }
+        *b++ = 0x1a;
+        *b++ = 0x01;
+        *b++ = 0x03;
+        size_t rd_len = (size_t) (b - rd);
+        packed_t f = { .buf = malloc(rd_len + 16) };
+        ck_assert_ptr_nonnull(f.buf);
+        uint8_t *o = f.buf;
+        *o++ = 0x08;
+        o += put_len(o, HVD_PROTOCOL_VERSION, false);
+        *o++ = 12 << 3 | 2;
+        o += put_len(o, rd_len, false);
+        memcpy(o, rd, rd_len);
+        f.len = (size_t) (o - f.buf) + rd_len;
+        free(rd);
+        return f;
+}
+
+/* Decodes f with the memo and plainly: the same message or the same
+ * error. Returns the memo's message (NULL on error: *code, err). */
+static Hvd__Envelope *decode_both(hvd_wire_memo_t *m, packed_t f, int *code, char *err, size_t err_len) {
+        Hvd__Envelope *a = NULL, *b = NULL;
+        char eb[512] = "";
+        int ra = hvd_wire_decode_memo(f.buf, f.len, 0, m, &a, err, err_len);
+        int rb = hvd_wire_decode(f.buf, f.len, 0, &b, eb, sizeof eb);
+        ck_assert_int_eq(ra, rb);
+        *code = ra;
+        if (ra < 0) {
+                ck_assert_str_eq(err, eb);
+                return NULL;
+        }
+        /* packed alike (hvd_wire_equal never holds with unknown fields) */
+        size_t la = protobuf_c_message_get_packed_size(&a->base), lb = protobuf_c_message_get_packed_size(&b->base);
+        ck_assert_uint_eq(la, lb);
+        uint8_t *pa = malloc(la + 1), *pb = malloc(lb + 1);
+        protobuf_c_message_pack(&a->base, pa);
+        protobuf_c_message_pack(&b->base, pb);
+        ck_assert(memcmp(pa, pb, la) == 0);
+        free(pa);
+        free(pb);
+        hvd_wire_free(&b);
+        return a;
+}
+
+static void memo_expect(const hvd_wire_memo_t *m, uint64_t copied, uint64_t parsed, size_t entries) {
+        hvd_wire_memo_stats_t st;
+        hvd_wire_memo_get_stats(m, &st);
+        ck_assert_uint_eq(st.copied, copied);
+        ck_assert_uint_eq(st.parsed, parsed);
+        ck_assert_uint_eq(st.entries, entries);
+}
+
+START_TEST(test_wire_decode_memo) {
+        packed_t a = request_bytes("grad.a", 2), bq = request_bytes("grad.b", 1), c = request_bytes("grad.c", 4),
+                 d = request_bytes("grad.d", 3), e = request_bytes("grad.e", 0);
+        hvd_wire_memo_t *m = hvd_wire_memo_new(64);
+        ck_assert_ptr_nonnull(m);
+        char err[512];
+        int code;
+        packed_t first[] = { a, bq, c }, second[] = { d, bq, e, a };
+        packed_t f = ready_frame(first, 3, SIZE_MAX);
+        Hvd__Envelope *env = decode_both(m, f, &code, err, sizeof err);
+        ck_assert_ptr_nonnull(env);
+        memo_expect(m, 0, 3, 3);
+        hvd_wire_free(&env);
+        /* the same requests again: copied, not parsed */
+        env = decode_both(m, f, &code, err, sizeof err);
+        memo_expect(m, 3, 3, 3);
+        ck_assert_uint_eq(env->ready->epoch, 5);
+        ck_assert_uint_eq(env->ready->n_cached, 1);
+        hvd_wire_free(&env);
+        free(f.buf);
+        /* some known, some not, in the frame's order */
+        f = ready_frame(second, 4, SIZE_MAX);
+        env = decode_both(m, f, &code, err, sizeof err);
+        memo_expect(m, 5, 5, 5);
+        ck_assert_uint_eq(env->ready->n_requests, 4);
+        ck_assert_str_eq(env->ready->requests[0]->name, "grad.d");
+        ck_assert_str_eq(env->ready->requests[1]->name, "grad.b");
+        ck_assert_str_eq(env->ready->requests[2]->name, "grad.e");
+        ck_assert_str_eq(env->ready->requests[3]->name, "grad.a");
+        ck_assert_uint_eq(env->ready->requests[3]->n_shape, 2);
+        hvd_wire_free(&env);
+        free(f.buf);
+        /* a known request's length not in its shortest form: refused as
+         * without the memo (the frame packs to fewer bytes) */
+        f = ready_frame(first, 3, 1);
+        ck_assert_ptr_null(decode_both(m, f, &code, err, sizeof err));
+        ck_assert_int_eq(code, HVD_EPROTO);
+        ck_assert_ptr_nonnull(strstr(err, "non-canonical"));
+        free(f.buf);
+        /* a new request with an embedded NUL beside known ones */
+        packed_t x = request_bytes("grad.xNy", 1);
+        uint8_t *nul = memmem(x.buf, x.len, "xNy", 3);
+        ck_assert_ptr_nonnull(nul);
+        nul[1] = 0;
+        packed_t third[] = { a, x, bq };
+        f = ready_frame(third, 3, SIZE_MAX);
+        ck_assert_ptr_null(decode_both(m, f, &code, err, sizeof err));
+        ck_assert_ptr_nonnull(strstr(err, "NUL"));
+        free(f.buf);
+        free(x.buf);
+        /* an unknown field in a request: decoded as ever, never remembered */
+        packed_t u = { .len = d.len + 3, .buf = malloc(d.len + 3) };
+        ck_assert_ptr_nonnull(u.buf);
+        memcpy(u.buf, d.buf, d.len);
+        memcpy(u.buf + d.len, "\xb8\x3e\x01", 3); /* field 999, varint 1 */
+        packed_t fourth[] = { u, a };
+        f = ready_frame(fourth, 2, SIZE_MAX);
+        for (int i = 0; i < 2; i++) {
+                env = decode_both(m, f, &code, err, sizeof err);
+                ck_assert_ptr_nonnull(env);
+                ck_assert_uint_eq(env->ready->requests[0]->base.n_unknown_fields, 1);
+                hvd_wire_free(&env);
+        }
+        memo_expect(m, 7, 7, 5);
+        free(f.buf);
+        free(u.buf);
+        /* more requests than a Ready may hold, all of them known */
+        size_t many = HVD_WIRE_MAX_REQUESTS + 1;
+        packed_t *lots = malloc(many * sizeof *lots);
+        ck_assert_ptr_nonnull(lots);
+        for (size_t i = 0; i < many; i++)
+                lots[i] = a;
+        f = ready_frame(lots, many, SIZE_MAX);
+        ck_assert_ptr_null(decode_both(m, f, &code, err, sizeof err));
+        ck_assert_ptr_nonnull(strstr(err, "too many requests"));
+        free(f.buf);
+        free(lots);
+        /* a full memo starts afresh; the results stay the same */
+        hvd_wire_memo_free(&m);
+        m = hvd_wire_memo_new(2);
+        f = ready_frame(second, 4, SIZE_MAX);
+        for (int i = 0; i < 3; i++) {
+                env = decode_both(m, f, &code, err, sizeof err);
+                ck_assert_ptr_nonnull(env);
+                ck_assert_str_eq(env->ready->requests[2]->name, "grad.e");
+                hvd_wire_free(&env);
+        }
+        hvd_wire_memo_stats_t st;
+        hvd_wire_memo_get_stats(m, &st);
+        ck_assert_uint_le(st.entries, 2);
+        ck_assert_uint_eq(st.copied + st.parsed, 12);
+        free(f.buf);
+        /* not a Ready, and no memo at all */
+        Hvd__Hello h = hello_base();
+        Hvd__Envelope he = env_of_hello(&h);
+        f = pack(&he);
+        env = decode_both(m, f, &code, err, sizeof err);
+        ck_assert_int_eq(env->body_case, HVD__ENVELOPE__BODY_HELLO);
+        hvd_wire_free(&env);
+        ck_assert_int_eq(hvd_wire_decode_memo(f.buf, f.len, 0, NULL, &env, err, sizeof err), 0);
+        hvd_wire_free(&env);
+        free(f.buf);
+        hvd_wire_memo_free(&m);
+        hvd_wire_memo_free(&m);
+        hvd_wire_memo_free(NULL);
+        free(a.buf);
+        free(bq.buf);
+        free(c.buf);
+        free(d.buf);
+        free(e.buf);
+}
+END_TEST
+
 START_TEST(test_wire_roundtrip_schedule) {
         int64_t rows[] = { 2, 0, 3 }, shape[] = { 2, 5 }, splits[] = { 1, 2, 2, 2 };
         uint32_t joined[] = { 1 };
@@ -1326,6 +1589,8 @@ static Suite *wire_suite(void) {
         tcase_add_test(tc, test_wire_roundtrip_welcome);
         tcase_add_test(tc, test_wire_roundtrip_ready);
         tcase_add_test(tc, test_wire_equal);
+        tcase_add_test(tc, test_wire_dup);
+        tcase_add_test(tc, test_wire_decode_memo);
         tcase_add_test(tc, test_wire_roundtrip_schedule);
         tcase_add_test(tc, test_wire_roundtrip_small_messages);
         tcase_add_test(tc, test_wire_relay);

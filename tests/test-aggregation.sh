@@ -117,8 +117,12 @@ echo "ok: $steps steps exact on 3 nodes; the other nodes' steady state reached t
 # keep a rank off a CPU): the second rank's names come over 1.2 s, so they
 # are shared only because the hold lasts while the ranks are still sending
 # (it would have run out 500 ms after rank 0's batch).
+# The second rank's requests are the first's, byte for byte: each daemon
+# copies them from what it decoded of the first rank's, without parsing them
+# again (hvd_worker_requests_decoded_total{how="copied"}).
 # first_steps TAG SCENARIO...: runs them on hosts a:2, b:2; shared_a and
-# shared_b: the requests the root (host a) and host b shared for both ranks
+# shared_b: the requests the root (host a) and host b shared for both ranks;
+# copied_a and copied_b: the requests each copied
 first_steps() {
         local tag=$1
         shift
@@ -131,6 +135,8 @@ first_steps() {
         wait_files 60 "$tmp/$tag.ready" || fail "the $tag job did not reach its hold point" "$(cat "$tmp/$tag.out")"
         shared_a=$("$hvdctl" -r "$(cat "$tmp/$tag.rt.0")" metrics | awk '$1 == "hvd_node_shared_requests_total" {print $2}')
         shared_b=$("$hvdctl" -r "$(cat "$tmp/$tag.rt.2")" metrics | awk '$1 == "hvd_node_shared_requests_total" {print $2}')
+        copied_a=$("$hvdctl" -r "$(cat "$tmp/$tag.rt.0")" metrics | awk '$1 == "hvd_worker_requests_decoded_total{how=\"copied\"}" {print $2}')
+        copied_b=$("$hvdctl" -r "$(cat "$tmp/$tag.rt.2")" metrics | awk '$1 == "hvd_worker_requests_decoded_total{how=\"copied\"}" {print $2}')
         touch "$tmp/$tag.go"
         wait $lp || fail "the $tag job failed" "$(cat "$tmp/$tag.out")"
         lp=
@@ -140,7 +146,9 @@ first_steps() {
         done
 }
 first_steps grp grouped
-base_a=${shared_a:-0} base_b=${shared_b:-0}
+base_a=${shared_a:-0} base_b=${shared_b:-0} cbase_a=${copied_a:-0} cbase_b=${copied_b:-0}
+[ "$cbase_a" -ge 8 ] && [ "$cbase_b" -ge 8 ] ||
+        fail "the daemons copied ${copied_a:-no} (root) and ${copied_b:-no} (host b) of the second rank's requests, expected the group's 8 at least"
 [ "$base_b" -ge 8 ] ||
         fail "host b's daemon forwarded $base_b requests once for both its ranks, expected the group's 8 at least"
 [ "$base_a" -ge 8 ] ||
@@ -151,7 +159,9 @@ first_steps stag grouped staggered
         fail "host b's daemon forwarded $((${shared_b:-0} - base_b)) of the staggered steps' 24 names once for both its ranks"
 [ $((${shared_a:-0} - base_a)) -ge 24 ] ||
         fail "the root daemon (host a) entered $((${shared_a:-0} - base_a)) of the staggered steps' 24 names once for both its ranks"
-echo "ok: a first step's new names went once for both ranks of each host, batched alike (grouped: root $base_a, host b $base_b requests shared) or not (24 more names: root $shared_a, host b $shared_b)"
+[ $((${copied_a:-0} - cbase_a)) -ge 24 ] && [ $((${copied_b:-0} - cbase_b)) -ge 24 ] ||
+        fail "the daemons copied $((${copied_a:-0} - cbase_a)) (root) and $((${copied_b:-0} - cbase_b)) (host b) of the staggered steps' 24 requests of the second rank"
+echo "ok: a first step's new names went once for both ranks of each host, batched alike (grouped: root $base_a, host b $base_b requests shared) or not (24 more names: root $shared_a, host b $shared_b); the second rank's were copied, not parsed (root $copied_a, host b $copied_b)"
 
 # a stall across nodes: rank 4 (host b, beside rank 3) stays away from a
 # cached tensor the others posted
