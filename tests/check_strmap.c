@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <stdbool.h>
 #include <string.h>
 
 #include "strmap.h"
@@ -181,6 +182,53 @@ START_TEST(test_strmap_churn) {
 }
 END_TEST
 
+/* Keys of every length up to 100 bytes, each differing from the others in
+ * one byte only (at its start, in its middle, in its last bytes), or only
+ * in their length (trailing NULs), each in a buffer of its own length
+ * exactly: the hash reads 16, 8 and fewer bytes at a time and must stay
+ * within the key (AddressSanitizer, valgrind), and every key is found. */
+START_TEST(test_strmap_every_length_and_byte) {
+        hvd_strmap_t *m = hvd_strmap_new();
+        ck_assert_ptr_nonnull(m);
+        static unsigned char keys[101][3][101];
+        static int vals[101][3];
+        for (size_t len = 0; len <= 100; len++)
+                for (int v = 0; v < 3; v++) {
+                        memset(keys[len][v], 0, sizeof keys[len][v]);
+                        size_t at = v == 0 ? 0 : v == 1 ? len / 2 : len - 1; /* the byte that differs */
+                        if (len)
+                                keys[len][v][at] = (unsigned char) (1 + v);
+                        if (len == 0 && v > 0)
+                                continue;
+                        unsigned char *exact = malloc(len ? len : 1);
+                        ck_assert_ptr_nonnull(exact);
+                        memcpy(exact, keys[len][v], len);
+                        ck_assert_int_eq(hvd_strmap_put(m, exact, len, &vals[len][v]), 0);
+                        free(exact);
+                }
+        size_t n = 0;
+        for (size_t len = 0; len <= 100; len++)
+                for (int v = 0; v < 3; v++) {
+                        if (len == 0 && v > 0)
+                                continue;
+                        /* two of the three coincide for keys of 1 or 2 bytes */
+                        bool same_as_earlier = false;
+                        for (int u = 0; u < v; u++)
+                                same_as_earlier |= memcmp(keys[len][u], keys[len][v], len) == 0;
+                        if (same_as_earlier)
+                                continue;
+                        n++;
+                        unsigned char *exact = malloc(len ? len : 1);
+                        ck_assert_ptr_nonnull(exact);
+                        memcpy(exact, keys[len][v], len);
+                        ck_assert_ptr_eq(hvd_strmap_get(m, exact, len), &vals[len][v]);
+                        free(exact);
+                }
+        ck_assert_uint_eq(hvd_strmap_size(m), n);
+        hvd_strmap_destroy(&m);
+}
+END_TEST
+
 static Suite *strmap_suite(void) {
         Suite *s = suite_create("strmap");
         TCase *tc = tcase_create("map");
@@ -190,6 +238,7 @@ static Suite *strmap_suite(void) {
         tcase_add_test(tc, test_strmap_binary_keys);
         tcase_add_test(tc, test_strmap_copies_keys);
         tcase_add_test(tc, test_strmap_churn);
+        tcase_add_test(tc, test_strmap_every_length_and_byte);
         suite_add_tcase(s, tc);
         return s;
 }
