@@ -557,7 +557,7 @@ int hvd_wire_decode_memo(const void *buf, size_t len, size_t budget_bytes, hvd_w
                         return hvd_wire_decode(buf, len, budget_bytes, ret, err, err_len);
                 n_req += num == READY_REQUESTS_FIELD;
         }
-        if (n_req > HVD_WIRE_MAX_REQUESTS)
+        if (!n_req || n_req > HVD_WIRE_MAX_REQUESTS) /* the steady state: ids alone */
                 return hvd_wire_decode(buf, len, budget_bytes, ret, err, err_len);
         slice_t small[64], *sl = n_req <= ELEMENTSOF(small) ? small : malloc(n_req * sizeof *sl);
         if (!sl) {

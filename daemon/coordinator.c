@@ -3977,9 +3977,10 @@ static void relay_take_relayed(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeR
                                 r = -ENOMEM;
                                 break;
                         }
-                        memcpy(c->node_cached, rr->node_cached, rr->n_node_cached * sizeof *c->node_cached);
+                        if (rr->n_node_cached) /* none: both may be NULL */
+                                memcpy(c->node_cached, rr->node_cached, rr->n_node_cached * sizeof *c->node_cached);
                         c->n_node_cached = rr->n_node_cached;
-                        if (rr->n_node_cached_waited_usec == rr->n_node_cached) {
+                        if (rr->n_node_cached && rr->n_node_cached_waited_usec == rr->n_node_cached) {
                                 memcpy(c->node_cached_waited_usec, rr->node_cached_waited_usec,
                                        rr->n_node_cached * sizeof *c->node_cached_waited_usec);
                                 c->n_node_cached_waited_usec = rr->n_node_cached;
@@ -4545,9 +4546,14 @@ static void relay_take_own(hvd_daemon_t *d, job_t *j, const Hvd__NodeReady *nr) 
                         job_abort(d, j, -1, -ENOMEM, "out of memory");
                         return;
                 }
-                memcpy(c->node_cached, nr->node_cached, nr->n_node_cached * sizeof *c->node_cached);
-                memcpy(c->node_cached_waited_usec, nr->node_cached_waited_usec,
-                       nr->n_node_cached * sizeof *c->node_cached_waited_usec);
+                if (nr->n_node_cached) { /* none: both may be NULL */
+                        memcpy(c->node_cached, nr->node_cached, nr->n_node_cached * sizeof *c->node_cached);
+                        if (nr->n_node_cached_waited_usec == nr->n_node_cached)
+                                memcpy(c->node_cached_waited_usec, nr->node_cached_waited_usec,
+                                       nr->n_node_cached * sizeof *c->node_cached_waited_usec);
+                        else
+                                memset(c->node_cached_waited_usec, 0, nr->n_node_cached * sizeof *c->node_cached_waited_usec);
+                }
                 c->n_node_cached = c->n_node_cached_waited_usec = nr->n_node_cached;
                 relay_take(d, j, 0, c);
                 return;
