@@ -287,9 +287,76 @@ static bool dup_value(const ProtobufCFieldDescriptor *f, void *dst, const void *
         }
 }
 
+/* Whether a Request's only fields that point elsewhere are its name, shape,
+ * splits and set ranks (checked once against the descriptor): then
+ * request_dup() copies one without walking the descriptor. */
+static bool request_layout_known(void) {
+        static int known = -1;
+        if (known >= 0)
+                return known;
+        const ProtobufCMessageDescriptor *d = &hvd__request__descriptor;
+        known = 1;
+        for (unsigned i = 0; i < d->n_fields; i++) {
+                const ProtobufCFieldDescriptor *f = &d->fields[i];
+                bool pointer = f->label == PROTOBUF_C_LABEL_REPEATED || f->type == PROTOBUF_C_TYPE_STRING ||
+                               f->type == PROTOBUF_C_TYPE_BYTES || f->type == PROTOBUF_C_TYPE_MESSAGE;
+                bool listed = (f->offset == offsetof(Hvd__Request, name) && f->type == PROTOBUF_C_TYPE_STRING &&
+                               f->label != PROTOBUF_C_LABEL_REPEATED) ||
+                              (f->offset == offsetof(Hvd__Request, shape) && f->type == PROTOBUF_C_TYPE_INT64 &&
+                               f->quantifier_offset == offsetof(Hvd__Request, n_shape)) ||
+                              (f->offset == offsetof(Hvd__Request, splits) && f->type == PROTOBUF_C_TYPE_INT64 &&
+                               f->quantifier_offset == offsetof(Hvd__Request, n_splits)) ||
+                              (f->offset == offsetof(Hvd__Request, set_ranks) && f->type == PROTOBUF_C_TYPE_UINT32 &&
+                               f->quantifier_offset == offsetof(Hvd__Request, n_set_ranks));
+                if (pointer != listed || (f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF))
+                        known = 0;
+        }
+        return known;
+}
+
+static void *memdup(const void *p, size_t n) {
+        void *c = malloc(n);
+        if (c)
+                memcpy(c, p, n);
+        return c;
+}
+
+/* hvd_wire_dup() of a Request without unknown fields */
+static Hvd__Request *request_dup(const Hvd__Request *q) {
+        if (!request_layout_known())
+                return (Hvd__Request *) hvd_wire_dup(&q->base);
+        Hvd__Request *c = malloc(sizeof *c);
+        if (!c)
+                return NULL;
+        *c = *q;
+        c->base.n_unknown_fields = 0;
+        c->base.unknown_fields = NULL;
+        c->shape = c->splits = NULL;
+        c->set_ranks = NULL;
+        c->n_shape = c->n_splits = c->n_set_ranks = 0;
+        if (q->name && q->name != protobuf_c_empty_string && !(c->name = strdup(q->name))) {
+                c->name = (char *) protobuf_c_empty_string;
+                goto fail;
+        }
+        if (q->n_shape && !(c->shape = memdup(q->shape, q->n_shape * sizeof *q->shape)))
+                goto fail;
+        c->n_shape = q->n_shape;
+        if (q->n_splits && !(c->splits = memdup(q->splits, q->n_splits * sizeof *q->splits)))
+                goto fail;
+        c->n_splits = q->n_splits;
+        if (q->n_set_ranks && !(c->set_ranks = memdup(q->set_ranks, q->n_set_ranks * sizeof *q->set_ranks)))
+                goto fail;
+        c->n_set_ranks = q->n_set_ranks;
+        return c;
+fail:
+        protobuf_c_message_free_unpacked(&c->base, NULL);
+        return NULL;
+}
+
 struct hvd_wire_memo {
         hvd_strmap_t *map; /* a request's wire bytes -> its decoded copy */
         size_t max_entries;
+        bool learning;
         hvd_wire_memo_stats_t stats;
 };
 
@@ -310,6 +377,7 @@ hvd_wire_memo_t *hvd_wire_memo_new(size_t max_entries) {
                 return NULL;
         }
         m->max_entries = max_entries ? max_entries : 1;
+        m->learning = true;
         return m;
 }
 
@@ -319,6 +387,10 @@ void hvd_wire_memo_free(hvd_wire_memo_t **mp) {
         memo_clear(*mp);
         free(*mp);
         *mp = NULL;
+}
+
+void hvd_wire_memo_set_learning(hvd_wire_memo_t *m, bool on) {
+        m->learning = on;
 }
 
 void hvd_wire_memo_get_stats(const hvd_wire_memo_t *m, hvd_wire_memo_stats_t *st) {
@@ -411,6 +483,8 @@ typedef struct {
  * the frame as a whole, and a request the memo has is not part of what
  * that check sees again. */
 static void memo_learn(hvd_wire_memo_t *m, const Hvd__Ready *q, const slice_t *sl, size_t n_sl) {
+        if (!m->learning)
+                return;
         for (size_t i = 0; i < n_sl && i < q->n_requests; i++) {
                 if (sl[i].hit)
                         continue;
@@ -423,9 +497,9 @@ static void memo_learn(hvd_wire_memo_t *m, const Hvd__Ready *q, const slice_t *s
                         if (!(m->map = hvd_strmap_new()))
                                 return; /* hvd_wire_decode_memo() decodes plainly without one */
                 }
-                ProtobufCMessage *c = hvd_wire_dup(&r->base);
+                Hvd__Request *c = r->base.n_unknown_fields ? NULL : request_dup(r);
                 if (c && hvd_strmap_put(m->map, sl[i].val, kl, c) < 0)
-                        protobuf_c_message_free_unpacked(c, NULL);
+                        protobuf_c_message_free_unpacked(&c->base, NULL);
         }
 }
 
@@ -438,6 +512,7 @@ static int memo_decode(const void *buf, size_t len, size_t budget_bytes, hvd_wir
         uint32_t num;
         unsigned wt;
         size_t n_sl = 0, n_hit = 0, hit_bytes = 0;
+        bool empty = !hvd_strmap_size(memo->map);
         for (p = rd_val; p < rd_end;) {
                 const uint8_t *at = p;
                 if (!rd_field(&p, rd_end, &num, &wt, &val))
@@ -446,7 +521,7 @@ static int memo_decode(const void *buf, size_t len, size_t budget_bytes, hvd_wir
                         continue;
                 if (wt != 2)
                         return hvd_wire_decode(buf, len, budget_bytes, ret, err, err_len);
-                const Hvd__Request *hit = hvd_strmap_get(memo->map, val, (size_t) (p - val));
+                const Hvd__Request *hit = empty ? NULL : hvd_strmap_get(memo->map, val, (size_t) (p - val));
                 sl[n_sl++] = (slice_t){ .at = at, .val = val, .end = p, .hit = hit };
                 if (hit) {
                         n_hit++;
@@ -510,7 +585,7 @@ static int memo_decode(const void *buf, size_t len, size_t budget_bytes, hvd_wir
                 if (!sl[i].hit)
                         all[i] = q->requests[k++];
                 else if (ok)
-                        ok = (all[i] = (Hvd__Request *) hvd_wire_dup(&sl[i].hit->base)) != NULL;
+                        ok = (all[i] = request_dup(sl[i].hit)) != NULL;
         }
         free(q->requests);
         q->requests = all;
@@ -528,7 +603,7 @@ static int memo_decode(const void *buf, size_t len, size_t budget_bytes, hvd_wir
 
 int hvd_wire_decode_memo(const void *buf, size_t len, size_t budget_bytes, hvd_wire_memo_t *memo,
                          Hvd__Envelope **ret, char *err, size_t err_len) {
-        if (!memo || !memo->map)
+        if (!memo || !memo->map || (!memo->learning && !hvd_strmap_size(memo->map)))
                 return hvd_wire_decode(buf, len, budget_bytes, ret, err, err_len);
         /* where the Ready and its requests are; anything unusual decodes
          * plainly, which then says what is wrong with it */

@@ -60,6 +60,10 @@ typedef struct {
 hvd_wire_memo_t *hvd_wire_memo_new(size_t max_entries);
 void hvd_wire_memo_free(hvd_wire_memo_t **m); /* NULL-safe */
 void hvd_wire_memo_get_stats(const hvd_wire_memo_t *m, hvd_wire_memo_stats_t *st);
+/* Whether requests not yet in the memo are remembered (on at first).
+ * Remembering one costs about two parsings of it: worth it only when
+ * another sender will send the same (a host with several ranks). */
+void hvd_wire_memo_set_learning(hvd_wire_memo_t *m, bool on);
 /* As hvd_wire_decode(): the same message, or the same error, for any
  * frame (copies from the memo count against no budget: the budget admitted
  * their requests once already). memo may be NULL. */

@@ -2580,6 +2580,8 @@ static void worker_failed(hvd_daemon_t *d, worker_t *w, const Hvd__Abort *ab) {
 }
 
 static void handle_worker_socket(hvd_daemon_t *d) {
+        /* with one local worker nothing comes twice: the memo only copies */
+        hvd_wire_memo_set_learning(d->memo, hvd_strmap_size(d->workers) > 1);
         for (int n = 0; n < RECV_BATCH; n++) {
                 uint8_t id[256];
                 size_t id_len;

@@ -406,14 +406,25 @@ END_TEST
 
 /* ---- the memo of decoded requests ---- */
 
-/* A request named name with an n-element shape of dims 1..n, packed alone. */
-static packed_t request_bytes(const char *name, size_t n) {
+/* A request named name with an n-element shape of dims 1..n, packed alone;
+ * with every field that points elsewhere set when full. */
+static packed_t request_bytes_full(const char *name, size_t n, bool full) {
         Hvd__Request q = HVD__REQUEST__INIT;
-        int64_t shape[8];
+        int64_t shape[8], splits[] = { 1, 0, 2 };
+        uint32_t set[] = { 0, 1, 3 };
+        if (full) {
+                q.kind = HVD__KIND__KIND_ALLTOALL;
+                q.splits = splits;
+                q.n_splits = 3;
+                q.process_set = 2;
+                q.set_ranks = set;
+                q.n_set_ranks = 3;
+        }
         for (size_t i = 0; i < n; i++)
                 shape[i] = (int64_t) i + 1;
         q.name = (char *) name;
-        q.kind = HVD__KIND__KIND_ALLREDUCE;
+        if (!full)
+                q.kind = HVD__KIND__KIND_ALLREDUCE;
         q.dtype = HVD_FLOAT32;
         q.device = HVD_DEVICE_CPU;
         q.prescale = q.postscale = 1.0;
@@ -424,6 +435,10 @@ static packed_t request_bytes(const char *name, size_t n) {
         ck_assert_ptr_nonnull(p.buf);
         hvd__request__pack(&q, p.buf);
         return p;
+}
+
+static packed_t request_bytes(const char *name, size_t n) {
+        return request_bytes_full(name, n, false);
 }
 
 static size_t put_len(uint8_t *b, uint64_t v, bool padded) {
@@ -509,7 +524,7 @@ static void memo_expect(const hvd_wire_memo_t *m, uint64_t copied, uint64_t pars
 }
 
 START_TEST(test_wire_decode_memo) {
-        packed_t a = request_bytes("grad.a", 2), bq = request_bytes("grad.b", 1), c = request_bytes("grad.c", 4),
+        packed_t a = request_bytes("grad.a", 2), bq = request_bytes_full("grad.b", 1, true), c = request_bytes("grad.c", 4),
                  d = request_bytes("grad.d", 3), e = request_bytes("grad.e", 0);
         hvd_wire_memo_t *m = hvd_wire_memo_new(64);
         ck_assert_ptr_nonnull(m);
@@ -538,6 +553,8 @@ START_TEST(test_wire_decode_memo) {
         ck_assert_str_eq(env->ready->requests[2]->name, "grad.e");
         ck_assert_str_eq(env->ready->requests[3]->name, "grad.a");
         ck_assert_uint_eq(env->ready->requests[3]->n_shape, 2);
+        ck_assert_uint_eq(env->ready->requests[1]->n_splits, 3); /* copied */
+        ck_assert_uint_eq(env->ready->requests[1]->set_ranks[2], 3);
         hvd_wire_free(&env);
         free(f.buf);
         /* a known request's length not in its shortest form: refused as
