@@ -69,6 +69,7 @@
 /* requests a host's ranks sent lately, kept by their bytes so that the
  * same request from the next rank is copied, not parsed (hvd_wire_memo) */
 #define MEMO_ENTRIES 4096
+#define MEMO_MIN_WORKERS 3
 /* A connection that has not finished its ZMTP (and ZAP, CURVE) handshake
  * within this is closed; libzmq's default is 30 s. */
 #define HANDSHAKE_MSEC 5000
@@ -2580,8 +2581,10 @@ static void worker_failed(hvd_daemon_t *d, worker_t *w, const Hvd__Abort *ab) {
 }
 
 static void handle_worker_socket(hvd_daemon_t *d) {
-        /* with one local worker nothing comes twice: the memo only copies */
-        hvd_wire_memo_set_learning(d->memo, hvd_strmap_size(d->workers) > 1);
+        /* remembering a request costs about two parsings of it, a copy a
+         * quarter to a half of one (bench_decode): it pays from 3 local
+         * workers on; with fewer the memo only copies what it holds */
+        hvd_wire_memo_set_learning(d->memo, hvd_strmap_size(d->workers) >= MEMO_MIN_WORKERS);
         for (int n = 0; n < RECV_BATCH; n++) {
                 uint8_t id[256];
                 size_t id_len;
