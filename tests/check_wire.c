@@ -289,13 +289,18 @@ static void equal_as_packed(const ProtobufCMessage *a, const ProtobufCMessage *b
         ck_assert(hvd_wire_equal(b, a) == want);
 }
 
+/* one_req_init() with splits [1, 5] */
+static void one_req_split(one_req_t *o, const char *name) {
+        one_req_init(o, name);
+        o->req.splits = o->splits;
+        o->req.n_splits = 2;
+        o->splits[0] = 1;
+        o->splits[1] = 5;
+}
+
 START_TEST(test_wire_equal) {
         one_req_t o;
-        one_req_init(&o, "grad.fc1.weight");
-        o.req.splits = o.splits;
-        o.req.n_splits = 2;
-        o.splits[0] = 1;
-        o.splits[1] = 5;
+        one_req_split(&o, "grad.fc1.weight");
         o.ready.epoch = 7;
         packed_t p = pack(&o.env);
         Hvd__Envelope *d = decode_ok(p), *c = decode_ok(pack(&o.env));
@@ -361,11 +366,7 @@ END_TEST
 /* a deep copy packs alike and shares no memory with the original */
 START_TEST(test_wire_dup) {
         one_req_t o;
-        one_req_init(&o, "grad.fc1.weight");
-        o.req.splits = o.splits;
-        o.req.n_splits = 2;
-        o.splits[0] = 1;
-        o.splits[1] = 5;
+        one_req_split(&o, "grad.fc1.weight");
         uint32_t set[] = { 0, 2, 5 };
         o.req.process_set = 3;
         o.req.set_ranks = set;
