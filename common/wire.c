@@ -483,9 +483,9 @@ typedef struct {
  * the frame as a whole, and a request the memo has is not part of what
  * that check sees again. */
 static void memo_learn(hvd_wire_memo_t *m, const Hvd__Ready *q, const slice_t *sl, size_t n_sl) {
-        if (!m->learning)
+        if (!m->learning || q->n_requests != n_sl) /* each slice its request, or none */
                 return;
-        for (size_t i = 0; i < n_sl && i < q->n_requests; i++) {
+        for (size_t i = 0; i < n_sl; i++) {
                 if (sl[i].hit)
                         continue;
                 const Hvd__Request *r = q->requests[i]; /* the frame's i-th */
