@@ -101,6 +101,7 @@ struct hvd_backend {
         /* several nodes */
         int g_rank, g_size, cross_rank, cross_size;
         int lmin;          /* smallest local size of any node: ranks below it drive the network */
+        int lmax;          /* largest: 1 when every node has one rank */
         int *rank_cross, *rank_local;
         int *node_peer;    /* [cross_size]: rank with my local rank on each node (-1: none) */
         hvd_tcp_t *tcp;
@@ -764,8 +765,11 @@ static int multi_node_init(hvd_backend_t *b, const hvd_topology_t *t) {
                         b->node_peer[t->rank_cross[r]] = r;
         }
         b->lmin = INT32_MAX;
-        for (int c = 0; c < t->cross_size; c++)
+        b->lmax = 0;
+        for (int c = 0; c < t->cross_size; c++) {
                 b->lmin = HVD_MIN(b->lmin, local_sizes[c]);
+                b->lmax = HVD_MAX(b->lmax, local_sizes[c]);
+        }
         free(local_sizes);
         int r = hvd_tcp_new(t->listen_fd, t->rank, t->size, t->addrs, t->job_hash, b->timeout_usec, b->check,
                             b->userdata, &b->tcp);
@@ -971,7 +975,10 @@ static int execute_reduce_direct(hvd_backend_t *b, const hvd_xop_t *op, char *er
  * (every such local rank drives the network at once), copy-out from shared
  * memory. */
 static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
-        if (v->size == 1 && op->kind == HVD__KIND__KIND_ALLREDUCE) {
+        /* one ring over the whole tensor only when every node runs it so:
+         * a node of several ranks cuts it into chunks, each its own ring,
+         * and the nodes' rings must cut alike */
+        if (b->lmax == 1 && op->kind == HVD__KIND__KIND_ALLREDUCE) {
                 bool outs = true;
                 for (size_t i = 0; i < op->n; i++)
                         outs = outs && op->m[i].out;

@@ -2,7 +2,9 @@
 # test-multinode.sh — one job over three daemons on loopback (their own
 # runtime directories and peer ports), 2..6 workers spread unevenly: every
 # collective with exact results (tests/worker_smoke), including buffers
-# larger than the shared-memory slot; the training example; a host that never
+# larger than the shared-memory slot; every allreduce and reducescatter of
+# tests/worker_collectives where hosts of one rank meet hosts of several;
+# the training example; a host that never
 # joins (start timeout naming the host and its ranks); a killed worker on a
 # remote node (every rank told, quickly).
 set -u
@@ -15,6 +17,21 @@ for layout in a:1,b:1 a:2,b:1 a:1,b:1,c:1 a:2,b:1,c:1 a:1,b:3,c:1 a:2,b:1,c:3; d
         n=$(echo "$layout" | tr ',' '\n' | awk -F: '{s += $2} END {print s}')
         echo "$out" | grep -q "coll ok size $n" || fail "worker_smoke on $layout: no success line" "$out"
         echo "ok: every collective exact on $layout"
+done
+
+# every dtype, op and size of allreduce (up to 9.4 M elements, past the
+# shared-memory chunk) and reducescatter, where a host of one rank meets
+# hosts of several: each node's rings across nodes must cut the tensor
+# alike (one host's whole-tensor ring beside another's chunks summed
+# misaligned parts, silently)
+for layout in a:2,b:1 a:1,b:3,c:1; do
+        n=$(echo "$layout" | tr ',' '\n' | awk -F: '{s += $2} END {print s}')
+        out=$("$multi" -H "$layout" -t 120 -- "$HVD_BUILDDIR/tests/worker_collectives" allreduce reducescatter 2>&1) ||
+                fail "allreduce and reducescatter on $layout failed" "$out"
+        for sc in allreduce reducescatter; do
+                [ "$(echo "$out" | grep -c "$sc: ok")" -eq "$n" ] || fail "not every rank passed $sc on $layout" "$out"
+        done
+        echo "ok: allreduce and reducescatter exact on $layout"
 done
 
 out=$("$multi" -H a:2,b:1,c:1 -t 60 -- "$HVD_BUILDDIR/examples/train_mlp" -e 3 -q 2>&1) ||
