@@ -808,16 +808,15 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
         }
         uint32_t va = rank_var(n, t, ref), ok = va; /* parameter sets known equal to a's */
         bool all = t->n_ready == n->size;
-        /* every node shared a's parameters: nothing to compare rank by rank;
-         * none shared any: each rank's are in pref[] */
-        bool own = t->n_var_nodes == 0, alike = n->nst && t->n_var_nodes == n->n_nodes;
+        /* every node shared a's parameters: nothing to compare rank by rank */
+        bool alike = n->nst && t->n_var_nodes == n->n_nodes;
         for (uint32_t c = 0; alike && c < n->n_nodes; c++)
                 alike = NODE(n, t, c)->var == va;
         for (uint32_t r = 0; !alike && r < n->size; r++) {
                 if (r == ref || (!all && !is_ready(n, t, r)))
                         continue;
                 /* ranks whose requests a node forwarded once share a set */
-                uint32_t vb = own ? t->pref[r] : rank_var(n, t, r);
+                uint32_t vb = rank_var(n, t, r);
                 if (vb == va || vb == ok)
                         continue;
                 const params_t *b = &t->var[vb];
