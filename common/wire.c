@@ -531,10 +531,8 @@ static int memo_decode(const void *buf, size_t len, size_t budget_bytes, hvd_wir
         int r;
         if (!n_hit) {
                 if ((r = hvd_wire_decode(buf, len, budget_bytes, ret, err, err_len)) == 0 &&
-                    (*ret)->body_case == HVD__ENVELOPE__BODY_READY) {
-                        memo->stats.parsed += (*ret)->ready->n_requests;
+                    (*ret)->body_case == HVD__ENVELOPE__BODY_READY)
                         memo_learn(memo, (*ret)->ready, sl, n_sl);
-                }
                 return r;
         }
         /* the frame without the requests the memo has: the Ready's length
@@ -596,13 +594,25 @@ static int memo_decode(const void *buf, size_t len, size_t budget_bytes, hvd_wir
                 return -ENOMEM;
         }
         memo->stats.copied += n_hit;
-        memo->stats.parsed += n_sl - n_hit;
         memo_learn(memo, q, sl, n_sl);
         return 0;
 }
 
+static int decode_memo(const void *buf, size_t len, size_t budget_bytes, hvd_wire_memo_t *memo,
+                       Hvd__Envelope **ret, char *err, size_t err_len);
+
 int hvd_wire_decode_memo(const void *buf, size_t len, size_t budget_bytes, hvd_wire_memo_t *memo,
                          Hvd__Envelope **ret, char *err, size_t err_len) {
+        uint64_t copied = memo ? memo->stats.copied : 0;
+        int r = decode_memo(buf, len, budget_bytes, memo, ret, err, err_len);
+        /* every request of a Ready taken is one or the other */
+        if (r == 0 && memo && (*ret)->body_case == HVD__ENVELOPE__BODY_READY)
+                memo->stats.parsed += (*ret)->ready->n_requests - (memo->stats.copied - copied);
+        return r;
+}
+
+static int decode_memo(const void *buf, size_t len, size_t budget_bytes, hvd_wire_memo_t *memo,
+                       Hvd__Envelope **ret, char *err, size_t err_len) {
         if (!memo || !memo->map || (!memo->learning && !hvd_strmap_size(memo->map)))
                 return hvd_wire_decode(buf, len, budget_bytes, ret, err, err_len);
         /* where the Ready and its requests are; anything unusual decodes

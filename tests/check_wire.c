@@ -617,6 +617,16 @@ START_TEST(test_wire_decode_memo) {
         hvd_wire_memo_get_stats(m, &st);
         ck_assert_uint_le(st.entries, 2);
         ck_assert_uint_eq(st.copied + st.parsed, 12);
+        /* not remembering (a daemon of few workers): every request parsed, and counted */
+        hvd_wire_memo_free(&m);
+        m = hvd_wire_memo_new(64);
+        hvd_wire_memo_set_learning(m, false);
+        for (int i = 0; i < 2; i++) {
+                env = decode_both(m, f, &code, err, sizeof err);
+                ck_assert_ptr_nonnull(env);
+                hvd_wire_free(&env);
+        }
+        memo_expect(m, 0, 8, 0);
         free(f.buf);
         /* not a Ready, and no memo at all */
         Hvd__Hello h = hello_base();
