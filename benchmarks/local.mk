@@ -12,6 +12,7 @@ EXTRA_PROGRAMS += %D%/bench_collective
 EXTRA_PROGRAMS += %D%/bench_shm
 %C%_bench_shm_SOURCES = %D%/bench_shm.c client/cpu_backend.c client/backend.h client/fastpath.c \
 	client/fastpath.h client/tcp.c client/tcp.h
+%C%_bench_shm_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
 %C%_bench_shm_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS) -O3
 %C%_bench_shm_LDADD = common/libhvdcommon.la -lrt
 
@@ -21,6 +22,7 @@ EXTRA_PROGRAMS += %D%/bench_step
 
 EXTRA_PROGRAMS += %D%/bench_control
 %C%_bench_control_SOURCES = %D%/bench_control.c %D%/step_model.h client/fastpath.c
+%C%_bench_control_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
 %C%_bench_control_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
 %C%_bench_control_LDADD = common/libhvdcommon.la
 

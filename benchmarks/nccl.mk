@@ -6,7 +6,7 @@
 if HAVE_NCCL
 EXTRA_PROGRAMS += %D%/bench_nccl
 %C%_bench_nccl_SOURCES = %D%/bench_nccl.c tests/gpu/gpu_launch.c tests/gpu/gpu_launch.h
-%C%_bench_nccl_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tests/gpu $(NCCL_CFLAGS) $(CUDA_CFLAGS)
+%C%_bench_nccl_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS) -I$(top_srcdir)/tests/gpu $(NCCL_CFLAGS) $(CUDA_CFLAGS)
 %C%_bench_nccl_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS)
 %C%_bench_nccl_LDADD = $(NCCL_LIBS) $(CUDA_LIBS) -ldl -lm
 # it loads the module at run time

@@ -1,7 +1,7 @@
 # libhvd: the client library every worker links. Exports exactly what
 # libhvd.sym lists.
 lib_LTLIBRARIES += client/libhvd.la
-include_HEADERS += client/hvd.h
+include_HEADERS += include/hvd.h
 client_libhvd_la_SOURCES = \
 	client/hvd.c \
 	client/backend.h \

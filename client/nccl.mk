@@ -22,7 +22,7 @@ pkglib_LTLIBRARIES += %D%/libhvd-nccl.la
 %C%_libhvd_nccl_la_LDFLAGS = $(AM_LDFLAGS) -module -avoid-version -shared \
 	-export-symbols-regex '^hvd_gpu_module_v1$$'
 
-%C%_nvcc_flags = -std=c++17 -O3 $(NVCC_GENCODE) -I$(top_srcdir)/client -I$(top_srcdir)/common \
+%C%_nvcc_flags = -std=c++17 -O3 $(NVCC_GENCODE) -I$(top_srcdir)/client -I$(top_srcdir)/include -I$(top_srcdir)/common \
 	$(CUDA_CFLAGS) $(NVCCFLAGS)
 
 hvd_v_NVCC = $(hvd_v_NVCC_@AM_V@)
@@ -39,7 +39,7 @@ hvd_v_NVCC_1 =
 	  echo 'exec "$$nvcc" "$$@"'; \
 	} > $@.tmp && chmod +x $@.tmp && mv -f $@.tmp $@
 
-%D%/nccl_kernels.lo: %D%/nccl_kernels.cu %D%/nccl_kernels.h %D%/gpu_plan.h %D%/backend.h %D%/hvd.h %D%/nccl-nvcc
+%D%/nccl_kernels.lo: %D%/nccl_kernels.cu %D%/nccl_kernels.h %D%/gpu_plan.h %D%/backend.h include/hvd.h %D%/nccl-nvcc
 	$(hvd_v_NVCC)$(LIBTOOL) $(AM_V_lt) --tag=CC $(AM_LIBTOOLFLAGS) $(LIBTOOLFLAGS) --mode=compile \
 	  $(SHELL) %D%/nccl-nvcc $(NVCC) $(%C%_nvcc_flags) -c -o $@ `test -f '%D%/nccl_kernels.cu' || echo '$(srcdir)/'`%D%/nccl_kernels.cu
 

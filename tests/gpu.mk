@@ -7,6 +7,7 @@ if HAVE_CHECK
 check_PROGRAMS += %D%/check_gpu_plan
 TESTS += %D%/check_gpu_plan
 %C%_check_gpu_plan_SOURCES = %D%/check_gpu_plan.c client/gpu_plan.c client/gpu_plan.h
+%C%_check_gpu_plan_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
 %C%_check_gpu_plan_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(PROTOBUF_C_CFLAGS)
 %C%_check_gpu_plan_LDADD = $(CHECK_LIBS) -lm
 endif

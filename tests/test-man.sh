@@ -6,7 +6,7 @@
 # live or restart as the table says, listed the same way under SIGHUP in
 # hvd-coordinatord(8), and present in the installed example
 # systemd/coordinatord.conf (which --check-config accepts, also with every
-# example value uncommented); every function of client/hvd.h is in
+# example value uncommented); every function of include/hvd.h is in
 # libhvd(3); and every page renders without a groff warning.
 set -u
 . "$HVD_SRCDIR/tests/lib/common.sh"
@@ -94,12 +94,12 @@ sed 's/^#\([a-z_]* = \)/\1/' "$S/systemd/coordinatord.conf" | grep -v '^socket_g
         fail "--check-config refuses the example's values" "$(cat "$tmp/err")"
 ok "the example configuration and its values pass --check-config"
 
-fns=$(grep -oE '\bhvd_[a-z_]+\(' "$S/client/hvd.h" | tr -d '(' | sort -u)
+fns=$(grep -oE '\bhvd_[a-z_]+\(' "$S/include/hvd.h" | tr -d '(' | sort -u)
 [ "$(echo "$fns" | wc -l)" -ge 30 ] || fail "too few functions found in hvd.h: $fns"
 for f in $fns; do
         grep -q "\b$f\b" "$S/man/libhvd.3" || fail "libhvd.3 lacks $f"
 done
-errs=$(sed -n 's/.*X(\(HVD_E[A-Z]*\),.*/\1/p' "$S/client/hvd.h")
+errs=$(sed -n 's/.*X(\(HVD_E[A-Z]*\),.*/\1/p' "$S/include/hvd.h")
 [ "$(echo "$errs" | wc -w)" -ge 5 ] || fail "too few error codes found in hvd.h: $errs"
 for e in $errs; do
         grep -q "^\.B $e$" "$S/man/libhvd.3" || fail "libhvd.3 does not describe $e"

@@ -16,6 +16,7 @@ TESTS += $(%C%_unit_tests)
 %C%_unit_ldadd = common/libhvdcommon.la $(CHECK_LIBS) $(ZMQ_LIBS) $(PROTOBUF_C_LIBS)
 
 %C%_check_fastpath_SOURCES = %D%/check_fastpath.c client/fastpath.c client/fastpath.h
+%C%_check_fastpath_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
 %C%_check_fastpath_CFLAGS = $(%C%_unit_cflags)
 %C%_check_fastpath_LDADD = $(%C%_unit_ldadd)
 

@@ -18,14 +18,14 @@ EXTRA_DIST += %D%/run-gpu-tests.sh %D%/test-gpu-mock.sh %D%/test-gpu-libhvd.sh %
 if HAVE_NCCL
 check_PROGRAMS += %D%/gpu_harness %D%/check_gpu_mock
 %C%_gpu_harness_SOURCES = %D%/gpu_harness.c %D%/gpu_launch.c %D%/gpu_launch.h
-%C%_gpu_harness_CPPFLAGS = $(AM_CPPFLAGS) $(CUDA_CFLAGS)
+%C%_gpu_harness_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS) $(CUDA_CFLAGS)
 %C%_gpu_harness_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS)
 %C%_gpu_harness_LDADD = common/libhvdcommon.la $(CUDA_LIBS) -ldl -lm
 
 %C%_check_gpu_mock_SOURCES = %D%/gpu_harness.c %D%/gpu_launch.c %D%/gpu_launch.h \
 	%D%/mock_cuda.c %D%/mock_cuda.h %D%/mock_kernels.c \
 	client/nccl_module.c client/nccl_kernels.h client/gpu_plan.c client/gpu_plan.h
-%C%_check_gpu_mock_CPPFLAGS = $(AM_CPPFLAGS) -DGPU_LAUNCH_MOCK $(NCCL_CFLAGS) $(CUDA_CFLAGS)
+%C%_check_gpu_mock_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS) -DGPU_LAUNCH_MOCK $(NCCL_CFLAGS) $(CUDA_CFLAGS)
 %C%_check_gpu_mock_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS)
 %C%_check_gpu_mock_LDADD = common/libhvdcommon.la -ldl -lm
 TESTS += %D%/test-gpu-mock.sh
@@ -34,15 +34,17 @@ TESTS += %D%/test-gpu-mock.sh
 check_LTLIBRARIES += %D%/libhvd-nccl-mock.la %D%/libhvd-gpu-oldabi.la
 %C%_libhvd_nccl_mock_la_SOURCES = %D%/mock_cuda.c %D%/mock_cuda.h %D%/mock_kernels.c \
 	client/nccl_module.c client/nccl_kernels.h client/gpu_plan.c client/gpu_plan.h
-%C%_libhvd_nccl_mock_la_CPPFLAGS = $(AM_CPPFLAGS) $(NCCL_CFLAGS) $(CUDA_CFLAGS)
+%C%_libhvd_nccl_mock_la_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS) $(NCCL_CFLAGS) $(CUDA_CFLAGS)
 %C%_libhvd_nccl_mock_la_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS)
 %C%_libhvd_nccl_mock_la_LIBADD = common/libhvdcommon.la -lpthread
 %C%_libhvd_nccl_mock_la_LDFLAGS = -module -avoid-version -shared -rpath $(abs_builddir)
 %C%_libhvd_gpu_oldabi_la_SOURCES = %D%/old_abi_module.c
+%C%_libhvd_gpu_oldabi_la_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
 %C%_libhvd_gpu_oldabi_la_LDFLAGS = -module -avoid-version -shared -rpath $(abs_builddir)
 
 check_PROGRAMS += %D%/gpu_libhvd
 %C%_gpu_libhvd_SOURCES = %D%/gpu_libhvd.c
+%C%_gpu_libhvd_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
 %C%_gpu_libhvd_LDADD = client/libhvd.la -ldl
 TESTS += %D%/test-gpu-libhvd.sh
 
