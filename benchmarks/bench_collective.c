@@ -61,10 +61,14 @@ int main(int argc, char **argv) {
         int iters = 0, warmup = 3, async = 0, out_of_place = 0;
         const char *op = "allreduce";
         static const struct option opts[] = {
-                { "min-bytes", required_argument, NULL, 'b' }, { "max-bytes", required_argument, NULL, 'e' },
-                { "iters", required_argument, NULL, 'n' },     { "warmup", required_argument, NULL, 'w' },
-                { "op", required_argument, NULL, 'o' },        { "async", no_argument, NULL, 'a' },
-                { "out-of-place", no_argument, NULL, 'O' },    { "help", no_argument, NULL, 'h' },
+                { "min-bytes", required_argument, NULL, 'b' },
+                { "max-bytes", required_argument, NULL, 'e' },
+                { "iters", required_argument, NULL, 'n' },
+                { "warmup", required_argument, NULL, 'w' },
+                { "op", required_argument, NULL, 'o' },
+                { "async", no_argument, NULL, 'a' },
+                { "out-of-place", no_argument, NULL, 'O' },
+                { "help", no_argument, NULL, 'h' },
                 {},
         };
         int c;
@@ -119,11 +123,12 @@ int main(int argc, char **argv) {
                                 return 1;
                 double t = (now_sec() - t0) / n;
                 double algbw = (double) bytes / t / 1e9;
-                double factor = !strcmp(op, "allreduce") ? 2.0 * (size - 1) / size
-                                : !strcmp(op, "broadcast") ? 1.0 : (double) (size - 1) / size;
+                double factor = !strcmp(op, "allreduce")   ? 2.0 * (size - 1) / size
+                                : !strcmp(op, "broadcast") ? 1.0
+                                                           : (double) (size - 1) / size;
                 if (rank == 0)
-                        printf("bench=%s impl=hvd bytes=%zu np=%d time_us=%.1f algbw_gbs=%.3f busbw_gbs=%.3f%s\n",
-                               op, bytes, size, t * 1e6, algbw, algbw * factor,
+                        printf("bench=%s impl=hvd bytes=%zu np=%d time_us=%.1f algbw_gbs=%.3f busbw_gbs=%.3f%s\n", op,
+                               bytes, size, t * 1e6, algbw, algbw * factor,
                                may_be_in_place && !in_place ? " out_of_place=1" : "");
                 fflush(stdout);
         }

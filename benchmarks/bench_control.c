@@ -63,11 +63,11 @@ typedef struct rank {
         void *sock;
         uint32_t node;
         uint64_t epoch;
-        size_t got;      /* schedule entries received this step */
+        size_t got; /* schedule entries received this step */
         bool welcomed;
-        uint64_t done_seq; /* last schedule received, sent with the next Ready */
+        uint64_t done_seq;                         /* last schedule received, sent with the next Ready */
         uint32_t kept[HVD_WIRE_SCHEDULE_KEYS + 1]; /* entries of the schedules kept by key */
-        hvd_fastpath_t *fp; /* on its node's board (node mode) */
+        hvd_fastpath_t *fp;                        /* on its node's board (node mode) */
 } rank_t;
 
 static struct {
@@ -76,7 +76,7 @@ static struct {
         pid_t *daemons;
         char base[64];
         char root_peer[256];
-        uint32_t *ids;   /* cache id per tensor index, learned from rank 0's schedules */
+        uint32_t *ids; /* cache id per tensor index, learned from rank 0's schedules */
         bool *have_id;
         size_t errors;
         size_t sched_bytes; /* schedule bytes rank 0 received this step */
@@ -84,11 +84,11 @@ static struct {
         char first_error[512];
         const char *relay_fanout; /* the daemons' --relay-fanout */
         const char *hold;         /* the daemons' --first-step-hold */
-        bool isolate_root; /* the root daemon on a CPU of its own, everything else on the others */
-        bool board;        /* steady state: each node's ranks post on a shared-memory board, as libhvd does */
-        int cold_batches;  /* a cold step's requests in this many Readys a rank, split differently by rank */
-        void **boards;     /* one per node */
-        uint32_t *host_ids; /* node mode: what one step's records completed for a host */
+        bool isolate_root;        /* the root daemon on a CPU of its own, everything else on the others */
+        bool board;               /* steady state: each node's ranks post on a shared-memory board, as libhvd does */
+        int cold_batches;         /* a cold step's requests in this many Readys a rank, split differently by rank */
+        void **boards;            /* one per node */
+        uint32_t *host_ids;       /* node mode: what one step's records completed for a host */
         size_t n_host_ids;
         cpu_set_t root_cpu, other_cpus;
 } B;
@@ -362,7 +362,8 @@ static int drain(int i, const step_model_t *m) {
                 const seen_t *sn = i ? seen_find(zmq_msg_data(&msg), zmq_msg_size(&msg)) : NULL;
                 if (sn) {
                         seen_count(rk, sn);
-                        int r = B.board ? board_after(i, zmq_msg_data(&msg), zmq_msg_size(&msg), sn->seq, sn->board) : 0;
+                        int r = B.board ? board_after(i, zmq_msg_data(&msg), zmq_msg_size(&msg), sn->seq, sn->board)
+                                        : 0;
                         zmq_msg_close(&msg);
                         if (r < 0)
                                 return r;
@@ -385,7 +386,8 @@ static int drain(int i, const step_model_t *m) {
                         if (s->repeat_key) {
                                 rk->got += rk->kept[s->repeat_key];
                                 seen_add(zmq_msg_data(&msg), zmq_msg_size(&msg), s, 0);
-                                if (B.board && board_after(i, zmq_msg_data(&msg), zmq_msg_size(&msg), s->seq, s->board) < 0) {
+                                if (B.board &&
+                                    board_after(i, zmq_msg_data(&msg), zmq_msg_size(&msg), s->seq, s->board) < 0) {
                                         zmq_msg_close(&msg);
                                         hvd_wire_free(&env);
                                         return -EIO;
@@ -433,8 +435,7 @@ static int drain(int i, const step_model_t *m) {
                         zmq_msg_close(&msg);
                         hvd_wire_free(&env);
                         return HVD_EPROTO;
-                default:
-                        break;
+                default: break;
                 }
                 zmq_msg_close(&msg);
                 hvd_wire_free(&env);
@@ -568,7 +569,6 @@ static int board_run(void *userdata, const hvd_fastpath_record_t *rec) {
                         B.host_ids[B.n_host_ids++] = rec->ids[k];
         return 0;
 }
-
 
 /* A steady step in node mode: every rank of a node posts the cached ids on
  * its node's board and takes a turn; the rank whose turn appends the
@@ -756,7 +756,8 @@ static double run_step(const step_model_t *m, bool cold) {
         /* a cold step in batches, or the steady state on the boards */
         if ((cold && B.cold_batches > 1) || (!cold && B.board)) {
                 zmq_msg_close(&packed);
-                if ((cold ? send_cold_batches(rp, ready.n_requests, &ready) : board_step(m, cached, ready.n_cached)) < 0)
+                if ((cold ? send_cold_batches(rp, ready.n_requests, &ready) : board_step(m, cached, ready.n_cached)) <
+                    0)
                         goto out;
                 int r = wait_all(m, false, t0 + 60);
                 double t1 = step_now_sec();
@@ -795,16 +796,20 @@ int main(int argc, char **argv) {
         B.board = true;
         B.cold_batches = 1;
         static const struct option opts[] = {
-                { "model", required_argument, NULL, 'm' },  { "daemon", required_argument, NULL, 'd' },
-                { "ranks", required_argument, NULL, 'r' },  { "nodes", required_argument, NULL, 'k' },
-                { "steps", required_argument, NULL, 'n' },  { "warmup", required_argument, NULL, 'w' },
+                { "model", required_argument, NULL, 'm' },
+                { "daemon", required_argument, NULL, 'd' },
+                { "ranks", required_argument, NULL, 'r' },
+                { "nodes", required_argument, NULL, 'k' },
+                { "steps", required_argument, NULL, 'n' },
+                { "warmup", required_argument, NULL, 'w' },
                 { "relay-fanout", required_argument, NULL, 'f' },
                 { "cold-steps", required_argument, NULL, 'c' },
                 { "cold-batches", required_argument, NULL, 'B' },
                 { "first-step-hold", required_argument, NULL, 'H' },
                 { "isolate-root", no_argument, NULL, 'i' },
                 { "no-board", no_argument, NULL, 'b' },
-                { "help", no_argument, NULL, 'h' },         {},
+                { "help", no_argument, NULL, 'h' },
+                {},
         };
         int c;
         while ((c = getopt_long(argc, argv, "m:d:r:k:n:w:f:c:B:H:ibh", opts, NULL)) >= 0) {
@@ -840,8 +845,8 @@ int main(int argc, char **argv) {
                         return c == 'h' ? 0 : 2;
                 }
         }
-        if (!tsv || !daemon || B.n_ranks < 1 || B.n_nodes < 1 || B.n_ranks % B.n_nodes || steps < 1 ||
-            warmup < 0 || cold_steps < 1 || B.cold_batches < 1 || B.n_ranks > 65536) {
+        if (!tsv || !daemon || B.n_ranks < 1 || B.n_nodes < 1 || B.n_ranks % B.n_nodes || steps < 1 || warmup < 0 ||
+            cold_steps < 1 || B.cold_batches < 1 || B.n_ranks > 65536) {
                 fprintf(stderr, "bench: --daemon and --model are required; --ranks a multiple of --nodes\n");
                 return 2;
         }
@@ -1065,8 +1070,10 @@ int main(int argc, char **argv) {
                 min = dt[s] < min ? dt[s] : min;
         double med = step_median(dt, steps);
         printf("bench=control ranks=%d nodes=%d tensors=%zu phase=steady steps=%d ms_median=%.3f ms_min=%.3f "
-               "tensors_per_sec=%.0f join_ms=%.1f driver_cpu_ms=%.3f daemons_cpu_ms=%.3f root_cpu_ms=%.3f node_cpu_ms=%.3f "
-               "root_runs=%.1f ms_mean=%.3f root_idle_cpu_ms_per_s=%.3f root_net_cpu_ms=%.3f ready_bytes=%zu sched_bytes=%zu\n",
+               "tensors_per_sec=%.0f join_ms=%.1f driver_cpu_ms=%.3f daemons_cpu_ms=%.3f root_cpu_ms=%.3f "
+               "node_cpu_ms=%.3f "
+               "root_runs=%.1f ms_mean=%.3f root_idle_cpu_ms_per_s=%.3f root_net_cpu_ms=%.3f ready_bytes=%zu "
+               "sched_bytes=%zu\n",
                B.n_ranks, B.n_nodes, m.n, steps, med * 1e3, min * 1e3, (double) m.n / med, join_ms, c_self * 1e3,
                c_daemons * 1e3, c_root * 1e3, c_node * 1e3, (runs1 - runs0) / steps, mean * 1e3, idle_rate * 1e3,
                (c_root - idle_rate * mean) * 1e3, B.ready_bytes, B.sched_bytes);

@@ -115,17 +115,17 @@ static int bench_rank(gpu_rank_t *R, void *ud) {
                         hvd_xmember_t m[FUSED];
                         for (size_t i = 0; i < n; i++) {
                                 parts[i] = (char *) buf + i * count * 4;
-                                m[i] = (hvd_xmember_t){.in = parts[i], .out = parts[i], .count = count};
+                                m[i] = (hvd_xmember_t){ .in = parts[i], .out = parts[i], .count = count };
                         }
-                        hvd_xop_t op = {.kind = HVD__KIND__KIND_ALLREDUCE,
-                                        .dtype = HVD_FLOAT32,
-                                        .reduce_op = HVD_REDUCE_SUM,
-                                        .prescale = 1.0,
-                                        .postscale = 1.0,
-                                        .name = "bench",
-                                        .n = n,
-                                        .m = m,
-                                        .device = R->rank};
+                        hvd_xop_t op = { .kind = HVD__KIND__KIND_ALLREDUCE,
+                                         .dtype = HVD_FLOAT32,
+                                         .reduce_op = HVD_REDUCE_SUM,
+                                         .prescale = 1.0,
+                                         .postscale = 1.0,
+                                         .name = "bench",
+                                         .n = n,
+                                         .m = m,
+                                         .device = R->rank };
                         int iters = bytes >= (UINT64_C(64) << 20) ? (o->iters + 4) / 5 : o->iters;
                         double tm = 0, tr = 0, t;
                         /* warm up both, then alternate: module, raw, module, raw */
@@ -156,7 +156,7 @@ static int bench_rank(gpu_rank_t *R, void *ud) {
 }
 
 int main(int argc, char **argv) {
-        opts_t o = {.min_bytes = 1024, .max_bytes = UINT64_C(256) << 20, .iters = 50};
+        opts_t o = { .min_bytes = 1024, .max_bytes = UINT64_C(256) << 20, .iters = 50 };
         int np = 0;
         for (int i = 1; i + 1 < argc; i += 2) {
                 if (strcmp(argv[i], "--np") == 0)

@@ -33,9 +33,12 @@ int main(int argc, char **argv) {
         int rounds = 5;
         char groups_arg[256] = "1,16,128";
         static const struct option opts[] = {
-                { "model", required_argument, NULL, 'm' }, { "ranks", required_argument, NULL, 'r' },
-                { "nodes", required_argument, NULL, 'k' }, { "groups", required_argument, NULL, 'g' },
-                { "rounds", required_argument, NULL, 'n' }, { "help", no_argument, NULL, 'h' },
+                { "model", required_argument, NULL, 'm' },
+                { "ranks", required_argument, NULL, 'r' },
+                { "nodes", required_argument, NULL, 'k' },
+                { "groups", required_argument, NULL, 'g' },
+                { "rounds", required_argument, NULL, 'n' },
+                { "help", no_argument, NULL, 'h' },
                 {},
         };
         int c;

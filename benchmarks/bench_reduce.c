@@ -153,9 +153,8 @@ int main(int argc, char **argv) {
                                         printf("bench=reduce dtype=%s nsrc=%zu bytes=%zu impl=%s "
                                                "gbs=%.2f "
                                                "memcpy_gbs=%.2f usec=%.1f\n",
-                                               hvd_dtype_name(j.dt), j.nsrc, j.bytes,
-                                               generic ? "generic" : best_impl, traffic / t * 1e-9,
-                                               memcpy_gbs, t * 1e6);
+                                               hvd_dtype_name(j.dt), j.nsrc, j.bytes, generic ? "generic" : best_impl,
+                                               traffic / t * 1e-9, memcpy_gbs, t * 1e6);
                                         fflush(stdout);
                                 }
                                 hvd_reduce_force_generic(false);

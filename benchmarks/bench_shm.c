@@ -53,8 +53,15 @@ static int run(int np, int me, const char *shm, uint64_t slot, size_t min_bytes,
                 rank_local[i] = i;
         }
         hvd_topology_t topo = {
-                .rank = me, .size = np, .local_rank = me, .local_size = np, .cross_rank = 0, .cross_size = 1,
-                .rank_cross = rank_cross, .rank_local = rank_local, .listen_fd = -1,
+                .rank = me,
+                .size = np,
+                .local_rank = me,
+                .local_size = np,
+                .cross_rank = 0,
+                .cross_size = 1,
+                .rank_cross = rank_cross,
+                .rank_local = rank_local,
+                .listen_fd = -1,
         };
         char err[512];
         hvd_backend_t *b = NULL;
@@ -75,8 +82,14 @@ static int run(int np, int me, const char *shm, uint64_t slot, size_t min_bytes,
                 phases_t ph = { .cur = 0 };
                 hvd_xmember_t m = { .in = in, .out = out, .count = count, .row_elems = count };
                 hvd_xop_t op = {
-                        .kind = HVD__KIND__KIND_ALLREDUCE, .dtype = HVD_FLOAT32, .reduce_op = HVD_REDUCE_SUM,
-                        .prescale = 1.0, .postscale = 1.0, .name = "bench", .n = 1, .m = &m,
+                        .kind = HVD__KIND__KIND_ALLREDUCE,
+                        .dtype = HVD_FLOAT32,
+                        .reduce_op = HVD_REDUCE_SUM,
+                        .prescale = 1.0,
+                        .postscale = 1.0,
+                        .name = "bench",
+                        .n = 1,
+                        .m = &m,
                         .device = HVD_DEVICE_CPU,
                 };
                 for (int i = 0; i < 3; i++)
@@ -118,10 +131,14 @@ int main(int argc, char **argv) {
         int np = 2, iters = 0;
         bool inplace = false, pin = false;
         static const struct option opts[] = {
-                { "np", required_argument, NULL, 'p' },        { "min-bytes", required_argument, NULL, 'b' },
-                { "max-bytes", required_argument, NULL, 'e' }, { "iters", required_argument, NULL, 'n' },
-                { "slot-bytes", required_argument, NULL, 's' }, { "in-place", no_argument, NULL, 'i' },
-                { "pin", no_argument, NULL, 'P' },              { "help", no_argument, NULL, 'h' },
+                { "np", required_argument, NULL, 'p' },
+                { "min-bytes", required_argument, NULL, 'b' },
+                { "max-bytes", required_argument, NULL, 'e' },
+                { "iters", required_argument, NULL, 'n' },
+                { "slot-bytes", required_argument, NULL, 's' },
+                { "in-place", no_argument, NULL, 'i' },
+                { "pin", no_argument, NULL, 'P' },
+                { "help", no_argument, NULL, 'h' },
                 {},
         };
         int c;

@@ -51,8 +51,10 @@ int main(int argc, char **argv) {
         const char *tsv = NULL;
         int steps = 10, warmup = 3;
         static const struct option opts[] = {
-                { "model", required_argument, NULL, 'm' }, { "steps", required_argument, NULL, 'n' },
-                { "warmup", required_argument, NULL, 'w' }, { "help", no_argument, NULL, 'h' },
+                { "model", required_argument, NULL, 'm' },
+                { "steps", required_argument, NULL, 'n' },
+                { "warmup", required_argument, NULL, 'w' },
+                { "help", no_argument, NULL, 'h' },
                 {},
         };
         int c;

@@ -12,11 +12,16 @@ int main(int argc, char **argv) {
         const char *op = "allreduce";
         MPI_Init(&argc, &argv);
         for (int i = 1; i + 1 < argc; i += 2) {
-                if (!strcmp(argv[i], "--min-bytes")) min_bytes = strtoull(argv[i + 1], NULL, 0);
-                else if (!strcmp(argv[i], "--max-bytes")) max_bytes = strtoull(argv[i + 1], NULL, 0);
-                else if (!strcmp(argv[i], "--iters")) iters = atoi(argv[i + 1]);
-                else if (!strcmp(argv[i], "--warmup")) warmup = atoi(argv[i + 1]);
-                else if (!strcmp(argv[i], "--op")) op = argv[i + 1];
+                if (!strcmp(argv[i], "--min-bytes"))
+                        min_bytes = strtoull(argv[i + 1], NULL, 0);
+                else if (!strcmp(argv[i], "--max-bytes"))
+                        max_bytes = strtoull(argv[i + 1], NULL, 0);
+                else if (!strcmp(argv[i], "--iters"))
+                        iters = atoi(argv[i + 1]);
+                else if (!strcmp(argv[i], "--warmup"))
+                        warmup = atoi(argv[i + 1]);
+                else if (!strcmp(argv[i], "--op"))
+                        op = argv[i + 1];
         }
         int rank, size;
         MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -40,17 +45,19 @@ int main(int argc, char **argv) {
                         else if (!strcmp(op, "broadcast"))
                                 MPI_Bcast(out, count, MPI_FLOAT, 0, MPI_COMM_WORLD);
                         else if (!strcmp(op, "allgather"))
-                                MPI_Allgather(in, count / size, MPI_FLOAT, out, count / size, MPI_FLOAT, MPI_COMM_WORLD);
+                                MPI_Allgather(in, count / size, MPI_FLOAT, out, count / size, MPI_FLOAT,
+                                              MPI_COMM_WORLD);
                         else if (!strcmp(op, "reducescatter"))
                                 MPI_Reduce_scatter_block(in, out, count / size, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
                 }
                 double t = (MPI_Wtime() - t0) / n;
                 double algbw = (double) bytes / t / 1e9;
-                double factor = !strcmp(op, "allreduce") ? 2.0 * (size - 1) / size
-                                : !strcmp(op, "broadcast") ? 1.0 : (double) (size - 1) / size;
+                double factor = !strcmp(op, "allreduce")   ? 2.0 * (size - 1) / size
+                                : !strcmp(op, "broadcast") ? 1.0
+                                                           : (double) (size - 1) / size;
                 if (rank == 0)
-                        printf("bench=%s impl=mpi bytes=%zu np=%d time_us=%.1f algbw_gbs=%.3f busbw_gbs=%.3f\n", op, bytes,
-                               size, t * 1e6, algbw, algbw * factor);
+                        printf("bench=%s impl=mpi bytes=%zu np=%d time_us=%.1f algbw_gbs=%.3f busbw_gbs=%.3f\n", op,
+                               bytes, size, t * 1e6, algbw, algbw * factor);
                 fflush(stdout);
         }
         free(in);

@@ -68,9 +68,12 @@ int main(int argc, char **argv) {
         int n_fusions = 3;
         MPI_Init(&argc, &argv);
         for (int i = 1; i + 1 < argc; i += 2) {
-                if (!strcmp(argv[i], "--model")) tsv = argv[i + 1];
-                else if (!strcmp(argv[i], "--steps")) steps = atoi(argv[i + 1]);
-                else if (!strcmp(argv[i], "--warmup")) warmup = atoi(argv[i + 1]);
+                if (!strcmp(argv[i], "--model"))
+                        tsv = argv[i + 1];
+                else if (!strcmp(argv[i], "--steps"))
+                        steps = atoi(argv[i + 1]);
+                else if (!strcmp(argv[i], "--warmup"))
+                        warmup = atoi(argv[i + 1]);
                 else if (!strcmp(argv[i], "--fusion-mb")) {
                         /* comma-separated MiB list */
                         n_fusions = 0;
@@ -89,7 +92,8 @@ int main(int argc, char **argv) {
         MPI_Comm_size(MPI_COMM_WORLD, &size);
         if (!tsv || steps < 1 || warmup < 1) {
                 if (rank == 0)
-                        fprintf(stderr, "usage: mpi_step --model FILE.tsv [--steps N] [--warmup N] [--fusion-mb 4,16,64]\n");
+                        fprintf(stderr,
+                                "usage: mpi_step --model FILE.tsv [--steps N] [--warmup N] [--fusion-mb 4,16,64]\n");
                 MPI_Finalize();
                 return 2;
         }

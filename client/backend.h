@@ -13,24 +13,24 @@
 
 /* One member tensor of a fused operation, as this rank sees it. */
 typedef struct hvd_xmember {
-        const void *in;            /* NULL: this rank contributes zeros / no rows (joined) */
-        void *out;                 /* NULL: discard the result (joined) */
-        uint64_t count;            /* elements of the (common) tensor; allgather/alltoall: unused */
-        uint64_t row_elems;        /* elements per first-dimension row */
-        const int64_t *rank_rows;  /* allgather: rows each rank contributes [size];
-                                      reducescatter: NULL (rows = shape[0]) */
-        int64_t rows;              /* reducescatter: first dimension */
-        const int64_t *splits;     /* alltoall: [size * size] rows, [src][dst] */
-        void *stream;              /* GPU: the cudaStream_t the input is ready on, or NULL */
+        const void *in;           /* NULL: this rank contributes zeros / no rows (joined) */
+        void *out;                /* NULL: discard the result (joined) */
+        uint64_t count;           /* elements of the (common) tensor; allgather/alltoall: unused */
+        uint64_t row_elems;       /* elements per first-dimension row */
+        const int64_t *rank_rows; /* allgather: rows each rank contributes [size];
+                                     reducescatter: NULL (rows = shape[0]) */
+        int64_t rows;             /* reducescatter: first dimension */
+        const int64_t *splits;    /* alltoall: [size * size] rows, [src][dst] */
+        void *stream;             /* GPU: the cudaStream_t the input is ready on, or NULL */
 } hvd_xmember_t;
 
 typedef struct hvd_xop {
-        uint32_t kind;             /* HVD__KIND__* */
+        uint32_t kind; /* HVD__KIND__* */
         hvd_dtype_t dtype;
         hvd_reduce_op_t reduce_op;
         double prescale, postscale;
         int root;
-        const char *name;          /* first member's name, for messages */
+        const char *name; /* first member's name, for messages */
         size_t n;
         const hvd_xmember_t *m;
         int device;                /* HVD_DEVICE_CPU or the GPU the members live on */
@@ -75,16 +75,15 @@ typedef struct hvd_topology {
         char *const *addrs;         /* [size]: data-plane "ip:port" of each rank */
         int listen_fd;              /* this rank's data-plane listener, or -1 */
         uint64_t job_hash;
-        bool ring_checksum;         /* a CRC-32C on every TCP ring frame (the job's setting) */
+        bool ring_checksum; /* a CRC-32C on every TCP ring frame (the job's setting) */
 } hvd_topology_t;
 
 /* CPU backend: shared memory between the ranks of this node (segment
  * shm_name: local rank 0 creates it, everyone attaches, the last to attach
  * unlinks the name), and TCP between nodes. One rank needs no segment.
  * Takes ownership of topo->listen_fd. */
-int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64_t slot_bytes,
-                        uint64_t timeout_usec, hvd_wait_check_fn check, void *userdata,
-                        hvd_backend_t **ret, char *err, size_t err_len);
+int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64_t slot_bytes, uint64_t timeout_usec,
+                        hvd_wait_check_fn check, void *userdata, hvd_backend_t **ret, char *err, size_t err_len);
 
 /* Executes op; returns 0 or < 0 with a message in err. */
 int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len);

@@ -32,12 +32,12 @@
 #include "reduce.h"
 #include "util.h"
 
-#define SHM_MAGIC UINT64_C(0x6876645f73686d34) /* "hvd_shm4" */
-#define HEADER_BYTES (64 * 1024)
+#define SHM_MAGIC           UINT64_C(0x6876645f73686d34) /* "hvd_shm4" */
+#define HEADER_BYTES        (64 * 1024)
 #define CHECK_INTERVAL_USEC (20 * USEC_PER_MSEC)
-#define SPIN_USEC 50
-#define SPIN_MIN_USEC 4
-#define CHUNK_BYTES (UINT64_C(1) << 20)
+#define SPIN_USEC           50
+#define SPIN_MIN_USEC       4
+#define CHUNK_BYTES         (UINT64_C(1) << 20)
 /* Bytes of a chunk up to which every rank reduces the whole chunk itself
  * (one barrier per chunk) rather than its segment (two barriers and a copy
  * out): with two ranks that is always cheaper (the same bytes read, fewer
@@ -46,10 +46,10 @@
  * a barrier costs context switches of every rank (and in a worker, of its
  * threads beside the data plane's) — far more than reading the other
  * slots of a chunk of up to DIRECT_OVERSUB_BYTES. */
-#define DIRECT_BYTES (64 * 1024)
+#define DIRECT_BYTES         (64 * 1024)
 #define DIRECT_OVERSUB_BYTES (UINT64_C(1) << 20)
-#define HVD_MAX_SET_LOCAL 4096
-#define HVD_RING_MAX_STEPS 2048 /* 2(C-1) steps: up to 1025 nodes */
+#define HVD_MAX_SET_LOCAL    4096
+#define HVD_RING_MAX_STEPS   2048 /* 2(C-1) steps: up to 1025 nodes */
 
 typedef struct shm_barrier {
         _Alignas(64) _Atomic uint32_t count;
@@ -61,12 +61,12 @@ typedef struct shm_header {
         _Atomic uint64_t magic;
         uint32_t local_size;
         uint64_t slot_bytes;
-        uint64_t chunk_bytes; /* set by local rank 0: every rank chunks alike */
+        uint64_t chunk_bytes;  /* set by local rank 0: every rank chunks alike */
         uint64_t direct_bytes; /* likewise: every rank takes the same path */
         _Atomic uint32_t attached;
         _Atomic uint32_t aborted;
         char abort_reason[512];
-        shm_barrier_t bar;                      /* all local ranks */
+        shm_barrier_t bar;                           /* all local ranks */
         shm_barrier_t set_bar[HVD_MAX_PROCESS_SETS]; /* by process set id */
 } shm_header_t;
 _Static_assert(sizeof(shm_header_t) <= HEADER_BYTES, "shm header too large");
@@ -85,7 +85,7 @@ struct hvd_backend {
         int rank, size;
         uint64_t slot_bytes, half_bytes, stride_bytes;
         uint64_t direct_bytes; /* allreduce chunks up to this size: one barrier, every rank reduces all */
-        uint64_t chunk_bytes; /* per step of the shared-memory reductions (at most half a slot) */
+        uint64_t chunk_bytes;  /* per step of the shared-memory reductions (at most half a slot) */
         uint64_t timeout_usec;
         uint64_t step; /* selects the slot half */
         hvd_wait_check_fn check;
@@ -97,18 +97,18 @@ struct hvd_backend {
         size_t map_bytes;
         int spin;
         uint64_t spin_usec; /* the barrier's current spin bound (adaptive) */
-        const void **srcs; /* [size] scratch for reductions */
+        const void **srcs;  /* [size] scratch for reductions */
         /* several nodes */
         int g_rank, g_size, cross_rank, cross_size;
-        int lmin;          /* smallest local size of any node: ranks below it drive the network */
-        int lmax;          /* largest: 1 when every node has one rank */
+        int lmin; /* smallest local size of any node: ranks below it drive the network */
+        int lmax; /* largest: 1 when every node has one rank */
         int *rank_cross, *rank_local;
-        int *node_peer;    /* [cross_size]: rank with my local rank on each node (-1: none) */
+        int *node_peer; /* [cross_size]: rank with my local rank on each node (-1: none) */
         hvd_tcp_t *tcp;
         struct ring *ring; /* the TCP ring's state, allocated on first use */
         uint64_t *mend;    /* [mend_cap]: the ring's member ends (grows, never shrinks) */
         size_t mend_cap;
-        uint8_t *scratch;  /* grows, never shrinks: no allocation per operation once warm */
+        uint8_t *scratch; /* grows, never shrinks: no allocation per operation once warm */
         size_t scratch_bytes;
         /* reducescatter across nodes: the whole reduced buffer and the
          * members pointing into it (grow, never shrink, like scratch) */
@@ -200,8 +200,8 @@ static int barrier(hvd_backend_t *b, const view_t *v, const char *what, char *er
                 }
                 if (now - start > b->timeout_usec) {
                         snprintf(err, err_len,
-                                 "%s: timed out after %.1f s waiting for the other local ranks in the data plane",
-                                 what, (double) b->timeout_usec / 1e6);
+                                 "%s: timed out after %.1f s waiting for the other local ranks in the data plane", what,
+                                 (double) b->timeout_usec / 1e6);
                         hvd_backend_abort(b, err);
                         return HVD_ETIMEOUT;
                 }
@@ -210,9 +210,8 @@ static int barrier(hvd_backend_t *b, const view_t *v, const char *what, char *er
 
 static int multi_node_init(hvd_backend_t *b, const hvd_topology_t *t);
 
-int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64_t slot_bytes,
-                        uint64_t timeout_usec, hvd_wait_check_fn check, void *userdata,
-                        hvd_backend_t **ret, char *err, size_t err_len) {
+int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64_t slot_bytes, uint64_t timeout_usec,
+                        hvd_wait_check_fn check, void *userdata, hvd_backend_t **ret, char *err, size_t err_len) {
         int rank = topo->local_rank, size = topo->local_size;
         hvd_backend_t *b = calloc(1, sizeof *b);
         if (!b) {
@@ -293,8 +292,8 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
                 }
                 if (ftruncate(fd, (off_t) b->map_bytes) < 0) {
                         r = -errno;
-                        snprintf(err, err_len, "cannot size shared memory %s to %zu bytes: %s", shm_name,
-                                 b->map_bytes, strerror(errno));
+                        snprintf(err, err_len, "cannot size shared memory %s to %zu bytes: %s", shm_name, b->map_bytes,
+                                 strerror(errno));
                         close(fd);
                         shm_unlink(shm_name);
                         goto fail;
@@ -465,8 +464,7 @@ static int execute_solo(const hvd_xop_t *op) {
                         if (m->in && m->splits[0])
                                 memmove(m->out, m->in, (size_t) m->splits[0] * m->row_elems * es);
                         break;
-                default:
-                        break;
+                default: break;
                 }
         }
         return 0;
@@ -619,10 +617,8 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
 /* Bytes of member tensor m that member j publishes. */
 static uint64_t pub_bytes(const hvd_xop_t *op, const hvd_xmember_t *m, int j, size_t es, int size) {
         switch (op->kind) {
-        case HVD__KIND__KIND_BROADCAST:
-                return j == op->root ? m->count * es : 0;
-        case HVD__KIND__KIND_ALLGATHER:
-                return (uint64_t) m->rank_rows[j] * m->row_elems * es;
+        case HVD__KIND__KIND_BROADCAST: return j == op->root ? m->count * es : 0;
+        case HVD__KIND__KIND_ALLGATHER: return (uint64_t) m->rank_rows[j] * m->row_elems * es;
         case HVD__KIND__KIND_ALLTOALL: {
                 uint64_t rows = 0;
                 for (int d = 0; d < size; d++)
@@ -644,9 +640,7 @@ static void read_window(const view_t *v, const hvd_xop_t *op, int j, const uint8
                 uint64_t want0 = 0, want1 = 0, dst = 0; /* in piece coordinates; dst offset in out */
                 uint64_t row_bytes = m->row_elems * es;
                 switch (op->kind) {
-                case HVD__KIND__KIND_BROADCAST:
-                        want1 = plen;
-                        break;
+                case HVD__KIND__KIND_BROADCAST: want1 = plen; break;
                 case HVD__KIND__KIND_ALLGATHER:
                         want1 = plen;
                         for (int k = 0; k < j; k++)
@@ -735,7 +729,6 @@ static int execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
         }
         return 0;
 }
-
 
 /* ---- several nodes ---- */
 
@@ -905,7 +898,9 @@ static int ring_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_
         if (!b->ring && !(b->ring = malloc(sizeof *b->ring)))
                 return -ENOMEM;
         ring_t *g = b->ring;
-        *g = (ring_t){ .dt = dt, .op = op, .es = hvd_dtype_size(dt), .buf = buf, .n = n, .C = C, .c = c, .scale = scale };
+        *g = (ring_t){
+                .dt = dt, .op = op, .es = hvd_dtype_size(dt), .buf = buf, .n = n, .C = C, .c = c, .scale = scale
+        };
         if (!buf) {
                 if (xop->n > b->mend_cap) {
                         uint64_t *p = realloc(b->mend, xop->n * sizeof *p);
@@ -932,10 +927,16 @@ static int ring_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_
         if (steps == 0)
                 return 0;
         hvd_tcp_stream_t s = {
-                .to = b->node_peer[(c + 1) % C], .from = b->node_peer[(c + C - 1) % C],
-                .n_send = (size_t) steps, .n_recv = (size_t) steps,
-                .send_len = g->len, .recv_len = g->len + HVD_RING_MAX_STEPS,
-                .send_at = ring_send_at, .recv_at = ring_recv_at, .received = ring_received, .ud = g,
+                .to = b->node_peer[(c + 1) % C],
+                .from = b->node_peer[(c + C - 1) % C],
+                .n_send = (size_t) steps,
+                .n_recv = (size_t) steps,
+                .send_len = g->len,
+                .recv_len = g->len + HVD_RING_MAX_STEPS,
+                .send_at = ring_send_at,
+                .recv_at = ring_recv_at,
+                .received = ring_received,
+                .ud = g,
         };
         return hvd_tcp_stream(b->tcp, &s, err, err_len);
 }
@@ -1008,11 +1009,12 @@ static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop
                                 if (v->size > 1) {
                                         for (int k = 0; k < v->size; k++)
                                                 b->srcs[k] = slot_of(b, v, k) + s0 * es;
-                                        hvd_reduce_n(op->dtype, op->reduce_op, mine + s0 * es, b->srcs, (size_t) v->size,
-                                                     s1 - s0, 1.0);
+                                        hvd_reduce_n(op->dtype, op->reduce_op, mine + s0 * es, b->srcs,
+                                                     (size_t) v->size, s1 - s0, 1.0);
                                 }
                                 hvd_xop_phase(op, HVD_TL_PHASE_NETWORK);
-                                r = ring_allreduce(b, op->dtype, op->reduce_op, mine + s0 * es, s1 - s0, post, err, err_len);
+                                r = ring_allreduce(b, op->dtype, op->reduce_op, mine + s0 * es, s1 - s0, post, err,
+                                                   err_len);
                                 hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
                                 if (r < 0) {
                                         hvd_backend_abort(b, err);
@@ -1079,7 +1081,8 @@ static int execute_reducescatter_multi(hvd_backend_t *b, const view_t *v, const 
 }
 
 /* Stream helpers: the concatenation of op members seen as one byte range. */
-static void stream_gather(const hvd_xop_t *op, bool from_in, const uint64_t *len, uint64_t a, uint64_t e, uint8_t *dst) {
+static void stream_gather(const hvd_xop_t *op, bool from_in, const uint64_t *len, uint64_t a, uint64_t e,
+                          uint8_t *dst) {
         uint64_t off = 0;
         for (size_t i = 0; i < op->n && off < e; off += len[i], i++) {
                 uint64_t x = HVD_MAX(a, off), y = HVD_MIN(e, off + len[i]);
@@ -1129,7 +1132,8 @@ static int execute_broadcast_multi(hvd_backend_t *b, const hvd_xop_t *op, char *
                 bool send = k > 0 && pos < N - 1, recv = k < pieces && pos > 0;
                 if (send && pos == 0)
                         stream_gather(op, false, len, sa, se, sbuf);
-                r = hvd_tcp_sendrecv(b->tcp, next, sbuf, send ? se - sa : 0, prev, rbuf, recv ? re - ra : 0, err, err_len);
+                r = hvd_tcp_sendrecv(b->tcp, next, sbuf, send ? se - sa : 0, prev, rbuf, recv ? re - ra : 0, err,
+                                     err_len);
                 if (r >= 0 && recv)
                         stream_scatter(op, len, ra, re, rbuf);
         }
@@ -1224,9 +1228,16 @@ static int execute_allgather_multi(hvd_backend_t *b, const hvd_xop_t *op, char *
                         lens[N - 1 + s] = boff[agring_rb(&g, s) + 1] - boff[agring_rb(&g, s)];
                 }
                 hvd_tcp_stream_t st = {
-                        .to = next, .from = prev, .n_send = (size_t) (N - 1), .n_recv = (size_t) (N - 1),
-                        .send_len = lens, .recv_len = lens + (N - 1), .send_at = agring_send_at,
-                        .recv_at = agring_recv_at, .received = agring_received, .ud = &g,
+                        .to = next,
+                        .from = prev,
+                        .n_send = (size_t) (N - 1),
+                        .n_recv = (size_t) (N - 1),
+                        .send_len = lens,
+                        .recv_len = lens + (N - 1),
+                        .send_at = agring_send_at,
+                        .recv_at = agring_recv_at,
+                        .received = agring_received,
+                        .ud = &g,
                 };
                 g.len = lens;
                 r = hvd_tcp_stream(b->tcp, &st, err, err_len);
@@ -1256,7 +1267,7 @@ static int execute_alltoall_multi(hvd_backend_t *b, const hvd_xop_t *op, char *e
         for (size_t i = 0; i < op->n && r >= 0; i++) {
                 const hvd_xmember_t *m = &op->m[i];
                 uint64_t row = m->row_elems * es;
-#define SPL(src, dst) ((uint64_t) m->splits[(size_t) (src) * N + (dst)])
+#define SPL(src, dst) ((uint64_t) m->splits[(size_t) (src) *N + (dst)])
                 for (int s = 0; s < N && r >= 0; s++) {
                         int to = (me + s) % N, from = (me - s + N) % N;
                         uint64_t soff = 0, roff = 0;
@@ -1297,21 +1308,12 @@ static int barrier_multi(hvd_backend_t *b, const view_t *v, char *err, size_t er
 static int execute_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
         int r;
         switch (op->kind) {
-        case HVD__KIND__KIND_BARRIER:
-                return barrier_multi(b, v, err, err_len);
-        case HVD__KIND__KIND_ALLREDUCE:
-                return execute_reduce_multi(b, v, op, err, err_len);
-        case HVD__KIND__KIND_REDUCESCATTER:
-                return execute_reducescatter_multi(b, v, op, err, err_len);
-        case HVD__KIND__KIND_BROADCAST:
-                r = execute_broadcast_multi(b, op, err, err_len);
-                break;
-        case HVD__KIND__KIND_ALLGATHER:
-                r = execute_allgather_multi(b, op, err, err_len);
-                break;
-        case HVD__KIND__KIND_ALLTOALL:
-                r = execute_alltoall_multi(b, op, err, err_len);
-                break;
+        case HVD__KIND__KIND_BARRIER: return barrier_multi(b, v, err, err_len);
+        case HVD__KIND__KIND_ALLREDUCE: return execute_reduce_multi(b, v, op, err, err_len);
+        case HVD__KIND__KIND_REDUCESCATTER: return execute_reducescatter_multi(b, v, op, err, err_len);
+        case HVD__KIND__KIND_BROADCAST: r = execute_broadcast_multi(b, op, err, err_len); break;
+        case HVD__KIND__KIND_ALLGATHER: r = execute_allgather_multi(b, op, err, err_len); break;
+        case HVD__KIND__KIND_ALLTOALL: r = execute_alltoall_multi(b, op, err, err_len); break;
         default:
                 snprintf(err, err_len, "%s: operation kind %u not supported by the CPU backend", op->name, op->kind);
                 return -EOPNOTSUPP;
@@ -1369,12 +1371,10 @@ int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t
                 return execute_solo(op);
         switch (op->kind) {
         case HVD__KIND__KIND_ALLREDUCE:
-        case HVD__KIND__KIND_REDUCESCATTER:
-                return execute_reduce(b, &v, op, err, err_len);
+        case HVD__KIND__KIND_REDUCESCATTER: return execute_reduce(b, &v, op, err, err_len);
         case HVD__KIND__KIND_BROADCAST:
         case HVD__KIND__KIND_ALLGATHER:
-        case HVD__KIND__KIND_ALLTOALL:
-                return execute_stream(b, &v, op, err, err_len);
+        case HVD__KIND__KIND_ALLTOALL: return execute_stream(b, &v, op, err, err_len);
         default:
                 snprintf(err, err_len, "%s: operation kind %u not supported by the CPU backend", op->name, op->kind);
                 return -EOPNOTSUPP;

@@ -40,17 +40,17 @@
 #include "fastpath.h"
 #include "util.h"
 
-#define WORDS (HVD_FASTPATH_MAX_IDS / 64)
-#define LOG_CAP 256
-#define REC_IDS 60
-#define LOCK_SPINS 200
+#define WORDS       (HVD_FASTPATH_MAX_IDS / 64)
+#define LOG_CAP     256
+#define REC_IDS     60
+#define LOCK_SPINS  200
 #define LOCK_YIELDS 20000
 
 enum { REC_FAST, REC_MARKER, REC_INLINE };
 
 typedef struct rec {
         uint32_t slow, n; /* slow: REC_*; n: ids (fast) or bytes (inline) */
-        uint64_t seq; /* slow: the schedule's; fast: the local rank that appended it */
+        uint64_t seq;     /* slow: the schedule's; fast: the local rank that appended it */
         uint32_t ids[REC_IDS];
 } rec_t;
 _Static_assert(sizeof(rec_t) == 256, "record layout");
@@ -58,7 +58,7 @@ _Static_assert(HVD_FASTPATH_INLINE_BYTES <= REC_IDS * sizeof(uint32_t), "an inli
 
 typedef struct row {
         _Alignas(64) _Atomic uint32_t bell; /* bumped to wake this rank */
-        _Atomic uint32_t sleeping; /* threads of this rank in hvd_fastpath_wait */
+        _Atomic uint32_t sleeping;          /* threads of this rank in hvd_fastpath_wait */
         _Atomic uint32_t joining;
         _Alignas(64) _Atomic uint64_t cursor; /* records this rank has taken */
         _Alignas(64) uint64_t bits[WORDS];    /* under the lock */
@@ -66,10 +66,10 @@ typedef struct row {
 
 typedef struct board {
         _Alignas(64) _Atomic uint32_t lock;
-        _Alignas(64) _Atomic uint64_t head; /* records appended */
-        _Atomic uint32_t demote_gen;        /* bumped by every demotion */
-        uint64_t last_slow;                 /* under the lock: schedule markers appended */
-        uint32_t n_words;                   /* under the lock: words in use in the rows */
+        _Alignas(64) _Atomic uint64_t head;          /* records appended */
+        _Atomic uint32_t demote_gen;                 /* bumped by every demotion */
+        uint64_t last_slow;                          /* under the lock: schedule markers appended */
+        uint32_t n_words;                            /* under the lock: words in use in the rows */
         uint32_t demoted_inst[HVD_FASTPATH_MAX_IDS]; /* under the lock */
         rec_t log[LOG_CAP];
         row_t rows[];
@@ -99,10 +99,10 @@ struct hvd_fastpath {
                 uint64_t seq;
                 uint32_t len; /* 0: a marker */
                 uint8_t bytes[HVD_FASTPATH_INLINE_BYTES];
-        } *got;
+        } * got;
         size_t n_got, cap_got;
-        uint64_t ran_seq;  /* schedules run here (their markers passed) */
-        uint64_t cursor;   /* records run here */
+        uint64_t ran_seq;   /* schedules run here (their markers passed) */
+        uint64_t cursor;    /* records run here */
         _Atomic bool stuck; /* the last step stopped at a schedule's marker */
         rec_t cur;
         uint32_t demoted[REC_IDS];
@@ -427,8 +427,7 @@ static void wake_others(hvd_fastpath_t *fp) {
         }
 }
 
-int hvd_fastpath_step(hvd_fastpath_t *fp, uint64_t now, bool fast_only, const hvd_fastpath_ops_t *ops,
-                      void *userdata) {
+int hvd_fastpath_step(hvd_fastpath_t *fp, uint64_t now, bool fast_only, const hvd_fastpath_ops_t *ops, void *userdata) {
         board_t *b = fp->b;
         bool joining = fp->n_mine && any_joining(fp);
         bool want_lock = fp->n_got > 0 || fp->n_mine > 0;

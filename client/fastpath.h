@@ -81,11 +81,11 @@ int hvd_fastpath_schedule_inline(hvd_fastpath_t *fp, uint64_t seq, const void *b
 
 /* One record of the log, as this rank runs it. */
 typedef struct hvd_fastpath_record {
-        bool slow;           /* the coordinator's schedule `seq` */
+        bool slow; /* the coordinator's schedule `seq` */
         uint64_t seq;
-        uint32_t n;          /* fast: cache ids, ascending */
+        uint32_t n; /* fast: cache ids, ascending */
         const uint32_t *ids;
-        int appender;        /* fast: the local rank that appended it (node mode: it speaks for the host) */
+        int appender;         /* fast: the local rank that appended it (node mode: it speaks for the host) */
         const uint8_t *bytes; /* slow, posted inline (node mode): the schedule's packed envelope */
         size_t n_bytes;
 } hvd_fastpath_record_t;

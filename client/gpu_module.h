@@ -20,14 +20,14 @@
 /* 2: mem_alloc and mem_free (device outputs of allgather, alltoall,
  * reducescatter). libhvd refuses a module of another ABI, with a message. */
 #define HVD_GPU_MODULE_ABI 2
-#define HVD_NCCL_ID_BYTES 128
+#define HVD_NCCL_ID_BYTES  128
 
 typedef struct hvd_gpu hvd_gpu_t;       /* one job's GPU state on this rank */
 typedef struct hvd_gpu_op hvd_gpu_op_t; /* one enqueued operation */
 
 typedef struct hvd_gpu_module {
-        uint32_t abi;           /* HVD_GPU_MODULE_ABI */
-        const char *name;       /* "nccl" */
+        uint32_t abi;     /* HVD_GPU_MODULE_ABI */
+        const char *name; /* "nccl" */
         /* Number of usable devices (> 0), or < 0 with the reason (no driver,
          * no device) in err. */
         int (*probe)(char *err, size_t err_len);
@@ -37,8 +37,8 @@ typedef struct hvd_gpu_module {
         /* Creates the communicator of the job (all ranks) on `device` (the
          * local rank's GPU unless HVD_GPU_DEVICE overrides), a stream, and a
          * fusion buffer of fusion_bytes on the device. */
-        int (*open)(const hvd_topology_t *topo, const uint8_t id[HVD_NCCL_ID_BYTES], int device,
-                    uint64_t fusion_bytes, hvd_gpu_t **ret, char *err, size_t err_len);
+        int (*open)(const hvd_topology_t *topo, const uint8_t id[HVD_NCCL_ID_BYTES], int device, uint64_t fusion_bytes,
+                    hvd_gpu_t **ret, char *err, size_t err_len);
         /* Enqueues op (member pointers are device pointers; member streams or
          * events to wait on are in hvd_xmember_t.stream when not NULL): fused
          * copies in, one collective (several ops may be batched between

@@ -100,7 +100,7 @@ int hvd_gpu_reduce_plan(const char *name, hvd_dtype_t dt, hvd_reduce_op_t op, do
                 snprintf(err, err_len, "'%s': invalid reduce op %d", name, (int) op);
                 return -EINVAL;
         }
-        hvd_gpu_reduce_t r = {.type = hvd_gpu_reduce_type(dt, features), .pre_scale = 1.0, .post_scale = 1.0};
+        hvd_gpu_reduce_t r = { .type = hvd_gpu_reduce_type(dt, features), .pre_scale = 1.0, .post_scale = 1.0 };
         if (r.type == HVD_GPU_T_NONE) {
                 if (dt == HVD_BFLOAT16)
                         snprintf(err, err_len,
@@ -188,7 +188,8 @@ static int call(plan_t *p, uint32_t kind, int32_t type, uint32_t op, int peer, u
         if (r < 0)
                 return r;
         hvd_gpu_call_t c = {
-                .kind = kind, .type = type, .op = op, .peer = peer, .send = send, .recv = recv, .count = count};
+                .kind = kind, .type = type, .op = op, .peer = peer, .send = send, .recv = recv, .count = count
+        };
         return p->e->call(p->e->userdata, &c);
 }
 
@@ -547,15 +548,15 @@ int hvd_gpu_plan_op(const hvd_gpu_plan_args_t *a, const hvd_gpu_emit_t *e, hvd_g
                     size_t err_len) {
         const hvd_xop_t *op = a->op;
         const char *name = op->name ? op->name : "?";
-        plan_t p = {.a = a,
-                    .op = op,
-                    .e = e,
-                    .info = info,
-                    .C = a->cap_bytes,
-                    .fbuf = a->fbuf,
-                    .me = a->me,
-                    .N = a->size,
-                    .so = a->scratch};
+        plan_t p = { .a = a,
+                     .op = op,
+                     .e = e,
+                     .info = info,
+                     .C = a->cap_bytes,
+                     .fbuf = a->fbuf,
+                     .me = a->me,
+                     .N = a->size,
+                     .so = a->scratch };
         uint64_t one_rank;
         if (!p.so && p.N == 1)
                 p.so = &one_rank;
@@ -563,7 +564,7 @@ int hvd_gpu_plan_op(const hvd_gpu_plan_args_t *a, const hvd_gpu_emit_t *e, hvd_g
         if (!args.max_calls)
                 args.max_calls = HVD_GPU_GROUP_MAX_CALLS;
         p.a = &args;
-        *info = (hvd_gpu_plan_info_t){0};
+        *info = (hvd_gpu_plan_info_t){ 0 };
         p.es = hvd_gpu_dtype_size(op->dtype);
         if (!p.es) {
                 snprintf(err, err_len, "'%s': invalid dtype %d", name, (int) op->dtype);

@@ -42,7 +42,7 @@
 #include "util.h"
 #include "wire.h"
 
-#define ERRLEN 1024
+#define ERRLEN        1024
 #define HVD_MAX_HOSTS 1024
 
 /* ---- handles ---- */
@@ -98,8 +98,8 @@ typedef struct entry {
         int64_t out_shape[HVD_MAX_NDIM];
         int64_t *recv_splits;
         bool done;
-        bool fp_counted; /* counted as an instance of its cache id */
-        bool fp_routed;  /* the fast path has looked at it */
+        bool fp_counted;         /* counted as an instance of its cache id */
+        bool fp_routed;          /* the fast path has looked at it */
         uint64_t fp_posted_usec; /* when it went onto the board (0: never) */
 } entry_t;
 
@@ -148,12 +148,12 @@ static struct {
         bool stop;
         entry_t **queue;
         size_t n_queue, cap_queue;
-        hvd_strmap_t *inflight; /* name → entry_t (submitted, not complete) */
+        hvd_strmap_t *inflight;                   /* name → entry_t (submitted, not complete) */
         uint32_t group_seq[HVD_MAX_PROCESS_SETS]; /* per process set: only its members count */
         /* abort: sticky until shutdown */
         int abort_code;
         char abort_reason[ERRLEN];
-        bool failure_told; /* this rank reported its own failure to the coordinator */
+        bool failure_told;                    /* this rank reported its own failure to the coordinator */
         char job_id[HVD_WIRE_MAX_JOB_ID + 1]; /* for the abort messages */
         uint64_t peer_timeout_usec;           /* the daemons' (Welcome), 0 on one host */
         /* background thread only */
@@ -197,8 +197,8 @@ static struct {
          * the known tensors and the data plane; the socket stays the
          * background thread's */
         pthread_mutex_t runner;
-        _Atomic int fp_waiters;     /* user threads taking turns */
-        uint64_t fp_bg_turn_usec;   /* the background thread's last turn */
+        _Atomic int fp_waiters;   /* user threads taking turns */
+        uint64_t fp_bg_turn_usec; /* the background thread's last turn */
         /* the board in node mode (a job on several hosts): ids this rank's
          * records completed for the host, not yet sent, and when each was
          * posted here (background thread) */
@@ -347,7 +347,7 @@ static void params_free(params_t *p) {
  * a training loop asks for the same sizes every step. Up to OUTBUF_SLOTS
  * buffers of at least OUTBUF_MIN bytes, while hvd is initialised. */
 #define OUTBUF_SLOTS 4
-#define OUTBUF_MIN ((size_t) 1 << 20)
+#define OUTBUF_MIN   ((size_t) 1 << 20)
 static struct {
         pthread_mutex_t lock;
         bool open;
@@ -697,8 +697,8 @@ static int learn_id(uint32_t id, const char *name, int ps) {
 
 /* Prepares one member of a scheduled op: finds this rank's entry (or
  * contributes as a joined rank) and allocates outputs hvd owns. */
-static int prepare_member(const Hvd__Op *op, const Hvd__Entry *en, hvd_xmember_t *x, entry_t **ret,
-                          bool joined, char *err, size_t err_len) {
+static int prepare_member(const Hvd__Op *op, const Hvd__Entry *en, hvd_xmember_t *x, entry_t **ret, bool joined,
+                          char *err, size_t err_len) {
         const char *name = en->name[0] ? en->name : id_name(en->id);
         if (!name) {
                 snprintf(err, err_len, "schedule names unknown tensor id %u", en->id);
@@ -770,8 +770,7 @@ static int prepare_member(const Hvd__Op *op, const Hvd__Entry *en, hvd_xmember_t
                 out_elems = (uint64_t) rows0 * en->row_elems;
                 break;
         }
-        default:
-                return 0;
+        default: return 0;
         }
         /* one byte at least, so an empty result still has a valid pointer */
         size_t bytes = out_elems * es > 0 ? out_elems * es : 1;
@@ -868,7 +867,7 @@ static int execute_schedule_ops(const Hvd__Schedule *s) {
                 pthread_mutex_unlock(&G.lock);
                 if (r >= 0) {
                         const char *first = op->n_entries ? (op->entries[0]->name[0] ? op->entries[0]->name
-                                                                                    : id_name(op->entries[0]->id))
+                                                                                     : id_name(op->entries[0]->id))
                                                           : "barrier";
                         hvd_xop_t x = {
                                 .kind = op->kind,
@@ -1008,8 +1007,10 @@ static int recv_envelope(int flags, Hvd__Envelope **ret) {
         if (r >= 0 && (*ret)->body_case == HVD__ENVELOPE__BODY_SCHEDULE) {
                 const Hvd__Schedule *s = (*ret)->schedule;
                 if (s->board && !G.fp_scribe) {
-                        snprintf(err, sizeof err, "schedule %" PRIu64 " came for the board, but this rank does not post "
-                                 "schedules there", s->seq);
+                        snprintf(err, sizeof err,
+                                 "schedule %" PRIu64 " came for the board, but this rank does not post "
+                                 "schedules there",
+                                 s->seq);
                         hvd_wire_free(ret);
                         r = HVD_EPROTO;
                 } else if (s->board && G.fp) {
@@ -1060,12 +1061,8 @@ static void handle_message(Hvd__Envelope *env) {
                 snprintf(reason, sizeof reason, "coordinator: %s", env->error->message);
                 job_aborted(env->error->code < 0 ? env->error->code : HVD_EPROTO, reason);
                 break;
-        case HVD__ENVELOPE__BODY_TIMELINE_CONTROL:
-                timeline_remote(env->timeline_control);
-                break;
-        default:
-                job_aborted(HVD_EPROTO, "unexpected message from the coordinator");
-                break;
+        case HVD__ENVELOPE__BODY_TIMELINE_CONTROL: timeline_remote(env->timeline_control); break;
+        default: job_aborted(HVD_EPROTO, "unexpected message from the coordinator"); break;
         }
 }
 
@@ -1123,8 +1120,8 @@ static bool daemon_lost(void) {
         }
         if (!G.abort_code) {
                 char reason[128 + HVD_WIRE_MAX_JOB_ID];
-                snprintf(reason, sizeof reason, "job %s: coordinator lost: hvd-coordinatord (pid %d) exited",
-                         G.job_id, (int) G.daemon_pid);
+                snprintf(reason, sizeof reason, "job %s: coordinator lost: hvd-coordinatord (pid %d) exited", G.job_id,
+                         (int) G.daemon_pid);
                 job_aborted(HVD_EABORTED, reason);
         }
         return true;
@@ -1215,7 +1212,6 @@ static void process_held(void) {
                 free(p);
         }
 }
-
 
 /* ---- the fast path (fastpath.c): one node, tensors with a cache id ----
  *
@@ -1342,7 +1338,8 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
                         for (uint32_t k = 0; k < i; k++)
                                 handle_unref(em[k]->h);
                         pthread_mutex_unlock(&G.lock);
-                        snprintf(err, sizeof err, "fast path: tensor id %u is not in flight on rank %d", ids[i], G.rank);
+                        snprintf(err, sizeof err, "fast path: tensor id %u is not in flight on rank %d", ids[i],
+                                 G.rank);
                         job_aborted(HVD_EPROTO, err);
                         return HVD_EPROTO;
                 }
@@ -1352,9 +1349,15 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
         for (uint32_t i = 0; i < n; i++) {
                 const entry_t *e = em[i];
                 items[i] = (hvd_fusion_item_t){
-                        .kind = HVD__KIND__KIND_ALLREDUCE, .dtype = e->p.dtype, .reduce_op = e->p.reduce_op,
-                        .root = 0, .device = -1, .process_set = 0, .prescale = e->p.prescale,
-                        .postscale = e->p.postscale, .bytes = entry_count(e) * hvd_dtype_size(e->p.dtype),
+                        .kind = HVD__KIND__KIND_ALLREDUCE,
+                        .dtype = e->p.dtype,
+                        .reduce_op = e->p.reduce_op,
+                        .root = 0,
+                        .device = -1,
+                        .process_set = 0,
+                        .prescale = e->p.prescale,
+                        .postscale = e->p.postscale,
+                        .bytes = entry_count(e) * hvd_dtype_size(e->p.dtype),
                 };
         }
         size_t n_ops = hvd_fusion_plan(items, n, G.fusion_threshold, op_of, ops);
@@ -1364,8 +1367,9 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
                         if (op_of[i] != k)
                                 continue;
                         entry_t *e = em[i];
-                        xm[m] = (hvd_xmember_t){ .in = e->in, .out = e->out, .count = entry_count(e),
-                                                 .row_elems = entry_count(e) };
+                        xm[m] = (hvd_xmember_t){
+                                .in = e->in, .out = e->out, .count = entry_count(e), .row_elems = entry_count(e)
+                        };
                         opm[m++] = e;
                 }
                 hvd_xop_t x = {
@@ -1632,8 +1636,8 @@ static int fp_cycle(bool user) {
         if (ns && user) {
                 /* the background thread sends them (it alone uses the socket) */
                 pthread_mutex_lock(&G.lock);
-                entry_t **nq = G.n_queue + ns <= G.cap_queue ? G.queue
-                                                              : realloc(G.queue, (G.n_queue + ns) * sizeof *nq);
+                entry_t **nq =
+                        G.n_queue + ns <= G.cap_queue ? G.queue : realloc(G.queue, (G.n_queue + ns) * sizeof *nq);
                 if (nq) {
                         G.queue = nq;
                         G.cap_queue = HVD_MAX(G.cap_queue, G.n_queue + ns);
@@ -2197,7 +2201,8 @@ static int connect_and_join(const char *endpoint, const char *job_id, const uint
         const char *ss = hvd_getenv("STALL_SHUTDOWN_TIME_SECONDS", true);
         if ((sc && hvd_parse_duration(sc, USEC_PER_SEC, &stall) < 0) ||
             (ss && hvd_parse_duration(ss, USEC_PER_SEC, &stall_shutdown) < 0))
-                return set_error(-EINVAL, "HVD_STALL_CHECK_TIME_SECONDS/HVD_STALL_SHUTDOWN_TIME_SECONDS must be seconds");
+                return set_error(-EINVAL,
+                                 "HVD_STALL_CHECK_TIME_SECONDS/HVD_STALL_SHUTDOWN_TIME_SECONDS must be seconds");
         hello.stall_check_usec = stall_off ? 0 : stall;
         hello.stall_shutdown_usec = stall_off ? 0 : stall_shutdown;
         hello.timeline = hvd_timeline_on();
@@ -2404,8 +2409,13 @@ int hvd_init(void) {
         }
         char err[ERRLEN];
         if (G.solo) {
-                hvd_topology_t topo = { .rank = 0, .size = 1, .local_rank = 0, .local_size = 1, .cross_rank = 0,
-                                        .cross_size = 1, .listen_fd = -1 };
+                hvd_topology_t topo = { .rank = 0,
+                                        .size = 1,
+                                        .local_rank = 0,
+                                        .local_size = 1,
+                                        .cross_rank = 0,
+                                        .cross_size = 1,
+                                        .listen_fd = -1 };
                 r = hvd_cpu_backend_new("", &topo, 4096, 0, NULL, NULL, &G.backend, err, sizeof err);
                 if (r < 0) {
                         set_error(r, "%s", err);
@@ -2483,8 +2493,10 @@ int hvd_init(void) {
                                 goto fail;
                         const char *bind_ip = adv_port ? "" : ip ? ip : "";
                         G.listen_fd = hvd_tcp_listen(bind_ip, port_lo, port_hi,
-                                                     adv_port ? adv_host : ip ? ip : resolved, adv_port, G.data_addr,
-                                                     sizeof G.data_addr);
+                                                     adv_port ? adv_host
+                                                     : ip     ? ip
+                                                              : resolved,
+                                                     adv_port, G.data_addr, sizeof G.data_addr);
                         if (G.listen_fd < 0) {
                                 if (G.listen_fd == -EADDRINUSE && dp)
                                         r = set_error(G.listen_fd,
@@ -2546,14 +2558,22 @@ int hvd_init(void) {
                 for (const char *c = job_id; *c; c++)
                         job_hash = (job_hash ^ (uint8_t) *c) * UINT64_C(1099511628211);
                 hvd_topology_t topo = {
-                        .rank = G.rank, .size = G.size, .local_rank = G.local_rank, .local_size = G.local_size,
-                        .cross_rank = G.cross_rank, .cross_size = G.cross_size, .rank_cross = rank_cross,
-                        .rank_local = rank_local, .addrs = addrs, .listen_fd = G.listen_fd, .job_hash = job_hash,
+                        .rank = G.rank,
+                        .size = G.size,
+                        .local_rank = G.local_rank,
+                        .local_size = G.local_size,
+                        .cross_rank = G.cross_rank,
+                        .cross_size = G.cross_size,
+                        .rank_cross = rank_cross,
+                        .rank_local = rank_local,
+                        .addrs = addrs,
+                        .listen_fd = G.listen_fd,
+                        .job_hash = job_hash,
                         .ring_checksum = w->ring_checksum,
                 };
                 G.listen_fd = -1; /* the backend owns it now */
-                r = hvd_cpu_backend_new(w->shm_name, &topo, w->slot_bytes, w->collective_timeout_usec, wait_check,
-                                        NULL, &G.backend, err, sizeof err);
+                r = hvd_cpu_backend_new(w->shm_name, &topo, w->slot_bytes, w->collective_timeout_usec, wait_check, NULL,
+                                        &G.backend, err, sizeof err);
                 G.fusion_threshold = w->fusion_threshold;
                 if (r >= 0 && G.local_size > 1 && fast_path_enabled()) {
                         /* one host: the fast path; several: node mode, the
@@ -2669,9 +2689,9 @@ int hvd_is_initialized(void) {
         return s;
 }
 
-#define TOPO_GETTER(fn, field)                          \
-        int fn(void) {                                  \
-                return hvd_is_initialized() ? G.field : HVD_ENOTINIT; \
+#define TOPO_GETTER(fn, field)                                                                                         \
+        int fn(void) {                                                                                                 \
+                return hvd_is_initialized() ? G.field : HVD_ENOTINIT;                                                  \
         }
 TOPO_GETTER(hvd_rank, rank)
 TOPO_GETTER(hvd_size, size)
@@ -2716,7 +2736,8 @@ static int check_request(const hvd_request_t *q, uint32_t kind) {
         if (e && !q->output && (kind == HVD__KIND__KIND_ALLREDUCE || kind == HVD__KIND__KIND_BROADCAST))
                 return set_error(-EINVAL, "'%s': output is NULL", q->name);
         if ((kind == HVD__KIND__KIND_ALLGATHER || kind == HVD__KIND__KIND_ALLTOALL ||
-             kind == HVD__KIND__KIND_REDUCESCATTER) && q->ndim < 1)
+             kind == HVD__KIND__KIND_REDUCESCATTER) &&
+            q->ndim < 1)
                 return set_error(-EINVAL, "'%s': needs at least one dimension", q->name);
         if (q->device < HVD_DEVICE_CPU)
                 return set_error(-EINVAL, "'%s': invalid device %d", q->name, q->device);
@@ -2730,9 +2751,8 @@ static int check_request(const hvd_request_t *q, uint32_t kind) {
                                  q->name, q->device, GPU.device);
         int ss = G.size;
         if (q->process_set != 0) {
-                const pset_t *ps = q->process_set > 0 && q->process_set < HVD_MAX_PROCESS_SETS
-                                           ? G.psets[q->process_set]
-                                           : NULL;
+                const pset_t *ps =
+                        q->process_set > 0 && q->process_set < HVD_MAX_PROCESS_SETS ? G.psets[q->process_set] : NULL;
                 if (!ps)
                         return set_error(-EINVAL, "'%s': process set %d does not exist", q->name, q->process_set);
                 if (ps->me < 0)
@@ -2780,8 +2800,7 @@ static int fill_entry(entry_t *e, hvd_handle_t *h, const hvd_request_t *q, uint3
         };
         if (q->ndim)
                 memcpy(e->p.shape, q->shape, (size_t) q->ndim * sizeof(int64_t));
-        const pset_t *ps = q->process_set > 0 && q->process_set < HVD_MAX_PROCESS_SETS ? G.psets[q->process_set]
-                                                                                       : NULL;
+        const pset_t *ps = q->process_set > 0 && q->process_set < HVD_MAX_PROCESS_SETS ? G.psets[q->process_set] : NULL;
         int ss = ps ? ps->n : G.size;
         if (kind == HVD__KIND__KIND_ALLTOALL && q->splits) {
                 e->p.splits = malloc((size_t) ss * sizeof(int64_t));
@@ -2950,8 +2969,9 @@ int hvd_handle_wait_timeout(hvd_handle_t *h, uint64_t timeout_usec) {
                                 }
                                 if (t < 0 && !board)
                                         pthread_cond_timedwait(&G.cond, &G.lock, &soon);
-                                if (timeout_usec && (soon.tv_sec > ts.tv_sec ||
-                                                     (soon.tv_sec == ts.tv_sec && soon.tv_nsec >= ts.tv_nsec)) &&
+                                if (timeout_usec &&
+                                    (soon.tv_sec > ts.tv_sec ||
+                                     (soon.tv_sec == ts.tv_sec && soon.tv_nsec >= ts.tv_nsec)) &&
                                     h->n_pending) {
                                         pthread_mutex_unlock(&G.lock);
                                         return HVD_ETIMEOUT;
@@ -3069,8 +3089,10 @@ int hvd_free_output(void *data, int device) {
                 return set_error(-EINVAL, "hvd_free_output: invalid device %d", device);
         /* the module stays loaded after hvd_shutdown(): outputs may outlive the job */
         if (!GPU.mod)
-                return set_error(HVD_ENODEVICE, "hvd_free_output: no GPU backend is loaded, so %p on device %d "
-                                 "cannot be memory hvd allocated", data, device);
+                return set_error(HVD_ENODEVICE,
+                                 "hvd_free_output: no GPU backend is loaded, so %p on device %d "
+                                 "cannot be memory hvd allocated",
+                                 data, device);
         GPU.mod->mem_free(device, data);
         return 0;
 }
@@ -3215,7 +3237,8 @@ int hvd_add_process_set(const int *ranks, size_t n) {
         /* an existing set with the same members is returned as it is (Horovod
          * refuses duplicates; the same members under one id keeps ids stable) */
         for (int k = 1; k < HVD_MAX_PROCESS_SETS; k++)
-                if (G.psets[k] && G.psets[k]->n == (int) n && memcmp(G.psets[k]->ranks_int, sorted, n * sizeof(int)) == 0) {
+                if (G.psets[k] && G.psets[k]->n == (int) n &&
+                    memcmp(G.psets[k]->ranks_int, sorted, n * sizeof(int)) == 0) {
                         pthread_mutex_unlock(&G.lock);
                         r = set_error(-EEXIST, "add_process_set: a process set with these ranks exists (id %d)", k);
                         goto out;

@@ -424,7 +424,7 @@ static int emit_batch(void *userdata, int phase, const hvd_gpu_batch_t *b) {
             grow((void **) &g->items, &g->cap_items, g->n_items + 1, sizeof *g->items) < 0)
                 return -ENOMEM;
         g->outs[g->n_outs] = *b;
-        g->items[g->n_items++] = (item_t){.op = NULL, .batch = g->n_outs++};
+        g->items[g->n_items++] = (item_t){ .op = NULL, .batch = g->n_outs++ };
         return 0;
 }
 
@@ -433,7 +433,7 @@ static int emit_call(void *userdata, const hvd_gpu_call_t *c) {
         hvd_gpu_t *g = x->g;
         if (grow((void **) &g->calls, &g->cap_calls, g->n_calls + 1, sizeof *g->calls) < 0)
                 return -ENOMEM;
-        g->calls[g->n_calls++] = (pcall_t){.c = *c, .comm = g->cur_comm};
+        g->calls[g->n_calls++] = (pcall_t){ .c = *c, .comm = g->cur_comm };
         return 0;
 }
 
@@ -448,7 +448,7 @@ static void pset_clear(hvd_gpu_t *g, pset_t *ps, bool graceful) {
         comm_free(&ps->comm, graceful, g->timeout_usec);
         free(ps->ranks);
         free(ps->scratch);
-        *ps = (pset_t){0};
+        *ps = (pset_t){ 0 };
 }
 
 /* The communicator, rank and size an op runs on. A process set's
@@ -595,7 +595,7 @@ static int pick_device(const hvd_topology_t *t, int device, int count, char *err
  * minimum of both with one small allreduce (which also sets up the
  * connections before the first real operation). Waits, bounded. */
 static int agree(hvd_gpu_t *g, char *err, size_t err_len) {
-        uint64_t v[2] = {g->cap, g->features}, got[2];
+        uint64_t v[2] = { g->cap, g->features }, got[2];
         cudaError_t e = cudaMemcpyAsync(g->fbuf, v, sizeof v, cudaMemcpyHostToDevice, g->stream);
         if (e != cudaSuccess)
                 return cuda_err(e, "cudaMemcpyAsync", err, err_len);
@@ -763,13 +763,13 @@ static int gpu_enqueue(hvd_gpu_t *g, const hvd_xop_t *op, hvd_gpu_op_t **ret, ch
                 *ret = o;
                 return 0;
         }
-        hvd_gpu_plan_args_t a = {.op = op,
-                                 .me = me,
-                                 .size = size,
-                                 .fbuf = (uint64_t) (uintptr_t) g->fbuf,
-                                 .cap_bytes = g->cap,
-                                 .features = g->features,
-                                 .scratch = scratch};
+        hvd_gpu_plan_args_t a = { .op = op,
+                                  .me = me,
+                                  .size = size,
+                                  .fbuf = (uint64_t) (uintptr_t) g->fbuf,
+                                  .cap_bytes = g->cap,
+                                  .features = g->features,
+                                  .scratch = scratch };
         hvd_gpu_plan_info_t info;
         if ((r = hvd_gpu_plan_op(&a, NULL, &info, err, err_len)) < 0)
                 return r; /* nothing touched the GPU */
@@ -790,7 +790,7 @@ static int gpu_enqueue(hvd_gpu_t *g, const hvd_xop_t *op, hvd_gpu_op_t **ret, ch
         }
 
         /* order after the producers of the inputs, without a device-wide sync */
-        void *seen[8] = {0};
+        void *seen[8] = { 0 };
         size_t n_seen = 0;
         for (size_t i = 0; i < op->n; i++) {
                 void *s = op->m[i].stream;
@@ -816,11 +816,11 @@ static int gpu_enqueue(hvd_gpu_t *g, const hvd_xop_t *op, hvd_gpu_op_t **ret, ch
         }
 
         g->cur_comm = comm;
-        emit_ctx_t x = {.g = g, .err = err, .err_len = err_len};
-        hvd_gpu_emit_t em = {.batch = emit_batch, .call = emit_call, .step_end = emit_step_end, .userdata = &x};
+        emit_ctx_t x = { .g = g, .err = err, .err_len = err_len };
+        hvd_gpu_emit_t em = { .batch = emit_batch, .call = emit_call, .step_end = emit_step_end, .userdata = &x };
         r = hvd_gpu_plan_op(&a, &em, &info, err, err_len);
         if (r >= 0 && (r = grow((void **) &g->items, &g->cap_items, g->n_items + 1, sizeof *g->items)) >= 0) {
-                g->items[g->n_items++] = (item_t){.op = o};
+                g->items[g->n_items++] = (item_t){ .op = o };
                 if (!g->defer)
                         r = flush(g, err, err_len);
         }

@@ -23,14 +23,14 @@
 #include "tcp.h"
 #include "util.h"
 
-#define HELLO_MAGIC UINT32_C(0x68766474) /* "hvdt" */
+#define HELLO_MAGIC   UINT32_C(0x68766474) /* "hvdt" */
 #define SOCKBUF_BYTES (4 << 20)
 #define POLL_SLICE_MS 50
 
 struct hvd_tcp {
         int rank, size;
         int listen_fd;
-        int *conn;   /* [size] */
+        int *conn; /* [size] */
         char **addrs;
         uint64_t job_hash;
         uint64_t timeout_usec;
@@ -38,8 +38,8 @@ struct hvd_tcp {
         hvd_wait_check_fn check;
         void *userdata;
         bool aborted;
-        bool checksum;        /* a CRC-32C after every frame, both ways */
-        int64_t corrupt_frame; /* test hook (HVD_TEST_RING_CORRUPT): -1 = off */
+        bool checksum;                       /* a CRC-32C after every frame, both ways */
+        int64_t corrupt_frame;               /* test hook (HVD_TEST_RING_CORRUPT): -1 = off */
         uint64_t *sent_frames, *recv_frames; /* [size]: frames per connection and direction */
 };
 
@@ -239,7 +239,9 @@ static int wait_fd(hvd_tcp_t *t, struct pollfd *pfd, int n, uint64_t start, cons
                 /* a link that keeps moving, but too slowly, must not stretch
                  * one collective past its deadline either */
                 if (t->op_deadline && hvd_now_usec() > t->op_deadline) {
-                        snprintf(err, err_len, "%s rank %d (%s): timed out after %.1f s for the whole collective (data still moving, too slowly)",
+                        snprintf(err, err_len,
+                                 "%s rank %d (%s): timed out after %.1f s for the whole collective (data still moving, "
+                                 "too slowly)",
                                  what, peer, peer >= 0 && peer < t->size ? t->addrs[peer] : "?",
                                  (double) t->timeout_usec / 1e6);
                         return HVD_ETIMEOUT;
@@ -368,11 +370,13 @@ static int connect_to(hvd_tcp_t *t, int peer, char *err, size_t err_len) {
                 int e = -c;
                 close(fd);
                 if (e != ECONNREFUSED && e != EINTR && e != ETIMEDOUT && e != EHOSTUNREACH) {
-                        snprintf(err, err_len, "cannot connect to rank %d at %s: %s", peer, t->addrs[peer], strerror(e));
+                        snprintf(err, err_len, "cannot connect to rank %d at %s: %s", peer, t->addrs[peer],
+                                 strerror(e));
                         return -e;
                 }
                 if (hvd_now_usec() - start > t->timeout_usec) {
-                        snprintf(err, err_len, "cannot connect to rank %d at %s: %s", peer, t->addrs[peer], strerror(e));
+                        snprintf(err, err_len, "cannot connect to rank %d at %s: %s", peer, t->addrs[peer],
+                                 strerror(e));
                         return HVD_ETIMEOUT;
                 }
                 usleep(20000);
@@ -435,7 +439,8 @@ static int stream_send(hvd_tcp_t *t, dir_t *d, const hvd_tcp_stream_t *s, char *
         int moved = 0;
         while (d->seg < d->nseg) {
                 if (d->tpos >= 0) {
-                        ssize_t k = send(d->fd, d->trailer + d->tpos, 4 - (size_t) d->tpos, MSG_NOSIGNAL | MSG_DONTWAIT);
+                        ssize_t k =
+                                send(d->fd, d->trailer + d->tpos, 4 - (size_t) d->tpos, MSG_NOSIGNAL | MSG_DONTWAIT);
                         if (k <= 0)
                                 goto io;
                         moved = 1;
@@ -555,9 +560,12 @@ int hvd_tcp_stream(hvd_tcp_t *t, const hvd_tcp_stream_t *s, char *err, size_t er
         int r = connect_pair(t, stotal ? s->to : -1, rtotal ? s->from : -1, err, err_len);
         if (r < 0)
                 return r;
-        dir_t sd = { .peer = s->to, .fd = stotal ? t->conn[s->to] : -1, .nseg = stotal ? s->n_send : 0,
-                     .len = s->send_len };
-        dir_t rd = { .peer = s->from, .fd = rtotal ? t->conn[s->from] : -1, .nseg = rtotal ? s->n_recv : 0,
+        dir_t sd = {
+                .peer = s->to, .fd = stotal ? t->conn[s->to] : -1, .nseg = stotal ? s->n_send : 0, .len = s->send_len
+        };
+        dir_t rd = { .peer = s->from,
+                     .fd = rtotal ? t->conn[s->from] : -1,
+                     .nseg = rtotal ? s->n_recv : 0,
                      .len = s->recv_len };
         dir_frame(&sd);
         dir_frame(&rd);
@@ -590,12 +598,13 @@ int hvd_tcp_stream(hvd_tcp_t *t, const hvd_tcp_stream_t *s, char *err, size_t er
                 if (rd.seg < rd.nseg)
                         pfd[n++] = (struct pollfd){ .fd = rd.fd, .events = POLLIN };
                 if (!n) {
-                        snprintf(err, err_len, "exchanging data with rank %d: nothing to send and nothing to "
-                                 "receive (internal error)", s->to);
+                        snprintf(err, err_len,
+                                 "exchanging data with rank %d: nothing to send and nothing to "
+                                 "receive (internal error)",
+                                 s->to);
                         return HVD_EPROTO;
                 }
-                r = wait_fd(t, pfd, n, start, "exchanging data with", rd.seg < rd.nseg ? s->from : s->to, err,
-                            err_len);
+                r = wait_fd(t, pfd, n, start, "exchanging data with", rd.seg < rd.nseg ? s->from : s->to, err, err_len);
                 if (r < 0)
                         return r;
         }
@@ -621,13 +630,20 @@ static uint8_t *plain_recv_at(void *ud, size_t seg, uint64_t off, uint64_t *room
         return p->rbuf + off;
 }
 
-int hvd_tcp_sendrecv(hvd_tcp_t *t, int to, const void *sbuf, size_t slen, int from, void *rbuf, size_t rlen,
-                     char *err, size_t err_len) {
+int hvd_tcp_sendrecv(hvd_tcp_t *t, int to, const void *sbuf, size_t slen, int from, void *rbuf, size_t rlen, char *err,
+                     size_t err_len) {
         plain_t p = { sbuf, rbuf };
         uint64_t sl = slen, rl = rlen;
         hvd_tcp_stream_t s = {
-                .to = to, .from = from, .n_send = 1, .n_recv = 1, .send_len = &sl, .recv_len = &rl,
-                .send_at = plain_send_at, .recv_at = plain_recv_at, .ud = &p,
+                .to = to,
+                .from = from,
+                .n_send = 1,
+                .n_recv = 1,
+                .send_len = &sl,
+                .recv_len = &rl,
+                .send_at = plain_send_at,
+                .recv_at = plain_recv_at,
+                .ud = &p,
         };
         return hvd_tcp_stream(t, &s, err, err_len);
 }

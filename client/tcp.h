@@ -38,8 +38,8 @@ void hvd_tcp_destroy(hvd_tcp_t **t);
 /* Sends slen bytes to rank `to` while receiving rlen bytes from rank `from`
  * (either length may be 0; to/from may be equal). Returns 0, or < 0 with a
  * message naming the peer in err. */
-int hvd_tcp_sendrecv(hvd_tcp_t *t, int to, const void *sbuf, size_t slen, int from, void *rbuf, size_t rlen,
-                     char *err, size_t err_len);
+int hvd_tcp_sendrecv(hvd_tcp_t *t, int to, const void *sbuf, size_t slen, int from, void *rbuf, size_t rlen, char *err,
+                     size_t err_len);
 
 /* Streams are cut into frames of at most this many bytes (a frame never
  * spans two segments); with the checksum on, each frame is followed by

@@ -42,7 +42,7 @@ static struct {
         char *buf;
         size_t len, cap;
         bool first;
-        bool failed; /* a write failed: the rest is dropped */
+        bool failed;        /* a write failed: the rest is dropped */
         hvd_strmap_t *rows; /* tensor name → row_t */
         int n_rows;
         /* the operation in progress */
@@ -154,8 +154,8 @@ static row_t *row_get(const char *name) {
         put_json_string(name);
         put("}}", 2);
         ev_open();
-        putf("\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}",
-             r->pid, r->pid);
+        putf("\"name\":\"process_sort_index\",\"ph\":\"M\",\"pid\":%d,\"tid\":0,\"args\":{\"sort_index\":%d}}", r->pid,
+             r->pid);
         return r;
 }
 
@@ -373,18 +373,10 @@ out:
 
 static void activity_name(int phase, char *buf, size_t len) {
         switch (phase) {
-        case HVD_TL_PHASE_COPY_IN:
-                snprintf(buf, len, "MEMCPY_IN_FUSION_BUFFER");
-                break;
-        case HVD_TL_PHASE_COPY_OUT:
-                snprintf(buf, len, "MEMCPY_OUT_FUSION_BUFFER");
-                break;
-        case HVD_TL_PHASE_NETWORK:
-                snprintf(buf, len, "TCP_RING_%s", kind_upper(T.kind));
-                break;
-        default:
-                snprintf(buf, len, "%s_%s", T.gpu ? "NCCL" : "SHM", kind_upper(T.kind));
-                break;
+        case HVD_TL_PHASE_COPY_IN: snprintf(buf, len, "MEMCPY_IN_FUSION_BUFFER"); break;
+        case HVD_TL_PHASE_COPY_OUT: snprintf(buf, len, "MEMCPY_OUT_FUSION_BUFFER"); break;
+        case HVD_TL_PHASE_NETWORK: snprintf(buf, len, "TCP_RING_%s", kind_upper(T.kind)); break;
+        default: snprintf(buf, len, "%s_%s", T.gpu ? "NCCL" : "SHM", kind_upper(T.kind)); break;
         }
 }
 

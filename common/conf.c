@@ -59,9 +59,18 @@ int hvd_parse_size(const char *s, uint64_t *ret) {
         unsigned shift = 0;
         switch (toupper((unsigned char) *end)) {
         case 0: break;
-        case 'K': shift = 10; end++; break;
-        case 'M': shift = 20; end++; break;
-        case 'G': shift = 30; end++; break;
+        case 'K':
+                shift = 10;
+                end++;
+                break;
+        case 'M':
+                shift = 20;
+                end++;
+                break;
+        case 'G':
+                shift = 30;
+                end++;
+                break;
         default: return -EINVAL;
         }
         if (*end == 'i' || *end == 'I')
@@ -153,21 +162,20 @@ static const key_def_t keys[] = {
           "a duration such as 1ms (plain numbers are milliseconds)", true },
         { "start_timeout", T_USEC_SEC, OFF(start_timeout_usec), 0, USEC_PER_MSEC, 86400 * USEC_PER_SEC,
           "a duration such as 30s (plain numbers are seconds)", true },
-        { "collective_timeout", T_USEC_SEC, OFF(collective_timeout_usec), 0, USEC_PER_MSEC,
-          86400 * USEC_PER_SEC, "a duration such as 300s (plain numbers are seconds)", true },
+        { "collective_timeout", T_USEC_SEC, OFF(collective_timeout_usec), 0, USEC_PER_MSEC, 86400 * USEC_PER_SEC,
+          "a duration such as 300s (plain numbers are seconds)", true },
         { "heartbeat_interval", T_USEC_SEC, OFF(heartbeat_interval_usec), 0, 10 * USEC_PER_MSEC, 3600 * USEC_PER_SEC,
           "a duration such as 1s (plain numbers are seconds)", true },
         { "heartbeat_timeout", T_USEC_SEC, OFF(heartbeat_timeout_usec), 0, 0, 86400 * USEC_PER_SEC,
           "a duration such as 30s (plain numbers are seconds; 0 = never)", true },
         { "max_jobs", T_U32, OFF(max_jobs), 0, 1, 65536, "an integer 1..65536", true },
         { "max_ranks_per_job", T_U32, OFF(max_ranks_per_job), 0, 1, 65536, "an integer 1..65536", true },
-        { "max_tensors_per_job", T_U32, OFF(max_tensors_per_job), 0, 16, 1u << 24,
-          "an integer 16..16777216", true },
-        { "max_message_size", T_SIZE, OFF(max_message_bytes), 0, 4096, UINT64_C(1) << 32,
-          "a size such as 64M", false },
+        { "max_tensors_per_job", T_U32, OFF(max_tensors_per_job), 0, 16, 1u << 24, "an integer 16..16777216", true },
+        { "max_message_size", T_SIZE, OFF(max_message_bytes), 0, 4096, UINT64_C(1) << 32, "a size such as 64M", false },
         { "socket_group", T_STRING, OFF(socket_group), 64, 0, 0, "a group name", false },
         { "socket_mode", T_MODE, OFF(socket_mode), 0, 0, 0777, "an octal mode such as 0660", false },
-        { "peer_listen", T_STRING, OFF(peer_listen), 256, 0, 0, "a ZeroMQ endpoint such as tcp://10.0.0.1:7100", false },
+        { "peer_listen", T_STRING, OFF(peer_listen), 256, 0, 0, "a ZeroMQ endpoint such as tcp://10.0.0.1:7100",
+          false },
         { "ring_checksum", T_BOOL, OFF(ring_checksum), 0, 0, 0, "yes or no", true },
         { "peer_timeout", T_USEC_SEC, OFF(peer_timeout_usec), 0, 500 * USEC_PER_MSEC, 3600 * USEC_PER_SEC,
           "a duration such as 10s (plain numbers are seconds)", true },
@@ -183,8 +191,7 @@ static const key_def_t keys[] = {
           "a directory of NAME.key files or a file of 'KEY [NAME]' lines", false },
 };
 
-int hvd_daemon_config_set(hvd_daemon_config_t *cfg, const char *key, const char *value,
-                          const char **why) {
+int hvd_daemon_config_set(hvd_daemon_config_t *cfg, const char *key, const char *value, const char **why) {
         const key_def_t *k = NULL;
         for (size_t i = 0; i < ELEMENTSOF(keys); i++)
                 if (strcmp(keys[i].key, key) == 0)
@@ -208,17 +215,10 @@ int hvd_daemon_config_set(hvd_daemon_config_t *cfg, const char *key, const char 
                         return r;
                 *(int *) field = r;
                 return 0;
-        case T_BOOL:
-                return hvd_parse_bool(value, (bool *) field);
-        case T_SIZE:
-                r = hvd_parse_size(value, &v);
-                break;
-        case T_USEC_SEC:
-                r = hvd_parse_duration(value, USEC_PER_SEC, &v);
-                break;
-        case T_USEC_MS:
-                r = hvd_parse_duration(value, USEC_PER_MSEC, &v);
-                break;
+        case T_BOOL: return hvd_parse_bool(value, (bool *) field);
+        case T_SIZE: r = hvd_parse_size(value, &v); break;
+        case T_USEC_SEC: r = hvd_parse_duration(value, USEC_PER_SEC, &v); break;
+        case T_USEC_MS: r = hvd_parse_duration(value, USEC_PER_MSEC, &v); break;
         case T_MODE: {
                 char *end;
                 errno = 0;
@@ -235,8 +235,7 @@ int hvd_daemon_config_set(hvd_daemon_config_t *cfg, const char *key, const char 
                 v = u;
                 break;
         }
-        default:
-                return -EINVAL;
+        default: return -EINVAL;
         }
         if (r < 0)
                 return -EINVAL;
@@ -258,8 +257,8 @@ static char *strip(char *s) {
         return s;
 }
 
-int hvd_daemon_config_load(hvd_daemon_config_t *cfg, const char *path, unsigned *err_line,
-                           char *err_msg, size_t err_len) {
+int hvd_daemon_config_load(hvd_daemon_config_t *cfg, const char *path, unsigned *err_line, char *err_msg,
+                           size_t err_len) {
         FILE *f = fopen(path, "re");
         if (!f) {
                 int r = -errno;
@@ -290,8 +289,8 @@ int hvd_daemon_config_load(hvd_daemon_config_t *cfg, const char *path, unsigned 
                         break;
                 }
                 if (r < 0) {
-                        snprintf(err_msg, err_len, "%s:%u: invalid value '%s' for '%s': expected %s", path,
-                                 n, value, key, why ? why : "a valid value");
+                        snprintf(err_msg, err_len, "%s:%u: invalid value '%s' for '%s': expected %s", path, n, value,
+                                 key, why ? why : "a valid value");
                         break;
                 }
         }
@@ -362,8 +361,7 @@ int hvd_daemon_config_format(const hvd_daemon_config_t *cfg, const char *key, ch
         return -ENOENT;
 }
 
-bool hvd_daemon_config_get(const hvd_daemon_config_t *cfg, size_t i, const char **key, char *buf,
-                           size_t len) {
+bool hvd_daemon_config_get(const hvd_daemon_config_t *cfg, size_t i, const char **key, char *buf, size_t len) {
         if (i >= ELEMENTSOF(keys))
                 return false;
         *key = keys[i].key;

@@ -10,58 +10,56 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define HVD_DEFAULT_RUNTIME_DIR "/run/hvd"
-#define HVD_DEFAULT_CONFIG_FILE SYSCONFDIR "/hvd/coordinatord.conf"
+#define HVD_DEFAULT_RUNTIME_DIR      "/run/hvd"
+#define HVD_DEFAULT_CONFIG_FILE      SYSCONFDIR "/hvd/coordinatord.conf"
 #define HVD_DEFAULT_FUSION_THRESHOLD (UINT64_C(64) << 20)
-#define HVD_DEFAULT_CYCLE_TIME_USEC UINT64_C(1000)
+#define HVD_DEFAULT_CYCLE_TIME_USEC  UINT64_C(1000)
 
 typedef struct hvd_daemon_config {
         char runtime_dir[PATH_MAX];
         int log_level;
-        uint64_t fusion_threshold_bytes;   /* default for jobs that set none */
+        uint64_t fusion_threshold_bytes; /* default for jobs that set none */
         uint64_t cycle_time_usec;
-        uint64_t start_timeout_usec;       /* a job must complete its join within this */
-        uint64_t collective_timeout_usec;  /* data-plane waits give up after this */
-        uint64_t heartbeat_interval_usec;  /* workers send a heartbeat this often */
-        uint64_t heartbeat_timeout_usec;   /* a silent local worker is lost after this (0 = never) */
+        uint64_t start_timeout_usec;      /* a job must complete its join within this */
+        uint64_t collective_timeout_usec; /* data-plane waits give up after this */
+        uint64_t heartbeat_interval_usec; /* workers send a heartbeat this often */
+        uint64_t heartbeat_timeout_usec;  /* a silent local worker is lost after this (0 = never) */
         uint32_t max_jobs;
         uint32_t max_ranks_per_job;
-        uint32_t max_tensors_per_job;      /* negotiation table / cache capacity */
-        uint64_t max_message_bytes;        /* ZMQ_MAXMSGSIZE and decode budget base */
-        char socket_group[64];             /* group owning worker.sock ("" = keep) */
-        uint32_t socket_mode;              /* worker.sock / control.sock mode, 0660 */
-        char peer_listen[256];             /* tcp endpoint other daemons reach ("" = none) */
-        uint64_t peer_timeout_usec;        /* a silent peer daemon is lost after this */
-        uint32_t relay_fanout;             /* root: hosts per relay group of a large job (0, 1 = none) */
-        uint64_t first_step_hold_usec;     /* a first step's new requests wait for the other local ranks'
-                                            * (relays: hosts') to go once, until nothing new came for this
-                                            * long, at most 10 times this long (0 = never) */
-        char metrics_listen[256];          /* HTTP /metrics listener "ADDR:PORT" ("" = off) */
+        uint32_t max_tensors_per_job;         /* negotiation table / cache capacity */
+        uint64_t max_message_bytes;           /* ZMQ_MAXMSGSIZE and decode budget base */
+        char socket_group[64];                /* group owning worker.sock ("" = keep) */
+        uint32_t socket_mode;                 /* worker.sock / control.sock mode, 0660 */
+        char peer_listen[256];                /* tcp endpoint other daemons reach ("" = none) */
+        uint64_t peer_timeout_usec;           /* a silent peer daemon is lost after this */
+        uint32_t relay_fanout;                /* root: hosts per relay group of a large job (0, 1 = none) */
+        uint64_t first_step_hold_usec;        /* a first step's new requests wait for the other local ranks'
+                                               * (relays: hosts') to go once, until nothing new came for this
+                                               * long, at most 10 times this long (0 = never) */
+        char metrics_listen[256];             /* HTTP /metrics listener "ADDR:PORT" ("" = off) */
         char curve_secret_key_file[PATH_MAX]; /* this daemon's CURVE key ("" = no CURVE) */
-        char peer_public_keys[PATH_MAX];   /* allowed peer keys: a file or a directory */
-        bool ring_checksum;                /* jobs' TCP ring frames carry a CRC-32C */
-        bool handle_signals;               /* SIGTERM/SIGINT/SIGHUP through signalfd */
-        bool notify;                       /* speak sd_notify if NOTIFY_SOCKET is set */
+        char peer_public_keys[PATH_MAX];      /* allowed peer keys: a file or a directory */
+        bool ring_checksum;                   /* jobs' TCP ring frames carry a CRC-32C */
+        bool handle_signals;                  /* SIGTERM/SIGINT/SIGHUP through signalfd */
+        bool notify;                          /* speak sd_notify if NOTIFY_SOCKET is set */
 } hvd_daemon_config_t;
 
 void hvd_daemon_config_init(hvd_daemon_config_t *cfg);
 
 /* Sets one key from its string value. Returns 0, -ENOENT for an unknown
  * key, -EINVAL for a bad value (*why, if given, says what is expected). */
-int hvd_daemon_config_set(hvd_daemon_config_t *cfg, const char *key, const char *value,
-                          const char **why);
+int hvd_daemon_config_set(hvd_daemon_config_t *cfg, const char *key, const char *value, const char **why);
 
 /* The i-th key of the table (i from 0) and its value in cfg, written as
  * the configuration file would have it, into buf. Returns false past the
  * last key. *key is static. */
-bool hvd_daemon_config_get(const hvd_daemon_config_t *cfg, size_t i, const char **key, char *buf,
-                           size_t len);
+bool hvd_daemon_config_get(const hvd_daemon_config_t *cfg, size_t i, const char **key, char *buf, size_t len);
 
 /* Loads a key = value file; '#' comments. On error returns < 0 and, when
  * err_line is given, the 1-based offending line number; err_msg (size
  * err_len) gets a readable message. cfg is changed only on success. */
-int hvd_daemon_config_load(hvd_daemon_config_t *cfg, const char *path, unsigned *err_line,
-                           char *err_msg, size_t err_len);
+int hvd_daemon_config_load(hvd_daemon_config_t *cfg, const char *path, unsigned *err_line, char *err_msg,
+                           size_t err_len);
 
 /* Writes key's value in the file's syntax (e.g. "64M", "30s", "0660") to
  * buf. Returns 0, or -ENOENT for an unknown key. */

@@ -8,20 +8,20 @@
 #include <stdint.h>
 
 typedef struct hvd_fusion_item {
-        uint32_t kind;     /* HVD__KIND__* */
+        uint32_t kind; /* HVD__KIND__* */
         uint32_t dtype;
         uint32_t reduce_op;
         int32_t root;
         int32_t device;
         uint32_t process_set;
         double prescale, postscale;
-        uint64_t bytes;    /* bytes this tensor occupies in the fusion buffer */
+        uint64_t bytes; /* bytes this tensor occupies in the fusion buffer */
 } hvd_fusion_item_t;
 
 typedef struct hvd_fusion_op {
-        uint32_t first;    /* index of the operation's first item */
+        uint32_t first; /* index of the operation's first item */
         uint32_t n_items;
-        uint64_t bytes;    /* fused size */
+        uint64_t bytes; /* fused size */
 } hvd_fusion_op_t;
 
 /* Plans items[0..n) (in the order they became ready) into fused
@@ -33,7 +33,7 @@ typedef struct hvd_fusion_op {
  * operation of its own. Writes op_of[i] (operation index of item i;
  * operations are numbered in order of their first item) and ops[] (n
  * entries of room), and returns the number of operations. No allocation. */
-size_t hvd_fusion_plan(const hvd_fusion_item_t *items, size_t n, uint64_t threshold_bytes,
-                       uint32_t *op_of, hvd_fusion_op_t *ops);
+size_t hvd_fusion_plan(const hvd_fusion_item_t *items, size_t n, uint64_t threshold_bytes, uint32_t *op_of,
+                       hvd_fusion_op_t *ops);
 
 #endif

@@ -51,27 +51,27 @@ typedef struct tensor {
         size_t key_len;
         bool transient; /* beyond the cache's capacity: freed once scheduled, never announced */
         uint32_t id;
-        bool announced;  /* its name was sent once: later schedules send only the id */
-        bool queued;     /* in the ready list */
+        bool announced; /* its name was sent once: later schedules send only the id */
+        bool queued;    /* in the ready list */
         uint32_t n_ready;
         uint32_t some_ready; /* a rank that is ready this round (valid while n_ready > 0) */
         bool some_in_set;    /* ... and it named a process set (known without its parameters) */
         uint64_t first_ready_usec;
-        bool checked;    /* every rank's parameters passed check_consistent and did not change since */
-        uint32_t round;  /* completed rounds + 1: node states of older rounds count as cleared */
-        uint32_t n_marked; /* ranks marked one by one this round (ready[] is all 0 without) */
-        uint8_t *ready;  /* [size]: ranks marked one by one */
+        bool checked;         /* every rank's parameters passed check_consistent and did not change since */
+        uint32_t round;       /* completed rounds + 1: node states of older rounds count as cleared */
+        uint32_t n_marked;    /* ranks marked one by one this round (ready[] is all 0 without) */
+        uint8_t *ready;       /* [size]: ranks marked one by one */
         uint64_t *ready_usec; /* [size], while the timeline is on: when each rank became ready */
         /* Each rank's last parameters: var[pref[rank]], or var[ns->var]
          * for every rank of a node that shared them (rank_var()). A request
          * by name that several ranks shared is one parameter set for all
          * of them, so equal indices mean equal parameters; var[0] is "none
          * yet" and a set no rank refers to any more is reused. */
-        uint32_t *pref;     /* [size], or NULL while no rank has its own */
+        uint32_t *pref;       /* [size], or NULL while no rank has its own */
         uint32_t n_var_nodes; /* nodes whose ranks share one set (node_state_t.var) */
-        params_t *var;      /* [n_var] */
-        uint32_t *var_refs; /* [n_var]: ranks that refer to each */
-        uint32_t *var_free; /* unused indices */
+        params_t *var;        /* [n_var] */
+        uint32_t *var_refs;   /* [n_var]: ranks that refer to each */
+        uint32_t *var_free;   /* unused indices */
         uint32_t n_var, cap_var, n_var_free;
         uint32_t last_var; /* the set a request by name made or matched last (0: none) */
 } tensor_t;
@@ -99,12 +99,12 @@ struct hvd_negotiator {
         hvd_negotiator_stats_t stats;
         void (*observe)(void *userdata, uint64_t wait_usec);
         void *observe_data;
-        uint32_t n_nodes;    /* 0 = no node-level readiness */
-        uint32_t *node_of;   /* [size]: each rank's node */
-        uint32_t *node_size; /* [n_nodes]: ranks per node */
+        uint32_t n_nodes;                 /* 0 = no node-level readiness */
+        uint32_t *node_of;                /* [size]: each rank's node */
+        uint32_t *node_size;              /* [n_nodes]: ranks per node */
         uint32_t *node_first, *node_list; /* the ranks of node c: node_list[node_first[c] .. node_first[c + 1]) */
-        uint8_t *scratch; /* [size], all 0 between calls (node_run) */
-        node_state_t *nst; /* [n_nodes][cap_tensors], with nodes */
+        uint8_t *scratch;                 /* [size], all 0 between calls (node_run) */
+        node_state_t *nst;                /* [n_nodes][cap_tensors], with nodes */
 };
 
 #define NODE(n, t, c) (&(n)->nst[(size_t) (c) * (n)->cap_tensors + (t)->id])
@@ -156,8 +156,7 @@ static const char *kind_name(uint32_t k) {
         return k < ELEMENTSOF(names) ? names[k] : "?";
 }
 
-int hvd_negotiator_new(uint32_t size, uint32_t max_tensors, uint64_t fusion_threshold_bytes,
-                       hvd_negotiator_t **ret) {
+int hvd_negotiator_new(uint32_t size, uint32_t max_tensors, uint64_t fusion_threshold_bytes, hvd_negotiator_t **ret) {
         hvd_negotiator_t *n = calloc(1, sizeof *n);
         if (!n)
                 return -ENOMEM;
@@ -403,8 +402,7 @@ static void mark_one(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, node_state
 static int mark_ready(hvd_negotiator_t *n, uint32_t rank, tensor_t *t, uint64_t when, bool queue, char *err,
                       size_t err_len) {
         if (is_ready(n, t, rank)) {
-                snprintf(err, err_len, "tensor '%s' submitted twice by rank %u before it completed",
-                         t->name, rank);
+                snprintf(err, err_len, "tensor '%s' submitted twice by rank %u before it completed", t->name, rank);
                 return HVD_EDUPLICATE;
         }
         mark_one(n, rank, t, n->nst ? node_cur(n, t, n->node_of[rank]) : NULL, when);
@@ -562,8 +560,8 @@ static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_r
                 if (n->nst && n->node_of[rank] != ns_node)
                         ns = node_cur(n, t, ns_node = n->node_of[rank]);
                 if (t->ready[rank] || (ns && ns->ready)) { /* is_ready() */
-                        snprintf(err, err_len, "tensor '%s' submitted twice by rank %u before it completed",
-                                 t->name, rank);
+                        snprintf(err, err_len, "tensor '%s' submitted twice by rank %u before it completed", t->name,
+                                 rank);
                         ret = HVD_EDUPLICATE;
                         continue;
                 }
@@ -588,7 +586,8 @@ static int submit_request(hvd_negotiator_t *n, const uint32_t *ranks, size_t n_r
                 /* every rank of the node, in its order, none marked yet: the
                  * node is ready as one, as for its cached ids (submit_node) */
                 uint32_t size_c = ns ? n->node_size[ns_node] : 0;
-                if (ns && size_c > 1 && !ns->marks && n_ranks - k >= size_c && node_run(n, ranks + k, size_c, ns_node)) {
+                if (ns && size_c > 1 && !ns->marks && n_ranks - k >= size_c &&
+                    node_run(n, ranks + k, size_c, ns_node)) {
                         node_set_var(n, t, ns_node, ns, v);
                         if (t->n_ready == 0 || now < t->first_ready_usec)
                                 t->first_ready_usec = now;
@@ -646,7 +645,8 @@ int hvd_negotiator_submit_ranks(hvd_negotiator_t *n, const uint32_t *ranks, size
                         }
                         n->stats.cache_hits++;
                         /* it may have waited on the fast path's board before */
-                        uint64_t waited = ready->n_cached_waited_usec == ready->n_cached ? ready->cached_waited_usec[i] : 0;
+                        uint64_t waited =
+                                ready->n_cached_waited_usec == ready->n_cached ? ready->cached_waited_usec[i] : 0;
                         int r = mark_ready(n, rank, t, waited < now ? now - waited : now, true, err, err_len);
                         if (r < 0)
                                 ret = r;
@@ -655,8 +655,7 @@ int hvd_negotiator_submit_ranks(hvd_negotiator_t *n, const uint32_t *ranks, size
         return ret;
 }
 
-int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *ready, char *err,
-                          size_t err_len) {
+int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *ready, char *err, size_t err_len) {
         return hvd_negotiator_submit_ranks(n, &rank, 1, ready, err, err_len);
 }
 
@@ -789,8 +788,7 @@ static uint64_t numel(const params_t *p, unsigned from_dim) {
 
 /* Returns 0 if every ready rank agrees with the reference rank; otherwise
  * writes "allreduce 'x': rank 3 sent shape [..], rank 0 sent [..]". */
-static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32_t ref, char *msg,
-                            size_t len) {
+static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32_t ref, char *msg, size_t len) {
         const params_t *a = PR(n, t, ref);
         const char *k = kind_name(a->kind);
         uint32_t set_size = a->process_set ? a->n_set : n->size;
@@ -800,8 +798,8 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                         for (uint32_t i = 0; i < a->n_set; i++)
                                 member |= a->set_ranks[i] == r;
                         if (!member && is_ready(n, t, r)) {
-                                snprintf(msg, len, "%s '%s': rank %u is not a member of process set %u", k, t->name,
-                                         r, a->process_set);
+                                snprintf(msg, len, "%s '%s': rank %u is not a member of process set %u", k, t->name, r,
+                                         a->process_set);
                                 return -EINVAL;
                         }
                 }
@@ -833,18 +831,18 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                 }
                 if (b->process_set == a->process_set && a->process_set &&
                     (b->n_set != a->n_set || memcmp(b->set_ranks, a->set_ranks, a->n_set * sizeof(uint32_t)) != 0)) {
-                        snprintf(msg, len, "%s '%s': rank %u and rank %u disagree on the members of process set %u",
-                                 k, t->name, r, ref, a->process_set);
+                        snprintf(msg, len, "%s '%s': rank %u and rank %u disagree on the members of process set %u", k,
+                                 t->name, r, ref, a->process_set);
                         return HVD_EMISMATCH;
                 }
                 if (b->process_set != a->process_set || b->device != a->device) {
-                        snprintf(msg, len, "%s '%s': rank %u and rank %u use different devices (CPU and GPU) or process sets",
-                                 k, t->name, r, ref);
+                        snprintf(msg, len,
+                                 "%s '%s': rank %u and rank %u use different devices (CPU and GPU) or process sets", k,
+                                 t->name, r, ref);
                         return HVD_EMISMATCH;
                 }
                 if ((a->kind == HVD__KIND__KIND_ALLREDUCE || a->kind == HVD__KIND__KIND_REDUCESCATTER) &&
-                    (b->reduce_op != a->reduce_op || b->prescale != a->prescale ||
-                     b->postscale != a->postscale)) {
+                    (b->reduce_op != a->reduce_op || b->prescale != a->prescale || b->postscale != a->postscale)) {
                         snprintf(msg, len,
                                  "%s '%s': rank %u sent reduce op %s (prescale %g, postscale %g), rank %u sent %s "
                                  "(prescale %g, postscale %g)",
@@ -853,24 +851,24 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                         return HVD_EMISMATCH;
                 }
                 if (a->kind == HVD__KIND__KIND_BROADCAST && b->root != a->root) {
-                        snprintf(msg, len, "broadcast '%s': rank %u sent root %d, rank %u sent root %d", t->name,
-                                 r, b->root, ref, a->root);
+                        snprintf(msg, len, "broadcast '%s': rank %u sent root %d, rank %u sent root %d", t->name, r,
+                                 b->root, ref, a->root);
                         return HVD_EMISMATCH;
                 }
                 if (b->group_id != a->group_id || b->group_size != a->group_size) {
-                        snprintf(msg, len, "%s '%s': rank %u and rank %u submitted it in different groups", k,
-                                 t->name, r, ref);
+                        snprintf(msg, len, "%s '%s': rank %u and rank %u submitted it in different groups", k, t->name,
+                                 r, ref);
                         return HVD_EMISMATCH;
                 }
-                bool same_rest = a->ndim == b->ndim &&
-                                 (a->ndim == 0 || memcmp(a->shape + 1, b->shape + 1, (a->ndim - 1) * sizeof(int64_t)) == 0);
+                bool same_rest = a->ndim == b->ndim && (a->ndim == 0 || memcmp(a->shape + 1, b->shape + 1,
+                                                                               (a->ndim - 1) * sizeof(int64_t)) == 0);
                 bool same = same_rest && (a->ndim == 0 || a->shape[0] == b->shape[0]);
                 bool variable_first = a->kind == HVD__KIND__KIND_ALLGATHER || a->kind == HVD__KIND__KIND_ALLTOALL;
                 if (variable_first ? !same_rest : !same) {
                         fmt_shape(sa, sizeof sa, a);
                         fmt_shape(sb, sizeof sb, b);
-                        snprintf(msg, len, "%s '%s': rank %u sent shape %s, rank %u sent %s%s", k, t->name, r,
-                                 sb, ref, sa, variable_first ? " (all but the first dimension must agree)" : "");
+                        snprintf(msg, len, "%s '%s': rank %u sent shape %s, rank %u sent %s%s", k, t->name, r, sb, ref,
+                                 sa, variable_first ? " (all but the first dimension must agree)" : "");
                         return HVD_EMISMATCH;
                 }
                 ok = vb;
@@ -879,12 +877,14 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                 snprintf(msg, len, "broadcast '%s': root rank %d out of range (size %u)", t->name, a->root, set_size);
                 return -EINVAL;
         }
-        if (a->kind == HVD__KIND__KIND_BROADCAST && !a->process_set && n->joined[a->root] && !is_ready(n, t, (uint32_t) a->root)) {
+        if (a->kind == HVD__KIND__KIND_BROADCAST && !a->process_set && n->joined[a->root] &&
+            !is_ready(n, t, (uint32_t) a->root)) {
                 snprintf(msg, len, "broadcast '%s': root rank %d has joined", t->name, a->root);
                 return -EINVAL;
         }
         if ((a->kind == HVD__KIND__KIND_ALLGATHER || a->kind == HVD__KIND__KIND_ALLTOALL ||
-             a->kind == HVD__KIND__KIND_REDUCESCATTER) && a->ndim == 0) {
+             a->kind == HVD__KIND__KIND_REDUCESCATTER) &&
+            a->ndim == 0) {
                 snprintf(msg, len, "%s '%s': a scalar has no first dimension to split", k, t->name);
                 return -EINVAL;
         }
@@ -898,8 +898,10 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                         const params_t *b = PR(n, t, r);
                         if (b->n_splits == 0) {
                                 if (b->shape[0] % set_size) {
-                                        snprintf(msg, len, "alltoall '%s': rank %u: first dimension %" PRId64
-                                                 " does not divide by %u ranks; pass splits", t->name, r, b->shape[0], set_size);
+                                        snprintf(msg, len,
+                                                 "alltoall '%s': rank %u: first dimension %" PRId64
+                                                 " does not divide by %u ranks; pass splits",
+                                                 t->name, r, b->shape[0], set_size);
                                         return -EINVAL;
                                 }
                                 continue;
@@ -908,15 +910,16 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                         for (uint32_t s = 0; s < b->n_splits; s++)
                                 sum += b->splits[s];
                         if (b->n_splits != set_size || sum != b->shape[0]) {
-                                snprintf(msg, len, "alltoall '%s': rank %u sent %u splits summing to %" PRId64
+                                snprintf(msg, len,
+                                         "alltoall '%s': rank %u sent %u splits summing to %" PRId64
                                          "; expected %u splits summing to the first dimension %" PRId64,
                                          t->name, r, b->n_splits, sum, set_size, b->shape[0]);
                                 return -EINVAL;
                         }
                 }
         }
-        if (n->n_joined && !a->process_set && a->kind != HVD__KIND__KIND_ALLREDUCE && a->kind != HVD__KIND__KIND_ALLGATHER &&
-            a->kind != HVD__KIND__KIND_BROADCAST) {
+        if (n->n_joined && !a->process_set && a->kind != HVD__KIND__KIND_ALLREDUCE &&
+            a->kind != HVD__KIND__KIND_ALLGATHER && a->kind != HVD__KIND__KIND_BROADCAST) {
                 for (uint32_t r = 0; r < n->size; r++)
                         if (!is_ready(n, t, r)) {
                                 snprintf(msg, len, "%s '%s' cannot run while rank %u has joined", k, t->name, r);
@@ -979,7 +982,8 @@ static Hvd__Entry *entry_new(const hvd_negotiator_t *n, tensor_t *t, uint32_t re
                 for (uint32_t r = 0; r < n->size; r++)
                         if (e->n_ready_ranks < t->n_ready && is_ready(n, t, r)) {
                                 /* ready before the timeline started: drawn when the first rank was */
-                                uint64_t at = t->ready_usec && t->ready_usec[r] ? t->ready_usec[r] : t->first_ready_usec;
+                                uint64_t at =
+                                        t->ready_usec && t->ready_usec[r] ? t->ready_usec[r] : t->first_ready_usec;
                                 e->ready_ranks[e->n_ready_ranks] = r;
                                 e->ready_age_usec[e->n_ready_age_usec++] = now > at ? now - at : 0;
                                 e->n_ready_ranks++;
@@ -1041,8 +1045,7 @@ static void tensor_reset(hvd_negotiator_t *n, tensor_t *t, uint32_t size) {
 }
 
 /* A completed member of a group waits in held[] until all members are. */
-static bool group_complete(const hvd_negotiator_t *n, uint32_t group_id, uint32_t group_size,
-                           uint32_t rank_ref) {
+static bool group_complete(const hvd_negotiator_t *n, uint32_t group_id, uint32_t group_size, uint32_t rank_ref) {
         uint32_t c = 0;
         for (uint32_t i = 0; i < n->n_held; i++) {
                 const tensor_t *t = n->tensors[n->held[i]];
@@ -1135,9 +1138,15 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
                         bytes = rows * numel(a, 1) * hvd_dtype_size(a->dtype);
                 }
                 items[n_ok] = (hvd_fusion_item_t){
-                        .kind = a->kind, .dtype = a->dtype, .reduce_op = a->reduce_op, .root = a->root,
-                        .device = a->device, .process_set = a->process_set, .prescale = a->prescale,
-                        .postscale = a->postscale, .bytes = bytes,
+                        .kind = a->kind,
+                        .dtype = a->dtype,
+                        .reduce_op = a->reduce_op,
+                        .root = a->root,
+                        .device = a->device,
+                        .process_set = a->process_set,
+                        .prescale = a->prescale,
+                        .postscale = a->postscale,
+                        .bytes = bytes,
                 };
                 ok_ids[n_ok++] = t->id;
         }
@@ -1246,8 +1255,8 @@ static size_t fmt_ranks(char *buf, size_t len, const hvd_negotiator_t *n, const 
         return o;
 }
 
-size_t hvd_negotiator_describe_pending(const hvd_negotiator_t *n, uint64_t now_usec,
-                                       uint64_t min_age_usec, char *buf, size_t buf_len) {
+size_t hvd_negotiator_describe_pending(const hvd_negotiator_t *n, uint64_t now_usec, uint64_t min_age_usec, char *buf,
+                                       size_t buf_len) {
         size_t count = 0, o = 0;
         if (buf_len)
                 buf[0] = 0;
@@ -1284,8 +1293,7 @@ uint32_t hvd_negotiator_rank_pending(const hvd_negotiator_t *n, uint32_t rank) {
         return c;
 }
 
-void hvd_negotiator_set_observer(hvd_negotiator_t *n, void (*fn)(void *userdata, uint64_t wait_usec),
-                                 void *userdata) {
+void hvd_negotiator_set_observer(hvd_negotiator_t *n, void (*fn)(void *userdata, uint64_t wait_usec), void *userdata) {
         n->observe = fn;
         n->observe_data = userdata;
 }

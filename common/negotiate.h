@@ -20,23 +20,21 @@ typedef struct hvd_negotiator_stats {
         uint64_t tensors_in_fused_ops; /* tensors that shared an op with others */
         uint64_t bytes_scheduled;      /* payload bytes per rank of scheduled ops */
         uint64_t schedules;
-        uint64_t cache_hits;           /* requests that came as cached ids */
-        uint64_t requests;             /* requests, by name or cached id */
-        uint64_t negotiation_usec;     /* summed over scheduled tensors: first readiness to schedule */
+        uint64_t cache_hits;       /* requests that came as cached ids */
+        uint64_t requests;         /* requests, by name or cached id */
+        uint64_t negotiation_usec; /* summed over scheduled tensors: first readiness to schedule */
         uint32_t joined;
-        uint32_t n_tensors;            /* rows in the table */
+        uint32_t n_tensors; /* rows in the table */
 } hvd_negotiator_stats_t;
 
-int hvd_negotiator_new(uint32_t size, uint32_t max_tensors, uint64_t fusion_threshold_bytes,
-                       hvd_negotiator_t **ret);
+int hvd_negotiator_new(uint32_t size, uint32_t max_tensors, uint64_t fusion_threshold_bytes, hvd_negotiator_t **ret);
 void hvd_negotiator_destroy(hvd_negotiator_t **n);
 
 /* Records rank's Ready message. A protocol error of that rank (unknown
  * cached id, a tensor submitted twice before it was scheduled, the table
  * full) returns < 0 with a message in err; the rest of the message is
  * still applied where it can be. */
-int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *ready,
-                          char *err, size_t err_len);
+int hvd_negotiator_submit(hvd_negotiator_t *n, uint32_t rank, const Hvd__Ready *ready, char *err, size_t err_len);
 
 /* The same Ready from each rank in ranks (a node's ranks that sent the
  * same new requests, forwarded once): as hvd_negotiator_submit for each
@@ -72,8 +70,8 @@ void hvd_negotiator_schedule_free(Hvd__Schedule **s);
  * tensor ("'grad.w' ready on ranks [0, 2], missing ranks [1]") into buf.
  * Returns the number of such tensors whose first readiness is older than
  * min_age_usec. */
-size_t hvd_negotiator_describe_pending(const hvd_negotiator_t *n, uint64_t now_usec,
-                                       uint64_t min_age_usec, char *buf, size_t buf_len);
+size_t hvd_negotiator_describe_pending(const hvd_negotiator_t *n, uint64_t now_usec, uint64_t min_age_usec, char *buf,
+                                       size_t buf_len);
 
 /* True if rank has submitted something not yet scheduled. */
 bool hvd_negotiator_rank_has_pending(const hvd_negotiator_t *n, uint32_t rank);
@@ -89,8 +87,7 @@ uint32_t hvd_negotiator_rank_pending(const hvd_negotiator_t *n, uint32_t rank);
 
 /* fn is called once per scheduled tensor with the time from its first
  * readiness to its schedule (for latency histograms). fn may be NULL. */
-void hvd_negotiator_set_observer(hvd_negotiator_t *n, void (*fn)(void *userdata, uint64_t wait_usec),
-                                 void *userdata);
+void hvd_negotiator_set_observer(hvd_negotiator_t *n, void (*fn)(void *userdata, uint64_t wait_usec), void *userdata);
 
 /* n may be NULL (all zero). */
 void hvd_negotiator_get_stats(const hvd_negotiator_t *n, hvd_negotiator_stats_t *st);
@@ -98,7 +95,7 @@ void hvd_negotiator_get_stats(const hvd_negotiator_t *n, hvd_negotiator_stats_t 
 /* Entry and error id of a tensor that is not cached (sent by name only). */
 #define HVD_NEGOTIATOR_NO_ID UINT32_MAX
 
-#define HVD_JOIN_NAME "__hvd.join"
+#define HVD_JOIN_NAME    "__hvd.join"
 #define HVD_BARRIER_NAME "__hvd.barrier"
 
 #endif

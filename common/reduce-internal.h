@@ -29,8 +29,8 @@ bool hvd_reduce_cpu_has_avx2(void);
 /* reduce_avx2.c. Same contract as hvd_reduce_n() after argument
  * normalisation: op is never AVERAGE, nsrc >= 1, count >= 1, dt valid.
  * Only call when hvd_reduce_cpu_has_avx2(). */
-void hvd_reduce_n_avx2(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs,
-                       size_t nsrc, size_t count, double scale);
+void hvd_reduce_n_avx2(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs, size_t nsrc,
+                       size_t count, double scale);
 /* float32 SUM, dst written with non-temporal stores; the same bits as
  * hvd_reduce_n_avx2. dst must not be one of the sources. */
 void hvd_reduce_sum_f32_stream_avx2(float *dst, const float *const *srcs, size_t nsrc, size_t count, float scale,

@@ -18,14 +18,13 @@
 #endif
 
 static const size_t dtype_sizes[_HVD_DTYPE_COUNT] = {
-        [HVD_UINT8] = 1, [HVD_INT8] = 1,     [HVD_INT32] = 4,   [HVD_INT64] = 8, [HVD_FLOAT16] = 2,
-        [HVD_BFLOAT16] = 2, [HVD_FLOAT32] = 4, [HVD_FLOAT64] = 8, [HVD_BOOL] = 1, [HVD_INT16] = 2,
+        [HVD_UINT8] = 1,    [HVD_INT8] = 1,    [HVD_INT32] = 4,   [HVD_INT64] = 8, [HVD_FLOAT16] = 2,
+        [HVD_BFLOAT16] = 2, [HVD_FLOAT32] = 4, [HVD_FLOAT64] = 8, [HVD_BOOL] = 1,  [HVD_INT16] = 2,
 };
 static const char *const dtype_names[_HVD_DTYPE_COUNT] = {
-        [HVD_UINT8] = "uint8",     [HVD_INT8] = "int8",       [HVD_INT32] = "int32",
-        [HVD_INT64] = "int64",     [HVD_FLOAT16] = "float16", [HVD_BFLOAT16] = "bfloat16",
-        [HVD_FLOAT32] = "float32", [HVD_FLOAT64] = "float64", [HVD_BOOL] = "bool",
-        [HVD_INT16] = "int16",
+        [HVD_UINT8] = "uint8",     [HVD_INT8] = "int8",         [HVD_INT32] = "int32",     [HVD_INT64] = "int64",
+        [HVD_FLOAT16] = "float16", [HVD_BFLOAT16] = "bfloat16", [HVD_FLOAT32] = "float32", [HVD_FLOAT64] = "float64",
+        [HVD_BOOL] = "bool",       [HVD_INT16] = "int16",
 };
 
 size_t hvd_dtype_size(hvd_dtype_t dt) {
@@ -117,73 +116,72 @@ uint16_t hvd_float_to_bf16(float f) {
  * subnormal here and a zero of the same sign in reduce_avx2.c: equal values. */
 #define BLOCK 64
 
-#define BLOCK_BODY(T, M, LOAD, COMBINE, STORE, SSTORE)                                \
-        do {                                                                          \
-                const T *p_ = (const T *) srcs[0] + i;                                \
-                for (size_t j = 0; j < (M); j++)                                      \
-                        acc[j] = LOAD(p_[j]);                                         \
-                for (size_t k = 1; k < n; k++) {                                      \
-                        p_ = (const T *) srcs[k] + i;                                 \
-                        for (size_t j = 0; j < (M); j++)                              \
-                                acc[j] = COMBINE(acc[j], LOAD(p_[j]));                \
-                }                                                                     \
-                if (scaled)                                                           \
-                        for (size_t j = 0; j < (M); j++)                              \
-                                dst[i + j] = SSTORE(acc[j]);                          \
-                else                                                                  \
-                        for (size_t j = 0; j < (M); j++)                              \
-                                dst[i + j] = STORE(acc[j]);                           \
+#define BLOCK_BODY(T, M, LOAD, COMBINE, STORE, SSTORE)                                                                 \
+        do {                                                                                                           \
+                const T *p_ = (const T *) srcs[0] + i;                                                                 \
+                for (size_t j = 0; j < (M); j++)                                                                       \
+                        acc[j] = LOAD(p_[j]);                                                                          \
+                for (size_t k = 1; k < n; k++) {                                                                       \
+                        p_ = (const T *) srcs[k] + i;                                                                  \
+                        for (size_t j = 0; j < (M); j++)                                                               \
+                                acc[j] = COMBINE(acc[j], LOAD(p_[j]));                                                 \
+                }                                                                                                      \
+                if (scaled)                                                                                            \
+                        for (size_t j = 0; j < (M); j++)                                                               \
+                                dst[i + j] = SSTORE(acc[j]);                                                           \
+                else                                                                                                   \
+                        for (size_t j = 0; j < (M); j++)                                                               \
+                                dst[i + j] = STORE(acc[j]);                                                            \
         } while (0)
 
 /* STORE writes an unscaled result, SSTORE a scaled one; they may use
  * `scale` and `sf` */
-#define DEF_KERNEL(NAME, T, AT, LOAD, COMBINE, STORE, SSTORE)                                 \
-        static void NAME(void *dst_, const void *const *srcs, size_t n, size_t count,      \
-                         double scale) {                                                      \
-                T *dst = dst_;                                                                \
-                const bool scaled = scale != 1.0;                                             \
-                const float sf = (float) scale;                                               \
-                AT acc[BLOCK];                                                                \
-                size_t i = 0;                                                                 \
-                (void) sf;                                                                    \
-                for (; count - i >= BLOCK; i += BLOCK)                                        \
-                        BLOCK_BODY(T, BLOCK, LOAD, COMBINE, STORE, SSTORE);                   \
-                if (i < count)                                                                \
-                        BLOCK_BODY(T, count - i, LOAD, COMBINE, STORE, SSTORE);               \
+#define DEF_KERNEL(NAME, T, AT, LOAD, COMBINE, STORE, SSTORE)                                                          \
+        static void NAME(void *dst_, const void *const *srcs, size_t n, size_t count, double scale) {                  \
+                T *dst = dst_;                                                                                         \
+                const bool scaled = scale != 1.0;                                                                      \
+                const float sf = (float) scale;                                                                        \
+                AT acc[BLOCK];                                                                                         \
+                size_t i = 0;                                                                                          \
+                (void) sf;                                                                                             \
+                for (; count - i >= BLOCK; i += BLOCK)                                                                 \
+                        BLOCK_BODY(T, BLOCK, LOAD, COMBINE, STORE, SSTORE);                                            \
+                if (i < count)                                                                                         \
+                        BLOCK_BODY(T, count - i, LOAD, COMBINE, STORE, SSTORE);                                        \
         }
 
-#define ID(x) (x)
-#define C_SUM(a, b) ((a) + (b))
+#define ID(x)        (x)
+#define C_SUM(a, b)  ((a) + (b))
 #define C_PROD(a, b) ((a) * (b))
-#define C_MIN(a, b) ((b) < (a) ? (b) : (a))
-#define C_MAX(a, b) ((b) > (a) ? (b) : (a))
+#define C_MIN(a, b)  ((b) < (a) ? (b) : (a))
+#define C_MAX(a, b)  ((b) > (a) ? (b) : (a))
 
 /* Integers. UT: same-width unsigned type for wrapping SUM/PRODUCT; MT: at
  * least as wide as unsigned int, so the product never promotes to int.
  * Scaled: (double) value * scale, saturated (hvd_reduce_clamp), truncated. */
-#define DEF_INT(SUF, T, UT, MT, LO, HI)                                                         \
-        static inline UT SUF##_ld(T v) {                                                          \
-                return (UT) v;                                                                    \
-        }                                                                                         \
-        static inline UT SUF##_add(UT a, UT b) {                                                  \
-                return (UT) (a + b);                                                              \
-        }                                                                                         \
-        static inline UT SUF##_mul(UT a, UT b) {                                                  \
-                return (UT) ((MT) a * (MT) b);                                                    \
-        }                                                                                         \
-        static inline T SUF##_scaled(T v, double scale) {                                         \
-                return (T) hvd_reduce_clamp((double) v * scale, LO, HI);                          \
-        }                                                                                         \
-        DEF_KERNEL(SUF##_sum, T, UT, SUF##_ld, SUF##_add, (T), SUF##_ssu)                         \
-        DEF_KERNEL(SUF##_prod, T, UT, SUF##_ld, SUF##_mul, (T), SUF##_ssu)                        \
-        DEF_KERNEL(SUF##_min, T, T, ID, C_MIN, ID, SUF##_sst)                                     \
+#define DEF_INT(SUF, T, UT, MT, LO, HI)                                                                                \
+        static inline UT SUF##_ld(T v) {                                                                               \
+                return (UT) v;                                                                                         \
+        }                                                                                                              \
+        static inline UT SUF##_add(UT a, UT b) {                                                                       \
+                return (UT) (a + b);                                                                                   \
+        }                                                                                                              \
+        static inline UT SUF##_mul(UT a, UT b) {                                                                       \
+                return (UT) ((MT) a * (MT) b);                                                                         \
+        }                                                                                                              \
+        static inline T SUF##_scaled(T v, double scale) {                                                              \
+                return (T) hvd_reduce_clamp((double) v * scale, LO, HI);                                               \
+        }                                                                                                              \
+        DEF_KERNEL(SUF##_sum, T, UT, SUF##_ld, SUF##_add, (T), SUF##_ssu)                                              \
+        DEF_KERNEL(SUF##_prod, T, UT, SUF##_ld, SUF##_mul, (T), SUF##_ssu)                                             \
+        DEF_KERNEL(SUF##_min, T, T, ID, C_MIN, ID, SUF##_sst)                                                          \
         DEF_KERNEL(SUF##_max, T, T, ID, C_MAX, ID, SUF##_sst)
 
 /* the scaled stores of the integer kernels (need `scale` from DEF_KERNEL) */
-#define u8_ssu(a) u8_scaled((uint8_t) (a), scale)
-#define u8_sst(a) u8_scaled((a), scale)
-#define i8_ssu(a) i8_scaled((int8_t) (a), scale)
-#define i8_sst(a) i8_scaled((a), scale)
+#define u8_ssu(a)  u8_scaled((uint8_t) (a), scale)
+#define u8_sst(a)  u8_scaled((a), scale)
+#define i8_ssu(a)  i8_scaled((int8_t) (a), scale)
+#define i8_sst(a)  i8_scaled((a), scale)
 #define i16_ssu(a) i16_scaled((int16_t) (a), scale)
 #define i16_sst(a) i16_scaled((a), scale)
 #define i32_ssu(a) i32_scaled((int32_t) (a), scale)
@@ -211,47 +209,48 @@ DEF_KERNEL(i64_prod, int64_t, uint64_t, i64_ld, i64_mul, (int64_t), i64_ssu)
 DEF_KERNEL(i64_min, int64_t, int64_t, ID, C_MIN, ID, i64_sst)
 DEF_KERNEL(i64_max, int64_t, int64_t, ID, C_MAX, ID, i64_sst)
 
-#define F32_SST(a) ((a) * sf)
+#define F32_SST(a) ((a) *sf)
 DEF_KERNEL(f32_sum, float, float, ID, C_SUM, ID, F32_SST)
 DEF_KERNEL(f32_prod, float, float, ID, C_PROD, ID, F32_SST)
 DEF_KERNEL(f32_min, float, float, ID, C_MIN, ID, F32_SST)
 DEF_KERNEL(f32_max, float, float, ID, C_MAX, ID, F32_SST)
 
-#define F64_SST(a) ((a) * scale)
+#define F64_SST(a) ((a) *scale)
 DEF_KERNEL(f64_sum, double, double, ID, C_SUM, ID, F64_SST)
 DEF_KERNEL(f64_prod, double, double, ID, C_PROD, ID, F64_SST)
 DEF_KERNEL(f64_min, double, double, ID, C_MIN, ID, F64_SST)
 DEF_KERNEL(f64_max, double, double, ID, C_MAX, ID, F64_SST)
 
-#define F16_SST(a) float_to_half((a) * sf)
+#define F16_SST(a) float_to_half((a) *sf)
 DEF_KERNEL(f16_sum, uint16_t, float, half_to_float, C_SUM, float_to_half, F16_SST)
 DEF_KERNEL(f16_prod, uint16_t, float, half_to_float, C_PROD, float_to_half, F16_SST)
 DEF_KERNEL(f16_min, uint16_t, float, half_to_float, C_MIN, float_to_half, F16_SST)
 DEF_KERNEL(f16_max, uint16_t, float, half_to_float, C_MAX, float_to_half, F16_SST)
 
-#define BF16_SST(a) float_to_bf16((a) * sf)
+#define BF16_SST(a) float_to_bf16((a) *sf)
 DEF_KERNEL(bf16_sum, uint16_t, float, bf16_to_float, C_SUM, float_to_bf16, BF16_SST)
 DEF_KERNEL(bf16_prod, uint16_t, float, bf16_to_float, C_PROD, float_to_bf16, BF16_SST)
 DEF_KERNEL(bf16_min, uint16_t, float, bf16_to_float, C_MIN, float_to_bf16, BF16_SST)
 DEF_KERNEL(bf16_max, uint16_t, float, bf16_to_float, C_MAX, float_to_bf16, BF16_SST)
 
 /* bool: SUM/MAX = or, MIN/PRODUCT = and; any non-zero byte is true; never scaled */
-#define B_LD(v) ((uint8_t) ((v) != 0))
-#define B_OR(a, b) ((uint8_t) ((a) | (b)))
+#define B_LD(v)     ((uint8_t) ((v) != 0))
+#define B_OR(a, b)  ((uint8_t) ((a) | (b)))
 #define B_AND(a, b) ((uint8_t) ((a) & (b)))
 DEF_KERNEL(b_or, uint8_t, uint8_t, B_LD, B_OR, ID, ID)
 DEF_KERNEL(b_and, uint8_t, uint8_t, B_LD, B_AND, ID, ID)
 
-typedef void (*kernel_fn)(void *dst, const void *const *srcs, size_t n, size_t count,
-                          double scale);
+typedef void (*kernel_fn)(void *dst, const void *const *srcs, size_t n, size_t count, double scale);
 
 /* [dtype][op - HVD_REDUCE_SUM] */
-#define ROW(P) { P##_sum, P##_min, P##_max, P##_prod }
+#define ROW(P)                                                                                                         \
+        { P##_sum, P##_min, P##_max, P##_prod }
 static const kernel_fn generic_kernels[_HVD_DTYPE_COUNT][4] = {
-        [HVD_UINT8] = ROW(u8),     [HVD_INT8] = ROW(i8),       [HVD_INT16] = ROW(i16),
-        [HVD_INT32] = ROW(i32),    [HVD_INT64] = ROW(i64),     [HVD_FLOAT16] = ROW(f16),
-        [HVD_BFLOAT16] = ROW(bf16), [HVD_FLOAT32] = ROW(f32),  [HVD_FLOAT64] = ROW(f64),
-        [HVD_BOOL] = { b_or, b_and, b_or, b_and },
+        [HVD_UINT8] = ROW(u8),      [HVD_INT8] = ROW(i8),
+        [HVD_INT16] = ROW(i16),     [HVD_INT32] = ROW(i32),
+        [HVD_INT64] = ROW(i64),     [HVD_FLOAT16] = ROW(f16),
+        [HVD_BFLOAT16] = ROW(bf16), [HVD_FLOAT32] = ROW(f32),
+        [HVD_FLOAT64] = ROW(f64),   [HVD_BOOL] = { b_or, b_and, b_or, b_and },
 };
 
 /* ---- run-time choice ---- */
@@ -282,8 +281,7 @@ bool hvd_reduce_cpu_has_avx2(void) {
 }
 
 static bool use_avx2(void) {
-        return !atomic_load_explicit(&forced_generic, memory_order_relaxed) &&
-               hvd_reduce_cpu_has_avx2();
+        return !atomic_load_explicit(&forced_generic, memory_order_relaxed) && hvd_reduce_cpu_has_avx2();
 }
 
 void hvd_reduce_force_generic(bool on) {
@@ -294,8 +292,8 @@ const char *hvd_reduce_impl(void) {
         return use_avx2() ? "avx2" : "generic";
 }
 
-void hvd_reduce_n(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs, size_t n,
-                  size_t count, double scale) {
+void hvd_reduce_n(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs, size_t n, size_t count,
+                  double scale) {
         assert(hvd_dtype_valid(dt) && hvd_reduce_op_valid(op));
         assert(n >= 1 && srcs && (dst || count == 0));
         if (count == 0 || !hvd_dtype_valid(dt) || !hvd_reduce_op_valid(op) || n == 0)
@@ -318,13 +316,12 @@ void hvd_reduce_n(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *con
         generic_kernels[dt][op - HVD_REDUCE_SUM](dst, srcs, n, count, scale);
 }
 
-void hvd_reduce_n_stream(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs, size_t n,
-                         size_t count, double scale) {
+void hvd_reduce_n_stream(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs, size_t n, size_t count,
+                         double scale) {
 #if HVD_REDUCE_HAVE_AVX2
         if (dt == HVD_FLOAT32 && (op == HVD_REDUCE_SUM || op == HVD_REDUCE_AVERAGE) && n >= 2 && count > 0 &&
             use_avx2()) {
-                hvd_reduce_sum_f32_stream_avx2(dst, (const float *const *) srcs, n, count, (float) scale,
-                                               scale != 1.0);
+                hvd_reduce_sum_f32_stream_avx2(dst, (const float *const *) srcs, n, count, (float) scale, scale != 1.0);
                 return;
         }
 #endif

@@ -25,15 +25,15 @@ bool hvd_dtype_is_float(hvd_dtype_t dt);
  * 1/n into scale. scale == 1.0 skips the multiply. Integer types: the
  * scaled value is computed in double and truncated toward zero, saturating at the type's range (NaN gives 0). bool:
  * SUM/MAX = or, MIN/PRODUCT = and, never scaled. */
-void hvd_reduce_n(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs,
-                  size_t nsrc, size_t count, double scale);
+void hvd_reduce_n(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs, size_t nsrc, size_t count,
+                  double scale);
 
 /* hvd_reduce_n, writing dst around the caches (non-temporal stores) where
  * a kernel for that exists (float32 SUM and AVERAGE with AVX2), for a
  * destination larger than the caches; the same results. dst must not be
  * one of the sources. */
-void hvd_reduce_n_stream(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs,
-                         size_t nsrc, size_t count, double scale);
+void hvd_reduce_n_stream(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs, size_t nsrc,
+                         size_t count, double scale);
 
 /* dst[i] = scale * src[i]; scale == 1.0 is a plain copy (memmove if dst == src
  * is a no-op). Same integer/bool rules as hvd_reduce_n. */

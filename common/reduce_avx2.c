@@ -15,71 +15,64 @@
 
 #include "util.h"
 
-#define AVX2 __attribute__((target("avx2,f16c")))
+#define AVX2   __attribute__((target("avx2,f16c")))
 #define INLINE static inline __attribute__((always_inline)) AVX2
 
 /* 4 vectors per step: enough independent chains to hide load and add
  * latency; the loop over sources is inside so dst is written once. W is
  * the number of elements per vector. */
-#define KERNEL_LOOP(T, VT, W, LOADV, OPV, STOREV, AT, LOADS, OPS, STORES)                       \
-        do {                                                                                    \
-                size_t i = 0;                                                                   \
-                for (; count - i >= 4 * (W); i += 4 * (W)) {                                    \
-                        const T *p = (const T *) srcs[0] + i;                                   \
-                        VT a0 = LOADV(p), a1 = LOADV(p + (W)), a2 = LOADV(p + 2 * (W)),         \
-                           a3 = LOADV(p + 3 * (W));                                             \
-                        for (size_t k = 1; k < n; k++) {                                        \
-                                p = (const T *) srcs[k] + i;                                    \
-                                a0 = OPV(a0, LOADV(p));                                         \
-                                a1 = OPV(a1, LOADV(p + (W)));                                   \
-                                a2 = OPV(a2, LOADV(p + 2 * (W)));                               \
-                                a3 = OPV(a3, LOADV(p + 3 * (W)));                               \
-                        }                                                                       \
-                        STOREV(dst + i, a0);                                                    \
-                        STOREV(dst + i + (W), a1);                                              \
-                        STOREV(dst + i + 2 * (W), a2);                                          \
-                        STOREV(dst + i + 3 * (W), a3);                                          \
-                }                                                                               \
-                for (; count - i >= (W); i += (W)) {                                            \
-                        VT a0 = LOADV((const T *) srcs[0] + i);                                 \
-                        for (size_t k = 1; k < n; k++)                                          \
-                                a0 = OPV(a0, LOADV((const T *) srcs[k] + i));                   \
-                        STOREV(dst + i, a0);                                                    \
-                }                                                                               \
-                for (; i < count; i++) {                                                        \
-                        AT a = LOADS(((const T *) srcs[0])[i]);                                 \
-                        for (size_t k = 1; k < n; k++)                                          \
-                                a = OPS(a, LOADS(((const T *) srcs[k])[i]));                    \
-                        dst[i] = STORES(a);                                                     \
-                }                                                                               \
+#define KERNEL_LOOP(T, VT, W, LOADV, OPV, STOREV, AT, LOADS, OPS, STORES)                                              \
+        do {                                                                                                           \
+                size_t i = 0;                                                                                          \
+                for (; count - i >= 4 * (W); i += 4 * (W)) {                                                           \
+                        const T *p = (const T *) srcs[0] + i;                                                          \
+                        VT a0 = LOADV(p), a1 = LOADV(p + (W)), a2 = LOADV(p + 2 * (W)), a3 = LOADV(p + 3 * (W));       \
+                        for (size_t k = 1; k < n; k++) {                                                               \
+                                p = (const T *) srcs[k] + i;                                                           \
+                                a0 = OPV(a0, LOADV(p));                                                                \
+                                a1 = OPV(a1, LOADV(p + (W)));                                                          \
+                                a2 = OPV(a2, LOADV(p + 2 * (W)));                                                      \
+                                a3 = OPV(a3, LOADV(p + 3 * (W)));                                                      \
+                        }                                                                                              \
+                        STOREV(dst + i, a0);                                                                           \
+                        STOREV(dst + i + (W), a1);                                                                     \
+                        STOREV(dst + i + 2 * (W), a2);                                                                 \
+                        STOREV(dst + i + 3 * (W), a3);                                                                 \
+                }                                                                                                      \
+                for (; count - i >= (W); i += (W)) {                                                                   \
+                        VT a0 = LOADV((const T *) srcs[0] + i);                                                        \
+                        for (size_t k = 1; k < n; k++)                                                                 \
+                                a0 = OPV(a0, LOADV((const T *) srcs[k] + i));                                          \
+                        STOREV(dst + i, a0);                                                                           \
+                }                                                                                                      \
+                for (; i < count; i++) {                                                                               \
+                        AT a = LOADS(((const T *) srcs[0])[i]);                                                        \
+                        for (size_t k = 1; k < n; k++)                                                                 \
+                                a = OPS(a, LOADS(((const T *) srcs[k])[i]));                                           \
+                        dst[i] = STORES(a);                                                                            \
+                }                                                                                                      \
         } while (0)
 
 /* One always-inlined body per dtype, instantiated once per op by a switch
  * so that `op` is a constant inside each copy. SUM, the hot case, also
  * gets `scaled` as a constant, and unscaled 2-source SUM (a ring step:
  * dst = dst + incoming) a constant source count, so its loops unroll. */
-#define DISPATCH_OPS(BODY)                                                                      \
-        switch (op) {                                                                           \
-        case HVD_REDUCE_MIN:                                                                    \
-                BODY(HVD_REDUCE_MIN, scale != 1.0, dst_, srcs, n, count, scale);                \
-                break;                                                                          \
-        case HVD_REDUCE_MAX:                                                                    \
-                BODY(HVD_REDUCE_MAX, scale != 1.0, dst_, srcs, n, count, scale);                \
-                break;                                                                          \
-        case HVD_REDUCE_PRODUCT:                                                                \
-                BODY(HVD_REDUCE_PRODUCT, scale != 1.0, dst_, srcs, n, count, scale);            \
-                break;                                                                          \
-        default:                                                                                \
-                if (scale != 1.0)                                                               \
-                        BODY(HVD_REDUCE_SUM, true, dst_, srcs, n, count, scale);                \
-                else if (n == 2)                                                                \
-                        BODY(HVD_REDUCE_SUM, false, dst_, srcs, 2, count, scale);               \
-                else                                                                            \
-                        BODY(HVD_REDUCE_SUM, false, dst_, srcs, n, count, scale);               \
-                break;                                                                          \
+#define DISPATCH_OPS(BODY)                                                                                             \
+        switch (op) {                                                                                                  \
+        case HVD_REDUCE_MIN: BODY(HVD_REDUCE_MIN, scale != 1.0, dst_, srcs, n, count, scale); break;                   \
+        case HVD_REDUCE_MAX: BODY(HVD_REDUCE_MAX, scale != 1.0, dst_, srcs, n, count, scale); break;                   \
+        case HVD_REDUCE_PRODUCT: BODY(HVD_REDUCE_PRODUCT, scale != 1.0, dst_, srcs, n, count, scale); break;           \
+        default:                                                                                                       \
+                if (scale != 1.0)                                                                                      \
+                        BODY(HVD_REDUCE_SUM, true, dst_, srcs, n, count, scale);                                       \
+                else if (n == 2)                                                                                       \
+                        BODY(HVD_REDUCE_SUM, false, dst_, srcs, 2, count, scale);                                      \
+                else                                                                                                   \
+                        BODY(HVD_REDUCE_SUM, false, dst_, srcs, n, count, scale);                                      \
+                break;                                                                                                 \
         }
 
-#define ID(x) (x)
+#define ID(x)       (x)
 #define C_MIN(a, b) ((b) < (a) ? (b) : (a))
 #define C_MAX(a, b) ((b) > (a) ? (b) : (a))
 
@@ -123,7 +116,7 @@ INLINE bf16x16 bf16_load(const uint16_t *p) {
         __m256i x = _mm256_loadu_si256((const __m256i *) p);
         __m256i odd = _mm256_and_si256(x, _mm256_set1_epi32((int) 0xffff0000));
         __m256i even = _mm256_slli_epi32(x, 16);
-        return (bf16x16) { _mm256_castsi256_ps(even), _mm256_castsi256_ps(odd) };
+        return (bf16x16){ _mm256_castsi256_ps(even), _mm256_castsi256_ps(odd) };
 }
 /* hvd_float_to_bf16() on 8 lanes, the result in the top 16 bits of each:
  * round to nearest even (overflow becomes Inf); with `nan`, NaN lanes
@@ -153,61 +146,54 @@ INLINE void bf16_store(uint16_t *p, bf16x16 v) {
         _mm256_storeu_si256((__m256i *) p, r);
 }
 INLINE bf16x16 bf16_op(hvd_reduce_op_t op, bf16x16 a, bf16x16 b) {
-        return (bf16x16) { ps_op(op, a.even, b.even), ps_op(op, a.odd, b.odd) };
+        return (bf16x16){ ps_op(op, a.even, b.even), ps_op(op, a.odd, b.odd) };
 }
 INLINE bf16x16 bf16_scale(bf16x16 a, __m256 s) {
-        return (bf16x16) { _mm256_mul_ps(a.even, s), _mm256_mul_ps(a.odd, s) };
+        return (bf16x16){ _mm256_mul_ps(a.even, s), _mm256_mul_ps(a.odd, s) };
 }
 
 #define PS_OPV(a, b) ps_op(op, a, b)
 #define SS_OPS(a, b) ss_op(op, a, b)
-#define SCALE_PS(v) (scaled ? _mm256_mul_ps(v, vs) : (v))
-#define SCALE_SS(a) (scaled ? (a) * sf : (a))
+#define SCALE_PS(v)  (scaled ? _mm256_mul_ps(v, vs) : (v))
+#define SCALE_SS(a)  (scaled ? (a) *sf : (a))
 
-#define F32_LOADV(p) _mm256_loadu_ps(p)
+#define F32_LOADV(p)     _mm256_loadu_ps(p)
 #define F32_STOREV(p, v) _mm256_storeu_ps(p, SCALE_PS(v))
-INLINE void f32_body(hvd_reduce_op_t op, bool scaled, void *dst_, const void *const *srcs,
-                     size_t n, size_t count, double scale) {
+INLINE void f32_body(hvd_reduce_op_t op, bool scaled, void *dst_, const void *const *srcs, size_t n, size_t count,
+                     double scale) {
         float *dst = dst_;
         const float sf = (float) scale;
         const __m256 vs = _mm256_set1_ps(sf);
         KERNEL_LOOP(float, __m256, 8, F32_LOADV, PS_OPV, F32_STOREV, float, ID, SS_OPS, SCALE_SS);
 }
-AVX2 static void f32_kernel(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n,
-                            size_t count, double scale) {
-        DISPATCH_OPS(f32_body)
-}
+AVX2 static void f32_kernel(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n, size_t count,
+                            double scale){ DISPATCH_OPS(f32_body) }
 
 #define F16_STOREV(p, v) f16_store(p, SCALE_PS(v))
-#define F16_STORES(a) hvd_float_to_half(SCALE_SS(a))
-INLINE void f16_body(hvd_reduce_op_t op, bool scaled, void *dst_, const void *const *srcs,
-                     size_t n, size_t count, double scale) {
+#define F16_STORES(a)    hvd_float_to_half(SCALE_SS(a))
+INLINE void f16_body(hvd_reduce_op_t op, bool scaled, void *dst_, const void *const *srcs, size_t n, size_t count,
+                     double scale) {
         uint16_t *dst = dst_;
         const float sf = (float) scale;
         const __m256 vs = _mm256_set1_ps(sf);
-        KERNEL_LOOP(uint16_t, __m256, 8, f16_load, PS_OPV, F16_STOREV, float, hvd_half_to_float,
-                    SS_OPS, F16_STORES);
+        KERNEL_LOOP(uint16_t, __m256, 8, f16_load, PS_OPV, F16_STOREV, float, hvd_half_to_float, SS_OPS, F16_STORES);
 }
-AVX2 static void f16_kernel(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n,
-                            size_t count, double scale) {
-        DISPATCH_OPS(f16_body)
-}
+AVX2 static void f16_kernel(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n, size_t count,
+                            double scale){ DISPATCH_OPS(f16_body) }
 
-#define BF16_OPV(a, b) bf16_op(op, a, b)
+#define BF16_OPV(a, b)    bf16_op(op, a, b)
 #define BF16_STOREV(p, v) bf16_store(p, scaled ? bf16_scale(v, vs) : (v))
-#define BF16_STORES(a) hvd_float_to_bf16(SCALE_SS(a))
-INLINE void bf16_body(hvd_reduce_op_t op, bool scaled, void *dst_, const void *const *srcs,
-                      size_t n, size_t count, double scale) {
+#define BF16_STORES(a)    hvd_float_to_bf16(SCALE_SS(a))
+INLINE void bf16_body(hvd_reduce_op_t op, bool scaled, void *dst_, const void *const *srcs, size_t n, size_t count,
+                      double scale) {
         uint16_t *dst = dst_;
         const float sf = (float) scale;
         const __m256 vs = _mm256_set1_ps(sf);
-        KERNEL_LOOP(uint16_t, bf16x16, 16, bf16_load, BF16_OPV, BF16_STOREV, float,
-                    hvd_bf16_to_float, SS_OPS, BF16_STORES);
+        KERNEL_LOOP(uint16_t, bf16x16, 16, bf16_load, BF16_OPV, BF16_STOREV, float, hvd_bf16_to_float, SS_OPS,
+                    BF16_STORES);
 }
-AVX2 static void bf16_kernel(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n,
-                             size_t count, double scale) {
-        DISPATCH_OPS(bf16_body)
-}
+AVX2 static void bf16_kernel(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n, size_t count,
+                             double scale){ DISPATCH_OPS(bf16_body) }
 
 /* ---- float64 ---- */
 
@@ -227,20 +213,19 @@ INLINE double sd_op(hvd_reduce_op_t op, double a, double b) {
         default: return a + b;
         }
 }
-#define PD_OPV(a, b) pd_op(op, a, b)
-#define SD_OPS(a, b) sd_op(op, a, b)
-#define F64_LOADV(p) _mm256_loadu_pd(p)
+#define PD_OPV(a, b)     pd_op(op, a, b)
+#define SD_OPS(a, b)     sd_op(op, a, b)
+#define F64_LOADV(p)     _mm256_loadu_pd(p)
 #define F64_STOREV(p, v) _mm256_storeu_pd(p, scaled ? _mm256_mul_pd(v, vd) : (v))
-#define F64_STORES(a) (scaled ? (a) * scale : (a))
-INLINE void f64_body(hvd_reduce_op_t op, bool scaled, void *dst_, const void *const *srcs,
-                     size_t n, size_t count, double scale) {
+#define F64_STORES(a)    (scaled ? (a) *scale : (a))
+INLINE void f64_body(hvd_reduce_op_t op, bool scaled, void *dst_, const void *const *srcs, size_t n, size_t count,
+                     double scale) {
         double *dst = dst_;
         const __m256d vd = _mm256_set1_pd(scale);
-        KERNEL_LOOP(double, __m256d, 4, F64_LOADV, PD_OPV, F64_STOREV, double, ID, SD_OPS,
-                    F64_STORES);
+        KERNEL_LOOP(double, __m256d, 4, F64_LOADV, PD_OPV, F64_STOREV, double, ID, SD_OPS, F64_STORES);
 }
-AVX2 static void f64_kernel(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n,
-                            size_t count, double scale) {
+AVX2 static void f64_kernel(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n, size_t count,
+                            double scale) {
         DISPATCH_OPS(f64_body)
 }
 
@@ -252,8 +237,7 @@ AVX2 static void f64_kernel(hvd_reduce_op_t op, void *dst_, const void *const *s
 INLINE __m256i mullo_epi8(__m256i a, __m256i b) {
         __m256i even = _mm256_mullo_epi16(a, b);
         __m256i odd = _mm256_mullo_epi16(_mm256_srli_epi16(a, 8), _mm256_srli_epi16(b, 8));
-        return _mm256_or_si256(_mm256_and_si256(even, _mm256_set1_epi16(0xff)),
-                               _mm256_slli_epi16(odd, 8));
+        return _mm256_or_si256(_mm256_and_si256(even, _mm256_set1_epi16(0xff)), _mm256_slli_epi16(odd, 8));
 }
 /* low 64 bits of each product: lo*lo + ((hi*lo + lo*hi) << 32) */
 INLINE __m256i mullo_epi64(__m256i a, __m256i b) {
@@ -305,14 +289,14 @@ INLINE __m256i i64_op(hvd_reduce_op_t op, __m256i a, __m256i b) {
 }
 
 /* scalar tails: the same wrapping arithmetic as reduce.c */
-#define DEF_SCALAR_INT_OP(SUF, T, UT, MT)                                                      \
-        INLINE T SUF##_sop(hvd_reduce_op_t op, T a, T b) {                                      \
-                switch (op) {                                                                   \
-                case HVD_REDUCE_MIN: return C_MIN(a, b);                                        \
-                case HVD_REDUCE_MAX: return C_MAX(a, b);                                        \
-                case HVD_REDUCE_PRODUCT: return (T) (UT) ((MT) (UT) a * (MT) (UT) b);           \
-                default: return (T) (UT) ((UT) a + (UT) b);                                     \
-                }                                                                               \
+#define DEF_SCALAR_INT_OP(SUF, T, UT, MT)                                                                              \
+        INLINE T SUF##_sop(hvd_reduce_op_t op, T a, T b) {                                                             \
+                switch (op) {                                                                                          \
+                case HVD_REDUCE_MIN: return C_MIN(a, b);                                                               \
+                case HVD_REDUCE_MAX: return C_MAX(a, b);                                                               \
+                case HVD_REDUCE_PRODUCT: return (T) (UT) ((MT) (UT) a * (MT) (UT) b);                                  \
+                default: return (T) (UT) ((UT) a + (UT) b);                                                            \
+                }                                                                                                      \
         }
 DEF_SCALAR_INT_OP(u8, uint8_t, uint8_t, uint32_t)
 DEF_SCALAR_INT_OP(i8, int8_t, uint8_t, uint32_t)
@@ -386,70 +370,65 @@ INLINE void i64_store(int64_t *p, __m256i v, bool scaled, double scale) {
                         p[j] = hvd_reduce_scale_i64(p[j], scale);
 }
 
-#define DEF_INT_KERNEL(SUF, T, W, LO, HI)                                                       \
-        INLINE void SUF##_body(hvd_reduce_op_t op, bool scaled, void *dst_,                     \
-                               const void *const *srcs, size_t n, size_t count, double scale) { \
-                T *dst = dst_;                                                                  \
-                const __m256d vs = _mm256_set1_pd(scale), vlo = _mm256_set1_pd(LO),             \
-                              vhi = _mm256_set1_pd(HI);                                         \
-                (void) vs, (void) vlo, (void) vhi; /* int64 scales lane by lane */              \
-                KERNEL_LOOP(T, __m256i, W, SI_LOADV, SUF##_OPV, SUF##_STOREV, T, ID,            \
-                            SUF##_OPS, SUF##_STORES);                                           \
-        }                                                                                       \
-        AVX2 static void SUF##_kernel(hvd_reduce_op_t op, void *dst_, const void *const *srcs, \
-                                      size_t n, size_t count, double scale) {                   \
-                DISPATCH_OPS(SUF##_body)                                                        \
+#define DEF_INT_KERNEL(SUF, T, W, LO, HI)                                                                              \
+        INLINE void SUF##_body(hvd_reduce_op_t op, bool scaled, void *dst_, const void *const *srcs, size_t n,         \
+                               size_t count, double scale) {                                                           \
+                T *dst = dst_;                                                                                         \
+                const __m256d vs = _mm256_set1_pd(scale), vlo = _mm256_set1_pd(LO), vhi = _mm256_set1_pd(HI);          \
+                (void) vs, (void) vlo, (void) vhi; /* int64 scales lane by lane */                                     \
+                KERNEL_LOOP(T, __m256i, W, SI_LOADV, SUF##_OPV, SUF##_STOREV, T, ID, SUF##_OPS, SUF##_STORES);         \
+        }                                                                                                              \
+        AVX2 static void SUF##_kernel(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n, size_t count, \
+                                      double scale) {                                                                  \
+                DISPATCH_OPS(SUF##_body)                                                                               \
         }
-#define INT_STORES(T, a, LO, HI) \
-        (scaled ? (T) hvd_reduce_clamp((double) (a) * scale, LO, HI) : (a))
+#define INT_STORES(T, a, LO, HI) (scaled ? (T) hvd_reduce_clamp((double) (a) *scale, LO, HI) : (a))
 
-#define u8_OPV(a, b) u8_op(op, a, b)
-#define u8_OPS(a, b) u8_sop(op, a, b)
+#define u8_OPV(a, b)    u8_op(op, a, b)
+#define u8_OPS(a, b)    u8_sop(op, a, b)
 #define u8_STOREV(p, v) u8_store(p, v, scaled, vs, vlo, vhi)
-#define u8_STORES(a) INT_STORES(uint8_t, a, 0.0, 255.0)
+#define u8_STORES(a)    INT_STORES(uint8_t, a, 0.0, 255.0)
 DEF_INT_KERNEL(u8, uint8_t, 32, 0.0, 255.0)
 
-#define i8_OPV(a, b) i8_op(op, a, b)
-#define i8_OPS(a, b) i8_sop(op, a, b)
+#define i8_OPV(a, b)    i8_op(op, a, b)
+#define i8_OPS(a, b)    i8_sop(op, a, b)
 #define i8_STOREV(p, v) i8_store(p, v, scaled, vs, vlo, vhi)
-#define i8_STORES(a) INT_STORES(int8_t, a, -128.0, 127.0)
+#define i8_STORES(a)    INT_STORES(int8_t, a, -128.0, 127.0)
 DEF_INT_KERNEL(i8, int8_t, 32, -128.0, 127.0)
 
-#define i16_OPV(a, b) i16_op(op, a, b)
-#define i16_OPS(a, b) i16_sop(op, a, b)
+#define i16_OPV(a, b)    i16_op(op, a, b)
+#define i16_OPS(a, b)    i16_sop(op, a, b)
 #define i16_STOREV(p, v) i16_store(p, v, scaled, vs, vlo, vhi)
-#define i16_STORES(a) INT_STORES(int16_t, a, -32768.0, 32767.0)
+#define i16_STORES(a)    INT_STORES(int16_t, a, -32768.0, 32767.0)
 DEF_INT_KERNEL(i16, int16_t, 16, -32768.0, 32767.0)
 
-#define i32_OPV(a, b) i32_op(op, a, b)
-#define i32_OPS(a, b) i32_sop(op, a, b)
+#define i32_OPV(a, b)    i32_op(op, a, b)
+#define i32_OPS(a, b)    i32_sop(op, a, b)
 #define i32_STOREV(p, v) i32_store(p, v, scaled, vs, vlo, vhi)
-#define i32_STORES(a) INT_STORES(int32_t, a, -2147483648.0, 2147483647.0)
+#define i32_STORES(a)    INT_STORES(int32_t, a, -2147483648.0, 2147483647.0)
 DEF_INT_KERNEL(i32, int32_t, 8, -2147483648.0, 2147483647.0)
 
-#define i64_OPV(a, b) i64_op(op, a, b)
-#define i64_OPS(a, b) i64_sop(op, a, b)
+#define i64_OPV(a, b)    i64_op(op, a, b)
+#define i64_OPS(a, b)    i64_sop(op, a, b)
 #define i64_STOREV(p, v) i64_store(p, v, scaled, scale)
-#define i64_STORES(a) (scaled ? hvd_reduce_scale_i64(a, scale) : (a))
+#define i64_STORES(a)    (scaled ? hvd_reduce_scale_i64(a, scale) : (a))
 DEF_INT_KERNEL(i64, int64_t, 4, 0.0, 0.0)
 
 /* ---- bool: track "is zero" masks; SUM/MAX = or, MIN/PRODUCT = and ---- */
 
 #define B_LOADV(p) _mm256_cmpeq_epi8(SI_LOADV(p), _mm256_setzero_si256())
 /* or: zero only if all are zero; and: zero if any is zero */
-#define B_OPV(a, b) (is_and ? _mm256_or_si256(a, b) : _mm256_and_si256(a, b))
-#define B_STOREV(p, z) \
-        _mm256_storeu_si256((__m256i *) (p), _mm256_andnot_si256(z, _mm256_set1_epi8(1)))
-#define B_LOADS(v) ((uint8_t) ((v) != 0))
-#define B_OPS(a, b) ((uint8_t) (is_and ? (a) & (b) : (a) | (b)))
-INLINE void bool_body(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n,
-                      size_t count) {
+#define B_OPV(a, b)    (is_and ? _mm256_or_si256(a, b) : _mm256_and_si256(a, b))
+#define B_STOREV(p, z) _mm256_storeu_si256((__m256i *) (p), _mm256_andnot_si256(z, _mm256_set1_epi8(1)))
+#define B_LOADS(v)     ((uint8_t) ((v) != 0))
+#define B_OPS(a, b)    ((uint8_t) (is_and ? (a) & (b) : (a) | (b)))
+INLINE void bool_body(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n, size_t count) {
         uint8_t *dst = dst_;
         const bool is_and = op == HVD_REDUCE_MIN || op == HVD_REDUCE_PRODUCT;
         KERNEL_LOOP(uint8_t, __m256i, 32, B_LOADV, B_OPV, B_STOREV, uint8_t, B_LOADS, B_OPS, ID);
 }
-AVX2 static void bool_kernel(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n,
-                             size_t count, double scale) {
+AVX2 static void bool_kernel(hvd_reduce_op_t op, void *dst_, const void *const *srcs, size_t n, size_t count,
+                             double scale) {
         (void) scale; /* bool is never scaled */
         if (op == HVD_REDUCE_MIN || op == HVD_REDUCE_PRODUCT)
                 bool_body(HVD_REDUCE_MIN, dst_, srcs, n, count);
@@ -457,17 +436,16 @@ AVX2 static void bool_kernel(hvd_reduce_op_t op, void *dst_, const void *const *
                 bool_body(HVD_REDUCE_SUM, dst_, srcs, n, count);
 }
 
-typedef void (*kernel_fn)(hvd_reduce_op_t op, void *dst, const void *const *srcs, size_t n,
-                          size_t count, double scale);
+typedef void (*kernel_fn)(hvd_reduce_op_t op, void *dst, const void *const *srcs, size_t n, size_t count, double scale);
 static const kernel_fn avx2_kernels[_HVD_DTYPE_COUNT] = {
-        [HVD_UINT8] = u8_kernel,       [HVD_INT8] = i8_kernel,       [HVD_INT16] = i16_kernel,
-        [HVD_INT32] = i32_kernel,      [HVD_INT64] = i64_kernel,     [HVD_FLOAT16] = f16_kernel,
-        [HVD_BFLOAT16] = bf16_kernel,  [HVD_FLOAT32] = f32_kernel,   [HVD_FLOAT64] = f64_kernel,
+        [HVD_UINT8] = u8_kernel,      [HVD_INT8] = i8_kernel,     [HVD_INT16] = i16_kernel,
+        [HVD_INT32] = i32_kernel,     [HVD_INT64] = i64_kernel,   [HVD_FLOAT16] = f16_kernel,
+        [HVD_BFLOAT16] = bf16_kernel, [HVD_FLOAT32] = f32_kernel, [HVD_FLOAT64] = f64_kernel,
         [HVD_BOOL] = bool_kernel,
 };
 
-void hvd_reduce_n_avx2(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs,
-                       size_t nsrc, size_t count, double scale) {
+void hvd_reduce_n_avx2(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs, size_t nsrc,
+                       size_t count, double scale) {
         avx2_kernels[dt](op, dst, srcs, nsrc, count, scale);
 }
 
@@ -513,4 +491,3 @@ AVX2 void hvd_reduce_sum_f32_stream_avx2(float *dst, const float *const *srcs, s
 /* not x86 or no per-function targets: reduce.c uses the portable kernels */
 typedef int hvd_reduce_avx2_unused;
 #endif
-

@@ -169,8 +169,7 @@ size_t hvd_strmap_size(const hvd_strmap_t *m) {
         return m->live;
 }
 
-int hvd_strmap_next(const hvd_strmap_t *m, size_t *iter, const void **key, size_t *key_len,
-                    void **value) {
+int hvd_strmap_next(const hvd_strmap_t *m, size_t *iter, const void **key, size_t *key_len, void **value) {
         for (size_t i = *iter; i < m->cap; i++) {
                 slot_t *s = &m->slots[i];
                 if (s->key && s->key != TOMB) {

@@ -9,7 +9,7 @@
 typedef struct hvd_strmap hvd_strmap_t;
 
 hvd_strmap_t *hvd_strmap_new(void);
-void hvd_strmap_destroy(hvd_strmap_t **m);           /* NULL-safe; values untouched */
+void hvd_strmap_destroy(hvd_strmap_t **m); /* NULL-safe; values untouched */
 /* Inserts or replaces. Returns 0 or -ENOMEM. */
 int hvd_strmap_put(hvd_strmap_t *m, const void *key, size_t key_len, void *value);
 void *hvd_strmap_get(const hvd_strmap_t *m, const void *key, size_t key_len);
@@ -17,7 +17,6 @@ void *hvd_strmap_get(const hvd_strmap_t *m, const void *key, size_t key_len);
 void *hvd_strmap_remove(hvd_strmap_t *m, const void *key, size_t key_len);
 size_t hvd_strmap_size(const hvd_strmap_t *m);
 /* Iteration: *iter starts at 0; returns 0 at the end. */
-int hvd_strmap_next(const hvd_strmap_t *m, size_t *iter, const void **key, size_t *key_len,
-                    void **value);
+int hvd_strmap_next(const hvd_strmap_t *m, size_t *iter, const void **key, size_t *key_len, void **value);
 
 #endif

@@ -10,11 +10,11 @@
 #include <unistd.h>
 
 #define ELEMENTSOF(a) (sizeof(a) / sizeof((a)[0]))
-#define _cleanup_(f) __attribute__((cleanup(f)))
-#define _unused_ __attribute__((unused))
-#define _likely_(x) __builtin_expect(!!(x), 1)
+#define _cleanup_(f)  __attribute__((cleanup(f)))
+#define _unused_      __attribute__((unused))
+#define _likely_(x)   __builtin_expect(!!(x), 1)
 #define _unlikely_(x) __builtin_expect(!!(x), 0)
-#define USEC_PER_SEC UINT64_C(1000000)
+#define USEC_PER_SEC  UINT64_C(1000000)
 #define USEC_PER_MSEC UINT64_C(1000)
 #define HVD_MIN(a, b) ((a) < (b) ? (a) : (b))
 #define HVD_MAX(a, b) ((a) > (b) ? (a) : (b))
@@ -50,11 +50,11 @@ static inline void closep(int *fd) {
 #define _cleanup_close_ _cleanup_(closep)
 
 /* Returns the pointer and sets *p = NULL: for handing ownership on. */
-#define TAKE_PTR(p)                            \
-        ({                                     \
-                __typeof__(p) _p_ = (p);       \
-                (p) = NULL;                    \
-                _p_;                           \
+#define TAKE_PTR(p)                                                                                                    \
+        ({                                                                                                             \
+                __typeof__(p) _p_ = (p);                                                                               \
+                (p) = NULL;                                                                                            \
+                _p_;                                                                                                   \
         })
 
 #endif

@@ -52,18 +52,12 @@ static size_t elem_size(ProtobufCType t) {
         case PROTOBUF_C_TYPE_SFIXED64:
         case PROTOBUF_C_TYPE_UINT64:
         case PROTOBUF_C_TYPE_FIXED64:
-        case PROTOBUF_C_TYPE_DOUBLE:
-                return 8;
-        case PROTOBUF_C_TYPE_BOOL:
-                return sizeof(protobuf_c_boolean);
-        case PROTOBUF_C_TYPE_STRING:
-                return sizeof(char *);
-        case PROTOBUF_C_TYPE_BYTES:
-                return sizeof(ProtobufCBinaryData);
-        case PROTOBUF_C_TYPE_MESSAGE:
-                return sizeof(ProtobufCMessage *);
-        default: /* 32-bit integers, enums, float */
-                return 4;
+        case PROTOBUF_C_TYPE_DOUBLE: return 8;
+        case PROTOBUF_C_TYPE_BOOL: return sizeof(protobuf_c_boolean);
+        case PROTOBUF_C_TYPE_STRING: return sizeof(char *);
+        case PROTOBUF_C_TYPE_BYTES: return sizeof(ProtobufCBinaryData);
+        case PROTOBUF_C_TYPE_MESSAGE: return sizeof(ProtobufCMessage *);
+        default: /* 32-bit integers, enums, float */ return 4;
         }
 }
 
@@ -79,8 +73,7 @@ static bool value_equal(ProtobufCType t, const void *a, const void *b) {
         }
         case PROTOBUF_C_TYPE_MESSAGE:
                 return hvd_wire_equal(*(ProtobufCMessage *const *) a, *(ProtobufCMessage *const *) b);
-        default:
-                return memcmp(a, b, elem_size(t)) == 0;
+        default: return memcmp(a, b, elem_size(t)) == 0;
         }
 }
 
@@ -149,8 +142,7 @@ static void budget_free(void *data, void *p) {
         free(p);
 }
 
-int hvd_wire_decode(const void *buf, size_t len, size_t budget_bytes, Hvd__Envelope **ret,
-                    char *err, size_t err_len) {
+int hvd_wire_decode(const void *buf, size_t len, size_t budget_bytes, Hvd__Envelope **ret, char *err, size_t err_len) {
         budget_t b = { .budget = budget_bytes ? budget_bytes : len * 8 + 65536 };
         ProtobufCAllocator alloc = { .alloc = budget_alloc, .free = budget_free, .allocator_data = &b };
         Hvd__Envelope *env = hvd__envelope__unpack(&alloc, len, buf);
@@ -194,7 +186,8 @@ static void dup_clear(ProtobufCMessage *m) {
                 const ProtobufCFieldDescriptor *f = &d->fields[i];
                 void *p = mm + f->offset;
                 /* a oneof's members share their place: the one set counts */
-                if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) && *(const uint32_t *) (mm + f->quantifier_offset) != f->id)
+                if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+                    *(const uint32_t *) (mm + f->quantifier_offset) != f->id)
                         continue;
                 if (f->label == PROTOBUF_C_LABEL_REPEATED) {
                         *(size_t *) (mm + f->quantifier_offset) = 0;
@@ -281,9 +274,7 @@ static bool dup_value(const ProtobufCFieldDescriptor *f, void *dst, const void *
                 *(ProtobufCMessage **) dst = NULL;
                 return !sm || (*(ProtobufCMessage **) dst = hvd_wire_dup(sm)) != NULL;
         }
-        default:
-                memcpy(dst, src, elem_size(f->type));
-                return true;
+        default: memcpy(dst, src, elem_size(f->type)); return true;
         }
 }
 
@@ -443,9 +434,7 @@ static bool rd_field(const uint8_t **p, const uint8_t *end, uint32_t *num, unsig
         *num = (uint32_t) (tag >> 3);
         *wt = (unsigned) (tag & 7);
         switch (*wt) {
-        case 0:
-                *val = *p;
-                return rd_varint(p, end, &v);
+        case 0: *val = *p; return rd_varint(p, end, &v);
         case 1:
         case 5: {
                 size_t n = *wt == 1 ? 8 : 4;
@@ -463,8 +452,7 @@ static bool rd_field(const uint8_t **p, const uint8_t *end, uint32_t *num, unsig
                 *p += v;
                 return true;
         }
-        default:
-                return false;
+        default: return false;
         }
 }
 
@@ -505,9 +493,9 @@ static void memo_learn(hvd_wire_memo_t *m, const Hvd__Ready *q, const slice_t *s
 
 /* hvd_wire_decode_memo() once it found the frame's Ready [rd_at, rd_end)
  * (its bytes from rd_val) and room for a slice per request in sl. */
-static int memo_decode(const void *buf, size_t len, size_t budget_bytes, hvd_wire_memo_t *memo,
-                       const uint8_t *rd_at, const uint8_t *rd_val, const uint8_t *rd_end, slice_t *sl,
-                       Hvd__Envelope **ret, char *err, size_t err_len) {
+static int memo_decode(const void *buf, size_t len, size_t budget_bytes, hvd_wire_memo_t *memo, const uint8_t *rd_at,
+                       const uint8_t *rd_val, const uint8_t *rd_end, slice_t *sl, Hvd__Envelope **ret, char *err,
+                       size_t err_len) {
         const uint8_t *p, *end = (const uint8_t *) buf + len, *val;
         uint32_t num;
         unsigned wt;
@@ -598,11 +586,11 @@ static int memo_decode(const void *buf, size_t len, size_t budget_bytes, hvd_wir
         return 0;
 }
 
-static int decode_memo(const void *buf, size_t len, size_t budget_bytes, hvd_wire_memo_t *memo,
-                       Hvd__Envelope **ret, char *err, size_t err_len);
+static int decode_memo(const void *buf, size_t len, size_t budget_bytes, hvd_wire_memo_t *memo, Hvd__Envelope **ret,
+                       char *err, size_t err_len);
 
-int hvd_wire_decode_memo(const void *buf, size_t len, size_t budget_bytes, hvd_wire_memo_t *memo,
-                         Hvd__Envelope **ret, char *err, size_t err_len) {
+int hvd_wire_decode_memo(const void *buf, size_t len, size_t budget_bytes, hvd_wire_memo_t *memo, Hvd__Envelope **ret,
+                         char *err, size_t err_len) {
         uint64_t copied = memo ? memo->stats.copied : 0;
         int r = decode_memo(buf, len, budget_bytes, memo, ret, err, err_len);
         /* every request of a Ready taken is one or the other */
@@ -611,8 +599,8 @@ int hvd_wire_decode_memo(const void *buf, size_t len, size_t budget_bytes, hvd_w
         return r;
 }
 
-static int decode_memo(const void *buf, size_t len, size_t budget_bytes, hvd_wire_memo_t *memo,
-                       Hvd__Envelope **ret, char *err, size_t err_len) {
+static int decode_memo(const void *buf, size_t len, size_t budget_bytes, hvd_wire_memo_t *memo, Hvd__Envelope **ret,
+                       char *err, size_t err_len) {
         if (!memo || !memo->map || (!memo->learning && !hvd_strmap_size(memo->map)))
                 return hvd_wire_decode(buf, len, budget_bytes, ret, err, err_len);
         /* where the Ready and its requests are; anything unusual decodes
@@ -700,8 +688,7 @@ static bool utf8_valid(const unsigned char *s) {
 /* protobuf-c strings are NUL-terminated copies; an embedded NUL shows up
  * only as a shorter strlen, which we cannot see here, so callers that care
  * compare with the wire length. Length and UTF-8 are checked. */
-int hvd_wire_validate_name(const char *s, size_t max_bytes, const char *what, char *err,
-                           size_t err_len) {
+int hvd_wire_validate_name(const char *s, size_t max_bytes, const char *what, char *err, size_t err_len) {
         if (!s)
                 return fail(err, err_len, "%s missing", what);
         size_t n = strnlen(s, max_bytes + 1);
@@ -715,11 +702,11 @@ int hvd_wire_validate_name(const char *s, size_t max_bytes, const char *what, ch
         return 0;
 }
 
-#define CHECK_NAME(s, max, what)                                                         \
-        do {                                                                             \
-                int _r = hvd_wire_validate_name((s), (max), (what), err, err_len);       \
-                if (_r < 0)                                                              \
-                        return _r;                                                       \
+#define CHECK_NAME(s, max, what)                                                                                       \
+        do {                                                                                                           \
+                int _r = hvd_wire_validate_name((s), (max), (what), err, err_len);                                     \
+                if (_r < 0)                                                                                            \
+                        return _r;                                                                                     \
         } while (0)
 
 static int validate_shape(const int64_t *dims, size_t n, const char *what, char *err, size_t err_len) {
@@ -873,8 +860,8 @@ static int validate_node_ready(const Hvd__NodeReady *nr, char *err, size_t err_l
 
 int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
         if (env->version != HVD_PROTOCOL_VERSION)
-                return fail(err, err_len, "protocol version %u not supported (this side speaks %u)",
-                            env->version, HVD_PROTOCOL_VERSION);
+                return fail(err, err_len, "protocol version %u not supported (this side speaks %u)", env->version,
+                            HVD_PROTOCOL_VERSION);
         switch (env->body_case) {
         case HVD__ENVELOPE__BODY_HELLO: {
                 const Hvd__Hello *h = env->hello;
@@ -894,7 +881,8 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                 if (h->rank >= h->world_size)
                         return fail(err, err_len, "rank %u not below world size %u", h->rank, h->world_size);
                 if (h->cross_size > h->world_size || (h->cross_size && h->cross_rank >= h->cross_size))
-                        return fail(err, err_len, "cross rank %u not below cross size %u", h->cross_rank, h->cross_size);
+                        return fail(err, err_len, "cross rank %u not below cross size %u", h->cross_rank,
+                                    h->cross_size);
                 CHECK_NAME(h->data_addr, HVD_WIRE_MAX_HOST + 8, "data-plane address");
                 CHECK_NAME(h->root_peer, HVD_WIRE_MAX_TEXT, "root peer endpoint");
                 if (h->nccl_id.len > 128)
@@ -907,9 +895,8 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
         }
         case HVD__ENVELOPE__BODY_WELCOME: {
                 const Hvd__Welcome *w = env->welcome;
-                if (w->size == 0 || w->size > HVD_WIRE_MAX_RANKS || w->rank >= w->size ||
-                    w->local_size == 0 || w->local_rank >= w->local_size || w->cross_size == 0 ||
-                    w->cross_rank >= w->cross_size)
+                if (w->size == 0 || w->size > HVD_WIRE_MAX_RANKS || w->rank >= w->size || w->local_size == 0 ||
+                    w->local_rank >= w->local_size || w->cross_size == 0 || w->cross_rank >= w->cross_size)
                         return fail(err, err_len, "welcome: rank table out of range");
                 CHECK_NAME(w->shm_name, 255, "shared-memory name");
                 if (w->nccl_id.len > 128)
@@ -920,10 +907,8 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                         CHECK_NAME(w->ranks[i]->host, HVD_WIRE_MAX_HOST, "host name");
                 return 0;
         }
-        case HVD__ENVELOPE__BODY_READY:
-                return validate_ready(env->ready, err, err_len);
-        case HVD__ENVELOPE__BODY_SCHEDULE:
-                return validate_schedule(env->schedule, err, err_len);
+        case HVD__ENVELOPE__BODY_READY: return validate_ready(env->ready, err, err_len);
+        case HVD__ENVELOPE__BODY_SCHEDULE: return validate_schedule(env->schedule, err, err_len);
         case HVD__ENVELOPE__BODY_JOB_SCHEDULE:
                 CHECK_NAME(env->job_schedule->job_id, HVD_WIRE_MAX_JOB_ID, "job id");
                 if (!env->job_schedule->schedule)
@@ -936,8 +921,8 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                 if (!nj->job_id[0] || nj->secret.len > HVD_WIRE_MAX_SECRET)
                         return fail(err, err_len, "node join: bad job id or secret");
                 if (nj->world_size == 0 || nj->world_size > HVD_WIRE_MAX_RANKS || nj->cross_size == 0 ||
-                    nj->cross_size > nj->world_size || nj->cross_rank >= nj->cross_size ||
-                    nj->n_ranks == 0 || nj->n_ranks > nj->world_size)
+                    nj->cross_size > nj->world_size || nj->cross_rank >= nj->cross_size || nj->n_ranks == 0 ||
+                    nj->n_ranks > nj->world_size)
                         return fail(err, err_len, "node join: rank table out of range");
                 if (nj->nccl_id.len > 128)
                         return fail(err, err_len, "node join: NCCL id longer than 128 bytes");
@@ -964,8 +949,7 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
         case HVD__ENVELOPE__BODY_NODE_READY:
                 CHECK_NAME(env->node_ready->job_id, HVD_WIRE_MAX_JOB_ID, "job id");
                 return validate_node_ready(env->node_ready, err, err_len);
-        case HVD__ENVELOPE__BODY_PING:
-                return 0;
+        case HVD__ENVELOPE__BODY_PING: return 0;
         case HVD__ENVELOPE__BODY_ABORT:
                 if (strnlen(env->abort->reason, HVD_WIRE_MAX_TEXT + 1) > HVD_WIRE_MAX_TEXT)
                         return fail(err, err_len, "abort: reason too long");
@@ -987,9 +971,7 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                         return fail(err, err_len, "timeline: start without a file");
                 return 0;
         }
-        case HVD__ENVELOPE__BODY_LOG_LEVEL:
-                CHECK_NAME(env->log_level->level, 32, "log level");
-                return 0;
+        case HVD__ENVELOPE__BODY_LOG_LEVEL: CHECK_NAME(env->log_level->level, 32, "log level"); return 0;
         case HVD__ENVELOPE__BODY_METRICS_REPLY:
                 /* lines of text: newlines allowed */
                 if (!utf8_valid((const unsigned char *) env->metrics_reply->text))
@@ -999,10 +981,8 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
         case HVD__ENVELOPE__BODY_HEARTBEAT:
         case HVD__ENVELOPE__BODY_DONE:
         case HVD__ENVELOPE__BODY_GOODBYE:
-        case HVD__ENVELOPE__BODY_STATUS:
-                return 0;
-        default:
-                return fail(err, err_len, "message with no known body");
+        case HVD__ENVELOPE__BODY_STATUS: return 0;
+        default: return fail(err, err_len, "message with no known body");
         }
 }
 

@@ -11,14 +11,14 @@
 
 #include "hvd.pb-c.h"
 
-#define HVD_PROTOCOL_VERSION 1
+#define HVD_PROTOCOL_VERSION       1
 #define HVD_WIRE_MAX_MESSAGE_BYTES (UINT64_C(64) << 20)
-#define HVD_WIRE_MAX_REQUESTS 65536
-#define HVD_WIRE_MAX_RANKS 65536
-#define HVD_WIRE_MAX_JOB_ID 128
-#define HVD_WIRE_MAX_SECRET 256
-#define HVD_WIRE_MAX_HOST 255
-#define HVD_WIRE_MAX_TEXT 4096
+#define HVD_WIRE_MAX_REQUESTS      65536
+#define HVD_WIRE_MAX_RANKS         65536
+#define HVD_WIRE_MAX_JOB_ID        128
+#define HVD_WIRE_MAX_SECRET        256
+#define HVD_WIRE_MAX_HOST          255
+#define HVD_WIRE_MAX_TEXT          4096
 /* schedules kept by key for repeats (Schedule.keep_key, repeat_key: 1..this) */
 #define HVD_WIRE_SCHEDULE_KEYS 16
 /* the largest packed envelope a Schedule.board may be (a board record) */
@@ -36,8 +36,7 @@ int hvd_wire_send_to(void *router, const void *id, size_t id_len, Hvd__Envelope 
  * may use (0 = 8x the frame + 64 KiB). On success *ret is owned by the
  * caller: free with hvd_wire_free(). On failure returns HVD_EPROTO (or
  * -ENOMEM when the budget ran out) and writes a readable reason to err. */
-int hvd_wire_decode(const void *buf, size_t len, size_t budget_bytes, Hvd__Envelope **ret,
-                    char *err, size_t err_len);
+int hvd_wire_decode(const void *buf, size_t len, size_t budget_bytes, Hvd__Envelope **ret, char *err, size_t err_len);
 void hvd_wire_free(Hvd__Envelope **env);
 
 /* A deep copy of m (malloc'd throughout: free with
@@ -67,8 +66,8 @@ void hvd_wire_memo_set_learning(hvd_wire_memo_t *m, bool on);
 /* As hvd_wire_decode(): the same message, or the same error, for any
  * frame (copies from the memo count against no budget: the budget admitted
  * their requests once already). memo may be NULL. */
-int hvd_wire_decode_memo(const void *buf, size_t len, size_t budget_bytes, hvd_wire_memo_t *memo,
-                         Hvd__Envelope **ret, char *err, size_t err_len);
+int hvd_wire_decode_memo(const void *buf, size_t len, size_t budget_bytes, hvd_wire_memo_t *memo, Hvd__Envelope **ret,
+                         char *err, size_t err_len);
 
 /* Whether two messages of the same type pack to the same bytes: the same
  * set fields with bitwise equal values, field by field through the
@@ -81,14 +80,13 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len);
 /* A relayed entry's fields seen as a NodeReady's (pointers into rr; the
  * job and relay fields of view stay as they were). */
 void hvd_wire_relayed_view(const Hvd__RelayedReady *rr, Hvd__NodeReady *view);
-int hvd_wire_validate_name(const char *s, size_t max_bytes, const char *what, char *err,
-                           size_t err_len);
+int hvd_wire_validate_name(const char *s, size_t max_bytes, const char *what, char *err, size_t err_len);
 
 /* Connects a DEALER to endpoint, sends req, waits up to timeout_usec for
  * one reply. zctx may be NULL (a private context is used). On success *reply
  * is owned by the caller (hvd_wire_free). -ECONNREFUSED when the ipc
  * socket file does not exist, HVD_ETIMEOUT when nothing answered. */
-int hvd_control_call(void *zctx, const char *endpoint, Hvd__Envelope *req,
-                     uint64_t timeout_usec, Hvd__Envelope **reply);
+int hvd_control_call(void *zctx, const char *endpoint, Hvd__Envelope *req, uint64_t timeout_usec,
+                     Hvd__Envelope **reply);
 
 #endif

@@ -57,18 +57,18 @@
 #include "wire.h"
 #include "zap.h"
 
-#define HOUSEKEEPING_USEC (100 * USEC_PER_MSEC)
+#define HOUSEKEEPING_USEC       (100 * USEC_PER_MSEC)
 #define ABORTED_JOB_LINGER_USEC (30 * USEC_PER_SEC)
 /* A local worker's exit seen without its goodbye ends its job only this
  * long after: its pidfd can turn readable while the last message it sent
  * (a failure report saying why) is still in libzmq's I/O thread, on its
  * way to the worker socket. */
 #define EXIT_GRACE_USEC (100 * USEC_PER_MSEC)
-#define BOARD_KEEP 64 /* schedules kept for the other ranks should local rank 0 leave */
-#define RECV_BATCH 512
+#define BOARD_KEEP      64 /* schedules kept for the other ranks should local rank 0 leave */
+#define RECV_BATCH      512
 /* requests a host's ranks sent lately, kept by their bytes so that the
  * same request from the next rank is copied, not parsed (hvd_wire_memo) */
-#define MEMO_ENTRIES 4096
+#define MEMO_ENTRIES     4096
 #define MEMO_MIN_WORKERS 3
 /* A connection that has not finished its ZMTP (and ZAP, CURVE) handshake
  * within this is closed; libzmq's default is 30 s. */
@@ -118,13 +118,13 @@ typedef struct worker {
         char data_addr[HVD_WIRE_MAX_HOST + 9];
         bool goodbye; /* said goodbye: its exit is expected */
         bool exited;
-        uint64_t exit_seen_usec; /* its pidfd said it exited (0: not yet); gone after EXIT_GRACE_USEC */
-        char exit_why[128];      /* how it ended, read while it was a zombie */
-        bool lost;          /* silent past the heartbeat timeout: what it sends now is stale */
-        bool stale_logged;  /* its first stale message was logged */
-        uint64_t last_heard_usec; /* anything from it (heartbeats, readiness), since its welcome */
+        uint64_t exit_seen_usec;      /* its pidfd said it exited (0: not yet); gone after EXIT_GRACE_USEC */
+        char exit_why[128];           /* how it ended, read while it was a zombie */
+        bool lost;                    /* silent past the heartbeat timeout: what it sends now is stale */
+        bool stale_logged;            /* its first stale message was logged */
+        uint64_t last_heard_usec;     /* anything from it (heartbeats, readiness), since its welcome */
         uint64_t done_seq, busy_usec; /* as it reported with its readiness */
-        bool board; /* reads its host's board (Hello.board) */
+        bool board;                   /* reads its host's board (Hello.board) */
 } worker_t;
 
 /* Per rank, for status: when its readiness last came (root: every rank;
@@ -154,14 +154,14 @@ typedef struct agg {
  * passes the root's schedules on to its group. Aborts and pings still go
  * straight between each daemon and the root. */
 typedef struct relay_member {
-        uint32_t host;                 /* cross rank */
-        uint8_t id[256];               /* routing id on the peer socket */
-        size_t id_len;                 /* 0: not heard from yet */
-        zmq_msg_t *pending;            /* schedules that came before it was heard from */
+        uint32_t host;      /* cross rank */
+        uint8_t id[256];    /* routing id on the peer socket */
+        size_t id_len;      /* 0: not heard from yet */
+        zmq_msg_t *pending; /* schedules that came before it was heard from */
         size_t n_pending;
-        uint32_t *sub;                 /* the hosts it stands for: itself, and those it relays for */
+        uint32_t *sub; /* the hosts it stands for: itself, and those it relays for */
         uint32_t n_sub;
-        uint32_t n_ranks;              /* the ranks of those hosts */
+        uint32_t n_ranks; /* the ranks of those hosts */
 } relay_member_t;
 
 typedef struct early_msg {
@@ -170,36 +170,36 @@ typedef struct early_msg {
         Hvd__NodeReady *nr; /* owned */
 } early_msg_t;
 
-#define RL_KNOWN 1    /* every rank of the job takes part: merged across the group */
-#define RL_PER_HOST 2 /* went to the root host by host this round */
+#define RL_KNOWN          1 /* every rank of the job takes part: merged across the group */
+#define RL_PER_HOST       2 /* went to the root host by host this round */
 #define RELAY_MAX_PENDING 4096
 
 typedef struct relay {
-        uint32_t n;             /* hosts of the group; m[0] is this daemon's own */
+        uint32_t n; /* hosts of the group; m[0] is this daemon's own */
         relay_member_t *m;
-        uint32_t *all;          /* every host this daemon stands for (its own and the members') */
+        uint32_t *all; /* every host this daemon stands for (its own and the members') */
         uint32_t n_all;
-        int32_t *member_of;     /* [cross_size]: the member a host reports through here, or -1 */
-        uint64_t full;          /* bit i: m[i] */
-        uint64_t *bits;         /* [n_ids]: the hosts that posted the id this round */
-        uint64_t *first_usec;   /* [n_ids]: its first posting this round */
-        uint8_t *flags;         /* [n_ids]: RL_* */
+        int32_t *member_of;   /* [cross_size]: the member a host reports through here, or -1 */
+        uint64_t full;        /* bit i: m[i] */
+        uint64_t *bits;       /* [n_ids]: the hosts that posted the id this round */
+        uint64_t *first_usec; /* [n_ids]: its first posting this round */
+        uint8_t *flags;       /* [n_ids]: RL_* */
         uint32_t n_ids;
-        uint64_t oldest;        /* first posting of the oldest partial id (0 = none) */
+        uint64_t oldest;         /* first posting of the oldest partial id (0 = none) */
         Hvd__RelayedReady **out; /* entries of the next NodeReady to the root, owned */
         size_t n_out, cap_out;
-        uint32_t *grp_ids;      /* ids every host of the group posted, for the next NodeReady */
+        uint32_t *grp_ids; /* ids every host of the group posted, for the next NodeReady */
         uint64_t *grp_waited;
         size_t n_grp, cap_grp;
         uint64_t in_msgs, out_msgs; /* readiness messages taken from the group / sent to the root */
-        uint64_t hold_since;    /* requests held for the rest of the group since (0 = none) */
-        uint64_t *out_at;       /* [cap_out]: when each entry came */
-        uint64_t out_newest;    /* when the last one came (held still or gone on) */
-        uint32_t *ranks_all;    /* the ranks of every host in all, host by host */
+        uint64_t hold_since;        /* requests held for the rest of the group since (0 = none) */
+        uint64_t *out_at;           /* [cap_out]: when each entry came */
+        uint64_t out_newest;        /* when the last one came (held still or gone on) */
+        uint32_t *ranks_all;        /* the ranks of every host in all, host by host */
         uint32_t n_ranks_all;
-        uint8_t *seen;          /* [n_seen: the job's size], all 0 between calls (relay_pool_add) */
+        uint8_t *seen; /* [n_seen: the job's size], all 0 between calls (relay_pool_add) */
         uint32_t n_seen;
-        int32_t *rank_member;   /* [n_seen]: the member whose hosts a rank is on, or -1 */
+        int32_t *rank_member; /* [n_seen]: the member whose hosts a rank is on, or -1 */
         /* a first step's names in what is held, name by name over the
          * members (relay_pool_add): rl_name_t by name; pool_off: something
          * else is held */
@@ -233,17 +233,17 @@ struct job {
         /* several nodes */
         uint32_t cross_rank, cross_size;
         bool is_root;
-        char **hosts;      /* [cross_size] */
-        rinfo_t *table;    /* [size] */
-        node_t *nodes;     /* root: [cross_size] */
+        char **hosts;   /* [cross_size] */
+        rinfo_t *table; /* [size] */
+        node_t *nodes;  /* root: [cross_size] */
         uint32_t n_nodes_joined;
-        peer_t *root;      /* not root: where the root is */
-        uint64_t root_epoch; /* not root: the root daemon's epoch (0 = not heard yet) */
+        peer_t *root;             /* not root: where the root is */
+        uint64_t root_epoch;      /* not root: the root daemon's epoch (0 = not heard yet) */
         uint64_t last_probe_usec; /* root: when the nodes were last probed */
-        bool joined_root;  /* not root: NodeJoin sent */
-        Hvd__RankReady **fwd; /* readiness to forward (at the root: to enter), owned */
-        uint64_t *fwd_at;     /* [cap_fwd]: when each came */
-        uint64_t fwd_newest;  /* when the last one came (held still or gone on) */
+        bool joined_root;         /* not root: NodeJoin sent */
+        Hvd__RankReady **fwd;     /* readiness to forward (at the root: to enter), owned */
+        uint64_t *fwd_at;         /* [cap_fwd]: when each came */
+        uint64_t fwd_newest;      /* when the last one came (held still or gone on) */
         size_t n_fwd, cap_fwd;
         uint64_t fwd_hold_since; /* new requests held for the other local ranks' since (0 = none) */
         bool fwd_joined;         /* a local rank joined once: no more first-step holds in this job */
@@ -259,22 +259,22 @@ struct job {
         uint64_t stall_check_usec, stall_shutdown_usec;
         bool ring_checksum; /* CRC-32C on the TCP ring: the daemon's key or any rank's request */
         bool stall_warned;
-        char stalled[1024]; /* last stall report, for status */
+        char stalled[1024];     /* last stall report, for status */
         uint8_t tl_req_id[256]; /* hvdctl waiting for rank 0's timeline answer */
         size_t tl_req_len;
         uint64_t tl_req_deadline;
-        rstat_t *rstat;     /* [size] */
+        rstat_t *rstat; /* [size] */
         uint64_t tp_sec[THROUGHPUT_SECS + 1], tp_bytes[THROUGHPUT_SECS + 1];
         hvd_negotiator_stats_t fast; /* reported by the workers' fast path (Done) */
         /* control plane aggregation */
         uint32_t *node_first, *node_list; /* root: node c's ranks are node_list[node_first[c] .. node_first[c+1]) */
-        agg_t *agg;            /* not root: [n_agg], by cache id */
-        uint8_t *agg_bits;     /* not root: [n_agg * local_size], which local ranks posted each id */
+        agg_t *agg;                       /* not root: [n_agg], by cache id */
+        uint8_t *agg_bits;                /* not root: [n_agg * local_size], which local ranks posted each id */
         uint32_t n_agg;
-        bool agg_off;          /* not root: a local rank left; rank by rank from now on */
-        uint32_t agg_joined;   /* not root: local ranks waiting in hvd_join */
-        uint64_t agg_oldest;   /* not root: first readiness of the oldest partial id (0 = none) */
-        uint32_t *nc_ids;      /* not root: node-level ids for the next NodeReady */
+        bool agg_off;        /* not root: a local rank left; rank by rank from now on */
+        uint32_t agg_joined; /* not root: local ranks waiting in hvd_join */
+        uint64_t agg_oldest; /* not root: first readiness of the oldest partial id (0 = none) */
+        uint32_t *nc_ids;    /* not root: node-level ids for the next NodeReady */
         uint64_t *nc_waited;
         size_t n_nc, cap_nc;
         /* schedules kept by key (1..HVD_WIRE_SCHEDULE_KEYS): root: the packed
@@ -295,15 +295,15 @@ struct job {
                 uint64_t seq;
                 size_t len;
                 uint8_t bytes[HVD_WIRE_BOARD_SCHEDULE_BYTES];
-        } *board_sent;
+        } * board_sent;
         uint64_t n_board_sent;
         /* control plane relays */
-        uint32_t *relay_via;   /* [cross_size] or NULL: the host relaying each host (0 = none, the root) */
-        uint32_t relay_depth;  /* root: levels of relays below it */
-        peer_t *relay;         /* a host of a relay group: the relay daemon it reports to */
-        relay_t *rl;           /* a relay: its group */
+        uint32_t *relay_via;  /* [cross_size] or NULL: the host relaying each host (0 = none, the root) */
+        uint32_t relay_depth; /* root: levels of relays below it */
+        peer_t *relay;        /* a host of a relay group: the relay daemon it reports to */
+        relay_t *rl;          /* a relay: its group */
         char relay_desc[HVD_WIRE_MAX_TEXT + 128]; /* this daemon's part in the relays, for status ("" = none) */
-        early_msg_t *early;    /* a relay: its group's messages that came before its own welcome */
+        early_msg_t *early;                       /* a relay: its group's messages that came before its own welcome */
         size_t n_early;
 };
 
@@ -349,9 +349,9 @@ struct hvd_daemon {
         size_t n_items, cap_items, cap_kind;
         char host[HVD_WIRE_MAX_HOST + 1];
         hvd_metrics_t metrics;
-        hvd_http_t *http;     /* GET /metrics, when metrics_listen is set */
-        size_t http_first;    /* its poll items: [http_first, n_items) */
-        uint64_t wake_usec;   /* when the reactor last woke with work */
+        hvd_http_t *http;        /* GET /metrics, when metrics_listen is set */
+        size_t http_first;       /* its poll items: [http_first, n_items) */
+        uint64_t wake_usec;      /* when the reactor last woke with work */
         uint64_t stale_log_usec; /* last log of a stale message on a connection of no job */
         tomb_t tombs[N_TOMBS];   /* round robin */
         size_t next_tomb;
@@ -368,10 +368,9 @@ static int pidfd_open_compat(pid_t pid) {
 #endif
 }
 
-static void send_error(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, int code,
-                       const char *fmt, ...) __attribute__((format(printf, 6, 7)));
-static void send_error(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, int code,
-                       const char *fmt, ...) {
+static void send_error(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, int code, const char *fmt, ...)
+        __attribute__((format(printf, 6, 7)));
+static void send_error(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, int code, const char *fmt, ...) {
         char msg[1024];
         va_list ap;
         va_start(ap, fmt);
@@ -389,8 +388,7 @@ static void send_error(hvd_daemon_t *d, void *sock, const void *id, size_t id_le
 /* A send to w failed with r (quiet once it said goodbye or its job ended). */
 static void send_failed(const worker_t *w, int r) {
         hvd_log_full(w->goodbye || w->job->state == JOB_ABORTED ? LOG_DEBUG : LOG_WARNING, 0,
-                     "job %s: cannot send to rank %u (pid %d): %s", w->job->id, w->rank, (int) w->pid,
-                     hvd_strerror(r));
+                     "job %s: cannot send to rank %u (pid %d): %s", w->job->id, w->rank, (int) w->pid, hvd_strerror(r));
 }
 
 static void send_to_worker(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
@@ -539,8 +537,8 @@ static void send_to_nodes_ex(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool
                         continue;
                 int r = send_shared(d->peer_sock, n->id, n->id_len, &packed);
                 if (r < 0)
-                        hvd_log_warning("job %s: cannot reach node %u (%s): %s", j->id, c,
-                                        j->hosts ? j->hosts[c] : "?", hvd_strerror(r));
+                        hvd_log_warning("job %s: cannot reach node %u (%s): %s", j->id, c, j->hosts ? j->hosts[c] : "?",
+                                        hvd_strerror(r));
         }
         zmq_msg_close(&packed);
 }
@@ -593,8 +591,8 @@ static void ranks_of_host(const job_t *j, uint32_t cross_rank, char *buf, size_t
  * unless the abort came from it). */
 static void job_abort_ex(hvd_daemon_t *d, job_t *j, bool from_root, int lost_rank, int code, const char *fmt, ...)
         __attribute__((format(printf, 6, 7)));
-static void job_abort_v(hvd_daemon_t *d, job_t *j, bool from_root, int lost_rank, int code, int level,
-                        const char *fmt, va_list ap) {
+static void job_abort_v(hvd_daemon_t *d, job_t *j, bool from_root, int lost_rank, int code, int level, const char *fmt,
+                        va_list ap) {
         if (j->state == JOB_ABORTED)
                 return;
         vsnprintf(j->abort_reason, sizeof j->abort_reason, fmt, ap);
@@ -710,10 +708,10 @@ static void pool_forget(hvd_strmap_t *pool, const Hvd__Ready *q) {
 
 /* A name of a first step held on this host (pool_add). */
 typedef struct pool_name {
-        pool_head_t head;          /* first: the first local rank's */
-        uint32_t n;                /* local ranks that sent it */
-        bool bad;                  /* a rank sent it twice, or other parameters: it goes rank by rank */
-        uint8_t have[];            /* [local_size] */
+        pool_head_t head; /* first: the first local rank's */
+        uint32_t n;       /* local ranks that sent it */
+        bool bad;         /* a rank sent it twice, or other parameters: it goes rank by rank */
+        uint8_t have[];   /* [local_size] */
 } pool_name_t;
 
 static bool pool_done(const job_t *j, const pool_name_t *p) {
@@ -746,9 +744,9 @@ static void fwd_clear(job_t *j) {
 
 /* A name of a first step held at a relay (relay_pool_add). */
 typedef struct rl_name {
-        pool_head_t head;          /* first: the first member's */
-        uint64_t members;          /* bit i: member i sent it, for all its ranks */
-        bool bad;                  /* sent twice, or with other parameters: goes as it came */
+        pool_head_t head; /* first: the first member's */
+        uint64_t members; /* bit i: member i sent it, for all its ranks */
+        bool bad;         /* sent twice, or with other parameters: goes as it came */
 } rl_name_t;
 
 static void relay_pool_clear(relay_t *rl) {
@@ -877,9 +875,9 @@ static const tomb_t *tomb_find(const hvd_daemon_t *d, const Hvd__Hello *h) {
 static void job_remove(hvd_daemon_t *d, job_t *j) {
         hvd_log_info("job %s removed (%s)", j->id, job_state_names[j->state]);
         if (j->rl)
-                hvd_log_info("job %s: %s: took %" PRIu64 " readiness messages from its group, sent %" PRIu64
-                             " to %s",
-                             j->id, j->relay_desc, j->rl->in_msgs, j->rl->out_msgs, j->relay ? "its relay" : "the root");
+                hvd_log_info("job %s: %s: took %" PRIu64 " readiness messages from its group, sent %" PRIu64 " to %s",
+                             j->id, j->relay_desc, j->rl->in_msgs, j->rl->out_msgs,
+                             j->relay ? "its relay" : "the root");
         if (j->state == JOB_ABORTED && j->n_hello < j->local_size)
                 tomb_add(d, j);
         if (j->state != JOB_ABORTED)
@@ -1061,8 +1059,7 @@ static void root_complete(hvd_daemon_t *d, job_t *j) {
                 return;
         }
         char **eps = NULL;
-        if (root_assign_relays(d, j) < 0 ||
-            (j->relay_via && !(eps = calloc(j->cross_size, sizeof *eps)))) {
+        if (root_assign_relays(d, j) < 0 || (j->relay_via && !(eps = calloc(j->cross_size, sizeof *eps)))) {
                 free(infos);
                 free(ptrs);
                 job_abort(d, j, -1, -ENOMEM, "out of memory");
@@ -1381,8 +1378,10 @@ static job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, siz
         uint32_t cross_size = jp->cross_size ? jp->cross_size : 1;
         bool root = cross_size > 1 && jp->cross_rank == 0;
         if (cross_size > 1 && root && !d->peer_sock) {
-                snprintf(err, len, "job %s spans %u hosts and this daemon is its root, but it has no peer_listen "
-                         "address configured for the other daemons to reach it", jp->job_id, cross_size);
+                snprintf(err, len,
+                         "job %s spans %u hosts and this daemon is its root, but it has no peer_listen "
+                         "address configured for the other daemons to reach it",
+                         jp->job_id, cross_size);
                 return NULL;
         }
         if (cross_size > 1 && !root && (!jp->root_peer || !jp->root_peer[0])) {
@@ -1406,7 +1405,8 @@ static job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, siz
         j->state = JOB_JOINING;
         j->created_usec = hvd_now_usec();
         j->departed_rank = -1;
-        j->fusion_threshold = jp->fusion_threshold >= 0 ? (uint64_t) jp->fusion_threshold : d->cfg.fusion_threshold_bytes;
+        j->fusion_threshold =
+                jp->fusion_threshold >= 0 ? (uint64_t) jp->fusion_threshold : d->cfg.fusion_threshold_bytes;
         j->cycle_time_usec = jp->cycle_time_usec ? jp->cycle_time_usec : d->cfg.cycle_time_usec;
         j->stall_check_usec = jp->stall_check_usec;
         j->stall_shutdown_usec = jp->stall_shutdown_usec;
@@ -1452,8 +1452,8 @@ static job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, siz
                 hvd_negotiator_set_observer(j->neg, observe_negotiation, d);
         d->metrics.jobs_started++;
         d->next_housekeeping = 0;
-        hvd_log_info("job %s created: %u ranks, %u here, host %u of %u%s", j->id, j->size, j->local_size,
-                     j->cross_rank, cross_size, root ? " (root)" : "");
+        hvd_log_info("job %s created: %u ranks, %u here, host %u of %u%s", j->id, j->size, j->local_size, j->cross_rank,
+                     cross_size, root ? " (root)" : "");
         return j;
 }
 
@@ -1480,8 +1480,7 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
         job_t *j = hvd_strmap_get(d->jobs, h->job_id, strlen(h->job_id));
         if (j && j->state != JOB_JOINING && h->rank < j->size && j->ranks[h->rank] &&
             (j->ranks[h->rank]->goodbye || j->ranks[h->rank]->exited) && j->secret_len == h->secret.len &&
-            (!j->owned || j->owner_uid == uid) &&
-            memcmp(j->secret, h->secret.data, j->secret_len) == 0) {
+            (!j->owned || j->owner_uid == uid) && memcmp(j->secret, h->secret.data, j->secret_len) == 0) {
                 /* the job's ranks start over (hvd_shutdown, then hvd_init): the
                  * old incarnation lingers under another name until its workers
                  * are gone, and this hello starts a new one */
@@ -1499,18 +1498,26 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
         }
         const tomb_t *t = j ? NULL : tomb_find(d, h);
         if (t) {
-                send_error(d, d->worker_sock, id, id_len, HVD_EABORTED,
-                           "job %s was aborted before rank %u joined: %s", t->id, h->rank, t->reason);
+                send_error(d, d->worker_sock, id, id_len, HVD_EABORTED, "job %s was aborted before rank %u joined: %s",
+                           t->id, h->rank, t->reason);
                 return;
         }
         if (!j) {
                 char err[512];
                 job_params_t jp = {
-                        .job_id = h->job_id, .secret = h->secret.data, .secret_len = h->secret.len,
-                        .world_size = h->world_size, .local_size = h->local_size, .cross_rank = h->cross_rank,
-                        .cross_size = h->cross_size, .fusion_threshold = h->fusion_threshold,
-                        .cycle_time_usec = h->cycle_time_usec, .hosts = h->hosts, .n_hosts = h->n_hosts,
-                        .root_peer = h->root_peer, .stall_check_usec = h->stall_check_usec,
+                        .job_id = h->job_id,
+                        .secret = h->secret.data,
+                        .secret_len = h->secret.len,
+                        .world_size = h->world_size,
+                        .local_size = h->local_size,
+                        .cross_rank = h->cross_rank,
+                        .cross_size = h->cross_size,
+                        .fusion_threshold = h->fusion_threshold,
+                        .cycle_time_usec = h->cycle_time_usec,
+                        .hosts = h->hosts,
+                        .n_hosts = h->n_hosts,
+                        .root_peer = h->root_peer,
+                        .stall_check_usec = h->stall_check_usec,
                         .stall_shutdown_usec = h->stall_shutdown_usec,
                 };
                 j = job_create(d, &jp, err, sizeof err);
@@ -1601,8 +1608,8 @@ static void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, cons
         j->n_hello++;
         j->n_live++;
         d->metrics.workers_connected++;
-        hvd_log_info("job %s: rank %u joined (pid %d, uid %d), %u of %u here", j->id, w->rank, (int) w->pid, (int) uid, j->n_hello,
-                     j->local_size);
+        hvd_log_info("job %s: rank %u joined (pid %d, uid %d), %u of %u here", j->id, w->rank, (int) w->pid, (int) uid,
+                     j->n_hello, j->local_size);
         if (j->n_hello == j->local_size)
                 local_complete(d, j);
 }
@@ -1647,7 +1654,8 @@ static void root_submit_node(hvd_daemon_t *d, job_t *j, uint32_t cross, const Hv
         uint32_t first = j->node_first[cross], last = j->node_first[cross + 1];
         if (j->departed_rank >= 0) {
                 job_abort(d, j, j->departed_rank, HVD_EABORTED,
-                          "rank %d has shut down, but the ranks of host %s still submit collectives; the job cannot go on",
+                          "rank %d has shut down, but the ranks of host %s still submit collectives; the job cannot go "
+                          "on",
                           j->departed_rank, host_of(j, cross));
                 return;
         }
@@ -1732,7 +1740,8 @@ static void pool_add(job_t *j, uint32_t rank, const Hvd__Ready *q) {
                 size_t len = strlen(r->name);
                 pool_name_t *p = hvd_strmap_get(j->pool, r->name, len);
                 if (!p) {
-                        if (!(p = calloc(1, sizeof *p + j->local_size)) || hvd_strmap_put(j->pool, r->name, len, p) < 0) {
+                        if (!(p = calloc(1, sizeof *p + j->local_size)) ||
+                            hvd_strmap_put(j->pool, r->name, len, p) < 0) {
                                 free(p);
                                 ok = false;
                                 break;
@@ -1850,7 +1859,8 @@ static void agg_release(hvd_daemon_t *d, job_t *j) {
                                 }
                         }
                         q->cached[q->n_cached++] = id;
-                        q->cached_waited_usec[q->n_cached_waited_usec++] = now > a->first_usec ? now - a->first_usec : 0;
+                        q->cached_waited_usec[q->n_cached_waited_usec++] =
+                                now > a->first_usec ? now - a->first_usec : 0;
                 }
                 if (q && fwd_append(j, w->rank, q) < 0)
                         goto oom;
@@ -2155,8 +2165,8 @@ static void worker_gone(hvd_daemon_t *d, worker_t *w, const char *why) {
         j->n_live--;
         if (!w->goodbye && j->state != JOB_ABORTED)
                 job_abort(d, j, (int) w->rank, HVD_EABORTED,
-                          "rank %u (pid %d on host %s) %s without calling hvd_shutdown", w->rank, (int) w->pid,
-                          w->host, why);
+                          "rank %u (pid %d on host %s) %s without calling hvd_shutdown", w->rank, (int) w->pid, w->host,
+                          why);
         d->next_housekeeping = 0;
 }
 
@@ -2244,8 +2254,8 @@ static void root_departed(hvd_daemon_t *d, job_t *j, uint32_t rank) {
         if (hvd_negotiator_any_pending(j->neg)) {
                 char pend[1024];
                 hvd_negotiator_describe_pending(j->neg, hvd_now_usec(), 0, pend, sizeof pend);
-                job_abort(d, j, (int) rank, HVD_EABORTED, "rank %u shut down while collectives were pending: %s",
-                          rank, pend);
+                job_abort(d, j, (int) rank, HVD_EABORTED, "rank %u shut down while collectives were pending: %s", rank,
+                          pend);
         } else if (j->departed_rank < 0)
                 j->departed_rank = (int32_t) rank;
 }
@@ -2313,8 +2323,7 @@ static void timeline_request(hvd_daemon_t *d, const uint8_t *id, size_t id_len, 
         }
         /* an action on a job: its owner (the uid of its workers), root or the
          * daemon's own user; a caller whose uid is unknown is refused */
-        if (caller == (uid_t) -1 ||
-            (caller != 0 && caller != getuid() && !(j->owned && caller == j->owner_uid))) {
+        if (caller == (uid_t) -1 || (caller != 0 && caller != getuid() && !(j->owned && caller == j->owner_uid))) {
                 char who[32] = "an unknown uid";
                 if (caller != (uid_t) -1)
                         snprintf(who, sizeof who, "uid %u", (unsigned) caller);
@@ -2390,8 +2399,8 @@ typedef struct fed_frame {
 } fed_frame_t;
 static __thread fed_frame_t *fed;
 
-static int fed_recv(uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
-                    size_t err_len, char *peer, size_t peer_len, hvd_wire_memo_t *memo) {
+static int fed_recv(uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err, size_t err_len,
+                    char *peer, size_t peer_len, hvd_wire_memo_t *memo) {
         if (fed->taken)
                 return 0;
         fed->taken = true;
@@ -2469,8 +2478,8 @@ static int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hv
         }
 }
 
-static int router_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid,
-                       char *err, size_t err_len) {
+static int router_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
+                       size_t err_len) {
         return router_recv_ex(sock, id, id_len, env, uid, err, err_len, NULL, 0, NULL);
 }
 
@@ -2501,8 +2510,8 @@ static bool is_stale(const worker_t *w, const Hvd__Envelope *env) {
                 return false;
         if (w->lost)
                 return true;
-        return w->job->state == JOB_ABORTED && (env->body_case == HVD__ENVELOPE__BODY_READY ||
-                                                env->body_case == HVD__ENVELOPE__BODY_DONE);
+        return w->job->state == JOB_ABORTED &&
+               (env->body_case == HVD__ENVELOPE__BODY_READY || env->body_case == HVD__ENVELOPE__BODY_DONE);
 }
 
 /* Refuses a stale message with an explicit error to its sender, logged once
@@ -2511,9 +2520,8 @@ static void reject_stale(hvd_daemon_t *d, worker_t *w, const Hvd__Envelope *env)
         job_t *j = w->job;
         d->metrics.stale_messages++;
         if (!w->stale_logged)
-                hvd_log_full(w->lost ? LOG_WARNING : LOG_INFO, 0,
-                             "job %s: stale %s from rank %u (pid %d) refused: %s", j->id, body_name(env), w->rank,
-                             (int) w->pid,
+                hvd_log_full(w->lost ? LOG_WARNING : LOG_INFO, 0, "job %s: stale %s from rank %u (pid %d) refused: %s",
+                             j->id, body_name(env), w->rank, (int) w->pid,
                              w->lost ? "it was declared lost and the job aborted" : "the job was aborted");
         w->stale_logged = true;
         send_error(d, d->worker_sock, w->id, w->id_len, HVD_EABORTED,
@@ -2607,8 +2615,9 @@ static void handle_worker_socket(hvd_daemon_t *d) {
                         w->last_heard_usec = hvd_now_usec();
                 if (env->body_case == HVD__ENVELOPE__BODY_HELLO)
                         handle_hello(d, id, id_len, env->hello, uid);
-                else if (!w && (env->body_case == HVD__ENVELOPE__BODY_HEARTBEAT ||
-                                env->body_case == HVD__ENVELOPE__BODY_READY || env->body_case == HVD__ENVELOPE__BODY_DONE))
+                else if (!w &&
+                         (env->body_case == HVD__ENVELOPE__BODY_HEARTBEAT ||
+                          env->body_case == HVD__ENVELOPE__BODY_READY || env->body_case == HVD__ENVELOPE__BODY_DONE))
                         stale_unknown(d, id, id_len, env);
                 else if (!w)
                         send_error(d, d->worker_sock, id, id_len, HVD_EPROTO,
@@ -2745,11 +2754,19 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
                 const Hvd__NodeJoin *nj = env->node_join;
                 if (!j) {
                         job_params_t jp = {
-                                .job_id = nj->job_id, .secret = nj->secret.data, .secret_len = nj->secret.len,
-                                .world_size = nj->world_size, .local_size = 0, .cross_rank = 0,
-                                .cross_size = nj->cross_size, .fusion_threshold = nj->fusion_threshold,
-                                .cycle_time_usec = nj->cycle_time_usec, .hosts = nj->hosts, .n_hosts = nj->n_hosts,
-                                .stall_check_usec = nj->stall_check_usec, .stall_shutdown_usec = nj->stall_shutdown_usec,
+                                .job_id = nj->job_id,
+                                .secret = nj->secret.data,
+                                .secret_len = nj->secret.len,
+                                .world_size = nj->world_size,
+                                .local_size = 0,
+                                .cross_rank = 0,
+                                .cross_size = nj->cross_size,
+                                .fusion_threshold = nj->fusion_threshold,
+                                .cycle_time_usec = nj->cycle_time_usec,
+                                .hosts = nj->hosts,
+                                .n_hosts = nj->n_hosts,
+                                .stall_check_usec = nj->stall_check_usec,
+                                .stall_shutdown_usec = nj->stall_shutdown_usec,
                         };
                         /* the root's own ranks have not said hello yet: the
                          * job starts here with its local size unknown */
@@ -2904,7 +2921,7 @@ static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) 
                 hvd_log_warning("root daemon %s: %s", p->endpoint, env->error->message);
                 return;
         }
-        const char *job_id = env->body_case == HVD__ENVELOPE__BODY_NODE_WELCOME    ? env->node_welcome->job_id
+        const char *job_id = env->body_case == HVD__ENVELOPE__BODY_NODE_WELCOME   ? env->node_welcome->job_id
                              : env->body_case == HVD__ENVELOPE__BODY_JOB_SCHEDULE ? env->job_schedule->job_id
                              : env->body_case == HVD__ENVELOPE__BODY_ABORT        ? env->abort->job_id
                                                                                   : NULL;
@@ -2926,7 +2943,8 @@ static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) 
                         for (uint32_t r = 0; !ending && r < j->size; r++)
                                 ending = j->ranks[r] && j->ranks[r]->goodbye;
                         if (ending) {
-                                job_end_quietly(d, j, true, "its %s daemon at %s has finished it (its ranks were done first)",
+                                job_end_quietly(d, j, true,
+                                                "its %s daemon at %s has finished it (its ranks were done first)",
                                                 p == j->root ? "root" : "relay", p->endpoint);
                                 break;
                         }
@@ -2954,8 +2972,8 @@ static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) 
                 if (nw->epoch)
                         j->root_epoch = nw->epoch;
                 if (j->state != JOB_JOINING || nw->n_ranks != j->size) {
-                        job_abort(d, j, -1, HVD_EPROTO, "root daemon sent a rank table of %zu ranks for %u", nw->n_ranks,
-                                  j->size);
+                        job_abort(d, j, -1, HVD_EPROTO, "root daemon sent a rank table of %zu ranks for %u",
+                                  nw->n_ranks, j->size);
                         break;
                 }
                 for (size_t i = 0; i < nw->n_ranks; i++) {
@@ -3002,8 +3020,7 @@ static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) 
                 }
                 break;
         }
-        default:
-                break;
+        default: break;
         }
 }
 
@@ -3069,10 +3086,10 @@ typedef struct status_mem {
         Hvd__PeerStatus **pp;
         Hvd__JobStatus *js;
         Hvd__JobStatus **jp;
-        Hvd__RankInfo **ri;        /* [job] */
-        Hvd__RankInfo ***rp;       /* [job] */
-        Hvd__RankStatus **rs;      /* [job] */
-        Hvd__RankStatus ***rsp;    /* [job] */
+        Hvd__RankInfo **ri;     /* [job] */
+        Hvd__RankInfo ***rp;    /* [job] */
+        Hvd__RankStatus **rs;   /* [job] */
+        Hvd__RankStatus ***rsp; /* [job] */
         Hvd__ConfigItem *ci;
         Hvd__ConfigItem **cp;
         char (*values)[PATH_MAX + 16];
@@ -3164,7 +3181,8 @@ static int status_peers(hvd_daemon_t *d, uint64_t now, Hvd__Status *st, status_m
                 }
         }
         for (size_t i = n_out; i < k; i++)
-                m->ps[i].state = (char *) (m->ps[i].last_heard_usec > d->cfg.peer_timeout_usec ? "silent" : "connected");
+                m->ps[i].state =
+                        (char *) (m->ps[i].last_heard_usec > d->cfg.peer_timeout_usec ? "silent" : "connected");
         st->n_peers = k;
         st->peers = m->pp;
         return 0;
@@ -3427,14 +3445,16 @@ static void handle_log_level(hvd_daemon_t *d, const uint8_t *id, size_t id_len, 
                 long pid = 0, uid = peer_uid(peer, &pid);
                 if (uid < 0 || (uid != 0 && (uid_t) uid != geteuid())) {
                         hvd_log_warning("log level change to '%s' refused: %s", q->level,
-                                        uid < 0 ? "cannot identify the caller" : "caller is neither root nor the daemon's user");
+                                        uid < 0 ? "cannot identify the caller"
+                                                : "caller is neither root nor the daemon's user");
                         if (uid < 0)
                                 send_error(d, d->control_sock, id, id_len, HVD_EDENIED,
                                            "cannot identify the caller on this endpoint, so the log level stays");
                         else
                                 send_error(d, d->control_sock, id, id_len, HVD_EDENIED,
                                            "only root and the daemon's user (uid %u) may change the log level; "
-                                           "you are uid %ld", (unsigned) geteuid(), uid);
+                                           "you are uid %ld",
+                                           (unsigned) geteuid(), uid);
                         return;
                 }
                 int lv = hvd_log_level_from_string(q->level);
@@ -3485,8 +3505,7 @@ static void handle_control_socket(hvd_daemon_t *d) {
                 else if (env->body_case == HVD__ENVELOPE__BODY_LOG_LEVEL)
                         handle_log_level(d, id, id_len, env->log_level, peer);
                 else
-                        send_error(d, d->control_sock, id, id_len, -EOPNOTSUPP,
-                                   "unsupported control request");
+                        send_error(d, d->control_sock, id, id_len, -EOPNOTSUPP, "unsupported control request");
                 hvd_histogram_observe(&d->metrics.control, hvd_now_usec() - t0);
                 hvd_wire_free(&env);
         }
@@ -3650,7 +3669,8 @@ static void relay_pool_add(relay_t *rl, const Hvd__RelayedReady *rr) {
                         if (sh->ranks[i] < rl->n_seen)
                                 rl->seen[sh->ranks[i]] = 0;
                 for (size_t q = 0; ok && q < sh->ready->n_requests; q++)
-                        ok = !sh->ready->requests[q]->process_set && sh->ready->requests[q]->kind != HVD__KIND__KIND_JOIN;
+                        ok = !sh->ready->requests[q]->process_set &&
+                             sh->ready->requests[q]->kind != HVD__KIND__KIND_JOIN;
         }
         if (ok && !rl->pool && !(rl->pool = hvd_strmap_new()))
                 ok = false;
@@ -4452,7 +4472,8 @@ static bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
                 if (!rl)
                         goto oom;
                 j->rl = rl;
-                if (!(rl->m = calloc(n, sizeof *rl->m)) || !(rl->member_of = malloc(j->cross_size * sizeof *rl->member_of)) ||
+                if (!(rl->m = calloc(n, sizeof *rl->m)) ||
+                    !(rl->member_of = malloc(j->cross_size * sizeof *rl->member_of)) ||
                     !(rl->all = malloc(j->cross_size * sizeof *rl->all)))
                         goto oom;
                 for (uint32_t c = 0; c < j->cross_size; c++)
@@ -4519,8 +4540,9 @@ static bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
                 p->n_jobs++;
                 j->relay = p;
                 size_t o = strlen(j->relay_desc);
-                snprintf(j->relay_desc + o, sizeof j->relay_desc - o, "%sreports through the relay daemon of host %s at %s",
-                         o ? "; " : "", host_of(j, via), p->endpoint);
+                snprintf(j->relay_desc + o, sizeof j->relay_desc - o,
+                         "%sreports through the relay daemon of host %s at %s", o ? "; " : "", host_of(j, via),
+                         p->endpoint);
                 hvd_log_info("job %s: %s", j->id, j->relay_desc);
                 /* a hello: the relay learns this connection */
                 Hvd__NodeReady nr = HVD__NODE_READY__INIT;
@@ -4557,7 +4579,8 @@ static void relay_take_own(hvd_daemon_t *d, job_t *j, const Hvd__NodeReady *nr) 
                                 memcpy(c->node_cached_waited_usec, nr->node_cached_waited_usec,
                                        nr->n_node_cached * sizeof *c->node_cached_waited_usec);
                         else
-                                memset(c->node_cached_waited_usec, 0, nr->n_node_cached * sizeof *c->node_cached_waited_usec);
+                                memset(c->node_cached_waited_usec, 0,
+                                       nr->n_node_cached * sizeof *c->node_cached_waited_usec);
                 }
                 c->n_node_cached = c->n_node_cached_waited_usec = nr->n_node_cached;
                 relay_take(d, j, 0, c);
@@ -4862,19 +4885,20 @@ static void start_timeout(hvd_daemon_t *d, job_t *j) {
                           "start timeout: %u of %u hosts joined within %.1f s; missing hosts [%s], missing ranks [%s]",
                           j->n_nodes_joined, j->cross_size, (double) d->cfg.start_timeout_usec / 1e6, hosts, missing);
         } else if (j->cross_size > 1 && j->n_hello == j->local_size)
-                job_abort_ex(d, j, true, -1, HVD_ETIMEOUT,
-                             "start timeout: the root daemon at %s (host %s) did not complete the job's join within "
-                             "%.1f s%s",
-                             j->root ? j->root->endpoint : "?", host_of(j, 0), (double) d->cfg.start_timeout_usec / 1e6,
-                             hvd_zap_curve(d->zap) && j->root && !j->root->rtt_usec
-                                     ? " (it never answered: is the CURVE key listed for it its public key, and does it "
-                                       "list ours?)"
-                                     : "");
+                job_abort_ex(
+                        d, j, true, -1, HVD_ETIMEOUT,
+                        "start timeout: the root daemon at %s (host %s) did not complete the job's join within "
+                        "%.1f s%s",
+                        j->root ? j->root->endpoint : "?", host_of(j, 0), (double) d->cfg.start_timeout_usec / 1e6,
+                        hvd_zap_curve(d->zap) && j->root && !j->root->rtt_usec
+                                ? " (it never answered: is the CURVE key listed for it its public key, and does it "
+                                  "list ours?)"
+                                : "");
         else
                 job_abort(d, j, -1, HVD_ETIMEOUT,
                           "start timeout: %u of %u ranks of host %s joined within %.1f s; missing ranks [%s]",
-                          j->n_hello, j->local_size, host_of(j, j->cross_rank), (double) d->cfg.start_timeout_usec / 1e6,
-                          missing);
+                          j->n_hello, j->local_size, host_of(j, j->cross_rank),
+                          (double) d->cfg.start_timeout_usec / 1e6, missing);
 }
 
 /* Root: a one-way ping to a node of a running job. The peer socket is a
@@ -4961,8 +4985,8 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                                                    ? "; it never answered: is the CURVE key listed for it its public "
                                                      "key, and does it list ours?"
                                                    : "";
-                        hvd_log_error(0, "lost contact with the %s daemon at %s (silent for %.1f s)%s", peer_role(d, p), p->endpoint,
-                                      (double) (now - p->last_heard_usec) / 1e6, hint);
+                        hvd_log_error(0, "lost contact with the %s daemon at %s (silent for %.1f s)%s", peer_role(d, p),
+                                      p->endpoint, (double) (now - p->last_heard_usec) / 1e6, hint);
                         size_t it2 = 0;
                         void *v2;
                         while (hvd_strmap_next(d->jobs, &it2, NULL, NULL, &v2)) {
@@ -4994,7 +5018,8 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
         while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
                 job_t *j = v;
                 if (j->state == JOB_JOINING) {
-                        uint64_t limit = d->cfg.start_timeout_usec + (j->is_root || j->cross_size == 1 ? 0 : 2 * USEC_PER_SEC);
+                        uint64_t limit =
+                                d->cfg.start_timeout_usec + (j->is_root || j->cross_size == 1 ? 0 : 2 * USEC_PER_SEC);
                         if (now - j->created_usec > limit)
                                 start_timeout(d, j);
                         else
@@ -5027,10 +5052,11 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                                 if (probe && probe_node(d, nd, now) == -EHOSTUNREACH) {
                                         char ranks[256];
                                         ranks_of_host(j, c, ranks, sizeof ranks);
-                                        job_abort(d, j, -1, HVD_EABORTED,
-                                                  "lost contact with host %s (ranks [%s]): the connection to its daemon "
-                                                  "closed (daemon gone or connection reset)",
-                                                  host_of(j, c), ranks);
+                                        job_abort(
+                                                d, j, -1, HVD_EABORTED,
+                                                "lost contact with host %s (ranks [%s]): the connection to its daemon "
+                                                "closed (daemon gone or connection reset)",
+                                                host_of(j, c), ranks);
                                         break;
                                 }
                                 if (now - nd->last_heard_usec <= d->cfg.peer_timeout_usec)
@@ -5064,11 +5090,21 @@ static void housekeeping(hvd_daemon_t *d, uint64_t now) {
                 d->next_housekeeping = exit_due;
 }
 
-enum { ITEM_WORKER, ITEM_CONTROL, ITEM_STOP, ITEM_SIGNAL, ITEM_PEER, ITEM_ROOT, ITEM_PIDFD, ITEM_HTTP, ITEM_ZAP, ITEM_ZAP_MONITOR };
+enum {
+        ITEM_WORKER,
+        ITEM_CONTROL,
+        ITEM_STOP,
+        ITEM_SIGNAL,
+        ITEM_PEER,
+        ITEM_ROOT,
+        ITEM_PIDFD,
+        ITEM_HTTP,
+        ITEM_ZAP,
+        ITEM_ZAP_MONITOR
+};
 
 static int build_poll_items(hvd_daemon_t *d) {
-        size_t need = 8 + hvd_strmap_size(d->peers) +
-                      (d->http ? hvd_http_max_items(d->http) : 0);
+        size_t need = 8 + hvd_strmap_size(d->peers) + (d->http ? hvd_http_max_items(d->http) : 0);
         if (need > d->cap_items) {
                 size_t cap = need * 2;
                 zmq_pollitem_t *it = realloc(d->items, cap * sizeof *it);
@@ -5086,13 +5122,13 @@ static int build_poll_items(hvd_daemon_t *d) {
                 d->cap_items = cap;
         }
         size_t n = 0;
-#define ADD(kind, sock_, fd_, w, p)                                                              \
-        do {                                                                                 \
-                d->items[n] = (zmq_pollitem_t){ .socket = (sock_), .fd = (fd_), .events = ZMQ_POLLIN }; \
-                d->item_workers[n] = (w);                                                    \
-                d->item_peers[n] = (p);                                                      \
-                d->item_kind[n] = (kind);                                                    \
-                n++;                                                                         \
+#define ADD(kind, sock_, fd_, w, p)                                                                                    \
+        do {                                                                                                           \
+                d->items[n] = (zmq_pollitem_t){ .socket = (sock_), .fd = (fd_), .events = ZMQ_POLLIN };                \
+                d->item_workers[n] = (w);                                                                              \
+                d->item_peers[n] = (p);                                                                                \
+                d->item_kind[n] = (kind);                                                                              \
+                n++;                                                                                                   \
         } while (0)
         if (need > d->cap_kind) {
                 uint8_t *k = realloc(d->item_kind, d->cap_items);
@@ -5135,8 +5171,8 @@ static int build_poll_items(hvd_daemon_t *d) {
         return 0;
 }
 
-static void log_change(const char *key, bool live, const hvd_daemon_config_t *cur,
-                       const hvd_daemon_config_t *next, void *userdata) {
+static void log_change(const char *key, bool live, const hvd_daemon_config_t *cur, const hvd_daemon_config_t *next,
+                       void *userdata) {
         char was[PATH_MAX], now[PATH_MAX];
         size_t *applied = userdata;
         (void) hvd_daemon_config_format(cur, key, was, sizeof was);
@@ -5146,7 +5182,8 @@ static void log_change(const char *key, bool live, const hvd_daemon_config_t *cu
                 (*applied)++;
         } else
                 hvd_log_warning("reload: %s changed (%s -> %s) but cannot change while running; "
-                                "it keeps %s until the daemon restarts", key, was, now, was);
+                                "it keeps %s until the daemon restarts",
+                                key, was, now, was);
 }
 
 int hvd_daemon_reload(hvd_daemon_t *d, const hvd_daemon_config_t *cfg) {
@@ -5497,8 +5534,8 @@ int hvd_daemon_new(const hvd_daemon_config_t *cfg, hvd_daemon_t **ret) {
         }
         if (cfg->metrics_listen[0]) {
                 char err[512];
-                if ((r = hvd_http_new(cfg->metrics_listen, render_metrics, d, &d->metrics, &d->http, err,
-                                      sizeof err)) < 0) {
+                if ((r = hvd_http_new(cfg->metrics_listen, render_metrics, d, &d->metrics, &d->http, err, sizeof err)) <
+                    0) {
                         hvd_log_error(0, "%s", err);
                         goto fail;
                 }

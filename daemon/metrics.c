@@ -25,8 +25,8 @@
 #include "util.h"
 
 static const uint64_t bounds_usec[HVD_HISTOGRAM_N_BOUNDS] = {
-        10,     25,     50,     100,     250,     500,     1000,    2500,     5000,     10000,
-        25000,  50000,  100000, 250000,  500000,  1000000, 2500000, 5000000, 10000000,
+        10,    25,    50,     100,    250,    500,     1000,    2500,    5000,     10000,
+        25000, 50000, 100000, 250000, 500000, 1000000, 2500000, 5000000, 10000000,
 };
 
 void hvd_histogram_observe(hvd_histogram_t *h, uint64_t usec) {
@@ -113,18 +113,19 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
         gauge(&b, "hvd_log_level", "Syslog priority of the most verbose messages logged (3 err .. 7 debug).",
               g->log_level);
         head(&b, "hvd_jobs", "gauge", "Jobs this daemon serves, by state.");
-        sb_printf(&b, "hvd_jobs{state=\"joining\"} %" PRIu32 "\nhvd_jobs{state=\"running\"} %" PRIu32
-                      "\nhvd_jobs{state=\"aborted\"} %" PRIu32 "\n",
+        sb_printf(&b,
+                  "hvd_jobs{state=\"joining\"} %" PRIu32 "\nhvd_jobs{state=\"running\"} %" PRIu32
+                  "\nhvd_jobs{state=\"aborted\"} %" PRIu32 "\n",
                   g->jobs_joining, g->jobs_running, g->jobs_aborted);
         gauge(&b, "hvd_workers", "Worker processes connected to this daemon.", g->workers);
         head(&b, "hvd_peers", "gauge", "Root daemons this daemon reports to, by state.");
-        sb_printf(&b, "hvd_peers{state=\"connected\"} %" PRIu32 "\nhvd_peers{state=\"idle\"} %" PRIu32
-                      "\nhvd_peers{state=\"lost\"} %" PRIu32 "\n",
+        sb_printf(&b,
+                  "hvd_peers{state=\"connected\"} %" PRIu32 "\nhvd_peers{state=\"idle\"} %" PRIu32
+                  "\nhvd_peers{state=\"lost\"} %" PRIu32 "\n",
                   g->peers_connected, g->peers_idle, g->peers_lost);
         counter(&b, "hvd_jobs_started_total", "Jobs created on this daemon.", m->jobs_started);
         counter(&b, "hvd_jobs_finished_total", "Jobs that ended without an abort.", m->jobs_finished);
-        counter(&b, "hvd_jobs_aborted_total", "Jobs aborted (rank lost, timeout, mismatch, stall).",
-                m->jobs_aborted);
+        counter(&b, "hvd_jobs_aborted_total", "Jobs aborted (rank lost, timeout, mismatch, stall).", m->jobs_aborted);
         counter(&b, "hvd_workers_connected_total", "Workers that joined a job here.", m->workers_connected);
         counter(&b, "hvd_workers_lost_total", "Workers declared lost: no heartbeat within heartbeat_timeout.",
                 m->workers_lost);
@@ -139,8 +140,7 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
                         sb_printf(&b, "hvd_messages_received_total{type=\"%s\"} %" PRIu64 "\n", f->name,
                                   m->messages[i]);
         }
-        head(&b, "hvd_messages_rejected_total", "counter",
-             "Messages refused as malformed or invalid, by socket.");
+        head(&b, "hvd_messages_rejected_total", "counter", "Messages refused as malformed or invalid, by socket.");
         for (size_t i = 0; i < HVD_METRICS_N_SOCK; i++)
                 sb_printf(&b, "hvd_messages_rejected_total{socket=\"%s\"} %" PRIu64 "\n", sock_names[i],
                           m->rejected[i]);
@@ -163,7 +163,9 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
         head(&b, "hvd_node_readiness_total", "counter",
              "Readiness a root daemon received from the other nodes of its jobs: node-level messages (every "
              "local rank ready for a set of cached ids) and per-rank readiness.");
-        sb_printf(&b, "hvd_node_readiness_total{kind=\"node\"} %" PRIu64 "\nhvd_node_readiness_total{kind=\"rank\"} %" PRIu64 "\n",
+        sb_printf(&b,
+                  "hvd_node_readiness_total{kind=\"node\"} %" PRIu64
+                  "\nhvd_node_readiness_total{kind=\"rank\"} %" PRIu64 "\n",
                   m->node_ready_received, m->rank_readies_received);
         counter(&b, "hvd_node_cached_ids_total", "Cached ids a root daemon received node by node.", m->node_cached_ids);
         counter(&b, "hvd_node_ready_sent_total", "Node-level readiness messages this daemon sent to a root daemon.",
@@ -184,7 +186,8 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
              "Control plane relays: readiness messages a relay daemon took from the hosts of its group (in), sent "
              "on to the root daemon (out), and relayed messages a root daemon received (root).");
         sb_printf(&b,
-                  "hvd_relay_messages_total{direction=\"in\"} %" PRIu64 "\nhvd_relay_messages_total{direction=\"out\"} %" PRIu64
+                  "hvd_relay_messages_total{direction=\"in\"} %" PRIu64
+                  "\nhvd_relay_messages_total{direction=\"out\"} %" PRIu64
                   "\nhvd_relay_messages_total{direction=\"root\"} %" PRIu64 "\n",
                   m->relay_in, m->relay_out, m->relayed_received);
         counter(&b, "hvd_relay_shared_requests_total",
@@ -199,15 +202,16 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
         head(&b, "hvd_worker_requests_decoded_total", "counter",
              "Requests by name in local workers' readiness messages: copied from those decoded lately with the same "
              "bytes (another local rank's, a first step), or parsed.");
-        sb_printf(&b, "hvd_worker_requests_decoded_total{how=\"copied\"} %" PRIu64
-                      "\nhvd_worker_requests_decoded_total{how=\"parsed\"} %" PRIu64 "\n",
+        sb_printf(&b,
+                  "hvd_worker_requests_decoded_total{how=\"copied\"} %" PRIu64
+                  "\nhvd_worker_requests_decoded_total{how=\"parsed\"} %" PRIu64 "\n",
                   m->requests_copied, m->requests_parsed);
         counter(&b, "hvd_log_level_changes_total", "Run-time log level changes (hvdctl log-level).",
                 m->log_level_changes);
         histogram(&b, "hvd_negotiation_latency_seconds",
                   "Per tensor: from its first readiness on any rank to its schedule.", &m->negotiation);
-        histogram(&b, "hvd_cycle_duration_seconds",
-                  "Reactor iterations: from waking up to going back to sleep.", &m->iteration);
+        histogram(&b, "hvd_cycle_duration_seconds", "Reactor iterations: from waking up to going back to sleep.",
+                  &m->iteration);
         histogram(&b, "hvd_control_request_duration_seconds", "Handling of one control request.", &m->control);
         if (b.oom) {
                 free(b.p);
@@ -220,8 +224,8 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
 
 /* ---- HTTP ---- */
 
-#define MAX_CONNS 16
-#define REQ_MAX 4096
+#define MAX_CONNS          16
+#define REQ_MAX            4096
 #define CONN_DEADLINE_USEC (5 * USEC_PER_SEC)
 
 typedef struct conn {
@@ -259,8 +263,8 @@ static void conn_close(conn_t *c) {
         c->draining = false;
 }
 
-int hvd_http_new(const char *address, hvd_http_render_fn render, void *userdata, hvd_metrics_t *m,
-                 hvd_http_t **ret, char *err, size_t err_len) {
+int hvd_http_new(const char *address, hvd_http_render_fn render, void *userdata, hvd_metrics_t *m, hvd_http_t **ret,
+                 char *err, size_t err_len) {
         char host[256];
         const char *colon = strrchr(address, ':');
         if (!colon || colon == address || !colon[1] || (size_t) (colon - address) >= sizeof host) {
@@ -458,7 +462,7 @@ static void conn_read(hvd_http_t *h, conn_t *c) {
         }
 }
 
-#define DRAIN_MAX (1 << 20)
+#define DRAIN_MAX  (1 << 20)
 #define DRAIN_USEC (2 * USEC_PER_SEC)
 
 static void conn_drain(conn_t *c) {

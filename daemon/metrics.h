@@ -25,20 +25,26 @@ void hvd_histogram_observe(hvd_histogram_t *h, uint64_t usec);
 /* Envelope body numbers below this are counted by type. */
 #define HVD_METRICS_MAX_BODY 128
 
-enum { HVD_METRICS_SOCK_WORKER, HVD_METRICS_SOCK_PEER, HVD_METRICS_SOCK_ROOT, HVD_METRICS_SOCK_CONTROL,
-       HVD_METRICS_SOCK_HTTP, HVD_METRICS_N_SOCK };
+enum {
+        HVD_METRICS_SOCK_WORKER,
+        HVD_METRICS_SOCK_PEER,
+        HVD_METRICS_SOCK_ROOT,
+        HVD_METRICS_SOCK_CONTROL,
+        HVD_METRICS_SOCK_HTTP,
+        HVD_METRICS_N_SOCK
+};
 
 typedef struct hvd_metrics {
         uint64_t jobs_started, jobs_finished, jobs_aborted;
-        uint64_t workers_connected; /* hellos accepted */
-        uint64_t workers_lost;      /* declared lost: no heartbeat within the timeout */
-        uint64_t stale_messages;    /* refused: from a lost worker, or for an aborted or unknown job */
-        uint64_t messages[HVD_METRICS_MAX_BODY];  /* received, by Envelope body number */
-        uint64_t rejected[HVD_METRICS_N_SOCK];    /* refused (undecodable, invalid, malformed) */
+        uint64_t workers_connected;              /* hellos accepted */
+        uint64_t workers_lost;                   /* declared lost: no heartbeat within the timeout */
+        uint64_t stale_messages;                 /* refused: from a lost worker, or for an aborted or unknown job */
+        uint64_t messages[HVD_METRICS_MAX_BODY]; /* received, by Envelope body number */
+        uint64_t rejected[HVD_METRICS_N_SOCK];   /* refused (undecodable, invalid, malformed) */
         uint64_t control_requests;
-        uint64_t cycles;             /* readiness messages from ranks */
+        uint64_t cycles; /* readiness messages from ranks */
         uint64_t tensors_negotiated, cache_hits, requests, bytes_scheduled, fused_ops, schedules;
-        uint64_t fast_path_tensors;  /* of tensors_negotiated: run from the workers' board */
+        uint64_t fast_path_tensors; /* of tensors_negotiated: run from the workers' board */
         uint64_t stall_warnings;
         /* control plane aggregation: node-level readiness messages sent to a
          * root / received as a root, the ids they carried, per-rank readiness
@@ -89,8 +95,8 @@ typedef int (*hvd_http_render_fn)(void *userdata, char **body, size_t *len);
 /* Binds "ADDRESS:PORT" (an IPv4 or IPv6 literal, "[::1]:9464", or a host
  * name; port 0 picks a free one) and listens. Returns 0 and a new listener
  * in *ret (free with hvd_http_destroy), or < 0 with a message in err. */
-int hvd_http_new(const char *address, hvd_http_render_fn render, void *userdata, hvd_metrics_t *m,
-                 hvd_http_t **ret, char *err, size_t err_len);
+int hvd_http_new(const char *address, hvd_http_render_fn render, void *userdata, hvd_metrics_t *m, hvd_http_t **ret,
+                 char *err, size_t err_len);
 void hvd_http_destroy(hvd_http_t **h);
 
 /* The bound address, e.g. "127.0.0.1:9464". Borrowed. */

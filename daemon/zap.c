@@ -22,8 +22,8 @@
 #include "wire.h"
 #include "zap.h"
 
-#define ZAP_ENDPOINT "inproc://zeromq.zap.01"
-#define ZAP_BATCH 64
+#define ZAP_ENDPOINT     "inproc://zeromq.zap.01"
+#define ZAP_BATCH        64
 #define MAX_ALLOWED_KEYS 4096
 
 typedef struct allowed_key {
@@ -78,8 +78,9 @@ static int read_key_file(const char *path, bool secret, uint8_t key[32], char z8
         struct stat st;
         if (secret && fstat(fileno(f), &st) == 0 && (st.st_mode & 077)) {
                 fclose(f);
-                return hvd_log_error(-EPERM, "CURVE secret key file %s is readable by others (mode %04o): chmod 0600 it",
-                                     path, (unsigned) (st.st_mode & 07777));
+                return hvd_log_error(-EPERM,
+                                     "CURVE secret key file %s is readable by others (mode %04o): chmod 0600 it", path,
+                                     (unsigned) (st.st_mode & 07777));
         }
         char line[512];
         int r = 0;
@@ -87,7 +88,8 @@ static int read_key_file(const char *path, bool secret, uint8_t key[32], char z8
                 r = parse_key_line(line, key, z85, NULL, 0);
         fclose(f);
         if (r <= 0)
-                return hvd_log_error(-EINVAL, "CURVE key file %s holds no 40-character Z85 key (write one with 'hvdctl keygen')",
+                return hvd_log_error(-EINVAL,
+                                     "CURVE key file %s holds no 40-character Z85 key (write one with 'hvdctl keygen')",
                                      path);
         return 0;
 }
@@ -147,8 +149,10 @@ static int load_allowed(hvd_zap_t *z, const char *path) {
                         n++;
                         r = parse_key_line(line, key, z85, name, sizeof name);
                         if (r < 0)
-                                hvd_log_error(r, "%s:%u: expected a 40-character Z85 public key, optionally followed by a name",
-                                              path, n);
+                                hvd_log_error(
+                                        r,
+                                        "%s:%u: expected a 40-character Z85 public key, optionally followed by a name",
+                                        path, n);
                         else if (r > 0)
                                 r = add_allowed(z, key, name[0] ? name : z85);
                 }
@@ -196,7 +200,8 @@ int hvd_zap_new(void *zctx, const hvd_daemon_config_t *cfg, hvd_zap_t **ret) {
                 if ((r = read_key_file(cfg->curve_secret_key_file, true, key, z->secret_z85)) < 0)
                         goto fail;
                 if (zmq_curve_public(z->public_z85, z->secret_z85) < 0) {
-                        r = hvd_log_error(-zmq_errno(), "Cannot derive the public key of %s", cfg->curve_secret_key_file);
+                        r = hvd_log_error(-zmq_errno(), "Cannot derive the public key of %s",
+                                          cfg->curve_secret_key_file);
                         goto fail;
                 }
                 if ((r = load_allowed(z, cfg->peer_public_keys)) < 0)
@@ -379,8 +384,8 @@ static void reply(void *sock, const char *version, const char *req_id, size_t re
 #define ZAP_FRAMES 7
 static void serve_one(hvd_zap_t *z, zmq_msg_t *f, int n) {
         char version[8] = "1.0", domain[64] = "", addr[256] = "", mech[16] = "";
-#define STR(dst, i)                                                                                   \
-        snprintf(dst, sizeof dst, "%.*s", (int) HVD_MIN(zmq_msg_size(&f[i]), sizeof dst - 1), \
+#define STR(dst, i)                                                                                                    \
+        snprintf(dst, sizeof dst, "%.*s", (int) HVD_MIN(zmq_msg_size(&f[i]), sizeof dst - 1),                          \
                  (const char *) zmq_msg_data(&f[i]))
         const char *req_id = n > 1 ? zmq_msg_data(&f[1]) : "";
         size_t req_id_len = n > 1 ? zmq_msg_size(&f[1]) : 0;
@@ -475,8 +480,7 @@ void hvd_zap_handle_monitor(hvd_zap_t *z) {
                 const char *why = NULL;
                 if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_MECHANISM_MISMATCH)
                         why = "a client without CURVE (NULL or PLAIN mechanism) was refused";
-                else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL &&
-                         value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
+                else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL && value == ZMQ_PROTOCOL_ERROR_ZMTP_CRYPTOGRAPHIC)
                         why = "a client failed the CURVE handshake (does it pin another server key than ours?)";
                 else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL)
                         why = "a client broke the handshake protocol";

@@ -15,8 +15,8 @@
 
 typedef struct hvd_zap hvd_zap_t;
 
-#define HVD_ZAP_DOMAIN_PEER "hvd-peer"
-#define HVD_ZAP_DOMAIN_LOCAL "hvd-local"
+#define HVD_ZAP_DOMAIN_PEER   "hvd-peer"
+#define HVD_ZAP_DOMAIN_LOCAL  "hvd-local"
 #define HVD_CURVE_KEY_Z85_LEN 40
 
 /* Binds the ZAP handler in zctx and, when cfg names a CURVE secret key,

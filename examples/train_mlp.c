@@ -31,9 +31,9 @@ static const struct tensor {
         int ndim;
         int64_t shape[2];
 } tensors[] = {
-        { "fc1.weight", offsetof(mlp_t, w1), N_HIDDEN * N_IN, 2, { N_HIDDEN, N_IN } },
+        { "fc1.weight", offsetof(mlp_t, w1), N_HIDDEN *N_IN, 2, { N_HIDDEN, N_IN } },
         { "fc1.bias", offsetof(mlp_t, b1), N_HIDDEN, 1, { N_HIDDEN } },
-        { "fc2.weight", offsetof(mlp_t, w2), N_CLASSES * N_HIDDEN, 2, { N_CLASSES, N_HIDDEN } },
+        { "fc2.weight", offsetof(mlp_t, w2), N_CLASSES *N_HIDDEN, 2, { N_CLASSES, N_HIDDEN } },
         { "fc2.bias", offsetof(mlp_t, b2), N_CLASSES, 1, { N_CLASSES } },
 };
 #define N_TENSORS (sizeof tensors / sizeof tensors[0])
@@ -134,8 +134,7 @@ static double forward(const mlp_t *m, const float *x, int y, float *z1, float *p
 }
 
 /* Adds scale * d(loss)/d(params) of one sample to g. */
-static void backward(const mlp_t *m, const float *x, int y, const float *z1, const float *p,
-                     float scale, mlp_t *g) {
+static void backward(const mlp_t *m, const float *x, int y, const float *z1, const float *p, float scale, mlp_t *g) {
         float dz2[N_CLASSES];
 
         for (int c = 0; c < N_CLASSES; c++) {
@@ -165,8 +164,7 @@ __attribute__((format(printf, 3, 4))) static int report(int r, const char *detai
         va_start(ap, what);
         vfprintf(stderr, what, ap);
         va_end(ap);
-        fprintf(stderr, " failed: %s%s%s\n", hvd_strerror(r), detail && *detail ? ": " : "",
-                detail ? detail : "");
+        fprintf(stderr, " failed: %s%s%s\n", hvd_strerror(r), detail && *detail ? ": " : "", detail ? detail : "");
         return r;
 }
 
@@ -249,8 +247,7 @@ static int broadcast_weights(mlp_t *m) {
 
         for (size_t t = 0; t < N_TENSORS; t++) {
                 snprintf(name, sizeof name, "param.%s", tensors[t].name);
-                int r = hvd_broadcast(name, tensor_data(m, &tensors[t]), tensors[t].count,
-                                      HVD_FLOAT32, 0);
+                int r = hvd_broadcast(name, tensor_data(m, &tensors[t]), tensors[t].count, HVD_FLOAT32, 0);
                 if (r < 0)
                         return report(r, hvd_last_error(), "broadcast '%s'", name);
         }
@@ -314,9 +311,12 @@ static double parse_number(const char *opt, const char *s, double min, double ma
 
 int main(int argc, char **argv) {
         static const struct option options[] = {
-                { "epochs", required_argument, NULL, 'e' }, { "batch-size", required_argument, NULL, 'b' },
-                { "lr", required_argument, NULL, 'l' },     { "seed", required_argument, NULL, 's' },
-                { "quiet", no_argument, NULL, 'q' },        { "help", no_argument, NULL, 'h' },
+                { "epochs", required_argument, NULL, 'e' },
+                { "batch-size", required_argument, NULL, 'b' },
+                { "lr", required_argument, NULL, 'l' },
+                { "seed", required_argument, NULL, 's' },
+                { "quiet", no_argument, NULL, 'q' },
+                { "help", no_argument, NULL, 'h' },
                 { NULL, 0, NULL, 0 },
         };
         long epochs = 10, batch = 32, seed = 42;
@@ -351,8 +351,10 @@ int main(int argc, char **argv) {
         long steps = N_SAMPLES / nranks / batch;
         if (steps < 1) {
                 if (rank == 0)
-                        fprintf(stderr, "train_mlp: --batch-size %ld is larger than a shard "
-                                "(%d samples on %d ranks)\n", batch, N_SAMPLES / nranks, nranks);
+                        fprintf(stderr,
+                                "train_mlp: --batch-size %ld is larger than a shard "
+                                "(%d samples on %d ranks)\n",
+                                batch, N_SAMPLES / nranks, nranks);
                 goto out;
         }
         if (rank == 0 && !quiet)
@@ -366,13 +368,12 @@ int main(int argc, char **argv) {
         if (r < 0)
                 goto out;
         if (rank == 0 && !quiet)
-                printf("before broadcast: initial weights %s on the %d ranks\n", r ? "identical" : "differ",
-                       nranks);
+                printf("before broadcast: initial weights %s on the %d ranks\n", r ? "identical" : "differ", nranks);
         if (broadcast_weights(&model) < 0)
                 goto out;
 
         shuffle = (uint64_t) seed * 1000003u + (uint64_t) rank; /* batch order may differ per rank */
-        for (long epoch = 0; epoch <= epochs; epoch++) { /* epoch 0: the untrained model */
+        for (long epoch = 0; epoch <= epochs; epoch++) {        /* epoch 0: the untrained model */
                 if (epoch > 0 && train_epoch(steps, batch, (float) lr, &shuffle) < 0)
                         goto out;
                 if (evaluate(&model, &loss, &acc) < 0)
@@ -387,19 +388,19 @@ int main(int argc, char **argv) {
         if (r < 0)
                 goto out;
         if (r == 0) {
-                fprintf(stderr, "train_mlp: rank %d: final weights differ across ranks (checksum here 0x%016"
-                        PRIx64 ")\n", rank, checksum);
+                fprintf(stderr,
+                        "train_mlp: rank %d: final weights differ across ranks (checksum here 0x%016" PRIx64 ")\n",
+                        rank, checksum);
                 goto out;
         }
         if (!(loss < loss0)) {
                 if (rank == 0)
-                        fprintf(stderr, "train_mlp: loss did not fall: %.4f at the start, %.4f at the end\n",
-                                loss0, loss);
+                        fprintf(stderr, "train_mlp: loss did not fall: %.4f at the start, %.4f at the end\n", loss0,
+                                loss);
                 goto out;
         }
         if (rank == 0)
-                printf("final weights identical on all %d ranks (checksum 0x%016" PRIx64 ")\n", nranks,
-                       checksum);
+                printf("final weights identical on all %d ranks (checksum 0x%016" PRIx64 ")\n", nranks, checksum);
         ret = 0;
 out:
         r = hvd_shutdown();

@@ -153,11 +153,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         r = hvd_daemon_feed_exit(d, id, (size_t) n);
                         FUZZ_ASSERT(r == 0 || r == -ENOENT, "feed_exit: %d", r);
                         break;
-                case 5: /* time passes */
-                        hvd_daemon_feed_time(d, (uint64_t) (len ? body[0] : 1) * 1000000);
-                        break;
-                default:
-                        break;
+                case 5: /* time passes */ hvd_daemon_feed_time(d, (uint64_t) (len ? body[0] : 1) * 1000000); break;
+                default: break;
                 }
                 size_t jobs, workers, peers;
                 hvd_daemon_sizes(d, &jobs, &workers, &peers);
@@ -173,7 +170,6 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (fds_after != fds_before)
                 dump_fds();
         FUZZ_ASSERT(fds_after == fds_before, "%zu descriptors open before, %zu after", fds_before, fds_after);
-        FUZZ_ASSERT(shm_after == shm_before, "%zu shared-memory segments before, %zu after", shm_before,
-                    shm_after);
+        FUZZ_ASSERT(shm_after == shm_before, "%zu shared-memory segments before, %zu after", shm_before, shm_after);
         return 0;
 }

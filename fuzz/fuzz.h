@@ -13,14 +13,14 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 /* A harness found a broken invariant: print and abort (the fuzzer keeps
  * the input, the regression run fails). */
-#define FUZZ_ASSERT(cond, ...)                                                      \
-        do {                                                                        \
-                if (!(cond)) {                                                      \
-                        fprintf(stderr, "invariant broken: %s: ", #cond);           \
-                        fprintf(stderr, __VA_ARGS__);                               \
-                        fputc('\n', stderr);                                        \
-                        abort();                                                    \
-                }                                                                   \
+#define FUZZ_ASSERT(cond, ...)                                                                                         \
+        do {                                                                                                           \
+                if (!(cond)) {                                                                                         \
+                        fprintf(stderr, "invariant broken: %s: ", #cond);                                              \
+                        fprintf(stderr, __VA_ARGS__);                                                                  \
+                        fputc('\n', stderr);                                                                           \
+                        abort();                                                                                       \
+                }                                                                                                      \
         } while (0)
 
 #endif

@@ -120,7 +120,7 @@ static void negotiate_seeds(void) {
                 for (uint8_t rank = 0; rank < 2; rank++) {
                         const char *name = kinds[k].kind == HVD__KIND__KIND_BARRIER ? "__hvd.barrier"
                                            : kinds[k].kind == HVD__KIND__KIND_JOIN  ? "__hvd.join"
-                                                                                     : "grad.w";
+                                                                                    : "grad.w";
                         Hvd__Request q = request(name, kinds[k].kind, kinds[k].shape, kinds[k].shape ? 2 : 0);
                         q.reduce_op = kinds[k].reduce_op;
                         q.splits = kinds[k].splits;
@@ -198,7 +198,6 @@ static void negotiate_seeds(void) {
         write_file("negotiate", "shared", buf, len);
         free(buf);
 }
-
 
 /* ---- dispatch seeds: sequences of frames fed to a daemon (fuzz/dispatch.c) ---- */
 

@@ -50,8 +50,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                 return 0;
         uint32_t world = (uint32_t) (data[0] % 8) + 1;
         hvd_negotiator_t *n = NULL;
-        FUZZ_ASSERT(hvd_negotiator_new(world, 16, (data[0] & 0x80) ? 0 : 1 << 20, &n) == 0,
-                    "negotiator_new failed");
+        FUZZ_ASSERT(hvd_negotiator_new(world, 16, (data[0] & 0x80) ? 0 : 1 << 20, &n) == 0, "negotiator_new failed");
         uint32_t node_of[8], per_node = ((data[0] >> 3) & 7) + 1;
         bool nodes = data[0] & 0x40;
         for (uint32_t r = 0; r < world; r++)
@@ -76,13 +75,12 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                         if (env->body_case == HVD__ENVELOPE__BODY_READY) {
                                 hvd_negotiator_submit_ranks(n, ranks, n_ranks, env->ready, err, sizeof err);
                                 if (nodes && env->ready->n_node_cached)
-                                        hvd_negotiator_submit_node(n, node_of[rank], env->ready->node_cached,
-                                                                   env->ready->n_node_cached,
-                                                                   env->ready->n_node_cached_waited_usec ==
-                                                                                   env->ready->n_node_cached
-                                                                           ? env->ready->node_cached_waited_usec
-                                                                           : NULL,
-                                                                   err, sizeof err);
+                                        hvd_negotiator_submit_node(
+                                                n, node_of[rank], env->ready->node_cached, env->ready->n_node_cached,
+                                                env->ready->n_node_cached_waited_usec == env->ready->n_node_cached
+                                                        ? env->ready->node_cached_waited_usec
+                                                        : NULL,
+                                                err, sizeof err);
                         }
                         hvd_wire_free(&env);
                 }

@@ -63,8 +63,7 @@ static int run_path(const char *path, size_t *count) {
         for (int i = 0; i < n; i++) {
                 char p[4096];
                 snprintf(p, sizeof p, "%s/%s", path, names[i]->d_name);
-                if (names[i]->d_name[0] != '.' && stat(p, &st) == 0 && S_ISREG(st.st_mode) &&
-                    run_file(p, count) < 0)
+                if (names[i]->d_name[0] != '.' && stat(p, &st) == 0 && S_ISREG(st.st_mode) && run_file(p, count) < 0)
                         r = -1;
                 free(names[i]);
         }

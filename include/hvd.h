@@ -16,11 +16,11 @@
 extern "C" {
 #endif
 
-#define HVD_VERSION_MAJOR 0
-#define HVD_VERSION_MINOR 1
-#define HVD_MAX_NDIM 8
+#define HVD_VERSION_MAJOR  0
+#define HVD_VERSION_MINOR  1
+#define HVD_MAX_NDIM       8
 #define HVD_MAX_NAME_BYTES 1024
-#define HVD_DEVICE_CPU (-1)
+#define HVD_DEVICE_CPU     (-1)
 
 /* Element types. Values are part of the wire format: never renumber. */
 typedef enum hvd_dtype {
@@ -48,16 +48,16 @@ typedef enum hvd_reduce_op {
 } hvd_reduce_op_t;
 
 /* hvd-specific error codes, below -errno space. */
-#define HVD_ERRORS(X)                                                               \
-        X(HVD_EMISMATCH, -1001, "Tensor parameters differ across ranks")            \
-        X(HVD_EABORTED, -1002, "Job aborted")                                       \
-        X(HVD_ENOTINIT, -1003, "hvd is not initialized (call hvd_init first)")      \
-        X(HVD_ENODAEMON, -1004, "Coordinator not reachable")                        \
-        X(HVD_EPROTO, -1005, "Protocol error")                                      \
-        X(HVD_EDENIED, -1006, "Access denied")                                      \
-        X(HVD_ETIMEOUT, -1007, "Deadline exceeded")                                 \
-        X(HVD_ESHUTDOWN, -1008, "hvd has been shut down")                           \
-        X(HVD_EDUPLICATE, -1009, "A tensor with this name is already in flight")    \
+#define HVD_ERRORS(X)                                                                                                  \
+        X(HVD_EMISMATCH, -1001, "Tensor parameters differ across ranks")                                               \
+        X(HVD_EABORTED, -1002, "Job aborted")                                                                          \
+        X(HVD_ENOTINIT, -1003, "hvd is not initialized (call hvd_init first)")                                         \
+        X(HVD_ENODAEMON, -1004, "Coordinator not reachable")                                                           \
+        X(HVD_EPROTO, -1005, "Protocol error")                                                                         \
+        X(HVD_EDENIED, -1006, "Access denied")                                                                         \
+        X(HVD_ETIMEOUT, -1007, "Deadline exceeded")                                                                    \
+        X(HVD_ESHUTDOWN, -1008, "hvd has been shut down")                                                              \
+        X(HVD_EDUPLICATE, -1009, "A tensor with this name is already in flight")                                       \
         X(HVD_ENODEVICE, -1010, "No GPU backend or device available")
 
 enum {
@@ -132,27 +132,28 @@ int hvd_cross_size(void);
  * the request's GPU (see hvd_handle_output).
  */
 typedef struct hvd_request {
-        const char *name;       /* unique among this rank's in-flight requests */
+        const char *name; /* unique among this rank's in-flight requests */
         const void *input;
-        void *output;           /* allreduce/broadcast: required */
+        void *output; /* allreduce/broadcast: required */
         hvd_dtype_t dtype;
-        int ndim;               /* 0 .. HVD_MAX_NDIM */
-        const int64_t *shape;   /* ndim entries, each >= 0 */
+        int ndim;                  /* 0 .. HVD_MAX_NDIM */
+        const int64_t *shape;      /* ndim entries, each >= 0 */
         hvd_reduce_op_t reduce_op; /* default HVD_REDUCE_AVERAGE, as in Horovod */
-        double prescale;        /* multiply inputs before reducing (1.0 = none) */
-        double postscale;       /* multiply result after reducing (1.0 = none) */
-        int root;               /* broadcast root: a rank of the job, or of the process set */
-        const int64_t *splits;  /* alltoall: size() entries, or NULL */
-        int process_set;        /* 0 = all ranks */
-        int device;             /* HVD_DEVICE_CPU or a GPU ordinal */
-        void *stream;           /* GPU: cudaStream_t the input is ready on (NULL = default) */
+        double prescale;           /* multiply inputs before reducing (1.0 = none) */
+        double postscale;          /* multiply result after reducing (1.0 = none) */
+        int root;                  /* broadcast root: a rank of the job, or of the process set */
+        const int64_t *splits;     /* alltoall: size() entries, or NULL */
+        int process_set;           /* 0 = all ranks */
+        int device;                /* HVD_DEVICE_CPU or a GPU ordinal */
+        void *stream;              /* GPU: cudaStream_t the input is ready on (NULL = default) */
 } hvd_request_t;
 
-#define HVD_REQUEST_INIT                                                              \
-        { .name = NULL, .input = NULL, .output = NULL, .dtype = HVD_FLOAT32, .ndim = 0, \
-          .shape = NULL, .reduce_op = HVD_REDUCE_AVERAGE, .prescale = 1.0, .postscale = 1.0, \
-          .root = 0, .splits = NULL, .process_set = 0, .device = HVD_DEVICE_CPU,       \
-          .stream = NULL }
+#define HVD_REQUEST_INIT                                                                                               \
+        {                                                                                                              \
+                .name = NULL, .input = NULL, .output = NULL, .dtype = HVD_FLOAT32, .ndim = 0, .shape = NULL,           \
+                .reduce_op = HVD_REDUCE_AVERAGE, .prescale = 1.0, .postscale = 1.0, .root = 0, .splits = NULL,         \
+                .process_set = 0, .device = HVD_DEVICE_CPU, .stream = NULL                                             \
+        }
 
 void hvd_request_init(hvd_request_t *req);
 
@@ -195,8 +196,8 @@ const char *hvd_handle_error(const hvd_handle_t *handle);
  * that write into the caller's output. For a GPU request data is device
  * memory on the request's device (never NULL, at least one byte even for
  * an empty result), allocated with cudaMalloc by the GPU backend. */
-int hvd_handle_output(const hvd_handle_t *handle, size_t index, const void **data,
-                      size_t *bytes, int *ndim, const int64_t **shape);
+int hvd_handle_output(const hvd_handle_t *handle, size_t index, const void **data, size_t *bytes, int *ndim,
+                      const int64_t **shape);
 /* alltoall: rows received from each rank (size() entries). Borrowed. */
 int hvd_handle_recv_splits(const hvd_handle_t *handle, const int64_t **splits);
 /* Take ownership of the allocated output: avoids a copy. Free it with
@@ -214,8 +215,8 @@ int hvd_free_output(void *data, int device);
 void hvd_handle_release(hvd_handle_t **handle);
 
 /* Convenience: submit and wait. */
-int hvd_allreduce(const char *name, const void *input, void *output, size_t count,
-                  hvd_dtype_t dtype, hvd_reduce_op_t op);
+int hvd_allreduce(const char *name, const void *input, void *output, size_t count, hvd_dtype_t dtype,
+                  hvd_reduce_op_t op);
 int hvd_broadcast(const char *name, void *buffer, size_t count, hvd_dtype_t dtype, int root);
 
 /* ---- process sets ------------------------------------------------------

@@ -173,15 +173,15 @@ static void dev_output_capsule_destructor(PyObject *cap) {
  * the Python side views it back). */
 static DLDataType dl_dtype(hvd_dtype_t dt) {
         switch (dt) {
-        case HVD_INT8: return (DLDataType){kDLInt, 8, 1};
-        case HVD_INT16: return (DLDataType){kDLInt, 16, 1};
-        case HVD_INT32: return (DLDataType){kDLInt, 32, 1};
-        case HVD_INT64: return (DLDataType){kDLInt, 64, 1};
-        case HVD_FLOAT16: return (DLDataType){kDLFloat, 16, 1};
-        case HVD_BFLOAT16: return (DLDataType){kDLBfloat, 16, 1};
-        case HVD_FLOAT32: return (DLDataType){kDLFloat, 32, 1};
-        case HVD_FLOAT64: return (DLDataType){kDLFloat, 64, 1};
-        default: return (DLDataType){kDLUInt, 8, 1}; /* uint8, bool */
+        case HVD_INT8: return (DLDataType){ kDLInt, 8, 1 };
+        case HVD_INT16: return (DLDataType){ kDLInt, 16, 1 };
+        case HVD_INT32: return (DLDataType){ kDLInt, 32, 1 };
+        case HVD_INT64: return (DLDataType){ kDLInt, 64, 1 };
+        case HVD_FLOAT16: return (DLDataType){ kDLFloat, 16, 1 };
+        case HVD_BFLOAT16: return (DLDataType){ kDLBfloat, 16, 1 };
+        case HVD_FLOAT32: return (DLDataType){ kDLFloat, 32, 1 };
+        case HVD_FLOAT64: return (DLDataType){ kDLFloat, 64, 1 };
+        default: return (DLDataType){ kDLUInt, 8, 1 }; /* uint8, bool */
         }
 }
 
@@ -198,13 +198,13 @@ static PyObject *dev_output_capsule(void *data, int device, hvd_dtype_t dt, int 
                 o->shape[d] = shape[d];
                 o->strides[d] = d == ndim - 1 ? 1 : o->strides[d + 1] * (shape[d + 1] > 0 ? shape[d + 1] : 1);
         }
-        o->t.dl_tensor = (DLTensor){.data = data,
-                                    .device = {kDLCUDA, device},
-                                    .ndim = ndim,
-                                    .dtype = dl_dtype(dt),
-                                    .shape = o->shape,
-                                    .strides = o->strides,
-                                    .byte_offset = 0};
+        o->t.dl_tensor = (DLTensor){ .data = data,
+                                     .device = { kDLCUDA, device },
+                                     .ndim = ndim,
+                                     .dtype = dl_dtype(dt),
+                                     .shape = o->shape,
+                                     .strides = o->strides,
+                                     .byte_offset = 0 };
         o->t.manager_ctx = o;
         o->t.deleter = dev_output_deleter;
         PyObject *cap = PyCapsule_New(&o->t, "dltensor", dev_output_capsule_destructor);
@@ -291,7 +291,7 @@ static int handle_check(HandleObject *self) {
 }
 
 static PyObject *handle_wait(HandleObject *self, PyObject *args, PyObject *kwds) {
-        static char *kwlist[] = {"timeout", NULL};
+        static char *kwlist[] = { "timeout", NULL };
         PyObject *timeout_obj = Py_None;
         double timeout = -1;
         int r;
@@ -451,17 +451,17 @@ static PyObject *handle_recv_splits(HandleObject *self, PyObject *unused) {
 }
 
 static PyMethodDef handle_methods[] = {
-        {"wait", (PyCFunction) (void (*)(void)) handle_wait, METH_VARARGS | METH_KEYWORDS,
-         "wait(timeout=None) -> True when complete, False on timeout; raises the operation's error."},
-        {"poll", (PyCFunction) handle_poll, METH_NOARGS, "poll() -> True when the operation has completed."},
-        {"output", (PyCFunction) handle_output, METH_VARARGS,
-         "output(index=0) -> (Buffer, shape): the output libhvd allocated (allgather, alltoall, "
-         "reducescatter). Can be taken once. For a GPU request, (capsule, shape): a DLPack \"dltensor\" "
-         "capsule over the device memory (bool as uint8), for torch.utils.dlpack.from_dlpack; the "
-         "tensor's deleter frees it."},
-        {"recv_splits", (PyCFunction) handle_recv_splits, METH_NOARGS,
-         "recv_splits() -> tuple: alltoall rows received from each rank."},
-        {NULL, NULL, 0, NULL},
+        { "wait", (PyCFunction) (void (*)(void)) handle_wait, METH_VARARGS | METH_KEYWORDS,
+          "wait(timeout=None) -> True when complete, False on timeout; raises the operation's error." },
+        { "poll", (PyCFunction) handle_poll, METH_NOARGS, "poll() -> True when the operation has completed." },
+        { "output", (PyCFunction) handle_output, METH_VARARGS,
+          "output(index=0) -> (Buffer, shape): the output libhvd allocated (allgather, alltoall, "
+          "reducescatter). Can be taken once. For a GPU request, (capsule, shape): a DLPack \"dltensor\" "
+          "capsule over the device memory (bool as uint8), for torch.utils.dlpack.from_dlpack; the "
+          "tensor's deleter frees it." },
+        { "recv_splits", (PyCFunction) handle_recv_splits, METH_NOARGS,
+          "recv_splits() -> tuple: alltoall rows received from each rank." },
+        { NULL, NULL, 0, NULL },
 };
 
 /* PyVarObject_HEAD_INIT ends in a comma, which clang-format misreads */
@@ -757,7 +757,7 @@ typedef int (*submit_fn)(const hvd_request_t *req, hvd_handle_t **handle);
 typedef int (*group_fn)(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle);
 
 static PyObject *core_submit(PyObject *mod, PyObject *args, PyObject *kwds) {
-        static char *kwlist[] = {"kind", "requests", "keepalive", "grouped", NULL};
+        static char *kwlist[] = { "kind", "requests", "keepalive", "grouped", NULL };
         static const submit_fn single[_KIND_COUNT] = {
                 [KIND_ALLREDUCE] = hvd_allreduce_async,         [KIND_BROADCAST] = hvd_broadcast_async,
                 [KIND_ALLGATHER] = hvd_allgather_async,         [KIND_ALLTOALL] = hvd_alltoall_async,
@@ -858,23 +858,19 @@ static PyObject *core_start_timeline(PyObject *mod, PyObject *args) {
 
         if (!PyArg_ParseTuple(args, "s|p", &path, &marks))
                 return NULL;
-        Py_BEGIN_ALLOW_THREADS
-        r = hvd_start_timeline(path, marks);
-        Py_END_ALLOW_THREADS
-        if (r < 0)
-                return r == -EINVAL || r == HVD_ENOTINIT ? raise_last_error(r)
-                                                         : PyErr_Format(PyExc_OSError, "%s", hvd_last_error());
+        Py_BEGIN_ALLOW_THREADS r = hvd_start_timeline(path, marks);
+        Py_END_ALLOW_THREADS if (r < 0) return r == -EINVAL || r == HVD_ENOTINIT
+                ? raise_last_error(r)
+                : PyErr_Format(PyExc_OSError, "%s", hvd_last_error());
         Py_RETURN_NONE;
 }
 
 static PyObject *core_stop_timeline(PyObject *mod, PyObject *unused) {
         int r;
 
-        Py_BEGIN_ALLOW_THREADS
-        r = hvd_stop_timeline();
-        Py_END_ALLOW_THREADS
-        if (r < 0)
-                return r == HVD_ENOTINIT ? raise_last_error(r) : PyErr_Format(PyExc_OSError, "%s", hvd_last_error());
+        Py_BEGIN_ALLOW_THREADS r = hvd_stop_timeline();
+        Py_END_ALLOW_THREADS if (r < 0) return r == HVD_ENOTINIT ? raise_last_error(r)
+                                                                 : PyErr_Format(PyExc_OSError, "%s", hvd_last_error());
         Py_RETURN_NONE;
 }
 
@@ -1002,39 +998,39 @@ static PyObject *core_pending_orphans(PyObject *mod, PyObject *unused) {
 }
 
 static PyMethodDef core_methods[] = {
-        {"init", core_init, METH_NOARGS, "init(): join the job (hvd_init)."},
-        {"shutdown", core_shutdown, METH_NOARGS, "shutdown(): leave the job (hvd_shutdown)."},
-        {"is_initialized", core_is_initialized, METH_NOARGS, "is_initialized() -> bool"},
-        {"rank", core_rank, METH_NOARGS, "rank() -> int"},
-        {"size", core_size, METH_NOARGS, "size() -> int"},
-        {"local_rank", core_local_rank, METH_NOARGS, "local_rank() -> int"},
-        {"local_size", core_local_size, METH_NOARGS, "local_size() -> int"},
-        {"cross_rank", core_cross_rank, METH_NOARGS, "cross_rank() -> int"},
-        {"cross_size", core_cross_size, METH_NOARGS, "cross_size() -> int"},
-        {"submit", (PyCFunction) (void (*)(void)) core_submit, METH_VARARGS | METH_KEYWORDS,
-         "submit(kind, requests, keepalive=None, grouped=False) -> Handle. Each request is a tuple "
-         "(name, input_ptr, output_ptr, dtype, shape, reduce_op, prescale, postscale, root, splits, "
-         "process_set, device[, stream]); stream is the cudaStream_t (int; 0 = legacy default stream) "
-         "a GPU input is produced on, which hvd's stream waits for. keepalive is held until the operation "
-         "completes."},
-        {"join", core_join, METH_NOARGS, "join() -> the rank that joined last"},
-        {"barrier", core_barrier, METH_NOARGS, "barrier(): wait for every rank"},
-        {"start_timeline", core_start_timeline, METH_VARARGS,
-         "start_timeline(path, mark_cycles=False): rank 0 records a timeline (hvd_start_timeline)"},
-        {"stop_timeline", core_stop_timeline, METH_NOARGS, "stop_timeline(): end the timeline file"},
-        {"add_process_set", core_add_process_set, METH_O, "add_process_set(ranks) -> id (collective)"},
-        {"remove_process_set", core_remove_process_set, METH_O, "remove_process_set(id) (collective)"},
-        {"process_set_rank", core_process_set_rank, METH_O, "process_set_rank(id) -> int"},
-        {"process_set_size", core_process_set_size, METH_O, "process_set_size(id) -> int"},
-        {"process_set_included", core_process_set_included, METH_O, "process_set_included(id) -> bool"},
-        {"process_set_ranks", core_process_set_ranks, METH_O, "process_set_ranks(id) -> tuple"},
-        {"has_process_sets", core_has_process_sets, METH_NOARGS,
-         "has_process_sets() -> whether libhvd provides process sets"},
-        {"dtype_size", core_dtype_size, METH_O, "dtype_size(code) -> bytes per element (0 if invalid)"},
-        {"version", core_version, METH_NOARGS, "version() -> libhvd version string"},
-        {"pending_orphans", core_pending_orphans, METH_NOARGS,
-         "pending_orphans() -> dropped handles still waiting for their operation"},
-        {NULL, NULL, 0, NULL},
+        { "init", core_init, METH_NOARGS, "init(): join the job (hvd_init)." },
+        { "shutdown", core_shutdown, METH_NOARGS, "shutdown(): leave the job (hvd_shutdown)." },
+        { "is_initialized", core_is_initialized, METH_NOARGS, "is_initialized() -> bool" },
+        { "rank", core_rank, METH_NOARGS, "rank() -> int" },
+        { "size", core_size, METH_NOARGS, "size() -> int" },
+        { "local_rank", core_local_rank, METH_NOARGS, "local_rank() -> int" },
+        { "local_size", core_local_size, METH_NOARGS, "local_size() -> int" },
+        { "cross_rank", core_cross_rank, METH_NOARGS, "cross_rank() -> int" },
+        { "cross_size", core_cross_size, METH_NOARGS, "cross_size() -> int" },
+        { "submit", (PyCFunction) (void (*)(void)) core_submit, METH_VARARGS | METH_KEYWORDS,
+          "submit(kind, requests, keepalive=None, grouped=False) -> Handle. Each request is a tuple "
+          "(name, input_ptr, output_ptr, dtype, shape, reduce_op, prescale, postscale, root, splits, "
+          "process_set, device[, stream]); stream is the cudaStream_t (int; 0 = legacy default stream) "
+          "a GPU input is produced on, which hvd's stream waits for. keepalive is held until the operation "
+          "completes." },
+        { "join", core_join, METH_NOARGS, "join() -> the rank that joined last" },
+        { "barrier", core_barrier, METH_NOARGS, "barrier(): wait for every rank" },
+        { "start_timeline", core_start_timeline, METH_VARARGS,
+          "start_timeline(path, mark_cycles=False): rank 0 records a timeline (hvd_start_timeline)" },
+        { "stop_timeline", core_stop_timeline, METH_NOARGS, "stop_timeline(): end the timeline file" },
+        { "add_process_set", core_add_process_set, METH_O, "add_process_set(ranks) -> id (collective)" },
+        { "remove_process_set", core_remove_process_set, METH_O, "remove_process_set(id) (collective)" },
+        { "process_set_rank", core_process_set_rank, METH_O, "process_set_rank(id) -> int" },
+        { "process_set_size", core_process_set_size, METH_O, "process_set_size(id) -> int" },
+        { "process_set_included", core_process_set_included, METH_O, "process_set_included(id) -> bool" },
+        { "process_set_ranks", core_process_set_ranks, METH_O, "process_set_ranks(id) -> tuple" },
+        { "has_process_sets", core_has_process_sets, METH_NOARGS,
+          "has_process_sets() -> whether libhvd provides process sets" },
+        { "dtype_size", core_dtype_size, METH_O, "dtype_size(code) -> bytes per element (0 if invalid)" },
+        { "version", core_version, METH_NOARGS, "version() -> libhvd version string" },
+        { "pending_orphans", core_pending_orphans, METH_NOARGS,
+          "pending_orphans() -> dropped handles still waiting for their operation" },
+        { NULL, NULL, 0, NULL },
 };
 
 static struct PyModuleDef core_module = {
@@ -1051,33 +1047,33 @@ PyMODINIT_FUNC PyInit__core(void) {
                 const char *name;
                 long value;
         } constants[] = {
-                {"UINT8", HVD_UINT8},
-                {"INT8", HVD_INT8},
-                {"INT16", HVD_INT16},
-                {"INT32", HVD_INT32},
-                {"INT64", HVD_INT64},
-                {"FLOAT16", HVD_FLOAT16},
-                {"BFLOAT16", HVD_BFLOAT16},
-                {"FLOAT32", HVD_FLOAT32},
-                {"FLOAT64", HVD_FLOAT64},
-                {"BOOL", HVD_BOOL},
-                {"REDUCE_AVERAGE", HVD_REDUCE_AVERAGE},
-                {"REDUCE_SUM", HVD_REDUCE_SUM},
-                {"REDUCE_MIN", HVD_REDUCE_MIN},
-                {"REDUCE_MAX", HVD_REDUCE_MAX},
-                {"REDUCE_PRODUCT", HVD_REDUCE_PRODUCT},
-                {"KIND_ALLREDUCE", KIND_ALLREDUCE},
-                {"KIND_BROADCAST", KIND_BROADCAST},
-                {"KIND_ALLGATHER", KIND_ALLGATHER},
-                {"KIND_ALLTOALL", KIND_ALLTOALL},
-                {"KIND_REDUCESCATTER", KIND_REDUCESCATTER},
-                {"DEVICE_CPU", HVD_DEVICE_CPU},
-                {"MAX_NDIM", HVD_MAX_NDIM},
-                {"MAX_NAME_BYTES", HVD_MAX_NAME_BYTES},
+                { "UINT8", HVD_UINT8 },
+                { "INT8", HVD_INT8 },
+                { "INT16", HVD_INT16 },
+                { "INT32", HVD_INT32 },
+                { "INT64", HVD_INT64 },
+                { "FLOAT16", HVD_FLOAT16 },
+                { "BFLOAT16", HVD_BFLOAT16 },
+                { "FLOAT32", HVD_FLOAT32 },
+                { "FLOAT64", HVD_FLOAT64 },
+                { "BOOL", HVD_BOOL },
+                { "REDUCE_AVERAGE", HVD_REDUCE_AVERAGE },
+                { "REDUCE_SUM", HVD_REDUCE_SUM },
+                { "REDUCE_MIN", HVD_REDUCE_MIN },
+                { "REDUCE_MAX", HVD_REDUCE_MAX },
+                { "REDUCE_PRODUCT", HVD_REDUCE_PRODUCT },
+                { "KIND_ALLREDUCE", KIND_ALLREDUCE },
+                { "KIND_BROADCAST", KIND_BROADCAST },
+                { "KIND_ALLGATHER", KIND_ALLGATHER },
+                { "KIND_ALLTOALL", KIND_ALLTOALL },
+                { "KIND_REDUCESCATTER", KIND_REDUCESCATTER },
+                { "DEVICE_CPU", HVD_DEVICE_CPU },
+                { "MAX_NDIM", HVD_MAX_NDIM },
+                { "MAX_NAME_BYTES", HVD_MAX_NAME_BYTES },
 #ifdef HAVE_NCCL
-                {"NCCL_BUILT", 1},
+                { "NCCL_BUILT", 1 },
 #else
-                {"NCCL_BUILT", 0},
+                { "NCCL_BUILT", 0 },
 #endif
         };
         PyObject *m;

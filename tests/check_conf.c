@@ -39,15 +39,14 @@ static void dur_is(const char *s, uint64_t unit, uint64_t want) {
         uint64_t v = SENTINEL;
         int r = hvd_parse_duration(s, unit, &v);
         ck_assert_msg(r == 0, "hvd_parse_duration(\"%s\") failed: %d", s, r);
-        ck_assert_msg(v == want, "hvd_parse_duration(\"%s\") = %llu us, expected %llu", s,
-                      (unsigned long long) v, (unsigned long long) want);
+        ck_assert_msg(v == want, "hvd_parse_duration(\"%s\") = %llu us, expected %llu", s, (unsigned long long) v,
+                      (unsigned long long) want);
 }
 
 static void dur_bad(const char *s) {
         uint64_t v = SENTINEL;
         int r = hvd_parse_duration(s, USEC_PER_SEC, &v);
-        ck_assert_msg(r < 0, "hvd_parse_duration(\"%s\") accepted: %llu", s ? s : "(null)",
-                      (unsigned long long) v);
+        ck_assert_msg(r < 0, "hvd_parse_duration(\"%s\") accepted: %llu", s ? s : "(null)", (unsigned long long) v);
         ck_assert_msg(v == SENTINEL, "hvd_parse_duration(\"%s\") changed its out-parameter on failure", s);
 }
 
@@ -84,8 +83,8 @@ START_TEST(test_conf_parse_size_errors) {
         size_bad("64 MiB extra");
         size_bad("12KK");
         size_bad("1T");
-        size_bad("18446744073709551616");  /* > UINT64_MAX */
-        size_bad("17179869184G");          /* 2^64 bytes */
+        size_bad("18446744073709551616"); /* > UINT64_MAX */
+        size_bad("17179869184G");         /* 2^64 bytes */
         size_bad("99999999999999999999999");
 }
 END_TEST
@@ -343,8 +342,8 @@ typedef struct {
         unsigned n_live, n_fixed;
 } changes_t;
 
-static void record_change(const char *key, bool live, const hvd_daemon_config_t *cur,
-                          const hvd_daemon_config_t *next, void *userdata) {
+static void record_change(const char *key, bool live, const hvd_daemon_config_t *cur, const hvd_daemon_config_t *next,
+                          void *userdata) {
         changes_t *c = userdata;
         char was[64], now[64];
         ck_assert_int_eq(hvd_daemon_config_format(cur, key, was, sizeof was), 0);

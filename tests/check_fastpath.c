@@ -17,7 +17,7 @@
 
 #include "fastpath.h"
 
-#define N 3
+#define N  3
 #define MS UINT64_C(1000)
 
 typedef struct log {

@@ -14,7 +14,7 @@
 #include "hvd.h"
 #include "hvd.pb-c.h"
 
-#define MiB (UINT64_C(1) << 20)
+#define MiB  (UINT64_C(1) << 20)
 #define MAXN 64
 
 static hvd_fusion_item_t items[MAXN];
@@ -22,9 +22,15 @@ static uint32_t op_of[MAXN];
 static hvd_fusion_op_t ops[MAXN];
 
 static hvd_fusion_item_t ar(uint64_t bytes) {
-        return (hvd_fusion_item_t){ .kind = HVD__KIND__KIND_ALLREDUCE, .dtype = HVD_FLOAT32,
-                                    .reduce_op = HVD_REDUCE_SUM, .root = 0, .device = HVD_DEVICE_CPU,
-                                    .process_set = 0, .prescale = 1.0, .postscale = 1.0, .bytes = bytes };
+        return (hvd_fusion_item_t){ .kind = HVD__KIND__KIND_ALLREDUCE,
+                                    .dtype = HVD_FLOAT32,
+                                    .reduce_op = HVD_REDUCE_SUM,
+                                    .root = 0,
+                                    .device = HVD_DEVICE_CPU,
+                                    .process_set = 0,
+                                    .prescale = 1.0,
+                                    .postscale = 1.0,
+                                    .bytes = bytes };
 }
 
 static size_t plan(size_t n, uint64_t threshold) {

@@ -55,15 +55,15 @@ static int on_batch(void *ud, int phase, const hvd_gpu_batch_t *b) {
         hvd_gpu_batch_t *copy = malloc(sizeof *copy);
         ck_assert_ptr_nonnull(copy);
         *copy = *b;
-        rec_push(ud, (ev_t){.type = phase == HVD_GPU_PHASE_IN ? EV_IN : EV_OUT, .b = copy});
+        rec_push(ud, (ev_t){ .type = phase == HVD_GPU_PHASE_IN ? EV_IN : EV_OUT, .b = copy });
         return 0;
 }
 static int on_call(void *ud, const hvd_gpu_call_t *c) {
-        rec_push(ud, (ev_t){.type = EV_CALL, .c = *c});
+        rec_push(ud, (ev_t){ .type = EV_CALL, .c = *c });
         return 0;
 }
 static int on_step(void *ud) {
-        rec_push(ud, (ev_t){.type = EV_STEP});
+        rec_push(ud, (ev_t){ .type = EV_STEP });
         return 0;
 }
 
@@ -71,7 +71,7 @@ static void rec_free(rec_t *r) {
         for (size_t i = 0; i < r->n; i++)
                 free(r->ev[i].b);
         free(r->ev);
-        *r = (rec_t){0};
+        *r = (rec_t){ 0 };
 }
 
 static size_t count_type(const rec_t *r, int type) {
@@ -93,14 +93,14 @@ static uint64_t scratch[MAXR];
 
 static int plan_rec(const hvd_xop_t *op, int me, int size, void *fbuf, uint64_t cap, rec_t *r,
                     hvd_gpu_plan_info_t *info) {
-        hvd_gpu_plan_args_t a = {.op = op,
-                                 .me = me,
-                                 .size = size,
-                                 .fbuf = ADDR(fbuf),
-                                 .cap_bytes = cap,
-                                 .features = ALL_FEATURES,
-                                 .scratch = scratch};
-        hvd_gpu_emit_t e = {.batch = on_batch, .call = on_call, .step_end = on_step, .userdata = r};
+        hvd_gpu_plan_args_t a = { .op = op,
+                                  .me = me,
+                                  .size = size,
+                                  .fbuf = ADDR(fbuf),
+                                  .cap_bytes = cap,
+                                  .features = ALL_FEATURES,
+                                  .scratch = scratch };
+        hvd_gpu_emit_t e = { .batch = on_batch, .call = on_call, .step_end = on_step, .userdata = r };
         char err[256] = "";
         hvd_gpu_plan_info_t dry;
         int rc = hvd_gpu_plan_op(&a, NULL, &dry, err, sizeof err);
@@ -118,16 +118,16 @@ static int plan_rec(const hvd_xop_t *op, int me, int size, void *fbuf, uint64_t 
 }
 
 static hvd_xop_t xop(uint32_t kind, hvd_dtype_t dt, hvd_xmember_t *m, size_t n) {
-        return (hvd_xop_t){.kind = kind,
-                           .dtype = dt,
-                           .reduce_op = HVD_REDUCE_SUM,
-                           .prescale = 1.0,
-                           .postscale = 1.0,
-                           .root = 0,
-                           .name = "t",
-                           .n = n,
-                           .m = m,
-                           .device = 0};
+        return (hvd_xop_t){ .kind = kind,
+                            .dtype = dt,
+                            .reduce_op = HVD_REDUCE_SUM,
+                            .prescale = 1.0,
+                            .postscale = 1.0,
+                            .root = 0,
+                            .name = "t",
+                            .n = n,
+                            .m = m,
+                            .device = 0 };
 }
 
 /* ---- the simulator: "device" memory is host memory ---- */
@@ -267,7 +267,7 @@ static void simulate_calls(hvd_gpu_call_t **calls, size_t n_calls, int N, bool p
  * rank's copies out. */
 static void simulate(uint32_t kind, hvd_dtype_t dt, hvd_reduce_op_t rop, double pre, double post, int root,
                      hvd_xmember_t **m, size_t n, int N, uint64_t cap, uint32_t max_calls) {
-        rec_t rec[MAXR] = {0};
+        rec_t rec[MAXR] = { 0 };
         uint8_t *fbuf[MAXR];
         hvd_gpu_plan_info_t info[MAXR];
         for (int r = 0; r < N; r++) {
@@ -278,15 +278,15 @@ static void simulate(uint32_t kind, hvd_dtype_t dt, hvd_reduce_op_t rop, double 
                 op.prescale = pre;
                 op.postscale = post;
                 op.root = root;
-                hvd_gpu_plan_args_t a = {.op = &op,
-                                         .me = r,
-                                         .size = N,
-                                         .fbuf = ADDR(fbuf[r]),
-                                         .cap_bytes = cap,
-                                         .features = ALL_FEATURES,
-                                         .max_calls = max_calls,
-                                         .scratch = scratch};
-                hvd_gpu_emit_t e = {.batch = on_batch, .call = on_call, .step_end = on_step, .userdata = &rec[r]};
+                hvd_gpu_plan_args_t a = { .op = &op,
+                                          .me = r,
+                                          .size = N,
+                                          .fbuf = ADDR(fbuf[r]),
+                                          .cap_bytes = cap,
+                                          .features = ALL_FEATURES,
+                                          .max_calls = max_calls,
+                                          .scratch = scratch };
+                hvd_gpu_emit_t e = { .batch = on_batch, .call = on_call, .step_end = on_step, .userdata = &rec[r] };
                 char err[256] = "";
                 int rc = hvd_gpu_plan_op(&a, &e, &info[r], err, sizeof err);
                 ck_assert_msg(rc == 0, "rank %d: %s", r, err);
@@ -297,7 +297,7 @@ static void simulate(uint32_t kind, hvd_dtype_t dt, hvd_reduce_op_t rop, double 
                 ck_assert_uint_eq(info[r].fbuf_bytes, info[0].fbuf_bytes);
                 ck_assert_uint_eq(info[r].direct, info[0].direct);
         }
-        size_t pos[MAXR] = {0};
+        size_t pos[MAXR] = { 0 };
         for (uint32_t s = 0; s < info[0].steps; s++) {
                 hvd_gpu_call_t *calls[MAXR];
                 size_t n_calls[MAXR];
@@ -358,13 +358,13 @@ static float valf(int r, size_t i, size_t k) {
 START_TEST(test_gpu_plan_members_aligned_256) {
         /* 5 float32 tensors of odd lengths: each starts at a multiple of 256 */
         static float in[5][1000], out[5][1000];
-        uint64_t counts[5] = {1, 63, 65, 257, 999};
+        uint64_t counts[5] = { 1, 63, 65, 257, 999 };
         hvd_xmember_t m[5];
         for (int i = 0; i < 5; i++)
-                m[i] = (hvd_xmember_t){.in = in[i], .out = out[i], .count = counts[i]};
+                m[i] = (hvd_xmember_t){ .in = in[i], .out = out[i], .count = counts[i] };
         hvd_xop_t op = xop(HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, m, 5);
         static uint8_t fbuf[1 << 16] __attribute__((aligned(256)));
-        rec_t r = {0};
+        rec_t r = { 0 };
         hvd_gpu_plan_info_t info;
         ck_assert_int_eq(plan_rec(&op, 0, 2, fbuf, sizeof fbuf, &r, &info), 0);
         ck_assert_uint_eq(info.steps, 1);
@@ -403,10 +403,10 @@ START_TEST(test_gpu_plan_many_small_copies_few_launches) {
         static float in[N][10], out[N][10];
         static hvd_xmember_t m[N];
         for (int i = 0; i < N; i++)
-                m[i] = (hvd_xmember_t){.in = in[i], .out = out[i], .count = 10};
+                m[i] = (hvd_xmember_t){ .in = in[i], .out = out[i], .count = 10 };
         hvd_xop_t op = xop(HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, m, N);
         static uint8_t fbuf[N * 256] __attribute__((aligned(256)));
-        rec_t r = {0};
+        rec_t r = { 0 };
         hvd_gpu_plan_info_t info;
         ck_assert_int_eq(plan_rec(&op, 1, 4, fbuf, sizeof fbuf, &r, &info), 0);
         ck_assert_uint_eq(info.steps, 1);
@@ -458,10 +458,11 @@ START_TEST(test_gpu_plan_types_and_ops) {
                 hvd_dtype_t dt;
                 hvd_gpu_type_t t;
         } map[] = {
-                {HVD_UINT8, HVD_GPU_T_UINT8},     {HVD_INT8, HVD_GPU_T_INT8},       {HVD_INT32, HVD_GPU_T_INT32},
-                {HVD_INT64, HVD_GPU_T_INT64},     {HVD_FLOAT16, HVD_GPU_T_FLOAT16}, {HVD_BFLOAT16, HVD_GPU_T_BFLOAT16},
-                {HVD_FLOAT32, HVD_GPU_T_FLOAT32}, {HVD_FLOAT64, HVD_GPU_T_FLOAT64}, {HVD_BOOL, HVD_GPU_T_UINT8},
-                {HVD_INT16, HVD_GPU_T_NONE},
+                { HVD_UINT8, HVD_GPU_T_UINT8 },     { HVD_INT8, HVD_GPU_T_INT8 },
+                { HVD_INT32, HVD_GPU_T_INT32 },     { HVD_INT64, HVD_GPU_T_INT64 },
+                { HVD_FLOAT16, HVD_GPU_T_FLOAT16 }, { HVD_BFLOAT16, HVD_GPU_T_BFLOAT16 },
+                { HVD_FLOAT32, HVD_GPU_T_FLOAT32 }, { HVD_FLOAT64, HVD_GPU_T_FLOAT64 },
+                { HVD_BOOL, HVD_GPU_T_UINT8 },      { HVD_INT16, HVD_GPU_T_NONE },
         };
         for (size_t i = 0; i < sizeof map / sizeof map[0]; i++)
                 ck_assert_int_eq(hvd_gpu_reduce_type(map[i].dt, ALL_FEATURES), map[i].t);
@@ -502,8 +503,8 @@ START_TEST(test_gpu_plan_types_and_ops) {
         ck_assert_int_eq(rd.op, HVD_GPU_OP_PROD);
         ck_assert_int_eq(rd.pre_mode, HVD_GPU_COPY);
         /* bool: or / and over normalised bytes, never scaled */
-        static const hvd_reduce_op_t ops[] = {HVD_REDUCE_SUM, HVD_REDUCE_MAX, HVD_REDUCE_AVERAGE, HVD_REDUCE_MIN,
-                                              HVD_REDUCE_PRODUCT};
+        static const hvd_reduce_op_t ops[] = { HVD_REDUCE_SUM, HVD_REDUCE_MAX, HVD_REDUCE_AVERAGE, HVD_REDUCE_MIN,
+                                               HVD_REDUCE_PRODUCT };
         for (int i = 0; i < 5; i++) {
                 ck_assert_int_eq(
                         hvd_gpu_reduce_plan("f", HVD_BOOL, ops[i], 3, 5, 4, ALL_FEATURES, &rd, err, sizeof err), 0);
@@ -520,9 +521,9 @@ END_TEST
 START_TEST(test_gpu_plan_direct_single_member) {
         static float in[1000], out[1000];
         static uint8_t fbuf[8192] __attribute__((aligned(256)));
-        hvd_xmember_t m = {.in = in, .out = out, .count = 1000};
+        hvd_xmember_t m = { .in = in, .out = out, .count = 1000 };
         hvd_xop_t op = xop(HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, &m, 1);
-        rec_t r = {0};
+        rec_t r = { 0 };
         hvd_gpu_plan_info_t info;
         /* no copies: NCCL reads in and writes out */
         ck_assert_int_eq(plan_rec(&op, 0, 2, fbuf, sizeof fbuf, &r, &info), 0);
@@ -559,7 +560,7 @@ START_TEST(test_gpu_plan_direct_single_member) {
         ck_assert_uint_eq(counts[0], 256);
         ck_assert_uint_eq(counts[3], 1000 - 3 * 256);
         rec_free(&r);
-        hvd_xmember_t joined = {.in = NULL, .out = NULL, .count = 1000};
+        hvd_xmember_t joined = { .in = NULL, .out = NULL, .count = 1000 };
         op.m = &joined;
         ck_assert_int_eq(plan_rec(&op, 1, 2, fbuf, 1024, &r, &info), 0);
         ck_assert_uint_eq(info.steps, 4);
@@ -583,22 +584,22 @@ START_TEST(test_gpu_plan_calls_rank_independent) {
         /* a joined rank and a member rank issue the same collectives for every kind */
         static float in[4][600], out[4][6000];
         static uint8_t fbuf[4096] __attribute__((aligned(256)));
-        int64_t rows[3] = {3, 0, 5}; /* rank 1 joined: no rows */
-        uint32_t kinds[] = {HVD__KIND__KIND_ALLREDUCE, HVD__KIND__KIND_BROADCAST, HVD__KIND__KIND_ALLGATHER,
-                            HVD__KIND__KIND_REDUCESCATTER};
+        int64_t rows[3] = { 3, 0, 5 }; /* rank 1 joined: no rows */
+        uint32_t kinds[] = { HVD__KIND__KIND_ALLREDUCE, HVD__KIND__KIND_BROADCAST, HVD__KIND__KIND_ALLGATHER,
+                             HVD__KIND__KIND_REDUCESCATTER };
         for (size_t kk = 0; kk < 4; kk++)
                 for (size_t n = 1; n <= 3; n += 2) {
-                        rec_t rec[3] = {{0}};
+                        rec_t rec[3] = { { 0 } };
                         hvd_gpu_plan_info_t info[3];
                         for (int r = 0; r < 3; r++) {
                                 hvd_xmember_t m[3];
                                 for (size_t i = 0; i < n; i++)
-                                        m[i] = (hvd_xmember_t){.in = r == 1 ? NULL : in[i],
-                                                               .out = r == 1 ? NULL : out[i],
-                                                               .count = 600,
-                                                               .row_elems = 100,
-                                                               .rank_rows = rows,
-                                                               .rows = 6};
+                                        m[i] = (hvd_xmember_t){ .in = r == 1 ? NULL : in[i],
+                                                                .out = r == 1 ? NULL : out[i],
+                                                                .count = 600,
+                                                                .row_elems = 100,
+                                                                .rank_rows = rows,
+                                                                .rows = 6 };
                                 hvd_xop_t op = xop(kinds[kk], HVD_FLOAT32, m, n);
                                 op.root = 2;
                                 ck_assert_int_eq(plan_rec(&op, r, 3, fbuf, sizeof fbuf, &rec[r], &info[r]), 0);
@@ -649,8 +650,9 @@ START_TEST(test_gpu_sim_allreduce_fused_windows_joined) {
                                 for (size_t k = 0; k < cnt; k++)
                                         in[r][i][k] = valf(r, i, k);
                                 memset(out[r][i], 0xff, sizeof out[r][i]);
-                                mem[r][i] = (hvd_xmember_t){
-                                        .in = r == 2 ? NULL : in[r][i], .out = r == 2 ? NULL : out[r][i], .count = cnt};
+                                mem[r][i] = (hvd_xmember_t){ .in = r == 2 ? NULL : in[r][i],
+                                                             .out = r == 2 ? NULL : out[r][i],
+                                                             .count = cnt };
                         }
                 }
                 bool avg = pass == 1;
@@ -682,8 +684,9 @@ START_TEST(test_gpu_sim_broadcast) {
                                         for (size_t k = 0; k < 500; k++)
                                                 in[r][i][k] = valf(r, i, k);
                                         memset(out[r][i], 0, sizeof out[r][i]);
-                                        mem[r][i] = (hvd_xmember_t){
-                                                .in = in[r][i], .out = out[r][i], .count = 100 + 57 * i};
+                                        mem[r][i] = (hvd_xmember_t){ .in = in[r][i],
+                                                                     .out = out[r][i],
+                                                                     .count = 100 + 57 * i };
                                 }
                         }
                         simulate(HVD__KIND__KIND_BROADCAST, HVD_FLOAT32, HVD_REDUCE_SUM, 1, 1, 1, m, n, N, cap, 0);
@@ -698,9 +701,9 @@ START_TEST(test_gpu_sim_allgather_uneven) {
         enum { N = 3, T = 4 };
         static float in[N][T][400], out[N][T][1200];
         static hvd_xmember_t mem[N][T];
-        static int64_t rows[T][N] = {{2, 0, 5}, {1, 1, 1}, {7, 3, 0}, {4, 4, 4}};
+        static int64_t rows[T][N] = { { 2, 0, 5 }, { 1, 1, 1 }, { 7, 3, 0 }, { 4, 4, 4 } };
         hvd_xmember_t *m[N];
-        size_t sizes[] = {1, 2, T};
+        size_t sizes[] = { 1, 2, T };
         for (size_t si = 0; si < 3; si++)
                 for (size_t shift = 0; shift < 2; shift++) /* n == 1, shift 1: even rows, direct */
                         for (uint64_t cap = 768; cap <= 65536; cap *= 16) {
@@ -712,10 +715,10 @@ START_TEST(test_gpu_sim_allgather_uneven) {
                                                 for (size_t k = 0; k < 400; k++)
                                                         in[r][i][k] = valf(r, i, k);
                                                 memset(out[r][i], 0, sizeof out[r][i]);
-                                                mem[r][i] = (hvd_xmember_t){.in = in[r][i],
-                                                                            .out = out[r][i],
-                                                                            .row_elems = re,
-                                                                            .rank_rows = rows[(i + shift) % T]};
+                                                mem[r][i] = (hvd_xmember_t){ .in = in[r][i],
+                                                                             .out = out[r][i],
+                                                                             .row_elems = re,
+                                                                             .rank_rows = rows[(i + shift) % T] };
                                         }
                                 }
                                 simulate(HVD__KIND__KIND_ALLGATHER, HVD_FLOAT32, HVD_REDUCE_SUM, 1, 1, 0, m, n, N, cap,
@@ -739,9 +742,9 @@ START_TEST(test_gpu_sim_reducescatter) {
         enum { N = 3, T = 3 };
         static float in[N][T][700], out[N][T][700];
         static hvd_xmember_t mem[N][T];
-        int64_t rowsv[T] = {7, 6, 10}; /* uneven, even, uneven */
+        int64_t rowsv[T] = { 7, 6, 10 }; /* uneven, even, uneven */
         hvd_xmember_t *m[N];
-        size_t sizes[] = {1, 2, T};
+        size_t sizes[] = { 1, 2, T };
         for (size_t si = 0; si < 3; si++)
                 for (size_t shift = 0; shift < 2; shift++) /* n == 1, shift 1: 6 rows, direct */
                         for (uint64_t cap = 768; cap <= 65536; cap *= 16)
@@ -755,11 +758,11 @@ START_TEST(test_gpu_sim_reducescatter) {
                                                         for (size_t k = 0; k < 700; k++)
                                                                 in[r][i][k] = valf(r, i, k);
                                                         memset(out[r][i], 0, sizeof out[r][i]);
-                                                        mem[r][i] = (hvd_xmember_t){.in = in[r][i],
-                                                                                    .out = out[r][i],
-                                                                                    .count = (uint64_t) rows * re,
-                                                                                    .row_elems = re,
-                                                                                    .rows = rows};
+                                                        mem[r][i] = (hvd_xmember_t){ .in = in[r][i],
+                                                                                     .out = out[r][i],
+                                                                                     .count = (uint64_t) rows * re,
+                                                                                     .row_elems = re,
+                                                                                     .rows = rows };
                                                 }
                                         }
                                         bool scaled = pass == 1;
@@ -804,7 +807,8 @@ START_TEST(test_gpu_sim_alltoall) {
                                         in[r][i][k] = valf(r, i, k);
                                 memset(out[r][i], 0, sizeof out[r][i]);
                                 mem[r][i] = (hvd_xmember_t){
-                                        .in = in[r][i], .out = out[r][i], .row_elems = 2 + i, .splits = splits[i]};
+                                        .in = in[r][i], .out = out[r][i], .row_elems = 2 + i, .splits = splits[i]
+                                };
                         }
                 }
                 simulate(HVD__KIND__KIND_ALLTOALL, HVD_FLOAT32, HVD_REDUCE_SUM, 1, 1, 0, m, T, N, 4096, max_calls);
@@ -829,9 +833,9 @@ START_TEST(test_gpu_plan_rejects_bad_input) {
         static uint8_t fbuf[4096] __attribute__((aligned(256)));
         hvd_gpu_plan_info_t info;
         char err[256];
-        rec_t r = {0};
+        rec_t r = { 0 };
         /* a float32 buffer at an odd address */
-        hvd_xmember_t m = {.in = (uint8_t *) buf + 1, .out = buf, .count = 4};
+        hvd_xmember_t m = { .in = (uint8_t *) buf + 1, .out = buf, .count = 4 };
         hvd_xop_t op = xop(HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, &m, 1);
         ck_assert_int_eq(plan_rec(&op, 0, 2, fbuf, sizeof fbuf, &r, &info), -EINVAL);
         /* int16 reduction */
@@ -854,14 +858,15 @@ START_TEST(test_gpu_plan_rejects_bad_input) {
         m.count = 4;
         ck_assert_int_eq(plan_rec(&op, 0, 2, fbuf, sizeof fbuf, &r, &info), -EINVAL);
         /* alltoall on a joined rank that should send rows */
-        int64_t sp[4] = {1, 1, 1, 1};
-        hvd_xmember_t j = {.in = NULL, .out = NULL, .row_elems = 1, .splits = sp};
+        int64_t sp[4] = { 1, 1, 1, 1 };
+        hvd_xmember_t j = { .in = NULL, .out = NULL, .row_elems = 1, .splits = sp };
         op = xop(HVD__KIND__KIND_ALLTOALL, HVD_FLOAT32, &j, 1);
         ck_assert_int_eq(plan_rec(&op, 0, 2, fbuf, sizeof fbuf, &r, &info), -EINVAL);
         /* a buffer too small for the ranks, or not a multiple of the alignment */
         op = xop(HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, &m, 1);
         hvd_gpu_plan_args_t a = {
-                .op = &op, .me = 0, .size = 8, .fbuf = ADDR(fbuf), .cap_bytes = 1024, .scratch = scratch};
+                .op = &op, .me = 0, .size = 8, .fbuf = ADDR(fbuf), .cap_bytes = 1024, .scratch = scratch
+        };
         ck_assert_int_eq(hvd_gpu_plan_op(&a, NULL, &info, err, sizeof err), -EINVAL);
         a.size = 2;
         a.cap_bytes = 1000;
@@ -874,7 +879,7 @@ START_TEST(test_gpu_plan_rejects_bad_input) {
 END_TEST
 
 static hvd_gpu_plan_info_t gi(uint32_t steps, uint64_t bytes, bool p2p, uint64_t calls) {
-        return (hvd_gpu_plan_info_t){.steps = steps, .fbuf_bytes = bytes, .p2p = p2p, .max_step_calls = calls};
+        return (hvd_gpu_plan_info_t){ .steps = steps, .fbuf_bytes = bytes, .p2p = p2p, .max_step_calls = calls };
 }
 
 START_TEST(test_gpu_group_placement) {
@@ -933,16 +938,16 @@ START_TEST(test_gpu_plan_group_regions_from_real_plans) {
         uint64_t lo[6], hi[6];
         int groups = 1;
         for (int k = 0; k < 6; k++) {
-                hvd_xmember_t m[2] = {{.in = in[k], .out = out[k], .count = 200},
-                                      {.in = in[k], .out = out[k], .count = 150 + k}};
+                hvd_xmember_t m[2] = { { .in = in[k], .out = out[k], .count = 200 },
+                                       { .in = in[k], .out = out[k], .count = 150 + k } };
                 hvd_xop_t op = xop(HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, m, 2);
-                hvd_gpu_plan_args_t a = {.op = &op,
-                                         .me = 0,
-                                         .size = 2,
-                                         .fbuf = ADDR(fbuf),
-                                         .cap_bytes = sizeof fbuf,
-                                         .features = ALL_FEATURES,
-                                         .scratch = scratch};
+                hvd_gpu_plan_args_t a = { .op = &op,
+                                          .me = 0,
+                                          .size = 2,
+                                          .fbuf = ADDR(fbuf),
+                                          .cap_bytes = sizeof fbuf,
+                                          .features = ALL_FEATURES,
+                                          .scratch = scratch };
                 hvd_gpu_plan_info_t info;
                 char err[128];
                 ck_assert_int_eq(hvd_gpu_plan_op(&a, NULL, &info, err, sizeof err), 0);
@@ -951,8 +956,8 @@ START_TEST(test_gpu_plan_group_regions_from_real_plans) {
                 ck_assert_int_ne(w, HVD_GPU_PLACE_ALONE);
                 groups += w == HVD_GPU_PLACE_FLUSH_JOIN;
                 a.fbuf += off;
-                rec_t r = {0};
-                hvd_gpu_emit_t e = {.batch = on_batch, .call = on_call, .step_end = on_step, .userdata = &r};
+                rec_t r = { 0 };
+                hvd_gpu_emit_t e = { .batch = on_batch, .call = on_call, .step_end = on_step, .userdata = &r };
                 ck_assert_int_eq(hvd_gpu_plan_op(&a, &e, &info, err, sizeof err), 0);
                 lo[k] = UINT64_MAX;
                 hi[k] = 0;

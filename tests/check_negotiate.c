@@ -20,7 +20,7 @@
 #include "negotiate.h"
 #include "util.h"
 
-#define MiB (UINT64_C(1) << 20)
+#define MiB    (UINT64_C(1) << 20)
 #define MAXREQ 32
 
 /* ---- building Ready messages ---- */
@@ -478,8 +478,7 @@ START_TEST(test_negotiate_mismatch_shape) {
         one(&b0, HVD__KIND__KIND_ALLGATHER, HVD_FLOAT32, "2x3");
         one(&b1, HVD__KIND__KIND_ALLGATHER, HVD_FLOAT32, "2x4");
         s = mismatch(n, 2, &b0, &b1, 1);
-        assert_in_order(s->errors[0]->message, "allgather 'w': rank 1 sent shape [2, 4], rank 0 sent [2, 3]",
-                        NULL);
+        assert_in_order(s->errors[0]->message, "allgather 'w': rank 1 sent shape [2, 4], rank 0 sent [2, 3]", NULL);
         hvd_negotiator_schedule_free(&s);
 
         /* reducescatter: the first dimension must agree too */
@@ -1162,7 +1161,7 @@ START_TEST(test_negotiate_timeline_ready_times) {
         ck_assert_uint_eq(entry(s, 0, 0)->n_ready_age_usec, 0);
         hvd_negotiator_schedule_free(&s);
 
-        sub1(n, 2, "grad", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");  /* before the timeline */
+        sub1(n, 2, "grad", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4"); /* before the timeline */
         usleep(3000);
         hvd_negotiator_set_timeline(n, true);
         sub1(n, 0, "grad", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
@@ -1177,7 +1176,7 @@ START_TEST(test_negotiate_timeline_ready_times) {
                 ck_assert_uint_eq(e->ready_ranks[i], i);
                 age[i] = e->ready_age_usec[i];
         }
-        ck_assert_uint_ge(age[0], 20000);       /* ready 20 ms before rank 1 */
+        ck_assert_uint_ge(age[0], 20000); /* ready 20 ms before rank 1 */
         ck_assert_uint_lt(age[1], age[0]);
         ck_assert_uint_ge(age[2], age[0] + 3000); /* from its first readiness */
         hvd_negotiator_schedule_free(&s);

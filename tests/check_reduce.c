@@ -25,10 +25,10 @@
 
 /* ck_assert_msg() records a mark point per call, which costs a write; in
  * loops over millions of elements only report failures. */
-#define REQUIRE(cond, ...)                                                                         \
-        do {                                                                                       \
-                if (!(cond))                                                                       \
-                        ck_abort_msg("'" #cond "': " __VA_ARGS__);                                 \
+#define REQUIRE(cond, ...)                                                                                             \
+        do {                                                                                                           \
+                if (!(cond))                                                                                           \
+                        ck_abort_msg("'" #cond "': " __VA_ARGS__);                                                     \
         } while (0)
 
 enum { IMPL_GENERIC, IMPL_AVX2, IMPL_COUNT };
@@ -125,8 +125,7 @@ static uint16_t ref_float_to_half(float f) {
         int e;
         frexp(a, &e);
         e -= 1;
-        return (uint16_t) (sign | (uint16_t) ((e + 15) << 10) |
-                           (uint16_t) (ldexp(a, 10 - e) - 1024));
+        return (uint16_t) (sign | (uint16_t) ((e + 15) << 10) | (uint16_t) (ldexp(a, 10 - e) - 1024));
 }
 
 static uint16_t ref_float_to_bf16(float f) {
@@ -207,8 +206,8 @@ static double ref_dop(hvd_reduce_op_t op, double a, double b) {
         }
 }
 
-static void ref_reduce(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs,
-                       size_t n, size_t count, double scale) {
+static void ref_reduce(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs, size_t n, size_t count,
+                       double scale) {
         for (size_t i = 0; i < count; i++) {
                 switch (dt) {
                 case HVD_FLOAT32: {
@@ -231,15 +230,13 @@ static void ref_reduce(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void
                 }
                 case HVD_FLOAT16:
                 case HVD_BFLOAT16: {
-                        float (*tof)(uint16_t) =
-                                dt == HVD_FLOAT16 ? ref_half_to_float : ref_bf16_to_float;
+                        float (*tof)(uint16_t) = dt == HVD_FLOAT16 ? ref_half_to_float : ref_bf16_to_float;
                         float a = tof(((const uint16_t *) srcs[0])[i]);
                         for (size_t k = 1; k < n; k++)
                                 a = ref_fop(op, a, tof(((const uint16_t *) srcs[k])[i]));
                         if (scale != 1.0)
                                 a = a * (float) scale;
-                        ((uint16_t *) dst)[i] =
-                                dt == HVD_FLOAT16 ? ref_float_to_half(a) : ref_float_to_bf16(a);
+                        ((uint16_t *) dst)[i] = dt == HVD_FLOAT16 ? ref_float_to_half(a) : ref_float_to_bf16(a);
                         break;
                 }
                 case HVD_BOOL: {
@@ -270,8 +267,7 @@ static void ref_reduce(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void
                                 u = (uint64_t) m;
                         put_int(dt, dst, i, u);
                         if (scale != 1.0)
-                                put_int(dt, dst, i,
-                                        (uint64_t) ref_scale_int(dt, get_int(dt, dst, i), scale));
+                                put_int(dt, dst, i, (uint64_t) ref_scale_int(dt, get_int(dt, dst, i), scale));
                         break;
                 }
                 }
@@ -286,12 +282,8 @@ static bool elem_equal(hvd_dtype_t dt, const void *a, const void *b, size_t i) {
         switch (dt) {
         case HVD_FLOAT32: return isnan(((const float *) a)[i]) && isnan(((const float *) b)[i]);
         case HVD_FLOAT64: return isnan(((const double *) a)[i]) && isnan(((const double *) b)[i]);
-        case HVD_FLOAT16:
-                return half_is_nan(((const uint16_t *) a)[i]) &&
-                       half_is_nan(((const uint16_t *) b)[i]);
-        case HVD_BFLOAT16:
-                return bf16_is_nan(((const uint16_t *) a)[i]) &&
-                       bf16_is_nan(((const uint16_t *) b)[i]);
+        case HVD_FLOAT16: return half_is_nan(((const uint16_t *) a)[i]) && half_is_nan(((const uint16_t *) b)[i]);
+        case HVD_BFLOAT16: return bf16_is_nan(((const uint16_t *) a)[i]) && bf16_is_nan(((const uint16_t *) b)[i]);
         default: return false;
         }
 }
@@ -317,17 +309,15 @@ static double nice_value(hvd_dtype_t dt) {
         int64_t m = (int64_t) (rnd() & 0xffffff) - 0x800000;
         switch (dt) {
         case HVD_FLOAT64:
-                return ldexp((double) ((int64_t) (rnd() >> 11) - (INT64_C(1) << 52)),
-                             (int) (rnd() % 20) - 62);
+                return ldexp((double) ((int64_t) (rnd() >> 11) - (INT64_C(1) << 52)), (int) (rnd() % 20) - 62);
         case HVD_FLOAT16: return ldexp((double) m, (int) (rnd() % 32) - 47);
         default: return ldexp((double) m, (int) (rnd() % 17) - 30);
         }
 }
 
 static void fill_random(hvd_dtype_t dt, void *buf, size_t count) {
-        static const float specials[] = { 0.0f,     -0.0f,   INFINITY,     -INFINITY,     NAN,
-                                          -NAN,     FLT_MIN, FLT_TRUE_MIN, -FLT_TRUE_MIN, FLT_MAX,
-                                          -FLT_MAX, 1.0f,    -1.0f };
+        static const float specials[] = { 0.0f,         -0.0f,         INFINITY, -INFINITY, NAN,  -NAN, FLT_MIN,
+                                          FLT_TRUE_MIN, -FLT_TRUE_MIN, FLT_MAX,  -FLT_MAX,  1.0f, -1.0f };
         for (size_t i = 0; i < count; i++) {
                 uint64_t r = rnd();
                 unsigned kind = (unsigned) (r & 15); /* 0: special, 1-2: random bits, else nice */
@@ -342,29 +332,24 @@ static void fill_random(hvd_dtype_t dt, void *buf, size_t count) {
                         double d;
                         uint64_t b = rnd();
                         memcpy(&d, &b, 8);
-                        ((double *) buf)[i] = kind == 0   ? (double) sp
-                                              : kind <= 2 ? d
-                                                          : nice_value(dt);
+                        ((double *) buf)[i] = kind == 0 ? (double) sp : kind <= 2 ? d : nice_value(dt);
                         break;
                 }
                 case HVD_FLOAT16:
-                        ((uint16_t *) buf)[i] = kind == 0 ? ref_float_to_half(sp)
-                                                : kind <= 2
-                                                        ? (uint16_t) (r >> 32)
-                                                        : ref_float_to_half((float) nice_value(dt));
+                        ((uint16_t *) buf)[i] = kind == 0   ? ref_float_to_half(sp)
+                                                : kind <= 2 ? (uint16_t) (r >> 32)
+                                                            : ref_float_to_half((float) nice_value(dt));
                         break;
                 case HVD_BFLOAT16:
-                        ((uint16_t *) buf)[i] = kind == 0 ? ref_float_to_bf16(sp)
-                                                : kind <= 2
-                                                        ? (uint16_t) (r >> 32)
-                                                        : ref_float_to_bf16((float) nice_value(dt));
+                        ((uint16_t *) buf)[i] = kind == 0   ? ref_float_to_bf16(sp)
+                                                : kind <= 2 ? (uint16_t) (r >> 32)
+                                                            : ref_float_to_bf16((float) nice_value(dt));
                         break;
                 case HVD_BOOL: /* half false, the rest any non-zero byte */
                         ((uint8_t *) buf)[i] = (r & 1) ? 0 : (uint8_t) ((r >> 8) % 255 + 1);
                         break;
                 default: /* integers: random bits, sometimes small */
-                        put_int(dt, buf, i,
-                                kind < 8 ? r >> 16 : (uint64_t) ((int64_t) (r >> 40) % 7 - 3));
+                        put_int(dt, buf, i, kind < 8 ? r >> 16 : (uint64_t) ((int64_t) (r >> 40) % 7 - 3));
                         break;
                 }
         }
@@ -373,15 +358,14 @@ static void fill_random(hvd_dtype_t dt, void *buf, size_t count) {
 /* ---- the main matrix ---- */
 
 #define MAX_SRC 5
-#define GUARD 5 /* elements of canary on both sides of dst */
+#define GUARD   5 /* elements of canary on both sides of dst */
 static const size_t counts[] = { 0,  1,  2,  3,  4,   7,   8,   15,  16,  17,  31,   32,
                                  33, 63, 64, 65, 127, 128, 129, 255, 256, 257, 1000, 4099 };
 static const double scales[] = { 1.0, 0.5, -1.5, 3.0 };
 enum { ALIAS_NONE, ALIAS_FIRST, ALIAS_LAST, ALIAS_COUNT };
 static const char *const alias_names[] = { "none", "dst=srcs[0]", "dst=srcs[n-1]" };
 
-static void check_one(int impl, hvd_dtype_t dt, hvd_reduce_op_t op, size_t n, size_t count,
-                      double scale, int alias) {
+static void check_one(int impl, hvd_dtype_t dt, hvd_reduce_op_t op, size_t n, size_t count, double scale, int alias) {
         size_t es = hvd_dtype_size(dt);
         void *base[MAX_SRC];
         const void *srcs[MAX_SRC];
@@ -412,16 +396,14 @@ static void check_one(int impl, hvd_dtype_t dt, hvd_reduce_op_t op, size_t n, si
 
         size_t bad = first_diff(dt, dst, want, count);
         REQUIRE(bad == SIZE_MAX,
-                "%s %s op=%d nsrc=%zu count=%zu scale=%g alias=%s: [%zu] = %#" PRIx64
-                ", want %#" PRIx64,
-                impl_names[impl], hvd_dtype_name(dt), (int) op, n, count, scale, alias_names[alias],
-                bad, elem_bits(dt, dst, bad), elem_bits(dt, want, bad));
+                "%s %s op=%d nsrc=%zu count=%zu scale=%g alias=%s: [%zu] = %#" PRIx64 ", want %#" PRIx64,
+                impl_names[impl], hvd_dtype_name(dt), (int) op, n, count, scale, alias_names[alias], bad,
+                elem_bits(dt, dst, bad), elem_bits(dt, want, bad));
         for (size_t i = 0; i < GUARD * es; i++) {
-                REQUIRE((unsigned char) dbase[i] == 0xa5, "%s %s: wrote before dst",
-                        impl_names[impl], hvd_dtype_name(dt));
-                REQUIRE((unsigned char) dst[count * es + i] == 0xa5,
-                        "%s %s op=%d nsrc=%zu count=%zu: wrote past dst", impl_names[impl],
-                        hvd_dtype_name(dt), (int) op, n, count);
+                REQUIRE((unsigned char) dbase[i] == 0xa5, "%s %s: wrote before dst", impl_names[impl],
+                        hvd_dtype_name(dt));
+                REQUIRE((unsigned char) dst[count * es + i] == 0xa5, "%s %s op=%d nsrc=%zu count=%zu: wrote past dst",
+                        impl_names[impl], hvd_dtype_name(dt), (int) op, n, count);
         }
         for (size_t k = 0; k < n; k++)
                 free(base[k]);
@@ -441,8 +423,8 @@ START_TEST(test_reduce_matches_reference) {
                         for (size_t c = 0; c < sizeof(counts) / sizeof(counts[0]); c++)
                                 for (size_t s = 0; s < sizeof(scales) / sizeof(scales[0]); s++)
                                         for (int alias = 0; alias < ALIAS_COUNT; alias++)
-                                                check_one(impl, dt, (hvd_reduce_op_t) op, n,
-                                                          counts[c], scales[s], alias);
+                                                check_one(impl, dt, (hvd_reduce_op_t) op, n, counts[c], scales[s],
+                                                          alias);
 }
 END_TEST
 
@@ -483,10 +465,9 @@ START_TEST(test_generic_and_avx2_agree) {
                         hvd_reduce_n(dt, (hvd_reduce_op_t) op, b, srcs, 4, count, scale);
                         size_t bad = first_diff(dt, a, b, count);
                         ck_assert_msg(bad == SIZE_MAX,
-                                      "%s op=%d scale=%g mode=%d: generic [%zu] = %#" PRIx64
-                                      ", avx2 %#" PRIx64,
-                                      hvd_dtype_name(dt), op, scale, mode, bad,
-                                      elem_bits(dt, a, bad), elem_bits(dt, b, bad));
+                                      "%s op=%d scale=%g mode=%d: generic [%zu] = %#" PRIx64 ", avx2 %#" PRIx64,
+                                      hvd_dtype_name(dt), op, scale, mode, bad, elem_bits(dt, a, bad),
+                                      elem_bits(dt, b, bad));
                 }
 #if HAVE_MXCSR
         _mm_setcsr(saved_csr);
@@ -568,10 +549,8 @@ START_TEST(test_scale_copy) {
                                 } else
                                         hvd_scale_copy(dt, dst, src, count, sc[s]);
                                 size_t bad = first_diff(dt, dst, want, count);
-                                ck_assert_msg(bad == SIZE_MAX,
-                                              "%s %s count=%zu scale=%g in_place=%d: [%zu]",
-                                              impl_names[impl], hvd_dtype_name(dt), count, sc[s],
-                                              in_place, bad);
+                                ck_assert_msg(bad == SIZE_MAX, "%s %s count=%zu scale=%g in_place=%d: [%zu]",
+                                              impl_names[impl], hvd_dtype_name(dt), count, sc[s], in_place, bad);
                                 free(src);
                                 free(want);
                                 free(dst);
@@ -591,25 +570,19 @@ START_TEST(test_int_scale_saturates) {
         for (size_t d = 0; d < sizeof(dts) / sizeof(dts[0]); d++)
                 for (size_t s = 0; s < sizeof(sc) / sizeof(sc[0]); s++) {
                         hvd_dtype_t dt = dts[d];
-                        void *buf = malloc(COUNT * 8), *out = malloc(COUNT * 8),
-                             *want = malloc(COUNT * 8);
+                        void *buf = malloc(COUNT * 8), *out = malloc(COUNT * 8), *want = malloc(COUNT * 8);
                         ck_assert(buf && out && want);
-                        static const int64_t extremes[] = {
-                                INT64_MIN, INT64_MAX, INT32_MIN, INT32_MAX, -129, -128, 127,
-                                128,       255,       -7,        7,         -1,   0,    1
-                        };
+                        static const int64_t extremes[] = { INT64_MIN, INT64_MAX, INT32_MIN, INT32_MAX, -129, -128, 127,
+                                                            128,       255,       -7,        7,         -1,   0,    1 };
                         for (size_t i = 0; i < COUNT; i++)
-                                put_int(dt, buf, i,
-                                        (uint64_t) extremes[i % (sizeof(extremes) /
-                                                                 sizeof(extremes[0]))]);
+                                put_int(dt, buf, i, (uint64_t) extremes[i % (sizeof(extremes) / sizeof(extremes[0]))]);
                         const void *one[1] = { buf };
                         ref_reduce(dt, HVD_REDUCE_SUM, want, one, 1, COUNT, sc[s]);
                         hvd_reduce_n(dt, HVD_REDUCE_SUM, out, one, 1, COUNT, sc[s]);
                         size_t bad = first_diff(dt, out, want, COUNT);
-                        ck_assert_msg(bad == SIZE_MAX,
-                                      "%s %s scale=%g: [%zu] = %" PRId64 ", want %" PRId64,
-                                      impl_names[impl], hvd_dtype_name(dt), sc[s], bad,
-                                      get_int(dt, out, bad), get_int(dt, want, bad));
+                        ck_assert_msg(bad == SIZE_MAX, "%s %s scale=%g: [%zu] = %" PRId64 ", want %" PRId64,
+                                      impl_names[impl], hvd_dtype_name(dt), sc[s], bad, get_int(dt, out, bad),
+                                      get_int(dt, want, bad));
                         free(buf);
                         free(out);
                         free(want);
@@ -646,14 +619,11 @@ START_TEST(test_half_all_patterns) {
                 float f = hvd_half_to_float(h[i]), r = ref_half_to_float(h[i]);
                 if (half_is_nan(h[i])) {
                         REQUIRE(isnan(f), "half %#x -> %a, want NaN", i, (double) f);
-                        REQUIRE((!!signbit(f)) == (i >> 15), "%d != %d", (int) (!!signbit(f)),
-                                (int) (i >> 15));
+                        REQUIRE((!!signbit(f)) == (i >> 15), "%d != %d", (int) (!!signbit(f)), (int) (i >> 15));
                         REQUIRE(half_is_nan(hvd_float_to_half(f)), "half %#x", i);
                 } else {
-                        REQUIRE(f_bits(f) == f_bits(r), "half %#x -> %a, want %a", i, (double) f,
-                                (double) r);
-                        REQUIRE(hvd_float_to_half(f) == h[i], "half %#x round trip gives %#x", i,
-                                hvd_float_to_half(f));
+                        REQUIRE(f_bits(f) == f_bits(r), "half %#x -> %a, want %a", i, (double) f, (double) r);
+                        REQUIRE(hvd_float_to_half(f) == h[i], "half %#x round trip gives %#x", i, hvd_float_to_half(f));
                 }
         }
         /* the same through the kernel, then scaled so that results round */
@@ -661,8 +631,7 @@ START_TEST(test_half_all_patterns) {
         hvd_reduce_n(HVD_FLOAT16, HVD_REDUCE_SUM, out, srcs, 1, N, 1.0);
         for (uint32_t i = 0; i < N; i++) {
                 /* NaN keeps sign and payload and comes out quiet */
-                REQUIRE(out[i] == (half_is_nan(h[i]) ? h[i] | 0x200 : h[i]),
-                        "half %#x copied as %#x", i, out[i]);
+                REQUIRE(out[i] == (half_is_nan(h[i]) ? h[i] | 0x200 : h[i]), "half %#x copied as %#x", i, out[i]);
         }
         static const double sc[] = { 0.5, 0.25, 2.0, 3.0, 0.1, -1.0, 1e-3, 1e5 };
         for (size_t s = 0; s < sizeof(sc) / sizeof(sc[0]); s++) {
@@ -684,8 +653,7 @@ START_TEST(test_half_rounding) {
         for (uint32_t h = 0; h < 0x7c00; h++)
                 for (int sign = 0; sign < 2; sign++) {
                         double lo = ref_half_to_float((uint16_t) h);
-                        double hi =
-                                h + 1 == 0x7c00 ? 65536.0 : ref_half_to_float((uint16_t) (h + 1));
+                        double hi = h + 1 == 0x7c00 ? 65536.0 : ref_half_to_float((uint16_t) (h + 1));
                         float mid = (float) ((lo + hi) / 2); /* exact: 12 bits */
                         float cand[3] = { mid, nextafterf(mid, 0.0f), nextafterf(mid, INFINITY) };
                         uint16_t even = (h & 1) ? (uint16_t) (h + 1) : (uint16_t) h;
@@ -693,17 +661,17 @@ START_TEST(test_half_rounding) {
                         for (int c = 0; c < 3; c++) {
                                 float f = sign ? -cand[c] : cand[c];
                                 uint16_t w = (uint16_t) (want[c] | (sign ? 0x8000 : 0));
-                                REQUIRE(hvd_float_to_half(f) == w, "%a -> %#x, want %#x",
-                                        (double) f, hvd_float_to_half(f), w);
-                                REQUIRE((ref_float_to_half(f)) == (w), "%d != %d",
-                                        (int) (ref_float_to_half(f)), (int) (w));
+                                REQUIRE(hvd_float_to_half(f) == w, "%a -> %#x, want %#x", (double) f,
+                                        hvd_float_to_half(f), w);
+                                REQUIRE((ref_float_to_half(f)) == (w), "%d != %d", (int) (ref_float_to_half(f)),
+                                        (int) (w));
                         }
                 }
         for (uint64_t u = 0; u < (UINT64_C(1) << 32); u += 4093) {
                 float f = f_from_bits((uint32_t) u);
                 uint16_t got = hvd_float_to_half(f), want = ref_float_to_half(f);
-                REQUIRE(got == want || (half_is_nan(got) && half_is_nan(want)),
-                        "%a (%#" PRIx64 ") -> %#x, want %#x", (double) f, u, got, want);
+                REQUIRE(got == want || (half_is_nan(got) && half_is_nan(want)), "%a (%#" PRIx64 ") -> %#x, want %#x",
+                        (double) f, u, got, want);
         }
 #ifdef __FLT16_MAX__
         /* and against the compiler's own _Float16 */
@@ -713,15 +681,14 @@ START_TEST(test_half_rounding) {
                 uint16_t cb;
                 memcpy(&cb, &c, 2);
                 uint16_t got = hvd_float_to_half(f);
-                REQUIRE(got == cb || (half_is_nan(got) && half_is_nan(cb)),
-                        "%a -> %#x, _Float16 gives %#x", (double) f, got, cb);
+                REQUIRE(got == cb || (half_is_nan(got) && half_is_nan(cb)), "%a -> %#x, _Float16 gives %#x", (double) f,
+                        got, cb);
         }
 #endif
 }
 END_TEST
 
-static uint16_t kernel_half(hvd_dtype_t dt, double scale, int n, uint16_t a, uint16_t b,
-                            uint16_t c) {
+static uint16_t kernel_half(hvd_dtype_t dt, double scale, int n, uint16_t a, uint16_t b, uint16_t c) {
         /* a, b, c summed in every element of a 40-element run (vector + tail) */
         const uint16_t v[3] = { a, b, c };
         uint16_t in[3][40], out[40];
@@ -830,10 +797,9 @@ START_TEST(test_bf16_all_patterns) {
                         REQUIRE(isnan(f), "bf16 %#x", i);
                         REQUIRE(bf16_is_nan(hvd_float_to_bf16(f)), "bf16 %#x", i);
                 } else {
-                        REQUIRE(f_bits(f) == f_bits(r), "bf16 %#x -> %a, want %a", i, (double) f,
-                                (double) r);
-                        REQUIRE((hvd_float_to_bf16(f)) == (h[i]), "%d != %d",
-                                (int) (hvd_float_to_bf16(f)), (int) (h[i]));
+                        REQUIRE(f_bits(f) == f_bits(r), "bf16 %#x -> %a, want %a", i, (double) f, (double) r);
+                        REQUIRE((hvd_float_to_bf16(f)) == (h[i]), "%d != %d", (int) (hvd_float_to_bf16(f)),
+                                (int) (h[i]));
                 }
         }
         const void *srcs[1] = { h };
@@ -845,8 +811,8 @@ START_TEST(test_bf16_all_patterns) {
                         /* unscaled, a conversion round trip: NaN keeps sign and
                          * payload and comes out quiet */
                         if (sc[s] == 1.0)
-                                REQUIRE(out[i] == (bf16_is_nan(h[i]) ? h[i] | 0x40 : h[i]),
-                                        "bf16 %#x copied as %#x", i, out[i]);
+                                REQUIRE(out[i] == (bf16_is_nan(h[i]) ? h[i] | 0x40 : h[i]), "bf16 %#x copied as %#x", i,
+                                        out[i]);
                         REQUIRE(out[i] == want || (bf16_is_nan(out[i]) && bf16_is_nan(want)),
                                 "bf16 %#x * %g = %#x, want %#x", i, sc[s], out[i], want);
                 }
@@ -867,17 +833,16 @@ START_TEST(test_bf16_rounding) {
                         (int) (hvd_float_to_bf16(f_from_bits(mid - 1))), (int) (b));
                 REQUIRE((hvd_float_to_bf16(f_from_bits(mid + 1))) == (b + 1), "%d != %d",
                         (int) (hvd_float_to_bf16(f_from_bits(mid + 1))), (int) (b + 1));
-                REQUIRE((hvd_float_to_bf16(f_from_bits(mid | 0x80000000))) == (even | 0x8000),
-                        "%d != %d", (int) (hvd_float_to_bf16(f_from_bits(mid | 0x80000000))),
-                        (int) (even | 0x8000));
+                REQUIRE((hvd_float_to_bf16(f_from_bits(mid | 0x80000000))) == (even | 0x8000), "%d != %d",
+                        (int) (hvd_float_to_bf16(f_from_bits(mid | 0x80000000))), (int) (even | 0x8000));
                 REQUIRE((ref_float_to_bf16(f_from_bits(mid))) == (even), "%d != %d",
                         (int) (ref_float_to_bf16(f_from_bits(mid))), (int) (even));
         }
         for (uint64_t u = 0; u < (UINT64_C(1) << 32); u += 4093) {
                 float f = f_from_bits((uint32_t) u);
                 uint16_t got = hvd_float_to_bf16(f), want = ref_float_to_bf16(f);
-                REQUIRE(got == want || (bf16_is_nan(got) && bf16_is_nan(want)),
-                        "%a -> %#x, want %#x", (double) f, got, want);
+                REQUIRE(got == want || (bf16_is_nan(got) && bf16_is_nan(want)), "%a -> %#x, want %#x", (double) f, got,
+                        want);
         }
 }
 END_TEST
@@ -930,9 +895,8 @@ START_TEST(test_impl_and_tables) {
         hvd_reduce_force_generic(false);
         ck_assert_str_eq(hvd_reduce_impl(), hvd_reduce_cpu_has_avx2() ? "avx2" : "generic");
         static const size_t sizes[_HVD_DTYPE_COUNT] = {
-                [HVD_UINT8] = 1,   [HVD_INT8] = 1,    [HVD_INT16] = 2,    [HVD_INT32] = 4,
-                [HVD_INT64] = 8,   [HVD_FLOAT16] = 2, [HVD_BFLOAT16] = 2, [HVD_FLOAT32] = 4,
-                [HVD_FLOAT64] = 8, [HVD_BOOL] = 1
+                [HVD_UINT8] = 1,   [HVD_INT8] = 1,     [HVD_INT16] = 2,   [HVD_INT32] = 4,   [HVD_INT64] = 8,
+                [HVD_FLOAT16] = 2, [HVD_BFLOAT16] = 2, [HVD_FLOAT32] = 4, [HVD_FLOAT64] = 8, [HVD_BOOL] = 1
         };
         for (int dt = 0; dt < _HVD_DTYPE_COUNT; dt++) {
                 ck_assert_uint_eq(hvd_dtype_size((hvd_dtype_t) dt), sizes[dt]);

@@ -525,8 +525,8 @@ static void memo_expect(const hvd_wire_memo_t *m, uint64_t copied, uint64_t pars
 }
 
 START_TEST(test_wire_decode_memo) {
-        packed_t a = request_bytes("grad.a", 2), bq = request_bytes_full("grad.b", 1, true), c = request_bytes("grad.c", 4),
-                 d = request_bytes("grad.d", 3), e = request_bytes("grad.e", 0);
+        packed_t a = request_bytes("grad.a", 2), bq = request_bytes_full("grad.b", 1, true),
+                 c = request_bytes("grad.c", 4), d = request_bytes("grad.d", 3), e = request_bytes("grad.e", 0);
         hvd_wire_memo_t *m = hvd_wire_memo_new(64);
         ck_assert_ptr_nonnull(m);
         char err[512];
@@ -976,7 +976,8 @@ START_TEST(test_wire_reject_names) {
         hvd_wire_free(&d);
         free(longname);
         /* valid UTF-8 of every length passes */
-        one_req_init(&o, "gr\xc3\xb6\xc3\x9f" "e.\xe6\x97\xa5\xe6\x9c\xac.\xf0\x9f\x98\x80");
+        one_req_init(&o, "gr\xc3\xb6\xc3\x9f"
+                         "e.\xe6\x97\xa5\xe6\x9c\xac.\xf0\x9f\x98\x80");
         d = decode_ok(pack(&o.env));
         hvd_wire_free(&d);
 
@@ -1471,11 +1472,21 @@ START_TEST(test_wire_schema_has_no_recursion) {
         /* every message type of the core protocol is reachable from the
          * envelope (so the walk above covered it) */
         const ProtobufCMessageDescriptor *core[] = {
-                &hvd__hello__descriptor,    &hvd__rank_info__descriptor,  &hvd__welcome__descriptor,
-                &hvd__request__descriptor,  &hvd__ready__descriptor,      &hvd__entry__descriptor,
-                &hvd__op__descriptor,       &hvd__tensor_error__descriptor, &hvd__schedule__descriptor,
-                &hvd__done__descriptor,     &hvd__goodbye__descriptor,    &hvd__abort__descriptor,
-                &hvd__status_request__descriptor, &hvd__job_status__descriptor, &hvd__status__descriptor,
+                &hvd__hello__descriptor,
+                &hvd__rank_info__descriptor,
+                &hvd__welcome__descriptor,
+                &hvd__request__descriptor,
+                &hvd__ready__descriptor,
+                &hvd__entry__descriptor,
+                &hvd__op__descriptor,
+                &hvd__tensor_error__descriptor,
+                &hvd__schedule__descriptor,
+                &hvd__done__descriptor,
+                &hvd__goodbye__descriptor,
+                &hvd__abort__descriptor,
+                &hvd__status_request__descriptor,
+                &hvd__job_status__descriptor,
+                &hvd__status__descriptor,
                 &hvd__error_reply__descriptor,
         };
         for (size_t i = 0; i < ELEMENTSOF(core); i++) {
@@ -1486,8 +1497,8 @@ START_TEST(test_wire_schema_has_no_recursion) {
                 /* and walked from itself as a root, too */
                 size_t n2 = 0;
                 const ProtobufCMessageDescriptor *seen2[256];
-                ck_assert_msg(!find_cycle(core[i], path, 0, seen2, &n2, why, sizeof why),
-                              "recursive message type: %s", why);
+                ck_assert_msg(!find_cycle(core[i], path, 0, seen2, &n2, why, sizeof why), "recursive message type: %s",
+                              why);
         }
         ck_assert_uint_ge(n_seen, ELEMENTSOF(core) + 1);
 }

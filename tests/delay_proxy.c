@@ -42,7 +42,7 @@
 #include <unistd.h>
 
 #define RING_BYTES (16u << 20)
-#define STAMPS 65536u
+#define STAMPS     65536u
 #define MERGE_NSEC 5000u
 #define PROXY_MARK 0x6876 /* reads closer than this share one release time */
 
@@ -113,7 +113,7 @@ static void *pump(void *arg) {
                                          { .fd = d->dst, .events = can_write ? POLLOUT : 0 } };
                 struct timespec ts, *tsp = NULL;
                 if (held) { /* look again for SIGUSR2 every millisecond */
-                        ts = (struct timespec) { .tv_nsec = 1000000 };
+                        ts = (struct timespec){ .tv_nsec = 1000000 };
                         tsp = &ts;
                 } else if (!can_write && head != tail) {
                         uint64_t wait = d->stamps[head % STAMPS].due - now;
@@ -139,7 +139,7 @@ static void *pump(void *arg) {
                                 if (last && due - last->due < MERGE_NSEC)
                                         last->end = in;
                                 else
-                                        d->stamps[tail++ % STAMPS] = (stamp_t) { .end = in, .due = due };
+                                        d->stamps[tail++ % STAMPS] = (stamp_t){ .end = in, .due = due };
                         } else if (k == 0) {
                                 eof = true;
                         } else if (errno != EAGAIN && errno != EINTR) {
@@ -181,7 +181,7 @@ static int parse_addr(const char *s, struct sockaddr_in *sa) {
         host[colon - s] = 0;
         char *end;
         long port = strtol(colon + 1, &end, 10);
-        *sa = (struct sockaddr_in) { .sin_family = AF_INET, .sin_port = htons((uint16_t) port) };
+        *sa = (struct sockaddr_in){ .sin_family = AF_INET, .sin_port = htons((uint16_t) port) };
         if (*end || port < 0 || port > 65535 || inet_pton(AF_INET, host, &sa->sin_addr) != 1)
                 return -1;
         return 0;
@@ -262,8 +262,11 @@ int main(int argc, char **argv) {
                 conn_t *c = calloc(1, sizeof *c);
                 bool ok = c != NULL;
                 for (int i = 0; ok && i < 2; i++) {
-                        c->d[i] = (dir_t) { .c = c, .src = i ? t : a, .dst = i ? a : t, .ring = malloc(RING_BYTES),
-                                            .stamps = malloc(STAMPS * sizeof(stamp_t)) };
+                        c->d[i] = (dir_t){ .c = c,
+                                           .src = i ? t : a,
+                                           .dst = i ? a : t,
+                                           .ring = malloc(RING_BYTES),
+                                           .stamps = malloc(STAMPS * sizeof(stamp_t)) };
                         ok = c->d[i].ring && c->d[i].stamps;
                 }
                 pthread_t th[2];

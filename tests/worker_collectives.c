@@ -33,7 +33,7 @@ static const hvd_reduce_op_t all_ops[] = { HVD_REDUCE_AVERAGE, HVD_REDUCE_SUM, H
                                            HVD_REDUCE_PRODUCT };
 static const char *const op_names[] = { "average", "sum", "min", "max", "product" };
 #define N_DTYPES (sizeof all_dtypes / sizeof all_dtypes[0])
-#define N_OPS (sizeof all_ops / sizeof all_ops[0])
+#define N_OPS    (sizeof all_ops / sizeof all_ops[0])
 
 /* ---- reporting ---- */
 
@@ -45,8 +45,8 @@ static uint64_t now_usec(void) {
 
 static const char *errname(int e) {
         static __thread char buf[96];
-#define ERRNAME(name, value, text) \
-        if (e == (value))          \
+#define ERRNAME(name, value, text)                                                                                     \
+        if (e == (value))                                                                                              \
                 return #name;
         HVD_ERRORS(ERRNAME)
 #undef ERRNAME
@@ -73,20 +73,20 @@ static void fail(const char *fmt, ...) {
 
 /* A call that must succeed; on failure the process exits (without
  * hvd_shutdown: the daemon then aborts the job, so no rank hangs). */
-#define MUST(call)                                                                                        \
-        do {                                                                                              \
-                int _r = (call);                                                                          \
-                if (_r < 0) {                                                                             \
-                        printf("rank %d: FAIL [%s] %s:%d: %s returned %s: %s\n", rank, scenario, __FILE__, \
-                               __LINE__, #call, errname(_r), hvd_last_error());                          \
-                        exit(1);                                                                          \
-                }                                                                                         \
+#define MUST(call)                                                                                                     \
+        do {                                                                                                           \
+                int _r = (call);                                                                                       \
+                if (_r < 0) {                                                                                          \
+                        printf("rank %d: FAIL [%s] %s:%d: %s returned %s: %s\n", rank, scenario, __FILE__, __LINE__,   \
+                               #call, errname(_r), hvd_last_error());                                                  \
+                        exit(1);                                                                                       \
+                }                                                                                                      \
         } while (0)
 
-#define CHECK(cond, ...)                 \
-        do {                             \
-                if (!(cond))             \
-                        fail(__VA_ARGS__); \
+#define CHECK(cond, ...)                                                                                               \
+        do {                                                                                                           \
+                if (!(cond))                                                                                           \
+                        fail(__VA_ARGS__);                                                                             \
         } while (0)
 
 static void *xmalloc(size_t n) {
@@ -112,8 +112,7 @@ static int wait_h(hvd_handle_t *h, const char *what) {
 static void wait_ok(hvd_handle_t *h, const char *what) {
         int r = wait_h(h, what);
         if (r < 0) {
-                printf("rank %d: FAIL [%s] %s failed: %s: %s\n", rank, scenario, what, errname(r),
-                       hvd_handle_error(h));
+                printf("rank %d: FAIL [%s] %s failed: %s: %s\n", rank, scenario, what, errname(r), hvd_handle_error(h));
                 exit(1);
         }
         CHECK(hvd_handle_poll(h) == 1, "%s: poll after completion says pending", what);
@@ -223,8 +222,7 @@ static size_t compare(const char *what, hvd_dtype_t dt, const void *buf, size_t 
                 if (got == want || (isnan(got) && isnan(want)))
                         continue;
                 if (bad++ < 4)
-                        fail("%s (%s): element %zu is %.17g, expected %.17g", what, hvd_dtype_name(dt), i, got,
-                             want);
+                        fail("%s (%s): element %zu is %.17g, expected %.17g", what, hvd_dtype_name(dt), i, got, want);
         }
         if (bad > 4)
                 fail("%s: %zu of %zu elements differ", what, bad, n);
@@ -279,8 +277,7 @@ static double ar_input(hvd_dtype_t dt, hvd_reduce_op_t op, int r, size_t i) {
                 if (is_unsigned(dt))
                         return 1.0 + (double) ((i + (size_t) r) % 2);
                 return (double) ((i + (size_t) r) % 4) - 1.0;
-        default:
-                return 0;
+        default: return 0;
         }
 }
 
@@ -520,8 +517,8 @@ static void scenario_staggered(void) {
                 for (int i = 0; i < S; i++) {
                         char tag[32];
                         snprintf(tag, sizeof tag, "stag%d.%d", round, i);
-                        ar_case_init(&k[i], tag, i % 2 ? HVD_FLOAT64 : HVD_FLOAT32, HVD_REDUCE_SUM, 100 + (size_t) i,
-                                     1, 1.0, 1.0, false);
+                        ar_case_init(&k[i], tag, i % 2 ? HVD_FLOAT64 : HVD_FLOAT32, HVD_REDUCE_SUM, 100 + (size_t) i, 1,
+                                     1.0, 1.0, false);
                 }
                 for (int i = 0; i < S; i++) {
                         if (hvd_local_rank() != 0)
@@ -551,8 +548,8 @@ static double bc_gen(const void *vctx, size_t i) {
 }
 
 static void scenario_broadcast(void) {
-        const hvd_dtype_t dts[] = { HVD_UINT8, HVD_INT16, HVD_INT64, HVD_FLOAT16, HVD_BFLOAT16, HVD_FLOAT32,
-                                    HVD_FLOAT64, HVD_BOOL, HVD_INT8, HVD_INT32 };
+        const hvd_dtype_t dts[] = { HVD_UINT8,   HVD_INT16,   HVD_INT64, HVD_FLOAT16, HVD_BFLOAT16,
+                                    HVD_FLOAT32, HVD_FLOAT64, HVD_BOOL,  HVD_INT8,    HVD_INT32 };
         const size_t ns[] = { 0, 1, 1000 };
         enum { MAXK = 10 * 3 + 8 };
         for (int root = 0; root < size; root++) {
@@ -658,16 +655,28 @@ typedef struct ag_spec {
         int64_t (*rows)(int r);
 } ag_spec_t;
 
-static int64_t rows_r(int r) { return r; }                       /* rank 0 has none */
-static int64_t rows_r1(int r) { return r + 1; }
-static int64_t rows_odd(int r) { return 2 * r + 1; }
-static int64_t rows_rev(int r) { return size - r; }
-static int64_t rows_big(int r) { return (int64_t) (r + 1) * 100000; }
-static int64_t rows_none(int r) { return 0; }
+static int64_t rows_r(int r) {
+        return r;
+} /* rank 0 has none */
+static int64_t rows_r1(int r) {
+        return r + 1;
+}
+static int64_t rows_odd(int r) {
+        return 2 * r + 1;
+}
+static int64_t rows_rev(int r) {
+        return size - r;
+}
+static int64_t rows_big(int r) {
+        return (int64_t) (r + 1) * 100000;
+}
+static int64_t rows_none(int r) {
+        return 0;
+}
 
 typedef struct ag_ctx {
         hvd_dtype_t dt;
-        int r;           /* >= 0: this rank's input; -1: gathered output */
+        int r; /* >= 0: this rank's input; -1: gathered output */
         int64_t row_elems;
         int64_t (*rows)(int r);
         int salt;
@@ -749,8 +758,8 @@ static void ag_check_output(const ag_case_t *c, const hvd_handle_t *h, size_t in
         for (int d = 1; d < c->spec->ndim && shape; d++)
                 CHECK(shape[d] == c->shape[d], "%s: output dim %d is %" PRId64 ", expected %" PRId64, c->name, d,
                       shape[d], c->shape[d]);
-        CHECK(bytes == want_elems * hvd_dtype_size(c->spec->dt), "%s: output %zu bytes, expected %zu", c->name,
-              bytes, want_elems * hvd_dtype_size(c->spec->dt));
+        CHECK(bytes == want_elems * hvd_dtype_size(c->spec->dt), "%s: output %zu bytes, expected %zu", c->name, bytes,
+              want_elems * hvd_dtype_size(c->spec->dt));
         if (bytes == want_elems * hvd_dtype_size(c->spec->dt) && data) {
                 ag_ctx_t want = c->in_ctx;
                 want.r = -1;
@@ -962,21 +971,20 @@ static void scenario_alltoall(void) {
                 int64_t total3 = 0;
                 for (int s = 0; s < size; s++) {
                         int64_t w = rank == 0 ? s + 1 : 0;
-                        CHECK(recv[s] == w, "%s: recv_splits[%d] = %" PRId64 ", expected %" PRId64, name3, s,
-                              recv[s], w);
+                        CHECK(recv[s] == w, "%s: recv_splits[%d] = %" PRId64 ", expected %" PRId64, name3, s, recv[s],
+                              w);
                         total3 += w;
                 }
                 CHECK(ndim == 1 && oshape[0] == total3, "%s: output rows %" PRId64 ", expected %" PRId64, name3,
                       oshape[0], total3);
-                CHECK(bytes == (size_t) total3 * 4, "%s: %zu bytes, expected %zu", name3, bytes,
-                      (size_t) total3 * 4);
+                CHECK(bytes == (size_t) total3 * 4, "%s: %zu bytes, expected %zu", name3, bytes, (size_t) total3 * 4);
                 if (rank == 0 && bytes == (size_t) total3 * 4) {
                         const float *out = data;
                         int64_t k = 0;
                         for (int s = 0; s < size; s++)
                                 for (int j = 0; j <= s; j++, k++)
-                                        CHECK(out[k] == (float) (s * 10 + j), "%s: element %" PRId64 " is %g",
-                                              name3, k, out[k]);
+                                        CHECK(out[k] == (float) (s * 10 + j), "%s: element %" PRId64 " is %g", name3, k,
+                                              out[k]);
                 }
                 hvd_handle_release(&h3);
 
@@ -991,8 +999,8 @@ static void scenario_alltoall(void) {
                                 for (int64_t j = 0; j < per; j++) {
                                         float w = (float) (s * 4000000 + rank * per + j);
                                         if (out[s * per + j] != w && bad++ < 3)
-                                                fail("%s: from rank %d element %" PRId64 " is %g, expected %g",
-                                                     name4, s, j, out[s * per + j], w);
+                                                fail("%s: from rank %d element %" PRId64 " is %g, expected %g", name4,
+                                                     s, j, out[s * per + j], w);
                                 }
                 }
                 hvd_handle_release(&h4);
@@ -1061,8 +1069,8 @@ typedef struct rs_case {
         void *in;
 } rs_case_t;
 
-static void rs_case_init(rs_case_t *c, const char *tag, hvd_dtype_t dt, hvd_reduce_op_t op, int64_t rows,
-                         int64_t rest, int round) {
+static void rs_case_init(rs_case_t *c, const char *tag, hvd_dtype_t dt, hvd_reduce_op_t op, int64_t rows, int64_t rest,
+                         int round) {
         snprintf(c->name, sizeof c->name, "rs.%s.%d", tag, round);
         c->ctx = (rs_ctx_t){ dt, op, rest, 0, rank };
         c->ndim = 2;
@@ -1273,8 +1281,9 @@ static void scenario_join(void) {
                                 for (int r = 0; r < size; r++)
                                         if ((r + 1) * k > i)
                                                 rows += r + 1;
-                                CHECK(os[0] == rows, "round %d %s: %" PRId64 " rows, expected %" PRId64
-                                      " (joined ranks give none)", round, gn, os[0], rows);
+                                CHECK(os[0] == rows,
+                                      "round %d %s: %" PRId64 " rows, expected %" PRId64 " (joined ranks give none)",
+                                      round, gn, os[0], rows);
                                 if (os[0] == rows && bytes == (size_t) rows * 8) {
                                         const int32_t *o = data;
                                         int64_t at = 0;
@@ -1468,9 +1477,8 @@ static void scenario_inception(void) {
 
 /* submits one allreduce/broadcast with per-rank parameters and expects
  * HVD_EMISMATCH with `want` (exact when the message is deterministic) */
-static void expect_mismatch(const char *name, hvd_dtype_t dt, int ndim, const int64_t *shape,
-                            hvd_reduce_op_t op, int root, bool bcast, const char *want, const char *n1,
-                            const char *n2) {
+static void expect_mismatch(const char *name, hvd_dtype_t dt, int ndim, const int64_t *shape, hvd_reduce_op_t op,
+                            int root, bool bcast, const char *want, const char *n1, const char *n2) {
         double in[64] = { 0 }, out[64];
         hvd_request_t q = HVD_REQUEST_INIT;
         q.name = name;
@@ -1576,11 +1584,13 @@ static void scenario_duplicate(void) {
                         hvd_request_t qb = qa;
                         qb.output = z;
                         r = hvd_allreduce_async(&qb, &h2);
-                        CHECK(r == HVD_EDUPLICATE, "'dup.a' submitted twice while in flight: %s, expected "
-                              "HVD_EDUPLICATE", errname(r));
+                        CHECK(r == HVD_EDUPLICATE,
+                              "'dup.a' submitted twice while in flight: %s, expected "
+                              "HVD_EDUPLICATE",
+                              errname(r));
                         CHECK(h2 == NULL, "a refused submission produced a handle");
-                        CHECK(strstr(hvd_last_error(), "'dup.a'") != NULL,
-                              "last error \"%s\" does not name 'dup.a'", hvd_last_error());
+                        CHECK(strstr(hvd_last_error(), "'dup.a'") != NULL, "last error \"%s\" does not name 'dup.a'",
+                              hvd_last_error());
                         r = hvd_allreduce("dup.a", x, z, 3, HVD_FLOAT32, HVD_REDUCE_SUM);
                         CHECK(r == HVD_EDUPLICATE, "synchronous duplicate of 'dup.a': %s", errname(r));
                         MUST(hvd_barrier());
@@ -1758,8 +1768,9 @@ static void scenario_edges(void) {
         longname[HVD_MAX_NAME_BYTES + 1] = 0;
         CHECK(hvd_allreduce(longname, x, y, 6, HVD_FLOAT32, HVD_REDUCE_SUM) == -EINVAL,
               "a 1025-byte name was accepted");
-        MUST(hvd_allreduce("gr\xc3\xb6\xc3\x9f" "e.\xe6\x97\xa5\xe6\x9c\xac.\xf0\x9f\x98\x80", x, y, 6,
-                           HVD_FLOAT32, HVD_REDUCE_SUM));
+        MUST(hvd_allreduce("gr\xc3\xb6\xc3\x9f"
+                           "e.\xe6\x97\xa5\xe6\x9c\xac.\xf0\x9f\x98\x80",
+                           x, y, 6, HVD_FLOAT32, HVD_REDUCE_SUM));
         CHECK(y[0] == (float) size, "UTF-8 name: %g", y[0]);
         CHECK(hvd_allreduce("bad\xff", x, y, 6, HVD_FLOAT32, HVD_REDUCE_SUM) == -EINVAL,
               "a name that is not UTF-8 was accepted");
@@ -1875,13 +1886,16 @@ static void scenario_api(void) {
         }
         CHECK(hvd_cross_rank() == 0 && hvd_cross_size() == 1, "one host: cross rank %d of %d", hvd_cross_rank(),
               hvd_cross_size());
-        static const size_t sizes[] = { [HVD_UINT8] = 1, [HVD_INT8] = 1, [HVD_INT32] = 4, [HVD_INT64] = 8,
-                                        [HVD_FLOAT16] = 2, [HVD_BFLOAT16] = 2, [HVD_FLOAT32] = 4,
-                                        [HVD_FLOAT64] = 8, [HVD_BOOL] = 1, [HVD_INT16] = 2 };
-        static const char *const names[] = { [HVD_UINT8] = "uint8", [HVD_INT8] = "int8", [HVD_INT32] = "int32",
-                                              [HVD_INT64] = "int64", [HVD_FLOAT16] = "float16",
-                                              [HVD_BFLOAT16] = "bfloat16", [HVD_FLOAT32] = "float32",
-                                              [HVD_FLOAT64] = "float64", [HVD_BOOL] = "bool", [HVD_INT16] = "int16" };
+        static const size_t sizes[] = {
+                [HVD_UINT8] = 1,    [HVD_INT8] = 1,    [HVD_INT32] = 4,   [HVD_INT64] = 8, [HVD_FLOAT16] = 2,
+                [HVD_BFLOAT16] = 2, [HVD_FLOAT32] = 4, [HVD_FLOAT64] = 8, [HVD_BOOL] = 1,  [HVD_INT16] = 2
+        };
+        static const char *const names[] = {
+                [HVD_UINT8] = "uint8",     [HVD_INT8] = "int8",       [HVD_INT32] = "int32",
+                [HVD_INT64] = "int64",     [HVD_FLOAT16] = "float16", [HVD_BFLOAT16] = "bfloat16",
+                [HVD_FLOAT32] = "float32", [HVD_FLOAT64] = "float64", [HVD_BOOL] = "bool",
+                [HVD_INT16] = "int16"
+        };
         for (int d = 0; d < _HVD_DTYPE_COUNT; d++) {
                 CHECK(hvd_dtype_size((hvd_dtype_t) d) == sizes[d], "hvd_dtype_size(%d) = %zu", d,
                       hvd_dtype_size((hvd_dtype_t) d));
@@ -1890,7 +1904,7 @@ static void scenario_api(void) {
         }
         CHECK(hvd_dtype_size(_HVD_DTYPE_COUNT) == 0, "hvd_dtype_size of an invalid dtype is not 0");
         CHECK(hvd_dtype_name(_HVD_DTYPE_COUNT) != NULL, "hvd_dtype_name of an invalid dtype is NULL");
-#define STRERR(name, value, text) \
+#define STRERR(name, value, text)                                                                                      \
         CHECK(!strcmp(hvd_strerror(value), text), "hvd_strerror(%s) = \"%s\"", #name, hvd_strerror(value));
         HVD_ERRORS(STRERR)
 #undef STRERR
@@ -1904,8 +1918,8 @@ static void scenario_api(void) {
         hvd_request_init(&q);
         hvd_request_t w = HVD_REQUEST_INIT;
         CHECK(q.name == w.name && q.dtype == w.dtype && q.reduce_op == HVD_REDUCE_AVERAGE && q.prescale == 1.0 &&
-              q.postscale == 1.0 && q.root == 0 && q.splits == NULL && q.process_set == 0 &&
-              q.device == HVD_DEVICE_CPU && q.ndim == 0,
+                      q.postscale == 1.0 && q.root == 0 && q.splits == NULL && q.process_set == 0 &&
+                      q.device == HVD_DEVICE_CPU && q.ndim == 0,
               "hvd_request_init differs from HVD_REQUEST_INIT");
         /* the default reduce op is average, as in Horovod */
         float x = (float) (2 * rank), y = -1;
@@ -2149,8 +2163,7 @@ static void scenario_process_sets_same_name(void) {
         MUST(id_o);
         bool is_even = rank % 2 == 0;
         for (int round = 0; round < 3; round++)
-                ps_allreduce(is_even ? id_e : id_o, "ps.grad", is_even ? even : odd, is_even ? ne : no,
-                             (float) round);
+                ps_allreduce(is_even ? id_e : id_o, "ps.grad", is_even ? even : odd, is_even ? ne : no, (float) round);
         MUST(hvd_remove_process_set(id_o));
         MUST(hvd_remove_process_set(id_e));
 }
@@ -2256,8 +2269,8 @@ static void scenario_longrun_detached(void) {
 /* ---- flows that run without (or before) a successful hvd_init ---- */
 
 static int code_of(const char *name) {
-#define ERRCODE(n, value, text) \
-        if (!strcmp(name, #n))  \
+#define ERRCODE(n, value, text)                                                                                        \
+        if (!strcmp(name, #n))                                                                                         \
                 return value;
         HVD_ERRORS(ERRCODE)
 #undef ERRCODE
@@ -2314,8 +2327,8 @@ static void expect_notinit(const char *when) {
         int r = hvd_allreduce_async(&q, &h);
         CHECK(r == HVD_ENOTINIT, "%s: hvd_allreduce_async: %s", when, errname(r));
         CHECK(h == (hvd_handle_t *) 0x1, "%s: the handle out-parameter was written on failure", when);
-        CHECK(strstr(hvd_last_error(), "hvd_init") != NULL, "%s: last error \"%s\" does not say to call hvd_init",
-              when, hvd_last_error());
+        CHECK(strstr(hvd_last_error(), "hvd_init") != NULL, "%s: last error \"%s\" does not say to call hvd_init", when,
+              hvd_last_error());
         r = hvd_allreduce("ni", &x, &y, 1, HVD_FLOAT32, HVD_REDUCE_SUM);
         CHECK(r == HVD_ENOTINIT, "%s: hvd_allreduce: %s", when, errname(r));
         r = hvd_broadcast("ni", &x, 1, HVD_FLOAT32, 0);
@@ -2369,8 +2382,10 @@ static int flow_notinit(void) {
         MUST(hvd_shutdown());
         if (pending) {
                 int r = hvd_handle_wait_timeout(pending, 5 * 1000000ull);
-                CHECK(r == HVD_ESHUTDOWN, "a handle pending at hvd_shutdown completed with %s, expected "
-                      "HVD_ESHUTDOWN", errname(r));
+                CHECK(r == HVD_ESHUTDOWN,
+                      "a handle pending at hvd_shutdown completed with %s, expected "
+                      "HVD_ESHUTDOWN",
+                      errname(r));
                 hvd_handle_release(&pending);
         }
         expect_notinit("after hvd_shutdown");
@@ -2574,8 +2589,9 @@ static void hold(void) {
 int main(int argc, char **argv) {
         setvbuf(stdout, NULL, _IOLBF, 0);
         if (argc < 2) {
-                fprintf(stderr, "usage: %s SCENARIO... | all | notinit | expect-init-error CODE MAX_MS NEEDLE...\n"
-                                "scenarios:",
+                fprintf(stderr,
+                        "usage: %s SCENARIO... | all | notinit | expect-init-error CODE MAX_MS NEEDLE...\n"
+                        "scenarios:",
                         argv[0]);
                 for (size_t i = 0; i < N_SCEN; i++)
                         fprintf(stderr, " %s", scenarios[i].name);

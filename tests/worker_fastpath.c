@@ -129,8 +129,8 @@ static int exact(int rounds) {
                 /* ranks submit in different orders: the board orders them */
                 for (int k = 0; k < NT; k++) {
                         int t = (k + rank * 3) % NT;
-                        h[t] = submit(names[t], in[t], out[t], lens[t], t == 2 || t == 6 ? HVD_REDUCE_MAX : HVD_REDUCE_SUM,
-                                      0);
+                        h[t] = submit(names[t], in[t], out[t], lens[t],
+                                      t == 2 || t == 6 ? HVD_REDUCE_MAX : HVD_REDUCE_SUM, 0);
                         if (k == NT / 2 && round % 7 == 3) {
                                 /* a name never seen, between cached ones */
                                 snprintf(nname, sizeof nname, "fp.new.%d", round);

@@ -28,8 +28,8 @@ static uint64_t clock_ms(clockid_t c) {
 }
 
 static const char *errname(int e) {
-#define ERRNAME(name, value, text) \
-        if (e == (value))          \
+#define ERRNAME(name, value, text)                                                                                     \
+        if (e == (value))                                                                                              \
                 return #name;
         HVD_ERRORS(ERRNAME)
 #undef ERRNAME

@@ -58,7 +58,7 @@ int main(int argc, char **argv) {
         for (int it = 0; it < 3; it++) {
                 /* allgather: rank r contributes r+1 rows of 3 */
                 {
-                        int64_t shape[2] = {rank + 1, 3};
+                        int64_t shape[2] = { rank + 1, 3 };
                         int32_t *in = malloc(sizeof(int32_t) * (rank + 1) * 3);
                         for (int i = 0; i < (rank + 1) * 3; i++)
                                 in[i] = rank * 1000 + i;
@@ -103,7 +103,7 @@ int main(int argc, char **argv) {
                                 splits[d] = (rank + d) % 3;
                                 rows += splits[d];
                         }
-                        int64_t shape[2] = {rows, 2};
+                        int64_t shape[2] = { rows, 2 };
                         float *in = malloc(sizeof(float) * (rows * 2 + 1));
                         size_t k = 0;
                         for (int d = 0; d < size; d++)
@@ -133,7 +133,7 @@ int main(int argc, char **argv) {
                 }
                 /* reducescatter: 7 rows of 5 */
                 {
-                        int64_t shape[2] = {7, 5};
+                        int64_t shape[2] = { 7, 5 };
                         double in[35];
                         for (int i = 0; i < 35; i++)
                                 in[i] = i + rank;

@@ -42,13 +42,13 @@ enum {
 };
 
 typedef struct ctl {
-        const char *runtime_dir;  /* for messages; the endpoint's directory with --endpoint */
+        const char *runtime_dir; /* for messages; the endpoint's directory with --endpoint */
         char endpoint[PATH_MAX + 32];
         char dir_buf[PATH_MAX];
         uint64_t timeout_usec;
         bool json;
-        const char *job_id;      /* job ID */
-        const char *level;       /* log-level LEVEL */
+        const char *job_id; /* job ID */
+        const char *level;  /* log-level LEVEL */
 } ctl_t;
 
 static void help(void) {
@@ -324,8 +324,9 @@ static void json_job(FILE *f, const Hvd__JobStatus *j, const char *ind) {
         fprintf(f, ",\n%s  \"ranks\": [", ind);
         for (size_t i = 0; i < j->n_ranks; i++) {
                 const Hvd__RankInfo *ri = j->ranks[i];
-                fprintf(f, "%s\n%s    {\"rank\": %" PRIu32 ", \"local_rank\": %" PRIu32 ", \"pid\": %" PRIu32
-                           ", \"host\": ",
+                fprintf(f,
+                        "%s\n%s    {\"rank\": %" PRIu32 ", \"local_rank\": %" PRIu32 ", \"pid\": %" PRIu32
+                        ", \"host\": ",
                         i ? "," : "", ind, ri->rank, ri->local_rank, ri->pid);
                 json_string(f, ri->host);
                 fputs(", \"data_addr\": ", f);
@@ -348,9 +349,9 @@ static void json_job(FILE *f, const Hvd__JobStatus *j, const char *ind) {
                 "%s  \"fast_path_tensors\": %" PRIu64 ",\n"
                 "%s  \"joined_ranks\": %" PRIu32 ",\n"
                 "%s  \"abort_reason\": ",
-                ind, j->cycles, ind, j->tensors_negotiated, ind, j->fused_ops, ind, j->bytes_reduced, ind,
-                j->age_usec, ind, j->schedules, ind, j->cache_hits, ind, j->tensors_in_fused_ops, ind,
-                j->fast_path_tensors, ind, j->joined_ranks, ind);
+                ind, j->cycles, ind, j->tensors_negotiated, ind, j->fused_ops, ind, j->bytes_reduced, ind, j->age_usec,
+                ind, j->schedules, ind, j->cache_hits, ind, j->tensors_in_fused_ops, ind, j->fast_path_tensors, ind,
+                j->joined_ranks, ind);
         json_string(f, j->abort_reason);
         fprintf(f, ",\n%s  \"stalled\": ", ind);
         json_string(f, j->stalled);
@@ -460,7 +461,8 @@ static void print_job_counters(const Hvd__JobStatus *j, const char *ind) {
                        100.0 * j->cache_hit_rate, fmt_bytes(j->mean_fused_bytes, a, sizeof a),
                        fmt_bytes((uint64_t) llround(j->throughput_bytes_per_sec), b, sizeof b));
                 printf("%stime: negotiation %.3g ms per tensor (%s in all)", ind,
-                       j->tensors_negotiated ? (double) j->negotiation_usec / 1e3 / (double) j->tensors_negotiated : 0.0,
+                       j->tensors_negotiated ? (double) j->negotiation_usec / 1e3 / (double) j->tensors_negotiated
+                                             : 0.0,
                        fmt_duration(j->negotiation_usec, c, sizeof c));
         } else
                 printf("%stime: negotiated by the job's root daemon", ind);
@@ -514,15 +516,15 @@ static void print_status(const Hvd__Status *s) {
         int w = 6;
         for (size_t i = 0; i < s->n_jobs; i++)
                 w = HVD_MAX(w, text_width(s->jobs[i]->job_id));
-        printf("\n%-*s  %5s  %-8s  %8s  %9s  %8s  %9s  %9s  %10s  %10s\n", w, "JOB", "SIZE", "STATE", "AGE",
-               "CYCLES", "TENSORS", "FUSED-OPS", "IN-FUSED", "CACHE-HITS", "BYTES");
+        printf("\n%-*s  %5s  %-8s  %8s  %9s  %8s  %9s  %9s  %10s  %10s\n", w, "JOB", "SIZE", "STATE", "AGE", "CYCLES",
+               "TENSORS", "FUSED-OPS", "IN-FUSED", "CACHE-HITS", "BYTES");
         for (size_t i = 0; i < s->n_jobs; i++) {
                 const Hvd__JobStatus *j = s->jobs[i];
                 printf("%s%*s  %5" PRIu32 "  %-8s  %8s  %9" PRIu64 "  %8" PRIu64 "  %9" PRIu64 "  %9" PRIu64
                        "  %10" PRIu64 "  %10s\n",
-                       j->job_id, w - text_width(j->job_id), "", j->size, j->state, fmt_duration(j->age_usec, a, sizeof a), j->cycles,
-                       j->tensors_negotiated, j->fused_ops, j->tensors_in_fused_ops, j->cache_hits,
-                       fmt_bytes(j->bytes_reduced, b, sizeof b));
+                       j->job_id, w - text_width(j->job_id), "", j->size, j->state,
+                       fmt_duration(j->age_usec, a, sizeof a), j->cycles, j->tensors_negotiated, j->fused_ops,
+                       j->tensors_in_fused_ops, j->cache_hits, fmt_bytes(j->bytes_reduced, b, sizeof b));
                 if (strcmp(j->state, "joining") == 0)
                         printf("    waiting: %zu of %" PRIu32 " ranks have joined\n", j->n_ranks, j->size);
                 print_ranks(s, j);
@@ -552,8 +554,8 @@ static void print_job(const Hvd__Status *s, const Hvd__JobStatus *j) {
                j->state, j->size, j->cross_size, j->cross_size == 1 ? "" : "s", j->ranks_here,
                fmt_duration(j->age_usec, a, sizeof a),
                j->root ? "negotiated here" : "negotiated by the root daemon of its first host");
-        printf("  cycles %" PRIu64 ", tensors negotiated %" PRIu64 ", fused ops %" PRIu64 ", bytes %s, cache hits %" PRIu64
-               "\n",
+        printf("  cycles %" PRIu64 ", tensors negotiated %" PRIu64 ", fused ops %" PRIu64
+               ", bytes %s, cache hits %" PRIu64 "\n",
                j->cycles, j->tensors_negotiated, j->fused_ops, fmt_bytes(j->bytes_reduced, b, sizeof b), j->cache_hits);
         print_job_counters(j, "  ");
         if (j->abort_reason && *j->abort_reason)
@@ -578,7 +580,8 @@ static void print_job(const Hvd__Status *s, const Hvd__JobStatus *j) {
                         snprintf(seq, sizeof seq, "%" PRIu64, r->done_seq);
                         fmt_duration(r->busy_usec, busy, sizeof busy);
                 }
-                printf("%5" PRIu32 "  %-6s  %s%*s  %8s  %5" PRIu32 "  %-8s  %9s  %7" PRIu32 "  %8" PRIu64 "  %8s  %8s\n",
+                printf("%5" PRIu32 "  %-6s  %s%*s  %8s  %5" PRIu32 "  %-8s  %9s  %7" PRIu32 "  %8" PRIu64
+                       "  %8s  %8s\n",
                        r->rank, r->local ? "local" : "remote", r->host, hw - text_width(r->host), "", pid,
                        r->local_rank, r->state, seen, r->tensors_pending, r->readies, seq, busy);
         }
@@ -965,21 +968,17 @@ static int cmd_keygen(int argc, char **argv) {
                 }
         }
         explicit_bzero(sec, sizeof sec);
-        printf("public key %s\nwritten to %s/coordinatord.key; secret key in %s/coordinatord.secret (mode 0600)\n",
-               pub, dir, dir);
+        printf("public key %s\nwritten to %s/coordinatord.key; secret key in %s/coordinatord.secret (mode 0600)\n", pub,
+               dir, dir);
         return 0;
 }
 
 int main(int argc, char **argv) {
         static const struct option opts[] = {
-                { "runtime-dir", required_argument, NULL, 'r' },
-                { "endpoint", required_argument, NULL, 'e' },
-                { "timeout", required_argument, NULL, 't' },
-                { "json", no_argument, NULL, 'j' },
-                { "watch", optional_argument, NULL, 'w' },
-                { "help", no_argument, NULL, 'h' },
-                { "version", no_argument, NULL, 'V' },
-                {},
+                { "runtime-dir", required_argument, NULL, 'r' }, { "endpoint", required_argument, NULL, 'e' },
+                { "timeout", required_argument, NULL, 't' },     { "json", no_argument, NULL, 'j' },
+                { "watch", optional_argument, NULL, 'w' },       { "help", no_argument, NULL, 'h' },
+                { "version", no_argument, NULL, 'V' },           {},
         };
         if (argc >= 2 && strcmp(argv[1], "keygen") == 0)
                 return cmd_keygen(argc - 1, argv + 1);
@@ -1054,9 +1053,12 @@ int main(int argc, char **argv) {
                 size_t min_args, max_args;
                 bool json, watch;
         } cmds[] = {
-                { "status", CMD_STATUS, 0, 0, true, true },    { "jobs", CMD_JOBS, 0, 0, true, true },
-                { "job", CMD_JOB, 1, 1, true, true },          { "metrics", CMD_METRICS, 0, 0, false, true },
-                { "log-level", CMD_LOG_LEVEL, 0, 1, false, false }, { "version", CMD_VERSION, 0, 0, false, false },
+                { "status", CMD_STATUS, 0, 0, true, true },
+                { "jobs", CMD_JOBS, 0, 0, true, true },
+                { "job", CMD_JOB, 1, 1, true, true },
+                { "metrics", CMD_METRICS, 0, 0, false, true },
+                { "log-level", CMD_LOG_LEVEL, 0, 1, false, false },
+                { "version", CMD_VERSION, 0, 0, false, false },
         };
         size_t k = 0;
         while (k < ELEMENTSOF(cmds) && strcmp(cmds[k].name, command) != 0)

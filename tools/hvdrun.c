@@ -41,20 +41,20 @@
 #include "util.h"
 #include "wire.h"
 
-#define MAX_NP 4096
-#define MAX_HOSTS 1024                  /* libhvd's HVD_MAX_HOSTS */
-#define MAX_HOSTS_VAR 4000              /* libhvd reads HVD_HOSTS into 4 KiB */
-#define HOST_NAME_BYTES 256
-#define ENDPOINT_BYTES 256              /* hvd_daemon_config_t.peer_listen */
-#define DEFAULT_PEER_PORT 7100          /* a remote first host's daemon: tcp://HOST:7100 */
+#define MAX_NP             4096
+#define MAX_HOSTS          1024 /* libhvd's HVD_MAX_HOSTS */
+#define MAX_HOSTS_VAR      4000 /* libhvd reads HVD_HOSTS into 4 KiB */
+#define HOST_NAME_BYTES    256
+#define ENDPOINT_BYTES     256  /* hvd_daemon_config_t.peer_listen */
+#define DEFAULT_PEER_PORT  7100 /* a remote first host's daemon: tcp://HOST:7100 */
 #define DEFAULT_GRACE_USEC (5 * USEC_PER_SEC)
-#define KILL_AFTER_USEC (2 * USEC_PER_SEC)
-#define DRAIN_USEC (1 * USEC_PER_SEC)   /* output still open after every worker exited */
-#define HELPER_WAIT_USEC (3 * USEC_PER_SEC) /* remote clean-up commands still running at the end */
+#define KILL_AFTER_USEC    (2 * USEC_PER_SEC)
+#define DRAIN_USEC         (1 * USEC_PER_SEC) /* output still open after every worker exited */
+#define HELPER_WAIT_USEC   (3 * USEC_PER_SEC) /* remote clean-up commands still running at the end */
 #define PROBE_TIMEOUT_USEC USEC_PER_SEC
-#define LINE_BYTES 65536                /* a longer line is passed on in pieces */
-#define EXIT_USAGE 2
-#define PRIVATE "<private>"             /* --dry-run: known only once a private daemon runs */
+#define LINE_BYTES         65536 /* a longer line is passed on in pieces */
+#define EXIT_USAGE         2
+#define PRIVATE            "<private>" /* --dry-run: known only once a private daemon runs */
 
 extern char **environ;
 
@@ -67,70 +67,70 @@ typedef struct embedded {
 } embedded_t;
 
 typedef enum host_kind {
-        HOST_LOCAL,              /* this machine: the node's daemon, or a private one */
-        HOST_NODE,               /* --node-daemon HOST=DIR: a daemon of this machine stands in */
-        HOST_EMULATED,           /* --emulate-hosts: a private daemon of its own, on this machine */
-        HOST_REMOTE,             /* reached over ssh; its node's daemon runs there */
+        HOST_LOCAL,    /* this machine: the node's daemon, or a private one */
+        HOST_NODE,     /* --node-daemon HOST=DIR: a daemon of this machine stands in */
+        HOST_EMULATED, /* --emulate-hosts: a private daemon of its own, on this machine */
+        HOST_REMOTE,   /* reached over ssh; its node's daemon runs there */
 } host_kind_t;
 
 typedef struct host {
-        char *name;              /* as first listed */
+        char *name; /* as first listed */
         long slots;
         host_kind_t kind;
-        const char *node_dir;    /* HOST_NODE: the daemon's runtime directory, borrowed from argv */
-        int n_ranks;             /* 0: not part of the job (-np was reached before it) */
+        const char *node_dir; /* HOST_NODE: the daemon's runtime directory, borrowed from argv */
+        int n_ranks;          /* 0: not part of the job (-np was reached before it) */
         int first_rank;
-        int cross_rank;          /* index among the hosts that got ranks, -1 for none */
-        bool private_daemon;     /* emb is used (or would be, with --dry-run) */
+        int cross_rank;      /* index among the hosts that got ranks, -1 for none */
+        bool private_daemon; /* emb is used (or would be, with --dry-run) */
         embedded_t emb;
-        const char *runtime_dir; /* its ranks' daemon: borrowed from the options or emb.dir */
+        const char *runtime_dir;      /* its ranks' daemon: borrowed from the options or emb.dir */
         char peer_ep[ENDPOINT_BYTES]; /* that daemon's peer endpoint, "" when unknown */
         bool remote_kill_sent[2];     /* SIGTERM / SIGKILL clean-up started */
 } host_t;
 
 typedef struct options {
-        long np;                 /* 0 = not given */
-        const char *hosts_arg;   /* -H */
+        long np;               /* 0 = not given */
+        const char *hosts_arg; /* -H */
         const char *hostfile;
-        host_t *hosts;           /* owned: the listed hosts, merged, in order */
+        host_t *hosts; /* owned: the listed hosts, merged, in order */
         size_t n_hosts;
-        bool hosts_listed;       /* -H or --hostfile given (else one implicit local host) */
-        char **node_daemons;     /* "HOST=DIR", borrowed from argv */
+        bool hosts_listed;   /* -H or --hostfile given (else one implicit local host) */
+        char **node_daemons; /* "HOST=DIR", borrowed from argv */
         size_t n_node_daemons;
         bool emulate_hosts;
         const char *root_peer;
-        const char *ssh;         /* the command that reaches a remote host */
+        const char *ssh; /* the command that reaches a remote host */
         bool dry_run;
-        char **exports;          /* -x NAME[=VALUE], in order */
+        char **exports; /* -x NAME[=VALUE], in order */
         size_t n_exports;
         const char *fusion_mb, *cycle_ms, *start_timeout;
         uint64_t fusion_bytes, start_timeout_usec;
         uint64_t grace_usec;
         const char *runtime_dir;
-        int embedded;            /* -1 probe (default), 0 --no-embedded, 1 --embedded */
+        int embedded; /* -1 probe (default), 0 --no-embedded, 1 --embedded */
         bool prefix, prefix_host;
         bool verbose;
-        char **argv;             /* PROGRAM ARGS..., borrowed from main's argv */
+        char **argv; /* PROGRAM ARGS..., borrowed from main's argv */
 } options_t;
 
 typedef struct job {
         char id[4 + 32 + 1];
         char secret[33];
-        int cross_size;          /* hosts with ranks */
-        bool all_here;           /* no remote host: every daemon of the job runs on this machine */
+        int cross_size; /* hosts with ranks */
+        bool all_here;  /* no remote host: every daemon of the job runs on this machine */
         bool any_here, any_remote;
-        host_t *root;            /* the host of rank 0: its daemon is the job's root */
+        host_t *root; /* the host of rank 0: its daemon is the job's root */
         char root_peer[ENDPOINT_BYTES];
-        char *hosts_var;         /* HVD_HOSTS, owned */
-        char cwd[PATH_MAX];      /* "" when unknown: remote ranks start in the home directory */
-        char me[HOST_NAME_MAX + 1];  /* gethostname() */
-        char **ssh_words;        /* owned: --ssh split at blanks */
+        char *hosts_var;            /* HVD_HOSTS, owned */
+        char cwd[PATH_MAX];         /* "" when unknown: remote ranks start in the home directory */
+        char me[HOST_NAME_MAX + 1]; /* gethostname() */
+        char **ssh_words;           /* owned: --ssh split at blanks */
         size_t n_ssh_words;
 } job_t;
 
 typedef struct stream {
-        int fd;                  /* read end of the worker's pipe, -1 once closed */
-        int out_fd;              /* 1 or 2 */
+        int fd;     /* read end of the worker's pipe, -1 once closed */
+        int out_fd; /* 1 or 2 */
         char *buf;
         size_t len;
 } stream_t;
@@ -138,18 +138,18 @@ typedef struct stream {
 typedef struct worker {
         int rank;
         host_t *host;
-        pid_t pid;               /* also its process group; 0 = not started */
-        bool exited;             /* seen with WNOWAIT: a zombie we still hold */
+        pid_t pid;   /* also its process group; 0 = not started */
+        bool exited; /* seen with WNOWAIT: a zombie we still hold */
         bool reaped;
-        int status;              /* exit code, or 128 + signal */
+        int status; /* exit code, or 128 + signal */
         stream_t out, err;
-        char **envp;             /* owned; NULL = ours (ssh) */
-        char **argv;             /* owned; NULL = PROGRAM ARGS (local ranks) */
-        char *shown;             /* owned: the command line --dry-run prints */
+        char **envp; /* owned; NULL = ours (ssh) */
+        char **argv; /* owned; NULL = PROGRAM ARGS (local ranks) */
+        char *shown; /* owned: the command line --dry-run prints */
 } worker_t;
 
 typedef struct env_list {
-        char **v;                /* NULL-terminated, every string owned */
+        char **v; /* NULL-terminated, every string owned */
         size_t n, cap;
 } env_list_t;
 
@@ -159,23 +159,23 @@ typedef struct run {
         int sfd;
         bool verbose;
         bool prefix_host;
-        bool multi;              /* several hosts: messages name the host */
+        bool multi; /* several hosts: messages name the host */
         uint64_t grace_usec;
-        int first_fail_rank;     /* -1 = none yet */
+        int first_fail_rank; /* -1 = none yet */
         int exit_status;
-        int interrupt_sig;       /* SIGINT/SIGTERM/SIGHUP received, 0 = none */
+        int interrupt_sig; /* SIGINT/SIGTERM/SIGHUP received, 0 = none */
         uint64_t grace_deadline, kill_deadline, drain_deadline;
         bool term_sent, kill_sent;
-        bool out_dead[3];        /* EPIPE on our stdout/stderr: discard */
+        bool out_dead[3]; /* EPIPE on our stdout/stderr: discard */
         char *scratch;
         size_t scratch_cap;
         const job_t *job;
-        const char *ssh_path;    /* resolved ssh_words[0] */
+        const char *ssh_path; /* resolved ssh_words[0] */
         host_t *hosts;
         size_t n_hosts;
-        pid_t *helpers;          /* remote clean-up commands, 0 once reaped */
+        pid_t *helpers; /* remote clean-up commands, 0 once reaped */
         size_t n_helpers, cap_helpers;
-        pid_t pump;              /* copies our stdin to a remote rank 0, 0 = none */
+        pid_t pump; /* copies our stdin to a remote rank 0, 0 = none */
 } run_t;
 
 /* ---- small helpers ---- */
@@ -447,8 +447,7 @@ static int env_list_put(env_list_t *e, char *entry) {
         return env_list_push(e, entry);
 }
 
-static int env_list_set(env_list_t *e, const char *name, const char *fmt, ...)
-        __attribute__((format(printf, 3, 4)));
+static int env_list_set(env_list_t *e, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int env_list_set(env_list_t *e, const char *name, const char *fmt, ...) {
         char *value = NULL, *entry = NULL;
         va_list ap;
@@ -515,8 +514,7 @@ static bool host_is_local(const char *host) {
                 if (is4 && i->ifa_addr->sa_family == AF_INET)
                         found = ((struct sockaddr_in *) (void *) i->ifa_addr)->sin_addr.s_addr == a4.s_addr;
                 else if (is6 && i->ifa_addr->sa_family == AF_INET6)
-                        found = memcmp(&((struct sockaddr_in6 *) (void *) i->ifa_addr)->sin6_addr, &a6,
-                                       sizeof a6) == 0;
+                        found = memcmp(&((struct sockaddr_in6 *) (void *) i->ifa_addr)->sin6_addr, &a6, sizeof a6) == 0;
         }
         freeifaddrs(ifs);
         return found;
@@ -553,8 +551,7 @@ static int add_host(options_t *o, const char *entry, size_t len, const char *whe
                 if (*p == ':')
                         slots = p + 1;
                 else if (*p)
-                        return usage_error("host entry '[%s]%s' in %s: expected ':SLOTS' after ']'", host, p,
-                                           where);
+                        return usage_error("host entry '[%s]%s' in %s: expected ':SLOTS' after ']'", host, p, where);
         } else if ((p = strpbrk(buf, " \t"))) {
                 *p++ = 0;
                 p += strspn(p, " \t");
@@ -570,8 +567,7 @@ static int add_host(options_t *o, const char *entry, size_t len, const char *whe
         }
         double v = 1;
         if (slots && parse_number(slots, 1, MAX_NP, &v) < 0)
-                return usage_error("host '%s' in %s: slots '%s' is not a number in 1..%d", host, where, slots,
-                                   MAX_NP);
+                return usage_error("host '%s' in %s: slots '%s' is not a number in 1..%d", host, where, slots, MAX_NP);
         if (v != floor(v))
                 return usage_error("host '%s' in %s: slots '%s' is not a whole number", host, where, slots);
         if (!*host)
@@ -651,8 +647,8 @@ static int plan_hosts(options_t *o, long slots) {
                         listed = true;
                 }
                 if (!listed)
-                        return usage_error("--node-daemon '%s': host '%.*s' is not listed by -H or --hostfile",
-                                           nd, (int) hl, nd);
+                        return usage_error("--node-daemon '%s': host '%.*s' is not listed by -H or --hostfile", nd,
+                                           (int) hl, nd);
         }
         for (size_t k = 0; k < o->n_hosts; k++) {
                 host_t *h = &o->hosts[k];
@@ -795,9 +791,10 @@ static int parse_options(int argc, char **argv, options_t *o) {
                         break;
                 case OPT_DRY_RUN: o->dry_run = true; break;
                 case 'x':
-                        if (!*arg || *arg == '=' || strcspn(arg, "=") != strspn(arg, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
-                                                                                      "abcdefghijklmnopqrstuvwxyz"
-                                                                                      "0123456789_") ||
+                        if (!*arg || *arg == '=' ||
+                            strcspn(arg, "=") != strspn(arg, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                                             "abcdefghijklmnopqrstuvwxyz"
+                                                             "0123456789_") ||
                             isdigit((unsigned char) *arg))
                                 return usage_error("-x '%s': expected NAME or NAME=VALUE", arg);
                         o->exports[o->n_exports++] = (char *) arg;
@@ -810,8 +807,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
                         break;
                 case OPT_CYCLE:
                         if (parse_number(arg, 0.001, 60000, &v) < 0)
-                                return usage_error("--cycle-time-ms '%s': expected milliseconds in 0.001..60000",
-                                                   arg);
+                                return usage_error("--cycle-time-ms '%s': expected milliseconds in 0.001..60000", arg);
                         o->cycle_ms = arg;
                         break;
                 case OPT_START:
@@ -1017,8 +1013,7 @@ static int embedded_start(embedded_t *e, const options_t *o, const char *peer_li
         }
         /* hvd_daemon_new() wrote it after binding */
         if (peer_listen && read_peer_endpoint(e->dir, peer_ep, peer_ep_len) < 0) {
-                fprintf(stderr, "hvdrun: the private hvd-coordinatord in %s did not write its peer endpoint\n",
-                        e->dir);
+                fprintf(stderr, "hvdrun: the private hvd-coordinatord in %s did not write its peer endpoint\n", e->dir);
                 return -EIO;
         }
         r = -pthread_create(&e->thread, NULL, embedded_main, e);
@@ -1117,8 +1112,10 @@ static int start_local_daemon(const options_t *o, const job_t *job, host_t *h) {
                 char why[PATH_MAX + 256];
                 int r = probe_daemon(o->runtime_dir, o->verbose && !o->dry_run, why, sizeof why);
                 if (r < 0 && embedded == 0) {
-                        fprintf(stderr, "hvdrun: %s, and --no-embedded forbids a private one; start it with "
-                                        "'systemctl start hvd-coordinatord' or drop --no-embedded\n", why);
+                        fprintf(stderr,
+                                "hvdrun: %s, and --no-embedded forbids a private one; start it with "
+                                "'systemctl start hvd-coordinatord' or drop --no-embedded\n",
+                                why);
                         return r;
                 }
                 if (r < 0 && (r != -ECONNREFUSED || o->verbose) && !o->dry_run)
@@ -1159,8 +1156,8 @@ static int start_local_daemon(const options_t *o, const job_t *job, host_t *h) {
                 memcpy(h->peer_ep, ep, sizeof ep);
         }
         if (o->verbose)
-                fprintf(stderr, "hvdrun: using a private hvd-coordinatord %s in %s%s%s\n", PACKAGE_VERSION,
-                        h->emb.dir, root ? ", peers at " : "", root ? h->peer_ep : "");
+                fprintf(stderr, "hvdrun: using a private hvd-coordinatord %s in %s%s%s\n", PACKAGE_VERSION, h->emb.dir,
+                        root ? ", peers at " : "", root ? h->peer_ep : "");
         return 0;
 }
 
@@ -1177,8 +1174,9 @@ static int start_daemons(const options_t *o, job_t *job) {
                 case HOST_NODE:
                         h->runtime_dir = h->node_dir;
                         if (!o->dry_run && (r = probe_daemon(h->node_dir, o->verbose, why, sizeof why)) < 0) {
-                                fprintf(stderr, "hvdrun: host %s (--node-daemon): %s; start it first, e.g. "
-                                                "hvd-coordinatord --runtime-dir %s --peer-listen 'tcp://127.0.0.1:*'\n",
+                                fprintf(stderr,
+                                        "hvdrun: host %s (--node-daemon): %s; start it first, e.g. "
+                                        "hvd-coordinatord --runtime-dir %s --peer-listen 'tcp://127.0.0.1:*'\n",
                                         h->name, why, h->node_dir);
                                 return r;
                         }
@@ -1200,7 +1198,8 @@ static int start_daemons(const options_t *o, job_t *job) {
                                 return r;
                         h->runtime_dir = h->emb.dir;
                         if (o->verbose)
-                                fprintf(stderr, "hvdrun: host %s emulated: private hvd-coordinatord in %s, peers at %s\n",
+                                fprintf(stderr,
+                                        "hvdrun: host %s emulated: private hvd-coordinatord in %s, peers at %s\n",
                                         h->name, h->emb.dir, h->peer_ep);
                         break;
                 case HOST_REMOTE: h->runtime_dir = o->runtime_dir; break;
@@ -1253,8 +1252,9 @@ static int find_root_peer(const options_t *o, job_t *job) {
         }
         snprintf(job->root_peer, sizeof job->root_peer, "%s", ep);
         if (job->any_remote && (strstr(ep, "://127.") || strstr(ep, "://localhost") || strstr(ep, "://[::1]")))
-                fprintf(stderr, "hvdrun: warning: the root daemon's endpoint %s is on loopback, where the daemons "
-                                "of remote hosts cannot reach it; see --root-peer\n",
+                fprintf(stderr,
+                        "hvdrun: warning: the root daemon's endpoint %s is on loopback, where the daemons "
+                        "of remote hosts cannot reach it; see --root-peer\n",
                         ep);
         return 0;
 }
@@ -1348,8 +1348,7 @@ static int rank_vars(const options_t *o, const job_t *job, const host_t *h, int 
         const char *hostname = h->kind == HOST_LOCAL && is_loopback_name(h->name) ? job->me : h->name;
         if ((r = env_list_set(e, "HVD_JOB_ID", "%s", job->id)) < 0 ||
             (h->kind != HOST_REMOTE && (r = env_list_set(e, "HVD_JOB_SECRET", "%s", job->secret)) < 0) ||
-            (r = env_list_set(e, "HVD_SIZE", "%ld", o->np)) < 0 ||
-            (r = env_list_set(e, "HVD_RANK", "%d", rank)) < 0 ||
+            (r = env_list_set(e, "HVD_SIZE", "%ld", o->np)) < 0 || (r = env_list_set(e, "HVD_RANK", "%d", rank)) < 0 ||
             (r = env_list_set(e, "HVD_LOCAL_RANK", "%d", local_rank)) < 0 ||
             (r = env_list_set(e, "HVD_LOCAL_SIZE", "%d", h->n_ranks)) < 0 ||
             (r = env_list_set(e, "HVD_CROSS_RANK", "%d", h->cross_rank)) < 0 ||
@@ -1379,10 +1378,10 @@ static int rank_vars(const options_t *o, const job_t *job, const host_t *h, int 
 }
 
 /* "cd CWD && exec env VAR=VALUE... PROGRAM ARGS...", every word quoted for a POSIX
- * shell (shown: for showing, see sb_quoted_shown()). With read_secret, the job secret is read from the first line of standard
- * input first, so that it never appears on a command line. */
-static char *shell_command(const job_t *job, char *const *vars, const char *prog, char *const *args,
-                           bool read_secret, bool shown) {
+ * shell (shown: for showing, see sb_quoted_shown()). With read_secret, the job secret is read from the first line of
+ * standard input first, so that it never appears on a command line. */
+static char *shell_command(const job_t *job, char *const *vars, const char *prog, char *const *args, bool read_secret,
+                           bool shown) {
         void (*quoted)(strbuf_t *, const char *) = shown ? sb_quoted_shown : sb_quoted;
         strbuf_t b = { 0 };
         if (job->cwd[0]) {
@@ -1577,8 +1576,8 @@ static void stream_read(run_t *run, worker_t *w, stream_t *s, bool until_empty) 
 }
 
 /* Child side of fork(): only async-signal-safe calls until execve. */
-__attribute__((noreturn)) static void child_exec(const char *path, char *const *argv, char *const *envp,
-                                                  int in_fd, int out_fd, int err_fd, int errpipe, pid_t parent) {
+__attribute__((noreturn)) static void child_exec(const char *path, char *const *argv, char *const *envp, int in_fd,
+                                                 int out_fd, int err_fd, int errpipe, pid_t parent) {
         (void) setpgid(0, 0);
         /* hvdrun killed with SIGKILL: its workers follow */
         (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -1697,8 +1696,8 @@ static void note_exit(run_t *run, worker_t *w, const siginfo_t *si, uint64_t now
                                         ? " (ssh failed, or the remote program was killed by a signal)"
                                         : "");
                 else
-                        fprintf(stderr, "hvdrun: rank %d%s killed by signal %d (%s)\n", w->rank, where,
-                                si->si_status, strsignal(si->si_status));
+                        fprintf(stderr, "hvdrun: rank %d%s killed by signal %d (%s)\n", w->rank, where, si->si_status,
+                                strsignal(si->si_status));
         }
         if (!first)
                 return;
@@ -1791,8 +1790,7 @@ static void handle_signals(run_t *run, uint64_t now) {
                         run->interrupt_sig = (int) si.ssi_signo;
                         if (count_live(run) > 0)
                                 fprintf(stderr, "hvdrun: %s received, stopping %d worker%s\n",
-                                        signame(run->interrupt_sig), count_live(run),
-                                        count_live(run) == 1 ? "" : "s");
+                                        signame(run->interrupt_sig), count_live(run), count_live(run) == 1 ? "" : "s");
                         kill_groups(run, SIGTERM);
                         run->term_sent = true;
                         run->grace_deadline = 0;
@@ -1824,9 +1822,9 @@ static void run_loop(run_t *run) {
                 int live = count_live(run);
                 if (run->grace_deadline && now >= run->grace_deadline && !run->term_sent) {
                         if (live > 0)
-                                fprintf(stderr, "hvdrun: stopping %d worker%s still running %g s after rank %d failed\n",
-                                        live, live == 1 ? "" : "s", (double) run->grace_usec / 1e6,
-                                        run->first_fail_rank);
+                                fprintf(stderr,
+                                        "hvdrun: stopping %d worker%s still running %g s after rank %d failed\n", live,
+                                        live == 1 ? "" : "s", (double) run->grace_usec / 1e6, run->first_fail_rank);
                         kill_groups(run, SIGTERM);
                         run->term_sent = true;
                         run->kill_deadline = now + KILL_AFTER_USEC;

@@ -54,8 +54,8 @@ static _Thread_local int me_rank; /* for messages; ranks are threads under the m
 
 /* ---- values ---- */
 
-static const hvd_dtype_t all_dtypes[] = {HVD_UINT8,   HVD_INT8,     HVD_INT16,   HVD_INT32,   HVD_INT64,
-                                         HVD_FLOAT16, HVD_BFLOAT16, HVD_FLOAT32, HVD_FLOAT64, HVD_BOOL};
+static const hvd_dtype_t all_dtypes[] = { HVD_UINT8,   HVD_INT8,     HVD_INT16,   HVD_INT32,   HVD_INT64,
+                                          HVD_FLOAT16, HVD_BFLOAT16, HVD_FLOAT32, HVD_FLOAT64, HVD_BOOL };
 #define N_DTYPES (sizeof all_dtypes / sizeof all_dtypes[0])
 
 static bool is_float(hvd_dtype_t dt) {
@@ -169,16 +169,16 @@ static int alloc_out(void **d, size_t bytes) {
 static void kase_init(kase_t *k, const gpu_rank_t *R, uint32_t kind, hvd_dtype_t dt, size_t n, const char *what) {
         memset(k, 0, sizeof *k);
         snprintf(k->name, sizeof k->name, "%s.%s.n%zu", what, hvd_dtype_name(dt), n);
-        k->op = (hvd_xop_t){.kind = kind,
-                            .dtype = dt,
-                            .reduce_op = HVD_REDUCE_SUM,
-                            .prescale = 1.0,
-                            .postscale = 1.0,
-                            .root = 0,
-                            .name = k->name,
-                            .n = n,
-                            .m = k->m,
-                            .device = R->rank};
+        k->op = (hvd_xop_t){ .kind = kind,
+                             .dtype = dt,
+                             .reduce_op = HVD_REDUCE_SUM,
+                             .prescale = 1.0,
+                             .postscale = 1.0,
+                             .root = 0,
+                             .name = k->name,
+                             .n = n,
+                             .m = k->m,
+                             .device = R->rank };
 }
 
 /* value of rank r, element i, for reduction rop */
@@ -225,12 +225,12 @@ static double red_expect(hvd_reduce_op_t rop, hvd_dtype_t dt, int N, size_t i, d
         return acc * post;
 }
 
-static const size_t ar_counts[MAXM] = {4099, 17, 1000, 1, 333, 65, 2048, 7};
+static const size_t ar_counts[MAXM] = { 4099, 17, 1000, 1, 333, 65, 2048, 7 };
 
 /* allreduce of n members; member `joined` (or -1) is NULL on rank joined_rank */
 static int prep_allreduce(kase_t *k, const gpu_rank_t *R, hvd_dtype_t dt, hvd_reduce_op_t rop, size_t n, double pre,
                           double post, int joined, int joined_rank) {
-        static const char *opn[] = {"average", "sum", "min", "max", "product"};
+        static const char *opn[] = { "average", "sum", "min", "max", "product" };
         char what[48];
         snprintf(what, sizeof what, "allreduce.%s%s", opn[rop], pre != 1.0 || post != 1.0 ? ".scaled" : "");
         kase_init(k, R, HVD__KIND__KIND_ALLREDUCE, dt, n, what);
@@ -289,7 +289,7 @@ static int prep_broadcast(kase_t *k, const gpu_rank_t *R, hvd_dtype_t dt, size_t
                         k->d_out[j] = k->d_in[j];
                 else if (alloc_out(&k->d_out[j], c * es))
                         return 1;
-                k->m[j] = (hvd_xmember_t){.in = k->d_in[j], .out = k->d_out[j], .count = c};
+                k->m[j] = (hvd_xmember_t){ .in = k->d_in[j], .out = k->d_out[j], .count = c };
                 k->want[j] = malloc(c * es);
                 k->want_count[j] = c;
                 for (size_t i = 0; i < c; i++)
@@ -322,7 +322,8 @@ static int prep_allgather(kase_t *k, const gpu_rank_t *R, hvd_dtype_t dt, size_t
                 if (rc || alloc_out(&k->d_out[j], total * re * es))
                         return 1;
                 k->m[j] = (hvd_xmember_t){
-                        .in = k->d_in[j], .out = k->d_out[j], .row_elems = re, .rank_rows = k->rank_rows};
+                        .in = k->d_in[j], .out = k->d_out[j], .row_elems = re, .rank_rows = k->rank_rows
+                };
                 k->want[j] = malloc(total * re * es);
                 k->want_count[j] = total * re;
                 size_t o = 0;
@@ -355,7 +356,8 @@ static int prep_reducescatter(kase_t *k, const gpu_rank_t *R, hvd_dtype_t dt, si
                 if (rc || alloc_out(&k->d_out[j], (size_t) nr * re * es))
                         return 1;
                 k->m[j] = (hvd_xmember_t){
-                        .in = k->d_in[j], .out = k->d_out[j], .count = c, .row_elems = re, .rows = rows};
+                        .in = k->d_in[j], .out = k->d_out[j], .count = c, .row_elems = re, .rows = rows
+                };
                 k->want[j] = malloc((size_t) nr * re * es + 1);
                 k->want_count[j] = (size_t) nr * re;
                 for (size_t i = 0; i < (size_t) nr * re; i++)
@@ -392,7 +394,7 @@ static int prep_alltoall(kase_t *k, const gpu_rank_t *R, hvd_dtype_t dt, size_t 
                 free(h);
                 if (rc || alloc_out(&k->d_out[j], recvd * es))
                         return 1;
-                k->m[j] = (hvd_xmember_t){.in = k->d_in[j], .out = k->d_out[j], .row_elems = re, .splits = k->splits};
+                k->m[j] = (hvd_xmember_t){ .in = k->d_in[j], .out = k->d_out[j], .row_elems = re, .splits = k->splits };
                 k->want[j] = malloc(recvd * es + 1);
                 k->want_count[j] = recvd;
                 o = 0;
@@ -465,8 +467,8 @@ static int t_collectives(gpu_rank_t *R, void *ud) {
         if (rc < 0)
                 FAIL("open: %d %s", rc, R->err);
         kase_t *k = calloc(1, sizeof *k);
-        static const hvd_reduce_op_t rops[] = {HVD_REDUCE_SUM, HVD_REDUCE_AVERAGE, HVD_REDUCE_MIN, HVD_REDUCE_MAX,
-                                               HVD_REDUCE_PRODUCT};
+        static const hvd_reduce_op_t rops[] = { HVD_REDUCE_SUM, HVD_REDUCE_AVERAGE, HVD_REDUCE_MIN, HVD_REDUCE_MAX,
+                                                HVD_REDUCE_PRODUCT };
         int checks = 0;
         for (size_t d = 0; d < N_DTYPES; d++) {
                 hvd_dtype_t dt = all_dtypes[d];
@@ -526,7 +528,7 @@ static int t_alloc(gpu_rank_t *R, void *ud) {
                 FAIL("mem_free changed the current device from %d to %d", before, after);
 
         out_from_module = R;
-        static const hvd_dtype_t dts[] = {HVD_FLOAT32, HVD_INT64, HVD_BFLOAT16, HVD_UINT8, HVD_BOOL, HVD_INT16};
+        static const hvd_dtype_t dts[] = { HVD_FLOAT32, HVD_INT64, HVD_BFLOAT16, HVD_UINT8, HVD_BOOL, HVD_INT16 };
         kase_t *k = calloc(4, sizeof *k);
         int checks = 0;
         for (size_t d = 0; d < sizeof dts / sizeof dts[0]; d++) {
@@ -592,17 +594,17 @@ static int t_fusion(gpu_rank_t *R, void *ud) {
                         return 1;
                 free(h);
                 bool joined = i == 5 && me == 0;
-                m[i] = (hvd_xmember_t){.in = joined ? NULL : din[i], .out = joined ? NULL : dout[i], .count = cnt[i]};
+                m[i] = (hvd_xmember_t){ .in = joined ? NULL : din[i], .out = joined ? NULL : dout[i], .count = cnt[i] };
         }
-        hvd_xop_t op = {.kind = HVD__KIND__KIND_ALLREDUCE,
-                        .dtype = HVD_FLOAT32,
-                        .reduce_op = HVD_REDUCE_SUM,
-                        .prescale = 1.0,
-                        .postscale = 1.0,
-                        .name = "fusion.300",
-                        .n = T,
-                        .m = m,
-                        .device = me};
+        hvd_xop_t op = { .kind = HVD__KIND__KIND_ALLREDUCE,
+                         .dtype = HVD_FLOAT32,
+                         .reduce_op = HVD_REDUCE_SUM,
+                         .prescale = 1.0,
+                         .postscale = 1.0,
+                         .name = "fusion.300",
+                         .n = T,
+                         .m = m,
+                         .device = me };
         hvd_gpu_op_t *h;
         if ((rc = R->m->enqueue(R->g, &op, &h, R->err, sizeof R->err)) < 0 ||
             (rc = gpu_rank_wait(R, h, OP_TIMEOUT_SEC)) < 0)
@@ -633,7 +635,7 @@ static int t_fusion(gpu_rank_t *R, void *ud) {
 
         /* several windows: one 12 MB tensor (direct) and a fused op of 8 MB + 4 MB + small */
         kase_t *k = calloc(6, sizeof *k);
-        static const size_t big[] = {3u << 20, 2u << 20, 1u << 20, 1000};
+        static const size_t big[] = { 3u << 20, 2u << 20, 1u << 20, 1000 };
         for (int pass = 0; pass < 2; pass++) {
                 size_t n = pass == 0 ? 1 : 3;
                 kase_init(&k[0], R, HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, n,
@@ -649,7 +651,7 @@ static int t_fusion(gpu_rank_t *R, void *ud) {
                                 hh[e] = (float) (N * (N + 1) / 2 * (int) (e % 11));
                         k[0].want[j] = hh;
                         k[0].want_count[j] = c;
-                        k[0].m[j] = (hvd_xmember_t){.in = k[0].d_in[j], .out = k[0].d_out[j], .count = c};
+                        k[0].m[j] = (hvd_xmember_t){ .in = k[0].d_in[j], .out = k[0].d_out[j], .count = c };
                 }
                 if (kase_run(R, &k[0]))
                         return 1;
@@ -677,7 +679,7 @@ static int t_fusion(gpu_rank_t *R, void *ud) {
                         hh[e] = (float) (N * (N + 1) / 2);
                 k[4].want[0] = hh;
                 k[4].want_count[0] = c;
-                k[4].m[0] = (hvd_xmember_t){.in = k[4].d_in[0], .out = k[4].d_out[0], .count = c};
+                k[4].m[0] = (hvd_xmember_t){ .in = k[4].d_in[0], .out = k[4].d_out[0], .count = c };
         }
         if (kase_enqueue(R, &k[4]) || prep_allreduce(&k[5], R, HVD_FLOAT64, HVD_REDUCE_MAX, 2, 1.0, 1.0, -1, -1) ||
             kase_enqueue(R, &k[5]))
@@ -725,16 +727,16 @@ static int t_stream(gpu_rank_t *R, void *ud) {
                 CUDA(cudaDeviceSynchronize());
                 CUDA(cudaLaunchHostFunc(producer, sleeper, (void *) (uintptr_t) 300000));
                 CUDA(cudaMemcpyAsync(d_in, pinned, c * 4, cudaMemcpyHostToDevice, producer));
-                hvd_xmember_t m = {.in = d_in, .out = d_out, .count = c, .stream = pass == 0 ? (void *) user : NULL};
-                hvd_xop_t op = {.kind = HVD__KIND__KIND_ALLREDUCE,
-                                .dtype = HVD_FLOAT32,
-                                .reduce_op = HVD_REDUCE_SUM,
-                                .prescale = 1.0,
-                                .postscale = 1.0,
-                                .name = pass ? "stream.legacy" : "stream.user",
-                                .n = 1,
-                                .m = &m,
-                                .device = R->rank};
+                hvd_xmember_t m = { .in = d_in, .out = d_out, .count = c, .stream = pass == 0 ? (void *) user : NULL };
+                hvd_xop_t op = { .kind = HVD__KIND__KIND_ALLREDUCE,
+                                 .dtype = HVD_FLOAT32,
+                                 .reduce_op = HVD_REDUCE_SUM,
+                                 .prescale = 1.0,
+                                 .postscale = 1.0,
+                                 .name = pass ? "stream.legacy" : "stream.user",
+                                 .n = 1,
+                                 .m = &m,
+                                 .device = R->rank };
                 hvd_gpu_op_t *h;
                 double t0 = gpu_launch_now();
                 if ((rc = R->m->enqueue(R->g, &op, &h, R->err, sizeof R->err)) < 0)
@@ -797,16 +799,16 @@ static int t_abort(gpu_rank_t *R, void *ud) {
         void *d;
         CUDA(cudaMalloc(&d, c * 4));
         CUDA(cudaMemset(d, 0, c * 4));
-        hvd_xmember_t m = {.in = d, .out = d, .count = c};
-        hvd_xop_t op = {.kind = HVD__KIND__KIND_ALLREDUCE,
-                        .dtype = HVD_FLOAT32,
-                        .reduce_op = HVD_REDUCE_SUM,
-                        .prescale = 1.0,
-                        .postscale = 1.0,
-                        .name = "abort.warmup",
-                        .n = 1,
-                        .m = &m,
-                        .device = R->rank};
+        hvd_xmember_t m = { .in = d, .out = d, .count = c };
+        hvd_xop_t op = { .kind = HVD__KIND__KIND_ALLREDUCE,
+                         .dtype = HVD_FLOAT32,
+                         .reduce_op = HVD_REDUCE_SUM,
+                         .prescale = 1.0,
+                         .postscale = 1.0,
+                         .name = "abort.warmup",
+                         .n = 1,
+                         .m = &m,
+                         .device = R->rank };
         hvd_gpu_op_t *h;
         /* both ranks once, so the connections for this size exist */
         if ((rc = R->m->enqueue(R->g, &op, &h, R->err, sizeof R->err)) < 0 ||
@@ -864,19 +866,19 @@ static int pset_allreduce(gpu_rank_t *R, uint32_t id, const uint32_t *ranks, siz
                 h[e] = (float) ((R->rank + 1) * (int) (e % 3 + 1));
         if (me >= 0 && upload((void **) &d, h, c * 4))
                 return 1;
-        hvd_xmember_t m = {.in = d, .out = d, .count = c};
-        hvd_xop_t op = {.kind = HVD__KIND__KIND_ALLREDUCE,
-                        .dtype = HVD_FLOAT32,
-                        .reduce_op = HVD_REDUCE_SUM,
-                        .prescale = 1.0,
-                        .postscale = 1.0,
-                        .name = name,
-                        .n = 1,
-                        .m = &m,
-                        .device = R->rank,
-                        .process_set = id,
-                        .set_ranks = ranks,
-                        .n_set = n};
+        hvd_xmember_t m = { .in = d, .out = d, .count = c };
+        hvd_xop_t op = { .kind = HVD__KIND__KIND_ALLREDUCE,
+                         .dtype = HVD_FLOAT32,
+                         .reduce_op = HVD_REDUCE_SUM,
+                         .prescale = 1.0,
+                         .postscale = 1.0,
+                         .name = name,
+                         .n = 1,
+                         .m = &m,
+                         .device = R->rank,
+                         .process_set = id,
+                         .set_ranks = ranks,
+                         .n_set = n };
         hvd_gpu_op_t *hd;
         if ((rc = R->m->enqueue(R->g, &op, &hd, R->err, sizeof R->err)) < 0 ||
             (rc = gpu_rank_wait(R, hd, OP_TIMEOUT_SEC)) < 0)
@@ -902,7 +904,7 @@ static int t_psets(gpu_rank_t *R, void *ud) {
         if (rc < 0)
                 FAIL("open: %d %s", rc, R->err);
         int N = R->size;
-        uint32_t a[2] = {0, (uint32_t) N - 1}, b[GPU_LAUNCH_MAX_RANKS];
+        uint32_t a[2] = { 0, (uint32_t) N - 1 }, b[GPU_LAUNCH_MAX_RANKS];
         for (int i = 1; i < N; i++)
                 b[i - 1] = (uint32_t) i;
         if (pset_allreduce(R, 1, a, 2, "pset.first") || pset_allreduce(R, 1, a, 2, "pset.again") ||
@@ -991,15 +993,15 @@ static int probe_contract(void) {
                 bad = 1;
         }
         /* open without a device fails the same way and leaves nothing behind */
-        int rank_cross[1] = {0}, rank_local[1] = {0};
-        hvd_topology_t t = {.rank = 0,
-                            .size = 1,
-                            .local_rank = 0,
-                            .local_size = 1,
-                            .cross_size = 1,
-                            .rank_cross = rank_cross,
-                            .rank_local = rank_local,
-                            .listen_fd = -1};
+        int rank_cross[1] = { 0 }, rank_local[1] = { 0 };
+        hvd_topology_t t = { .rank = 0,
+                             .size = 1,
+                             .local_rank = 0,
+                             .local_size = 1,
+                             .cross_size = 1,
+                             .rank_cross = rank_cross,
+                             .rank_local = rank_local,
+                             .listen_fd = -1 };
         hvd_gpu_t *g = NULL;
         char err3[1024] = "";
         int o = m->open(&t, id, 0, 1 << 20, &g, err3, sizeof err3);
@@ -1019,7 +1021,8 @@ int main(int argc, char **argv) {
                 return probe_contract();
         if (argc != 3) {
                 fprintf(stderr,
-                        "usage: %s probe | %s collectives|fusion|stream|abort-init|abort|psets|async-error|alloc NP|all\n",
+                        "usage: %s probe | %s collectives|fusion|stream|abort-init|abort|psets|async-error|alloc "
+                        "NP|all\n",
                         argv[0], argv[0]);
                 return 2;
         }
@@ -1029,9 +1032,14 @@ int main(int argc, char **argv) {
                 int min_np;
                 int timeout;
         } tests[] = {
-                {"collectives", t_collectives, 1, 900}, {"fusion", t_fusion, 1, 600}, {"stream", t_stream, 1, 300},
-                {"abort-init", t_abort_init, 1, 120},   {"abort", t_abort, 2, 120},   {"psets", t_psets, 2, 300},
-                {"async-error", t_async_error, 1, 120}, {"alloc", t_alloc, 1, 600},
+                { "collectives", t_collectives, 1, 900 },
+                { "fusion", t_fusion, 1, 600 },
+                { "stream", t_stream, 1, 300 },
+                { "abort-init", t_abort_init, 1, 120 },
+                { "abort", t_abort, 2, 120 },
+                { "psets", t_psets, 2, 300 },
+                { "async-error", t_async_error, 1, 120 },
+                { "alloc", t_alloc, 1, 600 },
         };
         size_t ti = 0;
         while (ti < sizeof tests / sizeof tests[0] && strcmp(tests[ti].name, argv[1]) != 0)

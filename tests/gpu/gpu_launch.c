@@ -173,7 +173,7 @@ static int run_threads(int np, int (*pipes)[2], gpu_rank_fn fn, void *userdata, 
         pthread_t th[GPU_LAUNCH_MAX_RANKS];
         thread_arg_t args[GPU_LAUNCH_MAX_RANKS];
         for (int k = 0; k < np; k++) {
-                args[k] = (thread_arg_t){.rank = k, .np = np, .pipes = pipes, .fn = fn, .userdata = userdata};
+                args[k] = (thread_arg_t){ .rank = k, .np = np, .pipes = pipes, .fn = fn, .userdata = userdata };
                 if (pthread_create(&th[k], NULL, rank_thread, &args[k]) != 0)
                         return 1;
         }
@@ -272,17 +272,17 @@ int gpu_rank_open(gpu_rank_t *r, int size, uint64_t fusion_bytes) {
                 r->rank_cross[k] = 0;
                 r->rank_local[k] = k;
         }
-        r->topo = (hvd_topology_t){.rank = r->rank,
-                                   .size = size,
-                                   .local_rank = r->rank,
-                                   .local_size = size,
-                                   .cross_rank = 0,
-                                   .cross_size = 1,
-                                   .rank_cross = r->rank_cross,
-                                   .rank_local = r->rank_local,
-                                   .addrs = NULL,
-                                   .listen_fd = -1,
-                                   .job_hash = 0};
+        r->topo = (hvd_topology_t){ .rank = r->rank,
+                                    .size = size,
+                                    .local_rank = r->rank,
+                                    .local_size = size,
+                                    .cross_rank = 0,
+                                    .cross_size = 1,
+                                    .rank_cross = r->rank_cross,
+                                    .rank_local = r->rank_local,
+                                    .addrs = NULL,
+                                    .listen_fd = -1,
+                                    .job_hash = 0 };
         return r->m->open(&r->topo, r->id, r->rank, fusion_bytes, &r->g, r->err, sizeof r->err);
 }
 

@@ -137,8 +137,7 @@ static int outputs(void) {
         q.postscale = 2.0;
         for (int i = 0; i < 12; i++)
                 want[i] = in[i] * 2;
-        CHECK(hvd_reducescatter_async(&q, &h) == 0 && hvd_handle_wait(h) == 0, "reducescatter: %s",
-              hvd_last_error());
+        CHECK(hvd_reducescatter_async(&q, &h) == 0 && hvd_handle_wait(h) == 0, "reducescatter: %s", hvd_last_error());
         check_output(h, 0, in, 4, 3, want, "reducescatter");
         hvd_handle_release(&h);
 

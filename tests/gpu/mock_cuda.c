@@ -518,7 +518,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
         char *b = aligned_alloc(256, DEV_HEADER + (bytes + 255) / 256 * 256);
         if (!b)
                 return cudaErrorMemoryAllocation;
-        *(dev_header_t *) b = (dev_header_t){.magic = DEV_MAGIC, .device = cur_dev};
+        *(dev_header_t *) b = (dev_header_t){ .magic = DEV_MAGIC, .device = cur_dev };
         *p = b + DEV_HEADER;
         pthread_mutex_lock(&lock);
         live_allocs++;
@@ -828,14 +828,14 @@ static ncclResult_t add_call(uint32_t kind, const void *send, void *recv, size_t
         if (group_n && group_stream != s)
                 die("one stream per group in this mock");
         group_stream = s;
-        group[group_n++] = (mcall_t){.c = {.kind = kind,
-                                           .type = t,
-                                           .op = op,
-                                           .peer = peer,
-                                           .send = (uint64_t) (uintptr_t) send,
-                                           .recv = (uint64_t) (uintptr_t) recv,
-                                           .count = count},
-                                     .comm = comm};
+        group[group_n++] = (mcall_t){ .c = { .kind = kind,
+                                             .type = t,
+                                             .op = op,
+                                             .peer = peer,
+                                             .send = (uint64_t) (uintptr_t) send,
+                                             .recv = (uint64_t) (uintptr_t) recv,
+                                             .count = count },
+                                      .comm = comm };
         if (group_depth == 0)
                 return ncclGroupEnd();
         return ncclSuccess;
