@@ -2,6 +2,7 @@
 noinst_LTLIBRARIES += common/libhvdcommon.la
 common_libhvdcommon_la_SOURCES = \
 	common/util.h \
+	common/invariant.c common/invariant.h \
 	common/log.c common/log.h \
 	common/error.c \
 	common/conf.c common/conf.h \
