@@ -2,7 +2,10 @@
 # hvdrun (embedded daemon) link too.
 noinst_LTLIBRARIES += daemon/libhvddaemon.la
 daemon_libhvddaemon_la_SOURCES = \
-	daemon/coordinator.c daemon/coordinator.h \
+	daemon/coordinator.h daemon/internal.h \
+	daemon/loop.c daemon/service.c daemon/io.c daemon/feed.c \
+	daemon/job.c daemon/worker.c daemon/join.c daemon/root.c daemon/tree.c \
+	daemon/uplink.c daemon/batch.c daemon/relay.c daemon/control.c \
 	daemon/metrics.c daemon/metrics.h \
 	daemon/zap.c daemon/zap.h
 # sd_notify comes from libsystemd when configure found it; the daemon

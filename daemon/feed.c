@@ -1,0 +1,72 @@
+/* feed.c */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <zmq.h>
+#ifdef HAVE_LIBSYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#include "internal.h"
+
+int hvd_daemon_feed(hvd_daemon_t *d, hvd_daemon_source_t src, const void *id, size_t id_len, uid_t uid,
+                    const void *data, size_t len) {
+        peer_t *p = NULL;
+        if (!d || (id_len && !id) || id_len > 255 || (len && !data))
+                return -EINVAL;
+        if (src == HVD_DAEMON_FROM_PEER && !d->peer_sock)
+                return -ENOENT;
+        if (src == HVD_DAEMON_FROM_ROOT) {
+                char ep[HVD_WIRE_MAX_TEXT + 1];
+                snprintf(ep, sizeof ep, "%.*s", (int) id_len, (const char *) id);
+                p = hvd_strmap_get(d->peers, ep, strlen(ep));
+                if (!p || !p->sock)
+                        return -ENOENT;
+        }
+        fed_frame_t f = { .id = id, .id_len = id_len, .data = data, .len = len, .uid = uid };
+        fed = &f;
+        switch (src) {
+        case HVD_DAEMON_FROM_WORKER: handle_worker_socket(d); break;
+        case HVD_DAEMON_FROM_CONTROL: handle_control_socket(d); break;
+        case HVD_DAEMON_FROM_PEER: handle_peer_socket(d); break;
+        case HVD_DAEMON_FROM_ROOT: handle_root_socket(d, p); break;
+        default: fed = NULL; return -EINVAL;
+        }
+        fed = NULL;
+        before_sleep(d);
+        return 0;
+}
+
+int hvd_daemon_feed_exit(hvd_daemon_t *d, const void *id, size_t id_len) {
+        worker_t *w = hvd_strmap_get(d->workers, id, id_len);
+        if (!w)
+                return -ENOENT;
+        worker_gone(d, w, "exited");
+        before_sleep(d);
+        return 0;
+}
+
+void hvd_daemon_feed_time(hvd_daemon_t *d, uint64_t advance_usec) {
+        housekeeping(d, hvd_now_usec() + advance_usec);
+        before_sleep(d);
+}

@@ -1,0 +1,460 @@
+/* internal.h — hvd-coordinatord's modules: the daemon's state and what
+ * each module offers the others. Private to daemon/. */
+#ifndef HVD_DAEMON_INTERNAL_H
+#define HVD_DAEMON_INTERNAL_H
+
+#include "config.h"
+
+#include <limits.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include <zmq.h>
+
+#include "coordinator.h"
+#include "hvd.h"
+#include "hvd.pb-c.h"
+#include "log.h"
+#include "metrics.h"
+#include "negotiate.h"
+#include "strmap.h"
+#include "util.h"
+#include "wire.h"
+#include "zap.h"
+
+typedef struct relay relay_t;
+
+#define HOUSEKEEPING_USEC       (100 * USEC_PER_MSEC)
+#define ABORTED_JOB_LINGER_USEC (30 * USEC_PER_SEC)
+/* A local worker's exit seen without its goodbye ends its job only this
+ * long after: its pidfd can turn readable while the last message it sent
+ * (a failure report saying why) is still in libzmq's I/O thread, on its
+ * way to the worker socket. */
+#define EXIT_GRACE_USEC (100 * USEC_PER_MSEC)
+#define BOARD_KEEP      64 /* schedules kept for the other ranks should local rank 0 leave */
+#define RECV_BATCH      512
+/* requests a host's ranks sent lately, kept by their bytes so that the
+ * same request from the next rank is copied, not parsed (hvd_wire_memo) */
+#define MEMO_ENTRIES     4096
+#define MEMO_MIN_WORKERS 3
+/* A connection that has not finished its ZMTP (and ZAP, CURVE) handshake
+ * within this is closed; libzmq's default is 30 s. */
+#define HANDSHAKE_MSEC 5000
+
+typedef enum { JOB_JOINING, JOB_RUNNING, JOB_ABORTED } job_state_t;
+static const char *const job_state_names[] = { "joining", "running", "aborted" };
+
+typedef struct job job_t;
+
+/* A connection to a remote root daemon (this daemon is not the root). */
+typedef struct peer {
+        char endpoint[HVD_WIRE_MAX_TEXT + 1];
+        void *sock; /* DEALER */
+        uint64_t last_heard_usec, last_ping_usec, rtt_usec;
+        uint32_t n_jobs;
+        bool lost;
+} peer_t;
+
+/* What the job's rank table says about one rank. */
+typedef struct rinfo {
+        bool known;
+        uint32_t local_rank, pid, cross_rank;
+        char host[HVD_WIRE_MAX_HOST + 1];
+        char data_addr[HVD_WIRE_MAX_HOST + 9];
+} rinfo_t;
+
+/* Root only: one node of a job. */
+typedef struct node {
+        bool joined, local;
+        uint8_t id[256]; /* routing id on the peer socket */
+        size_t id_len;
+        uint64_t last_heard_usec;
+        uint64_t rtt_usec; /* as the node measured it (Ping.rtt_usec) */
+        uint32_t n_ranks;
+        char *endpoint; /* its peer socket, as it said (NULL = it cannot relay) */
+} node_t;
+
+typedef struct worker {
+        uint8_t id[256]; /* zmq routing id */
+        size_t id_len;
+        job_t *job;
+        uint32_t rank, local_rank;
+        pid_t pid;
+        int pidfd;
+        char host[HVD_WIRE_MAX_HOST + 1];
+        char data_addr[HVD_WIRE_MAX_HOST + 9];
+        bool goodbye; /* said goodbye: its exit is expected */
+        bool exited;
+        uint64_t exit_seen_usec;      /* its pidfd said it exited (0: not yet); gone after EXIT_GRACE_USEC */
+        char exit_why[128];           /* how it ended, read while it was a zombie */
+        bool lost;                    /* silent past the heartbeat timeout: what it sends now is stale */
+        bool stale_logged;            /* its first stale message was logged */
+        uint64_t last_heard_usec;     /* anything from it (heartbeats, readiness), since its welcome */
+        uint64_t done_seq, busy_usec; /* as it reported with its readiness */
+        bool board;                   /* reads its host's board (Hello.board) */
+} worker_t;
+
+/* Per rank, for status: when its readiness last came (root: every rank;
+ * otherwise: the local ones). */
+typedef struct rstat {
+        uint64_t last_seen_usec, readies;
+} rstat_t;
+
+/* Not root: one cache id in this node's aggregation. A cached id every
+ * local rank takes part in goes to the root once for the node, when the
+ * last local rank posted it; anything else goes rank by rank. */
+typedef struct agg {
+        uint32_t n_ready;    /* local ranks that posted it this round */
+        bool known;          /* a schedule showed it, for every local rank */
+        bool per_rank;       /* this round was handed to the root rank by rank */
+        uint64_t first_usec; /* the first local readiness this round */
+} agg_t;
+
+/* A partial node-level readiness older than this goes to the root rank by
+ * rank, so that its stall inspector sees which ranks are missing. */
+#define AGG_HOLD_USEC (500 * USEC_PER_MSEC)
+
+typedef struct early_msg {
+        uint8_t id[256];
+        size_t id_len;
+        Hvd__NodeReady *nr; /* owned */
+} early_msg_t;
+
+/* Bytes scheduled per second over the last THROUGHPUT_SECS seconds: one
+ * slot per second, reused round robin. */
+#define THROUGHPUT_SECS 10
+
+struct job {
+        char id[HVD_WIRE_MAX_JOB_ID + 1];
+        uint8_t secret[HVD_WIRE_MAX_SECRET];
+        size_t secret_len;
+        uid_t owner_uid; /* the uid of the first local worker (ZAP over ipc); only it may join */
+        bool owned;
+        uint32_t size, local_size;
+        job_state_t state;
+        worker_t **ranks; /* [size], NULL until hello */
+        uint32_t n_hello, n_live;
+        hvd_negotiator_t *neg;
+        char shm_name[96];
+        uint64_t created_usec, aborted_usec;
+        uint64_t fusion_threshold, cycle_time_usec;
+        uint64_t hb_interval_usec, hb_timeout_usec; /* as its workers were told at welcome */
+        uint64_t cycles;
+        char abort_reason[1024];
+        int32_t departed_rank; /* a rank that said goodbye while others run */
+        /* several nodes */
+        uint32_t cross_rank, cross_size;
+        bool is_root;
+        char **hosts;   /* [cross_size] */
+        rinfo_t *table; /* [size] */
+        node_t *nodes;  /* root: [cross_size] */
+        uint32_t n_nodes_joined;
+        peer_t *root;             /* not root: where the root is */
+        uint64_t root_epoch;      /* not root: the root daemon's epoch (0 = not heard yet) */
+        uint64_t last_probe_usec; /* root: when the nodes were last probed */
+        bool joined_root;         /* not root: NodeJoin sent */
+        Hvd__RankReady **fwd;     /* readiness to forward (at the root: to enter), owned */
+        uint64_t *fwd_at;         /* [cap_fwd]: when each came */
+        uint64_t fwd_newest;      /* when the last one came (held still or gone on) */
+        size_t n_fwd, cap_fwd;
+        uint64_t fwd_hold_since; /* new requests held for the other local ranks' since (0 = none) */
+        bool fwd_joined;         /* a local rank joined once: no more first-step holds in this job */
+        /* a first step's names in what is held, name by name (pool_add):
+         * pool_name_t by name; pool_off: the batch holds something else */
+        hvd_strmap_t *pool;
+        uint32_t pool_complete; /* names every local rank sent, alike */
+        bool pool_off;
+        uint32_t *departed; /* not root: goodbyes to forward */
+        size_t n_departed;
+        uint8_t nccl_id[128]; /* from the rank that has a GPU backend (rank 0) */
+        size_t nccl_id_len;
+        uint64_t stall_check_usec, stall_shutdown_usec;
+        bool ring_checksum; /* CRC-32C on the TCP ring: the daemon's key or any rank's request */
+        bool stall_warned;
+        char stalled[1024];     /* last stall report, for status */
+        uint8_t tl_req_id[256]; /* hvdctl waiting for rank 0's timeline answer */
+        size_t tl_req_len;
+        uint64_t tl_req_deadline;
+        rstat_t *rstat; /* [size] */
+        uint64_t tp_sec[THROUGHPUT_SECS + 1], tp_bytes[THROUGHPUT_SECS + 1];
+        hvd_negotiator_stats_t fast; /* reported by the workers' fast path (Done) */
+        /* control plane aggregation */
+        uint32_t *node_first, *node_list; /* root: node c's ranks are node_list[node_first[c] .. node_first[c+1]) */
+        agg_t *agg;                       /* not root: [n_agg], by cache id */
+        uint8_t *agg_bits;                /* not root: [n_agg * local_size], which local ranks posted each id */
+        uint32_t n_agg;
+        bool agg_off;        /* not root: a local rank left; rank by rank from now on */
+        uint32_t agg_joined; /* not root: local ranks waiting in hvd_join */
+        uint64_t agg_oldest; /* not root: first readiness of the oldest partial id (0 = none) */
+        uint32_t *nc_ids;    /* not root: node-level ids for the next NodeReady */
+        uint64_t *nc_waited;
+        size_t n_nc, cap_nc;
+        /* schedules kept by key (1..HVD_WIRE_SCHEDULE_KEYS): root: the packed
+         * body, to recognise a repeat; not root: the cache ids in it */
+        uint8_t *key_body[HVD_WIRE_SCHEDULE_KEYS + 1];
+        size_t key_len[HVD_WIRE_SCHEDULE_KEYS + 1];
+        uint32_t *key_ids[HVD_WIRE_SCHEDULE_KEYS + 1];
+        uint32_t key_n[HVD_WIRE_SCHEDULE_KEYS + 1];
+        uint32_t next_key;
+        /* small schedules through the workers' board (Schedule.board): every
+         * local rank reads it and the job spans several hosts; which kept
+         * schedules every op of includes local rank 0 (their repeats may go) */
+        bool board_sched;
+        bool key_board[HVD_WIRE_SCHEDULE_KEYS + 1];
+        /* the last BOARD_KEEP of them, packed for the other local ranks: if
+         * local rank 0 leaves, what it may not have posted goes to them */
+        struct board_sent {
+                uint64_t seq;
+                size_t len;
+                uint8_t bytes[HVD_WIRE_BOARD_SCHEDULE_BYTES];
+        } * board_sent;
+        uint64_t n_board_sent;
+        /* control plane relays */
+        uint32_t *relay_via;  /* [cross_size] or NULL: the host relaying each host (0 = none, the root) */
+        uint32_t relay_depth; /* root: levels of relays below it */
+        peer_t *relay;        /* a host of a relay group: the relay daemon it reports to */
+        relay_t *rl;          /* a relay: its group */
+        char relay_desc[HVD_WIRE_MAX_TEXT + 128]; /* this daemon's part in the relays, for status ("" = none) */
+        early_msg_t *early;                       /* a relay: its group's messages that came before its own welcome */
+        size_t n_early;
+};
+
+/* A job aborted before all its ranks joined, kept after its removal so that
+ * a rank arriving late learns why instead of starting the job anew. */
+#define N_TOMBS 32
+typedef struct tomb {
+        char id[HVD_WIRE_MAX_JOB_ID + 1];
+        uint8_t secret[HVD_WIRE_MAX_SECRET];
+        size_t secret_len;
+        uint64_t usec;
+        uint32_t size;
+        uint8_t *joined; /* [size]: it had said hello */
+        char reason[1024];
+} tomb_t;
+
+struct hvd_daemon {
+        hvd_daemon_config_t cfg;
+        void *zctx;
+        void *worker_sock, *control_sock;
+        int stop_fd, sig_fd, lock_fd;
+        int pid_epfd; /* epoll set of the live local workers' pidfds */
+        char worker_ep[PATH_MAX + 16], control_ep[PATH_MAX + 16];
+        char lock_path[PATH_MAX + 32];
+        hvd_strmap_t *jobs;    /* job id → job_t */
+        hvd_strmap_t *workers; /* routing id → worker_t */
+        hvd_strmap_t *peers;   /* root endpoint → peer_t */
+        hvd_wire_memo_t *memo; /* the workers' requests decoded lately, by their bytes */
+        void *peer_sock;       /* ROUTER on cfg.peer_listen, or NULL */
+        hvd_zap_t *zap;        /* ZAP handler, CURVE keys */
+        char peer_ep[256];
+        uint64_t start_usec, epoch, job_seq;
+        uint64_t next_housekeeping;
+        bool stopping;
+        hvd_daemon_load_fn reload_fn; /* SIGHUP */
+        void *reload_userdata;
+        uint64_t watchdog_usec, next_watchdog; /* half of WATCHDOG_USEC; 0 = off */
+        size_t status_jobs, status_workers;    /* last STATUS= sent */
+        zmq_pollitem_t *items;
+        worker_t **item_workers;
+        peer_t **item_peers;
+        uint8_t *item_kind;
+        size_t n_items, cap_items, cap_kind;
+        char host[HVD_WIRE_MAX_HOST + 1];
+        hvd_metrics_t metrics;
+        hvd_http_t *http;        /* GET /metrics, when metrics_listen is set */
+        size_t http_first;       /* its poll items: [http_first, n_items) */
+        uint64_t wake_usec;      /* when the reactor last woke with work */
+        uint64_t stale_log_usec; /* last log of a stale message on a connection of no job */
+        tomb_t tombs[N_TOMBS];   /* round robin */
+        size_t next_tomb;
+};
+
+#define send_to_nodes(d, j, env) send_to_nodes_ex((d), (j), (env), false)
+
+#define job_abort(d, j, lost, code, ...) job_abort_ex((d), (j), false, (lost), (code), __VA_ARGS__)
+
+typedef struct job_params {
+        uint64_t stall_check_usec, stall_shutdown_usec;
+        const char *job_id;
+        const uint8_t *secret;
+        size_t secret_len;
+        uint32_t world_size, local_size, cross_rank, cross_size;
+        int64_t fusion_threshold;
+        uint64_t cycle_time_usec;
+        char *const *hosts;
+        size_t n_hosts;
+        const char *root_peer;
+} job_params_t;
+
+enum {
+        ITEM_WORKER,
+        ITEM_CONTROL,
+        ITEM_STOP,
+        ITEM_SIGNAL,
+        ITEM_PEER,
+        ITEM_ROOT,
+        ITEM_PIDFD,
+        ITEM_HTTP,
+        ITEM_ZAP,
+        ITEM_ZAP_MONITOR
+};
+
+/* The earlier of two deadlines (UINT64_MAX: none); a function, so that a
+ * call in either argument runs once. */
+static inline uint64_t earliest(uint64_t a, uint64_t b) {
+        return a < b ? a : b;
+}
+
+/* How often a daemon pings the daemons of its jobs: a fifth of
+ * peer_timeout, at most every second. */
+static inline uint64_t daemon_ping_usec(const hvd_daemon_t *d) {
+        return HVD_MIN(d->cfg.peer_timeout_usec / 5, USEC_PER_SEC);
+}
+
+/* A name of a first step held (pool_add, relay_pool_add): where it first
+ * came, and whether everyone it waits for sent it alike. */
+typedef struct pool_head {
+        const Hvd__Request *first; /* the first copy, in its held entry */
+        bool done;
+} pool_head_t;
+
+/* ---- relay.c ---- */
+void relay_free(relay_t *rl);
+void relay_log_totals(const job_t *j);
+void relay_flush(hvd_daemon_t *d, job_t *j, bool force);
+void relay_learn(hvd_daemon_t *d, job_t *j, const Hvd__Schedule *s);
+void relay_forward(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env);
+void relay_receive(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, Hvd__NodeReady *nr);
+void relay_replay_early(hvd_daemon_t *d, job_t *j);
+bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw);
+void relay_take_own(hvd_daemon_t *d, job_t *j, const Hvd__NodeReady *nr);
+uint64_t relay_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
+
+/* ---- worker.c ---- */
+int pidfd_open_compat(pid_t pid);
+void send_to_local_workers(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool skip_goodbye);
+void pidfd_watch(hvd_daemon_t *d, worker_t *w);
+void worker_free(hvd_daemon_t *d, worker_t *w);
+void worker_gone(hvd_daemon_t *d, worker_t *w, const char *why);
+uint64_t worker_check_heartbeats(hvd_daemon_t *d, job_t *j, uint64_t now);
+uint64_t worker_housekeeping(hvd_daemon_t *d, uint64_t now, uint64_t tick);
+void handle_worker_socket(hvd_daemon_t *d);
+void workers_exited(hvd_daemon_t *d);
+
+/* ---- io.c ---- */
+void send_error(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, int code, const char *fmt, ...)
+        __attribute__((format(printf, 6, 7)));
+void send_failed(const worker_t *w, int r);
+void send_to_worker(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env);
+void send_packed_to_worker(hvd_daemon_t *d, const worker_t *w, const void *bytes, size_t len);
+int send_shared(void *sock, const void *id, size_t id_len, zmq_msg_t *packed);
+void send_to_nodes_ex(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool schedule);
+int msg_recv(zmq_msg_t *msg, void *sock);
+int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid,
+                          char *err, size_t err_len, char *peer, size_t peer_len, hvd_wire_memo_t *memo);
+int router_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
+                       size_t err_len);
+void count_message(hvd_daemon_t *d, int sock, int r, const Hvd__Envelope *env);
+int bind_socket(hvd_daemon_t *d, void **sock, char *ep, size_t ep_len, const char *name);
+
+/* ---- uplink.c ---- */
+void send_to_root(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env);
+void send_up(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env);
+peer_t *peer_get(hvd_daemon_t *d, const char *endpoint);
+void handle_root_socket(hvd_daemon_t *d, peer_t *p);
+uint64_t uplink_housekeeping(hvd_daemon_t *d, uint64_t now, uint64_t tick);
+
+/* ---- job.c ---- */
+const char *host_of(const job_t *j, uint32_t cross_rank);
+void ranks_of_host(const job_t *j, uint32_t cross_rank, char *buf, size_t len);
+void job_abort_ex(hvd_daemon_t *d, job_t *j, bool from_root, int lost_rank, int code, const char *fmt, ...)
+        __attribute__((format(printf, 6, 7)));
+void job_end_quietly(hvd_daemon_t *d, job_t *j, bool from_root, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
+void job_free(hvd_daemon_t *d, job_t *j);
+void job_set_nccl_id(job_t *j, const ProtobufCBinaryData *id);
+const tomb_t *tomb_find(const hvd_daemon_t *d, const Hvd__Hello *h);
+void job_remove(hvd_daemon_t *d, job_t *j);
+void fill_rank_infos(const job_t *j, Hvd__RankInfo *infos, Hvd__RankInfo **ptrs);
+void heartbeat_settings(const hvd_daemon_t *d, uint64_t *interval, uint64_t *timeout);
+int table_add(job_t *j, uint32_t cross_rank, Hvd__RankInfo *const *ri, size_t n, char *err, size_t len);
+job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, size_t len);
+size_t list_missing(const job_t *j, char *buf, size_t len);
+
+/* ---- batch.c ---- */
+void pool_move_done(hvd_strmap_t *pool, Hvd__Ready *e, Hvd__Ready *q);
+void pool_forget(hvd_strmap_t *pool, const Hvd__Ready *q);
+void pool_free(hvd_strmap_t **pool);
+void fwd_clear(job_t *j);
+int fwd_append(job_t *j, uint32_t rank, Hvd__Ready *ready);
+int64_t id_capacity(uint32_t have, uint32_t id);
+void agg_release(hvd_daemon_t *d, job_t *j);
+void agg_learn(hvd_daemon_t *d, job_t *j, const Hvd__Schedule *s);
+int ids_push(uint32_t **ids, uint64_t **waited, size_t *n, size_t *cap, uint32_t id, uint64_t w);
+bool agg_ready(hvd_daemon_t *d, job_t *j, worker_t *w, Hvd__Ready *q);
+bool node_level_ready(hvd_daemon_t *d, job_t *j, worker_t *w, const Hvd__Ready *q);
+bool root_holds(const job_t *j, const Hvd__Ready *q);
+uint64_t hold_start(uint64_t oldest, uint64_t newest, uint64_t hold);
+bool hold_on(hvd_daemon_t *d, uint64_t *since, uint64_t usec);
+bool hold_expired(uint64_t since, uint64_t usec, uint64_t now, uint64_t *due);
+void flush_forward(hvd_daemon_t *d, job_t *j, bool force);
+uint64_t batch_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
+
+/* ---- join.c ---- */
+void welcome_local(hvd_daemon_t *d, job_t *j);
+int root_node_joined(hvd_daemon_t *d, job_t *j, uint32_t cross_rank, bool local, const uint8_t *id,
+                            size_t id_len, Hvd__RankInfo *const *ri, size_t n, const char *endpoint);
+void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__Hello *h, uid_t uid);
+uint64_t join_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
+
+/* ---- root.c ---- */
+int root_set_nodes(job_t *j);
+void root_submit(hvd_daemon_t *d, job_t *j, const uint32_t *ranks, size_t n_ranks, const Hvd__Ready *q,
+                        bool seen);
+void root_submit_node(hvd_daemon_t *d, job_t *j, uint32_t cross, const Hvd__NodeReady *nr, bool own);
+void root_departed(hvd_daemon_t *d, job_t *j, uint32_t rank);
+void handle_peer_socket(hvd_daemon_t *d);
+void root_send_schedules(hvd_daemon_t *d, job_t *j);
+uint64_t root_check_stalls(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
+uint64_t root_probe_nodes(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
+
+/* ---- tree.c ---- */
+int root_assign_relays(hvd_daemon_t *d, job_t *j);
+uint32_t relay_parent(const job_t *j, uint32_t c);
+bool relay_under(const job_t *j, uint32_t h, uint32_t r);
+
+/* ---- control.c ---- */
+void timeline_from_rank(hvd_daemon_t *d, worker_t *w, const Hvd__TimelineControl *tc);
+void handle_control_socket(hvd_daemon_t *d);
+int render_metrics(void *userdata, char **body, size_t *len);
+
+/* ---- loop.c ---- */
+void before_sleep(hvd_daemon_t *d);
+void housekeeping(hvd_daemon_t *d, uint64_t now);
+
+/* ---- service.c ---- */
+void handle_signal(hvd_daemon_t *d);
+void hvd_daemon_notify(const char *state);
+uint64_t watchdog_interval(void);
+void notify_status(hvd_daemon_t *d);
+
+/* ---- feed.c ---- */
+int hvd_daemon_feed(hvd_daemon_t *d, hvd_daemon_source_t src, const void *id, size_t id_len, uid_t uid,
+                    const void *data, size_t len);
+
+
+/* A message handed in by hvd_daemon_feed() in place of the socket's next
+ * one (tests and fuzzing): while it is set, the reactor's receive paths
+ * read it, once, instead of their socket. Per thread: an embedded daemon
+ * runs in its own. */
+typedef struct fed_frame {
+        const void *id, *data;
+        size_t id_len, len;
+        uid_t uid;
+        bool taken;
+} fed_frame_t;
+extern __thread fed_frame_t *fed;
+
+#endif

@@ -1,0 +1,230 @@
+/* io.c */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <zmq.h>
+#ifdef HAVE_LIBSYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#include "internal.h"
+
+void send_error(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, int code, const char *fmt, ...) {
+        char msg[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(msg, sizeof msg, fmt, ap);
+        va_end(ap);
+        Hvd__ErrorReply er = HVD__ERROR_REPLY__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        er.code = code;
+        er.message = msg;
+        env.body_case = HVD__ENVELOPE__BODY_ERROR;
+        env.error = &er;
+        (void) hvd_wire_send_to(sock, id, id_len, &env, ZMQ_DONTWAIT);
+}
+
+/* A send to w failed with r (quiet once it said goodbye or its job ended). */
+void send_failed(const worker_t *w, int r) {
+        hvd_log_full(w->goodbye || w->job->state == JOB_ABORTED ? LOG_DEBUG : LOG_WARNING, 0,
+                     "job %s: cannot send to rank %u (pid %d): %s", w->job->id, w->rank, (int) w->pid, hvd_strerror(r));
+}
+
+void send_to_worker(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
+        if (w->exited)
+                return;
+        int r = hvd_wire_send_to(d->worker_sock, w->id, w->id_len, env, ZMQ_DONTWAIT);
+        if (r < 0)
+                send_failed(w, r);
+}
+
+/* An envelope packed already, to w. */
+void send_packed_to_worker(hvd_daemon_t *d, const worker_t *w, const void *bytes, size_t len) {
+        if (w->exited)
+                return;
+        if (zmq_send(d->worker_sock, w->id, w->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+            zmq_send(d->worker_sock, bytes, len, ZMQ_DONTWAIT) < 0)
+                send_failed(w, -zmq_errno());
+}
+
+/* Sends one packed message to the peer `id` of a ROUTER socket, sharing the
+ * packed buffer (zmq_msg_copy counts references, nothing is copied). */
+int send_shared(void *sock, const void *id, size_t id_len, zmq_msg_t *packed) {
+        zmq_msg_t m;
+        int e = 0;
+        zmq_msg_init(&m);
+        if (zmq_msg_copy(&m, packed) < 0 || zmq_send(sock, id, id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
+            zmq_msg_send(&m, sock, ZMQ_DONTWAIT) < 0)
+                e = -zmq_errno();
+        zmq_msg_close(&m);
+        return e;
+}
+
+/* Root: to every remote node that joined; packed once, the same bytes to
+ * each. A schedule goes to the hosts of a relay group through their relay
+ * only (so that it comes after what the relay passed on before it). */
+void send_to_nodes_ex(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool schedule) {
+        if (!j->is_root || !j->nodes)
+                return;
+        env->version = HVD_PROTOCOL_VERSION;
+        zmq_msg_t packed;
+        if (zmq_msg_init_size(&packed, protobuf_c_message_get_packed_size(&env->base)) < 0) {
+                hvd_log_warning("job %s: cannot send to its nodes: %s", j->id, hvd_strerror(-zmq_errno()));
+                return;
+        }
+        protobuf_c_message_pack(&env->base, zmq_msg_data(&packed));
+        for (uint32_t c = 0; c < j->cross_size; c++) {
+                node_t *n = &j->nodes[c];
+                if (!n->joined || n->local || (schedule && j->relay_via && j->relay_via[c] && j->relay_via[c] != c))
+                        continue;
+                int r = send_shared(d->peer_sock, n->id, n->id_len, &packed);
+                if (r < 0)
+                        hvd_log_warning("job %s: cannot reach node %u (%s): %s", j->id, c, j->hosts ? j->hosts[c] : "?",
+                                        hvd_strerror(r));
+        }
+        zmq_msg_close(&packed);
+}
+
+__thread fed_frame_t *fed;
+
+static int fed_recv(uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err, size_t err_len,
+                    char *peer, size_t peer_len, hvd_wire_memo_t *memo) {
+        if (fed->taken)
+                return 0;
+        fed->taken = true;
+        memcpy(id, fed->id, fed->id_len);
+        *id_len = fed->id_len;
+        if (peer) {
+                if (fed->uid == (uid_t) -1)
+                        snprintf(peer, peer_len, "%s", "");
+                else
+                        snprintf(peer, peer_len, "feed:%u:%u:%d", (unsigned) fed->uid, (unsigned) fed->uid,
+                                 (int) getpid());
+        }
+        if (uid)
+                *uid = fed->uid;
+        int r = hvd_wire_decode_memo(fed->data, fed->len, 0, memo, env, err, err_len);
+        return r < 0 ? r : 1;
+}
+
+/* One whole message from a DEALER (or the fed one). */
+int msg_recv(zmq_msg_t *msg, void *sock) {
+        if (!fed)
+                return zmq_msg_recv(msg, sock, ZMQ_DONTWAIT);
+        if (fed->taken || zmq_msg_init_size(msg, fed->len) < 0)
+                return -1;
+        fed->taken = true;
+        if (fed->len)
+                memcpy(zmq_msg_data(msg), fed->data, fed->len);
+        return (int) fed->len;
+}
+
+/* Takes one message off a ROUTER socket without blocking: its routing id
+ * and its decoded, validated envelope (owned by the caller). Extra frames
+ * are dropped: one envelope per message. Returns 1 with *env set, 0 when
+ * the socket is drained, or < 0 (the message was refused; err says why and
+ * the id is filled, so the sender can be told). */
+int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid,
+                          char *err, size_t err_len, char *peer, size_t peer_len, hvd_wire_memo_t *memo) {
+        if (fed)
+                return fed_recv(id, id_len, env, uid, err, err_len, peer, peer_len, memo);
+        for (;;) {
+                int n = zmq_recv(sock, id, 256, ZMQ_DONTWAIT);
+                if (n < 0)
+                        return 0; /* EAGAIN: drained */
+                int more = 0;
+                size_t ml = sizeof more;
+                zmq_getsockopt(sock, ZMQ_RCVMORE, &more, &ml);
+                if (!more || n > 256)
+                        continue;
+                zmq_msg_t msg;
+                zmq_msg_init(&msg);
+                if (zmq_msg_recv(&msg, sock, ZMQ_DONTWAIT) < 0) {
+                        zmq_msg_close(&msg);
+                        continue;
+                }
+                while (zmq_msg_more(&msg)) {
+                        zmq_msg_t extra;
+                        zmq_msg_init(&extra);
+                        zmq_msg_recv(&extra, sock, ZMQ_DONTWAIT);
+                        more = zmq_msg_more(&extra);
+                        zmq_msg_close(&extra);
+                        if (!more)
+                                break;
+                }
+                *id_len = (size_t) n;
+                if (peer) {
+                        /* over ipc, libzmq reports the peer's SO_PEERCRED as "host:uid:gid:pid" */
+                        const char *pa = zmq_msg_gets(&msg, "Peer-Address");
+                        snprintf(peer, peer_len, "%s", pa ? pa : "");
+                }
+                if (uid && hvd_zap_msg_uid(&msg, uid) < 0)
+                        *uid = (uid_t) -1;
+                int r = hvd_wire_decode_memo(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, memo, env, err, err_len);
+                zmq_msg_close(&msg);
+                return r < 0 ? r : 1;
+        }
+}
+
+int router_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
+                       size_t err_len) {
+        return router_recv_ex(sock, id, id_len, env, uid, err, err_len, NULL, 0, NULL);
+}
+
+void count_message(hvd_daemon_t *d, int sock, int r, const Hvd__Envelope *env) {
+        if (r < 0)
+                d->metrics.rejected[sock]++;
+        else if ((unsigned) env->body_case < HVD_METRICS_MAX_BODY)
+                d->metrics.messages[env->body_case]++;
+}
+
+int bind_socket(hvd_daemon_t *d, void **sock, char *ep, size_t ep_len, const char *name) {
+        snprintf(ep, ep_len, "ipc://%s/%s", d->cfg.runtime_dir, name);
+        *sock = zmq_socket(d->zctx, ZMQ_ROUTER);
+        if (!*sock)
+                return hvd_log_error(-zmq_errno(), "Cannot create socket");
+        int one = 1, zero = 0, hwm = 100000, handshake = HANDSHAKE_MSEC;
+        int64_t maxmsg = (int64_t) d->cfg.max_message_bytes;
+        zmq_setsockopt(*sock, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_setsockopt(*sock, ZMQ_HANDSHAKE_IVL, &handshake, sizeof handshake);
+        zmq_setsockopt(*sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+        zmq_setsockopt(*sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+        zmq_setsockopt(*sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+        zmq_setsockopt(*sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+        int r = hvd_zap_setup_local(d->zap, *sock);
+        if (r < 0)
+                return r;
+        if (zmq_bind(*sock, ep) < 0)
+                return hvd_log_error(-zmq_errno(), "Cannot bind %s", ep);
+        const char *path = ep + 6;
+        if (chmod(path, d->cfg.socket_mode) < 0)
+                return hvd_log_error(-errno, "Cannot chmod %s", path);
+        if (d->cfg.socket_group[0]) {
+                struct group *g = getgrnam(d->cfg.socket_group);
+                if (!g)
+                        return hvd_log_error(-ENOENT, "Socket group '%s' does not exist", d->cfg.socket_group);
+                if (chown(path, (uid_t) -1, g->gr_gid) < 0)
+                        return hvd_log_error(-errno, "Cannot give %s to group %s", path, d->cfg.socket_group);
+        }
+        return 0;
+}

@@ -1,0 +1,333 @@
+/* job.c */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <zmq.h>
+#ifdef HAVE_LIBSYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#include "internal.h"
+
+const char *host_of(const job_t *j, uint32_t cross_rank) {
+        return j->hosts && cross_rank < j->cross_size ? j->hosts[cross_rank] : "?";
+}
+
+/* The ranks of host cross_rank as "0, 1, 2" (known once the job runs). */
+void ranks_of_host(const job_t *j, uint32_t cross_rank, char *buf, size_t len) {
+        size_t o = 0;
+        buf[0] = 0;
+        for (uint32_t r = 0; j->table && r < j->size && o + 12 < len; r++)
+                if (j->table[r].known && j->table[r].cross_rank == cross_rank)
+                        o += (size_t) snprintf(buf + o, len - o, "%s%u", o ? ", " : "", r);
+}
+
+/* Aborts the job here and tells everyone who has to know: the local
+ * workers, and the other daemons (root: every node; otherwise: the root,
+ * unless the abort came from it). */
+static void job_abort_v(hvd_daemon_t *d, job_t *j, bool from_root, int lost_rank, int code, int level, const char *fmt,
+                        va_list ap) {
+        if (j->state == JOB_ABORTED)
+                return;
+        vsnprintf(j->abort_reason, sizeof j->abort_reason, fmt, ap);
+        j->state = JOB_ABORTED;
+        j->aborted_usec = hvd_now_usec();
+        d->metrics.jobs_aborted++;
+        hvd_log_full(level, 0, "job %s %s: %s", j->id, level == LOG_ERR ? "aborted" : "ended", j->abort_reason);
+        Hvd__Abort ab = HVD__ABORT__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        ab.job_id = j->id;
+        ab.reason = j->abort_reason;
+        ab.lost_rank = lost_rank;
+        ab.code = code;
+        env.body_case = HVD__ENVELOPE__BODY_ABORT;
+        env.abort = &ab;
+        send_to_local_workers(d, j, &env, false);
+        if (j->is_root)
+                send_to_nodes(d, j, &env);
+        else if (!from_root)
+                send_to_root(d, j, &env);
+        d->next_housekeeping = 0;
+}
+
+void job_abort_ex(hvd_daemon_t *d, job_t *j, bool from_root, int lost_rank, int code, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        job_abort_v(d, j, from_root, lost_rank, code, LOG_ERR, fmt, ap);
+        va_end(ap);
+}
+
+/* The end of a job that is shutting down anyway (a local rank said
+ * goodbye): the ranks still in it are told, the log says it as news. */
+void job_end_quietly(hvd_daemon_t *d, job_t *j, bool from_root, const char *fmt, ...) {
+        va_list ap;
+        va_start(ap, fmt);
+        job_abort_v(d, j, from_root, -1, HVD_EABORTED, LOG_NOTICE, fmt, ap);
+        va_end(ap);
+}
+
+void job_free(hvd_daemon_t *d, job_t *j) {
+        free(j->board_sent);
+        if (!j)
+                return;
+        for (uint32_t r = 0; r < j->size; r++)
+                worker_free(d, j->ranks[r]);
+        free(j->ranks);
+        hvd_negotiator_destroy(&j->neg);
+        /* the workers unlink the segment once all are attached; this catches a
+         * job that died before that */
+        if (j->shm_name[0])
+                shm_unlink(j->shm_name);
+        if (j->hosts)
+                for (uint32_t c = 0; c < j->cross_size; c++)
+                        free(j->hosts[c]);
+        free(j->hosts);
+        free(j->table);
+        fwd_clear(j);
+        free(j->fwd);
+        free(j->fwd_at);
+        free(j->departed);
+        free(j->rstat);
+        free(j->node_first);
+        free(j->node_list);
+        free(j->agg);
+        free(j->agg_bits);
+        free(j->nc_ids);
+        free(j->nc_waited);
+        for (size_t k = 0; k <= HVD_WIRE_SCHEDULE_KEYS; k++) {
+                free(j->key_body[k]);
+                free(j->key_ids[k]);
+        }
+        if (j->root)
+                j->root->n_jobs--;
+        if (j->relay)
+                j->relay->n_jobs--;
+        relay_free(j->rl);
+        for (size_t i = 0; i < j->n_early; i++)
+                protobuf_c_message_free_unpacked(&j->early[i].nr->base, NULL);
+        free(j->early);
+        free(j->relay_via);
+        for (uint32_t c = 0; j->nodes && c < j->cross_size; c++)
+                free(j->nodes[c].endpoint);
+        free(j->nodes);
+        free(j);
+}
+
+void job_set_nccl_id(job_t *j, const ProtobufCBinaryData *id) {
+        if (id->len && id->len <= sizeof j->nccl_id && !j->nccl_id_len) {
+                memcpy(j->nccl_id, id->data, id->len);
+                j->nccl_id_len = id->len;
+        }
+}
+
+static void tomb_add(hvd_daemon_t *d, const job_t *j) {
+        tomb_t *t = &d->tombs[d->next_tomb++ % N_TOMBS];
+        free(t->joined);
+        memset(t, 0, sizeof *t);
+        if (!(t->joined = calloc(j->size, 1)))
+                return;
+        snprintf(t->id, sizeof t->id, "%s", j->id);
+        memcpy(t->secret, j->secret, j->secret_len);
+        t->secret_len = j->secret_len;
+        t->usec = hvd_now_usec();
+        t->size = j->size;
+        for (uint32_t r = 0; r < j->size; r++)
+                t->joined[r] = j->ranks[r] != NULL;
+        snprintf(t->reason, sizeof t->reason, "%s", j->abort_reason);
+}
+
+/* A job recently aborted before this rank of it joined, or NULL. */
+const tomb_t *tomb_find(const hvd_daemon_t *d, const Hvd__Hello *h) {
+        uint64_t now = hvd_now_usec();
+        for (size_t i = 0; i < N_TOMBS; i++) {
+                const tomb_t *t = &d->tombs[i];
+                if (t->joined && now - t->usec < ABORTED_JOB_LINGER_USEC && strcmp(t->id, h->job_id) == 0 &&
+                    h->rank < t->size && !t->joined[h->rank] && t->secret_len == h->secret.len &&
+                    memcmp(t->secret, h->secret.data, t->secret_len) == 0)
+                        return t;
+        }
+        return NULL;
+}
+
+void job_remove(hvd_daemon_t *d, job_t *j) {
+        hvd_log_info("job %s removed (%s)", j->id, job_state_names[j->state]);
+        if (j->rl)
+                relay_log_totals(j);
+        if (j->state == JOB_ABORTED && j->n_hello < j->local_size)
+                tomb_add(d, j);
+        if (j->state != JOB_ABORTED)
+                d->metrics.jobs_finished++;
+        hvd_strmap_remove(d->jobs, j->id, strlen(j->id));
+        job_free(d, j);
+}
+
+void fill_rank_infos(const job_t *j, Hvd__RankInfo *infos, Hvd__RankInfo **ptrs) {
+        for (uint32_t r = 0; r < j->size; r++) {
+                hvd__rank_info__init(&infos[r]);
+                infos[r].rank = r;
+                infos[r].local_rank = j->table[r].local_rank;
+                infos[r].pid = j->table[r].pid;
+                infos[r].host = (char *) j->table[r].host;
+                infos[r].data_addr = (char *) j->table[r].data_addr;
+                infos[r].cross_rank = j->table[r].cross_rank;
+                ptrs[r] = &infos[r];
+        }
+}
+
+/* The heartbeat settings a job starts with: the timeout is at least two
+ * intervals (0 = workers are never declared lost for silence). */
+void heartbeat_settings(const hvd_daemon_t *d, uint64_t *interval, uint64_t *timeout) {
+        *interval = d->cfg.heartbeat_interval_usec;
+        *timeout = d->cfg.heartbeat_timeout_usec;
+        if (*timeout && *timeout < 2 * *interval)
+                *timeout = 2 * *interval;
+        if (!*timeout)
+                *interval = 0;
+}
+
+/* Records a node's ranks in the rank table. Returns < 0 with a message if
+ * they clash with what is known. */
+int table_add(job_t *j, uint32_t cross_rank, Hvd__RankInfo *const *ri, size_t n, char *err, size_t len) {
+        for (size_t i = 0; i < n; i++) {
+                uint32_t r = ri[i]->rank;
+                if (r >= j->size || j->table[r].known) {
+                        snprintf(err, len, "rank %u is claimed twice (hosts %s and %s)", r,
+                                 r < j->size ? host_of(j, j->table[r].cross_rank) : "?", host_of(j, cross_rank));
+                        return HVD_EDUPLICATE;
+                }
+        }
+        for (size_t i = 0; i < n; i++) {
+                rinfo_t *t = &j->table[ri[i]->rank];
+                t->known = true;
+                t->local_rank = ri[i]->local_rank;
+                t->pid = ri[i]->pid;
+                t->cross_rank = cross_rank;
+                snprintf(t->host, sizeof t->host, "%s", ri[i]->host);
+                snprintf(t->data_addr, sizeof t->data_addr, "%s", ri[i]->data_addr);
+        }
+        return 0;
+}
+
+static void observe_negotiation(void *userdata, uint64_t wait_usec) {
+        hvd_daemon_t *d = userdata;
+        hvd_histogram_observe(&d->metrics.negotiation, wait_usec);
+}
+
+job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, size_t len) {
+        if (hvd_strmap_size(d->jobs) >= d->cfg.max_jobs) {
+                snprintf(err, len, "job %s refused: this daemon already serves max_jobs (%u) jobs", jp->job_id,
+                         d->cfg.max_jobs);
+                return NULL;
+        }
+        uint32_t cross_size = jp->cross_size ? jp->cross_size : 1;
+        bool root = cross_size > 1 && jp->cross_rank == 0;
+        if (cross_size > 1 && root && !d->peer_sock) {
+                snprintf(err, len,
+                         "job %s spans %u hosts and this daemon is its root, but it has no peer_listen "
+                         "address configured for the other daemons to reach it",
+                         jp->job_id, cross_size);
+                return NULL;
+        }
+        if (cross_size > 1 && !root && (!jp->root_peer || !jp->root_peer[0])) {
+                snprintf(err, len, "job %s spans %u hosts but names no root daemon endpoint (HVD_ROOT_PEER)",
+                         jp->job_id, cross_size);
+                return NULL;
+        }
+        job_t *j = calloc(1, sizeof *j);
+        if (!j) {
+                snprintf(err, len, "out of memory");
+                return NULL;
+        }
+        snprintf(j->id, sizeof j->id, "%s", jp->job_id);
+        memcpy(j->secret, jp->secret, jp->secret_len);
+        j->secret_len = jp->secret_len;
+        j->size = jp->world_size;
+        j->local_size = jp->local_size;
+        j->cross_rank = cross_size > 1 ? jp->cross_rank : 0;
+        j->cross_size = cross_size;
+        j->is_root = root;
+        j->state = JOB_JOINING;
+        j->created_usec = hvd_now_usec();
+        j->departed_rank = -1;
+        j->fusion_threshold =
+                jp->fusion_threshold >= 0 ? (uint64_t) jp->fusion_threshold : d->cfg.fusion_threshold_bytes;
+        j->cycle_time_usec = jp->cycle_time_usec ? jp->cycle_time_usec : d->cfg.cycle_time_usec;
+        j->stall_check_usec = jp->stall_check_usec;
+        j->stall_shutdown_usec = jp->stall_shutdown_usec;
+        j->ring_checksum = d->cfg.ring_checksum;
+        unsigned rnd = 0;
+        int ufd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        if (ufd >= 0) {
+                if (read(ufd, &rnd, sizeof rnd) < 0)
+                        rnd = 0;
+                close(ufd);
+        }
+        snprintf(j->shm_name, sizeof j->shm_name, "/hvd-%d-%" PRIu64 "-%08x", (int) getpid(), ++d->job_seq, rnd);
+        j->ranks = calloc(j->size, sizeof *j->ranks);
+        j->table = calloc(j->size, sizeof *j->table);
+        j->hosts = calloc(cross_size, sizeof *j->hosts);
+        j->rstat = calloc(j->size, sizeof *j->rstat);
+        bool ok = j->ranks && j->table && j->hosts && j->rstat;
+        for (uint32_t c = 0; c < cross_size && ok; c++) {
+                char fallback[32];
+                snprintf(fallback, sizeof fallback, "host%u", c);
+                ok = (j->hosts[c] = strdup(c < jp->n_hosts ? jp->hosts[c] : fallback)) != NULL;
+        }
+        if (ok && (cross_size == 1 || root))
+                ok = hvd_negotiator_new(j->size, d->cfg.max_tensors_per_job, j->fusion_threshold, &j->neg) >= 0;
+        if (ok && root)
+                ok = (j->nodes = calloc(cross_size, sizeof *j->nodes)) != NULL;
+        if (ok && cross_size > 1 && !root) {
+                j->root = peer_get(d, jp->root_peer);
+                ok = j->root != NULL;
+                if (j->root)
+                        j->root->n_jobs++;
+        }
+        if (!ok || hvd_strmap_put(d->jobs, j->id, strlen(j->id), j) < 0) {
+                j->shm_name[0] = 0;
+                job_free(d, j);
+                snprintf(err, len,
+                         "job %s: cannot set up (out of memory, root daemon endpoint '%s' invalid, or no CURVE key "
+                         "for it: see the daemon's log)",
+                         jp->job_id, jp->root_peer ? jp->root_peer : "");
+                return NULL;
+        }
+        if (j->neg)
+                hvd_negotiator_set_observer(j->neg, observe_negotiation, d);
+        d->metrics.jobs_started++;
+        d->next_housekeeping = 0;
+        hvd_log_info("job %s created: %u ranks, %u here, host %u of %u%s", j->id, j->size, j->local_size, j->cross_rank,
+                     cross_size, root ? " (root)" : "");
+        return j;
+}
+
+size_t list_missing(const job_t *j, char *buf, size_t len) {
+        size_t o = 0;
+        buf[0] = 0;
+        for (uint32_t r = 0; r < j->size && o + 16 < len; r++) {
+                bool have = j->table[r].known || j->ranks[r];
+                if (!have)
+                        o += (size_t) snprintf(buf + o, len - o, "%s%u", o ? ", " : "", r);
+        }
+        return o;
+}

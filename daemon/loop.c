@@ -1,0 +1,472 @@
+/* loop.c */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <zmq.h>
+#ifdef HAVE_LIBSYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#include "internal.h"
+
+/* Before sleep, every turn: what a host batched goes on (at the root: is
+ * entered), then the negotiating daemon's schedules go out, or a relay
+ * sends what its group made ready. */
+void before_sleep(hvd_daemon_t *d) {
+        size_t iter = 0;
+        void *v;
+        while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
+                job_t *j = v;
+                flush_forward(d, j, false);
+                if (j->neg)
+                        root_send_schedules(d, j);
+                else if (j->rl)
+                        relay_flush(d, j, false);
+        }
+}
+
+/* One job's periodic checks, in order; returns when it needs the next. */
+static uint64_t job_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick) {
+        uint64_t next = join_housekeeping(d, j, now, tick);
+        next = earliest(next, root_check_stalls(d, j, now, tick));
+        next = earliest(next, worker_check_heartbeats(d, j, now));
+        next = earliest(next, batch_housekeeping(d, j, now, tick));
+        if (j->rl)
+                next = earliest(next, relay_housekeeping(d, j, now, tick));
+        next = earliest(next, root_probe_nodes(d, j, now, tick));
+        return next;
+}
+
+/* Whether a job is over and may go: its workers are gone, or it was
+ * aborted ABORTED_JOB_LINGER_USEC ago (so that late ranks learn why);
+ * else *next says when to look again. */
+static bool job_done(const job_t *j, uint64_t now, uint64_t tick, uint64_t *next) {
+        if (j->n_live == 0 && (j->state != JOB_JOINING || j->n_hello > 0))
+                return true;
+        if (j->state != JOB_ABORTED)
+                return false;
+        /* aborted_usec may be later than now: aborted by this very pass */
+        if (now > j->aborted_usec && now - j->aborted_usec > ABORTED_JOB_LINGER_USEC)
+                return true;
+        *next = HVD_MIN(*next, tick);
+        return false;
+}
+
+/* The periodic work of every module, in order, when its timer is due:
+ * workers' exits, the links to root daemons, each job's checks, then the
+ * removal of finished jobs. Each part returns its next deadline; the
+ * earliest arms the timer (none: the daemon sleeps until a message). */
+void housekeeping(hvd_daemon_t *d, uint64_t now) {
+        uint64_t tick = now + HVD_MIN(HOUSEKEEPING_USEC, daemon_ping_usec(d));
+        uint64_t next = worker_housekeeping(d, now, tick);
+        next = earliest(next, uplink_housekeeping(d, now, tick));
+        job_t *dead[64];
+        size_t n_dead = 0, iter = 0;
+        void *v;
+        while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
+                job_t *j = v;
+                next = earliest(next, job_housekeeping(d, j, now, tick));
+                if (job_done(j, now, tick, &next) && n_dead < ELEMENTSOF(dead))
+                        dead[n_dead++] = j;
+        }
+        for (size_t i = 0; i < n_dead; i++)
+                job_remove(d, dead[i]);
+        d->next_housekeeping = next;
+}
+
+static int build_poll_items(hvd_daemon_t *d) {
+        size_t need = 8 + hvd_strmap_size(d->peers) + (d->http ? hvd_http_max_items(d->http) : 0);
+        if (need > d->cap_items) {
+                size_t cap = need * 2;
+                zmq_pollitem_t *it = realloc(d->items, cap * sizeof *it);
+                if (!it)
+                        return -ENOMEM;
+                d->items = it;
+                worker_t **iw = realloc(d->item_workers, cap * sizeof *iw);
+                if (!iw)
+                        return -ENOMEM;
+                d->item_workers = iw;
+                peer_t **ip = realloc(d->item_peers, cap * sizeof *ip);
+                if (!ip)
+                        return -ENOMEM;
+                d->item_peers = ip;
+                d->cap_items = cap;
+        }
+        size_t n = 0;
+#define ADD(kind, sock_, fd_, w, p)                                                                                    \
+        do {                                                                                                           \
+                d->items[n] = (zmq_pollitem_t){ .socket = (sock_), .fd = (fd_), .events = ZMQ_POLLIN };                \
+                d->item_workers[n] = (w);                                                                              \
+                d->item_peers[n] = (p);                                                                                \
+                d->item_kind[n] = (kind);                                                                              \
+                n++;                                                                                                   \
+        } while (0)
+        if (need > d->cap_kind) {
+                uint8_t *k = realloc(d->item_kind, d->cap_items);
+                if (!k)
+                        return -ENOMEM;
+                d->item_kind = k;
+                d->cap_kind = d->cap_items;
+        }
+        ADD(ITEM_WORKER, d->worker_sock, 0, NULL, NULL);
+        ADD(ITEM_CONTROL, d->control_sock, 0, NULL, NULL);
+        ADD(ITEM_STOP, NULL, d->stop_fd, NULL, NULL);
+        if (d->sig_fd >= 0)
+                ADD(ITEM_SIGNAL, NULL, d->sig_fd, NULL, NULL);
+        if (d->peer_sock)
+                ADD(ITEM_PEER, d->peer_sock, 0, NULL, NULL);
+        ADD(ITEM_ZAP, hvd_zap_socket(d->zap), 0, NULL, NULL);
+        if (hvd_zap_monitor_socket(d->zap))
+                ADD(ITEM_ZAP_MONITOR, hvd_zap_monitor_socket(d->zap), 0, NULL, NULL);
+        size_t iter = 0;
+        void *v;
+        while (hvd_strmap_next(d->peers, &iter, NULL, NULL, &v)) {
+                peer_t *p = v;
+                if (p->sock && !p->lost)
+                        ADD(ITEM_ROOT, p->sock, 0, NULL, p);
+        }
+        ADD(ITEM_PIDFD, NULL, d->pid_epfd, NULL, NULL);
+#undef ADD
+        /* the metrics listener's items come last, in one block */
+        d->http_first = n;
+        if (d->http) {
+                size_t k = hvd_http_fill_items(d->http, d->items + n);
+                for (size_t i = n; i < n + k; i++) {
+                        d->item_workers[i] = NULL;
+                        d->item_peers[i] = NULL;
+                        d->item_kind[i] = ITEM_HTTP;
+                }
+                n += k;
+        }
+        d->n_items = n;
+        return 0;
+}
+
+int hvd_daemon_run(hvd_daemon_t *d) {
+        /* the sockets were bound (and listen) in hvd_daemon_new: workers can connect now */
+        if (d->cfg.notify) {
+                char st[PATH_MAX + 64];
+                snprintf(st, sizeof st, "READY=1\nSTATUS=Serving 0 jobs, 0 workers on %s", d->worker_ep + 6);
+                hvd_daemon_notify(st);
+                d->watchdog_usec = watchdog_interval();
+                if (d->watchdog_usec) {
+                        hvd_daemon_notify("WATCHDOG=1");
+                        d->next_watchdog = hvd_now_usec() + d->watchdog_usec;
+                }
+        }
+        hvd_log_notice("hvd-coordinatord %s ready on %s", PACKAGE_VERSION, d->worker_ep);
+        d->next_housekeeping = UINT64_MAX;
+        while (!d->stopping) {
+                before_sleep(d);
+                if (d->cfg.notify)
+                        notify_status(d);
+                if (d->wake_usec) {
+                        hvd_histogram_observe(&d->metrics.iteration, hvd_now_usec() - d->wake_usec);
+                        d->wake_usec = 0;
+                }
+                int r = build_poll_items(d);
+                if (r < 0)
+                        return hvd_log_error(r, "Cannot build the poll set");
+                uint64_t now = hvd_now_usec();
+                uint64_t wake = d->next_housekeeping;
+                if (d->http)
+                        wake = HVD_MIN(wake, hvd_http_expire(d->http, now));
+                long timeout = -1;
+                if (d->watchdog_usec && d->next_watchdog < wake)
+                        wake = d->next_watchdog;
+                if (wake != UINT64_MAX)
+                        timeout = wake <= now ? 0 : (long) ((wake - now + 999) / 1000);
+                int n = zmq_poll(d->items, (int) d->n_items, timeout);
+                if (n < 0) {
+                        if (zmq_errno() == EINTR)
+                                continue;
+                        return hvd_log_error(-zmq_errno(), "zmq_poll failed");
+                }
+                if (n > 0)
+                        d->wake_usec = hvd_now_usec();
+                /* messages first: a worker's last words arrive before its exit */
+                bool exits = false, worker_msgs = false, http = false;
+                for (size_t i = 0; i < d->n_items; i++) {
+                        if (!(d->items[i].revents & ZMQ_POLLIN))
+                                continue;
+                        switch (d->item_kind[i]) {
+                        case ITEM_STOP: {
+                                uint64_t x;
+                                if (read(d->stop_fd, &x, sizeof x) < 0)
+                                        (void) 0;
+                                d->stopping = true;
+                                break;
+                        }
+                        case ITEM_SIGNAL: handle_signal(d); break;
+                        case ITEM_PIDFD: exits = true; break;
+                        case ITEM_WORKER: worker_msgs = true; break;
+                        case ITEM_CONTROL: handle_control_socket(d); break;
+                        case ITEM_PEER: handle_peer_socket(d); break;
+                        case ITEM_ROOT: handle_root_socket(d, d->item_peers[i]); break;
+                        case ITEM_HTTP: http = true; break;
+                        case ITEM_ZAP: hvd_zap_handle(d->zap); break;
+                        case ITEM_ZAP_MONITOR: hvd_zap_handle_monitor(d->zap); break;
+                        }
+                }
+                if (worker_msgs || exits)
+                        handle_worker_socket(d);
+                if (exits)
+                        workers_exited(d);
+                if (http)
+                        hvd_http_dispatch(d->http, d->items + d->http_first, d->n_items - d->http_first,
+                                          hvd_now_usec());
+                now = hvd_now_usec();
+                if (now >= d->next_housekeeping)
+                        housekeeping(d, now);
+                if (d->watchdog_usec && now >= d->next_watchdog) {
+                        hvd_daemon_notify("WATCHDOG=1");
+                        d->next_watchdog = now + d->watchdog_usec;
+                }
+        }
+        if (d->cfg.notify) {
+                char st[128];
+                size_t nj = hvd_strmap_size(d->jobs);
+                snprintf(st, sizeof st, "STOPPING=1\nSTATUS=Stopping: telling %zu job%s, removing the sockets", nj,
+                         nj == 1 ? "" : "s");
+                hvd_daemon_notify(st);
+        }
+        return 0;
+}
+
+void hvd_daemon_stop(hvd_daemon_t *d) {
+        uint64_t one = 1;
+        if (write(d->stop_fd, &one, sizeof one) < 0)
+                (void) 0;
+}
+
+static int take_lock(hvd_daemon_t *d) {
+        snprintf(d->lock_path, sizeof d->lock_path, "%s/coordinatord.lock", d->cfg.runtime_dir);
+        d->lock_fd = open(d->lock_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+        if (d->lock_fd < 0)
+                return hvd_log_error(-errno, "Cannot open lock file %s", d->lock_path);
+        if (flock(d->lock_fd, LOCK_EX | LOCK_NB) < 0) {
+                int r = -errno;
+                char pid[32] = "";
+                ssize_t k = pread(d->lock_fd, pid, sizeof pid - 1, 0);
+                if (k > 0)
+                        pid[k] = 0;
+                pid[strcspn(pid, "\n")] = 0;
+                if (r == -EWOULDBLOCK)
+                        r = -EBUSY;
+                close(d->lock_fd);
+                d->lock_fd = -1;
+                return hvd_log_error(r, "Another hvd-coordinatord (pid %s) already serves %s", pid[0] ? pid : "?",
+                                     d->cfg.runtime_dir);
+        }
+        char buf[32];
+        int len = snprintf(buf, sizeof buf, "%d\n", (int) getpid());
+        if (ftruncate(d->lock_fd, 0) < 0 || pwrite(d->lock_fd, buf, (size_t) len, 0) < 0)
+                (void) 0;
+        return 0;
+}
+
+int hvd_daemon_new(const hvd_daemon_config_t *cfg, hvd_daemon_t **ret) {
+        hvd_daemon_t *d = calloc(1, sizeof *d);
+        int r;
+        if (!d)
+                return -ENOMEM;
+        d->cfg = *cfg;
+        d->stop_fd = d->sig_fd = d->lock_fd = d->pid_epfd = -1;
+        d->start_usec = hvd_now_usec();
+        if (gethostname(d->host, sizeof d->host - 1) < 0)
+                snprintf(d->host, sizeof d->host, "localhost");
+        int ufd = open("/dev/urandom", O_RDONLY | O_CLOEXEC);
+        if (ufd < 0 || read(ufd, &d->epoch, sizeof d->epoch) != sizeof d->epoch)
+                d->epoch = d->start_usec ^ ((uint64_t) getpid() << 32);
+        if (ufd >= 0)
+                close(ufd);
+        if (mkdir(cfg->runtime_dir, 0755) < 0 && errno != EEXIST) {
+                r = hvd_log_error(-errno, "Cannot create runtime directory %s", cfg->runtime_dir);
+                goto fail;
+        }
+        if ((r = take_lock(d)) < 0)
+                goto fail;
+        d->jobs = hvd_strmap_new();
+        d->workers = hvd_strmap_new();
+        d->peers = hvd_strmap_new();
+        d->memo = hvd_wire_memo_new(MEMO_ENTRIES);
+        d->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+        d->pid_epfd = epoll_create1(EPOLL_CLOEXEC);
+        d->zctx = zmq_ctx_new();
+        if (!d->jobs || !d->workers || !d->peers || !d->memo || d->stop_fd < 0 || d->pid_epfd < 0 || !d->zctx) {
+                r = -ENOMEM;
+                goto fail;
+        }
+        if ((r = hvd_zap_new(d->zctx, cfg, &d->zap)) < 0)
+                goto fail;
+        if ((r = bind_socket(d, &d->worker_sock, d->worker_ep, sizeof d->worker_ep, "worker.sock")) < 0 ||
+            (r = bind_socket(d, &d->control_sock, d->control_ep, sizeof d->control_ep, "control.sock")) < 0)
+                goto fail;
+        if (cfg->peer_listen[0]) {
+                d->peer_sock = zmq_socket(d->zctx, ZMQ_ROUTER);
+                if (!d->peer_sock) {
+                        r = -zmq_errno();
+                        goto fail;
+                }
+                int one = 1, zero = 0, hwm = 100000, ivl = 1000, tmo = (int) (cfg->peer_timeout_usec / 1000);
+                int handshake = HANDSHAKE_MSEC;
+                int64_t maxmsg = (int64_t) cfg->max_message_bytes;
+                zmq_setsockopt(d->peer_sock, ZMQ_LINGER, &zero, sizeof zero);
+                zmq_setsockopt(d->peer_sock, ZMQ_HANDSHAKE_IVL, &handshake, sizeof handshake);
+                zmq_setsockopt(d->peer_sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+                zmq_setsockopt(d->peer_sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+                zmq_setsockopt(d->peer_sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+                zmq_setsockopt(d->peer_sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+                zmq_setsockopt(d->peer_sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
+                zmq_setsockopt(d->peer_sock, ZMQ_HEARTBEAT_TIMEOUT, &tmo, sizeof tmo);
+                if ((r = hvd_zap_setup_peer_server(d->zap, d->peer_sock)) < 0)
+                        goto fail;
+                if (zmq_bind(d->peer_sock, cfg->peer_listen) < 0) {
+                        r = hvd_log_error(-zmq_errno(), "Cannot bind the peer socket %s", cfg->peer_listen);
+                        goto fail;
+                }
+                size_t len = sizeof d->peer_ep;
+                if (zmq_getsockopt(d->peer_sock, ZMQ_LAST_ENDPOINT, d->peer_ep, &len) < 0)
+                        snprintf(d->peer_ep, sizeof d->peer_ep, "%s", cfg->peer_listen);
+                /* for launchers: which endpoint this daemon's peers use */
+                char path[PATH_MAX + 32], tmp[PATH_MAX + 40];
+                snprintf(path, sizeof path, "%s/peer.endpoint", cfg->runtime_dir);
+                snprintf(tmp, sizeof tmp, "%s.tmp", path);
+                FILE *f = fopen(tmp, "we");
+                /* written whole, then renamed: a reader never sees half a line */
+                if (!f || fprintf(f, "%s\n", d->peer_ep) < 0 || fclose(f) != 0 || rename(tmp, path) < 0)
+                        hvd_log_warning("cannot write %s: %m", path);
+        }
+        if (cfg->metrics_listen[0]) {
+                char err[512];
+                if ((r = hvd_http_new(cfg->metrics_listen, render_metrics, d, &d->metrics, &d->http, err, sizeof err)) <
+                    0) {
+                        hvd_log_error(0, "%s", err);
+                        goto fail;
+                }
+                hvd_log_info("metrics at http://%s/metrics", hvd_http_address(d->http));
+        }
+        if (cfg->handle_signals) {
+                sigset_t mask;
+                sigemptyset(&mask);
+                sigaddset(&mask, SIGTERM);
+                sigaddset(&mask, SIGINT);
+                sigaddset(&mask, SIGHUP);
+                pthread_sigmask(SIG_BLOCK, &mask, NULL);
+                d->sig_fd = signalfd(-1, &mask, SFD_CLOEXEC | SFD_NONBLOCK);
+                if (d->sig_fd < 0) {
+                        r = hvd_log_error(-errno, "signalfd failed");
+                        goto fail;
+                }
+        }
+        *ret = d;
+        return 0;
+fail:
+        hvd_daemon_destroy(&d);
+        return r;
+}
+
+void hvd_daemon_destroy(hvd_daemon_t **dp) {
+        if (!dp || !*dp)
+                return;
+        hvd_daemon_t *d = *dp;
+        if (d->jobs) {
+                size_t iter = 0;
+                void *v;
+                while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
+                        job_t *j = v;
+                        if (j->state != JOB_ABORTED && j->n_live)
+                                job_abort(d, j, -1, HVD_EABORTED, "the coordinator is shutting down");
+                }
+                iter = 0;
+                while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v))
+                        job_free(d, v);
+        }
+        hvd_strmap_destroy(&d->jobs);
+        hvd_strmap_destroy(&d->workers);
+        if (d->peers) {
+                size_t iter = 0;
+                void *v;
+                while (hvd_strmap_next(d->peers, &iter, NULL, NULL, &v)) {
+                        peer_t *p = v;
+                        if (p->sock)
+                                zmq_close(p->sock);
+                        free(p);
+                }
+        }
+        hvd_strmap_destroy(&d->peers);
+        hvd_wire_memo_free(&d->memo);
+        hvd_http_destroy(&d->http);
+        hvd_zap_stop_monitor(d->zap);
+        if (d->peer_sock) {
+                zmq_close(d->peer_sock);
+                char path[PATH_MAX + 32];
+                snprintf(path, sizeof path, "%s/peer.endpoint", d->cfg.runtime_dir);
+                unlink(path);
+        }
+        if (d->worker_sock) {
+                zmq_close(d->worker_sock);
+                unlink(d->worker_ep + 6);
+        }
+        if (d->control_sock) {
+                zmq_close(d->control_sock);
+                unlink(d->control_ep + 6);
+        }
+        hvd_zap_destroy(&d->zap);
+        /* a signal interrupts the termination; it must be restarted, or
+         * the context's threads and descriptors stay behind */
+        while (d->zctx && zmq_ctx_term(d->zctx) < 0 && zmq_errno() == EINTR)
+                ;
+        if (d->stop_fd >= 0)
+                close(d->stop_fd);
+        if (d->pid_epfd >= 0)
+                close(d->pid_epfd);
+        if (d->sig_fd >= 0)
+                close(d->sig_fd);
+        if (d->lock_fd >= 0) {
+                unlink(d->lock_path);
+                close(d->lock_fd);
+        }
+        free(d->items);
+        free(d->item_workers);
+        free(d->item_peers);
+        free(d->item_kind);
+        for (size_t i = 0; i < N_TOMBS; i++)
+                free(d->tombs[i].joined);
+        free(d);
+        *dp = NULL;
+}
+
+const char *hvd_daemon_worker_endpoint(const hvd_daemon_t *d) {
+        return d->worker_ep;
+}
+
+const char *hvd_daemon_control_endpoint(const hvd_daemon_t *d) {
+        return d->control_ep;
+}
+
+void hvd_daemon_sizes(const hvd_daemon_t *d, size_t *jobs, size_t *workers, size_t *peers) {
+        *jobs = hvd_strmap_size(d->jobs);
+        *workers = hvd_strmap_size(d->workers);
+        *peers = hvd_strmap_size(d->peers);
+}

@@ -1,0 +1,133 @@
+/* tree.c */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <zmq.h>
+#ifdef HAVE_LIBSYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#include "internal.h"
+
+/* Root: hosts[0..n) (cross ranks, in order) report to parent (0: the
+ * root), which hears from at most cap of them. More are cut into runs as
+ * even as can be: ceil(n / g) runs of at most g hosts when that makes at
+ * most cap of them (each run's relay hears from the rest of it), else cap
+ * runs, each placed below its relay the same way (at most g a relay). A
+ * run's relay is its first host that gave an endpoint; a relay whose
+ * parent is the root names itself. Returns the relays made (UINT32_MAX:
+ * out of memory). */
+static uint32_t relay_tree(job_t *j, const uint32_t *hosts, uint32_t n, uint32_t parent, uint32_t g, uint32_t cap,
+                           uint32_t depth) {
+        if (n <= cap) {
+                for (uint32_t k = 0; k < n; k++)
+                        j->relay_via[hosts[k]] = parent;
+                return 0;
+        }
+        uint32_t runs = (n + g - 1) / g;
+        if (runs > cap)
+                runs = cap;
+        uint32_t made = 0;
+        for (uint32_t part = 0, first = 0; part < runs; part++) {
+                uint32_t len = n / runs + (part < n % runs), relay = UINT32_MAX;
+                for (uint32_t k = first; k < first + len && relay == UINT32_MAX; k++)
+                        if (j->nodes[hosts[k]].endpoint)
+                                relay = k;
+                if (relay == UINT32_MAX || len < 2) { /* no one can relay: straight to the parent */
+                        for (uint32_t k = first; k < first + len; k++)
+                                j->relay_via[hosts[k]] = parent;
+                } else {
+                        uint32_t r = hosts[relay];
+                        j->relay_via[r] = parent ? parent : r;
+                        if (depth + 1 > j->relay_depth)
+                                j->relay_depth = depth + 1;
+                        /* the run without its relay, in order */
+                        uint32_t *rest = malloc((len - 1) * sizeof *rest);
+                        if (!rest)
+                                return UINT32_MAX;
+                        for (uint32_t k = first, o = 0; k < first + len; k++)
+                                if (k != relay)
+                                        rest[o++] = hosts[k];
+                        uint32_t sub = relay_tree(j, rest, len - 1, r, g, g, depth + 1);
+                        free(rest);
+                        if (sub == UINT32_MAX)
+                                return UINT32_MAX;
+                        made += 1 + sub;
+                }
+                first += len;
+        }
+        return made;
+}
+
+/* Root: places the other hosts of a large job in a tree of relays in which
+ * no relay hears from more than relay_fanout hosts, and the root, which
+ * also negotiates, from at most a quarter as many (at least 2; the first
+ * host of a group
+ * that gave an endpoint relays for it); fills j->relay_via. Returns 0 (no
+ * relays: j->relay_via stays NULL) or -ENOMEM. */
+int root_assign_relays(hvd_daemon_t *d, job_t *j) {
+        uint32_t g = d->cfg.relay_fanout;
+        if (g < 2 || j->cross_size - 1 <= g || hvd_zap_curve(d->zap))
+                return 0;
+        uint32_t *hosts = malloc((j->cross_size - 1) * sizeof *hosts);
+        if (!hosts || !(j->relay_via = calloc(j->cross_size, sizeof *j->relay_via))) {
+                free(hosts);
+                return -ENOMEM;
+        }
+        for (uint32_t c = 1; c < j->cross_size; c++)
+                hosts[c - 1] = c;
+        j->relay_depth = 0;
+        uint32_t relays = relay_tree(j, hosts, j->cross_size - 1, 0, g, HVD_MAX(2u, g / 4), 0);
+        free(hosts);
+        if (relays == UINT32_MAX || !relays) {
+                free(j->relay_via);
+                j->relay_via = NULL;
+                return relays ? -ENOMEM : 0;
+        }
+        uint32_t top = 0;
+        for (uint32_t c = 1; c < j->cross_size; c++)
+                top += j->relay_via[c] == c;
+        if (j->relay_depth > 1)
+                snprintf(j->relay_desc, sizeof j->relay_desc,
+                         "%u hosts report through %u relay daemons in %u levels (%u under the root, at most %u hosts "
+                         "a relay)",
+                         j->cross_size - 1, relays, j->relay_depth, top, g);
+        else
+                snprintf(j->relay_desc, sizeof j->relay_desc,
+                         "%u hosts report through %u relay daemons (%u hosts a group)", j->cross_size - 1, relays, g);
+        hvd_log_info("job %s: %s", j->id, j->relay_desc);
+        return 0;
+}
+
+/* The host that host c reports to with relays (0: the root). */
+uint32_t relay_parent(const job_t *j, uint32_t c) {
+        return j->relay_via[c] == c ? 0 : j->relay_via[c];
+}
+
+/* Whether host h is relay r or reports through it, however deep. */
+bool relay_under(const job_t *j, uint32_t h, uint32_t r) {
+        for (uint32_t steps = 0; h && steps < j->cross_size; steps++, h = relay_parent(j, h))
+                if (h == r)
+                        return true;
+        return false;
+}

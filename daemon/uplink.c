@@ -1,0 +1,347 @@
+/* uplink.c */
+#include "config.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <poll.h>
+#include <sys/epoll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <unistd.h>
+#include <zmq.h>
+#ifdef HAVE_LIBSYSTEMD
+#include <systemd/sd-daemon.h>
+#endif
+
+#include "internal.h"
+
+void send_to_root(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
+        if (!j->root || j->root->lost)
+                return;
+        int r = hvd_wire_send(j->root->sock, env, ZMQ_DONTWAIT);
+        if (r < 0)
+                hvd_log_warning("job %s: cannot reach the root daemon at %s: %s", j->id, j->root->endpoint,
+                                hvd_strerror(r));
+}
+
+/* A NodeReady on its way to the root: through the relay this host
+ * reports to, if any. */
+void send_up(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
+        if (!j->relay) {
+                send_to_root(d, j, env);
+                return;
+        }
+        Hvd__NodeReady *nr = env->node_ready;
+        nr->relay_host = j->cross_rank;
+        nr->relay_secret.data = j->secret;
+        nr->relay_secret.len = j->secret_len;
+        if (j->relay->lost)
+                return;
+        int r = hvd_wire_send(j->relay->sock, env, ZMQ_DONTWAIT);
+        if (r < 0)
+                hvd_log_warning("job %s: cannot reach the relay daemon at %s: %s", j->id, j->relay->endpoint,
+                                hvd_strerror(r));
+}
+
+peer_t *peer_get(hvd_daemon_t *d, const char *endpoint) {
+        peer_t *p = hvd_strmap_get(d->peers, endpoint, strlen(endpoint));
+        if (p && !p->lost) {
+                /* idle, it was not pinged: its silence so far says nothing */
+                if (!p->n_jobs) {
+                        p->last_heard_usec = hvd_now_usec();
+                        p->last_ping_usec = 0;
+                }
+                return p;
+        }
+        if (!p) {
+                p = calloc(1, sizeof *p);
+                if (!p)
+                        return NULL;
+                snprintf(p->endpoint, sizeof p->endpoint, "%s", endpoint);
+                if (hvd_strmap_put(d->peers, endpoint, strlen(endpoint), p) < 0) {
+                        free(p);
+                        return NULL;
+                }
+        }
+        if (p->sock)
+                zmq_close(p->sock);
+        p->sock = zmq_socket(d->zctx, ZMQ_DEALER);
+        if (!p->sock)
+                return NULL;
+        int zero = 0, hwm = 100000, ivl = 1000, tmo = (int) (d->cfg.peer_timeout_usec / 1000);
+        int64_t maxmsg = (int64_t) d->cfg.max_message_bytes;
+        zmq_setsockopt(p->sock, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_setsockopt(p->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+        zmq_setsockopt(p->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
+        zmq_setsockopt(p->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
+        zmq_setsockopt(p->sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
+        zmq_setsockopt(p->sock, ZMQ_HEARTBEAT_TIMEOUT, &tmo, sizeof tmo);
+        if (hvd_zap_setup_peer_client(d->zap, p->sock, endpoint) < 0) {
+                zmq_close(p->sock);
+                p->sock = NULL;
+                return NULL;
+        }
+        if (zmq_connect(p->sock, endpoint) < 0) {
+                hvd_log_error(-zmq_errno(), "Cannot connect to root daemon %s", endpoint);
+                zmq_close(p->sock);
+                p->sock = NULL;
+                return NULL;
+        }
+        p->lost = false;
+        p->last_heard_usec = hvd_now_usec();
+        p->last_ping_usec = 0;
+        return p;
+}
+
+/* Not root: the root daemon at p speaks with epoch. A job that already
+ * knows another epoch of it was forgotten there (the daemon restarted): it
+ * is aborted, and nothing from the new epoch is taken for it. */
+static void root_epoch_check(hvd_daemon_t *d, peer_t *p, uint64_t epoch) {
+        size_t iter = 0;
+        void *v;
+        while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
+                job_t *j = v;
+                if (j->root != p || j->state == JOB_ABORTED)
+                        continue;
+                if (!j->root_epoch) {
+                        j->root_epoch = epoch;
+                        continue;
+                }
+                if (j->root_epoch == epoch)
+                        continue;
+                char ranks[256];
+                ranks_of_host(j, 0, ranks, sizeof ranks);
+                job_abort_ex(d, j, true, -1, HVD_EABORTED,
+                             "lost host %s (ranks [%s]): its root daemon at %s restarted (epoch %016" PRIx64
+                             ", was %016" PRIx64 ") and no longer knows the job",
+                             host_of(j, 0), ranks, p->endpoint, epoch, j->root_epoch);
+        }
+}
+
+/* Not root: a message from a root daemon. */
+static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) {
+        p->last_heard_usec = hvd_now_usec();
+        if (env->body_case == HVD__ENVELOPE__BODY_PING) {
+                if (env->ping->reply)
+                        p->rtt_usec = hvd_now_usec() - env->ping->sent_usec;
+                if (env->ping->epoch)
+                        root_epoch_check(d, p, env->ping->epoch);
+                return;
+        }
+        if (env->body_case == HVD__ENVELOPE__BODY_ERROR) {
+                hvd_log_warning("root daemon %s: %s", p->endpoint, env->error->message);
+                return;
+        }
+        const char *job_id = env->body_case == HVD__ENVELOPE__BODY_NODE_WELCOME   ? env->node_welcome->job_id
+                             : env->body_case == HVD__ENVELOPE__BODY_JOB_SCHEDULE ? env->job_schedule->job_id
+                             : env->body_case == HVD__ENVELOPE__BODY_ABORT        ? env->abort->job_id
+                                                                                  : NULL;
+        job_t *j = job_id ? hvd_strmap_get(d->jobs, job_id, strlen(job_id)) : NULL;
+        if (!j || (j->root != p && (j->relay != p || env->body_case == HVD__ENVELOPE__BODY_NODE_WELCOME)))
+                return; /* a job we no longer have, or not from its root (or relay) */
+        switch (env->body_case) {
+        case HVD__ENVELOPE__BODY_ABORT: {
+                /* the root has no record of the job: it restarted (its new
+                 * epoch may not have been heard yet) or dropped the job */
+                char unknown[HVD_WIRE_MAX_JOB_ID + 64];
+                snprintf(unknown, sizeof unknown, "job %s is unknown to the root daemon", j->id);
+                if (strcmp(env->abort->reason, unknown) == 0) {
+                        /* a local rank said goodbye: the job is ending, and
+                         * the root (or relay) daemon, whose ranks were done
+                         * first, has already let it go; this answers our
+                         * departures */
+                        bool ending = false;
+                        for (uint32_t r = 0; !ending && r < j->size; r++)
+                                ending = j->ranks[r] && j->ranks[r]->goodbye;
+                        if (ending) {
+                                job_end_quietly(d, j, true,
+                                                "its %s daemon at %s has finished it (its ranks were done first)",
+                                                p == j->root ? "root" : "relay", p->endpoint);
+                                break;
+                        }
+                        char ranks[256];
+                        ranks_of_host(j, 0, ranks, sizeof ranks);
+                        job_abort_ex(d, j, p == j->root, -1, HVD_EABORTED,
+                                     "lost host %s (ranks [%s]): its %s daemon at %s no longer knows the job "
+                                     "(restarted, or dropped it)",
+                                     host_of(j, 0), ranks, p == j->root ? "root" : "relay", p->endpoint);
+                        break;
+                }
+                job_abort_ex(d, j, p == j->root, env->abort->lost_rank,
+                             env->abort->code ? env->abort->code : HVD_EABORTED, "%s", env->abort->reason);
+                break;
+        }
+        case HVD__ENVELOPE__BODY_NODE_WELCOME: {
+                const Hvd__NodeWelcome *nw = env->node_welcome;
+                if (j->root_epoch && nw->epoch && nw->epoch != j->root_epoch) {
+                        job_abort_ex(d, j, true, -1, HVD_EABORTED,
+                                     "host %s: its root daemon at %s restarted during the join (epoch %016" PRIx64
+                                     ", was %016" PRIx64 ")",
+                                     host_of(j, 0), p->endpoint, nw->epoch, j->root_epoch);
+                        break;
+                }
+                if (nw->epoch)
+                        j->root_epoch = nw->epoch;
+                if (j->state != JOB_JOINING || nw->n_ranks != j->size) {
+                        job_abort(d, j, -1, HVD_EPROTO, "root daemon sent a rank table of %zu ranks for %u",
+                                  nw->n_ranks, j->size);
+                        break;
+                }
+                for (size_t i = 0; i < nw->n_ranks; i++) {
+                        rinfo_t *t = &j->table[nw->ranks[i]->rank];
+                        t->known = true;
+                        t->local_rank = nw->ranks[i]->local_rank;
+                        t->pid = nw->ranks[i]->pid;
+                        t->cross_rank = nw->ranks[i]->cross_rank;
+                        snprintf(t->host, sizeof t->host, "%s", nw->ranks[i]->host);
+                        snprintf(t->data_addr, sizeof t->data_addr, "%s", nw->ranks[i]->data_addr);
+                }
+                for (uint32_t r = 0; r < j->size; r++)
+                        if (!j->table[r].known) {
+                                job_abort(d, j, -1, HVD_EPROTO, "root daemon's rank table lacks rank %u", r);
+                                return;
+                        }
+                j->fusion_threshold = nw->fusion_threshold;
+                j->cycle_time_usec = nw->cycle_time_usec;
+                j->ring_checksum = nw->ring_checksum;
+                job_set_nccl_id(j, &nw->nccl_id);
+                if (!relay_setup(d, j, nw))
+                        break;
+                welcome_local(d, j);
+                relay_replay_early(d, j);
+                break;
+        }
+        case HVD__ENVELOPE__BODY_JOB_SCHEDULE: {
+                if (j->state != JOB_RUNNING)
+                        break;
+                const Hvd__Schedule *sc = env->job_schedule->schedule;
+                if (sc->repeat_key && !j->key_ids[sc->repeat_key]) {
+                        job_abort(d, j, -1, HVD_EPROTO, "root daemon repeated schedule key %u, which it never sent",
+                                  sc->repeat_key);
+                        break;
+                }
+                agg_learn(d, j, sc);
+                Hvd__Envelope out = HVD__ENVELOPE__INIT;
+                out.body_case = HVD__ENVELOPE__BODY_SCHEDULE;
+                out.schedule = env->job_schedule->schedule;
+                send_to_local_workers(d, j, &out, true);
+                if (j->rl && j->state == JOB_RUNNING) {
+                        relay_learn(d, j, sc);
+                        relay_forward(d, j, env);
+                }
+                break;
+        }
+        default: break;
+        }
+}
+
+void handle_root_socket(hvd_daemon_t *d, peer_t *p) {
+        for (int n = 0; n < RECV_BATCH; n++) {
+                zmq_msg_t msg;
+                zmq_msg_init(&msg);
+                if (msg_recv(&msg, p->sock) < 0) {
+                        zmq_msg_close(&msg);
+                        return;
+                }
+                Hvd__Envelope *env = NULL;
+                char err[512];
+                int r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, &env, err, sizeof err);
+                zmq_msg_close(&msg);
+                count_message(d, HVD_METRICS_SOCK_ROOT, r, env);
+                if (r < 0) {
+                        hvd_log_warning("root daemon %s: rejected message: %s", p->endpoint, err);
+                        continue;
+                }
+                handle_root_message(d, p, env);
+                hvd_wire_free(&env);
+        }
+}
+
+/* What peer p is to this daemon's jobs, for messages: "root" or "relay". */
+static const char *peer_role(hvd_daemon_t *d, const peer_t *p) {
+        size_t iter = 0;
+        void *v;
+        bool relay = false;
+        while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
+                const job_t *j = v;
+                if (j->root == p)
+                        return "root";
+                relay |= j->relay == p;
+        }
+        return relay ? "relay" : "root";
+}
+
+/* Housekeeping: a ping to each root (or relay) daemon this one reports to,
+ * every heartbeat interval; the jobs of one silent past peer_timeout are
+ * aborted. Returns when to look again (UINT64_MAX: no peer to watch). */
+uint64_t uplink_housekeeping(hvd_daemon_t *d, uint64_t now, uint64_t tick) {
+        uint64_t hb = daemon_ping_usec(d), next = UINT64_MAX;
+        size_t iter = 0;
+        void *v;
+        while (hvd_strmap_next(d->peers, &iter, NULL, NULL, &v)) {
+                peer_t *p = v;
+                if (p->lost || !p->n_jobs)
+                        continue;
+                next = tick;
+                if (now - p->last_ping_usec >= hb) {
+                        Hvd__Ping ping = HVD__PING__INIT;
+                        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                        ping.sent_usec = now;
+                        ping.rtt_usec = p->rtt_usec;
+                        ping.epoch = d->epoch;
+                        env.body_case = HVD__ENVELOPE__BODY_PING;
+                        env.ping = &ping;
+                        (void) hvd_wire_send(p->sock, &env, ZMQ_DONTWAIT);
+                        p->last_ping_usec = now;
+                }
+                if (now - p->last_heard_usec > d->cfg.peer_timeout_usec) {
+                        p->lost = true;
+                        const char *hint = hvd_zap_curve(d->zap) && !p->rtt_usec
+                                                   ? "; it never answered: is the CURVE key listed for it its public "
+                                                     "key, and does it list ours?"
+                                                   : "";
+                        hvd_log_error(0, "lost contact with the %s daemon at %s (silent for %.1f s)%s", peer_role(d, p),
+                                      p->endpoint, (double) (now - p->last_heard_usec) / 1e6, hint);
+                        size_t it2 = 0;
+                        void *v2;
+                        while (hvd_strmap_next(d->jobs, &it2, NULL, NULL, &v2)) {
+                                job_t *j = v2;
+                                if (j->relay == p && j->relay_via) {
+                                        uint32_t via = j->relay_via[j->cross_rank];
+                                        char ranks[256];
+                                        ranks_of_host(j, via, ranks, sizeof ranks);
+                                        job_abort(d, j, -1, HVD_EABORTED,
+                                                  "lost contact with the relay daemon of host %s at %s (ranks [%s]): "
+                                                  "silent for %.1f s",
+                                                  host_of(j, via), p->endpoint, ranks,
+                                                  (double) (now - p->last_heard_usec) / 1e6);
+                                        continue;
+                                }
+                                if (j->root != p)
+                                        continue;
+                                char ranks[256];
+                                ranks_of_host(j, 0, ranks, sizeof ranks);
+                                job_abort_ex(d, j, true, -1, HVD_EABORTED,
+                                             "lost contact with the root daemon at %s (host %s, ranks [%s]): "
+                                             "silent for %.1f s%s",
+                                             p->endpoint, host_of(j, 0), ranks,
+                                             (double) (now - p->last_heard_usec) / 1e6, hint);
+                        }
+                }
+        }
+        return next;
+}
