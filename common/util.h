@@ -4,8 +4,11 @@
 #define HVD_UTIL_H
 
 #include <errno.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -48,6 +51,17 @@ static inline void closep(int *fd) {
         }
 }
 #define _cleanup_close_ _cleanup_(closep)
+
+/* memcpy and memcmp for buffers that may be empty: a decoded bytes field
+ * of length 0 has a NULL pointer, which memcpy and memcmp must not see
+ * even with a size of 0. */
+static inline void *memcpy_safe(void *dst, const void *src, size_t n) {
+        return n ? memcpy(dst, src, n) : dst;
+}
+
+static inline bool memeq_safe(const void *a, size_t a_len, const void *b, size_t b_len) {
+        return a_len == b_len && (!a_len || memcmp(a, b, a_len) == 0);
+}
 
 /* Returns the pointer and sets *p = NULL: for handing ownership on. */
 #define TAKE_PTR(p)                                                                                                    \

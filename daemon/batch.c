@@ -411,7 +411,7 @@ bool node_level_ready(hvd_daemon_t *d, job_t *j, worker_t *w, const Hvd__Ready *
         d->metrics.board_node_ready++;
         d->metrics.board_node_ids += q->n_node_cached;
         bool waited = q->n_node_cached_waited_usec == q->n_node_cached;
-        if (j->neg) {
+        if (job_negotiates(j)) {
                 Hvd__NodeReady nr = HVD__NODE_READY__INIT;
                 nr.n_node_cached = q->n_node_cached;
                 nr.node_cached = q->node_cached;
@@ -447,7 +447,7 @@ bool node_level_ready(hvd_daemon_t *d, job_t *j, worker_t *w, const Hvd__Ready *
                         free(c);
                         goto oom;
                 }
-                memcpy(c->cached, q->node_cached, q->n_node_cached * sizeof *c->cached);
+                memcpy_safe(c->cached, q->node_cached, q->n_node_cached * sizeof *c->cached);
                 c->n_cached = q->n_node_cached;
                 if (fwd_append(j, o->rank, c) < 0)
                         goto oom;
@@ -458,7 +458,6 @@ oom:
         return false;
 }
 
-/* Takes ownership of env when it returns true. */
 /* Root: whether a local rank's Ready waits in this iteration's batch, as
  * a host's does before it goes to the root (flush_forward): new requests
  * of a first step, which the other local ranks send alike and which are
@@ -699,7 +698,7 @@ static size_t take_shared(job_t *j, Hvd__SharedReady ***ret) {
 static void fwd_send(hvd_daemon_t *d, job_t *j, Hvd__SharedReady **sh, size_t n_sh, bool all) {
         for (size_t i = 0; i < n_sh; i++)
                 d->metrics.node_shared_requests += sh[i]->ready->n_requests;
-        if (j->neg) {
+        if (job_negotiates(j)) {
                 for (size_t i = 0; all && i < j->n_fwd && j->state == JOB_RUNNING; i++) {
                         const Hvd__Ready *q = j->fwd[i]->ready;
                         if (q->n_requests || q->n_cached || !n_sh) /* not what went shared alone */

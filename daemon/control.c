@@ -125,8 +125,7 @@ typedef struct status_mem {
         Hvd__PeerStatus **pp;
         Hvd__JobStatus *js;
         Hvd__JobStatus **jp;
-        Hvd__RankInfo **ri;     /* [job] */
-        Hvd__RankInfo ***rp;    /* [job] */
+        rank_infos_t *ri;       /* [job]: its local ranks */
         Hvd__RankStatus **rs;   /* [job] */
         Hvd__RankStatus ***rsp; /* [job] */
         Hvd__ConfigItem *ci;
@@ -137,8 +136,8 @@ typedef struct status_mem {
 
 static void status_mem_free(status_mem_t *m) {
         for (size_t i = 0; i < m->n_jobs; i++) {
-                free(m->ri ? m->ri[i] : NULL);
-                free(m->rp ? m->rp[i] : NULL);
+                if (m->ri)
+                        rank_infos_free(&m->ri[i]);
                 free(m->rs ? m->rs[i] : NULL);
                 free(m->rsp ? m->rsp[i] : NULL);
         }
@@ -147,7 +146,6 @@ static void status_mem_free(status_mem_t *m) {
         free(m->js);
         free(m->jp);
         free(m->ri);
-        free(m->rp);
         free(m->rs);
         free(m->rsp);
         free(m->ci);
@@ -162,7 +160,7 @@ static int status_peers(hvd_daemon_t *d, uint64_t now, Hvd__Status *st, status_m
         void *v;
         while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
                 job_t *j = v;
-                if (j->is_root && j->nodes)
+                if (j->role == JOB_ROOT && j->nodes)
                         cap += j->cross_size;
         }
         m->ps = calloc(cap ? cap : 1, sizeof *m->ps);
@@ -189,7 +187,7 @@ static int status_peers(hvd_daemon_t *d, uint64_t now, Hvd__Status *st, status_m
         iter = 0;
         while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
                 job_t *j = v;
-                for (uint32_t c = 0; j->is_root && j->nodes && c < j->cross_size; c++) {
+                for (uint32_t c = 0; j->role == JOB_ROOT && j->nodes && c < j->cross_size; c++) {
                         node_t *nd = &j->nodes[c];
                         if (!nd->joined || nd->local)
                                 continue;
@@ -318,28 +316,15 @@ static int status_job(const job_t *j, uint64_t now, bool detail, Hvd__JobStatus 
         uint64_t requests = ns.requests + f->cache_hits;
         s->cache_hit_rate = requests ? (double) s->cache_hits / (double) requests : 0;
         s->mean_fused_bytes = s->fused_ops ? s->bytes_reduced / s->fused_ops : 0;
-        s->throughput_bytes_per_sec = j->neg ? job_throughput(j, now) : 0;
-        Hvd__RankInfo *ri = m->ri[k] = calloc(j->size, sizeof *ri);
-        Hvd__RankInfo **rp = m->rp[k] = calloc(j->size, sizeof *rp);
-        if (!ri || !rp)
+        s->throughput_bytes_per_sec = job_negotiates(j) ? job_throughput(j, now) : 0;
+        if (job_rank_infos(j, true, &m->ri[k]) < 0)
                 return -ENOMEM;
         uint64_t busy = 0;
-        for (uint32_t r = 0; r < j->size; r++) {
-                const worker_t *w = j->ranks[r];
-                if (!w)
-                        continue;
-                hvd__rank_info__init(&ri[s->n_ranks]);
-                ri[s->n_ranks].rank = r;
-                ri[s->n_ranks].local_rank = w->local_rank;
-                ri[s->n_ranks].pid = (uint32_t) w->pid;
-                ri[s->n_ranks].host = (char *) w->host;
-                ri[s->n_ranks].data_addr = (char *) w->data_addr;
-                ri[s->n_ranks].cross_rank = j->cross_rank;
-                rp[s->n_ranks] = &ri[s->n_ranks];
-                s->n_ranks++;
-                busy += w->busy_usec;
-        }
-        s->ranks = rp;
+        for (uint32_t r = 0; r < j->size; r++)
+                if (j->ranks[r])
+                        busy += j->ranks[r]->busy_usec;
+        s->n_ranks = m->ri[k].n;
+        s->ranks = m->ri[k].ptrs;
         s->ranks_here = (uint32_t) s->n_ranks;
         s->data_usec = s->n_ranks ? busy / s->n_ranks : 0;
         if (detail)
@@ -367,10 +352,9 @@ static void handle_status(hvd_daemon_t *d, const uint8_t *id, size_t id_len, con
         m.js = calloc(nj ? nj : 1, sizeof *m.js);
         m.jp = calloc(nj ? nj : 1, sizeof *m.jp);
         m.ri = calloc(nj ? nj : 1, sizeof *m.ri);
-        m.rp = calloc(nj ? nj : 1, sizeof *m.rp);
         m.rs = calloc(nj ? nj : 1, sizeof *m.rs);
         m.rsp = calloc(nj ? nj : 1, sizeof *m.rsp);
-        int r = m.js && m.jp && m.ri && m.rp && m.rs && m.rsp ? 0 : -ENOMEM;
+        int r = m.js && m.jp && m.ri && m.rs && m.rsp ? 0 : -ENOMEM;
         if (r >= 0)
                 r = status_peers(d, now, &st, &m);
         if (r >= 0)

@@ -48,6 +48,15 @@ static const char *const job_state_names[] = { "joining", "running", "aborted" }
 
 typedef struct job job_t;
 
+/* What this daemon is to a job. A member may also relay for other
+ * members (job.rl), and reports through a relay when the root says so
+ * (job.relay). */
+typedef enum {
+        JOB_SINGLE, /* the job's only host: it negotiates, and no other daemon takes part */
+        JOB_ROOT,   /* the first of several hosts: it negotiates for all, and hears every host */
+        JOB_MEMBER, /* another host: it reports to the root and passes schedules to its ranks */
+} job_role_t;
+
 /* A connection to a remote root daemon (this daemon is not the root). */
 typedef struct peer {
         char endpoint[HVD_WIRE_MAX_TEXT + 1];
@@ -64,6 +73,13 @@ typedef struct rinfo {
         char host[HVD_WIRE_MAX_HOST + 1];
         char data_addr[HVD_WIRE_MAX_HOST + 9];
 } rinfo_t;
+
+/* RankInfos for a message, over borrowed strings (job_rank_infos). */
+typedef struct rank_infos {
+        Hvd__RankInfo *infos;
+        Hvd__RankInfo **ptrs;
+        size_t n;
+} rank_infos_t;
 
 /* Root only: one node of a job. */
 typedef struct node {
@@ -146,7 +162,7 @@ struct job {
         int32_t departed_rank; /* a rank that said goodbye while others run */
         /* several nodes */
         uint32_t cross_rank, cross_size;
-        bool is_root;
+        job_role_t role;
         char **hosts;   /* [cross_size] */
         rinfo_t *table; /* [size] */
         node_t *nodes;  /* root: [cross_size] */
@@ -220,6 +236,12 @@ struct job {
         early_msg_t *early;                       /* a relay: its group's messages that came before its own welcome */
         size_t n_early;
 };
+
+/* Whether this daemon negotiates the job (holds its table, plans its
+ * schedules): the root, or the only host. */
+static inline bool job_negotiates(const job_t *j) {
+        return j->role != JOB_MEMBER;
+}
 
 /* A job aborted before all its ranks joined, kept after its removal so that
  * a rank arriving late learns why instead of starting the job anew. */
@@ -352,12 +374,25 @@ void send_packed_to_worker(hvd_daemon_t *d, const worker_t *w, const void *bytes
 int send_shared(void *sock, const void *id, size_t id_len, zmq_msg_t *packed);
 void send_to_nodes_ex(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool schedule);
 int msg_recv(zmq_msg_t *msg, void *sock);
-int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid,
-                          char *err, size_t err_len, char *peer, size_t peer_len, hvd_wire_memo_t *memo);
+int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
+                   size_t err_len, char *peer, size_t peer_len, hvd_wire_memo_t *memo);
 int router_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
-                       size_t err_len);
+                size_t err_len);
 void count_message(hvd_daemon_t *d, int sock, int r, const Hvd__Envelope *env);
-int bind_socket(hvd_daemon_t *d, void **sock, char *ep, size_t ep_len, const char *name);
+/* A socket of type with the daemon's options: no linger, the message size
+ * limit, deep queues; a ROUTER also a handshake deadline and unroutable
+ * sends as errors; a peer socket ZMTP heartbeats (peer_timeout). NULL on
+ * failure (zmq_errno). */
+void *io_socket(hvd_daemon_t *d, int type, bool peer);
+/* Binds RUNTIME_DIR/name (mode socket_mode, group socket_group) into *sock
+ * and its endpoint into ep. Returns 0 or < 0 (logged). */
+int io_bind_local(hvd_daemon_t *d, void **sock, char *ep, size_t ep_len, const char *name);
+/* Binds the peer socket on peer_listen and writes the endpoint it got to
+ * RUNTIME_DIR/peer.endpoint. Returns 0 or < 0 (logged). */
+int io_bind_peer(hvd_daemon_t *d);
+/* Refuses another daemon's message with an Abort of job_id it will act on. */
+void io_refuse_peer(hvd_daemon_t *d, const void *id, size_t id_len, const char *job_id, int code, const char *fmt, ...)
+        __attribute__((format(printf, 6, 7)));
 
 /* ---- uplink.c ---- */
 void send_to_root(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env);
@@ -375,11 +410,20 @@ void job_end_quietly(hvd_daemon_t *d, job_t *j, bool from_root, const char *fmt,
         __attribute__((format(printf, 4, 5)));
 void job_free(hvd_daemon_t *d, job_t *j);
 void job_set_nccl_id(job_t *j, const ProtobufCBinaryData *id);
+/* Whether secret is the job's (an empty one matches a job without). */
+bool job_secret_is(const job_t *j, const void *secret, size_t len);
 const tomb_t *tomb_find(const hvd_daemon_t *d, const Hvd__Hello *h);
 void job_remove(hvd_daemon_t *d, job_t *j);
-void fill_rank_infos(const job_t *j, Hvd__RankInfo *infos, Hvd__RankInfo **ptrs);
+/* The RankInfo of every rank of the job's table, or (local) of each local
+ * worker, over borrowed strings valid while the job is unchanged; free
+ * with rank_infos_free(). Returns 0 or -ENOMEM. */
+int job_rank_infos(const job_t *j, bool local, rank_infos_t *out);
+void rank_infos_free(rank_infos_t *ri);
 void heartbeat_settings(const hvd_daemon_t *d, uint64_t *interval, uint64_t *timeout);
-int table_add(job_t *j, uint32_t cross_rank, Hvd__RankInfo *const *ri, size_t n, char *err, size_t len);
+/* Records ranks in the job's table, on host cross_rank (< 0: the host each
+ * RankInfo names). Returns 0, or HVD_EDUPLICATE with err saying which rank
+ * is claimed twice (the table unchanged). */
+int job_table_add(job_t *j, int64_t cross_rank, Hvd__RankInfo *const *ri, size_t n, char *err, size_t len);
 job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, size_t len);
 size_t list_missing(const job_t *j, char *buf, size_t len);
 
@@ -404,26 +448,28 @@ uint64_t batch_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t ti
 
 /* ---- join.c ---- */
 void welcome_local(hvd_daemon_t *d, job_t *j);
-int root_node_joined(hvd_daemon_t *d, job_t *j, uint32_t cross_rank, bool local, const uint8_t *id,
-                            size_t id_len, Hvd__RankInfo *const *ri, size_t n, const char *endpoint);
+int root_node_joined(hvd_daemon_t *d, job_t *j, uint32_t cross_rank, bool local, const uint8_t *id, size_t id_len,
+                     Hvd__RankInfo *const *ri, size_t n, const char *endpoint);
 void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__Hello *h, uid_t uid);
+void join_node(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__NodeJoin *nj);
 uint64_t join_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
 
 /* ---- root.c ---- */
 int root_set_nodes(job_t *j);
-void root_submit(hvd_daemon_t *d, job_t *j, const uint32_t *ranks, size_t n_ranks, const Hvd__Ready *q,
-                        bool seen);
+void root_submit(hvd_daemon_t *d, job_t *j, const uint32_t *ranks, size_t n_ranks, const Hvd__Ready *q, bool seen);
 void root_submit_node(hvd_daemon_t *d, job_t *j, uint32_t cross, const Hvd__NodeReady *nr, bool own);
 void root_departed(hvd_daemon_t *d, job_t *j, uint32_t rank);
 void handle_peer_socket(hvd_daemon_t *d);
+/* Root: the host whose connection (routing id) this is, or -1. */
+int64_t root_node_of(const job_t *j, const uint8_t *id, size_t id_len);
 void root_send_schedules(hvd_daemon_t *d, job_t *j);
 uint64_t root_check_stalls(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
 uint64_t root_probe_nodes(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
 
 /* ---- tree.c ---- */
-int root_assign_relays(hvd_daemon_t *d, job_t *j);
-uint32_t relay_parent(const job_t *j, uint32_t c);
-bool relay_under(const job_t *j, uint32_t h, uint32_t r);
+int tree_assign(hvd_daemon_t *d, job_t *j);
+uint32_t tree_parent(const job_t *j, uint32_t c);
+bool tree_under(const job_t *j, uint32_t h, uint32_t r);
 
 /* ---- control.c ---- */
 void timeline_from_rank(hvd_daemon_t *d, worker_t *w, const Hvd__TimelineControl *tc);
@@ -443,7 +489,6 @@ void notify_status(hvd_daemon_t *d);
 /* ---- feed.c ---- */
 int hvd_daemon_feed(hvd_daemon_t *d, hvd_daemon_source_t src, const void *id, size_t id_len, uid_t uid,
                     const void *data, size_t len);
-
 
 /* A message handed in by hvd_daemon_feed() in place of the socket's next
  * one (tests and fuzzing): while it is set, the reactor's receive paths

@@ -84,7 +84,7 @@ int send_shared(void *sock, const void *id, size_t id_len, zmq_msg_t *packed) {
  * each. A schedule goes to the hosts of a relay group through their relay
  * only (so that it comes after what the relay passed on before it). */
 void send_to_nodes_ex(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool schedule) {
-        if (!j->is_root || !j->nodes)
+        if (j->role != JOB_ROOT || !j->nodes)
                 return;
         env->version = HVD_PROTOCOL_VERSION;
         zmq_msg_t packed;
@@ -144,8 +144,8 @@ int msg_recv(zmq_msg_t *msg, void *sock) {
  * are dropped: one envelope per message. Returns 1 with *env set, 0 when
  * the socket is drained, or < 0 (the message was refused; err says why and
  * the id is filled, so the sender can be told). */
-int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid,
-                          char *err, size_t err_len, char *peer, size_t peer_len, hvd_wire_memo_t *memo) {
+int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
+                   size_t err_len, char *peer, size_t peer_len, hvd_wire_memo_t *memo) {
         if (fed)
                 return fed_recv(id, id_len, env, uid, err, err_len, peer, peer_len, memo);
         for (;;) {
@@ -187,7 +187,7 @@ int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Enve
 }
 
 int router_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
-                       size_t err_len) {
+                size_t err_len) {
         return router_recv_ex(sock, id, id_len, env, uid, err, err_len, NULL, 0, NULL);
 }
 
@@ -198,19 +198,33 @@ void count_message(hvd_daemon_t *d, int sock, int r, const Hvd__Envelope *env) {
                 d->metrics.messages[env->body_case]++;
 }
 
-int bind_socket(hvd_daemon_t *d, void **sock, char *ep, size_t ep_len, const char *name) {
+void *io_socket(hvd_daemon_t *d, int type, bool peer) {
+        void *s = zmq_socket(d->zctx, type);
+        if (!s)
+                return NULL;
+        int one = 1, zero = 0, hwm = 100000, handshake = HANDSHAKE_MSEC, ivl = 1000;
+        int tmo = (int) (d->cfg.peer_timeout_usec / 1000);
+        int64_t maxmsg = (int64_t) d->cfg.max_message_bytes;
+        zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
+        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
+        zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
+        zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof hwm);
+        if (type == ZMQ_ROUTER) {
+                zmq_setsockopt(s, ZMQ_HANDSHAKE_IVL, &handshake, sizeof handshake);
+                zmq_setsockopt(s, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
+        }
+        if (peer) {
+                zmq_setsockopt(s, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
+                zmq_setsockopt(s, ZMQ_HEARTBEAT_TIMEOUT, &tmo, sizeof tmo);
+        }
+        return s;
+}
+
+int io_bind_local(hvd_daemon_t *d, void **sock, char *ep, size_t ep_len, const char *name) {
         snprintf(ep, ep_len, "ipc://%s/%s", d->cfg.runtime_dir, name);
-        *sock = zmq_socket(d->zctx, ZMQ_ROUTER);
+        *sock = io_socket(d, ZMQ_ROUTER, false);
         if (!*sock)
                 return hvd_log_error(-zmq_errno(), "Cannot create socket");
-        int one = 1, zero = 0, hwm = 100000, handshake = HANDSHAKE_MSEC;
-        int64_t maxmsg = (int64_t) d->cfg.max_message_bytes;
-        zmq_setsockopt(*sock, ZMQ_LINGER, &zero, sizeof zero);
-        zmq_setsockopt(*sock, ZMQ_HANDSHAKE_IVL, &handshake, sizeof handshake);
-        zmq_setsockopt(*sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-        zmq_setsockopt(*sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-        zmq_setsockopt(*sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
-        zmq_setsockopt(*sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
         int r = hvd_zap_setup_local(d->zap, *sock);
         if (r < 0)
                 return r;
@@ -227,4 +241,45 @@ int bind_socket(hvd_daemon_t *d, void **sock, char *ep, size_t ep_len, const cha
                         return hvd_log_error(-errno, "Cannot give %s to group %s", path, d->cfg.socket_group);
         }
         return 0;
+}
+
+int io_bind_peer(hvd_daemon_t *d) {
+        d->peer_sock = io_socket(d, ZMQ_ROUTER, true);
+        if (!d->peer_sock)
+                return -zmq_errno();
+        int r = hvd_zap_setup_peer_server(d->zap, d->peer_sock);
+        if (r < 0)
+                return r;
+        if (zmq_bind(d->peer_sock, d->cfg.peer_listen) < 0)
+                return hvd_log_error(-zmq_errno(), "Cannot bind the peer socket %s", d->cfg.peer_listen);
+        size_t len = sizeof d->peer_ep;
+        if (zmq_getsockopt(d->peer_sock, ZMQ_LAST_ENDPOINT, d->peer_ep, &len) < 0)
+                snprintf(d->peer_ep, sizeof d->peer_ep, "%s", d->cfg.peer_listen);
+        /* for launchers: which endpoint this daemon's peers use, written
+         * whole, then renamed: a reader never sees half a line */
+        char path[PATH_MAX + 32], tmp[PATH_MAX + 40];
+        snprintf(path, sizeof path, "%s/peer.endpoint", d->cfg.runtime_dir);
+        snprintf(tmp, sizeof tmp, "%s.tmp", path);
+        FILE *f = fopen(tmp, "we");
+        if (!f || fprintf(f, "%s\n", d->peer_ep) < 0 || fclose(f) != 0 || rename(tmp, path) < 0)
+                hvd_log_warning("cannot write %s: %m", path);
+        return 0;
+}
+
+void io_refuse_peer(hvd_daemon_t *d, const void *id, size_t id_len, const char *job_id, int code, const char *fmt,
+                    ...) {
+        char reason[1024];
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(reason, sizeof reason, fmt, ap);
+        va_end(ap);
+        Hvd__Abort ab = HVD__ABORT__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        ab.job_id = (char *) job_id;
+        ab.reason = reason;
+        ab.code = code;
+        ab.lost_rank = -1;
+        env.body_case = HVD__ENVELOPE__BODY_ABORT;
+        env.abort = &ab;
+        (void) hvd_wire_send_to(d->peer_sock, id, id_len, &env, ZMQ_DONTWAIT);
 }

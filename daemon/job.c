@@ -63,7 +63,7 @@ static void job_abort_v(hvd_daemon_t *d, job_t *j, bool from_root, int lost_rank
         env.body_case = HVD__ENVELOPE__BODY_ABORT;
         env.abort = &ab;
         send_to_local_workers(d, j, &env, false);
-        if (j->is_root)
+        if (j->role == JOB_ROOT)
                 send_to_nodes(d, j, &env);
         else if (!from_root)
                 send_to_root(d, j, &env);
@@ -135,7 +135,7 @@ void job_free(hvd_daemon_t *d, job_t *j) {
 
 void job_set_nccl_id(job_t *j, const ProtobufCBinaryData *id) {
         if (id->len && id->len <= sizeof j->nccl_id && !j->nccl_id_len) {
-                memcpy(j->nccl_id, id->data, id->len);
+                memcpy_safe(j->nccl_id, id->data, id->len);
                 j->nccl_id_len = id->len;
         }
 }
@@ -147,7 +147,7 @@ static void tomb_add(hvd_daemon_t *d, const job_t *j) {
         if (!(t->joined = calloc(j->size, 1)))
                 return;
         snprintf(t->id, sizeof t->id, "%s", j->id);
-        memcpy(t->secret, j->secret, j->secret_len);
+        memcpy_safe(t->secret, j->secret, j->secret_len);
         t->secret_len = j->secret_len;
         t->usec = hvd_now_usec();
         t->size = j->size;
@@ -162,8 +162,8 @@ const tomb_t *tomb_find(const hvd_daemon_t *d, const Hvd__Hello *h) {
         for (size_t i = 0; i < N_TOMBS; i++) {
                 const tomb_t *t = &d->tombs[i];
                 if (t->joined && now - t->usec < ABORTED_JOB_LINGER_USEC && strcmp(t->id, h->job_id) == 0 &&
-                    h->rank < t->size && !t->joined[h->rank] && t->secret_len == h->secret.len &&
-                    memcmp(t->secret, h->secret.data, t->secret_len) == 0)
+                    h->rank < t->size && !t->joined[h->rank] &&
+                    memeq_safe(t->secret, t->secret_len, h->secret.data, h->secret.len))
                         return t;
         }
         return NULL;
@@ -181,17 +181,38 @@ void job_remove(hvd_daemon_t *d, job_t *j) {
         job_free(d, j);
 }
 
-void fill_rank_infos(const job_t *j, Hvd__RankInfo *infos, Hvd__RankInfo **ptrs) {
-        for (uint32_t r = 0; r < j->size; r++) {
-                hvd__rank_info__init(&infos[r]);
-                infos[r].rank = r;
-                infos[r].local_rank = j->table[r].local_rank;
-                infos[r].pid = j->table[r].pid;
-                infos[r].host = (char *) j->table[r].host;
-                infos[r].data_addr = (char *) j->table[r].data_addr;
-                infos[r].cross_rank = j->table[r].cross_rank;
-                ptrs[r] = &infos[r];
+int job_rank_infos(const job_t *j, bool local, rank_infos_t *out) {
+        /* a root job started by a remote host does not know its local size yet */
+        size_t cap = local ? HVD_MIN(j->local_size, j->size) : j->size;
+        rank_infos_t ri = { .infos = calloc(cap ? cap : 1, sizeof *ri.infos),
+                            .ptrs = calloc(cap ? cap : 1, sizeof *ri.ptrs) };
+        if (!ri.infos || !ri.ptrs) {
+                rank_infos_free(&ri);
+                return -ENOMEM;
         }
+        for (uint32_t r = 0; r < j->size && ri.n < cap; r++) {
+                const worker_t *w = j->ranks[r];
+                const rinfo_t *t = &j->table[r];
+                if (local && !w)
+                        continue;
+                Hvd__RankInfo *i = &ri.infos[ri.n];
+                hvd__rank_info__init(i);
+                i->rank = r;
+                i->local_rank = local ? w->local_rank : t->local_rank;
+                i->pid = local ? (uint32_t) w->pid : t->pid;
+                i->host = (char *) (local ? w->host : t->host);
+                i->data_addr = (char *) (local ? w->data_addr : t->data_addr);
+                i->cross_rank = local ? j->cross_rank : t->cross_rank;
+                ri.ptrs[ri.n++] = i;
+        }
+        *out = ri;
+        return 0;
+}
+
+void rank_infos_free(rank_infos_t *ri) {
+        free(ri->infos);
+        free(ri->ptrs);
+        *ri = (rank_infos_t){ 0 };
 }
 
 /* The heartbeat settings a job starts with: the timeout is at least two
@@ -205,23 +226,25 @@ void heartbeat_settings(const hvd_daemon_t *d, uint64_t *interval, uint64_t *tim
                 *interval = 0;
 }
 
-/* Records a node's ranks in the rank table. Returns < 0 with a message if
- * they clash with what is known. */
-int table_add(job_t *j, uint32_t cross_rank, Hvd__RankInfo *const *ri, size_t n, char *err, size_t len) {
+int job_table_add(job_t *j, int64_t cross_rank, Hvd__RankInfo *const *ri, size_t n, char *err, size_t len) {
         for (size_t i = 0; i < n; i++) {
-                uint32_t r = ri[i]->rank;
+                uint32_t r = ri[i]->rank, c = cross_rank >= 0 ? (uint32_t) cross_rank : ri[i]->cross_rank;
                 if (r >= j->size || j->table[r].known) {
                         snprintf(err, len, "rank %u is claimed twice (hosts %s and %s)", r,
-                                 r < j->size ? host_of(j, j->table[r].cross_rank) : "?", host_of(j, cross_rank));
+                                 r < j->size ? host_of(j, j->table[r].cross_rank) : "?", host_of(j, c));
+                        while (i-- > 0) /* the table stays as it was */
+                                j->table[ri[i]->rank].known = false;
                         return HVD_EDUPLICATE;
                 }
+                /* a rank twice in this very list shows on its second entry */
+                j->table[r].known = true;
         }
         for (size_t i = 0; i < n; i++) {
                 rinfo_t *t = &j->table[ri[i]->rank];
                 t->known = true;
                 t->local_rank = ri[i]->local_rank;
                 t->pid = ri[i]->pid;
-                t->cross_rank = cross_rank;
+                t->cross_rank = cross_rank >= 0 ? (uint32_t) cross_rank : ri[i]->cross_rank;
                 snprintf(t->host, sizeof t->host, "%s", ri[i]->host);
                 snprintf(t->data_addr, sizeof t->data_addr, "%s", ri[i]->data_addr);
         }
@@ -259,13 +282,13 @@ job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, size_t len
                 return NULL;
         }
         snprintf(j->id, sizeof j->id, "%s", jp->job_id);
-        memcpy(j->secret, jp->secret, jp->secret_len);
+        memcpy_safe(j->secret, jp->secret, jp->secret_len);
         j->secret_len = jp->secret_len;
         j->size = jp->world_size;
         j->local_size = jp->local_size;
         j->cross_rank = cross_size > 1 ? jp->cross_rank : 0;
         j->cross_size = cross_size;
-        j->is_root = root;
+        j->role = cross_size == 1 ? JOB_SINGLE : root ? JOB_ROOT : JOB_MEMBER;
         j->state = JOB_JOINING;
         j->created_usec = hvd_now_usec();
         j->departed_rank = -1;
@@ -312,7 +335,7 @@ job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, size_t len
                          jp->job_id, jp->root_peer ? jp->root_peer : "");
                 return NULL;
         }
-        if (j->neg)
+        if (job_negotiates(j))
                 hvd_negotiator_set_observer(j->neg, observe_negotiation, d);
         d->metrics.jobs_started++;
         d->next_housekeeping = 0;
@@ -330,4 +353,8 @@ size_t list_missing(const job_t *j, char *buf, size_t len) {
                         o += (size_t) snprintf(buf + o, len - o, "%s%u", o ? ", " : "", r);
         }
         return o;
+}
+
+bool job_secret_is(const job_t *j, const void *secret, size_t len) {
+        return memeq_safe(j->secret, j->secret_len, secret, len);
 }

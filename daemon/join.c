@@ -31,15 +31,11 @@
 
 /* Welcomes this node's workers: the job is complete everywhere. */
 void welcome_local(hvd_daemon_t *d, job_t *j) {
-        Hvd__RankInfo *infos = calloc(j->size, sizeof *infos);
-        Hvd__RankInfo **ptrs = calloc(j->size, sizeof *ptrs);
-        if (!infos || !ptrs) {
-                free(infos);
-                free(ptrs);
+        rank_infos_t ri;
+        if (job_rank_infos(j, false, &ri) < 0) {
                 job_abort(d, j, -1, -ENOMEM, "out of memory while welcoming job %s", j->id);
                 return;
         }
-        fill_rank_infos(j, infos, ptrs);
         uint64_t slot = j->fusion_threshold;
         if (slot < (UINT64_C(4) << 20))
                 slot = UINT64_C(4) << 20;
@@ -65,8 +61,8 @@ void welcome_local(hvd_daemon_t *d, job_t *j) {
                 wel.fusion_threshold = j->fusion_threshold;
                 wel.cycle_time_usec = j->cycle_time_usec;
                 wel.collective_timeout_usec = d->cfg.collective_timeout_usec;
-                wel.n_ranks = j->size;
-                wel.ranks = ptrs;
+                wel.n_ranks = ri.n;
+                wel.ranks = ri.ptrs;
                 wel.nccl_id.data = j->nccl_id;
                 wel.nccl_id.len = j->nccl_id_len;
                 wel.daemon_pid = (uint32_t) getpid();
@@ -80,8 +76,7 @@ void welcome_local(hvd_daemon_t *d, job_t *j) {
                 env.welcome = &wel;
                 send_to_worker(d, w, &env);
         }
-        free(infos);
-        free(ptrs);
+        rank_infos_free(&ri);
         d->next_housekeeping = 0; /* arms the heartbeat check */
         j->state = JOB_RUNNING;
         hvd_log_notice("job %s running: %u ranks on %u host%s, %u here", j->id, j->size, j->cross_size,
@@ -89,22 +84,14 @@ void welcome_local(hvd_daemon_t *d, job_t *j) {
 }
 
 static void root_complete(hvd_daemon_t *d, job_t *j) {
-        Hvd__RankInfo *infos = calloc(j->size, sizeof *infos);
-        Hvd__RankInfo **ptrs = calloc(j->size, sizeof *ptrs);
-        if (!infos || !ptrs || root_set_nodes(j) < 0) {
-                free(infos);
-                free(ptrs);
-                job_abort(d, j, -1, -ENOMEM, "out of memory");
-                return;
-        }
+        rank_infos_t ri = { 0 };
         char **eps = NULL;
-        if (root_assign_relays(d, j) < 0 || (j->relay_via && !(eps = calloc(j->cross_size, sizeof *eps)))) {
-                free(infos);
-                free(ptrs);
+        if (root_set_nodes(j) < 0 || tree_assign(d, j) < 0 ||
+            (j->relay_via && !(eps = calloc(j->cross_size, sizeof *eps))) || job_rank_infos(j, false, &ri) < 0) {
+                free(eps);
                 job_abort(d, j, -1, -ENOMEM, "out of memory");
                 return;
         }
-        fill_rank_infos(j, infos, ptrs);
         Hvd__NodeWelcome nw = HVD__NODE_WELCOME__INIT;
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
         if (j->relay_via) {
@@ -118,8 +105,8 @@ static void root_complete(hvd_daemon_t *d, job_t *j) {
                 nw.relay_endpoint = eps;
         }
         nw.job_id = j->id;
-        nw.n_ranks = j->size;
-        nw.ranks = ptrs;
+        nw.n_ranks = ri.n;
+        nw.ranks = ri.ptrs;
         nw.epoch = d->epoch;
         nw.fusion_threshold = j->fusion_threshold;
         nw.cycle_time_usec = j->cycle_time_usec;
@@ -129,14 +116,13 @@ static void root_complete(hvd_daemon_t *d, job_t *j) {
         env.body_case = HVD__ENVELOPE__BODY_NODE_WELCOME;
         env.node_welcome = &nw;
         send_to_nodes(d, j, &env);
-        free(infos);
-        free(ptrs);
+        rank_infos_free(&ri);
         free(eps);
         welcome_local(d, j);
 }
 
-int root_node_joined(hvd_daemon_t *d, job_t *j, uint32_t cross_rank, bool local, const uint8_t *id,
-                            size_t id_len, Hvd__RankInfo *const *ri, size_t n, const char *endpoint) {
+int root_node_joined(hvd_daemon_t *d, job_t *j, uint32_t cross_rank, bool local, const uint8_t *id, size_t id_len,
+                     Hvd__RankInfo *const *ri, size_t n, const char *endpoint) {
         node_t *nd = &j->nodes[cross_rank];
         char err[512];
         if (nd->joined) {
@@ -144,7 +130,7 @@ int root_node_joined(hvd_daemon_t *d, job_t *j, uint32_t cross_rank, bool local,
                 job_abort(d, j, -1, HVD_EDUPLICATE, "%s", err);
                 return HVD_EDUPLICATE;
         }
-        int r = table_add(j, cross_rank, ri, n, err, sizeof err);
+        int r = job_table_add(j, cross_rank, ri, n, err, sizeof err);
         if (r < 0) {
                 job_abort(d, j, -1, r, "%s", err);
                 return r;
@@ -192,28 +178,10 @@ static char *advertised_endpoint(hvd_daemon_t *d, const job_t *j, char *buf, siz
 
 /* All local ranks said hello. */
 static void local_complete(hvd_daemon_t *d, job_t *j) {
-        Hvd__RankInfo *infos = calloc(j->local_size, sizeof *infos);
-        Hvd__RankInfo **ptrs = calloc(j->local_size, sizeof *ptrs);
-        if (!infos || !ptrs) {
-                free(infos);
-                free(ptrs);
+        rank_infos_t ri;
+        if (job_rank_infos(j, true, &ri) < 0) {
                 job_abort(d, j, -1, -ENOMEM, "out of memory");
                 return;
-        }
-        size_t n = 0;
-        for (uint32_t r = 0; r < j->size; r++) {
-                worker_t *w = j->ranks[r];
-                if (!w)
-                        continue;
-                hvd__rank_info__init(&infos[n]);
-                infos[n].rank = r;
-                infos[n].local_rank = w->local_rank;
-                infos[n].pid = (uint32_t) w->pid;
-                infos[n].host = w->host;
-                infos[n].data_addr = w->data_addr;
-                infos[n].cross_rank = j->cross_rank;
-                ptrs[n] = &infos[n];
-                n++;
         }
         /* small schedules through the board when every local rank reads it */
         j->board_sched = j->local_size > 1 && j->cross_size > 1;
@@ -222,12 +190,12 @@ static void local_complete(hvd_daemon_t *d, job_t *j) {
                         j->board_sched = false;
         if (j->cross_size <= 1) {
                 char err[512];
-                if (table_add(j, 0, ptrs, n, err, sizeof err) < 0)
+                if (job_table_add(j, 0, ri.ptrs, ri.n, err, sizeof err) < 0)
                         job_abort(d, j, -1, HVD_EDUPLICATE, "%s", err);
                 else
                         welcome_local(d, j);
-        } else if (j->is_root)
-                root_node_joined(d, j, j->cross_rank, true, NULL, 0, ptrs, n, NULL);
+        } else if (j->role == JOB_ROOT)
+                root_node_joined(d, j, j->cross_rank, true, NULL, 0, ri.ptrs, ri.n, NULL);
         else {
                 Hvd__NodeJoin nj = HVD__NODE_JOIN__INIT;
                 Hvd__Envelope env = HVD__ENVELOPE__INIT;
@@ -238,8 +206,8 @@ static void local_complete(hvd_daemon_t *d, job_t *j) {
                 nj.cross_rank = j->cross_rank;
                 nj.cross_size = j->cross_size;
                 nj.world_size = j->size;
-                nj.n_ranks = n;
-                nj.ranks = ptrs;
+                nj.n_ranks = ri.n;
+                nj.ranks = ri.ptrs;
                 nj.fusion_threshold = (int64_t) j->fusion_threshold;
                 nj.cycle_time_usec = j->cycle_time_usec;
                 nj.n_hosts = j->cross_size;
@@ -258,8 +226,7 @@ static void local_complete(hvd_daemon_t *d, job_t *j) {
                 hvd_log_info("job %s: all %u local ranks joined; told the root daemon at %s", j->id, j->local_size,
                              j->root->endpoint);
         }
-        free(infos);
-        free(ptrs);
+        rank_infos_free(&ri);
 }
 
 void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__Hello *h, uid_t uid) {
@@ -282,8 +249,8 @@ void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__
         }
         job_t *j = hvd_strmap_get(d->jobs, h->job_id, strlen(h->job_id));
         if (j && j->state != JOB_JOINING && h->rank < j->size && j->ranks[h->rank] &&
-            (j->ranks[h->rank]->goodbye || j->ranks[h->rank]->exited) && j->secret_len == h->secret.len &&
-            (!j->owned || j->owner_uid == uid) && memcmp(j->secret, h->secret.data, j->secret_len) == 0) {
+            (j->ranks[h->rank]->goodbye || j->ranks[h->rank]->exited) && (!j->owned || j->owner_uid == uid) &&
+            job_secret_is(j, h->secret.data, h->secret.len)) {
                 /* the job's ranks start over (hvd_shutdown, then hvd_init): the
                  * old incarnation lingers under another name until its workers
                  * are gone, and this hello starts a new one */
@@ -331,7 +298,7 @@ void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__
         } else {
                 if (j->local_size == UINT32_MAX && j->n_hello == 0 && h->local_size <= j->size)
                         j->local_size = h->local_size; /* root job started by a remote node's join */
-                if (j->secret_len != h->secret.len || memcmp(j->secret, h->secret.data, j->secret_len) != 0) {
+                if (!job_secret_is(j, h->secret.data, h->secret.len)) {
                         hvd_log_warning("job %s: rank %u (pid %u) presented a wrong job secret", j->id, h->rank,
                                         h->pid);
                         send_error(d, d->worker_sock, id, id_len, HVD_EDENIED,
@@ -420,7 +387,7 @@ void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__
 static void start_timeout(hvd_daemon_t *d, job_t *j) {
         char missing[512], hosts[512] = "";
         list_missing(j, missing, sizeof missing);
-        if (j->is_root) {
+        if (j->role == JOB_ROOT) {
                 size_t o = 0;
                 for (uint32_t c = 0; c < j->cross_size && o + 16 < sizeof hosts; c++)
                         if (!j->nodes[c].joined)
@@ -452,9 +419,59 @@ static void start_timeout(hvd_daemon_t *d, job_t *j) {
 uint64_t join_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick) {
         if (j->state != JOB_JOINING)
                 return UINT64_MAX;
-        uint64_t limit = d->cfg.start_timeout_usec + (j->is_root || j->cross_size == 1 ? 0 : 2 * USEC_PER_SEC);
+        uint64_t limit = d->cfg.start_timeout_usec + (j->role == JOB_MEMBER ? 2 * USEC_PER_SEC : 0);
         if (now - j->created_usec <= limit)
                 return tick;
         start_timeout(d, j);
         return UINT64_MAX;
+}
+
+/* Root: a host's NodeJoin. The first one of a job creates it here, its
+ * local size unknown until the root's own ranks say hello. A wrong secret,
+ * or a host that does not fit the job, is refused with an abort. */
+void join_node(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__NodeJoin *nj) {
+        char reason[1024];
+        job_t *j = hvd_strmap_get(d->jobs, nj->job_id, strlen(nj->job_id));
+        if (!j) {
+                job_params_t jp = {
+                        .job_id = nj->job_id,
+                        .secret = nj->secret.data,
+                        .secret_len = nj->secret.len,
+                        .world_size = nj->world_size,
+                        .local_size = 0,
+                        .cross_rank = 0,
+                        .cross_size = nj->cross_size,
+                        .fusion_threshold = nj->fusion_threshold,
+                        .cycle_time_usec = nj->cycle_time_usec,
+                        .hosts = nj->hosts,
+                        .n_hosts = nj->n_hosts,
+                        .stall_check_usec = nj->stall_check_usec,
+                        .stall_shutdown_usec = nj->stall_shutdown_usec,
+                };
+                j = job_create(d, &jp, reason, sizeof reason);
+                if (!j) {
+                        io_refuse_peer(d, id, id_len, nj->job_id, HVD_EDENIED, "%s", reason);
+                        return;
+                }
+                j->local_size = UINT32_MAX; /* set by the first local hello */
+        }
+        if (!job_secret_is(j, nj->secret.data, nj->secret.len)) {
+                hvd_log_warning("job %s: host %s presented a wrong job secret", j->id, nj->host);
+                io_refuse_peer(d, id, id_len, nj->job_id, HVD_EDENIED, "job %s: host %s: wrong job secret", j->id,
+                               nj->host);
+                return;
+        }
+        if (j->role != JOB_ROOT || nj->world_size != j->size || nj->cross_size != j->cross_size ||
+            nj->cross_rank == 0 || j->state != JOB_JOINING) {
+                io_refuse_peer(d, id, id_len, nj->job_id, HVD_EDENIED,
+                               "job %s: host %s (host %u of %u, %u ranks) does not fit the job here (%s, root: %s, "
+                               "%u ranks on %u hosts)",
+                               j->id, nj->host, nj->cross_rank, nj->cross_size, nj->world_size,
+                               job_state_names[j->state], j->role == JOB_ROOT ? "yes" : "no", j->size, j->cross_size);
+                return;
+        }
+        job_set_nccl_id(j, &nj->nccl_id);
+        if (nj->ring_checksum)
+                j->ring_checksum = true;
+        root_node_joined(d, j, nj->cross_rank, false, id, id_len, nj->ranks, nj->n_ranks, nj->peer_endpoint);
 }

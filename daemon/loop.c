@@ -38,7 +38,7 @@ void before_sleep(hvd_daemon_t *d) {
         while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
                 job_t *j = v;
                 flush_forward(d, j, false);
-                if (j->neg)
+                if (job_negotiates(j))
                         root_send_schedules(d, j);
                 else if (j->rl)
                         relay_flush(d, j, false);
@@ -319,44 +319,11 @@ int hvd_daemon_new(const hvd_daemon_config_t *cfg, hvd_daemon_t **ret) {
         }
         if ((r = hvd_zap_new(d->zctx, cfg, &d->zap)) < 0)
                 goto fail;
-        if ((r = bind_socket(d, &d->worker_sock, d->worker_ep, sizeof d->worker_ep, "worker.sock")) < 0 ||
-            (r = bind_socket(d, &d->control_sock, d->control_ep, sizeof d->control_ep, "control.sock")) < 0)
+        if ((r = io_bind_local(d, &d->worker_sock, d->worker_ep, sizeof d->worker_ep, "worker.sock")) < 0 ||
+            (r = io_bind_local(d, &d->control_sock, d->control_ep, sizeof d->control_ep, "control.sock")) < 0)
                 goto fail;
-        if (cfg->peer_listen[0]) {
-                d->peer_sock = zmq_socket(d->zctx, ZMQ_ROUTER);
-                if (!d->peer_sock) {
-                        r = -zmq_errno();
-                        goto fail;
-                }
-                int one = 1, zero = 0, hwm = 100000, ivl = 1000, tmo = (int) (cfg->peer_timeout_usec / 1000);
-                int handshake = HANDSHAKE_MSEC;
-                int64_t maxmsg = (int64_t) cfg->max_message_bytes;
-                zmq_setsockopt(d->peer_sock, ZMQ_LINGER, &zero, sizeof zero);
-                zmq_setsockopt(d->peer_sock, ZMQ_HANDSHAKE_IVL, &handshake, sizeof handshake);
-                zmq_setsockopt(d->peer_sock, ZMQ_ROUTER_MANDATORY, &one, sizeof one);
-                zmq_setsockopt(d->peer_sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-                zmq_setsockopt(d->peer_sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
-                zmq_setsockopt(d->peer_sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
-                zmq_setsockopt(d->peer_sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
-                zmq_setsockopt(d->peer_sock, ZMQ_HEARTBEAT_TIMEOUT, &tmo, sizeof tmo);
-                if ((r = hvd_zap_setup_peer_server(d->zap, d->peer_sock)) < 0)
-                        goto fail;
-                if (zmq_bind(d->peer_sock, cfg->peer_listen) < 0) {
-                        r = hvd_log_error(-zmq_errno(), "Cannot bind the peer socket %s", cfg->peer_listen);
-                        goto fail;
-                }
-                size_t len = sizeof d->peer_ep;
-                if (zmq_getsockopt(d->peer_sock, ZMQ_LAST_ENDPOINT, d->peer_ep, &len) < 0)
-                        snprintf(d->peer_ep, sizeof d->peer_ep, "%s", cfg->peer_listen);
-                /* for launchers: which endpoint this daemon's peers use */
-                char path[PATH_MAX + 32], tmp[PATH_MAX + 40];
-                snprintf(path, sizeof path, "%s/peer.endpoint", cfg->runtime_dir);
-                snprintf(tmp, sizeof tmp, "%s.tmp", path);
-                FILE *f = fopen(tmp, "we");
-                /* written whole, then renamed: a reader never sees half a line */
-                if (!f || fprintf(f, "%s\n", d->peer_ep) < 0 || fclose(f) != 0 || rename(tmp, path) < 0)
-                        hvd_log_warning("cannot write %s: %m", path);
-        }
+        if (cfg->peer_listen[0] && (r = io_bind_peer(d)) < 0)
+                goto fail;
         if (cfg->metrics_listen[0]) {
                 char err[512];
                 if ((r = hvd_http_new(cfg->metrics_listen, render_metrics, d, &d->metrics, &d->http, err, sizeof err)) <

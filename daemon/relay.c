@@ -274,8 +274,8 @@ static Hvd__RelayedReady *relay_pool_take(relay_t *rl) {
         hvd__relayed_ready__init(rr);
         hvd__shared_ready__init(sh);
         hvd__ready__init(q);
-        memcpy(hosts, rl->all, rl->n_all * sizeof *hosts);
-        memcpy(ranks, rl->ranks_all, rl->n_ranks_all * sizeof *ranks);
+        memcpy_safe(hosts, rl->all, rl->n_all * sizeof *hosts);
+        memcpy_safe(ranks, rl->ranks_all, rl->n_ranks_all * sizeof *ranks);
         rr->hosts = hosts;
         rr->n_hosts = rl->n_all;
         rr->shared = shp;
@@ -319,7 +319,7 @@ static int relay_append(relay_t *rl, const uint32_t *hosts, size_t n, Hvd__NodeR
         hvd__relayed_ready__init(rr);
         if (!(rr->hosts = malloc(n * sizeof *rr->hosts)))
                 goto oom;
-        memcpy(rr->hosts, hosts, n * sizeof *hosts);
+        memcpy_safe(rr->hosts, hosts, n * sizeof *hosts);
         rr->n_hosts = n;
         /* nr's readiness moves over; its shell goes */
         rr->n_ranks = nr->n_ranks;
@@ -389,8 +389,8 @@ static int relay_grp_out(hvd_daemon_t *d, relay_t *rl) {
         Hvd__NodeReady *nr = node_ready_new(rl->n_grp);
         if (!nr)
                 return -ENOMEM;
-        memcpy(nr->node_cached, rl->grp_ids, rl->n_grp * sizeof *rl->grp_ids);
-        memcpy(nr->node_cached_waited_usec, rl->grp_waited, rl->n_grp * sizeof *rl->grp_waited);
+        memcpy_safe(nr->node_cached, rl->grp_ids, rl->n_grp * sizeof *rl->grp_ids);
+        memcpy_safe(nr->node_cached_waited_usec, rl->grp_waited, rl->n_grp * sizeof *rl->grp_waited);
         nr->n_node_cached = nr->n_node_cached_waited_usec = rl->n_grp;
         d->metrics.relay_group_ids += rl->n_grp;
         rl->n_grp = 0;
@@ -526,11 +526,12 @@ static void relay_take_relayed(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeR
                                 break;
                         }
                         if (rr->n_node_cached) /* none: both may be NULL */
-                                memcpy(c->node_cached, rr->node_cached, rr->n_node_cached * sizeof *c->node_cached);
+                                memcpy_safe(c->node_cached, rr->node_cached,
+                                            rr->n_node_cached * sizeof *c->node_cached);
                         c->n_node_cached = rr->n_node_cached;
                         if (rr->n_node_cached && rr->n_node_cached_waited_usec == rr->n_node_cached) {
-                                memcpy(c->node_cached_waited_usec, rr->node_cached_waited_usec,
-                                       rr->n_node_cached * sizeof *c->node_cached_waited_usec);
+                                memcpy_safe(c->node_cached_waited_usec, rr->node_cached_waited_usec,
+                                            rr->n_node_cached * sizeof *c->node_cached_waited_usec);
                                 c->n_node_cached_waited_usec = rr->n_node_cached;
                         }
                         relay_take_one(d, j, i, c);
@@ -638,11 +639,11 @@ static void relay_share(hvd_daemon_t *d, relay_t *rl) {
                         }
                         if (!ok)
                                 break; /* nothing changed but capacity */
-                        memcpy(rg->hosts + rg->n_hosts, ri->hosts, ri->n_hosts * sizeof *ri->hosts);
+                        memcpy_safe(rg->hosts + rg->n_hosts, ri->hosts, ri->n_hosts * sizeof *ri->hosts);
                         rg->n_hosts += ri->n_hosts;
                         for (size_t k = 0; k < rg->n_shared; k++) {
                                 Hvd__SharedReady *a = rg->shared[k], *b = ri->shared[k];
-                                memcpy(a->ranks + a->n_ranks, b->ranks, b->n_ranks * sizeof *b->ranks);
+                                memcpy_safe(a->ranks + a->n_ranks, b->ranks, b->n_ranks * sizeof *b->ranks);
                                 a->n_ranks += b->n_ranks;
                         }
                         gone[i] = true;
@@ -670,8 +671,8 @@ static bool relay_holds(const relay_t *rl) {
         return rl->n_out && !rl->pool_off;
 }
 
-/* A relay: sends what its group made ready to the root, one message. */
-/* Sends n entries to the root (or the relay above). */
+/* A relay: n entries of what its group made ready, in one message to the
+ * root (or to the relay above). */
 static void relay_send(hvd_daemon_t *d, job_t *j, Hvd__RelayedReady **out, size_t n) {
         Hvd__NodeReady nr = HVD__NODE_READY__INIT;
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
@@ -809,7 +810,7 @@ void relay_forward(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
 
 /* A relay: the first message over a group host's connection names it. */
 static void relay_member_heard(hvd_daemon_t *d, job_t *j, relay_member_t *m, const uint8_t *id, size_t id_len) {
-        memcpy(m->id, id, id_len);
+        memcpy_safe(m->id, id, id_len);
         m->id_len = id_len;
         for (size_t k = 0; k < m->n_pending; k++) {
                 int r = send_shared(d->peer_sock, m->id, m->id_len, &m->pending[k]);
@@ -839,7 +840,7 @@ static void relay_strip(Hvd__NodeReady *nr) {
 void relay_receive(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, Hvd__NodeReady *nr) {
         char reason[512];
         reason[0] = 0;
-        if (!j->rl && j->state == JOB_JOINING && !j->is_root && j->cross_size > 1) {
+        if (!j->rl && j->state == JOB_JOINING && j->role == JOB_MEMBER) {
                 /* the root's welcome to this daemon is still on its way */
                 early_msg_t *e = j->n_early < 4096 ? realloc(j->early, (j->n_early + 1) * sizeof *e) : NULL;
                 if (!e) {
@@ -848,7 +849,7 @@ void relay_receive(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, 
                         return;
                 }
                 j->early = e;
-                memcpy(e[j->n_early].id, id, id_len);
+                memcpy_safe(e[j->n_early].id, id, id_len);
                 e[j->n_early].id_len = id_len;
                 e[j->n_early].nr = nr;
                 j->n_early++;
@@ -861,7 +862,7 @@ void relay_receive(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, 
                         m = &j->rl->m[k];
                         i = k;
                 }
-        if (nr->relay_secret.len != j->secret_len || memcmp(nr->relay_secret.data, j->secret, j->secret_len) != 0)
+        if (!job_secret_is(j, nr->relay_secret.data, nr->relay_secret.len))
                 snprintf(reason, sizeof reason, "job %s: host %u presented a wrong job secret to its relay daemon",
                          j->id, nr->relay_host);
         else if (!m)
@@ -940,11 +941,11 @@ bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
                 /* every host reaches the root */
                 if (!(j->relay_via = malloc(j->cross_size * sizeof *j->relay_via)))
                         goto oom;
-                memcpy(j->relay_via, nw->relay_via, j->cross_size * sizeof *j->relay_via);
+                memcpy_safe(j->relay_via, nw->relay_via, j->cross_size * sizeof *j->relay_via);
                 for (uint32_t c = 1; ok && c < j->cross_size; c++) {
                         uint32_t h = c, steps = 0;
                         while (h && steps++ < j->cross_size)
-                                h = relay_parent(j, h);
+                                h = tree_parent(j, h);
                         ok = h == 0;
                 }
         }
@@ -954,7 +955,7 @@ bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
                 job_abort(d, j, -1, HVD_EPROTO, "root daemon sent an invalid relay table");
                 return false;
         }
-        uint32_t via = relay_parent(j, me);
+        uint32_t via = tree_parent(j, me);
         if (n > 1) {
                 relay_t *rl = calloc(1, sizeof *rl);
                 if (!rl)
@@ -982,11 +983,11 @@ bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
                         relay_member_t *m = &rl->m[k];
                         uint32_t cnt = 0;
                         for (uint32_t c = 1; c < j->cross_size; c++)
-                                cnt += k ? relay_under(j, c, m->host) : c == me;
+                                cnt += k ? tree_under(j, c, m->host) : c == me;
                         if (!(m->sub = malloc(cnt * sizeof *m->sub)))
                                 goto oom;
                         for (uint32_t c = 1; c < j->cross_size; c++)
-                                if (k ? relay_under(j, c, m->host) : c == me) {
+                                if (k ? tree_under(j, c, m->host) : c == me) {
                                         m->sub[m->n_sub++] = c;
                                         rl->member_of[c] = (int32_t) k;
                                 }
@@ -1062,10 +1063,10 @@ void relay_take_own(hvd_daemon_t *d, job_t *j, const Hvd__NodeReady *nr) {
                         return;
                 }
                 if (nr->n_node_cached) { /* none: both may be NULL */
-                        memcpy(c->node_cached, nr->node_cached, nr->n_node_cached * sizeof *c->node_cached);
+                        memcpy_safe(c->node_cached, nr->node_cached, nr->n_node_cached * sizeof *c->node_cached);
                         if (nr->n_node_cached_waited_usec == nr->n_node_cached)
-                                memcpy(c->node_cached_waited_usec, nr->node_cached_waited_usec,
-                                       nr->n_node_cached * sizeof *c->node_cached_waited_usec);
+                                memcpy_safe(c->node_cached_waited_usec, nr->node_cached_waited_usec,
+                                            nr->n_node_cached * sizeof *c->node_cached_waited_usec);
                         else
                                 memset(c->node_cached_waited_usec, 0,
                                        nr->n_node_cached * sizeof *c->node_cached_waited_usec);

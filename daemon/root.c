@@ -29,7 +29,6 @@
 
 #include "internal.h"
 
-/* Root: every node joined; tell them, then our own workers. */
 /* Root: the table knows every rank's node; the negotiator takes the
  * other nodes' readiness node by node from now on. */
 int root_set_nodes(job_t *j) {
@@ -55,12 +54,18 @@ int root_set_nodes(job_t *j) {
         return r;
 }
 
+/* Tensors wait once something was submitted: the stall inspector looks
+ * within a second (root_check_stalls), and every tick while they wait. */
+static void arm_stall_check(hvd_daemon_t *d, const job_t *j, uint64_t now) {
+        if (j->stall_check_usec)
+                d->next_housekeeping = earliest(d->next_housekeeping, now + USEC_PER_SEC);
+}
+
 /* Root: the same readiness of each rank in ranks, from a local worker or
  * a remote node (one Ready its ranks shared: entered once). seen: count it
  * as a readiness message from each, for status (a local rank's held one
  * was counted when it came). */
-void root_submit(hvd_daemon_t *d, job_t *j, const uint32_t *ranks, size_t n_ranks, const Hvd__Ready *q,
-                        bool seen) {
+void root_submit(hvd_daemon_t *d, job_t *j, const uint32_t *ranks, size_t n_ranks, const Hvd__Ready *q, bool seen) {
         if (j->departed_rank >= 0) {
                 job_abort(d, j, j->departed_rank, HVD_EABORTED,
                           "rank %d has shut down, but rank %u still submits collectives; the job cannot go on",
@@ -84,9 +89,7 @@ void root_submit(hvd_daemon_t *d, job_t *j, const uint32_t *ranks, size_t n_rank
                 job_abort(d, j, -1, r, "rank %u: %s", ranks[0], err);
         else if (r < 0) /* err names the rank */
                 job_abort(d, j, -1, r, "host %s: %s", host_of(j, j->table[ranks[0]].cross_rank), err);
-        /* the stall inspector looks while tensors wait */
-        if (j->stall_check_usec && d->next_housekeeping > hvd_now_usec() + USEC_PER_SEC)
-                d->next_housekeeping = hvd_now_usec() + USEC_PER_SEC;
+        arm_stall_check(d, j, now);
 }
 
 /* Root: ids every rank of node cross is ready for (control plane
@@ -123,14 +126,13 @@ void root_submit_node(hvd_daemon_t *d, job_t *j, uint32_t cross, const Hvd__Node
         d->metrics.cycles += last - first;
         if (r < 0)
                 job_abort(d, j, -1, r, "host %s: %s", host_of(j, cross), err);
-        if (j->stall_check_usec && d->next_housekeeping == UINT64_MAX)
-                d->next_housekeeping = now + USEC_PER_SEC;
+        arm_stall_check(d, j, now);
 }
 
 /* Root: tensors some ranks submitted and others not, for long: warn once,
  * and abort the job after the shutdown time when one is set. */
 static bool stall_inspect(hvd_daemon_t *d, job_t *j, uint64_t now) {
-        if (!j->neg || j->state != JOB_RUNNING || !j->stall_check_usec)
+        if (!job_negotiates(j) || j->state != JOB_RUNNING || !j->stall_check_usec)
                 return false;
         if (!hvd_negotiator_any_pending(j->neg)) {
                 j->stall_warned = false;
@@ -173,9 +175,7 @@ void root_departed(hvd_daemon_t *d, job_t *j, uint32_t rank) {
                 j->departed_rank = (int32_t) rank;
 }
 
-/* Root: the readiness that node `cross` forwarded for the ranks in ranks
- * (one rank's own, or one its ranks shared: entered once for all); false
- * when the job ended on it. */
+/* Whether rank r is on one of hosts (as the rank table says). */
 static bool on_hosts(const job_t *j, uint32_t r, const uint32_t *hosts, size_t n_hosts) {
         if (r >= j->size || !j->table[r].known)
                 return false;
@@ -185,6 +185,9 @@ static bool on_hosts(const job_t *j, uint32_t r, const uint32_t *hosts, size_t n
         return false;
 }
 
+/* Root: the readiness that hosts forwarded for the ranks in ranks (one
+ * rank's own, or one its ranks shared: entered once for all), each of
+ * which must be on them; false when the job ended on it. */
 static bool node_rank_ready(hvd_daemon_t *d, job_t *j, const uint32_t *hosts, size_t n_hosts, const uint32_t *ranks,
                             size_t n_ranks, const Hvd__Ready *ready) {
         for (size_t k = 0; k < n_ranks; k++)
@@ -223,158 +226,51 @@ static bool root_node_content(hvd_daemon_t *d, job_t *j, const uint32_t *hosts, 
         return j->state == JOB_RUNNING;
 }
 
-/* Root side: a message from another daemon on the peer socket. */
-static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_len, Hvd__Envelope *env) {
-        const char *job_id = env->body_case == HVD__ENVELOPE__BODY_NODE_JOIN    ? env->node_join->job_id
-                             : env->body_case == HVD__ENVELOPE__BODY_NODE_READY ? env->node_ready->job_id
-                             : env->body_case == HVD__ENVELOPE__BODY_ABORT      ? env->abort->job_id
-                                                                                : NULL;
-        if (env->body_case == HVD__ENVELOPE__BODY_PING) {
-                Hvd__Ping pong = HVD__PING__INIT;
-                Hvd__Envelope reply = HVD__ENVELOPE__INIT;
-                if (env->ping->reply)
-                        return; /* a reply: nothing to answer (probe_node() expects none) */
-                pong.sent_usec = env->ping->sent_usec;
-                pong.reply = true;
-                pong.epoch = d->epoch;
-                reply.body_case = HVD__ENVELOPE__BODY_PING;
-                reply.ping = &pong;
-                (void) hvd_wire_send_to(d->peer_sock, id, id_len, &reply, ZMQ_DONTWAIT);
-                /* a ping is news from every job of that node */
-                size_t iter = 0;
-                void *v;
-                uint64_t now = hvd_now_usec();
-                while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
-                        job_t *j = v;
-                        for (uint32_t c = 0; j->nodes && c < j->cross_size; c++)
-                                if (j->nodes[c].joined && j->nodes[c].id_len == id_len &&
-                                    memcmp(j->nodes[c].id, id, id_len) == 0) {
-                                        j->nodes[c].last_heard_usec = now;
-                                        if (env->ping->rtt_usec)
-                                                j->nodes[c].rtt_usec = env->ping->rtt_usec;
-                                }
-                }
-                return;
-        }
-        if (!job_id) {
-                send_error(d, d->peer_sock, id, id_len, HVD_EPROTO, "unexpected message on the peer socket");
-                return;
-        }
-        job_t *j = hvd_strmap_get(d->jobs, job_id, strlen(job_id));
-        if (j && env->body_case == HVD__ENVELOPE__BODY_NODE_READY && env->node_ready->relay_host) {
-                /* for this daemon as the relay of the sender's group */
-                Hvd__NodeReady *nr = TAKE_PTR(env->node_ready);
-                env->body_case = HVD__ENVELOPE__BODY__NOT_SET;
-                relay_receive(d, j, id, id_len, nr);
-                return;
-        }
-        Hvd__Abort ab = HVD__ABORT__INIT;
+/* A ping from another daemon: answered (a reply to our own probe is not),
+ * and news from every job of that node. */
+static void answer_ping(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__Ping *ping) {
+        if (ping->reply)
+                return; /* probe_node() expects no answer */
+        Hvd__Ping pong = HVD__PING__INIT;
         Hvd__Envelope reply = HVD__ENVELOPE__INIT;
-        char reason[1024];
-        ab.job_id = (char *) job_id;
-        ab.reason = reason;
-        ab.code = HVD_EDENIED;
-        ab.lost_rank = -1;
-        reply.body_case = HVD__ENVELOPE__BODY_ABORT;
-        reply.abort = &ab;
+        pong.sent_usec = ping->sent_usec;
+        pong.reply = true;
+        pong.epoch = d->epoch;
+        reply.body_case = HVD__ENVELOPE__BODY_PING;
+        reply.ping = &pong;
+        (void) hvd_wire_send_to(d->peer_sock, id, id_len, &reply, ZMQ_DONTWAIT);
+        size_t iter = 0;
+        void *v;
+        uint64_t now = hvd_now_usec();
+        while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
+                job_t *j = v;
+                int64_t c = root_node_of(j, id, id_len);
+                if (c >= 0) {
+                        j->nodes[c].last_heard_usec = now;
+                        if (ping->rtt_usec)
+                                j->nodes[c].rtt_usec = ping->rtt_usec;
+                }
+        }
+}
 
-        if (env->body_case == HVD__ENVELOPE__BODY_NODE_JOIN) {
-                const Hvd__NodeJoin *nj = env->node_join;
-                if (!j) {
-                        job_params_t jp = {
-                                .job_id = nj->job_id,
-                                .secret = nj->secret.data,
-                                .secret_len = nj->secret.len,
-                                .world_size = nj->world_size,
-                                .local_size = 0,
-                                .cross_rank = 0,
-                                .cross_size = nj->cross_size,
-                                .fusion_threshold = nj->fusion_threshold,
-                                .cycle_time_usec = nj->cycle_time_usec,
-                                .hosts = nj->hosts,
-                                .n_hosts = nj->n_hosts,
-                                .stall_check_usec = nj->stall_check_usec,
-                                .stall_shutdown_usec = nj->stall_shutdown_usec,
-                        };
-                        /* the root's own ranks have not said hello yet: the
-                         * job starts here with its local size unknown */
-                        j = job_create(d, &jp, reason, sizeof reason);
-                        if (!j) {
-                                (void) hvd_wire_send_to(d->peer_sock, id, id_len, &reply, ZMQ_DONTWAIT);
-                                return;
-                        }
-                        j->local_size = UINT32_MAX; /* set by the first local hello */
-                }
-                if (j->secret_len != nj->secret.len || memcmp(j->secret, nj->secret.data, j->secret_len) != 0) {
-                        hvd_log_warning("job %s: host %s presented a wrong job secret", j->id, nj->host);
-                        snprintf(reason, sizeof reason, "job %s: host %s: wrong job secret", j->id, nj->host);
-                        (void) hvd_wire_send_to(d->peer_sock, id, id_len, &reply, ZMQ_DONTWAIT);
-                        return;
-                }
-                if (!j->is_root || nj->world_size != j->size || nj->cross_size != j->cross_size ||
-                    nj->cross_rank == 0 || j->state != JOB_JOINING) {
-                        snprintf(reason, sizeof reason,
-                                 "job %s: host %s (host %u of %u, %u ranks) does not fit the job here (%s, root: %s, "
-                                 "%u ranks on %u hosts)",
-                                 j->id, nj->host, nj->cross_rank, nj->cross_size, nj->world_size,
-                                 job_state_names[j->state], j->is_root ? "yes" : "no", j->size, j->cross_size);
-                        (void) hvd_wire_send_to(d->peer_sock, id, id_len, &reply, ZMQ_DONTWAIT);
-                        return;
-                }
-                job_set_nccl_id(j, &nj->nccl_id);
-                if (nj->ring_checksum)
-                        j->ring_checksum = true;
-                root_node_joined(d, j, nj->cross_rank, false, id, id_len, nj->ranks, nj->n_ranks, nj->peer_endpoint);
-                return;
-        }
-        if (!j || !j->is_root) {
-                /* unknown or finished job: tell the sender so it stops */
-                snprintf(reason, sizeof reason, "job %s is unknown to the root daemon", job_id);
-                ab.code = HVD_EABORTED;
-                if (env->body_case != HVD__ENVELOPE__BODY_ABORT)
-                        (void) hvd_wire_send_to(d->peer_sock, id, id_len, &reply, ZMQ_DONTWAIT);
-                return;
-        }
-        /* the sender must be a node of this job */
-        node_t *nd = NULL;
-        uint32_t cross = 0;
-        for (uint32_t c = 0; c < j->cross_size; c++)
+int64_t root_node_of(const job_t *j, const uint8_t *id, size_t id_len) {
+        for (uint32_t c = 0; j->nodes && c < j->cross_size; c++)
                 if (j->nodes[c].joined && !j->nodes[c].local && j->nodes[c].id_len == id_len &&
-                    memcmp(j->nodes[c].id, id, id_len) == 0) {
-                        nd = &j->nodes[c];
-                        cross = c;
-                }
-        if (!nd) {
-                /* a node's connection is its identity: a message over a new
-                 * one means the old one broke, and what was on it is lost */
-                hvd_log_warning("job %s: message from a daemon that is not one of its nodes", j->id);
-                if (env->body_case != HVD__ENVELOPE__BODY_ABORT) {
-                        snprintf(reason, sizeof reason,
-                                 "the root daemon of host %s no longer knows this daemon's connection (it broke and "
-                                 "was made again: messages may be lost)",
-                                 host_of(j, 0));
-                        ab.code = HVD_EABORTED;
-                        (void) hvd_wire_send_to(d->peer_sock, id, id_len, &reply, ZMQ_DONTWAIT);
-                }
+                    memcmp(j->nodes[c].id, id, id_len) == 0)
+                        return c;
+        return -1;
+}
+
+/* Root: the readiness host cross sent, its own and (a relay) its group's,
+ * in the order it came. */
+static void root_node_ready(hvd_daemon_t *d, job_t *j, uint32_t cross, const Hvd__NodeReady *nr) {
+        if (j->state != JOB_RUNNING || !root_node_content(d, j, &cross, 1, nr))
                 return;
-        }
-        nd->last_heard_usec = hvd_now_usec();
-        if (env->body_case == HVD__ENVELOPE__BODY_ABORT) {
-                job_abort(d, j, env->abort->lost_rank, env->abort->code ? env->abort->code : HVD_EABORTED,
-                          "host %s: %s", host_of(j, cross), env->abort->reason);
-                return;
-        }
-        const Hvd__NodeReady *nr = env->node_ready;
-        if (j->state != JOB_RUNNING)
-                return;
-        if (!root_node_content(d, j, &cross, 1, nr))
-                return;
-        /* a relay: its group's readiness, in the order it came */
         for (size_t i = 0; i < nr->n_relayed; i++) {
                 const Hvd__RelayedReady *rr = nr->relayed[i];
                 for (size_t k = 0; k < rr->n_hosts; k++) {
                         uint32_t h = rr->hosts[k];
-                        if (h >= j->cross_size || !j->relay_via || !relay_under(j, h, cross)) {
+                        if (h >= j->cross_size || !j->relay_via || !tree_under(j, h, cross)) {
                                 job_abort(d, j, -1, HVD_EPROTO,
                                           "host %s relayed readiness for host %u, which is not in its relay group",
                                           host_of(j, cross), h);
@@ -388,6 +284,61 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
         }
         if (nr->n_relayed)
                 d->metrics.relayed_received++;
+}
+
+/* A message from another daemon on the peer socket: a ping, a host
+ * joining, readiness for this daemon as a job's root or as its relay, or
+ * an abort. Anything for a job this daemon is not the root of is answered
+ * with an abort, so that the sender stops. */
+static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_len, Hvd__Envelope *env) {
+        if (env->body_case == HVD__ENVELOPE__BODY_PING) {
+                answer_ping(d, id, id_len, env->ping);
+                return;
+        }
+        if (env->body_case == HVD__ENVELOPE__BODY_NODE_JOIN) {
+                join_node(d, id, id_len, env->node_join);
+                return;
+        }
+        const char *job_id = env->body_case == HVD__ENVELOPE__BODY_NODE_READY ? env->node_ready->job_id
+                             : env->body_case == HVD__ENVELOPE__BODY_ABORT    ? env->abort->job_id
+                                                                              : NULL;
+        if (!job_id) {
+                send_error(d, d->peer_sock, id, id_len, HVD_EPROTO, "unexpected message on the peer socket");
+                return;
+        }
+        bool is_abort = env->body_case == HVD__ENVELOPE__BODY_ABORT;
+        job_t *j = hvd_strmap_get(d->jobs, job_id, strlen(job_id));
+        if (j && !is_abort && env->node_ready->relay_host) {
+                /* for this daemon as the relay of the sender's group */
+                Hvd__NodeReady *nr = TAKE_PTR(env->node_ready);
+                env->body_case = HVD__ENVELOPE__BODY__NOT_SET;
+                relay_receive(d, j, id, id_len, nr);
+                return;
+        }
+        if (!j || j->role != JOB_ROOT) {
+                if (!is_abort) /* unknown or finished job: the sender stops */
+                        io_refuse_peer(d, id, id_len, job_id, HVD_EABORTED, "job %s is unknown to the root daemon",
+                                       job_id);
+                return;
+        }
+        int64_t cross = root_node_of(j, id, id_len);
+        if (cross < 0) {
+                /* a node's connection is its identity: a message over a new
+                 * one means the old one broke, and what was on it is lost */
+                hvd_log_warning("job %s: message from a daemon that is not one of its nodes", j->id);
+                if (!is_abort)
+                        io_refuse_peer(d, id, id_len, job_id, HVD_EABORTED,
+                                       "the root daemon of host %s no longer knows this daemon's connection (it "
+                                       "broke and was made again: messages may be lost)",
+                                       host_of(j, 0));
+                return;
+        }
+        j->nodes[cross].last_heard_usec = hvd_now_usec();
+        if (is_abort)
+                job_abort(d, j, env->abort->lost_rank, env->abort->code ? env->abort->code : HVD_EABORTED,
+                          "host %s: %s", host_of(j, (uint32_t) cross), env->abort->reason);
+        else
+                root_node_ready(d, j, (uint32_t) cross, env->node_ready);
 }
 
 void handle_peer_socket(hvd_daemon_t *d) {
@@ -525,7 +476,7 @@ uint64_t root_check_stalls(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tic
  * interval (a closed connection shows at once), and a host silent past
  * peer_timeout ends the job. */
 uint64_t root_probe_nodes(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick) {
-        if (j->state != JOB_RUNNING || !j->is_root)
+        if (j->state != JOB_RUNNING || j->role != JOB_ROOT)
                 return UINT64_MAX;
         bool probe = now - j->last_probe_usec >= daemon_ping_usec(d);
         if (probe)

@@ -85,7 +85,7 @@ static uint32_t relay_tree(job_t *j, const uint32_t *hosts, uint32_t n, uint32_t
  * host of a group
  * that gave an endpoint relays for it); fills j->relay_via. Returns 0 (no
  * relays: j->relay_via stays NULL) or -ENOMEM. */
-int root_assign_relays(hvd_daemon_t *d, job_t *j) {
+int tree_assign(hvd_daemon_t *d, job_t *j) {
         uint32_t g = d->cfg.relay_fanout;
         if (g < 2 || j->cross_size - 1 <= g || hvd_zap_curve(d->zap))
                 return 0;
@@ -120,13 +120,13 @@ int root_assign_relays(hvd_daemon_t *d, job_t *j) {
 }
 
 /* The host that host c reports to with relays (0: the root). */
-uint32_t relay_parent(const job_t *j, uint32_t c) {
+uint32_t tree_parent(const job_t *j, uint32_t c) {
         return j->relay_via[c] == c ? 0 : j->relay_via[c];
 }
 
 /* Whether host h is relay r or reports through it, however deep. */
-bool relay_under(const job_t *j, uint32_t h, uint32_t r) {
-        for (uint32_t steps = 0; h && steps < j->cross_size; steps++, h = relay_parent(j, h))
+bool tree_under(const job_t *j, uint32_t h, uint32_t r) {
+        for (uint32_t steps = 0; h && steps < j->cross_size; steps++, h = tree_parent(j, h))
                 if (h == r)
                         return true;
         return false;

@@ -79,17 +79,9 @@ peer_t *peer_get(hvd_daemon_t *d, const char *endpoint) {
         }
         if (p->sock)
                 zmq_close(p->sock);
-        p->sock = zmq_socket(d->zctx, ZMQ_DEALER);
+        p->sock = io_socket(d, ZMQ_DEALER, true);
         if (!p->sock)
                 return NULL;
-        int zero = 0, hwm = 100000, ivl = 1000, tmo = (int) (d->cfg.peer_timeout_usec / 1000);
-        int64_t maxmsg = (int64_t) d->cfg.max_message_bytes;
-        zmq_setsockopt(p->sock, ZMQ_LINGER, &zero, sizeof zero);
-        zmq_setsockopt(p->sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-        zmq_setsockopt(p->sock, ZMQ_SNDHWM, &hwm, sizeof hwm);
-        zmq_setsockopt(p->sock, ZMQ_RCVHWM, &hwm, sizeof hwm);
-        zmq_setsockopt(p->sock, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
-        zmq_setsockopt(p->sock, ZMQ_HEARTBEAT_TIMEOUT, &tmo, sizeof tmo);
         if (hvd_zap_setup_peer_client(d->zap, p->sock, endpoint) < 0) {
                 zmq_close(p->sock);
                 p->sock = NULL;
@@ -201,14 +193,10 @@ static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) 
                                   nw->n_ranks, j->size);
                         break;
                 }
-                for (size_t i = 0; i < nw->n_ranks; i++) {
-                        rinfo_t *t = &j->table[nw->ranks[i]->rank];
-                        t->known = true;
-                        t->local_rank = nw->ranks[i]->local_rank;
-                        t->pid = nw->ranks[i]->pid;
-                        t->cross_rank = nw->ranks[i]->cross_rank;
-                        snprintf(t->host, sizeof t->host, "%s", nw->ranks[i]->host);
-                        snprintf(t->data_addr, sizeof t->data_addr, "%s", nw->ranks[i]->data_addr);
+                char err[512];
+                if (job_table_add(j, -1, nw->ranks, nw->n_ranks, err, sizeof err) < 0) {
+                        job_abort(d, j, -1, HVD_EPROTO, "root daemon's rank table: %s", err);
+                        break;
                 }
                 for (uint32_t r = 0; r < j->size; r++)
                         if (!j->table[r].known) {

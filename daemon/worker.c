@@ -163,13 +163,17 @@ void worker_free(hvd_daemon_t *d, worker_t *w) {
         free(w);
 }
 
-static bool handle_ready(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
+/* A local rank's readiness (its Ready stays in env, or is taken from it):
+ * entered at once or held in the batch where this daemon negotiates;
+ * elsewhere what aggregates waits for the node-level message and the rest
+ * goes up with this turn's batch. */
+static void handle_ready(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
         job_t *j = w->job;
         if (j->state != JOB_RUNNING)
-                return false; /* joining: cannot happen (no welcome yet); aborted: dropped */
+                return; /* joining: cannot happen (no welcome yet); aborted: dropped */
         if (w->goodbye) {
                 job_abort(d, j, (int) w->rank, HVD_EPROTO, "rank %u sent tensors after it shut down", w->rank);
-                return false;
+                return;
         }
         j->cycles++;
         d->metrics.cycles++;
@@ -177,16 +181,16 @@ static bool handle_ready(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
                 w->done_seq = env->ready->done_seq;
                 w->busy_usec = env->ready->busy_usec;
         }
-        if (j->neg && j->n_fwd && env->ready->n_node_cached)
+        if (job_negotiates(j) && j->n_fwd && env->ready->n_node_cached)
                 flush_forward(d, j, true); /* what was held goes first */
         if (env->ready->n_node_cached && !node_level_ready(d, j, w, env->ready))
-                return false;
-        if (j->neg) {
+                return;
+        if (job_negotiates(j)) {
                 if (!env->ready->n_requests && !env->ready->n_cached && env->ready->n_node_cached)
-                        return false;
+                        return;
                 if (!root_holds(j, env->ready)) {
                         root_submit(d, j, &w->rank, 1, env->ready, true);
-                        return false;
+                        return;
                 }
                 /* held for the other local ranks' (flush_forward), or
                  * behind what is; a readiness message from it all the same */
@@ -196,20 +200,19 @@ static bool handle_ready(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
                 env->body_case = HVD__ENVELOPE__BODY__NOT_SET;
                 if (fwd_append(j, w->rank, q) < 0)
                         job_abort(d, j, -1, -ENOMEM, "out of memory");
-                return false;
+                return;
         }
         j->rstat[w->rank].last_seen_usec = hvd_now_usec();
         j->rstat[w->rank].readies++;
         if (!agg_ready(d, j, w, env->ready))
-                return false;
+                return;
         if (!env->ready->n_requests && !env->ready->n_cached)
-                return false; /* all of it waits here for the node-level message */
+                return; /* all of it waits here for the node-level message */
         /* the rest goes to the root rank by rank, with this iteration's batch */
         Hvd__Ready *q = TAKE_PTR(env->ready);
         env->body_case = HVD__ENVELOPE__BODY__NOT_SET;
         if (fwd_append(j, w->rank, q) < 0)
                 job_abort(d, j, -1, -ENOMEM, "out of memory");
-        return false;
 }
 
 void worker_gone(hvd_daemon_t *d, worker_t *w, const char *why) {
@@ -315,7 +318,7 @@ static void handle_goodbye(hvd_daemon_t *d, worker_t *w) {
         hvd_log_info("job %s: rank %u said goodbye", j->id, w->rank);
         if (j->board_sched && w->local_rank == 0 && j->state == JOB_RUNNING)
                 board_resend(d, j, w);
-        if (j->neg) {
+        if (job_negotiates(j)) {
                 flush_forward(d, j, true); /* what it sent before goes first */
                 root_departed(d, j, w->rank);
         } else if (j->state == JOB_RUNNING) {
@@ -443,8 +446,8 @@ static void worker_failed(hvd_daemon_t *d, worker_t *w, const Hvd__Abort *ab) {
         /* its data plane failed (a peer's connection broke or timed out)
          * before the daemons noticed anything */
         job_abort(d, j, -1, ab->code < 0 ? ab->code : HVD_EABORTED, "rank %u%s%s%s: %s", w->rank,
-                  j->is_root ? " (host " : "", j->is_root ? host_of(j, j->cross_rank) : "", j->is_root ? ")" : "",
-                  ab->reason);
+                  j->role == JOB_ROOT ? " (host " : "", j->role == JOB_ROOT ? host_of(j, j->cross_rank) : "",
+                  j->role == JOB_ROOT ? ")" : "", ab->reason);
 }
 
 void handle_worker_socket(hvd_daemon_t *d) {
