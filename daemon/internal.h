@@ -355,9 +355,10 @@ void relay_take_own(hvd_daemon_t *d, job_t *j, const Hvd__NodeReady *nr);
 uint64_t relay_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
 
 /* ---- worker.c ---- */
-int pidfd_open_compat(pid_t pid);
 void send_to_local_workers(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool skip_goodbye);
-void pidfd_watch(hvd_daemon_t *d, worker_t *w);
+/* A local worker of job j, as its hello says, its exit watched through a
+ * pidfd; NULL when out of memory. Freed with its job (worker_free). */
+worker_t *worker_new(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, const Hvd__Hello *h);
 void worker_free(hvd_daemon_t *d, worker_t *w);
 void worker_gone(hvd_daemon_t *d, worker_t *w, const char *why);
 uint64_t worker_check_heartbeats(hvd_daemon_t *d, job_t *j, uint64_t now);
@@ -452,6 +453,7 @@ int root_node_joined(hvd_daemon_t *d, job_t *j, uint32_t cross_rank, bool local,
                      Hvd__RankInfo *const *ri, size_t n, const char *endpoint);
 void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__Hello *h, uid_t uid);
 void join_node(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__NodeJoin *nj);
+void join_node_welcome(hvd_daemon_t *d, job_t *j, const peer_t *p, const Hvd__NodeWelcome *nw);
 uint64_t join_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
 
 /* ---- root.c ---- */

@@ -229,6 +229,74 @@ static void local_complete(hvd_daemon_t *d, job_t *j) {
         rank_infos_free(&ri);
 }
 
+/* A hello for job j, which ran and whose rank h->rank has left: the job's
+ * ranks start over (hvd_shutdown, then hvd_init). The old incarnation
+ * lingers under another name until its workers are gone. Returns false
+ * when out of memory (j is freed). */
+static bool job_start_over(hvd_daemon_t *d, job_t *j) {
+        char old[HVD_WIRE_MAX_JOB_ID + 1];
+        snprintf(old, sizeof old, "%s", j->id);
+        hvd_strmap_remove(d->jobs, old, strlen(old));
+        snprintf(j->id, sizeof j->id, "%.100s~%" PRIu64, old, ++d->job_seq);
+        if (hvd_strmap_put(d->jobs, j->id, strlen(j->id), j) < 0) {
+                job_free(d, j);
+                return false;
+        }
+        hvd_log_info("job %s starts over; the previous run is now %s", old, j->id);
+        return true;
+}
+
+/* Whether the hello of a rank of existing job j may join it: the right
+ * secret and uid, a job still joining and not full, the same shape, a
+ * rank not taken. Else the worker is told why. */
+static bool hello_fits(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, const Hvd__Hello *h, uid_t uid) {
+        uint32_t cross_size = h->cross_size ? h->cross_size : 1;
+        if (j->local_size == UINT32_MAX && j->n_hello == 0 && h->local_size <= j->size)
+                j->local_size = h->local_size; /* root job started by a remote node's join */
+        if (!job_secret_is(j, h->secret.data, h->secret.len)) {
+                hvd_log_warning("job %s: rank %u (pid %u) presented a wrong job secret", j->id, h->rank, h->pid);
+                send_error(d, d->worker_sock, id, id_len, HVD_EDENIED,
+                           "job %s: wrong job secret (HVD_JOB_SECRET does not match the job's)", j->id);
+                return false;
+        }
+        if (j->owned && uid != j->owner_uid) {
+                hvd_log_warning("job %s: rank %u (pid %u) of uid %u refused: the job belongs to uid %u", j->id, h->rank,
+                                h->pid, (unsigned) uid, (unsigned) j->owner_uid);
+                send_error(d, d->worker_sock, id, id_len, HVD_EDENIED,
+                           "job %s belongs to uid %u: a process of uid %u cannot join it", j->id,
+                           (unsigned) j->owner_uid, (unsigned) uid);
+                return false;
+        }
+        if (j->state == JOB_ABORTED) {
+                send_error(d, d->worker_sock, id, id_len, HVD_EABORTED, "job %s was aborted before rank %u joined: %s",
+                           j->id, h->rank, j->abort_reason);
+                return false;
+        }
+        if (j->state != JOB_JOINING || j->n_hello >= j->local_size) {
+                send_error(d, d->worker_sock, id, id_len, HVD_EDENIED, "job %s is %s: rank %u cannot join any more",
+                           j->id, job_state_names[j->state], h->rank);
+                return false;
+        }
+        if (h->world_size != j->size || h->local_size != j->local_size || cross_size != j->cross_size ||
+            (cross_size > 1 && h->cross_rank != j->cross_rank)) {
+                send_error(d, d->worker_sock, id, id_len, HVD_EMISMATCH,
+                           "job %s: rank %u says world size %u, %u local ranks, host %u of %u; the job has "
+                           "%u, %u, host %u of %u",
+                           j->id, h->rank, h->world_size, h->local_size, h->cross_rank, cross_size, j->size,
+                           j->local_size, j->cross_rank, j->cross_size);
+                return false;
+        }
+        if (j->ranks[h->rank]) {
+                send_error(d, d->worker_sock, id, id_len, HVD_EDUPLICATE, "job %s: rank %u has already joined (pid %d)",
+                           j->id, h->rank, (int) j->ranks[h->rank]->pid);
+                return false;
+        }
+        return true;
+}
+
+/* A local worker's hello: it joins its job (created by the first hello of
+ * this host, or by a remote host's join at the root), and the job's join
+ * goes on once every local rank said hello. */
 void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__Hello *h, uid_t uid) {
         if (hvd_strmap_get(d->workers, id, id_len)) {
                 send_error(d, d->worker_sock, id, id_len, HVD_EPROTO, "hello sent twice on one connection");
@@ -251,19 +319,10 @@ void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__
         if (j && j->state != JOB_JOINING && h->rank < j->size && j->ranks[h->rank] &&
             (j->ranks[h->rank]->goodbye || j->ranks[h->rank]->exited) && (!j->owned || j->owner_uid == uid) &&
             job_secret_is(j, h->secret.data, h->secret.len)) {
-                /* the job's ranks start over (hvd_shutdown, then hvd_init): the
-                 * old incarnation lingers under another name until its workers
-                 * are gone, and this hello starts a new one */
-                char old[HVD_WIRE_MAX_JOB_ID + 1];
-                snprintf(old, sizeof old, "%s", j->id);
-                hvd_strmap_remove(d->jobs, old, strlen(old));
-                snprintf(j->id, sizeof j->id, "%.100s~%" PRIu64, old, ++d->job_seq);
-                if (hvd_strmap_put(d->jobs, j->id, strlen(j->id), j) < 0) {
-                        job_free(d, j);
+                if (!job_start_over(d, j)) {
                         send_error(d, d->worker_sock, id, id_len, -ENOMEM, "out of memory");
                         return;
                 }
-                hvd_log_info("job %s starts over; the previous run is now %s", old, j->id);
                 j = NULL;
         }
         const tomb_t *t = j ? NULL : tomb_find(d, h);
@@ -295,76 +354,13 @@ void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__
                         send_error(d, d->worker_sock, id, id_len, -EINVAL, "%s", err);
                         return;
                 }
-        } else {
-                if (j->local_size == UINT32_MAX && j->n_hello == 0 && h->local_size <= j->size)
-                        j->local_size = h->local_size; /* root job started by a remote node's join */
-                if (!job_secret_is(j, h->secret.data, h->secret.len)) {
-                        hvd_log_warning("job %s: rank %u (pid %u) presented a wrong job secret", j->id, h->rank,
-                                        h->pid);
-                        send_error(d, d->worker_sock, id, id_len, HVD_EDENIED,
-                                   "job %s: wrong job secret (HVD_JOB_SECRET does not match the job's)", j->id);
-                        return;
-                }
-                if (j->owned && uid != j->owner_uid) {
-                        hvd_log_warning("job %s: rank %u (pid %u) of uid %u refused: the job belongs to uid %u", j->id,
-                                        h->rank, h->pid, (unsigned) uid, (unsigned) j->owner_uid);
-                        send_error(d, d->worker_sock, id, id_len, HVD_EDENIED,
-                                   "job %s belongs to uid %u: a process of uid %u cannot join it", j->id,
-                                   (unsigned) j->owner_uid, (unsigned) uid);
-                        return;
-                }
-                if (j->state == JOB_ABORTED) {
-                        send_error(d, d->worker_sock, id, id_len, HVD_EABORTED,
-                                   "job %s was aborted before rank %u joined: %s", j->id, h->rank, j->abort_reason);
-                        return;
-                }
-                if (j->state != JOB_JOINING || j->n_hello >= j->local_size) {
-                        send_error(d, d->worker_sock, id, id_len, HVD_EDENIED,
-                                   "job %s is %s: rank %u cannot join any more", j->id, job_state_names[j->state],
-                                   h->rank);
-                        return;
-                }
-                if (h->world_size != j->size || h->local_size != j->local_size || cross_size != j->cross_size ||
-                    (cross_size > 1 && h->cross_rank != j->cross_rank)) {
-                        send_error(d, d->worker_sock, id, id_len, HVD_EMISMATCH,
-                                   "job %s: rank %u says world size %u, %u local ranks, host %u of %u; the job has "
-                                   "%u, %u, host %u of %u",
-                                   j->id, h->rank, h->world_size, h->local_size, h->cross_rank, cross_size, j->size,
-                                   j->local_size, j->cross_rank, j->cross_size);
-                        return;
-                }
-                if (j->ranks[h->rank]) {
-                        send_error(d, d->worker_sock, id, id_len, HVD_EDUPLICATE,
-                                   "job %s: rank %u has already joined (pid %d)", j->id, h->rank,
-                                   (int) j->ranks[h->rank]->pid);
-                        return;
-                }
-        }
-        worker_t *w = calloc(1, sizeof *w);
+        } else if (!hello_fits(d, j, id, id_len, h, uid))
+                return;
+        worker_t *w = worker_new(d, j, id, id_len, h);
         if (!w) {
                 send_error(d, d->worker_sock, id, id_len, -ENOMEM, "out of memory");
                 return;
         }
-        memcpy(w->id, id, id_len);
-        w->id_len = id_len;
-        w->job = j;
-        w->rank = h->rank;
-        w->local_rank = h->local_rank;
-        w->board = h->board;
-        w->pid = (pid_t) h->pid;
-        snprintf(w->host, sizeof w->host, "%s", h->host[0] ? h->host : d->host);
-        snprintf(w->data_addr, sizeof w->data_addr, "%s", h->data_addr);
-        w->pidfd = pidfd_open_compat(w->pid);
-        if (w->pidfd < 0)
-                hvd_log_debug("job %s: no pidfd for rank %u (pid %d): %m", j->id, w->rank, (int) w->pid);
-        if (hvd_strmap_put(d->workers, id, id_len, w) < 0) {
-                if (w->pidfd >= 0)
-                        close(w->pidfd);
-                free(w);
-                send_error(d, d->worker_sock, id, id_len, -ENOMEM, "out of memory");
-                return;
-        }
-        pidfd_watch(d, w);
         job_set_nccl_id(j, &h->nccl_id);
         if (!j->owned && uid != (uid_t) -1) {
                 j->owner_uid = uid;
@@ -474,4 +470,42 @@ void join_node(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__Nod
         if (nj->ring_checksum)
                 j->ring_checksum = true;
         root_node_joined(d, j, nj->cross_rank, false, id, id_len, nj->ranks, nj->n_ranks, nj->peer_endpoint);
+}
+
+/* Not root: the root's welcome, with the rank table and (large jobs) the
+ * relay tree. A root that restarted meanwhile, or a table that does not
+ * fit, aborts the job. */
+void join_node_welcome(hvd_daemon_t *d, job_t *j, const peer_t *p, const Hvd__NodeWelcome *nw) {
+        if (j->root_epoch && nw->epoch && nw->epoch != j->root_epoch) {
+                job_abort_ex(d, j, true, -1, HVD_EABORTED,
+                             "host %s: its root daemon at %s restarted during the join (epoch %016" PRIx64
+                             ", was %016" PRIx64 ")",
+                             host_of(j, 0), p->endpoint, nw->epoch, j->root_epoch);
+                return;
+        }
+        if (nw->epoch)
+                j->root_epoch = nw->epoch;
+        if (j->state != JOB_JOINING || nw->n_ranks != j->size) {
+                job_abort(d, j, -1, HVD_EPROTO, "root daemon sent a rank table of %zu ranks for %u", nw->n_ranks,
+                          j->size);
+                return;
+        }
+        char err[512];
+        if (job_table_add(j, -1, nw->ranks, nw->n_ranks, err, sizeof err) < 0) {
+                job_abort(d, j, -1, HVD_EPROTO, "root daemon's rank table: %s", err);
+                return;
+        }
+        for (uint32_t r = 0; r < j->size; r++)
+                if (!j->table[r].known) {
+                        job_abort(d, j, -1, HVD_EPROTO, "root daemon's rank table lacks rank %u", r);
+                        return;
+                }
+        j->fusion_threshold = nw->fusion_threshold;
+        j->cycle_time_usec = nw->cycle_time_usec;
+        j->ring_checksum = nw->ring_checksum;
+        job_set_nccl_id(j, &nw->nccl_id);
+        if (!relay_setup(d, j, nw))
+                return;
+        welcome_local(d, j);
+        relay_replay_early(d, j);
 }

@@ -125,6 +125,58 @@ static void root_epoch_check(hvd_daemon_t *d, peer_t *p, uint64_t epoch) {
 }
 
 /* Not root: a message from a root daemon. */
+/* The root (or relay) daemon p aborted job j. One that no longer knows the
+ * job restarted or dropped it; or it let the job go first because the job
+ * is ending here too (a local rank said goodbye), which ends it quietly. */
+static void root_aborted(hvd_daemon_t *d, job_t *j, peer_t *p, const Hvd__Abort *ab) {
+        const char *role = p == j->root ? "root" : "relay";
+        char unknown[HVD_WIRE_MAX_JOB_ID + 64];
+        snprintf(unknown, sizeof unknown, "job %s is unknown to the root daemon", j->id);
+        if (strcmp(ab->reason, unknown) != 0) {
+                job_abort_ex(d, j, p == j->root, ab->lost_rank, ab->code ? ab->code : HVD_EABORTED, "%s", ab->reason);
+                return;
+        }
+        bool ending = false;
+        for (uint32_t r = 0; !ending && r < j->size; r++)
+                ending = j->ranks[r] && j->ranks[r]->goodbye;
+        if (ending) {
+                job_end_quietly(d, j, true, "its %s daemon at %s has finished it (its ranks were done first)", role,
+                                p->endpoint);
+                return;
+        }
+        char ranks[256];
+        ranks_of_host(j, 0, ranks, sizeof ranks);
+        job_abort_ex(
+                d, j, p == j->root, -1, HVD_EABORTED,
+                "lost host %s (ranks [%s]): its %s daemon at %s no longer knows the job (restarted, or dropped it)",
+                host_of(j, 0), ranks, role, p->endpoint);
+}
+
+/* A schedule of the root on its way to this host's ranks (and, at a
+ * relay, to its group). */
+static void root_schedule(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
+        if (j->state != JOB_RUNNING)
+                return;
+        const Hvd__Schedule *sc = env->job_schedule->schedule;
+        if (sc->repeat_key && !j->key_ids[sc->repeat_key]) {
+                job_abort(d, j, -1, HVD_EPROTO, "root daemon repeated schedule key %u, which it never sent",
+                          sc->repeat_key);
+                return;
+        }
+        agg_learn(d, j, sc);
+        Hvd__Envelope out = HVD__ENVELOPE__INIT;
+        out.body_case = HVD__ENVELOPE__BODY_SCHEDULE;
+        out.schedule = env->job_schedule->schedule;
+        send_to_local_workers(d, j, &out, true);
+        if (j->rl && j->state == JOB_RUNNING) {
+                relay_learn(d, j, sc);
+                relay_forward(d, j, env);
+        }
+}
+
+/* Not root: a message from a root daemon (or the relay this host reports
+ * through): a ping's answer, an error, an abort, the job's welcome or a
+ * schedule. */
 static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) {
         p->last_heard_usec = hvd_now_usec();
         if (env->body_case == HVD__ENVELOPE__BODY_PING) {
@@ -145,96 +197,12 @@ static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) 
         job_t *j = job_id ? hvd_strmap_get(d->jobs, job_id, strlen(job_id)) : NULL;
         if (!j || (j->root != p && (j->relay != p || env->body_case == HVD__ENVELOPE__BODY_NODE_WELCOME)))
                 return; /* a job we no longer have, or not from its root (or relay) */
-        switch (env->body_case) {
-        case HVD__ENVELOPE__BODY_ABORT: {
-                /* the root has no record of the job: it restarted (its new
-                 * epoch may not have been heard yet) or dropped the job */
-                char unknown[HVD_WIRE_MAX_JOB_ID + 64];
-                snprintf(unknown, sizeof unknown, "job %s is unknown to the root daemon", j->id);
-                if (strcmp(env->abort->reason, unknown) == 0) {
-                        /* a local rank said goodbye: the job is ending, and
-                         * the root (or relay) daemon, whose ranks were done
-                         * first, has already let it go; this answers our
-                         * departures */
-                        bool ending = false;
-                        for (uint32_t r = 0; !ending && r < j->size; r++)
-                                ending = j->ranks[r] && j->ranks[r]->goodbye;
-                        if (ending) {
-                                job_end_quietly(d, j, true,
-                                                "its %s daemon at %s has finished it (its ranks were done first)",
-                                                p == j->root ? "root" : "relay", p->endpoint);
-                                break;
-                        }
-                        char ranks[256];
-                        ranks_of_host(j, 0, ranks, sizeof ranks);
-                        job_abort_ex(d, j, p == j->root, -1, HVD_EABORTED,
-                                     "lost host %s (ranks [%s]): its %s daemon at %s no longer knows the job "
-                                     "(restarted, or dropped it)",
-                                     host_of(j, 0), ranks, p == j->root ? "root" : "relay", p->endpoint);
-                        break;
-                }
-                job_abort_ex(d, j, p == j->root, env->abort->lost_rank,
-                             env->abort->code ? env->abort->code : HVD_EABORTED, "%s", env->abort->reason);
-                break;
-        }
-        case HVD__ENVELOPE__BODY_NODE_WELCOME: {
-                const Hvd__NodeWelcome *nw = env->node_welcome;
-                if (j->root_epoch && nw->epoch && nw->epoch != j->root_epoch) {
-                        job_abort_ex(d, j, true, -1, HVD_EABORTED,
-                                     "host %s: its root daemon at %s restarted during the join (epoch %016" PRIx64
-                                     ", was %016" PRIx64 ")",
-                                     host_of(j, 0), p->endpoint, nw->epoch, j->root_epoch);
-                        break;
-                }
-                if (nw->epoch)
-                        j->root_epoch = nw->epoch;
-                if (j->state != JOB_JOINING || nw->n_ranks != j->size) {
-                        job_abort(d, j, -1, HVD_EPROTO, "root daemon sent a rank table of %zu ranks for %u",
-                                  nw->n_ranks, j->size);
-                        break;
-                }
-                char err[512];
-                if (job_table_add(j, -1, nw->ranks, nw->n_ranks, err, sizeof err) < 0) {
-                        job_abort(d, j, -1, HVD_EPROTO, "root daemon's rank table: %s", err);
-                        break;
-                }
-                for (uint32_t r = 0; r < j->size; r++)
-                        if (!j->table[r].known) {
-                                job_abort(d, j, -1, HVD_EPROTO, "root daemon's rank table lacks rank %u", r);
-                                return;
-                        }
-                j->fusion_threshold = nw->fusion_threshold;
-                j->cycle_time_usec = nw->cycle_time_usec;
-                j->ring_checksum = nw->ring_checksum;
-                job_set_nccl_id(j, &nw->nccl_id);
-                if (!relay_setup(d, j, nw))
-                        break;
-                welcome_local(d, j);
-                relay_replay_early(d, j);
-                break;
-        }
-        case HVD__ENVELOPE__BODY_JOB_SCHEDULE: {
-                if (j->state != JOB_RUNNING)
-                        break;
-                const Hvd__Schedule *sc = env->job_schedule->schedule;
-                if (sc->repeat_key && !j->key_ids[sc->repeat_key]) {
-                        job_abort(d, j, -1, HVD_EPROTO, "root daemon repeated schedule key %u, which it never sent",
-                                  sc->repeat_key);
-                        break;
-                }
-                agg_learn(d, j, sc);
-                Hvd__Envelope out = HVD__ENVELOPE__INIT;
-                out.body_case = HVD__ENVELOPE__BODY_SCHEDULE;
-                out.schedule = env->job_schedule->schedule;
-                send_to_local_workers(d, j, &out, true);
-                if (j->rl && j->state == JOB_RUNNING) {
-                        relay_learn(d, j, sc);
-                        relay_forward(d, j, env);
-                }
-                break;
-        }
-        default: break;
-        }
+        if (env->body_case == HVD__ENVELOPE__BODY_ABORT)
+                root_aborted(d, j, p, env->abort);
+        else if (env->body_case == HVD__ENVELOPE__BODY_NODE_WELCOME)
+                join_node_welcome(d, j, p, env->node_welcome);
+        else
+                root_schedule(d, j, env);
 }
 
 void handle_root_socket(hvd_daemon_t *d, peer_t *p) {

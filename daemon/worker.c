@@ -29,7 +29,7 @@
 
 #include "internal.h"
 
-int pidfd_open_compat(pid_t pid) {
+static int pidfd_open_compat(pid_t pid) {
 #ifdef SYS_pidfd_open
         return (int) syscall(SYS_pidfd_open, pid, 0);
 #else
@@ -137,7 +137,7 @@ void send_to_local_workers(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool s
 
 /* A worker's pidfd joins the epoll set while it lives; it leaves when the
  * worker is gone (a pidfd stays readable after the exit). */
-void pidfd_watch(hvd_daemon_t *d, worker_t *w) {
+static void pidfd_watch(hvd_daemon_t *d, worker_t *w) {
         struct epoll_event ev = { .events = EPOLLIN, .data.ptr = w };
         if (w->pidfd < 0 || epoll_ctl(d->pid_epfd, EPOLL_CTL_ADD, w->pidfd, &ev) == 0)
                 return;
@@ -543,4 +543,30 @@ uint64_t worker_housekeeping(hvd_daemon_t *d, uint64_t now, uint64_t tick) {
         if (watch_pidless_workers(d))
                 next = earliest(next, tick);
         return next;
+}
+
+worker_t *worker_new(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, const Hvd__Hello *h) {
+        worker_t *w = calloc(1, sizeof *w);
+        if (!w)
+                return NULL;
+        memcpy(w->id, id, id_len);
+        w->id_len = id_len;
+        w->job = j;
+        w->rank = h->rank;
+        w->local_rank = h->local_rank;
+        w->board = h->board;
+        w->pid = (pid_t) h->pid;
+        snprintf(w->host, sizeof w->host, "%s", h->host[0] ? h->host : d->host);
+        snprintf(w->data_addr, sizeof w->data_addr, "%s", h->data_addr);
+        w->pidfd = pidfd_open_compat(w->pid);
+        if (w->pidfd < 0)
+                hvd_log_debug("job %s: no pidfd for rank %u (pid %d): %m", j->id, w->rank, (int) w->pid);
+        if (hvd_strmap_put(d->workers, id, id_len, w) < 0) {
+                if (w->pidfd >= 0)
+                        close(w->pidfd);
+                free(w);
+                return NULL;
+        }
+        pidfd_watch(d, w);
+        return w;
 }
