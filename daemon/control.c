@@ -44,7 +44,7 @@ void timeline_from_rank(hvd_daemon_t *d, worker_t *w, const Hvd__TimelineControl
         r.job_id = j->id;
         env.body_case = HVD__ENVELOPE__BODY_TIMELINE_CONTROL;
         env.timeline_control = &r;
-        (void) hvd_wire_send_to(d->control_sock, j->tl_req_id, j->tl_req_len, &env, ZMQ_DONTWAIT);
+        (void) io_send(d, d->control_sock, j->tl_req_id, j->tl_req_len, &env);
         j->tl_req_len = 0;
 }
 
@@ -378,7 +378,7 @@ static void handle_status(hvd_daemon_t *d, const uint8_t *id, size_t id_len, con
         st.jobs = m.jp;
         env.body_case = HVD__ENVELOPE__BODY_STATUS;
         env.status = &st;
-        (void) hvd_wire_send_to(d->control_sock, id, id_len, &env, ZMQ_DONTWAIT);
+        (void) io_send(d, d->control_sock, id, id_len, &env);
         status_mem_free(&m);
 }
 
@@ -433,7 +433,7 @@ static void handle_metrics_request(hvd_daemon_t *d, const uint8_t *id, size_t id
         mr.text = text;
         env.body_case = HVD__ENVELOPE__BODY_METRICS_REPLY;
         env.metrics_reply = &mr;
-        (void) hvd_wire_send_to(d->control_sock, id, id_len, &env, ZMQ_DONTWAIT);
+        (void) io_send(d, d->control_sock, id, id_len, &env);
         free(text);
 }
 
@@ -498,7 +498,7 @@ static void handle_log_level(hvd_daemon_t *d, const uint8_t *id, size_t id_len, 
         reply.level = (char *) hvd_log_level_to_string(hvd_log_max_level);
         env.body_case = HVD__ENVELOPE__BODY_LOG_LEVEL;
         env.log_level = &reply;
-        (void) hvd_wire_send_to(d->control_sock, id, id_len, &env, ZMQ_DONTWAIT);
+        (void) io_send(d, d->control_sock, id, id_len, &env);
 }
 
 void handle_control_socket(hvd_daemon_t *d) {

@@ -76,6 +76,15 @@ int hvd_daemon_feed_exit(hvd_daemon_t *d, const void *id, size_t id_len);
  * (start, stall and peer timeouts; removal of finished jobs). */
 void hvd_daemon_feed_time(hvd_daemon_t *d, uint64_t advance_usec);
 
+/* Tests: fn sees every message the daemon sends, before it goes to its
+ * socket: to (the socket: a local worker's, hvdctl's, another daemon's
+ * on the peer socket, or a root or relay daemon's), its routing id (for
+ * a root or relay daemon: its endpoint) and the packed Envelope. Both are
+ * borrowed for the call. NULL turns it off. Reactor thread only. */
+typedef void (*hvd_daemon_tap_fn)(void *userdata, hvd_daemon_source_t to, const void *id, size_t id_len,
+                                  const void *data, size_t len);
+void hvd_daemon_set_tap(hvd_daemon_t *d, hvd_daemon_tap_fn fn, void *userdata);
+
 /* How many jobs, local workers and root peers the daemon holds now. */
 void hvd_daemon_sizes(const hvd_daemon_t *d, size_t *jobs, size_t *workers, size_t *peers);
 

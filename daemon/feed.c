@@ -70,3 +70,8 @@ void hvd_daemon_feed_time(hvd_daemon_t *d, uint64_t advance_usec) {
         housekeeping(d, hvd_now_usec() + advance_usec);
         before_sleep(d);
 }
+
+void hvd_daemon_set_tap(hvd_daemon_t *d, hvd_daemon_tap_fn fn, void *userdata) {
+        d->tap = fn;
+        d->tap_userdata = userdata;
+}

@@ -276,6 +276,8 @@ struct hvd_daemon {
         bool stopping;
         hvd_daemon_load_fn reload_fn; /* SIGHUP */
         void *reload_userdata;
+        hvd_daemon_tap_fn tap; /* tests: sees every message sent */
+        void *tap_userdata;
         uint64_t watchdog_usec, next_watchdog; /* half of WATCHDOG_USEC; 0 = off */
         size_t status_jobs, status_workers;    /* last STATUS= sent */
         zmq_pollitem_t *items;
@@ -367,12 +369,20 @@ void handle_worker_socket(hvd_daemon_t *d);
 void workers_exited(hvd_daemon_t *d);
 
 /* ---- io.c ---- */
+/* Every message the daemon sends goes through these (a tap set by
+ * hvd_daemon_set_tap() sees each): env packed, to the peer id of the
+ * ROUTER sock; to the root or relay daemon p (a DEALER); or the packed
+ * message, shared. They return 0 or a negative error. */
+int io_send(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, Hvd__Envelope *env);
+int io_send_peer(hvd_daemon_t *d, const peer_t *p, Hvd__Envelope *env);
+int io_send_shared(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, zmq_msg_t *packed);
+/* env packed (with the protocol version) into a new message. */
+int io_pack(Hvd__Envelope *env, zmq_msg_t *packed);
 void send_error(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, int code, const char *fmt, ...)
         __attribute__((format(printf, 6, 7)));
 void send_failed(const worker_t *w, int r);
 void send_to_worker(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env);
 void send_packed_to_worker(hvd_daemon_t *d, const worker_t *w, const void *bytes, size_t len);
-int send_shared(void *sock, const void *id, size_t id_len, zmq_msg_t *packed);
 void send_to_nodes_ex(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool schedule);
 int msg_recv(zmq_msg_t *msg, void *sock);
 int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,

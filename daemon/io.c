@@ -29,6 +29,64 @@
 
 #include "internal.h"
 
+/* Where a send goes, for the tap. */
+static hvd_daemon_source_t sock_kind(const hvd_daemon_t *d, const void *sock) {
+        return sock == d->worker_sock    ? HVD_DAEMON_FROM_WORKER
+               : sock == d->control_sock ? HVD_DAEMON_FROM_CONTROL
+               : sock == d->peer_sock    ? HVD_DAEMON_FROM_PEER
+                                         : HVD_DAEMON_FROM_ROOT;
+}
+
+/* Every send of the daemon ends here: the tap (tests) sees the bytes,
+ * then they go to sock, to the peer id on a ROUTER (id NULL: a DEALER,
+ * whose endpoint the tap is given). Sharing packed (zmq_msg_copy counts
+ * references, nothing is copied). */
+static int send_msg(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, const char *endpoint,
+                    zmq_msg_t *packed) {
+        if (d->tap)
+                d->tap(d->tap_userdata, sock_kind(d, sock), id ? id : endpoint, id ? id_len : strlen(endpoint),
+                       zmq_msg_data(packed), zmq_msg_size(packed));
+        zmq_msg_t m;
+        int e = 0;
+        zmq_msg_init(&m);
+        if (zmq_msg_copy(&m, packed) < 0 || (id && zmq_send(sock, id, id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) ||
+            zmq_msg_send(&m, sock, ZMQ_DONTWAIT) < 0)
+                e = -zmq_errno();
+        zmq_msg_close(&m);
+        return e;
+}
+
+int io_pack(Hvd__Envelope *env, zmq_msg_t *packed) {
+        env->version = HVD_PROTOCOL_VERSION;
+        if (zmq_msg_init_size(packed, protobuf_c_message_get_packed_size(&env->base)) < 0)
+                return -zmq_errno();
+        protobuf_c_message_pack(&env->base, zmq_msg_data(packed));
+        return 0;
+}
+
+static int send_env(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, const char *endpoint,
+                    Hvd__Envelope *env) {
+        zmq_msg_t packed;
+        int r = io_pack(env, &packed);
+        if (r < 0)
+                return r;
+        r = send_msg(d, sock, id, id_len, endpoint, &packed);
+        zmq_msg_close(&packed);
+        return r;
+}
+
+int io_send(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, Hvd__Envelope *env) {
+        return send_env(d, sock, id, id_len, NULL, env);
+}
+
+int io_send_peer(hvd_daemon_t *d, const peer_t *p, Hvd__Envelope *env) {
+        return send_env(d, p->sock, NULL, 0, p->endpoint, env);
+}
+
+int io_send_shared(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, zmq_msg_t *packed) {
+        return send_msg(d, sock, id, id_len, NULL, packed);
+}
+
 void send_error(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, int code, const char *fmt, ...) {
         char msg[1024];
         va_list ap;
@@ -41,7 +99,7 @@ void send_error(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, int 
         er.message = msg;
         env.body_case = HVD__ENVELOPE__BODY_ERROR;
         env.error = &er;
-        (void) hvd_wire_send_to(sock, id, id_len, &env, ZMQ_DONTWAIT);
+        (void) io_send(d, sock, id, id_len, &env);
 }
 
 /* A send to w failed with r (quiet once it said goodbye or its job ended). */
@@ -53,7 +111,7 @@ void send_failed(const worker_t *w, int r) {
 void send_to_worker(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
         if (w->exited)
                 return;
-        int r = hvd_wire_send_to(d->worker_sock, w->id, w->id_len, env, ZMQ_DONTWAIT);
+        int r = io_send(d, d->worker_sock, w->id, w->id_len, env);
         if (r < 0)
                 send_failed(w, r);
 }
@@ -62,22 +120,15 @@ void send_to_worker(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
 void send_packed_to_worker(hvd_daemon_t *d, const worker_t *w, const void *bytes, size_t len) {
         if (w->exited)
                 return;
-        if (zmq_send(d->worker_sock, w->id, w->id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-            zmq_send(d->worker_sock, bytes, len, ZMQ_DONTWAIT) < 0)
-                send_failed(w, -zmq_errno());
-}
-
-/* Sends one packed message to the peer `id` of a ROUTER socket, sharing the
- * packed buffer (zmq_msg_copy counts references, nothing is copied). */
-int send_shared(void *sock, const void *id, size_t id_len, zmq_msg_t *packed) {
-        zmq_msg_t m;
-        int e = 0;
-        zmq_msg_init(&m);
-        if (zmq_msg_copy(&m, packed) < 0 || zmq_send(sock, id, id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0 ||
-            zmq_msg_send(&m, sock, ZMQ_DONTWAIT) < 0)
-                e = -zmq_errno();
-        zmq_msg_close(&m);
-        return e;
+        zmq_msg_t packed;
+        int r = zmq_msg_init_size(&packed, len) < 0 ? -zmq_errno() : 0;
+        if (r == 0) {
+                memcpy(zmq_msg_data(&packed), bytes, len);
+                r = send_msg(d, d->worker_sock, w->id, w->id_len, NULL, &packed);
+                zmq_msg_close(&packed);
+        }
+        if (r < 0)
+                send_failed(w, r);
 }
 
 /* Root: to every remote node that joined; packed once, the same bytes to
@@ -86,18 +137,17 @@ int send_shared(void *sock, const void *id, size_t id_len, zmq_msg_t *packed) {
 void send_to_nodes_ex(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool schedule) {
         if (j->role != JOB_ROOT || !j->nodes)
                 return;
-        env->version = HVD_PROTOCOL_VERSION;
         zmq_msg_t packed;
-        if (zmq_msg_init_size(&packed, protobuf_c_message_get_packed_size(&env->base)) < 0) {
-                hvd_log_warning("job %s: cannot send to its nodes: %s", j->id, hvd_strerror(-zmq_errno()));
+        int e = io_pack(env, &packed);
+        if (e < 0) {
+                hvd_log_warning("job %s: cannot send to its nodes: %s", j->id, hvd_strerror(e));
                 return;
         }
-        protobuf_c_message_pack(&env->base, zmq_msg_data(&packed));
         for (uint32_t c = 0; c < j->cross_size; c++) {
                 node_t *n = &j->nodes[c];
                 if (!n->joined || n->local || (schedule && j->relay_via && j->relay_via[c] && j->relay_via[c] != c))
                         continue;
-                int r = send_shared(d->peer_sock, n->id, n->id_len, &packed);
+                int r = io_send_shared(d, d->peer_sock, n->id, n->id_len, &packed);
                 if (r < 0)
                         hvd_log_warning("job %s: cannot reach node %u (%s): %s", j->id, c, j->hosts ? j->hosts[c] : "?",
                                         hvd_strerror(r));
@@ -281,5 +331,5 @@ void io_refuse_peer(hvd_daemon_t *d, const void *id, size_t id_len, const char *
         ab.lost_rank = -1;
         env.body_case = HVD__ENVELOPE__BODY_ABORT;
         env.abort = &ab;
-        (void) hvd_wire_send_to(d->peer_sock, id, id_len, &env, ZMQ_DONTWAIT);
+        (void) io_send(d, d->peer_sock, id, id_len, &env);
 }

@@ -771,17 +771,15 @@ void relay_learn(hvd_daemon_t *d, job_t *j, const Hvd__Schedule *s) {
  * packed once; a host not heard from yet gets it when it is. */
 void relay_forward(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
         relay_t *rl = j->rl;
-        env->version = HVD_PROTOCOL_VERSION;
         zmq_msg_t packed;
-        if (zmq_msg_init_size(&packed, protobuf_c_message_get_packed_size(&env->base)) < 0) {
+        if (io_pack(env, &packed) < 0) {
                 job_abort(d, j, -1, -ENOMEM, "out of memory");
                 return;
         }
-        protobuf_c_message_pack(&env->base, zmq_msg_data(&packed));
         for (uint32_t i = 1; i < rl->n; i++) {
                 relay_member_t *m = &rl->m[i];
                 if (m->id_len) {
-                        int r = send_shared(d->peer_sock, m->id, m->id_len, &packed);
+                        int r = io_send_shared(d, d->peer_sock, m->id, m->id_len, &packed);
                         if (r < 0)
                                 hvd_log_warning("job %s: cannot pass a schedule on to host %s: %s", j->id,
                                                 host_of(j, m->host), hvd_strerror(r));
@@ -813,7 +811,7 @@ static void relay_member_heard(hvd_daemon_t *d, job_t *j, relay_member_t *m, con
         memcpy_safe(m->id, id, id_len);
         m->id_len = id_len;
         for (size_t k = 0; k < m->n_pending; k++) {
-                int r = send_shared(d->peer_sock, m->id, m->id_len, &m->pending[k]);
+                int r = io_send_shared(d, d->peer_sock, m->id, m->id_len, &m->pending[k]);
                 if (r < 0)
                         hvd_log_warning("job %s: cannot pass a schedule on to host %s: %s", j->id, host_of(j, m->host),
                                         hvd_strerror(r));
@@ -878,7 +876,7 @@ void relay_receive(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, 
                 ab.lost_rank = -1;
                 reply.body_case = HVD__ENVELOPE__BODY_ABORT;
                 reply.abort = &ab;
-                (void) hvd_wire_send_to(d->peer_sock, id, id_len, &reply, ZMQ_DONTWAIT);
+                (void) io_send(d, d->peer_sock, id, id_len, &reply);
                 protobuf_c_message_free_unpacked(&nr->base, NULL);
                 return;
         }
@@ -1042,7 +1040,7 @@ bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
                 nr.relay_secret.len = j->secret_len;
                 env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
                 env.node_ready = &nr;
-                int r = hvd_wire_send(p->sock, &env, ZMQ_DONTWAIT);
+                int r = io_send_peer(d, p, &env);
                 if (r < 0)
                         hvd_log_warning("job %s: cannot reach the relay daemon at %s: %s", j->id, p->endpoint,
                                         hvd_strerror(r));

@@ -238,7 +238,7 @@ static void answer_ping(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const
         pong.epoch = d->epoch;
         reply.body_case = HVD__ENVELOPE__BODY_PING;
         reply.ping = &pong;
-        (void) hvd_wire_send_to(d->peer_sock, id, id_len, &reply, ZMQ_DONTWAIT);
+        (void) io_send(d, d->peer_sock, id, id_len, &reply);
         size_t iter = 0;
         void *v;
         uint64_t now = hvd_now_usec();
@@ -431,7 +431,7 @@ static int probe_node(hvd_daemon_t *d, const node_t *nd, uint64_t now) {
         ping.epoch = d->epoch;
         env.body_case = HVD__ENVELOPE__BODY_PING;
         env.ping = &ping;
-        return hvd_wire_send_to(d->peer_sock, nd->id, nd->id_len, &env, ZMQ_DONTWAIT);
+        return io_send(d, d->peer_sock, nd->id, nd->id_len, &env);
 }
 
 /* Before sleep: the schedule of what became ready goes to the local ranks

@@ -32,7 +32,7 @@
 void send_to_root(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
         if (!j->root || j->root->lost)
                 return;
-        int r = hvd_wire_send(j->root->sock, env, ZMQ_DONTWAIT);
+        int r = io_send_peer(d, j->root, env);
         if (r < 0)
                 hvd_log_warning("job %s: cannot reach the root daemon at %s: %s", j->id, j->root->endpoint,
                                 hvd_strerror(r));
@@ -51,7 +51,7 @@ void send_up(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
         nr->relay_secret.len = j->secret_len;
         if (j->relay->lost)
                 return;
-        int r = hvd_wire_send(j->relay->sock, env, ZMQ_DONTWAIT);
+        int r = io_send_peer(d, j->relay, env);
         if (r < 0)
                 hvd_log_warning("job %s: cannot reach the relay daemon at %s: %s", j->id, j->relay->endpoint,
                                 hvd_strerror(r));
@@ -261,7 +261,7 @@ uint64_t uplink_housekeeping(hvd_daemon_t *d, uint64_t now, uint64_t tick) {
                         ping.epoch = d->epoch;
                         env.body_case = HVD__ENVELOPE__BODY_PING;
                         env.ping = &ping;
-                        (void) hvd_wire_send(p->sock, &env, ZMQ_DONTWAIT);
+                        (void) io_send_peer(d, p, &env);
                         p->last_ping_usec = now;
                 }
                 if (now - p->last_heard_usec > d->cfg.peer_timeout_usec) {

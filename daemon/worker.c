@@ -117,18 +117,17 @@ void send_to_local_workers(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool s
                         return;
                 }
         }
-        size_t len = protobuf_c_message_get_packed_size(&env->base);
         zmq_msg_t packed;
-        if (zmq_msg_init_size(&packed, len) < 0) {
-                hvd_log_warning("job %s: cannot send to its ranks: %s", j->id, hvd_strerror(-zmq_errno()));
+        int e = io_pack(env, &packed);
+        if (e < 0) {
+                hvd_log_warning("job %s: cannot send to its ranks: %s", j->id, hvd_strerror(e));
                 return;
         }
-        protobuf_c_message_pack(&env->base, zmq_msg_data(&packed));
         for (uint32_t r = 0; r < j->size; r++) {
                 worker_t *w = j->ranks[r];
                 if (!w || w->exited || (skip_goodbye && w->goodbye))
                         continue;
-                int e = send_shared(d->worker_sock, w->id, w->id_len, &packed);
+                e = io_send_shared(d, d->worker_sock, w->id, w->id_len, &packed);
                 if (e < 0)
                         send_failed(w, e);
         }
