@@ -1,6 +1,7 @@
 # Check unit tests of the internal library (common/): fusion planner,
 # negotiation table, wire format, configuration, string map; and of the
-# fast path's readiness board (client/fastpath.c, compiled in).
+# fast path's readiness board (client/fastpath.c, compiled in); and of the
+# daemon's message handlers (check_daemon).
 if HAVE_CHECK
 %C%_unit_tests = \
 	%D%/check_fusion \
@@ -8,7 +9,8 @@ if HAVE_CHECK
 	%D%/check_wire \
 	%D%/check_conf \
 	%D%/check_strmap \
-	%D%/check_fastpath
+	%D%/check_fastpath \
+	%D%/check_daemon
 check_PROGRAMS += $(%C%_unit_tests)
 TESTS += $(%C%_unit_tests)
 
@@ -19,6 +21,12 @@ TESTS += $(%C%_unit_tests)
 %C%_check_fastpath_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
 %C%_check_fastpath_CFLAGS = $(%C%_unit_cflags)
 %C%_check_fastpath_LDADD = $(%C%_unit_ldadd)
+
+# the daemon's handlers, fed without sockets (daemon/coordinator.h)
+%C%_check_daemon_SOURCES = %D%/check_daemon.c
+%C%_check_daemon_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/daemon
+%C%_check_daemon_CFLAGS = $(%C%_unit_cflags)
+%C%_check_daemon_LDADD = daemon/libhvddaemon.la $(%C%_unit_ldadd)
 
 %C%_check_fusion_SOURCES = %D%/check_fusion.c
 %C%_check_fusion_CFLAGS = $(%C%_unit_cflags)
