@@ -16,6 +16,7 @@
 #include "coordinator.h"
 #include "hvd.h"
 #include "hvd.pb-c.h"
+#include "invariant.h"
 #include "log.h"
 #include "metrics.h"
 #include "negotiate.h"

@@ -43,6 +43,7 @@ static hvd_daemon_source_t sock_kind(const hvd_daemon_t *d, const void *sock) {
  * references, nothing is copied). */
 static int send_msg(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, const char *endpoint,
                     zmq_msg_t *packed) {
+        hvd_assert(id || endpoint);
         if (d->tap)
                 d->tap(d->tap_userdata, sock_kind(d, sock), id ? id : endpoint, id ? id_len : strlen(endpoint),
                        zmq_msg_data(packed), zmq_msg_size(packed));

@@ -87,10 +87,11 @@ void job_end_quietly(hvd_daemon_t *d, job_t *j, bool from_root, const char *fmt,
 }
 
 void job_free(hvd_daemon_t *d, job_t *j) {
-        free(j->board_sent);
         if (!j)
                 return;
-        for (uint32_t r = 0; r < j->size; r++)
+        free(j->board_sent);
+        /* a job half made by job_create may lack its rank array */
+        for (uint32_t r = 0; j->ranks && r < j->size; r++)
                 worker_free(d, j->ranks[r]);
         free(j->ranks);
         hvd_negotiator_destroy(&j->neg);

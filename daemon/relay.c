@@ -860,23 +860,17 @@ void relay_receive(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, 
                         m = &j->rl->m[k];
                         i = k;
                 }
-        if (!job_secret_is(j, nr->relay_secret.data, nr->relay_secret.len))
-                snprintf(reason, sizeof reason, "job %s: host %u presented a wrong job secret to its relay daemon",
-                         j->id, nr->relay_host);
-        else if (!m)
-                snprintf(reason, sizeof reason, "job %s: host %u is not in the relay group of this daemon (host %s)",
-                         j->id, nr->relay_host, host_of(j, j->cross_rank));
-        if (reason[0]) {
-                Hvd__Abort ab = HVD__ABORT__INIT;
-                Hvd__Envelope reply = HVD__ENVELOPE__INIT;
+        if (!job_secret_is(j, nr->relay_secret.data, nr->relay_secret.len) || !m) {
+                if (!m)
+                        snprintf(reason, sizeof reason,
+                                 "job %s: host %u is not in the relay group of this daemon (host %s)", j->id,
+                                 nr->relay_host, host_of(j, j->cross_rank));
+                else
+                        snprintf(reason, sizeof reason,
+                                 "job %s: host %u presented a wrong job secret to its relay daemon", j->id,
+                                 nr->relay_host);
                 hvd_log_warning("%s", reason);
-                ab.job_id = j->id;
-                ab.reason = reason;
-                ab.code = HVD_EDENIED;
-                ab.lost_rank = -1;
-                reply.body_case = HVD__ENVELOPE__BODY_ABORT;
-                reply.abort = &ab;
-                (void) io_send(d, d->peer_sock, id, id_len, &reply);
+                io_refuse_peer(d, id, id_len, j->id, HVD_EDENIED, "%s", reason);
                 protobuf_c_message_free_unpacked(&nr->base, NULL);
                 return;
         }

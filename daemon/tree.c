@@ -50,6 +50,7 @@ static uint32_t relay_tree(job_t *j, const uint32_t *hosts, uint32_t n, uint32_t
         uint32_t made = 0;
         for (uint32_t part = 0, first = 0; part < runs; part++) {
                 uint32_t len = n / runs + (part < n % runs), relay = UINT32_MAX;
+                hvd_assert(first + len <= n); /* the runs cut hosts[0..n) */
                 for (uint32_t k = first; k < first + len && relay == UINT32_MAX; k++)
                         if (j->nodes[hosts[k]].endpoint)
                                 relay = k;
@@ -62,12 +63,11 @@ static uint32_t relay_tree(job_t *j, const uint32_t *hosts, uint32_t n, uint32_t
                         if (depth + 1 > j->relay_depth)
                                 j->relay_depth = depth + 1;
                         /* the run without its relay, in order */
-                        uint32_t *rest = malloc((len - 1) * sizeof *rest);
+                        uint32_t *rest = calloc(len - 1, sizeof *rest); /* zeroed, as hosts */
                         if (!rest)
                                 return UINT32_MAX;
-                        for (uint32_t k = first, o = 0; k < first + len; k++)
-                                if (k != relay)
-                                        rest[o++] = hosts[k];
+                        memcpy(rest, hosts + first, (relay - first) * sizeof *rest);
+                        memcpy(rest + (relay - first), hosts + relay + 1, (first + len - relay - 1) * sizeof *rest);
                         uint32_t sub = relay_tree(j, rest, len - 1, r, g, g, depth + 1);
                         free(rest);
                         if (sub == UINT32_MAX)
@@ -86,18 +86,18 @@ static uint32_t relay_tree(job_t *j, const uint32_t *hosts, uint32_t n, uint32_t
  * that gave an endpoint relays for it); fills j->relay_via. Returns 0 (no
  * relays: j->relay_via stays NULL) or -ENOMEM. */
 int tree_assign(hvd_daemon_t *d, job_t *j) {
-        uint32_t g = d->cfg.relay_fanout;
-        if (g < 2 || j->cross_size - 1 <= g || hvd_zap_curve(d->zap))
+        uint32_t g = d->cfg.relay_fanout, n = j->cross_size - 1; /* every host but the root */
+        if (g < 2 || n <= g || hvd_zap_curve(d->zap))
                 return 0;
-        uint32_t *hosts = malloc((j->cross_size - 1) * sizeof *hosts);
-        if (!hosts || !(j->relay_via = calloc(j->cross_size, sizeof *j->relay_via))) {
+        uint32_t *hosts = calloc(n, sizeof *hosts); /* zeroed: the analyzer cannot follow the fill */
+        if (!hosts || !(j->relay_via = calloc(n + 1, sizeof *j->relay_via))) {
                 free(hosts);
                 return -ENOMEM;
         }
-        for (uint32_t c = 1; c < j->cross_size; c++)
-                hosts[c - 1] = c;
+        for (uint32_t k = 0; k < n; k++)
+                hosts[k] = k + 1;
         j->relay_depth = 0;
-        uint32_t relays = relay_tree(j, hosts, j->cross_size - 1, 0, g, HVD_MAX(2u, g / 4), 0);
+        uint32_t relays = relay_tree(j, hosts, n, 0, g, HVD_MAX(2u, g / 4), 0);
         free(hosts);
         if (relays == UINT32_MAX || !relays) {
                 free(j->relay_via);
