@@ -1262,7 +1262,9 @@ size_t hvd_negotiator_describe_pending(const hvd_negotiator_t *n, uint64_t now_u
                 buf[0] = 0;
         for (uint32_t i = 0; i < n->n_tensors; i++) {
                 const tensor_t *t = n->tensors[i];
-                if (!t || t->n_ready == 0 || t->queued || now_usec - t->first_ready_usec < min_age_usec)
+                /* a tensor marked ready after now_usec was read is young, not old */
+                if (!t || t->n_ready == 0 || t->queued || now_usec < t->first_ready_usec ||
+                    now_usec - t->first_ready_usec < min_age_usec)
                         continue;
                 count++;
                 if (o + 64 >= buf_len)
