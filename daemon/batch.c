@@ -1,4 +1,8 @@
-/* batch.c */
+/* batch.c — a host's batch of its ranks' readiness, one message to the
+ * root per reactor turn (at the root itself: entered at once), and the
+ * aggregation of cached ids every local rank posted into node-level ids.
+ * Each rank's readiness leaves in the order it came; what waits here
+ * waits at most AGG_HOLD_USEC (partial ids) or its hold (a first step). */
 #include "config.h"
 
 #include <errno.h>

@@ -1,4 +1,7 @@
-/* control.c */
+/* control.c — what hvdctl asks on the control socket: status (peers,
+ * configuration, jobs, ranks), metrics, the log level, a job's timeline.
+ * Replies are built from the daemon's state and sent at once; an action on
+ * a job is its owner's, root's or the daemon user's. */
 #include "config.h"
 
 #include <errno.h>

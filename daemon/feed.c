@@ -1,4 +1,7 @@
-/* feed.c */
+/* feed.c — the daemon without sockets, for tests and fuzzing: a message
+ * handed in is read by the same receive paths as one off the wire, the
+ * clock can be moved, a worker's exit declared, and a tap sees every
+ * message sent. Reactor thread only, like the rest. */
 #include "config.h"
 
 #include <errno.h>

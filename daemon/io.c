@@ -1,4 +1,7 @@
-/* io.c */
+/* io.c — the daemon's sockets and messages: socket options set once,
+ * binding the local and peer sockets, every send (one path, which the
+ * test tap sees), and taking one decoded, validated envelope off a socket
+ * (or the fed one). Never blocks: sends are ZMQ_DONTWAIT. */
 #include "config.h"
 
 #include <errno.h>

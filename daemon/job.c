@@ -1,4 +1,7 @@
-/* job.c */
+/* job.c — a job as this daemon holds it: creation from its first hello
+ * or host join, its rank table, abort (everyone who must know is told,
+ * once), removal, and the tombs of jobs aborted while ranks were still
+ * joining, so that a late rank learns why. */
 #include "config.h"
 
 #include <errno.h>

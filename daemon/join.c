@@ -1,4 +1,7 @@
-/* join.c */
+/* join.c — how a job comes together: local hellos, then a host's join to
+ * its root, the root's welcome of every host (with the relay tree), the
+ * welcome of the local workers, and the start timeout naming what never
+ * came. A job leaves JOB_JOINING only through welcome_local. */
 #include "config.h"
 
 #include <errno.h>

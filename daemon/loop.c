@@ -1,4 +1,8 @@
-/* loop.c */
+/* loop.c — hvd-coordinatord's reactor: new/run/stop/destroy, the poll
+ * set, and the order of one turn: before_sleep (batches go on, schedules
+ * go out) → poll → every readable source, messages before exits → the
+ * housekeeping of each module when its earliest deadline is due. Idle
+ * with no deadline, the daemon sleeps in zmq_poll and uses no CPU. */
 #include "config.h"
 
 #include <errno.h>

@@ -1,5 +1,6 @@
 /* main.c — hvd-coordinatord: arguments → config → sockets → READY=1 →
- * loop → STOPPING=1 → cleanup. All the work is in coordinator.c. */
+ * loop → STOPPING=1 → cleanup. The daemon itself is a library (coordinator.h),
+ * its modules in this folder (docs/ARCHITECTURE.md). */
 #include "config.h"
 
 #include <errno.h>

@@ -1,4 +1,7 @@
-/* relay.c */
+/* relay.c — a relay daemon of a large job: it takes its group's readiness
+ * (hosts of one rank each, or relays below it), merges the cached ids
+ * every host of the group posted into one entry, passes the rest on in
+ * the order it came, and passes the root's schedules on to its group. */
 #include "config.h"
 
 #include <errno.h>

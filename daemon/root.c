@@ -1,4 +1,7 @@
-/* root.c */
+/* root.c — the negotiating daemon of a job (its only host, or its root):
+ * readiness entered into the negotiation table rank by rank or host by
+ * host, consistency checked there, schedules planned and sent (a repeat
+ * as its key), the stall inspector, and the hosts' liveness. */
 #include "config.h"
 
 #include <errno.h>

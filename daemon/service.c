@@ -1,4 +1,7 @@
-/* service.c */
+/* service.c — the daemon as a systemd service: sd_notify (READY, STATUS,
+ * WATCHDOG, RELOADING, STOPPING; spoken directly without libsystemd),
+ * the watchdog interval, SIGHUP's reload of what can change live, and
+ * the signals that stop it. */
 #include "config.h"
 
 #include <errno.h>

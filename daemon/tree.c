@@ -1,4 +1,7 @@
-/* tree.c */
+/* tree.c — the relay tree of a large job: the root places its other
+ * hosts under relays so that no daemon hears from more than relay_fanout
+ * hosts; every daemon reads the tree (relay_via) the root's welcome
+ * carries. Host 0 is the root and never in the tree. */
 #include "config.h"
 
 #include <errno.h>

@@ -1,4 +1,7 @@
-/* uplink.c */
+/* uplink.c — a host's link to its job's root daemon (and to the relay it
+ * reports through): one DEALER per root endpoint shared by its jobs,
+ * pings and their answers, the root's epoch (a restarted root ends the
+ * job), and what the root sends: aborts, the welcome, schedules. */
 #include "config.h"
 
 #include <errno.h>

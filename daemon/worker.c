@@ -1,4 +1,8 @@
-/* worker.c */
+/* worker.c — the local workers: a worker per connection of the worker
+ * socket, its exit seen through a pidfd (or asked, without one), its
+ * heartbeats, its messages dispatched, and schedules to the job's local
+ * ranks (packed once; small ones through local rank 0 for the board).
+ * A worker is freed only with its job, so pointers to it stay valid. */
 #include "config.h"
 
 #include <errno.h>

@@ -1,5 +1,5 @@
 /* dispatch.c — fuzzes the daemon's message handlers: a real hvd_daemon_t
- * (daemon/coordinator.c, sockets bound in a private runtime directory but
+ * (daemon/, sockets bound in a private runtime directory but
  * never connected) is fed a sequence of frames through hvd_daemon_feed(),
  * as if they came from eight worker connections, two hvdctl connections,
  * four other daemons on the peer socket and two root daemons, with worker
