@@ -3,12 +3,13 @@
 noinst_LTLIBRARIES += daemon/libhvddaemon.la
 daemon_libhvddaemon_la_SOURCES = \
 	daemon/coordinator.c daemon/coordinator.h \
+	daemon/http.c daemon/http.h \
 	daemon/metrics.c daemon/metrics.h \
 	daemon/zap.c daemon/zap.h
 # sd_notify comes from libsystemd when configure found it; the daemon
 # speaks the notify protocol itself otherwise.
-daemon_libhvddaemon_la_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS) $(SYSTEMD_CFLAGS)
-daemon_libhvddaemon_la_LIBADD = common/libhvdcommon.la $(SYSTEMD_LIBS)
+daemon_libhvddaemon_la_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS) $(SYSTEMD_CFLAGS) $(MHD_CFLAGS)
+daemon_libhvddaemon_la_LIBADD = common/libhvdcommon.la $(SYSTEMD_LIBS) $(MHD_LIBS)
 
 sbin_PROGRAMS += daemon/hvd-coordinatord
 daemon_hvd_coordinatord_SOURCES = daemon/main.c

@@ -57,8 +57,8 @@ if ENABLE_FUZZING
 %C%_lib_objs = $(%C%_lib_srcs:%.c=%D%/obj/%.o) %D%/obj/proto/hvd.pb-c.o
 %C%_clang_flags = -g -O1 -std=gnu11 -pthread -fsanitize=address,undefined \
 	-fno-sanitize-recover=undefined -fno-omit-frame-pointer \
-	$(DEFS) -I$(top_builddir) $(%C%_cppflags) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS) $(SYSTEMD_CFLAGS)
-%C%_clang_libs = $(ZMQ_LIBS) $(PROTOBUF_C_LIBS) $(SYSTEMD_LIBS) -lm
+	$(DEFS) -I$(top_builddir) $(%C%_cppflags) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS) $(SYSTEMD_CFLAGS) $(MHD_CFLAGS)
+%C%_clang_libs = $(ZMQ_LIBS) $(PROTOBUF_C_LIBS) $(SYSTEMD_LIBS) $(MHD_LIBS) -lm
 %C%_fuzzers = $(foreach h,$(%C%_harnesses),%D%/fuzz-$(h))
 noinst_DATA = $(%C%_fuzzers)
 CLEANFILES += $(%C%_fuzzers) $(%C%_lib_objs)
