@@ -10,7 +10,7 @@
 
 EXTRA_DIST += %D%/run.sh %D%/fuzz.h $(foreach h,$(%C%_harnesses),%D%/$(h).c) %D%/corpus docs/FUZZING.md
 
-%C%_cppflags = $(AM_CPPFLAGS) -I$(top_srcdir)/%D% -I$(top_srcdir)/daemon
+%C%_cppflags = $(AM_CPPFLAGS) -I$(top_srcdir)/%D% -I$(top_srcdir)/daemon -I$(top_srcdir)/tools
 %C%_cflags = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
 
 check_PROGRAMS += %D%/gen_corpus %D%/regress-envelope %D%/regress-negotiate %D%/regress-conf %D%/regress-hostfile \
@@ -41,8 +41,7 @@ TESTS += %D%/gen_corpus %D%/regress-envelope %D%/regress-negotiate %D%/regress-c
 %C%_regress_hostfile_SOURCES = %D%/hostfile.c %D%/standalone.c %D%/fuzz.h
 %C%_regress_hostfile_CPPFLAGS = $(%C%_cppflags) -DFUZZ_NAME='"hostfile"'
 %C%_regress_hostfile_CFLAGS = $(%C%_cflags)
-%C%_regress_hostfile_LDADD = daemon/libhvddaemon.la -lm
-EXTRA_%C%_regress_hostfile_DEPENDENCIES = $(top_srcdir)/tools/hvdrun.c
+%C%_regress_hostfile_LDADD = tools/libhvdtools.la -lm
 
 %C%_regress_dispatch_SOURCES = %D%/dispatch.c %D%/standalone.c %D%/fuzz.h
 %C%_regress_dispatch_CPPFLAGS = $(%C%_cppflags) -DFUZZ_NAME='"dispatch"'
@@ -53,7 +52,7 @@ if ENABLE_FUZZING
 # libFuzzer binaries: clang compiles the code under test once into
 # instrumented objects (fuzz/obj/), and each harness links them (automake
 # has no per-target compiler, so these are plain rules).
-%C%_lib_srcs = $(filter %.c,$(common_libhvdcommon_la_SOURCES) $(daemon_libhvddaemon_la_SOURCES))
+%C%_lib_srcs = $(filter %.c,$(common_libhvdcommon_la_SOURCES) $(daemon_libhvddaemon_la_SOURCES) $(tools_libhvdtools_la_SOURCES))
 %C%_lib_objs = $(%C%_lib_srcs:%.c=%D%/obj/%.o) %D%/obj/proto/hvd.pb-c.o
 %C%_clang_flags = -g -O1 -std=gnu11 -pthread -fsanitize=address,undefined \
 	-fno-sanitize-recover=undefined -fno-omit-frame-pointer \
@@ -67,7 +66,6 @@ CLEANFILES += $(%C%_fuzzers) $(%C%_lib_objs)
 	$(AM_V_CC)$(MKDIR_P) $(@D) && $(CLANG) $(%C%_clang_flags) -fsanitize=fuzzer-no-link -c -o $@ proto/hvd.pb-c.c
 %D%/obj/%.o: $(top_srcdir)/%.c proto/hvd.pb-c.h
 	$(AM_V_CC)$(MKDIR_P) $(@D) && $(CLANG) $(%C%_clang_flags) -fsanitize=fuzzer-no-link -c -o $@ $<
-%D%/fuzz-hostfile: $(top_srcdir)/tools/hvdrun.c
 %D%/fuzz-%: $(top_srcdir)/%D%/%.c $(top_srcdir)/%D%/fuzz.h $(%C%_lib_objs)
 	$(AM_V_CCLD)$(CLANG) $(%C%_clang_flags) -fsanitize=fuzzer -o $@ $< $(%C%_lib_objs) $(%C%_clang_libs)
 endif

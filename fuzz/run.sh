@@ -39,11 +39,8 @@ status=0
 for h in $harnesses; do
         mkdir -p "$out/$h"
         log="$out/$h.log"
-        extra=
-        [ "$h" = hostfile ] && extra=-close_fd_mask=2
-        # shellcheck disable=SC2086
         "$build/fuzz/fuzz-$h" -max_total_time="$secs" -print_final_stats=1 -timeout=10 \
-                -rss_limit_mb=2048 -max_len=65536 -artifact_prefix="$out/$h-" $extra \
+                -rss_limit_mb=2048 -max_len=65536 -artifact_prefix="$out/$h-" \
                 "$out/$h" "$src/fuzz/corpus/$h" >"$log" 2>&1
         rc=$?
         execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)

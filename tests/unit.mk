@@ -1,6 +1,7 @@
 # Check unit tests of the internal library (common/): fusion planner,
-# negotiation table, wire format, configuration, string map; and of the
-# fast path's readiness board (client/fastpath.c, compiled in).
+# negotiation table, wire format, configuration, string map; of the fast
+# path's readiness board (client/fastpath.c, compiled in); and of the
+# tools' library (tools/): hvdrun's host lists.
 if HAVE_CHECK
 %C%_unit_tests = \
 	%D%/check_fusion \
@@ -8,7 +9,8 @@ if HAVE_CHECK
 	%D%/check_wire \
 	%D%/check_conf \
 	%D%/check_strmap \
-	%D%/check_fastpath
+	%D%/check_fastpath \
+	%D%/check_hostlist
 check_PROGRAMS += $(%C%_unit_tests)
 TESTS += $(%C%_unit_tests)
 
@@ -39,5 +41,10 @@ TESTS += $(%C%_unit_tests)
 %C%_check_strmap_SOURCES = %D%/check_strmap.c
 %C%_check_strmap_CFLAGS = $(%C%_unit_cflags)
 %C%_check_strmap_LDADD = $(%C%_unit_ldadd)
+
+%C%_check_hostlist_SOURCES = %D%/check_hostlist.c
+%C%_check_hostlist_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
+%C%_check_hostlist_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+%C%_check_hostlist_LDADD = tools/libhvdtools.la $(CHECK_LIBS)
 
 endif

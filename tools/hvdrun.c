@@ -36,15 +36,16 @@
 
 #include "conf.h"
 #include "coordinator.h"
+#include "hostlist.h"
 #include "hvd.h"
 #include "log.h"
 #include "util.h"
 #include "wire.h"
 
-#define MAX_NP             4096
+#define MAX_NP             HVD_HOSTLIST_MAX_SLOTS
 #define MAX_HOSTS          1024 /* libhvd's HVD_MAX_HOSTS */
 #define MAX_HOSTS_VAR      4000 /* libhvd reads HVD_HOSTS into 4 KiB */
-#define HOST_NAME_BYTES    256
+#define HOST_NAME_BYTES    HVD_HOSTLIST_NAME_BYTES
 #define ENDPOINT_BYTES     256  /* hvd_daemon_config_t.peer_listen */
 #define DEFAULT_PEER_PORT  7100 /* a remote first host's daemon: tcp://HOST:7100 */
 #define DEFAULT_GRACE_USEC (5 * USEC_PER_SEC)
@@ -94,6 +95,7 @@ typedef struct options {
         const char *hostfile;
         host_t *hosts; /* owned: the listed hosts, merged, in order */
         size_t n_hosts;
+        long total_slots;    /* listed by -H and --hostfile */
         bool hosts_listed;   /* -H or --hostfile given (else one implicit local host) */
         char **node_daemons; /* "HOST=DIR", borrowed from argv */
         size_t n_node_daemons;
@@ -526,103 +528,31 @@ static void hosts_free(host_t *hosts, size_t n) {
         free(hosts);
 }
 
-/* One "host[:slots]", "[v6addr]:slots", "host slots=N" or "host" entry, appended to
- * o->hosts (merged later); *total counts the slots. */
-static int add_host(options_t *o, const char *entry, size_t len, const char *where, long *total) {
-        char buf[512];
-        while (len > 0 && isspace((unsigned char) *entry))
-                entry++, len--;
-        while (len > 0 && isspace((unsigned char) entry[len - 1]))
-                len--;
-        if (len == 0)
-                return 0;
-        if (len >= sizeof buf)
-                return usage_error("host entry '%.40s...' in %s is too long", entry, where);
-        memcpy(buf, entry, len);
-        buf[len] = 0;
-
-        char *host = buf, *slots = NULL, *p;
-        if (buf[0] == '[') {
-                p = strchr(buf, ']');
-                if (!p)
-                        return usage_error("host entry '%s' in %s: missing ']'", buf, where);
-                host = buf + 1;
-                *p++ = 0;
-                if (*p == ':')
-                        slots = p + 1;
-                else if (*p)
-                        return usage_error("host entry '[%s]%s' in %s: expected ':SLOTS' after ']'", host, p, where);
-        } else if ((p = strpbrk(buf, " \t"))) {
-                *p++ = 0;
-                p += strspn(p, " \t");
-                if (strncmp(p, "slots=", 6) == 0)
-                        slots = p + 6;
-                else if (strncmp(p, "slots ", 6) == 0 || strncmp(p, "slots\t", 6) == 0)
-                        slots = p + 6 + strspn(p + 6, " \t=");
-                else
-                        return usage_error("host entry '%s %s' in %s: expected 'slots=N'", buf, p, where);
-        } else if ((p = strrchr(buf, ':')) && strchr(buf, ':') == p) {
-                *p = 0;
-                slots = p + 1;
-        }
-        double v = 1;
-        if (slots && parse_number(slots, 1, MAX_NP, &v) < 0)
-                return usage_error("host '%s' in %s: slots '%s' is not a number in 1..%d", host, where, slots, MAX_NP);
-        if (v != floor(v))
-                return usage_error("host '%s' in %s: slots '%s' is not a whole number", host, where, slots);
-        if (!*host)
-                return usage_error("empty host name in %s", where);
-        if (*host == '-')
-                return usage_error("host '%s' in %s: a host name cannot start with '-'", host, where);
-        if (strlen(host) >= HOST_NAME_BYTES)
-                return usage_error("host '%.40s...' in %s: the name is too long", host, where);
-        *total += (long) v;
-        if (*total > MAX_NP)
-                return usage_error("more than %d slots listed in %s", MAX_NP, where);
-        host_t *hs = realloc(o->hosts, (o->n_hosts + 1) * sizeof *hs);
-        if (!hs)
-                return -ENOMEM;
-        o->hosts = hs;
-        hs[o->n_hosts] = (host_t){ .name = strdup(host), .slots = (long) v, .cross_rank = -1 };
-        if (!hs[o->n_hosts].name)
-                return -ENOMEM;
-        o->n_hosts++;
-        return 0;
-}
-
-static int parse_host_list(options_t *o, const char *list, long *total) {
-        for (const char *p = list;;) {
-                size_t n = strcspn(p, ",");
-                int r = add_host(o, p, n, "-H", total);
-                if (r < 0)
-                        return r;
-                if (!p[n])
-                        return 0;
-                p += n + 1;
-        }
-}
-
-static int parse_hostfile(options_t *o, const char *path, long *total) {
-        FILE *f = fopen(path, "re");
-        if (!f) {
-                int r = -errno;
-                fprintf(stderr, "hvdrun: cannot open host file %s: %s\n", path, strerror(-r));
+/* -H and --hostfile, in that order, into o->hosts. */
+static int take_hosts(options_t *o) {
+        hvd_hostlist_t l = { 0 };
+        char err[PATH_MAX + 512];
+        int r = 0;
+        if (o->hosts_arg)
+                r = hvd_hostlist_parse(&l, o->hosts_arg, err, sizeof err);
+        if (r == 0 && o->hostfile)
+                r = hvd_hostlist_parse_file(&l, o->hostfile, err, sizeof err);
+        if (r == -EINVAL)
+                usage_error("%s", err);
+        else if (r < 0 && r != -ENOMEM)
+                fprintf(stderr, "hvdrun: %s\n", err);
+        if (r == 0 && l.n > 0 && !(o->hosts = calloc(l.n, sizeof *o->hosts)))
+                r = -ENOMEM;
+        if (r < 0) {
+                hvd_hostlist_clear(&l);
                 return r;
         }
-        char line[1024];
-        unsigned n = 0;
-        int r = 0;
-        while (r == 0 && fgets(line, sizeof line, f)) {
-                n++;
-                if (!strchr(line, '\n') && !feof(f)) {
-                        r = usage_error("host file %s, line %u: the line is too long", path, n);
-                        break;
-                }
-                line[strcspn(line, "#\n")] = 0;
-                r = add_host(o, line, strlen(line), path, total);
-        }
-        fclose(f);
-        return r;
+        for (size_t i = 0; i < l.n; i++)
+                o->hosts[i] = (host_t){ .name = TAKE_PTR(l.v[i].name), .slots = l.v[i].slots, .cross_rank = -1 };
+        o->n_hosts = l.n;
+        o->total_slots = l.total_slots;
+        hvd_hostlist_clear(&l);
+        return 0;
 }
 
 /* Decides how each listed host is reached, merges entries that name the same host
@@ -846,12 +776,10 @@ static int parse_options(int argc, char **argv, options_t *o) {
         if (!o->prefix && o->prefix_host)
                 return usage_error("--prefix-host and --no-prefix contradict each other");
 
-        long slots = 0;
-        int r;
-        if (o->hosts_arg && (r = parse_host_list(o, o->hosts_arg, &slots)) < 0)
+        int r = take_hosts(o);
+        if (r < 0)
                 return r;
-        if (o->hostfile && (r = parse_hostfile(o, o->hostfile, &slots)) < 0)
-                return r;
+        long slots = o->total_slots;
         o->hosts_listed = o->hosts_arg || o->hostfile;
         if (o->hosts_listed && slots == 0)
                 return usage_error("no hosts listed in %s", o->hosts_arg ? "-H" : o->hostfile);

@@ -1,10 +1,16 @@
-# tools: hvdrun (launcher, with an embedded coordinator) and hvdctl (operator CLI).
+# tools: hvdrun (launcher, with an embedded coordinator) and hvdctl (operator
+# CLI), over an internal library of their parsers and formatters that the
+# unit tests and the fuzzers link too.
+noinst_LTLIBRARIES += tools/libhvdtools.la
+tools_libhvdtools_la_SOURCES = %D%/hostlist.c %D%/hostlist.h
+tools_libhvdtools_la_CFLAGS = $(AM_CFLAGS)
+
 bin_PROGRAMS += %D%/hvdrun %D%/hvdctl
 
 %C%_hvdrun_SOURCES = %D%/hvdrun.c
 %C%_hvdrun_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/daemon
 %C%_hvdrun_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
-%C%_hvdrun_LDADD = daemon/libhvddaemon.la -lm
+%C%_hvdrun_LDADD = tools/libhvdtools.la daemon/libhvddaemon.la -lm
 
 %C%_hvdctl_SOURCES = %D%/hvdctl.c
 %C%_hvdctl_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
