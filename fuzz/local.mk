@@ -6,7 +6,7 @@
 #    binary with ASan + UBSan, built by `make` and run by fuzz/run.sh.
 # fuzz/gen_corpus writes the seed messages and checks the decoder's verdict
 # on each (also a test).
-%C%_harnesses = envelope negotiate conf hostfile dispatch
+%C%_harnesses = envelope negotiate conf hostfile dispatch statusjson
 
 EXTRA_DIST += %D%/run.sh %D%/fuzz.h $(foreach h,$(%C%_harnesses),%D%/$(h).c) %D%/corpus docs/FUZZING.md
 
@@ -14,9 +14,9 @@ EXTRA_DIST += %D%/run.sh %D%/fuzz.h $(foreach h,$(%C%_harnesses),%D%/$(h).c) %D%
 %C%_cflags = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
 
 check_PROGRAMS += %D%/gen_corpus %D%/regress-envelope %D%/regress-negotiate %D%/regress-conf %D%/regress-hostfile \
-	%D%/regress-dispatch
+	%D%/regress-dispatch %D%/regress-statusjson
 TESTS += %D%/gen_corpus %D%/regress-envelope %D%/regress-negotiate %D%/regress-conf %D%/regress-hostfile \
-	%D%/regress-dispatch
+	%D%/regress-dispatch %D%/regress-statusjson
 
 %C%_gen_corpus_SOURCES = %D%/gen_corpus.c
 %C%_gen_corpus_CPPFLAGS = $(%C%_cppflags)
@@ -48,6 +48,11 @@ TESTS += %D%/gen_corpus %D%/regress-envelope %D%/regress-negotiate %D%/regress-c
 %C%_regress_dispatch_CFLAGS = $(%C%_cflags)
 %C%_regress_dispatch_LDADD = daemon/libhvddaemon.la -lm
 
+%C%_regress_statusjson_SOURCES = %D%/statusjson.c %D%/standalone.c %D%/fuzz.h
+%C%_regress_statusjson_CPPFLAGS = $(%C%_cppflags) -DFUZZ_NAME='"statusjson"'
+%C%_regress_statusjson_CFLAGS = $(%C%_cflags) $(JANSSON_CFLAGS)
+%C%_regress_statusjson_LDADD = tools/libhvdtools.la common/libhvdcommon.la $(JANSSON_LIBS)
+
 if ENABLE_FUZZING
 # libFuzzer binaries: clang compiles the code under test once into
 # instrumented objects (fuzz/obj/), and each harness links them (automake
@@ -56,8 +61,8 @@ if ENABLE_FUZZING
 %C%_lib_objs = $(%C%_lib_srcs:%.c=%D%/obj/%.o) %D%/obj/proto/hvd.pb-c.o
 %C%_clang_flags = -g -O1 -std=gnu11 -pthread -fsanitize=address,undefined \
 	-fno-sanitize-recover=undefined -fno-omit-frame-pointer \
-	$(DEFS) -I$(top_builddir) $(%C%_cppflags) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS) $(SYSTEMD_CFLAGS) $(MHD_CFLAGS)
-%C%_clang_libs = $(ZMQ_LIBS) $(PROTOBUF_C_LIBS) $(SYSTEMD_LIBS) $(MHD_LIBS) -lm
+	$(DEFS) -I$(top_builddir) $(%C%_cppflags) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS) $(SYSTEMD_CFLAGS) $(MHD_CFLAGS) $(JANSSON_CFLAGS)
+%C%_clang_libs = $(ZMQ_LIBS) $(PROTOBUF_C_LIBS) $(SYSTEMD_LIBS) $(MHD_LIBS) $(JANSSON_LIBS) -lm
 %C%_fuzzers = $(foreach h,$(%C%_harnesses),%D%/fuzz-$(h))
 noinst_DATA = $(%C%_fuzzers)
 CLEANFILES += $(%C%_fuzzers) $(%C%_lib_objs)
@@ -69,3 +74,4 @@ CLEANFILES += $(%C%_fuzzers) $(%C%_lib_objs)
 %D%/fuzz-%: $(top_srcdir)/%D%/%.c $(top_srcdir)/%D%/fuzz.h $(%C%_lib_objs)
 	$(AM_V_CCLD)$(CLANG) $(%C%_clang_flags) -fsanitize=fuzzer -o $@ $< $(%C%_lib_objs) $(%C%_clang_libs)
 endif
+

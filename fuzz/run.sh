@@ -24,7 +24,7 @@ shift $((OPTIND - 1))
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-${HVD_BUILDDIR:-$src/build}}
 [ $# -gt 0 ] && shift
-harnesses=${*:-envelope negotiate conf hostfile dispatch}
+harnesses=${*:-envelope negotiate conf hostfile dispatch statusjson}
 
 if [ ! -x "$build/fuzz/fuzz-envelope" ]; then
         echo "fuzz: no fuzzers in $build/fuzz (configure --enable-fuzzing, needs clang): skipped"

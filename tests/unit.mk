@@ -1,7 +1,7 @@
 # Check unit tests of the internal library (common/): fusion planner,
 # negotiation table, wire format, configuration, string map; of the fast
 # path's readiness board (client/fastpath.c, compiled in); and of the
-# tools' library (tools/): hvdrun's host lists.
+# tools' library (tools/): hvdrun's host lists, hvdctl's JSON.
 if HAVE_CHECK
 %C%_unit_tests = \
 	%D%/check_fusion \
@@ -10,7 +10,8 @@ if HAVE_CHECK
 	%D%/check_conf \
 	%D%/check_strmap \
 	%D%/check_fastpath \
-	%D%/check_hostlist
+	%D%/check_hostlist \
+	%D%/check_status_json
 check_PROGRAMS += $(%C%_unit_tests)
 TESTS += $(%C%_unit_tests)
 
@@ -46,5 +47,11 @@ TESTS += $(%C%_unit_tests)
 %C%_check_hostlist_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
 %C%_check_hostlist_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 %C%_check_hostlist_LDADD = tools/libhvdtools.la $(CHECK_LIBS)
+
+%C%_check_status_json_SOURCES = %D%/check_status_json.c
+%C%_check_status_json_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
+%C%_check_status_json_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(PROTOBUF_C_CFLAGS) $(JANSSON_CFLAGS)
+%C%_check_status_json_LDADD = tools/libhvdtools.la common/libhvdcommon.la $(CHECK_LIBS) $(JANSSON_LIBS) \
+	$(PROTOBUF_C_LIBS) -lm
 
 endif
