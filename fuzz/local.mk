@@ -75,3 +75,19 @@ CLEANFILES += $(%C%_fuzzers) $(%C%_lib_objs)
 	$(AM_V_CCLD)$(CLANG) $(%C%_clang_flags) -fsanitize=fuzzer -o $@ $< $(%C%_lib_objs) $(%C%_clang_libs)
 endif
 
+# make fuzz-long: every harness (or those in FUZZ_HARNESSES) for
+# FUZZ_SECONDS each, starting from the committed corpus and growing the one
+# kept in FUZZ_DIR; fails when a harness finds anything (docs/FUZZING.md,
+# "Long run"). Run it before landing a change to a decoder or a handler.
+FUZZ_SECONDS = 300
+FUZZ_DIR = fuzz/long
+FUZZ_HARNESSES = $(%C%_harnesses)
+if ENABLE_FUZZING
+.PHONY: fuzz-long
+fuzz-long: $(%C%_fuzzers)
+	$(top_srcdir)/fuzz/run.sh -t $(FUZZ_SECONDS) -o $(FUZZ_DIR) $(top_builddir) $(FUZZ_HARNESSES)
+else
+.PHONY: fuzz-long
+fuzz-long:
+	@echo "fuzz-long: this build has no fuzzers: configure it with --enable-fuzzing (needs clang)" >&2; exit 1
+endif

@@ -1,6 +1,6 @@
 #!/bin/sh
 # run.sh — a short libFuzzer run of every harness in fuzz/ (for CI), or a
-# long one (docs/FUZZING.md).
+# long one (`make fuzz-long` runs it so; docs/FUZZING.md).
 #   fuzz/run.sh [-t SECONDS_EACH] [-o DIR] [BUILDDIR] [HARNESS...]
 # BUILDDIR is a build configured with --enable-fuzzing (default:
 # $HVD_BUILDDIR, else build/). Each harness starts from the committed
