@@ -203,7 +203,7 @@ static int listen_on(hvd_http_t *h, const char *address, char *err, size_t err_l
         freeaddrinfo(ai);
         h->fd = fd;
 
-        struct sockaddr_storage ss;
+        struct sockaddr_storage ss = { .ss_family = AF_UNSPEC };
         socklen_t sl = sizeof ss;
         char ip[INET6_ADDRSTRLEN] = "?";
         unsigned bound = 0;

@@ -27,6 +27,7 @@
 
 #include "conf.h"
 #include "hvd.h"
+#include "invariant.h"
 #include "log.h"
 #include "status_json.h"
 #include "util.h"
@@ -587,6 +588,7 @@ static int timeline_main(int argc, char **argv) {
                 else
                         return usage_error("unexpected argument '%s'", a);
         }
+        hvd_assert(n_pos > 0); /* is_timeline_command() found the command word */
         if (strcmp(pos[0], "timeline-repair") == 0) {
                 if (n_pos != 2)
                         return usage_error("usage: hvdctl timeline-repair FILE");
@@ -830,6 +832,8 @@ int main(int argc, char **argv) {
                         args[n_args++] = argv[optind++];
                         continue;
                 }
+                /* getopt gives every option that requires an argument one */
+                hvd_assert(optarg || (opt != 'r' && opt != 'e' && opt != 't'));
                 switch (opt) {
                 case 'r':
                         if (!*optarg || strlen(optarg) >= PATH_MAX - 32)

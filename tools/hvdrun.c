@@ -38,6 +38,7 @@
 #include "coordinator.h"
 #include "hostlist.h"
 #include "hvd.h"
+#include "invariant.h"
 #include "log.h"
 #include "util.h"
 #include "wire.h"
@@ -559,7 +560,9 @@ static int take_hosts(options_t *o) {
  * (or this machine twice), and gives out the ranks in host order. */
 static int plan_hosts(options_t *o, long slots) {
         for (size_t i = 0; i < o->n_node_daemons; i++) {
-                const char *nd = o->node_daemons[i], *eq = strchr(nd, '=');
+                const char *nd = o->node_daemons[i];
+                hvd_assert(nd); /* n_node_daemons counts the arguments stored */
+                const char *eq = strchr(nd, '=');
                 size_t hl = eq ? (size_t) (eq - nd) : 0;
                 if (!eq || hl == 0 || !eq[1])
                         return usage_error("--node-daemon '%s': expected HOST=RUNTIME_DIR", nd);
@@ -2041,20 +2044,22 @@ int main(int argc, char **argv) {
         if (!run.w)
                 goto out_oom;
         run.n = (int) o.np;
-        for (size_t hi = 0; hi < o.n_hosts; hi++) {
+        /* rank by rank, each on the host whose range holds it */
+        for (int rank = 0, hi = 0; rank < run.n; rank++) {
+                while ((size_t) hi < o.n_hosts && rank >= o.hosts[hi].first_rank + o.hosts[hi].n_ranks)
+                        hi++;
+                hvd_assert((size_t) hi < o.n_hosts); /* plan_hosts() gave out all -np ranks */
                 host_t *h = &o.hosts[hi];
-                for (int l = 0; l < h->n_ranks; l++) {
-                        worker_t *w = &run.w[h->first_rank + l];
-                        w->rank = h->first_rank + l;
-                        w->host = h;
-                        w->out = (stream_t){ .fd = -1, .out_fd = 1 };
-                        w->err = (stream_t){ .fd = -1, .out_fd = 2 };
-                        if (o.prefix && !o.dry_run &&
-                            (!(w->out.buf = malloc(LINE_BYTES)) || !(w->err.buf = malloc(LINE_BYTES))))
-                                goto out_oom;
-                        if (prepare_worker(&o, &job, path, w, l) < 0)
-                                goto out_oom;
-                }
+                worker_t *w = &run.w[rank];
+                w->rank = rank;
+                w->host = h;
+                w->out = (stream_t){ .fd = -1, .out_fd = 1 };
+                w->err = (stream_t){ .fd = -1, .out_fd = 2 };
+                if (o.prefix && !o.dry_run &&
+                    (!(w->out.buf = malloc(LINE_BYTES)) || !(w->err.buf = malloc(LINE_BYTES))))
+                        goto out_oom;
+                if (prepare_worker(&o, &job, path, w, rank - h->first_rank) < 0)
+                        goto out_oom;
         }
         if (o.dry_run) {
                 for (int i = 0; i < run.n; i++)
