@@ -1,7 +1,7 @@
 # Check unit tests of the internal library (common/): fusion planner,
 # negotiation table, wire format, configuration, string map; of the fast
 # path's readiness board (client/fastpath.c, compiled in); and of the
-# tools' library (tools/): hvdrun's host lists, hvdctl's JSON.
+# tools' library (tools/): hvdrun's host lists and shell quoting, hvdctl's JSON.
 if HAVE_CHECK
 %C%_unit_tests = \
 	%D%/check_fusion \
@@ -11,6 +11,7 @@ if HAVE_CHECK
 	%D%/check_strmap \
 	%D%/check_fastpath \
 	%D%/check_hostlist \
+	%D%/check_shellquote \
 	%D%/check_status_json
 check_PROGRAMS += $(%C%_unit_tests)
 TESTS += $(%C%_unit_tests)
@@ -47,6 +48,11 @@ TESTS += $(%C%_unit_tests)
 %C%_check_hostlist_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
 %C%_check_hostlist_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 %C%_check_hostlist_LDADD = tools/libhvdtools.la $(CHECK_LIBS)
+
+%C%_check_shellquote_SOURCES = %D%/check_shellquote.c
+%C%_check_shellquote_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
+%C%_check_shellquote_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+%C%_check_shellquote_LDADD = tools/libhvdtools.la $(CHECK_LIBS)
 
 %C%_check_status_json_SOURCES = %D%/check_status_json.c
 %C%_check_status_json_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools

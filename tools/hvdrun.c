@@ -40,6 +40,7 @@
 #include "hvd.h"
 #include "invariant.h"
 #include "log.h"
+#include "shellquote.h"
 #include "util.h"
 #include "wire.h"
 
@@ -311,95 +312,6 @@ static void strv_free(char **v) {
         for (size_t i = 0; v && v[i]; i++)
                 free(v[i]);
         free(v);
-}
-
-/* A growing string; an allocation failure is remembered and reported by sb_take(). */
-typedef struct strbuf {
-        char *s;
-        size_t len, cap;
-        bool oom;
-} strbuf_t;
-
-static void sb_add(strbuf_t *b, const char *s, size_t n) {
-        if (b->oom)
-                return;
-        if (b->len + n + 1 > b->cap) {
-                size_t cap = HVD_MAX(b->cap * 2, b->len + n + 64);
-                char *p = realloc(b->s, cap);
-                if (!p) {
-                        b->oom = true;
-                        return;
-                }
-                b->s = p;
-                b->cap = cap;
-        }
-        memcpy(b->s + b->len, s, n);
-        b->len += n;
-        b->s[b->len] = 0;
-}
-
-static void sb_puts(strbuf_t *b, const char *s) {
-        sb_add(b, s, strlen(s));
-}
-
-/* Appends s as one word of a POSIX shell command line: as it is when it holds only
- * characters no shell treats specially, else in single quotes ('\'' for a quote). */
-static void sb_quoted(strbuf_t *b, const char *s) {
-        bool plain = *s != 0;
-        for (const char *p = s; *p && plain; p++)
-                plain = isalnum((unsigned char) *p) || strchr("_@%+=:,./-", *p);
-        if (plain) {
-                sb_puts(b, s);
-                return;
-        }
-        sb_add(b, "'", 1);
-        for (const char *p = s; *p; p++) {
-                if (*p == '\'')
-                        sb_puts(b, "'\\''");
-                else
-                        sb_add(b, p, 1);
-        }
-        sb_add(b, "'", 1);
-}
-
-/* As sb_quoted(), for a command line shown to a user: a word with control characters
- * (a newline) goes in $'...' (bash, zsh, ksh), so the command stays on one line. */
-static void sb_quoted_shown(strbuf_t *b, const char *s) {
-        bool ctl = false;
-        for (const char *p = s; *p && !ctl; p++)
-                ctl = iscntrl((unsigned char) *p);
-        if (!ctl) {
-                sb_quoted(b, s);
-                return;
-        }
-        sb_puts(b, "$'");
-        for (const char *p = s; *p; p++) {
-                char esc[8];
-                if (*p == '\\' || *p == '\'')
-                        snprintf(esc, sizeof esc, "\\%c", *p);
-                else if (*p == '\n')
-                        snprintf(esc, sizeof esc, "\\n");
-                else if (*p == '\t')
-                        snprintf(esc, sizeof esc, "\\t");
-                else if (iscntrl((unsigned char) *p))
-                        snprintf(esc, sizeof esc, "\\%03o", (unsigned) (unsigned char) *p);
-                else
-                        snprintf(esc, sizeof esc, "%c", *p);
-                sb_puts(b, esc);
-        }
-        sb_puts(b, "'");
-}
-
-/* Returns the string (free it), or NULL after an allocation failure. */
-static char *sb_take(strbuf_t *b) {
-        if (b->oom || !b->s) {
-                free(b->s);
-                *b = (strbuf_t){ 0 };
-                return b->oom ? NULL : strdup("");
-        }
-        char *s = b->s;
-        *b = (strbuf_t){ 0 };
-        return s;
 }
 
 /* ---- environment ---- */
@@ -1202,7 +1114,7 @@ static int job_init(const options_t *o, job_t *job) {
         if (!getcwd(job->cwd, sizeof job->cwd))
                 job->cwd[0] = 0;
         job->all_here = true;
-        strbuf_t hv = { 0 };
+        hvd_strbuf_t hv = { 0 };
         for (size_t i = 0; i < o->n_hosts; i++) {
                 host_t *h = &o->hosts[i];
                 if (h->n_ranks == 0)
@@ -1217,12 +1129,12 @@ static int job_init(const options_t *o, job_t *job) {
                 char n[32];
                 snprintf(n, sizeof n, ":%d", h->n_ranks);
                 if (hv.len)
-                        sb_puts(&hv, ",");
-                sb_puts(&hv, h->name);
-                sb_puts(&hv, n);
+                        hvd_strbuf_puts(&hv, ",");
+                hvd_strbuf_puts(&hv, h->name);
+                hvd_strbuf_puts(&hv, n);
         }
         job->all_here = !job->any_remote;
-        if (!(job->hosts_var = sb_take(&hv)))
+        if (!(job->hosts_var = hvd_strbuf_take(&hv)))
                 return -ENOMEM;
         if (strlen(job->hosts_var) > MAX_HOSTS_VAR) {
                 fprintf(stderr, "hvdrun: the host list is too long for HVD_HOSTS (%zu bytes, at most %d)\n",
@@ -1308,32 +1220,33 @@ static int rank_vars(const options_t *o, const job_t *job, const host_t *h, int 
         return 0;
 }
 
-/* "cd CWD && exec env VAR=VALUE... PROGRAM ARGS...", every word quoted for a POSIX
- * shell (shown: for showing, see sb_quoted_shown()). With read_secret, the job secret is read from the first line of
- * standard input first, so that it never appears on a command line. */
+/* "cd CWD && exec env VAR=VALUE... PROGRAM ARGS...", every word quoted for a
+ * POSIX shell (shown: for showing, see hvd_strbuf_quoted_shown()). With
+ * read_secret, the job secret is read from the first line of standard input
+ * first, so that it never appears on a command line. */
 static char *shell_command(const job_t *job, char *const *vars, const char *prog, char *const *args, bool read_secret,
                            bool shown) {
-        void (*quoted)(strbuf_t *, const char *) = shown ? sb_quoted_shown : sb_quoted;
-        strbuf_t b = { 0 };
+        void (*quoted)(hvd_strbuf_t *, const char *) = shown ? hvd_strbuf_quoted_shown : hvd_strbuf_quoted;
+        hvd_strbuf_t b = { 0 };
         if (job->cwd[0]) {
-                sb_puts(&b, "cd ");
+                hvd_strbuf_puts(&b, "cd ");
                 quoted(&b, job->cwd);
-                sb_puts(&b, " && ");
+                hvd_strbuf_puts(&b, " && ");
         }
         if (read_secret)
-                sb_puts(&b, "IFS= read -r HVD_JOB_SECRET && export HVD_JOB_SECRET && ");
-        sb_puts(&b, "exec env");
+                hvd_strbuf_puts(&b, "IFS= read -r HVD_JOB_SECRET && export HVD_JOB_SECRET && ");
+        hvd_strbuf_puts(&b, "exec env");
         for (size_t i = 0; vars && vars[i]; i++) {
-                sb_puts(&b, " ");
+                hvd_strbuf_puts(&b, " ");
                 quoted(&b, vars[i]);
         }
-        sb_puts(&b, " ");
+        hvd_strbuf_puts(&b, " ");
         quoted(&b, prog);
         for (size_t i = 0; args && args[i]; i++) {
-                sb_puts(&b, " ");
+                hvd_strbuf_puts(&b, " ");
                 quoted(&b, args[i]);
         }
-        return sb_take(&b);
+        return hvd_strbuf_take(&b);
 }
 
 /* SSH... -o BatchMode=yes -o StrictHostKeyChecking=accept-new HOST COMMAND; owned. */
@@ -1361,13 +1274,13 @@ static char **ssh_argv(const job_t *job, const char *host, const char *command) 
 }
 
 static char *argv_shown(char *const *argv) {
-        strbuf_t b = { 0 };
+        hvd_strbuf_t b = { 0 };
         for (size_t i = 0; argv[i]; i++) {
                 if (i)
-                        sb_puts(&b, " ");
-                sb_quoted_shown(&b, argv[i]);
+                        hvd_strbuf_puts(&b, " ");
+                hvd_strbuf_quoted_shown(&b, argv[i]);
         }
-        return sb_take(&b);
+        return hvd_strbuf_take(&b);
 }
 
 /* Fills in w's environment (local rank) or ssh command line (remote rank), and with

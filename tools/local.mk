@@ -1,9 +1,10 @@
 # tools: hvdrun (launcher, with an embedded coordinator) and hvdctl (operator
 # CLI), over an internal library of their parsers and formatters that the
 # unit tests and the fuzzers link too. A program links what it uses of it:
-# status_json.o (hvdctl's) needs jansson, hostlist.o (hvdrun's) nothing.
+# status_json.o (hvdctl's) needs jansson, hvdrun's modules nothing.
 noinst_LTLIBRARIES += tools/libhvdtools.la
-tools_libhvdtools_la_SOURCES = %D%/hostlist.c %D%/hostlist.h %D%/status_json.c %D%/status_json.h
+tools_libhvdtools_la_SOURCES = %D%/hostlist.c %D%/hostlist.h %D%/shellquote.c %D%/shellquote.h \
+	%D%/status_json.c %D%/status_json.h
 tools_libhvdtools_la_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS) $(JANSSON_CFLAGS)
 
 bin_PROGRAMS += %D%/hvdrun %D%/hvdctl
