@@ -194,7 +194,7 @@ int hvd_daemon_run(hvd_daemon_t *d) {
                 uint64_t now = hvd_now_usec();
                 uint64_t wake = d->next_housekeeping;
                 if (d->http)
-                        wake = HVD_MIN(wake, hvd_http_expire(d->http, now));
+                        wake = earliest(wake, hvd_http_expire(d->http, now));
                 long timeout = -1;
                 if (d->watchdog_usec && d->next_watchdog < wake)
                         wake = d->next_watchdog;

@@ -1,15 +1,14 @@
-/* metrics.h — hvd-coordinatord's counters and latency histograms, their
- * rendering in the Prometheus text exposition format (version 0.0.4), and
- * a small HTTP/1.x listener that serves GET /metrics from the daemon's
- * reactor. Counting is a few additions on fixed arrays: no allocation, no
- * lock (the reactor is one thread). Rendering allocates, once per request. */
+/* metrics.h — hvd-coordinatord's counters and latency histograms and their
+ * rendering in the Prometheus text exposition format (version 0.0.4).
+ * Counting is a few additions on fixed arrays: no allocation, no lock (the
+ * reactor is one thread). Rendering allocates, once per request. GET
+ * /metrics is served by http.h's listener. */
 #ifndef HVD_METRICS_H
 #define HVD_METRICS_H
 
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <zmq.h>
 
 /* Upper bounds of the histogram buckets, in microseconds; +Inf follows. */
 #define HVD_HISTOGRAM_N_BOUNDS 19
@@ -84,34 +83,8 @@ typedef struct hvd_metrics_gauges {
  * *ret (free with free()) of *len bytes, or -ENOMEM. */
 int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, char **ret, size_t *len);
 
-/* ---- HTTP listener ---- */
-
-typedef struct hvd_http hvd_http_t;
-
-/* Makes the body of one GET /metrics response: 0 and a malloc'd string
- * (the listener frees it), or < 0 (the client gets a 500). */
-typedef int (*hvd_http_render_fn)(void *userdata, char **body, size_t *len);
-
-/* Binds "ADDRESS:PORT" (an IPv4 or IPv6 literal, "[::1]:9464", or a host
- * name; port 0 picks a free one) and listens. Returns 0 and a new listener
- * in *ret (free with hvd_http_destroy), or < 0 with a message in err. */
-int hvd_http_new(const char *address, hvd_http_render_fn render, void *userdata, hvd_metrics_t *m, hvd_http_t **ret,
-                 char *err, size_t err_len);
-void hvd_http_destroy(hvd_http_t **h);
-
-/* The bound address, e.g. "127.0.0.1:9464". Borrowed. */
-const char *hvd_http_address(const hvd_http_t *h);
-
-/* Poll items: at most this many. */
-size_t hvd_http_max_items(const hvd_http_t *h);
-/* Fills items (the listening socket and each connection, with the events
- * each waits for) and returns how many. */
-size_t hvd_http_fill_items(hvd_http_t *h, zmq_pollitem_t *items);
-/* Serves what the poll reported on items filled by the last fill. Never
- * blocks: partial reads and writes wait for the next poll. */
-void hvd_http_dispatch(hvd_http_t *h, const zmq_pollitem_t *items, size_t n, uint64_t now_usec);
-/* Closes connections past their deadline; returns the next deadline, or
- * UINT64_MAX when no connection is open. */
-uint64_t hvd_http_expire(hvd_http_t *h, uint64_t now_usec);
+/* The listener that serves this text over HTTP: the reactor reaches it
+ * through this header too. */
+#include "http.h"
 
 #endif

@@ -1,6 +1,6 @@
 #!/bin/sh
 # run.sh — a short libFuzzer run of every harness in fuzz/ (for CI), or a
-# long one (docs/FUZZING.md).
+# long one (`make fuzz-long` runs it so; docs/FUZZING.md).
 #   fuzz/run.sh [-t SECONDS_EACH] [-o DIR] [BUILDDIR] [HARNESS...]
 # BUILDDIR is a build configured with --enable-fuzzing (default:
 # $HVD_BUILDDIR, else build/). Each harness starts from the committed
@@ -24,7 +24,7 @@ shift $((OPTIND - 1))
 src=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-${HVD_BUILDDIR:-$src/build}}
 [ $# -gt 0 ] && shift
-harnesses=${*:-envelope negotiate conf hostfile dispatch}
+harnesses=${*:-envelope negotiate conf hostfile dispatch statusjson}
 
 if [ ! -x "$build/fuzz/fuzz-envelope" ]; then
         echo "fuzz: no fuzzers in $build/fuzz (configure --enable-fuzzing, needs clang): skipped"
@@ -39,11 +39,8 @@ status=0
 for h in $harnesses; do
         mkdir -p "$out/$h"
         log="$out/$h.log"
-        extra=
-        [ "$h" = hostfile ] && extra=-close_fd_mask=2
-        # shellcheck disable=SC2086
         "$build/fuzz/fuzz-$h" -max_total_time="$secs" -print_final_stats=1 -timeout=10 \
-                -rss_limit_mb=2048 -max_len=65536 -artifact_prefix="$out/$h-" $extra \
+                -rss_limit_mb=2048 -max_len=65536 -artifact_prefix="$out/$h-" \
                 "$out/$h" "$src/fuzz/corpus/$h" >"$log" 2>&1
         rc=$?
         execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)

@@ -6,8 +6,11 @@
 # 5 s handshake limit), messages beyond max_message_size (the connection
 # is dropped; a worker whose hello is that large is told so when its join
 # times out), a flood of 6,000 messages from 60 connections (empty,
-# several frames, random bytes, before hello, too large a job) twice.
-# Throughout, the daemon stays up, its resident memory after the second
+# several frames, random bytes, before hello, too large a job) twice;
+# bad input of every kind on the /metrics HTTP listener
+# (tests/lib/http_bad.py: garbage, oversized heads, slow and incomplete
+# requests, wrong methods and paths, surplus and bursts of connections)
+# while a job runs, twice, with the same memory bound. Throughout, the daemon stays up, its resident memory after the second
 # flood stays within a bound of the first, and a job of two ranks that
 # submits 300 tensors at once (more than max_message_size = 4 KiB in one
 # cycle: libhvd splits its readiness) completes with right results.
@@ -27,6 +30,7 @@ trap 'exit 130' INT TERM
 
 cat >"$tmp/conf" <<EOF
 max_message_size = 4096
+metrics_listen = 127.0.0.1:0
 EOF
 "$b/daemon/hvd-coordinatord" -c "$tmp/conf" --runtime-dir "$rt" --peer-listen 'tcp://127.0.0.1:*' \
         --log-level warning 2>"$tmp/daemon.log" &
@@ -119,6 +123,31 @@ fi
 grep -q 'rejected message' "$tmp/daemon.log" || fail "the daemon did not log the rejected messages" \
         "$(cat "$tmp/daemon.log")"
 job_ok "after the floods"
+
+# 4. the HTTP listener, while a job runs, twice: memory after the second
+#    round within a bound of the first
+PY=/usr/bin/python3
+if [ -x "$PY" ]; then
+        addr=$("$b/tools/hvdctl" -r "$rt" status --json | "$PY" -c 'import json,sys; print(json.load(sys.stdin)["metrics_listen"])')
+        [ -n "$addr" ] || fail "status shows no metrics listener"
+        for round in 1 2; do
+                "$PY" "$HVD_SRCDIR/tests/lib/http_bad.py" "$addr" --fast >"$tmp/http.$round" 2>&1 &
+                hp=$!
+                job_ok "during HTTP bad input ($round)"
+                wait "$hp" || fail "HTTP bad input, round $round" "$(cat "$tmp/http.$round" "$tmp/daemon.log")"
+                cat "$tmp/http.$round"
+                alive "after HTTP bad input ($round)"
+                sleep 1
+                eval "hrss$round=\$(rss_kb)"
+        done
+        echo "VmRSS after the first HTTP round: $hrss1 kB, after the second: $hrss2 kB"
+        if [ -z "${HVD_ASAN_RUNTIME:-}" ]; then
+                [ $((hrss2 - hrss1)) -lt 8192 ] ||
+                        fail "the daemon's memory grew by $((hrss2 - hrss1)) kB in the second HTTP round"
+        fi
+else
+        echo "# $PY missing: the HTTP listener's bad input is not tried"
+fi
 
 out=$("$b/tools/hvdctl" -r "$rt" status 2>&1) || fail "hvdctl status failed after the bad input" "$out"
 alive "at the end"

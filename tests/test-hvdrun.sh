@@ -195,6 +195,13 @@ usage 2 "cycle-time-ms" -np 2 --cycle-time-ms abc true
 usage 2 "more than the 2 slots" -np 3 -H localhost:2 true
 printf '# hosts\nlocalhost slots=1\nremote.invalid slots=2\n' >"$tmp/hostfile"
 usage 2 "more than the 3 slots" -np 4 --hostfile "$tmp/hostfile" true
+# the host list parser's messages (all of them: tests/check_hostlist.c) reach the user
+usage 2 "hvdrun: host 'b' in -H: slots 'x' is not a number in 1..4096" -H a:1,b:x true
+grep -q "^Try 'hvdrun --help'.$" "$tmp/err" || fail "-H error: no hint at --help"
+printf 'localhost slots=1\n-x\n' >"$tmp/hostfile2"
+usage 2 "hvdrun: host '-x' in $tmp/hostfile2: a host name cannot start with '-'" --hostfile "$tmp/hostfile2" true
+usage 2 "hvdrun: cannot open host file $tmp/none: No such file or directory" --hostfile "$tmp/none" true
+usage 2 "hvdrun: cannot read host file $tmp: Is a directory" --hostfile "$tmp" true
 usage 2 "needs the hosts" -np 2 --emulate-hosts true
 usage 2 "is not listed by -H" -np 1 -H localhost:1 --node-daemon elsewhere=/tmp true
 usage 2 "contradict" -np 1 --no-prefix --prefix-host true

@@ -8,4 +8,4 @@
 TESTS += %D%/test-hvdrun.sh %D%/test-hvdrun-multi.sh %D%/test-hvdctl.sh %D%/test-hvdctl-job.sh %D%/test-hvdctl-multi.sh \
 	%D%/test-metrics.sh
 EXTRA_DIST += %D%/test-hvdrun.sh %D%/test-hvdrun-multi.sh %D%/test-hvdctl.sh %D%/test-hvdctl-job.sh %D%/test-hvdctl-multi.sh \
-	%D%/test-metrics.sh %D%/lib/promparse.py
+	%D%/test-metrics.sh %D%/lib/promparse.py %D%/lib/http_bad.py

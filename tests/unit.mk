@@ -1,7 +1,8 @@
 # Check unit tests of the internal library (common/): fusion planner,
-# negotiation table, wire format, configuration, string map; and of the
-# fast path's readiness board (client/fastpath.c, compiled in); and of the
-# daemon's message handlers (check_daemon).
+# negotiation table, wire format, configuration, string map; of the fast
+# path's readiness board (client/fastpath.c, compiled in); of the daemon's
+# message handlers (check_daemon); and of the tools' library (tools/):
+# hvdrun's host lists and shell quoting, hvdctl's JSON.
 if HAVE_CHECK
 %C%_unit_tests = \
 	%D%/check_fusion \
@@ -10,7 +11,10 @@ if HAVE_CHECK
 	%D%/check_conf \
 	%D%/check_strmap \
 	%D%/check_fastpath \
-	%D%/check_daemon
+	%D%/check_daemon \
+	%D%/check_hostlist \
+	%D%/check_shellquote \
+	%D%/check_status_json
 check_PROGRAMS += $(%C%_unit_tests)
 TESTS += $(%C%_unit_tests)
 
@@ -47,5 +51,21 @@ TESTS += $(%C%_unit_tests)
 %C%_check_strmap_SOURCES = %D%/check_strmap.c
 %C%_check_strmap_CFLAGS = $(%C%_unit_cflags)
 %C%_check_strmap_LDADD = $(%C%_unit_ldadd)
+
+%C%_check_hostlist_SOURCES = %D%/check_hostlist.c
+%C%_check_hostlist_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
+%C%_check_hostlist_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+%C%_check_hostlist_LDADD = tools/libhvdtools.la $(CHECK_LIBS)
+
+%C%_check_shellquote_SOURCES = %D%/check_shellquote.c
+%C%_check_shellquote_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
+%C%_check_shellquote_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+%C%_check_shellquote_LDADD = tools/libhvdtools.la $(CHECK_LIBS)
+
+%C%_check_status_json_SOURCES = %D%/check_status_json.c
+%C%_check_status_json_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
+%C%_check_status_json_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS) $(PROTOBUF_C_CFLAGS) $(JANSSON_CFLAGS)
+%C%_check_status_json_LDADD = tools/libhvdtools.la common/libhvdcommon.la $(CHECK_LIBS) $(JANSSON_LIBS) \
+	$(PROTOBUF_C_LIBS) -lm
 
 endif

@@ -4,7 +4,8 @@
 # three ranks' first requests copied from the memo of decoded ones), a
 # job whose rank is killed (-9) mid-run, hvdctl status/jobs/job/metrics/
 # log-level, a timeline, and bad input (broken greetings, silent and
-# oversized messages, a flood) on the worker and peer sockets; then SIGTERM.
+# oversized messages, a flood) on the worker and peer sockets and on the
+# /metrics HTTP listener (tests/lib/http_bad.py --fast); then SIGTERM.
 # Fails on any memcheck error, any definitely or indirectly lost block, or
 # a job that did not end as it should. Run by `make check` (skipped without
 # valgrind and in sanitizer builds) and on its own:
@@ -30,10 +31,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 t0=$(date +%s)
+printf 'metrics_listen = 127.0.0.1:0\n' >"$tmp/conf"
 
 valgrind --quiet --leak-check=full --errors-for-leak-kinds=definite,indirect --show-leak-kinds=definite,indirect \
         --error-exitcode=99 --track-fds=yes --log-file="$tmp/valgrind.log" \
-        "$b/daemon/hvd-coordinatord" --runtime-dir "$rt" --peer-listen 'tcp://127.0.0.1:*' \
+        "$b/daemon/hvd-coordinatord" -c "$tmp/conf" --runtime-dir "$rt" --peer-listen 'tcp://127.0.0.1:*' \
         --log-level warning 2>"$tmp/daemon.log" &
 vg=$!
 for _ in $(seq 600); do [ -s "$rt/peer.endpoint" ] && [ -S "$rt/control.sock" ] && break; sleep 0.05; done
@@ -92,6 +94,11 @@ done
 "$bw" flood "ipc://$rt/worker.sock" 20 30 >/dev/null || fail "the flood failed"
 "$bw" flood "ipc://$rt/control.sock" 5 30 >/dev/null || fail "the flood of the control socket failed"
 "$bw" flood "tcp://$peer" 5 30 >/dev/null || fail "the flood of the peer socket failed"
+if [ -x /usr/bin/python3 ]; then
+        addr=$(hvdctl status --json | /usr/bin/python3 -c 'import json,sys; print(json.load(sys.stdin)["metrics_listen"])')
+        /usr/bin/python3 "$HVD_SRCDIR/tests/lib/http_bad.py" "$addr" --fast >"$tmp/http.out" 2>&1 ||
+                fail "bad HTTP input" "$(cat "$tmp/http.out" "$tmp/daemon.log")"
+fi
 alive "after bad input"
 "$launch" -r "$rt" -j vg-after -t 240 -n 2 -- "$worker" allreduce >"$tmp/after.out" 2>&1 ||
         fail "a job after the bad input failed" "$(cat "$tmp/after.out" "$tmp/daemon.log")"

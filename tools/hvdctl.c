@@ -27,7 +27,9 @@
 
 #include "conf.h"
 #include "hvd.h"
+#include "invariant.h"
 #include "log.h"
+#include "status_json.h"
 #include "util.h"
 #include "wire.h"
 
@@ -247,189 +249,13 @@ static const char *fmt_bytes(uint64_t b, char *buf, size_t len) {
         return buf;
 }
 
-/* A JSON string: quotes, backslashes and control characters escaped,
- * invalid UTF-8 replaced by U+FFFD so the output always parses. */
-static void json_string(FILE *f, const char *s) {
-        const unsigned char *p = (const unsigned char *) (s ? s : "");
-        fputc('"', f);
-        while (*p) {
-                unsigned char ch = *p;
-                if (ch == '"' || ch == '\\') {
-                        fputc('\\', f);
-                        fputc(ch, f);
-                        p++;
-                } else if (ch < 0x20 || ch == 0x7f) {
-                        switch (ch) {
-                        case '\n': fputs("\\n", f); break;
-                        case '\r': fputs("\\r", f); break;
-                        case '\t': fputs("\\t", f); break;
-                        case '\b': fputs("\\b", f); break;
-                        case '\f': fputs("\\f", f); break;
-                        default: fprintf(f, "\\u%04x", ch); break;
-                        }
-                        p++;
-                } else if (ch < 0x80) {
-                        fputc(ch, f);
-                        p++;
-                } else {
-                        /* validate one UTF-8 sequence: length, continuation bytes, no
-                         * overlong forms, no surrogates, nothing above U+10FFFF */
-                        size_t n = ch >= 0xf0 ? 4 : ch >= 0xe0 ? 3 : ch >= 0xc2 ? 2 : 0;
-                        uint32_t cp = n == 4 ? ch & 0x07u : n == 3 ? ch & 0x0fu : ch & 0x1fu;
-                        bool ok = n > 0 && ch < 0xf5;
-                        for (size_t i = 1; ok && i < n; i++) {
-                                if ((p[i] & 0xc0) != 0x80)
-                                        ok = false;
-                                else
-                                        cp = (cp << 6) | (p[i] & 0x3fu);
-                        }
-                        if (ok && ((n == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-                                   (n == 4 && (cp < 0x10000 || cp > 0x10ffff))))
-                                ok = false;
-                        if (ok) {
-                                fwrite(p, 1, n, f);
-                                p += n;
-                        } else {
-                                fputs("\\ufffd", f);
-                                p++;
-                        }
-                }
-        }
-        fputc('"', f);
-}
-
-static void json_rank_status(FILE *f, const Hvd__RankStatus *r) {
-        fprintf(f, "{\"rank\": %" PRIu32 ", \"local\": %s, \"host\": ", r->rank, r->local ? "true" : "false");
-        json_string(f, r->host);
-        fprintf(f, ", \"pid\": %" PRIu32 ", \"state\": ", r->pid);
-        json_string(f, r->state);
-        fprintf(f,
-                ", \"seen\": %s, \"last_seen_usec\": %" PRIu64 ", \"tensors_pending\": %" PRIu32
-                ", \"readies\": %" PRIu64 ", \"done_seq\": %" PRIu64 ", \"busy_usec\": %" PRIu64
-                ", \"local_rank\": %" PRIu32 ", \"cross_rank\": %" PRIu32 "}",
-                r->seen ? "true" : "false", r->last_seen_usec, r->tensors_pending, r->readies, r->done_seq,
-                r->busy_usec, r->local_rank, r->cross_rank);
-}
-
-/* A finite double as JSON (NaN and infinities have no JSON form). */
-static void json_double(FILE *f, double v) {
-        fprintf(f, "%.17g", isfinite(v) ? v : 0.0);
-}
-
-static void json_job(FILE *f, const Hvd__JobStatus *j, const char *ind) {
-        fprintf(f, "%s{\n%s  \"job_id\": ", ind, ind);
-        json_string(f, j->job_id);
-        fprintf(f, ",\n%s  \"size\": %" PRIu32 ",\n%s  \"state\": ", ind, j->size, ind);
-        json_string(f, j->state);
-        fprintf(f, ",\n%s  \"ranks\": [", ind);
-        for (size_t i = 0; i < j->n_ranks; i++) {
-                const Hvd__RankInfo *ri = j->ranks[i];
-                fprintf(f,
-                        "%s\n%s    {\"rank\": %" PRIu32 ", \"local_rank\": %" PRIu32 ", \"pid\": %" PRIu32
-                        ", \"host\": ",
-                        i ? "," : "", ind, ri->rank, ri->local_rank, ri->pid);
-                json_string(f, ri->host);
-                fputs(", \"data_addr\": ", f);
-                json_string(f, ri->data_addr);
-                fprintf(f, ", \"cross_rank\": %" PRIu32 "}", ri->cross_rank);
-        }
-        if (j->n_ranks)
-                fprintf(f, "\n%s  ],\n", ind);
-        else
-                fprintf(f, "],\n");
-        fprintf(f,
-                "%s  \"cycles\": %" PRIu64 ",\n"
-                "%s  \"tensors_negotiated\": %" PRIu64 ",\n"
-                "%s  \"fused_ops\": %" PRIu64 ",\n"
-                "%s  \"bytes_reduced\": %" PRIu64 ",\n"
-                "%s  \"age_usec\": %" PRIu64 ",\n"
-                "%s  \"schedules\": %" PRIu64 ",\n"
-                "%s  \"cache_hits\": %" PRIu64 ",\n"
-                "%s  \"tensors_in_fused_ops\": %" PRIu64 ",\n"
-                "%s  \"fast_path_tensors\": %" PRIu64 ",\n"
-                "%s  \"joined_ranks\": %" PRIu32 ",\n"
-                "%s  \"abort_reason\": ",
-                ind, j->cycles, ind, j->tensors_negotiated, ind, j->fused_ops, ind, j->bytes_reduced, ind, j->age_usec,
-                ind, j->schedules, ind, j->cache_hits, ind, j->tensors_in_fused_ops, ind, j->fast_path_tensors, ind,
-                j->joined_ranks, ind);
-        json_string(f, j->abort_reason);
-        fprintf(f, ",\n%s  \"stalled\": ", ind);
-        json_string(f, j->stalled);
-        fprintf(f, ",\n%s  \"relay\": ", ind);
-        json_string(f, j->relay);
-        fprintf(f,
-                ",\n%s  \"negotiation_usec\": %" PRIu64 ",\n%s  \"data_usec\": %" PRIu64
-                ",\n%s  \"throughput_bytes_per_sec\": ",
-                ind, j->negotiation_usec, ind, j->data_usec, ind);
-        json_double(f, j->throughput_bytes_per_sec);
-        fprintf(f, ",\n%s  \"cache_hit_rate\": ", ind);
-        json_double(f, j->cache_hit_rate);
-        fprintf(f,
-                ",\n%s  \"mean_fused_bytes\": %" PRIu64 ",\n%s  \"root\": %s,\n%s  \"cross_size\": %" PRIu32
-                ",\n%s  \"ranks_here\": %" PRIu32,
-                ind, j->mean_fused_bytes, ind, j->root ? "true" : "false", ind, j->cross_size, ind, j->ranks_here);
-        if (j->n_rank_status) {
-                fprintf(f, ",\n%s  \"rank_status\": [", ind);
-                for (size_t i = 0; i < j->n_rank_status; i++) {
-                        fprintf(f, "%s\n%s    ", i ? "," : "", ind);
-                        json_rank_status(f, j->rank_status[i]);
-                }
-                fprintf(f, "\n%s  ]", ind);
-        }
-        fprintf(f, "\n%s}", ind);
-}
-
-static void print_status_json(const Hvd__Status *s) {
-        printf("{\n  \"version\": ");
-        json_string(stdout, s->version);
-        printf(",\n  \"uptime_usec\": %" PRIu64 ",\n  \"pid\": %" PRIu32 ",\n  \"runtime_dir\": ", s->uptime_usec,
-               s->pid);
-        json_string(stdout, s->runtime_dir);
-        printf(",\n  \"epoch\": %" PRIu64 ",\n  \"jobs\": [", s->epoch);
-        for (size_t i = 0; i < s->n_jobs; i++) {
-                fputs(i ? ",\n" : "\n", stdout);
-                json_job(stdout, s->jobs[i], "    ");
-        }
-        printf("%s],\n  \"fusion_threshold\": %" PRIu64 ",\n  \"cycle_time_usec\": %" PRIu64 ",\n  \"host\": ",
-               s->n_jobs ? "\n  " : "", s->fusion_threshold, s->cycle_time_usec);
-        json_string(stdout, s->host);
-        printf(",\n  \"peer_endpoint\": ");
-        json_string(stdout, s->peer_endpoint);
-        printf(",\n  \"peers\": [");
-        for (size_t i = 0; i < s->n_peers; i++) {
-                const Hvd__PeerStatus *p = s->peers[i];
-                printf("%s\n    {\"endpoint\": ", i ? "," : "");
-                json_string(stdout, p->endpoint);
-                printf(", \"state\": ");
-                json_string(stdout, p->state);
-                printf(", \"last_heard_usec\": %" PRIu64 ", \"rtt_usec\": %" PRIu64 ", \"direction\": ",
-                       p->last_heard_usec, p->rtt_usec);
-                json_string(stdout, p->direction);
-                printf(", \"host\": ");
-                json_string(stdout, p->host);
-                printf(", \"jobs\": %" PRIu32 "}", p->jobs);
-        }
-        printf("%s],\n  \"config\": {", s->n_peers ? "\n  " : "");
-        for (size_t i = 0; i < s->n_config; i++) {
-                printf("%s\n    ", i ? "," : "");
-                json_string(stdout, s->config[i]->key);
-                printf(": ");
-                json_string(stdout, s->config[i]->value);
-        }
-        printf("%s},\n  \"log_level\": ", s->n_config ? "\n  " : "");
-        json_string(stdout, s->log_level);
-        printf(",\n  \"metrics_listen\": ");
-        json_string(stdout, s->metrics_listen);
-        printf("\n}\n");
-}
-
-static void print_jobs_json(const Hvd__Status *s) {
-        printf("[");
-        for (size_t i = 0; i < s->n_jobs; i++) {
-                fputs(i ? ",\n" : "\n", stdout);
-                json_job(stdout, s->jobs[i], "  ");
-        }
-        printf("%s]\n", s->n_jobs ? "\n" : "");
+/* A --json document (NULL: memory ran out), freed; returns 0 or an exit status. */
+static int print_json(json_t *doc) {
+        int r = doc ? hvd_json_write(doc, stdout) : -ENOMEM;
+        json_decref(doc);
+        if (r == -ENOMEM)
+                fprintf(stderr, "hvdctl: out of memory\n");
+        return r < 0 ? EXIT_ERROR : 0;
 }
 
 static void print_ranks(const Hvd__Status *s, const Hvd__JobStatus *j) {
@@ -762,6 +588,7 @@ static int timeline_main(int argc, char **argv) {
                 else
                         return usage_error("unexpected argument '%s'", a);
         }
+        hvd_assert(n_pos > 0); /* is_timeline_command() found the command word */
         if (strcmp(pos[0], "timeline-repair") == 0) {
                 if (n_pos != 2)
                         return usage_error("usage: hvdctl timeline-repair FILE");
@@ -843,18 +670,21 @@ static int run(const ctl_t *c, command_t cmd) {
         const Hvd__Status *s = reply->status;
         if (cmd == CMD_VERSION)
                 printf("hvd-coordinatord %s (pid %" PRIu32 ") at %s\n", s->version, s->pid, s->runtime_dir);
+        else if (cmd == CMD_STATUS && c->json)
+                e = print_json(hvd_status_to_json(s));
         else if (cmd == CMD_STATUS)
-                c->json ? print_status_json(s) : print_status(s);
+                print_status(s);
+        else if (cmd == CMD_JOBS && c->json)
+                e = print_json(hvd_jobs_to_json(s));
         else if (cmd == CMD_JOBS)
-                c->json ? print_jobs_json(s) : print_jobs(s);
+                print_jobs(s);
         else if (s->n_jobs != 1) {
                 fprintf(stderr, "hvdctl: hvd-coordinatord at %s has no job '%s' ('hvdctl jobs' lists its jobs)\n",
                         c->runtime_dir, c->job_id);
                 e = EXIT_NO_JOB;
-        } else if (c->json) {
-                json_job(stdout, s->jobs[0], "");
-                printf("\n");
-        } else
+        } else if (c->json)
+                e = print_json(hvd_job_to_json(s->jobs[0]));
+        else
                 print_job(s, s->jobs[0]);
         hvd_wire_free(&reply);
         return e;
@@ -1002,6 +832,8 @@ int main(int argc, char **argv) {
                         args[n_args++] = argv[optind++];
                         continue;
                 }
+                /* getopt gives every option that requires an argument one */
+                hvd_assert(optarg || (opt != 'r' && opt != 'e' && opt != 't'));
                 switch (opt) {
                 case 'r':
                         if (!*optarg || strlen(optarg) >= PATH_MAX - 32)

@@ -36,15 +36,18 @@
 
 #include "conf.h"
 #include "coordinator.h"
+#include "hostlist.h"
 #include "hvd.h"
+#include "invariant.h"
 #include "log.h"
+#include "shellquote.h"
 #include "util.h"
 #include "wire.h"
 
-#define MAX_NP             4096
+#define MAX_NP             HVD_HOSTLIST_MAX_SLOTS
 #define MAX_HOSTS          1024 /* libhvd's HVD_MAX_HOSTS */
 #define MAX_HOSTS_VAR      4000 /* libhvd reads HVD_HOSTS into 4 KiB */
-#define HOST_NAME_BYTES    256
+#define HOST_NAME_BYTES    HVD_HOSTLIST_NAME_BYTES
 #define ENDPOINT_BYTES     256  /* hvd_daemon_config_t.peer_listen */
 #define DEFAULT_PEER_PORT  7100 /* a remote first host's daemon: tcp://HOST:7100 */
 #define DEFAULT_GRACE_USEC (5 * USEC_PER_SEC)
@@ -94,6 +97,7 @@ typedef struct options {
         const char *hostfile;
         host_t *hosts; /* owned: the listed hosts, merged, in order */
         size_t n_hosts;
+        long total_slots;    /* listed by -H and --hostfile */
         bool hosts_listed;   /* -H or --hostfile given (else one implicit local host) */
         char **node_daemons; /* "HOST=DIR", borrowed from argv */
         size_t n_node_daemons;
@@ -310,95 +314,6 @@ static void strv_free(char **v) {
         free(v);
 }
 
-/* A growing string; an allocation failure is remembered and reported by sb_take(). */
-typedef struct strbuf {
-        char *s;
-        size_t len, cap;
-        bool oom;
-} strbuf_t;
-
-static void sb_add(strbuf_t *b, const char *s, size_t n) {
-        if (b->oom)
-                return;
-        if (b->len + n + 1 > b->cap) {
-                size_t cap = HVD_MAX(b->cap * 2, b->len + n + 64);
-                char *p = realloc(b->s, cap);
-                if (!p) {
-                        b->oom = true;
-                        return;
-                }
-                b->s = p;
-                b->cap = cap;
-        }
-        memcpy(b->s + b->len, s, n);
-        b->len += n;
-        b->s[b->len] = 0;
-}
-
-static void sb_puts(strbuf_t *b, const char *s) {
-        sb_add(b, s, strlen(s));
-}
-
-/* Appends s as one word of a POSIX shell command line: as it is when it holds only
- * characters no shell treats specially, else in single quotes ('\'' for a quote). */
-static void sb_quoted(strbuf_t *b, const char *s) {
-        bool plain = *s != 0;
-        for (const char *p = s; *p && plain; p++)
-                plain = isalnum((unsigned char) *p) || strchr("_@%+=:,./-", *p);
-        if (plain) {
-                sb_puts(b, s);
-                return;
-        }
-        sb_add(b, "'", 1);
-        for (const char *p = s; *p; p++) {
-                if (*p == '\'')
-                        sb_puts(b, "'\\''");
-                else
-                        sb_add(b, p, 1);
-        }
-        sb_add(b, "'", 1);
-}
-
-/* As sb_quoted(), for a command line shown to a user: a word with control characters
- * (a newline) goes in $'...' (bash, zsh, ksh), so the command stays on one line. */
-static void sb_quoted_shown(strbuf_t *b, const char *s) {
-        bool ctl = false;
-        for (const char *p = s; *p && !ctl; p++)
-                ctl = iscntrl((unsigned char) *p);
-        if (!ctl) {
-                sb_quoted(b, s);
-                return;
-        }
-        sb_puts(b, "$'");
-        for (const char *p = s; *p; p++) {
-                char esc[8];
-                if (*p == '\\' || *p == '\'')
-                        snprintf(esc, sizeof esc, "\\%c", *p);
-                else if (*p == '\n')
-                        snprintf(esc, sizeof esc, "\\n");
-                else if (*p == '\t')
-                        snprintf(esc, sizeof esc, "\\t");
-                else if (iscntrl((unsigned char) *p))
-                        snprintf(esc, sizeof esc, "\\%03o", (unsigned) (unsigned char) *p);
-                else
-                        snprintf(esc, sizeof esc, "%c", *p);
-                sb_puts(b, esc);
-        }
-        sb_puts(b, "'");
-}
-
-/* Returns the string (free it), or NULL after an allocation failure. */
-static char *sb_take(strbuf_t *b) {
-        if (b->oom || !b->s) {
-                free(b->s);
-                *b = (strbuf_t){ 0 };
-                return b->oom ? NULL : strdup("");
-        }
-        char *s = b->s;
-        *b = (strbuf_t){ 0 };
-        return s;
-}
-
 /* ---- environment ---- */
 
 static void env_list_free(env_list_t *e) {
@@ -526,110 +441,40 @@ static void hosts_free(host_t *hosts, size_t n) {
         free(hosts);
 }
 
-/* One "host[:slots]", "[v6addr]:slots", "host slots=N" or "host" entry, appended to
- * o->hosts (merged later); *total counts the slots. */
-static int add_host(options_t *o, const char *entry, size_t len, const char *where, long *total) {
-        char buf[512];
-        while (len > 0 && isspace((unsigned char) *entry))
-                entry++, len--;
-        while (len > 0 && isspace((unsigned char) entry[len - 1]))
-                len--;
-        if (len == 0)
-                return 0;
-        if (len >= sizeof buf)
-                return usage_error("host entry '%.40s...' in %s is too long", entry, where);
-        memcpy(buf, entry, len);
-        buf[len] = 0;
-
-        char *host = buf, *slots = NULL, *p;
-        if (buf[0] == '[') {
-                p = strchr(buf, ']');
-                if (!p)
-                        return usage_error("host entry '%s' in %s: missing ']'", buf, where);
-                host = buf + 1;
-                *p++ = 0;
-                if (*p == ':')
-                        slots = p + 1;
-                else if (*p)
-                        return usage_error("host entry '[%s]%s' in %s: expected ':SLOTS' after ']'", host, p, where);
-        } else if ((p = strpbrk(buf, " \t"))) {
-                *p++ = 0;
-                p += strspn(p, " \t");
-                if (strncmp(p, "slots=", 6) == 0)
-                        slots = p + 6;
-                else if (strncmp(p, "slots ", 6) == 0 || strncmp(p, "slots\t", 6) == 0)
-                        slots = p + 6 + strspn(p + 6, " \t=");
-                else
-                        return usage_error("host entry '%s %s' in %s: expected 'slots=N'", buf, p, where);
-        } else if ((p = strrchr(buf, ':')) && strchr(buf, ':') == p) {
-                *p = 0;
-                slots = p + 1;
-        }
-        double v = 1;
-        if (slots && parse_number(slots, 1, MAX_NP, &v) < 0)
-                return usage_error("host '%s' in %s: slots '%s' is not a number in 1..%d", host, where, slots, MAX_NP);
-        if (v != floor(v))
-                return usage_error("host '%s' in %s: slots '%s' is not a whole number", host, where, slots);
-        if (!*host)
-                return usage_error("empty host name in %s", where);
-        if (*host == '-')
-                return usage_error("host '%s' in %s: a host name cannot start with '-'", host, where);
-        if (strlen(host) >= HOST_NAME_BYTES)
-                return usage_error("host '%.40s...' in %s: the name is too long", host, where);
-        *total += (long) v;
-        if (*total > MAX_NP)
-                return usage_error("more than %d slots listed in %s", MAX_NP, where);
-        host_t *hs = realloc(o->hosts, (o->n_hosts + 1) * sizeof *hs);
-        if (!hs)
-                return -ENOMEM;
-        o->hosts = hs;
-        hs[o->n_hosts] = (host_t){ .name = strdup(host), .slots = (long) v, .cross_rank = -1 };
-        if (!hs[o->n_hosts].name)
-                return -ENOMEM;
-        o->n_hosts++;
-        return 0;
-}
-
-static int parse_host_list(options_t *o, const char *list, long *total) {
-        for (const char *p = list;;) {
-                size_t n = strcspn(p, ",");
-                int r = add_host(o, p, n, "-H", total);
-                if (r < 0)
-                        return r;
-                if (!p[n])
-                        return 0;
-                p += n + 1;
-        }
-}
-
-static int parse_hostfile(options_t *o, const char *path, long *total) {
-        FILE *f = fopen(path, "re");
-        if (!f) {
-                int r = -errno;
-                fprintf(stderr, "hvdrun: cannot open host file %s: %s\n", path, strerror(-r));
+/* -H and --hostfile, in that order, into o->hosts. */
+static int take_hosts(options_t *o) {
+        hvd_hostlist_t l = { 0 };
+        char err[PATH_MAX + 512];
+        int r = 0;
+        if (o->hosts_arg)
+                r = hvd_hostlist_parse(&l, o->hosts_arg, err, sizeof err);
+        if (r == 0 && o->hostfile)
+                r = hvd_hostlist_parse_file(&l, o->hostfile, err, sizeof err);
+        if (r == -EINVAL)
+                usage_error("%s", err);
+        else if (r < 0 && r != -ENOMEM)
+                fprintf(stderr, "hvdrun: %s\n", err);
+        if (r == 0 && l.n > 0 && !(o->hosts = calloc(l.n, sizeof *o->hosts)))
+                r = -ENOMEM;
+        if (r < 0) {
+                hvd_hostlist_clear(&l);
                 return r;
         }
-        char line[1024];
-        unsigned n = 0;
-        int r = 0;
-        while (r == 0 && fgets(line, sizeof line, f)) {
-                n++;
-                if (!strchr(line, '\n') && !feof(f)) {
-                        r = usage_error("host file %s, line %u: the line is too long", path, n);
-                        break;
-                }
-                line[strcspn(line, "#\n")] = 0;
-                r = add_host(o, line, strlen(line), path, total);
-        }
-        fclose(f);
-        return r;
+        for (size_t i = 0; i < l.n; i++)
+                o->hosts[i] = (host_t){ .name = TAKE_PTR(l.v[i].name), .slots = l.v[i].slots, .cross_rank = -1 };
+        o->n_hosts = l.n;
+        o->total_slots = l.total_slots;
+        hvd_hostlist_clear(&l);
+        return 0;
 }
 
 /* Decides how each listed host is reached, merges entries that name the same host
  * (or this machine twice), and gives out the ranks in host order. */
 static int plan_hosts(options_t *o, long slots) {
         for (size_t i = 0; i < o->n_node_daemons; i++) {
-                const char *nd = o->node_daemons[i], *eq = strchr(nd, '=');
+                const char *nd = o->node_daemons[i];
+                hvd_assert(nd); /* n_node_daemons counts the arguments stored */
+                const char *eq = strchr(nd, '=');
                 size_t hl = eq ? (size_t) (eq - nd) : 0;
                 if (!eq || hl == 0 || !eq[1])
                         return usage_error("--node-daemon '%s': expected HOST=RUNTIME_DIR", nd);
@@ -846,12 +691,10 @@ static int parse_options(int argc, char **argv, options_t *o) {
         if (!o->prefix && o->prefix_host)
                 return usage_error("--prefix-host and --no-prefix contradict each other");
 
-        long slots = 0;
-        int r;
-        if (o->hosts_arg && (r = parse_host_list(o, o->hosts_arg, &slots)) < 0)
+        int r = take_hosts(o);
+        if (r < 0)
                 return r;
-        if (o->hostfile && (r = parse_hostfile(o, o->hostfile, &slots)) < 0)
-                return r;
+        long slots = o->total_slots;
         o->hosts_listed = o->hosts_arg || o->hostfile;
         if (o->hosts_listed && slots == 0)
                 return usage_error("no hosts listed in %s", o->hosts_arg ? "-H" : o->hostfile);
@@ -1271,7 +1114,7 @@ static int job_init(const options_t *o, job_t *job) {
         if (!getcwd(job->cwd, sizeof job->cwd))
                 job->cwd[0] = 0;
         job->all_here = true;
-        strbuf_t hv = { 0 };
+        hvd_strbuf_t hv = { 0 };
         for (size_t i = 0; i < o->n_hosts; i++) {
                 host_t *h = &o->hosts[i];
                 if (h->n_ranks == 0)
@@ -1286,12 +1129,12 @@ static int job_init(const options_t *o, job_t *job) {
                 char n[32];
                 snprintf(n, sizeof n, ":%d", h->n_ranks);
                 if (hv.len)
-                        sb_puts(&hv, ",");
-                sb_puts(&hv, h->name);
-                sb_puts(&hv, n);
+                        hvd_strbuf_puts(&hv, ",");
+                hvd_strbuf_puts(&hv, h->name);
+                hvd_strbuf_puts(&hv, n);
         }
         job->all_here = !job->any_remote;
-        if (!(job->hosts_var = sb_take(&hv)))
+        if (!(job->hosts_var = hvd_strbuf_take(&hv)))
                 return -ENOMEM;
         if (strlen(job->hosts_var) > MAX_HOSTS_VAR) {
                 fprintf(stderr, "hvdrun: the host list is too long for HVD_HOSTS (%zu bytes, at most %d)\n",
@@ -1377,32 +1220,33 @@ static int rank_vars(const options_t *o, const job_t *job, const host_t *h, int 
         return 0;
 }
 
-/* "cd CWD && exec env VAR=VALUE... PROGRAM ARGS...", every word quoted for a POSIX
- * shell (shown: for showing, see sb_quoted_shown()). With read_secret, the job secret is read from the first line of
- * standard input first, so that it never appears on a command line. */
+/* "cd CWD && exec env VAR=VALUE... PROGRAM ARGS...", every word quoted for a
+ * POSIX shell (shown: for showing, see hvd_strbuf_quoted_shown()). With
+ * read_secret, the job secret is read from the first line of standard input
+ * first, so that it never appears on a command line. */
 static char *shell_command(const job_t *job, char *const *vars, const char *prog, char *const *args, bool read_secret,
                            bool shown) {
-        void (*quoted)(strbuf_t *, const char *) = shown ? sb_quoted_shown : sb_quoted;
-        strbuf_t b = { 0 };
+        void (*quoted)(hvd_strbuf_t *, const char *) = shown ? hvd_strbuf_quoted_shown : hvd_strbuf_quoted;
+        hvd_strbuf_t b = { 0 };
         if (job->cwd[0]) {
-                sb_puts(&b, "cd ");
+                hvd_strbuf_puts(&b, "cd ");
                 quoted(&b, job->cwd);
-                sb_puts(&b, " && ");
+                hvd_strbuf_puts(&b, " && ");
         }
         if (read_secret)
-                sb_puts(&b, "IFS= read -r HVD_JOB_SECRET && export HVD_JOB_SECRET && ");
-        sb_puts(&b, "exec env");
+                hvd_strbuf_puts(&b, "IFS= read -r HVD_JOB_SECRET && export HVD_JOB_SECRET && ");
+        hvd_strbuf_puts(&b, "exec env");
         for (size_t i = 0; vars && vars[i]; i++) {
-                sb_puts(&b, " ");
+                hvd_strbuf_puts(&b, " ");
                 quoted(&b, vars[i]);
         }
-        sb_puts(&b, " ");
+        hvd_strbuf_puts(&b, " ");
         quoted(&b, prog);
         for (size_t i = 0; args && args[i]; i++) {
-                sb_puts(&b, " ");
+                hvd_strbuf_puts(&b, " ");
                 quoted(&b, args[i]);
         }
-        return sb_take(&b);
+        return hvd_strbuf_take(&b);
 }
 
 /* SSH... -o BatchMode=yes -o StrictHostKeyChecking=accept-new HOST COMMAND; owned. */
@@ -1430,13 +1274,13 @@ static char **ssh_argv(const job_t *job, const char *host, const char *command) 
 }
 
 static char *argv_shown(char *const *argv) {
-        strbuf_t b = { 0 };
+        hvd_strbuf_t b = { 0 };
         for (size_t i = 0; argv[i]; i++) {
                 if (i)
-                        sb_puts(&b, " ");
-                sb_quoted_shown(&b, argv[i]);
+                        hvd_strbuf_puts(&b, " ");
+                hvd_strbuf_quoted_shown(&b, argv[i]);
         }
-        return sb_take(&b);
+        return hvd_strbuf_take(&b);
 }
 
 /* Fills in w's environment (local rank) or ssh command line (remote rank), and with
@@ -2113,20 +1957,22 @@ int main(int argc, char **argv) {
         if (!run.w)
                 goto out_oom;
         run.n = (int) o.np;
-        for (size_t hi = 0; hi < o.n_hosts; hi++) {
+        /* rank by rank, each on the host whose range holds it */
+        for (int rank = 0, hi = 0; rank < run.n; rank++) {
+                while ((size_t) hi < o.n_hosts && rank >= o.hosts[hi].first_rank + o.hosts[hi].n_ranks)
+                        hi++;
+                hvd_assert((size_t) hi < o.n_hosts); /* plan_hosts() gave out all -np ranks */
                 host_t *h = &o.hosts[hi];
-                for (int l = 0; l < h->n_ranks; l++) {
-                        worker_t *w = &run.w[h->first_rank + l];
-                        w->rank = h->first_rank + l;
-                        w->host = h;
-                        w->out = (stream_t){ .fd = -1, .out_fd = 1 };
-                        w->err = (stream_t){ .fd = -1, .out_fd = 2 };
-                        if (o.prefix && !o.dry_run &&
-                            (!(w->out.buf = malloc(LINE_BYTES)) || !(w->err.buf = malloc(LINE_BYTES))))
-                                goto out_oom;
-                        if (prepare_worker(&o, &job, path, w, l) < 0)
-                                goto out_oom;
-                }
+                worker_t *w = &run.w[rank];
+                w->rank = rank;
+                w->host = h;
+                w->out = (stream_t){ .fd = -1, .out_fd = 1 };
+                w->err = (stream_t){ .fd = -1, .out_fd = 2 };
+                if (o.prefix && !o.dry_run &&
+                    (!(w->out.buf = malloc(LINE_BYTES)) || !(w->err.buf = malloc(LINE_BYTES))))
+                        goto out_oom;
+                if (prepare_worker(&o, &job, path, w, rank - h->first_rank) < 0)
+                        goto out_oom;
         }
         if (o.dry_run) {
                 for (int i = 0; i < run.n; i++)

@@ -1,11 +1,19 @@
-# tools: hvdrun (launcher, with an embedded coordinator) and hvdctl (operator CLI).
+# tools: hvdrun (launcher, with an embedded coordinator) and hvdctl (operator
+# CLI), over an internal library of their parsers and formatters that the
+# unit tests and the fuzzers link too. A program links what it uses of it:
+# status_json.o (hvdctl's) needs jansson, hvdrun's modules nothing.
+noinst_LTLIBRARIES += tools/libhvdtools.la
+tools_libhvdtools_la_SOURCES = %D%/hostlist.c %D%/hostlist.h %D%/shellquote.c %D%/shellquote.h \
+	%D%/status_json.c %D%/status_json.h
+tools_libhvdtools_la_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS) $(JANSSON_CFLAGS)
+
 bin_PROGRAMS += %D%/hvdrun %D%/hvdctl
 
 %C%_hvdrun_SOURCES = %D%/hvdrun.c
 %C%_hvdrun_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/daemon
 %C%_hvdrun_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
-%C%_hvdrun_LDADD = daemon/libhvddaemon.la -lm
+%C%_hvdrun_LDADD = tools/libhvdtools.la daemon/libhvddaemon.la -lm
 
 %C%_hvdctl_SOURCES = %D%/hvdctl.c
-%C%_hvdctl_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
-%C%_hvdctl_LDADD = common/libhvdcommon.la
+%C%_hvdctl_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS) $(JANSSON_CFLAGS)
+%C%_hvdctl_LDADD = tools/libhvdtools.la common/libhvdcommon.la $(JANSSON_LIBS)
