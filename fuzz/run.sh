@@ -41,7 +41,7 @@ for h in $harnesses; do
         log="$out/$h.log"
         extra=
         [ "$h" = hostfile ] && extra=-close_fd_mask=2
-        # shellcheck disable=SC2086
+        # shellcheck disable=SC2086 # extra is no word or one
         "$build/fuzz/fuzz-$h" -max_total_time="$secs" -print_final_stats=1 -timeout=10 \
                 -rss_limit_mb=2048 -max_len=65536 -artifact_prefix="$out/$h-" $extra \
                 "$out/$h" "$src/fuzz/corpus/$h" >"$log" 2>&1

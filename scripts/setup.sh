@@ -24,6 +24,6 @@ SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
-# shellcheck disable=SC2086
+# shellcheck disable=SC2086 # a list of package names
 $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 echo "setup: done"

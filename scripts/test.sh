@@ -24,10 +24,11 @@ run_check() {
         (cd "$dir" && make -s -j2 check ${1:+TESTS="$1"}) >"$dir/check.out" 2>&1 || status=1
         grep -E '^(PASS|FAIL|XFAIL|XPASS|SKIP|ERROR):' "$dir/check.out" | sed "s|^|[$(basename "$dir")] |"
         if grep -qE '^(FAIL|ERROR|XPASS):' "$dir/check.out" || [ ! -f "$dir/test-suite.log" ]; then
-                for trs in $(grep -lE '^:test-result: (FAIL|ERROR|XPASS)' $(find "$dir" -name '*.trs') 2>/dev/null); do
-                        echo "===== ${trs%.trs}.log"
-                        tail -n 60 "${trs%.trs}.log"
-                done
+                find "$dir" -name '*.trs' -exec grep -lE '^:test-result: (FAIL|ERROR|XPASS)' {} + 2>/dev/null |
+                        while read -r trs; do
+                                echo "===== ${trs%.trs}.log"
+                                tail -n 60 "${trs%.trs}.log"
+                        done
                 [ -f "$dir/test-suite.log" ] || tail -n 40 "$dir/check.out"
         fi
         count() { sed -n "s/^# $1: *//p" "$dir/test-suite.log" 2>/dev/null | head -n 1; }
