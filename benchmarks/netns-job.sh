@@ -19,6 +19,7 @@ tag=$$ na=hvdj$$a nb=hvdj$$b va=hja$$ vb=hjb$$ net=10.217.$(($$ % 250)).
 work=$(mktemp -d /tmp/hvd-netns-job-XXXXXX)
 pids=()
 . "$(dirname "$0")/../tests/lib/netpair.sh"
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() { netpair_teardown "$na" "$nb" "$work" "${pids[@]}"; }
 trap cleanup EXIT
 netpair "$na" "$nb" "$va" "$vb" "${net}1" "${net}2" >&2 || { echo "netns-job: root is needed" >&2; exit 1; }
@@ -30,11 +31,11 @@ if [ -n "${DELAY_US:-}" ]; then
                 [ $h = b ] && ns=$nb dev=$vb
                 netpair_delay "$build/tests/delay_proxy" "$ns" "$dev" "$DELAY_US" "$work/proxy-$h.log" >"$work/np.msg" ||
                         { echo "netns-job: $(cat "$work/np.msg")" >&2; exit 1; }
-                pids+=($NP_PID)
+                pids+=("$NP_PID")
         done
 fi
 netpair_daemons "$build/daemon/hvd-coordinatord" "$work" "$na" "$nb" "${net}1"
-pids+=($NP_PIDS)
+for p in $NP_PIDS; do pids+=("$p"); done
 for _ in $(seq 200); do
         [ -S "$work/a/worker.sock" ] && [ -S "$work/b/worker.sock" ] && break
         sleep 0.05

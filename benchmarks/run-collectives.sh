@@ -33,23 +33,23 @@ for np in $NPS; do
                 for op in $OPS; do
                         args=(--op "$op" --min-bytes "$MIN" --max-bytes "$MAX")
                         variants=("")
-                        [ "$OUT_OF_PLACE" = 1 ] && [ "$op" = allreduce -o "$op" = broadcast ] &&
+                        [ "$OUT_OF_PLACE" = 1 ] && { [ "$op" = allreduce ] || [ "$op" = broadcast ]; } &&
                                 variants+=(--out-of-place)
                         for v in "${variants[@]}"; do
                                 if [ "$NODES" -gt 1 ]; then
                                         hosts=$(for ((i = 0; i < NODES; i++)); do printf 'n%d:%d,' $i $((np / NODES)); done)
                                         "$src/tests/lib/launch-multi.sh" -H "${hosts%,}" -t 900 -- \
-                                                "$build/benchmarks/bench_collective" "${args[@]}" $v |
+                                                "$build/benchmarks/bench_collective" "${args[@]}" ${v:+"$v"} |
                                                 sed 's/^\[[^]]*\] //' >>"$out"
                                         mca="--mca btl tcp,self"
                                 else
                                         "$build/tools/hvdrun" -np "$np" --no-prefix "$build/benchmarks/bench_collective" \
-                                                "${args[@]}" $v >>"$out"
+                                                "${args[@]}" ${v:+"$v"} >>"$out"
                                         mca=""
                                 fi
                         done
                         if [ -x "$build/benchmarks/mpi_collective" ]; then
-                                # shellcheck disable=SC2086
+                                # shellcheck disable=SC2086 # mca is a list of mpirun options
                                 mpirun --allow-run-as-root --oversubscribe $mca -np "$np" \
                                         "$build/benchmarks/mpi_collective" "${args[@]}" >>"$out" 2>/dev/null
                         fi

@@ -13,7 +13,7 @@ build=$(cd "${1:-.}" && pwd)
 RATE=${RATE:-10gbit} BURST=${BURST:-128kb} DELAYS=${DELAYS:-"0 50 250 1000"} MIB=${MIB:-1000}
 PY=${PYTHON:-/usr/bin/python3}
 [ -x "$build/tests/delay_proxy" ] || { echo "run-delay-proxy: no $build/tests/delay_proxy (make bench builds it)" >&2; exit 2; }
-tag=$$ na=hvdp$$a nb=hvdp$$b va=hpa$$ vb=hpb$$ net=10.219.$(($$ % 250)).
+na=hvdp$$a nb=hvdp$$b va=hpa$$ vb=hpb$$ net=10.219.$(($$ % 250)).
 work=$(mktemp -d /tmp/hvd-proxy-XXXXXX)
 pids=()
 . "$(dirname "$0")/../tests/lib/netpair.sh"

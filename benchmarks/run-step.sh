@@ -79,11 +79,12 @@ netns_setup() {
         ip -n "$na" addr add "${ctl}2/30" dev "hca2$tag" && ip -n "$na" link set "hca2$tag" up || exit 1
         ip addr add "${ctl}5/30" dev "hcb$tag" && ip link set "hcb$tag" up || exit 1
         ip -n "$nb" addr add "${ctl}6/30" dev "hcb2$tag" && ip -n "$nb" link set "hcb2$tag" up || exit 1
+        # shellcheck disable=SC2016 # a script written out, expanded when it runs
         printf '#!/bin/sh\nns=$1; shift\nexec ip netns exec "$ns" /bin/sh -c "$*"\n' >"$work/nsrsh"
         chmod +x "$work/nsrsh"
         CTL=${ctl}0/24
         netpair_daemons "$build/daemon/hvd-coordinatord" "$work" "$na" "$nb" "${net}1"
-        pids+=($NP_PIDS)
+        for p in $NP_PIDS; do pids+=("$p"); done
         for _ in $(seq 200); do
                 [ -S "$work/a/worker.sock" ] && [ -S "$work/b/worker.sock" ] && break
                 sleep 0.05
@@ -99,7 +100,7 @@ delay_setup() {
         [ -x "$build/tests/delay_proxy" ] || { echo "run-step: no $build/tests/delay_proxy (make bench builds it)" >&2; return 1; }
         netpair_delay "$build/tests/delay_proxy" "$ns" "$dev" "$DELAY_US" "$work/proxy-$h.log" >"$work/np.msg" ||
                 { echo "run-step: $(cat "$work/np.msg")" >&2; return 1; }
-        pids+=($NP_PID)
+        pids+=("$NP_PID")
 }
 
 # one hvd job of 2*PER_NODE ranks across the namespaces; rank 0's output on stdout
@@ -136,7 +137,7 @@ netns_mpi() {
                         --mca plm_rsh_agent "$work/nsrsh" --mca routed direct --mca oob_tcp_if_include "$CTL" \
                         --mca btl tcp,self --mca btl_tcp_if_include "${NET}0/24" \
                         -np "$np" "$build/benchmarks/mpi_step" --model "$tsv" --steps "$STEPS" --warmup "$WARMUP" \
-                        --fusion-mb "$(echo $FUSIONS | tr ' ' '\n' | grep -v '^0$' | paste -sd,)" \
+                        --fusion-mb "$(for f in $FUSIONS; do [ "$f" = 0 ] || echo "$f"; done | paste -sd,)" \
                         >>"$out" 2>"$work/mpi.err" && return 0
                 echo "run-step: mpi $(basename "$tsv") np=$np failed (try $try)" >&2
                 grep -v '^ *$' "$work/mpi.err" | head -n 12 >&2
@@ -169,7 +170,7 @@ for np in $NPS; do
                         if [ "$NETNS" != 1 ] && [ -x "$build/benchmarks/mpi_step" ]; then
                                 mpirun --allow-run-as-root --oversubscribe -np "$np" "$build/benchmarks/mpi_step" \
                                         --model "$tsv" --steps "$STEPS" --warmup "$WARMUP" \
-                                        --fusion-mb "$(echo $FUSIONS | tr ' ' '\n' | grep -v '^0$' | paste -sd,)" \
+                                        --fusion-mb "$(for f in $FUSIONS; do [ "$f" = 0 ] || echo "$f"; done | paste -sd,)" \
                                         >>"$out" 2>/dev/null || echo "run-step: mpi $model np=$np failed" >&2
                         fi
                 done

@@ -8,7 +8,7 @@
 #include "invariant.h"
 
 void hvd_assert_failed(const char *expr, const char *file, int line, const char *func) {
-        fprintf(stderr, "hvd: assertion '%s' failed at %s:%d, function %s(); this is a bug in hvd\n", expr, file,
-                line, func);
+        fprintf(stderr, "hvd: assertion '%s' failed at %s:%d, function %s(); this is a bug in hvd\n", expr, file, line,
+                func);
         abort();
 }

@@ -49,6 +49,8 @@ void ranks_of_host(const job_t *j, uint32_t cross_rank, char *buf, size_t len) {
  * workers, and the other daemons (root: every node; otherwise: the root,
  * unless the abort came from it). */
 static void job_abort_v(hvd_daemon_t *d, job_t *j, bool from_root, int lost_rank, int code, int level, const char *fmt,
+                        va_list ap) __attribute__((format(printf, 7, 0)));
+static void job_abort_v(hvd_daemon_t *d, job_t *j, bool from_root, int lost_rank, int code, int level, const char *fmt,
                         va_list ap) {
         if (j->state == JOB_ABORTED)
                 return;

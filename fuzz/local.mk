@@ -59,7 +59,7 @@ if ENABLE_FUZZING
 # has no per-target compiler, so these are plain rules).
 %C%_lib_srcs = $(filter %.c,$(common_libhvdcommon_la_SOURCES) $(daemon_libhvddaemon_la_SOURCES) $(tools_libhvdtools_la_SOURCES))
 %C%_lib_objs = $(%C%_lib_srcs:%.c=%D%/obj/%.o) %D%/obj/proto/hvd.pb-c.o
-%C%_clang_flags = -g -O1 -std=gnu11 -pthread -fsanitize=address,undefined \
+%C%_clang_flags = -g -O1 -std=gnu11 $(WARN_CFLAGS) -pthread -fsanitize=address,undefined \
 	-fno-sanitize-recover=undefined -fno-omit-frame-pointer \
 	$(DEFS) -I$(top_builddir) $(%C%_cppflags) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS) $(SYSTEMD_CFLAGS) $(MHD_CFLAGS) $(JANSSON_CFLAGS)
 %C%_clang_libs = $(ZMQ_LIBS) $(PROTOBUF_C_LIBS) $(SYSTEMD_LIBS) $(MHD_LIBS) $(JANSSON_LIBS) -lm

@@ -5,7 +5,7 @@
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 cd "$top"
-{ [ -x configure ] && [ configure -nt configure.ac ]; } || ./bootstrap >/dev/null
+{ [ -x configure ] && [ -n "$(find configure -newer configure.ac)" ]; } || ./bootstrap >/dev/null
 dir=${BUILD_DIR:-build}
 mkdir -p "$dir"
 cd "$dir"

@@ -7,7 +7,8 @@ set -eu
 build="build-essential autoconf automake libtool pkg-config libzmq3-dev libprotobuf-c-dev
  protobuf-c-compiler check libsystemd-dev libmicrohttpd-dev libjansson-dev"
 extra="python3 python3-dev python3-numpy python3-pytest python3-torch python3-torchvision
- openmpi-bin libopenmpi-dev gnuplot-nox iproute2 nftables valgrind procps systemd man-db groff-base clang"
+ openmpi-bin libopenmpi-dev gnuplot-nox iproute2 nftables valgrind procps systemd man-db groff-base clang
+ clang-format shellcheck git"
 pkgs=$build
 [ "${1:-}" = "--build" ] || pkgs="$build $extra"
 
@@ -24,6 +25,6 @@ SUDO=
 [ "$(id -u)" -eq 0 ] || SUDO=sudo
 export DEBIAN_FRONTEND=noninteractive
 $SUDO apt-get update -qq
-# shellcheck disable=SC2086
+# shellcheck disable=SC2086 # a list of package names
 $SUDO apt-get install -y -qq --no-install-recommends $missing >/dev/null
 echo "setup: done"

@@ -8,13 +8,18 @@
 # between the two builds (unit tests, the GPU-module checks, the
 # collectives, several nodes), and, when clang is here, a libFuzzer build
 # (--enable-fuzzing) runs every fuzz harness for a few seconds
-# (docs/FUZZING.md). Extra arguments go to the first configure.
+# (docs/FUZZING.md). Each build is configured with --enable-werror: a
+# compiler warning fails it. Extra arguments go to the first configure.
 # The benchmarks are built (make bench), not run. HVD_TEST_QUICK=1 skips
 # the second and third builds.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 "$top/scripts/setup.sh" || exit 1
-"$top/scripts/build.sh" "$@" || exit 1
+if ! "$top/scripts/build.sh" --enable-werror "$@"; then
+        echo "test: the build failed (configured with --enable-werror: a compiler warning is an error)"
+        echo "0 passed, 1 failed, 0 skipped"
+        exit 1
+fi
 
 pass=0 fail=0 skip=0 status=0
 # run_check DIR [TESTS]: make check in DIR, add its counts
@@ -24,10 +29,11 @@ run_check() {
         (cd "$dir" && make -s -j2 check ${1:+TESTS="$1"}) >"$dir/check.out" 2>&1 || status=1
         grep -E '^(PASS|FAIL|XFAIL|XPASS|SKIP|ERROR):' "$dir/check.out" | sed "s|^|[$(basename "$dir")] |"
         if grep -qE '^(FAIL|ERROR|XPASS):' "$dir/check.out" || [ ! -f "$dir/test-suite.log" ]; then
-                for trs in $(grep -lE '^:test-result: (FAIL|ERROR|XPASS)' $(find "$dir" -name '*.trs') 2>/dev/null); do
-                        echo "===== ${trs%.trs}.log"
-                        tail -n 60 "${trs%.trs}.log"
-                done
+                find "$dir" -name '*.trs' -exec grep -lE '^:test-result: (FAIL|ERROR|XPASS)' {} + 2>/dev/null |
+                        while read -r trs; do
+                                echo "===== ${trs%.trs}.log"
+                                tail -n 60 "${trs%.trs}.log"
+                        done
                 [ -f "$dir/test-suite.log" ] || tail -n 40 "$dir/check.out"
         fi
         count() { sed -n "s/^# $1: *//p" "$dir/test-suite.log" 2>/dev/null | head -n 1; }
@@ -51,8 +57,8 @@ else
         fail=$((fail + 1))
 fi
 if [ -z "${HVD_TEST_QUICK:-}" ]; then
-        echo "test: CPU-only build with sanitizers (--without-cuda --enable-sanitizers)"
-        if BUILD_DIR=build-cpu "$top/scripts/build.sh" --without-cuda --enable-sanitizers; then
+        echo "test: CPU-only build with sanitizers (--without-cuda --enable-sanitizers --enable-werror)"
+        if BUILD_DIR=build-cpu "$top/scripts/build.sh" --without-cuda --enable-sanitizers --enable-werror; then
                 cpu_tests=$(cd "$top/build-cpu" && make -s print-cpu-tests 2>/dev/null)
                 run_check "$top/build-cpu" "$cpu_tests"
         else
@@ -63,8 +69,8 @@ if [ -z "${HVD_TEST_QUICK:-}" ]; then
 fi
 # a short libFuzzer run of every harness, when clang is here
 if command -v clang >/dev/null 2>&1 && [ -z "${HVD_TEST_QUICK:-}" ]; then
-        echo "test: fuzzing build (--enable-fuzzing) and a short fuzz run"
-        if BUILD_DIR=build-fuzz "$top/scripts/build.sh" --without-cuda --disable-python --enable-fuzzing &&
+        echo "test: fuzzing build (--enable-fuzzing --enable-werror) and a short fuzz run"
+        if BUILD_DIR=build-fuzz "$top/scripts/build.sh" --without-cuda --disable-python --enable-fuzzing --enable-werror &&
            "$top/fuzz/run.sh" -t 6 "$top/build-fuzz"; then
                 pass=$((pass + 1))
         else

@@ -25,6 +25,7 @@ include %D%/tools.mk
 include %D%/service.mk
 include %D%/python.mk
 include %D%/gpu.mk
+include %D%/style.mk
 
 # The tests scripts/test.sh runs again on the CPU-only build: everything
 # whose build differs with and without the NCCL module.

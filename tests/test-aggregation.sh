@@ -35,6 +35,7 @@ cleanup() {
 trap cleanup EXIT
 
 steps=60
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 HVD_TEST_STEPS=$steps HVD_TEST_HOLD=$tmp/hold "$HVD_SRCDIR/tests/lib/launch-multi.sh" -H a:3,b:2,c:3 -t 90 -- \
         sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/rt.$HVD_RANK; exec "$0" steady' "$worker" >"$tmp/job.out" 2>&1 &
 lp=$!
@@ -124,6 +125,7 @@ echo "ok: $steps steps exact on 3 nodes; the other nodes' steady state reached t
 first_steps() {
         local tag=$1
         shift
+        # shellcheck disable=SC2016 # expanded by the shell of each rank
         HVD_TEST_DAEMON_ARGS="--first-step-hold 500ms" HVD_TEST_STAGGER_MS=100 \
                 HVD_TEST_LATE_RANK=1,3 HVD_TEST_LATE_MS=40 HVD_TEST_HOLD=$tmp/$tag \
                 "$HVD_SRCDIR/tests/lib/launch-multi.sh" -H "${hosts:-a:2,b:2}" -t 60 -- \
@@ -133,7 +135,9 @@ first_steps() {
         wait_files 60 "$tmp/$tag.ready" || fail "the $tag job did not reach its hold point" "$(cat "$tmp/$tag.out")"
         shared_a=$("$hvdctl" -r "$(cat "$tmp/$tag.rt.0")" metrics | awk '$1 == "hvd_node_shared_requests_total" {print $2}')
         local b0 n # host b's first rank, and how many there are
-        b0=$(echo "${hosts:-a:2,b:2}" | sed 's/^a:\([0-9]*\),.*/\1/')
+        b0=${hosts:-a:2,b:2}
+        b0=${b0#a:}
+        b0=${b0%%,*}
         n=$(echo "${hosts:-a:2,b:2}" | tr ',' '\n' | awk -F: '{s += $2} END {print s}')
         shared_b=$("$hvdctl" -r "$(cat "$tmp/$tag.rt.$b0")" metrics | awk '$1 == "hvd_node_shared_requests_total" {print $2}')
         copied_a=$("$hvdctl" -r "$(cat "$tmp/$tag.rt.0")" metrics | awk '$1 == "hvd_worker_requests_decoded_total{how=\"copied\"}" {print $2}')
@@ -165,15 +169,16 @@ echo "ok: a first step's new names went once for both ranks of each host, batche
 # and copies the others' instead of parsing them again
 # (hvd_worker_requests_decoded_total{how="copied"}); with 2 it does not
 # remember (above: it would cost more than it saves).
-[ "${copied_a:-0}" -eq 0 ] && [ "${copied_b:-0}" -eq 0 ] ||
+{ [ "${copied_a:-0}" -eq 0 ] && [ "${copied_b:-0}" -eq 0 ]; } ||
         fail "with 2 local workers the daemons copied ${copied_a:-?} (root) and ${copied_b:-?} (host b) requests, expected none"
 hosts=a:3,b:3 first_steps memo grouped
-[ "${copied_a:-0}" -ge 16 ] && [ "${copied_b:-0}" -ge 16 ] ||
+{ [ "${copied_a:-0}" -ge 16 ] && [ "${copied_b:-0}" -ge 16 ]; } ||
         fail "the daemons copied ${copied_a:-no} (root) and ${copied_b:-no} (host b) of their second and third ranks' requests, expected the group's 2 x 8 at least"
 echo "ok: with 3 ranks a host, the 2nd and 3rd ranks' first-step requests were copied, not parsed (root $copied_a, host b $copied_b)"
 
 # a stall across nodes: rank 4 (host b, beside rank 3) stays away from a
 # cached tensor the others posted
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 HVD_STALL_CHECK_TIME_SECONDS=1 HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=5 HVD_TEST_STALL_RANK=4 \
         "$HVD_SRCDIR/tests/lib/launch-multi.sh" -H a:2,b:3 -t 60 -- \
         sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/srt.$HVD_RANK; exec "$0" stall-one' "$worker" >"$tmp/stall.out" 2>&1 &

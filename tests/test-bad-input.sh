@@ -38,52 +38,58 @@ cat "$tmp/out"
 
 setsid "$HVD_BUILDDIR/daemon/hvd-coordinatord" --runtime-dir "$tmp/rt" --log-level warning 2>"$tmp/daemon.log" &
 daemon=$!
-groups+=($daemon)
+groups+=("$daemon")
 for _ in $(seq 100); do [ -S "$tmp/rt/worker.sock" ] && break; sleep 0.05; done
 [ -S "$tmp/rt/worker.sock" ] || fail "hvd-coordinatord did not start" "$(cat "$tmp/daemon.log")"
 
 # 2. a wrong secret while the job is joining: rank 0 waits for rank 1; an
 #    impostor rank 1 is refused; then the real rank 1 comes and the job runs
-env $(rank_env joining 00112233 0 2) HVD_TEST_TMPDIR=$tmp setsid timeout -k 2 60 "$worker" barrier many \
+# shellcheck disable=SC2046 # rank_env prints NAME=VALUE words, split on purpose
+env $(rank_env joining 00112233 0 2) HVD_TEST_TMPDIR="$tmp" setsid timeout -k 2 60 "$worker" barrier many \
         >"$tmp/joining.0" 2>&1 &
 r0=$!
-groups+=($r0)
+groups+=("$r0")
 sleep 0.3
+# shellcheck disable=SC2046 # rank_env prints NAME=VALUE words, split on purpose
 env $(rank_env joining 99887766 1 2) timeout 10 "$worker" expect-init-error HVD_EDENIED 2000 secret \
         >"$tmp/impostor" 2>&1
 status=$?
 cat "$tmp/impostor"
 [ $status -eq 0 ] || fail "an impostor with the wrong secret was not refused with HVD_EDENIED"
 #    a second rank 0, and a rank 1 that believes in another world size
+# shellcheck disable=SC2046 # rank_env prints NAME=VALUE words, split on purpose
 env $(rank_env joining 00112233 0 2) timeout 10 "$worker" expect-init-error HVD_EDUPLICATE 2000 "rank 0" \
         >"$tmp/impostor" 2>&1
 status=$?
 cat "$tmp/impostor"
 [ $status -eq 0 ] || fail "a second rank 0 was not refused with HVD_EDUPLICATE"
+# shellcheck disable=SC2046 # rank_env prints NAME=VALUE words, split on purpose
 env $(rank_env joining 00112233 1 3) timeout 10 "$worker" expect-init-error HVD_EMISMATCH 2000 "world size" \
         >"$tmp/impostor" 2>&1
 status=$?
 cat "$tmp/impostor"
 [ $status -eq 0 ] || fail "a rank with another world size was not refused with HVD_EMISMATCH"
-env $(rank_env joining 00112233 1 2) HVD_TEST_TMPDIR=$tmp timeout 60 "$worker" barrier many >"$tmp/joining.1" 2>&1
+# shellcheck disable=SC2046 # rank_env prints NAME=VALUE words, split on purpose
+env $(rank_env joining 00112233 1 2) HVD_TEST_TMPDIR="$tmp" timeout 60 "$worker" barrier many >"$tmp/joining.1" 2>&1
 s1=$?
 wait $r0
 s0=$?
 cat "$tmp/joining.0" "$tmp/joining.1"
-[ $s0 -eq 0 ] && [ $s1 -eq 0 ] || fail "the job whose join an impostor tried to disturb failed ($s0, $s1)" \
+{ [ $s0 -eq 0 ] && [ $s1 -eq 0 ]; } || fail "the job whose join an impostor tried to disturb failed ($s0, $s1)" \
         "$(cat "$tmp/daemon.log")"
 
 # 3. a wrong secret while the job runs
 HVD_TEST_HOLD=$tmp/hold HVD_TEST_TMPDIR=$tmp setsid "$launch" -r "$tmp/rt" -j running -s 00112233 -t 60 -n 2 -- \
         "$worker" barrier >"$tmp/running" 2>&1 &
 job=$!
-groups+=($job)
+groups+=("$job")
 for _ in $(seq 600); do
         [ -e "$tmp/hold.ready" ] && break
         kill -0 $job 2>/dev/null || break
         sleep 0.05
 done
 [ -e "$tmp/hold.ready" ] || fail "the job did not reach its hold point" "$(cat "$tmp/running")"
+# shellcheck disable=SC2046 # rank_env prints NAME=VALUE words, split on purpose
 env $(rank_env running 0badbad0 1 2) timeout 10 "$worker" expect-init-error HVD_EDENIED 2000 secret \
         >"$tmp/impostor" 2>&1
 status=$?

@@ -43,18 +43,18 @@ rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$dpid/status"; }
 
 # a job of two ranks, 300 tensors at once: must complete, results right
 job_ok() {
-        local what=$1 secret
+        local what=$1 secret j=()
         secret=$(printf '%08x%08x' $RANDOM$RANDOM $$)
         for r in 0 1; do
                 HVD_RUNTIME_DIR=$rt HVD_JOB_ID=ok-$what-$$ HVD_JOB_SECRET=$secret HVD_RANK=$r HVD_SIZE=2 \
                         HVD_LOCAL_RANK=$r HVD_LOCAL_SIZE=2 timeout -k 2 90 "$bw" many-tensors 300 120 \
                         >"$tmp/job.$r" 2>&1 &
-                eval "j$r=\$!"
+                j[r]=$!
         done
-        wait "$j0"; s0=$?
-        wait "$j1"; s1=$?
+        wait "${j[0]}"; s0=$?
+        wait "${j[1]}"; s1=$?
         cat "$tmp/job.0" "$tmp/job.1"
-        [ $s0 -eq 0 ] && [ $s1 -eq 0 ] || fail "a job $what failed ($s0, $s1)" \
+        { [ $s0 -eq 0 ] && [ $s1 -eq 0 ]; } || fail "a job $what failed ($s0, $s1)" \
                 "$(cat "$tmp/job.0" "$tmp/job.1" "$tmp/daemon.log")"
 }
 job_ok "before any bad input"

@@ -28,17 +28,17 @@ groups+=($!)
 for _ in $(seq 100); do [ -S "$tmp/rt/worker.sock" ] && break; sleep 0.05; done
 [ -S "$tmp/rt/worker.sock" ] || fail "hvd-coordinatord did not start" "$(cat "$tmp/daemon.log")"
 
-scenarios="api allreduce grouped broadcast allgather alltoall reducescatter barrier join many threads edges resnet50"
-scenarios="$scenarios mismatch duplicate"
+scenarios=(api allreduce grouped broadcast allgather alltoall reducescatter barrier join many threads edges resnet50)
+scenarios+=(mismatch duplicate)
 # a second real model where there is time for it; process sets need 2 ranks
-[ "$n" -le 3 ] && scenarios="$scenarios inception"
-[ "$n" -ge 2 ] && scenarios="$scenarios process-sets"
+[ "$n" -le 3 ] && scenarios+=(inception)
+[ "$n" -ge 2 ] && scenarios+=(process-sets)
 # ASan + UBSan (--enable-sanitizers) make the model scenarios several times slower
 tmo=120
 [ -n "${HVD_ASAN_RUNTIME:-}" ] && tmo=480
 start=$(date +%s)
 HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp \
-        "$launch" -r "$tmp/rt" -t $tmo -n "$n" -- "$worker" $scenarios >"$tmp/out" 2>&1
+        "$launch" -r "$tmp/rt" -t "$tmo" -n "$n" -- "$worker" "${scenarios[@]}" >"$tmp/out" 2>&1
 status=$?
 cat "$tmp/out"
 [ $status -eq 0 ] || fail "worker_collectives on $n ranks exited with $status" "$(cat "$tmp/daemon.log")"
@@ -65,8 +65,8 @@ fi
 # one rank without hvdrun and without a daemon (no HVD_JOB_ID): the same
 # library runs the job of one rank in-process
 if [ "$n" -eq 1 ]; then
-        (cd "$tmp" && env -u HVD_JOB_ID -u HVD_RUNTIME_DIR HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp \
-                timeout -k 5 $tmo "$worker" $scenarios) >"$tmp/solo.out" 2>&1
+        (cd "$tmp" && env -u HVD_JOB_ID -u HVD_RUNTIME_DIR HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR="$tmp" \
+                timeout -k 5 "$tmo" "$worker" "${scenarios[@]}") >"$tmp/solo.out" 2>&1
         status=$?
         sed 's/^/[solo] /' "$tmp/solo.out"
         [ $status -eq 0 ] || fail "worker_collectives without a daemon exited with $status"

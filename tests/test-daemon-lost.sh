@@ -22,14 +22,14 @@ trap 'exit 130' INT TERM
 
 setsid "$HVD_BUILDDIR/daemon/hvd-coordinatord" --runtime-dir "$tmp/rt" --log-level warning 2>"$tmp/daemon.log" &
 daemon=$!
-groups+=($daemon)
+groups+=("$daemon")
 for _ in $(seq 100); do [ -S "$tmp/rt/worker.sock" ] && break; sleep 0.05; done
 [ -S "$tmp/rt/worker.sock" ] || fail "hvd-coordinatord did not start" "$(cat "$tmp/daemon.log")"
 
 mkdir "$tmp/k"
 HVD_TEST_TMPDIR=$tmp/k setsid "$launch" -r "$tmp/rt" -t 60 -n 2 -- "$worker" longrun >"$tmp/out" 2>&1 &
 job=$!
-groups+=($job)
+groups+=("$job")
 for _ in $(seq 600); do
         [ -e "$tmp/k/running.0" ] && [ -e "$tmp/k/running.1" ] && break
         kill -0 $job 2>/dev/null || break

@@ -14,10 +14,11 @@ dpid=$!
 trap 'kill -TERM $dpid 2>/dev/null; wait $dpid 2>/dev/null; rm -rf "$rt"' EXIT
 for _ in $(seq 200); do [ -S "$rt/worker.sock" ] && break; sleep 0.05; done
 [ -S "$rt/worker.sock" ] || fail "the daemon did not start" "$(cat "$rt/daemon.log")"
-export HVD_RUNTIME_DIR=$rt HVD_JOB_SECRET=$(printf '%08x%08x' $RANDOM$RANDOM $$)
+HVD_JOB_SECRET=$(printf '%08x%08x' $RANDOM$RANDOM $$)
+export HVD_RUNTIME_DIR=$rt HVD_JOB_SECRET
 prefix=res-$$
 
-fds() { ls "/proc/$dpid/fd" | wc -l; }
+fds() { find "/proc/$dpid/fd" -mindepth 1 -maxdepth 1 | wc -l; }
 rss_kb() { awk '/^VmRSS:/ {print $2}' "/proc/$dpid/status"; }
 # waits until the daemon lists no job (finished jobs go at its next housekeeping)
 settle() {
@@ -53,7 +54,7 @@ if [ -n "${HVD_ASAN_RUNTIME:-}" ]; then
 else
         [ $((rss1 - rss0)) -lt 16384 ] || fail "the daemon's resident memory grew by $((rss1 - rss0)) kB over 1000 cycles"
 fi
-left=$(ls /dev/shm 2>/dev/null | grep -c -- "^hvd-$dpid-" || true)
+left=$(find /dev/shm -maxdepth 1 -name "hvd-$dpid-*" 2>/dev/null | wc -l)
 [ "$left" -eq 0 ] || fail "$left shared-memory segments of the cycled jobs are left in /dev/shm"
 kill -0 $dpid || fail "the daemon died"
 # a clean stop (and, under --enable-sanitizers, no leak report at exit)

@@ -25,14 +25,14 @@ trap 'exit 130' INT TERM
 
 printf 'collective_timeout = 2s\nheartbeat_timeout = 60s\n' >"$tmp/conf"
 start_daemon "$tmp" "$tmp/conf"
-groups+=($daemon)
+groups+=("$daemon")
 
 # 1. a rank that never arrives in the data plane
 c=$tmp/coll
 mkdir "$c"
 setsid "$launch" -r "$tmp/rt" -j never-arrives -t 60 -n 3 -- "$worker" collective "$c" >"$c/out" 2>&1 &
 job=$!
-groups+=($job)
+groups+=("$job")
 wait_files 60 "$c/ready.1" || fail "rank 1 did not get stuck in the collective" "$(cat "$c/out" "$tmp/daemon.log")"
 t0=$(stat -c %.3Y "$c/ready.1" | tr -d .)
 wait_files 20 "$c/err.0" "$c/err.2" || fail "the waiting ranks did not give up" "$(cat "$c/out")"
@@ -50,8 +50,7 @@ for r in 0 2; do
 done
 kill -0 "$(cat "$c/pid.1")" 2>/dev/null || fail "rank 1 should still be alive (stuck)"
 echo exit1 >"$c/fault"
-wait $job
-[ $? -ne 0 ] || fail "the job exited 0"
+wait "$job" && fail "the job exited 0"
 by=$tmp/by
 mkdir "$by"
 "$launch" -r "$tmp/rt" -j after -t 60 -n 2 -- "$worker" ok "$by" >"$by/out" 2>&1 ||

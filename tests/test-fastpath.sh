@@ -34,7 +34,7 @@ mkdir "$tmp/x"
 HVD_TEST_TMPDIR=$tmp/x setsid "$launch" -r "$tmp/rt" -j fp-exact -t 120 -n 4 -- "$worker" exact 120 \
         >"$tmp/out" 2>&1 &
 pid=$!
-groups+=($pid)
+groups+=("$pid")
 for _ in $(seq 1200); do
         [ -e "$tmp/x/hold.ready" ] && break
         kill -0 $pid 2>/dev/null || break
@@ -55,7 +55,7 @@ for _ in 1 2 3 4 5 6 7 8 9 10; do
         sleep 0.2
 done
 touch "$tmp/x/hold.go"
-[ $st -eq 0 ] || fail "hvdctl status --json exited with $st" "$(cat "$tmp/hvdctl.err")"
+[ "$st" -eq 0 ] || fail "hvdctl status --json exited with $st" "$(cat "$tmp/hvdctl.err")"
 wait $pid
 status=$?
 cat "$tmp/out"
@@ -83,7 +83,7 @@ PY
 mkdir "$tmp/k"
 HVD_TEST_TMPDIR=$tmp/k setsid "$launch" -r "$tmp/rt" -j fp-kill -t 60 -n 3 -- "$worker" kill >"$tmp/out" 2>&1 &
 pid=$!
-groups+=($pid)
+groups+=("$pid")
 for _ in $(seq 600); do
         [ -e "$tmp/k/running.0" ] && [ -e "$tmp/k/running.1" ] && [ -e "$tmp/k/running.2" ] && break
         kill -0 $pid 2>/dev/null || break

@@ -30,8 +30,8 @@ trap 'exit 130' INT TERM
 # heartbeats stay out of the way: these faults are seen by pidfd at once
 printf 'heartbeat_timeout = 30s\n' >"$tmp/conf"
 start_daemon "$tmp" "$tmp/conf"
-groups+=($daemon)
-baseline=$(ls -A "$tmp/rt" | sort | tr '\n' ' ')
+groups+=("$daemon")
+baseline=$(find "$tmp/rt" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort | tr '\n' ' ')
 
 faults="kill term abrt exit0 exit1"
 for phase in join negotiate collective; do
@@ -41,7 +41,7 @@ for phase in join negotiate collective; do
         touch "$by/keepon"
         setsid "$hvdrun" --runtime-dir "$tmp/rt" --no-embedded -np 2 "$worker" ok "$by" >"$by/out" 2>&1 &
         by_pid=$!
-        groups+=($by_pid)
+        groups+=("$by_pid")
         declare -A run=()
         for f in $faults; do
                 c=$tmp/$phase-$f
@@ -49,7 +49,7 @@ for phase in join negotiate collective; do
                 setsid "$hvdrun" --runtime-dir "$tmp/rt" --no-embedded --grace-period 30 -np 3 \
                         "$worker" "$phase" "$c" >"$c/out" 2>&1 &
                 run[$f]=$!
-                groups+=(${run[$f]})
+                groups+=("${run[$f]}")
         done
         for f in $faults; do
                 c=$tmp/$phase-$f
@@ -99,10 +99,10 @@ for phase in join negotiate collective; do
         done
         for f in $faults; do
                 c=$tmp/$phase-$f
-                for _ in $(seq 600); do kill -0 ${run[$f]} 2>/dev/null || break; sleep 0.05; done
-                kill -0 ${run[$f]} 2>/dev/null && fail "$phase/$f: hvdrun is still running 30 s after the fault" \
+                for _ in $(seq 600); do kill -0 "${run[$f]}" 2>/dev/null || break; sleep 0.05; done
+                kill -0 "${run[$f]}" 2>/dev/null && fail "$phase/$f: hvdrun is still running 30 s after the fault" \
                         "$(cat "$c/out")"
-                wait ${run[$f]}
+                wait "${run[$f]}"
                 status=$?
                 [ $status -ne 0 ] || fail "$phase/$f: hvdrun exited 0 after a lost rank" "$(cat "$c/out")"
                 grep -q "Sanitizer" "$c/out" && fail "$phase/$f: a sanitizer report" "$(cat "$c/out")"
@@ -130,8 +130,8 @@ for _ in $(seq 200); do
 done
 n=$("$hvdctl" --runtime-dir "$tmp/rt" status --json | /usr/bin/python3 -c 'import json,sys; print(len(json.load(sys.stdin).get("jobs", [])))')
 [ "$n" = 0 ] || fail "the daemon still holds $n jobs" "$("$hvdctl" --runtime-dir "$tmp/rt" jobs)"
-left=$(ls /dev/shm | grep "^hvd-$daemon-" || true)
+left=$(find /dev/shm -maxdepth 1 -name "hvd-$daemon-*" -printf '%f\n' | sort)
 [ -z "$left" ] || fail "shared memory left behind: $left"
-now=$(ls -A "$tmp/rt" | sort | tr '\n' ' ')
+now=$(find "$tmp/rt" -mindepth 1 -maxdepth 1 -printf '%f\n' | sort | tr '\n' ' ')
 [ "$now" = "$baseline" ] || fail "the runtime directory changed: '$baseline' -> '$now'"
 echo "fault matrix passed"

@@ -33,10 +33,10 @@ run_and_check() {
         local job=$1 mode=$2
         shift 2
         rm -f "$tmp/hold.ready" "$tmp/hold.go"
-        env "$@" HVD_TEST_HOLD=$tmp/hold HVD_TEST_TMPDIR=$tmp setsid "$launch" -r "$tmp/rt" -j "$job" -t 60 -n 3 -- \
+        env "$@" HVD_TEST_HOLD="$tmp/hold" HVD_TEST_TMPDIR="$tmp" setsid "$launch" -r "$tmp/rt" -j "$job" -t 60 -n 3 -- \
                 "$worker" many >"$tmp/out" 2>&1 &
         local pid=$!
-        groups+=($pid)
+        groups+=("$pid")
         for _ in $(seq 600); do
                 [ -e "$tmp/hold.ready" ] && break
                 kill -0 $pid 2>/dev/null || break

@@ -14,7 +14,7 @@ mod=$HVD_BUILDDIR/client/.libs/libhvd-nccl.so
 
 cuda_re='libcuda|libcudart|libnccl|libnvidia'
 needed=$(readelf -d "$lib" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
-echo "libhvd NEEDED: $(echo $needed)"
+echo "libhvd NEEDED: $(echo "$needed" | paste -sd' ')"
 echo "$needed" | grep -Eq "$cuda_re" && fail "libhvd links CUDA/NCCL directly" "$needed"
 deps=$(ldd "$lib" 2>&1) || fail "ldd $lib failed" "$deps"
 echo "$deps" | grep -Eq "$cuda_re" && fail "libhvd pulls in CUDA/NCCL" "$deps"
@@ -28,7 +28,7 @@ if ! grep -q '^#define HAVE_NCCL 1' "$HVD_BUILDDIR/config.h"; then
 fi
 [ -f "$mod" ] || fail "the NCCL module was configured but not built: $mod"
 mneeded=$(readelf -d "$mod" | sed -n 's/.*(NEEDED).*\[\(.*\)\]/\1/p')
-echo "libhvd-nccl NEEDED: $(echo $mneeded)"
+echo "libhvd-nccl NEEDED: $(echo "$mneeded" | paste -sd' ')"
 echo "$mneeded" | grep -q '^libnccl\.so' || fail "the module does not link libnccl" "$mneeded"
 echo "$mneeded" | grep -q '^libcudart\.so' || fail "the module does not link libcudart" "$mneeded"
 echo "$mneeded" | grep -q '^libhvd\.so' && fail "the module links libhvd (it must only use gpu_module.h)" "$mneeded"

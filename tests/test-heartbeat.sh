@@ -25,14 +25,14 @@ trap 'exit 130' INT TERM
 
 printf 'heartbeat_interval = 500ms\nheartbeat_timeout = 3s\n' >"$tmp/conf"
 start_daemon "$tmp" "$tmp/conf"
-groups+=($daemon)
+groups+=("$daemon")
 
 # 1. alive but slow: no false alarm
 c=$tmp/slow
 mkdir "$c"
 setsid "$launch" -r "$tmp/rt" -j slow -t 60 -n 3 -- "$worker" negotiate "$c" >"$c/out" 2>&1 &
 job=$!
-groups+=($job)
+groups+=("$job")
 wait_files 60 "$c/ready.0" "$c/ready.1" "$c/ready.2" || fail "slow: the job did not start" "$(cat "$c/out")"
 sleep 5
 [ -e "$c/err.0" ] && fail "slow: a rank sleeping 5 s with a 3 s heartbeat timeout was declared lost" \
@@ -52,10 +52,10 @@ mkdir "$c" "$by"
 touch "$by/keepon"
 setsid "$launch" -r "$tmp/rt" -j bystander -t 60 -n 2 -- "$worker" ok "$by" >"$by/out" 2>&1 &
 by_pid=$!
-groups+=($by_pid)
+groups+=("$by_pid")
 setsid "$launch" -r "$tmp/rt" -j stopped -t 60 -n 3 -- "$worker" stop "$c" >"$c/out" 2>&1 &
 job=$!
-groups+=($job)
+groups+=("$job")
 wait_files 60 "$c/running.0" "$c/running.1" "$c/running.2" || fail "stop: the job did not start" "$(cat "$c/out")"
 victim=$(cat "$c/pid.1")
 t0=$(now_ms)
@@ -85,8 +85,7 @@ case $msg in
 *) fail "stop: the resumed rank's error does not say it was given up on: $msg" ;;
 esac
 echo "  rank 1 (resumed): $(cut -d' ' -f3- "$c/err.1")"
-wait $job
-[ $? -ne 0 ] || fail "stop: the job exited 0"
+wait "$job" && fail "stop: the job exited 0"
 n=$(grep -c "job stopped: stale .* from rank 1 (pid $victim) refused" "$tmp/daemon.log")
 [ "$n" = 1 ] || fail "stop: expected one log line for the stale messages of rank 1, got $n" "$(cat "$tmp/daemon.log")"
 grep "stale" "$tmp/daemon.log" | sed 's/^/  daemon: /'

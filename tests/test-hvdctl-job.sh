@@ -18,6 +18,7 @@ worker=$HVD_BUILDDIR/tests/worker_collectives
 tmp=$(mktemp -d /tmp/hvd-test-hvdctl-job-XXXXXX)
 chmod 755 "$tmp"
 bg=()
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
         touch "$tmp/hold.go" 2>/dev/null
         for p in "${bg[@]}"; do kill -KILL "$p" 2>/dev/null; done
@@ -46,22 +47,23 @@ start_daemon "$tmp/b" "$tmp/b.log" --log-level notice
 dpb=${bg[-1]}
 
 job=jobview-$$
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 HVD_HOSTNAME=hostq HVD_TEST_HOLD=$tmp/hold "$HVD_SRCDIR/tests/lib/launch.sh" -r "$tmp/a" -j "$job" -t 60 -n 3 -- \
         sh -c 'echo $$ > '"$tmp"'/pid.$HVD_RANK; exec "$0" many' "$worker" >"$tmp/job.out" 2>&1 &
 lp=$!
-bg+=($lp)
+bg+=("$lp")
 for _ in $(seq 600); do
         [ -e "$tmp/hold.ready" ] && break
         kill -0 $lp 2>/dev/null || break
         sleep 0.05
 done
 [ -e "$tmp/hold.ready" ] || fail "the job did not reach its hold point" "$(cat "$tmp/job.out" "$tmp/a.log")"
-pids="$(cat "$tmp/pid.0") $(cat "$tmp/pid.1") $(cat "$tmp/pid.2")"
+pids=("$(cat "$tmp/pid.0")" "$(cat "$tmp/pid.1")" "$(cat "$tmp/pid.2")")
 
 # ---- status --json, field by field ----
 "$hvdctl" -r "$tmp/a" status --json >"$tmp/status.json" 2>"$tmp/err" || fail "status --json: exit $?" "$(cat "$tmp/err")"
 "$hvdctl" -r "$tmp/a" job "$job" --json >"$tmp/job.json" 2>"$tmp/err" || fail "job --json: exit $?" "$(cat "$tmp/err")"
-"$PY" - "$tmp/status.json" "$tmp/job.json" "$job" "$tmp/a" "$dpa" "$(hostname)" $pids <<'EOF' ||
+"$PY" - "$tmp/status.json" "$tmp/job.json" "$job" "$tmp/a" "$dpa" "$(hostname)" "${pids[@]}" <<'EOF' ||
 import json, sys
 st_path, job_path, job, rt, dpid, host, *pids = sys.argv[1:]
 pids = [int(p) for p in pids]
@@ -120,7 +122,7 @@ check(sum(r["readies"] for r in rs) == d["cycles"], "readies add up to cycles")
 check(d["data_usec"] == sum(r["busy_usec"] for r in rs) // 3, "data_usec is the ranks' mean")
 EOF
         fail "status --json / job --json" "$(cat "$tmp/status.json" "$tmp/job.json")"
-echo "ok - status --json and job --json: daemon, configuration, 3 ranks with pids $pids, counters"
+echo "ok - status --json and job --json: daemon, configuration, 3 ranks with pids ${pids[*]}, counters"
 
 # ---- job ID as text; an unknown job ----
 "$hvdctl" -r "$tmp/a" job "$job" >"$tmp/out" 2>"$tmp/err" || fail "job: exit $?" "$(cat "$tmp/err")"
@@ -132,7 +134,7 @@ for r in 0 1 2; do
 done
 "$hvdctl" -r "$tmp/a" job nosuchjob >"$tmp/out" 2>"$tmp/err"
 rc=$?
-[ $rc -eq 5 ] && grep -q "has no job 'nosuchjob'" "$tmp/err" && [ ! -s "$tmp/out" ] || fail "unknown job: exit $rc" "$(cat "$tmp/err")"
+{ [ $rc -eq 5 ] && grep -q "has no job 'nosuchjob'" "$tmp/err" && [ ! -s "$tmp/out" ]; } || fail "unknown job: exit $rc" "$(cat "$tmp/err")"
 "$hvdctl" -r "$tmp/a" job >/dev/null 2>&1
 [ $? -eq 2 ] || fail "job without an id: expected exit 2"
 "$hvdctl" -r "$tmp/a" status | grep -q "^    time: negotiation [0-9.e-]* ms per tensor" || fail "status: time line"
@@ -147,7 +149,7 @@ echo "ok - job ID lists every rank; an unknown job exits 5"
 "$hvdctl" --endpoint "$tmp/b" job "$job" 2>/dev/null
 [ $? -eq 5 ] || fail "daemon B knows job $job"
 "$hvdctl" --endpoint "$tmp/nothing" status 2>"$tmp/err"
-[ $? -eq 1 ] && grep -q "no hvd-coordinatord is running at $tmp/nothing" "$tmp/err" || fail "--endpoint to nothing"
+{ [ $? -eq 1 ] && grep -q "no hvd-coordinatord is running at $tmp/nothing" "$tmp/err"; } || fail "--endpoint to nothing"
 "$hvdctl" --endpoint "udp://x" status 2>/dev/null
 [ $? -eq 2 ] || fail "--endpoint udp:// is not a usage error"
 echo "ok - --endpoint reaches the daemon it names"
@@ -204,7 +206,7 @@ grep -q "rank 0 joined" "$tmp/a.log" && fail "info messages logged at level warn
 if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
         setpriv --reuid=65534 --regid=65534 --clear-groups "$hvdctl" -r "$tmp/a" log-level debug >/dev/null 2>"$tmp/err"
         rc=$?
-        [ $rc -eq 4 ] && grep -q "only root and the daemon's user" "$tmp/err" || fail "another user: exit $rc" "$(cat "$tmp/err")"
+        { [ $rc -eq 4 ] && grep -q "only root and the daemon's user" "$tmp/err"; } || fail "another user: exit $rc" "$(cat "$tmp/err")"
         [ "$(setpriv --reuid=65534 --regid=65534 --clear-groups "$hvdctl" -r "$tmp/a" log-level)" = warning ] ||
                 fail "another user cannot read the level"
         grep -q "log level change to 'debug' refused" "$tmp/a.log" || fail "the refusal is not logged"
@@ -225,6 +227,6 @@ for _ in $(seq 100); do grep -q "job $job removed" "$tmp/a.log" && break; sleep 
 grep -q "job $job removed" "$tmp/a.log" || fail "info messages are not logged after log-level info" "$(cat "$tmp/a.log")"
 [ "$("$hvdctl" -r "$tmp/a" log-level err)" = err ] || fail "log-level err"
 echo "ok - log-level info shows in status and in the daemon's log"
-kill -TERM $dpa $dpb
-wait $dpa $dpb
+kill -TERM "$dpa" "$dpb"
+wait "$dpa" "$dpb"
 exit 0

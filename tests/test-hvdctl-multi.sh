@@ -14,6 +14,7 @@ hvdctl=$HVD_BUILDDIR/tools/hvdctl
 worker=$HVD_BUILDDIR/tests/worker_collectives
 tmp=$(mktemp -d /tmp/hvd-test-hvdctl-multi-XXXXXX)
 lp=
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
         touch "$tmp/hold.go"
         [ -n "$lp" ] && { sleep 0.5; kill -TERM "$lp" 2>/dev/null; wait "$lp" 2>/dev/null; }
@@ -23,6 +24,7 @@ cleanup() {
 trap cleanup EXIT
 
 job=multiview-$$
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 HVD_TEST_HOLD=$tmp/hold "$HVD_SRCDIR/tests/lib/launch-multi.sh" -H a:1,b:2 -j "$job" -t 60 -- \
         sh -c 'echo $$ > '"$tmp"'/pid.$HVD_RANK; echo "$HVD_RUNTIME_DIR" > '"$tmp"'/rt.$HVD_RANK; exec "$0" many' \
         "$worker" >"$tmp/job.out" 2>&1 &
@@ -34,7 +36,7 @@ for _ in $(seq 600); do
 done
 [ -e "$tmp/hold.ready" ] || fail "the job did not reach its hold point" "$(cat "$tmp/job.out")"
 rta=$(cat "$tmp/rt.0") rtb=$(cat "$tmp/rt.1")
-pids="$(cat "$tmp/pid.0") $(cat "$tmp/pid.1") $(cat "$tmp/pid.2")"
+pids=("$(cat "$tmp/pid.0")" "$(cat "$tmp/pid.1")" "$(cat "$tmp/pid.2")")
 
 # the round trip is measured by the second heartbeat (one a second)
 for _ in $(seq 100); do
@@ -45,7 +47,7 @@ for _ in $(seq 100); do
         sleep 0.1
 done
 "$hvdctl" -r "$rta" job "$job" --json >"$tmp/job.json" || fail "job on the root: exit $?"
-"$PY" - "$tmp/a.json" "$tmp/b.json" "$tmp/job.json" "$job" "$(cat "$rta/peer.endpoint")" $pids <<'EOF' ||
+"$PY" - "$tmp/a.json" "$tmp/b.json" "$tmp/job.json" "$job" "$(cat "$rta/peer.endpoint")" "${pids[@]}" <<'EOF' ||
 import json, sys
 a_path, b_path, job_path, job, root_ep, *pids = sys.argv[1:]
 pids = [int(p) for p in pids]

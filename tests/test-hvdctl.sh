@@ -12,6 +12,7 @@ tmp=$(mktemp -d /tmp/hvd-test-hvdctl-XXXXXX)
 chmod 755 "$tmp"
 bg_pids=()
 
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
         for f in "$tmp"/pid.*; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done
         for p in "${bg_pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
@@ -32,9 +33,9 @@ rc=$?
         fail "no daemon: message"
 [ ! -s "$tmp/out" ] || fail "no daemon: printed to stdout"
 HVD_RUNTIME_DIR=$tmp/empty "$HVDCTL" jobs 2>"$tmp/err"
-[ $? -eq 1 ] && grep -q "running at $tmp/empty " "$tmp/err" || fail "no daemon: HVD_RUNTIME_DIR not used"
+{ [ $? -eq 1 ] && grep -q "running at $tmp/empty " "$tmp/err"; } || fail "no daemon: HVD_RUNTIME_DIR not used"
 "$HVDCTL" --endpoint "ipc://$tmp/empty/control.sock" version >"$tmp/out" 2>"$tmp/err"
-[ $? -eq 1 ] && grep -q "running at $tmp/empty " "$tmp/err" || fail "no daemon: --endpoint"
+{ [ $? -eq 1 ] && grep -q "running at $tmp/empty " "$tmp/err"; } || fail "no daemon: --endpoint"
 ok "no daemon: exit 1 with the message"
 
 # ---- a stale socket (nobody listens) and a silent one (accepts, never answers) ----
@@ -42,7 +43,7 @@ mkdir "$tmp/stale" "$tmp/silent"
 "$PY" -c 'import socket,sys; s=socket.socket(socket.AF_UNIX); s.bind(sys.argv[1])' "$tmp/stale/control.sock"
 "$HVDCTL" -r "$tmp/stale" status 2>"$tmp/err"
 rc=$?
-[ $rc -eq 1 ] && grep -q "no hvd-coordinatord is running at $tmp/stale (stale control socket" "$tmp/err" ||
+{ [ $rc -eq 1 ] && grep -q "no hvd-coordinatord is running at $tmp/stale (stale control socket" "$tmp/err"; } ||
         fail "stale socket: exit status $rc"
 "$PY" -c '
 import socket, sys, time
@@ -64,9 +65,10 @@ ok "stale socket: exit 1; silent daemon: exit 3 after the timeout ($t ms)"
 
 # ---- usage ----
 for args in "" "bogus" "--bogus status" "status extra" "--timeout 0 status" "-r $tmp -e ipc://x status" "version --json"; do
+        # shellcheck disable=SC2086 # each case is a command line, split into its words
         "$HVDCTL" $args >/dev/null 2>"$tmp/err"
         rc=$?
-        [ $rc -eq 2 ] && [ -s "$tmp/err" ] || fail "usage: 'hvdctl $args' exited $rc, expected 2 with a message"
+        { [ $rc -eq 2 ] && [ -s "$tmp/err" ]; } || fail "usage: 'hvdctl $args' exited $rc, expected 2 with a message"
 done
 "$HVDCTL" --help | grep -q "status" || fail "--help"
 "$HVDCTL" --version | grep -q "^hvdctl (hvd) " || fail "--version"
@@ -90,6 +92,7 @@ for _ in $(seq 100); do [ -S "$rt/control.sock" ] && break; sleep 0.05; done
 # A job id and host name that need escaping in JSON.
 job='tst-"q"\é-'$$
 host='h"o\st-ü'
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 HVD_HOSTNAME=$host "$S/tests/lib/launch.sh" -r "$rt" -j "$job" -t 60 -n 2 -- \
         sh -c 'echo $$ > '"$tmp"'/pid.$HVD_RANK; exec "$0" -q -e 100000' "$B/examples/train_mlp" \
         >"$tmp/job.out" 2>&1 &
@@ -102,10 +105,10 @@ for _ in $(seq 200); do
         sleep 0.05
 done
 [ "$state" = running ] || fail "the job did not start running: $(cat "$tmp/job.out")"
-pids="$(cat "$tmp/pid.0") $(cat "$tmp/pid.1")"
+pids=("$(cat "$tmp/pid.0")" "$(cat "$tmp/pid.1")")
 
 "$HVDCTL" -r "$rt" status --json >"$tmp/status.json" 2>"$tmp/err" || fail "status --json: exit status $?"
-"$PY" - "$tmp/status.json" "$job" "$host" "$rt" "$dp" $pids <<'EOF' || fail "status --json: $(cat "$tmp/status.json")"
+"$PY" - "$tmp/status.json" "$job" "$host" "$rt" "$dp" "${pids[@]}" <<'EOF' || fail "status --json: $(cat "$tmp/status.json")"
 import json, sys
 path, job, host, rt, dpid, pid0, pid1 = sys.argv[1:]
 s = json.load(open(path, encoding="utf-8"))
@@ -127,7 +130,7 @@ for k in ("cycles", "tensors_negotiated", "fused_ops", "bytes_reduced", "age_use
           "cache_hits", "tensors_in_fused_ops", "joined_ranks", "abort_reason"):
     check(k in j, "missing " + k)
 EOF
-ok "status --json: the job with size 2, state running, ranks with pids $pids; strings escaped"
+ok "status --json: the job with size 2, state running, ranks with pids ${pids[*]}; strings escaped"
 
 "$HVDCTL" -r "$rt" jobs --json >"$tmp/jobs.json" || fail "jobs --json: exit status $?"
 "$PY" -c 'import json,sys; j=json.load(open(sys.argv[1])); assert len(j)==1 and j[0]["size"]==2, j' \
@@ -148,7 +151,7 @@ if [ "$(id -u)" -eq 0 ] && command -v setpriv >/dev/null; then
         chmod 755 "$rt"
         setpriv --reuid=65534 --regid=65534 --clear-groups "$HVDCTL" -r "$rt" status >/dev/null 2>"$tmp/err"
         rc=$?
-        [ $rc -eq 4 ] && grep -q "permission denied on $rt/control.sock" "$tmp/err" && grep -q "group hvd" "$tmp/err" ||
+        { [ $rc -eq 4 ] && grep -q "permission denied on $rt/control.sock" "$tmp/err" && grep -q "group hvd" "$tmp/err"; } ||
                 fail "permission denied: exit status $rc"
         ok "permission denied: exit 4, names group hvd"
 else
@@ -156,7 +159,7 @@ else
 fi
 
 # ---- the job ends: the daemon forgets it ----
-kill -TERM $pids
+kill -TERM "${pids[@]}"
 wait "$lp"
 for _ in $(seq 100); do
         [ -z "$("$HVDCTL" -r "$rt" jobs)" ] && break

@@ -14,6 +14,7 @@ export TMPDIR=$tmp/tmpdir         # private daemons' directories land here
 mkdir "$TMPDIR"
 bg_pids=()
 
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
         for p in "${bg_pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
         for f in "$tmp"/pid.*; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done
@@ -77,8 +78,8 @@ grep '^rank 4 on' "$tmp/out" | grep -q "HVD_SIZE=6 HVD_RANK=4 HVD_LOCAL_RANK=2 H
         fail "hostfile: rank 4's variables: $(grep '^rank 4 on' "$tmp/out")"
 # -np below the slots: hosts left without ranks are not part of the job
 "$HVDRUN" --dry-run -np 3 -H hostA:2,hostB:2,hostC:2 true >"$tmp/out" 2>"$tmp/err" || fail "-np 3: exit status $?"
-[ "$(wc -l <"$tmp/out")" -eq 3 ] && grep -q "HVD_HOSTS=hostA:2,hostB:1 " "$tmp/out" &&
-        grep '^rank 2 on hostB' "$tmp/out" | grep -q "HVD_LOCAL_SIZE=1 HVD_CROSS_RANK=1 HVD_CROSS_SIZE=2 " ||
+{ [ "$(wc -l <"$tmp/out")" -eq 3 ] && grep -q "HVD_HOSTS=hostA:2,hostB:1 " "$tmp/out" &&
+        grep '^rank 2 on hostB' "$tmp/out" | grep -q "HVD_LOCAL_SIZE=1 HVD_CROSS_RANK=1 HVD_CROSS_SIZE=2 "; } ||
         fail "-np 3 over 3 hosts: $(cut -c1-400 "$tmp/out")"
 # a repeated host adds its slots
 "$HVDRUN" --dry-run -H hostA:1,hostB:1,hostA:1 true >"$tmp/out" 2>"$tmp/err" || fail "repeated host: exit status $?"
@@ -110,6 +111,7 @@ ok "-np above the slots and bad host lists exit 2 with a message"
 awk_value="it's \"quoted\" \$HOME \`date\` \\ ; | & * ? ~ ! # (x) {y} <z>
 second line"
 mkdir "$tmp/work dir"
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 (cd "$tmp/work dir" && PYTHONPATH=/py/path LD_LIBRARY_PATH=/ld/path \
         "$HVDRUN" --dry-run -H nodeA:1,nodeB:1 -x "AWK=$awk_value" -x PYTHONPATH=/override \
         /bin/sh -c 'printf "%s|" "$PWD" "$HVD_RANK" "$HVD_HOSTNAME" "$HVD_ROOT_PEER" "$HVD_JOB_SECRET" "$PYTHONPATH" "$LD_LIBRARY_PATH" "$1"; printf "%s\n" "$AWK"' \
@@ -119,7 +121,8 @@ grep -q "HVD_JOB_SECRET=" "$tmp/out" && fail "dry run: the job secret is on the 
 for r in 0 1; do
         line=$(grep "^rank $r on " "$tmp/out")
         host=$([ $r = 0 ] && echo nodeA || echo nodeB)
-        eval "words=(${line#rank $r on $host: })" || fail "dry run: rank $r's line is not shell words: $line"
+        words=()
+        eval "words=(${line#"rank $r on $host: "})" || fail "dry run: rank $r's line is not shell words: $line"
         [ "${words[*]:0:6}" = "ssh -o BatchMode=yes -o StrictHostKeyChecking=accept-new $host" ] ||
                 fail "dry run: rank $r: ssh options/host: ${words[*]:0:6}"
         [ ${#words[@]} -eq 7 ] || fail "dry run: rank $r: ${#words[@]} words, expected 7"
@@ -128,14 +131,15 @@ for r in 0 1; do
         want="$tmp/work dir|$r|$host|tcp://nodeA:7100|s3cr3t|/override|/ld/path|arg 'one' \"two\"|$awk_value"
         [ "$got" = "$want" ] || fail "dry run: rank $r's command gives"$'\n'"$got"$'\n'"expected"$'\n'"$want"
 done
-"$HVDRUN" --dry-run -H nodeA:1,nodeB:1 --root-peer tcp://10.1.2.3:7200 true >"$tmp/out" 2>"$tmp/err" &&
-        [ "$(grep -c "HVD_ROOT_PEER=tcp://10.1.2.3:7200 " "$tmp/out")" -eq 2 ] || fail "--root-peer not passed on"
-"$HVDRUN" --dry-run --ssh "ssh -p 2222  -i key" -H nodeA:1 true >"$tmp/out" 2>"$tmp/err" &&
-        grep -q "^rank 0 on nodeA: ssh -p 2222 -i key -o BatchMode=yes -o StrictHostKeyChecking=accept-new nodeA " "$tmp/out" ||
+{ "$HVDRUN" --dry-run -H nodeA:1,nodeB:1 --root-peer tcp://10.1.2.3:7200 true >"$tmp/out" 2>"$tmp/err" &&
+        [ "$(grep -c "HVD_ROOT_PEER=tcp://10.1.2.3:7200 " "$tmp/out")" -eq 2 ]; } || fail "--root-peer not passed on"
+{ "$HVDRUN" --dry-run --ssh "ssh -p 2222  -i key" -H nodeA:1 true >"$tmp/out" 2>"$tmp/err" &&
+        grep -q "^rank 0 on nodeA: ssh -p 2222 -i key -o BatchMode=yes -o StrictHostKeyChecking=accept-new nodeA " "$tmp/out"; } ||
         fail "--ssh words: $(cat "$tmp/out")"
 ok "--dry-run: ssh command lines quote every value for the remote shell; --root-peer, --ssh"
 
 # ---- the remote path, through the stand-in ----
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 echo "from stdin" | FAKE_SSH_LOG=$tmp/ssh.log "$HVDRUN" -H r1:2,r2:1 --ssh "$FAKE" --prefix-host -x "AWK=$awk_value" \
         sh -c 'read -r line; echo "$HVD_RANK/$HVD_SIZE $HVD_LOCAL_RANK/$HVD_LOCAL_SIZE $HVD_CROSS_RANK/$HVD_CROSS_SIZE ${#HVD_JOB_SECRET} $line"; echo "$AWK" | tail -n 1' \
         >"$tmp/out" 2>"$tmp/err" || fail "remote: exit status $?"
@@ -146,6 +150,7 @@ echo "from stdin" | FAKE_SSH_LOG=$tmp/ssh.log "$HVDRUN" -H r1:2,r2:1 --ssh "$FAK
 [2@r2] 2/3 0/1 1/2 32 
 [2@r2] second line" ] || fail "remote: output was: $(cat "$tmp/out")"
 [ "$(sort "$tmp/ssh.log" | tr '\n' ' ')" = "r1 r1 r2 " ] || fail "remote: ssh was run for: $(cat "$tmp/ssh.log")"
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 "$HVDRUN" -H r1:1,r2:2 --ssh "$FAKE" --grace-period 0.5 sh -c 'echo $$ >'"$tmp"'/pid.$HVD_RANK;
         if [ $HVD_RANK = 1 ]; then exit 7; fi; exec sleep 60' >"$tmp/out" 2>"$tmp/err"
 rc=$?
@@ -156,12 +161,13 @@ ok "remote ranks over ssh: environment, secret and stdin, prefixes, exit status"
 
 # Ctrl-C: the remote processes are found by the job id in their environment,
 # even one that left the ssh session's process group
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 with_sigint "$HVDRUN" -H r1:2,r2:1 --ssh "$FAKE" sh -c 'echo $$ >'"$tmp"'/pid.$HVD_RANK;
         setsid sleep 60 & echo $! >'"$tmp"'/pid.child$HVD_RANK; wait' >"$tmp/out" 2>"$tmp/err" &
 hp=$!
 bg_pids+=("$hp")
-for _ in $(seq 100); do [ "$(ls "$tmp"/pid.child* 2>/dev/null | wc -l)" -eq 3 ] && break; sleep 0.05; done
-[ "$(ls "$tmp"/pid.child* 2>/dev/null | wc -l)" -eq 3 ] || fail "remote SIGINT: the ranks did not start"
+for _ in $(seq 100); do [ "$(find "$tmp" -maxdepth 1 -name 'pid.child*' | wc -l)" -eq 3 ] && break; sleep 0.05; done
+[ "$(find "$tmp" -maxdepth 1 -name 'pid.child*' | wc -l)" -eq 3 ] || fail "remote SIGINT: the ranks did not start"
 t0=$(now_ms)
 kill -INT "$hp"
 wait "$hp"
@@ -174,6 +180,7 @@ assert_no_workers "remote SIGINT"
 ok "SIGINT stops the remote ranks and their children ($t ms)"
 
 # ---- emulated hosts ----
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 out=$("$HVDRUN" -H a:2,b:1,c:1 --emulate-hosts --prefix-host sh -c \
         'echo $HVD_LOCAL_RANK/$HVD_LOCAL_SIZE $HVD_CROSS_RANK/$HVD_CROSS_SIZE $HVD_HOSTNAME $HVD_HOSTS $HVD_DATA_ADDR $HVD_ROOT_PEER $HVD_RUNTIME_DIR' \
         2>"$tmp/err") || fail "emulated env: exit status $?"
@@ -201,6 +208,7 @@ ok "every collective exact over 3 emulated hosts (worker_smoke 2000000)"
 
 # a rank that fails before joining: its status, the others stopped after the grace period
 t0=$(now_ms)
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 "$HVDRUN" -H a:2,b:1,c:1 --emulate-hosts --grace-period 1 sh -c 'echo $$ >'"$tmp"'/pid.$HVD_RANK;
         if [ $HVD_RANK = 2 ]; then sleep 0.3; exit 3; fi; exec "$0" -q -e 100000' "$B/examples/train_mlp" \
         >"$tmp/out" 2>"$tmp/err"
@@ -215,6 +223,7 @@ ok "a rank on emulated host b exits 3: hvdrun exits 3 in $t ms, the others stopp
 
 # a rank killed while training: the daemons tell the others, which end at once
 t0=$(now_ms)
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 "$HVDRUN" -H a:2,b:1,c:1 --emulate-hosts --grace-period 30 sh -c 'echo $$ >'"$tmp"'/pid.$HVD_RANK;
         if [ $HVD_RANK = 2 ]; then exec timeout -s KILL 1.5 "$0" -q -e 100000; fi; exec "$0" -q -e 100000' \
         "$B/examples/train_mlp" >"$tmp/out" 2>"$tmp/err"
@@ -228,13 +237,14 @@ assert_no_workers "killed rank"
 assert_tmpdir_empty "killed rank"
 ok "a rank killed on emulated host b: every other rank told, job over in $t ms (exit $rc)"
 
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 with_sigint "$HVDRUN" -H a:2,b:1,c:1 --emulate-hosts sh -c 'echo $$ >'"$tmp"'/pid.$HVD_RANK; exec "$0" -q -e 100000' \
         "$B/examples/train_mlp" >"$tmp/out" 2>"$tmp/err" &
 hp=$!
 bg_pids+=("$hp")
-for _ in $(seq 100); do [ "$(ls "$tmp"/pid.* 2>/dev/null | wc -l)" -eq 4 ] && break; sleep 0.05; done
-[ "$(ls "$tmp"/pid.* 2>/dev/null | wc -l)" -eq 4 ] || fail "emulated SIGINT: the workers did not start"
-[ "$(ls -d "$TMPDIR"/hvdrun-* 2>/dev/null | wc -l)" -eq 3 ] || fail "emulated SIGINT: expected 3 private daemon directories"
+for _ in $(seq 100); do [ "$(find "$tmp" -maxdepth 1 -name 'pid.*' | wc -l)" -eq 4 ] && break; sleep 0.05; done
+[ "$(find "$tmp" -maxdepth 1 -name 'pid.*' | wc -l)" -eq 4 ] || fail "emulated SIGINT: the workers did not start"
+[ "$(find "$TMPDIR" -maxdepth 1 -name 'hvdrun-*' | wc -l)" -eq 3 ] || fail "emulated SIGINT: expected 3 private daemon directories"
 sleep 0.5
 t0=$(now_ms)
 kill -INT "$hp"
@@ -259,11 +269,11 @@ assert_tmpdir_empty "--node-daemon"
 # hosts in another order: c (no peer endpoint) would be the root
 "$HVDRUN" -H c:1,a:1 --node-daemon a="$tmp/rt-a" --node-daemon c="$tmp/rt-c" true >"$tmp/out" 2>"$tmp/err"
 rc=$?
-[ $rc -eq 1 ] && grep -q "has no peer endpoint.*--peer-listen.*--root-peer" "$tmp/err" ||
+{ [ $rc -eq 1 ] && grep -q "has no peer endpoint.*--peer-listen.*--root-peer" "$tmp/err"; } ||
         fail "root without a peer endpoint: exit $rc: $(cat "$tmp/err")"
 "$HVDRUN" -H a:1,z:1 --node-daemon a="$tmp/rt-a" --node-daemon z="$tmp/rt-none" true >"$tmp/out" 2>"$tmp/err"
 rc=$?
-[ $rc -eq 1 ] && grep -q "host z (--node-daemon): no hvd-coordinatord is running at $tmp/rt-none" "$tmp/err" ||
+{ [ $rc -eq 1 ] && grep -q "host z (--node-daemon): no hvd-coordinatord is running at $tmp/rt-none" "$tmp/err"; } ||
         fail "--node-daemon without a daemon: exit $rc: $(cat "$tmp/err")"
 ok "--node-daemon: hosts served by running daemons; a missing daemon or peer endpoint is named"
 

@@ -14,6 +14,7 @@ mkdir "$TMPDIR"
 NODAEMON=$tmp/no-daemon           # a runtime directory nobody serves
 bg_pids=()
 
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
         for p in "${bg_pids[@]}"; do kill -KILL "$p" 2>/dev/null; done
         for f in "$tmp"/pid.*; do [ -f "$f" ] && kill -KILL "$(cat "$f")" 2>/dev/null; done
@@ -40,6 +41,7 @@ assert_tmpdir_empty() {
 }
 
 # ---- environment and output ----
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 out=$("$HVDRUN" -np 3 --runtime-dir "$NODAEMON" sh -c 'echo $HVD_RANK $HVD_SIZE $HOROVOD_LOCAL_RANK' 2>"$tmp/err")
 rc=$?
 [ $rc -eq 0 ] || fail "env: exit status $rc"
@@ -48,6 +50,7 @@ rc=$?
 assert_tmpdir_empty "env"
 ok "3 ranks print rank, size and local rank with prefixes"
 
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 out=$("$HVDRUN" -np 2 --embedded -x FOO=bar -x HOME --fusion-threshold-mb 2 --cycle-time-ms 0.5 \
         --start-timeout 7 sh -c 'echo $FOO $HOME $HVD_FUSION_THRESHOLD $HVD_CYCLE_TIME $HVD_START_TIMEOUT \
         $HVD_LOCAL_SIZE $HVD_CROSS_RANK $HVD_CROSS_SIZE $HOROVOD_RANK $HOROVOD_SIZE $HOROVOD_LOCAL_SIZE \
@@ -66,6 +69,7 @@ ids=$(grep -v ' bar ' <<<"$out" | cut -d' ' -f2- | sort -u)
         fail "knobs: job id, secret or endpoint malformed: $ids"
 ok "-x, knob options and HVD_*/HOROVOD_* variables reach every rank"
 
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 out=$("$HVDRUN" -np 2 --embedded sh -c 'printf "a\nb"; echo "err $HVD_RANK" >&2' 2>"$tmp/err")
 [ "$(sort <<<"$out")" = $'[0] a\n[0] b\n[1] a\n[1] b' ] || fail "partial lines: stdout was: $out"
 [ "$(sort "$tmp/err")" = $'[0] err 0\n[1] err 1' ] || fail "partial lines: stderr was: $(cat "$tmp/err")"
@@ -85,6 +89,7 @@ os.write(1, (line + "\n").encode())  # one write: unprefixed ranks share the pip
 ok "--no-prefix passes output through; workers inherit only fds 0 1 2"
 
 # 4 ranks race to write 20000 lines each: every line must arrive whole and once
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 "$HVDRUN" -np 4 --embedded sh -c 'seq 1 20000 | sed "s/^/rank$HVD_RANK-xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx-/"' \
         >"$tmp/lines" 2>"$tmp/err" || fail "interleave: exit status $?"
 [ "$(wc -l <"$tmp/lines")" -eq 80000 ] || fail "interleave: $(wc -l <"$tmp/lines") lines, expected 80000"
@@ -94,6 +99,7 @@ ok "80000 lines from 4 ranks arrive whole"
 
 # ---- exit status and the grace period ----
 t0=$(now_ms)
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 "$HVDRUN" -np 3 --grace-period 2 --runtime-dir "$NODAEMON" sh -c 'echo $$ > '"$tmp"'/pid.$HVD_RANK;
         if [ $HVD_RANK = 2 ]; then sleep 0.2; echo bye; exit 3; fi; exec sleep 60' >"$tmp/out" 2>"$tmp/err"
 rc=$?
@@ -101,19 +107,20 @@ t=$(($(now_ms) - t0))
 [ $rc -eq 3 ] || fail "exit status: hvdrun returned $rc, expected 3"
 grep -qx 'hvdrun: rank 2 exited with status 3' "$tmp/err" || fail "exit status: message missing"
 grep -qx '\[2\] bye' "$tmp/out" || fail "exit status: rank 2's last output lost"
-[ $t -ge 2000 ] && [ $t -lt 6000 ] || fail "exit status: took $t ms with a 2 s grace period (expected 2-6 s)"
+{ [ $t -ge 2000 ] && [ $t -lt 6000 ]; } || fail "exit status: took $t ms with a 2 s grace period (expected 2-6 s)"
 assert_no_workers "exit status"
 assert_tmpdir_empty "exit status"
 ok "rank 2 exits 3: hvdrun exits 3 in $t ms, the others stopped after the grace period"
 
 t0=$(now_ms)
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 "$HVDRUN" -np 2 --grace-period 0 --embedded sh -c 'echo $$ > '"$tmp"'/pid.$HVD_RANK;
         if [ $HVD_RANK = 1 ]; then sleep 0.3; kill -9 $$; fi; trap "" TERM; exec sleep 60' >"$tmp/out" 2>"$tmp/err"
 rc=$?
 t=$(($(now_ms) - t0))
 [ $rc -eq 137 ] || fail "signal: hvdrun returned $rc, expected 137"
 grep -q '^hvdrun: rank 1 killed by signal 9' "$tmp/err" || fail "signal: message missing"
-[ $t -ge 1900 ] && [ $t -lt 5000 ] || fail "signal: a worker ignoring SIGTERM took $t ms to go (expected ~2 s)"
+{ [ $t -ge 1900 ] && [ $t -lt 5000 ]; } || fail "signal: a worker ignoring SIGTERM took $t ms to go (expected ~2 s)"
 assert_no_workers "signal"
 ok "a rank killed by SIGKILL gives 137; a worker ignoring SIGTERM is killed 2 s later"
 
@@ -130,13 +137,14 @@ ok "a worker's leftover child is killed with the job ($t ms)"
 # ---- SIGINT ----
 # A background command of a script starts with SIGINT ignored, and hvdrun
 # (like any program) leaves an ignored SIGINT ignored: reset it on the way.
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 /usr/bin/python3 -c 'import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); os.execv(sys.argv[1], sys.argv[1:])' \
         "$HVDRUN" -np 3 --runtime-dir "$NODAEMON" sh -c 'echo $$ > '"$tmp"'/pid.$HVD_RANK; exec sleep 60' \
         >"$tmp/out" 2>"$tmp/err" &
 hp=$!
 bg_pids+=("$hp")
-for _ in $(seq 100); do [ "$(ls "$tmp"/pid.* 2>/dev/null | wc -l)" -eq 3 ] && break; sleep 0.05; done
-[ "$(ls "$tmp"/pid.* 2>/dev/null | wc -l)" -eq 3 ] || fail "SIGINT: the workers did not start"
+for _ in $(seq 100); do [ "$(find "$tmp" -maxdepth 1 -name 'pid.*' | wc -l)" -eq 3 ] && break; sleep 0.05; done
+[ "$(find "$tmp" -maxdepth 1 -name 'pid.*' | wc -l)" -eq 3 ] || fail "SIGINT: the workers did not start"
 ls -d "$TMPDIR"/hvdrun-* >/dev/null 2>&1 || fail "SIGINT: no private daemon directory while running"
 t0=$(now_ms)
 kill -INT "$hp"
@@ -168,6 +176,7 @@ for _ in $(seq 100); do [ -S "$rt/control.sock" ] && break; sleep 0.05; done
 grep -q "^hvdrun: using hvd-coordinatord .* at $rt\$" "$tmp/err" || fail "running daemon: --verbose does not say which"
 grep -q '^\[0\] final weights identical on all 2 ranks' "$tmp/out" || fail "running daemon: job failed"
 assert_tmpdir_empty "running daemon"
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 out=$(HVD_RUNTIME_DIR=$rt "$HVDRUN" -np 1 sh -c 'echo $HVD_COORDINATOR' 2>"$tmp/err")
 [ "$out" = "[0] ipc://$rt/worker.sock" ] || fail "HVD_RUNTIME_DIR: the job did not use $rt: $out"
 kill -TERM "$dp"
@@ -207,6 +216,7 @@ usage 2 "is not listed by -H" -np 1 -H localhost:1 --node-daemon elsewhere=/tmp 
 usage 2 "contradict" -np 1 --no-prefix --prefix-host true
 usage 127 "command not found" -np 1 --embedded hvd-no-such-program
 usage 126 "cannot run" -np 1 --embedded /dev/null
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 out=$("$HVDRUN" -H "localhost:2,$(hostname):1" --embedded sh -c 'echo $HVD_SIZE' 2>"$tmp/err") ||
         fail "-H local hosts: exit status $?"
 # ranks print concurrently: compare the lines in rank order
@@ -214,6 +224,7 @@ out=$("$HVDRUN" -H "localhost:2,$(hostname):1" --embedded sh -c 'echo $HVD_SIZE'
 "$HVDRUN" --version | grep -q "^hvdrun (hvd) " || fail "--version"
 "$HVDRUN" --help >"$tmp/help" || fail "--help exit status"
 # every long option of --help is in the man page, and -np is documented
+# shellcheck disable=SC2013 # grep -o prints one option, a single word, a line
 for opt in $(grep -oE -- '--[a-z][a-z-]+' "$tmp/help" | sort -u); do
         grep -qF -- "${opt//-/\\-}" "$S/man/hvdrun.1" || fail "man page lacks $opt"
 done

@@ -30,6 +30,7 @@ eval "$dirs"
 dest=$tmp/dest
 make -s -C "$B" install DESTDIR="$dest" >"$tmp/install.log" 2>&1 || fail "make install failed" "$(cat "$tmp/install.log")"
 
+# shellcheck disable=SC2154 # the directories come from eval "$dirs" above
 for f in "$bindir/hvdrun" "$bindir/hvdctl" "$sbindir/hvd-coordinatord" "$libdir/libhvd.so.0" \
         "$includedir/hvd.h" "$libdir/pkgconfig/hvd.pc" "$systemdsystemunitdir/hvd-coordinatord.service" \
         "$sysusersdir/hvd.conf" "$tmpfilesdir/hvd.conf" "$sysconfdir/hvd/coordinatord.conf" \
@@ -37,6 +38,7 @@ for f in "$bindir/hvdrun" "$bindir/hvdctl" "$sbindir/hvd-coordinatord" "$libdir/
         "$mandir/man3/libhvd.3" "$mandir/man5/hvd.conf.5" "$mandir/man8/hvd-coordinatord.8"; do
         [ -e "$dest$f" ] || fail "not installed: $f" "$(cd "$dest" && find . -type f | sort)"
 done
+# shellcheck disable=SC2154 # python and pyexecdir come from eval "$dirs" above
 if [ "$python" = yes ]; then
         for f in __init__.py torch/__init__.py common/ops.py; do
                 [ -e "$dest$pyexecdir/hvd/$f" ] || fail "not installed: $pyexecdir/hvd/$f"
@@ -46,6 +48,7 @@ fi
 unit=$dest$systemdsystemunitdir/hvd-coordinatord.service
 grep -qx "ExecStart=$sbindir/hvd-coordinatord --foreground --config $sysconfdir/hvd/coordinatord.conf --runtime-dir /run/hvd" "$unit" ||
         fail "ExecStart does not name the installed daemon and configuration" "$(grep ExecStart "$unit")"
+# shellcheck disable=SC2016 # the unit file's own $MAINPID, kept literally
 for l in Type=notify 'ExecReload=/bin/kill -HUP $MAINPID' Restart=on-failure User=hvd Group=hvd RuntimeDirectory=hvd \
         NoNewPrivileges=yes ProtectSystem=strict ProtectHome=yes PrivateTmp=yes PrivateDevices=yes \
         'RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6' SystemCallFilter=@system-service CapabilityBoundingSet= \
@@ -62,7 +65,7 @@ if command -v systemd-analyze >/dev/null; then
         MANPATH=$dest$mandir systemd-analyze verify "$tmp/unit/hvd-coordinatord.service" >"$tmp/verify" 2>&1
         rc=$?
         # verify exits 0 on unknown directives: any output is a failure
-        [ $rc -eq 0 ] && [ ! -s "$tmp/verify" ] || fail "systemd-analyze verify: exit $rc" "$(cat "$tmp/verify")"
+        { [ $rc -eq 0 ] && [ ! -s "$tmp/verify" ]; } || fail "systemd-analyze verify: exit $rc" "$(cat "$tmp/verify")"
         # a misspelled directive must be caught, or this check checks nothing
         sed 's/^ProtectHome=/ProtectHomme=/' "$tmp/unit/hvd-coordinatord.service" >"$tmp/unit/bad.service"
         MANPATH=$dest$mandir systemd-analyze verify "$tmp/unit/bad.service" >"$tmp/verify" 2>&1
@@ -119,13 +122,14 @@ flags=$(pkg-config --cflags --libs hvd) || fail "pkg-config hvd failed"
 case $flags in *"-I$dest$includedir"*"-L$dest$libdir"*|*"-L$dest$libdir"*"-I$dest$includedir"*) ;;
 *) fail "pkg-config does not point into the installed tree: $flags" ;; esac
 # a sanitizer build's library needs its runtime linked first
+# shellcheck disable=SC2086 # CC, the sanitizer flags and pkg-config's are lists of words
 ${CC:-cc} ${HVD_SANITIZER_FLAGS:-} -o "$tmp/prog" "$tmp/prog.c" $flags 2>"$tmp/cc" || fail "cannot build against the installed tree" "$(cat "$tmp/cc")"
 ldd "$tmp/prog" | grep -q "libhvd.so.0 => $dest$libdir/libhvd.so.0" || fail "prog does not load the installed libhvd" "$(ldd "$tmp/prog")"
 mkdir "$tmp/rt"
 "$dest$sbindir/hvd-coordinatord" --config "$dest$sysconfdir/hvd/coordinatord.conf" --runtime-dir "$tmp/rt" \
         --log-level info 2>"$tmp/daemon.log" &
 daemon=$!
-pids+=($daemon)
+pids+=("$daemon")
 for _ in $(seq 200); do [ -S "$tmp/rt/worker.sock" ] && break; sleep 0.05; done
 [ -S "$tmp/rt/worker.sock" ] || fail "the installed daemon did not start" "$(cat "$tmp/daemon.log")"
 timeout 60 "$dest$bindir/hvdrun" --no-embedded --runtime-dir "$tmp/rt" -np 2 "$tmp/prog" >"$tmp/prog.out" 2>&1 ||
@@ -146,6 +150,7 @@ if [ "$python" = yes ] && [ -x "$PY" ]; then
         PYTHONPATH=$dest$pyexecdir "${asan[@]}" "$PY" -c 'import hvd, hvd.torch; print(hvd.__file__); print(hvd.torch.__file__)' \
                 >"$tmp/py" 2>&1 || fail "import hvd.torch from the installed package failed" "$(cat "$tmp/py")"
         grep -q "^$dest$pyexecdir/hvd/torch/__init__.py$" "$tmp/py" || fail "hvd.torch came from elsewhere" "$(cat "$tmp/py")"
+        # shellcheck disable=SC2154 # prefix comes from eval "$dirs" above
         case $prefix in /usr|/usr/local)
                 # where the interpreter itself looks, without PYTHONPATH
                 "$PY" -c 'import sys; sys.exit(0 if sys.argv[1] in sys.path else 1)' "$pyexecdir" ||

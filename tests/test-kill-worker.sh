@@ -21,7 +21,7 @@ trap 'exit 130' INT TERM
 
 setsid "$HVD_BUILDDIR/daemon/hvd-coordinatord" --runtime-dir "$tmp/rt" --log-level warning 2>"$tmp/daemon.log" &
 daemon=$!
-groups+=($daemon)
+groups+=("$daemon")
 for _ in $(seq 100); do [ -S "$tmp/rt/worker.sock" ] && break; sleep 0.05; done
 [ -S "$tmp/rt/worker.sock" ] || fail "hvd-coordinatord did not start" "$(cat "$tmp/daemon.log")"
 
@@ -31,7 +31,7 @@ for scen in longrun longrun-detached; do
         HVD_TEST_TMPDIR=$tmp/k setsid "$launch" -r "$tmp/rt" -j "killed-$scen" -t 60 -n 3 -- "$worker" $scen \
                 >"$tmp/out" 2>&1 &
         job=$!
-        groups+=($job)
+        groups+=("$job")
         for _ in $(seq 600); do
                 [ -e "$tmp/k/running.0" ] && [ -e "$tmp/k/running.1" ] && [ -e "$tmp/k/running.2" ] && break
                 kill -0 $job 2>/dev/null || break

@@ -40,11 +40,11 @@ start_daemon closed 0660
 # rank ENV...: one worker of a 2-rank job on the open daemon
 job=job-auth-$$ secret=$(printf '%08x%08x' $RANDOM$RANDOM $$)
 rank_env() {
-        echo HVD_JOB_ID=$job HVD_JOB_SECRET=$secret HVD_RANK=$1 HVD_SIZE=2 HVD_LOCAL_RANK=$1 HVD_LOCAL_SIZE=2 \
-                HVD_RUNTIME_DIR=$base/open
+        echo "HVD_JOB_ID=$job HVD_JOB_SECRET=$secret HVD_RANK=$1 HVD_SIZE=2 HVD_LOCAL_RANK=$1 HVD_LOCAL_SIZE=2" \
+                "HVD_RUNTIME_DIR=$base/open"
 }
 out0=$base/rank0.out
-# shellcheck disable=SC2046
+# shellcheck disable=SC2046 # rank_env prints NAME=VALUE words, split on purpose
 env $(rank_env 0) timeout -k 5 60 "$b/tests/worker_smoke" >"$out0" 2>&1 &
 r0=$!
 for _ in $(seq 100); do grep -q "rank 0 joined" "$base/open/daemon.log" && break; sleep 0.05; done
@@ -59,13 +59,13 @@ rc=$?
 echo "$out" | grep -q "permission denied: job $job belongs to uid 0; only its owner or root may start or stop its timeline (the request came from uid $nobody)" ||
         fail "hvdctl timeline by uid $nobody: no clear refusal" "$out"
 out=$(timeout -k 5 30 "$b/tools/hvdctl" -r "$base/open" timeline "$job" stop 2>&1)
-[ $? -eq 1 ] && ! echo "$out" | grep -q "permission denied" || fail "hvdctl timeline by root: unexpected answer" "$out"
+{ [ $? -eq 1 ] && ! echo "$out" | grep -q "permission denied"; } || fail "hvdctl timeline by root: unexpected answer" "$out"
 [ ! -e "$base/tl.json" ] || fail "a refused timeline request created its file"
 echo "ok: hvdctl timeline on a job of uid 0 is refused for uid $nobody (exit 4)"
 
 # rank 1 as nobody, with the right secret: refused, quickly and clearly
 start=$(date +%s%N)
-# shellcheck disable=SC2046
+# shellcheck disable=SC2046 # rank_env prints NAME=VALUE words, split on purpose
 out=$(as_nobody env $(rank_env 1) timeout -k 5 30 "$b/tests/worker_smoke" 2>&1) &&
         fail "a worker of uid $nobody joined a job of uid 0" "$out"
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
@@ -77,23 +77,23 @@ grep -q "of uid $nobody refused: the job belongs to uid 0" "$base/open/daemon.lo
 echo "ok: a worker of uid $nobody with the job's secret is refused in $ms ms"
 
 # the job is not disturbed: its own rank 1 joins and it completes
-# shellcheck disable=SC2046
+# shellcheck disable=SC2046 # rank_env prints NAME=VALUE words, split on purpose
 out=$(env $(rank_env 1) timeout -k 5 60 "$b/tests/worker_smoke" 2>&1) || fail "rank 1 of uid 0 failed" "$out"
 wait $r0 || fail "rank 0 failed" "$(cat "$out0")"
 grep -q "coll ok size 2" "$out0" || fail "rank 0: no success line" "$(cat "$out0")"
 echo "ok: the job completes with its owner's ranks"
 
 # nobody runs a job of its own on the same daemon
-out=$(as_nobody env HVD_JOB_ID=job-nobody-$$ HVD_JOB_SECRET=$secret HVD_RANK=0 HVD_SIZE=1 HVD_LOCAL_RANK=0 \
-        HVD_LOCAL_SIZE=1 HVD_RUNTIME_DIR=$base/open timeout -k 5 60 "$b/tests/worker_smoke" 2>&1) ||
+out=$(as_nobody env HVD_JOB_ID=job-nobody-$$ HVD_JOB_SECRET="$secret" HVD_RANK=0 HVD_SIZE=1 HVD_LOCAL_RANK=0 \
+        HVD_LOCAL_SIZE=1 HVD_RUNTIME_DIR="$base/open" timeout -k 5 60 "$b/tests/worker_smoke" 2>&1) ||
         fail "uid $nobody cannot run its own job" "$out"
 echo "$out" | grep -q "coll ok size 1" || fail "uid $nobody's own job: no success line" "$out"
 echo "ok: uid $nobody runs its own job"
 
 # no access to the socket file (mode 0660, root's group): clear message in seconds
 start=$(date +%s%N)
-out=$(as_nobody env HVD_JOB_ID=job-closed-$$ HVD_JOB_SECRET=$secret HVD_RANK=0 HVD_SIZE=1 HVD_LOCAL_RANK=0 \
-        HVD_LOCAL_SIZE=1 HVD_RUNTIME_DIR=$base/closed timeout -k 5 30 "$b/tests/worker_smoke" 2>&1) &&
+out=$(as_nobody env HVD_JOB_ID=job-closed-$$ HVD_JOB_SECRET="$secret" HVD_RANK=0 HVD_SIZE=1 HVD_LOCAL_RANK=0 \
+        HVD_LOCAL_SIZE=1 HVD_RUNTIME_DIR="$base/closed" timeout -k 5 30 "$b/tests/worker_smoke" 2>&1) &&
         fail "a worker without access to the socket ran" "$out"
 ms=$(( ($(date +%s%N) - start) / 1000000 ))
 echo "$out" | grep -q "permission denied on $base/closed/worker.sock (not in group hvd?)" ||

@@ -20,6 +20,7 @@ ok() { echo "ok - $*"; }
 
 "$D" --help >"$tmp/help" || fail "hvd-coordinatord --help failed"
 n=0
+# shellcheck disable=SC2013 # grep -o prints one option, a single word, a line
 for opt in $(grep -o -- '--[a-z][a-z-]*' "$tmp/help" | sort -u); do
         grep -qF -- "${opt//-/\\-}" "$S/man/hvd-coordinatord.8" || fail "hvd-coordinatord.8 lacks $opt"
         n=$((n + 1))
@@ -28,6 +29,7 @@ done
 ok "$n long options of hvd-coordinatord --help are in hvd-coordinatord.8"
 "$HVD_BUILDDIR/tools/hvdctl" --help >"$tmp/help" || fail "hvdctl --help failed"
 n=0
+# shellcheck disable=SC2013 # grep -o prints one option, a single word, a line
 for opt in $(grep -o -- '--[a-z][a-z-]*' "$tmp/help" | sort -u); do
         grep -qF -- "${opt//-/\\-}" "$S/man/hvdctl.1" || fail "hvdctl.1 lacks $opt"
         n=$((n + 1))

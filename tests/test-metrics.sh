@@ -21,6 +21,7 @@ parse0="$PY $HVD_SRCDIR/tests/lib/promparse.py"
 parse="$parse0 --prefix hvd_"
 tmp=$(mktemp -d /tmp/hvd-test-metrics-XXXXXX)
 bg=()
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
         for p in "${bg[@]}"; do kill -KILL "$p" 2>/dev/null; done
         wait 2>/dev/null
@@ -81,7 +82,7 @@ rt=$tmp/rt
 printf 'metrics_listen = 127.0.0.1:0\nlog_level = warning\n' >"$tmp/c.conf"
 "$HVD_BUILDDIR/daemon/hvd-coordinatord" -c "$tmp/c.conf" --runtime-dir "$rt" 2>"$tmp/daemon.log" &
 dp=$!
-bg+=($dp)
+bg+=("$dp")
 for _ in $(seq 100); do [ -S "$rt/control.sock" ] && break; sleep 0.05; done
 [ -S "$rt/control.sock" ] || fail "the daemon did not start" "$(cat "$tmp/daemon.log")"
 addr=$("$hvdctl" -r "$rt" status --json | $PY -c 'import json,sys; print(json.load(sys.stdin)["metrics_listen"])')

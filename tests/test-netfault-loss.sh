@@ -27,7 +27,7 @@ nf_spawn "$dir" "nf-$nf_tag-mild" 30 262144 60
 st=0
 for p in "${NF_RPIDS[@]}"; do wait "$p" || st=1; done
 ms=$(($(nf_now) - t0))
-[ $st -eq 0 ] && grep -q "netfault: ok 30 iterations" "$dir/rank0" && grep -q "netfault: ok 30 iterations" "$dir/rank1" ||
+{ [ $st -eq 0 ] && grep -q "netfault: ok 30 iterations" "$dir/rank0" && grep -q "netfault: ok 30 iterations" "$dir/rank1"; } ||
         fail "mild loss: the job did not complete exactly" "$(cat "$dir"/rank*; tail -n 5 "$NF_BASE"/a.log "$NF_BASE"/b.log)"
 dropped=0
 for c in input output; do

@@ -43,7 +43,7 @@ nf_case data-partition data_only nf_heal_nft "a b" "$dp_b" "$dp_a"
 dir=$NF_BASE/data-partition-connect
 NF_GO=$dir/go nf_spawn "$dir" "nf-$nf_tag-connect" 5 65536 30
 for _ in $(seq 300); do [ -e "$dir/joined.0" ] && [ -e "$dir/joined.1" ] && break; sleep 0.05; done
-[ -e "$dir/joined.0" ] && [ -e "$dir/joined.1" ] || fail "data-partition-connect: the job did not start" "$(cat "$dir"/rank*)"
+{ [ -e "$dir/joined.0" ] && [ -e "$dir/joined.1" ]; } || fail "data-partition-connect: the job did not start" "$(cat "$dir"/rank*)"
 data_only || fail "cannot add the rules"
 t0=$(nf_now)
 touch "$dir/go"
@@ -53,7 +53,7 @@ for r in 0 1; do
         line=$(grep -m1 "^rank $r: netfault: ERROR at" "$dir/rank$r") || fail "data-partition-connect: rank $r did not fail" "$(cat "$dir/rank$r")"
         re=$dp_b
         [ $r = 1 ] && re=$dp_a
-        [[ $line =~ $re ]] && [[ $line == *"nf-$nf_tag-connect"* ]] ||
+        { [[ $line =~ $re ]] && [[ $line == *"nf-$nf_tag-connect"* ]]; } ||
                 fail "data-partition-connect: rank $r's error does not name the job, peer and timeout" "$line"
         at=${line#*ERROR at }
         ms=$((${at%% *} - t0))

@@ -22,7 +22,7 @@ sleep 0.5
 kill -USR2 "$NF_PROXY"
 st=0
 for p in "${NF_RPIDS[@]}"; do wait "$p" || st=1; done
-[ $st -eq 0 ] && grep -q "netfault: ok 40 iterations" "$dir/rank0" && grep -q "netfault: ok 40 iterations" "$dir/rank1" ||
+{ [ $st -eq 0 ] && grep -q "netfault: ok 40 iterations" "$dir/rank0" && grep -q "netfault: ok 40 iterations" "$dir/rank1"; } ||
         fail "a 0.5 s control-plane stall broke the job" "$(cat "$dir"/rank*; tail -n 5 "$NF_BASE"/a.log "$NF_BASE"/b.log)"
 echo "ok: short-stall: a 0.5 s control-plane stall was ridden out, results exact"
 

@@ -52,7 +52,7 @@ case $out in
 esac
 echo "ok: a range whose ports are all taken is refused, naming it"
 netpair_daemons "$HVD_BUILDDIR/daemon/hvd-coordinatord" "$base" "$na" "$nb" "${net}1"
-pids+=($NP_PIDS)
+for p in $NP_PIDS; do pids+=("$p"); done
 # the daemons' link: b -> proxy in b -> a's peer port
 ip netns exec "$nb" "$proxy" --max-seconds 120 "${net}2:7200" "${net}1:7100" 1000 >"$base/proxy-ctl.log" 2>&1 &
 pids+=($!)

@@ -26,7 +26,7 @@ tc -n "$na" qdisc add dev "$va" root tbf rate 400mbit burst 256kb latency 100ms 
 tc -n "$nb" qdisc add dev "$vb" root tbf rate 400mbit burst 256kb latency 100ms || skip "tc tbf is unavailable"
 
 netpair_daemons "$HVD_BUILDDIR/daemon/hvd-coordinatord" "$base" "$na" "$nb" "${net}1"
-pids+=($NP_PIDS)
+for p in $NP_PIDS; do pids+=("$p"); done
 ip netns exec "$nb" "$HVD_BUILDDIR/tests/delay_proxy" --max-seconds 120 "${net}2:7200" "${net}1:7100" 20000 >"$base/proxy.log" 2>&1 &
 pids+=($!)
 for _ in $(seq 100); do

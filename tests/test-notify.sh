@@ -42,7 +42,7 @@ wait_for() { # FILE PATTERN [SECONDS]
 start_peer a rt
 NOTIFY_SOCKET=$tmp/a.sock setsid "$D" --runtime-dir "$tmp/rt" --log-level info 2>"$tmp/daemon.log" &
 daemon=$!
-pids+=($daemon)
+pids+=("$daemon")
 wait_for "$tmp/a.log" "probe hvdctl" || fail "no READY=1 from the daemon" "$(cat "$tmp/a.log" "$tmp/daemon.log")"
 first=$(head -1 "$tmp/a.log")
 [ "${first#* }" = "READY=1" ] || fail "the first notification is not READY=1: '$first'" "$(cat "$tmp/a.log")"
@@ -67,7 +67,7 @@ mkdir "$tmp/k"
 HVD_TEST_TMPDIR=$tmp/k setsid "$HVD_SRCDIR/tests/lib/launch.sh" -r "$tmp/rt" -t 60 -n 2 -- \
         "$HVD_BUILDDIR/tests/worker_collectives" longrun >"$tmp/job.out" 2>&1 &
 job=$!
-pids+=($job)
+pids+=("$job")
 for _ in $(seq 600); do
         [ -e "$tmp/k/running.0" ] && [ -e "$tmp/k/running.1" ] && break
         kill -0 $job 2>/dev/null || break
@@ -91,7 +91,8 @@ for f in worker.sock control.sock coordinatord.lock; do
 done
 # (the ranks unlink the name once all are attached; the daemon removes it
 # too, for jobs that never got that far)
-ls /dev/shm | grep -q "^hvd-$daemon-" && fail "shared memory of the daemon left behind: $(ls /dev/shm | grep "^hvd-$daemon-")"
+left=$(find /dev/shm -maxdepth 1 -name "hvd-$daemon-*" -printf '%f\n' | sort)
+[ -z "$left" ] || fail "shared memory of the daemon left behind: $left"
 for _ in $(seq 400); do kill -0 $job 2>/dev/null || break; sleep 0.05; done
 kill -0 $job 2>/dev/null && fail "the ranks still run 20 s after the daemon stopped" "$(cat "$tmp/job.out")"
 for r in 0 1; do
@@ -104,7 +105,7 @@ ok "SIGTERM: ranks told, STOPPING=1, exit 0, sockets, lock and shared memory rem
 start_peer w rtw
 WATCHDOG_USEC=600000 NOTIFY_SOCKET=$tmp/w.sock "$D" --runtime-dir "$tmp/rtw" 2>"$tmp/wd.log" &
 wd=$!
-pids+=($wd)
+pids+=("$wd")
 wait_for "$tmp/w.log" "READY=1" || fail "watchdog run: no READY=1" "$(cat "$tmp/wd.log")"
 sleep 3
 kill -TERM $wd
@@ -114,7 +115,7 @@ rc=$?
 wait_for "$tmp/w.log" "peer done" 10 || fail "watchdog run: the peer did not finish"
 n=$(grep -c "^[0-9]* WATCHDOG=1$" "$tmp/w.log")
 # 3 s at one ping per 300 ms is about 10; a loaded machine may delay a few
-[ "$n" -ge 5 ] && [ "$n" -le 14 ] || fail "watchdog: $n WATCHDOG=1 in 3 s, expected about 10" "$(cat "$tmp/w.log")"
+{ [ "$n" -ge 5 ] && [ "$n" -le 14 ]; } || fail "watchdog: $n WATCHDOG=1 in 3 s, expected about 10" "$(cat "$tmp/w.log")"
 # never later than the 600 ms interval systemd would enforce (some slack for load)
 "$PY" - "$tmp/w.log" <<'PYEOF' || fail "watchdog pings too far apart" "$(cat "$tmp/w.log")"
 import sys
@@ -129,7 +130,7 @@ ok "WATCHDOG=1 every ~300 ms with WATCHDOG_USEC=600000 ($n in 3 s)"
 start_peer x rtx
 WATCHDOG_PID=1 WATCHDOG_USEC=200000 NOTIFY_SOCKET=$tmp/x.sock "$D" --runtime-dir "$tmp/rtx" 2>"$tmp/x.err" &
 xd=$!
-pids+=($xd)
+pids+=("$xd")
 wait_for "$tmp/x.log" "READY=1" || fail "WATCHDOG_PID run: no READY=1" "$(cat "$tmp/x.err")"
 sleep 1
 kill -TERM $xd

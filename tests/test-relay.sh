@@ -42,6 +42,7 @@ steps=60
 mkdir "$tmp/logs"
 # (a first-step hold of 2 s: the relays' merging of the first steps below
 # must not depend on how loaded the machine is)
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 HVD_TEST_DAEMON_ARGS="--relay-fanout 2 --first-step-hold 2s" \
         HVD_TEST_LOG_DIR=$tmp/logs HVD_TEST_STEPS=$steps HVD_TEST_HOLD=$tmp/hold "$multi" -H $hosts -t 120 -- \
         sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/rt.$HVD_RANK; exec "$0" staggered steady' "$worker" >"$tmp/job.out" 2>&1 &
@@ -125,6 +126,7 @@ echo "ok: $steps steps exact on 5 hosts; hosts b-e reached the root through two 
 stall_named() {
         local name=$1 missing=$2 want=$3 r
         shift 3
+        # shellcheck disable=SC2016 # expanded by the shell of each rank
         HVD_STALL_CHECK_TIME_SECONDS=1 HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=5 HVD_TEST_STALL_RANK=$missing \
                 "$multi" -H $hosts -t 60 -- \
                 sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp/$name"'.$HVD_RANK; exec "$0" stall-one' "$worker" \
@@ -147,6 +149,7 @@ stall_named stall 4 "'stall.t' ready on ranks [0, 1, 2, 3, 5, 6, 7], missing ran
 echo "ok: a stall in a relayed group names the missing rank (status and every waiting rank)"
 
 # relay b's daemon killed while the job holds: the others end, naming host b
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 HVD_TEST_STEPS=5 HVD_TEST_HOLD=$tmp/kill "$multi" -H $hosts -t 60 -- \
         sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/krt.$HVD_RANK; exec "$0" steady' "$worker" >"$tmp/kill.out" 2>&1 &
 lp=$!
@@ -172,6 +175,7 @@ echo "ok: a relay daemon lost mid-job: every other rank failed naming host b, in
 # a tree two levels deep: 7 hosts under the root, at most 2 reporting to a
 # daemon: b relays for c (which relays for d) and e; f for g and h
 hosts=a:2,b:1,c:2,d:1,e:2,f:1,g:2,h:1 # ranks: a 0-1, b 2, c 3-4, d 5, e 6-7, f 8, g 9-10, h 11
+# shellcheck disable=SC2016 # expanded by the shell of each rank
 HVD_TEST_STEPS=$steps HVD_TEST_HOLD=$tmp/tree "$multi" -H $hosts -t 120 -- \
         sh -c 'echo "$HVD_RUNTIME_DIR" > '"$tmp"'/trt.$HVD_RANK; exec "$0" steady' "$worker" >"$tmp/tree.out" 2>&1 &
 lp=$!

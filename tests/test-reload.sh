@@ -63,7 +63,7 @@ pids+=($!)
 for _ in $(seq 200); do [ -e "$tmp/notify.sock.ready" ] && break; sleep 0.05; done
 NOTIFY_SOCKET=$tmp/notify.sock "$D" --config "$conf" --cycle-time 3ms 2>"$tmp/daemon.log" &
 daemon=$!
-pids+=($daemon)
+pids+=("$daemon")
 wait_for "$tmp/notify.log" "READY=1" || fail "the daemon did not get ready" "$(cat "$tmp/daemon.log")"
 [ "$(status_field fusion_threshold)" = 33554432 ] || fail "fusion_threshold from the file not in force"
 [ "$(status_field cycle_time_usec)" = 3000 ] || fail "--cycle-time does not override the file"

@@ -55,6 +55,6 @@ for r in 0 1 2; do
 done
 [ "$ms" -lt 9000 ] || fail "the stalled job took $ms ms to end"
 metrics=$("$HVD_BUILDDIR/tools/hvdctl" --runtime-dir "$dir" metrics)
-grep -qx "hvd_stall_warnings_total 1" <<<"$metrics" && grep -qx "hvd_jobs_aborted_total 1" <<<"$metrics" ||
+{ grep -qx "hvd_stall_warnings_total 1" <<<"$metrics" && grep -qx "hvd_jobs_aborted_total 1" <<<"$metrics"; } ||
         fail "metrics do not count the stall warning and the abort" "$(grep -E 'stall|aborted' <<<"$metrics")"
 echo "ok: stall warned once, shown by hvdctl, job aborted on every rank after $ms ms"

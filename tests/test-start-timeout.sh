@@ -19,7 +19,7 @@ trap 'exit 130' INT TERM
 setsid "$HVD_BUILDDIR/daemon/hvd-coordinatord" --runtime-dir "$tmp/rt" --log-level warning --start-timeout 2s \
         2>"$tmp/daemon.log" &
 daemon=$!
-groups+=($daemon)
+groups+=("$daemon")
 for _ in $(seq 100); do [ -S "$tmp/rt/worker.sock" ] && break; sleep 0.05; done
 [ -S "$tmp/rt/worker.sock" ] || fail "hvd-coordinatord did not start" "$(cat "$tmp/daemon.log")"
 
@@ -50,15 +50,15 @@ groups+=($!)
 for _ in $(seq 100); do [ -S "$tmp/rt2/worker.sock" ] && break; sleep 0.05; done
 [ -S "$tmp/rt2/worker.sock" ] || fail "the second hvd-coordinatord did not start" "$(cat "$tmp/daemon2.log")"
 env HVD_JOB_ID=forming HVD_JOB_SECRET=0123abcd HVD_RANK=0 HVD_SIZE=3 HVD_LOCAL_RANK=0 HVD_LOCAL_SIZE=3 \
-        HVD_RUNTIME_DIR=$tmp/rt2 setsid timeout -k 2 30 \
+        HVD_RUNTIME_DIR="$tmp/rt2" setsid timeout -k 2 30 \
         "$worker" expect-init-error HVD_EABORTED 6000 "rank 1" >"$tmp/forming.0" 2>&1 &
 r0=$!
-groups+=($r0)
+groups+=("$r0")
 sleep 0.3
 env HVD_JOB_ID=forming HVD_JOB_SECRET=0123abcd HVD_RANK=1 HVD_SIZE=3 HVD_LOCAL_RANK=1 HVD_LOCAL_SIZE=3 \
-        HVD_RUNTIME_DIR=$tmp/rt2 setsid "$worker" barrier >"$tmp/forming.1" 2>&1 &
+        HVD_RUNTIME_DIR="$tmp/rt2" setsid "$worker" barrier >"$tmp/forming.1" 2>&1 &
 victim=$!
-groups+=($victim)
+groups+=("$victim")
 sleep 1
 kill -9 $victim
 wait $victim 2>/dev/null

@@ -82,7 +82,7 @@ ctl timeline tljob start ctl.json >"$tmp/start3b" 2>&1 ||
 # from outside the job, an existing file is never replaced
 echo keep >"$tmp/w3/keep.json"
 ctl timeline tljob start keep.json >"$tmp/start3c" 2>&1
-[ $? -eq 1 ] && grep -q "File exists" "$tmp/start3c" || fail "hvdctl timeline start into an existing file" \
+{ [ $? -eq 1 ] && grep -q "File exists" "$tmp/start3c"; } || fail "hvdctl timeline start into an existing file" \
         "$(cat "$tmp/start3c")"
 [ "$(cat "$tmp/w3/keep.json")" = keep ] || fail "hvdctl timeline start replaced an existing file"
 touch "$tmp/w3/go"
@@ -117,7 +117,7 @@ job5=$!
 wait_file "$tmp/w5/hanging" || fail "the job to kill did not get going" "$(cat "$tmp/out5")"
 for r in 0 1 2; do wait_file "$tmp/w5/pid.$r" 10 || fail "rank $r wrote no pid"; done
 sleep 0.5
-kill -KILL $(cat "$tmp/w5/pid.0" "$tmp/w5/pid.1" "$tmp/w5/pid.2")
+kill -KILL "$(cat "$tmp/w5/pid.0")" "$(cat "$tmp/w5/pid.1")" "$(cat "$tmp/w5/pid.2")"
 wait "$job5"
 /usr/bin/python3 -c 'import json, sys; json.load(open(sys.argv[1]))' "$tmp/killed.json" 2>/dev/null &&
         fail "the killed job's file is complete JSON, expected it to lack its ]"
@@ -125,7 +125,7 @@ cp "$tmp/killed.json" "$tmp/cut.json"
 "$hvdctl" timeline-repair "$tmp/killed.json" >"$tmp/repair5" 2>&1 || fail "timeline-repair failed" "$(cat "$tmp/repair5")"
 $check "$tmp/killed.json" --ranks 3 --expect tl.a:3 --expect tl.bcast:3 >"$tmp/check5" 2>&1 ||
         fail "repaired file" "$(cat "$tmp/check5")"
-"$hvdctl" timeline-repair "$tmp/killed.json" >"$tmp/repair5b" 2>&1 && grep -q "complete already" "$tmp/repair5b" ||
+{ "$hvdctl" timeline-repair "$tmp/killed.json" >"$tmp/repair5b" 2>&1 && grep -q "complete already" "$tmp/repair5b"; } ||
         fail "repairing a complete file" "$(cat "$tmp/repair5b")"
 # a write cut short (disk full): half an event at the end goes
 size=$(stat -c %s "$tmp/cut.json")
@@ -139,11 +139,11 @@ grep -q '"not"' "$tmp/other.json" || fail "timeline-repair changed a file that i
 
 # 6. errors
 ctl timeline nosuchjob stop >"$tmp/err6" 2>&1
-[ $? -eq 1 ] && grep -q "no job 'nosuchjob'" "$tmp/err6" || fail "unknown job" "$(cat "$tmp/err6")"
+{ [ $? -eq 1 ] && grep -q "no job 'nosuchjob'" "$tmp/err6"; } || fail "unknown job" "$(cat "$tmp/err6")"
 # --endpoint takes a runtime directory or an endpoint, as for the other commands
 for ep in "$tmp/rt" "ipc://$tmp/rt/control.sock"; do
         "$hvdctl" --endpoint "$ep" timeline nosuchjob stop >"$tmp/err6e" 2>&1
-        [ $? -eq 1 ] && grep -q "no job 'nosuchjob'" "$tmp/err6e" || fail "--endpoint $ep" "$(cat "$tmp/err6e")"
+        { [ $? -eq 1 ] && grep -q "no job 'nosuchjob'" "$tmp/err6e"; } || fail "--endpoint $ep" "$(cat "$tmp/err6e")"
 done
 "$hvdctl" -r "$tmp/rt" timeline tljob >"$tmp/err6b" 2>&1
 [ $? -eq 2 ] || fail "hvdctl timeline without start/stop is a usage error" "$(cat "$tmp/err6b")"

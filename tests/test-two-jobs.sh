@@ -20,7 +20,7 @@ trap 'exit 130' INT TERM
 
 setsid "$HVD_BUILDDIR/daemon/hvd-coordinatord" --runtime-dir "$tmp/rt" --log-level warning 2>"$tmp/daemon.log" &
 daemon=$!
-groups+=($daemon)
+groups+=("$daemon")
 for _ in $(seq 100); do [ -S "$tmp/rt/worker.sock" ] && break; sleep 0.05; done
 [ -S "$tmp/rt/worker.sock" ] || fail "hvd-coordinatord did not start" "$(cat "$tmp/daemon.log")"
 
@@ -28,12 +28,12 @@ mkdir "$tmp/a" "$tmp/b"
 HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp/a setsid "$launch" -r "$tmp/rt" -j job-a -t 90 -n 2 -- \
         "$worker" allreduce broadcast allgather alltoall reducescatter barrier many >"$tmp/a.out" 2>&1 &
 a=$!
-groups+=($a)
+groups+=("$a")
 HOROVOD_FUSION_THRESHOLD=0 HOROVOD_CYCLE_TIME=3 HVD_TEST_TMPDIR=$tmp/b \
         setsid "$launch" -r "$tmp/rt" -j job-b -t 90 -n 3 -- \
         "$worker" many grouped barrier join allgather mismatch duplicate many >"$tmp/b.out" 2>&1 &
 b=$!
-groups+=($b)
+groups+=("$b")
 wait $a; sa=$?
 wait $b; sb=$?
 sed 's/^/[job-a] /' "$tmp/a.out"

@@ -62,7 +62,7 @@ mkdir "$tmp/k"
 HVD_TEST_TMPDIR=$tmp/k setsid "$launch" -r "$rt" -j vg-killed -t 120 -n 3 -- "$worker" longrun \
         >"$tmp/killed.out" 2>&1 &
 job=$!
-groups+=($job)
+groups+=("$job")
 for _ in $(seq 1200); do
         [ -e "$tmp/k/running.0" ] && [ -e "$tmp/k/running.1" ] && [ -e "$tmp/k/running.2" ] && break
         kill -0 $job 2>/dev/null || break

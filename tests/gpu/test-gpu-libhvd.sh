@@ -12,7 +12,7 @@
 prog=$HVD_BUILDDIR/tests/gpu/gpu_libhvd
 mock=$HVD_BUILDDIR/tests/gpu/.libs/libhvd-nccl-mock.so
 old=$HVD_BUILDDIR/tests/gpu/.libs/libhvd-gpu-oldabi.so
-[ -x "$prog" ] && [ -f "$mock" ] && [ -f "$old" ] || fail "tests/gpu/gpu_libhvd or its modules are not built"
+{ [ -x "$prog" ] && [ -f "$mock" ] && [ -f "$old" ]; } || fail "tests/gpu/gpu_libhvd or its modules are not built"
 unset HVD_JOB_ID HVD_GPU_DEVICE CUDA_VISIBLE_DEVICES
 
 out=$(HVD_GPU_MODULE=$mock MOCK_GPUS=1 timeout 120 "$prog" outputs 2>&1)

@@ -1,5 +1,6 @@
 # common.sh — helpers for the shell tests (sourced by sh and bash scripts:
 # POSIX sh only).
+# shellcheck shell=sh
 : "${HVD_BUILDDIR:?run through make check}" "${HVD_SRCDIR:?run through make check}"
 
 # fail MESSAGE [DETAILS]: print and exit 1
@@ -50,6 +51,7 @@ kill_groups() {
 start_daemon() {
         setsid "$HVD_BUILDDIR/daemon/hvd-coordinatord" -c "$2" --runtime-dir "$1/rt" --log-level info \
                 2>"$1/daemon.log" &
+        # shellcheck disable=SC2034 # the caller's
         daemon=$!
         wait_files 10 "$1/rt/worker.sock" || fail "hvd-coordinatord did not start" "$(cat "$1/daemon.log")"
 }

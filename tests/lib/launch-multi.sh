@@ -12,7 +12,7 @@
 # HVD_TEST_LOG_DIR=DIR keeps each host's daemon log as DIR/daemon-HOST.log.
 set -u
 builddir=${HVD_BUILDDIR:?HVD_BUILDDIR must point at the build tree}
-hosts= tmo=120 job="job-$$-$RANDOM" secret=$(printf '%08x%08x' $RANDOM$RANDOM $$)
+hosts='' tmo=120 job="job-$$-$RANDOM" secret=$(printf '%08x%08x' $RANDOM$RANDOM $$)
 while getopts "H:t:j:" o; do
         case $o in
         H) hosts=$OPTARG ;; t) tmo=$OPTARG ;; j) job=$OPTARG ;;
@@ -24,6 +24,8 @@ shift $((OPTIND - 1))
 IFS=, read -r -a specs <<<"$hosts"
 base=$(mktemp -d /tmp/hvd-multi-XXXXXX)
 dpids=()
+read -r -a daemon_args <<<"${HVD_TEST_DAEMON_ARGS:-}"
+# shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
         for p in "${dpids[@]}"; do kill -TERM "$p" 2>/dev/null; done
         for p in "${dpids[@]}"; do wait "$p" 2>/dev/null; done
@@ -42,7 +44,7 @@ for ((i = 0; i < K; i++)); do
         dir=$base/${names[$i]}
         mkdir -p "$dir"
         "$builddir/daemon/hvd-coordinatord" --runtime-dir "$dir" --peer-listen 'tcp://127.0.0.1:*' \
-                --log-level "${HVD_TEST_LOG_LEVEL:-warning}" ${HVD_TEST_DAEMON_ARGS:-} 2>"$dir/daemon.log" &
+                --log-level "${HVD_TEST_LOG_LEVEL:-warning}" "${daemon_args[@]}" 2>"$dir/daemon.log" &
         dpids+=($!)
 done
 for ((i = 0; i < K; i++)); do

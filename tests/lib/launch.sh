@@ -10,7 +10,7 @@
 # Needs HVD_BUILDDIR (set by `make check`).
 set -u
 builddir=${HVD_BUILDDIR:?HVD_BUILDDIR must point at the build tree}
-rt= job="job-$$-$RANDOM" secret=$(printf '%08x%08x' $RANDOM$RANDOM $$) n=1 tmo=120
+rt='' job="job-$$-$RANDOM" secret=$(printf '%08x%08x' $RANDOM$RANDOM $$) n=1 tmo=120
 while getopts "r:j:s:n:t:" o; do
         case $o in
         r) rt=$OPTARG ;; j) job=$OPTARG ;; s) secret=$OPTARG ;; n) n=$OPTARG ;; t) tmo=$OPTARG ;;
@@ -22,8 +22,9 @@ shift $((OPTIND - 1))
 own_daemon=
 if [ -z "$rt" ]; then
         rt=$(mktemp -d /tmp/hvd-test-XXXXXX)
+        read -r -a daemon_args <<<"${HVD_TEST_DAEMON_ARGS:-}"
         "$builddir/daemon/hvd-coordinatord" --runtime-dir "$rt" --log-level "${HVD_TEST_LOG_LEVEL:-warning}" \
-                ${HVD_TEST_DAEMON_ARGS:-} 2>"$rt/daemon.log" &
+                "${daemon_args[@]}" 2>"$rt/daemon.log" &
         own_daemon=$!
         for _ in $(seq 100); do [ -S "$rt/worker.sock" ] && break; sleep 0.05; done
 fi

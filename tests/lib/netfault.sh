@@ -14,6 +14,7 @@
 # cause, while a job local to each surviving daemon completes; then HEAL,
 # and a new spanning job must complete with exact results. The time from
 # the fault to each rank's error is printed ("detect").
+# shellcheck shell=bash
 : "${HVD_BUILDDIR:?}" "${HVD_SRCDIR:?}"
 . "$HVD_SRCDIR/tests/lib/netpair.sh"
 [ "$(id -u)" -eq 0 ] || skip "network namespaces and nftables need root"
@@ -55,7 +56,7 @@ nf_setup() {
         nf_start_daemon b
         ip netns exec "$NF_NB" "$HVD_BUILDDIR/tests/delay_proxy" --max-seconds 300 "$NF_IPB:7200" "$NF_IPA:7100" 1000 >"$NF_BASE/proxy.log" 2>&1 &
         NF_PROXY=$!
-        nf_pids+=($NF_PROXY)
+        nf_pids+=("$NF_PROXY")
         for _ in $(seq 100); do grep -q listening "$NF_BASE/proxy.log" && break; sleep 0.05; done
         grep -q listening "$NF_BASE/proxy.log" || fail "the delay proxy did not start" "$(cat "$NF_BASE/proxy.log")"
 }
@@ -67,8 +68,8 @@ nf_need_nft() {
         command -v nft >/dev/null || skip "nft (nftables) is not installed (scripts/setup.sh installs it)"
         local err
         err=$(nf_nft add table inet hvdnf 2>&1) || skip "nftables unavailable in a namespace: $err"
-        nf_nft add chain inet hvdnf input '{ type filter hook input priority 0; policy accept; }' &&
-                nf_nft add chain inet hvdnf output '{ type filter hook output priority 0; policy accept; }' ||
+        { nf_nft add chain inet hvdnf input '{ type filter hook input priority 0; policy accept; }' &&
+                nf_nft add chain inet hvdnf output '{ type filter hook output priority 0; policy accept; }'; } ||
                 skip "cannot add nftables chains"
 }
 
@@ -114,7 +115,7 @@ nf_local() {
         HVD_TEST_TMPDIR=$dir "$HVD_SRCDIR/tests/lib/launch.sh" -r "$NF_BASE/$h" -j "nf-local-$h-$nf_tag-$nf_jobn" -t 40 \
                 -n 2 -- "$NF_WORKER" 40 4096 >"$dir/out" 2>&1 &
         NF_LPID=$!
-        nf_pids+=($NF_LPID)
+        nf_pids+=("$NF_LPID")
 }
 
 # nf_good NAME: a new spanning job must complete with exact results
@@ -124,7 +125,7 @@ nf_good() {
         nf_spawn "$dir" "nf-$nf_tag-$nf_jobn" 10 65536
         local st=0
         for p in "${NF_RPIDS[@]}"; do wait "$p" || st=1; done
-        [ $st -eq 0 ] && grep -q "netfault: ok 10 iterations" "$dir/rank0" && grep -q "netfault: ok 10" "$dir/rank1" ||
+        { [ $st -eq 0 ] && grep -q "netfault: ok 10 iterations" "$dir/rank0" && grep -q "netfault: ok 10" "$dir/rank1"; } ||
                 fail "$name: a spanning job failed" "$(tail -n 12 "$dir"/rank* "$NF_BASE"/a.log "$NF_BASE"/b.log)"
 }
 
@@ -143,7 +144,7 @@ nf_case() {
                 [ -e "$dir/running.0" ] && [ -e "$dir/running.1" ] && break
                 sleep 0.05
         done
-        [ -e "$dir/running.0" ] && [ -e "$dir/running.1" ] ||
+        { [ -e "$dir/running.0" ] && [ -e "$dir/running.1" ]; } ||
                 fail "$name: the spanning job did not start" "$(tail -n 5 "$dir"/rank* "$NF_BASE"/a.log "$NF_BASE"/b.log)"
         local t0
         t0=$(nf_now)
@@ -151,7 +152,7 @@ nf_case() {
         local h lp=()
         for h in $survivors; do
                 nf_local "$h" "$dir/local-$h"
-                lp+=($NF_LPID)
+                lp+=("$NF_LPID")
         done
         local st
         for p in "${spanning[@]}"; do wait "$p"; done

@@ -1,5 +1,6 @@
 # netpair.sh — two emulated hosts: network namespaces joined by a veth pair.
 # POSIX sh; sourced by the namespace tests and benchmarks (root needed).
+# shellcheck shell=sh
 #
 #   netpair NA NB VA VB IPA IPB
 # creates namespaces NA and NB, the veth pair VA (in NA, IPA/24) - VB (in NB,
@@ -11,11 +12,11 @@ netpair() {
         np_err=$(ip netns add "$1" 2>&1) || { echo "cannot create a network namespace: $np_err"; return 2; }
         ip netns add "$2" || { echo "cannot create a second network namespace"; return 2; }
         ip link add "$3" type veth peer name "$4" || { echo "cannot create a veth pair"; return 2; }
-        ip link set "$3" netns "$1" && ip link set "$4" netns "$2" || { echo "cannot move the veth ends"; return 1; }
-        ip -n "$1" addr add "$5/24" dev "$3" && ip -n "$2" addr add "$6/24" dev "$4" ||
+        { ip link set "$3" netns "$1" && ip link set "$4" netns "$2"; } || { echo "cannot move the veth ends"; return 1; }
+        { ip -n "$1" addr add "$5/24" dev "$3" && ip -n "$2" addr add "$6/24" dev "$4"; } ||
                 { echo "cannot address the veth ends"; return 1; }
-        ip -n "$1" link set lo up && ip -n "$2" link set lo up && ip -n "$1" link set "$3" up &&
-                ip -n "$2" link set "$4" up || { echo "cannot bring the link up"; return 1; }
+        { ip -n "$1" link set lo up && ip -n "$2" link set lo up && ip -n "$1" link set "$3" up &&
+                ip -n "$2" link set "$4" up; } || { echo "cannot bring the link up"; return 1; }
 }
 
 # netpair_test NA NB VA VB IPA IPB: netpair in a test (after common.sh):
@@ -59,6 +60,7 @@ table ip hvddelay {
 }
 EOF
         ip netns exec "$2" "$1" 0.0.0.0:7999 orig "$4" >"$5" 2>&1 &
+        # shellcheck disable=SC2034 # the caller's
         NP_PID=$!
         for _ in $(seq 100); do grep -q listening "$5" && return 0; sleep 0.05; done
         echo "the delay proxy in $2 did not start: $(cat "$5")"
