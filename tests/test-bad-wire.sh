@@ -138,7 +138,7 @@ if [ -x "$PY" ]; then
                 cat "$tmp/http.$round"
                 alive "after HTTP bad input ($round)"
                 sleep 1
-                eval "hrss$round=\$(rss_kb)"
+                if [ "$round" = 1 ]; then hrss1=$(rss_kb); else hrss2=$(rss_kb); fi
         done
         echo "VmRSS after the first HTTP round: $hrss1 kB, after the second: $hrss2 kB"
         if [ -z "${HVD_ASAN_RUNTIME:-}" ]; then
