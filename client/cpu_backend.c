@@ -305,8 +305,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
                                 struct stat st;
                                 if (fstat(fd, &st) == 0 && (size_t) st.st_size >= b->map_bytes)
                                         break;
-                                close(fd);
-                                fd = -1;
+                                close(fd); /* too small yet: local rank 0 is still sizing it */
                         } else if (errno != ENOENT) {
                                 r = -errno;
                                 snprintf(err, err_len, "cannot open shared memory %s: %s", shm_name, strerror(errno));
