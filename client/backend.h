@@ -1,7 +1,10 @@
-/* backend.h — the data-plane interface: a backend executes one fused
- * operation of a schedule for this rank. The CPU backend (shared memory
- * between the ranks of a node) is built in; a GPU backend slots in beside
- * it with the same calls. Called from the worker's background thread only. */
+/* backend.h — the CPU data plane's interface: the backend executes one
+ * fused operation of a schedule for this rank (shared memory between the
+ * ranks of a node, TCP between nodes). It is built into libhvd. GPU work
+ * does not come here: it goes to the GPU module through its own table
+ * (gpu_module.h), which shares the operation (hvd_xop_t) and the topology
+ * (hvd_topology_t) types defined here. Called by the runner only (client.h):
+ * the background thread, or a user thread taking the fast path's turn. */
 #ifndef HVD_BACKEND_H
 #define HVD_BACKEND_H
 
