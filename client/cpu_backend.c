@@ -244,13 +244,8 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
         b->direct_bytes = size <= ncpu ? DIRECT_BYTES : DIRECT_OVERSUB_BYTES;
         /* HVD_SHM_CHUNK_BYTES (local rank 0's, published in the header):
          * for tuning, and for tests of many chunks */
-        const char *cb = getenv("HVD_SHM_CHUNK_BYTES");
-        if (cb && *cb) {
-                char *end;
-                unsigned long long x = strtoull(cb, &end, 10);
-                if (!*end && x >= 4096)
-                        b->chunk_bytes = x;
-        }
+        if (topo->shm_chunk_bytes >= 4096)
+                b->chunk_bytes = topo->shm_chunk_bytes;
         b->srcs = calloc((size_t) size, sizeof *b->srcs);
         if (!b->srcs) {
                 free(b);

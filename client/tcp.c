@@ -179,7 +179,8 @@ int hvd_tcp_new(int listen_fd, int rank, int size, char *const *addrs, uint64_t 
         t->corrupt_frame = -1;
         /* HVD_TEST_RING_CORRUPT=RANK:CHUNK: rank RANK changes one byte of
          * the CHUNK-th frame (from 0) it sends on each connection, after
-         * computing its checksum — for tests of the checksum only */
+         * computing its checksum — for tests of the checksum only: a fault
+         * to inject where it acts, not a setting (client/settings.c) */
         const char *hook = getenv("HVD_TEST_RING_CORRUPT");
         int hr = -1;
         long long hc = -1;
