@@ -1,6 +1,7 @@
 # Check unit tests of the internal library (common/): fusion planner,
-# negotiation table, wire format, configuration, string map; and of the
-# fast path's readiness board (client/fastpath.c, compiled in).
+# negotiation table, wire format, configuration, string map; and of
+# libhvd's modules compiled in: the fast path's readiness board
+# (client/fastpath.c) and a worker's settings (client/settings.c).
 if HAVE_CHECK
 %C%_unit_tests = \
 	%D%/check_fusion \
@@ -8,7 +9,8 @@ if HAVE_CHECK
 	%D%/check_wire \
 	%D%/check_conf \
 	%D%/check_strmap \
-	%D%/check_fastpath
+	%D%/check_fastpath \
+	%D%/check_settings
 check_PROGRAMS += $(%C%_unit_tests)
 TESTS += $(%C%_unit_tests)
 
@@ -19,6 +21,11 @@ TESTS += $(%C%_unit_tests)
 %C%_check_fastpath_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
 %C%_check_fastpath_CFLAGS = $(%C%_unit_cflags)
 %C%_check_fastpath_LDADD = $(%C%_unit_ldadd)
+
+%C%_check_settings_SOURCES = %D%/check_settings.c client/settings.c client/settings.h
+%C%_check_settings_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
+%C%_check_settings_CFLAGS = $(%C%_unit_cflags)
+%C%_check_settings_LDADD = $(%C%_unit_ldadd)
 
 %C%_check_fusion_SOURCES = %D%/check_fusion.c
 %C%_check_fusion_CFLAGS = $(%C%_unit_cflags)
