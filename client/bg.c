@@ -242,7 +242,11 @@ static bool wait_and_receive(long timeout) {
                         hvd_link_hold(env); /* for the next turn, under the runner */
                         continue;
                 }
-                hvd_link_process_held(); /* kept during a wait: they came first */
+                /* kept during a wait: they came first. With a fast path
+                 * this thread does not hold the runner here, and the kept
+                 * ones (schedules for the board) wait for its next turn */
+                if (!G.fp)
+                        hvd_link_process_held();
                 hvd_link_handle(env);
                 hvd_wire_free(&env);
         }
