@@ -63,6 +63,11 @@ static int run(int np, int me, const char *shm, uint64_t slot, size_t min_bytes,
                 .rank_local = rank_local,
                 .listen_fd = -1,
         };
+        /* as libhvd reads it (client/settings.c), for tuning runs */
+        const char *cb = getenv("HVD_SHM_CHUNK_BYTES");
+        char *end;
+        if (cb && *cb && (topo.shm_chunk_bytes = strtoull(cb, &end, 10), *end))
+                topo.shm_chunk_bytes = 0;
         char err[512];
         hvd_backend_t *b = NULL;
         if (hvd_cpu_backend_new(shm, &topo, slot, 60 * UINT64_C(1000000), NULL, NULL, &b, err, sizeof err) < 0) {

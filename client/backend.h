@@ -1,7 +1,10 @@
-/* backend.h — the data-plane interface: a backend executes one fused
- * operation of a schedule for this rank. The CPU backend (shared memory
- * between the ranks of a node) is built in; a GPU backend slots in beside
- * it with the same calls. Called from the worker's background thread only. */
+/* backend.h — the CPU data plane's interface: the backend executes one
+ * fused operation of a schedule for this rank (shared memory between the
+ * ranks of a node, TCP between nodes). It is built into libhvd. GPU work
+ * does not come here: it goes to the GPU module through its own table
+ * (gpu_module.h), which shares the operation (hvd_xop_t) and the topology
+ * (hvd_topology_t) types defined here. Called by the runner only (client.h):
+ * the background thread, or a user thread taking the fast path's turn. */
 #ifndef HVD_BACKEND_H
 #define HVD_BACKEND_H
 
@@ -75,7 +78,8 @@ typedef struct hvd_topology {
         char *const *addrs;         /* [size]: data-plane "ip:port" of each rank */
         int listen_fd;              /* this rank's data-plane listener, or -1 */
         uint64_t job_hash;
-        bool ring_checksum; /* a CRC-32C on every TCP ring frame (the job's setting) */
+        bool ring_checksum;       /* a CRC-32C on every TCP ring frame (the job's setting) */
+        uint64_t shm_chunk_bytes; /* HVD_SHM_CHUNK_BYTES (>= 4096), 0: the backend's choice */
 } hvd_topology_t;
 
 /* CPU backend: shared memory between the ranks of this node (segment

@@ -208,6 +208,52 @@ static int barrier(hvd_backend_t *b, const view_t *v, const char *what, char *er
         }
 }
 
+/* The node's segment of b->map_bytes: local rank 0 creates and sizes it,
+ * the others open it once it has its size (until deadline). Returns its
+ * descriptor, or < 0 with the reason in err. */
+static int segment_open(const hvd_backend_t *b, const char *shm_name, int rank, uint64_t deadline, char *err,
+                        size_t err_len) {
+        int fd = -1, r;
+        if (rank == 0) {
+                fd = shm_open(shm_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+                if (fd < 0) {
+                        r = -errno;
+                        snprintf(err, err_len, "cannot create shared memory %s: %s", shm_name, strerror(errno));
+                        return r;
+                }
+                if (ftruncate(fd, (off_t) b->map_bytes) < 0) {
+                        r = -errno;
+                        snprintf(err, err_len, "cannot size shared memory %s to %zu bytes: %s", shm_name, b->map_bytes,
+                                 strerror(errno));
+                        close(fd);
+                        shm_unlink(shm_name);
+                        return r;
+                }
+        } else {
+                for (;;) {
+                        fd = shm_open(shm_name, O_RDWR | O_CLOEXEC, 0600);
+                        if (fd >= 0) {
+                                struct stat st;
+                                if (fstat(fd, &st) == 0 && (size_t) st.st_size >= b->map_bytes)
+                                        break;
+                                close(fd); /* too small yet: local rank 0 is still sizing it */
+                        } else if (errno != ENOENT) {
+                                r = -errno;
+                                snprintf(err, err_len, "cannot open shared memory %s: %s", shm_name, strerror(errno));
+                                return r;
+                        }
+                        if (hvd_now_usec() > deadline) {
+                                r = HVD_ETIMEOUT;
+                                snprintf(err, err_len, "local rank 0 did not create shared memory %s in time",
+                                         shm_name);
+                                return r;
+                        }
+                        usleep(1000);
+                }
+        }
+        return fd;
+}
+
 static int multi_node_init(hvd_backend_t *b, const hvd_topology_t *t);
 
 int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64_t slot_bytes, uint64_t timeout_usec,
@@ -244,13 +290,8 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
         b->direct_bytes = size <= ncpu ? DIRECT_BYTES : DIRECT_OVERSUB_BYTES;
         /* HVD_SHM_CHUNK_BYTES (local rank 0's, published in the header):
          * for tuning, and for tests of many chunks */
-        const char *cb = getenv("HVD_SHM_CHUNK_BYTES");
-        if (cb && *cb) {
-                char *end;
-                unsigned long long x = strtoull(cb, &end, 10);
-                if (!*end && x >= 4096)
-                        b->chunk_bytes = x;
-        }
+        if (topo->shm_chunk_bytes >= 4096)
+                b->chunk_bytes = topo->shm_chunk_bytes;
         b->srcs = calloc((size_t) size, sizeof *b->srcs);
         if (!b->srcs) {
                 free(b);
@@ -281,45 +322,11 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
         }
         size_t board_bytes = hvd_fastpath_board_bytes(size);
         b->map_bytes = HEADER_BYTES + board_bytes + (size_t) size * b->stride_bytes;
-        int fd = -1;
         uint64_t deadline = hvd_now_usec() + b->timeout_usec;
-        if (rank == 0) {
-                fd = shm_open(shm_name, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-                if (fd < 0) {
-                        r = -errno;
-                        snprintf(err, err_len, "cannot create shared memory %s: %s", shm_name, strerror(errno));
-                        goto fail;
-                }
-                if (ftruncate(fd, (off_t) b->map_bytes) < 0) {
-                        r = -errno;
-                        snprintf(err, err_len, "cannot size shared memory %s to %zu bytes: %s", shm_name, b->map_bytes,
-                                 strerror(errno));
-                        close(fd);
-                        shm_unlink(shm_name);
-                        goto fail;
-                }
-        } else {
-                for (;;) {
-                        fd = shm_open(shm_name, O_RDWR | O_CLOEXEC, 0600);
-                        if (fd >= 0) {
-                                struct stat st;
-                                if (fstat(fd, &st) == 0 && (size_t) st.st_size >= b->map_bytes)
-                                        break;
-                                close(fd);
-                                fd = -1;
-                        } else if (errno != ENOENT) {
-                                r = -errno;
-                                snprintf(err, err_len, "cannot open shared memory %s: %s", shm_name, strerror(errno));
-                                goto fail;
-                        }
-                        if (hvd_now_usec() > deadline) {
-                                r = HVD_ETIMEOUT;
-                                snprintf(err, err_len, "local rank 0 did not create shared memory %s in time",
-                                         shm_name);
-                                goto fail;
-                        }
-                        usleep(1000);
-                }
+        int fd = segment_open(b, shm_name, rank, deadline, err, err_len);
+        if (fd < 0) {
+                r = fd;
+                goto fail;
         }
         void *p = mmap(NULL, b->map_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
         close(fd);

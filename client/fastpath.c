@@ -354,7 +354,7 @@ static uint64_t publish(hvd_fastpath_t *fp) {
                 if (rc)
                         head++;
         }
-out:
+out:; /* a declaration follows: a label must label a statement before C23 */
         /* the schedules received here, in seq order, as long as the next
          * one the log lacks is one of them (another rank appended the
          * earlier ones, or appends the one missing here) */

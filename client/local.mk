@@ -1,9 +1,20 @@
 # libhvd: the client library every worker links. Exports exactly what
-# libhvd.sym lists.
+# libhvd.sym lists. client.h is the private state and the modules'
+# interfaces; settings.c alone reads the environment.
 lib_LTLIBRARIES += client/libhvd.la
 include_HEADERS += include/hvd.h
 client_libhvd_la_SOURCES = \
-	client/hvd.c \
+	client/client.h \
+	client/api.c \
+	client/handle.c \
+	client/init.c \
+	client/settings.c client/settings.h \
+	client/bg.c \
+	client/link.c \
+	client/schedule.c \
+	client/fastpath_turn.c \
+	client/gpu.c \
+	client/pset.c \
 	client/backend.h \
 	client/cpu_backend.c \
 	client/fastpath.c client/fastpath.h \

@@ -157,6 +157,8 @@ static int nccl_err(ncclComm_t comm, ncclResult_t r, const char *what, char *err
 }
 
 static uint64_t timeout_from_env(void) {
+        /* the module's own setting, read here: its ABI (gpu_module.h)
+         * carries no settings, and tests/gpu drives it without libhvd */
         const char *s = getenv("HVD_NCCL_TIMEOUT");
         if (s && *s) {
                 char *end;
@@ -569,6 +571,8 @@ static void gpu_close(hvd_gpu_t **gp);
  * the local rank. */
 static int pick_device(const hvd_topology_t *t, int device, int count, char *err, size_t err_len) {
         if (device < 0) {
+                /* libhvd always passes its device (client/settings.c); a
+                 * caller without one (tests/gpu/gpu_harness) gets this */
                 const char *s = getenv("HVD_GPU_DEVICE");
                 if (s && *s) {
                         char *end;

@@ -171,13 +171,16 @@ int hvd_tcp_new(int listen_fd, int rank, int size, char *const *addrs, uint64_t 
         t->check = check;
         t->userdata = userdata;
         t->conn = malloc((size_t) size * sizeof *t->conn);
+        for (int i = 0; t->conn && i < size; i++)
+                t->conn[i] = -1; /* hvd_tcp_destroy closes what is >= 0, also on the way out below */
         t->addrs = calloc((size_t) size, sizeof *t->addrs);
         t->sent_frames = calloc((size_t) size, sizeof *t->sent_frames);
         t->recv_frames = calloc((size_t) size, sizeof *t->recv_frames);
         t->corrupt_frame = -1;
         /* HVD_TEST_RING_CORRUPT=RANK:CHUNK: rank RANK changes one byte of
          * the CHUNK-th frame (from 0) it sends on each connection, after
-         * computing its checksum — for tests of the checksum only */
+         * computing its checksum — for tests of the checksum only: a fault
+         * to inject where it acts, not a setting (client/settings.c) */
         const char *hook = getenv("HVD_TEST_RING_CORRUPT");
         int hr = -1;
         long long hc = -1;
@@ -188,7 +191,6 @@ int hvd_tcp_new(int listen_fd, int rank, int size, char *const *addrs, uint64_t 
                 return -ENOMEM;
         }
         for (int i = 0; i < size; i++) {
-                t->conn[i] = -1;
                 if (!(t->addrs[i] = strdup(addrs[i] ? addrs[i] : ""))) {
                         hvd_tcp_destroy(&t);
                         return -ENOMEM;

@@ -19,9 +19,10 @@
 #include "config.h"
 #include "hvd.h"
 
-/* Process sets are being added to libhvd: bind to them weakly, so this
- * module still loads (and reports "not supported") against a libhvd that
- * does not export them yet. */
+/* libhvd exports the process-set calls (libhvd.sym, version HVD_0.1).
+ * They are bound weakly all the same, so that this module still imports
+ * against a libhvd built before they existed, and reports that process
+ * sets are not available there (has_process_sets below). */
 #pragma weak hvd_add_process_set
 #pragma weak hvd_remove_process_set
 #pragma weak hvd_process_set_rank

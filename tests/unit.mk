@@ -1,8 +1,9 @@
 # Check unit tests of the internal library (common/): fusion planner,
-# negotiation table, wire format, configuration, string map; of the fast
-# path's readiness board (client/fastpath.c, compiled in); of the daemon's
-# message handlers (check_daemon); and of the tools' library (tools/):
-# hvdrun's host lists and shell quoting, hvdctl's JSON.
+# negotiation table, wire format, configuration, string map; of libhvd's
+# modules compiled in: the fast path's readiness board (client/fastpath.c)
+# and a worker's settings (client/settings.c); of the daemon's message
+# handlers (check_daemon); and of the tools' library (tools/): hvdrun's
+# host lists and shell quoting, hvdctl's JSON.
 if HAVE_CHECK
 %C%_unit_tests = \
 	%D%/check_fusion \
@@ -11,6 +12,7 @@ if HAVE_CHECK
 	%D%/check_conf \
 	%D%/check_strmap \
 	%D%/check_fastpath \
+	%D%/check_settings \
 	%D%/check_daemon \
 	%D%/check_hostlist \
 	%D%/check_shellquote \
@@ -31,6 +33,11 @@ TESTS += $(%C%_unit_tests)
 %C%_check_daemon_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/daemon
 %C%_check_daemon_CFLAGS = $(%C%_unit_cflags)
 %C%_check_daemon_LDADD = daemon/libhvddaemon.la $(%C%_unit_ldadd)
+
+%C%_check_settings_SOURCES = %D%/check_settings.c client/settings.c client/settings.h
+%C%_check_settings_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
+%C%_check_settings_CFLAGS = $(%C%_unit_cflags)
+%C%_check_settings_LDADD = $(%C%_unit_ldadd)
 
 %C%_check_fusion_SOURCES = %D%/check_fusion.c
 %C%_check_fusion_CFLAGS = $(%C%_unit_cflags)

@@ -1,0 +1,309 @@
+/* check_settings.c — unit tests of a worker's settings (client/settings.c),
+ * read from a table instead of the process environment: the defaults of
+ * the configuration table, values parsed with their units, HVD_* before
+ * HOROVOD_* (an empty HVD_ value is unset), a job of one rank ignoring
+ * what only a job with a daemon reads, and the exact error, naming the
+ * variable and its value, for each value that is not valid. */
+#include "config.h"
+
+#include <check.h>
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "conf.h"
+#include "settings.h"
+
+#define MS  UINT64_C(1000)
+#define SEC UINT64_C(1000000)
+
+/* A fake environment: NAME=VALUE strings, NULL-terminated. */
+static const char *lookup(const char *name, void *userdata) {
+        const char *const *env = userdata;
+        size_t n = strlen(name);
+        for (; *env; env++)
+                if (strncmp(*env, name, n) == 0 && (*env)[n] == '=')
+                        return *env + n + 1;
+        return NULL;
+}
+
+static hvd_settings_t s;
+static char err[1024];
+
+static int read_env(const char *const *env) {
+        err[0] = 0;
+        return hvd_settings_read(&s, lookup, (void *) env, err, sizeof err);
+}
+
+/* A job of 4 ranks on 2 hosts, rank 1 (local rank 1 of 2 on host 0),
+ * plus the variables in extra. */
+#define JOB_ENV(...)                                                                                                   \
+        ((const char *const[]){ "HVD_JOB_ID=job-7", "HVD_RANK=1", "HVD_SIZE=4", "HVD_LOCAL_RANK=1",                    \
+                                "HVD_LOCAL_SIZE=2", "HVD_CROSS_RANK=0", "HVD_CROSS_SIZE=2", __VA_ARGS__, NULL })
+
+static void assert_error(const char *const *env, const char *msg) {
+        ck_assert_int_eq(read_env(env), -EINVAL);
+        ck_assert_str_eq(err, msg);
+}
+
+START_TEST(test_settings_defaults) {
+        /* nothing set: a job of one rank with the table's defaults */
+        const char *env[] = { NULL };
+        ck_assert_int_eq(read_env(env), 0);
+        ck_assert(s.solo);
+        ck_assert_ptr_null(s.job_id);
+        ck_assert_int_eq(s.rank, 0);
+        ck_assert_int_eq(s.size, 1);
+        ck_assert_int_eq(s.local_rank, 0);
+        ck_assert_int_eq(s.local_size, 1);
+        ck_assert_int_eq(s.cross_rank, 0);
+        ck_assert_int_eq(s.cross_size, 1);
+        ck_assert_uint_eq(s.cycle_time_usec, HVD_DEFAULT_CYCLE_TIME_USEC);
+        ck_assert_uint_eq(s.start_timeout_usec, 30 * SEC);
+        ck_assert_ptr_null(s.timeline_file);
+        ck_assert(s.fast_path);
+        ck_assert_uint_eq(s.shm_chunk_bytes, 0);
+        ck_assert(!s.has_gpu_device);
+        ck_assert_ptr_null(s.gpu_module);
+        ck_assert(!s.has_fusion_threshold);
+        ck_assert_uint_eq(s.fusion_threshold, HVD_DEFAULT_FUSION_THRESHOLD);
+}
+END_TEST
+
+START_TEST(test_settings_job) {
+        /* every variable of a job with a daemon, parsed */
+        ck_assert_int_eq(read_env(JOB_ENV("HVD_JOB_SECRET=0aFF10", "HVD_CYCLE_TIME=5", "HVD_START_TIMEOUT=2min",
+                                          "HVD_FUSION_THRESHOLD=16M", "HVD_HOSTS=node-a:2,node-b:2",
+                                          "HVD_DATA_ADDR=gw.example:9000", "HVD_DATA_PORT=100-200",
+                                          "HVD_STALL_CHECK_TIME_SECONDS=10", "HVD_STALL_SHUTDOWN_TIME_SECONDS=20",
+                                          "HVD_RING_CHECKSUM=yes", "HVD_ROOT_PEER=tcp://node-a:7000",
+                                          "HVD_HOSTNAME=node-a", "HVD_FAST_PATH=0", "HVD_SHM_CHUNK_BYTES=65536",
+                                          "HVD_GPU_DEVICE=3", "HVD_RUNTIME_DIR=/tmp/rt")),
+                         0);
+        ck_assert(!s.solo);
+        ck_assert_str_eq(s.job_id, "job-7");
+        ck_assert_int_eq(s.rank, 1);
+        ck_assert_int_eq(s.size, 4);
+        ck_assert_int_eq(s.local_rank, 1);
+        ck_assert_int_eq(s.local_size, 2);
+        ck_assert_int_eq(s.cross_size, 2);
+        ck_assert_uint_eq(s.secret_len, 3);
+        ck_assert_uint_eq(s.secret[0], 0x0a);
+        ck_assert_uint_eq(s.secret[1], 0xff);
+        ck_assert_uint_eq(s.secret[2], 0x10);
+        ck_assert_uint_eq(s.cycle_time_usec, 5 * MS);
+        ck_assert_uint_eq(s.start_timeout_usec, 120 * SEC);
+        ck_assert(s.has_fusion_threshold);
+        ck_assert_uint_eq(s.fusion_threshold, UINT64_C(16) << 20);
+        ck_assert_uint_eq(s.n_hosts, 2);
+        ck_assert_str_eq(hvd_settings_host(&s, 0), "node-a");
+        ck_assert_str_eq(hvd_settings_host(&s, 1), "node-b");
+        ck_assert_str_eq(s.data_addr, "gw.example:9000");
+        ck_assert_str_eq(s.data_addr_host, "gw.example");
+        ck_assert_uint_eq(s.data_addr_port, 9000);
+        ck_assert_uint_eq(s.data_port_lo, 100);
+        ck_assert_uint_eq(s.data_port_hi, 200);
+        ck_assert_uint_eq(s.stall_check_usec, 10 * SEC);
+        ck_assert_uint_eq(s.stall_shutdown_usec, 20 * SEC);
+        ck_assert(s.ring_checksum);
+        ck_assert_str_eq(s.root_peer, "tcp://node-a:7000");
+        ck_assert_str_eq(s.hostname, "node-a");
+        ck_assert(!s.fast_path);
+        ck_assert_uint_eq(s.shm_chunk_bytes, 65536);
+        ck_assert(s.has_gpu_device);
+        ck_assert_int_eq(s.gpu_device, 3);
+        char buf[256];
+        ck_assert_str_eq(hvd_settings_coordinator(&s, buf, sizeof buf), "ipc:///tmp/rt/worker.sock");
+}
+END_TEST
+
+START_TEST(test_settings_job_defaults) {
+        /* a job with a daemon and nothing else set */
+        ck_assert_int_eq(read_env(JOB_ENV("HVD_HOSTS=")), 0);
+        ck_assert_uint_eq(s.secret_len, 0);
+        ck_assert_uint_eq(s.stall_check_usec, 60 * SEC);
+        ck_assert_uint_eq(s.stall_shutdown_usec, 0);
+        ck_assert(!s.ring_checksum);
+        ck_assert_uint_eq(s.n_hosts, 0);
+        ck_assert_ptr_null(s.data_addr);
+        ck_assert_uint_eq(s.data_port_lo, 0);
+        ck_assert_uint_eq(s.data_port_hi, 0);
+        ck_assert_ptr_null(s.root_peer);
+        char buf[256];
+        ck_assert_str_eq(hvd_settings_coordinator(&s, buf, sizeof buf),
+                         "ipc://" HVD_DEFAULT_RUNTIME_DIR "/worker.sock");
+        /* HVD_COORDINATOR is the endpoint itself */
+        ck_assert_int_eq(read_env(JOB_ENV("HVD_COORDINATOR=tcp://127.0.0.1:5555")), 0);
+        ck_assert_str_eq(hvd_settings_coordinator(&s, buf, sizeof buf), "tcp://127.0.0.1:5555");
+        /* the stall inspector off: both times 0, whatever they say */
+        ck_assert_int_eq(read_env(JOB_ENV("HOROVOD_STALL_CHECK_DISABLE=1", "HVD_STALL_SHUTDOWN_TIME_SECONDS=5")), 0);
+        ck_assert_uint_eq(s.stall_check_usec, 0);
+        ck_assert_uint_eq(s.stall_shutdown_usec, 0);
+}
+END_TEST
+
+START_TEST(test_settings_horovod_names) {
+        /* HVD_ wins; HOROVOD_ counts when HVD_ is unset or empty; names
+         * Horovod does not have are not read under HOROVOD_ */
+        const char *both[] = { "HVD_CYCLE_TIME=2", "HOROVOD_CYCLE_TIME=9", NULL };
+        ck_assert_int_eq(read_env(both), 0);
+        ck_assert_uint_eq(s.cycle_time_usec, 2 * MS);
+        const char *horovod[] = { "HVD_CYCLE_TIME=", "HOROVOD_CYCLE_TIME=9", "HOROVOD_FUSION_THRESHOLD=1K", NULL };
+        ck_assert_int_eq(read_env(horovod), 0);
+        ck_assert_uint_eq(s.cycle_time_usec, 9 * MS);
+        ck_assert_uint_eq(s.fusion_threshold, 1024);
+        ck_assert_int_eq(read_env(JOB_ENV("HOROVOD_START_TIMEOUT=4", "HOROVOD_STALL_CHECK_TIME_SECONDS=3",
+                                          "HOROVOD_RING_CHECKSUM=maybe", "HOROVOD_FAST_PATH=0")),
+                         0);
+        ck_assert_uint_eq(s.start_timeout_usec, 4 * SEC);
+        ck_assert_uint_eq(s.stall_check_usec, 3 * SEC);
+        ck_assert(!s.ring_checksum);
+        ck_assert(s.fast_path);
+        /* horovodrun's topology */
+        const char *topo[] = { "HVD_JOB_ID=j", "HOROVOD_RANK=2", "HOROVOD_SIZE=3", NULL };
+        ck_assert_int_eq(read_env(topo), 0);
+        ck_assert_int_eq(s.rank, 2);
+        ck_assert_int_eq(s.size, 3);
+        ck_assert_int_eq(s.local_rank, 2); /* defaults: the rank and size */
+        ck_assert_int_eq(s.local_size, 3);
+}
+END_TEST
+
+START_TEST(test_settings_solo) {
+        /* without HVD_JOB_ID the topology is rank 0 of 1, and what only a
+         * job with a daemon reads is not looked at; a bad fusion threshold
+         * gives the default (it sizes the GPU buffer alone) */
+        const char *env[] = { "HVD_RANK=3",
+                              "HVD_SIZE=8",
+                              "HVD_RING_CHECKSUM=maybe",
+                              "HVD_JOB_SECRET=xyz",
+                              "HVD_DATA_PORT=oops",
+                              "HVD_FUSION_THRESHOLD=lots",
+                              "HVD_GPU_MODULE=",
+                              NULL };
+        ck_assert_int_eq(read_env(env), 0);
+        ck_assert(s.solo);
+        ck_assert_int_eq(s.rank, 0);
+        ck_assert_int_eq(s.size, 1);
+        ck_assert(s.has_fusion_threshold);
+        ck_assert_uint_eq(s.fusion_threshold, HVD_DEFAULT_FUSION_THRESHOLD);
+        /* the module's path counts also when empty */
+        ck_assert_str_eq(s.gpu_module, "");
+        const char *nccl[] = { "HVD_NCCL_MODULE=/opt/m.so", NULL };
+        ck_assert_int_eq(read_env(nccl), 0);
+        ck_assert_str_eq(s.gpu_module, "/opt/m.so");
+        /* the cross-host pair is checked even then */
+        const char *cross[] = { "HVD_CROSS_RANK=1", NULL };
+        assert_error(cross, "HVD_CROSS_RANK/HVD_CROSS_SIZE are inconsistent");
+}
+END_TEST
+
+START_TEST(test_settings_timeline) {
+        /* rank 0 records; the other ranks read neither variable */
+        const char *r0[] = { "HOROVOD_TIMELINE=/tmp/tl.json", "HVD_TIMELINE_MARK_CYCLES=on", NULL };
+        ck_assert_int_eq(read_env(r0), 0);
+        ck_assert_str_eq(s.timeline_file, "/tmp/tl.json");
+        ck_assert(s.timeline_mark_cycles);
+        ck_assert_int_eq(read_env(JOB_ENV("HVD_TIMELINE=/tmp/tl.json", "HVD_TIMELINE_MARK_CYCLES=maybe")), 0);
+        ck_assert_ptr_null(s.timeline_file);
+        const char *bad[] = { "HVD_TIMELINE=/tmp/tl.json", "HVD_TIMELINE_MARK_CYCLES=maybe", NULL };
+        assert_error(bad, "HVD_TIMELINE_MARK_CYCLES='maybe' is not a boolean");
+}
+END_TEST
+
+START_TEST(test_settings_small_values) {
+        /* HVD_SHM_CHUNK_BYTES below 4096 or not a number: the data plane's
+         * choice; HVD_FAST_PATH not a boolean: on */
+        const char *small[] = { "HVD_SHM_CHUNK_BYTES=4095", "HVD_FAST_PATH=perhaps", NULL };
+        ck_assert_int_eq(read_env(small), 0);
+        ck_assert_uint_eq(s.shm_chunk_bytes, 0);
+        ck_assert(s.fast_path);
+        const char *junk[] = { "HVD_SHM_CHUNK_BYTES=64k", NULL };
+        ck_assert_int_eq(read_env(junk), 0);
+        ck_assert_uint_eq(s.shm_chunk_bytes, 0);
+        /* a single port; one host needs no HVD_HOSTS and reads no ports */
+        ck_assert_int_eq(read_env(JOB_ENV("HVD_DATA_PORT=7000")), 0);
+        ck_assert_uint_eq(s.data_port_lo, 7000);
+        ck_assert_uint_eq(s.data_port_hi, 7000);
+        const char *one_host[] = { "HVD_JOB_ID=j", "HVD_SIZE=2", "HVD_DATA_PORT=oops", "HVD_HOSTS=a,b,c", NULL };
+        ck_assert_int_eq(read_env(one_host), 0);
+        ck_assert_uint_eq(s.n_hosts, 0);
+}
+END_TEST
+
+START_TEST(test_settings_errors) {
+        const char *ct[] = { "HVD_CYCLE_TIME=fast", NULL };
+        assert_error(ct, "HVD_CYCLE_TIME/HOROVOD_CYCLE_TIME='fast' is not a duration in ms");
+        const char *st[] = { "HOROVOD_START_TIMEOUT=-3", NULL };
+        assert_error(st, "HVD_START_TIMEOUT='-3' is not a duration in seconds");
+        const char *rank[] = { "HVD_JOB_ID=j", "HVD_RANK=4", "HVD_SIZE=4", NULL };
+        assert_error(rank, "HVD_RANK/HVD_SIZE/HVD_LOCAL_RANK/HVD_LOCAL_SIZE are inconsistent");
+        const char *neg[] = { "HVD_JOB_ID=j", "HVD_LOCAL_RANK=x", NULL };
+        assert_error(neg, "HVD_RANK/HVD_SIZE/HVD_LOCAL_RANK/HVD_LOCAL_SIZE are inconsistent");
+        const char *cross[] = { "HVD_JOB_ID=j", "HVD_CROSS_RANK=2", "HVD_CROSS_SIZE=2", NULL };
+        assert_error(cross, "HVD_CROSS_RANK/HVD_CROSS_SIZE are inconsistent");
+        assert_error(JOB_ENV("HVD_JOB_SECRET=abc"), "HVD_JOB_SECRET is not a hex string of at most 256 bytes");
+        assert_error(JOB_ENV("HVD_JOB_SECRET=zz"), "HVD_JOB_SECRET is not a hex string of at most 256 bytes");
+        char long_id[HVD_WIRE_MAX_JOB_ID + 16] = "HVD_JOB_ID=";
+        memset(long_id + strlen(long_id), 'j', HVD_WIRE_MAX_JOB_ID + 1);
+        const char *id[] = { long_id, NULL };
+        assert_error(id, "HVD_JOB_ID is longer than 128 bytes");
+        assert_error(JOB_ENV("HVD_DATA_ADDR=gw:0"), "HVD_DATA_ADDR='gw:0' is not HOST or HOST:PORT (PORT 1-65535)");
+        assert_error(JOB_ENV("HVD_DATA_ADDR=:80"), "HVD_DATA_ADDR=':80' is not HOST or HOST:PORT (PORT 1-65535)");
+        assert_error(JOB_ENV("HVD_DATA_PORT=12-"),
+                     "HVD_DATA_PORT='12-' is not a port or a range LO-HI of ports 1-65535");
+        assert_error(JOB_ENV("HVD_DATA_PORT=200-100"),
+                     "HVD_DATA_PORT='200-100' is not a port or a range LO-HI of ports 1-65535");
+        assert_error(JOB_ENV("HVD_FUSION_THRESHOLD=lots"),
+                     "HVD_FUSION_THRESHOLD/HOROVOD_FUSION_THRESHOLD='lots' is not a size in bytes");
+        assert_error(JOB_ENV("HOROVOD_STALL_SHUTDOWN_TIME_SECONDS=soon"),
+                     "HVD_STALL_CHECK_TIME_SECONDS/HVD_STALL_SHUTDOWN_TIME_SECONDS must be seconds");
+        assert_error(JOB_ENV("HVD_RING_CHECKSUM=maybe"), "HVD_RING_CHECKSUM='maybe' is not a boolean");
+        assert_error(JOB_ENV("HVD_HOSTS=a,b,c"), "HVD_HOSTS lists 3 hosts, HVD_CROSS_SIZE is 2");
+        /* the first bad value, in the order of the table's checks */
+        assert_error(JOB_ENV("HVD_RING_CHECKSUM=maybe", "HVD_DATA_PORT=0", "HVD_JOB_SECRET=1"),
+                     "HVD_JOB_SECRET is not a hex string of at most 256 bytes");
+        assert_error(JOB_ENV("HVD_FUSION_THRESHOLD=lots", "HVD_DATA_PORT=0"),
+                     "HVD_DATA_PORT='0' is not a port or a range LO-HI of ports 1-65535");
+}
+END_TEST
+
+START_TEST(test_settings_process_environment) {
+        /* a NULL lookup reads the process environment */
+        setenv("HVD_CYCLE_TIME", "3ms", 1);
+        setenv("HOROVOD_FUSION_THRESHOLD", "2M", 1);
+        unsetenv("HVD_FUSION_THRESHOLD");
+        unsetenv("HVD_JOB_ID");
+        ck_assert_int_eq(hvd_settings_read(&s, NULL, NULL, err, sizeof err), 0);
+        ck_assert_uint_eq(s.cycle_time_usec, 3 * MS);
+        ck_assert_uint_eq(s.fusion_threshold, UINT64_C(2) << 20);
+        unsetenv("HVD_CYCLE_TIME");
+        unsetenv("HOROVOD_FUSION_THRESHOLD");
+}
+END_TEST
+
+static Suite *settings_suite(void) {
+        Suite *su = suite_create("settings");
+        TCase *tc = tcase_create("read");
+        tcase_add_test(tc, test_settings_defaults);
+        tcase_add_test(tc, test_settings_job);
+        tcase_add_test(tc, test_settings_job_defaults);
+        tcase_add_test(tc, test_settings_horovod_names);
+        tcase_add_test(tc, test_settings_solo);
+        tcase_add_test(tc, test_settings_timeline);
+        tcase_add_test(tc, test_settings_small_values);
+        tcase_add_test(tc, test_settings_errors);
+        tcase_add_test(tc, test_settings_process_environment);
+        suite_add_tcase(su, tc);
+        return su;
+}
+
+int main(void) {
+        SRunner *sr = srunner_create(settings_suite());
+        srunner_run_all(sr, CK_NORMAL);
+        int failed = srunner_ntests_failed(sr);
+        srunner_free(sr);
+        return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
