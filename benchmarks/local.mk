@@ -32,13 +32,6 @@ EXTRA_PROGRAMS += %D%/bench_negotiate
 %C%_bench_negotiate_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS)
 %C%_bench_negotiate_LDADD = common/libhvdcommon.la
 
-# bench_decode: a daemon decoding a first step's Ready, plainly and from
-# its memo of the requests a host's ranks sent lately
-EXTRA_PROGRAMS += %D%/bench_decode
-%C%_bench_decode_SOURCES = %D%/bench_decode.c %D%/step_model.h
-%C%_bench_decode_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS)
-%C%_bench_decode_LDADD = common/libhvdcommon.la
-
 # The Open MPI peer, compiled with mpicc when configure found it.
 %D%/mpi_collective: %D%/mpi_collective.c
 	$(AM_V_CC)if test -n "$(MPICC)"; then $(MPICC) -O2 -o $@ $(srcdir)/%D%/mpi_collective.c; \

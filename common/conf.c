@@ -34,7 +34,6 @@ void hvd_daemon_config_init(hvd_daemon_config_t *cfg) {
                 .peer_listen = "",
                 .peer_timeout_usec = 10 * USEC_PER_SEC,
                 .relay_fanout = 8,
-                .first_step_hold_usec = 100 * USEC_PER_MSEC,
                 .metrics_listen = "",
                 .handle_signals = false,
                 .notify = false,
@@ -181,8 +180,6 @@ static const key_def_t keys[] = {
           "a duration such as 10s (plain numbers are seconds)", true },
         { "relay_fanout", T_U32, OFF(relay_fanout), 0, 0, 64,
           "an integer 0..64 (hosts per relay group; 0 or 1 = every host speaks to the root)", true },
-        { "first_step_hold", T_USEC_MS, OFF(first_step_hold_usec), 0, 0, 10 * USEC_PER_SEC,
-          "a duration such as 100ms (plain numbers are milliseconds; 0 = no hold), at most 10s", true },
         { "metrics_listen", T_STRING, OFF(metrics_listen), 256, 0, 0,
           "ADDRESS:PORT such as 127.0.0.1:9464 (empty = no HTTP listener)", false },
         { "curve_secret_key_file", T_STRING, OFF(curve_secret_key_file), PATH_MAX, 0, 0,
@@ -191,7 +188,16 @@ static const key_def_t keys[] = {
           "a directory of NAME.key files or a file of 'KEY [NAME]' lines", false },
 };
 
+/* Keys of earlier releases that no longer do anything: accepted (a valid
+ * file stays valid) and ignored. */
+static const char *const obsolete_keys[] = {
+        "first_step_hold", /* a first step's requests no longer wait for the other ranks' */
+};
+
 int hvd_daemon_config_set(hvd_daemon_config_t *cfg, const char *key, const char *value, const char **why) {
+        for (size_t i = 0; i < ELEMENTSOF(obsolete_keys); i++)
+                if (strcmp(obsolete_keys[i], key) == 0)
+                        return 0;
         const key_def_t *k = NULL;
         for (size_t i = 0; i < ELEMENTSOF(keys); i++)
                 if (strcmp(keys[i].key, key) == 0)

@@ -33,9 +33,6 @@ typedef struct hvd_daemon_config {
         char peer_listen[256];                /* tcp endpoint other daemons reach ("" = none) */
         uint64_t peer_timeout_usec;           /* a silent peer daemon is lost after this */
         uint32_t relay_fanout;                /* root: hosts per relay group of a large job (0, 1 = none) */
-        uint64_t first_step_hold_usec;        /* a first step's new requests wait for the other local ranks'
-                                               * (relays: hosts') to go once, until nothing new came for this
-                                               * long, at most 10 times this long (0 = never) */
         char metrics_listen[256];             /* HTTP /metrics listener "ADDR:PORT" ("" = off) */
         char curve_secret_key_file[PATH_MAX]; /* this daemon's CURVE key ("" = no CURVE) */
         char peer_public_keys[PATH_MAX];      /* allowed peer keys: a file or a directory */

@@ -44,31 +44,6 @@ void hvd_wire_free(Hvd__Envelope **env);
  * m has unknown fields. */
 ProtobufCMessage *hvd_wire_dup(const ProtobufCMessage *m);
 
-/* A memo of decoded requests by their wire bytes. A host's ranks ask for a
- * first step's tensors alike, so that all but the first Ready of them hold
- * requests seen before: hvd_wire_decode_memo() copies those from the memo
- * instead of parsing and checking them again. Decoding is a function of
- * the bytes, so the memo holds for any sender and any job; it keeps at
- * most max_entries requests and starts afresh past them. Not thread-safe. */
-typedef struct hvd_wire_memo hvd_wire_memo_t;
-typedef struct {
-        uint64_t copied; /* requests copied from the memo */
-        uint64_t parsed; /* requests of Readys decoded with it that were parsed */
-        size_t entries;
-} hvd_wire_memo_stats_t;
-hvd_wire_memo_t *hvd_wire_memo_new(size_t max_entries);
-void hvd_wire_memo_free(hvd_wire_memo_t **m); /* NULL-safe */
-void hvd_wire_memo_get_stats(const hvd_wire_memo_t *m, hvd_wire_memo_stats_t *st);
-/* Whether requests not yet in the memo are remembered (on at first).
- * Remembering one costs about two parsings of it: worth it only when
- * another sender will send the same (a host with several ranks). */
-void hvd_wire_memo_set_learning(hvd_wire_memo_t *m, bool on);
-/* As hvd_wire_decode(): the same message, or the same error, for any
- * frame (copies from the memo count against no budget: the budget admitted
- * their requests once already). memo may be NULL. */
-int hvd_wire_decode_memo(const void *buf, size_t len, size_t budget_bytes, hvd_wire_memo_t *memo, Hvd__Envelope **ret,
-                         char *err, size_t err_len);
-
 /* Whether two messages of the same type pack to the same bytes: the same
  * set fields with bitwise equal values, field by field through the
  * descriptors (no packing). Messages with unknown fields never are. */

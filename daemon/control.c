@@ -417,10 +417,6 @@ int render_metrics(void *userdata, char **body, size_t *len) {
                 else
                         g.peers_idle++;
         }
-        hvd_wire_memo_stats_t ms;
-        hvd_wire_memo_get_stats(d->memo, &ms);
-        d->metrics.requests_copied = ms.copied;
-        d->metrics.requests_parsed = ms.parsed;
         return hvd_metrics_render(&d->metrics, &g, body, len);
 }
 
@@ -511,8 +507,7 @@ void handle_control_socket(hvd_daemon_t *d) {
                 Hvd__Envelope *env = NULL;
                 char err[512], peer[256];
                 uid_t uid = (uid_t) -1;
-                int r = router_recv_ex(d->control_sock, id, &id_len, &env, &uid, err, sizeof err, peer, sizeof peer,
-                                       NULL);
+                int r = router_recv_ex(d->control_sock, id, &id_len, &env, &uid, err, sizeof err, peer, sizeof peer);
                 if (r == 0)
                         return;
                 count_message(d, HVD_METRICS_SOCK_CONTROL, r, env);

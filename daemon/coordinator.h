@@ -68,6 +68,11 @@ typedef enum {
 int hvd_daemon_feed(hvd_daemon_t *d, hvd_daemon_source_t src, const void *id, size_t id_len, uid_t uid,
                     const void *data, size_t len);
 
+/* Tests: between begin (true) and its end (false), the messages fed are
+ * read in one reactor turn, as a burst off the socket would be: the
+ * before-sleep step runs once, at the end. */
+void hvd_daemon_feed_turn(hvd_daemon_t *d, bool begin);
+
 /* The worker with routing id id has exited, as its pidfd would say.
  * Returns 0 or -ENOENT (no such worker). */
 int hvd_daemon_feed_exit(hvd_daemon_t *d, const void *id, size_t id_len);

@@ -5,30 +5,8 @@
 #include "config.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <grp.h>
-#include <inttypes.h>
-#include <limits.h>
-#include <poll.h>
-#include <sys/epoll.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/file.h>
-#include <sys/mman.h>
-#include <sys/signalfd.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
-#include <unistd.h>
-#include <zmq.h>
-#ifdef HAVE_LIBSYSTEMD
-#include <systemd/sd-daemon.h>
-#endif
 
 #include "internal.h"
 
@@ -56,8 +34,15 @@ int hvd_daemon_feed(hvd_daemon_t *d, hvd_daemon_source_t src, const void *id, si
         default: fed = NULL; return -EINVAL;
         }
         fed = NULL;
-        before_sleep(d);
+        if (!d->feed_one_turn)
+                before_sleep(d);
         return 0;
+}
+
+void hvd_daemon_feed_turn(hvd_daemon_t *d, bool begin) {
+        d->feed_one_turn = begin;
+        if (!begin)
+                before_sleep(d);
 }
 
 int hvd_daemon_feed_exit(hvd_daemon_t *d, const void *id, size_t id_len) {

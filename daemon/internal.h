@@ -36,10 +36,6 @@ typedef struct relay relay_t;
 #define EXIT_GRACE_USEC (100 * USEC_PER_MSEC)
 #define BOARD_KEEP      64 /* schedules kept for the other ranks should local rank 0 leave */
 #define RECV_BATCH      512
-/* requests a host's ranks sent lately, kept by their bytes so that the
- * same request from the next rank is copied, not parsed (hvd_wire_memo) */
-#define MEMO_ENTRIES     4096
-#define MEMO_MIN_WORKERS 3
 /* A connection that has not finished its ZMTP (and ZAP, CURVE) handshake
  * within this is closed; libzmq's default is 30 s. */
 #define HANDSHAKE_MSEC 5000
@@ -119,19 +115,36 @@ typedef struct rstat {
         uint64_t last_seen_usec, readies;
 } rstat_t;
 
-/* Not root: one cache id in this node's aggregation. A cached id every
- * local rank takes part in goes to the root once for the node, when the
- * last local rank posted it; anything else goes rank by rank. */
-typedef struct agg {
-        uint32_t n_ready;    /* local ranks that posted it this round */
-        bool known;          /* a schedule showed it, for every local rank */
-        bool per_rank;       /* this round was handed to the root rank by rank */
-        uint64_t first_usec; /* the first local readiness this round */
-} agg_t;
+/* Which contributors (a host's local ranks, or a relay's members) posted
+ * each cached id this round (tally.c). */
+typedef struct tally {
+        uint32_t n_parts, words; /* contributors; uint64 words of one id's bits */
+        uint32_t n_ids;          /* ids with room */
+        uint64_t *bits;          /* [n_ids * words]: who posted it this round */
+        uint32_t *count;         /* [n_ids]: how many */
+        uint64_t *first_usec;    /* [n_ids]: its earliest readiness this round */
+        uint8_t *flags;          /* [n_ids]: whether it is tallied */
+        uint64_t oldest;         /* the earliest first_usec of a partial id (0: none) */
+} tally_t;
 
-/* A partial node-level readiness older than this goes to the root rank by
- * rank, so that its stall inspector sees which ranks are missing. */
-#define AGG_HOLD_USEC (500 * USEC_PER_MSEC)
+/* Partial ids older than this are released, contributor by contributor,
+ * so that the root's stall inspector can name who is missing. */
+#define TALLY_HOLD_USEC (500 * USEC_PER_MSEC)
+
+/* A host's readiness of this reactor turn (batch.c), flushed when the
+ * turn ends: one message to the root (at the root: entered). */
+typedef struct batch {
+        Hvd__RankReady **fwd; /* each rank's readiness in the order it came, owned */
+        size_t n_fwd, cap_fwd;
+        uint32_t *ids;        /* node-level ids: every local rank posted them (not root) */
+        uint64_t *ids_waited; /* how long each waited here */
+        size_t n_ids, cap_ids;
+        uint32_t *departed; /* local ranks that said goodbye (not root) */
+        size_t n_departed;
+        tally_t tally;   /* the local ranks' cached ids (not root) */
+        bool off;        /* a local rank left: no more tallying in this job */
+        uint32_t joined; /* local ranks waiting in hvd_join: no tallying meanwhile */
+} batch_t;
 
 typedef struct early_msg {
         uint8_t id[256];
@@ -172,20 +185,8 @@ struct job {
         uint64_t root_epoch;      /* not root: the root daemon's epoch (0 = not heard yet) */
         uint64_t last_probe_usec; /* root: when the nodes were last probed */
         bool joined_root;         /* not root: NodeJoin sent */
-        Hvd__RankReady **fwd;     /* readiness to forward (at the root: to enter), owned */
-        uint64_t *fwd_at;         /* [cap_fwd]: when each came */
-        uint64_t fwd_newest;      /* when the last one came (held still or gone on) */
-        size_t n_fwd, cap_fwd;
-        uint64_t fwd_hold_since; /* new requests held for the other local ranks' since (0 = none) */
-        bool fwd_joined;         /* a local rank joined once: no more first-step holds in this job */
-        /* a first step's names in what is held, name by name (pool_add):
-         * pool_name_t by name; pool_off: the batch holds something else */
-        hvd_strmap_t *pool;
-        uint32_t pool_complete; /* names every local rank sent, alike */
-        bool pool_off;
-        uint32_t *departed; /* not root: goodbyes to forward */
-        size_t n_departed;
-        uint8_t nccl_id[128]; /* from the rank that has a GPU backend (rank 0) */
+        batch_t batch;            /* this turn's readiness of the local ranks */
+        uint8_t nccl_id[128];     /* from the rank that has a GPU backend (rank 0) */
         size_t nccl_id_len;
         uint64_t stall_check_usec, stall_shutdown_usec;
         bool ring_checksum; /* CRC-32C on the TCP ring: the daemon's key or any rank's request */
@@ -199,15 +200,6 @@ struct job {
         hvd_negotiator_stats_t fast; /* reported by the workers' fast path (Done) */
         /* control plane aggregation */
         uint32_t *node_first, *node_list; /* root: node c's ranks are node_list[node_first[c] .. node_first[c+1]) */
-        agg_t *agg;                       /* not root: [n_agg], by cache id */
-        uint8_t *agg_bits;                /* not root: [n_agg * local_size], which local ranks posted each id */
-        uint32_t n_agg;
-        bool agg_off;        /* not root: a local rank left; rank by rank from now on */
-        uint32_t agg_joined; /* not root: local ranks waiting in hvd_join */
-        uint64_t agg_oldest; /* not root: first readiness of the oldest partial id (0 = none) */
-        uint32_t *nc_ids;    /* not root: node-level ids for the next NodeReady */
-        uint64_t *nc_waited;
-        size_t n_nc, cap_nc;
         /* schedules kept by key (1..HVD_WIRE_SCHEDULE_KEYS): root: the packed
          * body, to recognise a repeat; not root: the cache ids in it */
         uint8_t *key_body[HVD_WIRE_SCHEDULE_KEYS + 1];
@@ -268,7 +260,6 @@ struct hvd_daemon {
         hvd_strmap_t *jobs;    /* job id → job_t */
         hvd_strmap_t *workers; /* routing id → worker_t */
         hvd_strmap_t *peers;   /* root endpoint → peer_t */
-        hvd_wire_memo_t *memo; /* the workers' requests decoded lately, by their bytes */
         void *peer_sock;       /* ROUTER on cfg.peer_listen, or NULL */
         hvd_zap_t *zap;        /* ZAP handler, CURVE keys */
         char peer_ep[256];
@@ -279,13 +270,13 @@ struct hvd_daemon {
         void *reload_userdata;
         hvd_daemon_tap_fn tap; /* tests: sees every message sent */
         void *tap_userdata;
+        bool feed_one_turn;                    /* tests: what is fed is one reactor turn (hvd_daemon_feed_turn) */
         uint64_t watchdog_usec, next_watchdog; /* half of WATCHDOG_USEC; 0 = off */
         size_t status_jobs, status_workers;    /* last STATUS= sent */
         zmq_pollitem_t *items;
-        worker_t **item_workers;
         peer_t **item_peers;
         uint8_t *item_kind;
-        size_t n_items, cap_items, cap_kind;
+        size_t n_items, cap_items;
         char host[HVD_WIRE_MAX_HOST + 1];
         hvd_metrics_t metrics;
         hvd_http_t *http;        /* GET /metrics, when metrics_listen is set */
@@ -338,17 +329,10 @@ static inline uint64_t daemon_ping_usec(const hvd_daemon_t *d) {
         return HVD_MIN(d->cfg.peer_timeout_usec / 5, USEC_PER_SEC);
 }
 
-/* A name of a first step held (pool_add, relay_pool_add): where it first
- * came, and whether everyone it waits for sent it alike. */
-typedef struct pool_head {
-        const Hvd__Request *first; /* the first copy, in its held entry */
-        bool done;
-} pool_head_t;
-
 /* ---- relay.c ---- */
 void relay_free(relay_t *rl);
 void relay_log_totals(const job_t *j);
-void relay_flush(hvd_daemon_t *d, job_t *j, bool force);
+void relay_flush(hvd_daemon_t *d, job_t *j);
 void relay_learn(hvd_daemon_t *d, job_t *j, const Hvd__Schedule *s);
 void relay_forward(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env);
 void relay_receive(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, Hvd__NodeReady *nr);
@@ -387,7 +371,7 @@ void send_packed_to_worker(hvd_daemon_t *d, const worker_t *w, const void *bytes
 void send_to_nodes_ex(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool schedule);
 int msg_recv(zmq_msg_t *msg, void *sock);
 int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
-                   size_t err_len, char *peer, size_t peer_len, hvd_wire_memo_t *memo);
+                   size_t err_len, char *peer, size_t peer_len);
 int router_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
                 size_t err_len);
 void count_message(hvd_daemon_t *d, int sock, int r, const Hvd__Envelope *env);
@@ -440,23 +424,54 @@ job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, size_t len
 size_t list_missing(const job_t *j, char *buf, size_t len);
 
 /* ---- batch.c ---- */
-void pool_move_done(hvd_strmap_t *pool, Hvd__Ready *e, Hvd__Ready *q);
-void pool_forget(hvd_strmap_t *pool, const Hvd__Ready *q);
-void pool_free(hvd_strmap_t **pool);
-void fwd_clear(job_t *j);
-int fwd_append(job_t *j, uint32_t rank, Hvd__Ready *ready);
-int64_t id_capacity(uint32_t have, uint32_t id);
-void agg_release(hvd_daemon_t *d, job_t *j);
-void agg_learn(hvd_daemon_t *d, job_t *j, const Hvd__Schedule *s);
-int ids_push(uint32_t **ids, uint64_t **waited, size_t *n, size_t *cap, uint32_t id, uint64_t w);
-bool agg_ready(hvd_daemon_t *d, job_t *j, worker_t *w, Hvd__Ready *q);
-bool node_level_ready(hvd_daemon_t *d, job_t *j, worker_t *w, const Hvd__Ready *q);
-bool root_holds(const job_t *j, const Hvd__Ready *q);
-uint64_t hold_start(uint64_t oldest, uint64_t newest, uint64_t hold);
-bool hold_on(hvd_daemon_t *d, uint64_t *since, uint64_t usec);
-bool hold_expired(uint64_t since, uint64_t usec, uint64_t now, uint64_t *due);
-void flush_forward(hvd_daemon_t *d, job_t *j, bool force);
+/* Appends rank's readiness (taken, freed on failure) to this turn's batch.
+ * Returns 0 or -ENOMEM. */
+int batch_append(job_t *j, uint32_t rank, Hvd__Ready *ready);
+/* A member's local rank's readiness: its cached ids of every local rank
+ * are tallied, the rest joins the batch (taken from env). */
+void batch_ready(hvd_daemon_t *d, job_t *j, worker_t *w, Hvd__Envelope *env);
+/* Ids every local rank posted on the board, sent by the rank that
+ * completed them: node-level readiness. Returns false when the job ended. */
+bool batch_node_ready(hvd_daemon_t *d, job_t *j, worker_t *w, const Hvd__Ready *q);
+/* A member's local rank said goodbye: no more tallying; the root is told. */
+void batch_departed(hvd_daemon_t *d, job_t *j, uint32_t rank);
+/* A schedule on its way to the local ranks: which ids are of every local
+ * rank; what was released is tallied again. */
+void batch_learn(hvd_daemon_t *d, job_t *j, const Hvd__Schedule *s);
+/* The end of a turn: the batch goes to the root (at the root: entered). */
+void batch_flush(hvd_daemon_t *d, job_t *j);
+void batch_clear(batch_t *b);
+void batch_free(batch_t *b);
 uint64_t batch_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
+/* Appends id and its wait to a pair of growing arrays (n of cap used).
+ * Returns 0 or -ENOMEM (nothing appended). */
+int ids_push(uint32_t **ids, uint64_t **waited, size_t *n, size_t *cap, uint32_t id, uint64_t w);
+
+/* ---- tally.c ---- */
+int tally_init(tally_t *t, uint32_t n_parts);
+void tally_free(tally_t *t);
+/* id is of every contributor (of_all) or not, as a schedule showed; a
+ * released id is tallied again. Returns 0, -ENOMEM or -E2BIG. */
+int tally_learn(tally_t *t, uint32_t id, bool of_all);
+/* tally_learn over a schedule's ids (a repeat: those kept under its key),
+ * of_all telling whether an op is of every contributor. */
+int tally_learn_schedule(tally_t *t, const Hvd__Schedule *s, const uint32_t *kept, uint32_t n_kept,
+                         bool (*of_all)(const Hvd__Op *op, void *userdata), void *userdata);
+void tally_unsplit(tally_t *t, uint32_t id);
+/* Whether id is tallied (else it goes on contributor by contributor). */
+bool tally_counts(const tally_t *t, uint32_t id);
+bool tally_posted(const tally_t *t, uint32_t id, uint32_t part);
+/* part posted id (tallied), ready since at. Returns 1 when that completed
+ * it (*waited: since its first readiness; the round starts anew), 0 while
+ * others are missing, -EEXIST when part posted it already this round. */
+int tally_post(tally_t *t, uint32_t id, uint32_t part, uint64_t at, uint64_t now, uint64_t *waited);
+/* Every partial id goes contributor by contributor: fn gets each one's
+ * ids, which are released (not tallied) until their schedule passes.
+ * Returns 0 or fn's first error. */
+typedef int (*tally_release_fn)(void *userdata, uint32_t part, const uint32_t *ids, const uint64_t *waited, size_t n);
+int tally_release(tally_t *t, uint64_t now, tally_release_fn fn, void *userdata);
+/* Whether the oldest partial id waited past hold_usec (oldest refreshed). */
+bool tally_expired(tally_t *t, uint64_t now, uint64_t hold_usec);
 
 /* ---- join.c ---- */
 void welcome_local(hvd_daemon_t *d, job_t *j);
@@ -475,6 +490,9 @@ void root_departed(hvd_daemon_t *d, job_t *j, uint32_t rank);
 void handle_peer_socket(hvd_daemon_t *d);
 /* Root: the host whose connection (routing id) this is, or -1. */
 int64_t root_node_of(const job_t *j, const uint8_t *id, size_t id_len);
+/* A local rank's readiness where this daemon negotiates: entered, or
+ * held in this turn's batch to be shared with the other local ranks'. */
+void root_ready(hvd_daemon_t *d, job_t *j, worker_t *w, Hvd__Envelope *env);
 void root_send_schedules(hvd_daemon_t *d, job_t *j);
 uint64_t root_check_stalls(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
 uint64_t root_probe_nodes(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);

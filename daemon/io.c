@@ -162,7 +162,7 @@ void send_to_nodes_ex(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool schedu
 __thread fed_frame_t *fed;
 
 static int fed_recv(uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err, size_t err_len,
-                    char *peer, size_t peer_len, hvd_wire_memo_t *memo) {
+                    char *peer, size_t peer_len) {
         if (fed->taken)
                 return 0;
         fed->taken = true;
@@ -177,7 +177,7 @@ static int fed_recv(uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env,
         }
         if (uid)
                 *uid = fed->uid;
-        int r = hvd_wire_decode_memo(fed->data, fed->len, 0, memo, env, err, err_len);
+        int r = hvd_wire_decode(fed->data, fed->len, 0, env, err, err_len);
         return r < 0 ? r : 1;
 }
 
@@ -199,9 +199,9 @@ int msg_recv(zmq_msg_t *msg, void *sock) {
  * the socket is drained, or < 0 (the message was refused; err says why and
  * the id is filled, so the sender can be told). */
 int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
-                   size_t err_len, char *peer, size_t peer_len, hvd_wire_memo_t *memo) {
+                   size_t err_len, char *peer, size_t peer_len) {
         if (fed)
-                return fed_recv(id, id_len, env, uid, err, err_len, peer, peer_len, memo);
+                return fed_recv(id, id_len, env, uid, err, err_len, peer, peer_len);
         for (;;) {
                 int n = zmq_recv(sock, id, 256, ZMQ_DONTWAIT);
                 if (n < 0)
@@ -234,7 +234,7 @@ int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Enve
                 }
                 if (uid && hvd_zap_msg_uid(&msg, uid) < 0)
                         *uid = (uid_t) -1;
-                int r = hvd_wire_decode_memo(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, memo, env, err, err_len);
+                int r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, env, err, err_len);
                 zmq_msg_close(&msg);
                 return r < 0 ? r : 1;
         }
@@ -242,7 +242,7 @@ int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Enve
 
 int router_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
                 size_t err_len) {
-        return router_recv_ex(sock, id, id_len, env, uid, err, err_len, NULL, 0, NULL);
+        return router_recv_ex(sock, id, id_len, env, uid, err, err_len, NULL, 0);
 }
 
 void count_message(hvd_daemon_t *d, int sock, int r, const Hvd__Envelope *env) {

@@ -109,17 +109,10 @@ void job_free(hvd_daemon_t *d, job_t *j) {
                         free(j->hosts[c]);
         free(j->hosts);
         free(j->table);
-        fwd_clear(j);
-        free(j->fwd);
-        free(j->fwd_at);
-        free(j->departed);
+        batch_free(&j->batch);
         free(j->rstat);
         free(j->node_first);
         free(j->node_list);
-        free(j->agg);
-        free(j->agg_bits);
-        free(j->nc_ids);
-        free(j->nc_waited);
         for (size_t k = 0; k <= HVD_WIRE_SCHEDULE_KEYS; k++) {
                 free(j->key_body[k]);
                 free(j->key_ids[k]);

@@ -41,11 +41,11 @@ void before_sleep(hvd_daemon_t *d) {
         void *v;
         while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
                 job_t *j = v;
-                flush_forward(d, j, false);
+                batch_flush(d, j);
                 if (job_negotiates(j))
                         root_send_schedules(d, j);
                 else if (j->rl)
-                        relay_flush(d, j, false);
+                        relay_flush(d, j);
         }
 }
 
@@ -98,70 +98,63 @@ void housekeeping(hvd_daemon_t *d, uint64_t now) {
         d->next_housekeeping = next;
 }
 
+/* The poll set of this turn: the daemon's sockets and descriptors, one
+ * socket per root daemon it reports to, the workers' pidfds as one epoll
+ * set, and the metrics listener's items last (http_first on). */
 static int build_poll_items(hvd_daemon_t *d) {
         size_t need = 8 + hvd_strmap_size(d->peers) + (d->http ? hvd_http_max_items(d->http) : 0);
         if (need > d->cap_items) {
                 size_t cap = need * 2;
                 zmq_pollitem_t *it = realloc(d->items, cap * sizeof *it);
-                if (!it)
-                        return -ENOMEM;
-                d->items = it;
-                worker_t **iw = realloc(d->item_workers, cap * sizeof *iw);
-                if (!iw)
-                        return -ENOMEM;
-                d->item_workers = iw;
+                if (it)
+                        d->items = it;
                 peer_t **ip = realloc(d->item_peers, cap * sizeof *ip);
-                if (!ip)
+                if (ip)
+                        d->item_peers = ip;
+                uint8_t *ik = realloc(d->item_kind, cap);
+                if (ik)
+                        d->item_kind = ik;
+                if (!it || !ip || !ik)
                         return -ENOMEM;
-                d->item_peers = ip;
                 d->cap_items = cap;
         }
         size_t n = 0;
-#define ADD(kind, sock_, fd_, w, p)                                                                                    \
+#define ADD(kind, sock_, fd_, p)                                                                                       \
         do {                                                                                                           \
                 d->items[n] = (zmq_pollitem_t){ .socket = (sock_), .fd = (fd_), .events = ZMQ_POLLIN };                \
-                d->item_workers[n] = (w);                                                                              \
                 d->item_peers[n] = (p);                                                                                \
                 d->item_kind[n] = (kind);                                                                              \
                 n++;                                                                                                   \
         } while (0)
-        if (need > d->cap_kind) {
-                uint8_t *k = realloc(d->item_kind, d->cap_items);
-                if (!k)
-                        return -ENOMEM;
-                d->item_kind = k;
-                d->cap_kind = d->cap_items;
-        }
-        ADD(ITEM_WORKER, d->worker_sock, 0, NULL, NULL);
-        ADD(ITEM_CONTROL, d->control_sock, 0, NULL, NULL);
-        ADD(ITEM_STOP, NULL, d->stop_fd, NULL, NULL);
+        ADD(ITEM_WORKER, d->worker_sock, 0, NULL);
+        ADD(ITEM_CONTROL, d->control_sock, 0, NULL);
+        ADD(ITEM_STOP, NULL, d->stop_fd, NULL);
         if (d->sig_fd >= 0)
-                ADD(ITEM_SIGNAL, NULL, d->sig_fd, NULL, NULL);
+                ADD(ITEM_SIGNAL, NULL, d->sig_fd, NULL);
         if (d->peer_sock)
-                ADD(ITEM_PEER, d->peer_sock, 0, NULL, NULL);
-        ADD(ITEM_ZAP, hvd_zap_socket(d->zap), 0, NULL, NULL);
+                ADD(ITEM_PEER, d->peer_sock, 0, NULL);
+        ADD(ITEM_ZAP, hvd_zap_socket(d->zap), 0, NULL);
         if (hvd_zap_monitor_socket(d->zap))
-                ADD(ITEM_ZAP_MONITOR, hvd_zap_monitor_socket(d->zap), 0, NULL, NULL);
+                ADD(ITEM_ZAP_MONITOR, hvd_zap_monitor_socket(d->zap), 0, NULL);
         size_t iter = 0;
         void *v;
         while (hvd_strmap_next(d->peers, &iter, NULL, NULL, &v)) {
                 peer_t *p = v;
                 if (p->sock && !p->lost)
-                        ADD(ITEM_ROOT, p->sock, 0, NULL, p);
+                        ADD(ITEM_ROOT, p->sock, 0, p);
         }
-        ADD(ITEM_PIDFD, NULL, d->pid_epfd, NULL, NULL);
+        ADD(ITEM_PIDFD, NULL, d->pid_epfd, NULL);
 #undef ADD
-        /* the metrics listener's items come last, in one block */
         d->http_first = n;
         if (d->http) {
                 size_t k = hvd_http_fill_items(d->http, d->items + n);
                 for (size_t i = n; i < n + k; i++) {
-                        d->item_workers[i] = NULL;
                         d->item_peers[i] = NULL;
                         d->item_kind[i] = ITEM_HTTP;
                 }
                 n += k;
         }
+        hvd_assert(n <= d->cap_items);
         d->n_items = n;
         return 0;
 }
@@ -313,11 +306,10 @@ int hvd_daemon_new(const hvd_daemon_config_t *cfg, hvd_daemon_t **ret) {
         d->jobs = hvd_strmap_new();
         d->workers = hvd_strmap_new();
         d->peers = hvd_strmap_new();
-        d->memo = hvd_wire_memo_new(MEMO_ENTRIES);
         d->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
         d->pid_epfd = epoll_create1(EPOLL_CLOEXEC);
         d->zctx = zmq_ctx_new();
-        if (!d->jobs || !d->workers || !d->peers || !d->memo || d->stop_fd < 0 || d->pid_epfd < 0 || !d->zctx) {
+        if (!d->jobs || !d->workers || !d->peers || d->stop_fd < 0 || d->pid_epfd < 0 || !d->zctx) {
                 r = -ENOMEM;
                 goto fail;
         }
@@ -386,7 +378,6 @@ void hvd_daemon_destroy(hvd_daemon_t **dp) {
                 }
         }
         hvd_strmap_destroy(&d->peers);
-        hvd_wire_memo_free(&d->memo);
         hvd_http_destroy(&d->http);
         hvd_zap_stop_monitor(d->zap);
         if (d->peer_sock) {
@@ -419,7 +410,6 @@ void hvd_daemon_destroy(hvd_daemon_t **dp) {
                 close(d->lock_fd);
         }
         free(d->items);
-        free(d->item_workers);
         free(d->item_peers);
         free(d->item_kind);
         for (size_t i = 0; i < N_TOMBS; i++)

@@ -43,10 +43,6 @@ static void help(void) {
                "                            down, no relay hearing from more than N hosts\n"
                "                            and the root from at most N/4, at least 2\n"
                "                            (default 8; 0 = every host speaks to the root)\n"
-               "      --first-step-hold T   Hold a first step's new requests for the other\n"
-               "                            local ranks' (at a relay: the other hosts'), so\n"
-               "                            that those alike go on once, until nothing new\n"
-               "                            came for T, at most 10 T (default 100ms; 0 = none)\n"
                "  -h, --help                Show this help\n"
                "  -V, --version             Show the version\n"
                "\n"
@@ -90,7 +86,7 @@ static int load_settings(hvd_daemon_config_t *ret, char *msg, size_t msg_len, vo
 }
 
 int main(int argc, char **argv) {
-        enum { OPT_CHECK = 0x100, OPT_FUSION, OPT_CYCLE, OPT_START, OPT_PEER, OPT_PEER_TIMEOUT, OPT_RELAY, OPT_HOLD };
+        enum { OPT_CHECK = 0x100, OPT_FUSION, OPT_CYCLE, OPT_START, OPT_PEER, OPT_PEER_TIMEOUT, OPT_RELAY };
         static const struct option opts[] = {
                 { "foreground", no_argument, NULL, 'f' },
                 { "config", required_argument, NULL, 'c' },
@@ -103,7 +99,6 @@ int main(int argc, char **argv) {
                 { "peer-listen", required_argument, NULL, OPT_PEER },
                 { "peer-timeout", required_argument, NULL, OPT_PEER_TIMEOUT },
                 { "relay-fanout", required_argument, NULL, OPT_RELAY },
-                { "first-step-hold", required_argument, NULL, OPT_HOLD },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'V' },
                 {},
@@ -127,7 +122,6 @@ int main(int argc, char **argv) {
                 case OPT_PEER: key = "peer_listen"; break;
                 case OPT_PEER_TIMEOUT: key = "peer_timeout"; break;
                 case OPT_RELAY: key = "relay_fanout"; break;
-                case OPT_HOLD: key = "first_step_hold"; break;
                 case 'h': help(); return 0;
                 case 'V': printf("hvd-coordinatord %s\n", PACKAGE_VERSION); return 0;
                 default: fprintf(stderr, "Try 'hvd-coordinatord --help'.\n"); return 2;

@@ -181,22 +181,11 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
                   "\nhvd_relay_messages_total{direction=\"out\"} %" PRIu64
                   "\nhvd_relay_messages_total{direction=\"root\"} %" PRIu64 "\n",
                   m->relay_in, m->relay_out, m->relayed_received);
-        counter(&b, "hvd_relay_shared_requests_total",
-                "New requests of a host that a relay daemon sent on once with the same of the other hosts of its "
-                "group (decoded and entered once by the root).",
-                m->relay_shared);
         counter(&b, "hvd_relay_group_ids_total",
                 "Cache ids a relay daemon sent on as one entry for its whole group (every host of it had posted them).",
                 m->relay_group_ids);
         counter(&b, "hvd_schedule_repeats_total", "Schedules sent as a repeat of one kept by key (a few bytes).",
                 m->schedule_repeats);
-        head(&b, "hvd_worker_requests_decoded_total", "counter",
-             "Requests by name in local workers' readiness messages: copied from those decoded lately with the same "
-             "bytes (another local rank's, a first step), or parsed.");
-        sb_printf(&b,
-                  "hvd_worker_requests_decoded_total{how=\"copied\"} %" PRIu64
-                  "\nhvd_worker_requests_decoded_total{how=\"parsed\"} %" PRIu64 "\n",
-                  m->requests_copied, m->requests_parsed);
         counter(&b, "hvd_log_level_changes_total", "Run-time log level changes (hvdctl log-level).",
                 m->log_level_changes);
         histogram(&b, "hvd_negotiation_latency_seconds",

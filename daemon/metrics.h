@@ -57,13 +57,9 @@ typedef struct hvd_metrics {
         uint64_t board_schedules; /* schedules sent to local rank 0 alone, for the board */
         /* control plane relays: readiness messages a relay took from its
          * group and sent on to the root; relayed messages a root received;
-         * hosts' new requests a relay sent on in another host's entry;
          * cache ids a relay sent on as one entry for its whole group */
-        uint64_t relay_in, relay_out, relayed_received, relay_shared, relay_group_ids;
+        uint64_t relay_in, relay_out, relayed_received, relay_group_ids;
         uint64_t log_level_changes;
-        /* requests in local workers' Readys: copied from the memo of those
-         * decoded lately (the same bytes from another rank), or parsed */
-        uint64_t requests_copied, requests_parsed;
         hvd_histogram_t negotiation; /* per tensor: first readiness to schedule */
         hvd_histogram_t iteration;   /* reactor: wake-up to going back to sleep */
         hvd_histogram_t control;     /* control request handling */

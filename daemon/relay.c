@@ -1,43 +1,21 @@
 /* relay.c — a relay daemon of a large job: it takes its group's readiness
- * (hosts of one rank each, or relays below it), merges the cached ids
- * every host of the group posted into one entry, passes the rest on in
- * the order it came, and passes the root's schedules on to its group. */
+ * (hosts, or relays below it), tallies the cached ids every host of the
+ * group posted into one entry for all of them, passes the rest on in the
+ * order it came, one message to the root (or the relay above) a reactor
+ * turn, and passes the root's schedules on to its group. Aborts and pings
+ * still go straight between each daemon and the root. */
 #include "config.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <grp.h>
 #include <inttypes.h>
-#include <limits.h>
-#include <poll.h>
-#include <sys/epoll.h>
-#include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/eventfd.h>
-#include <sys/file.h>
-#include <sys/mman.h>
-#include <sys/signalfd.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
-#include <unistd.h>
 #include <zmq.h>
-#ifdef HAVE_LIBSYSTEMD
-#include <systemd/sd-daemon.h>
-#endif
 
 #include "internal.h"
 
-/* Control plane relays: a job of many hosts has its non-root hosts in
- * groups of relay_fanout; one daemon of each group (the relay) takes its
- * group's readiness, merges the cache ids every host of the group posted
- * into one entry and passes everything on to the root in one message, and
- * passes the root's schedules on to its group. Aborts and pings still go
- * straight between each daemon and the root. */
+/* A host of the group, as its relay knows it. */
 typedef struct relay_member {
         uint32_t host;      /* cross rank */
         uint8_t id[256];    /* routing id on the peer socket */
@@ -46,11 +24,8 @@ typedef struct relay_member {
         size_t n_pending;
         uint32_t *sub; /* the hosts it stands for: itself, and those it relays for */
         uint32_t n_sub;
-        uint32_t n_ranks; /* the ranks of those hosts */
 } relay_member_t;
 
-#define RL_KNOWN          1 /* every rank of the job takes part: merged across the group */
-#define RL_PER_HOST       2 /* went to the root host by host this round */
 #define RELAY_MAX_PENDING 4096
 
 struct relay {
@@ -58,52 +33,19 @@ struct relay {
         relay_member_t *m;
         uint32_t *all; /* every host this daemon stands for (its own and the members') */
         uint32_t n_all;
-        int32_t *member_of;   /* [cross_size]: the member a host reports through here, or -1 */
-        uint64_t full;        /* bit i: m[i] */
-        uint64_t *bits;       /* [n_ids]: the hosts that posted the id this round */
-        uint64_t *first_usec; /* [n_ids]: its first posting this round */
-        uint8_t *flags;       /* [n_ids]: RL_* */
-        uint32_t n_ids;
-        uint64_t oldest;         /* first posting of the oldest partial id (0 = none) */
+        int32_t *member_of;      /* [cross_size]: the member a host reports through here, or -1 */
+        tally_t tally;           /* the members' cached ids */
         Hvd__RelayedReady **out; /* entries of the next NodeReady to the root, owned */
         size_t n_out, cap_out;
         uint32_t *grp_ids; /* ids every host of the group posted, for the next NodeReady */
         uint64_t *grp_waited;
         size_t n_grp, cap_grp;
         uint64_t in_msgs, out_msgs; /* readiness messages taken from the group / sent to the root */
-        uint64_t hold_since;        /* requests held for the rest of the group since (0 = none) */
-        uint64_t *out_at;           /* [cap_out]: when each entry came */
-        uint64_t out_newest;        /* when the last one came (held still or gone on) */
-        uint32_t *ranks_all;        /* the ranks of every host in all, host by host */
-        uint32_t n_ranks_all;
-        uint8_t *seen; /* [n_seen: the job's size], all 0 between calls (relay_pool_add) */
-        uint32_t n_seen;
-        int32_t *rank_member; /* [n_seen]: the member whose hosts a rank is on, or -1 */
-        /* a first step's names in what is held, name by name over the
-         * members (relay_pool_add): rl_name_t by name; pool_off: something
-         * else is held */
-        hvd_strmap_t *pool;
-        uint32_t pool_complete;
-        bool pool_off;
 };
-
-/* A name of a first step held at a relay (relay_pool_add). */
-typedef struct rl_name {
-        pool_head_t head; /* first: the first member's */
-        uint64_t members; /* bit i: member i sent it, for all its ranks */
-        bool bad;         /* sent twice, or with other parameters: goes as it came */
-} rl_name_t;
-
-static void relay_pool_clear(relay_t *rl) {
-        pool_free(&rl->pool);
-        rl->pool_complete = 0;
-        rl->pool_off = false;
-}
 
 static void relay_out_clear(relay_t *rl) {
         for (size_t i = 0; i < rl->n_out; i++)
                 protobuf_c_message_free_unpacked(&rl->out[i]->base, NULL);
-        relay_pool_clear(rl);
         rl->n_out = 0;
         rl->n_grp = 0;
 }
@@ -120,113 +62,12 @@ void relay_free(relay_t *rl) {
         free(rl->m);
         free(rl->all);
         free(rl->member_of);
-        free(rl->bits);
-        free(rl->first_usec);
-        free(rl->flags);
+        tally_free(&rl->tally);
         relay_out_clear(rl);
         free(rl->out);
-        free(rl->out_at);
-        free(rl->ranks_all);
-        free(rl->seen);
-        free(rl->rank_member);
         free(rl->grp_ids);
         free(rl->grp_waited);
         free(rl);
-}
-
-static int relay_grow(relay_t *rl, uint32_t id) {
-        if (id < rl->n_ids)
-                return 0;
-        int64_t cap = id_capacity(rl->n_ids, id);
-        if (cap < 0)
-                return (int) cap;
-        uint32_t n = (uint32_t) cap;
-        uint64_t *b = realloc(rl->bits, n * sizeof *b);
-        if (!b)
-                return -ENOMEM;
-        rl->bits = b;
-        uint64_t *f = realloc(rl->first_usec, n * sizeof *f);
-        if (!f)
-                return -ENOMEM;
-        rl->first_usec = f;
-        uint8_t *fl = realloc(rl->flags, n);
-        if (!fl)
-                return -ENOMEM;
-        rl->flags = fl;
-        memset(rl->bits + rl->n_ids, 0, (n - rl->n_ids) * sizeof *b);
-        memset(rl->first_usec + rl->n_ids, 0, (n - rl->n_ids) * sizeof *f);
-        memset(rl->flags + rl->n_ids, 0, n - rl->n_ids);
-        rl->n_ids = n;
-        return 0;
-}
-
-static bool entry_requests(const relay_t *rl, const Hvd__RelayedReady *rr);
-static int32_t entry_member(const relay_t *rl, const Hvd__RelayedReady *rr);
-
-static bool rl_name_done(const relay_t *rl, const rl_name_t *p) {
-        return p && !p->bad && p->members == rl->full;
-}
-
-/* The new requests of entry rr, just held: counted name by name over the
- * members, so that those every member sent alike for all its ranks go on
- * once for the whole group (relay_pool_take), whatever entries each
- * member's hosts made of them. Only for entries of a first step's kind
- * (new requests alone, all of one member's hosts and ranks); anything
- * else turns the pool off until what is held went. */
-static void relay_pool_add(relay_t *rl, const Hvd__RelayedReady *rr) {
-        if (rl->pool_off)
-                return;
-        int32_t mi = entry_requests(rl, rr) ? entry_member(rl, rr) : -1;
-        bool ok = mi >= 0 && rr->n_hosts == rl->m[mi].n_sub && rl->seen;
-        /* every rank of its hosts, each once, in each shared part (a rank
-         * of another member's would let a name go for ranks that did not
-         * ask for it) */
-        for (size_t k = 0; ok && k < rr->n_shared; k++) {
-                const Hvd__SharedReady *sh = rr->shared[k];
-                ok = sh->n_ranks == rl->m[mi].n_ranks && sh->ready && !sh->ready->n_cached && !sh->ready->n_node_cached;
-                size_t i = 0;
-                for (; ok && i < sh->n_ranks; i++) {
-                        uint32_t r = sh->ranks[i];
-                        ok = r < rl->n_seen && !rl->seen[r] && rl->rank_member[r] == mi;
-                        if (ok)
-                                rl->seen[r] = 1;
-                }
-                while (i-- > 0)
-                        if (sh->ranks[i] < rl->n_seen)
-                                rl->seen[sh->ranks[i]] = 0;
-                for (size_t q = 0; ok && q < sh->ready->n_requests; q++)
-                        ok = !sh->ready->requests[q]->process_set &&
-                             sh->ready->requests[q]->kind != HVD__KIND__KIND_JOIN;
-        }
-        if (ok && !rl->pool && !(rl->pool = hvd_strmap_new()))
-                ok = false;
-        for (size_t k = 0; ok && k < rr->n_shared; k++) {
-                const Hvd__Ready *q = rr->shared[k]->ready;
-                for (size_t i = 0; ok && i < q->n_requests; i++) {
-                        const Hvd__Request *r = q->requests[i];
-                        size_t len = strlen(r->name);
-                        rl_name_t *p = hvd_strmap_get(rl->pool, r->name, len);
-                        if (!p) {
-                                if (!(p = calloc(1, sizeof *p)) || hvd_strmap_put(rl->pool, r->name, len, p) < 0) {
-                                        free(p);
-                                        ok = false;
-                                        break;
-                                }
-                                p->head.first = r;
-                        }
-                        bool was = p->head.done;
-                        uint64_t bit = UINT64_C(1) << mi;
-                        if ((p->members & bit) || !hvd_wire_equal(&p->head.first->base, &r->base))
-                                p->bad = true;
-                        else
-                                p->members |= bit;
-                        p->head.done = rl_name_done(rl, p);
-                        rl->pool_complete += p->head.done;
-                        rl->pool_complete -= was;
-                }
-        }
-        if (!ok)
-                rl->pool_off = true;
 }
 
 /* Appends rr (owned by the relay when this succeeds) to what goes on. */
@@ -234,83 +75,13 @@ static int relay_push(relay_t *rl, Hvd__RelayedReady *rr) {
         if (rl->n_out == rl->cap_out) {
                 size_t cap = rl->cap_out ? rl->cap_out * 2 : 16;
                 Hvd__RelayedReady **o = realloc(rl->out, cap * sizeof *o);
-                if (o)
-                        rl->out = o;
-                uint64_t *at = realloc(rl->out_at, cap * sizeof *at);
-                if (at)
-                        rl->out_at = at;
-                if (!o || !at)
+                if (!o)
                         return -ENOMEM;
+                rl->out = o;
                 rl->cap_out = cap;
         }
-        rl->out_at[rl->n_out] = rl->out_newest = hvd_now_usec();
         rl->out[rl->n_out++] = rr;
-        relay_pool_add(rl, rr);
         return 0;
-}
-
-/* The names of the held first-step requests that every member sent alike
- * for all its ranks, taken out of the members' entries into one entry for
- * every host and rank of the group, in the order they first came (the
- * other copies go). Entries left with nothing go too. NULL when there are
- * none (or no memory: then nothing changed). */
-static Hvd__RelayedReady *relay_pool_take(relay_t *rl) {
-        if (rl->pool_off || !rl->pool_complete)
-                return NULL;
-        Hvd__RelayedReady *rr = calloc(1, sizeof *rr);
-        Hvd__SharedReady *sh = calloc(1, sizeof *sh);
-        Hvd__SharedReady **shp = malloc(sizeof *shp);
-        Hvd__Ready *q = calloc(1, sizeof *q);
-        Hvd__Request **reqs = malloc(rl->pool_complete * sizeof *reqs);
-        uint32_t *hosts = malloc(rl->n_all * sizeof *hosts);
-        uint32_t *ranks = malloc(rl->n_ranks_all * sizeof *ranks);
-        if (!rr || !sh || !shp || !q || !reqs || !hosts || !ranks) {
-                free(rr);
-                free(sh);
-                free(shp);
-                free(q);
-                free(reqs);
-                free(hosts);
-                free(ranks);
-                return NULL;
-        }
-        hvd__relayed_ready__init(rr);
-        hvd__shared_ready__init(sh);
-        hvd__ready__init(q);
-        memcpy_safe(hosts, rl->all, rl->n_all * sizeof *hosts);
-        memcpy_safe(ranks, rl->ranks_all, rl->n_ranks_all * sizeof *ranks);
-        rr->hosts = hosts;
-        rr->n_hosts = rl->n_all;
-        rr->shared = shp;
-        rr->shared[rr->n_shared++] = sh;
-        sh->ranks = ranks;
-        sh->n_ranks = rl->n_ranks_all;
-        sh->ready = q;
-        q->requests = reqs;
-        for (size_t i = 0; i < rl->n_out; i++) {
-                Hvd__RelayedReady *e = rl->out[i];
-                size_t keep_sh = 0;
-                for (size_t k = 0; k < e->n_shared; k++) {
-                        pool_move_done(rl->pool, e->shared[k]->ready, q);
-                        if (e->shared[k]->ready->n_requests)
-                                e->shared[keep_sh++] = e->shared[k];
-                        else
-                                protobuf_c_message_free_unpacked(&e->shared[k]->base, NULL);
-                }
-                e->n_shared = keep_sh;
-        }
-        pool_forget(rl->pool, q);
-        rl->pool_complete = 0;
-        size_t keep = 0;
-        for (size_t i = 0; i < rl->n_out; i++) {
-                if (rl->out[i]->n_shared) { /* the pool holds shared requests alone */
-                        rl->out_at[keep] = rl->out_at[i];
-                        rl->out[keep++] = rl->out[i];
-                } else
-                        protobuf_c_message_free_unpacked(&rl->out[i]->base, NULL);
-        }
-        rl->n_out = keep;
-        return rr;
 }
 
 /* Appends an entry for the root: nr (owned from here on) is the readiness
@@ -337,28 +108,6 @@ static int relay_append(relay_t *rl, const uint32_t *hosts, size_t n, Hvd__NodeR
         rr->shared = TAKE_PTR(nr->shared);
         nr->n_ranks = nr->n_node_cached = nr->n_node_cached_waited_usec = nr->n_departed = nr->n_shared = 0;
         protobuf_c_message_free_unpacked(&nr->base, NULL);
-        /* one rank's new requests (a host of one rank) as a shared entry of
-         * one rank, which relay_share can merge with other hosts' */
-        Hvd__SharedReady *sh = NULL;
-        if (rr->n_ranks == 1 && !rr->n_shared && !rr->ranks[0]->ready->n_cached && rr->ranks[0]->ready->n_requests &&
-            (sh = calloc(1, sizeof *sh)) && (rr->shared = malloc(sizeof *rr->shared))) {
-                hvd__shared_ready__init(sh);
-                if ((sh->ranks = malloc(sizeof *sh->ranks))) {
-                        sh->ranks[0] = rr->ranks[0]->rank;
-                        sh->n_ranks = 1;
-                        sh->ready = TAKE_PTR(rr->ranks[0]->ready);
-                        protobuf_c_message_free_unpacked(&rr->ranks[0]->base, NULL);
-                        free(rr->ranks);
-                        rr->ranks = NULL;
-                        rr->n_ranks = 0;
-                        rr->shared[0] = TAKE_PTR(sh);
-                        rr->n_shared = 1;
-                } else {
-                        free(rr->shared);
-                        rr->shared = NULL;
-                }
-        }
-        free(sh);
         if (relay_push(rl, rr) < 0) {
                 protobuf_c_message_free_unpacked(&rr->base, NULL);
                 return -ENOMEM;
@@ -400,38 +149,22 @@ static int relay_grp_out(hvd_daemon_t *d, relay_t *rl) {
         return relay_append(rl, rl->all, rl->n_all, nr);
 }
 
+static int release_member(void *userdata, uint32_t part, const uint32_t *ids, const uint64_t *waited, size_t n) {
+        relay_t *rl = userdata;
+        Hvd__NodeReady *nr = node_ready_new(n);
+        if (!nr)
+                return -ENOMEM;
+        memcpy(nr->node_cached, ids, n * sizeof *ids);
+        memcpy(nr->node_cached_waited_usec, waited, n * sizeof *waited);
+        nr->n_node_cached = nr->n_node_cached_waited_usec = n;
+        return relay_append(rl, rl->m[part].sub, rl->m[part].n_sub, nr);
+}
+
 /* Whatever the group posted in part goes on host by host, after the ids
  * every host posted: what comes next from a host must not overtake it. */
 static int relay_release(hvd_daemon_t *d, relay_t *rl) {
         int r = relay_grp_out(d, rl);
-        if (r < 0 || !rl->oldest)
-                return r;
-        rl->oldest = 0;
-        uint64_t now = hvd_now_usec();
-        for (uint32_t i = 0; i < rl->n; i++) {
-                size_t n = 0;
-                for (uint32_t id = 0; id < rl->n_ids; id++)
-                        n += (rl->bits[id] >> i) & 1;
-                if (!n)
-                        continue;
-                Hvd__NodeReady *nr = node_ready_new(n);
-                if (!nr)
-                        return -ENOMEM;
-                for (uint32_t id = 0; id < rl->n_ids; id++)
-                        if ((rl->bits[id] >> i) & 1) {
-                                nr->node_cached[nr->n_node_cached++] = id;
-                                nr->node_cached_waited_usec[nr->n_node_cached_waited_usec++] =
-                                        now > rl->first_usec[id] ? now - rl->first_usec[id] : 0;
-                        }
-                if ((r = relay_append(rl, rl->m[i].sub, rl->m[i].n_sub, nr)) < 0)
-                        return r;
-        }
-        for (uint32_t id = 0; id < rl->n_ids; id++)
-                if (rl->bits[id]) {
-                        rl->bits[id] = 0;
-                        rl->flags[id] |= RL_PER_HOST;
-                }
-        return 0;
+        return r < 0 ? r : tally_release(&rl->tally, hvd_now_usec(), release_member, rl);
 }
 
 /* A relay: the readiness nr (owned) of member i, for every host it
@@ -449,43 +182,33 @@ static void relay_take_one(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeReady
                 return;
         }
         uint64_t now = hvd_now_usec();
-        bool waited = nr->n_node_cached_waited_usec == nr->n_node_cached;
+        bool has_waited = nr->n_node_cached_waited_usec == nr->n_node_cached;
         size_t keep = 0;
         for (size_t k = 0; k < nr->n_node_cached; k++) {
                 uint32_t id = nr->node_cached[k];
-                uint64_t wt = waited ? nr->node_cached_waited_usec[k] : 0;
-                if (id >= rl->n_ids || !(rl->flags[id] & RL_KNOWN) || (rl->flags[id] & RL_PER_HOST)) {
+                uint64_t wt = has_waited ? nr->node_cached_waited_usec[k] : 0, waited;
+                if (!tally_counts(&rl->tally, id)) {
                         nr->node_cached[keep] = id;
-                        if (waited)
+                        if (has_waited)
                                 nr->node_cached_waited_usec[keep] = wt;
                         keep++;
                         continue;
                 }
-                if ((rl->bits[id] >> i) & 1) {
+                r = tally_post(&rl->tally, id, i, wt < now ? now - wt : now, now, &waited);
+                if (r == -EEXIST) {
                         protobuf_c_message_free_unpacked(&nr->base, NULL);
                         job_abort(d, j, -1, HVD_EDUPLICATE,
                                   "host %s posted the tensor of cache id %u twice before it completed",
                                   host_of(j, rl->m[i].host), id);
                         return;
                 }
-                uint64_t at = wt < now ? now - wt : now;
-                if (!rl->bits[id] || at < rl->first_usec[id])
-                        rl->first_usec[id] = at;
-                if (!rl->oldest || rl->first_usec[id] < rl->oldest)
-                        rl->oldest = rl->first_usec[id];
-                rl->bits[id] |= UINT64_C(1) << i;
-                if (rl->bits[id] != rl->full)
-                        continue;
-                if (ids_push(&rl->grp_ids, &rl->grp_waited, &rl->n_grp, &rl->cap_grp, id,
-                             now > rl->first_usec[id] ? now - rl->first_usec[id] : 0) < 0) {
+                if (r == 1 && (r = ids_push(&rl->grp_ids, &rl->grp_waited, &rl->n_grp, &rl->cap_grp, id, waited)) < 0) {
                         protobuf_c_message_free_unpacked(&nr->base, NULL);
-                        r = -ENOMEM;
                         goto fail;
                 }
-                rl->bits[id] = 0;
         }
         nr->n_node_cached = keep;
-        if (waited)
+        if (has_waited)
                 nr->n_node_cached_waited_usec = keep;
         if (keep) {
                 if ((r = relay_append(rl, mi->sub, mi->n_sub, nr)) < 0)
@@ -565,115 +288,6 @@ static void relay_take(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeReady *nr
                 relay_take_one(d, j, i, nr);
 }
 
-/* The member whose hosts an entry is all of, or -1. */
-static int32_t entry_member(const relay_t *rl, const Hvd__RelayedReady *rr) {
-        int32_t m = rr->n_hosts ? rl->member_of[rr->hosts[0]] : -1;
-        for (size_t h = 1; m >= 0 && h < rr->n_hosts; h++)
-                if (rl->member_of[rr->hosts[h]] != m)
-                        m = -1;
-        return m;
-}
-
-/* Whether an entry is new requests alone, all of one member's hosts:
- * something relay_share can merge. */
-static bool entry_requests(const relay_t *rl, const Hvd__RelayedReady *rr) {
-        return !rr->n_ranks && !rr->n_node_cached && !rr->n_departed && rr->n_shared && entry_member(rl, rr) >= 0;
-}
-
-/* Whether two entries' shared readiness is alike, entry by entry (their
- * ranks aside). */
-static bool shared_equal(const Hvd__RelayedReady *a, const Hvd__RelayedReady *b) {
-        if (a->n_shared != b->n_shared)
-                return false;
-        for (size_t k = 0; k < a->n_shared; k++)
-                if (!hvd_wire_equal(&a->shared[k]->ready->base, &b->shared[k]->ready->base))
-                        return false;
-        return true;
-}
-
-/* A relay, before it sends: entries of requests alone that several
- * members sent alike (each host's first step names the same tensors)
- * become one, for all of them, so that the root decodes and enters them
- * once. An entry joins an earlier one only when no entry between them is of
- * its member (each host's readiness stays in the order it came). */
-static void relay_share(hvd_daemon_t *d, relay_t *rl) {
-        size_t n = rl->n_out;
-        if (n < 2)
-                return;
-        bool *req = calloc(n, sizeof *req); /* entry_requests() */
-        bool *gone = calloc(n, sizeof *gone);
-        if (!req || !gone)
-                goto out;
-        for (size_t i = 0; i < n; i++)
-                req[i] = entry_requests(rl, rl->out[i]);
-        for (size_t i = 1; i < n; i++) {
-                if (!req[i])
-                        continue;
-                Hvd__RelayedReady *ri = rl->out[i];
-                int32_t member = rl->member_of[ri->hosts[0]];
-                /* the nearest earlier entry of this member bounds the search */
-                size_t lo = 0;
-                for (size_t m = i; m-- > 0;) {
-                        bool mine = false;
-                        for (size_t h = 0; !gone[m] && h < rl->out[m]->n_hosts; h++)
-                                mine |= rl->member_of[rl->out[m]->hosts[h]] == member;
-                        if (mine) {
-                                lo = m + 1;
-                                break;
-                        }
-                }
-                for (size_t g = lo; g < i; g++) {
-                        Hvd__RelayedReady *rg = rl->out[g];
-                        if (gone[g] || !req[g] || !shared_equal(rg, ri))
-                                continue;
-                        uint32_t *nh = realloc(rg->hosts, (rg->n_hosts + ri->n_hosts) * sizeof *nh);
-                        if (!nh)
-                                break;
-                        rg->hosts = nh;
-                        bool ok = true;
-                        for (size_t k = 0; ok && k < rg->n_shared; k++) {
-                                Hvd__SharedReady *a = rg->shared[k], *b = ri->shared[k];
-                                uint32_t *nr = realloc(a->ranks, (a->n_ranks + b->n_ranks) * sizeof *nr);
-                                if (!nr) {
-                                        ok = false;
-                                        break;
-                                }
-                                a->ranks = nr;
-                        }
-                        if (!ok)
-                                break; /* nothing changed but capacity */
-                        memcpy_safe(rg->hosts + rg->n_hosts, ri->hosts, ri->n_hosts * sizeof *ri->hosts);
-                        rg->n_hosts += ri->n_hosts;
-                        for (size_t k = 0; k < rg->n_shared; k++) {
-                                Hvd__SharedReady *a = rg->shared[k], *b = ri->shared[k];
-                                memcpy_safe(a->ranks + a->n_ranks, b->ranks, b->n_ranks * sizeof *b->ranks);
-                                a->n_ranks += b->n_ranks;
-                        }
-                        gone[i] = true;
-                        for (size_t k = 0; k < ri->n_shared; k++)
-                                d->metrics.relay_shared += ri->shared[k]->ready->n_requests;
-                        break;
-                }
-        }
-        size_t keep = 0;
-        for (size_t i = 0; i < n; i++)
-                if (gone[i])
-                        protobuf_c_message_free_unpacked(&rl->out[i]->base, NULL);
-                else
-                        rl->out[keep++] = rl->out[i];
-        rl->n_out = keep;
-out:
-        free(req);
-        free(gone);
-}
-
-/* Whether what waits to go to the root is a first step's new requests
- * alone, each entry all of one member's hosts and ranks (relay_pool_add):
- * worth holding for the other members' (relay_pool_take). */
-static bool relay_holds(const relay_t *rl) {
-        return rl->n_out && !rl->pool_off;
-}
-
 /* A relay: n entries of what its group made ready, in one message to the
  * root (or to the relay above). */
 static void relay_send(hvd_daemon_t *d, job_t *j, Hvd__RelayedReady **out, size_t n) {
@@ -689,85 +303,30 @@ static void relay_send(hvd_daemon_t *d, job_t *j, Hvd__RelayedReady **out, size_
         d->metrics.relay_out++;
 }
 
-/* The names every member sent go on now, once for the whole group. */
-static void relay_pool_send(hvd_daemon_t *d, job_t *j) {
-        Hvd__RelayedReady *pr = relay_pool_take(j->rl);
-        if (!pr)
-                return;
-        d->metrics.relay_shared += pr->shared[0]->ready->n_requests * (uint64_t) (j->rl->n - 1);
-        if (j->state == JOB_RUNNING)
-                relay_send(d, j, &pr, 1);
-        protobuf_c_message_free_unpacked(&pr->base, NULL);
-}
-
-void relay_flush(hvd_daemon_t *d, job_t *j, bool force) {
+void relay_flush(hvd_daemon_t *d, job_t *j) {
         relay_t *rl = j->rl;
-        if (!force && !rl->n_grp && relay_holds(rl)) {
-                relay_pool_send(d, j);
-                if (!rl->n_out) {
-                        rl->hold_since = 0;
-                        return;
-                }
-                rl->hold_since = hold_start(rl->out_at[0], rl->out_newest, d->cfg.first_step_hold_usec);
-                if (hold_on(d, &rl->hold_since, d->cfg.first_step_hold_usec))
-                        return;
-        }
-        rl->hold_since = 0;
-        relay_pool_send(d, j);
-        relay_pool_clear(rl);
         if (relay_grp_out(d, rl) < 0) {
                 job_abort(d, j, -1, -ENOMEM, "out of memory");
                 return;
         }
-        if (!rl->n_out)
-                return;
-        relay_share(d, rl);
-        if (j->state == JOB_RUNNING)
+        if (rl->n_out && j->state == JOB_RUNNING)
                 relay_send(d, j, rl->out, rl->n_out);
         relay_out_clear(rl);
 }
 
-/* A relay, housekeeping: ids held for long go on host by host (the root's
- * stall inspector then names the hosts that are missing). */
-static void relay_expire(hvd_daemon_t *d, job_t *j, uint64_t now) {
-        relay_t *rl = j->rl;
-        uint64_t oldest = 0;
-        for (uint32_t id = 0; id < rl->n_ids; id++)
-                if (rl->bits[id] && (!oldest || rl->first_usec[id] < oldest))
-                        oldest = rl->first_usec[id];
-        rl->oldest = oldest;
-        if (oldest && now - oldest > AGG_HOLD_USEC && relay_release(d, rl) < 0)
-                job_abort(d, j, -1, -ENOMEM, "out of memory");
+/* Whether op is of every rank of the job (so that each host of the group
+ * posts it). */
+static bool of_every_rank(const Hvd__Op *op, void *userdata) {
+        (void) userdata;
+        return op->process_set == 0;
 }
 
-/* A relay: a schedule of the root on its way to the group. Its ids are done
- * with this round; those of collectives of every rank merge across the group. */
 void relay_learn(hvd_daemon_t *d, job_t *j, const Hvd__Schedule *s) {
-        relay_t *rl = j->rl;
-        if (s->repeat_key) {
-                for (uint32_t i = 0; i < j->key_n[s->repeat_key]; i++) {
-                        uint32_t id = j->key_ids[s->repeat_key][i];
-                        if (id < rl->n_ids)
-                                rl->flags[id] &= (uint8_t) ~RL_PER_HOST;
-                }
-                return;
-        }
-        for (size_t o = 0; o < s->n_ops; o++)
-                for (size_t e = 0; e < s->ops[o]->n_entries; e++) {
-                        uint32_t id = s->ops[o]->entries[e]->id;
-                        if (id == HVD_NEGOTIATOR_NO_ID)
-                                continue;
-                        if (relay_grow(rl, id) < 0) {
-                                job_abort(d, j, -1, -ENOMEM, "out of memory");
-                                return;
-                        }
-                        rl->flags[id] = s->ops[o]->process_set == 0 ? RL_KNOWN : 0;
-                }
-        for (size_t i = 0; i < s->n_errors; i++) {
-                uint32_t id = s->errors[i]->id;
-                if (id != HVD_NEGOTIATOR_NO_ID && id < rl->n_ids)
-                        rl->flags[id] &= (uint8_t) ~RL_PER_HOST;
-        }
+        const uint32_t *kept = s->repeat_key ? j->key_ids[s->repeat_key] : NULL;
+        uint32_t n_kept = s->repeat_key ? j->key_n[s->repeat_key] : 0;
+        int r = tally_learn_schedule(&j->rl->tally, s, kept, n_kept, of_every_rank, NULL);
+        if (r < 0)
+                job_abort(d, j, -1, r, "schedule %" PRIu64 ": %s", s->seq, hvd_strerror(r));
 }
 
 /* A relay: the root's message env (a schedule) to every host of the group,
@@ -990,24 +549,7 @@ bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
                 for (uint32_t c = 1; c < j->cross_size; c++)
                         if (rl->member_of[c] >= 0)
                                 rl->all[rl->n_all++] = c;
-                rl->full = rl->n == 64 ? UINT64_MAX : (UINT64_C(1) << rl->n) - 1;
-                /* the ranks of each member's hosts, and of them all, host by
-                 * host (what a first step's names shared by the whole group
-                 * name: relay_pool_take) */
-                if (!(rl->ranks_all = malloc(j->size * sizeof *rl->ranks_all)) || !(rl->seen = calloc(j->size, 1)) ||
-                    !(rl->rank_member = malloc(j->size * sizeof *rl->rank_member)))
-                        goto oom;
-                rl->n_seen = j->size;
-                for (uint32_t r = 0; r < j->size; r++)
-                        rl->rank_member[r] = j->table[r].known && j->table[r].cross_rank < j->cross_size
-                                                     ? rl->member_of[j->table[r].cross_rank]
-                                                     : -1;
-                for (uint32_t h = 0; h < rl->n_all; h++)
-                        for (uint32_t r = 0; r < j->size; r++)
-                                if (j->table[r].known && j->table[r].cross_rank == rl->all[h]) {
-                                        rl->ranks_all[rl->n_ranks_all++] = r;
-                                        rl->m[rl->member_of[rl->all[h]]].n_ranks++;
-                                }
+                tally_init(&rl->tally, rl->n);
                 snprintf(j->relay_desc, sizeof j->relay_desc, "relays for hosts [%s]", list);
                 if (rl->n_all > rl->n)
                         snprintf(j->relay_desc + strlen(j->relay_desc), sizeof j->relay_desc - strlen(j->relay_desc),
@@ -1070,17 +612,10 @@ void relay_take_own(hvd_daemon_t *d, job_t *j, const Hvd__NodeReady *nr) {
                 relay_take(d, j, 0, c);
                 return;
         }
-        /* the cold path: a copy through the wire format */
+        /* the cold path: a deep copy (nr holds nothing unknown: it was built here) */
         Hvd__NodeReady only = *nr;
         only.job_id = (char *) protobuf_c_empty_string;
-        size_t len = protobuf_c_message_get_packed_size(&only.base);
-        uint8_t *buf = malloc(len ? len : 1);
-        Hvd__NodeReady *c = NULL;
-        if (buf) {
-                protobuf_c_message_pack(&only.base, buf);
-                c = hvd__node_ready__unpack(NULL, len, buf);
-        }
-        free(buf);
+        Hvd__NodeReady *c = (Hvd__NodeReady *) hvd_wire_dup(&only.base);
         if (!c) {
                 job_abort(d, j, -1, -ENOMEM, "out of memory");
                 return;
@@ -1088,17 +623,14 @@ void relay_take_own(hvd_daemon_t *d, job_t *j, const Hvd__NodeReady *nr) {
         relay_take(d, j, 0, c);
 }
 
-/* Housekeeping, a relay: ids held for long go on host by host; a first
- * step's hold that ran out lets what is held go. */
+/* Housekeeping, a relay: ids held for long go on host by host. */
 uint64_t relay_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick) {
-        uint64_t next = UINT64_MAX;
-        if (j->rl->oldest && j->state == JOB_RUNNING) {
-                next = tick;
-                relay_expire(d, j, now);
-        }
-        if (hold_expired(j->rl->hold_since, d->cfg.first_step_hold_usec, now, &next))
-                relay_flush(d, j, true);
-        return next;
+        tally_t *t = &j->rl->tally;
+        if (!t->oldest || j->state != JOB_RUNNING)
+                return UINT64_MAX;
+        if (tally_expired(t, now, TALLY_HOLD_USEC) && relay_release(d, j->rl) < 0)
+                job_abort(d, j, -1, -ENOMEM, "out of memory");
+        return tick;
 }
 
 /* The relay's totals, logged as its job goes. */

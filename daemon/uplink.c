@@ -155,6 +155,28 @@ static void root_aborted(hvd_daemon_t *d, job_t *j, peer_t *p, const Hvd__Abort 
                 host_of(j, 0), ranks, role, p->endpoint);
 }
 
+/* A schedule the root keeps under a key (keep_key): its cache ids, kept
+ * too, are what a repeat of it (repeat_key) stands for. */
+static void schedule_keep_ids(hvd_daemon_t *d, job_t *j, const Hvd__Schedule *s) {
+        if (!s->keep_key)
+                return;
+        size_t total = 0;
+        for (size_t o = 0; o < s->n_ops; o++)
+                total += s->ops[o]->n_entries;
+        uint32_t *ids = malloc((total ? total : 1) * sizeof *ids), n = 0;
+        if (!ids) {
+                job_abort(d, j, -1, -ENOMEM, "out of memory");
+                return;
+        }
+        for (size_t o = 0; o < s->n_ops; o++)
+                for (size_t e = 0; e < s->ops[o]->n_entries; e++)
+                        if (s->ops[o]->entries[e]->id != HVD_NEGOTIATOR_NO_ID)
+                                ids[n++] = s->ops[o]->entries[e]->id;
+        free(j->key_ids[s->keep_key]);
+        j->key_ids[s->keep_key] = ids;
+        j->key_n[s->keep_key] = n;
+}
+
 /* A schedule of the root on its way to this host's ranks (and, at a
  * relay, to its group). */
 static void root_schedule(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
@@ -166,7 +188,8 @@ static void root_schedule(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
                           sc->repeat_key);
                 return;
         }
-        agg_learn(d, j, sc);
+        schedule_keep_ids(d, j, sc);
+        batch_learn(d, j, sc);
         Hvd__Envelope out = HVD__ENVELOPE__INIT;
         out.body_case = HVD__ENVELOPE__BODY_SCHEDULE;
         out.schedule = env->job_schedule->schedule;

@@ -184,38 +184,15 @@ static void handle_ready(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
                 w->done_seq = env->ready->done_seq;
                 w->busy_usec = env->ready->busy_usec;
         }
-        if (job_negotiates(j) && j->n_fwd && env->ready->n_node_cached)
-                flush_forward(d, j, true); /* what was held goes first */
-        if (env->ready->n_node_cached && !node_level_ready(d, j, w, env->ready))
-                return;
         if (job_negotiates(j)) {
-                if (!env->ready->n_requests && !env->ready->n_cached && env->ready->n_node_cached)
-                        return;
-                if (!root_holds(j, env->ready)) {
-                        root_submit(d, j, &w->rank, 1, env->ready, true);
-                        return;
-                }
-                /* held for the other local ranks' (flush_forward), or
-                 * behind what is; a readiness message from it all the same */
-                j->rstat[w->rank].last_seen_usec = hvd_now_usec();
-                j->rstat[w->rank].readies++;
-                Hvd__Ready *q = TAKE_PTR(env->ready);
-                env->body_case = HVD__ENVELOPE__BODY__NOT_SET;
-                if (fwd_append(j, w->rank, q) < 0)
-                        job_abort(d, j, -1, -ENOMEM, "out of memory");
+                root_ready(d, j, w, env);
                 return;
         }
+        if (env->ready->n_node_cached && !batch_node_ready(d, j, w, env->ready))
+                return;
         j->rstat[w->rank].last_seen_usec = hvd_now_usec();
         j->rstat[w->rank].readies++;
-        if (!agg_ready(d, j, w, env->ready))
-                return;
-        if (!env->ready->n_requests && !env->ready->n_cached)
-                return; /* all of it waits here for the node-level message */
-        /* the rest goes to the root rank by rank, with this iteration's batch */
-        Hvd__Ready *q = TAKE_PTR(env->ready);
-        env->body_case = HVD__ENVELOPE__BODY__NOT_SET;
-        if (fwd_append(j, w->rank, q) < 0)
-                job_abort(d, j, -1, -ENOMEM, "out of memory");
+        batch_ready(d, j, w, env);
 }
 
 void worker_gone(hvd_daemon_t *d, worker_t *w, const char *why) {
@@ -322,18 +299,10 @@ static void handle_goodbye(hvd_daemon_t *d, worker_t *w) {
         if (j->board_sched && w->local_rank == 0 && j->state == JOB_RUNNING)
                 board_resend(d, j, w);
         if (job_negotiates(j)) {
-                flush_forward(d, j, true); /* what it sent before goes first */
+                batch_flush(d, j); /* what it sent before goes first */
                 root_departed(d, j, w->rank);
-        } else if (j->state == JOB_RUNNING) {
-                /* the others' ids can no longer complete on this node */
-                j->agg_off = true;
-                agg_release(d, j);
-                uint32_t *nd = realloc(j->departed, (j->n_departed + 1) * sizeof *nd);
-                if (nd) {
-                        j->departed = nd;
-                        j->departed[j->n_departed++] = w->rank;
-                }
-        }
+        } else if (j->state == JOB_RUNNING)
+                batch_departed(d, j, w->rank);
         /* without a pidfd the goodbye is the last we hear of it */
         if (w->pidfd < 0)
                 worker_gone(d, w, "said goodbye");
@@ -454,10 +423,6 @@ static void worker_failed(hvd_daemon_t *d, worker_t *w, const Hvd__Abort *ab) {
 }
 
 void handle_worker_socket(hvd_daemon_t *d) {
-        /* remembering a request costs about two parsings of it, a copy a
-         * quarter to a half of one (bench_decode): it pays from 3 local
-         * workers on; with fewer the memo only copies what it holds */
-        hvd_wire_memo_set_learning(d->memo, hvd_strmap_size(d->workers) >= MEMO_MIN_WORKERS);
         for (int n = 0; n < RECV_BATCH; n++) {
                 uint8_t id[256];
                 size_t id_len;
@@ -465,7 +430,7 @@ void handle_worker_socket(hvd_daemon_t *d) {
                 char err[512];
                 uid_t uid = (uid_t) -1;
                 /* a host's ranks send a first step's requests alike: parsed once */
-                int r = router_recv_ex(d->worker_sock, id, &id_len, &env, &uid, err, sizeof err, NULL, 0, d->memo);
+                int r = router_recv_ex(d->worker_sock, id, &id_len, &env, &uid, err, sizeof err, NULL, 0);
                 if (r == 0)
                         return;
                 worker_t *w = hvd_strmap_get(d->workers, id, id_len);

@@ -238,6 +238,7 @@ START_TEST(test_conf_load_good) {
                    "max_tensors_per_job = 1000\n"
                    "max_message_size = 16M\n"
                    "socket_mode = 0640\n"
+                   "first_step_hold = 100ms\n" /* an obsolete key: accepted, ignored */
                    "fusion_threshold = 48M\n" /* a later line wins */);
         hvd_daemon_config_t c;
         hvd_daemon_config_init(&c);

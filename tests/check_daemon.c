@@ -481,6 +481,106 @@ START_TEST(test_relay_merges_what_every_host_of_its_group_posted) {
 }
 END_TEST
 
+/* A Ready of new requests of allreduces of the float32 tensors named. */
+static void ready_names(const char *id, const char *const *names, size_t n) {
+        Hvd__Request q[8], *qs[8];
+        ck_assert_uint_le(n, 8);
+        for (size_t i = 0; i < n; i++) {
+                hvd__request__init(&q[i]);
+                q[i].name = (char *) names[i];
+                q[i].kind = HVD__KIND__KIND_ALLREDUCE;
+                q[i].dtype = HVD_FLOAT32;
+                q[i].shape = (int64_t[]){ 3 };
+                q[i].n_shape = 1;
+                q[i].reduce_op = HVD_REDUCE_SUM;
+                q[i].prescale = q[i].postscale = 1.0;
+                q[i].device = -1;
+                qs[i] = &q[i];
+        }
+        Hvd__Ready r = HVD__READY__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        r.requests = qs;
+        r.n_requests = n;
+        env.body_case = HVD__ENVELOPE__BODY_READY;
+        env.ready = &r;
+        feed(HVD_DAEMON_FROM_WORKER, id, &env);
+}
+
+START_TEST(test_host_sends_alike_requests_of_a_turn_once) {
+        /* host 1 of 2 (ranks 2 and 3): the new requests both ranks sent
+         * alike in one turn go to the root once, for both; others go as
+         * each rank's own */
+        start(NULL);
+        char *hosts[] = { "h0", "h1" };
+        job_spec_t js = { .job = "share",
+                          .size = 4,
+                          .local_size = 2,
+                          .cross_rank = 1,
+                          .cross_size = 2,
+                          .hosts = hosts,
+                          .root_peer = ROOT_EP };
+        hello(&js, "w2", 2, 0);
+        hello(&js, "w3", 3, 1);
+        Hvd__RankInfo ri[4], *rp[4];
+        for (uint32_t r = 0; r < 4; r++) {
+                hvd__rank_info__init(&ri[r]);
+                ri[r].rank = r;
+                ri[r].local_rank = r % 2;
+                ri[r].cross_rank = r / 2;
+                ri[r].host = hosts[r / 2];
+                ri[r].data_addr = (char *) "127.0.0.1:1";
+                rp[r] = &ri[r];
+        }
+        Hvd__NodeWelcome nw = HVD__NODE_WELCOME__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        nw.job_id = (char *) "share";
+        nw.ranks = rp;
+        nw.n_ranks = 4;
+        nw.epoch = 7;
+        nw.fusion_threshold = 64 << 20;
+        nw.cycle_time_usec = 1000;
+        env.body_case = HVD__ENVELOPE__BODY_NODE_WELCOME;
+        env.node_welcome = &nw;
+        feed(HVD_DAEMON_FROM_ROOT, ROOT_EP, &env);
+        ck_assert_ptr_nonnull(sent_to("w3", HVD__ENVELOPE__BODY_WELCOME, 0));
+        forget_sent();
+
+        const char *ab[] = { "a", "b" }, *ac[] = { "a", "c" };
+        hvd_daemon_feed_turn(T.d, true);
+        ready_names("w2", ab, 2);
+        ready_names("w3", ab, 2);
+        ck_assert_uint_eq(count_sent(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY), 0); /* the turn goes on */
+        hvd_daemon_feed_turn(T.d, false);
+        const Hvd__Envelope *e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 0);
+        ck_assert_ptr_nonnull(e);
+        ck_assert_uint_eq(count_sent(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY), 1);
+        ck_assert_uint_eq(e->node_ready->n_ranks, 0);
+        ck_assert_uint_eq(e->node_ready->n_shared, 1);
+        const Hvd__SharedReady *sh = e->node_ready->shared[0];
+        ck_assert_uint_eq(sh->n_ranks, 2);
+        ck_assert_uint_eq(sh->ranks[0], 2);
+        ck_assert_uint_eq(sh->ranks[1], 3);
+        ck_assert_uint_eq(sh->ready->n_requests, 2);
+        ck_assert_str_eq(sh->ready->requests[0]->name, "a");
+        ck_assert_str_eq(sh->ready->requests[1]->name, "b");
+
+        forget_sent();
+        hvd_daemon_feed_turn(T.d, true);
+        ready_names("w2", ab, 2);
+        ready_names("w3", ac, 2);
+        hvd_daemon_feed_turn(T.d, false);
+        e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 0);
+        ck_assert_ptr_nonnull(e);
+        ck_assert_uint_eq(e->node_ready->n_shared, 0);
+        ck_assert_uint_eq(e->node_ready->n_ranks, 2);
+        ck_assert_uint_eq(e->node_ready->ranks[0]->rank, 2);
+        ck_assert_str_eq(e->node_ready->ranks[0]->ready->requests[1]->name, "b");
+        ck_assert_uint_eq(e->node_ready->ranks[1]->rank, 3);
+        ck_assert_str_eq(e->node_ready->ranks[1]->ready->requests[1]->name, "c");
+        stop();
+}
+END_TEST
+
 START_TEST(test_readiness_for_an_unknown_job_is_refused) {
         start("tcp://127.0.0.1:*");
         Hvd__NodeReady nr = HVD__NODE_READY__INIT;
@@ -507,6 +607,7 @@ int main(void) {
         tcase_add_test(tc, test_stall_is_shown_then_aborts_the_job);
         tcase_add_test(tc, test_dead_worker_aborts_its_job_on_the_others);
         tcase_add_test(tc, test_relay_merges_what_every_host_of_its_group_posted);
+        tcase_add_test(tc, test_host_sends_alike_requests_of_a_turn_once);
         tcase_add_test(tc, test_readiness_for_an_unknown_job_is_refused);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
