@@ -5,16 +5,7 @@
  * posted as one node-level id (a tally of the local ranks). */
 #include "config.h"
 
-#include <errno.h>
-#include <inttypes.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "internal.h"
-
-/* Partial node-level readiness older than this goes to the root rank by
- * rank, so that its stall inspector sees which ranks are missing. */
-#define AGG_HOLD_USEC (500 * USEC_PER_MSEC)
 
 void batch_clear(batch_t *b) {
         for (size_t i = 0; i < b->n_fwd; i++)
@@ -222,7 +213,7 @@ uint64_t batch_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t ti
         tally_t *t = &j->batch.tally;
         if (!t->oldest || j->state != JOB_RUNNING)
                 return UINT64_MAX;
-        if (tally_expired(t, now, AGG_HOLD_USEC))
+        if (tally_expired(t, now, TALLY_HOLD_USEC))
                 batch_release(d, j);
         return tick;
 }
@@ -420,7 +411,7 @@ static void batch_send(hvd_daemon_t *d, job_t *j, Hvd__SharedReady **sh, size_t 
         if (j->rl)
                 relay_take_own(d, j, &nr);
         else
-                send_up(d, j, &env);
+                uplink_send_up(d, j, &env);
 }
 
 void batch_flush(hvd_daemon_t *d, job_t *j) {

@@ -4,38 +4,12 @@
  * a job is its owner's, root's or the daemon user's. */
 #include "config.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <grp.h>
-#include <inttypes.h>
-#include <limits.h>
-#include <poll.h>
-#include <sys/epoll.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/eventfd.h>
-#include <sys/file.h>
-#include <sys/mman.h>
-#include <sys/signalfd.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
-#include <unistd.h>
-#include <zmq.h>
-#ifdef HAVE_LIBSYSTEMD
-#include <systemd/sd-daemon.h>
-#endif
-
 #include "internal.h"
 
 /* Rank 0 started or stopped its timeline (on its own, or answering
  * timeline_request): the root records readiness times only while it is on,
  * and a waiting hvdctl gets the answer. */
-void timeline_from_rank(hvd_daemon_t *d, worker_t *w, const Hvd__TimelineControl *tc) {
+void control_timeline_answer(hvd_daemon_t *d, worker_t *w, const Hvd__TimelineControl *tc) {
         job_t *j = w->job;
         if (w->rank != 0)
                 return;
@@ -57,7 +31,7 @@ static void timeline_request(hvd_daemon_t *d, const uint8_t *id, size_t id_len, 
                              uid_t caller) {
         job_t *j = q->job_id[0] ? hvd_strmap_get(d->jobs, q->job_id, strlen(q->job_id)) : NULL;
         if (!j) {
-                send_error(d, d->control_sock, id, id_len, -ENOENT, "no job '%s' here (see hvdctl jobs)", q->job_id);
+                io_error(d, d->control_sock, id, id_len, -ENOENT, "no job '%s' here (see hvdctl jobs)", q->job_id);
                 return;
         }
         /* an action on a job: its owner (the uid of its workers), root or the
@@ -67,34 +41,34 @@ static void timeline_request(hvd_daemon_t *d, const uint8_t *id, size_t id_len, 
                 if (caller != (uid_t) -1)
                         snprintf(who, sizeof who, "uid %u", (unsigned) caller);
                 if (j->owned)
-                        send_error(d, d->control_sock, id, id_len, HVD_EDENIED,
-                                   "permission denied: job %s belongs to uid %u; only its owner or root may start or "
-                                   "stop its timeline (the request came from %s)",
-                                   j->id, (unsigned) j->owner_uid, who);
+                        io_error(d, d->control_sock, id, id_len, HVD_EDENIED,
+                                 "permission denied: job %s belongs to uid %u; only its owner or root may start or "
+                                 "stop its timeline (the request came from %s)",
+                                 j->id, (unsigned) j->owner_uid, who);
                 else
-                        send_error(d, d->control_sock, id, id_len, HVD_EDENIED,
-                                   "permission denied: job %s has no worker here yet; only root may start or stop its "
-                                   "timeline (the request came from %s)",
-                                   j->id, who);
+                        io_error(d, d->control_sock, id, id_len, HVD_EDENIED,
+                                 "permission denied: job %s has no worker here yet; only root may start or stop its "
+                                 "timeline (the request came from %s)",
+                                 j->id, who);
                 return;
         }
         worker_t *w = j->ranks[0];
         if (j->state != JOB_RUNNING || (w && (w->goodbye || w->exited))) {
-                send_error(d, d->control_sock, id, id_len, -EAGAIN, "job %s is %s: no timeline can start or stop",
-                           j->id, w && (w->goodbye || w->exited) ? "ending" : job_state_names[j->state]);
+                io_error(d, d->control_sock, id, id_len, -EAGAIN, "job %s is %s: no timeline can start or stop", j->id,
+                         w && (w->goodbye || w->exited) ? "ending" : job_state_names[j->state]);
                 return;
         }
         if (!w) {
-                send_error(d, d->control_sock, id, id_len, -EREMOTE,
-                           "job %s: rank 0 runs on host %s, which records the timeline; send the command to the "
-                           "hvd-coordinatord there",
-                           j->id, host_of(j, 0));
+                io_error(d, d->control_sock, id, id_len, -EREMOTE,
+                         "job %s: rank 0 runs on host %s, which records the timeline; send the command to the "
+                         "hvd-coordinatord there",
+                         j->id, job_host(j, 0));
                 return;
         }
         uint64_t now = hvd_now_usec();
         if (j->tl_req_len && now < j->tl_req_deadline) {
-                send_error(d, d->control_sock, id, id_len, -EBUSY,
-                           "job %s: another timeline request is waiting for rank 0", j->id);
+                io_error(d, d->control_sock, id, id_len, -EBUSY,
+                         "job %s: another timeline request is waiting for rank 0", j->id);
                 return;
         }
         memcpy(j->tl_req_id, id, id_len);
@@ -105,7 +79,7 @@ static void timeline_request(hvd_daemon_t *d, const uint8_t *id, size_t id_len, 
         f.reply = false;
         env.body_case = HVD__ENVELOPE__BODY_TIMELINE_CONTROL;
         env.timeline_control = &f;
-        send_to_worker(d, w, &env);
+        io_send_worker(d, w, &env);
 }
 
 /* Bytes per second over the last THROUGHPUT_SECS whole seconds and the
@@ -197,7 +171,7 @@ static int status_peers(hvd_daemon_t *d, uint64_t now, Hvd__Status *st, status_m
                         /* one entry per node connection, shared by its jobs */
                         Hvd__PeerStatus *ps = NULL;
                         for (size_t i = n_out; i < k && !ps; i++)
-                                if (strcmp(m->ps[i].host, host_of(j, c)) == 0)
+                                if (strcmp(m->ps[i].host, job_host(j, c)) == 0)
                                         ps = &m->ps[i];
                         uint64_t age = now - nd->last_heard_usec;
                         if (ps) {
@@ -211,7 +185,7 @@ static int status_peers(hvd_daemon_t *d, uint64_t now, Hvd__Status *st, status_m
                         ps = &m->ps[k];
                         hvd__peer_status__init(ps);
                         ps->endpoint = (char *) "";
-                        ps->host = (char *) host_of(j, c);
+                        ps->host = (char *) job_host(j, c);
                         ps->direction = (char *) "in";
                         ps->last_heard_usec = age;
                         ps->rtt_usec = nd->rtt_usec;
@@ -373,7 +347,7 @@ static void handle_status(hvd_daemon_t *d, const uint8_t *id, size_t id_len, con
                 k++;
         }
         if (r < 0) {
-                send_error(d, d->control_sock, id, id_len, -ENOMEM, "out of memory while building the status");
+                io_error(d, d->control_sock, id, id_len, -ENOMEM, "out of memory while building the status");
                 status_mem_free(&m);
                 return;
         }
@@ -386,7 +360,7 @@ static void handle_status(hvd_daemon_t *d, const uint8_t *id, size_t id_len, con
 }
 
 /* The metrics text, for hvdctl metrics and the HTTP listener. */
-int render_metrics(void *userdata, char **body, size_t *len) {
+int control_render_metrics(void *userdata, char **body, size_t *len) {
         hvd_daemon_t *d = userdata;
         hvd_metrics_gauges_t g = {
                 .version = PACKAGE_VERSION,
@@ -423,8 +397,8 @@ int render_metrics(void *userdata, char **body, size_t *len) {
 static void handle_metrics_request(hvd_daemon_t *d, const uint8_t *id, size_t id_len) {
         char *text = NULL;
         size_t len = 0;
-        if (render_metrics(d, &text, &len) < 0) {
-                send_error(d, d->control_sock, id, id_len, -ENOMEM, "out of memory while rendering the metrics");
+        if (control_render_metrics(d, &text, &len) < 0) {
+                io_error(d, d->control_sock, id, id_len, -ENOMEM, "out of memory while rendering the metrics");
                 return;
         }
         Hvd__MetricsReply mr = HVD__METRICS_REPLY__INIT;
@@ -470,19 +444,19 @@ static void handle_log_level(hvd_daemon_t *d, const uint8_t *id, size_t id_len, 
                                         uid < 0 ? "cannot identify the caller"
                                                 : "caller is neither root nor the daemon's user");
                         if (uid < 0)
-                                send_error(d, d->control_sock, id, id_len, HVD_EDENIED,
-                                           "cannot identify the caller on this endpoint, so the log level stays");
+                                io_error(d, d->control_sock, id, id_len, HVD_EDENIED,
+                                         "cannot identify the caller on this endpoint, so the log level stays");
                         else
-                                send_error(d, d->control_sock, id, id_len, HVD_EDENIED,
-                                           "only root and the daemon's user (uid %u) may change the log level; "
-                                           "you are uid %ld",
-                                           (unsigned) geteuid(), uid);
+                                io_error(d, d->control_sock, id, id_len, HVD_EDENIED,
+                                         "only root and the daemon's user (uid %u) may change the log level; "
+                                         "you are uid %ld",
+                                         (unsigned) geteuid(), uid);
                         return;
                 }
                 int lv = hvd_log_level_from_string(q->level);
                 if (lv < 0) {
-                        send_error(d, d->control_sock, id, id_len, -EINVAL,
-                                   "unknown log level '%s': expected err, warning, notice, info or debug", q->level);
+                        io_error(d, d->control_sock, id, id_len, -EINVAL,
+                                 "unknown log level '%s': expected err, warning, notice, info or debug", q->level);
                         return;
                 }
                 int old = hvd_log_max_level;
@@ -500,19 +474,19 @@ static void handle_log_level(hvd_daemon_t *d, const uint8_t *id, size_t id_len, 
         (void) io_send(d, d->control_sock, id, id_len, &env);
 }
 
-void handle_control_socket(hvd_daemon_t *d) {
+void control_handle_socket(hvd_daemon_t *d) {
         for (int n = 0; n < RECV_BATCH; n++) {
                 uint8_t id[256];
                 size_t id_len;
                 Hvd__Envelope *env = NULL;
                 char err[512], peer[256];
                 uid_t uid = (uid_t) -1;
-                int r = router_recv_ex(d->control_sock, id, &id_len, &env, &uid, err, sizeof err, peer, sizeof peer);
+                int r = io_recv(d->control_sock, id, &id_len, &env, &uid, err, sizeof err, peer, sizeof peer);
                 if (r == 0)
                         return;
-                count_message(d, HVD_METRICS_SOCK_CONTROL, r, env);
+                io_count(d, HVD_METRICS_SOCK_CONTROL, r, env);
                 if (r < 0) {
-                        send_error(d, d->control_sock, id, id_len, r, "request rejected: %s", err);
+                        io_error(d, d->control_sock, id, id_len, r, "request rejected: %s", err);
                         continue;
                 }
                 uint64_t t0 = hvd_now_usec();
@@ -526,7 +500,7 @@ void handle_control_socket(hvd_daemon_t *d) {
                 else if (env->body_case == HVD__ENVELOPE__BODY_LOG_LEVEL)
                         handle_log_level(d, id, id_len, env->log_level, peer);
                 else
-                        send_error(d, d->control_sock, id, id_len, -EOPNOTSUPP, "unsupported control request");
+                        io_error(d, d->control_sock, id, id_len, -EOPNOTSUPP, "unsupported control request");
                 hvd_histogram_observe(&d->metrics.control, hvd_now_usec() - t0);
                 hvd_wire_free(&env);
         }

@@ -4,10 +4,6 @@
  * message sent. Reactor thread only, like the rest. */
 #include "config.h"
 
-#include <errno.h>
-#include <stdio.h>
-#include <string.h>
-
 #include "internal.h"
 
 int hvd_daemon_feed(hvd_daemon_t *d, hvd_daemon_source_t src, const void *id, size_t id_len, uid_t uid,
@@ -27,22 +23,22 @@ int hvd_daemon_feed(hvd_daemon_t *d, hvd_daemon_source_t src, const void *id, si
         fed_frame_t f = { .id = id, .id_len = id_len, .data = data, .len = len, .uid = uid };
         fed = &f;
         switch (src) {
-        case HVD_DAEMON_FROM_WORKER: handle_worker_socket(d); break;
-        case HVD_DAEMON_FROM_CONTROL: handle_control_socket(d); break;
-        case HVD_DAEMON_FROM_PEER: handle_peer_socket(d); break;
-        case HVD_DAEMON_FROM_ROOT: handle_root_socket(d, p); break;
+        case HVD_DAEMON_FROM_WORKER: worker_handle_socket(d); break;
+        case HVD_DAEMON_FROM_CONTROL: control_handle_socket(d); break;
+        case HVD_DAEMON_FROM_PEER: root_handle_socket(d); break;
+        case HVD_DAEMON_FROM_ROOT: uplink_handle_socket(d, p); break;
         default: fed = NULL; return -EINVAL;
         }
         fed = NULL;
         if (!d->feed_one_turn)
-                before_sleep(d);
+                loop_before_sleep(d);
         return 0;
 }
 
 void hvd_daemon_feed_turn(hvd_daemon_t *d, bool begin) {
         d->feed_one_turn = begin;
         if (!begin)
-                before_sleep(d);
+                loop_before_sleep(d);
 }
 
 int hvd_daemon_feed_exit(hvd_daemon_t *d, const void *id, size_t id_len) {
@@ -50,13 +46,13 @@ int hvd_daemon_feed_exit(hvd_daemon_t *d, const void *id, size_t id_len) {
         if (!w)
                 return -ENOENT;
         worker_gone(d, w, "exited");
-        before_sleep(d);
+        loop_before_sleep(d);
         return 0;
 }
 
 void hvd_daemon_feed_time(hvd_daemon_t *d, uint64_t advance_usec) {
-        housekeeping(d, hvd_now_usec() + advance_usec);
-        before_sleep(d);
+        loop_housekeeping(d, hvd_now_usec() + advance_usec);
+        loop_before_sleep(d);
 }
 
 void hvd_daemon_set_tap(hvd_daemon_t *d, hvd_daemon_tap_fn fn, void *userdata) {

@@ -5,12 +5,18 @@
 
 #include "config.h"
 
+#include <errno.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 #include <sys/types.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include "coordinator.h"
@@ -156,57 +162,40 @@ typedef struct early_msg {
  * slot per second, reused round robin. */
 #define THROUGHPUT_SECS 10
 
+/* A job as this daemon holds it. Fields are grouped by the roles that use
+ * them: every daemon, the negotiating one (single host or root), the root,
+ * a member (any other host), a relay. */
 struct job {
+        /* ---- every daemon ---- */
         char id[HVD_WIRE_MAX_JOB_ID + 1];
         uint8_t secret[HVD_WIRE_MAX_SECRET];
         size_t secret_len;
         uid_t owner_uid; /* the uid of the first local worker (ZAP over ipc); only it may join */
         bool owned;
-        uint32_t size, local_size;
+        job_role_t role;
         job_state_t state;
-        worker_t **ranks; /* [size], NULL until hello */
+        uint32_t size, local_size;       /* ranks in all, and on this host */
+        uint32_t cross_rank, cross_size; /* this host's index, and the job's hosts */
+        char **hosts;                    /* [cross_size] */
+        worker_t **ranks;                /* [size]: the local workers, NULL for the others */
+        rinfo_t *table;                  /* [size]: every rank, as the job's join made it known */
         uint32_t n_hello, n_live;
-        hvd_negotiator_t *neg;
-        char shm_name[96];
+        char shm_name[96]; /* the host's data-plane segment */
         uint64_t created_usec, aborted_usec;
         uint64_t fusion_threshold, cycle_time_usec;
         uint64_t hb_interval_usec, hb_timeout_usec; /* as its workers were told at welcome */
-        uint64_t cycles;
+        uint64_t stall_check_usec, stall_shutdown_usec;
+        bool ring_checksum;   /* CRC-32C on the TCP ring: the daemon's key or any rank's request */
+        uint8_t nccl_id[128]; /* from the rank that has a GPU backend (rank 0) */
+        size_t nccl_id_len;
         char abort_reason[1024];
         int32_t departed_rank; /* a rank that said goodbye while others run */
-        /* several nodes */
-        uint32_t cross_rank, cross_size;
-        job_role_t role;
-        char **hosts;   /* [cross_size] */
-        rinfo_t *table; /* [size] */
-        node_t *nodes;  /* root: [cross_size] */
-        uint32_t n_nodes_joined;
-        peer_t *root;             /* not root: where the root is */
-        uint64_t root_epoch;      /* not root: the root daemon's epoch (0 = not heard yet) */
-        uint64_t last_probe_usec; /* root: when the nodes were last probed */
-        bool joined_root;         /* not root: NodeJoin sent */
-        batch_t batch;            /* this turn's readiness of the local ranks */
-        uint8_t nccl_id[128];     /* from the rank that has a GPU backend (rank 0) */
-        size_t nccl_id_len;
-        uint64_t stall_check_usec, stall_shutdown_usec;
-        bool ring_checksum; /* CRC-32C on the TCP ring: the daemon's key or any rank's request */
-        bool stall_warned;
-        char stalled[1024];     /* last stall report, for status */
+        uint64_t cycles;
+        rstat_t *rstat;         /* [size], for status */
         uint8_t tl_req_id[256]; /* hvdctl waiting for rank 0's timeline answer */
         size_t tl_req_len;
         uint64_t tl_req_deadline;
-        rstat_t *rstat; /* [size] */
-        uint64_t tp_sec[THROUGHPUT_SECS + 1], tp_bytes[THROUGHPUT_SECS + 1];
-        hvd_negotiator_stats_t fast; /* reported by the workers' fast path (Done) */
-        /* control plane aggregation */
-        uint32_t *node_first, *node_list; /* root: node c's ranks are node_list[node_first[c] .. node_first[c+1]) */
-        /* schedules kept by key (1..HVD_WIRE_SCHEDULE_KEYS): root: the packed
-         * body, to recognise a repeat; not root: the cache ids in it */
-        uint8_t *key_body[HVD_WIRE_SCHEDULE_KEYS + 1];
-        size_t key_len[HVD_WIRE_SCHEDULE_KEYS + 1];
-        uint32_t *key_ids[HVD_WIRE_SCHEDULE_KEYS + 1];
-        uint32_t key_n[HVD_WIRE_SCHEDULE_KEYS + 1];
-        uint32_t next_key;
+        batch_t batch; /* this turn's readiness of the local ranks */
         /* small schedules through the workers' board (Schedule.board): every
          * local rank reads it and the job spans several hosts; which kept
          * schedules every op of includes local rank 0 (their repeats may go) */
@@ -220,13 +209,40 @@ struct job {
                 uint8_t bytes[HVD_WIRE_BOARD_SCHEDULE_BYTES];
         } * board_sent;
         uint64_t n_board_sent;
-        /* control plane relays */
-        uint32_t *relay_via;  /* [cross_size] or NULL: the host relaying each host (0 = none, the root) */
-        uint32_t relay_depth; /* root: levels of relays below it */
-        peer_t *relay;        /* a host of a relay group: the relay daemon it reports to */
-        relay_t *rl;          /* a relay: its group */
+        /* schedules kept by key (1..HVD_WIRE_SCHEDULE_KEYS): where this
+         * daemon negotiates, the packed body, to recognise a repeat; on a
+         * member, the cache ids in it, which a repeat stands for */
+        uint8_t *key_body[HVD_WIRE_SCHEDULE_KEYS + 1];
+        size_t key_len[HVD_WIRE_SCHEDULE_KEYS + 1];
+        uint32_t *key_ids[HVD_WIRE_SCHEDULE_KEYS + 1];
+        uint32_t key_n[HVD_WIRE_SCHEDULE_KEYS + 1];
+        uint32_t next_key;
+        uint32_t *relay_via;                      /* [cross_size] or NULL: the host relaying each host (0: the root) */
         char relay_desc[HVD_WIRE_MAX_TEXT + 128]; /* this daemon's part in the relays, for status ("" = none) */
-        early_msg_t *early;                       /* a relay: its group's messages that came before its own welcome */
+
+        /* ---- negotiating (single host or root) ---- */
+        hvd_negotiator_t *neg;
+        bool stall_warned;
+        char stalled[1024]; /* last stall report, for status */
+        uint64_t tp_sec[THROUGHPUT_SECS + 1], tp_bytes[THROUGHPUT_SECS + 1];
+        hvd_negotiator_stats_t fast; /* reported by the workers' fast path (Done) */
+
+        /* ---- root ---- */
+        node_t *nodes; /* [cross_size] */
+        uint32_t n_nodes_joined;
+        uint32_t *node_first, *node_list; /* host c's ranks are node_list[node_first[c] .. node_first[c+1]) */
+        uint64_t last_probe_usec;         /* when the hosts were last probed */
+        uint32_t relay_depth;             /* levels of relays below it */
+
+        /* ---- member ---- */
+        peer_t *root;        /* where the root is */
+        uint64_t root_epoch; /* the root daemon's epoch (0 = not heard yet) */
+        bool joined_root;    /* NodeJoin sent */
+        peer_t *relay;       /* the relay daemon it reports to, if any */
+
+        /* ---- relay (a member relaying for others) ---- */
+        relay_t *rl;        /* its group */
+        early_msg_t *early; /* its group's messages that came before its own welcome */
         size_t n_early;
 };
 
@@ -287,10 +303,6 @@ struct hvd_daemon {
         size_t next_tomb;
 };
 
-#define send_to_nodes(d, j, env) send_to_nodes_ex((d), (j), (env), false)
-
-#define job_abort(d, j, lost, code, ...) job_abort_ex((d), (j), false, (lost), (code), __VA_ARGS__)
-
 typedef struct job_params {
         uint64_t stall_check_usec, stall_shutdown_usec;
         const char *job_id;
@@ -329,52 +341,7 @@ static inline uint64_t daemon_ping_usec(const hvd_daemon_t *d) {
         return HVD_MIN(d->cfg.peer_timeout_usec / 5, USEC_PER_SEC);
 }
 
-/* ---- relay.c ---- */
-void relay_free(relay_t *rl);
-void relay_log_totals(const job_t *j);
-void relay_flush(hvd_daemon_t *d, job_t *j);
-void relay_learn(hvd_daemon_t *d, job_t *j, const Hvd__Schedule *s);
-void relay_forward(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env);
-void relay_receive(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, Hvd__NodeReady *nr);
-void relay_replay_early(hvd_daemon_t *d, job_t *j);
-bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw);
-void relay_take_own(hvd_daemon_t *d, job_t *j, const Hvd__NodeReady *nr);
-uint64_t relay_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
-
-/* ---- worker.c ---- */
-void send_to_local_workers(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool skip_goodbye);
-/* A local worker of job j, as its hello says, its exit watched through a
- * pidfd; NULL when out of memory. Freed with its job (worker_free). */
-worker_t *worker_new(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, const Hvd__Hello *h);
-void worker_free(hvd_daemon_t *d, worker_t *w);
-void worker_gone(hvd_daemon_t *d, worker_t *w, const char *why);
-uint64_t worker_check_heartbeats(hvd_daemon_t *d, job_t *j, uint64_t now);
-uint64_t worker_housekeeping(hvd_daemon_t *d, uint64_t now, uint64_t tick);
-void handle_worker_socket(hvd_daemon_t *d);
-void workers_exited(hvd_daemon_t *d);
-
-/* ---- io.c ---- */
-/* Every message the daemon sends goes through these (a tap set by
- * hvd_daemon_set_tap() sees each): env packed, to the peer id of the
- * ROUTER sock; to the root or relay daemon p (a DEALER); or the packed
- * message, shared. They return 0 or a negative error. */
-int io_send(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, Hvd__Envelope *env);
-int io_send_peer(hvd_daemon_t *d, const peer_t *p, Hvd__Envelope *env);
-int io_send_shared(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, zmq_msg_t *packed);
-/* env packed (with the protocol version) into a new message. */
-int io_pack(Hvd__Envelope *env, zmq_msg_t *packed);
-void send_error(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, int code, const char *fmt, ...)
-        __attribute__((format(printf, 6, 7)));
-void send_failed(const worker_t *w, int r);
-void send_to_worker(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env);
-void send_packed_to_worker(hvd_daemon_t *d, const worker_t *w, const void *bytes, size_t len);
-void send_to_nodes_ex(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool schedule);
-int msg_recv(zmq_msg_t *msg, void *sock);
-int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
-                   size_t err_len, char *peer, size_t peer_len);
-int router_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
-                size_t err_len);
-void count_message(hvd_daemon_t *d, int sock, int r, const Hvd__Envelope *env);
+/* ---- io.c: sockets and messages ---- */
 /* A socket of type with the daemon's options: no linger, the message size
  * limit, deep queues; a ROUTER also a handshake deadline and unroutable
  * sends as errors; a peer socket ZMTP heartbeats (peer_timeout). NULL on
@@ -386,44 +353,128 @@ int io_bind_local(hvd_daemon_t *d, void **sock, char *ep, size_t ep_len, const c
 /* Binds the peer socket on peer_listen and writes the endpoint it got to
  * RUNTIME_DIR/peer.endpoint. Returns 0 or < 0 (logged). */
 int io_bind_peer(hvd_daemon_t *d);
+/* Every message the daemon sends goes through these (a tap set by
+ * hvd_daemon_set_tap() sees each): env packed, to the peer id of the
+ * ROUTER sock; to the root or relay daemon p (a DEALER); or the packed
+ * message, shared. They return 0 or a negative error. */
+int io_send(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, Hvd__Envelope *env);
+int io_send_peer(hvd_daemon_t *d, const peer_t *p, Hvd__Envelope *env);
+int io_send_shared(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, zmq_msg_t *packed);
+/* env packed (with the protocol version) into a new message. */
+int io_pack(Hvd__Envelope *env, zmq_msg_t *packed);
+/* An ErrorReply to the peer id of sock. */
+void io_error(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, int code, const char *fmt, ...)
+        __attribute__((format(printf, 6, 7)));
 /* Refuses another daemon's message with an Abort of job_id it will act on. */
 void io_refuse_peer(hvd_daemon_t *d, const void *id, size_t id_len, const char *job_id, int code, const char *fmt, ...)
         __attribute__((format(printf, 6, 7)));
+/* To a local worker (nothing once it exited); a failure is logged. */
+void io_send_worker(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env);
+void io_send_worker_bytes(hvd_daemon_t *d, const worker_t *w, const void *bytes, size_t len);
+void io_send_failed(const worker_t *w, int r);
+/* Root: env to every other host that joined, packed once; a schedule goes
+ * to the hosts under a relay through their relay only. */
+void io_send_nodes(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool schedule);
+/* One message off a ROUTER socket (or the fed one): 1 with its routing id
+ * and its decoded, validated envelope (the caller's), 0 when drained, < 0
+ * when refused (err says why; id is filled). peer: libzmq's peer address. */
+int io_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
+            size_t err_len, char *peer, size_t peer_len);
+/* One whole message off a DEALER (or the fed one). */
+int io_recv_msg(zmq_msg_t *msg, void *sock);
+/* Counts a message taken (r >= 0, by body) or refused (r < 0) on sock. */
+void io_count(hvd_daemon_t *d, int sock, int r, const Hvd__Envelope *env);
 
-/* ---- uplink.c ---- */
-void send_to_root(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env);
-void send_up(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env);
-peer_t *peer_get(hvd_daemon_t *d, const char *endpoint);
-void handle_root_socket(hvd_daemon_t *d, peer_t *p);
-uint64_t uplink_housekeeping(hvd_daemon_t *d, uint64_t now, uint64_t tick);
-
-/* ---- job.c ---- */
-const char *host_of(const job_t *j, uint32_t cross_rank);
-void ranks_of_host(const job_t *j, uint32_t cross_rank, char *buf, size_t len);
+/* ---- job.c: a job ---- */
+job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, size_t len);
+void job_free(hvd_daemon_t *d, job_t *j);
+/* Takes a finished job out of the table and frees it (a job aborted while
+ * ranks were joining leaves a tomb). */
+void job_remove(hvd_daemon_t *d, job_t *j);
+/* Aborts the job here and tells everyone who must know: its local ranks,
+ * and the other daemons (root: every host; else the root, unless the abort
+ * came from it). Once; the reason is kept for status and late ranks. */
 void job_abort_ex(hvd_daemon_t *d, job_t *j, bool from_root, int lost_rank, int code, const char *fmt, ...)
         __attribute__((format(printf, 6, 7)));
+#define job_abort(d, j, lost, code, ...) job_abort_ex((d), (j), false, (lost), (code), __VA_ARGS__)
+/* The end of a job that is ending anyway (a local rank said goodbye). */
 void job_end_quietly(hvd_daemon_t *d, job_t *j, bool from_root, const char *fmt, ...)
         __attribute__((format(printf, 4, 5)));
-void job_free(hvd_daemon_t *d, job_t *j);
+/* The name of host cross_rank ("?" when unknown); its ranks as "0, 1, 2". */
+const char *job_host(const job_t *j, uint32_t cross_rank);
+void job_host_ranks(const job_t *j, uint32_t cross_rank, char *buf, size_t len);
 void job_set_nccl_id(job_t *j, const ProtobufCBinaryData *id);
 /* Whether secret is the job's (an empty one matches a job without). */
 bool job_secret_is(const job_t *j, const void *secret, size_t len);
-const tomb_t *tomb_find(const hvd_daemon_t *d, const Hvd__Hello *h);
-void job_remove(hvd_daemon_t *d, job_t *j);
+/* A job aborted lately before this hello's rank joined it, or NULL. */
+const tomb_t *job_tomb_find(const hvd_daemon_t *d, const Hvd__Hello *h);
 /* The RankInfo of every rank of the job's table, or (local) of each local
  * worker, over borrowed strings valid while the job is unchanged; free
  * with rank_infos_free(). Returns 0 or -ENOMEM. */
 int job_rank_infos(const job_t *j, bool local, rank_infos_t *out);
 void rank_infos_free(rank_infos_t *ri);
-void heartbeat_settings(const hvd_daemon_t *d, uint64_t *interval, uint64_t *timeout);
 /* Records ranks in the job's table, on host cross_rank (< 0: the host each
  * RankInfo names). Returns 0, or HVD_EDUPLICATE with err saying which rank
  * is claimed twice (the table unchanged). */
 int job_table_add(job_t *j, int64_t cross_rank, Hvd__RankInfo *const *ri, size_t n, char *err, size_t len);
-job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, size_t len);
-size_t list_missing(const job_t *j, char *buf, size_t len);
 
-/* ---- batch.c ---- */
+/* ---- join.c: how a job comes together ---- */
+void join_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__Hello *h, uid_t uid);
+/* Root: a host's NodeJoin on the peer socket. */
+void join_node(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__NodeJoin *nj);
+/* Root: host cross_rank (this one's own: local) joined with ranks ri. */
+int join_node_joined(hvd_daemon_t *d, job_t *j, uint32_t cross_rank, bool local, const uint8_t *id, size_t id_len,
+                     Hvd__RankInfo *const *ri, size_t n, const char *endpoint);
+/* Member: the root's welcome (p: the root daemon it came from). */
+void join_node_welcome(hvd_daemon_t *d, job_t *j, const peer_t *p, const Hvd__NodeWelcome *nw);
+/* The job is complete everywhere: the local workers are welcomed and the
+ * job runs. */
+void join_welcome_local(hvd_daemon_t *d, job_t *j);
+uint64_t join_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
+
+/* ---- worker.c: the local workers ---- */
+/* A local worker of job j, as its hello says, its exit watched through a
+ * pidfd; NULL when out of memory. Freed with its job (worker_free). */
+worker_t *worker_new(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, const Hvd__Hello *h);
+void worker_free(hvd_daemon_t *d, worker_t *w);
+/* The worker's process is gone (why: how); without its goodbye its job is
+ * aborted. */
+void worker_gone(hvd_daemon_t *d, worker_t *w, const char *why);
+/* Every message on the worker socket this turn, dispatched by body. */
+void worker_handle_socket(hvd_daemon_t *d);
+/* Every worker whose pidfd said it exited. */
+void worker_reap(hvd_daemon_t *d);
+/* env to every local rank of j, packed once (skip_goodbye: not to those
+ * that said goodbye); a small schedule to local rank 0 for the board. */
+void worker_send_all(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool skip_goodbye);
+uint64_t worker_check_heartbeats(hvd_daemon_t *d, job_t *j, uint64_t now);
+uint64_t worker_housekeeping(hvd_daemon_t *d, uint64_t now, uint64_t tick);
+
+/* ---- root.c: the negotiating daemon (single host or root) ---- */
+/* A local rank's readiness where this daemon negotiates: entered, or
+ * held in this turn's batch to be shared with the other local ranks'. */
+void root_ready(hvd_daemon_t *d, job_t *j, worker_t *w, Hvd__Envelope *env);
+/* The same readiness q of each rank in ranks, entered once (seen: count it
+ * as a readiness message from each, for status). */
+void root_submit(hvd_daemon_t *d, job_t *j, const uint32_t *ranks, size_t n_ranks, const Hvd__Ready *q, bool seen);
+/* Ids every rank of host cross is ready for, entered once for the host
+ * (own: from this host's board, not another daemon). */
+void root_submit_node(hvd_daemon_t *d, job_t *j, uint32_t cross, const Hvd__NodeReady *nr, bool own);
+/* Rank said goodbye: collectives waiting for it can never complete. */
+void root_departed(hvd_daemon_t *d, job_t *j, uint32_t rank);
+/* Every message on the peer socket this turn (other daemons'). */
+void root_handle_socket(hvd_daemon_t *d);
+/* The host whose connection (routing id) this is, or -1. */
+int64_t root_node_of(const job_t *j, const uint8_t *id, size_t id_len);
+/* The table knows every rank's host: the negotiator takes the hosts'
+ * readiness host by host from now on. Returns 0 or -ENOMEM. */
+int root_set_nodes(job_t *j);
+/* Before sleep: the schedule of what became ready, to every rank. */
+void root_send_schedules(hvd_daemon_t *d, job_t *j);
+uint64_t root_check_stalls(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
+uint64_t root_probe_nodes(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
+
+/* ---- batch.c: a host's readiness of one turn ---- */
 /* Appends rank's readiness (taken, freed on failure) to this turn's batch.
  * Returns 0 or -ENOMEM. */
 int batch_append(job_t *j, uint32_t rank, Hvd__Ready *ready);
@@ -447,7 +498,7 @@ uint64_t batch_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t ti
  * Returns 0 or -ENOMEM (nothing appended). */
 int ids_push(uint32_t **ids, uint64_t **waited, size_t *n, size_t *cap, uint32_t id, uint64_t w);
 
-/* ---- tally.c ---- */
+/* ---- tally.c: who posted each cached id ---- */
 int tally_init(tally_t *t, uint32_t n_parts);
 void tally_free(tally_t *t);
 /* id is of every contributor (of_all) or not, as a schedule showed; a
@@ -473,53 +524,68 @@ int tally_release(tally_t *t, uint64_t now, tally_release_fn fn, void *userdata)
 /* Whether the oldest partial id waited past hold_usec (oldest refreshed). */
 bool tally_expired(tally_t *t, uint64_t now, uint64_t hold_usec);
 
-/* ---- join.c ---- */
-void welcome_local(hvd_daemon_t *d, job_t *j);
-int root_node_joined(hvd_daemon_t *d, job_t *j, uint32_t cross_rank, bool local, const uint8_t *id, size_t id_len,
-                     Hvd__RankInfo *const *ri, size_t n, const char *endpoint);
-void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__Hello *h, uid_t uid);
-void join_node(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__NodeJoin *nj);
-void join_node_welcome(hvd_daemon_t *d, job_t *j, const peer_t *p, const Hvd__NodeWelcome *nw);
-uint64_t join_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
-
-/* ---- root.c ---- */
-int root_set_nodes(job_t *j);
-void root_submit(hvd_daemon_t *d, job_t *j, const uint32_t *ranks, size_t n_ranks, const Hvd__Ready *q, bool seen);
-void root_submit_node(hvd_daemon_t *d, job_t *j, uint32_t cross, const Hvd__NodeReady *nr, bool own);
-void root_departed(hvd_daemon_t *d, job_t *j, uint32_t rank);
-void handle_peer_socket(hvd_daemon_t *d);
-/* Root: the host whose connection (routing id) this is, or -1. */
-int64_t root_node_of(const job_t *j, const uint8_t *id, size_t id_len);
-/* A local rank's readiness where this daemon negotiates: entered, or
- * held in this turn's batch to be shared with the other local ranks'. */
-void root_ready(hvd_daemon_t *d, job_t *j, worker_t *w, Hvd__Envelope *env);
-void root_send_schedules(hvd_daemon_t *d, job_t *j);
-uint64_t root_check_stalls(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
-uint64_t root_probe_nodes(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
-
-/* ---- tree.c ---- */
+/* ---- tree.c: the relay tree ---- */
+/* Root: places the other hosts of a large job under relays (relay_via).
+ * Returns 0 (no relays: relay_via stays NULL) or -ENOMEM. */
 int tree_assign(hvd_daemon_t *d, job_t *j);
+/* The host c reports to (0: the root); whether host h is under relay r. */
 uint32_t tree_parent(const job_t *j, uint32_t c);
 bool tree_under(const job_t *j, uint32_t h, uint32_t r);
 
-/* ---- control.c ---- */
-void timeline_from_rank(hvd_daemon_t *d, worker_t *w, const Hvd__TimelineControl *tc);
-void handle_control_socket(hvd_daemon_t *d);
-int render_metrics(void *userdata, char **body, size_t *len);
+/* ---- uplink.c: a member's link to its root ---- */
+/* The DEALER to the root daemon at endpoint, shared by its jobs (made, or
+ * made again after it was lost); NULL on failure (logged). */
+peer_t *uplink_peer(hvd_daemon_t *d, const char *endpoint);
+void uplink_send_root(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env);
+/* A NodeReady on its way to the root: through this host's relay, if any. */
+void uplink_send_up(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env);
+/* Every message from root daemon p this turn. */
+void uplink_handle_socket(hvd_daemon_t *d, peer_t *p);
+uint64_t uplink_housekeeping(hvd_daemon_t *d, uint64_t now, uint64_t tick);
 
-/* ---- loop.c ---- */
-void before_sleep(hvd_daemon_t *d);
-void housekeeping(hvd_daemon_t *d, uint64_t now);
+/* ---- relay.c: a relay daemon of a large job ---- */
+/* Member: the relay tree of the root's welcome: this daemon relays for a
+ * group, reports through a relay, or neither. False when the job ended. */
+bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw);
+void relay_free(relay_t *rl);
+/* A NodeReady of a host of the group (nr taken). */
+void relay_receive(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, Hvd__NodeReady *nr);
+/* What the group sent before this daemon's own welcome, now. */
+void relay_replay_early(hvd_daemon_t *d, job_t *j);
+/* This host's own readiness of the turn joins the group's (nr the caller's). */
+void relay_take_own(hvd_daemon_t *d, job_t *j, const Hvd__NodeReady *nr);
+/* A schedule of the root on its way: what the group tallies, and the
+ * schedule to every host of the group. */
+void relay_learn(hvd_daemon_t *d, job_t *j, const Hvd__Schedule *s);
+void relay_forward(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env);
+/* The end of a turn: what the group made ready, one message up. */
+void relay_flush(hvd_daemon_t *d, job_t *j);
+uint64_t relay_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
+void relay_log_totals(const job_t *j);
 
-/* ---- service.c ---- */
-void handle_signal(hvd_daemon_t *d);
-void hvd_daemon_notify(const char *state);
-uint64_t watchdog_interval(void);
-void notify_status(hvd_daemon_t *d);
+/* ---- control.c: hvdctl ---- */
+/* Every request on the control socket this turn. */
+void control_handle_socket(hvd_daemon_t *d);
+/* Rank 0's timeline started or stopped: a waiting hvdctl is answered. */
+void control_timeline_answer(hvd_daemon_t *d, worker_t *w, const Hvd__TimelineControl *tc);
+/* The metrics text (hvdctl metrics, GET /metrics); *body is the caller's. */
+int control_render_metrics(void *userdata, char **body, size_t *len);
 
-/* ---- feed.c ---- */
-int hvd_daemon_feed(hvd_daemon_t *d, hvd_daemon_source_t src, const void *id, size_t id_len, uid_t uid,
-                    const void *data, size_t len);
+/* ---- loop.c: the reactor ---- */
+/* End of a turn: batches go on, schedules go out. */
+void loop_before_sleep(hvd_daemon_t *d);
+/* Every module's periodic work, as due; arms the next deadline. */
+void loop_housekeeping(hvd_daemon_t *d, uint64_t now);
+
+/* ---- service.c: systemd ---- */
+/* sd_notify(state), spoken directly without libsystemd. */
+void service_notify(const char *state);
+/* Half of WATCHDOG_USEC when the watchdog is for this process, else 0. */
+uint64_t service_watchdog_usec(void);
+/* STATUS= when the counts of jobs or workers changed. */
+void service_notify_status(hvd_daemon_t *d);
+/* A signal off the signalfd: SIGHUP reloads, SIGTERM/SIGINT stop. */
+void service_handle_signal(hvd_daemon_t *d);
 
 /* A message handed in by hvd_daemon_feed() in place of the socket's next
  * one (tests and fuzzing): while it is set, the reactor's receive paths

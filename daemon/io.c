@@ -4,31 +4,8 @@
  * (or the fed one). Never blocks: sends are ZMQ_DONTWAIT. */
 #include "config.h"
 
-#include <errno.h>
-#include <fcntl.h>
 #include <grp.h>
-#include <inttypes.h>
-#include <limits.h>
-#include <poll.h>
-#include <sys/epoll.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/eventfd.h>
-#include <sys/file.h>
-#include <sys/mman.h>
-#include <sys/signalfd.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
-#include <unistd.h>
-#include <zmq.h>
-#ifdef HAVE_LIBSYSTEMD
-#include <systemd/sd-daemon.h>
-#endif
 
 #include "internal.h"
 
@@ -91,7 +68,7 @@ int io_send_shared(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, z
         return send_msg(d, sock, id, id_len, NULL, packed);
 }
 
-void send_error(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, int code, const char *fmt, ...) {
+void io_error(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, int code, const char *fmt, ...) {
         char msg[1024];
         va_list ap;
         va_start(ap, fmt);
@@ -107,21 +84,21 @@ void send_error(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, int 
 }
 
 /* A send to w failed with r (quiet once it said goodbye or its job ended). */
-void send_failed(const worker_t *w, int r) {
+void io_send_failed(const worker_t *w, int r) {
         hvd_log_full(w->goodbye || w->job->state == JOB_ABORTED ? LOG_DEBUG : LOG_WARNING, 0,
                      "job %s: cannot send to rank %u (pid %d): %s", w->job->id, w->rank, (int) w->pid, hvd_strerror(r));
 }
 
-void send_to_worker(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
+void io_send_worker(hvd_daemon_t *d, worker_t *w, Hvd__Envelope *env) {
         if (w->exited)
                 return;
         int r = io_send(d, d->worker_sock, w->id, w->id_len, env);
         if (r < 0)
-                send_failed(w, r);
+                io_send_failed(w, r);
 }
 
 /* An envelope packed already, to w. */
-void send_packed_to_worker(hvd_daemon_t *d, const worker_t *w, const void *bytes, size_t len) {
+void io_send_worker_bytes(hvd_daemon_t *d, const worker_t *w, const void *bytes, size_t len) {
         if (w->exited)
                 return;
         zmq_msg_t packed;
@@ -132,13 +109,13 @@ void send_packed_to_worker(hvd_daemon_t *d, const worker_t *w, const void *bytes
                 zmq_msg_close(&packed);
         }
         if (r < 0)
-                send_failed(w, r);
+                io_send_failed(w, r);
 }
 
 /* Root: to every remote node that joined; packed once, the same bytes to
  * each. A schedule goes to the hosts of a relay group through their relay
  * only (so that it comes after what the relay passed on before it). */
-void send_to_nodes_ex(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool schedule) {
+void io_send_nodes(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool schedule) {
         if (j->role != JOB_ROOT || !j->nodes)
                 return;
         zmq_msg_t packed;
@@ -182,7 +159,7 @@ static int fed_recv(uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env,
 }
 
 /* One whole message from a DEALER (or the fed one). */
-int msg_recv(zmq_msg_t *msg, void *sock) {
+int io_recv_msg(zmq_msg_t *msg, void *sock) {
         if (!fed)
                 return zmq_msg_recv(msg, sock, ZMQ_DONTWAIT);
         if (fed->taken || zmq_msg_init_size(msg, fed->len) < 0)
@@ -198,8 +175,8 @@ int msg_recv(zmq_msg_t *msg, void *sock) {
  * are dropped: one envelope per message. Returns 1 with *env set, 0 when
  * the socket is drained, or < 0 (the message was refused; err says why and
  * the id is filled, so the sender can be told). */
-int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
-                   size_t err_len, char *peer, size_t peer_len) {
+int io_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
+            size_t err_len, char *peer, size_t peer_len) {
         if (fed)
                 return fed_recv(id, id_len, env, uid, err, err_len, peer, peer_len);
         for (;;) {
@@ -240,12 +217,7 @@ int router_recv_ex(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Enve
         }
 }
 
-int router_recv(void *sock, uint8_t id[static 256], size_t *id_len, Hvd__Envelope **env, uid_t *uid, char *err,
-                size_t err_len) {
-        return router_recv_ex(sock, id, id_len, env, uid, err, err_len, NULL, 0);
-}
-
-void count_message(hvd_daemon_t *d, int sock, int r, const Hvd__Envelope *env) {
+void io_count(hvd_daemon_t *d, int sock, int r, const Hvd__Envelope *env) {
         if (r < 0)
                 d->metrics.rejected[sock]++;
         else if ((unsigned) env->body_case < HVD_METRICS_MAX_BODY)

@@ -4,40 +4,17 @@
  * joining, so that a late rank learns why. */
 #include "config.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <grp.h>
-#include <inttypes.h>
-#include <limits.h>
-#include <poll.h>
-#include <sys/epoll.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/eventfd.h>
 #include <sys/file.h>
 #include <sys/mman.h>
-#include <sys/signalfd.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
-#include <unistd.h>
-#include <zmq.h>
-#ifdef HAVE_LIBSYSTEMD
-#include <systemd/sd-daemon.h>
-#endif
 
 #include "internal.h"
 
-const char *host_of(const job_t *j, uint32_t cross_rank) {
+const char *job_host(const job_t *j, uint32_t cross_rank) {
         return j->hosts && cross_rank < j->cross_size ? j->hosts[cross_rank] : "?";
 }
 
 /* The ranks of host cross_rank as "0, 1, 2" (known once the job runs). */
-void ranks_of_host(const job_t *j, uint32_t cross_rank, char *buf, size_t len) {
+void job_host_ranks(const job_t *j, uint32_t cross_rank, char *buf, size_t len) {
         size_t o = 0;
         buf[0] = 0;
         for (uint32_t r = 0; j->table && r < j->size && o + 12 < len; r++)
@@ -67,11 +44,11 @@ static void job_abort_v(hvd_daemon_t *d, job_t *j, bool from_root, int lost_rank
         ab.code = code;
         env.body_case = HVD__ENVELOPE__BODY_ABORT;
         env.abort = &ab;
-        send_to_local_workers(d, j, &env, false);
+        worker_send_all(d, j, &env, false);
         if (j->role == JOB_ROOT)
-                send_to_nodes(d, j, &env);
+                io_send_nodes(d, j, &env, false);
         else if (!from_root)
-                send_to_root(d, j, &env);
+                uplink_send_root(d, j, &env);
         d->next_housekeeping = 0;
 }
 
@@ -156,7 +133,7 @@ static void tomb_add(hvd_daemon_t *d, const job_t *j) {
 }
 
 /* A job recently aborted before this rank of it joined, or NULL. */
-const tomb_t *tomb_find(const hvd_daemon_t *d, const Hvd__Hello *h) {
+const tomb_t *job_tomb_find(const hvd_daemon_t *d, const Hvd__Hello *h) {
         uint64_t now = hvd_now_usec();
         for (size_t i = 0; i < N_TOMBS; i++) {
                 const tomb_t *t = &d->tombs[i];
@@ -214,23 +191,12 @@ void rank_infos_free(rank_infos_t *ri) {
         *ri = (rank_infos_t){ 0 };
 }
 
-/* The heartbeat settings a job starts with: the timeout is at least two
- * intervals (0 = workers are never declared lost for silence). */
-void heartbeat_settings(const hvd_daemon_t *d, uint64_t *interval, uint64_t *timeout) {
-        *interval = d->cfg.heartbeat_interval_usec;
-        *timeout = d->cfg.heartbeat_timeout_usec;
-        if (*timeout && *timeout < 2 * *interval)
-                *timeout = 2 * *interval;
-        if (!*timeout)
-                *interval = 0;
-}
-
 int job_table_add(job_t *j, int64_t cross_rank, Hvd__RankInfo *const *ri, size_t n, char *err, size_t len) {
         for (size_t i = 0; i < n; i++) {
                 uint32_t r = ri[i]->rank, c = cross_rank >= 0 ? (uint32_t) cross_rank : ri[i]->cross_rank;
                 if (r >= j->size || j->table[r].known) {
                         snprintf(err, len, "rank %u is claimed twice (hosts %s and %s)", r,
-                                 r < j->size ? host_of(j, j->table[r].cross_rank) : "?", host_of(j, c));
+                                 r < j->size ? job_host(j, j->table[r].cross_rank) : "?", job_host(j, c));
                         while (i-- > 0) /* the table stays as it was */
                                 j->table[ri[i]->rank].known = false;
                         return HVD_EDUPLICATE;
@@ -320,7 +286,7 @@ job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, size_t len
         if (ok && root)
                 ok = (j->nodes = calloc(cross_size, sizeof *j->nodes)) != NULL;
         if (ok && cross_size > 1 && !root) {
-                j->root = peer_get(d, jp->root_peer);
+                j->root = uplink_peer(d, jp->root_peer);
                 ok = j->root != NULL;
                 if (j->root)
                         j->root->n_jobs++;
@@ -341,17 +307,6 @@ job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, size_t len
         hvd_log_info("job %s created: %u ranks, %u here, host %u of %u%s", j->id, j->size, j->local_size, j->cross_rank,
                      cross_size, root ? " (root)" : "");
         return j;
-}
-
-size_t list_missing(const job_t *j, char *buf, size_t len) {
-        size_t o = 0;
-        buf[0] = 0;
-        for (uint32_t r = 0; r < j->size && o + 16 < len; r++) {
-                bool have = j->table[r].known || j->ranks[r];
-                if (!have)
-                        o += (size_t) snprintf(buf + o, len - o, "%s%u", o ? ", " : "", r);
-        }
-        return o;
 }
 
 bool job_secret_is(const job_t *j, const void *secret, size_t len) {

@@ -1,39 +1,35 @@
 /* join.c — how a job comes together: local hellos, then a host's join to
  * its root, the root's welcome of every host (with the relay tree), the
  * welcome of the local workers, and the start timeout naming what never
- * came. A job leaves JOB_JOINING only through welcome_local. */
+ * came. A job leaves JOB_JOINING only through join_welcome_local. */
 #include "config.h"
-
-#include <errno.h>
-#include <fcntl.h>
-#include <grp.h>
-#include <inttypes.h>
-#include <limits.h>
-#include <poll.h>
-#include <sys/epoll.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/eventfd.h>
-#include <sys/file.h>
-#include <sys/mman.h>
-#include <sys/signalfd.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
-#include <unistd.h>
-#include <zmq.h>
-#ifdef HAVE_LIBSYSTEMD
-#include <systemd/sd-daemon.h>
-#endif
 
 #include "internal.h"
 
+/* The heartbeat settings a job starts with: the timeout is at least two
+ * intervals (0 = workers are never declared lost for silence). */
+static void heartbeat_settings(const hvd_daemon_t *d, uint64_t *interval, uint64_t *timeout) {
+        *interval = d->cfg.heartbeat_interval_usec;
+        *timeout = d->cfg.heartbeat_timeout_usec;
+        if (*timeout && *timeout < 2 * *interval)
+                *timeout = 2 * *interval;
+        if (!*timeout)
+                *interval = 0;
+}
+
+static size_t list_missing(const job_t *j, char *buf, size_t len) {
+        size_t o = 0;
+        buf[0] = 0;
+        for (uint32_t r = 0; r < j->size && o + 16 < len; r++) {
+                bool have = j->table[r].known || j->ranks[r];
+                if (!have)
+                        o += (size_t) snprintf(buf + o, len - o, "%s%u", o ? ", " : "", r);
+        }
+        return o;
+}
+
 /* Welcomes this node's workers: the job is complete everywhere. */
-void welcome_local(hvd_daemon_t *d, job_t *j) {
+void join_welcome_local(hvd_daemon_t *d, job_t *j) {
         rank_infos_t ri;
         if (job_rank_infos(j, false, &ri) < 0) {
                 job_abort(d, j, -1, -ENOMEM, "out of memory while welcoming job %s", j->id);
@@ -77,7 +73,7 @@ void welcome_local(hvd_daemon_t *d, job_t *j) {
                 wel.max_message_bytes = d->cfg.max_message_bytes;
                 env.body_case = HVD__ENVELOPE__BODY_WELCOME;
                 env.welcome = &wel;
-                send_to_worker(d, w, &env);
+                io_send_worker(d, w, &env);
         }
         rank_infos_free(&ri);
         d->next_housekeeping = 0; /* arms the heartbeat check */
@@ -118,18 +114,18 @@ static void root_complete(hvd_daemon_t *d, job_t *j) {
         nw.nccl_id.len = j->nccl_id_len;
         env.body_case = HVD__ENVELOPE__BODY_NODE_WELCOME;
         env.node_welcome = &nw;
-        send_to_nodes(d, j, &env);
+        io_send_nodes(d, j, &env, false);
         rank_infos_free(&ri);
         free(eps);
-        welcome_local(d, j);
+        join_welcome_local(d, j);
 }
 
-int root_node_joined(hvd_daemon_t *d, job_t *j, uint32_t cross_rank, bool local, const uint8_t *id, size_t id_len,
+int join_node_joined(hvd_daemon_t *d, job_t *j, uint32_t cross_rank, bool local, const uint8_t *id, size_t id_len,
                      Hvd__RankInfo *const *ri, size_t n, const char *endpoint) {
         node_t *nd = &j->nodes[cross_rank];
         char err[512];
         if (nd->joined) {
-                snprintf(err, sizeof err, "host %u (%s) joined twice", cross_rank, host_of(j, cross_rank));
+                snprintf(err, sizeof err, "host %u (%s) joined twice", cross_rank, job_host(j, cross_rank));
                 job_abort(d, j, -1, HVD_EDUPLICATE, "%s", err);
                 return HVD_EDUPLICATE;
         }
@@ -152,7 +148,7 @@ int root_node_joined(hvd_daemon_t *d, job_t *j, uint32_t cross_rank, bool local,
         }
         j->n_nodes_joined++;
         hvd_log_info("job %s: host %u (%s) joined with %zu ranks, %u of %u hosts", j->id, cross_rank,
-                     host_of(j, cross_rank), n, j->n_nodes_joined, j->cross_size);
+                     job_host(j, cross_rank), n, j->n_nodes_joined, j->cross_size);
         if (j->n_nodes_joined == j->cross_size)
                 root_complete(d, j);
         return 0;
@@ -175,7 +171,7 @@ static char *advertised_endpoint(hvd_daemon_t *d, const job_t *j, char *buf, siz
         if (!wild)
                 snprintf(buf, len, "%s", d->peer_ep);
         else if (strcmp(port + 1, "*") != 0)
-                snprintf(buf, len, "tcp://%s%s", host_of(j, j->cross_rank), port);
+                snprintf(buf, len, "tcp://%s%s", job_host(j, j->cross_rank), port);
         return buf;
 }
 
@@ -196,16 +192,16 @@ static void local_complete(hvd_daemon_t *d, job_t *j) {
                 if (job_table_add(j, 0, ri.ptrs, ri.n, err, sizeof err) < 0)
                         job_abort(d, j, -1, HVD_EDUPLICATE, "%s", err);
                 else
-                        welcome_local(d, j);
+                        join_welcome_local(d, j);
         } else if (j->role == JOB_ROOT)
-                root_node_joined(d, j, j->cross_rank, true, NULL, 0, ri.ptrs, ri.n, NULL);
+                join_node_joined(d, j, j->cross_rank, true, NULL, 0, ri.ptrs, ri.n, NULL);
         else {
                 Hvd__NodeJoin nj = HVD__NODE_JOIN__INIT;
                 Hvd__Envelope env = HVD__ENVELOPE__INIT;
                 nj.job_id = j->id;
                 nj.secret.data = j->secret;
                 nj.secret.len = j->secret_len;
-                nj.host = (char *) host_of(j, j->cross_rank);
+                nj.host = (char *) job_host(j, j->cross_rank);
                 nj.cross_rank = j->cross_rank;
                 nj.cross_size = j->cross_size;
                 nj.world_size = j->size;
@@ -224,7 +220,7 @@ static void local_complete(hvd_daemon_t *d, job_t *j) {
                 nj.peer_endpoint = advertised_endpoint(d, j, ep, sizeof ep);
                 env.body_case = HVD__ENVELOPE__BODY_NODE_JOIN;
                 env.node_join = &nj;
-                send_to_root(d, j, &env);
+                uplink_send_root(d, j, &env);
                 j->joined_root = true;
                 hvd_log_info("job %s: all %u local ranks joined; told the root daemon at %s", j->id, j->local_size,
                              j->root->endpoint);
@@ -258,40 +254,40 @@ static bool hello_fits(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_l
                 j->local_size = h->local_size; /* root job started by a remote node's join */
         if (!job_secret_is(j, h->secret.data, h->secret.len)) {
                 hvd_log_warning("job %s: rank %u (pid %u) presented a wrong job secret", j->id, h->rank, h->pid);
-                send_error(d, d->worker_sock, id, id_len, HVD_EDENIED,
-                           "job %s: wrong job secret (HVD_JOB_SECRET does not match the job's)", j->id);
+                io_error(d, d->worker_sock, id, id_len, HVD_EDENIED,
+                         "job %s: wrong job secret (HVD_JOB_SECRET does not match the job's)", j->id);
                 return false;
         }
         if (j->owned && uid != j->owner_uid) {
                 hvd_log_warning("job %s: rank %u (pid %u) of uid %u refused: the job belongs to uid %u", j->id, h->rank,
                                 h->pid, (unsigned) uid, (unsigned) j->owner_uid);
-                send_error(d, d->worker_sock, id, id_len, HVD_EDENIED,
-                           "job %s belongs to uid %u: a process of uid %u cannot join it", j->id,
-                           (unsigned) j->owner_uid, (unsigned) uid);
+                io_error(d, d->worker_sock, id, id_len, HVD_EDENIED,
+                         "job %s belongs to uid %u: a process of uid %u cannot join it", j->id, (unsigned) j->owner_uid,
+                         (unsigned) uid);
                 return false;
         }
         if (j->state == JOB_ABORTED) {
-                send_error(d, d->worker_sock, id, id_len, HVD_EABORTED, "job %s was aborted before rank %u joined: %s",
-                           j->id, h->rank, j->abort_reason);
+                io_error(d, d->worker_sock, id, id_len, HVD_EABORTED, "job %s was aborted before rank %u joined: %s",
+                         j->id, h->rank, j->abort_reason);
                 return false;
         }
         if (j->state != JOB_JOINING || j->n_hello >= j->local_size) {
-                send_error(d, d->worker_sock, id, id_len, HVD_EDENIED, "job %s is %s: rank %u cannot join any more",
-                           j->id, job_state_names[j->state], h->rank);
+                io_error(d, d->worker_sock, id, id_len, HVD_EDENIED, "job %s is %s: rank %u cannot join any more",
+                         j->id, job_state_names[j->state], h->rank);
                 return false;
         }
         if (h->world_size != j->size || h->local_size != j->local_size || cross_size != j->cross_size ||
             (cross_size > 1 && h->cross_rank != j->cross_rank)) {
-                send_error(d, d->worker_sock, id, id_len, HVD_EMISMATCH,
-                           "job %s: rank %u says world size %u, %u local ranks, host %u of %u; the job has "
-                           "%u, %u, host %u of %u",
-                           j->id, h->rank, h->world_size, h->local_size, h->cross_rank, cross_size, j->size,
-                           j->local_size, j->cross_rank, j->cross_size);
+                io_error(d, d->worker_sock, id, id_len, HVD_EMISMATCH,
+                         "job %s: rank %u says world size %u, %u local ranks, host %u of %u; the job has "
+                         "%u, %u, host %u of %u",
+                         j->id, h->rank, h->world_size, h->local_size, h->cross_rank, cross_size, j->size,
+                         j->local_size, j->cross_rank, j->cross_size);
                 return false;
         }
         if (j->ranks[h->rank]) {
-                send_error(d, d->worker_sock, id, id_len, HVD_EDUPLICATE, "job %s: rank %u has already joined (pid %d)",
-                           j->id, h->rank, (int) j->ranks[h->rank]->pid);
+                io_error(d, d->worker_sock, id, id_len, HVD_EDUPLICATE, "job %s: rank %u has already joined (pid %d)",
+                         j->id, h->rank, (int) j->ranks[h->rank]->pid);
                 return false;
         }
         return true;
@@ -300,22 +296,22 @@ static bool hello_fits(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_l
 /* A local worker's hello: it joins its job (created by the first hello of
  * this host, or by a remote host's join at the root), and the job's join
  * goes on once every local rank said hello. */
-void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__Hello *h, uid_t uid) {
+void join_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__Hello *h, uid_t uid) {
         if (hvd_strmap_get(d->workers, id, id_len)) {
-                send_error(d, d->worker_sock, id, id_len, HVD_EPROTO, "hello sent twice on one connection");
+                io_error(d, d->worker_sock, id, id_len, HVD_EPROTO, "hello sent twice on one connection");
                 return;
         }
         uint32_t cross_size = h->cross_size ? h->cross_size : 1;
         if (cross_size == 1 && h->local_size != h->world_size) {
-                send_error(d, d->worker_sock, id, id_len, HVD_EPROTO,
-                           "job %s: world size %u but %u ranks on this host, and no host list (HVD_CROSS_SIZE)",
-                           h->job_id, h->world_size, h->local_size);
+                io_error(d, d->worker_sock, id, id_len, HVD_EPROTO,
+                         "job %s: world size %u but %u ranks on this host, and no host list (HVD_CROSS_SIZE)",
+                         h->job_id, h->world_size, h->local_size);
                 return;
         }
         if (h->world_size > d->cfg.max_ranks_per_job) {
-                send_error(d, d->worker_sock, id, id_len, -E2BIG,
-                           "job %s: world size %u exceeds this daemon's max_ranks_per_job (%u)", h->job_id,
-                           h->world_size, d->cfg.max_ranks_per_job);
+                io_error(d, d->worker_sock, id, id_len, -E2BIG,
+                         "job %s: world size %u exceeds this daemon's max_ranks_per_job (%u)", h->job_id, h->world_size,
+                         d->cfg.max_ranks_per_job);
                 return;
         }
         job_t *j = hvd_strmap_get(d->jobs, h->job_id, strlen(h->job_id));
@@ -323,15 +319,15 @@ void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__
             (j->ranks[h->rank]->goodbye || j->ranks[h->rank]->exited) && (!j->owned || j->owner_uid == uid) &&
             job_secret_is(j, h->secret.data, h->secret.len)) {
                 if (!job_start_over(d, j)) {
-                        send_error(d, d->worker_sock, id, id_len, -ENOMEM, "out of memory");
+                        io_error(d, d->worker_sock, id, id_len, -ENOMEM, "out of memory");
                         return;
                 }
                 j = NULL;
         }
-        const tomb_t *t = j ? NULL : tomb_find(d, h);
+        const tomb_t *t = j ? NULL : job_tomb_find(d, h);
         if (t) {
-                send_error(d, d->worker_sock, id, id_len, HVD_EABORTED, "job %s was aborted before rank %u joined: %s",
-                           t->id, h->rank, t->reason);
+                io_error(d, d->worker_sock, id, id_len, HVD_EABORTED, "job %s was aborted before rank %u joined: %s",
+                         t->id, h->rank, t->reason);
                 return;
         }
         if (!j) {
@@ -354,14 +350,14 @@ void handle_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__
                 };
                 j = job_create(d, &jp, err, sizeof err);
                 if (!j) {
-                        send_error(d, d->worker_sock, id, id_len, -EINVAL, "%s", err);
+                        io_error(d, d->worker_sock, id, id_len, -EINVAL, "%s", err);
                         return;
                 }
         } else if (!hello_fits(d, j, id, id_len, h, uid))
                 return;
         worker_t *w = worker_new(d, j, id, id_len, h);
         if (!w) {
-                send_error(d, d->worker_sock, id, id_len, -ENOMEM, "out of memory");
+                io_error(d, d->worker_sock, id, id_len, -ENOMEM, "out of memory");
                 return;
         }
         job_set_nccl_id(j, &h->nccl_id);
@@ -391,7 +387,7 @@ static void start_timeout(hvd_daemon_t *d, job_t *j) {
                 for (uint32_t c = 0; c < j->cross_size && o + 16 < sizeof hosts; c++)
                         if (!j->nodes[c].joined)
                                 o += (size_t) snprintf(hosts + o, sizeof hosts - o, "%s%s", o ? ", " : "",
-                                                       host_of(j, c));
+                                                       job_host(j, c));
                 job_abort(d, j, -1, HVD_ETIMEOUT,
                           "start timeout: %u of %u hosts joined within %.1f s; missing hosts [%s], missing ranks [%s]",
                           j->n_nodes_joined, j->cross_size, (double) d->cfg.start_timeout_usec / 1e6, hosts, missing);
@@ -400,7 +396,7 @@ static void start_timeout(hvd_daemon_t *d, job_t *j) {
                         d, j, true, -1, HVD_ETIMEOUT,
                         "start timeout: the root daemon at %s (host %s) did not complete the job's join within "
                         "%.1f s%s",
-                        j->root ? j->root->endpoint : "?", host_of(j, 0), (double) d->cfg.start_timeout_usec / 1e6,
+                        j->root ? j->root->endpoint : "?", job_host(j, 0), (double) d->cfg.start_timeout_usec / 1e6,
                         hvd_zap_curve(d->zap) && j->root && !j->root->rtt_usec
                                 ? " (it never answered: is the CURVE key listed for it its public key, and does it "
                                   "list ours?)"
@@ -408,7 +404,7 @@ static void start_timeout(hvd_daemon_t *d, job_t *j) {
         else
                 job_abort(d, j, -1, HVD_ETIMEOUT,
                           "start timeout: %u of %u ranks of host %s joined within %.1f s; missing ranks [%s]",
-                          j->n_hello, j->local_size, host_of(j, j->cross_rank),
+                          j->n_hello, j->local_size, job_host(j, j->cross_rank),
                           (double) d->cfg.start_timeout_usec / 1e6, missing);
 }
 
@@ -472,7 +468,7 @@ void join_node(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__Nod
         job_set_nccl_id(j, &nj->nccl_id);
         if (nj->ring_checksum)
                 j->ring_checksum = true;
-        root_node_joined(d, j, nj->cross_rank, false, id, id_len, nj->ranks, nj->n_ranks, nj->peer_endpoint);
+        join_node_joined(d, j, nj->cross_rank, false, id, id_len, nj->ranks, nj->n_ranks, nj->peer_endpoint);
 }
 
 /* Not root: the root's welcome, with the rank table and (large jobs) the
@@ -483,7 +479,7 @@ void join_node_welcome(hvd_daemon_t *d, job_t *j, const peer_t *p, const Hvd__No
                 job_abort_ex(d, j, true, -1, HVD_EABORTED,
                              "host %s: its root daemon at %s restarted during the join (epoch %016" PRIx64
                              ", was %016" PRIx64 ")",
-                             host_of(j, 0), p->endpoint, nw->epoch, j->root_epoch);
+                             job_host(j, 0), p->endpoint, nw->epoch, j->root_epoch);
                 return;
         }
         if (nw->epoch)
@@ -509,6 +505,6 @@ void join_node_welcome(hvd_daemon_t *d, job_t *j, const peer_t *p, const Hvd__No
         job_set_nccl_id(j, &nw->nccl_id);
         if (!relay_setup(d, j, nw))
                 return;
-        welcome_local(d, j);
+        join_welcome_local(d, j);
         relay_replay_early(d, j);
 }

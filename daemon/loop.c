@@ -1,42 +1,23 @@
 /* loop.c — hvd-coordinatord's reactor: new/run/stop/destroy, the poll
- * set, and the order of one turn: before_sleep (batches go on, schedules
+ * set, and the order of one turn: loop_before_sleep (batches go on, schedules
  * go out) → poll → every readable source, messages before exits → the
- * housekeeping of each module when its earliest deadline is due. Idle
+ * loop_housekeeping of each module when its earliest deadline is due. Idle
  * with no deadline, the daemon sleeps in zmq_poll and uses no CPU. */
 #include "config.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <grp.h>
-#include <inttypes.h>
-#include <limits.h>
-#include <poll.h>
 #include <sys/epoll.h>
 #include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/eventfd.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
-#include <unistd.h>
-#include <zmq.h>
-#ifdef HAVE_LIBSYSTEMD
-#include <systemd/sd-daemon.h>
-#endif
 
 #include "internal.h"
 
 /* Before sleep, every turn: what a host batched goes on (at the root: is
  * entered), then the negotiating daemon's schedules go out, or a relay
  * sends what its group made ready. */
-void before_sleep(hvd_daemon_t *d) {
+void loop_before_sleep(hvd_daemon_t *d) {
         size_t iter = 0;
         void *v;
         while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
@@ -80,7 +61,7 @@ static bool job_done(const job_t *j, uint64_t now, uint64_t tick, uint64_t *next
  * workers' exits, the links to root daemons, each job's checks, then the
  * removal of finished jobs. Each part returns its next deadline; the
  * earliest arms the timer (none: the daemon sleeps until a message). */
-void housekeeping(hvd_daemon_t *d, uint64_t now) {
+void loop_housekeeping(hvd_daemon_t *d, uint64_t now) {
         uint64_t tick = now + HVD_MIN(HOUSEKEEPING_USEC, daemon_ping_usec(d));
         uint64_t next = worker_housekeeping(d, now, tick);
         next = earliest(next, uplink_housekeeping(d, now, tick));
@@ -164,19 +145,19 @@ int hvd_daemon_run(hvd_daemon_t *d) {
         if (d->cfg.notify) {
                 char st[PATH_MAX + 64];
                 snprintf(st, sizeof st, "READY=1\nSTATUS=Serving 0 jobs, 0 workers on %s", d->worker_ep + 6);
-                hvd_daemon_notify(st);
-                d->watchdog_usec = watchdog_interval();
+                service_notify(st);
+                d->watchdog_usec = service_watchdog_usec();
                 if (d->watchdog_usec) {
-                        hvd_daemon_notify("WATCHDOG=1");
+                        service_notify("WATCHDOG=1");
                         d->next_watchdog = hvd_now_usec() + d->watchdog_usec;
                 }
         }
         hvd_log_notice("hvd-coordinatord %s ready on %s", PACKAGE_VERSION, d->worker_ep);
         d->next_housekeeping = UINT64_MAX;
         while (!d->stopping) {
-                before_sleep(d);
+                loop_before_sleep(d);
                 if (d->cfg.notify)
-                        notify_status(d);
+                        service_notify_status(d);
                 if (d->wake_usec) {
                         hvd_histogram_observe(&d->metrics.iteration, hvd_now_usec() - d->wake_usec);
                         d->wake_usec = 0;
@@ -214,29 +195,29 @@ int hvd_daemon_run(hvd_daemon_t *d) {
                                 d->stopping = true;
                                 break;
                         }
-                        case ITEM_SIGNAL: handle_signal(d); break;
+                        case ITEM_SIGNAL: service_handle_signal(d); break;
                         case ITEM_PIDFD: exits = true; break;
                         case ITEM_WORKER: worker_msgs = true; break;
-                        case ITEM_CONTROL: handle_control_socket(d); break;
-                        case ITEM_PEER: handle_peer_socket(d); break;
-                        case ITEM_ROOT: handle_root_socket(d, d->item_peers[i]); break;
+                        case ITEM_CONTROL: control_handle_socket(d); break;
+                        case ITEM_PEER: root_handle_socket(d); break;
+                        case ITEM_ROOT: uplink_handle_socket(d, d->item_peers[i]); break;
                         case ITEM_HTTP: http = true; break;
                         case ITEM_ZAP: hvd_zap_handle(d->zap); break;
                         case ITEM_ZAP_MONITOR: hvd_zap_handle_monitor(d->zap); break;
                         }
                 }
                 if (worker_msgs || exits)
-                        handle_worker_socket(d);
+                        worker_handle_socket(d);
                 if (exits)
-                        workers_exited(d);
+                        worker_reap(d);
                 if (http)
                         hvd_http_dispatch(d->http, d->items + d->http_first, d->n_items - d->http_first,
                                           hvd_now_usec());
                 now = hvd_now_usec();
                 if (now >= d->next_housekeeping)
-                        housekeeping(d, now);
+                        loop_housekeeping(d, now);
                 if (d->watchdog_usec && now >= d->next_watchdog) {
-                        hvd_daemon_notify("WATCHDOG=1");
+                        service_notify("WATCHDOG=1");
                         d->next_watchdog = now + d->watchdog_usec;
                 }
         }
@@ -245,7 +226,7 @@ int hvd_daemon_run(hvd_daemon_t *d) {
                 size_t nj = hvd_strmap_size(d->jobs);
                 snprintf(st, sizeof st, "STOPPING=1\nSTATUS=Stopping: telling %zu job%s, removing the sockets", nj,
                          nj == 1 ? "" : "s");
-                hvd_daemon_notify(st);
+                service_notify(st);
         }
         return 0;
 }
@@ -322,8 +303,8 @@ int hvd_daemon_new(const hvd_daemon_config_t *cfg, hvd_daemon_t **ret) {
                 goto fail;
         if (cfg->metrics_listen[0]) {
                 char err[512];
-                if ((r = hvd_http_new(cfg->metrics_listen, render_metrics, d, &d->metrics, &d->http, err, sizeof err)) <
-                    0) {
+                if ((r = hvd_http_new(cfg->metrics_listen, control_render_metrics, d, &d->metrics, &d->http, err,
+                                      sizeof err)) < 0) {
                         hvd_log_error(0, "%s", err);
                         goto fail;
                 }

@@ -6,13 +6,6 @@
  * still go straight between each daemon and the root. */
 #include "config.h"
 
-#include <errno.h>
-#include <inttypes.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <zmq.h>
-
 #include "internal.h"
 
 /* A host of the group, as its relay knows it. */
@@ -199,7 +192,7 @@ static void relay_take_one(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeReady
                         protobuf_c_message_free_unpacked(&nr->base, NULL);
                         job_abort(d, j, -1, HVD_EDUPLICATE,
                                   "host %s posted the tensor of cache id %u twice before it completed",
-                                  host_of(j, rl->m[i].host), id);
+                                  job_host(j, rl->m[i].host), id);
                         return;
                 }
                 if (r == 1 && (r = ids_push(&rl->grp_ids, &rl->grp_waited, &rl->n_grp, &rl->cap_grp, id, waited)) < 0) {
@@ -217,7 +210,7 @@ static void relay_take_one(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeReady
                 protobuf_c_message_free_unpacked(&nr->base, NULL);
         return;
 fail:
-        job_abort(d, j, -1, r, "relaying the readiness of host %s: %s", host_of(j, mi->host), hvd_strerror(r));
+        job_abort(d, j, -1, r, "relaying the readiness of host %s: %s", job_host(j, mi->host), hvd_strerror(r));
 }
 
 /* A relay: what member i, itself a relay, passed on (nr owned). An entry
@@ -235,12 +228,12 @@ static void relay_take_relayed(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeR
                         if (x >= j->cross_size || rl->member_of[x] != (int32_t) i) {
                                 char other[64];
                                 if (x < j->cross_size)
-                                        snprintf(other, sizeof other, "%s", host_of(j, x));
+                                        snprintf(other, sizeof other, "%s", job_host(j, x));
                                 else
                                         snprintf(other, sizeof other, "%u (no such host)", x);
                                 job_abort(d, j, -1, HVD_EPROTO,
                                           "host %s relayed readiness for host %s, which does not report through it",
-                                          host_of(j, mi->host), other);
+                                          job_host(j, mi->host), other);
                                 goto out;
                         }
                         full = full && (!h || x > rr->hosts[h - 1]); /* ascending: all of them, each once */
@@ -268,7 +261,7 @@ static void relay_take_relayed(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeR
                 nr->relayed[k] = NULL;
         }
         if (r < 0)
-                job_abort(d, j, -1, r, "relaying the readiness of host %s: %s", host_of(j, mi->host), hvd_strerror(r));
+                job_abort(d, j, -1, r, "relaying the readiness of host %s: %s", job_host(j, mi->host), hvd_strerror(r));
 out:
         for (size_t k = 0; k < nr->n_relayed; k++)
                 if (nr->relayed[k])
@@ -298,7 +291,7 @@ static void relay_send(hvd_daemon_t *d, job_t *j, Hvd__RelayedReady **out, size_
         nr.relayed = out;
         env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
         env.node_ready = &nr;
-        send_up(d, j, &env);
+        uplink_send_up(d, j, &env);
         j->rl->out_msgs++;
         d->metrics.relay_out++;
 }
@@ -344,14 +337,14 @@ void relay_forward(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
                         int r = io_send_shared(d, d->peer_sock, m->id, m->id_len, &packed);
                         if (r < 0)
                                 hvd_log_warning("job %s: cannot pass a schedule on to host %s: %s", j->id,
-                                                host_of(j, m->host), hvd_strerror(r));
+                                                job_host(j, m->host), hvd_strerror(r));
                         continue;
                 }
                 if (m->n_pending == RELAY_MAX_PENDING) {
                         zmq_msg_close(&packed);
                         job_abort(d, j, -1, HVD_ETIMEOUT,
                                   "host %s never reached its relay daemon here (%d schedules wait for it)",
-                                  host_of(j, m->host), RELAY_MAX_PENDING);
+                                  job_host(j, m->host), RELAY_MAX_PENDING);
                         return;
                 }
                 zmq_msg_t *pm = realloc(m->pending, (m->n_pending + 1) * sizeof *pm);
@@ -375,7 +368,7 @@ static void relay_member_heard(hvd_daemon_t *d, job_t *j, relay_member_t *m, con
         for (size_t k = 0; k < m->n_pending; k++) {
                 int r = io_send_shared(d, d->peer_sock, m->id, m->id_len, &m->pending[k]);
                 if (r < 0)
-                        hvd_log_warning("job %s: cannot pass a schedule on to host %s: %s", j->id, host_of(j, m->host),
+                        hvd_log_warning("job %s: cannot pass a schedule on to host %s: %s", j->id, job_host(j, m->host),
                                         hvd_strerror(r));
                 zmq_msg_close(&m->pending[k]);
         }
@@ -426,7 +419,7 @@ void relay_receive(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, 
                 if (!m)
                         snprintf(reason, sizeof reason,
                                  "job %s: host %u is not in the relay group of this daemon (host %s)", j->id,
-                                 nr->relay_host, host_of(j, j->cross_rank));
+                                 nr->relay_host, job_host(j, j->cross_rank));
                 else
                         snprintf(reason, sizeof reason,
                                  "job %s: host %u presented a wrong job secret to its relay daemon", j->id,
@@ -443,7 +436,7 @@ void relay_receive(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, 
                 job_abort(d, j, -1, HVD_EABORTED,
                           "host %s: its connection to the relay daemon of host %s broke and was made again (messages "
                           "may be lost)",
-                          host_of(j, m->host), host_of(j, j->cross_rank));
+                          job_host(j, m->host), job_host(j, j->cross_rank));
                 return;
         }
         relay_strip(nr);
@@ -455,8 +448,8 @@ void relay_receive(hvd_daemon_t *d, job_t *j, const uint8_t *id, size_t id_len, 
         /* a relay below this one passes its hosts' readiness on, its own with it; any other host sends its own */
         if ((m->n_sub > 1) != (nr->n_relayed > 0) || (own && nr->n_relayed)) {
                 protobuf_c_message_free_unpacked(&nr->base, NULL);
-                job_abort(d, j, -1, HVD_EPROTO, "host %s sent its relay daemon on host %s %s", host_of(j, m->host),
-                          host_of(j, j->cross_rank),
+                job_abort(d, j, -1, HVD_EPROTO, "host %s sent its relay daemon on host %s %s", job_host(j, m->host),
+                          job_host(j, j->cross_rank),
                           m->n_sub > 1 ? "readiness of its own, though it relays for other hosts"
                                        : "relayed readiness, though it relays for no host");
                 return;
@@ -530,7 +523,7 @@ bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
                                 rl->m[rl->n++].host = c;
                                 if (o + 32 < sizeof list)
                                         o += (size_t) snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "",
-                                                               host_of(j, c));
+                                                               job_host(j, c));
                         }
                 /* what each member stands for, in host order */
                 for (uint32_t k = 0; k < rl->n; k++) {
@@ -557,17 +550,17 @@ bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
                 hvd_log_info("job %s: %s", j->id, j->relay_desc);
         }
         if (via) {
-                peer_t *p = peer_get(d, nw->relay_endpoint[via]);
+                peer_t *p = uplink_peer(d, nw->relay_endpoint[via]);
                 if (!p) {
                         job_abort(d, j, -1, HVD_EABORTED, "cannot connect to the relay daemon of host %s at %s",
-                                  host_of(j, via), nw->relay_endpoint[via]);
+                                  job_host(j, via), nw->relay_endpoint[via]);
                         return false;
                 }
                 p->n_jobs++;
                 j->relay = p;
                 size_t o = strlen(j->relay_desc);
                 snprintf(j->relay_desc + o, sizeof j->relay_desc - o,
-                         "%sreports through the relay daemon of host %s at %s", o ? "; " : "", host_of(j, via),
+                         "%sreports through the relay daemon of host %s at %s", o ? "; " : "", job_host(j, via),
                          p->endpoint);
                 hvd_log_info("job %s: %s", j->id, j->relay_desc);
                 /* a hello: the relay learns this connection */

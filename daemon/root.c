@@ -4,32 +4,6 @@
  * as its key), the stall inspector, and the hosts' liveness. */
 #include "config.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <grp.h>
-#include <inttypes.h>
-#include <limits.h>
-#include <poll.h>
-#include <sys/epoll.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/eventfd.h>
-#include <sys/file.h>
-#include <sys/mman.h>
-#include <sys/signalfd.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
-#include <unistd.h>
-#include <zmq.h>
-#ifdef HAVE_LIBSYSTEMD
-#include <systemd/sd-daemon.h>
-#endif
-
 #include "internal.h"
 
 /* Root: the table knows every rank's node; the negotiator takes the
@@ -129,7 +103,7 @@ void root_submit(hvd_daemon_t *d, job_t *j, const uint32_t *ranks, size_t n_rank
         if (r < 0 && n_ranks == 1)
                 job_abort(d, j, -1, r, "rank %u: %s", ranks[0], err);
         else if (r < 0) /* err names the rank */
-                job_abort(d, j, -1, r, "host %s: %s", host_of(j, j->table[ranks[0]].cross_rank), err);
+                job_abort(d, j, -1, r, "host %s: %s", job_host(j, j->table[ranks[0]].cross_rank), err);
         arm_stall_check(d, j, now);
 }
 
@@ -141,7 +115,7 @@ void root_submit_node(hvd_daemon_t *d, job_t *j, uint32_t cross, const Hvd__Node
                 job_abort(d, j, j->departed_rank, HVD_EABORTED,
                           "rank %d has shut down, but the ranks of host %s still submit collectives; the job cannot go "
                           "on",
-                          j->departed_rank, host_of(j, cross));
+                          j->departed_rank, job_host(j, cross));
                 return;
         }
         char err[1024];
@@ -166,7 +140,7 @@ void root_submit_node(hvd_daemon_t *d, job_t *j, uint32_t cross, const Hvd__Node
         j->cycles += last - first;
         d->metrics.cycles += last - first;
         if (r < 0)
-                job_abort(d, j, -1, r, "host %s: %s", host_of(j, cross), err);
+                job_abort(d, j, -1, r, "host %s: %s", job_host(j, cross), err);
         arm_stall_check(d, j, now);
 }
 
@@ -234,7 +208,7 @@ static bool node_rank_ready(hvd_daemon_t *d, job_t *j, const uint32_t *hosts, si
         for (size_t k = 0; k < n_ranks; k++)
                 if (!on_hosts(j, ranks[k], hosts, n_hosts)) {
                         job_abort(d, j, -1, HVD_EPROTO, "host %s%s sent readiness for rank %u, which is not on it",
-                                  host_of(j, hosts[0]), n_hosts > 1 ? " (for its relay group)" : "", ranks[k]);
+                                  job_host(j, hosts[0]), n_hosts > 1 ? " (for its relay group)" : "", ranks[k]);
                         return false;
                 }
         j->cycles += n_ranks;
@@ -314,7 +288,7 @@ static void root_node_ready(hvd_daemon_t *d, job_t *j, uint32_t cross, const Hvd
                         if (h >= j->cross_size || !j->relay_via || !tree_under(j, h, cross)) {
                                 job_abort(d, j, -1, HVD_EPROTO,
                                           "host %s relayed readiness for host %u, which is not in its relay group",
-                                          host_of(j, cross), h);
+                                          job_host(j, cross), h);
                                 return;
                         }
                 }
@@ -344,7 +318,7 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
                              : env->body_case == HVD__ENVELOPE__BODY_ABORT    ? env->abort->job_id
                                                                               : NULL;
         if (!job_id) {
-                send_error(d, d->peer_sock, id, id_len, HVD_EPROTO, "unexpected message on the peer socket");
+                io_error(d, d->peer_sock, id, id_len, HVD_EPROTO, "unexpected message on the peer socket");
                 return;
         }
         bool is_abort = env->body_case == HVD__ENVELOPE__BODY_ABORT;
@@ -371,30 +345,30 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
                         io_refuse_peer(d, id, id_len, job_id, HVD_EABORTED,
                                        "the root daemon of host %s no longer knows this daemon's connection (it "
                                        "broke and was made again: messages may be lost)",
-                                       host_of(j, 0));
+                                       job_host(j, 0));
                 return;
         }
         j->nodes[cross].last_heard_usec = hvd_now_usec();
         if (is_abort)
                 job_abort(d, j, env->abort->lost_rank, env->abort->code ? env->abort->code : HVD_EABORTED,
-                          "host %s: %s", host_of(j, (uint32_t) cross), env->abort->reason);
+                          "host %s: %s", job_host(j, (uint32_t) cross), env->abort->reason);
         else
                 root_node_ready(d, j, (uint32_t) cross, env->node_ready);
 }
 
-void handle_peer_socket(hvd_daemon_t *d) {
+void root_handle_socket(hvd_daemon_t *d) {
         for (int n = 0; n < RECV_BATCH; n++) {
                 uint8_t id[256];
                 size_t id_len;
                 Hvd__Envelope *env = NULL;
                 char err[512];
-                int r = router_recv(d->peer_sock, id, &id_len, &env, NULL, err, sizeof err);
+                int r = io_recv(d->peer_sock, id, &id_len, &env, NULL, err, sizeof err, NULL, 0);
                 if (r == 0)
                         return;
-                count_message(d, HVD_METRICS_SOCK_PEER, r, env);
+                io_count(d, HVD_METRICS_SOCK_PEER, r, env);
                 if (r < 0) {
                         hvd_log_warning("peer socket: rejected message: %s", err);
-                        send_error(d, d->peer_sock, id, id_len, r, "message rejected: %s", err);
+                        io_error(d, d->peer_sock, id, id_len, r, "message rejected: %s", err);
                         continue;
                 }
                 handle_node_message(d, id, id_len, env);
@@ -495,7 +469,7 @@ void root_send_schedules(hvd_daemon_t *d, job_t *j) {
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
         env.body_case = HVD__ENVELOPE__BODY_SCHEDULE;
         env.schedule = schedule_key(d, j, s, &rep) ? &rep : s;
-        send_to_local_workers(d, j, &env, true);
+        worker_send_all(d, j, &env, true);
         if (j->cross_size > 1) {
                 Hvd__JobSchedule js = HVD__JOB_SCHEDULE__INIT;
                 Hvd__Envelope jenv = HVD__ENVELOPE__INIT;
@@ -503,7 +477,7 @@ void root_send_schedules(hvd_daemon_t *d, job_t *j) {
                 js.schedule = env.schedule;
                 jenv.body_case = HVD__ENVELOPE__BODY_JOB_SCHEDULE;
                 jenv.job_schedule = &js;
-                send_to_nodes_ex(d, j, &jenv, true);
+                io_send_nodes(d, j, &jenv, true);
         }
         hvd_negotiator_schedule_free(&s);
 }
@@ -528,19 +502,19 @@ uint64_t root_probe_nodes(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick
                         continue;
                 if (probe && probe_node(d, nd, now) == -EHOSTUNREACH) {
                         char ranks[256];
-                        ranks_of_host(j, c, ranks, sizeof ranks);
+                        job_host_ranks(j, c, ranks, sizeof ranks);
                         job_abort(d, j, -1, HVD_EABORTED,
                                   "lost contact with host %s (ranks [%s]): the connection to its daemon "
                                   "closed (daemon gone or connection reset)",
-                                  host_of(j, c), ranks);
+                                  job_host(j, c), ranks);
                         break;
                 }
                 if (now - nd->last_heard_usec <= d->cfg.peer_timeout_usec)
                         continue;
                 char ranks[256];
-                ranks_of_host(j, c, ranks, sizeof ranks);
+                job_host_ranks(j, c, ranks, sizeof ranks);
                 job_abort(d, j, -1, HVD_EABORTED,
-                          "lost contact with host %s (ranks [%s]): its daemon was silent for %.1f s", host_of(j, c),
+                          "lost contact with host %s (ranks [%s]): its daemon was silent for %.1f s", job_host(j, c),
                           ranks, (double) (now - nd->last_heard_usec) / 1e6);
                 break;
         }

@@ -4,28 +4,8 @@
  * the signals that stop it. */
 #include "config.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <grp.h>
-#include <inttypes.h>
-#include <limits.h>
-#include <poll.h>
-#include <sys/epoll.h>
 #include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/eventfd.h>
-#include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/signalfd.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
-#include <unistd.h>
-#include <zmq.h>
 #ifdef HAVE_LIBSYSTEMD
 #include <systemd/sd-daemon.h>
 #endif
@@ -71,7 +51,7 @@ static void reload(hvd_daemon_t *d) {
                 return;
         }
         if (d->cfg.notify)
-                hvd_daemon_notify("RELOADING=1\nSTATUS=Reloading the configuration");
+                service_notify("RELOADING=1\nSTATUS=Reloading the configuration");
         hvd_daemon_config_t next;
         char msg[1024] = "";
         int r = d->reload_fn(&next, msg, sizeof msg, d->reload_userdata);
@@ -81,10 +61,10 @@ static void reload(hvd_daemon_t *d) {
                 (void) hvd_daemon_reload(d, &next);
         d->status_jobs = d->status_workers = SIZE_MAX; /* STATUS= again */
         if (d->cfg.notify)
-                hvd_daemon_notify("READY=1");
+                service_notify("READY=1");
 }
 
-void handle_signal(hvd_daemon_t *d) {
+void service_handle_signal(hvd_daemon_t *d) {
         struct signalfd_siginfo si;
         if (read(d->sig_fd, &si, sizeof si) != sizeof si)
                 return;
@@ -97,7 +77,7 @@ void handle_signal(hvd_daemon_t *d) {
         d->stopping = true;
 }
 
-void hvd_daemon_notify(const char *state) {
+void service_notify(const char *state) {
 #ifdef HAVE_LIBSYSTEMD
         (void) sd_notify(0, state);
 #else
@@ -122,7 +102,7 @@ void hvd_daemon_notify(const char *state) {
 
 /* WATCHDOG_USEC (and WATCHDOG_PID, when set, naming this process): ping at
  * half the interval, as sd_watchdog_enabled(3) advises. */
-uint64_t watchdog_interval(void) {
+uint64_t service_watchdog_usec(void) {
         const char *s = getenv("WATCHDOG_USEC"), *pid = getenv("WATCHDOG_PID");
         if (!s || !*s)
                 return 0;
@@ -139,7 +119,7 @@ uint64_t watchdog_interval(void) {
 }
 
 /* STATUS= for systemctl status, sent when the counts change. */
-void notify_status(hvd_daemon_t *d) {
+void service_notify_status(hvd_daemon_t *d) {
         size_t nj = hvd_strmap_size(d->jobs), nw = hvd_strmap_size(d->workers);
         if (nj == d->status_jobs && nw == d->status_workers)
                 return;
@@ -148,5 +128,5 @@ void notify_status(hvd_daemon_t *d) {
         char st[PATH_MAX + 128];
         snprintf(st, sizeof st, "STATUS=Serving %zu job%s, %zu worker%s on %s", nj, nj == 1 ? "" : "s", nw,
                  nw == 1 ? "" : "s", d->worker_ep + 6);
-        hvd_daemon_notify(st);
+        service_notify(st);
 }

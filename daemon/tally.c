@@ -6,10 +6,6 @@
  * schedule showed to be of every contributor are tallied. */
 #include "config.h"
 
-#include <errno.h>
-#include <stdlib.h>
-#include <string.h>
-
 #include "internal.h"
 
 #define KNOWN 1 /* a schedule showed it of every contributor: it is tallied */

@@ -4,35 +4,9 @@
  * job), and what the root sends: aborts, the welcome, schedules. */
 #include "config.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <grp.h>
-#include <inttypes.h>
-#include <limits.h>
-#include <poll.h>
-#include <sys/epoll.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/eventfd.h>
-#include <sys/file.h>
-#include <sys/mman.h>
-#include <sys/signalfd.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
-#include <sys/un.h>
-#include <unistd.h>
-#include <zmq.h>
-#ifdef HAVE_LIBSYSTEMD
-#include <systemd/sd-daemon.h>
-#endif
-
 #include "internal.h"
 
-void send_to_root(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
+void uplink_send_root(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
         if (!j->root || j->root->lost)
                 return;
         int r = io_send_peer(d, j->root, env);
@@ -43,9 +17,9 @@ void send_to_root(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
 
 /* A NodeReady on its way to the root: through the relay this host
  * reports to, if any. */
-void send_up(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
+void uplink_send_up(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
         if (!j->relay) {
-                send_to_root(d, j, env);
+                uplink_send_root(d, j, env);
                 return;
         }
         Hvd__NodeReady *nr = env->node_ready;
@@ -60,7 +34,7 @@ void send_up(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
                                 hvd_strerror(r));
 }
 
-peer_t *peer_get(hvd_daemon_t *d, const char *endpoint) {
+peer_t *uplink_peer(hvd_daemon_t *d, const char *endpoint) {
         peer_t *p = hvd_strmap_get(d->peers, endpoint, strlen(endpoint));
         if (p && !p->lost) {
                 /* idle, it was not pinged: its silence so far says nothing */
@@ -119,11 +93,11 @@ static void root_epoch_check(hvd_daemon_t *d, peer_t *p, uint64_t epoch) {
                 if (j->root_epoch == epoch)
                         continue;
                 char ranks[256];
-                ranks_of_host(j, 0, ranks, sizeof ranks);
+                job_host_ranks(j, 0, ranks, sizeof ranks);
                 job_abort_ex(d, j, true, -1, HVD_EABORTED,
                              "lost host %s (ranks [%s]): its root daemon at %s restarted (epoch %016" PRIx64
                              ", was %016" PRIx64 ") and no longer knows the job",
-                             host_of(j, 0), ranks, p->endpoint, epoch, j->root_epoch);
+                             job_host(j, 0), ranks, p->endpoint, epoch, j->root_epoch);
         }
 }
 
@@ -148,11 +122,11 @@ static void root_aborted(hvd_daemon_t *d, job_t *j, peer_t *p, const Hvd__Abort 
                 return;
         }
         char ranks[256];
-        ranks_of_host(j, 0, ranks, sizeof ranks);
+        job_host_ranks(j, 0, ranks, sizeof ranks);
         job_abort_ex(
                 d, j, p == j->root, -1, HVD_EABORTED,
                 "lost host %s (ranks [%s]): its %s daemon at %s no longer knows the job (restarted, or dropped it)",
-                host_of(j, 0), ranks, role, p->endpoint);
+                job_host(j, 0), ranks, role, p->endpoint);
 }
 
 /* A schedule the root keeps under a key (keep_key): its cache ids, kept
@@ -193,7 +167,7 @@ static void root_schedule(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
         Hvd__Envelope out = HVD__ENVELOPE__INIT;
         out.body_case = HVD__ENVELOPE__BODY_SCHEDULE;
         out.schedule = env->job_schedule->schedule;
-        send_to_local_workers(d, j, &out, true);
+        worker_send_all(d, j, &out, true);
         if (j->rl && j->state == JOB_RUNNING) {
                 relay_learn(d, j, sc);
                 relay_forward(d, j, env);
@@ -231,11 +205,11 @@ static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) 
                 root_schedule(d, j, env);
 }
 
-void handle_root_socket(hvd_daemon_t *d, peer_t *p) {
+void uplink_handle_socket(hvd_daemon_t *d, peer_t *p) {
         for (int n = 0; n < RECV_BATCH; n++) {
                 zmq_msg_t msg;
                 zmq_msg_init(&msg);
-                if (msg_recv(&msg, p->sock) < 0) {
+                if (io_recv_msg(&msg, p->sock) < 0) {
                         zmq_msg_close(&msg);
                         return;
                 }
@@ -243,7 +217,7 @@ void handle_root_socket(hvd_daemon_t *d, peer_t *p) {
                 char err[512];
                 int r = hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, &env, err, sizeof err);
                 zmq_msg_close(&msg);
-                count_message(d, HVD_METRICS_SOCK_ROOT, r, env);
+                io_count(d, HVD_METRICS_SOCK_ROOT, r, env);
                 if (r < 0) {
                         hvd_log_warning("root daemon %s: rejected message: %s", p->endpoint, err);
                         continue;
@@ -305,22 +279,22 @@ uint64_t uplink_housekeeping(hvd_daemon_t *d, uint64_t now, uint64_t tick) {
                                 if (j->relay == p && j->relay_via) {
                                         uint32_t via = j->relay_via[j->cross_rank];
                                         char ranks[256];
-                                        ranks_of_host(j, via, ranks, sizeof ranks);
+                                        job_host_ranks(j, via, ranks, sizeof ranks);
                                         job_abort(d, j, -1, HVD_EABORTED,
                                                   "lost contact with the relay daemon of host %s at %s (ranks [%s]): "
                                                   "silent for %.1f s",
-                                                  host_of(j, via), p->endpoint, ranks,
+                                                  job_host(j, via), p->endpoint, ranks,
                                                   (double) (now - p->last_heard_usec) / 1e6);
                                         continue;
                                 }
                                 if (j->root != p)
                                         continue;
                                 char ranks[256];
-                                ranks_of_host(j, 0, ranks, sizeof ranks);
+                                job_host_ranks(j, 0, ranks, sizeof ranks);
                                 job_abort_ex(d, j, true, -1, HVD_EABORTED,
                                              "lost contact with the root daemon at %s (host %s, ranks [%s]): "
                                              "silent for %.1f s%s",
-                                             p->endpoint, host_of(j, 0), ranks,
+                                             p->endpoint, job_host(j, 0), ranks,
                                              (double) (now - p->last_heard_usec) / 1e6, hint);
                         }
                 }

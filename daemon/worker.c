@@ -5,31 +5,10 @@
  * A worker is freed only with its job, so pointers to it stay valid. */
 #include "config.h"
 
-#include <errno.h>
-#include <fcntl.h>
-#include <grp.h>
-#include <inttypes.h>
-#include <limits.h>
-#include <poll.h>
 #include <sys/epoll.h>
-#include <signal.h>
-#include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <sys/eventfd.h>
-#include <sys/file.h>
-#include <sys/mman.h>
-#include <sys/signalfd.h>
-#include <sys/socket.h>
-#include <sys/stat.h>
 #include <sys/syscall.h>
-#include <sys/un.h>
-#include <unistd.h>
-#include <zmq.h>
-#ifdef HAVE_LIBSYSTEMD
-#include <systemd/sd-daemon.h>
-#endif
+#include <signal.h>
+#include <sys/file.h>
 
 #include "internal.h"
 
@@ -91,7 +70,7 @@ static void board_resend(hvd_daemon_t *d, job_t *j, const worker_t *scribe) {
                 for (uint32_t r = 0; r < j->size; r++) {
                         worker_t *w = j->ranks[r];
                         if (w && w != scribe && !w->goodbye)
-                                send_packed_to_worker(d, w, k->bytes, k->len);
+                                io_send_worker_bytes(d, w, k->bytes, k->len);
                 }
         }
 }
@@ -99,7 +78,7 @@ static void board_resend(hvd_daemon_t *d, job_t *j, const worker_t *scribe) {
 /* Packs env once and sends the same bytes to each local worker (a schedule
  * goes to every rank here: packing it per rank cost as much as the rest),
  * or a small schedule to local rank 0 alone, for the board (board_scribe). */
-void send_to_local_workers(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool skip_goodbye) {
+void worker_send_all(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool skip_goodbye) {
         env->version = HVD_PROTOCOL_VERSION;
         worker_t *scribe = board_scribe(j, env);
         if (scribe) {
@@ -117,7 +96,7 @@ void send_to_local_workers(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool s
                         k->seq = env->schedule->seq;
                         k->len = protobuf_c_message_pack(&env->base, k->bytes);
                         d->metrics.board_schedules++;
-                        send_packed_to_worker(d, scribe, flagged, len);
+                        io_send_worker_bytes(d, scribe, flagged, len);
                         return;
                 }
         }
@@ -133,7 +112,7 @@ void send_to_local_workers(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env, bool s
                         continue;
                 e = io_send_shared(d, d->worker_sock, w->id, w->id_len, &packed);
                 if (e < 0)
-                        send_failed(w, e);
+                        io_send_failed(w, e);
         }
         zmq_msg_close(&packed);
 }
@@ -294,7 +273,7 @@ static void handle_goodbye(hvd_daemon_t *d, worker_t *w) {
         ack.rank = w->rank;
         env.body_case = HVD__ENVELOPE__BODY_GOODBYE;
         env.goodbye = &ack;
-        send_to_worker(d, w, &env);
+        io_send_worker(d, w, &env);
         hvd_log_info("job %s: rank %u said goodbye", j->id, w->rank);
         if (j->board_sched && w->local_rank == 0 && j->state == JOB_RUNNING)
                 board_resend(d, j, w);
@@ -358,11 +337,11 @@ static void reject_stale(hvd_daemon_t *d, worker_t *w, const Hvd__Envelope *env)
                              j->id, body_name(env), w->rank, (int) w->pid,
                              w->lost ? "it was declared lost and the job aborted" : "the job was aborted");
         w->stale_logged = true;
-        send_error(d, d->worker_sock, w->id, w->id_len, HVD_EABORTED,
-                   "stale %s refused: job %s (epoch %" PRIu64 ") is no longer running for rank %u: %s%s",
-                   body_name(env), j->id, d->epoch, w->rank,
-                   w->lost ? "this rank was declared lost; the job was aborted: " : "the job was aborted: ",
-                   j->abort_reason);
+        io_error(d, d->worker_sock, w->id, w->id_len, HVD_EABORTED,
+                 "stale %s refused: job %s (epoch %" PRIu64 ") is no longer running for rank %u: %s%s", body_name(env),
+                 j->id, d->epoch, w->rank,
+                 w->lost ? "this rank was declared lost; the job was aborted: " : "the job was aborted: ",
+                 j->abort_reason);
 }
 
 /* A heartbeat, readiness or report on a connection that belongs to no job
@@ -376,10 +355,10 @@ static void stale_unknown(hvd_daemon_t *d, const uint8_t *id, size_t id_len, con
                 hvd_log_info("stale %s on a connection of no job refused (its job is gone from this daemon)",
                              body_name(env));
         }
-        send_error(d, d->worker_sock, id, id_len, HVD_EABORTED,
-                   "stale %s refused: this connection belongs to no job of this coordinator (epoch %" PRIu64
-                   "): its job was aborted or has ended, or the coordinator restarted; call hvd_init again",
-                   body_name(env), d->epoch);
+        io_error(d, d->worker_sock, id, id_len, HVD_EABORTED,
+                 "stale %s refused: this connection belongs to no job of this coordinator (epoch %" PRIu64
+                 "): its job was aborted or has ended, or the coordinator restarted; call hvd_init again",
+                 body_name(env), d->epoch);
 }
 
 /* A local worker silent past its job's heartbeat timeout (stopped, hung,
@@ -418,11 +397,11 @@ static void worker_failed(hvd_daemon_t *d, worker_t *w, const Hvd__Abort *ab) {
         /* its data plane failed (a peer's connection broke or timed out)
          * before the daemons noticed anything */
         job_abort(d, j, -1, ab->code < 0 ? ab->code : HVD_EABORTED, "rank %u%s%s%s: %s", w->rank,
-                  j->role == JOB_ROOT ? " (host " : "", j->role == JOB_ROOT ? host_of(j, j->cross_rank) : "",
+                  j->role == JOB_ROOT ? " (host " : "", j->role == JOB_ROOT ? job_host(j, j->cross_rank) : "",
                   j->role == JOB_ROOT ? ")" : "", ab->reason);
 }
 
-void handle_worker_socket(hvd_daemon_t *d) {
+void worker_handle_socket(hvd_daemon_t *d) {
         for (int n = 0; n < RECV_BATCH; n++) {
                 uint8_t id[256];
                 size_t id_len;
@@ -430,28 +409,28 @@ void handle_worker_socket(hvd_daemon_t *d) {
                 char err[512];
                 uid_t uid = (uid_t) -1;
                 /* a host's ranks send a first step's requests alike: parsed once */
-                int r = router_recv_ex(d->worker_sock, id, &id_len, &env, &uid, err, sizeof err, NULL, 0);
+                int r = io_recv(d->worker_sock, id, &id_len, &env, &uid, err, sizeof err, NULL, 0);
                 if (r == 0)
                         return;
                 worker_t *w = hvd_strmap_get(d->workers, id, id_len);
-                count_message(d, HVD_METRICS_SOCK_WORKER, r, env);
+                io_count(d, HVD_METRICS_SOCK_WORKER, r, env);
                 if (r < 0) {
                         hvd_log_warning("worker socket: rejected message%s%s: %s", w ? " from job " : "",
                                         w ? w->job->id : "", err);
-                        send_error(d, d->worker_sock, id, id_len, r, "message rejected: %s", err);
+                        io_error(d, d->worker_sock, id, id_len, r, "message rejected: %s", err);
                         continue;
                 }
                 if (w)
                         w->last_heard_usec = hvd_now_usec();
                 if (env->body_case == HVD__ENVELOPE__BODY_HELLO)
-                        handle_hello(d, id, id_len, env->hello, uid);
+                        join_hello(d, id, id_len, env->hello, uid);
                 else if (!w &&
                          (env->body_case == HVD__ENVELOPE__BODY_HEARTBEAT ||
                           env->body_case == HVD__ENVELOPE__BODY_READY || env->body_case == HVD__ENVELOPE__BODY_DONE))
                         stale_unknown(d, id, id_len, env);
                 else if (!w)
-                        send_error(d, d->worker_sock, id, id_len, HVD_EPROTO,
-                                   "say hello first: this connection has not joined a job");
+                        io_error(d, d->worker_sock, id, id_len, HVD_EPROTO,
+                                 "say hello first: this connection has not joined a job");
                 else if (is_stale(w, env))
                         reject_stale(d, w, env);
                 else if (env->body_case == HVD__ENVELOPE__BODY_HEARTBEAT)
@@ -463,19 +442,18 @@ void handle_worker_socket(hvd_daemon_t *d) {
                 else if (env->body_case == HVD__ENVELOPE__BODY_DONE)
                         handle_done(d, w, env->done);
                 else if (env->body_case == HVD__ENVELOPE__BODY_TIMELINE_CONTROL)
-                        timeline_from_rank(d, w, env->timeline_control);
+                        control_timeline_answer(d, w, env->timeline_control);
                 else if (env->body_case == HVD__ENVELOPE__BODY_ABORT)
                         worker_failed(d, w, env->abort);
                 else
-                        send_error(d, d->worker_sock, id, id_len, HVD_EPROTO,
-                                   "unexpected message on the worker socket");
+                        io_error(d, d->worker_sock, id, id_len, HVD_EPROTO, "unexpected message on the worker socket");
                 hvd_wire_free(&env);
         }
 }
 
 /* Local workers without a pidfd (pidfd_open is missing before Linux 5.3
  * and under valgrind): whether their process still exists is asked at
- * every housekeeping. Returns whether any such worker is left to watch. */
+ * every loop_housekeeping. Returns whether any such worker is left to watch. */
 static bool watch_pidless_workers(hvd_daemon_t *d) {
         size_t iter = 0;
         void *v;
@@ -493,8 +471,8 @@ static bool watch_pidless_workers(hvd_daemon_t *d) {
 }
 
 /* Every worker whose pidfd became readable (it exited). Workers are freed
- * only with their job (housekeeping), so the pointers stay valid here. */
-void workers_exited(hvd_daemon_t *d) {
+ * only with their job (loop_housekeeping), so the pointers stay valid here. */
+void worker_reap(hvd_daemon_t *d) {
         struct epoll_event ev[64];
         int n;
         do {
