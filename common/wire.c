@@ -240,7 +240,7 @@ ProtobufCMessage *hvd_wire_dup(const ProtobufCMessage *m) {
         }
         return c;
 fail:
-        protobuf_c_message_free_unpacked(c, NULL);
+        protobuf_c_message_free_unpacked(c, NULL); /* c and all it holds (the analyzer cannot see it) */
         return NULL;
 }
 

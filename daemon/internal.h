@@ -531,6 +531,10 @@ int tree_assign(hvd_daemon_t *d, job_t *j);
 /* The host c reports to (0: the root); whether host h is under relay r. */
 uint32_t tree_parent(const job_t *j, uint32_t c);
 bool tree_under(const job_t *j, uint32_t h, uint32_t r);
+/* Member: the tree of the root's welcome, checked (every host reaches the
+ * root, every relay has an endpoint) into relay_via; *n_members: the hosts
+ * this one relays for, itself included. Returns 0, -EPROTO or -ENOMEM. */
+int tree_take(job_t *j, const Hvd__NodeWelcome *nw, uint32_t *n_members);
 
 /* ---- uplink.c: a member's link to its root ---- */
 /* The DEALER to the root daemon at endpoint, shared by its jobs (made, or

@@ -114,13 +114,15 @@ oom:
         return -ENOMEM;
 }
 
+/* An empty NodeReady with room for n_ids node-level ids and their waits
+ * (zeroed: a wait not copied in reads as none). */
 static Hvd__NodeReady *node_ready_new(size_t n_ids) {
         Hvd__NodeReady *nr = calloc(1, sizeof *nr);
         if (!nr)
                 return NULL;
         hvd__node_ready__init(nr);
-        if (n_ids && (!(nr->node_cached = malloc(n_ids * sizeof *nr->node_cached)) ||
-                      !(nr->node_cached_waited_usec = malloc(n_ids * sizeof *nr->node_cached_waited_usec)))) {
+        if (n_ids && (!(nr->node_cached = calloc(n_ids, sizeof *nr->node_cached)) ||
+                      !(nr->node_cached_waited_usec = calloc(n_ids, sizeof *nr->node_cached_waited_usec)))) {
                 protobuf_c_message_free_unpacked(&nr->base, NULL);
                 return NULL;
         }
@@ -473,114 +475,102 @@ void relay_replay_early(hvd_daemon_t *d, job_t *j) {
 /* Not root: the relay table of the job's NodeWelcome: this daemon relays
  * for a group, reports through a relay, or neither. Returns false when
  * the job was aborted. */
+/* This daemon relays for its n - 1 members (the hosts whose relay_via
+ * names it), each standing for its own hosts and those below it. Returns
+ * 0 or -ENOMEM (j->rl, half made, goes with the job). */
+static int relay_group_new(job_t *j, uint32_t n) {
+        uint32_t me = j->cross_rank;
+        relay_t *rl = calloc(1, sizeof *rl);
+        if (!rl)
+                return -ENOMEM;
+        j->rl = rl;
+        if (!(rl->m = calloc(n, sizeof *rl->m)) || !(rl->member_of = malloc(j->cross_size * sizeof *rl->member_of)) ||
+            !(rl->all = malloc(j->cross_size * sizeof *rl->all)))
+                return -ENOMEM;
+        for (uint32_t c = 0; c < j->cross_size; c++)
+                rl->member_of[c] = -1;
+        rl->m[rl->n++].host = me;
+        char list[512];
+        size_t o = 0;
+        list[0] = 0;
+        for (uint32_t c = 0; c < j->cross_size; c++)
+                if (c != me && j->relay_via[c] == me) {
+                        rl->m[rl->n++].host = c;
+                        if (o + 32 < sizeof list)
+                                o += (size_t) snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "",
+                                                       job_host(j, c));
+                }
+        /* what each member stands for, in host order */
+        for (uint32_t k = 0; k < rl->n; k++) {
+                relay_member_t *m = &rl->m[k];
+                uint32_t cnt = 0;
+                for (uint32_t c = 1; c < j->cross_size; c++)
+                        cnt += k ? tree_under(j, c, m->host) : c == me;
+                if (!(m->sub = malloc(cnt * sizeof *m->sub)))
+                        return -ENOMEM;
+                for (uint32_t c = 1; c < j->cross_size; c++)
+                        if (k ? tree_under(j, c, m->host) : c == me) {
+                                m->sub[m->n_sub++] = c;
+                                rl->member_of[c] = (int32_t) k;
+                        }
+        }
+        for (uint32_t c = 1; c < j->cross_size; c++)
+                if (rl->member_of[c] >= 0)
+                        rl->all[rl->n_all++] = c;
+        tally_init(&rl->tally, rl->n);
+        snprintf(j->relay_desc, sizeof j->relay_desc, "relays for hosts [%s]", list);
+        if (rl->n_all > rl->n)
+                snprintf(j->relay_desc + strlen(j->relay_desc), sizeof j->relay_desc - strlen(j->relay_desc),
+                         " (%u hosts in all)", rl->n_all - 1);
+        hvd_log_info("job %s: %s", j->id, j->relay_desc);
+        return 0;
+}
+
+/* This host reports through the relay of host via, at endpoint: a hello
+ * makes its connection known there. False when the job was aborted. */
+static bool report_through(hvd_daemon_t *d, job_t *j, uint32_t via, const char *endpoint) {
+        uint32_t me = j->cross_rank;
+        peer_t *p = uplink_peer(d, endpoint);
+        if (!p) {
+                job_abort(d, j, -1, HVD_EABORTED, "cannot connect to the relay daemon of host %s at %s",
+                          job_host(j, via), endpoint);
+                return false;
+        }
+        p->n_jobs++;
+        j->relay = p;
+        size_t o = strlen(j->relay_desc);
+        snprintf(j->relay_desc + o, sizeof j->relay_desc - o, "%sreports through the relay daemon of host %s at %s",
+                 o ? "; " : "", job_host(j, via), p->endpoint);
+        hvd_log_info("job %s: %s", j->id, j->relay_desc);
+        /* a hello: the relay learns this connection */
+        Hvd__NodeReady nr = HVD__NODE_READY__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        nr.job_id = j->id;
+        nr.relay_host = me;
+        nr.relay_secret.data = j->secret;
+        nr.relay_secret.len = j->secret_len;
+        env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
+        env.node_ready = &nr;
+        int r = io_send_peer(d, p, &env);
+        if (r < 0)
+                hvd_log_warning("job %s: cannot reach the relay daemon at %s: %s", j->id, p->endpoint, hvd_strerror(r));
+        return true;
+}
+
 bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
         if (!nw->n_relay_via)
                 return true;
-        uint32_t me = j->cross_rank, n = 1;
-        bool ok = nw->n_relay_via == j->cross_size && nw->relay_via[0] == 0;
-        for (uint32_t c = 1; ok && c < j->cross_size; c++) {
-                uint32_t v = nw->relay_via[c];
-                /* a relay has an endpoint; one that is not its own names a relay */
-                ok = v < j->cross_size && (!v || nw->relay_endpoint[v][0]) && (v == c || !v || nw->relay_via[v]);
-                n += v == me && c != me;
-        }
-        if (ok) {
-                /* every host reaches the root */
-                if (!(j->relay_via = malloc(j->cross_size * sizeof *j->relay_via)))
-                        goto oom;
-                memcpy_safe(j->relay_via, nw->relay_via, j->cross_size * sizeof *j->relay_via);
-                for (uint32_t c = 1; ok && c < j->cross_size; c++) {
-                        uint32_t h = c, steps = 0;
-                        while (h && steps++ < j->cross_size)
-                                h = tree_parent(j, h);
-                        ok = h == 0;
-                }
-        }
-        if (!ok || n > 64) {
-                free(j->relay_via);
-                j->relay_via = NULL;
-                job_abort(d, j, -1, HVD_EPROTO, "root daemon sent an invalid relay table");
+        uint32_t n;
+        int r = tree_take(j, nw, &n);
+        if (r == 0 && n > 1)
+                r = relay_group_new(j, n);
+        if (r < 0) {
+                job_abort(d, j, -1, r == -ENOMEM ? r : HVD_EPROTO, "%s",
+                          r == -ENOMEM ? "out of memory" : "root daemon sent an invalid relay table");
                 return false;
         }
-        uint32_t via = tree_parent(j, me);
-        if (n > 1) {
-                relay_t *rl = calloc(1, sizeof *rl);
-                if (!rl)
-                        goto oom;
-                j->rl = rl;
-                if (!(rl->m = calloc(n, sizeof *rl->m)) ||
-                    !(rl->member_of = malloc(j->cross_size * sizeof *rl->member_of)) ||
-                    !(rl->all = malloc(j->cross_size * sizeof *rl->all)))
-                        goto oom;
-                for (uint32_t c = 0; c < j->cross_size; c++)
-                        rl->member_of[c] = -1;
-                rl->m[rl->n++].host = me;
-                char list[512];
-                size_t o = 0;
-                list[0] = 0;
-                for (uint32_t c = 0; c < j->cross_size; c++)
-                        if (c != me && j->relay_via[c] == me) {
-                                rl->m[rl->n++].host = c;
-                                if (o + 32 < sizeof list)
-                                        o += (size_t) snprintf(list + o, sizeof list - o, "%s%s", o ? ", " : "",
-                                                               job_host(j, c));
-                        }
-                /* what each member stands for, in host order */
-                for (uint32_t k = 0; k < rl->n; k++) {
-                        relay_member_t *m = &rl->m[k];
-                        uint32_t cnt = 0;
-                        for (uint32_t c = 1; c < j->cross_size; c++)
-                                cnt += k ? tree_under(j, c, m->host) : c == me;
-                        if (!(m->sub = malloc(cnt * sizeof *m->sub)))
-                                goto oom;
-                        for (uint32_t c = 1; c < j->cross_size; c++)
-                                if (k ? tree_under(j, c, m->host) : c == me) {
-                                        m->sub[m->n_sub++] = c;
-                                        rl->member_of[c] = (int32_t) k;
-                                }
-                }
-                for (uint32_t c = 1; c < j->cross_size; c++)
-                        if (rl->member_of[c] >= 0)
-                                rl->all[rl->n_all++] = c;
-                tally_init(&rl->tally, rl->n);
-                snprintf(j->relay_desc, sizeof j->relay_desc, "relays for hosts [%s]", list);
-                if (rl->n_all > rl->n)
-                        snprintf(j->relay_desc + strlen(j->relay_desc), sizeof j->relay_desc - strlen(j->relay_desc),
-                                 " (%u hosts in all)", rl->n_all - 1);
-                hvd_log_info("job %s: %s", j->id, j->relay_desc);
-        }
-        if (via) {
-                peer_t *p = uplink_peer(d, nw->relay_endpoint[via]);
-                if (!p) {
-                        job_abort(d, j, -1, HVD_EABORTED, "cannot connect to the relay daemon of host %s at %s",
-                                  job_host(j, via), nw->relay_endpoint[via]);
-                        return false;
-                }
-                p->n_jobs++;
-                j->relay = p;
-                size_t o = strlen(j->relay_desc);
-                snprintf(j->relay_desc + o, sizeof j->relay_desc - o,
-                         "%sreports through the relay daemon of host %s at %s", o ? "; " : "", job_host(j, via),
-                         p->endpoint);
-                hvd_log_info("job %s: %s", j->id, j->relay_desc);
-                /* a hello: the relay learns this connection */
-                Hvd__NodeReady nr = HVD__NODE_READY__INIT;
-                Hvd__Envelope env = HVD__ENVELOPE__INIT;
-                nr.job_id = j->id;
-                nr.relay_host = me;
-                nr.relay_secret.data = j->secret;
-                nr.relay_secret.len = j->secret_len;
-                env.body_case = HVD__ENVELOPE__BODY_NODE_READY;
-                env.node_ready = &nr;
-                int r = io_send_peer(d, p, &env);
-                if (r < 0)
-                        hvd_log_warning("job %s: cannot reach the relay daemon at %s: %s", j->id, p->endpoint,
-                                        hvd_strerror(r));
-        }
-        return true;
-oom:
-        job_abort(d, j, -1, -ENOMEM, "out of memory");
-        return false;
+        uint32_t via = tree_parent(j, j->cross_rank);
+        return !via || report_through(d, j, via, nw->relay_endpoint[via]);
 }
 
 /* A relay: its own host's readiness joins the group's (ids alone are

@@ -108,3 +108,33 @@ bool tree_under(const job_t *j, uint32_t h, uint32_t r) {
                         return true;
         return false;
 }
+
+int tree_take(job_t *j, const Hvd__NodeWelcome *nw, uint32_t *n_members) {
+        uint32_t me = j->cross_rank, n = 1;
+        bool ok = nw->n_relay_via == j->cross_size && nw->relay_via[0] == 0;
+        for (uint32_t c = 1; ok && c < j->cross_size; c++) {
+                uint32_t v = nw->relay_via[c];
+                /* a relay has an endpoint; one that is not its own names a relay */
+                ok = v < j->cross_size && (!v || nw->relay_endpoint[v][0]) && (v == c || !v || nw->relay_via[v]);
+                n += v == me && c != me;
+        }
+        if (!ok || n > 64)
+                return -EPROTO;
+        if (!(j->relay_via = malloc(j->cross_size * sizeof *j->relay_via)))
+                return -ENOMEM;
+        memcpy(j->relay_via, nw->relay_via, j->cross_size * sizeof *j->relay_via);
+        /* every host reaches the root */
+        for (uint32_t c = 1; ok && c < j->cross_size; c++) {
+                uint32_t h = c, steps = 0;
+                while (h && steps++ < j->cross_size)
+                        h = tree_parent(j, h);
+                ok = h == 0;
+        }
+        if (!ok) {
+                free(j->relay_via);
+                j->relay_via = NULL;
+                return -EPROTO;
+        }
+        *n_members = n;
+        return 0;
+}
