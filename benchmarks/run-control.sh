@@ -21,8 +21,7 @@
 # HVD_FAST_PATH=0; a table each; unset: on), COLD_STEPS=1 (cold steps per
 # run, each with new names: their median), BATCHES="1 8" (the Readys a rank
 # cuts a cold step's requests into, differently on neighbouring ranks, as
-# clients batch them: a table each; unset: 1), HOLD=2s (the daemons'
-# --first-step-hold; unset: theirs, 100ms). Every build runs under this
+# clients batch them: a table each; unset: 1). Every build runs under this
 # build's bench_control (the same synthetic ranks), with its own daemon.
 set -u
 build=${1:-$(pwd)}
@@ -52,7 +51,6 @@ for ((round = 0; round < ROUNDS; round++)); do
                                 for bd in ${BOARD:--}; do
                                         for cb in ${BATCHES:--}; do
                                         rargs=(--cold-steps "${COLD_STEPS:-1}") rtag=
-                                        [ -n "${HOLD:-}" ] && rargs+=(--first-step-hold "$HOLD") rtag=" hold=$HOLD"
                                         [ "$rf" != - ] && rargs+=(--relay-fanout "$rf") rtag+=" relay=$rf"
                                         [ "$bd" = off ] && rargs+=(--no-board)
                                         [ "$bd" != - ] && rtag+=" board=$bd"

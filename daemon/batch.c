@@ -25,6 +25,7 @@ void batch_free(batch_t *b) {
 }
 
 int batch_append(job_t *j, uint32_t rank, Hvd__Ready *ready) {
+        hvd_assert(rank < j->size && j->ranks[rank]); /* a local rank's */
         batch_t *b = &j->batch;
         Hvd__RankReady *rr = NULL;
         if (b->n_fwd == b->cap_fwd) {

@@ -30,6 +30,7 @@ static size_t list_missing(const job_t *j, char *buf, size_t len) {
 
 /* Welcomes this node's workers: the job is complete everywhere. */
 void join_welcome_local(hvd_daemon_t *d, job_t *j) {
+        hvd_assert(j->state == JOB_JOINING);
         rank_infos_t ri;
         if (job_rank_infos(j, false, &ri) < 0) {
                 job_abort(d, j, -1, -ENOMEM, "out of memory while welcoming job %s", j->id);

@@ -275,6 +275,7 @@ out:
 }
 
 static void relay_take(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeReady *nr) {
+        hvd_assert(j->rl && i < j->rl->n);
         j->rl->in_msgs++;
         d->metrics.relay_in++;
         if (nr->n_relayed)

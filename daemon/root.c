@@ -81,6 +81,7 @@ static void arm_stall_check(hvd_daemon_t *d, const job_t *j, uint64_t now) {
  * as a readiness message from each, for status (a local rank's held one
  * was counted when it came). */
 void root_submit(hvd_daemon_t *d, job_t *j, const uint32_t *ranks, size_t n_ranks, const Hvd__Ready *q, bool seen) {
+        hvd_assert(job_negotiates(j) && n_ranks > 0);
         if (j->departed_rank >= 0) {
                 job_abort(d, j, j->departed_rank, HVD_EABORTED,
                           "rank %d has shut down, but rank %u still submits collectives; the job cannot go on",
@@ -110,6 +111,7 @@ void root_submit(hvd_daemon_t *d, job_t *j, const uint32_t *ranks, size_t n_rank
 /* Root: ids every rank of node cross is ready for (control plane
  * aggregation): one submission for the node, as if each rank had sent them. */
 void root_submit_node(hvd_daemon_t *d, job_t *j, uint32_t cross, const Hvd__NodeReady *nr, bool own) {
+        hvd_assert(j->role == JOB_ROOT && j->node_first && cross < j->cross_size);
         uint32_t first = j->node_first[cross], last = j->node_first[cross + 1];
         if (j->departed_rank >= 0) {
                 job_abort(d, j, j->departed_rank, HVD_EABORTED,
