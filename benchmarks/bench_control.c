@@ -32,6 +32,19 @@
  * step's root CPU less that rate times the step's wall time (the mean, for
  * the steady state), i.e. the step's own work. --isolate-root gives the
  * root daemon a CPU of its own.
+ * --minute S --step-ms T: a job's first S seconds instead of the steady
+ * phase: the cold step, then steady steps started every T ms (a training
+ * step's time; one that runs late starts the next at once, without
+ * catching up) until S seconds after the cold step began. One more line,
+ *   bench=control phase=minute .. root_minute_cpu_ms=.. root_minute_stat_ms=..
+ *   root_steady_cpu_us_per_step=.. cold_msgs_*=.. steady_msgs_*_per_step=..
+ * Every rank sends its Heartbeat every Welcome.heartbeat_interval_usec
+ * meanwhile, as libhvd does (a minute outlasts the heartbeat timeout).
+ * The line has the root daemon's CPU over those S seconds (schedstat,
+ * and utime + stime from /proc/PID/stat), over the steady steps per step,
+ * of the busiest other daemon and of all of them, and the root's counters
+ * (hvdctl metrics: messages received by type, requests shared,
+ * schedules repeated) over the cold step and per steady step.
  * Every rank is this process (its pid in Hello), so the daemons' pidfds all
  * watch it; the daemons are children, started with private runtime dirs. */
 #include "config.h"
@@ -68,6 +81,7 @@ typedef struct rank {
         uint64_t done_seq;                         /* last schedule received, sent with the next Ready */
         uint32_t kept[HVD_WIRE_SCHEDULE_KEYS + 1]; /* entries of the schedules kept by key */
         hvd_fastpath_t *fp;                        /* on its node's board (node mode) */
+        double last_hb;                            /* --minute: its last Heartbeat */
 } rank_t;
 
 static struct {
@@ -83,7 +97,6 @@ static struct {
         size_t ready_bytes; /* one rank's Ready message this step */
         char first_error[512];
         const char *relay_fanout; /* the daemons' --relay-fanout */
-        const char *hold;         /* the daemons' --first-step-hold */
         bool isolate_root;        /* the root daemon on a CPU of its own, everything else on the others */
         bool board;               /* steady state: each node's ranks post on a shared-memory board, as libhvd does */
         int cold_batches;         /* a cold step's requests in this many Readys a rank, split differently by rank */
@@ -91,6 +104,8 @@ static struct {
         uint32_t *host_ids;       /* node mode: what one step's records completed for a host */
         size_t n_host_ids;
         cpu_set_t root_cpu, other_cpus;
+        uint64_t hb_interval_usec; /* Welcome's: a rank's Heartbeat this often, as libhvd sends it */
+        bool heartbeats;           /* --minute: send them (a job's lifetime outlasts the heartbeat timeout) */
 } B;
 
 /* --isolate-root: the last CPU this process may use goes to the root
@@ -169,14 +184,11 @@ static int start_daemons(const char *daemon) {
                         int fd = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0600);
                         if (fd >= 0)
                                 dup2(fd, 2);
-                        const char *hold = B.hold ? "--first-step-hold" : NULL;
                         if (B.n_nodes > 1)
                                 execl(daemon, daemon, "--runtime-dir", dir, "--peer-listen", "tcp://127.0.0.1:*",
-                                      "--log-level", "warning", "--relay-fanout", B.relay_fanout, hold, B.hold,
-                                      (char *) NULL);
+                                      "--log-level", "warning", "--relay-fanout", B.relay_fanout, (char *) NULL);
                         else
-                                execl(daemon, daemon, "--runtime-dir", dir, "--log-level", "warning", hold, B.hold,
-                                      (char *) NULL);
+                                execl(daemon, daemon, "--runtime-dir", dir, "--log-level", "warning", (char *) NULL);
                         fprintf(stderr, "cannot run %s: %s\n", daemon, strerror(errno));
                         _exit(127);
                 }
@@ -281,6 +293,78 @@ static double daemon_cpu_sec(int i) {
         return daemon_cpu_sec_runs(i, NULL);
 }
 
+/* utime + stime of daemon i from /proc/PID/stat (clock ticks; dead
+ * threads included). */
+static double daemon_stat_sec(int i) {
+        char p[64], buf[1024];
+        double tick = (double) sysconf(_SC_CLK_TCK);
+        snprintf(p, sizeof p, "/proc/%d/stat", (int) B.daemons[i]);
+        FILE *f = fopen(p, "r");
+        if (!f)
+                return 0;
+        size_t n = fread(buf, 1, sizeof buf - 1, f);
+        fclose(f);
+        buf[n] = 0;
+        char *q = strrchr(buf, ')');
+        unsigned long ut = 0, st = 0;
+        if (q && sscanf(q + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) == 2)
+                return (double) (ut + st) / tick;
+        return 0;
+}
+
+/* The root daemon's counters (its control socket, as hvdctl metrics
+ * reads them): messages received by type and what its mechanisms did. */
+enum { MK_READY, MK_NODE_READY, MK_PING, MK_ALL, MK_SHARED, MK_REPEATS, MK_BOARD, MK_REQUESTS, MK_SCHEDULES, MK_N };
+static const char *const MK_NAME[MK_N] = { "msgs_ready",    "msgs_node_ready", "msgs_ping", "msgs_all", "shared_reqs",
+                                           "sched_repeats", "board_scheds",    "requests",  "schedules" };
+static const char *const MK_KEY[MK_N] = {
+        "hvd_messages_received_total{type=\"ready\"}",
+        "hvd_messages_received_total{type=\"node_ready\"}",
+        "hvd_messages_received_total{type=\"ping\"}",
+        NULL, /* every type but the metrics requests themselves */
+        "hvd_node_shared_requests_total",
+        "hvd_schedule_repeats_total",
+        "hvd_board_schedules_total",
+        "hvd_requests_total",
+        "hvd_schedules_total",
+};
+
+static int root_metrics(double v[MK_N]) {
+        for (int k = 0; k < MK_N; k++)
+                v[k] = 0;
+        char ep[160];
+        snprintf(ep, sizeof ep, "ipc://%s/n0/control.sock", B.base);
+        Hvd__MetricsRequest q = HVD__METRICS_REQUEST__INIT;
+        Hvd__Envelope req = HVD__ENVELOPE__INIT, *reply = NULL;
+        req.body_case = HVD__ENVELOPE__BODY_METRICS_REQUEST;
+        req.metrics_request = &q;
+        int r = hvd_control_call(NULL, ep, &req, 5 * 1000000, &reply);
+        if (r < 0 || reply->body_case != HVD__ENVELOPE__BODY_METRICS_REPLY) {
+                fprintf(stderr, "bench: no metrics from the root daemon: %d\n", r);
+                hvd_wire_free(&reply);
+                return r < 0 ? r : -EPROTO;
+        }
+        for (const char *line = reply->metrics_reply->text; line && *line;) {
+                const char *end = strchr(line, '\n');
+                size_t len = end ? (size_t) (end - line) : strlen(line);
+                const char *sp = memchr(line, ' ', len);
+                if (line[0] != '#' && sp) {
+                        size_t kl = (size_t) (sp - line);
+                        double x = strtod(sp + 1, NULL);
+                        for (int k = 0; k < MK_N; k++)
+                                if (MK_KEY[k] && strlen(MK_KEY[k]) == kl && !memcmp(MK_KEY[k], line, kl))
+                                        v[k] = x;
+                        static const char all[] = "hvd_messages_received_total{";
+                        if (kl > sizeof all - 1 && !memcmp(line, all, sizeof all - 1) &&
+                            !memmem(line, kl, "metrics_request", 15))
+                                v[MK_ALL] += x;
+                }
+                line = end ? end + 1 : NULL;
+        }
+        hvd_wire_free(&reply);
+        return 0;
+}
+
 static int send_env(void *sock, Hvd__Envelope *env) {
         int r = hvd_wire_send(sock, env, 0);
         if (r < 0)
@@ -379,6 +463,7 @@ static int drain(int i, const step_model_t *m) {
                 case HVD__ENVELOPE__BODY_WELCOME:
                         rk->welcomed = true;
                         rk->epoch = env->welcome->epoch;
+                        B.hb_interval_usec = env->welcome->heartbeat_interval_usec;
                         break;
                 case HVD__ENVELOPE__BODY_SCHEDULE: {
                         const Hvd__Schedule *s = env->schedule;
@@ -439,6 +524,44 @@ static int drain(int i, const step_model_t *m) {
                 }
                 zmq_msg_close(&msg);
                 hvd_wire_free(&env);
+        }
+}
+
+/* --minute: every rank whose Heartbeat is due sends it, as libhvd's
+ * background thread does every Welcome.heartbeat_interval_usec whatever
+ * else it sends (the ranks spread over the interval, as ranks that
+ * started apart would be). */
+static void heartbeats_due(void) {
+        if (!B.heartbeats || !B.hb_interval_usec)
+                return;
+        double now = step_now_sec(), iv = (double) B.hb_interval_usec * 1e-6;
+        for (int i = 0; i < B.n_ranks; i++) {
+                rank_t *rk = &B.r[i];
+                if (!rk->last_hb)
+                        rk->last_hb = now - iv * (double) i / B.n_ranks;
+                if (now - rk->last_hb < iv)
+                        continue;
+                rk->last_hb = now;
+                Hvd__Heartbeat hb = HVD__HEARTBEAT__INIT;
+                Hvd__Envelope env = HVD__ENVELOPE__INIT;
+                hb.epoch = rk->epoch;
+                hb.sent_usec = hvd_now_usec();
+                env.version = HVD_PROTOCOL_VERSION;
+                env.body_case = HVD__ENVELOPE__BODY_HEARTBEAT;
+                env.heartbeat = &hb;
+                (void) hvd_wire_send(rk->sock, &env, ZMQ_DONTWAIT);
+        }
+}
+
+/* Sleeps until the time `until` (step_now_sec), sending Heartbeats as they
+ * fall due. */
+static void sleep_until(double until) {
+        for (;;) {
+                heartbeats_due();
+                double left = until - step_now_sec();
+                if (left <= 0)
+                        return;
+                usleep((useconds_t) ((left < 0.02 ? left : 0.02) * 1e6));
         }
 }
 
@@ -790,6 +913,7 @@ out:
 int main(int argc, char **argv) {
         const char *tsv = NULL, *daemon = NULL;
         int steps = 50, warmup = 5, cold_steps = 1;
+        double minute = 0, step_ms = 100;
         B.n_ranks = 2;
         B.n_nodes = 1;
         B.relay_fanout = "8";
@@ -805,14 +929,15 @@ int main(int argc, char **argv) {
                 { "relay-fanout", required_argument, NULL, 'f' },
                 { "cold-steps", required_argument, NULL, 'c' },
                 { "cold-batches", required_argument, NULL, 'B' },
-                { "first-step-hold", required_argument, NULL, 'H' },
                 { "isolate-root", no_argument, NULL, 'i' },
                 { "no-board", no_argument, NULL, 'b' },
+                { "minute", required_argument, NULL, 'M' },
+                { "step-ms", required_argument, NULL, 'T' },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
         int c;
-        while ((c = getopt_long(argc, argv, "m:d:r:k:n:w:f:c:B:H:ibh", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "m:d:r:k:n:w:f:c:B:ibM:T:h", opts, NULL)) >= 0) {
                 switch (c) {
                 case 'm': tsv = optarg; break;
                 case 'd': daemon = optarg; break;
@@ -823,14 +948,15 @@ int main(int argc, char **argv) {
                 case 'f': B.relay_fanout = optarg; break;
                 case 'c': cold_steps = atoi(optarg); break;
                 case 'B': B.cold_batches = atoi(optarg); break;
-                case 'H': B.hold = optarg; break;
                 case 'i': B.isolate_root = true; break;
                 case 'b': B.board = false; break;
+                case 'M': minute = atof(optarg); break;
+                case 'T': step_ms = atof(optarg); break;
                 default:
                         printf("usage: bench_control --daemon PATH/hvd-coordinatord --model FILE.tsv\n"
                                "       [--ranks N] [--nodes K] [--steps N] [--warmup N] [--cold-steps N]\n"
-                               "       [--cold-batches N] [--first-step-hold T] [--relay-fanout N]\n"
-                               "       [--isolate-root] [--no-board]\n"
+                               "       [--cold-batches N] [--relay-fanout N]\n"
+                               "       [--isolate-root] [--no-board] [--minute S [--step-ms T]]\n"
                                "N synthetic ranks (no data) spread evenly over K daemons, one per emulated node;\n"
                                "--relay-fanout is the daemons' (default 8; 0 = every node speaks to the root);\n"
                                "--isolate-root gives the root daemon a CPU of its own and everything else the others;\n"
@@ -841,12 +967,13 @@ int main(int argc, char **argv) {
                                "--cold-batches N: each rank sends a cold step's requests in N Readys, cut\n"
                                "in other places on neighbouring ranks, as clients batch them as the gradients\n"
                                "come (default 1: one Ready, alike on every rank);\n"
-                               "--first-step-hold T: the daemons' (default theirs, 100ms).\n");
+                               "--minute S: a job's first S seconds: the cold step, then steady steps every\n"
+                               "--step-ms T ms (default 100) until S s after it began, instead of --steps.\n");
                         return c == 'h' ? 0 : 2;
                 }
         }
         if (!tsv || !daemon || B.n_ranks < 1 || B.n_nodes < 1 || B.n_ranks % B.n_nodes || steps < 1 || warmup < 0 ||
-            cold_steps < 1 || B.cold_batches < 1 || B.n_ranks > 65536) {
+            cold_steps < 1 || B.cold_batches < 1 || B.n_ranks > 65536 || minute < 0 || step_ms <= 0) {
                 fprintf(stderr, "bench: --daemon and --model are required; --ranks a multiple of --nodes\n");
                 return 2;
         }
@@ -855,6 +982,7 @@ int main(int argc, char **argv) {
                 return 2;
         }
         B.per_node = B.n_ranks / B.n_nodes;
+        B.heartbeats = minute > 0;
         /* libhvd's board: the fast path on one host, node mode on several */
         B.board = B.board && B.n_nodes > 1 && B.per_node > 1;
         if (B.board && board_setup() < 0) {
@@ -974,7 +1102,10 @@ int main(int argc, char **argv) {
          * housekeeping): what a step's figure holds for the time it lasts,
          * not for its work; net_* figures take it out */
         double idle0 = daemon_cpu_sec(0), ti0 = step_now_sec();
-        usleep(1000000);
+        if (B.heartbeats)
+                sleep_until(ti0 + 1);
+        else
+                usleep(1000000);
         double idle_rate = (daemon_cpu_sec(0) - idle0) / (step_now_sec() - ti0); /* CPU s per s */
 
         /* cold: names first seen; the tensors get their cache ids (the
@@ -990,6 +1121,23 @@ int main(int argc, char **argv) {
         }
         for (int i = 1; i < B.n_nodes; i++)
                 cc0[i] = daemon_cpu_sec(i);
+        /* --minute: the job's first minute counts from here */
+        double mk0[MK_N], mk1[MK_N], mk2[MK_N];
+        double *mm0 = calloc((size_t) B.n_nodes, sizeof *mm0);
+        if (!mm0) {
+                free(cc0);
+                free(cdt);
+                goto out;
+        }
+        if (minute > 0 && root_metrics(mk0) < 0) {
+                free(mm0);
+                free(cc0);
+                free(cdt);
+                goto out;
+        }
+        double m_stat0 = daemon_stat_sec(0), m_self0 = self_cpu_sec();
+        for (int i = 0; i < B.n_nodes; i++)
+                mm0[i] = daemon_cpu_sec(i);
         double tc0 = step_now_sec();
         for (int k = 0; k < cold_steps; k++) {
                 step_model_t mk;
@@ -1015,6 +1163,7 @@ int main(int argc, char **argv) {
         for (int k = 0; k < cold_steps; k++)
                 cold_ok = cold_ok && cdt[k] >= 0;
         if (!cold_ok) {
+                free(mm0);
                 free(cdt);
                 if (B.errors)
                         fprintf(stderr, "bench: %zu tensor errors, first: %s\n", B.errors, B.first_error);
@@ -1032,6 +1181,82 @@ int main(int argc, char **argv) {
                cc_self * 1e3, cc_root * 1e3, cc_node * 1e3, idle_rate * 1e3, (cc_root - idle_rate * cold_mean) * 1e3,
                B.ready_bytes, B.sched_bytes);
         fflush(stdout);
+        if (minute > 0) {
+                double root_c1 = daemon_cpu_sec(0), stat_c1 = daemon_stat_sec(0);
+                if (root_metrics(mk1) < 0) {
+                        free(mm0);
+                        goto out;
+                }
+                /* what answering that cost the root is not the job's */
+                double mcost = daemon_cpu_sec(0) - root_c1, mcost_stat = daemon_stat_sec(0) - stat_c1;
+                double *mdt = calloc(1, sizeof *mdt);
+                size_t n_mdt = 0, cap_mdt = 1;
+                double t_end = tc0 + minute, next = step_now_sec(), t_s0 = next, t_s1 = next;
+                double root_s0 = daemon_cpu_sec(0), root_s1 = root_s0;
+                while (mdt && next < t_end) {
+                        sleep_until(next);
+                        double start = step_now_sec();
+                        double t = run_step(&m, false);
+                        if (t < 0 || B.errors) {
+                                if (B.errors)
+                                        fprintf(stderr, "bench: %zu tensor errors, first: %s\n", B.errors,
+                                                B.first_error);
+                                dump_logs();
+                                free(mdt);
+                                free(mm0);
+                                goto out;
+                        }
+                        if (n_mdt == cap_mdt) {
+                                double *nm = realloc(mdt, 2 * cap_mdt * sizeof *nm);
+                                if (!nm)
+                                        break;
+                                mdt = nm;
+                                cap_mdt *= 2;
+                        }
+                        mdt[n_mdt++] = t;
+                        t_s1 = step_now_sec();
+                        root_s1 = daemon_cpu_sec(0);
+                        next = start + step_ms * 1e-3;
+                        if (next < t_s1)
+                                next = t_s1; /* late: the next step at once, no catching up */
+                }
+                sleep_until(t_end);
+                double m_wall = step_now_sec() - tc0;
+                double m_root = daemon_cpu_sec(0) - mm0[0] - mcost, m_stat = daemon_stat_sec(0) - m_stat0 - mcost_stat;
+                double m_self = self_cpu_sec() - m_self0, m_all = m_root, m_node = 0;
+                for (int i = 1; i < B.n_nodes; i++) {
+                        double ci = daemon_cpu_sec(i) - mm0[i];
+                        m_all += ci;
+                        m_node = ci > m_node ? ci : m_node;
+                }
+                if (root_metrics(mk2) < 0) {
+                        free(mdt);
+                        free(mm0);
+                        goto out;
+                }
+                double smed = n_mdt ? step_median(mdt, (int) n_mdt) : 0;
+                double per = n_mdt ? (root_s1 - root_s0) / (double) n_mdt : 0;
+                printf("bench=control ranks=%d nodes=%d tensors=%zu phase=minute minute_s=%.1f step_ms=%.1f "
+                       "steady_steps=%zu steady_span_s=%.2f cold_ms=%.3f steady_ms_median=%.3f "
+                       "root_minute_cpu_ms=%.3f root_minute_stat_ms=%.1f root_cold_cpu_ms=%.3f "
+                       "root_steady_cpu_us_per_step=%.1f root_steady_net_us_per_step=%.1f "
+                       "root_idle_cpu_ms_per_s=%.3f node_max_minute_cpu_ms=%.3f daemons_minute_cpu_ms=%.3f "
+                       "driver_minute_cpu_ms=%.3f",
+                       B.n_ranks, B.n_nodes, m.n, m_wall, step_ms, n_mdt, t_s1 - t_s0, cold * 1e3, smed * 1e3,
+                       m_root * 1e3, m_stat * 1e3, (root_c1 - mm0[0]) * 1e3, per * 1e6,
+                       (per - idle_rate * (n_mdt ? (t_s1 - t_s0) / (double) n_mdt : 0)) * 1e6, idle_rate * 1e3,
+                       m_node * 1e3, m_all * 1e3, m_self * 1e3);
+                for (int k = 0; k < MK_N; k++)
+                        printf(" cold_%s=%.0f", MK_NAME[k], mk1[k] - mk0[k]);
+                for (int k = 0; k < MK_N; k++)
+                        printf(" steady_%s_per_step=%.2f", MK_NAME[k], n_mdt ? (mk2[k] - mk1[k]) / (double) n_mdt : 0);
+                printf("\n");
+                fflush(stdout);
+                free(mdt);
+                free(mm0);
+                goto bye;
+        }
+        free(mm0);
         double c_self = 0, c_daemons = 0, c_root = 0, c_node = 0, runs0 = 0, runs1 = 0;
         double *c0 = calloc((size_t) B.n_nodes, sizeof *c0);
         if (!c0)
@@ -1078,6 +1303,7 @@ int main(int argc, char **argv) {
                c_daemons * 1e3, c_root * 1e3, c_node * 1e3, (runs1 - runs0) / steps, mean * 1e3, idle_rate * 1e3,
                (c_root - idle_rate * mean) * 1e3, B.ready_bytes, B.sched_bytes);
         fflush(stdout);
+bye:
         status = 0;
         /* goodbye from every rank, so the daemons end the job cleanly */
         for (int i = 0; i < B.n_ranks; i++) {
