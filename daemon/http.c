@@ -55,7 +55,7 @@ static const char text_type[] = "text/plain; charset=utf-8";
 static const char metrics_type[] = "text/plain; version=0.0.4; charset=utf-8";
 
 /* MHD's messages are about clients (a malformed request, a reset): debug level. */
-static void mhd_log(void *userdata, const char *fmt, va_list ap) {
+__attribute__((format(printf, 2, 0))) static void mhd_log(void *userdata, const char *fmt, va_list ap) {
         if (LOG_DEBUG > hvd_log_max_level)
                 return;
         char line[512];

@@ -565,6 +565,8 @@ void relay_forward(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env);
 /* The end of a turn: what the group made ready, one message up. */
 void relay_flush(hvd_daemon_t *d, job_t *j);
 uint64_t relay_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
+/* A rank of the group this daemon relays for said goodbye. */
+bool relay_group_departing(const job_t *j);
 void relay_log_totals(const job_t *j);
 
 /* ---- control.c: hvdctl ---- */

@@ -34,6 +34,7 @@ struct relay {
         uint64_t *grp_waited;
         size_t n_grp, cap_grp;
         uint64_t in_msgs, out_msgs; /* readiness messages taken from the group / sent to the root */
+        bool departures;            /* a rank of the group said goodbye: the job is ending */
 };
 
 static void relay_out_clear(relay_t *rl) {
@@ -276,6 +277,9 @@ out:
 
 static void relay_take(hvd_daemon_t *d, job_t *j, uint32_t i, Hvd__NodeReady *nr) {
         hvd_assert(j->rl && i < j->rl->n);
+        j->rl->departures = j->rl->departures || nr->n_departed;
+        for (size_t k = 0; k < nr->n_relayed; k++)
+                j->rl->departures = j->rl->departures || nr->relayed[k]->n_departed;
         j->rl->in_msgs++;
         d->metrics.relay_in++;
         if (nr->n_relayed)
@@ -473,9 +477,6 @@ void relay_replay_early(hvd_daemon_t *d, job_t *j) {
         free(early);
 }
 
-/* Not root: the relay table of the job's NodeWelcome: this daemon relays
- * for a group, reports through a relay, or neither. Returns false when
- * the job was aborted. */
 /* This daemon relays for its n - 1 members (the hosts whose relay_via
  * names it), each standing for its own hosts and those below it. Returns
  * 0 or -ENOMEM (j->rl, half made, goes with the job). */
@@ -558,6 +559,9 @@ static bool report_through(hvd_daemon_t *d, job_t *j, uint32_t via, const char *
         return true;
 }
 
+/* Not root: the relay table of the job's NodeWelcome: this daemon relays
+ * for a group, reports through a relay, or neither. Returns false when
+ * the job was aborted. */
 bool relay_setup(hvd_daemon_t *d, job_t *j, const Hvd__NodeWelcome *nw) {
         if (!nw->n_relay_via)
                 return true;
@@ -618,6 +622,10 @@ uint64_t relay_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t ti
 }
 
 /* The relay's totals, logged as its job goes. */
+bool relay_group_departing(const job_t *j) {
+        return j->rl && j->rl->departures;
+}
+
 void relay_log_totals(const job_t *j) {
         hvd_log_info("job %s: %s: took %" PRIu64 " readiness messages from its group, sent %" PRIu64 " to %s", j->id,
                      j->relay_desc, j->rl->in_msgs, j->rl->out_msgs, j->relay ? "its relay" : "the root");

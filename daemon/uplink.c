@@ -101,10 +101,10 @@ static void root_epoch_check(hvd_daemon_t *d, peer_t *p, uint64_t epoch) {
         }
 }
 
-/* Not root: a message from a root daemon. */
 /* The root (or relay) daemon p aborted job j. One that no longer knows the
  * job restarted or dropped it; or it let the job go first because the job
- * is ending here too (a local rank said goodbye), which ends it quietly. */
+ * is ending here too (a local rank, or one of the group this daemon relays
+ * for, said goodbye), which ends it quietly. */
 static void root_aborted(hvd_daemon_t *d, job_t *j, peer_t *p, const Hvd__Abort *ab) {
         const char *role = p == j->root ? "root" : "relay";
         char unknown[HVD_WIRE_MAX_JOB_ID + 64];
@@ -113,7 +113,7 @@ static void root_aborted(hvd_daemon_t *d, job_t *j, peer_t *p, const Hvd__Abort 
                 job_abort_ex(d, j, p == j->root, ab->lost_rank, ab->code ? ab->code : HVD_EABORTED, "%s", ab->reason);
                 return;
         }
-        bool ending = false;
+        bool ending = relay_group_departing(j);
         for (uint32_t r = 0; !ending && r < j->size; r++)
                 ending = j->ranks[r] && j->ranks[r]->goodbye;
         if (ending) {
