@@ -1,8 +1,9 @@
 /* batch.c — a host's readiness, one message to its root each reactor turn
  * (at the root: entered once the turn's messages are read): each rank's
- * readiness in the order it came, new requests that several local ranks
- * sent alike once for all of them, and the cached ids every local rank
- * posted as one node-level id (a tally of the local ranks). */
+ * readiness in the order it came, a first step's new requests that every
+ * local rank sent alike once for all of them (pool.c), and the cached ids
+ * every local rank posted as one node-level id (a tally of the local
+ * ranks, tally.c). */
 #include "config.h"
 
 #include "internal.h"
@@ -22,6 +23,8 @@ void batch_free(batch_t *b) {
         free(b->ids_waited);
         free(b->departed);
         tally_free(&b->tally);
+        pool_free(b->pool);
+        b->pool = NULL;
 }
 
 int batch_append(job_t *j, uint32_t rank, Hvd__Ready *ready) {
@@ -46,6 +49,35 @@ int batch_append(job_t *j, uint32_t rank, Hvd__Ready *ready) {
 oom:
         protobuf_c_message_free_unpacked(&ready->base, NULL);
         return -ENOMEM;
+}
+
+/* The job's pool, made when first needed (NULL: one local rank, or no
+ * memory, which only costs the sharing). */
+static pool_t *pool_of(job_t *j) {
+        if (!j->batch.pool && j->local_size > 1)
+                j->batch.pool = pool_new(j->local_size);
+        return j->batch.pool;
+}
+
+bool batch_holds(job_t *j, const Hvd__Ready *q) {
+        return j->batch.n_fwd || pool_holds(j->batch.pool) || pool_wants(pool_of(j), q);
+}
+
+void batch_add(hvd_daemon_t *d, job_t *j, worker_t *w, Hvd__Ready *q) {
+        pool_t *p = pool_of(j);
+        /* a rank that joined may send nothing more: the pool would wait for it */
+        for (size_t k = 0; k < q->n_requests; k++)
+                if (q->requests[k]->kind == HVD__KIND__KIND_JOIN)
+                        pool_stop(p);
+        int r;
+        if (pool_wants(p, q))
+                r = pool_add(p, w->rank, w->local_rank, q, hvd_now_usec());
+        else if ((r = pool_release(p, j)) == 0)
+                r = batch_append(j, w->rank, q);
+        else
+                protobuf_c_message_free_unpacked(&q->base, NULL);
+        if (r < 0)
+                job_abort(d, j, -1, -ENOMEM, "out of memory");
 }
 
 int ids_push(uint32_t **ids, uint64_t **waited, size_t *n, size_t *cap, uint32_t id, uint64_t w) {
@@ -190,15 +222,19 @@ void batch_ready(hvd_daemon_t *d, job_t *j, worker_t *w, Hvd__Envelope *env) {
         /* the rest goes to the root rank by rank, with this turn's batch */
         Hvd__Ready *q = TAKE_PTR(env->ready);
         env->body_case = HVD__ENVELOPE__BODY__NOT_SET;
-        if (batch_append(j, w->rank, q) < 0)
-                job_abort(d, j, -1, -ENOMEM, "out of memory");
+        batch_add(d, j, w, q);
 }
 
 void batch_departed(hvd_daemon_t *d, job_t *j, uint32_t rank) {
         batch_t *b = &j->batch;
-        /* the others' ids can no longer complete on this host */
+        /* the others' ids and names can no longer complete on this host */
         b->off = true;
         batch_release(d, j);
+        pool_stop(b->pool);
+        if (pool_release(b->pool, j) < 0) {
+                job_abort(d, j, -1, -ENOMEM, "out of memory");
+                return;
+        }
         uint32_t *nd = realloc(b->departed, (b->n_departed + 1) * sizeof *nd);
         if (!nd) {
                 job_abort(d, j, -1, -ENOMEM, "out of memory");
@@ -208,15 +244,26 @@ void batch_departed(hvd_daemon_t *d, job_t *j, uint32_t rank) {
         b->departed[b->n_departed++] = rank;
 }
 
-/* Housekeeping: a partial node-level readiness held for long goes rank by
- * rank (the root's stall inspector names the missing ranks). */
+/* Housekeeping: a partial node-level readiness or a first step's names
+ * held for long go rank by rank (the root's stall inspector names the
+ * missing ranks). */
 uint64_t batch_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick) {
-        tally_t *t = &j->batch.tally;
-        if (!t->oldest || j->state != JOB_RUNNING)
+        if (j->state != JOB_RUNNING)
                 return UINT64_MAX;
+        uint64_t next = UINT64_MAX;
+        if (pool_expired(j->batch.pool, now, &next)) {
+                next = UINT64_MAX; /* it goes with this turn's batch */
+                if (pool_release(j->batch.pool, j) < 0) {
+                        job_abort(d, j, -1, -ENOMEM, "out of memory");
+                        return UINT64_MAX;
+                }
+        }
+        tally_t *t = &j->batch.tally;
+        if (!t->oldest)
+                return next;
         if (tally_expired(t, now, TALLY_HOLD_USEC))
                 batch_release(d, j);
-        return tick;
+        return earliest(next, tick);
 }
 
 bool batch_node_ready(hvd_daemon_t *d, job_t *j, worker_t *w, const Hvd__Ready *q) {
@@ -277,116 +324,13 @@ oom:
 
 /* ---- the turn's message ---- */
 
-/* Whether two Readys' new requests are alike (as they would pack). */
-static bool requests_equal(const Hvd__Ready *a, const Hvd__Ready *b) {
-        if (a->n_requests != b->n_requests)
-                return false;
-        for (size_t k = 0; k < a->n_requests; k++)
-                if (!hvd_wire_equal(&a->requests[k]->base, &b->requests[k]->base))
-                        return false;
-        return true;
-}
-
-/* The new requests of this batch that several local ranks sent alike go
- * once, as SharedReady (the first step: every rank names the same
- * tensors); what stays per rank keeps its cached ids. Only when every
- * rank has one entry in the batch, so no rank's order changes. Returns
- * the number of shared entries in *ret (free each with
- * protobuf_c_message_free_unpacked, and the array). */
-static size_t share_requests(job_t *j, Hvd__SharedReady ***ret) {
-        *ret = NULL;
-        size_t n = j->batch.n_fwd, n_sh = 0;
-        if (n < 2)
-                return 0;
-        size_t *group = calloc(n, sizeof *group); /* index of the group's first member + 1; 0 = alone */
-        uint8_t *seen = calloc(j->size, 1);
-        Hvd__SharedReady **sh = NULL;
-        if (!group || !seen)
-                goto out;
-        for (size_t i = 0; i < n; i++) {
-                uint32_t r = j->batch.fwd[i]->rank;
-                if (r >= j->size || seen[r]++)
-                        goto out;
-        }
-        for (size_t i = 1; i < n; i++) {
-                const Hvd__Ready *q = j->batch.fwd[i]->ready;
-                if (!q->n_requests)
-                        continue;
-                for (size_t g = 0; g < i; g++)
-                        if (!group[g] && requests_equal(j->batch.fwd[g]->ready, q)) {
-                                group[i] = g + 1;
-                                break;
-                        }
-        }
-        if (!(sh = calloc(n, sizeof *sh)))
-                goto out;
-        for (size_t g = 0; g < n; g++) {
-                if (!j->batch.fwd[g]->ready->n_requests || group[g])
-                        continue;
-                size_t members = 1;
-                for (size_t i = g + 1; i < n; i++)
-                        members += group[i] == g + 1;
-                if (members < 2)
-                        continue;
-                Hvd__SharedReady *s = calloc(1, sizeof *s);
-                Hvd__Ready *q = calloc(1, sizeof *q);
-                uint32_t *ranks = malloc(members * sizeof *ranks);
-                if (!s || !q || !ranks) {
-                        free(s);
-                        free(q);
-                        free(ranks);
-                        break;
-                }
-                hvd__shared_ready__init(s);
-                hvd__ready__init(q);
-                s->ready = q;
-                s->ranks = ranks;
-                /* the first member's requests move over; the others' go */
-                Hvd__Ready *first = j->batch.fwd[g]->ready;
-                q->requests = TAKE_PTR(first->requests);
-                q->n_requests = first->n_requests;
-                first->n_requests = 0;
-                s->ranks[s->n_ranks++] = j->batch.fwd[g]->rank;
-                for (size_t i = g + 1; i < n; i++) {
-                        if (group[i] != g + 1)
-                                continue;
-                        Hvd__Ready *o = j->batch.fwd[i]->ready;
-                        for (size_t k = 0; k < o->n_requests; k++)
-                                protobuf_c_message_free_unpacked(&o->requests[k]->base, NULL);
-                        free(o->requests);
-                        o->requests = NULL;
-                        o->n_requests = 0;
-                        s->ranks[s->n_ranks++] = j->batch.fwd[i]->rank;
-                }
-                sh[n_sh++] = s;
-        }
-out:
-        free(group);
-        free(seen);
-        if (!n_sh)
-                free(sh);
-        else
-                *ret = sh;
-        return n_sh;
-}
-
-/* The turn's batch: entered at the root (the shared requests sh once for
- * their ranks, then each rank's readiness left), or one NodeReady to the
- * root, through this host's relay or into its own relay group. */
+/* The turn's batch: entered at the root (each rank's readiness, then the
+ * shared requests sh once for their ranks), or one NodeReady to the root,
+ * through this host's relay or into its own relay group. */
 static void batch_send(hvd_daemon_t *d, job_t *j, Hvd__SharedReady **sh, size_t n_sh) {
         batch_t *b = &j->batch;
         for (size_t i = 0; i < n_sh; i++)
                 d->metrics.node_shared_requests += sh[i]->ready->n_requests;
-        /* entries left with nothing (their requests went shared) stay home */
-        size_t keep = 0;
-        for (size_t i = 0; i < b->n_fwd; i++) {
-                const Hvd__Ready *q = b->fwd[i]->ready;
-                if (q->n_requests || q->n_cached || !n_sh)
-                        b->fwd[keep++] = b->fwd[i];
-                else
-                        protobuf_c_message_free_unpacked(&b->fwd[i]->base, NULL);
-        }
-        b->n_fwd = keep;
         if (job_negotiates(j)) {
                 for (size_t i = 0; i < b->n_fwd && j->state == JOB_RUNNING; i++)
                         root_submit(d, j, &b->fwd[i]->rank, 1, b->fwd[i]->ready, false);
@@ -415,17 +359,34 @@ static void batch_send(hvd_daemon_t *d, job_t *j, Hvd__SharedReady **sh, size_t 
                 uplink_send_up(d, j, &env);
 }
 
-void batch_flush(hvd_daemon_t *d, job_t *j) {
+/* The turn's end at now: what the pool completed goes shared, what it held
+ * too long goes rank by rank, and the batch with them. */
+static void flush_at(hvd_daemon_t *d, job_t *j, uint64_t now) {
         batch_t *b = &j->batch;
-        if (!b->n_fwd && !b->n_departed && !b->n_ids)
+        if (!b->n_fwd && !b->n_departed && !b->n_ids && !pool_holds(b->pool))
                 return;
+        Hvd__SharedReady *sh = NULL;
+        uint64_t due;
         if (j->state == JOB_RUNNING) {
-                Hvd__SharedReady **sh = NULL;
-                size_t n_sh = share_requests(j, &sh);
-                batch_send(d, j, sh, n_sh);
-                for (size_t i = 0; i < n_sh; i++)
-                        protobuf_c_message_free_unpacked(&sh[i]->base, NULL);
-                free(sh);
+                sh = pool_take(b->pool, j);
+                if (pool_expired(b->pool, now, &due) && pool_release(b->pool, j) < 0)
+                        job_abort(d, j, -1, -ENOMEM, "out of memory");
         }
+        if (j->state == JOB_RUNNING && (sh || b->n_fwd || b->n_departed || b->n_ids))
+                batch_send(d, j, sh ? &sh : NULL, sh ? 1 : 0);
+        if (sh)
+                protobuf_c_message_free_unpacked(&sh->base, NULL);
         batch_clear(b);
+}
+
+void batch_flush(hvd_daemon_t *d, job_t *j) {
+        flush_at(d, j, hvd_now_usec());
+}
+
+void batch_flush_all(hvd_daemon_t *d, job_t *j) {
+        if (pool_release(j->batch.pool, j) < 0) {
+                job_abort(d, j, -1, -ENOMEM, "out of memory");
+                return;
+        }
+        batch_flush(d, j);
 }

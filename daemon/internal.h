@@ -32,6 +32,7 @@
 #include "zap.h"
 
 typedef struct relay relay_t;
+typedef struct pool pool_t;
 
 #define HOUSEKEEPING_USEC       (100 * USEC_PER_MSEC)
 #define ABORTED_JOB_LINGER_USEC (30 * USEC_PER_SEC)
@@ -136,6 +137,9 @@ typedef struct tally {
 /* Partial ids older than this are released, contributor by contributor,
  * so that the root's stall inspector can name who is missing. */
 #define TALLY_HOLD_USEC (500 * USEC_PER_MSEC)
+/* A first step's requests held longer than this for the local ranks that
+ * have not sent them go on rank by rank (pool.c), for the same reason. */
+#define POOL_HOLD_USEC TALLY_HOLD_USEC
 
 /* A host's readiness of this reactor turn (batch.c), flushed when the
  * turn ends: one message to the root (at the root: entered). */
@@ -148,6 +152,7 @@ typedef struct batch {
         uint32_t *departed; /* local ranks that said goodbye (not root) */
         size_t n_departed;
         tally_t tally;   /* the local ranks' cached ids (not root) */
+        pool_t *pool;    /* a first step's new requests, held for the other local ranks' (several local ranks) */
         bool off;        /* a local rank left: no more tallying in this job */
         uint32_t joined; /* local ranks waiting in hvd_join: no tallying meanwhile */
 } batch_t;
@@ -452,7 +457,7 @@ uint64_t worker_housekeeping(hvd_daemon_t *d, uint64_t now, uint64_t tick);
 
 /* ---- root.c: the negotiating daemon (single host or root) ---- */
 /* A local rank's readiness where this daemon negotiates: entered, or
- * held in this turn's batch to be shared with the other local ranks'. */
+ * held in the batch to be shared with the other local ranks' (batch.c). */
 void root_ready(hvd_daemon_t *d, job_t *j, worker_t *w, Hvd__Envelope *env);
 /* The same readiness q of each rank in ranks, entered once (seen: count it
  * as a readiness message from each, for status). */
@@ -478,6 +483,13 @@ uint64_t root_probe_nodes(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick
 /* Appends rank's readiness (taken, freed on failure) to this turn's batch.
  * Returns 0 or -ENOMEM. */
 int batch_append(job_t *j, uint32_t rank, Hvd__Ready *ready);
+/* Whether local rank readiness q waits in the batch (at the root, which
+ * otherwise enters it at once): a first step's kind, for the pool, or
+ * anything behind what waits, which must not overtake it. */
+bool batch_holds(job_t *j, const Hvd__Ready *q);
+/* w's readiness q (taken) into the batch: to the pool when it is a first
+ * step's kind, else after what the pool holds. */
+void batch_add(hvd_daemon_t *d, job_t *j, worker_t *w, Hvd__Ready *q);
 /* A member's local rank's readiness: its cached ids of every local rank
  * are tallied, the rest joins the batch (taken from env). */
 void batch_ready(hvd_daemon_t *d, job_t *j, worker_t *w, Hvd__Envelope *env);
@@ -489,14 +501,39 @@ void batch_departed(hvd_daemon_t *d, job_t *j, uint32_t rank);
 /* A schedule on its way to the local ranks: which ids are of every local
  * rank; what was released is tallied again. */
 void batch_learn(hvd_daemon_t *d, job_t *j, const Hvd__Schedule *s);
-/* The end of a turn: the batch goes to the root (at the root: entered). */
+/* The end of a turn: the batch goes to the root (at the root: entered),
+ * with the names every local rank sent alike; the pool holds the rest. */
 void batch_flush(hvd_daemon_t *d, job_t *j);
+/* Everything now, what the pool holds too (something must not overtake it). */
+void batch_flush_all(hvd_daemon_t *d, job_t *j);
 void batch_clear(batch_t *b);
 void batch_free(batch_t *b);
 uint64_t batch_housekeeping(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
 /* Appends id and its wait to a pair of growing arrays (n of cap used).
  * Returns 0 or -ENOMEM (nothing appended). */
 int ids_push(uint32_t **ids, uint64_t **waited, size_t *n, size_t *cap, uint32_t id, uint64_t w);
+
+/* ---- pool.c: a first step's new requests, held for every local rank's ---- */
+pool_t *pool_new(uint32_t local_size);
+void pool_free(pool_t *p);
+/* Whether q is a first step's kind (new requests alone, of collectives of
+ * every rank) and the pool takes such (p may be NULL: no). */
+bool pool_wants(const pool_t *p, const Hvd__Ready *q);
+/* A local rank joined or left: nothing more is pooled (p may be NULL). */
+void pool_stop(pool_t *p);
+bool pool_holds(const pool_t *p);
+/* Holds q (taken; pool_wants said yes) of rank, local rank local_rank.
+ * Returns 0 or -ENOMEM. */
+int pool_add(pool_t *p, uint32_t rank, uint32_t local_rank, Hvd__Ready *q, uint64_t now);
+/* The names every local rank sent alike, out of what is held, as one
+ * SharedReady for all the local ranks of j (NULL: none, or no memory). */
+Hvd__SharedReady *pool_take(pool_t *p, const job_t *j);
+/* Everything held into j's batch, in the order it came (p may be NULL).
+ * Returns 0 or -ENOMEM. */
+int pool_release(pool_t *p, job_t *j);
+/* Whether what is held waited POOL_HOLD_USEC; else *due says when it will
+ * have (untouched when nothing is held). */
+bool pool_expired(const pool_t *p, uint64_t now, uint64_t *due);
 
 /* ---- tally.c: who posted each cached id ---- */
 int tally_init(tally_t *t, uint32_t n_parts);

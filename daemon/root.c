@@ -31,42 +31,25 @@ int root_set_nodes(job_t *j) {
         return r;
 }
 
-/* Whether a local rank's Ready waits in this turn's batch, as a host's
- * does before it goes to the root: new requests, which the other local
- * ranks may have sent alike this turn and which are then entered once for
- * all of them (batch_flush); and anything of a rank behind what waits,
- * which must not overtake it. */
-static bool root_holds(const job_t *j, const Hvd__Ready *q) {
-        if (j->batch.n_fwd)
-                return true;
-        if (j->local_size < 2 || !q->n_requests || q->n_cached || q->n_node_cached)
-                return false;
-        for (size_t k = 0; k < q->n_requests; k++)
-                if (q->requests[k]->process_set)
-                        return false;
-        return true;
-}
-
 void root_ready(hvd_daemon_t *d, job_t *j, worker_t *w, Hvd__Envelope *env) {
         Hvd__Ready *q = env->ready;
         if (q->n_node_cached) {
-                batch_flush(d, j); /* what was held goes first */
+                batch_flush_all(d, j); /* what was held goes first */
                 if (!batch_node_ready(d, j, w, q))
                         return;
                 if (!q->n_requests && !q->n_cached)
                         return;
         }
-        if (!root_holds(j, q)) {
+        if (!batch_holds(j, q)) {
                 root_submit(d, j, &w->rank, 1, q, true);
                 return;
         }
-        /* held for this turn; a readiness message from it all the same */
+        /* held; a readiness message from it all the same */
         j->rstat[w->rank].last_seen_usec = hvd_now_usec();
         j->rstat[w->rank].readies++;
         env->ready = NULL;
         env->body_case = HVD__ENVELOPE__BODY__NOT_SET;
-        if (batch_append(j, w->rank, q) < 0)
-                job_abort(d, j, -1, -ENOMEM, "out of memory");
+        batch_add(d, j, w, q);
 }
 
 /* Tensors wait once something was submitted: the stall inspector looks

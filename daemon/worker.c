@@ -278,7 +278,8 @@ static void handle_goodbye(hvd_daemon_t *d, worker_t *w) {
         if (j->board_sched && w->local_rank == 0 && j->state == JOB_RUNNING)
                 board_resend(d, j, w);
         if (job_negotiates(j)) {
-                batch_flush(d, j); /* what it sent before goes first */
+                pool_stop(j->batch.pool);
+                batch_flush_all(d, j); /* what it sent before goes first */
                 root_departed(d, j, w->rank);
         } else if (j->state == JOB_RUNNING)
                 batch_departed(d, j, w->rank);

@@ -251,7 +251,9 @@ END_TEST
 
 START_TEST(test_stall_is_shown_then_aborts_the_job) {
         /* rank 0 waits on a tensor rank 1 never submits: shown by status
-         * after the check time, the job aborted after the shutdown time */
+         * after the check time, the job aborted after the shutdown time (a
+         * first step's name waits POOL_HOLD_USEC, 500 ms, for the other
+         * local rank's before the negotiator takes it rank by rank) */
         start(NULL);
         job_spec_t js = {
                 .job = "stall", .size = 2, .stall_check_usec = USEC_PER_SEC, .stall_shutdown_usec = 3 * USEC_PER_SEC
@@ -261,7 +263,9 @@ START_TEST(test_stall_is_shown_then_aborts_the_job) {
         ready_allreduce("w0", "stuck", (int64_t[]){ 16 }, 1);
         hvd_daemon_feed_time(T.d, 200 * USEC_PER_MSEC);
         ck_assert_str_eq(status_of()->stalled, "");
-        hvd_daemon_feed_time(T.d, 1500 * USEC_PER_MSEC);
+        hvd_daemon_feed_time(T.d, 600 * USEC_PER_MSEC);
+        ck_assert_str_eq(status_of()->stalled, "");
+        hvd_daemon_feed_time(T.d, 1700 * USEC_PER_MSEC);
         ck_assert_str_eq(status_of()->stalled, "'stuck' ready on ranks [0], missing ranks [1]");
         ck_assert_uint_eq(count_sent("w0", HVD__ENVELOPE__BODY_ABORT), 0);
         hvd_daemon_feed_time(T.d, 3500 * USEC_PER_MSEC);
@@ -506,10 +510,11 @@ static void ready_names(const char *id, const char *const *names, size_t n) {
         feed(HVD_DAEMON_FROM_WORKER, id, &env);
 }
 
-START_TEST(test_host_sends_alike_requests_of_a_turn_once) {
+START_TEST(test_host_sends_a_first_steps_names_once) {
         /* host 1 of 2 (ranks 2 and 3): the new requests both ranks sent
-         * alike in one turn go to the root once, for both; others go as
-         * each rank's own */
+         * alike go to the root once, for both, whatever turns they came
+         * in; the others wait for the other rank's, then after
+         * POOL_HOLD_USEC go as each rank's own */
         start(NULL);
         char *hosts[] = { "h0", "h1" };
         job_spec_t js = { .job = "share",
@@ -564,19 +569,48 @@ START_TEST(test_host_sends_alike_requests_of_a_turn_once) {
         ck_assert_str_eq(sh->ready->requests[0]->name, "a");
         ck_assert_str_eq(sh->ready->requests[1]->name, "b");
 
+        /* over two turns: "a" goes shared once both sent it; "b" and "c",
+         * each of one rank, wait, then go rank by rank */
         forget_sent();
-        hvd_daemon_feed_turn(T.d, true);
         ready_names("w2", ab, 2);
+        ck_assert_uint_eq(count_sent(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY), 0); /* held for w3's */
         ready_names("w3", ac, 2);
-        hvd_daemon_feed_turn(T.d, false);
         e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 0);
+        ck_assert_ptr_nonnull(e);
+        ck_assert_uint_eq(e->node_ready->n_ranks, 0);
+        ck_assert_uint_eq(e->node_ready->n_shared, 1);
+        ck_assert_uint_eq(e->node_ready->shared[0]->n_ranks, 2);
+        ck_assert_uint_eq(e->node_ready->shared[0]->ready->n_requests, 1);
+        ck_assert_str_eq(e->node_ready->shared[0]->ready->requests[0]->name, "a");
+        hvd_daemon_feed_time(T.d, 100 * USEC_PER_MSEC);
+        ck_assert_uint_eq(count_sent(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY), 1);
+        hvd_daemon_feed_time(T.d, 600 * USEC_PER_MSEC);
+        e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 1);
         ck_assert_ptr_nonnull(e);
         ck_assert_uint_eq(e->node_ready->n_shared, 0);
         ck_assert_uint_eq(e->node_ready->n_ranks, 2);
         ck_assert_uint_eq(e->node_ready->ranks[0]->rank, 2);
-        ck_assert_str_eq(e->node_ready->ranks[0]->ready->requests[1]->name, "b");
+        ck_assert_uint_eq(e->node_ready->ranks[0]->ready->n_requests, 1);
+        ck_assert_str_eq(e->node_ready->ranks[0]->ready->requests[0]->name, "b");
         ck_assert_uint_eq(e->node_ready->ranks[1]->rank, 3);
-        ck_assert_str_eq(e->node_ready->ranks[1]->ready->requests[1]->name, "c");
+        ck_assert_str_eq(e->node_ready->ranks[1]->ready->requests[0]->name, "c");
+
+        /* a rank's cached readiness does not overtake its held names */
+        forget_sent();
+        ready_names("w2", ab, 2);
+        Hvd__Ready c = HVD__READY__INIT;
+        uint32_t ids[] = { 1 };
+        c.cached = ids;
+        c.n_cached = 1;
+        Hvd__Envelope ce = HVD__ENVELOPE__INIT;
+        ce.body_case = HVD__ENVELOPE__BODY_READY;
+        ce.ready = &c;
+        feed(HVD_DAEMON_FROM_WORKER, "w2", &ce);
+        e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 0);
+        ck_assert_ptr_nonnull(e);
+        ck_assert_uint_eq(e->node_ready->n_ranks, 2);
+        ck_assert_uint_eq(e->node_ready->ranks[0]->ready->n_requests, 2);
+        ck_assert_uint_eq(e->node_ready->ranks[1]->ready->n_cached, 1);
         stop();
 }
 END_TEST
@@ -607,7 +641,7 @@ int main(void) {
         tcase_add_test(tc, test_stall_is_shown_then_aborts_the_job);
         tcase_add_test(tc, test_dead_worker_aborts_its_job_on_the_others);
         tcase_add_test(tc, test_relay_merges_what_every_host_of_its_group_posted);
-        tcase_add_test(tc, test_host_sends_alike_requests_of_a_turn_once);
+        tcase_add_test(tc, test_host_sends_a_first_steps_names_once);
         tcase_add_test(tc, test_readiness_for_an_unknown_job_is_refused);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
