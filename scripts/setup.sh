@@ -3,14 +3,20 @@
 # its examples and benchmarks. Idempotent: installs only what is missing.
 #   scripts/setup.sh          everything (build, tests, Python, benchmark peers)
 #   scripts/setup.sh --build  only what the C build needs
+#   scripts/setup.sh --demo   the C build and the digits the demo trains on
 set -eu
 build="build-essential autoconf automake libtool pkg-config libzmq3-dev libprotobuf-c-dev
- protobuf-c-compiler check libsystemd-dev libmicrohttpd-dev libjansson-dev"
+ protobuf-c-compiler check libsystemd-dev libmicrohttpd-dev libjansson-dev zlib1g-dev"
+# scikit-learn's handwritten digits, which examples/ train on
+data="python3-sklearn"
 extra="python3 python3-dev python3-numpy python3-pytest python3-torch python3-torchvision
  openmpi-bin libopenmpi-dev gnuplot-nox iproute2 nftables valgrind procps systemd man-db groff-base clang
  clang-format shellcheck git"
-pkgs=$build
-[ "${1:-}" = "--build" ] || pkgs="$build $extra"
+case "${1:-}" in
+--build) pkgs=$build ;;
+--demo) pkgs="$build $data" ;;
+*) pkgs="$build $data $extra" ;;
+esac
 
 missing=
 for p in $pkgs; do
