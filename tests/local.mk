@@ -9,6 +9,10 @@ AM_TESTS_ENVIRONMENT = \
 EXTRA_DIST += %D%/lib/launch.sh %D%/lib/launch-multi.sh %D%/lib/common.sh %D%/lib/netpair.sh \
 	%D%/lib/timeline_check.py
 
+# the demo (scripts/demo.sh) and its example, examples/train_mlp, on the digits
+TESTS += %D%/test-demo.sh
+EXTRA_DIST += %D%/test-demo.sh %D%/lib/train_mlp.sh scripts/demo.sh
+
 # several nodes: daemons on loopback, and real test hosts in namespaces
 check_PROGRAMS += %D%/worker_smoke %D%/worker_cycle
 %C%_worker_smoke_LDADD = client/libhvd.la

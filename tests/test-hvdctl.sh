@@ -94,7 +94,7 @@ job='tst-"q"\é-'$$
 host='h"o\st-ü'
 # shellcheck disable=SC2016 # expanded by the shell of each rank
 HVD_HOSTNAME=$host "$S/tests/lib/launch.sh" -r "$rt" -j "$job" -t 60 -n 2 -- \
-        sh -c 'echo $$ > '"$tmp"'/pid.$HVD_RANK; exec "$0" -q -e 100000' "$B/examples/train_mlp" \
+        sh -c 'echo $$ > '"$tmp"'/pid.$HVD_RANK; exec "$0" -q -e 100000 --synthetic' "$B/examples/train_mlp" \
         >"$tmp/job.out" 2>&1 &
 lp=$!
 bg_pids+=("$lp")

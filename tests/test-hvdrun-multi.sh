@@ -1,14 +1,15 @@
 #!/bin/bash
 # test-hvdrun-multi.sh — hvdrun with several hosts, all on this machine:
 # host lists and host files, ranks given out in host order; --emulate-hosts
-# (a private daemon per host) running train_mlp and every collective; hosts
-# served by daemons the test starts (--node-daemon); a failing rank and Ctrl-C
-# (every worker and every private directory gone); the ssh command lines
-# (--dry-run, with awkward values), and the remote path run for real through
-# a stand-in for ssh (--ssh) that runs the command here.
+# (a private daemon per host) running train_mlp on the digits and every
+# collective; hosts served by daemons the test starts (--node-daemon); a
+# failing rank and Ctrl-C (every worker and every private directory gone);
+# the ssh command lines (--dry-run, with awkward values), and the remote path
+# run for real through a stand-in for ssh (--ssh) that runs the command here.
 set -u
 B=${HVD_BUILDDIR:?HVD_BUILDDIR must point at the build tree}
 HVDRUN=$B/tools/hvdrun
+. "${HVD_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/lib/train_mlp.sh"
 tmp=$(mktemp -d /tmp/hvd-test-hvdrun-multi-XXXXXX)
 export TMPDIR=$tmp/tmpdir         # private daemons' directories land here
 mkdir "$TMPDIR"
@@ -194,11 +195,11 @@ out=$("$HVDRUN" -H a:2,b:1,c:1 --emulate-hosts --prefix-host sh -c \
 assert_tmpdir_empty "emulated env"
 ok "--emulate-hosts: one private daemon per host, HVD_HOSTS, cross ranks, loopback data plane"
 
-"$HVDRUN" -np 4 -H a:2,b:1,c:1 --emulate-hosts "$B/examples/train_mlp" -e 3 >"$tmp/out" 2>"$tmp/err" ||
+"$HVDRUN" -np 4 -H a:2,b:1,c:1 --emulate-hosts "$B/examples/train_mlp" -e "$TRAIN_MLP_EPOCHS" >"$tmp/out" 2>"$tmp/err" ||
         fail "train_mlp on emulated hosts: exit status $?"
-grep -q '^\[0\] final weights identical on all 4 ranks' "$tmp/out" || fail "train_mlp on emulated hosts: no final line"
+found=$(train_mlp_outcome "$tmp/out" 4) || fail "train_mlp on emulated hosts: $found"
 assert_tmpdir_empty "train_mlp on emulated hosts"
-ok "hvdrun -np 4 -H a:2,b:1,c:1 --emulate-hosts train_mlp -e 3: $(grep -o 'final weights.*' "$tmp/out")"
+ok "hvdrun -np 4 -H a:2,b:1,c:1 --emulate-hosts train_mlp -e $TRAIN_MLP_EPOCHS: $found"
 
 "$HVDRUN" -np 4 -H a:2,b:1,c:1 --emulate-hosts "$B/tests/worker_smoke" 2000000 >"$tmp/out" 2>"$tmp/err" ||
         fail "worker_smoke on emulated hosts: exit status $?"
@@ -210,7 +211,7 @@ ok "every collective exact over 3 emulated hosts (worker_smoke 2000000)"
 t0=$(now_ms)
 # shellcheck disable=SC2016 # expanded by the shell of each rank
 "$HVDRUN" -H a:2,b:1,c:1 --emulate-hosts --grace-period 1 sh -c 'echo $$ >'"$tmp"'/pid.$HVD_RANK;
-        if [ $HVD_RANK = 2 ]; then sleep 0.3; exit 3; fi; exec "$0" -q -e 100000' "$B/examples/train_mlp" \
+        if [ $HVD_RANK = 2 ]; then sleep 0.3; exit 3; fi; exec "$0" -q -e 100000 --synthetic' "$B/examples/train_mlp" \
         >"$tmp/out" 2>"$tmp/err"
 rc=$?
 t=$(($(now_ms) - t0))
@@ -225,7 +226,7 @@ ok "a rank on emulated host b exits 3: hvdrun exits 3 in $t ms, the others stopp
 t0=$(now_ms)
 # shellcheck disable=SC2016 # expanded by the shell of each rank
 "$HVDRUN" -H a:2,b:1,c:1 --emulate-hosts --grace-period 30 sh -c 'echo $$ >'"$tmp"'/pid.$HVD_RANK;
-        if [ $HVD_RANK = 2 ]; then exec timeout -s KILL 1.5 "$0" -q -e 100000; fi; exec "$0" -q -e 100000' \
+        if [ $HVD_RANK = 2 ]; then exec timeout -s KILL 1.5 "$0" -q -e 100000 --synthetic; fi; exec "$0" -q -e 100000 --synthetic' \
         "$B/examples/train_mlp" >"$tmp/out" 2>"$tmp/err"
 rc=$?
 t=$(($(now_ms) - t0))
@@ -238,7 +239,7 @@ assert_tmpdir_empty "killed rank"
 ok "a rank killed on emulated host b: every other rank told, job over in $t ms (exit $rc)"
 
 # shellcheck disable=SC2016 # expanded by the shell of each rank
-with_sigint "$HVDRUN" -H a:2,b:1,c:1 --emulate-hosts sh -c 'echo $$ >'"$tmp"'/pid.$HVD_RANK; exec "$0" -q -e 100000' \
+with_sigint "$HVDRUN" -H a:2,b:1,c:1 --emulate-hosts sh -c 'echo $$ >'"$tmp"'/pid.$HVD_RANK; exec "$0" -q -e 100000 --synthetic' \
         "$B/examples/train_mlp" >"$tmp/out" 2>"$tmp/err" &
 hp=$!
 bg_pids+=("$hp")

@@ -4,6 +4,7 @@ each job (tests/lib/launch.sh, with a private daemon) while the other ranks
 wait at a barrier, so the session stays in step."""
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -96,11 +97,21 @@ def test_init_with_process_sets(rank0_only):
 
 
 def test_train_mnist_example(rank0_only):
+    """The digits example on as many ranks as this session has: after 6 epochs
+    its held-out accuracy is above 0.9 (measured 0.986 on 2 ranks, 0.958 on 3)
+    and the weights are the same on every rank."""
+    pytest.importorskip("sklearn", reason="the digits come with scikit-learn (python3-sklearn)")
     if not rank0_only:
         return
-    out = run([os.path.join(EXAMPLES, "train_mnist.py"), "--epochs", "1", "--train-samples", "256",
-               "--test-samples", "64", "--batch-size", "32", "--log-interval", "2"], n=2)
-    assert "Train Epoch: 1" in out and "Test set: Average loss" in out
+    n = hvd.size()
+    out = run([os.path.join(EXAMPLES, "train_mnist.py"), "--epochs", "6", "--log-interval", "20"], n=n)
+    assert "Train Epoch: 6" in out and out.count("Held-out set: Average loss") == 6, out
+    accuracy = re.search(r"^\[0\] held-out accuracy ([0-9.]+) after 6 epochs \(359 held-out samples\)$", out, re.M)
+    assert accuracy and float(accuracy.group(1)) > 0.9, out
+    checksums = re.search(r"^\[0\] weights checksum per rank: (.*)$", out, re.M).group(1).split()
+    assert [c.split(":")[0] for c in checksums] == [str(r) for r in range(n)], out
+    assert len({c.split(":")[1] for c in checksums}) == 1, out
+    assert f"[0] final weights identical on all {n} ranks" in out
 
 
 def test_synthetic_benchmark_example(rank0_only):
