@@ -479,7 +479,8 @@ int main(int argc, char **argv) {
                 goto out;
         }
         if (rank == 0)
-                printf("final weights identical on all %d ranks (checksum 0x%016" PRIx64 ")\n", nranks, checksums[0]);
+                printf("final weights identical on all %d rank%s (checksum 0x%016" PRIx64 ")\n", nranks,
+                       nranks == 1 ? "" : "s", checksums[0]);
         ret = 0;
 out:
         r = hvd_shutdown();

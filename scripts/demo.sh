@@ -41,7 +41,7 @@ trap 'rm -rf "$out"' EXIT
 # run N ARGS...: train_mlp on N ranks, shown as it goes and kept in $out/N
 run() {
         n=$1 && shift
-        echo "demo: train_mlp on $n rank(s)"
+        if [ "$n" = 1 ]; then echo "demo: train_mlp on 1 rank"; else echo "demo: train_mlp on $n ranks"; fi
         {
                 rc=0
                 "$dir/tools/hvdrun" -np "$n" "$dir/examples/train_mlp" "$@" 2>&1 || rc=$?

@@ -198,7 +198,7 @@ def main():
     if hvd.rank() == 0:
         print(f"held-out accuracy {accuracy:.3f} after {args.epochs} epochs ({len(test_set)} held-out samples)")
         print(f"time per epoch {1000 * statistics.median(epoch_s):.1f} ms "
-              f"(median of {args.epochs} epochs, {hvd.size()} ranks)")
+              f"(median of {args.epochs} epochs, {hvd.size()} rank{'s' if hvd.size() > 1 else ''})")
         print("weights checksum per rank: " + " ".join(f"{r}:0x{s & (2**64 - 1):016x}" for r, s in enumerate(sums)))
         if len(set(sums)) == 1:
             print(f"final weights identical on all {hvd.size()} ranks", flush=True)

@@ -41,7 +41,7 @@ train_mlp_outcome() {
                 echo "weights differ across the $2 ranks: checksums $_tm_sums"
                 return 1
         fi
-        if ! echo "$_tm_lines" | grep -qx "final weights identical on all $2 ranks (checksum $_tm_distinct)"; then
+        if ! echo "$_tm_lines" | grep -qx "final weights identical on all $2 ranks\? (checksum $_tm_distinct)"; then
                 echo "no line 'final weights identical on all $2 ranks (checksum $_tm_distinct)'"
                 return 1
         fi
