@@ -38,7 +38,8 @@ hvdtorchexecdir = $(pyexecdir)/hvd/torch
 hvdtorchexec_PYTHON = $(hvd_torch_py_sources)
 
 %C%__core_la_SOURCES = %D%/hvdmodule.c
-%C%__core_la_CPPFLAGS = $(AM_CPPFLAGS) $(PYTHON_CFLAGS)
+# NCCL_CFLAGS and CUDA_CFLAGS (empty without NCCL) find nccl.h, for its version
+%C%__core_la_CPPFLAGS = $(AM_CPPFLAGS) $(PYTHON_CFLAGS) $(NCCL_CFLAGS) $(CUDA_CFLAGS)
 %C%__core_la_CFLAGS = $(AM_CFLAGS) -fno-strict-aliasing
 %C%__core_la_LDFLAGS = $(AM_LDFLAGS) -module -avoid-version -shrext $(PYTHON_EXT_SUFFIX) \
 	-export-symbols-regex '^PyInit__core$$'
