@@ -324,9 +324,19 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
             values = values / n
         if indices.dim() == 0 or values.dim() == 0:
             return t.new().resize_as_(t)
-        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size())
+        return _sparse_coo_tensor(indices.transpose(0, 1), values, t.size())
 
     return _ops.register_callable(finish)
+
+
+def _sparse_coo_tensor(indices: torch.Tensor, values: torch.Tensor, size: torch.Size) -> torch.Tensor:
+    """A COO tensor of the indices and values every process sent, its
+    invariants checked (indices within size: they came from elsewhere).
+    torch >= 2.0 takes check_invariants (and recent versions warn when it
+    is left out); torch 1.x has no such argument."""
+    if hasattr(torch.sparse, "check_sparse_tensor_invariants"):
+        return torch.sparse_coo_tensor(indices, values, size, check_invariants=True)
+    return torch.sparse_coo_tensor(indices, values, size)
 
 
 # ---- allgather ----------------------------------------------------------------
