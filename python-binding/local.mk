@@ -22,7 +22,7 @@ hvd_torch_py_sources = \
 	%D%/hvd/torch/sync_batch_norm.py
 
 EXTRA_DIST += $(hvd_py_sources) $(hvd_common_py_sources) $(hvd_torch_py_sources) %D%/hvdmodule.c \
-	%D%/README.md examples/python/README.md examples/python/train_mnist.py \
+	%D%/README.md docs/HOROVOD.md examples/python/README.md examples/python/train_mnist.py \
 	examples/python/pytorch_synthetic_benchmark.py
 
 if HAVE_PYTHON
