@@ -19,6 +19,19 @@
 #include "config.h"
 #include "hvd.h"
 
+/* The NCCL version this module was built against, for hvd.nccl_built()
+ * (NCCL_VERSION_CODE, as Horovod reports it; 0 without NCCL). nccl.h
+ * declares f() functions without prototypes. */
+#ifdef HAVE_NCCL
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wstrict-prototypes"
+#include <nccl.h>
+#pragma GCC diagnostic pop
+#define HVD_NCCL_VERSION_CODE NCCL_VERSION_CODE
+#else
+#define HVD_NCCL_VERSION_CODE 0
+#endif
+
 /* libhvd exports the process-set calls (libhvd.sym, version HVD_0.1).
  * They are bound weakly all the same, so that this module still imports
  * against a libhvd built before they existed, and reports that process
@@ -1076,6 +1089,7 @@ PyMODINIT_FUNC PyInit__core(void) {
 #else
                 { "NCCL_BUILT", 0 },
 #endif
+                { "NCCL_VERSION_CODE", HVD_NCCL_VERSION_CODE },
         };
         PyObject *m;
 

@@ -22,7 +22,7 @@ hvd_torch_py_sources = \
 	%D%/hvd/torch/sync_batch_norm.py
 
 EXTRA_DIST += $(hvd_py_sources) $(hvd_common_py_sources) $(hvd_torch_py_sources) %D%/hvdmodule.c \
-	%D%/README.md examples/python/README.md examples/python/train_mnist.py \
+	%D%/README.md docs/HOROVOD.md examples/python/README.md examples/python/train_mnist.py \
 	examples/python/pytorch_synthetic_benchmark.py
 
 if HAVE_PYTHON
@@ -38,7 +38,8 @@ hvdtorchexecdir = $(pyexecdir)/hvd/torch
 hvdtorchexec_PYTHON = $(hvd_torch_py_sources)
 
 %C%__core_la_SOURCES = %D%/hvdmodule.c
-%C%__core_la_CPPFLAGS = $(AM_CPPFLAGS) $(PYTHON_CFLAGS)
+# NCCL_CFLAGS and CUDA_CFLAGS (empty without NCCL) find nccl.h, for its version
+%C%__core_la_CPPFLAGS = $(AM_CPPFLAGS) $(PYTHON_CFLAGS) $(NCCL_CFLAGS) $(CUDA_CFLAGS)
 %C%__core_la_CFLAGS = $(AM_CFLAGS) -fno-strict-aliasing
 %C%__core_la_LDFLAGS = $(AM_LDFLAGS) -module -avoid-version -shrext $(PYTHON_EXT_SUFFIX) \
 	-export-symbols-regex '^PyInit__core$$'

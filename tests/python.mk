@@ -9,6 +9,8 @@ python_test_files = \
 	%D%/python/test_torch_ops.py \
 	%D%/python/test_torch_errors.py \
 	%D%/python/test_torch_autograd.py \
+	%D%/python/test_torch_grads.py \
+	%D%/python/test_torch_compat.py \
 	%D%/python/test_torch_training.py \
 	%D%/python/test_process_sets.py \
 	%D%/python/test_torch_cuda.py

@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 
 import pytest
 import torch
@@ -46,13 +47,33 @@ def test_init_twice_is_harmless():
     assert ht.is_initialized()
 
 
+def built_nccl_version():
+    """NCCL_VERSION_CODE of the nccl.h this build compiled against (the
+    build tree's config.h and Makefile say whether and where); 0 without."""
+    builddir = os.environ["HVD_BUILDDIR"]
+    with open(os.path.join(builddir, "config.h")) as f:
+        if not re.search(r"^#define HAVE_NCCL 1$", f.read(), re.M):
+            return 0
+    with open(os.path.join(builddir, "Makefile")) as f:
+        flags = " ".join(re.findall(r"^(?:NCCL|CUDA)_CFLAGS = (.*)$", f.read(), re.M))
+    for d in re.findall(r"-I(\S+)", flags) + ["/usr/include"]:
+        header = os.path.join(d, "nccl.h")
+        if os.path.exists(header):
+            with open(header) as f:
+                return int(re.search(r"^#define NCCL_VERSION_CODE (\d+)", f.read(), re.M).group(1))
+    raise AssertionError(f"no nccl.h in {flags!r}")
+
+
 def test_capabilities():
+    """Horovod's types: bools, and nccl_built() the NCCL version as an int."""
     assert ht.mpi_built() is False and ht.mpi_enabled() is False
     assert ht.gloo_built() is False and ht.gloo_enabled() is False
     assert ht.ddl_built() is False and ht.ccl_built() is False and ht.rocm_built() is False
-    assert isinstance(ht.nccl_built(), int)
-    assert ht.cuda_built() == bool(ht.nccl_built())
-    with pytest.raises(ValueError, match="MPI"):
+    version = ht.nccl_built()
+    assert type(version) is int and version == built_nccl_version() == hvd.nccl_built()
+    assert version == 0 or version >= 2700  # configure's minimum, NCCL 2.7
+    assert ht.cuda_built() is (version > 0)
+    with pytest.raises(ValueError, match="MPI is not enabled"):
         ht.mpi_threads_supported()
 
 

@@ -1,5 +1,5 @@
-"""Gradients through the collectives, and SyncBatchNorm against BatchNorm on
-the whole batch."""
+"""SyncBatchNorm against BatchNorm on the whole batch, forward and backward.
+(The collectives' own gradients are in test_torch_grads.py.)"""
 
 import pytest
 import torch
@@ -10,117 +10,6 @@ import hvd.torch as hvd
 def n_me():
     return hvd.size(), hvd.rank()
 
-
-def weight_for(r, shape):
-    """The upstream gradient rank r feeds into backward."""
-    return torch.full(shape, float(r + 1), dtype=torch.float64)
-
-
-def mean_weight(n):
-    return sum(range(1, n + 1)) / n
-
-
-@pytest.mark.parametrize("op", [hvd.Sum, hvd.Average])
-def test_allreduce_grad(op):
-    n, me = n_me()
-    x = torch.arange(6, dtype=torch.float64).requires_grad_()
-    y = hvd.allreduce(x, op=op, prescale_factor=2.0)
-    (y * weight_for(me, (6,))).sum().backward()
-    total = sum(range(1, n + 1)) * 2.0
-    assert torch.allclose(x.grad, torch.full((6,), total / n if op == hvd.Average else total,
-                                             dtype=torch.float64))
-
-
-def test_grouped_allreduce_grad():
-    n, me = n_me()
-    xs = [torch.ones(3, dtype=torch.float64, requires_grad=True), torch.ones(2, 2, requires_grad=True)]
-    ys = hvd.grouped_allreduce(xs, op=hvd.Sum)
-    sum((y * (me + 1)).sum() for y in ys).backward()
-    for x in xs:
-        assert torch.allclose(x.grad, torch.full(x.shape, float(sum(range(1, n + 1))), dtype=x.dtype))
-
-
-def test_allgather_grad():
-    n, me = n_me()
-    x = torch.ones(me + 1, 2, dtype=torch.float64, requires_grad=True)
-    y = hvd.allgather(x)
-    assert y.shape == (sum(range(1, n + 1)), 2)
-    # position-dependent upstream gradient, scaled by the rank
-    g = torch.arange(y.numel(), dtype=torch.float64).reshape(y.shape) * (me + 1)
-    (y * g).sum().backward()
-    offset = sum(r + 1 for r in range(me))
-    base = torch.arange(y.numel(), dtype=torch.float64).reshape(y.shape)[offset:offset + me + 1]
-    # Horovod's convention: the gradient is averaged over the ranks
-    assert torch.allclose(x.grad, base * mean_weight(n))
-
-
-def test_grouped_allgather_grad():
-    n, me = n_me()
-    xs = [torch.ones(me + 1, dtype=torch.float64, requires_grad=True),
-          torch.ones(2, 3, dtype=torch.float64, requires_grad=True)]
-    ys = hvd.grouped_allgather(xs)
-    sum((y * (me + 1)).sum() for y in ys).backward()
-    for x in xs:
-        assert torch.allclose(x.grad, torch.full(x.shape, mean_weight(n), dtype=torch.float64))
-
-
-def test_broadcast_grad():
-    n, me = n_me()
-    root = n - 1
-    x = torch.ones(4, dtype=torch.float64, requires_grad=True)
-    y = hvd.broadcast(x, root_rank=root)
-    (y * weight_for(me, (4,))).sum().backward()
-    expected = mean_weight(n) if me == root else 0.0
-    assert torch.allclose(x.grad, torch.full((4,), expected, dtype=torch.float64))
-
-
-def test_alltoall_grad():
-    n, me = n_me()
-    splits = [r + 1 for r in range(n)]  # rank me sends r + 1 rows to rank r
-    x = torch.ones(sum(splits), 2, dtype=torch.float64, requires_grad=True)
-    y, received = hvd.alltoall(x, splits=splits)
-    assert received.tolist() == [me + 1] * n
-    (y * (me + 1)).sum().backward()
-    # rows sent to rank r come back with r's weight
-    expected = torch.cat([torch.full((r + 1, 2), float(r + 1), dtype=torch.float64) for r in range(n)])
-    assert torch.allclose(x.grad, expected)
-
-
-def test_alltoall_grad_equal_split():
-    n, me = n_me()
-    x = torch.ones(2 * n, dtype=torch.float64, requires_grad=True)
-    y = hvd.alltoall(x)
-    (y * (me + 1)).sum().backward()
-    expected = torch.cat([torch.full((2,), float(r + 1), dtype=torch.float64) for r in range(n)])
-    assert torch.allclose(x.grad, expected)
-
-
-@pytest.mark.parametrize("op", [hvd.Sum, hvd.Average])
-def test_reducescatter_grad(op):
-    n, me = n_me()
-    x = torch.ones(2 * n + 1, 2, dtype=torch.float64, requires_grad=True)
-    y = hvd.reducescatter(x, op=op)
-    (y * (me + 1)).sum().backward()
-    rows = [2 + (1 if r < 1 else 0) for r in range(n)]
-    expected = torch.cat([torch.full((rows[r], 2), float(r + 1), dtype=torch.float64) for r in range(n)])
-    if op == hvd.Average:
-        expected = expected / n
-    assert torch.allclose(x.grad, expected)
-
-
-def test_grouped_reducescatter_grad():
-    n, me = n_me()
-    xs = [torch.ones(n, dtype=torch.float64, requires_grad=True),
-          torch.ones(n, 2, dtype=torch.float64, requires_grad=True)]
-    ys = hvd.grouped_reducescatter(xs, op=hvd.Sum)
-    sum((y * (me + 1)).sum() for y in ys).backward()
-    for x in xs:
-        expected = torch.cat([torch.full((1,) + tuple(x.shape[1:]), float(r + 1), dtype=torch.float64)
-                              for r in range(n)])
-        assert torch.allclose(x.grad, expected)
-
-
-# ---- SyncBatchNorm ------------------------------------------------------------------
 
 def local_slice(total, n, me):
     per = total // n

@@ -227,8 +227,10 @@ def gloo_built() -> bool:
 
 
 def nccl_built() -> int:
-    """Non-zero when this build has the NCCL (GPU) backend."""
-    return int(_core.NCCL_BUILT)
+    """The version of the NCCL this build's GPU backend was compiled against,
+    as NCCL_VERSION_CODE (e.g. 22809 for 2.28.9); 0 without the NCCL backend.
+    An int, as Horovod's, so that ``hvd.nccl_built() >= 2700`` works."""
+    return int(_core.NCCL_VERSION_CODE)
 
 
 def ddl_built() -> bool:

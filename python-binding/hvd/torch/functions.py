@@ -4,7 +4,7 @@ objects, and gathering objects from every process."""
 
 import collections
 import io
-from typing import Any, Dict, Iterable, List, Tuple, Union
+from typing import Any, Dict, Iterable, List, Optional, Set, Tuple, Union
 
 import torch
 
@@ -47,21 +47,25 @@ def broadcast_parameters(params: Union[Dict[str, torch.Tensor], Iterable[Any]], 
 
 
 def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
-                              prefix: str = "Parameter.") -> None:
+                              model: Optional[torch.nn.Module] = None, prefix: str = "Parameter.") -> None:
     """Overwrites the optimizer state (tensors and options such as the
     learning rate) of every process with root_rank's, in place.
 
     An optimizer that has not taken a step yet has no state: it is created
     with a step on zero gradients (which does not reduce anything, even for
     a DistributedOptimizer, and leaves parameters and gradients as they
-    were) so that every process has the same structure.
+    were) so that every process has the same structure. Parameters that do
+    not require a gradient get no state and keep their .grad. model (as in
+    Horovod) names the sparse Embeddings, whose parameters get sparse zero
+    gradients for that step.
     """
     if isinstance(optimizer, torch.optim.LBFGS):
         raise ValueError("cannot broadcast torch.optim.LBFGS state")
 
+    sparse = _sparse_parameters(model)
     state_dict = optimizer.state_dict()
     if len(state_dict["state"]) == 0:
-        _create_state(optimizer)
+        _create_state(optimizer, sparse)
         state_dict = optimizer.state_dict()
 
     # An optimizer without state (plain SGD) only has its options.
@@ -93,9 +97,9 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
             for key, value in state_dict["state"][pid].items():
                 seen[key] += 1
                 skey = f"{key}.{seen[key]}"
-                if torch.is_tensor(value):
+                if torch.is_tensor(value) and not value.is_sparse:
                     tensors.append((skey, value))
-                else:
+                else:  # a sparse tensor (SGD's momentum of a sparse Embedding) goes pickled
                     scalars[skey] = value
                     setters[skey] = set_state(pid, key)
 
@@ -107,9 +111,21 @@ def broadcast_optimizer_state(optimizer: torch.optim.Optimizer, root_rank: int,
     # so the tensors were updated in place and the setters took effect.)
 
 
-def _create_state(optimizer: torch.optim.Optimizer) -> None:
+def _sparse_parameters(model: Optional[torch.nn.Module]) -> Set[int]:
+    """The ids of the parameters of model's sparse Embeddings."""
+    if model is None:
+        return set()
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"broadcast_optimizer_state: model must be a torch.nn.Module, not "
+                         f"{type(model).__name__}")
+    return {id(p) for m in model.modules() if isinstance(m, torch.nn.Embedding) and m.sparse
+            for p in m.parameters()}
+
+
+def _create_state(optimizer: torch.optim.Optimizer, sparse: Set[int]) -> None:
     """Runs the wrapped optimizer's step once on zero gradients to create its
-    state, then puts parameters and gradients back."""
+    state, then puts parameters and gradients back. The gradients are
+    sparse for SparseAdam, and for SGD on the parameters in sparse."""
     saved = []
     with torch.no_grad():
         for group in optimizer.param_groups:
@@ -118,7 +134,10 @@ def _create_state(optimizer: torch.optim.Optimizer) -> None:
                     continue
                 saved.append((p, p.detach().clone(), p.grad))
                 zero = torch.zeros_like(p)
-                p.grad = zero.to_sparse() if isinstance(optimizer, torch.optim.SparseAdam) else zero
+                if isinstance(optimizer, torch.optim.SparseAdam) or \
+                        (isinstance(optimizer, torch.optim.SGD) and id(p) in sparse):
+                    zero = zero.to_sparse()
+                p.grad = zero
     try:
         local_step = getattr(optimizer, "_hvd_local_step", None)
         (local_step or optimizer.step)()

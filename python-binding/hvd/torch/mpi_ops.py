@@ -324,9 +324,19 @@ def sparse_allreduce_async(tensor: torch.Tensor, name: str, op: int,
             values = values / n
         if indices.dim() == 0 or values.dim() == 0:
             return t.new().resize_as_(t)
-        return torch.sparse_coo_tensor(indices.transpose(0, 1), values, t.size())
+        return _sparse_coo_tensor(indices.transpose(0, 1), values, t.size())
 
     return _ops.register_callable(finish)
+
+
+def _sparse_coo_tensor(indices: torch.Tensor, values: torch.Tensor, size: torch.Size) -> torch.Tensor:
+    """A COO tensor of the indices and values every process sent, its
+    invariants checked (indices within size: they came from elsewhere).
+    torch >= 2.0 takes check_invariants (and recent versions warn when it
+    is left out); torch 1.x has no such argument."""
+    if hasattr(torch.sparse, "check_sparse_tensor_invariants"):
+        return torch.sparse_coo_tensor(indices, values, size, check_invariants=True)
+    return torch.sparse_coo_tensor(indices, values, size)
 
 
 # ---- allgather ----------------------------------------------------------------
@@ -597,31 +607,41 @@ def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: in
     return _reducescatter_async([tensor], name, op, process_set, prescale_factor, postscale_factor, False)
 
 
-def _reducescatter_grad(grad: torch.Tensor, op: int, process_set: ProcessSet, scale: float) -> torch.Tensor:
+def _reducescatter_grad(grads: List[torch.Tensor], op: int, process_set: ProcessSet, prescale_factor: float,
+                        postscale_factor: float) -> List[torch.Tensor]:
+    """Horovod's gradient of a reducescatter: the incoming gradients, times
+    the set's size for op=Sum (as a Sum allreduce's gradient is the Sum of
+    the gradients) and times the scale factors, allgathered back as one
+    group. Horovod's reducescatter takes no other op: no other has a
+    gradient."""
     if op not in (Average, Sum):
         raise NotImplementedError(f"the gradient of reducescatter is defined for op=Sum and op=Average only "
                                   f"(got {_basics.op_name(op)})")
-    full = allgather(grad.contiguous(), process_set=process_set)
-    if op == Average:
-        scale = scale / _ops.set_size(process_set)
-    return full * scale if scale != 1.0 else full
+    if op == Sum:
+        grads = [g * _ops.set_size(process_set) for g in grads]
+    if prescale_factor != 1.0:
+        grads = [g * prescale_factor for g in grads]
+    if postscale_factor != 1.0:
+        grads = [g * postscale_factor for g in grads]
+    return grouped_allgather([g.contiguous() for g in grads], process_set=process_set)
 
 
 class HorovodReducescatter(torch.autograd.Function):
-    """Reducescatter with a gradient: the gradient of every part is gathered
-    back (and scaled like the forward pass)."""
+    """Reducescatter with Horovod's gradient (_reducescatter_grad)."""
 
     @staticmethod
     def forward(ctx, tensor, name, op, process_set, prescale_factor, postscale_factor):
         ctx.op = op
         ctx.process_set = process_set
-        ctx.scale = float(prescale_factor) * float(postscale_factor)
+        ctx.prescale_factor, ctx.postscale_factor = _scale_args(prescale_factor, postscale_factor)
         return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
                                                postscale_factor))
 
     @staticmethod
     def backward(ctx, grad_output):
-        return _reducescatter_grad(grad_output, ctx.op, ctx.process_set, ctx.scale), None, None, None, None, None
+        grad, = _reducescatter_grad([grad_output], ctx.op, ctx.process_set, ctx.prescale_factor,
+                                    ctx.postscale_factor)
+        return grad, None, None, None, None, None
 
 
 def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression=Compression.none,
@@ -643,19 +663,20 @@ def grouped_reducescatter_async(tensors: Sequence[torch.Tensor], name: Optional[
 
 
 class HorovodGroupedReducescatter(torch.autograd.Function):
-    """Grouped reducescatter with gradients."""
+    """Grouped reducescatter with Horovod's gradient (_reducescatter_grad)."""
 
     @staticmethod
     def forward(ctx, name, op, process_set, prescale_factor, postscale_factor, *tensors):
         ctx.op = op
         ctx.process_set = process_set
-        ctx.scale = float(prescale_factor) * float(postscale_factor)
+        ctx.prescale_factor, ctx.postscale_factor = _scale_args(prescale_factor, postscale_factor)
         return tuple(synchronize(grouped_reducescatter_async(list(tensors), name, op, process_set,
                                                              prescale_factor, postscale_factor)))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
-        grads = [_reducescatter_grad(g, ctx.op, ctx.process_set, ctx.scale) for g in grad_outputs]
+        grads = _reducescatter_grad(list(grad_outputs), ctx.op, ctx.process_set, ctx.prescale_factor,
+                                    ctx.postscale_factor)
         return (None, None, None, None, None, *grads)
 
 
