@@ -70,9 +70,14 @@ void batch_add(hvd_daemon_t *d, job_t *j, worker_t *w, Hvd__Ready *q) {
                 if (q->requests[k]->kind == HVD__KIND__KIND_JOIN)
                         pool_stop(p);
         int r;
-        if (pool_wants(p, q))
-                r = pool_add(p, w->rank, w->local_rank, q, hvd_now_usec());
-        else if ((r = pool_release(p, j)) == 0)
+        uint64_t now = hvd_now_usec(), due;
+        if (pool_wants(p, q)) {
+                r = pool_add(p, w->rank, w->local_rank, q, now);
+                if (r == 1) /* other parameters by rank: nothing to share, nothing to wait for */
+                        r = pool_release(p, j);
+                else if (r == 0 && !pool_expired(p, now, &due))
+                        d->next_housekeeping = earliest(d->next_housekeeping, due);
+        } else if ((r = pool_release(p, j)) == 0)
                 r = batch_append(j, w->rank, q);
         else
                 protobuf_c_message_free_unpacked(&q->base, NULL);

@@ -523,7 +523,8 @@ bool pool_wants(const pool_t *p, const Hvd__Ready *q);
 void pool_stop(pool_t *p);
 bool pool_holds(const pool_t *p);
 /* Holds q (taken; pool_wants said yes) of rank, local rank local_rank.
- * Returns 0 or -ENOMEM. */
+ * Returns 0, 1 when a name of q can no longer complete alike (what is
+ * held should go: pool_release), or -ENOMEM. */
 int pool_add(pool_t *p, uint32_t rank, uint32_t local_rank, Hvd__Ready *q, uint64_t now);
 /* The names every local rank sent alike, out of what is held, as one
  * SharedReady for all the local ranks of j (NULL: none, or no memory). */

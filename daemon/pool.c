@@ -5,9 +5,12 @@
  * once a rank. None of those requests can complete before every rank sent
  * its own, so holding them costs no time; POOL_HOLD_USEC only bounds how
  * long the root cannot name the ranks that did send, should one never
- * come. Only Readys of new requests alone, of collectives of every rank,
- * are pooled (pool_wants); anything else a local rank sends releases what
- * is held first (batch.c), so that no rank's order changes. */
+ * come. A name that cannot complete alike (an allgather of other first
+ * dimensions, an alltoall of other splits: parameters that differ by
+ * rank) releases everything at once, since nothing is gained by waiting.
+ * Only Readys of new requests alone, of collectives of every rank, are
+ * pooled (pool_wants); anything else a local rank sends releases what is
+ * held first (batch.c), so that no rank's order changes. */
 #include "config.h"
 
 #include "internal.h"
@@ -85,28 +88,31 @@ void pool_stop(pool_t *p) {
                 p->off = true;
 }
 
-/* Counts request r of local rank lr; returns false without memory. */
-static bool count_name(pool_t *p, uint32_t lr, const Hvd__Request *r) {
+/* Counts request r of local rank lr. Returns 0, 1 when r's name can no
+ * longer complete alike (sent twice, or with other parameters), or
+ * -ENOMEM. */
+static int count_name(pool_t *p, uint32_t lr, const Hvd__Request *r) {
         size_t len = strlen(r->name);
         pool_name_t *n = hvd_strmap_get(p->names, r->name, len);
         if (!n) {
                 if (!(n = calloc(1, sizeof *n + p->local_size)) || hvd_strmap_put(p->names, r->name, len, n) < 0) {
                         free(n);
-                        return false;
+                        return -ENOMEM;
                 }
                 n->first = r;
         }
-        bool was = !n->bad && n->n == p->local_size;
-        if (n->have[lr] || !hvd_wire_equal(&n->first->base, &r->base))
+        if (n->bad)
+                return 1;
+        bool was = n->n == p->local_size;
+        if (n->have[lr] || !hvd_wire_equal(&n->first->base, &r->base)) {
                 n->bad = true;
-        else {
-                n->have[lr] = 1;
-                n->n++;
+                p->n_complete -= was;
+                return 1;
         }
-        bool done = !n->bad && n->n == p->local_size;
-        p->n_complete += done;
-        p->n_complete -= was;
-        return true;
+        n->have[lr] = 1;
+        n->n++;
+        p->n_complete += !was && n->n == p->local_size;
+        return 0;
 }
 
 int pool_add(pool_t *p, uint32_t rank, uint32_t local_rank, Hvd__Ready *q, uint64_t now) {
@@ -128,10 +134,14 @@ int pool_add(pool_t *p, uint32_t rank, uint32_t local_rank, Hvd__Ready *q, uint6
         p->held[p->n_held++] = rr;
         if (!p->since)
                 p->since = now;
-        for (size_t k = 0; k < q->n_requests; k++)
-                if (!count_name(p, local_rank, q->requests[k]))
-                        return -ENOMEM; /* q is held: it goes with the pool */
-        return 0;
+        int unlike = 0;
+        for (size_t k = 0; k < q->n_requests; k++) {
+                int r = count_name(p, local_rank, q->requests[k]);
+                if (r < 0)
+                        return r; /* q is held: it goes with the pool */
+                unlike |= r;
+        }
+        return unlike;
 oom:
         protobuf_c_message_free_unpacked(&q->base, NULL);
         return -ENOMEM;

@@ -220,8 +220,7 @@ START_TEST(test_mismatched_shapes_are_an_error_for_every_rank) {
         forget_sent();
         ready_allreduce("w0", "grad.fc1", (int64_t[]){ 4 }, 1);
         ready_allreduce("w1", "grad.fc1", (int64_t[]){ 8, 2 }, 2);
-        /* a first step's requests may wait for the other ranks' a while */
-        hvd_daemon_feed_time(T.d, 500 * USEC_PER_MSEC);
+        /* at once: nothing waits for parameters that cannot agree */
         for (int r = 0; r < 2; r++) {
                 const Hvd__Envelope *e = sent_to(r ? "w1" : "w0", HVD__ENVELOPE__BODY_SCHEDULE, 0);
                 ck_assert_ptr_nonnull(e);
@@ -237,7 +236,6 @@ START_TEST(test_mismatched_shapes_are_an_error_for_every_rank) {
         uint32_t id = sent_to("w0", HVD__ENVELOPE__BODY_SCHEDULE, 0)->schedule->errors[0]->id;
         ready_allreduce("w0", "grad.fc1", (int64_t[]){ 4 }, 1);
         ready_allreduce("w1", "grad.fc1", (int64_t[]){ 4 }, 1);
-        hvd_daemon_feed_time(T.d, 500 * USEC_PER_MSEC);
         const Hvd__Envelope *e = sent_to("w1", HVD__ENVELOPE__BODY_SCHEDULE, 1);
         ck_assert_ptr_nonnull(e);
         ck_assert_uint_eq(e->schedule->n_errors, 0);
@@ -611,6 +609,19 @@ START_TEST(test_host_sends_a_first_steps_names_once) {
         ck_assert_uint_eq(e->node_ready->n_ranks, 2);
         ck_assert_uint_eq(e->node_ready->ranks[0]->ready->n_requests, 2);
         ck_assert_uint_eq(e->node_ready->ranks[1]->ready->n_cached, 1);
+
+        /* a name sent with other parameters by each rank (as an allgather's
+         * first dimensions are) cannot go shared: nothing waits for it */
+        forget_sent();
+        ready_allreduce("w2", "g", (int64_t[]){ 4 }, 1);
+        ck_assert_uint_eq(count_sent(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY), 0);
+        ready_allreduce("w3", "g", (int64_t[]){ 8 }, 1);
+        e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 0);
+        ck_assert_ptr_nonnull(e);
+        ck_assert_uint_eq(e->node_ready->n_shared, 0);
+        ck_assert_uint_eq(e->node_ready->n_ranks, 2);
+        ck_assert_int_eq(e->node_ready->ranks[0]->ready->requests[0]->shape[0], 4);
+        ck_assert_int_eq(e->node_ready->ranks[1]->ready->requests[0]->shape[0], 8);
         stop();
 }
 END_TEST
