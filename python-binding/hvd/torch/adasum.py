@@ -380,8 +380,8 @@ class _DistributedAdasumOptimizer:
     def step(self, closure=None):
         loss = closure() if closure is not None else None
         params = self._adasum_params
-        if not params or self.process_set.included() is False:
-            self._hvd_base.step(self)
+        if not params or self.process_set.included() is False or _ops.set_size(self.process_set) == 1:
+            self._hvd_base.step(self)  # nothing to reduce: the local step, exactly
             return loss
         with torch.no_grad():
             starts = [p.detach().clone() for p in params]
