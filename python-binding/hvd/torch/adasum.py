@@ -35,7 +35,7 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Generator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Generator, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -86,14 +86,50 @@ def _piece(j: int, n_ranks: int, n: int) -> Tuple[int, int]:
     return start, end
 
 
-def _vhdd(flat: torch.Tensor, counts: List[int], name: str, me: int, n_ranks: int,
-          process_set: ProcessSet) -> Stages:
+# Elements converted at a time: a wider copy of a whole buffer costs more
+# in fresh memory than its arithmetic.
+_CHUNK = 1 << 16
+
+
+def _chunks(s: int, e: int):
+    return ((c, min(c + _CHUNK, e)) for c in range(s, e, _CHUNK))
+
+
+def _dot_and_norms(a: torch.Tensor, b: torch.Tensor, s: int, e: int, wide: torch.dtype) -> torch.Tensor:
+    """[a·b, a·a, b·b] over [s, e), accumulated in float64."""
+    if a.dtype == torch.float64:
+        x, y = a[s:e], b[s:e]
+        return torch.stack((torch.dot(x, y), torch.dot(x, x), torch.dot(y, y)))
+    out = torch.zeros(3, dtype=torch.float64)
+    for c0, c1 in _chunks(s, e):
+        x, y = a[c0:c1].to(wide), b[c0:c1].to(wide)
+        if wide == torch.float64:  # float32 values: float64 products, as Horovod's
+            out += torch.stack((torch.dot(x, y), torch.dot(x, x), torch.dot(y, y)))
+        else:  # float16/bfloat16 values: their products are exact in float32
+            out += torch.stack([(u * v).sum(dtype=torch.float64) for u, v in ((x, y), (x, x), (y, y))])
+    return out
+
+
+def _combine(a: torch.Tensor, b: torch.Tensor, s: int, e: int, ac: float, bc: float, wide: torch.dtype) -> None:
+    """a[s:e] = ac·a[s:e] + bc·b[s:e], computed in wide (float32
+    coefficients for float16, as Horovod's), in place."""
+    if a.dtype == wide:
+        a[s:e].mul_(ac).add_(b[s:e], alpha=bc)
+        return
+    for c0, c1 in _chunks(s, e):
+        a[c0:c1] = a[c0:c1].to(wide).mul_(ac).add_(b[c0:c1].to(wide), alpha=bc)
+
+
+def _vhdd(flat: torch.Tensor, counts: List[int], name: str, me: int, n_ranks: int, process_set: ProcessSet,
+          checks: List[Tuple[int, Callable[[Any], None]]]) -> Stages:
     """Reduces flat (the fused tensors of counts elements each) over the set;
-    returns the result, the same on every rank."""
+    returns the result, the same on every rank. checks: a (handle, check)
+    to wait for and run once the first exchange is on its way."""
     n = flat.numel()
     wide = _WIDE[flat.dtype]
-    bounds = torch.tensor([0] + counts, dtype=torch.int64).cumsum(0)
-    lo, hi = bounds[:-1], bounds[1:]
+    bounds = [0]
+    for c in counts:
+        bounds.append(bounds[-1] + c)
     n_tensors = len(counts)
     start, end, level = 0, n, 1
     while level < n_ranks:
@@ -103,40 +139,42 @@ def _vhdd(flat: torch.Tensor, counts: List[int], name: str, me: int, n_ranks: in
         send0, send1 = (mid, end) if left else (start, mid)
         splits = [0] * n_ranks
         splits[me ^ level] = send1 - send0
-        (received, _), = yield [_mpi.alltoall_async(flat[send0 - start:send1 - start], splits,
-                                                    name=f"{name}.{level}", process_set=process_set)]
-        a, b = flat[keep0 - start:keep1 - start], received
-        assert b.numel() == keep1 - keep0
-
-        # each tensor's part of the kept range: its dot product and norms
-        seg_counts = (torch.minimum(hi, torch.tensor(keep1)) - torch.maximum(lo, torch.tensor(keep0))).clamp_(min=0)
-        seg = torch.repeat_interleave(torch.arange(n_tensors), seg_counts)
-        a64, b64 = a.double(), b.double()
+        exchange = _mpi.alltoall_async(flat[send0 - start:send1 - start], splits, name=f"{name}.{level}",
+                                       process_set=process_set)
+        if checks:
+            handle, check = checks.pop()
+            check((yield [handle])[0])
+        (received, _), = yield [exchange]
+        assert received.numel() == keep1 - keep0
+        a, b = flat[keep0 - start:keep1 - start], received  # own and partner's values of the kept range
+        # each tensor's part of the kept range: (tensor, first, end) in a's coordinates
+        parts = [(i, max(t0, keep0) - keep0, min(t1, keep1) - keep0)
+                 for i, (t0, t1) in enumerate(zip(bounds, bounds[1:])) if t0 < keep1 and t1 > keep0]
         group, n_groups = me // (2 * level), n_ranks // (2 * level)
         sums = torch.zeros(n_groups, 3, n_tensors, dtype=torch.float64)
-        mine = sums[group]
-        mine[0].index_add_(0, seg, a64 * b64)
-        # [dot, ‖left's‖², ‖right's‖²], whichever side this rank is on
-        mine[1 if left else 2].index_add_(0, seg, a64 * a64)
-        mine[2 if left else 1].index_add_(0, seg, b64 * b64)
-        del a64, b64
+        if parts:
+            vals = [_dot_and_norms(a, b, s, e, wide) for _, s, e in parts]
+            # [dot, ‖left's‖², ‖right's‖²], whichever side this rank is on
+            sums[group][:, [i for i, _, _ in parts]] = torch.stack(vals, dim=1)[[0, 1, 2] if left else [0, 2, 1]]
         (sums,) = yield [_mpi.allreduce_async_(sums, name=f"{name}.{level}.dots", op=_basics.Sum,
                                                process_set=process_set)]
-        dot, n_left, n_right = sums[group]
+        dots, n_left, n_right = sums[group].tolist()
         na, nb = (n_left, n_right) if left else (n_right, n_left)
-        ac = torch.where(na >= _SQRT_DBL_MIN, 1.0 - dot / na * 0.5, torch.ones_like(na))
-        bc = torch.where(nb >= _SQRT_DBL_MIN, 1.0 - dot / nb * 0.5, torch.ones_like(nb))
-        ac = ac.to(wide).repeat_interleave(seg_counts)
-        bc = bc.to(wide).repeat_interleave(seg_counts)
-        flat = (ac * a.to(wide) + bc * b.to(wide)).to(flat.dtype)
+        for i, s, e in parts:
+            ac = 1.0 - dots[i] / na[i] * 0.5 if na[i] >= _SQRT_DBL_MIN else 1.0
+            bc = 1.0 - dots[i] / nb[i] * 0.5 if nb[i] >= _SQRT_DBL_MIN else 1.0
+            _combine(a, b, s, e, ac, bc, wide)
+        flat = a
         start, end = keep0, keep1
         level <<= 1
 
     (pieces,) = yield [_mpi.allgather_async(flat, name=f"{name}.gather", process_set=process_set)]
+    ranges = [_piece(j, n_ranks, n) for j in range(n_ranks)]
+    if all(ranges[j][1] == ranges[j + 1][0] for j in range(n_ranks - 1)):
+        return pieces  # already in the buffer's order (two processes)
     out = torch.empty(n, dtype=flat.dtype)
     offset = 0
-    for j in range(n_ranks):
-        s, e = _piece(j, n_ranks, n)
+    for s, e in ranges:
         out[s:e] = pieces[offset:offset + e - s]
         offset += e - s
     return out
@@ -161,25 +199,34 @@ def _reduction(tensors: List[torch.Tensor], outputs: List[torch.Tensor], name: s
             flat.mul_(pre)
         buckets.append((idx, flat))
 
+    # that every rank reduces the same tensors is checked while the first
+    # exchange is on its way (should it fail, that exchange is left behind)
+    checks: List[Tuple[int, Callable[[Any], None]]] = []
     if n_ranks > 1:
         meta = torch.tensor([[_CODES[t.dtype], t.numel()] for t in tensors], dtype=torch.int64).view(1, -1)
-        (rows,) = yield [_mpi.allgather_async(meta, name=f"{name}.meta", process_set=process_set)]
-        for j in range(n_ranks):
-            if not torch.equal(rows[j], rows[me]):
-                ranks = process_set.ranks if process_set.process_set_id else list(range(n_ranks))
-                raise HorovodInternalError(
-                    f"Adasum '{name}': rank {ranks[j]} sent {_describe(rows[j])}, rank {ranks[me]} sent "
-                    f"{_describe(rows[me])}: every process must reduce tensors of the same dtypes and sizes")
+
+        def check(rows: torch.Tensor) -> None:
+            for j in range(n_ranks):
+                if not torch.equal(rows[j], rows[me]):
+                    ranks = process_set.ranks if process_set.process_set_id else list(range(n_ranks))
+                    raise HorovodInternalError(
+                        f"Adasum '{name}': rank {ranks[j]} sent {_describe(rows[j])}, rank {ranks[me]} sent "
+                        f"{_describe(rows[me])}: every process must reduce tensors of the same dtypes and sizes")
+
+        checks.append((_mpi.allgather_async(meta, name=f"{name}.meta", process_set=process_set), check))
 
     results: List[Optional[torch.Tensor]] = [None] * len(tensors)
     for b, (idx, flat) in enumerate(buckets):
         counts = [tensors[i].numel() for i in idx]
         if n_ranks > 1 and flat.numel():
-            flat = yield from _vhdd(flat, counts, f"{name}.{b}", me, n_ranks, process_set)
+            flat = yield from _vhdd(flat, counts, f"{name}.{b}", me, n_ranks, process_set, checks)
         if post != 1.0:
             flat.mul_(post)
         for i, part in zip(idx, flat.split(counts)):
             results[i] = part
+    if checks:  # nothing was exchanged
+        handle, check = checks.pop()
+        check((yield [handle])[0])
     for out, part in zip(outputs, results):
         out.copy_(part.view(out.shape))
     return outputs
