@@ -46,7 +46,7 @@ from hvd.common.process_sets import ProcessSet, global_process_set
 from hvd.torch import mpi_ops as _mpi
 from hvd.torch.compression import Compression
 
-__all__ = ["allreduce_async", "adasum_pair", "distributed_optimizer"]
+__all__ = ["allreduce_async", "distributed_optimizer"]
 
 # Horovod's guard: a vector whose squared norm is below this keeps coefficient 1.
 _SQRT_DBL_MIN = math.sqrt(sys.float_info.min)
@@ -61,16 +61,6 @@ _CODES = {dtype: i for i, dtype in enumerate(_WIDE)}
 _NAMES = {i: str(dtype).replace("torch.", "") for dtype, i in _CODES.items()}
 
 Stages = Generator[List[Any], List[Any], Any]
-
-
-def adasum_pair(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """The pairwise Adasum of two tensors of the same shape, in float64
-    (the reference the reduction over processes follows)."""
-    a64, b64 = a.double().reshape(-1), b.double().reshape(-1)
-    dot, na, nb = float(a64 @ b64), float(a64 @ a64), float(b64 @ b64)
-    ac = 1.0 - dot / na * 0.5 if na >= _SQRT_DBL_MIN else 1.0
-    bc = 1.0 - dot / nb * 0.5 if nb >= _SQRT_DBL_MIN else 1.0
-    return (ac * a64 + bc * b64).reshape(a.shape)
 
 
 # ---- the reduction's stages ------------------------------------------------------------
