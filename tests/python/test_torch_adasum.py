@@ -279,9 +279,11 @@ def test_optimizer_reduces_the_change_of_the_weights():
 
 
 @needs_pow2
-def test_training_converges():
+@pytest.mark.parametrize("compression", [hvd.Compression.none, hvd.Compression.fp16])
+def test_training_converges(compression):
     """Linear regression, each rank on its own shard: the weights reach the
-    true ones and stay the same on every rank."""
+    true ones and stay the same on every rank (also with the changes sent
+    as float16)."""
     me = hvd.rank()
     true_w = torch.tensor([[2.0, -3.0, 0.5]])
     gen = torch.Generator().manual_seed(300 + me)
@@ -291,7 +293,8 @@ def test_training_converges():
     model = torch.nn.Linear(3, 1)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
-                                   named_parameters=model.named_parameters(), op=hvd.Adasum)
+                                   named_parameters=model.named_parameters(), op=hvd.Adasum,
+                                   compression=compression)
     first = None
     for step in range(150):
         opt.zero_grad()
