@@ -1,6 +1,7 @@
 # tests/python.mk: the pytest suite of the Python binding (hvd, hvd.torch),
 # run by every rank of a 2- and a 3-process job against a private daemon
-# (tests/lib/launch.sh). Skipped (77) when torch or pytest is missing.
+# (tests/lib/launch.sh), and its Adasum tests by a 4-process job.
+# Skipped (77) when torch or pytest is missing.
 python_test_files = \
 	%D%/python/conftest.py \
 	%D%/python/test_basics.py \
@@ -13,8 +14,9 @@ python_test_files = \
 	%D%/python/test_torch_compat.py \
 	%D%/python/test_torch_training.py \
 	%D%/python/test_process_sets.py \
-	%D%/python/test_torch_cuda.py
-python_test_scripts = %D%/python/run-np2.sh %D%/python/run-np3.sh
+	%D%/python/test_torch_cuda.py \
+	%D%/python/test_torch_adasum.py
+python_test_scripts = %D%/python/run-np2.sh %D%/python/run-np3.sh %D%/python/run-np4-adasum.sh
 EXTRA_DIST += $(python_test_files) $(python_test_scripts) %D%/python/run-pytest.sh
 if HAVE_PYTHON
 TESTS += $(python_test_scripts)

@@ -125,13 +125,6 @@ def test_timeline_errors(tmp_path):
     ht.stop_timeline()  # none on: nothing to do
 
 
-def test_adasum_rejected():
-    with pytest.raises(NotImplementedError, match="Adasum"):
-        ht.allreduce(torch.ones(2), op=ht.Adasum)
-    with pytest.raises(NotImplementedError, match="Adasum"):
-        ht.DistributedOptimizer(torch.optim.SGD([torch.nn.Parameter(torch.ones(1))], lr=0.1), op=ht.Adasum)
-
-
 def test_unknown_op_rejected():
     with pytest.raises(ValueError, match="reduce op"):
         ht.allreduce(torch.ones(2), op=42)

@@ -49,7 +49,8 @@ _init_hooks = []
 def core_reduce_op(op: int) -> int:
     """libhvd's code for a Horovod reduce op; clear errors for the others."""
     if op == Adasum:
-        raise NotImplementedError("Adasum is not supported by hvd: use op=hvd.Average or op=hvd.Sum")
+        raise NotImplementedError("Adasum is implemented for torch tensors only (hvd.torch): use "
+                                  "op=hvd.Average or op=hvd.Sum")
     try:
         return _CORE_OPS[op]
     except (KeyError, TypeError):

@@ -120,6 +120,15 @@ def register_callable(finish: Callable[[], Any]) -> CallableHandle:
     return handle
 
 
+def register(core: Any, finish: Callable[[Any], Any]) -> int:
+    """A handle over an operation a frontend runs itself (Adasum): core has
+    poll() and wait() as hvd._core.Handle; finish(core) gives the result."""
+    handle = next(_handle_ids)
+    with _lock:
+        _handles[handle] = _Pending(core, finish)
+    return handle
+
+
 def poll(handle: int) -> bool:
     """True when the operation behind handle has completed."""
     with _lock:

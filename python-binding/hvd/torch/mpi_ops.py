@@ -151,6 +151,10 @@ def _member_names(base: str, n: int) -> List[str]:
 
 def _allreduce_async(tensor: torch.Tensor, output: torch.Tensor, name: Optional[str], op: int,
                      prescale_factor: float, postscale_factor: float, process_set: ProcessSet) -> int:
+    if op == Adasum:
+        from hvd.torch import adasum
+        return adasum.allreduce_async([tensor], [output], name, prescale_factor, postscale_factor, process_set,
+                                      grouped=False)
     core_op = _basics.core_reduce_op(op)
     code, device = _check(tensor)
     _check_output(tensor, output)
@@ -224,6 +228,10 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
 def _grouped_allreduce_async(tensors: List[torch.Tensor], outputs: List[torch.Tensor], name: Optional[str],
                              op: int, prescale_factor: float, postscale_factor: float,
                              process_set: ProcessSet) -> int:
+    if op == Adasum:
+        from hvd.torch import adasum
+        return adasum.allreduce_async(tensors, outputs, name, prescale_factor, postscale_factor, process_set,
+                                      grouped=True)
     core_op = _basics.core_reduce_op(op)
     pre, post = _scale_args(prescale_factor, postscale_factor)
     ps_id = _ops.check_process_set(process_set)

@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 
 from hvd.common import ops as _ops
+from hvd.torch import adasum
 from hvd.torch.compression import Compression
 from hvd.torch.functions import broadcast_object
 from hvd.torch.mpi_ops import (Adasum, Average, ProcessSet, allreduce_async_, global_process_set,
@@ -322,7 +323,9 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         compression: Compression.none or Compression.fp16.
         backward_passes_per_step: backward passes whose gradients are
             accumulated locally before they are reduced.
-        op: Average (default) or Sum. Adasum is not supported.
+        op: Average (default), Sum, or Adasum: then step() takes the local
+            step and reduces the change of the weights with Adasum
+            (hvd.torch.adasum); groups and sparse_as_dense do not apply.
         gradient_predivide_factor: with Average, gradients are scaled by
             1 / factor before the sum and by factor / size after it.
         num_groups: deprecated, use groups.
@@ -331,10 +334,11 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         sparse_as_dense: reduce sparse gradients as dense tensors.
         process_set: reduce over the members of this process set only.
     """
-    if op == Adasum:
-        raise NotImplementedError("Adasum is not supported by hvd: use op=hvd.Average or op=hvd.Sum")
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
+    if op == Adasum:
+        return adasum.distributed_optimizer(optimizer, named_parameters, compression, backward_passes_per_step,
+                                            process_set)
     if num_groups != 0:
         warnings.warn("Parameter `num_groups` has been replaced by `groups` and will be removed in v0.23.0.",
                       DeprecationWarning)
