@@ -1,0 +1,52 @@
+# python-binding/tf: hvd.tensorflow — the package (python-binding/hvd/
+# tensorflow/, installed whenever the Python binding is) and its op library
+# hvd_tf_ops.so, asynchronous CPU kernels over libhvd in C against
+# TensorFlow's C API, built when configure finds a TensorFlow
+# (--with-tensorflow=PYTHON). `make` puts both into the build-tree package:
+#     PYTHONPATH=$(builddir)/python-binding/pkg $(TF_PYTHON) -c 'import hvd.tensorflow'
+
+hvd_tf_py_sources = \
+	python-binding/hvd/tensorflow/__init__.py \
+	python-binding/hvd/tensorflow/compression.py \
+	python-binding/hvd/tensorflow/functions.py \
+	python-binding/hvd/tensorflow/gradient_tape.py \
+	python-binding/hvd/tensorflow/mpi_ops.py
+hvd_tf_ops_sources = %D%/ops.c %D%/kernels.c %D%/complete.c %D%/done.cc %D%/tf_ops.h
+
+EXTRA_DIST += $(hvd_tf_py_sources) $(hvd_tf_ops_sources)
+
+hvd_tf_pkg_deps =
+if HAVE_PYTHON
+hvdtfexecdir = $(pyexecdir)/hvd/tensorflow
+hvdtfexec_PYTHON = $(hvd_tf_py_sources)
+
+if HAVE_TENSORFLOW
+hvdtfexec_LTLIBRARIES = %D%/hvd_tf_ops.la
+%C%_hvd_tf_ops_la_SOURCES = $(hvd_tf_ops_sources)
+%C%_hvd_tf_ops_la_CPPFLAGS = $(AM_CPPFLAGS) $(TF_CFLAGS)
+%C%_hvd_tf_ops_la_CXXFLAGS = -std=c++17 -Wall -Wextra $(SANITIZER_FLAGS)
+%C%_hvd_tf_ops_la_LDFLAGS = $(AM_LDFLAGS) -module -avoid-version -shrext .so
+%C%_hvd_tf_ops_la_LIBADD = client/libhvd.la $(TF_LIBS)
+hvd_tf_pkg_deps += %D%/hvd_tf_ops.la
+endif
+
+# The build-tree package gets hvd/tensorflow after python-binding/local.mk
+# has made hvd/ (which it remakes from scratch).
+all-local: python-binding-tf-pkg
+python-binding-tf-pkg: python-binding/pkg/hvd/tensorflow/.stamp
+python-binding/pkg/hvd/tensorflow/.stamp: python-binding/pkg/.stamp $(hvd_tf_py_sources) $(hvd_tf_pkg_deps)
+	$(AM_V_GEN)set -e; \
+	$(MKDIR_P) $(@D); \
+	for f in $(hvd_tf_py_sources); do \
+		if test -f "$$f"; then src="$(abs_builddir)/$$f"; else src="$(abs_srcdir)/$$f"; fi; \
+		ln -sf "$$src" "$(@D)/$${f##*/}"; \
+	done; \
+	if test -f %D%/.libs/hvd_tf_ops.so; then cp -f %D%/.libs/hvd_tf_ops.so $(@D)/; fi; \
+	touch $@
+
+install-exec-hook: python-binding-tf-install-exec-hook
+python-binding-tf-install-exec-hook:
+	rm -f $(DESTDIR)$(hvdtfexecdir)/hvd_tf_ops.la
+
+.PHONY: python-binding-tf-pkg python-binding-tf-install-exec-hook
+endif
