@@ -4,7 +4,10 @@
 # scripts/venv-tf.sh). Skipped (77), saying why, without the op library.
 tf_test_files = \
 	%D%/tf/conftest.py \
-	%D%/tf/test_tf_ops.py
+	%D%/tf/test_tf_ops.py \
+	%D%/tf/test_tf_grads.py \
+	%D%/tf/test_tf_errors.py \
+	%D%/tf/test_tf_training.py
 tf_test_scripts = %D%/tf/run-np2.sh %D%/tf/run-np3.sh
 EXTRA_DIST += $(tf_test_files) $(tf_test_scripts) %D%/tf/run-pytest.sh scripts/venv-tf.sh
 AM_TESTS_ENVIRONMENT += HVD_TF_PYTHON='$(TF_PYTHON)'; export HVD_TF_PYTHON;

@@ -16,6 +16,7 @@ hvd_tf_ops_sources = %D%/ops.c %D%/kernels.c %D%/complete.c %D%/done.cc %D%/tf_o
 EXTRA_DIST += $(hvd_tf_py_sources) $(hvd_tf_ops_sources)
 
 hvd_tf_pkg_deps =
+hvd_tf_ops_built =
 if HAVE_PYTHON
 hvdtfexecdir = $(pyexecdir)/hvd/tensorflow
 hvdtfexec_PYTHON = $(hvd_tf_py_sources)
@@ -28,6 +29,7 @@ hvdtfexec_LTLIBRARIES = %D%/hvd_tf_ops.la
 %C%_hvd_tf_ops_la_LDFLAGS = $(AM_LDFLAGS) -module -avoid-version -shrext .so
 %C%_hvd_tf_ops_la_LIBADD = client/libhvd.la $(TF_LIBS)
 hvd_tf_pkg_deps += %D%/hvd_tf_ops.la
+hvd_tf_ops_built += %D%/.libs/hvd_tf_ops.so
 endif
 
 # The build-tree package gets hvd/tensorflow after python-binding/local.mk
@@ -41,7 +43,8 @@ python-binding/pkg/hvd/tensorflow/.stamp: python-binding/pkg/.stamp $(hvd_tf_py_
 		if test -f "$$f"; then src="$(abs_builddir)/$$f"; else src="$(abs_srcdir)/$$f"; fi; \
 		ln -sf "$$src" "$(@D)/$${f##*/}"; \
 	done; \
-	if test -f %D%/.libs/hvd_tf_ops.so; then cp -f %D%/.libs/hvd_tf_ops.so $(@D)/; fi; \
+	rm -f $(@D)/hvd_tf_ops.so; \
+	for f in $(hvd_tf_ops_built); do cp -f "$$f" $(@D)/; done; \
 	touch $@
 
 install-exec-hook: python-binding-tf-install-exec-hook

@@ -137,7 +137,9 @@ static void register_one(const op_spec_t *s, TF_Status *st) {
                 TF_OpDefinitionBuilderAddInput(b, s->inputs[i]);
         for (size_t i = 0; i < 3 && s->outputs[i]; i++)
                 TF_OpDefinitionBuilderAddOutput(b, s->outputs[i]);
-        TF_OpDefinitionBuilderSetIsStateful(b, s->stateful);
+        /* it sets the flag whatever the argument says: call it only to set it */
+        if (s->stateful)
+                TF_OpDefinitionBuilderSetIsStateful(b, true);
         if (s->shape)
                 TF_OpDefinitionBuilderSetShapeInferenceFunction(b, s->shape);
         TF_RegisterOpDefinition(b, st);

@@ -216,7 +216,7 @@ def _allgather_grad(op, grad):
     grad = _allreduce(grad, op=Sum, process_set=ps)
     with tf.device("/cpu:0"):
         rows = tf.reshape(tf.shape(op.inputs[0], out_type=tf.int64)[0], [1])
-        rows = allgather(rows, process_set=ps)
+        rows = tf.reshape(allgather(rows, process_set=ps), [_common_ops.set_size(ps)])
     return tf.split(grad, num_or_size_splits=rows, axis=0)[ps.rank()]
 
 
