@@ -49,6 +49,13 @@ static const char *const kind_prefix[HVD_TF_N_COLLECTIVES] = {
 /* eager executions so far, per kind and process set */
 static atomic_uint_fast64_t noname[HVD_TF_N_COLLECTIVES][MAX_PROCESS_SETS];
 
+void hvd_tf_names_reset(int process_set) {
+        for (int k = 0; k < HVD_TF_N_COLLECTIVES; k++)
+                for (int ps = 0; ps < MAX_PROCESS_SETS; ps++)
+                        if (process_set < 0 || ps == process_set)
+                                atomic_store(&noname[k][ps], 0);
+}
+
 void hvd_tf_fail(TF_OpKernelContext *ctx, int err, const char *msg) {
         TF_Code code;
         switch (err) {

@@ -96,6 +96,12 @@ int hvd_tf_complete_when_done(hvd_tf_op_t *op);
  * on the compute thread for an op that failed before submission. */
 void hvd_tf_op_finish(hvd_tf_op_t *op);
 
+/* Restarts the numbering of eager executions in a process set (< 0: in
+ * all), whose id has been given anew or released, or at hvd's init: the
+ * set's members then count alike. Called by hvd.tensorflow through ctypes;
+ * not thread-safe against executions in that set. */
+__attribute__((visibility("default"))) void hvd_tf_names_reset(int process_set);
+
 /* Records a failure with hvd's code and message in ctx. */
 void hvd_tf_fail(TF_OpKernelContext *ctx, int err, const char *msg);
 

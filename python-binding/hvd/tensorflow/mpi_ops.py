@@ -8,6 +8,7 @@ its graph, alike on every rank); else (eager execution) a number counted by
 the op library in the order of the calls.
 """
 
+import ctypes
 import os
 import re
 from typing import Any, List, Optional, Sequence
@@ -17,20 +18,26 @@ import tensorflow as tf
 from hvd.common import basics as _basics
 from hvd.common import ops as _common_ops
 from hvd.common.basics import Average, Sum
+from hvd.common import process_sets as _process_sets
 from hvd.common.process_sets import ProcessSet, global_process_set
 
 _LIB_NAME = "hvd_tf_ops.so"
 
 
-def _load_library():
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIB_NAME)
-    if not os.path.exists(path):
-        raise ImportError(f"hvd.tensorflow: its op library {path} is missing: hvd was configured without "
-                          f"TensorFlow (configure --with-tensorflow=PYTHON, see docs/TENSORFLOW.md)")
-    return tf.load_op_library(path)
+_LIB_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIB_NAME)
+if not os.path.exists(_LIB_PATH):
+    raise ImportError(f"hvd.tensorflow: its op library {_LIB_PATH} is missing: hvd was configured without "
+                      f"TensorFlow (configure --with-tensorflow=PYTHON, see docs/TENSORFLOW.md)")
+_lib = tf.load_op_library(_LIB_PATH)
 
-
-_lib = _load_library()
+# Eager executions are numbered per process set by the op library; like the
+# other frontends' counters, they start afresh at init and whenever a set's
+# id is given anew, identically on every member.
+_names = ctypes.CDLL(_LIB_PATH)
+_names.hvd_tf_names_reset.argtypes = [ctypes.c_int]
+_names.hvd_tf_names_reset.restype = None
+_basics._init_hooks.append(lambda: _names.hvd_tf_names_reset(-1))
+_process_sets._id_listeners.append(_names.hvd_tf_names_reset)
 
 # libhvd's reduce codes, which the ops take (hvd.common.basics translates)
 _CORE_SUM = _basics.core_reduce_op(Sum)
