@@ -50,9 +50,13 @@ python-binding/pkg/hvd/tensorflow/.stamp: python-binding/pkg/.stamp $(hvd_tf_py_
 	for f in $(hvd_tf_ops_built); do cp -f "$$f" $(@D)/; done; \
 	touch $@
 
+# Installed, the op library carries no libtool archive (so uninstall names it).
 install-exec-hook: python-binding-tf-install-exec-hook
 python-binding-tf-install-exec-hook:
 	rm -f $(DESTDIR)$(hvdtfexecdir)/hvd_tf_ops.la
+uninstall-local: python-binding-tf-uninstall-local
+python-binding-tf-uninstall-local:
+	rm -f $(DESTDIR)$(hvdtfexecdir)/hvd_tf_ops.so
 
-.PHONY: python-binding-tf-pkg python-binding-tf-install-exec-hook
+.PHONY: python-binding-tf-pkg python-binding-tf-install-exec-hook python-binding-tf-uninstall-local
 endif

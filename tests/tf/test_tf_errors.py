@@ -69,3 +69,23 @@ def test_unsupported_dtype_and_op(size):
     with pytest.raises(NotImplementedError, match="op=Average and op=Sum"):
         hvd.allreduce(tf.IndexedSlices(tf.ones([1, 2]), tf.constant([0])), op=hvd.Max)
     still_works(size)
+
+
+def test_bad_attributes_of_the_raw_ops(size):
+    # the op library checks what the Python wrappers would never pass
+    from hvd.tensorflow import mpi_ops
+    with pytest.raises(tf.errors.InvalidArgumentError, match="reduce_op: not a reduce op of hvd"):
+        mpi_ops._lib.hvd_allreduce(tf.ones([2]), reduce_op=99)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="process_set: not an id of a process set"):
+        mpi_ops._lib.hvd_allgather(tf.ones([1, 2]), process_set=-3)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="process_set: not an id of a process set"):
+        mpi_ops._lib.hvd_broadcast(tf.ones([2]), process_set=500)
+    still_works(size)
+
+
+def test_unknown_process_set_id(size):
+    # an id in range that no set has: hvd refuses the request
+    from hvd.tensorflow import mpi_ops
+    with pytest.raises(tf.errors.InvalidArgumentError, match="process set 40 does not exist"):
+        mpi_ops._lib.hvd_allreduce(tf.ones([2]), process_set=40)
+    still_works(size)
