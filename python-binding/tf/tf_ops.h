@@ -37,7 +37,7 @@ typedef struct TF_OpKernelContext TF_OpKernelContext;
 
 #include "hvd.h"
 
-/* The collectives, in the order of kinds_names[] (kernels.c). */
+/* What an op does; hvd_tf_op_types[] (kernels.c) names its op type. */
 typedef enum hvd_tf_kind {
         HVD_TF_ALLREDUCE,
         HVD_TF_GROUPED_ALLREDUCE,
