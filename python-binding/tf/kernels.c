@@ -31,6 +31,8 @@ const char *const hvd_tf_op_types[_HVD_TF_KIND_COUNT] = {
         [HVD_TF_BROADCAST] = "HvdBroadcast",
         [HVD_TF_ALLTOALL] = "HvdAlltoall",
         [HVD_TF_REDUCESCATTER] = "HvdReducescatter",
+        [HVD_TF_GROUPED_ALLGATHER] = "HvdGroupedAllgather",
+        [HVD_TF_GROUPED_REDUCESCATTER] = "HvdGroupedReducescatter",
         [HVD_TF_SIZE] = "HvdSize",
         [HVD_TF_RANK] = "HvdRank",
         [HVD_TF_LOCAL_SIZE] = "HvdLocalSize",
@@ -41,9 +43,14 @@ const char *const hvd_tf_op_types[_HVD_TF_KIND_COUNT] = {
 
 /* The prefix of the tensor names, as the other frontends of hvd name them. */
 static const char *const kind_prefix[HVD_TF_N_COLLECTIVES] = {
-        [HVD_TF_ALLREDUCE] = "allreduce", [HVD_TF_GROUPED_ALLREDUCE] = "grouped_allreduce",
-        [HVD_TF_ALLGATHER] = "allgather", [HVD_TF_BROADCAST] = "broadcast",
-        [HVD_TF_ALLTOALL] = "alltoall",   [HVD_TF_REDUCESCATTER] = "reducescatter",
+        [HVD_TF_ALLREDUCE] = "allreduce",
+        [HVD_TF_GROUPED_ALLREDUCE] = "grouped_allreduce",
+        [HVD_TF_ALLGATHER] = "allgather",
+        [HVD_TF_BROADCAST] = "broadcast",
+        [HVD_TF_ALLTOALL] = "alltoall",
+        [HVD_TF_REDUCESCATTER] = "reducescatter",
+        [HVD_TF_GROUPED_ALLGATHER] = "grouped_allgather",
+        [HVD_TF_GROUPED_REDUCESCATTER] = "grouped_reducescatter",
 };
 
 /* eager executions so far, per kind and process set */
@@ -177,7 +184,8 @@ void *hvd_tf_kernel_new(TF_OpKernelConstruction *ctx, hvd_tf_kind_t kind) {
                 return construction_failed(ctx, k, st, NULL);
         if (k->process_set < 0 || k->process_set >= MAX_PROCESS_SETS)
                 return construction_failed(ctx, k, st, "process_set: not an id of a process set");
-        if (kind == HVD_TF_ALLREDUCE || kind == HVD_TF_GROUPED_ALLREDUCE || kind == HVD_TF_REDUCESCATTER) {
+        if (kind == HVD_TF_ALLREDUCE || kind == HVD_TF_GROUPED_ALLREDUCE || kind == HVD_TF_REDUCESCATTER ||
+            kind == HVD_TF_GROUPED_REDUCESCATTER) {
                 int op = 0;
                 if (attr_int(ctx, "reduce_op", &op, st) < 0 || attr_float(ctx, "prescale", &k->prescale, st) < 0 ||
                     attr_float(ctx, "postscale", &k->postscale, st) < 0)
@@ -247,32 +255,39 @@ static hvd_tf_op_t *op_new(const hvd_tf_kernel_t *k, TF_OpKernelContext *ctx, in
         return op;
 }
 
-/* Results of a completed op into TensorFlow's outputs. 0 or an error
- * already recorded in the context. */
-static int op_outputs(hvd_tf_op_t *op) {
-        const hvd_tf_kernel_t *k = op->kernel;
-        if (k->kind != HVD_TF_ALLGATHER && k->kind != HVD_TF_ALLTOALL && k->kind != HVD_TF_REDUCESCATTER)
-                return 0; /* written in place by hvd */
-        TF_Status *st = TF_NewStatus();
-        if (!st)
-                return -ENOMEM;
+/* Member i's output allocated by hvd into TensorFlow's output i. */
+static void member_output(hvd_tf_op_t *op, int i, TF_Status *st) {
         const void *data = NULL;
         size_t bytes = 0;
         int ndim = 0;
         const int64_t *shape = NULL;
         int64_t empty[HVD_MAX_NDIM];
-        if (hvd_handle_output(op->handle, 0, &data, &bytes, &ndim, &shape) < 0) {
+        if (hvd_handle_output(op->handle, (size_t) i, &data, &bytes, &ndim, &shape) < 0) {
                 /* nothing allocated: an empty result, rows of the input's shape */
-                ndim = TF_NumDims(op->in[0]);
+                ndim = TF_NumDims(op->in[i]);
                 for (int d = 0; d < ndim; d++)
-                        empty[d] = d == 0 ? 0 : TF_Dim(op->in[0], d);
+                        empty[d] = d == 0 ? 0 : TF_Dim(op->in[i], d);
                 shape = empty;
                 bytes = 0;
         }
-        TF_Tensor *t = TF_AllocateOutput(op->ctx, 0, op->dtype[0], shape, ndim, bytes, st);
+        TF_Tensor *t = TF_AllocateOutput(op->ctx, i, op->dtype[i], shape, ndim, bytes, st);
         if (TF_GetCode(st) == TF_OK && bytes)
                 memcpy(TF_TensorData(t), data, bytes);
         TF_DeleteTensor(t);
+}
+
+/* Results of a completed op into TensorFlow's outputs. 0 or an error
+ * already recorded in the context. */
+static int op_outputs(hvd_tf_op_t *op) {
+        const hvd_tf_kernel_t *k = op->kernel;
+        if (k->kind != HVD_TF_ALLGATHER && k->kind != HVD_TF_ALLTOALL && k->kind != HVD_TF_REDUCESCATTER &&
+            k->kind != HVD_TF_GROUPED_ALLGATHER && k->kind != HVD_TF_GROUPED_REDUCESCATTER)
+                return 0; /* written in place by hvd */
+        TF_Status *st = TF_NewStatus();
+        if (!st)
+                return -ENOMEM;
+        for (int i = 0; i < op->n && TF_GetCode(st) == TF_OK; i++)
+                member_output(op, i, st);
         if (TF_GetCode(st) == TF_OK && k->kind == HVD_TF_ALLTOALL) {
                 const int64_t *recv = NULL;
                 int size = hvd_process_set_size(k->process_set);
@@ -357,7 +372,8 @@ static int output_like_input(hvd_tf_op_t *op, int i, hvd_request_t *req, TF_Stat
 
 void hvd_tf_compute(void *kp, TF_OpKernelContext *ctx, struct TF_AsyncOpKernelDoneCallback *done_cb) {
         const hvd_tf_kernel_t *k = kp;
-        bool grouped = k->kind == HVD_TF_GROUPED_ALLREDUCE;
+        bool grouped = k->kind == HVD_TF_GROUPED_ALLREDUCE || k->kind == HVD_TF_GROUPED_ALLGATHER ||
+                       k->kind == HVD_TF_GROUPED_REDUCESCATTER;
         int n = grouped ? TF_NumInputs(ctx) : 1;
         uint64_t seq = 0;
         if (!k->name)
@@ -395,7 +411,8 @@ void hvd_tf_compute(void *kp, TF_OpKernelContext *ctx, struct TF_AsyncOpKernelDo
                         break;
                 }
                 r = describe(op, i, &reqs[i], msg, sizeof msg);
-                if (r == 0 && (k->kind == HVD_TF_ALLREDUCE || grouped || k->kind == HVD_TF_BROADCAST))
+                if (r == 0 &&
+                    (k->kind == HVD_TF_ALLREDUCE || k->kind == HVD_TF_GROUPED_ALLREDUCE || k->kind == HVD_TF_BROADCAST))
                         r = output_like_input(op, i, &reqs[i], st);
                 if (grouped) {
                         snprintf(names[i], sizeof names[i], "%s.%dof%d", base, i, n);
@@ -432,6 +449,10 @@ void hvd_tf_compute(void *kp, TF_OpKernelContext *ctx, struct TF_AsyncOpKernelDo
                 case HVD_TF_BROADCAST: r = hvd_broadcast_async(&reqs[0], &op->handle); break;
                 case HVD_TF_ALLTOALL: r = hvd_alltoall_async(&reqs[0], &op->handle); break;
                 case HVD_TF_REDUCESCATTER: r = hvd_reducescatter_async(&reqs[0], &op->handle); break;
+                case HVD_TF_GROUPED_ALLGATHER: r = hvd_grouped_allgather_async(reqs, (size_t) n, &op->handle); break;
+                case HVD_TF_GROUPED_REDUCESCATTER:
+                        r = hvd_grouped_reducescatter_async(reqs, (size_t) n, &op->handle);
+                        break;
                 default: r = -EINVAL;
                 }
                 if (r < 0)

@@ -57,6 +57,8 @@ CREATE(create_allgather, HVD_TF_ALLGATHER)
 CREATE(create_broadcast, HVD_TF_BROADCAST)
 CREATE(create_alltoall, HVD_TF_ALLTOALL)
 CREATE(create_reducescatter, HVD_TF_REDUCESCATTER)
+CREATE(create_grouped_allgather, HVD_TF_GROUPED_ALLGATHER)
+CREATE(create_grouped_reducescatter, HVD_TF_GROUPED_REDUCESCATTER)
 CREATE(create_size, HVD_TF_SIZE)
 CREATE(create_rank, HVD_TF_RANK)
 CREATE(create_local_size, HVD_TF_LOCAL_SIZE)
@@ -118,6 +120,20 @@ static const op_spec_t specs[] = {
           { "T: " TYPES, REDUCE_ATTRS, NAME_ATTRS },
           { "tensor: T" },
           { "output: T" },
+          shape_unknown,
+          false },
+        { HVD_TF_GROUPED_ALLGATHER,
+          create_grouped_allgather,
+          { "T: list(" TYPES ") >= 1", NAME_ATTRS },
+          { "tensors: T" },
+          { "outputs: T" },
+          shape_unknown,
+          false },
+        { HVD_TF_GROUPED_REDUCESCATTER,
+          create_grouped_reducescatter,
+          { "T: list(" TYPES ") >= 1", REDUCE_ATTRS, NAME_ATTRS },
+          { "tensors: T" },
+          { "outputs: T" },
           shape_unknown,
           false },
         { HVD_TF_SIZE, create_size, { NULL }, { NULL }, { "size: int32" }, shape_scalar, false },

@@ -45,6 +45,8 @@ typedef enum hvd_tf_kind {
         HVD_TF_BROADCAST,
         HVD_TF_ALLTOALL,
         HVD_TF_REDUCESCATTER,
+        HVD_TF_GROUPED_ALLGATHER,
+        HVD_TF_GROUPED_REDUCESCATTER,
         HVD_TF_N_COLLECTIVES,
         /* not collectives of tensors */
         HVD_TF_SIZE = HVD_TF_N_COLLECTIVES,

@@ -106,3 +106,34 @@ def test_reducescatter_grad_needs_sum_or_average():
         return tape.gradient(loss, t)
     with pytest.raises(NotImplementedError, match="op=Sum or op=Average"):
         g(x)
+
+
+def test_grouped_allgather_grad(run, rank, size):
+    # each member as test_allgather_grad_is_my_rows_of_the_sum, the second weighed twice
+    total = tri(size)
+    x = tf.ones([rank + 1, 2])
+    weights = tf.constant([[float((rank + 1) * (i + 1))] * 2 for i in range(total)])
+
+    def g(t):
+        with tf.GradientTape() as tape:
+            tape.watch(t)
+            ga, gb = hvd.grouped_allgather([t, t * 2.0])
+            loss = tf.reduce_sum(ga * weights) + tf.reduce_sum(gb * weights)
+        return tape.gradient(loss, t)
+    first = tri(rank)
+    want = np.array([[3 * tri(size) * (i + 1)] * 2 for i in range(first, first + rank + 1)], np.float32)
+    np.testing.assert_array_equal(run(g, x).numpy(), want)
+
+
+def test_grouped_reducescatter_grad(run, rank, size):
+    x, y = tf.ones([size, 2]), tf.ones([size, 1])
+
+    def g(a, b):
+        with tf.GradientTape() as tape:
+            tape.watch([a, b])
+            ra, rb = hvd.grouped_reducescatter([a, b])  # Average
+            loss = tf.reduce_sum(ra) * float(rank + 1) + tf.reduce_sum(rb)
+        return tape.gradient(loss, [a, b])
+    ga, gb = run(g, x, y)
+    np.testing.assert_array_equal(ga.numpy(), np.array([[(r + 1.0) / size] * 2 for r in range(size)], np.float32))
+    np.testing.assert_array_equal(gb.numpy(), np.full([size, 1], 1.0 / size, np.float32))

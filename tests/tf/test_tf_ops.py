@@ -248,3 +248,24 @@ def test_process_set_id_given_anew_counts_afresh(rank, size):
                     np.testing.assert_array_equal(out.numpy(), np.full([2], 2.0, np.float32))
         finally:
             hvd.remove_process_set(ps)
+
+
+def test_grouped_allgather(run, rank, size):
+    # two members of different dtypes and rows per rank
+    a = tf.fill([rank + 1, 2], rank)
+    b = tf.cast(tf.fill([1, 3], rank * 10), tf.float64)
+    out_a, out_b = run(lambda x, y: hvd.grouped_allgather([x, y]), a, b)
+    assert_equal(out_a, tf.concat([tf.fill([r + 1, 2], r) for r in range(size)], 0))
+    assert_equal(out_b, tf.cast(tf.constant([[r * 10] * 3 for r in range(size)]), tf.float64))
+
+
+def test_grouped_reducescatter(run, rank, size):
+    # [size, 2] and [2 size, 1] of rank + 1, summed: rank r keeps 1 and 2 rows
+    a, b = tf.fill([size, 2], float(rank + 1)), tf.fill([2 * size, 1], rank + 1)
+    out_a, out_b = run(lambda x, y: hvd.grouped_reducescatter([x, y], op=hvd.Sum), a, b)
+    assert_equal(out_a, tf.fill([1, 2], float(tri_(size))))
+    assert_equal(out_b, tf.fill([2, 1], tri_(size)))
+
+
+def tri_(n):
+    return n * (n + 1) // 2

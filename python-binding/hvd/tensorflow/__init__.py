@@ -25,8 +25,9 @@ from hvd.common.process_sets import ProcessSet, add_process_set, global_process_
 from hvd.tensorflow.compression import Compression
 from hvd.tensorflow.functions import allreduce, broadcast_variables, grouped_allreduce
 from hvd.tensorflow.gradient_tape import DistributedGradientTape
-from hvd.tensorflow.mpi_ops import (allgather, alltoall, barrier, broadcast, join, local_rank_op, local_size_op,
-                                    rank_op, reducescatter, size_op)
+from hvd.tensorflow.mpi_ops import (allgather, alltoall, barrier, broadcast, grouped_allgather,
+                                    grouped_reducescatter, join, local_rank_op, local_size_op, rank_op, reducescatter,
+                                    size_op)
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size", "cross_rank",
@@ -34,7 +35,7 @@ __all__ = [
     "gloo_enabled", "gloo_built", "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "Average",
     "Sum", "Adasum", "Min", "Max", "Product", "ProcessSet", "global_process_set", "add_process_set",
     "remove_process_set", "HorovodInternalError", "HostsUpdatedInterrupt", "Compression", "allreduce",
-    "grouped_allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "join", "barrier", "size_op",
-    "rank_op", "local_size_op", "local_rank_op", "broadcast_variables", "DistributedGradientTape",
-    "broadcast_object", "allgather_object",
+    "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "alltoall", "reducescatter",
+    "grouped_reducescatter", "join", "barrier", "size_op", "rank_op", "local_size_op", "local_rank_op",
+    "broadcast_variables", "DistributedGradientTape", "broadcast_object", "allgather_object",
 ]

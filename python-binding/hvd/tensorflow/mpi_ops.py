@@ -145,6 +145,32 @@ def reducescatter(tensor, name: Optional[str] = None, op: int = Average,
     return _with_rows(out, tensor)
 
 
+def grouped_allgather(tensors: Sequence[Any], name: Optional[str] = None,
+                      process_set: ProcessSet = global_process_set) -> List[Any]:
+    """allgather of several tensors as one group: none starts before all are
+    ready on every rank."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        raise ValueError("grouped_allgather needs at least one tensor")
+    outs = _lib.hvd_grouped_allgather(tensors, process_set=_ps_id(process_set), tensor_name=_tensor_name(name),
+                                      name=_node_name("HvdGroupedAllgather", tensors[0]))
+    return [_with_rows(o, t) for o, t in zip(outs, tensors)]
+
+
+def grouped_reducescatter(tensors: Sequence[Any], name: Optional[str] = None, op: int = Average,
+                          process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
+                          postscale_factor: float = 1.0) -> List[Any]:
+    """reducescatter of several tensors as one group."""
+    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    if not tensors:
+        raise ValueError("grouped_reducescatter needs at least one tensor")
+    outs = _lib.hvd_grouped_reducescatter(tensors, reduce_op=_basics.core_reduce_op(op),
+                                          prescale=float(prescale_factor), postscale=float(postscale_factor),
+                                          process_set=_ps_id(process_set), tensor_name=_tensor_name(name),
+                                          name=_node_name("HvdGroupedReducescatter", tensors[0]))
+    return [_with_rows(o, t) for o, t in zip(outs, tensors)]
+
+
 def join() -> int:
     """This rank has no more data: it takes part in the other ranks'
     allreduces with zeros until every rank joined. Returns the last rank to
@@ -216,15 +242,25 @@ def _grouped_allreduce_grad(op, *grads):
                               process_set=_op_process_set(op))
 
 
+def _my_rows_of_sum(x, grad, ps: ProcessSet):
+    """This rank's rows (those x had) of grad summed over the ranks."""
+    grad = _allreduce(grad, op=Sum, process_set=ps)
+    with tf.device("/cpu:0"):
+        rows = tf.reshape(tf.shape(x, out_type=tf.int64)[0], [1])
+        rows = tf.reshape(allgather(rows, process_set=ps), [_common_ops.set_size(ps)])
+    return tf.split(grad, num_or_size_splits=rows, axis=0)[ps.rank()]
+
+
 @tf.RegisterGradient("HvdAllgather")
 def _allgather_grad(op, grad):
     """This rank's rows of the gradient summed over the ranks."""
+    return _my_rows_of_sum(op.inputs[0], grad, _op_process_set(op))
+
+
+@tf.RegisterGradient("HvdGroupedAllgather")
+def _grouped_allgather_grad(op, *grads):
     ps = _op_process_set(op)
-    grad = _allreduce(grad, op=Sum, process_set=ps)
-    with tf.device("/cpu:0"):
-        rows = tf.reshape(tf.shape(op.inputs[0], out_type=tf.int64)[0], [1])
-        rows = tf.reshape(allgather(rows, process_set=ps), [_common_ops.set_size(ps)])
-    return tf.split(grad, num_or_size_splits=rows, axis=0)[ps.rank()]
+    return [_my_rows_of_sum(x, g, ps) for x, g in zip(op.inputs, grads)]
 
 
 @tf.RegisterGradient("HvdBroadcast")
@@ -244,16 +280,33 @@ def _alltoall_grad(op, grad_output, grad_received_splits):
     return [grad, None]
 
 
-@tf.RegisterGradient("HvdReducescatter")
-def _reducescatter_grad(op, grad):
-    """Every rank's share of the gradient gathered (Sum and Average only)."""
+def _reducescatter_grad_scale(op, ps: ProcessSet) -> float:
+    """What reducescatter's gradient multiplies the gathered one by (Sum and
+    Average only)."""
     reduce_op = op.get_attr("reduce_op")
     if reduce_op not in (_CORE_SUM, _CORE_AVERAGE):
         raise NotImplementedError(f"the gradient of reducescatter needs op=Sum or op=Average (got "
                                   f"{_basics.op_name(_FROM_CORE[reduce_op])})")
-    ps = _op_process_set(op)
-    grad = allgather(grad, process_set=ps)
     scale = op.get_attr("prescale") * op.get_attr("postscale")
     if reduce_op == _CORE_AVERAGE:
         scale /= _common_ops.set_size(ps)
+    return scale
+
+
+def _scaled(grad, scale: float):
     return grad * tf.cast(scale, grad.dtype) if scale != 1.0 else grad
+
+
+@tf.RegisterGradient("HvdReducescatter")
+def _reducescatter_grad(op, grad):
+    """Every rank's share of the gradient gathered (Sum and Average only)."""
+    ps = _op_process_set(op)
+    scale = _reducescatter_grad_scale(op, ps)
+    return _scaled(allgather(grad, process_set=ps), scale)
+
+
+@tf.RegisterGradient("HvdGroupedReducescatter")
+def _grouped_reducescatter_grad(op, *grads):
+    ps = _op_process_set(op)
+    scale = _reducescatter_grad_scale(op, ps)
+    return [_scaled(g, scale) for g in grouped_allgather(list(grads), process_set=ps)]
