@@ -6,7 +6,7 @@
 set -eu
 build="build-essential autoconf automake libtool pkg-config libzmq3-dev libprotobuf-c-dev
  protobuf-c-compiler check libsystemd-dev libmicrohttpd-dev libjansson-dev"
-extra="python3 python3-dev python3-venv python3-numpy python3-pytest python3-torch python3-torchvision
+extra="python3 python3-dev python3-numpy python3-pytest python3-torch python3-torchvision
  openmpi-bin libopenmpi-dev gnuplot-nox iproute2 nftables valgrind procps systemd man-db groff-base clang
  clang-format shellcheck git"
 pkgs=$build
