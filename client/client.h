@@ -97,6 +97,8 @@ struct hvd_handle {
         int status;
         int result; /* join: last rank */
         char *error;
+        void (*notify)(void *arg); /* hvd_handle_notify: called once at completion */
+        void *notify_arg;
         hvd_entry_t m[];
 };
 

@@ -185,6 +185,8 @@ void hvd_entry_complete(hvd_entry_t *e, int status, const char *msg) {
         }
         if (--h->n_pending == 0) {
                 pthread_cond_broadcast(&G.cond);
+                if (h->notify)
+                        h->notify(h->notify_arg);
                 hvd_handle_unref(h);
         }
 }
@@ -270,6 +272,23 @@ int hvd_handle_wait_timeout(hvd_handle_t *h, uint64_t timeout_usec) {
 
 int hvd_handle_wait(hvd_handle_t *h) {
         return hvd_handle_wait_timeout(h, 0);
+}
+
+int hvd_handle_notify(hvd_handle_t *h, void (*fn)(void *arg), void *arg) {
+        if (!h || !fn)
+                return -EINVAL;
+        pthread_mutex_lock(&G.lock);
+        int r = h->notify ? -EBUSY : 0;
+        bool done = h->n_pending == 0;
+        if (r == 0) {
+                /* kept also when done, so that a second callback is refused */
+                h->notify = fn;
+                h->notify_arg = arg;
+        }
+        pthread_mutex_unlock(&G.lock);
+        if (r == 0 && done)
+                fn(arg);
+        return r;
 }
 
 int hvd_handle_poll(hvd_handle_t *h) {

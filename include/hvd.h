@@ -186,6 +186,16 @@ int hvd_grouped_reducescatter_async(const hvd_request_t *reqs, size_t n, hvd_han
  * HVD_ETIMEOUT if the handle is still pending after timeout_usec. */
 int hvd_handle_wait(hvd_handle_t *handle);
 int hvd_handle_wait_timeout(hvd_handle_t *handle, uint64_t timeout_usec);
+/* Calls fn(arg) once, when the handle completes (successfully or not),
+ * so that a caller need not keep a thread waiting on each handle. fn runs
+ * on the thread that completes the handle, with hvd's internal lock held:
+ * it must return quickly and must not call any hvd function (hand the
+ * handle over to a thread of yours, e.g. by signalling a condition
+ * variable, and read its results there). If the handle has already
+ * completed, fn runs at once on the calling thread, before this returns.
+ * fn is still called if the handle is released while pending. Returns 0,
+ * -EINVAL (NULL handle or fn), or -EBUSY when a callback is already set. */
+int hvd_handle_notify(hvd_handle_t *handle, void (*fn)(void *arg), void *arg);
 /* 1 when complete (successfully or not), 0 while pending. */
 int hvd_handle_poll(hvd_handle_t *handle);
 /* Error message of a failed operation; borrowed, valid until release. "" if none. */

@@ -3,18 +3,25 @@
 # line "N passed, N failed, N skipped".
 #
 # The full suite runs on the default build (with the NCCL module when CUDA
-# and NCCL are installed). Then a CPU-only build (--without-cuda) with
-# AddressSanitizer and UBSan (--enable-sanitizers) runs the tests that differ
-# between the two builds (unit tests, the GPU-module checks, the
-# collectives, several nodes), and, when clang is here, a libFuzzer build
-# (--enable-fuzzing) runs every fuzz harness for a few seconds
-# (docs/FUZZING.md). Each build is configured with --enable-werror: a
-# compiler warning fails it. Extra arguments go to the first configure.
+# and NCCL are installed, and hvd.tensorflow's op library against the
+# environment scripts/venv-tf.sh makes once and caches). Then a CPU-only
+# build (--without-cuda) with AddressSanitizer and UBSan
+# (--enable-sanitizers) runs the tests that differ between the two builds
+# (unit tests, the GPU-module checks, the collectives, several nodes), and,
+# when clang is here, a libFuzzer build (--enable-fuzzing) runs every fuzz
+# harness for a few seconds (docs/FUZZING.md). Each build is configured
+# with --enable-werror: a compiler warning fails it. Extra arguments go to
+# the first configure.
 # The benchmarks are built (make bench), not run. HVD_TEST_QUICK=1 skips
 # the second and third builds.
 set -u
 top=$(cd "$(dirname "$0")/.." && pwd)
 "$top/scripts/setup.sh" || exit 1
+# Debian has no TensorFlow: configure finds the environment venv-tf.sh makes
+# (or reuses from its cache); without one, hvd.tensorflow's tests skip
+if ! "$top/scripts/venv-tf.sh" >/dev/null; then
+        echo "test: no TensorFlow environment (scripts/venv-tf.sh): hvd.tensorflow's tests will skip"
+fi
 if ! "$top/scripts/build.sh" --enable-werror "$@"; then
         echo "test: the build failed (configured with --enable-werror: a compiler warning is an error)"
         echo "0 passed, 1 failed, 0 skipped"

@@ -28,6 +28,7 @@ include %D%/integration.mk
 include %D%/tools.mk
 include %D%/service.mk
 include %D%/python.mk
+include %D%/tf.mk
 include %D%/gpu.mk
 include %D%/style.mk
 

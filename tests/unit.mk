@@ -75,4 +75,11 @@ TESTS += $(%C%_unit_tests)
 %C%_check_status_json_LDADD = tools/libhvdtools.la common/libhvdcommon.la $(CHECK_LIBS) $(JANSSON_LIBS) \
 	$(PROTOBUF_C_LIBS) -lm
 
+# libhvd's completion callbacks (hvd_handle_notify), on a job of one rank
+check_PROGRAMS += %D%/check_notify
+TESTS += %D%/check_notify
+%C%_check_notify_SOURCES = %D%/check_notify.c
+%C%_check_notify_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+%C%_check_notify_LDADD = client/libhvd.la $(CHECK_LIBS)
+
 endif

@@ -1,0 +1,109 @@
+"""Operations on many tensors or variables at once: allreduce of dense
+tensors and of tf.IndexedSlices, grouped allreduce, and broadcast_variables,
+which runs its broadcasts in one tf.function so that they are in flight
+together and hvd fuses them."""
+
+from typing import Any, List, Optional, Sequence
+
+import tensorflow as tf
+
+from hvd.common import ops as _common_ops
+from hvd.common.basics import Average, Sum, handle_average_backwards_compatibility, op_name
+from hvd.common.process_sets import ProcessSet, global_process_set
+from hvd.tensorflow import mpi_ops
+from hvd.tensorflow.compression import Compression
+
+
+def _sparse_allreduce(tensor: tf.IndexedSlices, name: Optional[str], op: int, prescale_factor: float,
+                      postscale_factor: float, process_set: ProcessSet) -> tf.IndexedSlices:
+    """Two allgathers, of the values and of the indices, as Horovod does."""
+    if op not in (Average, Sum):
+        raise NotImplementedError(f"allreduce of tf.IndexedSlices supports op=Average and op=Sum "
+                                  f"(got {op_name(op)})")
+    values = mpi_ops.allgather(tensor.values, name=None if name is None else f"{name}.values",
+                               process_set=process_set)
+    indices = mpi_ops.allgather(tensor.indices, name=None if name is None else f"{name}.indices",
+                                process_set=process_set)
+    scale = prescale_factor * postscale_factor
+    if op == Average:
+        scale /= _common_ops.set_size(process_set)
+    if scale != 1.0:
+        values = values * tf.cast(scale, values.dtype)
+    return tf.IndexedSlices(values, indices, dense_shape=tensor.dense_shape)
+
+
+def allreduce(tensor, average: Optional[bool] = None, device_dense: str = "", device_sparse: str = "",
+              compression=Compression.none, op: Optional[int] = None, prescale_factor: float = 1.0,
+              postscale_factor: float = 1.0, name: Optional[str] = None,
+              process_set: ProcessSet = global_process_set, ignore_name_scope: bool = False):
+    """The reduction of the ranks' tensors (op: Average by default, Sum,
+    Min, Max, Product), each multiplied by prescale_factor before and the
+    result by postscale_factor after. A tf.IndexedSlices is allgathered
+    (values and indices) instead."""
+    op = handle_average_backwards_compatibility(op, average)
+    if isinstance(tensor, tf.IndexedSlices):
+        with tf.device(device_sparse):
+            return _sparse_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set)
+    with tf.device(device_dense):
+        tensor = tf.convert_to_tensor(tensor)
+        compressed, ctx = compression.compress(tensor)
+        reduced = mpi_ops._allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
+                                     postscale_factor=postscale_factor, process_set=process_set)
+        return compression.decompress(reduced, ctx)
+
+
+def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None, device_dense: str = "",
+                      device_sparse: str = "", compression=Compression.none, op: Optional[int] = None,
+                      prescale_factor: float = 1.0, postscale_factor: float = 1.0,
+                      process_set: ProcessSet = global_process_set, name: Optional[str] = None) -> List[Any]:
+    """allreduce of several tensors as one group: hvd runs none before all
+    are ready on every rank. tf.IndexedSlices members are allgathered on
+    their own."""
+    op = handle_average_backwards_compatibility(op, average)
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("grouped_allreduce needs at least one tensor")
+    out: List[Any] = [None] * len(tensors)
+    dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
+    for i, t in enumerate(tensors):
+        if isinstance(t, tf.IndexedSlices):
+            with tf.device(device_sparse):
+                out[i] = _sparse_allreduce(t, None if name is None else f"{name}.{i}", op, prescale_factor,
+                                           postscale_factor, process_set)
+    if dense:
+        with tf.device(device_dense):
+            pairs = [compression.compress(tf.convert_to_tensor(tensors[i])) for i in dense]
+            reduced = mpi_ops._grouped_allreduce([c for c, _ in pairs], name=name, op=op,
+                                                 prescale_factor=prescale_factor,
+                                                 postscale_factor=postscale_factor, process_set=process_set)
+            for i, r, (_, ctx) in zip(dense, reduced, pairs):
+                out[i] = compression.decompress(r, ctx)
+    return out
+
+
+def _broadcast_assign(variables, root_rank: int, process_set: ProcessSet):
+    return tf.group(*[v.assign(mpi_ops.broadcast(v, root_rank, process_set=process_set)) for v in variables])
+
+
+def _broadcast_assign_eager(variables, root_rank: int, process_set: ProcessSet) -> None:
+    for v in variables:
+        v.assign(mpi_ops.broadcast(v, root_rank, process_set=process_set))
+
+
+_broadcast_group_fn = None
+
+
+def broadcast_variables(variables, root_rank: int, process_set: ProcessSet = global_process_set,
+                        inplace: bool = False):
+    """Assigns root_rank's values to the variables on every rank (call it
+    after the variables are created, before training)."""
+    global _broadcast_group_fn
+    variables = list(variables)
+    if not tf.executing_eagerly():
+        return _broadcast_assign(variables, root_rank, process_set)
+    if not variables:
+        return None
+    if _broadcast_group_fn is None:
+        _broadcast_group_fn = tf.function(_broadcast_assign_eager, reduce_retracing=True)
+    _broadcast_group_fn(variables, root_rank, process_set)
+    return None

@@ -1,0 +1,271 @@
+"""Every op of hvd.tensorflow, exact results on every rank, for every dtype
+hvd carries, executed eagerly and inside tf.function."""
+
+import math
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import hvd.tensorflow as hvd
+from conftest import ALL_DTYPES, FLOAT_DTYPES, NUMERIC_DTYPES
+
+
+def base(dtype, shape=(2, 3)):
+    return tf.cast(tf.reshape(tf.range(1, 1 + math.prod(shape)), shape), dtype)
+
+
+def numpy_of(t):
+    return np.asarray(tf.cast(t, tf.float64).numpy()) if t.dtype in (tf.bfloat16,) else t.numpy()
+
+
+def assert_equal(got, want):
+    assert got.dtype == want.dtype
+    assert got.shape == want.shape
+    np.testing.assert_array_equal(numpy_of(got), numpy_of(want))
+
+
+@pytest.mark.parametrize("dtype", NUMERIC_DTYPES, ids=str)
+def test_allreduce_sum(run, dtype, rank, size):
+    x = base(dtype) * tf.cast(rank + 1, dtype)
+    out = run(lambda t: hvd.allreduce(t, op=hvd.Sum), x)
+    assert_equal(out, base(dtype) * tf.cast(size * (size + 1) // 2, dtype))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=str)
+def test_allreduce_average(run, dtype, rank, size):
+    x = base(dtype) * tf.cast(rank + 1, dtype)
+    out = run(lambda t: hvd.allreduce(t), x)  # Average is the default
+    assert_equal(out, base(dtype) * tf.cast((size + 1) / 2, dtype))
+
+
+@pytest.mark.parametrize("dtype", NUMERIC_DTYPES, ids=str)
+def test_allreduce_min_max_product(run, dtype, rank, size):
+    x = tf.cast(tf.fill([4], 2), dtype) * tf.cast(rank + 1, dtype)
+    lo, hi, prod = run(lambda t: (hvd.allreduce(t, op=hvd.Min), hvd.allreduce(t, op=hvd.Max),
+                                  hvd.allreduce(t, op=hvd.Product)), x)
+    assert_equal(lo, tf.cast(tf.fill([4], 2), dtype))
+    assert_equal(hi, tf.cast(tf.fill([4], 2 * size), dtype))
+    assert_equal(prod, tf.cast(tf.fill([4], math.factorial(size) * 2 ** size), dtype))
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64], ids=str)
+def test_allreduce_prescale_postscale(run, dtype, rank, size):
+    x = base(dtype) * tf.cast(rank + 1, dtype)
+    out = run(lambda t: hvd.allreduce(t, op=hvd.Sum, prescale_factor=3.0, postscale_factor=0.25), x)
+    assert_equal(out, base(dtype) * tf.cast(size * (size + 1) // 2 * 0.75, dtype))
+
+
+def test_allreduce_named_and_empty(run, size):
+    out, empty = run(lambda: (hvd.allreduce(tf.ones([3]), op=hvd.Sum, name="ones"),
+                              hvd.allreduce(tf.zeros([0, 4]), op=hvd.Sum)))
+    assert_equal(out, tf.fill([3], float(size)))
+    assert empty.shape == (0, 4)
+
+
+def test_allreduce_compression_fp16(run, rank, size):
+    x = tf.fill([5], float(rank + 1))
+    out = run(lambda t: hvd.allreduce(t, op=hvd.Sum, compression=hvd.Compression.fp16), x)
+    assert_equal(out, tf.fill([5], float(size * (size + 1) // 2)))
+
+
+def test_allreduce_indexed_slices(run, rank, size):
+    # rank r holds rows [r] and [r + 1] of a [size + 1, 2] gradient
+    def f():
+        s = tf.IndexedSlices(tf.fill([2, 2], float(rank + 1)), tf.constant([rank, rank + 1], tf.int64),
+                             dense_shape=tf.constant([size + 1, 2], tf.int64))
+        avg, total = hvd.allreduce(s), hvd.allreduce(s, op=hvd.Sum)
+        return avg.values, avg.indices, total.values, tf.convert_to_tensor(total)
+    values, indices, sum_values, dense = run(f)
+    want = np.repeat(np.arange(1, size + 1, dtype=np.float32), 2)[:, None] * np.ones([1, 2], np.float32)
+    np.testing.assert_array_equal(values.numpy(), want / size)
+    np.testing.assert_array_equal(indices.numpy(), np.array([i for r in range(size) for i in (r, r + 1)]))
+    np.testing.assert_array_equal(sum_values.numpy(), want)
+    rows = np.zeros([size + 1], np.float32)
+    for r in range(size):
+        rows[r] += r + 1
+        rows[r + 1] += r + 1
+    np.testing.assert_array_equal(dense.numpy(), rows[:, None] * np.ones([1, 2], np.float32))
+
+
+def test_grouped_allreduce(run, rank, size):
+    tensors = [tf.fill([3], float(rank)), tf.fill([2, 2], rank + 1), tf.cast(tf.fill([1], rank), tf.float64)]
+    out = run(lambda *ts: hvd.grouped_allreduce(list(ts), op=hvd.Sum), *tensors)
+    total = size * (size - 1) // 2
+    assert_equal(out[0], tf.fill([3], float(total)))
+    assert_equal(out[1], tf.fill([2, 2], total + size))
+    assert_equal(out[2], tf.cast(tf.fill([1], total), tf.float64))
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_allgather(run, dtype, rank, size):
+    # rank r contributes r + 1 rows of value r (bool: r odd)
+    x = tf.cast(tf.fill([rank + 1, 2], rank % 2 if dtype == tf.bool else rank), dtype)
+    out = run(lambda t: hvd.allgather(t), x)
+    want = tf.concat([tf.cast(tf.fill([r + 1, 2], r % 2 if dtype == tf.bool else r), dtype)
+                      for r in range(size)], 0)
+    assert_equal(out, want)
+
+
+def test_allgather_empty_rank_and_static_shape(size, rank):
+    # rank 0 has no rows; inside tf.function the first dimension is unknown
+    @tf.function
+    def f(t):
+        out = hvd.allgather(t)
+        assert out.shape.as_list() == [None, 3]
+        return out
+    out = f(tf.fill([rank, 3], rank))
+    want = np.concatenate([np.full([r, 3], r, np.int32) for r in range(size)])
+    np.testing.assert_array_equal(out.numpy(), want)
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_broadcast_every_root(run, dtype, rank, size):
+    for root in range(size):
+        x = tf.cast(tf.fill([2, 3], (rank + 1) % 2 if dtype == tf.bool else rank + 1), dtype)
+        out = run(lambda t: hvd.broadcast(t, root), x)
+        assert_equal(out, tf.cast(tf.fill([2, 3], (root + 1) % 2 if dtype == tf.bool else root + 1), dtype))
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
+def test_alltoall_splits(run, dtype, rank, size):
+    # rank r sends j + 1 rows to rank j, of values 100 r + row (bool: row odd)
+    splits = [j + 1 for j in range(size)]
+    rows = sum(splits)
+    value = (lambda r, k: k % 2) if dtype == tf.bool else (lambda r, k: 100 * r + k)
+    x = tf.cast(tf.constant([[value(rank, k)] * 2 for k in range(rows)]), dtype)
+    out, received = run(lambda t, s: hvd.alltoall(t, splits=s), x, tf.constant(splits))
+    first = sum(j + 1 for j in range(rank))
+    want = [[value(s, first + k)] * 2 for s in range(size) for k in range(rank + 1)]
+    assert_equal(out, tf.cast(tf.constant(want), dtype))
+    assert received.numpy().tolist() == [rank + 1] * size
+
+
+def test_alltoall_equal_parts(run, rank, size):
+    x = tf.range(2 * size) + 10 * rank
+    out, received = run(lambda t: hvd.alltoall(t), x)
+    want = [10 * s + 2 * rank + k for s in range(size) for k in range(2)]
+    assert out.numpy().tolist() == want
+    assert received.numpy().tolist() == [2] * size
+
+
+@pytest.mark.parametrize("dtype", NUMERIC_DTYPES, ids=str)
+def test_reducescatter_sum(run, dtype, rank, size):
+    # 2 size + 1 rows: rank 0 keeps 3, the others 2
+    d0 = 2 * size + 1
+    x = base(dtype, (d0, 2)) * tf.cast(rank + 1, dtype)
+    out = run(lambda t: hvd.reducescatter(t, op=hvd.Sum), x)
+    start = 0 if rank == 0 else 3 + 2 * (rank - 1)
+    n = 3 if rank == 0 else 2
+    want = base(dtype, (d0, 2))[start:start + n] * tf.cast(size * (size + 1) // 2, dtype)
+    assert_equal(out, want)
+
+
+def test_reducescatter_average_scaled(run, rank, size):
+    x = tf.fill([size, 2], float(rank + 1))
+    out = run(lambda t: hvd.reducescatter(t, prescale_factor=2.0, postscale_factor=0.5), x)
+    assert_equal(out, tf.fill([1, 2], (size + 1) / 2))
+
+
+def test_topology_ops(run, rank, size):
+    s, r, ls, lr = run(lambda: (hvd.size_op(), hvd.rank_op(), hvd.local_size_op(), hvd.local_rank_op()))
+    assert (int(s), int(r), int(ls), int(lr)) == (size, rank, hvd.local_size(), hvd.local_rank())
+    assert s.dtype == tf.int32 and s.shape == ()
+
+
+def test_join_and_barrier(run, size):
+    last = run(lambda: hvd.join())
+    assert 0 <= int(last) < size
+    def barrier():
+        hvd.barrier()  # a stateful op: kept in a tf.function that returns nothing
+    run(barrier)
+    # the job goes on after both
+    assert_equal(hvd.allreduce(tf.ones([2]), op=hvd.Sum), tf.fill([2], float(size)))
+
+
+def test_many_in_flight_in_one_function(rank, size):
+    # 40 independent allreduces in one graph: unique node names, all at once
+    @tf.function
+    def f(t):
+        return [hvd.allreduce(t * float(i), op=hvd.Sum) for i in range(40)]
+    x = tf.fill([16], float(rank + 1))
+    for _ in range(3):  # the same names again: hvd's cached fast path
+        out = f(x)
+        for i, t in enumerate(out):
+            np.testing.assert_array_equal(t.numpy(), np.full([16], i * size * (size + 1) / 2, np.float32))
+
+
+def test_graph_session(rank, size):
+    # a TF1 graph run by a session
+    with tf.Graph().as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [3])
+        y = hvd.allreduce(x, op=hvd.Sum)
+        g = hvd.allgather(tf.reshape(x, [1, 3]))
+        with tf.compat.v1.Session() as sess:
+            out, gathered = sess.run([y, g], {x: np.full([3], rank + 1, np.float32)})
+    np.testing.assert_array_equal(out, np.full([3], size * (size + 1) / 2, np.float32))
+    np.testing.assert_array_equal(gathered, np.repeat(np.arange(1, size + 1, dtype=np.float32), 3).reshape(size, 3))
+
+
+def test_shares_init_with_numpy_frontend(size):
+    import hvd as hvd_np
+    assert hvd_np.is_initialized() and hvd.is_initialized()
+    out = hvd_np.allreduce(np.ones(2, np.float32), op=hvd_np.Sum)
+    np.testing.assert_array_equal(out, np.full(2, size, np.float32))
+    assert hvd_np.size() == hvd.size() == size
+
+
+@pytest.mark.min_size(3)
+def test_process_set_collectives(run, rank, size):
+    # the set of the first and the last rank (not all: that is the global
+    # set); the others only register it
+    ps = hvd.add_process_set([0, size - 1])
+    try:
+        if ps.included():
+            me = ps.rank()
+            total, root_value, rows = run(lambda t: (hvd.allreduce(t, op=hvd.Sum, process_set=ps),
+                                                     hvd.broadcast(t, size - 1, process_set=ps),
+                                                     hvd.allgather(tf.reshape(t, [1, 2]), process_set=ps)),
+                                          tf.fill([2], float(rank + 1)))
+            assert me == (0 if rank == 0 else 1)
+            np.testing.assert_array_equal(total.numpy(), np.full([2], 1.0 + size, np.float32))
+            np.testing.assert_array_equal(root_value.numpy(), np.full([2], float(size), np.float32))
+            np.testing.assert_array_equal(rows.numpy(), np.array([[1.0, 1.0], [size, size]], np.float32))
+    finally:
+        hvd.remove_process_set(ps)
+
+
+@pytest.mark.min_size(3)
+def test_process_set_id_given_anew_counts_afresh(rank, size):
+    # eager calls are numbered per set: a new set under a released set's id
+    # starts at 0 on every member, also on ranks that were not in the old one
+    for ranks in ([0, 2], [0, 1]):
+        ps = hvd.add_process_set(ranks)
+        try:
+            if ps.included():
+                for _ in range(2):
+                    out = hvd.allreduce(tf.ones([2]), op=hvd.Sum, process_set=ps)
+                    np.testing.assert_array_equal(out.numpy(), np.full([2], 2.0, np.float32))
+        finally:
+            hvd.remove_process_set(ps)
+
+
+def test_grouped_allgather(run, rank, size):
+    # two members of different dtypes and rows per rank
+    a = tf.fill([rank + 1, 2], rank)
+    b = tf.cast(tf.fill([1, 3], rank * 10), tf.float64)
+    out_a, out_b = run(lambda x, y: hvd.grouped_allgather([x, y]), a, b)
+    assert_equal(out_a, tf.concat([tf.fill([r + 1, 2], r) for r in range(size)], 0))
+    assert_equal(out_b, tf.cast(tf.constant([[r * 10] * 3 for r in range(size)]), tf.float64))
+
+
+def test_grouped_reducescatter(run, rank, size):
+    # [size, 2] and [2 size, 1] of rank + 1, summed: rank r keeps 1 and 2 rows
+    a, b = tf.fill([size, 2], float(rank + 1)), tf.fill([2 * size, 1], rank + 1)
+    out_a, out_b = run(lambda x, y: hvd.grouped_reducescatter([x, y], op=hvd.Sum), a, b)
+    assert_equal(out_a, tf.fill([1, 2], float(tri_(size))))
+    assert_equal(out_b, tf.fill([2, 1], tri_(size)))
+
+
+def tri_(n):
+    return n * (n + 1) // 2
