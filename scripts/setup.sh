@@ -1,6 +1,7 @@
 #!/bin/sh
 # setup.sh — install the Debian 12 packages hvd needs to build, test, run
-# its examples and benchmarks. Idempotent: installs only what is missing.
+# its examples and benchmarks (python3-venv: the PyPI environments of
+# scripts/venv-tf.sh). Idempotent: installs only what is missing.
 #   scripts/setup.sh          everything (build, tests, Python, benchmark peers)
 #   scripts/setup.sh --build  only what the C build needs
 #   scripts/setup.sh --demo   the C build and the digits the demo trains on
@@ -9,7 +10,7 @@ build="build-essential autoconf automake libtool pkg-config libzmq3-dev libproto
  protobuf-c-compiler check libsystemd-dev libmicrohttpd-dev libjansson-dev zlib1g-dev"
 # scikit-learn's handwritten digits, which examples/ train on
 data="python3-sklearn"
-extra="python3 python3-dev python3-numpy python3-pytest python3-torch python3-torchvision
+extra="python3 python3-dev python3-venv python3-numpy python3-pytest python3-torch python3-torchvision
  openmpi-bin libopenmpi-dev gnuplot-nox iproute2 nftables valgrind procps systemd man-db groff-base clang
  clang-format shellcheck git"
 case "${1:-}" in
