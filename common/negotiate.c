@@ -787,30 +787,30 @@ static uint64_t numel(const params_t *p, unsigned from_dim) {
         return e;
 }
 
-/* "rank 2 has" or "ranks [0, 2] have": the members of a's set (the job
- * without one) that joined; with ready_too false only those not ready
- * for t. Returns how many. */
+/* "rank 2 has" or "ranks [0, 2] have" (a long list ends in "..."): the
+ * members of a's set (the job without one) that joined; with ready_too
+ * false only those not ready for t. Returns how many. */
 static uint32_t fmt_joined(char *buf, size_t len, const hvd_negotiator_t *n, const tensor_t *t, const params_t *a,
                            bool ready_too) {
-        uint32_t ss = a->process_set ? a->n_set : n->size, cnt = 0, one = 0;
-        size_t o = 0;
-        buf[0] = 0;
-        for (uint32_t i = 0; i < ss; i++) {
+        uint32_t ss = a->process_set ? a->n_set : n->size, cnt = 0;
+#define JOINED(r) (n->joined[r] && (ready_too || !is_ready(n, t, r)))
+        for (uint32_t i = 0; i < ss; i++)
+                cnt += JOINED(a->process_set ? a->set_ranks[i] : i);
+        size_t o = (size_t) snprintf(buf, len, cnt == 1 ? "rank " : "ranks [");
+        bool first = true;
+        for (uint32_t i = 0; i < ss && cnt; i++) {
                 uint32_t r = a->process_set ? a->set_ranks[i] : i;
-                if (!n->joined[r] || (!ready_too && is_ready(n, t, r)))
+                if (!JOINED(r))
                         continue;
-                if (cnt++ == 0)
-                        one = r;
-                if (o < len)
-                        o += (size_t) snprintf(buf + o, len - o, "%s%u", o ? ", " : "", r);
+                if (o + 24 >= len) {
+                        o += (size_t) snprintf(buf + o, len - o, ", ...");
+                        break;
+                }
+                o += (size_t) snprintf(buf + o, len - o, "%s%u", first ? "" : ", ", r);
+                first = false;
         }
-        if (cnt == 1)
-                snprintf(buf, len, "rank %u has", one);
-        else if (cnt > 1) {
-                char list[256];
-                snprintf(list, sizeof list, "%s", buf);
-                snprintf(buf, len, "ranks [%s] have", list);
-        }
+#undef JOINED
+        snprintf(buf + o, len - o, cnt == 1 ? " has" : "] have");
         return cnt;
 }
 
@@ -826,6 +826,7 @@ static int check_join(const hvd_negotiator_t *n, const tensor_t *t, const params
         char who[300];
         if (!fmt_joined(who, sizeof who, n, t, a, !a->process_set))
                 return 0;
+#define ONLY_ALLREDUCE "only allreduce runs until every rank has joined"
         const char *k = kind_name(a->kind);
         if (a->process_set)
                 snprintf(msg, len,
@@ -833,18 +834,13 @@ static int check_join(const hvd_negotiator_t *n, const tensor_t *t, const params
                          "takes part in allreduces of the global process set only",
                          k, t->name, a->process_set, who);
         else if (a->kind == HVD__KIND__KIND_BARRIER)
-                snprintf(msg, len,
-                         "barrier is not supported while %s joined: only allreduce runs until every rank "
-                         "has joined",
-                         who);
+                snprintf(msg, len, "barrier is not supported while %s joined: " ONLY_ALLREDUCE, who);
         else
-                snprintf(msg, len,
-                         "%s '%s' is not supported while %s joined: only allreduce runs until every rank "
-                         "has joined%s",
-                         k, t->name, who,
+                snprintf(msg, len, "%s '%s' is not supported while %s joined: " ONLY_ALLREDUCE "%s", k, t->name, who,
                          a->kind == HVD__KIND__KIND_ALLGATHER
                                  ? " (specify sparse_to_dense=True if using DistributedOptimizer)"
                                  : "");
+#undef ONLY_ALLREDUCE
         return HVD_EJOINED;
 }
 

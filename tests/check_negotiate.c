@@ -902,6 +902,27 @@ START_TEST(test_negotiate_join) {
 }
 END_TEST
 
+START_TEST(test_negotiate_join_many_ranks_named) {
+        /* 199 of 200 ranks joined: the error names as many as fit, then "..." */
+        hvd_negotiator_t *n = neg_new(200, 64, 64 * MiB);
+        for (uint32_t r = 0; r < 199; r++)
+                join(n, r);
+        sub1(n, 199, "g", HVD__KIND__KIND_ALLGATHER, HVD_INT64, "1");
+        Hvd__Schedule *s = take(n);
+        ck_assert_uint_eq(s->n_errors, 1);
+        const char *m = s->errors[0]->message;
+        assert_in_order(m, "allgather 'g' is not supported while ranks [0, 1, 2, ", ", ...] have joined: ",
+                        "only allreduce runs until every rank has joined (specify sparse_to_dense=True", NULL);
+        ck_assert_ptr_null(strstr(m, "198"));
+        hvd_negotiator_schedule_free(&s);
+        join(n, 199);
+        s = take(n);
+        ck_assert_int_eq(s->join_done_last_rank, 199);
+        hvd_negotiator_schedule_free(&s);
+        hvd_negotiator_destroy(&n);
+}
+END_TEST
+
 START_TEST(test_negotiate_join_rounds) {
         /* four join rounds on a job of 3, rank (round % 3) joining first:
          * the others' allgather fails, they join, every rank learns the same
@@ -1681,6 +1702,7 @@ static Suite *negotiate_suite(void) {
         tcase_add_test(tc, test_negotiate_join);
         tcase_add_test(tc, test_negotiate_join_last_rank_order);
         tcase_add_test(tc, test_negotiate_join_rounds);
+        tcase_add_test(tc, test_negotiate_join_many_ranks_named);
         tcase_add_test(tc, test_negotiate_group_held_until_complete);
         tcase_add_test(tc, test_negotiate_two_groups);
         tcase_add_test(tc, test_negotiate_process_set);
