@@ -166,8 +166,11 @@ static int complete_errors(const Hvd__Schedule *s) {
                 const Hvd__TensorError *te = s->errors[i];
                 pthread_mutex_lock(&G.lock);
                 hvd_entry_t *e = hvd_strmap_get(G.inflight, te->name, strlen(te->name));
-                /* the tensor has an id now, like a scheduled one */
-                int r2 = e ? hvd_id_learn(te->id, te->name, e->p.process_set) : 0;
+                /* the tensor has an id now, like a scheduled one; a rank
+                 * that did not submit it (it joined, or is not in its
+                 * process set) learns the name too: later schedules give
+                 * the id alone */
+                int r2 = hvd_id_learn(te->id, te->name, e ? e->p.process_set : -1);
                 if (e)
                         hvd_fp_confirm(e, false);
                 if (e)
@@ -284,9 +287,13 @@ static int op_execute(const Hvd__Op *op, bool group_ends, bool *in_group) {
         return r;
 }
 
+/* Every rank has joined (every rank runs this at the same schedule). The
+ * ranks that had not joined numbered groups the joined ones did not
+ * submit: all start their groups afresh, so that group ids agree again. */
 static void join_done(int last_rank) {
         hvd_fastpath_set_joining(G.fp, false);
         pthread_mutex_lock(&G.lock);
+        memset(G.group_seq, 0, sizeof G.group_seq);
         hvd_entry_t *e = hvd_strmap_get(G.inflight, HVD_JOIN_NAME, strlen(HVD_JOIN_NAME));
         if (e) {
                 e->h->result = last_rank;

@@ -356,9 +356,10 @@ static bool tensor_complete(const hvd_negotiator_t *n, const tensor_t *t) {
         /* O(1): which set, from any ready rank (consistency is checked later) */
         if (t->some_in_set) {
                 const params_t *a = PR(n, t, t->some_ready);
-                /* a process set: its members, joined or not */
+                /* a process set: its members; one that joined never comes,
+                 * so the tensor completes to fail (check_join) */
                 for (uint32_t i = 0; i < a->n_set; i++)
-                        if (!is_ready(n, t, a->set_ranks[i]))
+                        if (!is_ready(n, t, a->set_ranks[i]) && !n->joined[a->set_ranks[i]])
                                 return false;
                 return true;
         }
@@ -786,6 +787,63 @@ static uint64_t numel(const params_t *p, unsigned from_dim) {
         return e;
 }
 
+/* "rank 2 has" or "ranks [0, 2] have" (a long list ends in "..."): the
+ * members of a's set (the job without one) that joined; with ready_too
+ * false only those not ready for t. Returns how many. */
+static uint32_t fmt_joined(char *buf, size_t len, const hvd_negotiator_t *n, const tensor_t *t, const params_t *a,
+                           bool ready_too) {
+        uint32_t ss = a->process_set ? a->n_set : n->size, cnt = 0;
+#define JOINED(r) (n->joined[r] && (ready_too || !is_ready(n, t, r)))
+        for (uint32_t i = 0; i < ss; i++)
+                cnt += JOINED(a->process_set ? a->set_ranks[i] : i);
+        size_t o = (size_t) snprintf(buf, len, cnt == 1 ? "rank " : "ranks [");
+        bool first = true;
+        for (uint32_t i = 0; i < ss && cnt; i++) {
+                uint32_t r = a->process_set ? a->set_ranks[i] : i;
+                if (!JOINED(r))
+                        continue;
+                if (o + 24 >= len) {
+                        o += (size_t) snprintf(buf + o, len - o, ", ...");
+                        break;
+                }
+                o += (size_t) snprintf(buf + o, len - o, "%s%u", first ? "" : ", ", r);
+                first = false;
+        }
+#undef JOINED
+        snprintf(buf + o, len - o, cnt == 1 ? " has" : "] have");
+        return cnt;
+}
+
+/* Join, as Horovod has it: while ranks of the job have joined, only
+ * allreduce runs on the others (the joined ranks contribute zeros);
+ * anything else fails at once, so that its ranks can join in turn instead
+ * of waiting for ranks that will not come. A process set's collective
+ * cannot run without a member that joined (it is not one of the job's
+ * allreduces a joined rank serves). */
+static int check_join(const hvd_negotiator_t *n, const tensor_t *t, const params_t *a, char *msg, size_t len) {
+        if (!n->n_joined || (!a->process_set && a->kind == HVD__KIND__KIND_ALLREDUCE))
+                return 0;
+        char who[300];
+        if (!fmt_joined(who, sizeof who, n, t, a, !a->process_set))
+                return 0;
+#define ONLY_ALLREDUCE "only allreduce runs until every rank has joined"
+        const char *k = kind_name(a->kind);
+        if (a->process_set)
+                snprintf(msg, len,
+                         "%s '%s' of process set %u is not supported while its member %s joined: a joined rank "
+                         "takes part in allreduces of the global process set only",
+                         k, t->name, a->process_set, who);
+        else if (a->kind == HVD__KIND__KIND_BARRIER)
+                snprintf(msg, len, "barrier is not supported while %s joined: " ONLY_ALLREDUCE, who);
+        else
+                snprintf(msg, len, "%s '%s' is not supported while %s joined: " ONLY_ALLREDUCE "%s", k, t->name, who,
+                         a->kind == HVD__KIND__KIND_ALLGATHER
+                                 ? " (specify sparse_to_dense=True if using DistributedOptimizer)"
+                                 : "");
+#undef ONLY_ALLREDUCE
+        return HVD_EJOINED;
+}
+
 /* Returns 0 if every ready rank agrees with the reference rank; otherwise
  * writes "allreduce 'x': rank 3 sent shape [..], rank 0 sent [..]". */
 static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32_t ref, char *msg, size_t len) {
@@ -873,13 +931,11 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                 }
                 ok = vb;
         }
+        int c = check_join(n, t, a, msg, len);
+        if (c < 0)
+                return c;
         if (a->kind == HVD__KIND__KIND_BROADCAST && (a->root < 0 || (uint32_t) a->root >= set_size)) {
                 snprintf(msg, len, "broadcast '%s': root rank %d out of range (size %u)", t->name, a->root, set_size);
-                return -EINVAL;
-        }
-        if (a->kind == HVD__KIND__KIND_BROADCAST && !a->process_set && n->joined[a->root] &&
-            !is_ready(n, t, (uint32_t) a->root)) {
-                snprintf(msg, len, "broadcast '%s': root rank %d has joined", t->name, a->root);
                 return -EINVAL;
         }
         if ((a->kind == HVD__KIND__KIND_ALLGATHER || a->kind == HVD__KIND__KIND_ALLTOALL ||
@@ -891,11 +947,7 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
         if (a->kind == HVD__KIND__KIND_ALLTOALL) {
                 for (uint32_t i = 0; i < set_size; i++) {
                         uint32_t r = a->process_set ? a->set_ranks[i] : i;
-                        if (!is_ready(n, t, r)) {
-                                snprintf(msg, len, "alltoall '%s': rank %u has joined", t->name, r);
-                                return -EINVAL;
-                        }
-                        const params_t *b = PR(n, t, r);
+                        const params_t *b = PR(n, t, r); /* every member is ready: check_join */
                         if (b->n_splits == 0) {
                                 if (b->shape[0] % set_size) {
                                         snprintf(msg, len,
@@ -917,14 +969,6 @@ static int check_consistent(const hvd_negotiator_t *n, const tensor_t *t, uint32
                                 return -EINVAL;
                         }
                 }
-        }
-        if (n->n_joined && !a->process_set && a->kind != HVD__KIND__KIND_ALLREDUCE &&
-            a->kind != HVD__KIND__KIND_ALLGATHER && a->kind != HVD__KIND__KIND_BROADCAST) {
-                for (uint32_t r = 0; r < n->size; r++)
-                        if (!is_ready(n, t, r)) {
-                                snprintf(msg, len, "%s '%s' cannot run while rank %u has joined", k, t->name, r);
-                                return -EINVAL;
-                        }
         }
         return 0;
 }

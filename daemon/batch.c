@@ -59,16 +59,19 @@ static pool_t *pool_of(job_t *j) {
         return j->batch.pool;
 }
 
+void batch_note_join(job_t *j, const Hvd__Ready *q) {
+        for (size_t k = 0; k < q->n_requests; k++)
+                if (q->requests[k]->kind == HVD__KIND__KIND_JOIN)
+                        pool_stop(pool_of(j));
+}
+
 bool batch_holds(job_t *j, const Hvd__Ready *q) {
         return j->batch.n_fwd || pool_holds(j->batch.pool) || pool_wants(pool_of(j), q);
 }
 
 void batch_add(hvd_daemon_t *d, job_t *j, worker_t *w, Hvd__Ready *q) {
         pool_t *p = pool_of(j);
-        /* a rank that joined may send nothing more: the pool would wait for it */
-        for (size_t k = 0; k < q->n_requests; k++)
-                if (q->requests[k]->kind == HVD__KIND__KIND_JOIN)
-                        pool_stop(p);
+        batch_note_join(j, q);
         int r;
         uint64_t now = hvd_now_usec(), due;
         if (pool_wants(p, q)) {

@@ -483,6 +483,10 @@ uint64_t root_probe_nodes(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick
 /* Appends rank's readiness (taken, freed on failure) to this turn's batch.
  * Returns 0 or -ENOMEM. */
 int batch_append(job_t *j, uint32_t rank, Hvd__Ready *ready);
+/* A join in local rank readiness q stops the pool for good: a rank that
+ * joined sends nothing more, and the others' first-step names would wait
+ * POOL_HOLD_USEC for its. Wherever q goes next (held or entered at once). */
+void batch_note_join(job_t *j, const Hvd__Ready *q);
 /* Whether local rank readiness q waits in the batch (at the root, which
  * otherwise enters it at once): a first step's kind, for the pool, or
  * anything behind what waits, which must not overtake it. */

@@ -40,6 +40,7 @@ void root_ready(hvd_daemon_t *d, job_t *j, worker_t *w, Hvd__Envelope *env) {
                 if (!q->n_requests && !q->n_cached)
                         return;
         }
+        batch_note_join(j, q);
         if (!batch_holds(j, q)) {
                 root_submit(d, j, &w->rank, 1, q, true);
                 return;

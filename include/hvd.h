@@ -58,7 +58,8 @@ typedef enum hvd_reduce_op {
         X(HVD_ETIMEOUT, -1007, "Deadline exceeded")                                                                    \
         X(HVD_ESHUTDOWN, -1008, "hvd has been shut down")                                                              \
         X(HVD_EDUPLICATE, -1009, "A tensor with this name is already in flight")                                       \
-        X(HVD_ENODEVICE, -1010, "No GPU backend or device available")
+        X(HVD_ENODEVICE, -1010, "No GPU backend or device available")                                                  \
+        X(HVD_EJOINED, -1011, "Not supported while ranks have joined")
 
 enum {
 #define HVD_ERR_ENUM(name, value, text) name = value,
@@ -252,8 +253,13 @@ int hvd_process_set_ranks(int id, const int **ranks, size_t *n);
 int hvd_barrier(void);
 
 /* This rank has no more data: it keeps serving the other ranks' allreduces
- * (contributing zeros) and allgathers (contributing no rows) until every
- * rank has joined. Returns the rank that joined last (>= 0) or an error. */
+ * of the job (contributing zeros; an average still divides by the job's
+ * size) until every rank has joined, as Horovod's join does. Meanwhile any
+ * other collective of the ranks that have not joined (allgather,
+ * broadcast, alltoall, reducescatter, barrier, and any collective of a
+ * process set with a joined member) fails at once with HVD_EJOINED, and
+ * those ranks join in turn. Returns the rank that joined last (>= 0, the
+ * same on every rank) or an error. */
 int hvd_join(void);
 
 /* ---- timeline ----------------------------------------------------------

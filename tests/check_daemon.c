@@ -17,6 +17,7 @@
 #include "hvd.h"
 #include "hvd.pb-c.h"
 #include "log.h"
+#include "negotiate.h"
 #include "util.h"
 #include "wire.h"
 
@@ -137,15 +138,15 @@ static void hello(const job_spec_t *js, const char *id, uint32_t rank, uint32_t 
         feed(HVD_DAEMON_FROM_WORKER, id, &env);
 }
 
-/* Connection id's rank asks for an allreduce of float32 tensor name of
- * n_dims dimensions. */
-static void ready_allreduce(const char *id, const char *name, const int64_t *shape, size_t n_dims) {
+/* Connection id's rank asks for a collective of kind of float32 tensor
+ * name of n_dims dimensions (a sum, where it reduces). */
+static void ready_kind(const char *id, const char *name, Hvd__Kind kind, const int64_t *shape, size_t n_dims) {
         Hvd__Request q = HVD__REQUEST__INIT;
         Hvd__Request *qs[] = { &q };
         Hvd__Ready r = HVD__READY__INIT;
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
         q.name = (char *) name;
-        q.kind = HVD__KIND__KIND_ALLREDUCE;
+        q.kind = kind;
         q.dtype = HVD_FLOAT32;
         q.shape = (int64_t *) shape;
         q.n_shape = n_dims;
@@ -157,6 +158,10 @@ static void ready_allreduce(const char *id, const char *name, const int64_t *sha
         env.body_case = HVD__ENVELOPE__BODY_READY;
         env.ready = &r;
         feed(HVD_DAEMON_FROM_WORKER, id, &env);
+}
+
+static void ready_allreduce(const char *id, const char *name, const int64_t *shape, size_t n_dims) {
+        ready_kind(id, name, HVD__KIND__KIND_ALLREDUCE, shape, n_dims);
 }
 
 /* hvdctl's status of one job (its first), as the daemon answers. */
@@ -243,6 +248,53 @@ START_TEST(test_mismatched_shapes_are_an_error_for_every_rank) {
         ck_assert_uint_eq(e->schedule->ops[0]->n_entries, 1);
         ck_assert_uint_eq(e->schedule->ops[0]->entries[0]->id, id);
         ck_assert_uint_eq(e->schedule->ops[0]->entries[0]->count, 4);
+        stop();
+}
+END_TEST
+
+START_TEST(test_join_fails_the_others_allgather_at_once) {
+        /* 3 ranks on one host; rank 0 joins before anything is held, then
+         * ranks 1 and 2 submit a first step's allgather: no rank waits on
+         * another's copy of it (the joined one never sends it), and the
+         * error reaches every rank in that turn, the clock not moved; an
+         * allreduce runs with rank 0 joined; the last join is rank 2 */
+        start(NULL);
+        job_spec_t js = { .job = "joined", .size = 3 };
+        const char *ids[] = { "w0", "w1", "w2" };
+        for (uint32_t r = 0; r < 3; r++)
+                hello(&js, ids[r], r, r);
+        forget_sent();
+        ready_kind("w0", HVD_JOIN_NAME, HVD__KIND__KIND_JOIN, NULL, 0);
+        ready_kind("w1", "g", HVD__KIND__KIND_ALLGATHER, (int64_t[]){ 2, 3 }, 2);
+        ck_assert_uint_eq(count_sent("w1", HVD__ENVELOPE__BODY_SCHEDULE), 0);
+        ready_kind("w2", "g", HVD__KIND__KIND_ALLGATHER, (int64_t[]){ 2, 3 }, 2);
+        for (uint32_t r = 0; r < 3; r++) {
+                ck_assert_uint_eq(count_sent(ids[r], HVD__ENVELOPE__BODY_SCHEDULE), 1);
+                const Hvd__Schedule *s = sent_to(ids[r], HVD__ENVELOPE__BODY_SCHEDULE, 0)->schedule;
+                ck_assert_uint_eq(s->n_ops, 0);
+                ck_assert_uint_eq(s->n_errors, 1);
+                ck_assert_str_eq(s->errors[0]->name, "g");
+                ck_assert_int_eq(s->errors[0]->code, HVD_EJOINED);
+                ck_assert_str_eq(s->errors[0]->message,
+                                 "allgather 'g' is not supported while rank 0 has joined: only allreduce runs until "
+                                 "every rank has joined (specify sparse_to_dense=True if using DistributedOptimizer)");
+                ck_assert_int_eq(s->join_done_last_rank, -1);
+        }
+        ready_allreduce("w1", "a", (int64_t[]){ 4 }, 1);
+        ready_allreduce("w2", "a", (int64_t[]){ 4 }, 1);
+        const Hvd__Schedule *s = sent_to("w0", HVD__ENVELOPE__BODY_SCHEDULE, 1)->schedule;
+        ck_assert_uint_eq(s->n_errors, 0);
+        ck_assert_uint_eq(s->n_ops, 1);
+        ck_assert_uint_eq(s->ops[0]->n_joined, 1);
+        ck_assert_uint_eq(s->ops[0]->joined[0], 0);
+        ready_kind("w1", HVD_JOIN_NAME, HVD__KIND__KIND_JOIN, NULL, 0);
+        ck_assert_uint_eq(count_sent("w1", HVD__ENVELOPE__BODY_SCHEDULE), 2);
+        ready_kind("w2", HVD_JOIN_NAME, HVD__KIND__KIND_JOIN, NULL, 0);
+        for (uint32_t r = 0; r < 3; r++) {
+                ck_assert_uint_eq(count_sent(ids[r], HVD__ENVELOPE__BODY_SCHEDULE), 3);
+                ck_assert_int_eq(sent_to(ids[r], HVD__ENVELOPE__BODY_SCHEDULE, 2)->schedule->join_done_last_rank, 2);
+        }
+        ck_assert_uint_eq(count_sent("w0", HVD__ENVELOPE__BODY_ABORT), 0);
         stop();
 }
 END_TEST
@@ -649,6 +701,7 @@ int main(void) {
         tcase_set_timeout(tc, 30);
         tcase_add_test(tc, test_join_welcomes_every_rank_once_all_said_hello);
         tcase_add_test(tc, test_mismatched_shapes_are_an_error_for_every_rank);
+        tcase_add_test(tc, test_join_fails_the_others_allgather_at_once);
         tcase_add_test(tc, test_stall_is_shown_then_aborts_the_job);
         tcase_add_test(tc, test_dead_worker_aborts_its_job_on_the_others);
         tcase_add_test(tc, test_relay_merges_what_every_host_of_its_group_posted);

@@ -754,6 +754,15 @@ END_TEST
 
 /* ---- join ---- */
 
+/* the one error of schedule s: its tensor, code and message */
+static void assert_one_error(const Hvd__Schedule *s, const char *name, int code, const char *message) {
+        ck_assert_uint_eq(s->n_ops, 0);
+        ck_assert_uint_eq(s->n_errors, 1);
+        ck_assert_str_eq(s->errors[0]->name, name);
+        ck_assert_int_eq(s->errors[0]->code, code);
+        ck_assert_str_eq(s->errors[0]->message, message);
+}
+
 START_TEST(test_negotiate_join) {
         hvd_negotiator_t *n = neg_new(3, 64, 64 * MiB);
         join(n, 2);
@@ -761,7 +770,8 @@ START_TEST(test_negotiate_join) {
         hvd_negotiator_get_stats(n, &st);
         ck_assert_uint_eq(st.joined, 1);
         ck_assert(!hvd_negotiator_has_work(n));
-        /* tensors of the others complete without rank 2 */
+        /* allreduces of the others complete without rank 2, which
+         * contributes zeros (the op names it) */
         sub1(n, 0, "a", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
         ck_assert(!hvd_negotiator_has_work(n));
         sub1(n, 1, "a", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
@@ -773,41 +783,69 @@ START_TEST(test_negotiate_join) {
         ck_assert_int_eq(s->join_done_last_rank, -1);
         hvd_negotiator_schedule_free(&s);
 
-        /* allgather: the joined rank contributes no rows */
-        sub1(n, 0, "g", HVD__KIND__KIND_ALLGATHER, HVD_INT64, "2x3");
-        sub1(n, 1, "g", HVD__KIND__KIND_ALLGATHER, HVD_INT64, "3x3");
+        /* every other kind fails as soon as the ranks that did not join are
+         * in, as in Horovod, so that they can join too */
+        sub_all(n, 2, "g", HVD__KIND__KIND_ALLGATHER, HVD_INT64, "2x3");
         s = take(n);
-        ck_assert_uint_eq(s->n_errors, 0);
-        const Hvd__Entry *e = entry(s, 0, 0);
-        ck_assert_uint_eq(e->n_rank_rows, 3);
-        ck_assert_int_eq(e->rank_rows[0], 2);
-        ck_assert_int_eq(e->rank_rows[1], 3);
-        ck_assert_int_eq(e->rank_rows[2], 0);
+        assert_one_error(s, "g", HVD_EJOINED,
+                         "allgather 'g' is not supported while rank 2 has joined: only allreduce runs until every "
+                         "rank has joined (specify sparse_to_dense=True if using DistributedOptimizer)");
+        uint32_t g_id = s->errors[0]->id;
         hvd_negotiator_schedule_free(&s);
-
-        /* kinds that cannot run with a joined rank fail with a message */
         sub_all(n, 2, "rs", HVD__KIND__KIND_REDUCESCATTER, HVD_FLOAT32, "4");
         s = take(n);
-        ck_assert_uint_eq(s->n_errors, 1);
-        ck_assert_str_eq(s->errors[0]->message, "reducescatter 'rs' cannot run while rank 2 has joined");
+        assert_one_error(s, "rs", HVD_EJOINED,
+                         "reducescatter 'rs' is not supported while rank 2 has joined: only allreduce runs until "
+                         "every rank has joined");
         hvd_negotiator_schedule_free(&s);
         sub_all(n, 2, "at", HVD__KIND__KIND_ALLTOALL, HVD_FLOAT32, "3");
         s = take(n);
-        ck_assert_uint_eq(s->n_errors, 1);
-        ck_assert_str_eq(s->errors[0]->message, "alltoall 'at': rank 2 has joined");
+        assert_one_error(s, "at", HVD_EJOINED,
+                         "alltoall 'at' is not supported while rank 2 has joined: only allreduce runs until every "
+                         "rank has joined");
         hvd_negotiator_schedule_free(&s);
-        rq_t b;
-        one(&b, HVD__KIND__KIND_BROADCAST, HVD_FLOAT32, "4");
-        b.req[0].root = 2;
-        submit_ok(n, 0, &b);
-        submit_ok(n, 1, &b);
+        /* a broadcast fails whichever its root */
+        for (int root = 0; root < 3; root++) {
+                rq_t b;
+                one(&b, HVD__KIND__KIND_BROADCAST, HVD_FLOAT32, "4");
+                b.req[0].root = root;
+                submit_ok(n, 0, &b);
+                submit_ok(n, 1, &b);
+                s = take(n);
+                assert_one_error(s, "w", HVD_EJOINED,
+                                 "broadcast 'w' is not supported while rank 2 has joined: only allreduce runs until "
+                                 "every rank has joined");
+                hvd_negotiator_schedule_free(&s);
+        }
+        sub_all(n, 2, HVD_BARRIER_NAME, HVD__KIND__KIND_BARRIER, HVD_FLOAT32, "");
         s = take(n);
-        ck_assert_uint_eq(s->n_errors, 1);
-        ck_assert_str_eq(s->errors[0]->message, "broadcast 'w': root rank 2 has joined");
+        assert_one_error(s, HVD_BARRIER_NAME, HVD_EJOINED,
+                         "barrier is not supported while rank 2 has joined: only allreduce runs until every rank "
+                         "has joined");
+        hvd_negotiator_schedule_free(&s);
+        /* a grouped allreduce runs */
+        for (uint32_t r = 0; r < 2; r++) {
+                rq_t b;
+                rq_init(&b);
+                for (int k = 0; k < 2; k++) {
+                        Hvd__Request *q =
+                                rq_add(&b, k ? "grp.1" : "grp.0", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "2");
+                        q->group_id = 7;
+                        q->group_size = 2;
+                }
+                submit_ok(n, r, &b);
+        }
+        s = take(n);
+        ck_assert_uint_eq(s->n_errors, 0);
+        ck_assert_uint_eq(s->n_ops, 1);
+        ck_assert_uint_eq(s->ops[0]->n_entries, 2);
+        ck_assert_uint_eq(s->ops[0]->n_joined, 1);
         hvd_negotiator_schedule_free(&s);
 
-        /* a tensor waiting only for a rank that then joins completes */
+        /* tensors waiting only for a rank that then joins complete: an
+         * allreduce runs, an allgather fails naming both joined ranks */
         sub1(n, 0, "b", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
+        sub1(n, 0, "g2", HVD__KIND__KIND_ALLGATHER, HVD_INT64, "1x3");
         ck_assert(!hvd_negotiator_has_work(n));
         join(n, 1);
         s = take(n);
@@ -816,6 +854,10 @@ START_TEST(test_negotiate_join) {
         ck_assert_uint_eq(s->ops[0]->n_joined, 2);
         ck_assert_uint_eq(s->ops[0]->joined[0], 1);
         ck_assert_uint_eq(s->ops[0]->joined[1], 2);
+        ck_assert_uint_eq(s->n_errors, 1);
+        ck_assert_str_eq(s->errors[0]->message,
+                         "allgather 'g2' is not supported while ranks [1, 2] have joined: only allreduce runs until "
+                         "every rank has joined (specify sparse_to_dense=True if using DistributedOptimizer)");
         ck_assert_int_eq(s->join_done_last_rank, -1);
         hvd_negotiator_schedule_free(&s);
 
@@ -830,8 +872,11 @@ START_TEST(test_negotiate_join) {
         hvd_negotiator_get_stats(n, &st);
         ck_assert_uint_eq(st.joined, 0);
         ck_assert(!hvd_negotiator_has_work(n));
+        ck_assert(!hvd_negotiator_any_pending(n));
 
-        /* after the join round every rank is needed again */
+        /* after the join round every rank is needed again, and every kind
+         * runs: the allgather that failed goes by the id its error gave
+         * (its name no longer sent: ranks learn it from the error) */
         sub1(n, 0, "a", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
         sub1(n, 1, "a", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
         ck_assert(!hvd_negotiator_has_work(n));
@@ -839,6 +884,82 @@ START_TEST(test_negotiate_join) {
         s = take(n);
         ck_assert_uint_eq(s->ops[0]->n_joined, 0);
         hvd_negotiator_schedule_free(&s);
+        sub_all(n, 3, "g", HVD__KIND__KIND_ALLGATHER, HVD_INT64, "2x3");
+        s = take(n);
+        ck_assert_uint_eq(s->n_errors, 0);
+        ck_assert_uint_eq(s->n_ops, 1);
+        ck_assert_uint_eq(entry(s, 0, 0)->id, g_id);
+        ck_assert_str_eq(entry(s, 0, 0)->name, "");
+        ck_assert_uint_eq(entry(s, 0, 0)->n_rank_rows, 3);
+        hvd_negotiator_schedule_free(&s);
+        sub_all(n, 3, HVD_BARRIER_NAME, HVD__KIND__KIND_BARRIER, HVD_FLOAT32, "");
+        s = take(n);
+        ck_assert_uint_eq(s->n_errors, 0);
+        ck_assert_uint_eq(s->n_ops, 1);
+        ck_assert_uint_eq(s->ops[0]->kind, HVD__KIND__KIND_BARRIER);
+        hvd_negotiator_schedule_free(&s);
+        hvd_negotiator_destroy(&n);
+}
+END_TEST
+
+START_TEST(test_negotiate_join_many_ranks_named) {
+        /* 199 of 200 ranks joined: the error names as many as fit, then "..." */
+        hvd_negotiator_t *n = neg_new(200, 64, 64 * MiB);
+        for (uint32_t r = 0; r < 199; r++)
+                join(n, r);
+        sub1(n, 199, "g", HVD__KIND__KIND_ALLGATHER, HVD_INT64, "1");
+        Hvd__Schedule *s = take(n);
+        ck_assert_uint_eq(s->n_errors, 1);
+        const char *m = s->errors[0]->message;
+        assert_in_order(m, "allgather 'g' is not supported while ranks [0, 1, 2, ", ", ...] have joined: ",
+                        "only allreduce runs until every rank has joined (specify sparse_to_dense=True", NULL);
+        ck_assert_ptr_null(strstr(m, "198"));
+        hvd_negotiator_schedule_free(&s);
+        join(n, 199);
+        s = take(n);
+        ck_assert_int_eq(s->join_done_last_rank, 199);
+        hvd_negotiator_schedule_free(&s);
+        hvd_negotiator_destroy(&n);
+}
+END_TEST
+
+START_TEST(test_negotiate_join_rounds) {
+        /* four join rounds on a job of 3, rank (round % 3) joining first:
+         * the others' allgather fails, they join, every rank learns the same
+         * last rank; between the rounds every kind runs with every rank */
+        hvd_negotiator_t *n = neg_new(3, 64, 64 * MiB);
+        for (uint32_t round = 0; round < 4; round++) {
+                uint32_t first = round % 3, second = (first + 1) % 3, last = (first + 2) % 3;
+                join(n, first);
+                sub1(n, second, "g", HVD__KIND__KIND_ALLGATHER, HVD_INT64, "2x3");
+                ck_assert(!hvd_negotiator_has_work(n));
+                sub1(n, last, "g", HVD__KIND__KIND_ALLGATHER, HVD_INT64, "2x3");
+                Hvd__Schedule *s = take(n);
+                char want[256];
+                snprintf(want, sizeof want,
+                         "allgather 'g' is not supported while rank %u has joined: only allreduce runs until every "
+                         "rank has joined (specify sparse_to_dense=True if using DistributedOptimizer)",
+                         first);
+                assert_one_error(s, "g", HVD_EJOINED, want);
+                hvd_negotiator_schedule_free(&s);
+                join(n, second);
+                ck_assert(!hvd_negotiator_has_work(n));
+                join(n, last);
+                s = take(n);
+                ck_assert_int_eq(s->join_done_last_rank, (int32_t) last);
+                hvd_negotiator_schedule_free(&s);
+                ck_assert(!hvd_negotiator_any_pending(n));
+
+                sub_all(n, 3, "g", HVD__KIND__KIND_ALLGATHER, HVD_INT64, "2x3");
+                sub_all(n, 3, "rs", HVD__KIND__KIND_REDUCESCATTER, HVD_FLOAT32, "6");
+                sub_all(n, 3, HVD_BARRIER_NAME, HVD__KIND__KIND_BARRIER, HVD_FLOAT32, "");
+                s = take(n);
+                ck_assert_uint_eq(s->n_errors, 0);
+                ck_assert_uint_eq(s->n_ops, 3);
+                for (int k = 0; k < 3; k++)
+                        ck_assert_uint_eq(s->ops[k]->n_joined, 0);
+                hvd_negotiator_schedule_free(&s);
+        }
         hvd_negotiator_destroy(&n);
 }
 END_TEST
@@ -985,6 +1106,42 @@ START_TEST(test_negotiate_process_set) {
         ck_assert_uint_eq(e->n_rank_rows, 2); /* by position in the set */
         ck_assert_int_eq(e->rank_rows[0], 1);
         ck_assert_int_eq(e->rank_rows[1], 3);
+        hvd_negotiator_schedule_free(&s);
+        hvd_negotiator_destroy(&n);
+}
+END_TEST
+
+START_TEST(test_negotiate_process_set_join) {
+        /* rank 2 of 3 joined: a set without it runs as ever; a set with it
+         * fails once its other members are in, instead of waiting for it */
+        hvd_negotiator_t *n = neg_new(3, 64, 64 * MiB);
+        join(n, 2);
+        const uint32_t sets[2][2] = { { 0, 1 }, { 0, 2 } };
+        for (uint32_t ps = 1; ps <= 2; ps++)
+                for (uint32_t i = 0; i < 2; i++) {
+                        uint32_t r = sets[ps - 1][i];
+                        if (r == 2)
+                                continue;
+                        rq_t b;
+                        rq_init(&b);
+                        Hvd__Request *q = rq_add(&b, "p", HVD__KIND__KIND_ALLREDUCE, HVD_FLOAT32, "4");
+                        q->process_set = ps;
+                        b.set[0][0] = sets[ps - 1][0];
+                        b.set[0][1] = sets[ps - 1][1];
+                        q->set_ranks = b.set[0];
+                        q->n_set_ranks = 2;
+                        submit_ok(n, r, &b);
+                }
+        Hvd__Schedule *s = take(n);
+        ck_assert_uint_eq(s->n_ops, 1);
+        ck_assert_uint_eq(s->ops[0]->process_set, 1);
+        ck_assert_uint_eq(s->ops[0]->n_joined, 0);
+        ck_assert_uint_eq(s->n_errors, 1);
+        ck_assert_str_eq(s->errors[0]->name, "p");
+        ck_assert_int_eq(s->errors[0]->code, HVD_EJOINED);
+        ck_assert_str_eq(s->errors[0]->message,
+                         "allreduce 'p' of process set 2 is not supported while its member rank 2 has joined: a "
+                         "joined rank takes part in allreduces of the global process set only");
         hvd_negotiator_schedule_free(&s);
         hvd_negotiator_destroy(&n);
 }
@@ -1544,9 +1701,12 @@ static Suite *negotiate_suite(void) {
         tcase_add_test(tc, test_negotiate_duplicate);
         tcase_add_test(tc, test_negotiate_join);
         tcase_add_test(tc, test_negotiate_join_last_rank_order);
+        tcase_add_test(tc, test_negotiate_join_rounds);
+        tcase_add_test(tc, test_negotiate_join_many_ranks_named);
         tcase_add_test(tc, test_negotiate_group_held_until_complete);
         tcase_add_test(tc, test_negotiate_two_groups);
         tcase_add_test(tc, test_negotiate_process_set);
+        tcase_add_test(tc, test_negotiate_process_set_join);
         tcase_add_test(tc, test_negotiate_table_capacity);
         tcase_add_test(tc, test_negotiate_describe_pending);
         tcase_add_test(tc, test_negotiate_timeline_ready_times);

@@ -1208,14 +1208,56 @@ static void scenario_barrier(void) {
 
 /* ---- join ---- */
 
+/* "rank 0 has" / "ranks [0, 1] have": the ranks that ran out of steps
+ * before step i (rank r runs (r + 1) * k steps) */
+static void join_who(char *buf, size_t len, int i, int k) {
+        int n = 0;
+        char list[256] = "";
+        size_t o = 0;
+        for (int r = 0; r < size; r++)
+                if ((r + 1) * k <= i) {
+                        o += (size_t) snprintf(list + o, sizeof list - o, "%s%d", n ? ", " : "", r);
+                        n++;
+                }
+        if (n == 1)
+                snprintf(buf, len, "rank %s has", list);
+        else
+                snprintf(buf, len, "ranks [%s] have", list);
+}
+
+/* h failed at once with the join error for what ("allgather 'x'") */
+static void wait_joined(hvd_handle_t *h, const char *what, const char *who, const char *hint) {
+        char want[512];
+        snprintf(want, sizeof want,
+                 "%s is not supported while %s joined: only allreduce runs until every rank has joined%s", what, who,
+                 hint);
+        int r = hvd_handle_wait(h);
+        CHECK(r == HVD_EJOINED, "%s returned %s, expected HVD_EJOINED", what, errname(r));
+        CHECK(strcmp(hvd_handle_error(h), want) == 0, "%s: error \"%s\", expected \"%s\"", what, hvd_handle_error(h),
+              want);
+}
+
+/* Rank r runs (r + 1) * k steps of an allreduce, an allgather and a
+ * broadcast, then joins: the allreduces of the others go on with zeros
+ * from the joined ranks; their allgathers and broadcasts (and a barrier)
+ * fail as in Horovod; every join returns the last rank, size - 1; then
+ * every rank takes part again. Two rounds, the same names. */
 static void scenario_join(void) {
         const int k = 3;
         for (int round = 0; round < 2; round++) {
                 int steps = (rank + 1) * k;
                 for (int i = 0; i < steps; i++) {
-                        char an[64], gn[64];
+                        /* a rank whose steps ended before step i has joined (it
+                         * never submits step i's tensors, so they complete
+                         * only once its join is in) */
+                        bool some_joined = i >= k;
+                        char who[300] = "";
+                        if (some_joined)
+                                join_who(who, sizeof who, i, k);
+                        char an[64], gn[64], bn[64];
                         snprintf(an, sizeof an, "join.ar.%d", i);
                         snprintf(gn, sizeof gn, "join.ag.%d", i);
+                        snprintf(bn, sizeof bn, "join.bc.%d", i);
                         float x[5], y[5];
                         for (int j = 0; j < 5; j++)
                                 x[j] = (float) ((rank + 1) * 100 + i + j);
@@ -1227,7 +1269,7 @@ static void scenario_join(void) {
                         q.ndim = 1;
                         q.shape = shape;
                         q.reduce_op = HVD_REDUCE_SUM;
-                        hvd_handle_t *ha = NULL, *hg = NULL;
+                        hvd_handle_t *ha = NULL, *hg = NULL, *hb = NULL;
                         MUST(hvd_allreduce_async(&q, &ha));
                         int32_t *g = xmalloc((size_t) (rank + 1) * 2 * sizeof *g);
                         int64_t gshape[2] = { rank + 1, 2 };
@@ -1240,9 +1282,7 @@ static void scenario_join(void) {
                         qg.ndim = 2;
                         qg.shape = gshape;
                         MUST(hvd_allgather_async(&qg, &hg));
-                        /* a broadcast from the rank that never joins early */
-                        char bn[64];
-                        snprintf(bn, sizeof bn, "join.bc.%d", i);
+                        /* from the rank that never joins early */
                         int32_t bv[3] = { rank, rank, rank };
                         int64_t bshape[1] = { 3 };
                         hvd_request_t qb = HVD_REQUEST_INIT;
@@ -1253,13 +1293,8 @@ static void scenario_join(void) {
                         qb.ndim = 1;
                         qb.shape = bshape;
                         qb.root = size - 1;
-                        hvd_handle_t *hb = NULL;
                         MUST(hvd_broadcast_async(&qb, &hb));
                         wait_ok(ha, an);
-                        wait_ok(hb, bn);
-                        for (int j = 0; j < 3; j++)
-                                CHECK(bv[j] == size - 1, "%s[%d] = %d, expected %d", bn, j, bv[j], size - 1);
-                        hvd_handle_release(&hb);
                         /* ranks that still run step i: (r + 1) * k > i */
                         for (int j = 0; j < 5; j++) {
                                 float want = 0;
@@ -1270,33 +1305,40 @@ static void scenario_join(void) {
                                       round, an, j, y[j], want);
                         }
                         hvd_handle_release(&ha);
-                        {
+                        char what[96];
+                        if (some_joined) {
+                                snprintf(what, sizeof what, "broadcast '%s'", bn);
+                                wait_joined(hb, what, who, "");
+                                snprintf(what, sizeof what, "allgather '%s'", gn);
+                                wait_joined(hg, what, who,
+                                            " (specify sparse_to_dense=True if using DistributedOptimizer)");
+                                int r = hvd_barrier();
+                                CHECK(r == HVD_EJOINED, "round %d step %d: a barrier returned %s, expected HVD_EJOINED",
+                                      round, i, errname(r));
+                        } else {
+                                wait_ok(hb, bn);
+                                for (int j = 0; j < 3; j++)
+                                        CHECK(bv[j] == size - 1, "%s[%d] = %d, expected %d", bn, j, bv[j], size - 1);
                                 wait_ok(hg, gn);
                                 const void *data;
                                 size_t bytes;
                                 int nd;
                                 const int64_t *os;
                                 MUST(hvd_handle_output(hg, 0, &data, &bytes, &nd, &os));
-                                int64_t rows = 0;
-                                for (int r = 0; r < size; r++)
-                                        if ((r + 1) * k > i)
-                                                rows += r + 1;
-                                CHECK(os[0] == rows,
-                                      "round %d %s: %" PRId64 " rows, expected %" PRId64 " (joined ranks give none)",
-                                      round, gn, os[0], rows);
+                                int64_t rows = (int64_t) size * (size + 1) / 2;
+                                CHECK(os[0] == rows, "round %d %s: %" PRId64 " rows, expected %" PRId64, round, gn,
+                                      os[0], rows);
                                 if (os[0] == rows && bytes == (size_t) rows * 8) {
                                         const int32_t *o = data;
                                         int64_t at = 0;
-                                        for (int r = 0; r < size; r++) {
-                                                if ((r + 1) * k <= i)
-                                                        continue;
+                                        for (int r = 0; r < size; r++)
                                                 for (int j = 0; j < (r + 1) * 2; j++, at++)
                                                         CHECK(o[at] == r * 1000 + i * 10 + j,
                                                               "%s: element %" PRId64 " is %d", gn, at, o[at]);
-                                        }
                                 }
-                                hvd_handle_release(&hg);
                         }
+                        hvd_handle_release(&hb);
+                        hvd_handle_release(&hg);
                         free(g);
                 }
                 int last = hvd_join();
@@ -1312,6 +1354,30 @@ static void scenario_join(void) {
                 MUST(hvd_allreduce(nm, &x, &y, 1, HVD_FLOAT32, HVD_REDUCE_SUM));
                 CHECK(y == (float) (size * (size - 1) / 2), "%s = %g after join, expected %d", nm, y,
                       size * (size - 1) / 2);
+                MUST(hvd_barrier());
+                int32_t v = rank, got[64];
+                int64_t vs[1] = { 1 };
+                hvd_request_t qv = HVD_REQUEST_INIT;
+                qv.name = "join.ag.after";
+                qv.input = &v;
+                qv.dtype = HVD_INT32;
+                qv.ndim = 1;
+                qv.shape = vs;
+                hvd_handle_t *hv = NULL;
+                MUST(hvd_allgather_async(&qv, &hv));
+                wait_ok(hv, qv.name);
+                const void *data;
+                size_t bytes;
+                int nd;
+                const int64_t *os;
+                MUST(hvd_handle_output(hv, 0, &data, &bytes, &nd, &os));
+                CHECK(bytes == (size_t) size * sizeof v && size <= 64, "join.ag.after: %zu bytes", bytes);
+                if (bytes == (size_t) size * sizeof v && size <= 64) {
+                        memcpy(got, data, bytes);
+                        for (int r = 0; r < size; r++)
+                                CHECK(got[r] == r, "join.ag.after[%d] = %d after join", r, got[r]);
+                }
+                hvd_handle_release(&hv);
         }
 }
 

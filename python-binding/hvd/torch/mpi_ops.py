@@ -704,9 +704,12 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] =
 
 def join(device: int = -1) -> int:
     """Says this process has no more data. Until every process has joined it
-    keeps taking part in the others' allreduces (contributing zeros) and
-    allgathers (contributing no rows). Blocks until all processes have
-    joined; returns the rank that joined last."""
+    keeps taking part in the others' allreduces (contributing zeros; Average
+    still divides by the full size), as in Horovod; any other collective on
+    the others (allgather, broadcast, alltoall, reducescatter, barrier)
+    raises HorovodInternalError at once, and they join in turn. Blocks until
+    all processes have joined; returns the rank that joined last, the same
+    on every process."""
     return _core.join()
 
 
