@@ -8,6 +8,8 @@
 set -u
 . "$HVD_SRCDIR/tests/lib/common.sh"
 venv=$HVD_SRCDIR/scripts/venv-tf.sh
+# the cache's own behaviour is under test: a user's HVD_TF_VENV would bypass it
+unset HVD_TF_VENV
 tmp=$(mktemp -d /tmp/hvd-venv-tf-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 
