@@ -14,6 +14,7 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 
 from hvd.common import ops as _ops
+from hvd.torch import _library
 from hvd.torch import adasum
 from hvd.torch.compression import Compression
 from hvd.torch.functions import broadcast_object
@@ -220,7 +221,7 @@ class _DistributedOptimizer:
                 else:
                     handle, ctx = self._allreduce_grad_async(p)
             self._handles[p] = (handle, ctx)
-        return hook
+        return _library.eager(hook)
 
     def synchronize(self) -> None:
         """Waits for all gradient reductions and writes the results to p.grad.
