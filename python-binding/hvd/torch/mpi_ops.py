@@ -226,7 +226,7 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
     result as a new tensor; differentiable. op defaults to Average."""
     compressed, cctx = compression.compress(tensor)
     if _library.tracing() and _library.set_id(process_set) is not None:
-        reduced = torch.ops.hvd.allreduce(compressed, name, handle_average_backwards_compatibility(op, average),
+        reduced = _library.allreduce(compressed, name, handle_average_backwards_compatibility(op, average),
                                           prescale_factor, postscale_factor, _library.set_id(process_set))
         return compression.decompress(reduced, cctx)
     reduced = HorovodAllreduce.apply(compressed, average, name, op, prescale_factor, postscale_factor,
@@ -317,7 +317,7 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
     tensors = _not_empty(tensors, "grouped_allreduce")
     compressed, cctxs = zip(*[compression.compress(t) for t in tensors])
     if _library.tracing() and _library.set_id(process_set) is not None:
-        reduced = torch.ops.hvd.grouped_allreduce(list(compressed), name,
+        reduced = _library.grouped_allreduce(list(compressed), name,
                                                   handle_average_backwards_compatibility(op, average),
                                                   prescale_factor, postscale_factor, _library.set_id(process_set))
         return [compression.decompress(t, c) for t, c in zip(reduced, cctxs)]
@@ -420,7 +420,7 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None,
     """Concatenates tensor from all processes along the first dimension;
     differentiable."""
     if _library.tracing() and _library.set_id(process_set) is not None:
-        return torch.ops.hvd.allgather(tensor, name, _library.set_id(process_set), _library.same_rows())
+        return _library.allgather(tensor, name, _library.set_id(process_set))
     return HorovodAllgather.apply(tensor, name, process_set)
 
 
@@ -455,7 +455,7 @@ def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = Non
     """Allgathers a list of tensors as one group; differentiable."""
     tensors = _not_empty(tensors, "grouped_allgather")
     if _library.tracing() and _library.set_id(process_set) is not None:
-        return torch.ops.hvd.grouped_allgather(tensors, name, _library.set_id(process_set), _library.same_rows())
+        return _library.grouped_allgather(tensors, name, _library.set_id(process_set))
     return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
 
 
@@ -514,7 +514,7 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
     """Returns root_rank's tensor on every process (a new tensor);
     differentiable."""
     if _library.tracing() and _library.set_id(process_set) is not None and type(root_rank) is int:
-        return torch.ops.hvd.broadcast(tensor, root_rank, name, _library.set_id(process_set))
+        return _library.broadcast(tensor, root_rank, name, _library.set_id(process_set))
     return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
 
 
