@@ -1,14 +1,15 @@
-"""hvd's collectives as PyTorch custom operators, for torch.compile.
+"""hvd's collectives as PyTorch operators, for torch.compile.
 
 Dynamo cannot trace into hvd._core (a C extension), so a collective called
 in a compiled function would break the graph. On torch >= 2.4 the blocking
-collectives are operators of the ``hvd`` namespace
-(``torch.library.custom_op``): allreduce, grouped_allreduce, allgather,
-grouped_allgather and broadcast, and the allgathers' gradients. Each has a
-fake implementation that gives the result's shape and dtype for tracing,
-and an autograd formula equal to the eager one (the autograd functions of
-mpi_ops.py). The real implementation runs the eager collective, so names,
-checks and error messages are the same.
+collectives are operators of the ``hvd`` namespace (torch.library):
+allreduce, grouped_allreduce, allgather, grouped_allgather and broadcast,
+the allgathers' gradients, and DistributedOptimizer's wait. Each has a
+fake implementation (register_fake) that gives the result's shape and
+dtype for tracing; the real one runs the eager collective, so names,
+checks and error messages are the same. Their gradients are autograd
+functions with the eager formulas (those of mpi_ops.py), which Dynamo
+traces into the graph with the operators.
 
 mpi_ops.py routes a call here only while Dynamo traces it (``tracing()``);
 eager calls keep the autograd functions of mpi_ops.py. On older torch
@@ -143,7 +144,7 @@ def optimizer_key(optimizer: Any) -> int:
 if SUPPORTED:
     from hvd.torch import mpi_ops as _m
 
-    _lib = torch.library.Library(NAMESPACE, "DEF")  # noqa: TOR901 (lives as long as the module)
+    _lib = torch.library.Library(NAMESPACE, "DEF")  # lives as long as the module: the operators too
 
     def _define(schema: str, impl: Callable, fake: Callable) -> None:
         """One operator: its real implementation on the CPU and CUDA keys
