@@ -68,7 +68,7 @@ if [ ! -f "$top/build/python-binding/pkg/hvd/__init__.py" ]; then
 elif venv_python=$("$top/scripts/venv-torch.sh"); then
         version=$("$venv_python" -c 'import torch; print(torch.__version__)')
         label="build, torch $version"
-        # compiling (torch.compile) makes the session slower than Debian's torch 1.13
+        # torch.compile in the tests makes this run slower than the one with torch 1.13
         run_check "$top/build" "$python_tests" PYTHON="$venv_python" \
                 HVD_PYTEST_TIMEOUT="${HVD_PYTEST_TIMEOUT:-600}"
         label=
