@@ -5,11 +5,11 @@
 #
 # VENV (or HVD_TORCH_VENV): an environment made elsewhere, used as it is
 # (/usr/bin/python3 -m venv V && V/bin/pip install torch torchvision numpy
-# pytest). Otherwise a cached one under HVD_CACHE_DIR (default
+# pytest). Otherwise a cached one under HVD_VENV_CACHE (default
 # ${XDG_CACHE_HOME:-$HOME/.cache}/hvd), keyed on what it installs: the
 # interpreter's version and the newest torch's version on the index, e.g.
 # venv-torch-2.15.0-py3.11. Made once (3 GB of wheels, 5.5 GB installed;
-# pip's cache in HVD_CACHE_DIR/pip unless PIP_CACHE_DIR says otherwise),
+# pip's cache in HVD_VENV_CACHE/pip unless PIP_CACHE_DIR says otherwise),
 # then reused; environments of older torch versions are removed once the
 # newer one is complete. Without the index (no network) the newest
 # complete one in the cache is used.
@@ -33,7 +33,7 @@ if [ -n "$venv" ]; then
         exit 0
 fi
 
-cache=${HVD_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/hvd}
+cache=${HVD_VENV_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/hvd}
 if ! mkdir -p "$cache" 2>/dev/null; then
         say "cannot create the cache directory $cache"
         exit 1
