@@ -44,5 +44,5 @@ EXTRA_PROGRAMS += %D%/bench_negotiate
 # tests/delay_proxy gives the emulated nodes of run-step.sh NETNS=1 latency
 bench: $(EXTRA_PROGRAMS) %D%/mpi_collective %D%/mpi_step tests/delay_proxy$(EXEEXT)
 CLEANFILES += $(EXTRA_PROGRAMS) %D%/mpi_collective %D%/mpi_step
-EXTRA_DIST += %D%/mpi_collective.c %D%/mpi_step.c %D%/run-allreduce.sh %D%/gloo_collective.py \
+EXTRA_DIST += %D%/mpi_collective.c %D%/mpi_step.c %D%/run-allreduce.sh %D%/gloo_collective.py %D%/torch_compile.py \
 	%D%/run-step.sh %D%/run-control.sh %D%/run-collectives.sh %D%/netns-job.sh %D%/run-delay-proxy.sh

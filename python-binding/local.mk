@@ -15,6 +15,7 @@ hvd_common_py_sources = \
 	%D%/hvd/common/process_sets.py
 hvd_torch_py_sources = \
 	%D%/hvd/torch/__init__.py \
+	%D%/hvd/torch/_library.py \
 	%D%/hvd/torch/adasum.py \
 	%D%/hvd/torch/compression.py \
 	%D%/hvd/torch/functions.py \

@@ -4,8 +4,12 @@
 #
 # The full suite runs on the default build (with the NCCL module when CUDA
 # and NCCL are installed, and hvd.tensorflow's op library against the
-# environment scripts/venv-tf.sh makes once and caches). Then a CPU-only
-# build (--without-cuda) with AddressSanitizer and UBSan
+# environment scripts/venv-tf.sh makes once and caches), its Python tests
+# with Debian's torch; then the Python tests again with the newest torch
+# from PyPI, in a cached virtual environment (scripts/venv-torch.sh;
+# HVD_TORCH_VENV=DIR: one made elsewhere). Where that environment cannot
+# be made (no network) the second run counts as skipped, and says so.
+# Then a CPU-only build (--without-cuda) with AddressSanitizer and UBSan
 # (--enable-sanitizers) runs the tests that differ between the two builds
 # (unit tests, the GPU-module checks, the collectives, several nodes), and,
 # when clang is here, a libFuzzer build (--enable-fuzzing) runs every fuzz
@@ -29,12 +33,15 @@ if ! "$top/scripts/build.sh" --enable-werror "$@"; then
 fi
 
 pass=0 fail=0 skip=0 status=0
-# run_check DIR [TESTS]: make check in DIR, add its counts
+# run_check DIR [TESTS [MAKE ARGS...]]: make check in DIR, add its counts;
+# its lines are labelled [$label], DIR's name by default
 run_check() {
         dir=$1
+        tests=${2:-}
         shift
-        (cd "$dir" && make -s -j2 check ${1:+TESTS="$1"}) >"$dir/check.out" 2>&1 || status=1
-        grep -E '^(PASS|FAIL|XFAIL|XPASS|SKIP|ERROR):' "$dir/check.out" | sed "s|^|[$(basename "$dir")] |"
+        [ $# -gt 0 ] && shift
+        (cd "$dir" && make -s -j2 check ${tests:+TESTS="$tests"} "$@") >"$dir/check.out" 2>&1 || status=1
+        grep -E '^(PASS|FAIL|XFAIL|XPASS|SKIP|ERROR):' "$dir/check.out" | sed "s|^|[${label:-$(basename "$dir")}] |"
         if grep -qE '^(FAIL|ERROR|XPASS):' "$dir/check.out" || [ ! -f "$dir/test-suite.log" ]; then
                 find "$dir" -name '*.trs' -exec grep -lE '^:test-result: (FAIL|ERROR|XPASS)' {} + 2>/dev/null |
                         while read -r trs; do
@@ -51,6 +58,29 @@ run_check() {
 }
 
 run_check "$top/build"
+
+# the Python suite with the newest torch (the first run had Debian's)
+python_tests="tests/python/run-np2.sh tests/python/run-np3.sh"
+echo "test: the Python suite with the newest torch from PyPI (scripts/venv-torch.sh)"
+if [ ! -f "$top/build/python-binding/pkg/hvd/__init__.py" ]; then
+        echo "SKIP: the Python suite with the newest torch: this build has no Python binding"
+        skip=$((skip + 2))
+elif venv_python=$("$top/scripts/venv-torch.sh"); then
+        version=$("$venv_python" -c 'import torch; print(torch.__version__)')
+        label="build, torch $version"
+        # torch.compile in the tests makes this run slower than the one with torch 1.13
+        run_check "$top/build" "$python_tests" PYTHON="$venv_python" \
+                HVD_PYTEST_TIMEOUT="${HVD_PYTEST_TIMEOUT:-600}"
+        label=
+else
+        echo "test: ######################################################################"
+        echo "test: SKIP: the Python suite did NOT run with the newest torch: no environment"
+        echo "test: could be made (no network?); see venv-torch's message above"
+        echo "test: ######################################################################"
+        echo "SKIP: tests/python/run-np2.sh (newest torch)"
+        echo "SKIP: tests/python/run-np3.sh (newest torch)"
+        skip=$((skip + 2))
+fi
 # the benchmarks build (make bench) but are not run here: their timings are
 # compared side by side with their peers by benchmarks/run-*.sh, never asserted
 echo "test: the benchmarks build (make bench)"

@@ -13,6 +13,7 @@ python_test_files = \
 	%D%/python/test_torch_grads.py \
 	%D%/python/test_torch_compat.py \
 	%D%/python/test_torch_training.py \
+	%D%/python/test_torch_compile.py \
 	%D%/python/test_process_sets.py \
 	%D%/python/test_torch_join.py \
 	%D%/python/test_torch_cuda.py \

@@ -32,6 +32,7 @@ from hvd.common.basics import (Adasum, Average, Max, Min, Product, Sum, ccl_buil
                                nccl_built, rank, rocm_built, shutdown, size, start_timeline, stop_timeline)
 from hvd.common.exceptions import HorovodInternalError
 from hvd.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
+from hvd.torch import _library
 from hvd.torch.compression import Compression
 
 __all__ = [
@@ -63,6 +64,10 @@ _DTYPES = {
 
 poll = _ops.poll
 synchronize = _ops.synchronize
+
+# constants of a graph torch.compile makes (_library.py)
+size, rank, local_size, local_rank, cross_size, cross_rank = (
+    _library.constant(f) for f in (size, rank, local_size, local_rank, cross_size, cross_rank))
 
 
 # ---- tensors -> requests ----------------------------------------------------
@@ -220,6 +225,10 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
     """Reduces tensor over all processes (of process_set) and returns the
     result as a new tensor; differentiable. op defaults to Average."""
     compressed, cctx = compression.compress(tensor)
+    if _library.tracing() and _library.set_id(process_set) is not None:
+        reduced = _library.allreduce(compressed, name, handle_average_backwards_compatibility(op, average),
+                                          prescale_factor, postscale_factor, _library.set_id(process_set))
+        return compression.decompress(reduced, cctx)
     reduced = HorovodAllreduce.apply(compressed, average, name, op, prescale_factor, postscale_factor,
                                      process_set)
     return compression.decompress(reduced, cctx)
@@ -307,6 +316,11 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
     differentiable."""
     tensors = _not_empty(tensors, "grouped_allreduce")
     compressed, cctxs = zip(*[compression.compress(t) for t in tensors])
+    if _library.tracing() and _library.set_id(process_set) is not None:
+        reduced = _library.grouped_allreduce(list(compressed), name,
+                                                  handle_average_backwards_compatibility(op, average),
+                                                  prescale_factor, postscale_factor, _library.set_id(process_set))
+        return [compression.decompress(t, c) for t, c in zip(reduced, cctxs)]
     reduced = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor, process_set,
                                             *compressed)
     return [compression.decompress(t, c) for t, c in zip(reduced, cctxs)]
@@ -405,6 +419,8 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None,
               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Concatenates tensor from all processes along the first dimension;
     differentiable."""
+    if _library.tracing() and _library.set_id(process_set) is not None:
+        return _library.allgather(tensor, name, _library.set_id(process_set))
     return HorovodAllgather.apply(tensor, name, process_set)
 
 
@@ -438,6 +454,8 @@ def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = Non
                       process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
     """Allgathers a list of tensors as one group; differentiable."""
     tensors = _not_empty(tensors, "grouped_allgather")
+    if _library.tracing() and _library.set_id(process_set) is not None:
+        return _library.grouped_allgather(tensors, name, _library.set_id(process_set))
     return list(HorovodGroupedAllgather.apply(name, process_set, *tensors))
 
 
@@ -495,6 +513,8 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Returns root_rank's tensor on every process (a new tensor);
     differentiable."""
+    if _library.tracing() and _library.set_id(process_set) is not None and type(root_rank) is int:
+        return _library.broadcast(tensor, root_rank, name, _library.set_id(process_set))
     return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
 
 

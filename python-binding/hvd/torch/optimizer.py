@@ -14,11 +14,12 @@ from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
 import torch
 
 from hvd.common import ops as _ops
+from hvd.torch import _library
 from hvd.torch import adasum
 from hvd.torch.compression import Compression
 from hvd.torch.functions import broadcast_object
 from hvd.torch.mpi_ops import (Adasum, Average, ProcessSet, allreduce_async_, global_process_set,
-                               grouped_allreduce_async_, size, sparse_allreduce_async, synchronize)
+                               grouped_allreduce_async_, rank, size, sparse_allreduce_async, synchronize)
 
 __all__ = ["DistributedOptimizer"]
 
@@ -101,6 +102,7 @@ class _DistributedOptimizer:
 
         if self.process_set.included() is not False and size() > 1:
             self._register_hooks()
+        self._hvd_key = _library.optimizer_key(self)
 
     @staticmethod
     def _find_duplicates(names: Iterable[str]) -> set:
@@ -220,7 +222,7 @@ class _DistributedOptimizer:
                 else:
                     handle, ctx = self._allreduce_grad_async(p)
             self._handles[p] = (handle, ctx)
-        return hook
+        return _library.eager(hook)
 
     def synchronize(self) -> None:
         """Waits for all gradient reductions and writes the results to p.grad.
@@ -292,9 +294,29 @@ class _DistributedOptimizer:
                               "optimizer.synchronize(). This can cause training slowdown. You may want to "
                               "consider using optimizer.skip_synchronize() context if you use "
                               "optimizer.synchronize() in your code.")
-            self.synchronize()
+            if _library.tracing():
+                self._hvd_traced_synchronize()
+            else:
+                self.synchronize()
         self._synchronized = False
         return self._hvd_base.step(self, closure)
+
+    def _hvd_update_params(self) -> List[Any]:
+        """The parameters whose gradients are reduced, in order."""
+        return [p for group in self.param_groups for p in group["params"] if p.requires_grad]
+
+    def _hvd_traced_synchronize(self) -> None:
+        """synchronize() where torch.compile traces step(): one operator
+        waits for the reductions the gradient hooks started and leaves the
+        results in the gradients, which the rest of the graph reads after it
+        (_library.py)."""
+        params = self._hvd_update_params()
+        if rank() not in self.process_set.ranks:
+            params = []
+        for p in params:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        torch.ops.hvd.optimizer_synchronize([p.grad for p in params], self._hvd_key)
 
     def _hvd_local_step(self, closure=None):
         """The wrapped optimizer's step, without any reduction."""
