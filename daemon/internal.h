@@ -46,6 +46,8 @@ typedef struct pool pool_t;
 /* A connection that has not finished its ZMTP (and ZAP, CURVE) handshake
  * within this is closed; libzmq's default is 30 s. */
 #define HANDSHAKE_MSEC 5000
+/* A TCP connect to another daemon not done within this starts afresh. */
+#define CONNECT_MSEC 2000
 
 typedef enum { JOB_JOINING, JOB_RUNNING, JOB_ABORTED } job_state_t;
 static const char *const job_state_names[] = { "joining", "running", "aborted" };

@@ -228,7 +228,7 @@ void *io_socket(hvd_daemon_t *d, int type, bool peer) {
         void *s = zmq_socket(d->zctx, type);
         if (!s)
                 return NULL;
-        int one = 1, zero = 0, hwm = 100000, handshake = HANDSHAKE_MSEC, ivl = 1000;
+        int one = 1, zero = 0, hwm = 100000, handshake = HANDSHAKE_MSEC, ivl = 1000, connect = CONNECT_MSEC;
         int tmo = (int) (d->cfg.peer_timeout_usec / 1000);
         int64_t maxmsg = (int64_t) d->cfg.max_message_bytes;
         zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
@@ -242,6 +242,10 @@ void *io_socket(hvd_daemon_t *d, int type, bool peer) {
         if (peer) {
                 zmq_setsockopt(s, ZMQ_HEARTBEAT_IVL, &ivl, sizeof ivl);
                 zmq_setsockopt(s, ZMQ_HEARTBEAT_TIMEOUT, &tmo, sizeof tmo);
+                /* a connect() pending longer is abandoned and made again:
+                 * after a lossy spell the kernel's SYN retries back off to
+                 * 8-16 s apart, which would outlast a job's start timeout */
+                zmq_setsockopt(s, ZMQ_CONNECT_TIMEOUT, &connect, sizeof connect);
         }
         return s;
 }
