@@ -16,6 +16,7 @@ hvd_common_py_sources = \
 hvd_torch_py_sources = \
 	%D%/hvd/torch/__init__.py \
 	%D%/hvd/torch/_library.py \
+	%D%/hvd/torch/_named.py \
 	%D%/hvd/torch/adasum.py \
 	%D%/hvd/torch/compression.py \
 	%D%/hvd/torch/functions.py \

@@ -44,6 +44,7 @@ from hvd.common import ops as _ops
 from hvd.common.exceptions import HorovodInternalError
 from hvd.common.process_sets import ProcessSet, global_process_set
 from hvd.torch import mpi_ops as _mpi
+from hvd.torch._named import named_parameters_of
 from hvd.torch.compression import Compression
 
 __all__ = ["allreduce_async", "distributed_optimizer"]
@@ -379,25 +380,7 @@ class _DistributedAdasumOptimizer:
         self._compression = compression
         self.backward_passes_per_step = backward_passes_per_step
         self.process_set = process_set
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [(f"allreduce.noname.{i}.{j}", v)
-                                for i, group in enumerate(self.param_groups)
-                                for j, v in enumerate(group["params"])]
-        if any(not isinstance(p, tuple) for p in named_parameters):
-            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                             "usually produced by model.named_parameters().")
-        names = [k for k, _ in named_parameters]
-        dups = sorted({k for k in names if names.count(k) > 1})
-        if dups:
-            raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
-                             % ", ".join(dups))
-        named_ids = {id(v) for _, v in named_parameters}
-        unnamed = {id(v) for group in self.param_groups for v in group["params"]} - named_ids
-        if unnamed:
-            raise ValueError("named_parameters was specified, but one or more model parameters were not "
-                             "named. Python object ids: %s" % ", ".join(str(i) for i in sorted(unnamed)))
+        named_parameters = named_parameters_of(self.param_groups, named_parameters)
         # every process reduces the changes in the same order: by name
         ids = {id(v) for group in self.param_groups for v in group["params"]}
         self._adasum_params = [v for _, v in sorted(named_parameters, key=lambda kv: kv[0])

@@ -9,12 +9,13 @@ the reductions and writes the results into ``p.grad``.
 
 import warnings
 from contextlib import contextmanager
-from typing import Any, Dict, Iterable, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
 from hvd.common import ops as _ops
 from hvd.torch import _library
+from hvd.torch._named import named_parameters_of
 from hvd.torch import adasum
 from hvd.torch.compression import Compression
 from hvd.torch.functions import broadcast_object
@@ -48,28 +49,7 @@ class _DistributedOptimizer:
         self._hvd_base.__init__(self, params)
         self._compression = compression
 
-        if named_parameters is not None:
-            named_parameters = list(named_parameters)
-        else:
-            named_parameters = [(f"allreduce.noname.{i}.{j}", v)
-                                for i, group in enumerate(self.param_groups)
-                                for j, v in enumerate(group["params"])]
-        if any(not isinstance(p, tuple) for p in named_parameters):
-            raise ValueError("named_parameters should be a sequence of tuples (name, parameter), "
-                             "usually produced by model.named_parameters().")
-
-        dups = self._find_duplicates([k for k, _ in named_parameters])
-        if dups:
-            raise ValueError("Parameter names in named_parameters must be unique. Found duplicates: %s"
-                             % ", ".join(sorted(dups)))
-
-        all_ids = {id(v) for group in self.param_groups for v in group["params"]}
-        named_ids = {id(v) for _, v in named_parameters}
-        unnamed = all_ids - named_ids
-        if unnamed:
-            raise ValueError("named_parameters was specified, but one or more model parameters were not "
-                             "named. Python object ids: %s" % ", ".join(str(i) for i in sorted(unnamed)))
-
+        named_parameters = named_parameters_of(self.param_groups, named_parameters)
         self._parameter_names = {v: k for k, v in sorted(named_parameters, key=lambda kv: kv[0])}
         self.backward_passes_per_step = backward_passes_per_step
         self._allreduce_delay = {v: backward_passes_per_step for _, v in named_parameters}
@@ -103,15 +83,6 @@ class _DistributedOptimizer:
         if self.process_set.included() is not False and size() > 1:
             self._register_hooks()
         self._hvd_key = _library.optimizer_key(self)
-
-    @staticmethod
-    def _find_duplicates(names: Iterable[str]) -> set:
-        seen, dups = set(), set()
-        for n in names:
-            if n in seen:
-                dups.add(n)
-            seen.add(n)
-        return dups
 
     def load_state_dict(self, *args, **kwargs):
         self._handles = {}
