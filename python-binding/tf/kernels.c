@@ -37,6 +37,7 @@ const char *const hvd_tf_op_types[_HVD_TF_KIND_COUNT] = {
         [HVD_TF_RANK] = "HvdRank",
         [HVD_TF_LOCAL_SIZE] = "HvdLocalSize",
         [HVD_TF_LOCAL_RANK] = "HvdLocalRank",
+        [HVD_TF_PROCESS_SET_INCLUDED] = "HvdProcessSetIncluded",
         [HVD_TF_JOIN] = "HvdJoin",
         [HVD_TF_BARRIER] = "HvdBarrier",
 };
@@ -70,6 +71,7 @@ void hvd_tf_fail(TF_OpKernelContext *ctx, int err, const char *msg) {
         case -E2BIG:
         case HVD_EDUPLICATE: code = TF_INVALID_ARGUMENT; break;
         case HVD_EMISMATCH:
+        case -ENOENT:
         case HVD_ENOTINIT: code = TF_FAILED_PRECONDITION; break;
         case HVD_EABORTED:
         case HVD_ESHUTDOWN: code = TF_ABORTED; break;
@@ -176,14 +178,16 @@ void *hvd_tf_kernel_new(TF_OpKernelConstruction *ctx, hvd_tf_kind_t kind) {
         k->kind = kind;
         k->reduce_op = HVD_REDUCE_SUM;
         k->prescale = k->postscale = 1.0;
+        bool in_set = kind < HVD_TF_N_COLLECTIVES || kind == HVD_TF_SIZE || kind == HVD_TF_RANK ||
+                      kind == HVD_TF_PROCESS_SET_INCLUDED;
+        if (in_set && attr_int(ctx, "process_set", &k->process_set, st) < 0)
+                return construction_failed(ctx, k, st, NULL);
+        if (k->process_set < 0 || k->process_set >= MAX_PROCESS_SETS)
+                return construction_failed(ctx, k, st, "process_set: not an id of a process set");
         if (kind >= HVD_TF_N_COLLECTIVES) {
                 TF_DeleteStatus(st);
                 return k;
         }
-        if (attr_int(ctx, "process_set", &k->process_set, st) < 0)
-                return construction_failed(ctx, k, st, NULL);
-        if (k->process_set < 0 || k->process_set >= MAX_PROCESS_SETS)
-                return construction_failed(ctx, k, st, "process_set: not an id of a process set");
         if (kind == HVD_TF_ALLREDUCE || kind == HVD_TF_GROUPED_ALLREDUCE || kind == HVD_TF_REDUCESCATTER ||
             kind == HVD_TF_GROUPED_REDUCESCATTER) {
                 int op = 0;
@@ -469,17 +473,31 @@ void hvd_tf_compute(void *kp, TF_OpKernelContext *ctx, struct TF_AsyncOpKernelDo
 
 /* ---- the topology ---- */
 
-void hvd_tf_compute_scalar(void *kp, TF_OpKernelContext *ctx) {
-        const hvd_tf_kernel_t *k = kp;
+/* A scalar of the topology, or a negative error with its message. */
+static int scalar_value(const hvd_tf_kernel_t *k, const char **msg) {
         int v;
+        *msg = "hvd is not initialized: call hvd.tensorflow.init() first";
+        if (!hvd_is_initialized())
+                return HVD_ENOTINIT;
         switch (k->kind) {
-        case HVD_TF_SIZE: v = hvd_size(); break;
-        case HVD_TF_RANK: v = hvd_rank(); break;
+        case HVD_TF_SIZE: v = k->process_set ? hvd_process_set_size(k->process_set) : hvd_size(); break;
+        case HVD_TF_RANK: v = k->process_set ? hvd_process_set_rank(k->process_set) : hvd_rank(); break;
         case HVD_TF_LOCAL_SIZE: v = hvd_local_size(); break;
-        default: v = hvd_local_rank(); break;
+        case HVD_TF_LOCAL_RANK: v = hvd_local_rank(); break;
+        default: v = hvd_process_set_included(k->process_set); break;
         }
+        if (v == -ENOENT)
+                *msg = "rank_op: this rank is not a member of the process set";
+        else if (v < 0)
+                *msg = "process_set: no process set has this id (add_process_set gives ids)";
+        return v;
+}
+
+void hvd_tf_compute_scalar(void *kp, TF_OpKernelContext *ctx) {
+        const char *msg;
+        int v = scalar_value(kp, &msg);
         if (v < 0) {
-                hvd_tf_fail(ctx, v, "hvd is not initialized: call hvd.tensorflow.init() first");
+                hvd_tf_fail(ctx, v, msg);
                 return;
         }
         TF_Status *st = TF_NewStatus();

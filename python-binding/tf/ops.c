@@ -63,6 +63,7 @@ CREATE(create_size, HVD_TF_SIZE)
 CREATE(create_rank, HVD_TF_RANK)
 CREATE(create_local_size, HVD_TF_LOCAL_SIZE)
 CREATE(create_local_rank, HVD_TF_LOCAL_RANK)
+CREATE(create_process_set_included, HVD_TF_PROCESS_SET_INCLUDED)
 CREATE(create_join, HVD_TF_JOIN)
 CREATE(create_barrier, HVD_TF_BARRIER)
 
@@ -136,10 +137,17 @@ static const op_spec_t specs[] = {
           { "outputs: T" },
           shape_unknown,
           false },
-        { HVD_TF_SIZE, create_size, { NULL }, { NULL }, { "size: int32" }, shape_scalar, false },
-        { HVD_TF_RANK, create_rank, { NULL }, { NULL }, { "rank: int32" }, shape_scalar, false },
+        { HVD_TF_SIZE, create_size, { "process_set: int = 0" }, { NULL }, { "size: int32" }, shape_scalar, false },
+        { HVD_TF_RANK, create_rank, { "process_set: int = 0" }, { NULL }, { "rank: int32" }, shape_scalar, false },
         { HVD_TF_LOCAL_SIZE, create_local_size, { NULL }, { NULL }, { "local_size: int32" }, shape_scalar, false },
         { HVD_TF_LOCAL_RANK, create_local_rank, { NULL }, { NULL }, { "local_rank: int32" }, shape_scalar, false },
+        { HVD_TF_PROCESS_SET_INCLUDED,
+          create_process_set_included,
+          { "process_set: int = 0" },
+          { NULL },
+          { "included: int32" },
+          shape_scalar,
+          false },
         { HVD_TF_JOIN, create_join, { NULL }, { NULL }, { "last_rank: int32" }, shape_scalar, true },
         { HVD_TF_BARRIER, create_barrier, { NULL }, { NULL }, { NULL }, NULL, true },
 };

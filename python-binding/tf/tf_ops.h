@@ -53,6 +53,7 @@ typedef enum hvd_tf_kind {
         HVD_TF_RANK,
         HVD_TF_LOCAL_SIZE,
         HVD_TF_LOCAL_RANK,
+        HVD_TF_PROCESS_SET_INCLUDED,
         HVD_TF_JOIN,
         HVD_TF_BARRIER,
         _HVD_TF_KIND_COUNT
@@ -68,8 +69,8 @@ typedef struct hvd_tf_kernel {
         hvd_reduce_op_t reduce_op;
         double prescale, postscale;
         int root;
-        int process_set;
-        char *name; /* the tensor name, from the name attr or the node; NULL: eager, numbered */
+        int process_set; /* also of size, rank, process_set_included */
+        char *name;      /* the tensor name, from the name attr or the node; NULL: eager, numbered */
 } hvd_tf_kernel_t;
 
 /* One execution of a kernel, from its compute function to its done

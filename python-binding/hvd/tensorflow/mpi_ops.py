@@ -185,27 +185,51 @@ def barrier(process_set: ProcessSet = global_process_set) -> None:
     return _lib.hvd_barrier()
 
 
-def _global_only(process_set_id: int, what: str) -> None:
-    if process_set_id != 0:
-        raise NotImplementedError(f"hvd.tensorflow.{what}: only the global process set (0) is supported")
+def _set_id(process_set_id, process_set: Optional[ProcessSet]) -> int:
+    """The id of the process set: Horovod's process_set_id (an id or a
+    ProcessSet), or hvd's process_set= (a ProcessSet). Non-members may ask."""
+    ps = process_set if process_set is not None else process_set_id
+    if not isinstance(ps, ProcessSet):
+        return int(ps)
+    if ps.process_set_id is None:
+        raise ValueError(f"{ps} has not been registered: pass it to hvd.init(process_sets=...) "
+                         f"or hvd.add_process_set() first")
+    return ps.process_set_id
 
 
-def size_op(process_set_id: int = 0, name: Optional[str] = None):
-    """The number of ranks, as a tensor computed when the graph runs."""
-    _global_only(process_set_id, "size_op")
-    return _lib.hvd_size(name=name)
+def size_op(process_set_id: int = 0, name: Optional[str] = None, process_set: Optional[ProcessSet] = None):
+    """The number of ranks (in the process set), as a tensor computed when
+    the graph runs."""
+    return _lib.hvd_size(process_set=_set_id(process_set_id, process_set), name=name)
 
 
-def rank_op(process_set_id: int = 0, name: Optional[str] = None):
-    _global_only(process_set_id, "rank_op")
-    return _lib.hvd_rank(name=name)
+def rank_op(process_set_id: int = 0, name: Optional[str] = None, process_set: Optional[ProcessSet] = None):
+    """This rank (its position in the process set; a rank outside the set
+    gets FailedPreconditionError), as a tensor computed when the graph runs."""
+    return _lib.hvd_rank(process_set=_set_id(process_set_id, process_set), name=name)
 
 
-def local_size_op(name: Optional[str] = None):
+def process_set_included_op(process_set_id: int = 0, name: Optional[str] = None,
+                            process_set: Optional[ProcessSet] = None):
+    """1 if this rank is a member of the process set, else 0 (a tensor)."""
+    return _lib.hvd_process_set_included(process_set=_set_id(process_set_id, process_set), name=name)
+
+
+def _global_only(process_set: Optional[ProcessSet], what: str) -> None:
+    if process_set is not None and _set_id(0, process_set) != 0:
+        raise NotImplementedError(f"hvd.tensorflow.{what}: hvd knows no host of another rank, so only the "
+                                  f"global process set is supported")
+
+
+def local_size_op(name: Optional[str] = None, process_set: Optional[ProcessSet] = None):
+    """The number of ranks on this host (a tensor)."""
+    _global_only(process_set, "local_size_op")
     return _lib.hvd_local_size(name=name)
 
 
-def local_rank_op(name: Optional[str] = None):
+def local_rank_op(name: Optional[str] = None, process_set: Optional[ProcessSet] = None):
+    """This rank's position among the ranks on this host (a tensor)."""
+    _global_only(process_set, "local_rank_op")
     return _lib.hvd_local_rank(name=name)
 
 
