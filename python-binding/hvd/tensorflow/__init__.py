@@ -23,11 +23,14 @@ from hvd.common.basics import (Adasum, Average, Max, Min, Product, Sum, ccl_buil
 from hvd.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 from hvd.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from hvd.tensorflow.compression import Compression
-from hvd.tensorflow.functions import allreduce, broadcast_variables, grouped_allreduce
+from hvd.tensorflow.functions import (allreduce, broadcast_, broadcast_object_fn, broadcast_variables,
+                                     grouped_allreduce)
 from hvd.tensorflow.gradient_tape import DistributedGradientTape
+from hvd.tensorflow.hooks import BroadcastGlobalVariablesHook, broadcast_global_variables
 from hvd.tensorflow.mpi_ops import (allgather, alltoall, barrier, broadcast, grouped_allgather,
-                                    grouped_reducescatter, join, local_rank_op, local_size_op, rank_op, reducescatter,
-                                    size_op)
+                                    grouped_reducescatter, join, local_rank_op, local_size_op, process_set_included_op,
+                                    rank_op, reducescatter, size_op)
+from hvd.tensorflow.optimizer import DistributedOptimizer
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size", "cross_rank",
@@ -37,5 +40,8 @@ __all__ = [
     "remove_process_set", "HorovodInternalError", "HostsUpdatedInterrupt", "Compression", "allreduce",
     "grouped_allreduce", "allgather", "grouped_allgather", "broadcast", "alltoall", "reducescatter",
     "grouped_reducescatter", "join", "barrier", "size_op", "rank_op", "local_size_op", "local_rank_op",
+    "process_set_included_op",
     "broadcast_variables", "DistributedGradientTape", "broadcast_object", "allgather_object",
+    "DistributedOptimizer", "BroadcastGlobalVariablesHook", "broadcast_global_variables", "broadcast_",
+    "broadcast_object_fn",
 ]

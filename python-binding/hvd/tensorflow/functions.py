@@ -8,7 +8,7 @@ from typing import Any, List, Optional, Sequence
 import tensorflow as tf
 
 from hvd.common import ops as _common_ops
-from hvd.common.basics import Average, Sum, handle_average_backwards_compatibility, op_name
+from hvd.common.basics import Average, Sum, handle_average_backwards_compatibility, op_name, rank
 from hvd.common.process_sets import ProcessSet, global_process_set
 from hvd.tensorflow import mpi_ops
 from hvd.tensorflow.compression import Compression
@@ -107,3 +107,46 @@ def broadcast_variables(variables, root_rank: int, process_set: ProcessSet = glo
         _broadcast_group_fn = tf.function(_broadcast_assign_eager, reduce_retracing=True)
     _broadcast_group_fn(variables, root_rank, process_set)
     return None
+
+
+def broadcast_(variables, root_rank: int, name=None, process_set: ProcessSet = global_process_set):
+    """Assigns root_rank's value to each variable (a tf.Variable or a list
+    of them), in place; returns what the assignments return (in a graph:
+    ops to run)."""
+    single = isinstance(variables, tf.Variable)
+    items = [variables] if single else list(variables)
+    out = []
+    for i, v in enumerate(items):
+        vname = None if name is None else (name if single else f"{name}.{i}")
+        out.append(v.assign(mpi_ops.broadcast(v, root_rank, name=vname, process_set=process_set)))
+    return out[0] if single else out
+
+
+def broadcast_object_fn(root_rank: int = 0, session=None, name: Optional[str] = None,
+                        process_set: ProcessSet = global_process_set):
+    """A function obj -> root_rank's obj for TF1 graphs run by a session (the
+    default session, else session): the broadcast ops are built once, here,
+    and the function feeds them. Executing eagerly it is broadcast_object."""
+    if tf.executing_eagerly():
+        from hvd import broadcast_object
+        return lambda obj: broadcast_object(obj, root_rank, name=name, process_set=process_set)
+    import pickle
+
+    import numpy as np
+    name = name or "broadcast_object_fn"
+    size_in = tf.compat.v1.placeholder(tf.int64, [1], name="bcast_object_size")
+    size_out = mpi_ops.broadcast(size_in, root_rank, name=f"{name}.sz", process_set=process_set)
+    data_in = tf.compat.v1.placeholder(tf.uint8, [None], name="bcast_object_data")
+    data_out = mpi_ops.broadcast(data_in, root_rank, name=f"{name}.t", process_set=process_set)
+    is_root = rank() == root_rank  # root_rank is a rank of the job, as for broadcast
+
+    def bcast(obj):
+        sess = session or tf.compat.v1.get_default_session()
+        if sess is None:
+            raise ValueError("broadcast_object_fn: no session: pass session= or call it inside `with sess:`")
+        data = np.frombuffer(pickle.dumps(obj), dtype=np.uint8) if is_root else None
+        n = sess.run(size_out, feed_dict={size_in: [0 if data is None else data.size]})
+        got = sess.run(data_out, feed_dict={data_in: data if is_root else np.zeros(int(n[0]), np.uint8)})
+        return obj if is_root else pickle.loads(got.tobytes())
+
+    return bcast

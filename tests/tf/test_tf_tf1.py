@@ -1,0 +1,164 @@
+"""TF1 training with hvd.tensorflow: tf.compat.v1 graphs run by sessions
+(tf.Graph().as_default(), since eager execution cannot be switched off in
+the eager session), DistributedOptimizer over a tf.compat.v1.train
+optimizer, BroadcastGlobalVariablesHook and broadcast_global_variables,
+backward_passes_per_step; broadcast_ and broadcast_object_fn."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import hvd.tensorflow as hvd
+
+LR = 0.1
+
+
+def initial_weights(seed):
+    rng = np.random.default_rng(seed)
+    return [rng.standard_normal([3, 4]).astype(np.float32), rng.standard_normal([4]).astype(np.float32),
+            rng.standard_normal([4, 1]).astype(np.float32)]
+
+
+def batch(rank, step, n=8):
+    rng = np.random.default_rng(1000 * step + rank)
+    x = rng.standard_normal([n, 3]).astype(np.float32)
+    return x, (x @ np.array([[1.0], [-2.0], [0.5]], np.float32)).astype(np.float32)
+
+
+def loss_of(weights, x, y):
+    w1, b1, w2 = weights
+    return tf.reduce_mean(tf.square(tf.matmul(tf.nn.tanh(tf.matmul(x, w1) + b1), w2) - y))
+
+
+def graph_model(seed):
+    """Variables (rank-dependent values), placeholders and the loss."""
+    weights = [tf.compat.v1.Variable(w, name=f"w{i}") for i, w in enumerate(initial_weights(seed))]
+    x = tf.compat.v1.placeholder(tf.float32, [None, 3])
+    y = tf.compat.v1.placeholder(tf.float32, [None, 1])
+    return weights, x, y, loss_of(weights, x, y)
+
+
+def reference(size, steps, passes=1):
+    """One process, rank 0's start, the global batch of every step: with
+    passes > 1, the gradients of `passes` runs summed, then applied."""
+    weights = [tf.Variable(w) for w in initial_weights(0)]
+    for step in range(steps):
+        total = [tf.zeros_like(w) for w in weights]
+        for p in range(passes):
+            data = [batch(r, step * passes + p) for r in range(size)]
+            x = np.concatenate([d[0] for d in data])
+            y = np.concatenate([d[1] for d in data])
+            with tf.GradientTape() as tape:
+                loss = loss_of(weights, x, y)
+            total = [t + g for t, g in zip(total, tape.gradient(loss, weights))]
+        for w, g in zip(weights, total):
+            w.assign_sub(LR * g)
+    return [w.numpy() for w in weights]
+
+
+def all_ranks(arrays):
+    """Every rank's arrays flattened into one row each (eager allgather)."""
+    flat = np.concatenate([a.ravel() for a in arrays])[None, :]
+    return hvd.allgather(tf.constant(flat)).numpy()
+
+
+def test_monitored_session_with_hook(rank, size):
+    steps = 3
+    with tf.Graph().as_default():
+        weights, x, y, loss = graph_model(seed=rank)
+        global_step = tf.compat.v1.train.get_or_create_global_step()
+        opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(LR))
+        train = opt.minimize(loss, global_step=global_step)
+        hooks = [hvd.BroadcastGlobalVariablesHook(0)]
+        with tf.compat.v1.train.MonitoredTrainingSession(hooks=hooks, log_step_count_steps=None,
+                                                         save_checkpoint_secs=None,
+                                                         save_summaries_steps=None) as sess:
+            start = sess.run(weights)
+            for step in range(steps):
+                xs, ys = batch(rank, step)
+                sess.run(train, feed_dict={x: xs, y: ys})
+            end = sess.run(weights)
+            assert sess.run(global_step) == steps
+    for got, want in zip(start, initial_weights(0)):
+        assert got.tobytes() == want.tobytes()  # rank 0's, bit for bit
+    rows = all_ranks(end)
+    for r in range(size):
+        assert rows[r].tobytes() == rows[0].tobytes()
+    # the mean of equal-sized per-rank means is the global batch's mean:
+    # equal up to float32 rounding of the different summation orders
+    for got, want in zip(end, reference(size, steps)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(end[0], initial_weights(0)[0])  # it trained
+
+
+@pytest.mark.parametrize("groups", [0, 2])
+def test_session_broadcast_global_variables_and_passes(rank, size, groups):
+    # backward_passes_per_step=2: runs 1, 3 accumulate; runs 2, 4 allreduce
+    # the sums and apply them
+    with tf.Graph().as_default():
+        weights, x, y, loss = graph_model(seed=rank)
+        opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(LR),
+                                       backward_passes_per_step=2, num_groups=groups)
+        train = opt.minimize(loss)
+        bcast = hvd.broadcast_global_variables(0)
+        with tf.compat.v1.Session() as sess:
+            sess.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
+            sess.run(bcast)
+            seen = []
+            for run in range(4):
+                xs, ys = batch(rank, run)
+                sess.run(train, feed_dict={x: xs, y: ys})
+                seen.append(sess.run(weights))
+    start = initial_weights(0)
+    for got, want in zip(seen[0], start):
+        assert got.tobytes() == want.tobytes()  # the first run only accumulated
+    assert not np.allclose(seen[1][0], start[0])
+    for got, want in zip(seen[2], seen[1]):
+        assert got.tobytes() == want.tobytes()
+    rows = all_ranks(seen[3])
+    for r in range(size):
+        assert rows[r].tobytes() == rows[0].tobytes()
+    for got, want in zip(seen[3], reference(size, steps=2, passes=2)):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_broadcast_global_variables_eager_raises():
+    with pytest.raises(RuntimeError, match="broadcast_variables"):
+        hvd.broadcast_global_variables(0)
+
+
+def test_broadcast_in_place(rank, size):
+    root = size - 1
+    v = tf.Variable(tf.fill([3], float(rank)))
+    vs = [tf.Variable(tf.fill([2], float(rank) * 2)), tf.Variable(tf.fill([1], rank))]
+    hvd.broadcast_(v, root)
+    hvd.broadcast_(vs, root, name="bcast_inplace")
+    np.testing.assert_array_equal(v.numpy(), np.full([3], float(root), np.float32))
+    np.testing.assert_array_equal(vs[0].numpy(), np.full([2], 2.0 * root, np.float32))
+    np.testing.assert_array_equal(vs[1].numpy(), np.full([1], root, np.int32))
+
+
+def test_broadcast_object_fn(rank, size):
+    root = size - 1
+    with tf.Graph().as_default():
+        bcast = hvd.broadcast_object_fn(root_rank=root)
+        with tf.compat.v1.Session() as sess:
+            got = bcast({"from": rank, "payload": list(range(rank + 3))})
+            again = bcast(("second", rank))  # the same ops, another object
+    assert got == {"from": root, "payload": list(range(root + 3))}
+    assert again == ("second", root)
+    # eagerly, it is broadcast_object
+    assert hvd.broadcast_object_fn(root_rank=root)([rank]) == [root]
+
+
+def test_keras_optimizer_is_handed_on():
+    import keras
+    try:
+        import hvd.tensorflow.keras as hvd_keras  # noqa: F401
+    except ImportError:
+        with pytest.raises(ValueError, match="hvd.tensorflow.keras"):
+            hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
+    else:
+        assert hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)) is not None
+    with pytest.raises(ValueError, match="neither"):
+        hvd.DistributedOptimizer(object())
