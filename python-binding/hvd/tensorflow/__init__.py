@@ -25,7 +25,7 @@ from hvd.common.process_sets import ProcessSet, add_process_set, global_process_
 from hvd.tensorflow.compression import Compression
 from hvd.tensorflow.functions import (allreduce, broadcast_, broadcast_object_fn, broadcast_variables,
                                      grouped_allreduce)
-from hvd.tensorflow.gradient_tape import DistributedGradientTape
+from hvd.tensorflow.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
 from hvd.tensorflow.hooks import BroadcastGlobalVariablesHook, broadcast_global_variables
 from hvd.tensorflow.mpi_ops import (allgather, alltoall, barrier, broadcast, grouped_allgather,
                                     grouped_reducescatter, join, local_rank_op, local_size_op, process_set_included_op,
@@ -43,5 +43,5 @@ __all__ = [
     "process_set_included_op",
     "broadcast_variables", "DistributedGradientTape", "broadcast_object", "allgather_object",
     "DistributedOptimizer", "BroadcastGlobalVariablesHook", "broadcast_global_variables", "broadcast_",
-    "broadcast_object_fn",
+    "broadcast_object_fn", "PartialDistributedGradientTape",
 ]

@@ -96,7 +96,7 @@ class _DistributedOptimizer(_LegacyOptimizer):
                           1.0 / gradient_predivide_factor, gradient_predivide_factor)
         self._hvd_groups = groups
         self.process_set = process_set
-        self._local_vars = set()
+        self._local_vars = {}
         self.scale_local_gradients = scale_local_gradients
         self._agg = None
         if backward_passes_per_step > 1:
@@ -104,10 +104,10 @@ class _DistributedOptimizer(_LegacyOptimizer):
 
     def register_local_var(self, var) -> None:
         """Gradients of var are not reduced (they stay this rank's)."""
-        self._local_vars.add(var.ref())
+        self._local_vars[id(var)] = var
 
     def _allreduce(self, grads: List[Any], variables: List[Any]) -> List[Any]:
-        shared = [i for i, v in enumerate(variables) if v.ref() not in self._local_vars]
+        shared = [i for i, v in enumerate(variables) if id(v) not in self._local_vars]
         index_groups = _index_groups(len(shared), [variables[i] for i in shared], self._hvd_groups)
         fn = _allreduce_grads_fn(*self._hvd_args, index_groups, self.process_set)
         out = list(grads)
