@@ -12,7 +12,8 @@ hvd_tf_py_sources = \
 	python-binding/hvd/tensorflow/gradient_tape.py \
 	python-binding/hvd/tensorflow/hooks.py \
 	python-binding/hvd/tensorflow/mpi_ops.py \
-	python-binding/hvd/tensorflow/optimizer.py
+	python-binding/hvd/tensorflow/optimizer.py \
+	python-binding/hvd/tensorflow/sync_batch_norm.py
 hvd_tf_ops_sources = %D%/ops.c %D%/kernels.c %D%/complete.c %D%/done.cc %D%/tf_ops.h
 
 EXTRA_DIST += $(hvd_tf_py_sources) $(hvd_tf_ops_sources)
