@@ -12,7 +12,8 @@ tf_test_files = \
 	%D%/tf/test_tf_process_set_ops.py \
 	%D%/tf/test_tf_tf1.py \
 	%D%/tf/test_tf_partial_tape.py \
-	%D%/tf/test_tf_sync_batch_norm.py
+	%D%/tf/test_tf_sync_batch_norm.py \
+	%D%/tf/test_tf_fusion.py
 tf_test_scripts = %D%/tf/run-np2.sh %D%/tf/run-np3.sh %D%/test-venv-tf.sh
 EXTRA_DIST += $(tf_test_files) $(tf_test_scripts) %D%/tf/run-pytest.sh scripts/venv-tf.sh
 AM_TESTS_ENVIRONMENT += HVD_TF_PYTHON='$(TF_PYTHON)'; export HVD_TF_PYTHON;
