@@ -2,6 +2,7 @@
 # rank of a 2- and a 3-process job against a private daemon, with the
 # Python configure built the op library against (else the environment of
 # scripts/venv-tf.sh). Skipped (77), saying why, without the op library.
+# run-mixed.sh: hvd.torch and hvd.tensorflow in the same processes.
 # test-venv-tf.sh checks scripts/venv-tf.sh without downloading.
 tf_test_files = \
 	%D%/tf/conftest.py \
@@ -13,9 +14,10 @@ tf_test_files = \
 	%D%/tf/test_tf_tf1.py \
 	%D%/tf/test_tf_partial_tape.py \
 	%D%/tf/test_tf_sync_batch_norm.py \
-	%D%/tf/test_tf_fusion.py
-tf_test_scripts = %D%/tf/run-np2.sh %D%/tf/run-np3.sh %D%/test-venv-tf.sh
-EXTRA_DIST += $(tf_test_files) $(tf_test_scripts) %D%/tf/run-pytest.sh scripts/venv-tf.sh
+	%D%/tf/test_tf_fusion.py \
+	%D%/tf/mixed_torch_tf.py
+tf_test_scripts = %D%/tf/run-np2.sh %D%/tf/run-np3.sh %D%/tf/run-mixed.sh %D%/test-venv-tf.sh
+EXTRA_DIST += $(tf_test_files) $(tf_test_scripts) %D%/tf/run-pytest.sh scripts/venv-tf.sh scripts/venv-torch.sh
 AM_TESTS_ENVIRONMENT += HVD_TF_PYTHON='$(TF_PYTHON)'; export HVD_TF_PYTHON;
 if HAVE_PYTHON
 TESTS += $(tf_test_scripts)
