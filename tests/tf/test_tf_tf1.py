@@ -162,3 +162,33 @@ def test_keras_optimizer_is_handed_on():
         assert hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)) is not None
     with pytest.raises(ValueError, match="neither"):
         hvd.DistributedOptimizer(object())
+
+
+def test_momentum_passes_and_local_var(rank, size):
+    # slots created inside the applying branch; a registered local
+    # variable's gradient is not reduced but divided by the size
+    with tf.Graph().as_default():
+        w = tf.compat.v1.Variable(np.ones([3], np.float32))
+        v = tf.compat.v1.Variable(np.ones([2], np.float32))
+        loss = tf.reduce_sum(w * float(rank + 1)) + tf.reduce_sum(v * v) * float(rank + 1)
+        opt = hvd.DistributedOptimizer(tf.compat.v1.train.MomentumOptimizer(0.1, 0.9), backward_passes_per_step=2)
+        opt.register_local_var(v)
+        train = opt.minimize(loss)
+        with tf.compat.v1.Session() as sess:
+            sess.run([tf.compat.v1.global_variables_initializer(), tf.compat.v1.local_variables_initializer()])
+            seen = []
+            for _ in range(4):
+                sess.run(train)
+                seen.append(sess.run([w, v]))
+    # w: the sum of 2 passes' (r + 1), averaged over the ranks; v: its own
+    # 2 passes' 2 v (r + 1), divided by the size; momentum 0.9 in between
+    gw = 2 * (size + 1) / 2
+    w1 = 1 - 0.1 * gw
+    w2 = w1 - 0.1 * (0.9 * gw + gw)
+    gv1 = 2 * 2 * 1.0 * (rank + 1) / size
+    v1 = 1 - 0.1 * gv1
+    gv2 = 2 * 2 * v1 * (rank + 1) / size
+    v2 = v1 - 0.1 * (0.9 * gv1 + gv2)
+    for got, want in zip(seen, [(1, 1), (w1, v1), (w1, v1), (w2, v2)]):
+        np.testing.assert_allclose(got[0], np.full([3], want[0], np.float32), rtol=1e-6, atol=1e-6)
+        np.testing.assert_allclose(got[1], np.full([2], want[1], np.float32), rtol=1e-6, atol=1e-6)
