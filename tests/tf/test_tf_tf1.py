@@ -142,7 +142,7 @@ def test_broadcast_object_fn(rank, size):
     root = size - 1
     with tf.Graph().as_default():
         bcast = hvd.broadcast_object_fn(root_rank=root)
-        with tf.compat.v1.Session() as sess:
+        with tf.compat.v1.Session():  # the default session, which bcast feeds
             got = bcast({"from": rank, "payload": list(range(rank + 3))})
             again = bcast(("second", rank))  # the same ops, another object
     assert got == {"from": root, "payload": list(range(root + 3))}
@@ -152,9 +152,11 @@ def test_broadcast_object_fn(rank, size):
 
 
 def test_keras_optimizer_is_handed_on():
+    import importlib
+
     import keras
     try:
-        import hvd.tensorflow.keras as hvd_keras  # noqa: F401
+        importlib.import_module("hvd.tensorflow.keras")
     except ImportError:
         with pytest.raises(ValueError, match="hvd.tensorflow.keras"):
             hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
