@@ -92,3 +92,20 @@ def test_inference_uses_moving_statistics(rank, size):
 def test_rejects_what_it_does_not_do():
     with pytest.raises(ValueError, match="fused"):
         hvd.SyncBatchNormalization(fused=True)
+
+
+def test_a_rank_without_rows(rank, size):
+    # rank 0's batch is empty: the others' statistics, and rank 0's moving
+    # statistics move with them
+    x, cot = global_data(size, (3,))
+    counts = [0] + [4] * (size - 1)
+    starts = np.cumsum([0] + counts)
+    ref = make(keras.layers.BatchNormalization, (3,))
+    want_y, want_dx, _, _ = forward_backward(ref, x[:starts[-1]], cot[:starts[-1]])
+    sync = make(hvd.SyncBatchNormalization, (3,))
+    mine = slice(starts[rank], starts[rank + 1])
+    y, dx, _, _ = forward_backward(sync, x[mine], cot[mine])
+    assert y.shape == (counts[rank], 3)
+    np.testing.assert_allclose(y.numpy(), want_y.numpy()[mine], rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(dx.numpy(), want_dx.numpy()[mine], rtol=RTOL, atol=ATOL)
+    np.testing.assert_allclose(sync.moving_mean.numpy(), ref.moving_mean.numpy(), rtol=RTOL, atol=ATOL)

@@ -194,3 +194,27 @@ def test_momentum_passes_and_local_var(rank, size):
     for got, want in zip(seen, [(1, 1), (w1, v1), (w1, v1), (w2, v2)]):
         np.testing.assert_allclose(got[0], np.full([3], want[0], np.float32), rtol=1e-6, atol=1e-6)
         np.testing.assert_allclose(got[1], np.full([2], want[1], np.float32), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("sparse_as_dense", [False, True])
+def test_sparse_gradients(rank, size, sparse_as_dense):
+    # an embedding's tf.IndexedSlices gradient: allgathered (or made dense
+    # and allreduced), the mean over the ranks either way
+    ids = [[r % 5, (2 * r + 1) % 5, 4] for r in range(size)]
+    with tf.Graph().as_default():
+        emb = tf.compat.v1.Variable(np.zeros([5, 2], np.float32))
+        loss = tf.reduce_sum(tf.gather(emb, ids[rank])) * float(rank + 1)
+        opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(1.0),
+                                       sparse_as_dense=sparse_as_dense)
+        (grad, _), = opt.compute_gradients(loss, [emb])
+        assert isinstance(grad, tf.IndexedSlices) != sparse_as_dense
+        train = opt.apply_gradients([(grad, emb)])
+        with tf.compat.v1.Session() as sess:
+            sess.run(tf.compat.v1.global_variables_initializer())
+            sess.run(train)
+            got = sess.run(emb)
+    want = np.zeros([5, 2], np.float32)
+    for r in range(size):
+        for i in ids[r]:
+            want[i] -= (r + 1) / size
+    np.testing.assert_allclose(got, want, rtol=1e-6)
