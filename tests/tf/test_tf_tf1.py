@@ -151,6 +151,15 @@ def test_broadcast_object_fn(rank, size):
     assert hvd.broadcast_object_fn(root_rank=root)([rank]) == [root]
 
 
+def test_object_collectives_take_horovods_session(rank, size):
+    # Horovod's TF signatures have session=; hvd needs none, also in a graph
+    with tf.Graph().as_default():
+        with tf.compat.v1.Session() as sess:
+            assert hvd.broadcast_object({"r": rank}, root_rank=size - 1, session=sess) == {"r": size - 1}
+            assert hvd.allgather_object(("x", rank), session=sess) == [("x", r) for r in range(size)]
+    assert hvd.broadcast_object(rank) == 0
+
+
 def test_keras_optimizer_is_handed_on():
     import importlib
 

@@ -15,7 +15,6 @@ tf.function and in graphs, on CPU tensors (see docs/TENSORFLOW.md). hvd is
 initialised once per process: hvd.torch and the numpy frontend share it.
 """
 
-from hvd import allgather_object, broadcast_object
 from hvd.common.basics import (Adasum, Average, Max, Min, Product, Sum, ccl_built, cross_rank, cross_size,
                                cuda_built, ddl_built, gloo_built, gloo_enabled, init, is_homogeneous, is_initialized,
                                local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
@@ -23,8 +22,8 @@ from hvd.common.basics import (Adasum, Average, Max, Min, Product, Sum, ccl_buil
 from hvd.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 from hvd.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
 from hvd.tensorflow.compression import Compression
-from hvd.tensorflow.functions import (allreduce, broadcast_, broadcast_object_fn, broadcast_variables,
-                                     grouped_allreduce)
+from hvd.tensorflow.functions import (allgather_object, allreduce, broadcast_, broadcast_object, broadcast_object_fn,
+                                     broadcast_variables, grouped_allreduce)
 from hvd.tensorflow.gradient_tape import DistributedGradientTape, PartialDistributedGradientTape
 from hvd.tensorflow.hooks import BroadcastGlobalVariablesHook, broadcast_global_variables
 from hvd.tensorflow.mpi_ops import (allgather, alltoall, barrier, broadcast, grouped_allgather,

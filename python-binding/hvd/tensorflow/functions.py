@@ -7,6 +7,7 @@ from typing import Any, List, Optional, Sequence
 
 import tensorflow as tf
 
+import hvd as _hvd
 from hvd.common import ops as _common_ops
 from hvd.common.basics import Average, Sum, handle_average_backwards_compatibility, op_name, rank
 from hvd.common.process_sets import ProcessSet, global_process_set
@@ -128,8 +129,7 @@ def broadcast_object_fn(root_rank: int = 0, session=None, name: Optional[str] = 
     default session, else session): the broadcast ops are built once, here,
     and the function feeds them. Executing eagerly it is broadcast_object."""
     if tf.executing_eagerly():
-        from hvd import broadcast_object
-        return lambda obj: broadcast_object(obj, root_rank, name=name, process_set=process_set)
+        return lambda obj: _hvd.broadcast_object(obj, root_rank, name=name, process_set=process_set)
     import pickle
 
     import numpy as np
@@ -150,3 +150,18 @@ def broadcast_object_fn(root_rank: int = 0, session=None, name: Optional[str] = 
         return obj if is_root else pickle.loads(got.tobytes())
 
     return bcast
+
+
+def broadcast_object(obj: Any, root_rank: int = 0, session=None, name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set) -> Any:
+    """root_rank's obj (pickled) on every rank. It goes through hvd's numpy
+    frontend, outside any graph, so it needs no session (Horovod's session=
+    is accepted and not used)."""
+    return _hvd.broadcast_object(obj, root_rank, name=name, process_set=process_set)
+
+
+def allgather_object(obj: Any, session=None, name: Optional[str] = None,
+                     process_set: ProcessSet = global_process_set) -> List[Any]:
+    """Every rank's obj (pickled), in rank order; session= as for
+    broadcast_object."""
+    return _hvd.allgather_object(obj, name=name, process_set=process_set)
