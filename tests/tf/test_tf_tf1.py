@@ -160,8 +160,10 @@ def test_object_collectives_take_horovods_session(rank, size):
     assert hvd.broadcast_object(rank) == 0
 
 
-def test_keras_optimizer_is_handed_on():
+def test_keras_optimizer_is_handed_on(monkeypatch):
     import importlib
+    import sys
+    import types
 
     import keras
     try:
@@ -169,8 +171,13 @@ def test_keras_optimizer_is_handed_on():
     except ImportError:
         with pytest.raises(ValueError, match="hvd.tensorflow.keras"):
             hvd.DistributedOptimizer(keras.optimizers.SGD(0.1))
-    else:
-        assert hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)) is not None
+    # handed on with the arguments the caller set
+    fake = types.ModuleType("hvd.tensorflow.keras")
+    fake.DistributedOptimizer = lambda opt, **kwargs: ("keras", opt, kwargs)
+    monkeypatch.setitem(sys.modules, "hvd.tensorflow.keras", fake)
+    sgd = keras.optimizers.SGD(0.1)
+    assert hvd.DistributedOptimizer(sgd, op=hvd.Sum, backward_passes_per_step=2) == \
+        ("keras", sgd, {"op": hvd.Sum, "backward_passes_per_step": 2})
     with pytest.raises(ValueError, match="neither"):
         hvd.DistributedOptimizer(object())
 

@@ -194,14 +194,19 @@ def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: boo
             raise ValueError(f"hvd.tensorflow.DistributedOptimizer: {type(optimizer).__name__} is a Keras "
                              f"optimizer, which hvd.tensorflow.keras wraps, and that cannot be imported "
                              f"({e})") from e
-        return hvd_keras.DistributedOptimizer(optimizer, name=name, device_dense=device_dense,
-                                              device_sparse=device_sparse, compression=compression,
-                                              sparse_as_dense=sparse_as_dense,
-                                              gradient_predivide_factor=gradient_predivide_factor, op=op,
-                                              backward_passes_per_step=backward_passes_per_step,
-                                              average_aggregated_gradients=average_aggregated_gradients,
-                                              num_groups=num_groups, groups=None if not isinstance(groups, list)
-                                              else groups, process_set=process_set,
-                                              scale_local_gradients=scale_local_gradients)
+        # only what the caller set, so that hvd.tensorflow.keras need not
+        # take every argument of this function
+        given = dict(name=name, device_dense=device_dense, device_sparse=device_sparse, compression=compression,
+                     sparse_as_dense=sparse_as_dense, gradient_predivide_factor=gradient_predivide_factor, op=op,
+                     backward_passes_per_step=backward_passes_per_step,
+                     average_aggregated_gradients=average_aggregated_gradients, num_groups=num_groups,
+                     groups=groups if isinstance(groups, list) else None, process_set=process_set,
+                     scale_local_gradients=scale_local_gradients)
+        defaults = dict(name=None, device_dense="", device_sparse="", compression=Compression.none,
+                        sparse_as_dense=False, gradient_predivide_factor=1.0, op=Average, backward_passes_per_step=1,
+                        average_aggregated_gradients=False, num_groups=0, groups=None,
+                        process_set=global_process_set, scale_local_gradients=True)
+        kwargs = {k: v for k, v in given.items() if v is not defaults[k] and v != defaults[k]}
+        return hvd_keras.DistributedOptimizer(optimizer, **kwargs)
     raise ValueError(f"hvd.tensorflow.DistributedOptimizer: {type(optimizer).__name__} is neither a "
                      f"tf.compat.v1.train.Optimizer nor a Keras optimizer")
