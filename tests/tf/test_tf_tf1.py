@@ -234,3 +234,13 @@ def test_sparse_gradients(rank, size, sparse_as_dense):
         for i in ids[r]:
             want[i] -= (r + 1) / size
     np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_tf1_optimizer_eagerly(rank, size):
+    # minimize with a callable loss, executing eagerly: the same averaging
+    w = tf.Variable(np.ones([3], np.float32))
+    opt = hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1))
+    opt.minimize(lambda: tf.reduce_sum(w * float(rank + 1)), var_list=[w])
+    np.testing.assert_allclose(w.numpy(), np.full([3], 1 - 0.1 * (size + 1) / 2, np.float32), rtol=1e-6)
+    with pytest.raises(ValueError, match="TF1 graph"):
+        hvd.DistributedOptimizer(tf.compat.v1.train.GradientDescentOptimizer(0.1), backward_passes_per_step=2)
