@@ -15,6 +15,7 @@ if HAVE_CHECK
 	%D%/check_settings \
 	%D%/check_daemon \
 	%D%/check_hostlist \
+	%D%/check_slurm_hostlist \
 	%D%/check_shellquote \
 	%D%/check_status_json
 check_PROGRAMS += $(%C%_unit_tests)
@@ -63,6 +64,10 @@ TESTS += $(%C%_unit_tests)
 %C%_check_hostlist_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
 %C%_check_hostlist_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 %C%_check_hostlist_LDADD = tools/libhvdtools.la $(CHECK_LIBS)
+
+%C%_check_slurm_hostlist_SOURCES = %D%/check_slurm_hostlist.c
+%C%_check_slurm_hostlist_CFLAGS = $(%C%_unit_cflags)
+%C%_check_slurm_hostlist_LDADD = $(%C%_unit_ldadd)
 
 %C%_check_shellquote_SOURCES = %D%/check_shellquote.c
 %C%_check_shellquote_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
