@@ -9,6 +9,7 @@ client_libhvd_la_SOURCES = \
 	client/handle.c \
 	client/init.c \
 	client/settings.c client/settings.h \
+	client/launcher_env.c client/launcher_env.h \
 	client/bg.c \
 	client/link.c \
 	client/schedule.c \

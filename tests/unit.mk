@@ -35,7 +35,8 @@ TESTS += $(%C%_unit_tests)
 %C%_check_daemon_CFLAGS = $(%C%_unit_cflags)
 %C%_check_daemon_LDADD = daemon/libhvddaemon.la $(%C%_unit_ldadd)
 
-%C%_check_settings_SOURCES = %D%/check_settings.c client/settings.c client/settings.h
+%C%_check_settings_SOURCES = %D%/check_settings.c client/settings.c client/settings.h \
+	client/launcher_env.c client/launcher_env.h
 %C%_check_settings_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
 %C%_check_settings_CFLAGS = $(%C%_unit_cflags)
 %C%_check_settings_LDADD = $(%C%_unit_ldadd)
