@@ -133,6 +133,7 @@ static int apply_launcher(hvd_settings_t *s, const env_t *env, const hvd_launche
         snprintf(s->root_host, sizeof s->root_host, "%s", l->root_host);
         s->secret_file = env_get(env, "JOB_SECRET_FILE", false);
         s->home = env_raw(env, "HOME");
+        s->tmp_dir = env_raw(env, "TMPDIR");
         int port = env_int(env, "ROOT_PORT", 7100, false);
         if (port < 1 || port > 65535)
                 return fail(err, err_len, "HVD_ROOT_PORT='%s' is not a port 1-65535", env_get(env, "ROOT_PORT", false));

@@ -40,9 +40,10 @@ typedef struct hvd_settings {
         bool from_launcher;
         char launcher_job_id[HVD_WIRE_MAX_JOB_ID + 1];
         /* from a launcher: HVD_JOB_SECRET_FILE (NULL: ~/.hvd/secret, with
-         * HOME), the first node's host (Slurm's first node, MASTER_ADDR;
-         * "" unknown), HVD_ROOT_PORT (7100 when unset) */
-        const char *secret_file, *home;
+         * HOME), TMPDIR (where the job's directory goes), the first
+         * node's host (Slurm's first node, MASTER_ADDR; "" unknown),
+         * HVD_ROOT_PORT (7100 when unset) */
+        const char *secret_file, *home, *tmp_dir;
         char root_host[256];
         unsigned root_port;
         /* HVD_CYCLE_TIME (ms by default), HVD_START_TIMEOUT (s) */

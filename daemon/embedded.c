@@ -138,12 +138,34 @@ int hvd_daemon_probe(const char *dir, uint64_t timeout_usec, char *msg, size_t m
         return 0;
 }
 
-int hvd_daemon_job_count(const char *dir, uint64_t timeout_usec) {
-        Hvd__Envelope *reply = NULL;
-        int r = status_call(dir, timeout_usec, &reply);
+/* A rank of the job still in it: not gone, not said goodbye, not skip_pid. */
+static bool rank_stays(const Hvd__RankStatus *rs, uint32_t skip_pid) {
+        return rs->local && rs->pid != skip_pid && strcmp(rs->state, "departed") != 0 &&
+               strcmp(rs->state, "exited") != 0;
+}
+
+int hvd_daemon_job_ranks_left(const char *dir, const char *job_id, uint32_t skip_pid, uint64_t timeout_usec) {
+        char ep[PATH_MAX + 48];
+        snprintf(ep, sizeof ep, "ipc://%s/control.sock", dir);
+        Hvd__StatusRequest q = HVD__STATUS_REQUEST__INIT;
+        Hvd__Envelope req = HVD__ENVELOPE__INIT, *reply = NULL;
+        q.job_id = (char *) job_id;
+        q.rank_detail = true;
+        req.body_case = HVD__ENVELOPE__BODY_STATUS_REQUEST;
+        req.status_request = &q;
+        int r = hvd_control_call(NULL, ep, &req, timeout_usec, &reply);
         if (r < 0)
                 return r;
-        r = reply->body_case == HVD__ENVELOPE__BODY_STATUS ? (int) reply->status->n_jobs : HVD_EPROTO;
+        if (reply->body_case != HVD__ENVELOPE__BODY_STATUS) {
+                hvd_wire_free(&reply);
+                return 0; /* an error reply: no such job any more */
+        }
+        int left = 0;
+        for (size_t i = 0; i < reply->status->n_jobs; i++) {
+                const Hvd__JobStatus *js = reply->status->jobs[i];
+                for (size_t k = 0; strcmp(js->job_id, job_id) == 0 && k < js->n_rank_status; k++)
+                        left += rank_stays(js->rank_status[k], skip_pid);
+        }
         hvd_wire_free(&reply);
-        return r;
+        return left;
 }

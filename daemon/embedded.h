@@ -47,8 +47,10 @@ int hvd_daemon_peer_endpoint(const char *dir, char *buf, size_t len);
 int hvd_daemon_probe(const char *dir, uint64_t timeout_usec, char *msg, size_t msg_len, char *version,
                      size_t version_len, uint32_t *pid);
 
-/* How many jobs the daemon of dir serves now; < 0 when it does not answer
- * within timeout_usec. */
-int hvd_daemon_job_count(const char *dir, uint64_t timeout_usec);
+/* How many local ranks of job_id, other than the process skip_pid, the
+ * daemon of dir still serves (neither said goodbye nor exited); 0 when
+ * it knows no such job, < 0 when it does not answer within
+ * timeout_usec. */
+int hvd_daemon_job_ranks_left(const char *dir, const char *job_id, uint32_t skip_pid, uint64_t timeout_usec);
 
 #endif
