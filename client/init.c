@@ -261,6 +261,7 @@ static int hello_send(const hvd_settings_t *s, const char *endpoint, size_t *byt
         hello.timeline = hvd_timeline_on();
         hello.ring_checksum = s->ring_checksum;
         hello.board = s->fast_path;
+        hello.launcher = (char *) s->rank_source;
         uint8_t nccl_id[HVD_NCCL_ID_BYTES];
         if (G.rank == 0 && G.gpu.devices > 0 && hvd_gpu_unique_id(nccl_id)) {
                 hello.nccl_id.data = nccl_id;

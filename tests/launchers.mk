@@ -1,0 +1,7 @@
+# Jobs started by cluster launchers instead of hvdrun (docs/LAUNCHERS.md):
+# Open MPI's mpirun, torchrun from a PyPI torch venv, and the errors of
+# half-set or contradictory launcher environments. Each skips (77) when
+# its launcher is missing.
+%C%_launcher_tests = %D%/test-launch-mpirun.sh %D%/test-launch-errors.sh
+TESTS += $(%C%_launcher_tests)
+EXTRA_DIST += $(%C%_launcher_tests)
