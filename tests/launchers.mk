@@ -2,6 +2,6 @@
 # Open MPI's mpirun, torchrun from a PyPI torch venv, and the errors of
 # half-set or contradictory launcher environments. Each skips (77) when
 # its launcher is missing.
-%C%_launcher_tests = %D%/test-launch-mpirun.sh %D%/test-launch-errors.sh
+%C%_launcher_tests = %D%/test-launch-mpirun.sh %D%/test-launch-errors.sh %D%/test-launch-torchrun.sh
 TESTS += $(%C%_launcher_tests)
-EXTRA_DIST += $(%C%_launcher_tests)
+EXTRA_DIST += $(%C%_launcher_tests) %D%/python/launch_torch.py
