@@ -4,4 +4,4 @@
 # its launcher is missing.
 %C%_launcher_tests = %D%/test-launch-mpirun.sh %D%/test-launch-errors.sh %D%/test-launch-torchrun.sh
 TESTS += $(%C%_launcher_tests)
-EXTRA_DIST += $(%C%_launcher_tests) %D%/python/launch_torch.py
+EXTRA_DIST += $(%C%_launcher_tests) %D%/python/launch_torch.py docs/LAUNCHERS.md
