@@ -21,6 +21,7 @@ def main() -> int:
     assert hvd.rank_source() == "torchrun", hvd.rank_source()
     assert hvd.size() == world and hvd.rank() == int(os.environ["RANK"]), (hvd.rank(), hvd.size())
     assert hvd.local_rank() == int(os.environ["LOCAL_RANK"]), hvd.local_rank()
+    assert hvd.cross_rank() == int(os.environ["GROUP_RANK"]), (hvd.cross_rank(), os.environ["GROUP_RANK"])
     torch.manual_seed(1234 + hvd.rank())  # different initial weights: the broadcast must fix them
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05),
@@ -38,7 +39,7 @@ def main() -> int:
     if hvd.rank() == 0:
         same = len(set(digests)) == 1
         print(f"launch_torch: {'identical' if same else 'DIFFERENT'} weights on all {hvd.size()} ranks "
-              f"(placed by {hvd.rank_source()}): {digests[0][:16]}", flush=True)
+              f"on {hvd.cross_size()} nodes (placed by {hvd.rank_source()}): {digests[0][:16]}", flush=True)
         if not same:
             return 1
     hvd.shutdown()
