@@ -78,10 +78,11 @@ static int hex_decode(const char *s, uint8_t *out, size_t max) {
         return (int) (n / 2);
 }
 
-/* HVD_* or HOROVOD_* name the job or a rank: hvdrun (or horovodrun's
- * names) placed it, and no launcher's variables are looked at. */
+/* HVD_* or HOROVOD_* name a rank: hvdrun (or horovodrun's names) placed
+ * it, and no launcher's variables are looked at. HVD_JOB_ID alone does
+ * not: it names a launcher's job that gives no id of its own. */
 static bool hvd_named(const env_t *env) {
-        return env_get(env, "JOB_ID", false) || env_get(env, "RANK", true) || env_get(env, "SIZE", true);
+        return env_get(env, "RANK", true) || env_get(env, "SIZE", true);
 }
 
 static int read_topology_hvd(hvd_settings_t *s, const env_t *env, char *err, size_t err_len) {
@@ -124,12 +125,13 @@ static int apply_launcher(hvd_settings_t *s, const env_t *env, const hvd_launche
         s->from_launcher = !s->solo;
         if (s->solo)
                 return 0;
-        if (!l->job_id[0])
+        const char *id = env_get(env, "JOB_ID", false);
+        if (!id && !l->job_id[0])
                 return fail(err, err_len,
                             "%s started this rank but gives no job id: set HVD_JOB_ID to one value for all ranks",
                             l->source);
         memcpy(s->launcher_job_id, l->job_id, sizeof s->launcher_job_id);
-        s->job_id = s->launcher_job_id;
+        s->job_id = id ? id : s->launcher_job_id; /* read_job checks its length */
         snprintf(s->root_host, sizeof s->root_host, "%s", l->root_host);
         s->secret_file = env_get(env, "JOB_SECRET_FILE", false);
         s->home = env_raw(env, "HOME");

@@ -412,6 +412,13 @@ START_TEST(test_settings_launcher_errors) {
         assert_error(pmix2, "two launchers disagree: Open MPI says rank 0, PMIX_RANK=1");
         const char *noid[] = { "PMI_RANK=1", "PMI_SIZE=2", "MPI_LOCALRANKID=1", "MPI_LOCALNRANKS=2", NULL };
         assert_error(noid, "MPICH started this rank but gives no job id: set HVD_JOB_ID to one value for all ranks");
+        /* HVD_JOB_ID names the job of a launcher that gives no id */
+        const char *named[] = { "PMI_RANK=1",        "PMI_SIZE=2",      "MPI_LOCALRANKID=1",
+                                "MPI_LOCALNRANKS=2", "HVD_JOB_ID=mine", NULL };
+        ck_assert_int_eq(read_env(named), 0);
+        ck_assert_str_eq(s.rank_source, "MPICH");
+        ck_assert_str_eq(s.job_id, "mine");
+        ck_assert_int_eq(s.rank, 1);
         const char *nan[] = { "RANK=x", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", NULL };
         assert_error(nan, "torchrun: RANK='x' is not a number 0..2147483647");
         const char *slurm_fit[] = { "SLURM_PROCID=0",
