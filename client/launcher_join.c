@@ -142,7 +142,9 @@ static int secret_load(hvd_settings_t *s, char *err, size_t err_len) {
 
 /* ---- the job's directory and its daemon ---- */
 
-/* FNV-1a of the job id: the directory's name (short: ipc paths are). */
+/* FNV-1a of the job id: the directory's name (short: ipc paths are),
+ * with the node's index, so that nodes whose TMPDIR is one shared
+ * directory still get a daemon each. */
 static uint64_t id_hash(const char *id) {
         uint64_t h = UINT64_C(1469598103934665603);
         for (; *id; id++)
@@ -158,7 +160,7 @@ static int job_dir(const hvd_settings_t *s, char *err, size_t err_len) {
         int r = make_private_dir(base, err, err_len);
         if (r < 0)
                 return r;
-        snprintf(J.dir, sizeof J.dir, "%s/j-%016" PRIx64, base, id_hash(s->job_id));
+        snprintf(J.dir, sizeof J.dir, "%s/j-%016" PRIx64 "-%d", base, id_hash(s->job_id), s->cross_rank);
         return 0;
 }
 

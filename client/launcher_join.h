@@ -14,7 +14,7 @@
 /* Completes s for the join: the secret (HVD_JOB_SECRET, else the file
  * HVD_JOB_SECRET_FILE, else ~/.hvd/secret, created when missing), the
  * coordinator (HVD_COORDINATOR, else the one local rank 0 chose and wrote
- * into the job's directory, TMPDIR/hvd-UID/j-HASH), the root peer (on
+ * into the job's directory, TMPDIR/hvd-UID/j-HASH-NODE), the root peer (on
  * several nodes: HVD_ROOT_PEER, else tcp://FIRST-HOST:HVD_ROOT_PORT).
  * The pointers put into s stay valid until hvd_launcher_join_close.
  * Returns 0 or a negative error with the message in err. Not thread-safe

@@ -4,9 +4,11 @@
 # hvdrun: both ranks take their place from torchrun's variables, join one
 # job through a private daemon of local rank 0, and end with bit-identical
 # weights. Then two emulated nodes: two torchrun agents with a c10d
-# rendezvous on loopback, each node with its own TMPDIR (so its own
-# private daemon) and HVD_HOSTNAME; the first node's daemon is the root at
-# MASTER_ADDR:HVD_ROOT_PORT, and the job is one of 2 ranks on 2 nodes. torchrun comes from HVD_TORCH_VENV (a venv with PyPI torch, as
+# rendezvous on loopback, each node with its own HVD_HOSTNAME and one
+# TMPDIR for both (as on nodes that share it), where each node's local
+# rank 0 still runs a private daemon of its own; the first node's is the
+# root at MASTER_ADDR:HVD_ROOT_PORT, and the job is one of 2 ranks on 2
+# nodes. torchrun comes from HVD_TORCH_VENV (a venv with PyPI torch, as
 # scripts/venv-torch.sh makes; Debian's torch 1.13 torchrun breaks on
 # Python 3.11), else from beside $PYTHON (the Python suite's second run),
 # else from PATH; skipped (77) without one.
@@ -47,9 +49,8 @@ free_port() {
 rdzv=$(free_port 1)
 HVD_ROOT_PORT=$(free_port 2)
 export HVD_ROOT_PORT
-mkdir "$tmp/node0" "$tmp/node1"
 for k in 0 1; do
-        TMPDIR=$tmp/node$k HVD_HOSTNAME=node$k timeout 180 "$torchrun" --nnodes=2 --nproc-per-node=1 \
+        HVD_HOSTNAME=node$k timeout 180 "$torchrun" --nnodes=2 --nproc-per-node=1 \
                 --rdzv-backend=c10d --rdzv-endpoint=127.0.0.1:"$rdzv" --rdzv-id=hvd-test-$$ \
                 "$HVD_SRCDIR/tests/python/launch_torch.py" >"$tmp/node$k.out" 2>&1 &
         eval "agent$k=\$!"
@@ -60,4 +61,5 @@ done
 line=$(cat "$tmp/node0.out" "$tmp/node1.out" | grep "^launch_torch: ")
 echo "$line" | grep -q "^launch_torch: identical weights on all 2 ranks on 2 nodes (placed by torchrun): " ||
         fail "torchrun on two nodes: not one job of 2 ranks on 2 nodes" "$(cat "$tmp/node0.out" "$tmp/node1.out")"
-echo "ok: torchrun --nnodes=2 on two emulated nodes (root at port $HVD_ROOT_PORT): $line"
+[ -z "$(ls -A "$tmp/hvd-$(id -u)")" ] || fail "job directories left behind" "$(ls -la "$tmp/hvd-$(id -u)")"
+echo "ok: torchrun --nnodes=2 on two emulated nodes, one TMPDIR (root at port $HVD_ROOT_PORT): $line"
