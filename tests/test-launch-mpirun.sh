@@ -2,7 +2,10 @@
 # test-launch-mpirun.sh — jobs that Open MPI's mpirun starts, without
 # hvdrun: libhvd reads OMPI_COMM_WORLD_*, finds no node daemon and local
 # rank 0 runs a private one. train_mlp on 2 and on 4 ranks (oversubscribed)
-# is one job with bit-identical final weights on every rank; two mpirun
+# is one job with bit-identical final weights on every rank, and so is
+# examples/python/train_mnist.py on 2 ranks (with a Python that has torch:
+# HVD_TORCH_VENV's, $PYTHON, or python3; that part is left out without
+# one); two mpirun
 # jobs held alive at once on this node are two jobs of 2, each with its own
 # daemon, and `hvdctl job` shows each placed by Open MPI; the job
 # directories are gone afterwards and the secret file is private.
@@ -36,6 +39,20 @@ for n in 2 4; do
         ! grep -qi "error\|warning" "$tmp/out" || fail "mpirun -np $n: errors or warnings" "$(cat "$tmp/out")"
         echo "ok: mpirun -np $n train_mlp: $line"
 done
+py=${HVD_TORCH_VENV:+$HVD_TORCH_VENV/bin/python}
+py=${py:-${PYTHON:-python3}}
+if "$py" -c 'import torch, numpy' >/dev/null 2>&1; then
+        PYTHONPATH=$HVD_BUILDDIR/python-binding/pkg OMP_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=1
+        export PYTHONPATH OMP_NUM_THREADS PYTHONDONTWRITEBYTECODE
+        mpi -x PYTHONPATH -x OMP_NUM_THREADS -x PYTHONDONTWRITEBYTECODE -np 2 "$py" \
+                "$HVD_SRCDIR/examples/python/train_mnist.py" --synthetic --epochs 1 >"$tmp/out" 2>&1 ||
+                fail "mpirun -np 2 train_mnist.py: exit status $?" "$(cat "$tmp/out")"
+        grep -q "^final weights identical on all 2 ranks$" "$tmp/out" ||
+                fail "mpirun -np 2 train_mnist.py: not one job of 2 with identical weights" "$(cat "$tmp/out")"
+        echo "ok: mpirun -np 2 train_mnist.py: $(grep "^weights checksum per rank" "$tmp/out")"
+else
+        echo "# $py cannot import torch and numpy: train_mnist.py left out (set HVD_TORCH_VENV)"
+fi
 [ -z "$(ls -A "$jobs_dir")" ] || fail "job directories left behind" "$(ls -la "$jobs_dir")"
 perm=$(stat -c %a "$tmp/home/.hvd/secret")
 [ "$perm" = 600 ] || fail "\$HOME/.hvd/secret has mode $perm, not 600"
