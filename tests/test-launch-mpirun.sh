@@ -5,7 +5,8 @@
 # is one job with bit-identical final weights on every rank, and so is
 # examples/python/train_mnist.py on 2 ranks (with a Python that has torch:
 # HVD_TORCH_VENV's, $PYTHON, or python3; that part is left out without
-# one); two mpirun
+# one); with a node daemon running at HVD_RUNTIME_DIR the ranks use it,
+# and it logs the job placed by Open MPI; two mpirun
 # jobs held alive at once on this node are two jobs of 2, each with its own
 # daemon, and `hvdctl job` shows each placed by Open MPI; the job
 # directories are gone afterwards and the secret file is private.
@@ -15,10 +16,11 @@ command -v mpirun >/dev/null 2>&1 || skip "mpirun is not installed (apt-get inst
 mpirun --version 2>/dev/null | grep -q "Open MPI" || skip "mpirun is not Open MPI's"
 tmp=$(mktemp -d /tmp/hvd-test-launch-mpirun-XXXXXX)
 pids=
+node_daemon=
 # shellcheck disable=SC2317 # run by the EXIT trap
 cleanup() {
         touch "$tmp/hold1.go" "$tmp/hold2.go"
-        for p in $pids; do kill -KILL "$p" 2>/dev/null; done
+        for p in $pids $node_daemon; do kill -KILL "$p" 2>/dev/null; done
         wait 2>/dev/null
         rm -rf "$tmp"
 }
@@ -58,6 +60,21 @@ perm=$(stat -c %a "$tmp/home/.hvd/secret")
 [ "$perm" = 600 ] || fail "\$HOME/.hvd/secret has mode $perm, not 600"
 [ "$(stat -c %a "$jobs_dir")" = 700 ] || fail "$jobs_dir is not mode 700"
 echo "ok: ~/.hvd/secret made 0600, $jobs_dir 0700 and empty after the jobs"
+
+# the node's daemon, when one answers at HVD_RUNTIME_DIR
+"$HVD_BUILDDIR/daemon/hvd-coordinatord" --runtime-dir "$tmp/rt" --log-level notice 2>"$tmp/daemon.log" &
+node_daemon=$!
+wait_files 10 "$tmp/rt/control.sock" || fail "hvd-coordinatord did not start" "$(cat "$tmp/daemon.log")"
+HVD_RUNTIME_DIR=$tmp/rt mpi -np 2 "$HVD_BUILDDIR/examples/train_mlp" --synthetic -q -e 1 >"$tmp/out" 2>&1 ||
+        fail "mpirun -np 2 with a node daemon: exit status $?" "$(cat "$tmp/out" "$tmp/daemon.log")"
+grep -q "final weights identical on all 2 ranks" "$tmp/out" || fail "mpirun with a node daemon" "$(cat "$tmp/out")"
+grep -q "job ompi-[0-9]* running: 2 ranks on 1 host, 2 here, placed by Open MPI" "$tmp/daemon.log" ||
+        fail "the node daemon did not run the job" "$(cat "$tmp/daemon.log")"
+kill "$node_daemon"
+wait "$node_daemon" 2>/dev/null
+node_daemon=
+[ -z "$(ls -A "$jobs_dir")" ] || fail "job directories left behind" "$(ls -la "$jobs_dir")"
+echo "ok: mpirun -np 2 with a node daemon: $(grep -o "job ompi-[0-9]* running: .*" "$tmp/daemon.log")"
 
 # two jobs at once: each holds after its collectives until hold*.go exists
 for k in 1 2; do
