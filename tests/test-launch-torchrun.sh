@@ -23,8 +23,14 @@ else
                 skip "no torchrun: set HVD_TORCH_VENV to a venv with PyPI torch (scripts/venv-torch.sh makes one)"
 fi
 [ -x "$torchrun" ] || skip "$torchrun is missing"
-py=$(dirname "$torchrun")/python
+# the interpreter torchrun runs on: its #! line's
+py=$(sed -n '1s/^#! *\([^ ]*\).*/\1/p' "$torchrun")
+[ -n "$py" ] || py=$(dirname "$torchrun")/python
 "$py" -c 'import torch, numpy' >/dev/null 2>&1 || skip "$py cannot import torch and numpy"
+version=$("$py" -c 'import torch; print(torch.__version__)')
+case $version in
+0.* | 1.*) skip "$torchrun is torch $version's, whose torchrun breaks on Python 3.11: set HVD_TORCH_VENV" ;;
+esac
 pkg=$HVD_BUILDDIR/python-binding/pkg
 [ -f "$pkg/hvd/__init__.py" ] || fail "$pkg/hvd is missing: run make first"
 tmp=$(mktemp -d /tmp/hvd-test-launch-torchrun-XXXXXX)
