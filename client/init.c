@@ -22,6 +22,7 @@
 
 #include "client.h"
 #include "conf.h"
+#include "launcher_join.h"
 #include "settings.h"
 #include "tcp.h"
 #include "timeline.h"
@@ -260,6 +261,7 @@ static int hello_send(const hvd_settings_t *s, const char *endpoint, size_t *byt
         hello.timeline = hvd_timeline_on();
         hello.ring_checksum = s->ring_checksum;
         hello.board = s->fast_path;
+        hello.launcher = (char *) s->rank_source;
         uint8_t nccl_id[HVD_NCCL_ID_BYTES];
         if (G.rank == 0 && G.gpu.devices > 0 && hvd_gpu_unique_id(nccl_id)) {
                 hello.nccl_id.data = nccl_id;
@@ -491,6 +493,13 @@ static int job_open(const hvd_settings_t *s) {
 
 /* ---- the life cycle ---- */
 
+/* Who placed this rank (settings.h: rank_source); set by hvd_init. */
+static const char *rank_source = "none";
+
+const char *hvd_rank_source(void) {
+        return rank_source;
+}
+
 int hvd_init(void) {
         if (hvd_is_initialized())
                 return 0;
@@ -500,10 +509,15 @@ int hvd_init(void) {
         int r = hvd_settings_read(&s, NULL, NULL, err, sizeof err);
         if (r < 0)
                 return hvd_error(r, "%s", err);
+        if (s.from_launcher && (r = hvd_launcher_join_open(&s, err, sizeof err)) < 0)
+                return hvd_error(r, "%s", err);
+        rank_source = s.rank_source;
         place_from_settings(&s);
         if (s.timeline_file &&
-            (r = hvd_timeline_start(s.timeline_file, s.timeline_mark_cycles, false, err, sizeof err)) < 0)
+            (r = hvd_timeline_start(s.timeline_file, s.timeline_mark_cycles, false, err, sizeof err)) < 0) {
+                hvd_launcher_join_close(false);
                 return hvd_error(r, "HVD_TIMELINE: %s", err);
+        }
         if ((r = state_open()) < 0 || (r = G.solo ? solo_open(&s) : job_open(&s)) < 0)
                 goto fail;
         if ((r = -pthread_create(&G.thread, NULL, hvd_bg_main, NULL)) < 0) {
@@ -517,6 +531,7 @@ int hvd_init(void) {
         return 0;
 fail:
         teardown();
+        hvd_launcher_join_close(false);
         return r;
 }
 
@@ -543,6 +558,9 @@ int hvd_shutdown(void) {
         hvd_inflight_fail(HVD_ESHUTDOWN, "hvd has been shut down");
         pthread_mutex_unlock(&G.lock);
         teardown();
+        /* a private daemon in this process serves the node's other ranks
+         * until they have left */
+        hvd_launcher_join_close(true);
         hvd_outbuf_set_open(false);
         return 0;
 }

@@ -9,6 +9,8 @@ client_libhvd_la_SOURCES = \
 	client/handle.c \
 	client/init.c \
 	client/settings.c client/settings.h \
+	client/launcher_env.c client/launcher_env.h \
+	client/launcher_join.c client/launcher_join.h \
 	client/bg.c \
 	client/link.c \
 	client/schedule.c \
@@ -21,8 +23,10 @@ client_libhvd_la_SOURCES = \
 	client/tcp.c client/tcp.h \
 	client/timeline.c client/timeline.h \
 	client/gpu_module.h
+client_libhvd_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/daemon
 client_libhvd_la_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS) -O3
-client_libhvd_la_LIBADD = common/libhvdcommon.la -lrt -ldl
+# the daemon's library: a private daemon for a job a cluster launcher started
+client_libhvd_la_LIBADD = daemon/libhvddaemon.la -lrt -ldl
 client_libhvd_la_LDFLAGS = $(AM_LDFLAGS) -version-info $(HVD_LT_VERSION) \
 	-Wl,--version-script=$(top_srcdir)/client/libhvd.sym
 EXTRA_client_libhvd_la_DEPENDENCIES = client/libhvd.sym

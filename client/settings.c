@@ -3,8 +3,9 @@
  * configuration table (README.md, libhvd(3)) is here and nowhere else;
  * this module only parses: resolving names and opening files is
  * hvd_init's. A cluster launcher's variables (Open MPI's
- * OMPI_COMM_WORLD_*, Slurm's SLURM_*, torchrun's RANK/WORLD_SIZE) belong
- * in read_topology, as the next source after HVD_* and HOROVOD_*. */
+ * OMPI_COMM_WORLD_*, Slurm's SLURM_*, torchrun's RANK/WORLD_SIZE) are
+ * the next source after HVD_* and HOROVOD_*: launcher_env.c reads them
+ * when neither names the job or a rank. */
 #include "config.h"
 
 #include <errno.h>
@@ -14,6 +15,7 @@
 #include <string.h>
 
 #include "conf.h"
+#include "launcher_env.h"
 #include "settings.h"
 #include "util.h"
 
@@ -76,9 +78,20 @@ static int hex_decode(const char *s, uint8_t *out, size_t max) {
         return (int) (n / 2);
 }
 
-static int read_topology(hvd_settings_t *s, const env_t *env, char *err, size_t err_len) {
+/* HVD_* or HOROVOD_* name a rank: hvdrun (or horovodrun's names) placed
+ * it, and no launcher's variables are looked at. HVD_JOB_ID alone does
+ * not: it names a launcher's job that gives no id of its own. */
+static bool hvd_named(const env_t *env) {
+        return env_get(env, "RANK", true) || env_get(env, "SIZE", true);
+}
+
+static int read_topology_hvd(hvd_settings_t *s, const env_t *env, char *err, size_t err_len) {
         s->job_id = env_get(env, "JOB_ID", false);
         s->solo = !s->job_id;
+        s->rank_source = s->solo                       ? "none"
+                         : env_get(env, "RANK", false) ? "hvdrun"
+                         : env_get(env, "RANK", true)  ? "Horovod"
+                                                       : "hvdrun";
         s->size = env_int(env, "SIZE", 1, true);
         s->rank = env_int(env, "RANK", 0, true);
         s->local_size = env_int(env, "LOCAL_SIZE", s->size, true);
@@ -97,6 +110,58 @@ static int read_topology(hvd_settings_t *s, const env_t *env, char *err, size_t 
             s->local_rank >= s->local_size)
                 return fail(err, err_len, "HVD_RANK/HVD_SIZE/HVD_LOCAL_RANK/HVD_LOCAL_SIZE are inconsistent");
         return 0;
+}
+
+/* A launcher's place: a job of one rank when it started one. */
+static int apply_launcher(hvd_settings_t *s, const env_t *env, const hvd_launcher_t *l, char *err, size_t err_len) {
+        s->rank_source = l->source;
+        s->rank = l->rank;
+        s->size = l->size;
+        s->local_rank = l->local_rank;
+        s->local_size = l->local_size;
+        s->cross_rank = l->cross_rank;
+        s->cross_size = l->cross_size;
+        s->solo = l->size == 1;
+        s->from_launcher = !s->solo;
+        if (s->solo)
+                return 0;
+        const char *id = env_get(env, "JOB_ID", false);
+        if (!id && !l->job_id[0])
+                return fail(err, err_len,
+                            "%s started this rank but gives no job id: set HVD_JOB_ID to one value for all ranks",
+                            l->source);
+        memcpy(s->launcher_job_id, l->job_id, sizeof s->launcher_job_id);
+        s->job_id = id ? id : s->launcher_job_id; /* read_job checks its length */
+        snprintf(s->root_host, sizeof s->root_host, "%s", l->root_host);
+        s->secret_file = env_get(env, "JOB_SECRET_FILE", false);
+        s->home = env_raw(env, "HOME");
+        s->tmp_dir = env_raw(env, "TMPDIR");
+        int port = env_int(env, "ROOT_PORT", 7100, false);
+        if (port < 1 || port > 65535)
+                return fail(err, err_len, "HVD_ROOT_PORT='%s' is not a port 1-65535", env_get(env, "ROOT_PORT", false));
+        s->root_port = (unsigned) port;
+        /* Slurm's node names are the hosts by cross rank */
+        size_t at = 0;
+        for (size_t i = 0; i < l->n_hosts; i++) {
+                size_t n = strlen(l->hosts + at) + 1;
+                s->host_at[i] = (uint16_t) at;
+                at += n;
+        }
+        memcpy(s->hosts_buf, l->hosts, at);
+        s->n_hosts = l->n_hosts;
+        return 0;
+}
+
+static int read_topology(hvd_settings_t *s, const env_t *env, char *err, size_t err_len) {
+        if (hvd_named(env))
+                return read_topology_hvd(s, env, err, err_len);
+        hvd_launcher_t l;
+        int r = hvd_launcher_read(&l, env->lookup, env->userdata, err, err_len);
+        if (r < 0)
+                return r;
+        if (r > 0)
+                return apply_launcher(s, env, &l, err, err_len);
+        return read_topology_hvd(s, env, err, err_len);
 }
 
 /* Settings of every job, a job of one rank too. */
@@ -256,7 +321,7 @@ static int read_job(hvd_settings_t *s, const env_t *env, bool bad_fusion, char *
         if (rc && hvd_parse_bool(rc, &s->ring_checksum) < 0)
                 return fail(err, err_len, "HVD_RING_CHECKSUM='%s' is not a boolean", rc);
         const char *hl = env_get(env, "HOSTS", false);
-        if (hl && s->cross_size > 1 && (r = parse_hosts(s, hl, err, err_len)) < 0)
+        if (hl && s->cross_size > 1 && !s->n_hosts && (r = parse_hosts(s, hl, err, err_len)) < 0)
                 return r;
         return 0;
 }

@@ -30,6 +30,22 @@ typedef struct hvd_settings {
          * a job of one rank is rank 0 of 1 whatever they say. The daemon's
          * welcome has the last word. */
         int rank, size, local_rank, local_size, cross_rank, cross_size;
+        /* who placed this rank: "hvdrun" (HVD_*), "Horovod" (HOROVOD_*),
+         * "Open MPI", "MPICH", "torchrun", "Slurm" (launcher_env.h), or
+         * "none" (a job of one rank); static */
+        const char *rank_source;
+        /* the ranks come from a launcher's variables: the job id is the
+         * launcher's (unless HVD_JOB_ID), the secret and the daemon are
+         * found by hvd_init (launcher_join.h) */
+        bool from_launcher;
+        char launcher_job_id[HVD_WIRE_MAX_JOB_ID + 1];
+        /* from a launcher: HVD_JOB_SECRET_FILE (NULL: ~/.hvd/secret, with
+         * HOME), TMPDIR (where the job's directory goes), the first
+         * node's host (Slurm's first node, MASTER_ADDR; "" unknown),
+         * HVD_ROOT_PORT (7100 when unset) */
+        const char *secret_file, *home, *tmp_dir;
+        char root_host[256];
+        unsigned root_port;
         /* HVD_CYCLE_TIME (ms by default), HVD_START_TIMEOUT (s) */
         uint64_t cycle_time_usec, start_timeout_usec;
         /* HVD_TIMELINE (rank 0 only: NULL on the others), with

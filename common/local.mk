@@ -11,6 +11,7 @@ common_libhvdcommon_la_SOURCES = \
 	common/fusion.c common/fusion.h \
 	common/crc32c.c common/crc32c.h \
 	common/strmap.c common/strmap.h \
+	common/slurm_hostlist.c common/slurm_hostlist.h \
 	common/negotiate.c common/negotiate.h
 nodist_common_libhvdcommon_la_SOURCES = proto/hvd.pb-c.c proto/hvd.pb-c.h
 common_libhvdcommon_la_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)

@@ -520,6 +520,7 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                                     h->cross_size);
                 CHECK_NAME(h->data_addr, HVD_WIRE_MAX_HOST + 8, "data-plane address");
                 CHECK_NAME(h->root_peer, HVD_WIRE_MAX_TEXT, "root peer endpoint");
+                CHECK_NAME(h->launcher, HVD_WIRE_MAX_LAUNCHER, "launcher");
                 if (h->nccl_id.len > 128)
                         return fail(err, err_len, "NCCL id longer than 128 bytes");
                 if (h->n_hosts > HVD_WIRE_MAX_RANKS || (h->n_hosts && h->n_hosts != h->cross_size))

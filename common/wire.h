@@ -17,6 +17,7 @@
 #define HVD_WIRE_MAX_RANKS         65536
 #define HVD_WIRE_MAX_JOB_ID        128
 #define HVD_WIRE_MAX_SECRET        256
+#define HVD_WIRE_MAX_LAUNCHER      32
 #define HVD_WIRE_MAX_HOST          255
 #define HVD_WIRE_MAX_TEXT          4096
 /* schedules kept by key for repeats (Schedule.keep_key, repeat_key: 1..this) */

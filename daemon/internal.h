@@ -175,6 +175,7 @@ typedef struct early_msg {
 struct job {
         /* ---- every daemon ---- */
         char id[HVD_WIRE_MAX_JOB_ID + 1];
+        char launcher[HVD_WIRE_MAX_LAUNCHER + 1]; /* who placed its ranks, "" = not said */
         uint8_t secret[HVD_WIRE_MAX_SECRET];
         size_t secret_len;
         uid_t owner_uid; /* the uid of the first local worker (ZAP over ipc); only it may join */
@@ -321,6 +322,7 @@ typedef struct job_params {
         char *const *hosts;
         size_t n_hosts;
         const char *root_peer;
+        const char *launcher;
 } job_params_t;
 
 enum {

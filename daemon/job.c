@@ -247,6 +247,7 @@ job_t *job_create(hvd_daemon_t *d, const job_params_t *jp, char *err, size_t len
                 return NULL;
         }
         snprintf(j->id, sizeof j->id, "%s", jp->job_id);
+        snprintf(j->launcher, sizeof j->launcher, "%s", jp->launcher ? jp->launcher : "");
         memcpy_safe(j->secret, jp->secret, jp->secret_len);
         j->secret_len = jp->secret_len;
         j->size = jp->world_size;

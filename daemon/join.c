@@ -79,8 +79,8 @@ void join_welcome_local(hvd_daemon_t *d, job_t *j) {
         rank_infos_free(&ri);
         d->next_housekeeping = 0; /* arms the heartbeat check */
         j->state = JOB_RUNNING;
-        hvd_log_notice("job %s running: %u ranks on %u host%s, %u here", j->id, j->size, j->cross_size,
-                       j->cross_size == 1 ? "" : "s", j->local_size);
+        hvd_log_notice("job %s running: %u ranks on %u host%s, %u here%s%s", j->id, j->size, j->cross_size,
+                       j->cross_size == 1 ? "" : "s", j->local_size, j->launcher[0] ? ", placed by " : "", j->launcher);
 }
 
 static void root_complete(hvd_daemon_t *d, job_t *j) {
@@ -346,6 +346,7 @@ void join_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__He
                         .hosts = h->hosts,
                         .n_hosts = h->n_hosts,
                         .root_peer = h->root_peer,
+                        .launcher = h->launcher,
                         .stall_check_usec = h->stall_check_usec,
                         .stall_shutdown_usec = h->stall_shutdown_usec,
                 };

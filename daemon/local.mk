@@ -8,7 +8,8 @@ daemon_libhvddaemon_la_SOURCES = \
 	daemon/uplink.c daemon/batch.c daemon/pool.c daemon/tally.c daemon/relay.c daemon/control.c \
 	daemon/http.c daemon/http.h \
 	daemon/metrics.c daemon/metrics.h \
-	daemon/zap.c daemon/zap.h
+	daemon/zap.c daemon/zap.h \
+	daemon/embedded.c daemon/embedded.h
 # sd_notify comes from libsystemd when configure found it; the daemon
 # speaks the notify protocol itself otherwise.
 daemon_libhvddaemon_la_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS) $(SYSTEMD_CFLAGS) $(MHD_CFLAGS)

@@ -330,6 +330,19 @@ fail:
         return r;
 }
 
+/* Every live worker of j has said goodbye: nobody to tell of the end (a
+ * daemon embedded in a rank that waited for the others to leave). */
+static bool job_departed(const hvd_daemon_t *d, const job_t *j) {
+        size_t iter = 0;
+        void *v;
+        while (hvd_strmap_next(d->workers, &iter, NULL, NULL, &v)) {
+                const worker_t *w = v;
+                if (w->job == j && !w->exited && !w->goodbye)
+                        return false;
+        }
+        return true;
+}
+
 void hvd_daemon_destroy(hvd_daemon_t **dp) {
         if (!dp || !*dp)
                 return;
@@ -339,7 +352,7 @@ void hvd_daemon_destroy(hvd_daemon_t **dp) {
                 void *v;
                 while (hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
                         job_t *j = v;
-                        if (j->state != JOB_ABORTED && j->n_live)
+                        if (j->state != JOB_ABORTED && j->n_live && !job_departed(d, j))
                                 job_abort(d, j, -1, HVD_EABORTED, "the coordinator is shutting down");
                 }
                 iter = 0;

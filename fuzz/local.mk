@@ -6,7 +6,7 @@
 #    binary with ASan + UBSan, built by `make` and run by fuzz/run.sh.
 # fuzz/gen_corpus writes the seed messages and checks the decoder's verdict
 # on each (also a test).
-%C%_harnesses = envelope negotiate conf hostfile dispatch statusjson
+%C%_harnesses = envelope negotiate conf hostfile dispatch statusjson slurm
 
 EXTRA_DIST += %D%/run.sh %D%/fuzz.h $(foreach h,$(%C%_harnesses),%D%/$(h).c) %D%/corpus docs/FUZZING.md
 
@@ -14,9 +14,9 @@ EXTRA_DIST += %D%/run.sh %D%/fuzz.h $(foreach h,$(%C%_harnesses),%D%/$(h).c) %D%
 %C%_cflags = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
 
 check_PROGRAMS += %D%/gen_corpus %D%/regress-envelope %D%/regress-negotiate %D%/regress-conf %D%/regress-hostfile \
-	%D%/regress-dispatch %D%/regress-statusjson
+	%D%/regress-dispatch %D%/regress-statusjson %D%/regress-slurm
 TESTS += %D%/gen_corpus %D%/regress-envelope %D%/regress-negotiate %D%/regress-conf %D%/regress-hostfile \
-	%D%/regress-dispatch %D%/regress-statusjson
+	%D%/regress-dispatch %D%/regress-statusjson %D%/regress-slurm
 
 %C%_gen_corpus_SOURCES = %D%/gen_corpus.c
 %C%_gen_corpus_CPPFLAGS = $(%C%_cppflags)
@@ -52,6 +52,11 @@ TESTS += %D%/gen_corpus %D%/regress-envelope %D%/regress-negotiate %D%/regress-c
 %C%_regress_statusjson_CPPFLAGS = $(%C%_cppflags) -DFUZZ_NAME='"statusjson"'
 %C%_regress_statusjson_CFLAGS = $(%C%_cflags) $(JANSSON_CFLAGS)
 %C%_regress_statusjson_LDADD = tools/libhvdtools.la common/libhvdcommon.la $(JANSSON_LIBS)
+
+%C%_regress_slurm_SOURCES = %D%/slurm.c %D%/standalone.c %D%/fuzz.h
+%C%_regress_slurm_CPPFLAGS = $(%C%_cppflags) -DFUZZ_NAME='"slurm"'
+%C%_regress_slurm_CFLAGS = $(%C%_cflags)
+%C%_regress_slurm_LDADD = common/libhvdcommon.la
 
 if ENABLE_FUZZING
 # libFuzzer binaries: clang compiles the code under test once into

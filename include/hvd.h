@@ -73,9 +73,13 @@ const char *hvd_strerror(int err);
 /* ---- life cycle ---------------------------------------------------------
  * hvd_init() reads HVD_* (and HOROVOD_*) environment variables set by
  * hvdrun, connects to the local coordinator and waits until every rank of
- * the job has joined (HVD_START_TIMEOUT, default 30 s). Started without
- * hvdrun (no HVD_JOB_ID in the environment), it runs as a job of one rank
- * without any daemon, like Horovod without horovodrun. Returns 0, or an
+ * the job has joined (HVD_START_TIMEOUT, default 30 s). Without them it
+ * reads the variables of a cluster launcher that started the process
+ * (Open MPI's mpirun, MPICH, torchrun, Slurm's srun; libhvd(3),
+ * docs/LAUNCHERS.md) and joins those ranks as one job; a half-set or
+ * contradictory environment is an error naming the variables. Started by
+ * none of them, it runs as a job of one rank without any daemon, like
+ * Horovod without horovodrun. Returns 0, or an
  * error; hvd_last_error() has the detailed message. Calling it again after
  * success returns 0. When the GPU backend (libhvd-nccl.so in hvd's library
  * directory, or the file named by $HVD_GPU_MODULE) is installed and a GPU
@@ -86,6 +90,11 @@ const char *hvd_strerror(int err);
 int hvd_init(void);
 int hvd_shutdown(void);
 int hvd_is_initialized(void);
+
+/* Who placed this rank at the last hvd_init: "hvdrun", "Horovod"
+ * (HOROVOD_* names), "Open MPI", "MPICH", "torchrun", "Slurm", or "none"
+ * (a job of one rank). Static string; "none" before hvd_init. */
+const char *hvd_rank_source(void);
 
 /* Detailed message of the last failed call of this thread (hvd_init,
  * hvd_shutdown, the synchronous hvd_allreduce/hvd_broadcast/hvd_barrier/

@@ -645,6 +645,10 @@ static PyObject *core_shutdown(PyObject *mod, PyObject *unused) {
         Py_RETURN_NONE;
 }
 
+static PyObject *core_rank_source(PyObject *mod, PyObject *unused) {
+        return PyUnicode_FromString(hvd_rank_source());
+}
+
 static PyObject *core_is_initialized(PyObject *mod, PyObject *unused) {
         return PyBool_FromLong(hvd_is_initialized() > 0);
 }
@@ -1015,6 +1019,7 @@ static PyMethodDef core_methods[] = {
         { "init", core_init, METH_NOARGS, "init(): join the job (hvd_init)." },
         { "shutdown", core_shutdown, METH_NOARGS, "shutdown(): leave the job (hvd_shutdown)." },
         { "is_initialized", core_is_initialized, METH_NOARGS, "is_initialized() -> bool" },
+        { "rank_source", core_rank_source, METH_NOARGS, "rank_source() -> str" },
         { "rank", core_rank, METH_NOARGS, "rank() -> int" },
         { "size", core_size, METH_NOARGS, "size() -> int" },
         { "local_rank", core_local_rank, METH_NOARGS, "local_rank() -> int" },

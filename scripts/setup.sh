@@ -1,7 +1,8 @@
 #!/bin/sh
 # setup.sh — install the Debian 12 packages hvd needs to build, test, run
 # its examples and benchmarks (python3-venv: the PyPI environments of
-# scripts/venv-tf.sh). Idempotent: installs only what is missing.
+# scripts/venv-tf.sh; slurm-wlm and munge: the one-node Slurm cluster of
+# tests/test-launch-slurm.sh). Idempotent: installs only what is missing.
 #   scripts/setup.sh          everything (build, tests, Python, benchmark peers)
 #   scripts/setup.sh --build  only what the C build needs
 #   scripts/setup.sh --demo   the C build and the digits the demo trains on
@@ -12,7 +13,7 @@ build="build-essential autoconf automake libtool pkg-config libzmq3-dev libproto
 data="python3-sklearn"
 extra="python3 python3-dev python3-venv python3-numpy python3-pytest python3-torch python3-torchvision
  openmpi-bin libopenmpi-dev gnuplot-nox iproute2 nftables valgrind procps systemd man-db groff-base clang
- clang-format shellcheck git"
+ clang-format shellcheck git slurm-wlm munge"
 case "${1:-}" in
 --build) pkgs=$build ;;
 --demo) pkgs="$build $data" ;;

@@ -60,7 +60,7 @@ run_check() {
 run_check "$top/build"
 
 # the Python suite with the newest torch (the first run had Debian's)
-python_tests="tests/python/run-np2.sh tests/python/run-np3.sh"
+python_tests="tests/python/run-np2.sh tests/python/run-np3.sh tests/test-launch-torchrun.sh"
 echo "test: the Python suite with the newest torch from PyPI (scripts/venv-torch.sh)"
 if [ ! -f "$top/build/python-binding/pkg/hvd/__init__.py" ]; then
         echo "SKIP: the Python suite with the newest torch: this build has no Python binding"

@@ -284,6 +284,180 @@ START_TEST(test_settings_process_environment) {
 }
 END_TEST
 
+START_TEST(test_settings_launchers) {
+        /* Open MPI, one node: the job id is mpirun's */
+        const char *ompi[] = { "OMPI_COMM_WORLD_RANK=1",       "OMPI_COMM_WORLD_SIZE=2",
+                               "OMPI_COMM_WORLD_LOCAL_RANK=1", "OMPI_COMM_WORLD_LOCAL_SIZE=2",
+                               "OMPI_MCA_ess_base_jobid=4242", "PMIX_RANK=1",
+                               "OMPI_MCA_orte_num_nodes=1",    NULL };
+        ck_assert_int_eq(read_env(ompi), 0);
+        ck_assert_str_eq(s.rank_source, "Open MPI");
+        ck_assert(!s.solo && s.from_launcher);
+        ck_assert_str_eq(s.job_id, "ompi-4242");
+        ck_assert_int_eq(s.rank, 1);
+        ck_assert_int_eq(s.size, 2);
+        ck_assert_int_eq(s.local_rank, 1);
+        ck_assert_int_eq(s.cross_size, 1);
+        ck_assert_uint_eq(s.root_port, 7100);
+        /* HVD_* wins over a launcher: hvdrun under mpirun */
+        const char *hvdrun[] = { "HVD_JOB_ID=job-1", "HVD_RANK=0", "HVD_SIZE=1", "OMPI_COMM_WORLD_RANK=3", NULL };
+        ck_assert_int_eq(read_env(hvdrun), 0);
+        ck_assert_str_eq(s.rank_source, "hvdrun");
+        ck_assert(!s.from_launcher);
+        /* mpirun -np 1: a job of one rank */
+        const char *one[] = { "OMPI_COMM_WORLD_RANK=0", "OMPI_COMM_WORLD_SIZE=1", "OMPI_COMM_WORLD_LOCAL_RANK=0",
+                              "OMPI_COMM_WORLD_LOCAL_SIZE=1", NULL };
+        ck_assert_int_eq(read_env(one), 0);
+        ck_assert(s.solo);
+        ck_assert_str_eq(s.rank_source, "Open MPI");
+        /* torchrun on 2 nodes of 2: node from GROUP_RANK, root MASTER_ADDR */
+        const char *torch[] = { "RANK=3",
+                                "WORLD_SIZE=4",
+                                "LOCAL_RANK=1",
+                                "LOCAL_WORLD_SIZE=2",
+                                "GROUP_RANK=1",
+                                "MASTER_ADDR=n1",
+                                "MASTER_PORT=29500",
+                                "TORCHELASTIC_RUN_ID=r7",
+                                NULL };
+        ck_assert_int_eq(read_env(torch), 0);
+        ck_assert_str_eq(s.rank_source, "torchrun");
+        ck_assert_str_eq(s.job_id, "torchrun-r7@n1:29500");
+        ck_assert_str_eq(s.root_host, "n1");
+        ck_assert_int_eq(s.cross_rank, 1);
+        ck_assert_int_eq(s.cross_size, 2);
+        /* srun -n 7 on node[01-03] with 2(x3),1 tasks: rank 5 is local 1 on node 2 */
+        const char *slurm[] = { "SLURM_PROCID=5",
+                                "SLURM_STEP_NUM_TASKS=7",
+                                "SLURM_NTASKS=99",
+                                "SLURM_LOCALID=1",
+                                "SLURM_NODEID=2",
+                                "SLURM_STEP_NODELIST=node[01-03],x9",
+                                "SLURM_STEP_TASKS_PER_NODE=2(x3),1",
+                                "SLURM_JOB_ID=77",
+                                "SLURM_STEP_ID=3",
+                                "HVD_ROOT_PORT=7200",
+                                NULL };
+        ck_assert_int_eq(read_env(slurm), 0);
+        ck_assert_str_eq(s.rank_source, "Slurm");
+        ck_assert_str_eq(s.job_id, "slurm-77.3");
+        ck_assert_int_eq(s.size, 7);
+        ck_assert_int_eq(s.local_size, 2);
+        ck_assert_int_eq(s.cross_rank, 2);
+        ck_assert_int_eq(s.cross_size, 4);
+        ck_assert_str_eq(s.root_host, "node01");
+        ck_assert_uint_eq(s.n_hosts, 4);
+        ck_assert_str_eq(hvd_settings_host(&s, 2), "node03");
+        ck_assert_str_eq(hvd_settings_host(&s, 3), "x9");
+        ck_assert_uint_eq(s.root_port, 7200);
+        /* a batch script (no step) is one process */
+        const char *batch[] = { "SLURM_PROCID=0", "SLURM_NTASKS=4", "SLURM_JOB_ID=77", NULL };
+        ck_assert_int_eq(read_env(batch), 0);
+        ck_assert(s.solo);
+        ck_assert_str_eq(s.rank_source, "none");
+        /* mpirun inside an allocation: Slurm's step is mpirun's daemons */
+        const char *nested[] = { "OMPI_COMM_WORLD_RANK=2",
+                                 "OMPI_COMM_WORLD_SIZE=4",
+                                 "OMPI_COMM_WORLD_LOCAL_RANK=0",
+                                 "OMPI_COMM_WORLD_LOCAL_SIZE=2",
+                                 "OMPI_MCA_orte_num_nodes=2",
+                                 "OMPI_MCA_ess_base_jobid=9",
+                                 "SLURM_PROCID=1",
+                                 "SLURM_STEP_ID=0",
+                                 "SLURM_NTASKS=2",
+                                 NULL };
+        ck_assert_int_eq(read_env(nested), 0);
+        ck_assert_str_eq(s.rank_source, "Open MPI");
+        ck_assert_int_eq(s.cross_rank, 1);
+}
+END_TEST
+
+START_TEST(test_settings_launcher_errors) {
+        const char *half[] = { "OMPI_COMM_WORLD_RANK=1", "OMPI_COMM_WORLD_SIZE=2", NULL };
+        assert_error(half, "Open MPI: OMPI_COMM_WORLD_SIZE is set but OMPI_COMM_WORLD_LOCAL_RANK is not; set all of "
+                           "OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE, OMPI_COMM_WORLD_LOCAL_RANK, "
+                           "OMPI_COMM_WORLD_LOCAL_SIZE");
+        const char *big[] = { "RANK=2", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", NULL };
+        assert_error(big, "torchrun: RANK=2 is not below WORLD_SIZE=2");
+        const char *local[] = { "PMI_RANK=1", "PMI_SIZE=4", "MPI_LOCALRANKID=3", "MPI_LOCALNRANKS=2", NULL };
+        assert_error(local, "MPICH: MPI_LOCALRANKID=3 and MPI_LOCALNRANKS=2 do not fit PMI_RANK=1 of PMI_SIZE=4");
+        const char *uneven[] = { "RANK=1", "WORLD_SIZE=3", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", NULL };
+        assert_error(uneven, "torchrun: WORLD_SIZE=3 ranks with LOCAL_WORLD_SIZE=2 here do not make the same number "
+                             "of ranks on every node, numbered node by node (RANK=1, LOCAL_RANK=1); hvd needs that "
+                             "placement (mpirun --map-by slot)");
+        const char *group[] = { "RANK=1", "WORLD_SIZE=4", "LOCAL_RANK=1", "LOCAL_WORLD_SIZE=2", "GROUP_RANK=1", NULL };
+        assert_error(group, "torchrun: GROUP_RANK=1, but RANK=1 with LOCAL_RANK=1 of LOCAL_WORLD_SIZE=2 is on node 0");
+        const char *two[] = { "OMPI_COMM_WORLD_RANK=0",
+                              "OMPI_COMM_WORLD_SIZE=2",
+                              "OMPI_COMM_WORLD_LOCAL_RANK=0",
+                              "OMPI_COMM_WORLD_LOCAL_SIZE=2",
+                              "OMPI_MCA_ess_base_jobid=1",
+                              "RANK=1",
+                              "WORLD_SIZE=2",
+                              "LOCAL_RANK=1",
+                              "LOCAL_WORLD_SIZE=2",
+                              NULL };
+        assert_error(two, "two launchers disagree: Open MPI says rank 0 of 2 (OMPI_COMM_WORLD_RANK, "
+                          "OMPI_COMM_WORLD_SIZE), torchrun says rank 1 of 2 (RANK, WORLD_SIZE); unset one, or set "
+                          "HVD_RANK and HVD_SIZE");
+        const char *pmix[] = { "PMIX_RANK=0", NULL };
+        assert_error(pmix, "PMIx: PMIX_RANK is set, but no launcher variable gives the job's size "
+                           "(OMPI_COMM_WORLD_SIZE, SLURM_NTASKS); set HVD_RANK and HVD_SIZE");
+        const char *pmix2[] = { "OMPI_COMM_WORLD_RANK=0",
+                                "OMPI_COMM_WORLD_SIZE=2",
+                                "OMPI_COMM_WORLD_LOCAL_RANK=0",
+                                "OMPI_COMM_WORLD_LOCAL_SIZE=2",
+                                "PMIX_RANK=1",
+                                NULL };
+        assert_error(pmix2, "two launchers disagree: Open MPI says rank 0, PMIX_RANK=1");
+        const char *noid[] = { "PMI_RANK=1", "PMI_SIZE=2", "MPI_LOCALRANKID=1", "MPI_LOCALNRANKS=2", NULL };
+        assert_error(noid, "MPICH started this rank but gives no job id: set HVD_JOB_ID to one value for all ranks");
+        /* HVD_JOB_ID names the job of a launcher that gives no id */
+        const char *named[] = { "PMI_RANK=1",        "PMI_SIZE=2",      "MPI_LOCALRANKID=1",
+                                "MPI_LOCALNRANKS=2", "HVD_JOB_ID=mine", NULL };
+        ck_assert_int_eq(read_env(named), 0);
+        ck_assert_str_eq(s.rank_source, "MPICH");
+        ck_assert_str_eq(s.job_id, "mine");
+        ck_assert_int_eq(s.rank, 1);
+        const char *nan[] = { "RANK=x", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", NULL };
+        assert_error(nan, "torchrun: RANK='x' is not a number 0..2147483647");
+        const char *slurm_fit[] = { "SLURM_PROCID=0",
+                                    "SLURM_NTASKS=4",
+                                    "SLURM_STEP_ID=0",
+                                    "SLURM_LOCALID=0",
+                                    "SLURM_NODEID=0",
+                                    "SLURM_STEP_NODELIST=n[1-2]",
+                                    "SLURM_STEP_TASKS_PER_NODE=2(x3)",
+                                    NULL };
+        assert_error(slurm_fit, "Slurm: SLURM_STEP_TASKS_PER_NODE='2(x3)' (3 nodes, 6 tasks) does not fit "
+                                "SLURM_STEP_NODELIST='n[1-2]' (2 nodes), SLURM_NODEID=0 and 4 tasks");
+        const char *slurm_list[] = { "SLURM_PROCID=0",
+                                     "SLURM_NTASKS=4",
+                                     "SLURM_STEP_ID=0",
+                                     "SLURM_LOCALID=0",
+                                     "SLURM_NODEID=0",
+                                     "SLURM_STEP_NODELIST=n[1-2",
+                                     "SLURM_STEP_TASKS_PER_NODE=2(x2)",
+                                     NULL };
+        assert_error(slurm_list, "Slurm: SLURM_STEP_NODELIST='n[1-2': a '[' without its ']'");
+        const char *slurm_half[] = { "SLURM_PROCID=0", "SLURM_STEP_ID=0", NULL };
+        assert_error(slurm_half, "Slurm: SLURM_NTASKS='' is not a number 0..2147483647");
+        const char *slurm_local[] = { "SLURM_PROCID=1",
+                                      "SLURM_NTASKS=2",
+                                      "SLURM_STEP_ID=0",
+                                      "SLURM_LOCALID=1",
+                                      "SLURM_NODEID=0",
+                                      "SLURM_STEP_NODELIST=n1",
+                                      "SLURM_STEP_TASKS_PER_NODE=1",
+                                      NULL };
+        assert_error(slurm_local, "Slurm: SLURM_STEP_TASKS_PER_NODE='1' (1 nodes, 1 tasks) does not fit "
+                                  "SLURM_STEP_NODELIST='n1' (1 nodes), SLURM_NODEID=0 and 2 tasks");
+        const char *port[] = { "RANK=0",        "WORLD_SIZE=2",  "LOCAL_RANK=0",        "LOCAL_WORLD_SIZE=2",
+                               "MASTER_ADDR=a", "MASTER_PORT=1", "HVD_ROOT_PORT=70000", NULL };
+        assert_error(port, "HVD_ROOT_PORT='70000' is not a port 1-65535");
+}
+END_TEST
+
 static Suite *settings_suite(void) {
         Suite *su = suite_create("settings");
         TCase *tc = tcase_create("read");
@@ -292,6 +466,8 @@ static Suite *settings_suite(void) {
         tcase_add_test(tc, test_settings_job_defaults);
         tcase_add_test(tc, test_settings_horovod_names);
         tcase_add_test(tc, test_settings_solo);
+        tcase_add_test(tc, test_settings_launchers);
+        tcase_add_test(tc, test_settings_launcher_errors);
         tcase_add_test(tc, test_settings_timeline);
         tcase_add_test(tc, test_settings_small_values);
         tcase_add_test(tc, test_settings_errors);

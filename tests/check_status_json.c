@@ -141,6 +141,7 @@ START_TEST(test_status_fields_and_numbers) {
                 "root",
                 "cross_size",
                 "ranks_here",
+                "launcher",
                 "rank_status",
         };
         assert_keys(jv, job_keys, sizeof job_keys / sizeof *job_keys);

@@ -25,6 +25,7 @@ EXTRA_DIST += %D%/test-multinode.sh %D%/test-netns.sh %D%/test-stall.sh %D%/test
 include %D%/reduce.mk
 include %D%/unit.mk
 include %D%/integration.mk
+include %D%/launchers.mk
 include %D%/tools.mk
 include %D%/service.mk
 include %D%/python.mk

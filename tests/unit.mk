@@ -15,6 +15,7 @@ if HAVE_CHECK
 	%D%/check_settings \
 	%D%/check_daemon \
 	%D%/check_hostlist \
+	%D%/check_slurm_hostlist \
 	%D%/check_shellquote \
 	%D%/check_status_json
 check_PROGRAMS += $(%C%_unit_tests)
@@ -34,7 +35,8 @@ TESTS += $(%C%_unit_tests)
 %C%_check_daemon_CFLAGS = $(%C%_unit_cflags)
 %C%_check_daemon_LDADD = daemon/libhvddaemon.la $(%C%_unit_ldadd)
 
-%C%_check_settings_SOURCES = %D%/check_settings.c client/settings.c client/settings.h
+%C%_check_settings_SOURCES = %D%/check_settings.c client/settings.c client/settings.h \
+	client/launcher_env.c client/launcher_env.h
 %C%_check_settings_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
 %C%_check_settings_CFLAGS = $(%C%_unit_cflags)
 %C%_check_settings_LDADD = $(%C%_unit_ldadd)
@@ -63,6 +65,10 @@ TESTS += $(%C%_unit_tests)
 %C%_check_hostlist_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
 %C%_check_hostlist_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 %C%_check_hostlist_LDADD = tools/libhvdtools.la $(CHECK_LIBS)
+
+%C%_check_slurm_hostlist_SOURCES = %D%/check_slurm_hostlist.c
+%C%_check_slurm_hostlist_CFLAGS = $(%C%_unit_cflags)
+%C%_check_slurm_hostlist_LDADD = $(%C%_unit_ldadd)
 
 %C%_check_shellquote_SOURCES = %D%/check_shellquote.c
 %C%_check_shellquote_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools

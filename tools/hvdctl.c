@@ -390,6 +390,8 @@ static void print_job(const Hvd__Status *s, const Hvd__JobStatus *j) {
                 printf("  stalled: %s\n", j->stalled);
         if (j->relay && *j->relay)
                 printf("  relay: %s\n", j->relay);
+        if (j->launcher && *j->launcher)
+                printf("  placed by: %s\n", j->launcher);
         int hw = 4;
         for (size_t i = 0; i < j->n_rank_status; i++)
                 hw = HVD_MAX(hw, text_width(j->rank_status[i]->host));

@@ -36,6 +36,7 @@
 
 #include "conf.h"
 #include "coordinator.h"
+#include "embedded.h"
 #include "hostlist.h"
 #include "hvd.h"
 #include "invariant.h"
@@ -62,10 +63,7 @@
 extern char **environ;
 
 typedef struct embedded {
-        hvd_daemon_t *daemon;
-        pthread_t thread;
-        bool thread_started;
-        int run_result;
+        hvd_embedded_t run;
         char dir[PATH_MAX];
 } embedded_t;
 
@@ -759,12 +757,6 @@ static int resolve_program(const char *prog, const char *path_env, char **ret) {
 
 /* ---- daemons ---- */
 
-static void *embedded_main(void *arg) {
-        embedded_t *e = arg;
-        e->run_result = hvd_daemon_run(e->daemon);
-        return NULL;
-}
-
 static void remove_dir(const char *dir) {
         DIR *d = opendir(dir);
         if (d) {
@@ -781,42 +773,20 @@ static void remove_dir(const char *dir) {
 /* Asks a running reactor to stop; embedded_stop() then waits for it. Splitting
  * the two lets several private daemons wind down at the same time. */
 static void embedded_ask_stop(embedded_t *e) {
-        if (e && e->daemon && e->thread_started)
-                hvd_daemon_stop(e->daemon);
+        if (e)
+                hvd_embedded_ask_stop(&e->run);
 }
 
 static void embedded_stop(embedded_t *e) {
         if (!e)
                 return;
-        if (e->daemon && e->thread_started) {
-                hvd_daemon_stop(e->daemon);
-                pthread_join(e->thread, NULL);
-                e->thread_started = false;
-                if (e->run_result < 0)
-                        fprintf(stderr, "hvdrun: the embedded hvd-coordinatord failed: %s\n",
-                                hvd_strerror(e->run_result));
-        }
-        hvd_daemon_destroy(&e->daemon);
+        int r = hvd_embedded_stop(&e->run);
+        if (r < 0)
+                fprintf(stderr, "hvdrun: the embedded hvd-coordinatord failed: %s\n", hvd_strerror(r));
         if (e->dir[0]) {
                 remove_dir(e->dir);
                 e->dir[0] = 0;
         }
-}
-
-/* Reads DIR/peer.endpoint, which a daemon with a peer_listen writes after binding. */
-static int read_peer_endpoint(const char *dir, char *buf, size_t len) {
-        char path[PATH_MAX + 32], line[ENDPOINT_BYTES + 2] = "";
-        snprintf(path, sizeof path, "%s/peer.endpoint", dir);
-        FILE *f = fopen(path, "re");
-        if (!f)
-                return -errno;
-        bool ok = fgets(line, sizeof line, f) != NULL;
-        fclose(f);
-        line[strcspn(line, "\r\n")] = 0;
-        if (!ok || !line[0] || strlen(line) >= len)
-                return -ENODATA;
-        memcpy(buf, line, strlen(line) + 1);
-        return 0;
 }
 
 /* Starts a private daemon in a fresh directory, with peer_listen when given; its
@@ -848,76 +818,29 @@ static int embedded_start(embedded_t *e, const options_t *o, const char *peer_li
                 cfg.start_timeout_usec = o->start_timeout_usec;
         hvd_log_max_level = cfg.log_level;
         hvd_log_set_ident("hvdrun: coordinator");
-        int r = hvd_daemon_new(&cfg, &e->daemon);
+        char msg[PATH_MAX + 512];
+        int r = hvd_embedded_start(&e->run, &cfg, msg, sizeof msg);
         if (r < 0) {
-                fprintf(stderr, "hvdrun: cannot start a private hvd-coordinatord in %s%s%s: %s\n", e->dir,
-                        peer_listen ? " with peers on " : "", peer_listen ? peer_listen : "", hvd_strerror(r));
+                fprintf(stderr, "hvdrun: %s\n", msg);
                 return r;
         }
         /* hvd_daemon_new() wrote it after binding */
-        if (peer_listen && read_peer_endpoint(e->dir, peer_ep, peer_ep_len) < 0) {
+        if (peer_listen && hvd_daemon_peer_endpoint(e->dir, peer_ep, peer_ep_len) < 0) {
                 fprintf(stderr, "hvdrun: the private hvd-coordinatord in %s did not write its peer endpoint\n", e->dir);
                 return -EIO;
         }
-        r = -pthread_create(&e->thread, NULL, embedded_main, e);
-        if (r < 0) {
-                fprintf(stderr, "hvdrun: cannot start the coordinator thread: %s\n", strerror(-r));
-                return r;
-        }
-        e->thread_started = true;
         return 0;
 }
 
 /* Asks DIR/control.sock for a status. Returns 0 when a daemon answered (a
  * message was printed with verbose), or < 0 with why in msg. */
 static int probe_daemon(const char *dir, bool verbose, char *msg, size_t msg_len) {
-        char ep[PATH_MAX + 48], path[PATH_MAX + 32];
-        snprintf(path, sizeof path, "%s/control.sock", dir);
-        snprintf(ep, sizeof ep, "ipc://%s", path);
-        if (access(path, F_OK) < 0 && errno == ENOENT) {
-                snprintf(msg, msg_len, "no hvd-coordinatord is running at %s (no control socket)", dir);
-                return -ECONNREFUSED;
-        }
-        /* zmq retries a refused ipc connect silently: check the permission here */
-        char wpath[PATH_MAX + 32];
-        snprintf(wpath, sizeof wpath, "%s/worker.sock", dir);
-        if (access(path, R_OK | W_OK) < 0 || access(wpath, R_OK | W_OK) < 0) {
-                int e = errno;
-                if (e == EACCES || e == EPERM)
-                        snprintf(msg, msg_len,
-                                 "the hvd-coordinatord at %s cannot be used: permission denied (are you in group "
-                                 "hvd?)",
-                                 dir);
-                else
-                        snprintf(msg, msg_len, "the hvd-coordinatord at %s cannot be used: %s", dir, strerror(e));
-                return -e;
-        }
-        Hvd__StatusRequest q = HVD__STATUS_REQUEST__INIT;
-        Hvd__Envelope req = HVD__ENVELOPE__INIT, *reply = NULL;
-        req.body_case = HVD__ENVELOPE__BODY_STATUS_REQUEST;
-        req.status_request = &q;
-        int r = hvd_control_call(NULL, ep, &req, PROBE_TIMEOUT_USEC, &reply);
-        if (r < 0) {
-                if (r == HVD_ETIMEOUT)
-                        snprintf(msg, msg_len, "the hvd-coordinatord at %s does not answer within %.0f s", dir,
-                                 (double) PROBE_TIMEOUT_USEC / 1e6);
-                else if (r == -ECONNREFUSED)
-                        snprintf(msg, msg_len, "no hvd-coordinatord is running at %s (no control socket)", dir);
-                else
-                        snprintf(msg, msg_len, "cannot reach the hvd-coordinatord at %s: %s", dir, hvd_strerror(r));
-                return r;
-        }
-        if (reply->body_case != HVD__ENVELOPE__BODY_STATUS) {
-                snprintf(msg, msg_len, "the hvd-coordinatord at %s refused a status request: %s", dir,
-                         reply->body_case == HVD__ENVELOPE__BODY_ERROR ? reply->error->message : "unexpected reply");
-                hvd_wire_free(&reply);
-                return HVD_EPROTO;
-        }
-        if (verbose)
-                fprintf(stderr, "hvdrun: using hvd-coordinatord %s (pid %" PRIu32 ") at %s\n", reply->status->version,
-                        reply->status->pid, dir);
-        hvd_wire_free(&reply);
-        return 0;
+        char version[64] = "";
+        uint32_t pid = 0;
+        int r = hvd_daemon_probe(dir, PROBE_TIMEOUT_USEC, msg, msg_len, version, sizeof version, &pid);
+        if (r >= 0 && verbose)
+                fprintf(stderr, "hvdrun: using hvd-coordinatord %s (pid %" PRIu32 ") at %s\n", version, pid, dir);
+        return r;
 }
 
 /* The name other hosts reach host h (of this machine) by. */
@@ -967,7 +890,7 @@ static int start_local_daemon(const options_t *o, const job_t *job, host_t *h) {
                         embedded = 1;
         }
         if (embedded != 1) {
-                if (root && read_peer_endpoint(h->runtime_dir, h->peer_ep, sizeof h->peer_ep) == 0) {
+                if (root && hvd_daemon_peer_endpoint(h->runtime_dir, h->peer_ep, sizeof h->peer_ep) == 0) {
                         char ep[ENDPOINT_BYTES];
                         endpoint_for_host(h->peer_ep, net_name(job, h), ep, sizeof ep);
                         memcpy(h->peer_ep, ep, sizeof ep);
@@ -1023,7 +946,7 @@ static int start_daemons(const options_t *o, job_t *job) {
                                         h->name, why, h->node_dir);
                                 return r;
                         }
-                        if (read_peer_endpoint(h->node_dir, h->peer_ep, sizeof h->peer_ep) == 0) {
+                        if (hvd_daemon_peer_endpoint(h->node_dir, h->peer_ep, sizeof h->peer_ep) == 0) {
                                 char ep[ENDPOINT_BYTES];
                                 endpoint_for_host(h->peer_ep, net_name(job, h), ep, sizeof ep);
                                 memcpy(h->peer_ep, ep, sizeof ep);

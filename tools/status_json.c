@@ -162,6 +162,7 @@ json_t *hvd_job_to_json(const Hvd__JobStatus *j) {
         put(o, "root", json_boolean(j->root), &ok);
         put(o, "cross_size", u64(j->cross_size), &ok);
         put(o, "ranks_here", u64(j->ranks_here), &ok);
+        put(o, "launcher", text(j->launcher), &ok);
         /* only when the daemon was asked for it (job ID) */
         if (j->n_rank_status) {
                 json_t *rs = json_array();

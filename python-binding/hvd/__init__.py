@@ -22,7 +22,7 @@ from hvd.common import ops as _ops
 from hvd.common.basics import (Adasum, Average, Max, Min, Product, Sum, ccl_built, core_reduce_op, cross_rank,
                                cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled,
                                handle_average_backwards_compatibility, init, is_homogeneous, is_initialized,
-                               local_rank, local_size, mpi_built, mpi_enabled, mpi_threads_supported,
+                               local_rank, local_size, rank_source, mpi_built, mpi_enabled, mpi_threads_supported,
                                nccl_built, rank, rocm_built, shutdown, size, start_timeline, stop_timeline)
 from hvd.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 from hvd.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
@@ -38,7 +38,7 @@ poll = _ops.poll
 synchronize = _ops.synchronize
 
 __all__ = [
-    "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size",
+    "init", "shutdown", "is_initialized", "rank_source", "size", "rank", "local_size", "local_rank", "cross_size",
     "cross_rank", "is_homogeneous", "start_timeline", "stop_timeline", "mpi_threads_supported",
     "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built", "nccl_built", "ddl_built", "ccl_built",
     "cuda_built", "rocm_built", "Average", "Sum", "Adasum", "Min", "Max", "Product", "ProcessSet",

@@ -15,7 +15,7 @@ from hvd import _core
 from hvd.common import process_sets as _ps
 
 __all__ = [
-    "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank",
+    "init", "shutdown", "is_initialized", "rank_source", "size", "rank", "local_size", "local_rank",
     "cross_size", "cross_rank", "is_homogeneous", "start_timeline", "stop_timeline",
     "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built",
     "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built",
@@ -147,6 +147,12 @@ def shutdown() -> None:
 def is_initialized() -> bool:
     """True between init() and shutdown()."""
     return _core.is_initialized()
+
+
+def rank_source() -> str:
+    """Who placed this rank at init(): "hvdrun", "Horovod", "Open MPI", "MPICH",
+    "torchrun", "Slurm", or "none" (a job of one rank)."""
+    return _core.rank_source()
 
 
 def size() -> int:

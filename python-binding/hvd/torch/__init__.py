@@ -26,7 +26,7 @@ from hvd.torch.mpi_ops import (Adasum, Average, Max, Min, Product, ProcessSet, S
                                grouped_allreduce, grouped_allreduce_, grouped_allreduce_async,
                                grouped_allreduce_async_, grouped_reducescatter, grouped_reducescatter_async, init,
                                is_homogeneous, is_initialized, join, local_rank, local_size, mpi_built,
-                               mpi_enabled, mpi_threads_supported, nccl_built, poll, rank, reducescatter,
+                               mpi_enabled, mpi_threads_supported, nccl_built, poll, rank, rank_source, reducescatter,
                                reducescatter_async, remove_process_set, rocm_built, shutdown, size,
                                sparse_allreduce_async, start_timeline, stop_timeline, synchronize)
 from hvd.torch.optimizer import DistributedOptimizer
@@ -39,7 +39,7 @@ __all__ = [
     "sparse_allreduce_async", "allgather", "allgather_async", "grouped_allgather", "grouped_allgather_async",
     "broadcast", "broadcast_async", "broadcast_", "broadcast_async_", "alltoall", "alltoall_async",
     "reducescatter", "reducescatter_async", "grouped_reducescatter", "grouped_reducescatter_async",
-    "join", "barrier", "poll", "synchronize", "init", "shutdown", "is_initialized", "start_timeline",
+    "join", "barrier", "poll", "synchronize", "init", "shutdown", "is_initialized", "rank_source", "start_timeline",
     "stop_timeline", "size", "local_size", "cross_size", "rank", "local_rank", "cross_rank", "is_homogeneous",
     "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built", "nccl_built",
     "ddl_built", "ccl_built", "cuda_built", "rocm_built", "ProcessSet", "global_process_set",
