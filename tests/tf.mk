@@ -10,7 +10,8 @@ tf_test_files = \
 	%D%/tf/test_tf_errors.py \
 	%D%/tf/test_tf_training.py \
 	%D%/tf/keras_util.py \
-	%D%/tf/test_keras.py
+	%D%/tf/test_keras.py \
+	%D%/tf/test_keras_callbacks.py
 tf_test_scripts = %D%/tf/run-np2.sh %D%/tf/run-np3.sh %D%/test-venv-tf.sh
 EXTRA_DIST += $(tf_test_files) $(tf_test_scripts) %D%/tf/run-pytest.sh scripts/venv-tf.sh
 AM_TESTS_ENVIRONMENT += HVD_TF_PYTHON='$(TF_PYTHON)'; export HVD_TF_PYTHON;

@@ -165,10 +165,11 @@ class BestModelCheckpointImpl:
         return _UNSET_PATH if filepath is None else filepath
 
     def on_train_begin(self, logs=None):
-        if basics.rank() != 0:
-            return
+        # every rank refuses, so that none is left waiting in a collective
         if self.filepath == _UNSET_PATH:
             raise ValueError("BestModelCheckpoint needs a file to write: pass filepath= or set .filepath")
+        if basics.rank() != 0:
+            return
         parent = getattr(super(), "on_train_begin", None)
         if parent is not None:
             parent(logs)
