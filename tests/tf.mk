@@ -2,6 +2,8 @@
 # rank of a 2- and a 3-process job against a private daemon, with the
 # Python configure built the op library against (else the environment of
 # scripts/venv-tf.sh). Skipped (77), saying why, without the op library.
+# run-legacy-np2.sh runs the Keras tests again with Keras 2 (tf_keras,
+# TF_USE_LEGACY_KERAS=1), skipped without tf_keras.
 # test-venv-tf.sh checks scripts/venv-tf.sh without downloading.
 tf_test_files = \
 	%D%/tf/conftest.py \
@@ -12,7 +14,7 @@ tf_test_files = \
 	%D%/tf/keras_util.py \
 	%D%/tf/test_keras.py \
 	%D%/tf/test_keras_callbacks.py
-tf_test_scripts = %D%/tf/run-np2.sh %D%/tf/run-np3.sh %D%/test-venv-tf.sh
+tf_test_scripts = %D%/tf/run-np2.sh %D%/tf/run-np3.sh %D%/tf/run-legacy-np2.sh %D%/test-venv-tf.sh
 EXTRA_DIST += $(tf_test_files) $(tf_test_scripts) %D%/tf/run-pytest.sh scripts/venv-tf.sh
 AM_TESTS_ENVIRONMENT += HVD_TF_PYTHON='$(TF_PYTHON)'; export HVD_TF_PYTHON;
 if HAVE_PYTHON

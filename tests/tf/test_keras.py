@@ -184,3 +184,32 @@ def test_other_backends_refused():
                                               f"Keras 3.15.1 runs on '{name}'"):
             compat.checked_keras(fake, "hvd.keras")
     assert compat.checked_keras(K, "hvd.tensorflow.keras") is K
+
+
+def test_keras_under_test():
+    # TF_USE_LEGACY_KERAS=1 (run-legacy-np2.sh) gives Keras 2 from tf_keras, else Keras 3
+    if LEGACY:
+        import tf_keras
+        assert K.__name__.startswith("tf_keras") and tf_keras.__version__.startswith("2."), K.__name__
+    else:
+        import keras
+        assert keras.__version__.startswith("3.") and K.optimizers.SGD is keras.optimizers.SGD
+
+
+@pytest.mark.skipif(not LEGACY, reason="Keras 2's OptimizerV2 (tf_keras.optimizers.legacy): TF_USE_LEGACY_KERAS=1")
+@pytest.mark.parametrize("passes", [1, 2])
+def test_legacy_optimizer_v2(rank, size, passes):
+    model = make_model(5)
+    opt = hk.DistributedOptimizer(K.optimizers.legacy.SGD(LR), backward_passes_per_step=passes)
+    assert isinstance(opt, K.optimizers.legacy.SGD)
+    model.compile(optimizer=opt, loss=mse())
+    x, y = rank_data(rank, N)
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    reference = make_model(5)
+    reference.compile(optimizer=K.optimizers.legacy.SGD(LR), loss=mse())
+    gx, gy = global_batches(size, N, BATCH)
+    if passes == 1:
+        reference.fit(gx, gy, batch_size=size * BATCH, epochs=1, shuffle=False, verbose=0)
+        np.testing.assert_allclose(flat(model.get_weights()), flat(reference.get_weights()), rtol=RTOL, atol=ATOL)
+    assert_same_on_every_rank(model.get_weights())
+    assert int(np.asarray(opt.iterations)) == N // BATCH
