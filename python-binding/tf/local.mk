@@ -29,7 +29,7 @@ hvd_tf_all_py_sources = $(hvd_tf_py_sources) $(hvd_tf_keras_py_sources) $(hvd_ke
 	$(hvd_keras_py_sources)
 hvd_tf_ops_sources = %D%/ops.c %D%/kernels.c %D%/complete.c %D%/done.cc %D%/tf_ops.h
 
-EXTRA_DIST += $(hvd_tf_all_py_sources) $(hvd_tf_ops_sources)
+EXTRA_DIST += $(hvd_tf_all_py_sources) $(hvd_tf_ops_sources) docs/KERAS.md
 
 hvd_tf_pkg_deps =
 hvd_tf_ops_built =

@@ -213,3 +213,12 @@ def test_legacy_optimizer_v2(rank, size, passes):
         np.testing.assert_allclose(flat(model.get_weights()), flat(reference.get_weights()), rtol=RTOL, atol=ATOL)
     assert_same_on_every_rank(model.get_weights())
     assert int(np.asarray(opt.iterations)) == N // BATCH
+
+
+def test_xla_compiled_step_refused(rank):
+    # hvd's ops have no XLA kernels: a clear error at the trace, on every rank, before any collective
+    model = make_model(5)
+    model.compile(optimizer=hk.DistributedOptimizer(K.optimizers.SGD(LR)), loss=mse(), jit_compile=True)
+    x, y = rank_data(rank, N)
+    with pytest.raises(ValueError, match="compile the model with jit_compile=False"):
+        model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)

@@ -25,6 +25,16 @@ from hvd._keras.aggregation import LocalAggregation
 _classes: Dict[type, type] = {}
 
 
+def _in_xla_function() -> bool:
+    """Whether the graph being built is compiled with XLA (jit_compile=True)."""
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:  # TensorFlow moved it: XLA says it instead
+        return False
+    return not tf.executing_eagerly() and control_flow_util.GraphOrParentsInXlaContext(
+        tf.compat.v1.get_default_graph())
+
+
 class _Reducer:
     """The allreduce of a list of gradients (None where a variable has
     none), with DistributedOptimizer's arguments; kept off the optimizer's
@@ -47,6 +57,10 @@ class _Reducer:
         self._fns: Dict[Any, Any] = {}
 
     def reduce(self, grads: List[Any], variables: List[Any]) -> List[Any]:
+        if _in_xla_function():
+            raise ValueError("DistributedOptimizer: hvd's collectives have no XLA kernels, and this update is being "
+                             "compiled with XLA (Keras 3 compiles model.fit's step with XLA where a GPU is "
+                             "visible): compile the model with jit_compile=False")
         index_groups = _index_groups(len(grads), variables, self.groups)
         fn = _allreduce_grads_fn(*self.args, index_groups, self.process_set)
         if tf.executing_eagerly():
