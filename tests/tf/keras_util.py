@@ -52,8 +52,14 @@ def global_batches(size, n, batch):
     return np.concatenate(xs), np.concatenate(ys)
 
 
+def value(v):
+    """A variable's (or tensor's) value in numpy: Keras 3 Variables warn in np.asarray."""
+    return tf.convert_to_tensor(v).numpy()
+
+
 def flat(arrays):
-    return np.concatenate([np.asarray(a, np.float64).reshape(-1) for a in arrays])
+    return np.concatenate([np.asarray(value(a) if tf.is_tensor(a) or hasattr(a, 'assign') else a,
+                                      np.float64).reshape(-1) for a in arrays])
 
 
 def gathered(arrays):

@@ -9,7 +9,7 @@ import pytest
 import tensorflow as tf
 
 import hvd.tensorflow.keras as hk
-from keras_util import K, Recorder, assert_same_on_every_rank, flat, make_model, mse, rank_data
+from keras_util import K, Recorder, assert_same_on_every_rank, flat, make_model, mse, rank_data, value
 
 BATCH = 4
 
@@ -21,7 +21,7 @@ def fit(model, rank, callbacks, epochs=1, steps=2, **kwargs):
 
 
 def optimizer_state(model):
-    return flat([np.asarray(v) for v in model.optimizer.variables if "iteration" not in v.name])
+    return flat([value(v) for v in model.optimizer.variables if "iteration" not in v.name])
 
 
 def test_broadcast_callback_makes_start_identical(rank, size):
@@ -97,7 +97,7 @@ def test_metric_average_callback(rank, size, average):
 
 
 def lr_of(model, logs=None):
-    return float(np.asarray(model.optimizer.learning_rate))
+    return float(value(model.optimizer.learning_rate))
 
 
 @pytest.mark.parametrize("momentum_correction", [False, True])
@@ -105,7 +105,7 @@ def test_warmup_follows_the_formula(rank, size, momentum_correction):
     steps, warmup, epochs, initial = 3, 2, 3, 0.2
     model = make_model(8)
     model.compile(optimizer=hk.DistributedOptimizer(K.optimizers.SGD(initial, momentum=0.9)), loss=mse())
-    rec = Recorder(lambda m, logs: (lr_of(m), [np.asarray(b) for b in getattr(m.optimizer, "momentums", [])]),
+    rec = Recorder(lambda m, logs: (lr_of(m), [value(b) for b in getattr(m.optimizer, "momentums", [])]),
                    when=("batch_begin", "batch_end"))
     warm = hk.callbacks.LearningRateWarmupCallback(initial, warmup_epochs=warmup,
                                                    momentum_correction=momentum_correction)
@@ -168,9 +168,9 @@ def test_best_model_checkpoint_and_load_model(rank, size, tmp_path):
     assert isinstance(loaded.optimizer, K.optimizers.Adam)
     for got, want in zip(loaded.get_weights(), weights.seen["epoch_end"][1]):
         assert got.tobytes() == want.tobytes()
-    assert int(np.asarray(loaded.optimizer.iterations)) == 2 * 2  # the state after epoch 1: restored
+    assert int(value(loaded.optimizer.iterations)) == 2 * 2  # the state after epoch 1: restored
     fit(loaded, rank, [], epochs=1)  # it trains on, distributed: identical weights on every rank
-    assert int(np.asarray(loaded.optimizer.iterations)) == 3 * 2
+    assert int(value(loaded.optimizer.iterations)) == 3 * 2
     assert_same_on_every_rank(loaded.get_weights())
     assert not np.array_equal(flat(loaded.get_weights()), flat(weights.seen["epoch_end"][1]))
 
@@ -181,3 +181,20 @@ def test_best_model_checkpoint_needs_a_file(rank):
     check = hk.callbacks.BestModelCheckpoint(monitor="loss")
     with pytest.raises(ValueError, match="needs a file"):  # on every rank, before any collective
         fit(model, rank, [check])
+
+
+class MySGD(K.optimizers.SGD):
+    """An optimizer class of the user's, which load_model is told of."""
+
+
+def test_load_model_custom_optimizer(rank, size, tmp_path):
+    model = make_model(12)
+    model.compile(optimizer=hk.DistributedOptimizer(MySGD(0.05)), loss=mse())
+    fit(model, rank, [])
+    path = str(tmp_path / "custom.keras")
+    model.save(path)  # every rank its own file
+    loaded = hk.load_model(path, custom_optimizers=[MySGD])
+    assert isinstance(loaded.optimizer, MySGD) and getattr(type(loaded.optimizer), "_hvd_distributed", False)
+    assert int(value(loaded.optimizer.iterations)) == 2
+    fit(loaded, rank, [])
+    assert_same_on_every_rank(loaded.get_weights())
