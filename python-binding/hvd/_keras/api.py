@@ -8,13 +8,13 @@ from typing import Any, Optional
 
 import tensorflow as tf
 
+from hvd._keras import compat
+from hvd._keras.optimizer import make_distributed
 from hvd.common.basics import Average
 from hvd.common.process_sets import ProcessSet, global_process_set
 from hvd.tensorflow import functions as _functions
 from hvd.tensorflow import mpi_ops as _mpi_ops
 from hvd.tensorflow.compression import Compression
-from hvd._keras import compat
-from hvd._keras.optimizer import make_distributed
 
 
 def _value(t: Any) -> Any:

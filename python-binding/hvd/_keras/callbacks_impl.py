@@ -7,9 +7,9 @@ from typing import Any, Callable, Dict, Optional
 import numpy as np
 import tensorflow as tf
 
+from hvd._keras import api, compat
 from hvd.common import basics
 from hvd.tensorflow import functions as _functions
-from hvd._keras import api, compat
 
 
 class BroadcastGlobalVariablesCallbackImpl:

@@ -15,12 +15,12 @@ from typing import Any, Dict, List, Optional
 
 import tensorflow as tf
 
+from hvd._keras import compat
+from hvd._keras.aggregation import LocalAggregation
 from hvd.common.basics import Adasum, Average
 from hvd.common.process_sets import ProcessSet, global_process_set
 from hvd.tensorflow.compression import Compression
 from hvd.tensorflow.gradient_tape import _allreduce_grads_fn, _index_groups
-from hvd._keras import compat
-from hvd._keras.aggregation import LocalAggregation
 
 _classes: Dict[type, type] = {}
 
