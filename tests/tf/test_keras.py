@@ -222,3 +222,43 @@ def test_xla_compiled_step_refused(rank):
     x, y = rank_data(rank, N)
     with pytest.raises(ValueError, match="compile the model with jit_compile=False"):
         model.fit(x, y, batch_size=BATCH, epochs=1, verbose=0)
+
+
+def test_groups_of_variables(rank, size):
+    ws = [dense_kernel() for _ in range(3)]
+    opt = hk.DistributedOptimizer(K.optimizers.SGD(1.0), groups=[[ws[0], ws[2]]])  # ws[1] on its own
+    opt.apply_gradients([(tf.fill([3, 1], float(rank + 1 + i)), w) for i, w in enumerate(ws)])
+    for i, w in enumerate(ws):
+        np.testing.assert_array_equal(value(w), np.full([3, 1], -((size + 1) / 2 + i), np.float32))
+
+
+@pytest.mark.parametrize("sparse_as_dense", [False, True])
+def test_embedding_sparse_gradients(rank, size, sparse_as_dense):
+    # an Embedding's gradient is tf.IndexedSlices: allgathered (or made dense), then averaged
+    def model_of():
+        m = K.Sequential([K.Input((2,), dtype="int32"), K.layers.Embedding(8, 3, dtype="float64"),
+                          K.layers.Flatten(), K.layers.Dense(1, dtype="float64")])
+        rng = np.random.default_rng(3)
+        m.set_weights([rng.standard_normal(w.shape) for w in m.get_weights()])
+        return m
+
+    def data(r):
+        rng = np.random.default_rng(40 + r)
+        return rng.integers(0, 8, [N, 2]).astype(np.int32), rank_data(r, N)[1]
+
+    model = model_of()
+    x, y = data(rank)
+    with tf.GradientTape() as tape:
+        loss = mse()(y, model(x))
+    assert isinstance(tape.gradient(loss, model.trainable_variables)[0], tf.IndexedSlices)
+    model.compile(optimizer=hk.DistributedOptimizer(K.optimizers.SGD(LR), sparse_as_dense=sparse_as_dense),
+                  loss=mse())
+    model.fit(x, y, batch_size=BATCH, epochs=1, shuffle=False, verbose=0)
+    parts = [data(r) for r in range(size)]
+    gx = np.concatenate([p[0][i:i + BATCH] for i in range(0, N, BATCH) for p in parts])
+    gy = np.concatenate([p[1][i:i + BATCH] for i in range(0, N, BATCH) for p in parts])
+    reference = model_of()
+    reference.compile(optimizer=K.optimizers.SGD(LR), loss=mse())
+    reference.fit(gx, gy, batch_size=size * BATCH, epochs=1, shuffle=False, verbose=0)
+    assert_same_on_every_rank(model.get_weights())
+    np.testing.assert_allclose(flat(model.get_weights()), flat(reference.get_weights()), rtol=RTOL, atol=ATOL)
