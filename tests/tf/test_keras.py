@@ -261,4 +261,8 @@ def test_embedding_sparse_gradients(rank, size, sparse_as_dense):
     reference.compile(optimizer=K.optimizers.SGD(LR), loss=mse())
     reference.fit(gx, gy, batch_size=size * BATCH, epochs=1, shuffle=False, verbose=0)
     assert_same_on_every_rank(model.get_weights())
-    np.testing.assert_allclose(flat(model.get_weights()), flat(reference.get_weights()), rtol=RTOL, atol=ATOL)
+    # TensorFlow's own gradient of the lookup over a global batch of 12 rows
+    # differs from the average of three batches of 4 by up to 3e-7 (measured
+    # without hvd; 1e-16 for 8 rows and two of 4): 1e-6 here, still far below
+    # a wrong sparse average (a sum, or one rank's rows alone: 1e-2 and more)
+    np.testing.assert_allclose(flat(model.get_weights()), flat(reference.get_weights()), rtol=1e-6, atol=1e-6)
