@@ -1,7 +1,9 @@
 #!/bin/sh
 # venv-tf.sh — the Python environment with TensorFlow that hvd.tensorflow is
 # built and tested against (Debian packages no TensorFlow): a venv of
-# /usr/bin/python3 with the packages below, made once and then reused.
+# /usr/bin/python3 with the packages below (TensorFlow; tf_keras, Keras 2,
+# for the legacy Keras tests; scikit-learn for the Keras example), made once
+# and then reused.
 #   scripts/venv-tf.sh          print the environment's directory, making it
 #                               if needed (about 1.6 GB and 30 s from PyPI)
 #   scripts/venv-tf.sh --path   print the directory it would use; make nothing
@@ -12,7 +14,7 @@
 # either makes a new one. Exit status 1 when it cannot be made (no network,
 # no venv module): the reason goes to stderr.
 set -eu
-packages="tensorflow-cpu pytest"
+packages="tensorflow-cpu tf_keras scikit-learn pytest"
 base=/usr/bin/python3
 imports="import tensorflow, numpy, pytest"
 

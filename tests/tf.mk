@@ -3,7 +3,10 @@
 # Python configure built the op library against (else the environment of
 # scripts/venv-tf.sh). Skipped (77), saying why, without the op library.
 # run-mixed.sh: hvd.torch and hvd.tensorflow in the same processes.
-# test-venv-tf.sh checks scripts/venv-tf.sh without downloading.
+# run-legacy-np2.sh runs the Keras tests again with Keras 2 (tf_keras,
+# TF_USE_LEGACY_KERAS=1), skipped without tf_keras.
+# test-venv-tf.sh checks scripts/venv-tf.sh without downloading;
+# test-tf-examples.sh runs examples/tensorflow/keras_digits.py on 2 ranks.
 tf_test_files = \
 	%D%/tf/conftest.py \
 	%D%/tf/test_tf_ops.py \
@@ -15,9 +18,14 @@ tf_test_files = \
 	%D%/tf/test_tf_partial_tape.py \
 	%D%/tf/test_tf_sync_batch_norm.py \
 	%D%/tf/test_tf_fusion.py \
-	%D%/tf/mixed_torch_tf.py
-tf_test_scripts = %D%/tf/run-np2.sh %D%/tf/run-np3.sh %D%/tf/run-mixed.sh %D%/test-venv-tf.sh
-EXTRA_DIST += $(tf_test_files) $(tf_test_scripts) %D%/tf/run-pytest.sh scripts/venv-tf.sh scripts/venv-torch.sh
+	%D%/tf/mixed_torch_tf.py \
+	%D%/tf/keras_util.py \
+	%D%/tf/test_keras.py \
+	%D%/tf/test_keras_callbacks.py
+tf_test_scripts = %D%/tf/run-np2.sh %D%/tf/run-np3.sh %D%/tf/run-mixed.sh %D%/tf/run-legacy-np2.sh \
+	%D%/test-venv-tf.sh %D%/test-tf-examples.sh
+EXTRA_DIST += $(tf_test_files) $(tf_test_scripts) %D%/tf/run-pytest.sh scripts/venv-tf.sh scripts/venv-torch.sh \
+	examples/tensorflow/README.md examples/tensorflow/keras_digits.py
 AM_TESTS_ENVIRONMENT += HVD_TF_PYTHON='$(TF_PYTHON)'; export HVD_TF_PYTHON;
 if HAVE_PYTHON
 TESTS += $(tf_test_scripts)
