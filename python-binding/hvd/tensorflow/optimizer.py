@@ -155,11 +155,22 @@ class _DistributedOptimizer(_LegacyOptimizer):
 
 
 def _is_keras_optimizer(optimizer) -> bool:
+    """A Keras 3 optimizer, or tf.keras's (Keras 2 with TF_USE_LEGACY_KERAS=1:
+    its new optimizers and the legacy OptimizerV2)."""
+    classes = []
     try:
         import keras
+        classes.append(keras.optimizers.Optimizer)
     except ImportError:
-        return False
-    return isinstance(optimizer, keras.optimizers.Optimizer)
+        pass
+    tf_keras_optimizers = getattr(tf.keras, "optimizers", None)
+    for path in ("Optimizer", "legacy.Optimizer"):
+        cls = tf_keras_optimizers
+        for part in path.split("."):
+            cls = getattr(cls, part, None)
+        if isinstance(cls, type):
+            classes.append(cls)
+    return any(isinstance(optimizer, c) for c in classes)
 
 
 def DistributedOptimizer(optimizer, name: Optional[str] = None, use_locking: bool = False, device_dense: str = "",
