@@ -12,7 +12,7 @@
 # either makes a new one. Exit status 1 when it cannot be made (no network,
 # no venv module): the reason goes to stderr.
 set -eu
-packages="tensorflow-cpu pytest"
+packages="tensorflow-cpu pytest scikit-learn"
 base=/usr/bin/python3
 imports="import tensorflow, numpy, pytest"
 
