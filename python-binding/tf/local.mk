@@ -11,7 +11,7 @@ hvd_tf_py_sources = \
 	python-binding/hvd/tensorflow/functions.py \
 	python-binding/hvd/tensorflow/gradient_tape.py \
 	python-binding/hvd/tensorflow/mpi_ops.py
-hvd_tf_ops_sources = %D%/ops.c %D%/kernels.c %D%/complete.c %D%/done.cc %D%/tf_ops.h
+hvd_tf_ops_sources = %D%/ops.c %D%/kernels.c %D%/complete.c %D%/outbuf.c %D%/done.cc %D%/tf_ops.h
 
 EXTRA_DIST += $(hvd_tf_py_sources) $(hvd_tf_ops_sources)
 
