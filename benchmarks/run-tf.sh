@@ -119,6 +119,7 @@ for impl in sorted(steps):
     print(f"  {impl:<20} {steps[impl]:9.2f}  [{lo:.2f}-{hi:.2f}]")
 tfbest = min((v for k, v in steps.items() if k.startswith("hvd.tf") and "+" not in k), default=None)
 for ours, peer in (("hvd.tf.ops", "hvd.torch.async"), ("hvd.tf.ops", "hvd.torch.async_oop"),
+                   ("hvd.tf.ops", "hvd.torch.async_kept"),
                    ("hvd.tf.grouped", "hvd.torch.grouped"), ("hvd.tf.ops+bfc", "hvd.torch.async"),
                    ("hvd.tf.grouped+bfc", "hvd.torch.grouped")):
     if ours in steps and peer in steps:

@@ -23,7 +23,9 @@ iteration: the steady state; busbw = algbw * 2(n-1)/n):
       each (what hvd.torch.DistributedOptimizer does: in place);
       hvd.torch.async_oop: the same out of place (allreduce_async, new
       outputs, as the TF ops' when TensorFlow cannot give them the input's
-      buffer); hvd.torch.grouped: grouped_allreduce_ (in place)
+      buffer); hvd.torch.async_kept: out of place into outputs allocated
+      once (as the TF ops' kept buffers); hvd.torch.grouped:
+      grouped_allreduce_ (in place)
     bench=op_cost bytes=4096 np=2 tf_loop_us=.. numpy_us=.. tf_minus_numpy_us=..
       tf_loop: allreduces chained in a tf.while_loop inside one tf.function
       (no Python between them); numpy: hvd.allreduce of a numpy array (the
@@ -184,7 +186,17 @@ class Torch:
             for hd in handles:
                 h.synchronize(hd)
 
-        return {"hvd.torch.async": async_, "hvd.torch.async_oop": async_oop,
+        from hvd.torch import mpi_ops
+        outs = [torch.empty_like(g) for g in grads]
+        onames = [f"stepo.{i}" for i in range(len(grads))]
+
+        def async_kept():  # out of place into outputs kept from step to step, as the TF ops' are
+            handles = [mpi_ops._allreduce_async(g, o, n, h.Sum, 1.0, 1.0, h.global_process_set)
+                       for g, o, n in zip(grads, outs, onames)]
+            for hd in handles:
+                h.synchronize(hd)
+
+        return {"hvd.torch.async": async_, "hvd.torch.async_oop": async_oop, "hvd.torch.async_kept": async_kept,
                 "hvd.torch.grouped": lambda: h.grouped_allreduce_(grads, op=h.Sum, name="stepg")}
 
 
