@@ -1,8 +1,8 @@
 /* outbuf.c — buffers for the outputs of hvd's TensorFlow ops, kept for
  * reuse. TensorFlow's default CPU allocator hands a large output fresh
  * pages, each faulted in and zeroed as hvd writes it (a ResNet-50 step
- * spent half its time so); a training loop asks for the same sizes every
- * step. A buffer comes back here when TensorFlow drops the last reference
+ * spent 40 % of its time so); a training loop asks for the same sizes
+ * every step. A buffer comes back here when TensorFlow drops the last reference
  * to its tensor (on any thread); up to KEEP_MAX_BYTES of them are kept,
  * the oldest freed first. */
 #include "config.h"
