@@ -6,7 +6,8 @@
 # run-legacy-np2.sh runs the Keras tests again with Keras 2 (tf_keras,
 # TF_USE_LEGACY_KERAS=1), skipped without tf_keras.
 # test-venv-tf.sh checks scripts/venv-tf.sh without downloading;
-# test-tf-examples.sh runs examples/tensorflow/keras_digits.py on 2 ranks.
+# test-tf-examples.sh runs examples/tensorflow/keras_digits.py on 2 ranks,
+# test-tf2-examples.sh the TensorFlow 2 examples.
 tf_test_files = \
 	%D%/tf/conftest.py \
 	%D%/tf/test_tf_ops.py \
@@ -23,9 +24,10 @@ tf_test_files = \
 	%D%/tf/test_keras.py \
 	%D%/tf/test_keras_callbacks.py
 tf_test_scripts = %D%/tf/run-np2.sh %D%/tf/run-np3.sh %D%/tf/run-mixed.sh %D%/tf/run-legacy-np2.sh \
-	%D%/test-venv-tf.sh %D%/test-tf-examples.sh
+	%D%/test-venv-tf.sh %D%/test-tf-examples.sh %D%/test-tf2-examples.sh
 EXTRA_DIST += $(tf_test_files) $(tf_test_scripts) %D%/tf/run-pytest.sh scripts/venv-tf.sh scripts/venv-torch.sh \
-	examples/tensorflow/README.md examples/tensorflow/keras_digits.py
+	examples/tensorflow/README.md examples/tensorflow/keras_digits.py \
+	examples/tensorflow/tensorflow2_synthetic_benchmark.py examples/tensorflow/tensorflow2_digits.py
 AM_TESTS_ENVIRONMENT += HVD_TF_PYTHON='$(TF_PYTHON)'; export HVD_TF_PYTHON;
 if HAVE_PYTHON
 TESTS += $(tf_test_scripts)

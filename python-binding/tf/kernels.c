@@ -1,12 +1,14 @@
 /* kernels.c — the compute functions of hvd's TensorFlow ops: each
  * execution turns its input tensors into libhvd requests, submits them
  * asynchronously and returns; the completion thread (complete.c) finishes
- * it. Outputs of a known shape (allreduce, broadcast) are allocated before
- * submission, forwarding the input where TensorFlow allows, and hvd
- * writes into them; the others are allocated at completion. Names: the
- * name attribute, else the node's name, else (eager execution, where a
- * kernel is named after its op type) a number counted per kind and process
- * set, so that every rank names the same call alike. */
+ * it. An eager execution, whose caller waits for it anyway, finishes on
+ * the calling thread. Outputs of a known shape (allreduce, broadcast) are
+ * allocated before submission (a kept buffer from 256 KiB, else the
+ * input's where TensorFlow allows) and hvd writes into them; the others
+ * are allocated at completion. Names: the name attribute, else the node's
+ * name, else (eager execution, where a kernel is named after its op type)
+ * a number counted per kind and process set, so that every rank names the
+ * same call alike. */
 #include "config.h"
 
 #include <errno.h>
@@ -207,6 +209,7 @@ void *hvd_tf_kernel_new(TF_OpKernelConstruction *ctx, hvd_tf_kind_t kind) {
         size_t type_len = strlen(hvd_tf_op_types[kind]);
         bool eager = node.len == type_len && memcmp(node.data, hvd_tf_op_types[kind], type_len) == 0;
         bool named = *given || !eager;
+        k->eager = eager;
         if (*given)
                 k->name = make_name(kind, k->process_set, given);
         else if (!eager) {
@@ -364,10 +367,31 @@ static int describe(hvd_tf_op_t *op, int i, hvd_request_t *req, char *msg, size_
         return 0;
 }
 
-/* The output of allreduce and broadcast, the input's buffer when TensorFlow
- * lets it go. */
+/* A kept buffer (outbuf.c) as output i, or NULL. TensorFlow may set
+ * another tensor of its own (an output it must allocate itself): then
+ * that one. */
+static TF_Tensor *kept_output(hvd_tf_op_t *op, int i, int ndim, TF_Status *st) {
+        TF_Tensor *t = hvd_tf_outbuf_tensor(op->dtype[i], op->shape[i], ndim, TF_TensorByteSize(op->in[i]));
+        if (!t)
+                return NULL;
+        TF_SetOutput(op->ctx, i, t, st);
+        TF_Tensor *set = TF_GetCode(st) == TF_OK ? TF_GetMutableOutput(op->ctx, i, st) : NULL;
+        if (set && TF_TensorData(set) == TF_TensorData(t)) {
+                TF_DeleteTensor(set);
+                return t;
+        }
+        TF_DeleteTensor(t);
+        return set;
+}
+
+/* The output of allreduce and broadcast: a kept buffer from
+ * HVD_TF_OUTBUF_MIN_BYTES (no fresh pages to fault in), else the input's
+ * buffer when TensorFlow lets it go. */
 static int output_like_input(hvd_tf_op_t *op, int i, hvd_request_t *req, TF_Status *st) {
-        op->out[i] = TF_ForwardInputOrAllocateOutput(op->ctx, &i, 1, i, op->shape[i], req->ndim, NULL, st);
+        if (TF_TensorByteSize(op->in[i]) >= HVD_TF_OUTBUF_MIN_BYTES)
+                op->out[i] = kept_output(op, i, req->ndim, st);
+        if (!op->out[i] && TF_GetCode(st) == TF_OK)
+                op->out[i] = TF_ForwardInputOrAllocateOutput(op->ctx, &i, 1, i, op->shape[i], req->ndim, NULL, st);
         if (TF_GetCode(st) != TF_OK)
                 return -ENOMEM;
         req->output = TF_TensorData(op->out[i]) ? TF_TensorData(op->out[i]) : (void *) req->input;
@@ -465,6 +489,13 @@ void hvd_tf_compute(void *kp, TF_OpKernelContext *ctx, struct TF_AsyncOpKernelDo
         TF_DeleteStatus(st);
         free(reqs);
         free(names);
+        if (r == 0 && k->eager) {
+                /* the calling thread waits for the result anyway: it waits
+                 * here, where libhvd lets it run the fast path itself (no
+                 * switch to libhvd's thread, nor to the completion thread) */
+                hvd_tf_op_finish(op);
+                return;
+        }
         if (r == 0)
                 r = hvd_tf_complete_when_done(op);
         if (r < 0)

@@ -1,7 +1,8 @@
 /* tf_ops.h — what the parts of hvd's TensorFlow op library share: the
  * copied done callbacks (done.cc), the operations in flight and their
  * completion thread (complete.c), the kernels (kernels.c) registered by
- * ops.c. C and C++ (done.cc sees only the callback functions). */
+ * ops.c, the kept output buffers (outbuf.c). C and C++ (done.cc sees
+ * only the callback functions). */
 #ifndef HVD_TF_OPS_H
 #define HVD_TF_OPS_H
 
@@ -25,6 +26,7 @@ void hvd_tf_done_run(hvd_tf_done_t **done);
 #endif
 
 #ifndef __cplusplus
+#include <stdbool.h>
 #include <stdint.h>
 
 /* kernels.h itself is included by the files that call it (ops.c,
@@ -71,6 +73,7 @@ typedef struct hvd_tf_kernel {
         int root;
         int process_set; /* also of size, rank, process_set_included */
         char *name;      /* the tensor name, from the name attr or the node; NULL: eager, numbered */
+        bool eager;      /* an eager kernel (named after its op type), not a node of a graph */
 } hvd_tf_kernel_t;
 
 /* One execution of a kernel, from its compute function to its done
@@ -104,6 +107,15 @@ void hvd_tf_op_finish(hvd_tf_op_t *op);
  * set's members then count alike. Called by hvd.tensorflow through ctypes;
  * not thread-safe against executions in that set. */
 __attribute__((visibility("default"))) void hvd_tf_names_reset(int process_set);
+
+/* Outputs of allreduce and broadcast of at least this many bytes are
+ * buffers kept for reuse (outbuf.c). */
+#define HVD_TF_OUTBUF_MIN_BYTES ((size_t) 256 << 10)
+
+/* A new tensor over a kept buffer of bytes (or a new one), given back to
+ * the pool when TensorFlow frees it; NULL when out of memory. Owned by the
+ * caller (TF_DeleteTensor). Thread-safe. */
+TF_Tensor *hvd_tf_outbuf_tensor(TF_DataType dtype, const int64_t *dims, int ndim, size_t bytes);
 
 /* Records a failure with hvd's code and message in ctx. */
 void hvd_tf_fail(TF_OpKernelContext *ctx, int err, const char *msg);

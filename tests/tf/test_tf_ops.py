@@ -97,6 +97,24 @@ def test_grouped_allreduce(run, rank, size):
     assert_equal(out[2], tf.cast(tf.fill([1], total), tf.float64))
 
 
+def test_large_outputs_kept_buffers(run, rank, size):
+    """Outputs from 256 KiB are buffers kept for reuse: results held at
+    once never share one, and a buffer given back is reused correctly."""
+    n = 1 << 17  # 512 KiB of float32
+    held = []
+    for i in range(4):
+        x = tf.fill([n], float(rank + i))
+        out = run(lambda t: hvd.allreduce(t, op=hvd.Sum, name="kept"), x)
+        b = run(lambda t: hvd.broadcast(t, 0, name="kept.b"), x)
+        held.append((i, out, b))
+    grouped = run(lambda *ts: hvd.grouped_allreduce(list(ts), op=hvd.Sum), tf.fill([n], 1.0), tf.fill([n], 2.0))
+    for i, out, b in held:
+        assert_equal(out, tf.fill([n], float(size * (size - 1) // 2 + size * i)))
+        assert_equal(b, tf.fill([n], float(i)))
+    assert_equal(grouped[0], tf.fill([n], float(size)))
+    assert_equal(grouped[1], tf.fill([n], 2.0 * size))
+
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 def test_allgather(run, dtype, rank, size):
     # rank r contributes r + 1 rows of value r (bool: r odd)
