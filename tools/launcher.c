@@ -111,6 +111,15 @@ int hvd_slurm_alloc_hosts(hvd_hostlist_t *l, char *err, size_t err_len) {
         return r;
 }
 
+/* v[(*k)++] = a copy of prefix and arg joined; false when out of memory. */
+static bool push(char **v, size_t *k, const char *prefix, const char *arg) {
+        char *p = NULL;
+        if (asprintf(&p, "%s%s", prefix, arg) < 0)
+                return false;
+        v[(*k)++] = p;
+        return true;
+}
+
 char **hvd_srun_argv(const char *srun, const char *host, bool with_stdin, char *const *prog_args) {
         const char *cpt = getenv("SLURM_CPUS_PER_TASK");
         size_t n_args = 0;
@@ -120,14 +129,14 @@ char **hvd_srun_argv(const char *srun, const char *host, bool with_stdin, char *
         if (!v)
                 return NULL;
         size_t k = 0;
-        bool ok = (v[k++] = strdup(srun)) && (v[k++] = strdup("--nodes=1")) && (v[k++] = strdup("--ntasks=1")) &&
-                  asprintf(&v[k++], "--nodelist=%s", host) >= 0 && (v[k++] = strdup("--exact")) &&
-                  (v[k++] = strdup(with_stdin ? "--input=all" : "--input=none"));
+        bool ok = push(v, &k, "", srun) && push(v, &k, "", "--nodes=1") && push(v, &k, "", "--ntasks=1") &&
+                  push(v, &k, "--nodelist=", host) && push(v, &k, "", "--exact") &&
+                  push(v, &k, "", with_stdin ? "--input=all" : "--input=none");
         /* a rank gets the CPUs a task of the allocation has */
         if (ok && cpt && *cpt && strspn(cpt, "0123456789") == strlen(cpt))
-                ok = asprintf(&v[k++], "--cpus-per-task=%s", cpt) >= 0;
+                ok = push(v, &k, "--cpus-per-task=", cpt);
         for (size_t i = 0; ok && i < n_args; i++)
-                ok = (v[k++] = strdup(prog_args[i])) != NULL;
+                ok = push(v, &k, "", prog_args[i]);
         if (!ok) {
                 for (size_t i = 0; i < k; i++)
                         free(v[i]);
