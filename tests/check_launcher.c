@@ -15,6 +15,7 @@
 
 static void slurm_env(const char *nodes, const char *tasks, const char *cpus) {
         unsetenv("SLURM_NODELIST");
+        unsetenv("SLURM_STEP_ID");
         setenv("SLURM_JOB_ID", "42", 1);
         if (nodes)
                 setenv("SLURM_JOB_NODELIST", nodes, 1);
@@ -70,6 +71,12 @@ START_TEST(test_alloc_hosts) {
         slurm_env("a,b", NULL, "4,2");
         ck_assert_str_eq(alloc_hosts(&r, err, sizeof err), "a:4,b:2");
         ck_assert_int_eq(r, 0);
+        /* in a step, the task count is the step's: the job's CPUs */
+        slurm_env("a,b", "1,0", "4,2");
+        setenv("SLURM_STEP_ID", "0", 1);
+        ck_assert_str_eq(alloc_hosts(&r, err, sizeof err), "a:4,b:2");
+        ck_assert_int_eq(r, 0);
+        unsetenv("SLURM_STEP_ID");
         /* salloc's older name of the list */
         slurm_env(NULL, "3", NULL);
         setenv("SLURM_NODELIST", "solo", 1);
@@ -95,7 +102,8 @@ START_TEST(test_alloc_refusals) {
         slurm_env("n1", NULL, NULL);
         alloc_hosts(&r, err, sizeof err);
         ck_assert_int_eq(r, -EINVAL);
-        ck_assert_ptr_nonnull(strstr(err, "neither SLURM_TASKS_PER_NODE nor SLURM_JOB_CPUS_PER_NODE is set"));
+        ck_assert_ptr_nonnull(
+                strstr(err, "neither SLURM_TASKS_PER_NODE (outside a step) nor SLURM_JOB_CPUS_PER_NODE is set"));
         slurm_env("n[3-1]", "1", NULL);
         alloc_hosts(&r, err, sizeof err);
         ck_assert_int_eq(r, -EINVAL);
@@ -119,6 +127,7 @@ END_TEST
 START_TEST(test_srun_argv) {
         char *args[] = { "./train", "--epochs", "2", NULL };
         unsetenv("SLURM_CPUS_PER_TASK");
+        unsetenv("SLURM_STEP_ID");
         char **v = hvd_srun_argv("/usr/bin/srun", "n07", false, args);
         const char *want[] = { "/usr/bin/srun", "--nodes=1", "--ntasks=1", "--nodelist=n07", "--exact", "--input=none",
                                "./train",       "--epochs",  "2" };
@@ -140,6 +149,15 @@ START_TEST(test_srun_argv) {
         for (size_t i = 0; v[i]; i++)
                 free(v[i]);
         free(v);
+        /* hvdrun in a step of its own: the ranks' steps overlap it */
+        setenv("SLURM_STEP_ID", "0", 1);
+        v = hvd_srun_argv("srun", "n1", false, args);
+        ck_assert_str_eq(v[6], "--overlap");
+        ck_assert_str_eq(v[7], "--cpus-per-task=4");
+        for (size_t i = 0; v[i]; i++)
+                free(v[i]);
+        free(v);
+        unsetenv("SLURM_STEP_ID");
         unsetenv("SLURM_CPUS_PER_TASK");
 }
 END_TEST

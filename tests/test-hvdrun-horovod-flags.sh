@@ -15,7 +15,8 @@ HVDRUN=$HVD_BUILDDIR/tools/hvdrun
 tmp=$(mktemp -d /tmp/hvd-test-horovod-flags-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 # no Slurm allocation around this test, whatever runs it
-unset SLURM_JOB_ID SLURM_JOB_NODELIST SLURM_TASKS_PER_NODE
+unset SLURM_JOB_ID SLURM_JOB_NODELIST SLURM_NODELIST SLURM_TASKS_PER_NODE SLURM_JOB_CPUS_PER_NODE SLURM_CPUS_PER_TASK \
+        SLURM_STEP_ID
 export HVD_RUNTIME_DIR="$tmp/no-daemon"
 
 # every rank notes what it was given, then trains

@@ -160,6 +160,34 @@ line=$(grep "final weights identical on all" "$tmp/hvdrun.out")
 echo "ok: sbatch -n 4 of hvdrun -np 4 (no -H): 4 srun steps, $line"
 [ -z "$(ls -A "$tmp/hvd-0")" ] || fail "job directories left behind" "$(ls -la "$tmp/hvd-0")"
 
+# a rank that fails: hvdrun's exit status is its, and the other rank's step
+# is stopped (srun passes SIGTERM on); and hvdrun started by srun itself,
+# whose ranks' steps overlap its own
+cat >"$tmp/fail.sh" <<RANK
+#!/bin/sh
+[ "\$HVD_RANK" = 1 ] && exit 3
+echo \$\$ >"$tmp/sleeper.pid"
+exec sleep 60
+RANK
+chmod +x "$tmp/fail.sh"
+cat >"$tmp/hvdrun-fail.sh" <<BATCH
+#!/bin/sh
+"$HVD_BUILDDIR/tools/hvdrun" -np 2 --grace-period 1 "$tmp/fail.sh"
+echo \$? >"$tmp/fail.rc"
+srun -n 1 "$HVD_BUILDDIR/tools/hvdrun" -np 2 "$tmp/rank.sh" >"$tmp/nested.out" 2>&1
+BATCH
+: >"$tmp/steps"
+start=$(now_ms)
+timeout 120 sbatch --wait -n 2 -o "$tmp/hvdrun-fail.out" "$tmp/hvdrun-fail.sh" >"$tmp/sbatch.out" 2>&1 ||
+        fail "sbatch of the failing hvdrun: exit status $?" "$(cat "$tmp/sbatch.out" "$tmp/hvdrun-fail.out" "$tmp/nested.out")"
+[ "$(cat "$tmp/fail.rc")" = 3 ] || fail "hvdrun's exit status is not the failed rank's 3" "$(cat "$tmp/hvdrun-fail.out")"
+{ [ -s "$tmp/sleeper.pid" ] && ! kill -0 "$(cat "$tmp/sleeper.pid")" 2>/dev/null; } ||
+        fail "rank 0's step outlived the job" "$(cat "$tmp/hvdrun-fail.out")"
+grep -q "final weights identical on all 2 ranks" "$tmp/nested.out" ||
+        fail "srun -n 1 hvdrun -np 2: not one job of 2" "$(cat "$tmp/nested.out")"
+echo "ok: a failed rank ends hvdrun with its status 3 and stops the other step; srun of hvdrun works" \
+        "($(($(now_ms) - start)) ms)"
+
 # two nodes, a and b, in two namespaces; the controller with node a
 np_msg=$(netpair "$na" "$nb" "vsla$$" "vslb$$" 10.79.0.1 10.79.0.2)
 case $? in

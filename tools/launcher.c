@@ -42,17 +42,20 @@ bool hvd_slurm_in_allocation(void) {
         return id && *id;
 }
 
-/* The slots of each node: tasks if Slurm gave a count, else CPUs. */
+/* The slots of each node: tasks if Slurm gave a count, else CPUs. In a step
+ * (hvdrun started by srun) the task count is the step's, hvdrun's own: then
+ * the job's CPUs. */
 static int alloc_counts(size_t n_hosts, uint32_t *counts, char *err, size_t err_len) {
-        const char *name = "SLURM_TASKS_PER_NODE", *v = getenv(name);
+        const char *step = getenv("SLURM_STEP_ID");
+        const char *name = "SLURM_TASKS_PER_NODE", *v = step && *step ? NULL : getenv(name);
         if (!v || !*v) {
                 name = "SLURM_JOB_CPUS_PER_NODE";
                 v = getenv(name);
         }
         if (!v || !*v) {
                 snprintf(err, err_len,
-                         "in the Slurm allocation %s, neither SLURM_TASKS_PER_NODE nor SLURM_JOB_CPUS_PER_NODE is "
-                         "set: give the hosts with -H HOST:SLOTS,...",
+                         "in the Slurm allocation %s, neither SLURM_TASKS_PER_NODE (outside a step) nor "
+                         "SLURM_JOB_CPUS_PER_NODE is set: give the hosts with -H HOST:SLOTS,...",
                          getenv("SLURM_JOB_ID"));
                 return -EINVAL;
         }
@@ -132,6 +135,10 @@ char **hvd_srun_argv(const char *srun, const char *host, bool with_stdin, char *
         bool ok = push(v, &k, "", srun) && push(v, &k, "", "--nodes=1") && push(v, &k, "", "--ntasks=1") &&
                   push(v, &k, "--nodelist=", host) && push(v, &k, "", "--exact") &&
                   push(v, &k, "", with_stdin ? "--input=all" : "--input=none");
+        /* started by srun itself, hvdrun's own step holds the CPUs its ranks need */
+        const char *step = getenv("SLURM_STEP_ID");
+        if (ok && step && *step)
+                ok = push(v, &k, "", "--overlap");
         /* a rank gets the CPUs a task of the allocation has */
         if (ok && cpt && *cpt && strspn(cpt, "0123456789") == strlen(cpt))
                 ok = push(v, &k, "--cpus-per-task=", cpt);

@@ -27,14 +27,16 @@ int hvd_launch_mode_parse(const char *s, hvd_launch_mode_t *ret, char *err, size
 bool hvd_slurm_in_allocation(void);
 
 /* Appends the allocation's hosts to l: SLURM_JOB_NODELIST, expanded, with
- * the slots of each from SLURM_TASKS_PER_NODE ("2(x3),1"), else
+ * the slots of each from SLURM_TASKS_PER_NODE ("2(x3),1"), else (also
+ * inside a step, SLURM_STEP_ID set, where that is the step's count)
  * SLURM_JOB_CPUS_PER_NODE. Returns 0, or -EINVAL with what is wrong (and
  * which variable) in err, or -ENOMEM. */
 int hvd_slurm_alloc_hosts(hvd_hostlist_t *l, char *err, size_t err_len);
 
 /* The srun command line that starts one rank on host, owned (free each
  * string and the array): srun --nodes=1 --ntasks=1 --nodelist=HOST --exact
- * [--cpus-per-task=$SLURM_CPUS_PER_TASK] --input=none|all PROG ARGS...
+ * --input=none|all [--overlap when SLURM_STEP_ID is set: hvdrun runs in a
+ * step] [--cpus-per-task=$SLURM_CPUS_PER_TASK] PROG ARGS...
  * Returns NULL when out of memory. */
 char **hvd_srun_argv(const char *srun, const char *host, bool with_stdin, char *const *prog_args);
 
