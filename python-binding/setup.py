@@ -11,9 +11,16 @@ import shlex
 import subprocess
 import sys
 
+import setuptools
 from setuptools import Extension, setup
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+# older setuptools ignore pyproject.toml's [project] and would build a
+# package without a name: possible with --no-build-isolation
+if int(setuptools.__version__.split(".")[0]) < 61:
+    sys.exit(f"hvd: setuptools >= 61 is needed to build (this Python has {setuptools.__version__}): "
+             "pip install 'setuptools>=61' wheel, or drop --no-build-isolation")
 
 
 def pkg_config(*args):
