@@ -16,7 +16,10 @@
 #include <string.h>
 #include <time.h>
 
+/* configure's; a build by pip (python-binding/setup.py) has none, and no NCCL */
+#ifdef HAVE_CONFIG_H
 #include "config.h"
+#endif
 #include "hvd.h"
 
 /* The NCCL version this module was built against, for hvd.nccl_built()

@@ -24,7 +24,10 @@ hvd_torch_py_sources = \
 	%D%/hvd/torch/optimizer.py \
 	%D%/hvd/torch/sync_batch_norm.py
 
+# pyproject.toml and setup.py: `pip install ./python-binding` against an
+# installed libhvd (pkg-config hvd), beside `make install`
 EXTRA_DIST += $(hvd_py_sources) $(hvd_common_py_sources) $(hvd_torch_py_sources) %D%/hvdmodule.c \
+	%D%/pyproject.toml %D%/setup.py \
 	%D%/README.md docs/HOROVOD.md examples/python/README.md examples/python/train_mnist.py \
 	examples/python/pytorch_synthetic_benchmark.py
 

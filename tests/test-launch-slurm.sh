@@ -5,7 +5,9 @@
 # `srun -n 4` of train_mlp is one job of 4 placed by Slurm with identical
 # final weights, and `sbatch --wait -n 2` of a script whose `srun` starts
 # train_mlp is one job of 2 (the batch script itself, with no step, is not
-# a rank). Then two emulated nodes: a second cluster whose slurmctld and
+# a rank), and `sbatch -n 4` of a script calling `hvdrun -np 4` with no -H
+# is one job of 4 whose ranks are 4 srun steps of the allocation. Then two
+# emulated nodes: a second cluster whose slurmctld and
 # two slurmd (nodes a and b) run in two network namespaces joined by a
 # veth pair (nsenter --net, so they keep the machine's cgroup mounts);
 # `srun -N 2 -n 4` is one job of 4 ranks on 2 nodes, each node's local
@@ -129,6 +131,62 @@ line=$(grep "final weights identical on all" "$tmp/batch.out")
         fail "sbatch: srun in the script is not one job of 2" "$(cat "$tmp/batch.out")"
 echo "ok: sbatch -n 2 (srun inside): $line; the batch script alone is a job of one"
 [ -z "$(ls -A "$tmp/hvd-0")" ] || fail "job directories left behind" "$(ls -la "$tmp/hvd-0")"
+
+# hvdrun in the allocation, no -H: the hosts are the allocation's, every rank a
+# step of its own started with srun (each records its step id)
+cat >"$tmp/rank.sh" <<RANK
+#!/bin/sh
+echo "\$HVD_RANK \${SLURM_STEP_ID:-none} \${SLURM_JOB_ID:-none}" >>"$tmp/steps"
+exec "$HVD_BUILDDIR/examples/train_mlp" --synthetic -q -e 1
+RANK
+chmod +x "$tmp/rank.sh"
+cat >"$tmp/hvdrun.sh" <<BATCH
+#!/bin/sh
+exec "$HVD_BUILDDIR/tools/hvdrun" -np 4 --verbose "$tmp/rank.sh"
+BATCH
+: >"$tmp/steps"
+timeout 120 sbatch --wait -n 4 -o "$tmp/hvdrun.out" "$tmp/hvdrun.sh" >"$tmp/sbatch.out" 2>&1 ||
+        fail "sbatch -n 4 of hvdrun -np 4: exit status $?" "$(cat "$tmp/sbatch.out" "$tmp/hvdrun.out")"
+line=$(grep "final weights identical on all" "$tmp/hvdrun.out")
+{ [ "$(echo "$line" | wc -l)" -eq 1 ] && echo "$line" | grep -q "on all 4 ranks (checksum 0x"; } ||
+        fail "hvdrun -np 4 in the allocation: not one job of 4 ranks with identical weights" "$(cat "$tmp/hvdrun.out")"
+{ grep -q "ranks 0-3" "$tmp/hvdrun.out" && grep -q "(srun, this host" "$tmp/hvdrun.out"; } ||
+        fail "hvdrun did not say it starts the ranks with srun" "$(cat "$tmp/hvdrun.out")"
+# four ranks, each in a step of one job: four step ids, one job id
+{ [ "$(cut -d' ' -f1 "$tmp/steps" | sort | tr '\n' ' ')" = "0 1 2 3 " ] &&
+        [ "$(cut -d' ' -f2 "$tmp/steps" | grep -v none | sort -u | wc -l)" -eq 4 ] &&
+        [ "$(cut -d' ' -f3 "$tmp/steps" | sort -u | wc -l)" -eq 1 ]; } ||
+        fail "hvdrun's ranks are not four srun steps of the allocation" "$(cat "$tmp/steps" "$tmp/hvdrun.out")"
+echo "ok: sbatch -n 4 of hvdrun -np 4 (no -H): 4 srun steps, $line"
+[ -z "$(ls -A "$tmp/hvd-0")" ] || fail "job directories left behind" "$(ls -la "$tmp/hvd-0")"
+
+# a rank that fails: hvdrun's exit status is its, and the other rank's step
+# is stopped (srun passes SIGTERM on); and hvdrun started by srun itself,
+# whose ranks' steps overlap its own
+cat >"$tmp/fail.sh" <<RANK
+#!/bin/sh
+[ "\$HVD_RANK" = 1 ] && exit 3
+echo \$\$ >"$tmp/sleeper.pid"
+exec sleep 60
+RANK
+chmod +x "$tmp/fail.sh"
+cat >"$tmp/hvdrun-fail.sh" <<BATCH
+#!/bin/sh
+"$HVD_BUILDDIR/tools/hvdrun" -np 2 --grace-period 1 "$tmp/fail.sh"
+echo \$? >"$tmp/fail.rc"
+srun -n 1 "$HVD_BUILDDIR/tools/hvdrun" -np 2 "$tmp/rank.sh" >"$tmp/nested.out" 2>&1
+BATCH
+: >"$tmp/steps"
+start=$(now_ms)
+timeout 120 sbatch --wait -n 2 -o "$tmp/hvdrun-fail.out" "$tmp/hvdrun-fail.sh" >"$tmp/sbatch.out" 2>&1 ||
+        fail "sbatch of the failing hvdrun: exit status $?" "$(cat "$tmp/sbatch.out" "$tmp/hvdrun-fail.out" "$tmp/nested.out")"
+[ "$(cat "$tmp/fail.rc")" = 3 ] || fail "hvdrun's exit status is not the failed rank's 3" "$(cat "$tmp/hvdrun-fail.out")"
+{ [ -s "$tmp/sleeper.pid" ] && ! kill -0 "$(cat "$tmp/sleeper.pid")" 2>/dev/null; } ||
+        fail "rank 0's step outlived the job" "$(cat "$tmp/hvdrun-fail.out")"
+grep -q "final weights identical on all 2 ranks" "$tmp/nested.out" ||
+        fail "srun -n 1 hvdrun -np 2: not one job of 2" "$(cat "$tmp/nested.out")"
+echo "ok: a failed rank ends hvdrun with its status 3 and stops the other step; srun of hvdrun works" \
+        "($(($(now_ms) - start)) ms)"
 
 # two nodes, a and b, in two namespaces; the controller with node a
 np_msg=$(netpair "$na" "$nb" "vsla$$" "vslb$$" 10.79.0.1 10.79.0.2)

@@ -15,6 +15,7 @@ if HAVE_CHECK
 	%D%/check_settings \
 	%D%/check_daemon \
 	%D%/check_hostlist \
+	%D%/check_launcher \
 	%D%/check_slurm_hostlist \
 	%D%/check_shellquote \
 	%D%/check_status_json
@@ -65,6 +66,11 @@ TESTS += $(%C%_unit_tests)
 %C%_check_hostlist_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
 %C%_check_hostlist_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
 %C%_check_hostlist_LDADD = tools/libhvdtools.la $(CHECK_LIBS)
+
+%C%_check_launcher_SOURCES = %D%/check_launcher.c
+%C%_check_launcher_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/tools
+%C%_check_launcher_CFLAGS = $(AM_CFLAGS) $(CHECK_CFLAGS)
+%C%_check_launcher_LDADD = tools/libhvdtools.la common/libhvdcommon.la $(CHECK_LIBS)
 
 %C%_check_slurm_hostlist_SOURCES = %D%/check_slurm_hostlist.c
 %C%_check_slurm_hostlist_CFLAGS = $(%C%_unit_cflags)

@@ -40,6 +40,7 @@
 #include "hostlist.h"
 #include "hvd.h"
 #include "invariant.h"
+#include "launcher.h"
 #include "log.h"
 #include "shellquote.h"
 #include "util.h"
@@ -101,7 +102,12 @@ typedef struct options {
         size_t n_node_daemons;
         bool emulate_hosts;
         const char *root_peer;
-        const char *ssh; /* the command that reaches a remote host */
+        const char *ssh;                     /* the command that reaches a remote host */
+        const char *ssh_port, *ssh_identity; /* -p, -i: added to it */
+        hvd_launch_mode_t launcher;          /* SSH or SRUN once parsed */
+        bool from_slurm;                     /* the hosts are the Slurm allocation's */
+        const char *timeline;                /* --timeline-filename */
+        bool timeline_mark_cycles;
         bool dry_run;
         char **exports; /* -x NAME[=VALUE], in order */
         size_t n_exports;
@@ -161,6 +167,7 @@ typedef struct run {
         int sfd;
         bool verbose;
         bool prefix_host;
+        bool srun;  /* every rank is a local srun process */
         bool multi; /* several hosts: messages name the host */
         uint64_t grace_usec;
         int first_fail_rank; /* -1 = none yet */
@@ -188,7 +195,8 @@ static void help(void) {
                "\n"
                "Starts N worker processes of one hvd training job: on this host, against the\n"
                "local hvd-coordinatord or, when none is running, a private one; on other hosts\n"
-               "over ssh; or on hosts emulated on this machine.\n"
+               "over ssh; or on hosts emulated on this machine. Inside a Slurm allocation\n"
+               "without -H or --hostfile: on the allocation's nodes, every rank with srun.\n"
                "\n"
                "Job:\n"
                "  -n, -np, --num-proc N      Number of workers (ranks) to start (1..%d; default\n"
@@ -199,6 +207,8 @@ static void help(void) {
                "      --cycle-time-ms T      Negotiation cycle in ms (HVD_CYCLE_TIME)\n"
                "      --start-timeout SEC    All ranks must join within SEC seconds\n"
                "                             (HVD_START_TIMEOUT; default 30)\n"
+               "      --timeline-filename FILE  Rank 0 records the job's timeline (HVD_TIMELINE)\n"
+               "      --timeline-mark-cycles With it, mark each negotiation cycle\n"
                "      --grace-period SEC     After the first failure, the other workers get\n"
                "                             SEC seconds to finish before SIGTERM (default 5)\n"
                "\n"
@@ -214,8 +224,13 @@ static void help(void) {
                "      --root-peer ENDPOINT   Where the other hosts' daemons reach the first\n"
                "                             host's (default: from its DIR/peer.endpoint, or\n"
                "                             tcp://FIRSTHOST:%d for a remote first host)\n"
+               "      --launcher ssh|srun    How ranks start: fork here and ssh to other hosts,\n"
+               "                             or each as a step of the Slurm allocation (srun;\n"
+               "                             the default in an allocation without -H)\n"
                "      --ssh COMMAND          Command that reaches a remote host (default 'ssh';\n"
-               "                             words split at blanks, e.g. 'ssh -p 2222')\n"
+               "                             words split at blanks, e.g. 'ssh -o Foo=bar')\n"
+               "  -p, --ssh-port PORT        ssh's port on the remote hosts\n"
+               "  -i, --ssh-identity-file F  ssh's key\n"
                "      --dry-run              Print each rank's command line and exit\n"
                "\n"
                "Coordinator:\n"
@@ -231,6 +246,9 @@ static void help(void) {
                "  -v, --verbose              Say which daemons are used; log more\n"
                "  -h, --help                 Show this help\n"
                "  -V, --version              Show the version\n"
+               "\n"
+               "horovodrun's --gloo, --disable-cache and --cache-capacity N are accepted and\n"
+               "change nothing; its other options hvdrun lacks are refused, saying why.\n"
                "\n"
                "Exit status: 0 when every worker exits 0; else the status of the first worker\n"
                "that failed (128+N for signal N); 126/127 when PROGRAM cannot be run; 130/143\n"
@@ -439,7 +457,8 @@ static void hosts_free(host_t *hosts, size_t n) {
         free(hosts);
 }
 
-/* -H and --hostfile, in that order, into o->hosts. */
+/* -H and --hostfile, in that order, into o->hosts; with neither, in a Slurm
+ * allocation that srun may reach, the allocation's nodes. */
 static int take_hosts(options_t *o) {
         hvd_hostlist_t l = { 0 };
         char err[PATH_MAX + 512];
@@ -448,6 +467,9 @@ static int take_hosts(options_t *o) {
                 r = hvd_hostlist_parse(&l, o->hosts_arg, err, sizeof err);
         if (r == 0 && o->hostfile)
                 r = hvd_hostlist_parse_file(&l, o->hostfile, err, sizeof err);
+        o->from_slurm = !o->hosts_arg && !o->hostfile && o->launcher != HVD_LAUNCH_SSH && hvd_slurm_in_allocation();
+        if (r == 0 && o->from_slurm)
+                r = hvd_slurm_alloc_hosts(&l, err, sizeof err);
         if (r == -EINVAL)
                 usage_error("%s", err);
         else if (r < 0 && r != -ENOMEM)
@@ -526,7 +548,10 @@ static int plan_hosts(options_t *o, long slots) {
                 o->np = slots;
         else if (o->np > slots)
                 return usage_error("-np %ld is more than the %ld slot%s listed by %s", o->np, slots,
-                                   slots == 1 ? "" : "s", o->hosts_arg ? "-H" : "--hostfile");
+                                   slots == 1 ? "" : "s",
+                                   o->from_slurm  ? "the Slurm allocation (SLURM_TASKS_PER_NODE)"
+                                   : o->hosts_arg ? "-H"
+                                                  : "--hostfile");
         long left = o->np;
         int cross = 0;
         for (size_t k = 0; k < n; k++) {
@@ -542,6 +567,20 @@ static int plan_hosts(options_t *o, long slots) {
 }
 
 /* ---- options ---- */
+
+/* An option getopt does not know: horovodrun's that hvdrun refuses say why. */
+static int unknown_option(const char *word, int opt) {
+        if (opt && opt < 0x100)
+                return usage_error("unknown option '-%c'", opt);
+        if (strncmp(word, "--", 2) == 0) {
+                char name[64];
+                snprintf(name, sizeof name, "%.*s", (int) strcspn(word + 2, "="), word + 2);
+                const char *why = hvd_horovodrun_refusal(name);
+                if (why)
+                        return usage_error("horovodrun's option '--%s' is not supported: %s", name, why);
+        }
+        return usage_error("unknown option '%s'", word);
+}
 
 static int parse_options(int argc, char **argv, options_t *o) {
         enum {
@@ -560,6 +599,11 @@ static int parse_options(int argc, char **argv, options_t *o) {
                 OPT_ROOT_PEER,
                 OPT_SSH,
                 OPT_DRY_RUN,
+                OPT_LAUNCHER,
+                OPT_TIMELINE,
+                OPT_MARK_CYCLES,
+                OPT_CACHE,
+                OPT_NOOP,
         };
         static const struct option opts[] = {
                 { "num-proc", required_argument, NULL, 'n' },
@@ -570,6 +614,15 @@ static int parse_options(int argc, char **argv, options_t *o) {
                 { "root-peer", required_argument, NULL, OPT_ROOT_PEER },
                 { "ssh", required_argument, NULL, OPT_SSH },
                 { "dry-run", no_argument, NULL, OPT_DRY_RUN },
+                { "launcher", required_argument, NULL, OPT_LAUNCHER },
+                { "ssh-port", required_argument, NULL, 'p' },
+                { "ssh-identity-file", required_argument, NULL, 'i' },
+                { "timeline-filename", required_argument, NULL, OPT_TIMELINE },
+                { "timeline-mark-cycles", no_argument, NULL, OPT_MARK_CYCLES },
+                { "cache-capacity", required_argument, NULL, OPT_CACHE },
+                /* horovodrun's, with nothing to do here: hvd's data plane is its own */
+                { "gloo", no_argument, NULL, OPT_NOOP },
+                { "disable-cache", no_argument, NULL, OPT_NOOP },
                 { "fusion-threshold-mb", required_argument, NULL, OPT_FUSION },
                 { "cycle-time-ms", required_argument, NULL, OPT_CYCLE },
                 { "start-timeout", required_argument, NULL, OPT_START },
@@ -597,7 +650,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
                 return -ENOMEM;
         opterr = 0;
         /* '+': stop at PROGRAM, whose own options are not ours */
-        while ((c = getopt_long(argc, argv, "+:n:H:x:vhV", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "+:n:H:x:p:i:vhV", opts, NULL)) >= 0) {
                 const char *arg = optarg;
                 switch (c) {
                 case 'n':
@@ -633,6 +686,35 @@ static int parse_options(int argc, char **argv, options_t *o) {
                         o->ssh = arg;
                         break;
                 case OPT_DRY_RUN: o->dry_run = true; break;
+                case OPT_LAUNCHER: {
+                        char why[512];
+                        if (hvd_launch_mode_parse(arg, &o->launcher, why, sizeof why) < 0)
+                                return usage_error("%s", why);
+                        break;
+                }
+                case 'p':
+                        if (parse_number(arg, 1, 65535, &v) < 0 || v != floor(v))
+                                return usage_error("-p/--ssh-port '%s': expected a port 1..65535", arg);
+                        o->ssh_port = arg;
+                        break;
+                case 'i':
+                        if (!*arg || strchr(arg, ' ') || strchr(arg, '\t'))
+                                return usage_error("-i/--ssh-identity-file '%s': expected a file name without blanks",
+                                                   arg);
+                        o->ssh_identity = arg;
+                        break;
+                case OPT_TIMELINE:
+                        if (!*arg)
+                                return usage_error("--timeline-filename: expected a file name");
+                        o->timeline = arg;
+                        break;
+                case OPT_MARK_CYCLES: o->timeline_mark_cycles = true; break;
+                case OPT_CACHE:
+                        /* hvd keeps no response cache of a fixed size: its fast path needs none */
+                        if (parse_number(arg, 0, 1e9, &v) < 0 || v != floor(v))
+                                return usage_error("--cache-capacity '%s': expected a number of entries", arg);
+                        break;
+                case OPT_NOOP: break;
                 case 'x':
                         if (!*arg || *arg == '=' ||
                             strcspn(arg, "=") != strspn(arg, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -677,10 +759,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
                 case 'h': help(); return 1;
                 case 'V': printf("hvdrun (hvd) %s\n", PACKAGE_VERSION); return 1;
                 case ':': return usage_error("option '%s' requires an argument", argv[optind - 1]);
-                default:
-                        if (optopt && optopt < 0x100)
-                                return usage_error("unknown option '-%c'", optopt);
-                        return usage_error("unknown option '%s'", argv[optind - 1]);
+                default: return unknown_option(argv[optind - 1], optopt);
                 }
         }
         if (optind >= argc)
@@ -693,7 +772,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
         if (r < 0)
                 return r;
         long slots = o->total_slots;
-        o->hosts_listed = o->hosts_arg || o->hostfile;
+        o->hosts_listed = o->hosts_arg || o->hostfile || o->from_slurm;
         if (o->hosts_listed && slots == 0)
                 return usage_error("no hosts listed in %s", o->hosts_arg ? "-H" : o->hostfile);
         if (!o->hosts_listed && (o->emulate_hosts || o->n_node_daemons))
@@ -701,6 +780,16 @@ static int parse_options(int argc, char **argv, options_t *o) {
                                    o->emulate_hosts ? "--emulate-hosts" : "--node-daemon");
         if (!o->hosts_listed && o->np == 0)
                 return usage_error("missing -np N: how many workers to start");
+        if (o->launcher == HVD_LAUNCH_SRUN && !hvd_slurm_in_allocation())
+                return usage_error("--launcher srun: not inside a Slurm allocation (SLURM_JOB_ID is not set); "
+                                   "start hvdrun in an sbatch script or under salloc");
+        if (o->from_slurm && o->launcher == HVD_LAUNCH_AUTO)
+                o->launcher = HVD_LAUNCH_SRUN;
+        if (o->launcher != HVD_LAUNCH_SRUN)
+                o->launcher = HVD_LAUNCH_SSH;
+        if (o->launcher == HVD_LAUNCH_SRUN && (o->emulate_hosts || o->n_node_daemons))
+                return usage_error("%s and srun contradict each other: srun starts every rank on its node",
+                                   o->emulate_hosts ? "--emulate-hosts" : "--node-daemon");
         if (!o->runtime_dir) {
                 const char *e = getenv("HVD_RUNTIME_DIR");
                 o->runtime_dir = e && *e ? e : HVD_DEFAULT_RUNTIME_DIR;
@@ -1025,6 +1114,25 @@ static int find_root_peer(const options_t *o, job_t *job) {
         return 0;
 }
 
+/* --ssh split at blanks, then -p PORT and -i FILE. */
+static int split_ssh(const options_t *o, job_t *job) {
+        size_t cap = strlen(o->ssh) / 2 + 6;
+        if (!(job->ssh_words = calloc(cap, sizeof *job->ssh_words)))
+                return -ENOMEM;
+        for (const char *p = o->ssh + strspn(o->ssh, " \t"); *p; p += strspn(p, " \t")) {
+                size_t n = strcspn(p, " \t");
+                if (!(job->ssh_words[job->n_ssh_words++] = strndup(p, n)))
+                        return -ENOMEM;
+                p += n;
+        }
+        const char *extra[] = { o->ssh_port ? "-p" : NULL, o->ssh_port, o->ssh_identity ? "-i" : NULL,
+                                o->ssh_identity };
+        for (size_t i = 0; i < ELEMENTSOF(extra); i++)
+                if (extra[i] && !(job->ssh_words[job->n_ssh_words++] = strdup(extra[i])))
+                        return -ENOMEM;
+        return 0;
+}
+
 /* Job id and secret, the host list variable, the working directory, --ssh. */
 static int job_init(const options_t *o, job_t *job) {
         memcpy(job->id, "job-", 4);
@@ -1064,17 +1172,8 @@ static int job_init(const options_t *o, job_t *job) {
                         strlen(job->hosts_var), MAX_HOSTS_VAR);
                 return -E2BIG;
         }
-        if (job->any_remote) {
-                size_t cap = strlen(o->ssh) / 2 + 2;
-                if (!(job->ssh_words = calloc(cap, sizeof *job->ssh_words)))
-                        return -ENOMEM;
-                for (const char *p = o->ssh + strspn(o->ssh, " \t"); *p; p += strspn(p, " \t")) {
-                        size_t n = strcspn(p, " \t");
-                        if (!(job->ssh_words[job->n_ssh_words++] = strndup(p, n)))
-                                return -ENOMEM;
-                        p += n;
-                }
-        }
+        if (job->any_remote && o->launcher == HVD_LAUNCH_SSH)
+                return split_ssh(o, job);
         return 0;
 }
 
@@ -1100,7 +1199,9 @@ static int rank_vars(const options_t *o, const job_t *job, const host_t *h, int 
         }
         if ((o->fusion_mb && (r = env_list_set(e, "HVD_FUSION_THRESHOLD", "%" PRIu64, o->fusion_bytes)) < 0) ||
             (o->cycle_ms && (r = env_list_set(e, "HVD_CYCLE_TIME", "%s", o->cycle_ms)) < 0) ||
-            (o->start_timeout && (r = env_list_set(e, "HVD_START_TIMEOUT", "%s", o->start_timeout)) < 0))
+            (o->start_timeout && (r = env_list_set(e, "HVD_START_TIMEOUT", "%s", o->start_timeout)) < 0) ||
+            (o->timeline && (r = env_list_set(e, "HVD_TIMELINE", "%s", o->timeline)) < 0) ||
+            (o->timeline_mark_cycles && (r = env_list_set(e, "HVD_TIMELINE_MARK_CYCLES", "1")) < 0))
                 return r;
         /* Horovod's cross rank/size: among the hosts that have this local rank */
         int hcr = 0, hcs = 0;
@@ -1113,7 +1214,8 @@ static int rank_vars(const options_t *o, const job_t *job, const host_t *h, int 
         }
         const char *hostname = h->kind == HOST_LOCAL && is_loopback_name(h->name) ? job->me : h->name;
         if ((r = env_list_set(e, "HVD_JOB_ID", "%s", job->id)) < 0 ||
-            (h->kind != HOST_REMOTE && (r = env_list_set(e, "HVD_JOB_SECRET", "%s", job->secret)) < 0) ||
+            ((h->kind != HOST_REMOTE || o->launcher == HVD_LAUNCH_SRUN) &&
+             (r = env_list_set(e, "HVD_JOB_SECRET", "%s", job->secret)) < 0) ||
             (r = env_list_set(e, "HVD_SIZE", "%ld", o->np)) < 0 || (r = env_list_set(e, "HVD_RANK", "%d", rank)) < 0 ||
             (r = env_list_set(e, "HVD_LOCAL_RANK", "%d", local_rank)) < 0 ||
             (r = env_list_set(e, "HVD_LOCAL_SIZE", "%d", h->n_ranks)) < 0 ||
@@ -1213,7 +1315,8 @@ static int prepare_worker(const options_t *o, const job_t *job, const char *path
         host_t *h = w->host;
         char *cmd = NULL;
         int r = -ENOMEM;
-        if (h->kind == HOST_REMOTE) {
+        bool ssh = h->kind == HOST_REMOTE && o->launcher == HVD_LAUNCH_SSH;
+        if (ssh) {
                 /* the remote login shell's own PATH etc. would find other programs */
                 static const char *const pass[] = { "PATH", "LD_LIBRARY_PATH", "PYTHONPATH" };
                 for (size_t i = 0; i < ELEMENTSOF(pass); i++) {
@@ -1225,14 +1328,20 @@ static int prepare_worker(const options_t *o, const job_t *job, const char *path
         if ((r = rank_vars(o, job, h, local_rank, &vars)) < 0)
                 goto out;
         r = -ENOMEM;
-        if (h->kind == HOST_REMOTE) {
+        /* srun runs PROGRAM on the node in our environment: the variables (the
+         * secret too) travel with the step, not on a command line */
+        if (o->launcher == HVD_LAUNCH_SRUN &&
+            !(w->argv = hvd_srun_argv("srun", h->name, w->rank == 0 && !isatty(0), o->argv)))
+                goto out;
+        if (ssh) {
                 if (!(cmd = shell_command(job, vars.v, o->argv[0], o->argv + 1, true, false)) ||
                     !(w->argv = ssh_argv(job, h->name, cmd)))
                         goto out;
                 if (o->dry_run && !(w->shown = argv_shown(w->argv)))
                         goto out;
         } else if (o->dry_run) {
-                if (!(w->shown = shell_command(job, vars.v, path, o->argv + 1, false, true)))
+                if (!(w->shown = shell_command(job, vars.v, w->argv ? w->argv[0] : path,
+                                               w->argv ? w->argv + 1 : o->argv + 1, false, true)))
                         goto out;
         } else {
                 if ((r = env_list_copy(&env, environ)) < 0)
@@ -1427,9 +1536,11 @@ static void kill_groups(run_t *run, int sig) {
                 /* the leader is an unreaped child, so its group id cannot have been reused */
                 if (w->pid <= 0 || w->reaped)
                         continue;
-                if (w->host->kind != HOST_REMOTE || sig == SIGKILL)
+                /* srun passes a signal on to its step's task */
+                bool over_ssh = w->host->kind == HOST_REMOTE && !run->srun;
+                if (!over_ssh || sig == SIGKILL)
                         (void) kill(-w->pid, sig);
-                if (w->host->kind == HOST_REMOTE && !w->exited)
+                if (over_ssh && !w->exited)
                         remote_signal(run, w->host, sig);
         }
 }
@@ -1773,7 +1884,11 @@ static int remote_stdin(run_t *run, bool with_our_stdin) {
         return p[0];
 }
 
-static const char *kind_name(const host_t *h) {
+static const char *kind_name(const host_t *h, bool srun) {
+        if (srun)
+                return h->kind != HOST_LOCAL ? "srun"
+                       : h->private_daemon   ? "srun, this host's private daemon"
+                                             : "srun, this host";
         switch (h->kind) {
         case HOST_LOCAL: return h->private_daemon ? "this host, private daemon" : "this host";
         case HOST_NODE: return "node daemon";
@@ -1787,7 +1902,7 @@ int main(int argc, char **argv) {
         options_t o = { 0 };
         job_t job = { 0 };
         run_t run = { .sfd = -1, .first_fail_rank = -1 };
-        char *path = NULL, *ssh_path = NULL;
+        char *path = NULL, *launch_path = NULL;
         int devnull = -1;
         int ret = 1, r;
 
@@ -1801,6 +1916,7 @@ int main(int argc, char **argv) {
         run.verbose = o.verbose;
         run.grace_usec = o.grace_usec;
         run.prefix_host = o.prefix_host;
+        run.srun = o.launcher == HVD_LAUNCH_SRUN;
 
         /* Block before any thread exists, so every thread inherits the mask and
          * the signals wait in the signalfd for the main loop. */
@@ -1849,14 +1965,20 @@ int main(int argc, char **argv) {
                         goto out;
                 }
         }
-        if (job.any_remote && !o.dry_run) {
-                r = resolve_program(job.ssh_words[0], getenv("PATH"), &ssh_path);
+        if (run.srun && !o.dry_run) {
+                r = resolve_program("srun", getenv("PATH"), &launch_path);
+                if (r != 0) {
+                        fprintf(stderr, "hvdrun: --launcher srun starts the ranks with srun: install Slurm's srun\n");
+                        goto out;
+                }
+        } else if (job.any_remote && !o.dry_run) {
+                r = resolve_program(job.ssh_words[0], getenv("PATH"), &launch_path);
                 if (r != 0) {
                         fprintf(stderr, "hvdrun: remote hosts are reached with '%s': install ssh, or see --ssh\n",
                                 o.ssh);
                         goto out;
                 }
-                run.ssh_path = ssh_path;
+                run.ssh_path = launch_path;
         }
         if (start_daemons(&o, &job) < 0 || find_root_peer(&o, &job) < 0)
                 goto out;
@@ -1869,9 +1991,10 @@ int main(int argc, char **argv) {
                 for (size_t i = 0; i < o.n_hosts; i++) {
                         const host_t *h = &o.hosts[i];
                         if (h->n_ranks == 1)
-                                fprintf(stderr, "hvdrun:   %s (%s): rank %d\n", h->name, kind_name(h), h->first_rank);
+                                fprintf(stderr, "hvdrun:   %s (%s): rank %d\n", h->name, kind_name(h, run.srun),
+                                        h->first_rank);
                         else if (h->n_ranks > 1)
-                                fprintf(stderr, "hvdrun:   %s (%s): ranks %d-%d\n", h->name, kind_name(h),
+                                fprintf(stderr, "hvdrun:   %s (%s): ranks %d-%d\n", h->name, kind_name(h, run.srun),
                                         h->first_rank, h->first_rank + h->n_ranks - 1);
                 }
         }
@@ -1922,7 +2045,7 @@ int main(int argc, char **argv) {
                         break;
                 }
                 int in_fd = i == 0 && stdin_to_rank0 ? -1 : devnull, remote_in = -1;
-                if (w->host->kind == HOST_REMOTE) {
+                if (w->host->kind == HOST_REMOTE && !run.srun) {
                         remote_in = remote_stdin(&run, i == 0 && stdin_to_rank0);
                         if (remote_in < 0) {
                                 fprintf(stderr, "hvdrun: cannot start rank %d: %s\n", i, strerror(-remote_in));
@@ -1930,8 +2053,8 @@ int main(int argc, char **argv) {
                         }
                         in_fd = remote_in;
                 }
-                if (remote_in >= 0 || w->host->kind != HOST_REMOTE)
-                        r = spawn_worker(w, w->argv ? ssh_path : path, w->argv ? w->argv : o.argv, o.prefix, in_fd);
+                if (remote_in >= 0 || w->host->kind != HOST_REMOTE || run.srun)
+                        r = spawn_worker(w, w->argv ? launch_path : path, w->argv ? w->argv : o.argv, o.prefix, in_fd);
                 if (remote_in >= 0)
                         close(remote_in);
                 if (r < 0) {
@@ -1969,7 +2092,7 @@ out:
         job_free(&job);
         hosts_free(o.hosts, o.n_hosts);
         free(path);
-        free(ssh_path);
+        free(launch_path);
         free(o.exports);
         free(o.node_daemons);
         return ret;

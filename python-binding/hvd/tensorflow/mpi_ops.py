@@ -27,7 +27,8 @@ _LIB_NAME = "hvd_tf_ops.so"
 _LIB_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), _LIB_NAME)
 if not os.path.exists(_LIB_PATH):
     raise ImportError(f"hvd.tensorflow: its op library {_LIB_PATH} is missing: hvd was configured without "
-                      f"TensorFlow (configure --with-tensorflow=PYTHON, see docs/TENSORFLOW.md)")
+                      f"TensorFlow, or installed with pip, which does not build it (configure "
+                      f"--with-tensorflow=PYTHON and make install, see docs/TENSORFLOW.md)")
 _lib = tf.load_op_library(_LIB_PATH)
 
 # Eager executions are numbered per process set by the op library; like the
