@@ -90,6 +90,7 @@ typedef struct hvd_tf_op {
         TF_DataType *dtype;             /* [n] */
         int64_t (*shape)[HVD_MAX_NDIM]; /* [n]: the requests' shapes, valid until completion */
         int64_t *splits;                /* alltoall: the rows sent to each rank, or NULL */
+        bool counted;                   /* a graph op counted in flight (kernels.c) */
 } hvd_tf_op_t;
 
 /* Hands op to the completion thread once its handle completes (through
