@@ -24,6 +24,7 @@ hvd_keras_shared_py_sources = \
 	python-binding/hvd/_keras/api.py \
 	python-binding/hvd/_keras/callbacks_impl.py \
 	python-binding/hvd/_keras/compat.py \
+	python-binding/hvd/_keras/exports.py \
 	python-binding/hvd/_keras/optimizer.py
 hvd_keras_py_sources = \
 	python-binding/hvd/keras/__init__.py \
