@@ -233,6 +233,25 @@ static int link_open(const char *endpoint) {
         return 0;
 }
 
+/* The autotuner's settings for the root daemon; the log's path made
+ * absolute (the daemon's working directory is not this process's). */
+static void autotune_spec(const hvd_settings_t *s, Hvd__AutotuneSpec *at, char *path, size_t len) {
+        at->on = true;
+        at->warmup_samples = s->autotune_warmup_samples;
+        at->steps_per_sample = s->autotune_steps_per_sample;
+        at->max_samples = s->autotune_max_samples;
+        at->has_noise = s->has_autotune_noise;
+        at->noise = s->autotune_noise;
+        at->fixed_threshold = s->has_fusion_threshold;
+        at->fixed_cycle = s->has_cycle_time;
+        char cwd[PATH_MAX];
+        if (s->autotune_log && s->autotune_log[0] == '/')
+                snprintf(path, len, "%s", s->autotune_log);
+        else if (s->autotune_log && getcwd(cwd, sizeof cwd))
+                snprintf(path, len, "%s/%s", cwd, s->autotune_log);
+        at->log_path = path;
+}
+
 /* Says hello: who this rank is, and the job's settings it brings.
  * *bytes: the hello's size. */
 static int hello_send(const hvd_settings_t *s, const char *endpoint, size_t *bytes) {
@@ -262,6 +281,12 @@ static int hello_send(const hvd_settings_t *s, const char *endpoint, size_t *byt
         hello.ring_checksum = s->ring_checksum;
         hello.board = s->fast_path;
         hello.launcher = (char *) s->rank_source;
+        Hvd__AutotuneSpec at = HVD__AUTOTUNE_SPEC__INIT;
+        char log_path[HVD_WIRE_MAX_TEXT + 1] = "";
+        if (s->autotune) {
+                autotune_spec(s, &at, log_path, sizeof log_path);
+                hello.autotune = &at;
+        }
         uint8_t nccl_id[HVD_NCCL_ID_BYTES];
         if (G.rank == 0 && G.gpu.devices > 0 && hvd_gpu_unique_id(nccl_id)) {
                 hello.nccl_id.data = nccl_id;

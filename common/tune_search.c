@@ -14,13 +14,13 @@
 
 #include "tune_search.h"
 
-#define DIMS          2
-#define N_SEEDS       4    /* the start and three fixed points */
-#define N_CANDIDATES  1024 /* random points EI is evaluated at */
-#define N_REFINE      3    /* best candidates refined by pattern search */
-#define REFINE_ITERS  24
-#define EI_XI         0.01 /* EI's exploration margin, on standardised scores */
-#define THRESHOLD_Q   4096.0
+#define DIMS         2
+#define N_SEEDS      4    /* the start and three fixed points */
+#define N_CANDIDATES 1024 /* random points EI is evaluated at */
+#define N_REFINE     3    /* best candidates refined by pattern search */
+#define REFINE_ITERS 24
+#define EI_XI        0.01 /* EI's exploration margin, on standardised scores */
+#define THRESHOLD_Q  4096.0
 
 static const double seeds[N_SEEDS - 1][DIMS] = {
         { 1.0, 0.0 },  /* 64 MiB, 1 ms */
@@ -98,7 +98,7 @@ static uint64_t cycle_denorm(double x) {
         double c = (double) HVD_TUNE_CYCLE_MIN_USEC *
                    exp(x * log((double) HVD_TUNE_CYCLE_MAX_USEC / (double) HVD_TUNE_CYCLE_MIN_USEC));
         uint64_t u = (uint64_t) llround(c / 100.0) * 100; /* 0.1 ms steps */
-        return u < HVD_TUNE_CYCLE_MIN_USEC ? HVD_TUNE_CYCLE_MIN_USEC
+        return u < HVD_TUNE_CYCLE_MIN_USEC   ? HVD_TUNE_CYCLE_MIN_USEC
                : u > HVD_TUNE_CYCLE_MAX_USEC ? HVD_TUNE_CYCLE_MAX_USEC
                                              : u;
 }
