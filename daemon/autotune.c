@@ -52,7 +52,7 @@ struct autotune {
         bool have_best;
         hvd_tune_point_t best;
         double best_score;
-        double ref; /* settled: the score a drop is measured from (0: not yet) */
+        double ref;                   /* settled: the score a drop is measured from (0: not yet) */
         double first[RETUNE_SAMPLES]; /* settled: the samples that make ref */
         uint32_t n_first, low;
         /* steps */
@@ -181,7 +181,8 @@ static int search_start(job_t *j, autotune_t *t) {
         if (!o.fix_threshold && o.start.threshold_bytes > HVD_TUNE_THRESHOLD_MAX_BYTES)
                 o.start.threshold_bytes = HVD_TUNE_THRESHOLD_MAX_BYTES;
         if (!o.fix_cycle)
-                o.start.cycle_usec = HVD_MAX(HVD_TUNE_CYCLE_MIN_USEC, HVD_MIN(o.start.cycle_usec, HVD_TUNE_CYCLE_MAX_USEC));
+                o.start.cycle_usec =
+                        HVD_MAX(HVD_TUNE_CYCLE_MIN_USEC, HVD_MIN(o.start.cycle_usec, HVD_TUNE_CYCLE_MAX_USEC));
         o.max_samples = t->max_samples;
         o.noise = t->noise;
         o.seed = 1 + t->retunes;
