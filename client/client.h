@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "backend.h"
@@ -171,6 +172,7 @@ struct hvd_client {
         uint64_t cycle_time_usec;
         uint64_t fusion_threshold;
         uint64_t tune_generation, tune_seq; /* the last change applied, and its schedule */
+        FILE *tune_log;                     /* rank 0: the autotuner's CSV (HVD_AUTOTUNE_LOG), or NULL */
         uint64_t peer_timeout_usec;         /* the daemons' (Welcome), 0 on one host */
         uint64_t max_message_bytes;         /* the coordinator's limit (Welcome; 0: the protocol's) */
         uint64_t epoch;

@@ -26,6 +26,7 @@
 #include "settings.h"
 #include "tcp.h"
 #include "timeline.h"
+#include "tune_search.h"
 #include "util.h"
 
 struct hvd_client hvd_client = {
@@ -61,6 +62,10 @@ static void known_free(void) {
  * running). */
 static void teardown(void) {
         hvd_timeline_stop();
+        if (G.tune_log) {
+                fclose(G.tune_log);
+                G.tune_log = NULL;
+        }
         atomic_store(&hvd_timeline_changed, false);
         G.hb_interval_usec = 0;
         if (G.daemon_pidfd >= 0) {
@@ -233,10 +238,10 @@ static int link_open(const char *endpoint) {
         return 0;
 }
 
-/* The autotuner's settings for the root daemon; the log's path made
- * absolute (the daemon's working directory is not this process's). */
-static void autotune_spec(const hvd_settings_t *s, Hvd__AutotuneSpec *at, char *path, size_t len) {
+/* The autotuner's settings for the root daemon. */
+static void autotune_spec(const hvd_settings_t *s, Hvd__AutotuneSpec *at) {
         at->on = true;
+        at->log = G.tune_log != NULL;
         at->warmup_samples = s->autotune_warmup_samples;
         at->steps_per_sample = s->autotune_steps_per_sample;
         at->max_samples = s->autotune_max_samples;
@@ -244,12 +249,20 @@ static void autotune_spec(const hvd_settings_t *s, Hvd__AutotuneSpec *at, char *
         at->noise = s->autotune_noise;
         at->fixed_threshold = s->has_fusion_threshold;
         at->fixed_cycle = s->has_cycle_time;
-        char cwd[PATH_MAX];
-        if (s->autotune_log && s->autotune_log[0] == '/')
-                snprintf(path, len, "%s", s->autotune_log);
-        else if (s->autotune_log && getcwd(cwd, sizeof cwd))
-                snprintf(path, len, "%s/%s", cwd, s->autotune_log);
-        at->log_path = path;
+}
+
+/* Rank 0's CSV of the autotuner (HVD_AUTOTUNE_LOG), created or truncated
+ * now, with its header: the root daemon sends the rows as it goes. */
+static int tune_log_open(const char *path, char *err, size_t len) {
+        G.tune_log = fopen(path, "we");
+        if (!G.tune_log) {
+                int r = -errno;
+                snprintf(err, len, "HVD_AUTOTUNE_LOG='%s': cannot create it: %s", path, strerror(errno));
+                return r;
+        }
+        fputs(HVD_TUNE_CSV_HEADER "\n", G.tune_log);
+        fflush(G.tune_log);
+        return 0;
 }
 
 /* Says hello: who this rank is, and the job's settings it brings.
@@ -282,9 +295,8 @@ static int hello_send(const hvd_settings_t *s, const char *endpoint, size_t *byt
         hello.board = s->fast_path;
         hello.launcher = (char *) s->rank_source;
         Hvd__AutotuneSpec at = HVD__AUTOTUNE_SPEC__INIT;
-        char log_path[HVD_WIRE_MAX_TEXT + 1] = "";
         if (s->autotune) {
-                autotune_spec(s, &at, log_path, sizeof log_path);
+                autotune_spec(s, &at);
                 hello.autotune = &at;
         }
         uint8_t nccl_id[HVD_NCCL_ID_BYTES];
@@ -542,6 +554,11 @@ int hvd_init(void) {
             (r = hvd_timeline_start(s.timeline_file, s.timeline_mark_cycles, false, err, sizeof err)) < 0) {
                 hvd_launcher_join_close(false);
                 return hvd_error(r, "HVD_TIMELINE: %s", err);
+        }
+        if (s.autotune_log && (r = tune_log_open(s.autotune_log, err, sizeof err)) < 0) {
+                teardown();
+                hvd_launcher_join_close(false);
+                return hvd_error(r, "%s", err);
         }
         if ((r = state_open()) < 0 || (r = G.solo ? solo_open(&s) : job_open(&s)) < 0)
                 goto fail;

@@ -350,7 +350,8 @@ static int read_autotune(hvd_settings_t *s, const env_t *env, char *err, size_t 
         s->autotune = false;
         if (at && hvd_parse_bool(at, &s->autotune) < 0)
                 return fail(err, len, "HVD_AUTOTUNE/HOROVOD_AUTOTUNE='%s' is not a boolean", at);
-        s->autotune_log = env_get(env, "AUTOTUNE_LOG", true);
+        /* rank 0 alone writes the CSV */
+        s->autotune_log = s->autotune && s->rank == 0 ? env_get(env, "AUTOTUNE_LOG", true) : NULL;
         int r;
         if ((r = autotune_count(env, "WARMUP_SAMPLES", 1000, &s->autotune_warmup_samples, err, len)) < 0 ||
             (r = autotune_count(env, "STEPS_PER_SAMPLE", 100000, &s->autotune_steps_per_sample, err, len)) < 0 ||

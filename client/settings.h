@@ -97,7 +97,7 @@ typedef struct hvd_settings {
         /* HVD_AUTOTUNE (HOROVOD_AUTOTUNE) and HVD_AUTOTUNE_LOG,
          * _WARMUP_SAMPLES, _STEPS_PER_SAMPLE, _BAYES_OPT_MAX_SAMPLES,
          * _GAUSSIAN_PROCESS_NOISE (HOROVOD_ names too); 0: the daemon's
-         * default; the log path as given (NULL: none) */
+         * default; the log path (rank 0 only, with HVD_AUTOTUNE; else NULL) */
         bool autotune;
         const char *autotune_log;
         uint32_t autotune_warmup_samples, autotune_steps_per_sample, autotune_max_samples;

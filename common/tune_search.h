@@ -19,6 +19,12 @@
 #define HVD_TUNE_MAX_SWITCHES        8
 #define HVD_TUNE_MAX_SAMPLES         1000
 
+/* The autotuner's CSV: Horovod's columns, then hvd's (docs/AUTOTUNE.md);
+ * rank 0 writes the header, the root daemon the rows (daemon/autotune.c). */
+#define HVD_TUNE_CSV_HEADER                                                                                            \
+        "hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,cycle_time_ms,"                   \
+        "tensor_fusion_threshold,score,sample,state,best,applied_seq,generation"
+
 typedef struct hvd_tune_point {
         uint64_t threshold_bytes;
         uint64_t cycle_usec;

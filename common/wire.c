@@ -532,9 +532,6 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                         CHECK_NAME(h->hosts[i], HVD_WIRE_MAX_HOST, "host name");
                 if (h->autotune) {
                         const Hvd__AutotuneSpec *a = h->autotune;
-                        CHECK_NAME(a->log_path, HVD_WIRE_MAX_TEXT, "autotune log path");
-                        if (a->log_path[0] && a->log_path[0] != '/')
-                                return fail(err, err_len, "autotune log path is not absolute");
                         if (a->warmup_samples > 1000 || a->steps_per_sample > 100000 || a->max_samples > 1000)
                                 return fail(err, err_len, "autotune sample counts out of range");
                         if (a->has_noise && !(a->noise >= 0 && a->noise <= 1e6))
@@ -621,6 +618,9 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                 return 0;
         }
         case HVD__ENVELOPE__BODY_LOG_LEVEL: CHECK_NAME(env->log_level->level, 32, "log level"); return 0;
+        case HVD__ENVELOPE__BODY_AUTOTUNE_ROW:
+                CHECK_NAME(env->autotune_row->row, HVD_WIRE_MAX_TEXT, "autotune row");
+                return 0;
         case HVD__ENVELOPE__BODY_METRICS_REPLY:
                 /* lines of text: newlines allowed */
                 if (!utf8_valid((const unsigned char *) env->metrics_reply->text))

@@ -3,8 +3,8 @@
  * (common/tune_search.c) for the next fusion threshold and cycle time,
  * and puts each change in one schedule, from which every rank applies it
  * (the negotiator fuses that schedule and the later ones with the new
- * threshold; the workers take the cycle time from it). Writes the CSV log
- * row by row. See docs/AUTOTUNE.md.
+ * threshold; the workers take the cycle time from it). Sends the CSV's
+ * rows to rank 0 as it goes. See docs/AUTOTUNE.md.
  *
  * A step: the job's first tensor (its lowest cache id) comes round again;
  * a step's score is the bytes scheduled between two of its schedules per
@@ -12,10 +12,7 @@
  * steps. The step during which a change applies is not scored. */
 #include "config.h"
 
-#include <fcntl.h>
 #include <math.h>
-#include <pwd.h>
-#include <sys/fsuid.h>
 
 #include "conf.h"
 #include "internal.h"
@@ -61,7 +58,7 @@ struct autotune {
         uint64_t step_start_usec, step_bytes;
         double *step_scores; /* [steps_per_sample] */
         uint32_t n_steps, samples;
-        FILE *log;
+        bool log; /* rank 0 keeps the CSV */
         Hvd__AutotuneStatus st;
         char state_text[320];
 };
@@ -70,58 +67,37 @@ void autotune_free(autotune_t **tp) {
         autotune_t *t = *tp;
         if (!t)
                 return;
-        if (t->log)
-                fclose(t->log);
         hvd_tune_search_destroy(&t->search);
         free(t->step_scores);
         free(t);
         *tp = NULL;
 }
 
-/* The log, created or truncated as the job's owner would (a daemon
- * running as root writes with the owner's file-system ids; another
- * daemon only for its own user). NULL with errno. */
-static FILE *open_as(const char *path, uid_t uid) {
-        int fd;
-        if (uid == (uid_t) -1) /* unknown: nobody's rights, or this daemon's user's */
-                uid = geteuid() == 0 ? 65534 : geteuid();
-        if (geteuid() == 0 && uid != 0) {
-                gid_t gid = 65534;
-                struct passwd pw, *res = NULL;
-                char buf[2048];
-                if (getpwuid_r(uid, &pw, buf, sizeof buf, &res) == 0 && res)
-                        gid = pw.pw_gid;
-                int old_gid = setfsgid(gid), old_uid = setfsuid(uid);
-                fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-                int e = errno;
-                setfsuid((uid_t) old_uid);
-                setfsgid((gid_t) old_gid);
-                errno = e;
-        } else if (uid != geteuid()) {
-                errno = EPERM;
-                return NULL;
-        } else
-                fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
-        if (fd < 0)
-                return NULL;
-        FILE *f = fdopen(fd, "w");
-        if (!f)
-                close(fd);
-        return f;
+/* A row of the CSV to rank 0, which writes it (a local worker of the
+ * root: rank 0's host is the root's). */
+static void log_row(hvd_daemon_t *d, job_t *j, autotune_t *t, double score, bool best) {
+        worker_t *w = j->ranks[0];
+        if (!t->log || !w || w->goodbye || w->exited)
+                return;
+        char row[256];
+        snprintf(row, sizeof row, "0,0,0,1,%.3f,%.4f,%.6g,%u,%s,%d,%" PRIu64 ",%" PRIu64,
+                 (double) t->cur.cycle_usec / 1e3, (double) t->cur.threshold_bytes / (1024.0 * 1024.0), score,
+                 t->samples, at_state_csv[t->state], best ? 1 : 0, t->applied_seq, t->generation);
+        Hvd__AutotuneRow ar = HVD__AUTOTUNE_ROW__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        ar.row = row;
+        env.body_case = HVD__ENVELOPE__BODY_AUTOTUNE_ROW;
+        env.autotune_row = &ar;
+        (void) io_send(d, d->worker_sock, w->id, w->id_len, &env);
 }
 
-static void log_row(autotune_t *t, double score, bool best) {
-        if (!t->log)
+void autotune_hello(hvd_daemon_t *d, job_t *j, const Hvd__AutotuneSpec *spec, uint32_t rank) {
+        if (!spec->on || !job_negotiates(j))
                 return;
-        fprintf(t->log, "0,0,0,1,%.3f,%.4f,%.6g,%u,%s,%d,%" PRIu64 ",%" PRIu64 "\n", (double) t->cur.cycle_usec / 1e3,
-                (double) t->cur.threshold_bytes / (1024.0 * 1024.0), score, t->samples, at_state_csv[t->state],
-                best ? 1 : 0, t->applied_seq, t->generation);
-        fflush(t->log);
-}
-
-void autotune_hello(hvd_daemon_t *d, job_t *j, const Hvd__AutotuneSpec *spec, uid_t uid) {
-        if (!spec->on || j->tune || !job_negotiates(j))
+        if (j->tune) {
+                j->tune->log |= rank == 0 && spec->log;
                 return;
+        }
         autotune_t *t = calloc(1, sizeof *t);
         uint32_t steps = spec->steps_per_sample ? spec->steps_per_sample : DEFAULT_STEPS;
         if (!t || !(t->step_scores = calloc(steps, sizeof *t->step_scores))) {
@@ -140,18 +116,7 @@ void autotune_hello(hvd_daemon_t *d, job_t *j, const Hvd__AutotuneSpec *spec, ui
         t->cur = (hvd_tune_point_t){ .threshold_bytes = j->fusion_threshold, .cycle_usec = j->cycle_time_usec };
         t->state = AT_WARMUP;
         j->tune = t;
-        if (spec->log_path[0]) {
-                t->log = open_as(spec->log_path, uid);
-                if (!t->log)
-                        hvd_log_warning("job %s: autotune: cannot write the log '%s' as uid %u: %s", j->id,
-                                        spec->log_path, (unsigned) uid, strerror(errno));
-                else {
-                        fprintf(t->log, "hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,"
-                                        "cycle_time_ms,tensor_fusion_threshold,score,sample,state,best,applied_seq,"
-                                        "generation\n");
-                        fflush(t->log);
-                }
-        }
+        t->log = rank == 0 && spec->log;
         hvd_log_info("job %s: autotune on: %u warm-up samples, %u steps a sample, %u samples of search, noise %g%s%s",
                      j->id, t->warmup, t->steps_per_sample, t->max_samples, t->noise,
                      t->fix_threshold ? ", fusion threshold fixed" : "", t->fix_cycle ? ", cycle time fixed" : "");
@@ -207,11 +172,11 @@ static int cmp_double(const void *a, const void *b) {
         return x < y ? -1 : x > y;
 }
 
-static void sample_done(job_t *j, autotune_t *t, double score) {
+static void sample_done(hvd_daemon_t *d, job_t *j, autotune_t *t, double score) {
         t->samples++;
         switch (t->state) {
         case AT_WARMUP:
-                log_row(t, score, false);
+                log_row(d, j, t, score, false);
                 if (t->samples >= t->warmup) {
                         t->state = AT_SEARCHING;
                         search_start(j, t);
@@ -225,7 +190,7 @@ static void sample_done(job_t *j, autotune_t *t, double score) {
                         t->best = t->cur;
                         t->best_score = score;
                 }
-                log_row(t, score, best);
+                log_row(d, j, t, score, best);
                 (void) hvd_tune_search_report(t->search, score); /* score is finite: checked by the caller */
                 hvd_tune_point_t p;
                 if (hvd_tune_search_next(t->search, &p) == 0) {
@@ -248,7 +213,7 @@ static void sample_done(job_t *j, autotune_t *t, double score) {
                 return;
         }
         case AT_SETTLED:
-                log_row(t, score, false);
+                log_row(d, j, t, score, false);
                 if (!t->ref) {
                         t->first[t->n_first++] = score;
                         if (t->n_first == RETUNE_SAMPLES) {
@@ -274,7 +239,7 @@ static void sample_done(job_t *j, autotune_t *t, double score) {
 }
 
 /* A step of dur microseconds that moved bytes ended. */
-static void step_done(job_t *j, autotune_t *t, uint64_t dur, uint64_t bytes) {
+static void step_done(hvd_daemon_t *d, job_t *j, autotune_t *t, uint64_t dur, uint64_t bytes) {
         if (!dur || !bytes)
                 return;
         double score = (double) bytes * 1e6 / (double) dur;
@@ -287,7 +252,7 @@ static void step_done(job_t *j, autotune_t *t, uint64_t dur, uint64_t bytes) {
         double med = t->n_steps % 2 ? t->step_scores[t->n_steps / 2]
                                     : (t->step_scores[t->n_steps / 2 - 1] + t->step_scores[t->n_steps / 2]) / 2;
         t->n_steps = 0;
-        sample_done(j, t, med);
+        sample_done(d, j, t, med);
 }
 
 /* The first schedule: a job of one host whose ranks share the board fuses
@@ -306,7 +271,6 @@ static void check_fast_path(job_t *j, autotune_t *t) {
 }
 
 bool autotune_schedule(hvd_daemon_t *d, job_t *j, Hvd__Schedule *s, uint64_t bytes) {
-        (void) d;
         autotune_t *t = j->tune;
         if (!t)
                 return false;
@@ -334,7 +298,7 @@ bool autotune_schedule(hvd_daemon_t *d, job_t *j, Hvd__Schedule *s, uint64_t byt
         uint64_t now = hvd_now_usec();
         if (marked) {
                 if (t->in_step && !t->mixed)
-                        step_done(j, t, now - t->step_start_usec, t->step_bytes);
+                        step_done(d, j, t, now - t->step_start_usec, t->step_bytes);
                 t->mixed = false;
                 t->in_step = true;
                 t->step_start_usec = now;

@@ -486,9 +486,9 @@ uint64_t root_check_stalls(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tic
 uint64_t root_probe_nodes(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
 
 /* ---- autotune.c: the job's autotuner, where this daemon negotiates ---- */
-/* A local rank's hello asks for autotuning (the first one counts; uid:
- * the job's owner, who the CSV log is opened as). */
-void autotune_hello(hvd_daemon_t *d, job_t *j, const Hvd__AutotuneSpec *spec, uid_t uid);
+/* Local rank's hello asks for autotuning (the first one's settings count;
+ * rank 0's says whether it keeps the CSV). */
+void autotune_hello(hvd_daemon_t *d, job_t *j, const Hvd__AutotuneSpec *spec, uint32_t rank);
 /* Schedule s (bytes of it scheduled) is about to go out: it counts for
  * the step being measured; it carries the pending change (s->tuning,
  * borrowed: the caller clears it before freeing s). Returns whether it

@@ -373,7 +373,7 @@ void join_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__He
         if (h->ring_checksum)
                 j->ring_checksum = true;
         if (h->autotune)
-                autotune_hello(d, j, h->autotune, uid);
+                autotune_hello(d, j, h->autotune, h->rank);
         j->n_hello++;
         j->n_live++;
         d->metrics.workers_connected++;

@@ -6,10 +6,11 @@
 # fuses at least a quarter of the step (51,200 bytes) at once; every rank
 # prints the same changes at the same schedule numbers as the CSV says
 # they applied at; the CSV has a row per sample, numbered without a gap;
-# hvdctl job ID shows the state while it runs. A fixed fusion threshold
+# hvdctl job ID shows the state while it runs; rank 0 writes the CSV. A
+# fixed fusion threshold
 # stays in every row and on every rank. A job that ends during warm-up
 # leaves its warm-up rows. A job of one host with the fast path says why
-# it is not tuned.
+# it is not tuned. Bad settings fail hvd_init with their value.
 set -u
 . "$HVD_SRCDIR/tests/lib/common.sh"
 PY=/usr/bin/python3
@@ -23,6 +24,18 @@ ok() { echo "ok: $*"; }
 export HVD_RUNTIME_DIR="$tmp/none" # no system daemon: hvdrun starts its own
 header="hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,cycle_time_ms,\
 tensor_fusion_threshold,score,sample,state,best,applied_seq,generation"
+
+# bad settings fail hvd_init at once, naming the variable and its value
+for bad in "HVD_AUTOTUNE=maybe" "HVD_AUTOTUNE_WARMUP_SAMPLES=0" "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE=x" \
+        "HVD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE=-1" "HVD_AUTOTUNE_LOG=$tmp/no/such/dir/x.csv"; do
+        out=$(env HVD_JOB_ID=bad HVD_JOB_SECRET=00 HVD_RANK=0 HVD_SIZE=2 HVD_LOCAL_RANK=0 HVD_LOCAL_SIZE=2 \
+                HVD_AUTOTUNE=1 "$bad" timeout 20 "$worker" 1 1 1 2>&1) && fail "$bad was accepted"
+        case $out in
+        *"${bad#*=}'"*) ;;
+        *) fail "$bad: the error does not name the value" "$out" ;;
+        esac
+done
+ok "bad autotune settings fail hvd_init, naming the variable and its value"
 
 # Every rank's "tune" lines, which must be the same on every rank: FILE OUT NP
 same_changes() {
