@@ -62,8 +62,8 @@ int main(int argc, char **argv) {
                         for (int i = 0; i < elems; i++) {
                                 float want = (float) (size * (t + i % 7 + s % 3)) + (float) (size * (size - 1) / 2);
                                 if (out[(size_t) t * elems + i] != want) {
-                                        fprintf(stderr, "rank %d: step %d: grad.%d[%d] = %g, expected %g\n", rank, s,
-                                                t, i, out[(size_t) t * elems + i], want);
+                                        fprintf(stderr, "rank %d: step %d: grad.%d[%d] = %g, expected %g\n", rank, s, t,
+                                                i, out[(size_t) t * elems + i], want);
                                         return 1;
                                 }
                         }
