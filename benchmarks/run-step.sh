@@ -34,7 +34,8 @@
 #   MPI=0: no Open MPI runs.
 #   AUTOTUNE=1 (with NETNS=1): first, per model, a job the root daemon
 #     autotunes (HVD_AUTOTUNE=1, AT_WARMUP=1 warm-up samples of AT_STEPS=3
-#     steps, AT_SAMPLES=12 samples of search); then in every round, beside
+#     steps, AT_SAMPLES=12 samples of search), started from AT_START_FUSION=0
+#     bytes and AT_START_CYCLE=10 ms (HVD_AUTOTUNE_START_*); then in every round, beside
 #     the grid, a job at the point it settled on ("hvd tuned"), whose speed
 #     is compared to the grid's best (docs/AUTOTUNE.md).
 set -u
@@ -172,7 +173,9 @@ if [ "$AUTOTUNE" = 1 ] && [ -z "${RAW:-}" ]; then
         for model in $MODELS; do
                 csv=$work/autotune-$model.csv
                 JOB_ENV=(HVD_AUTOTUNE_LOG="$csv" HVD_AUTOTUNE_WARMUP_SAMPLES="$AT_WARMUP"
-                        HVD_AUTOTUNE_STEPS_PER_SAMPLE="$AT_STEPS" HVD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES="$AT_SAMPLES")
+                        HVD_AUTOTUNE_STEPS_PER_SAMPLE="$AT_STEPS" HVD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES="$AT_SAMPLES"
+                        HVD_AUTOTUNE_START_FUSION_THRESHOLD="${AT_START_FUSION:-0}"
+                        HVD_AUTOTUNE_START_CYCLE_TIME="${AT_START_CYCLE:-10}")
                 netns_job auto "$build/benchmarks/bench_step" --model "$DATA/$model.tsv" --warmup 1 \
                         --steps $(((AT_WARMUP + AT_SAMPLES + 2) * AT_STEPS + 2)) | sed 's/ mode=fusion / mode=autotune /' >>"$out"
                 sed "s/^/# autotune $model: /" "$csv"

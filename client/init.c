@@ -249,6 +249,9 @@ static void autotune_spec(const hvd_settings_t *s, Hvd__AutotuneSpec *at) {
         at->noise = s->autotune_noise;
         at->fixed_threshold = s->has_fusion_threshold;
         at->fixed_cycle = s->has_cycle_time;
+        at->has_start_threshold = s->has_autotune_start_threshold;
+        at->start_threshold = s->autotune_start_threshold;
+        at->start_cycle_time_usec = s->autotune_start_cycle_usec;
 }
 
 /* Rank 0's CSV of the autotuner (HVD_AUTOTUNE_LOG), created or truncated

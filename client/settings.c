@@ -357,6 +357,15 @@ static int read_autotune(hvd_settings_t *s, const env_t *env, char *err, size_t 
             (r = autotune_count(env, "STEPS_PER_SAMPLE", 100000, &s->autotune_steps_per_sample, err, len)) < 0 ||
             (r = autotune_count(env, "BAYES_OPT_MAX_SAMPLES", 1000, &s->autotune_max_samples, err, len)) < 0)
                 return r;
+        const char *st = env_get(env, "AUTOTUNE_START_FUSION_THRESHOLD", false);
+        s->has_autotune_start_threshold = st != NULL;
+        if (st && (hvd_parse_size(st, &s->autotune_start_threshold) < 0 ||
+                   s->autotune_start_threshold > (UINT64_C(64) << 20)))
+                return fail(err, len, "HVD_AUTOTUNE_START_FUSION_THRESHOLD='%s' is not a size of 0 to 64 MiB", st);
+        const char *sc = env_get(env, "AUTOTUNE_START_CYCLE_TIME", false);
+        if (sc && (hvd_parse_duration(sc, USEC_PER_MSEC, &s->autotune_start_cycle_usec) < 0 ||
+                   s->autotune_start_cycle_usec < USEC_PER_MSEC || s->autotune_start_cycle_usec > 100 * USEC_PER_MSEC))
+                return fail(err, len, "HVD_AUTOTUNE_START_CYCLE_TIME='%s' is not a duration of 1 to 100 ms", sc);
         const char *gn = env_get(env, "AUTOTUNE_GAUSSIAN_PROCESS_NOISE", true);
         s->has_autotune_noise = gn != NULL;
         if (gn) {

@@ -103,6 +103,10 @@ typedef struct hvd_settings {
         uint32_t autotune_warmup_samples, autotune_steps_per_sample, autotune_max_samples;
         bool has_autotune_noise;
         double autotune_noise;
+        /* HVD_AUTOTUNE_START_FUSION_THRESHOLD (a size), _START_CYCLE_TIME
+         * (ms): where the search starts, not fixed (0: as the job has it) */
+        bool has_autotune_start_threshold;
+        uint64_t autotune_start_threshold, autotune_start_cycle_usec;
 } hvd_settings_t;
 
 /* Fills s from lookup (NULL: the process environment). Returns 0, or

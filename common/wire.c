@@ -536,6 +536,10 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                                 return fail(err, err_len, "autotune sample counts out of range");
                         if (a->has_noise && !(a->noise >= 0 && a->noise <= 1e6))
                                 return fail(err, err_len, "autotune noise out of range");
+                        if (a->start_threshold > (UINT64_C(64) << 20) ||
+                            (a->start_cycle_time_usec &&
+                             (a->start_cycle_time_usec < 1000 || a->start_cycle_time_usec > 100000)))
+                                return fail(err, err_len, "autotune start out of range");
                 }
                 return 0;
         }

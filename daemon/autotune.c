@@ -91,6 +91,20 @@ static void log_row(hvd_daemon_t *d, job_t *j, autotune_t *t, double score, bool
         (void) io_send(d, d->worker_sock, w->id, w->id_len, &env);
 }
 
+/* p in force from the next schedule on (nothing when it is in force). */
+static void apply(job_t *j, autotune_t *t, const hvd_tune_point_t *p) {
+        if (p->threshold_bytes == t->cur.threshold_bytes && p->cycle_usec == t->cur.cycle_usec)
+                return;
+        t->cur = *p;
+        t->generation++;
+        hvd__tuning__init(&t->msg);
+        t->msg.generation = t->generation;
+        t->msg.fusion_threshold = p->threshold_bytes;
+        t->msg.cycle_time_usec = p->cycle_usec;
+        t->pending = true;
+        hvd_negotiator_set_fusion_threshold(j->neg, p->threshold_bytes);
+}
+
 void autotune_hello(hvd_daemon_t *d, job_t *j, const Hvd__AutotuneSpec *spec, uint32_t rank) {
         if (!spec->on || !job_negotiates(j))
                 return;
@@ -116,24 +130,17 @@ void autotune_hello(hvd_daemon_t *d, job_t *j, const Hvd__AutotuneSpec *spec, ui
         t->cur = (hvd_tune_point_t){ .threshold_bytes = j->fusion_threshold, .cycle_usec = j->cycle_time_usec };
         t->state = AT_WARMUP;
         j->tune = t;
+        /* a start the user gave, from the first schedule on (warm-up too) */
+        hvd_tune_point_t start = t->cur;
+        if (spec->has_start_threshold && !t->fix_threshold)
+                start.threshold_bytes = spec->start_threshold;
+        if (spec->start_cycle_time_usec && !t->fix_cycle)
+                start.cycle_usec = spec->start_cycle_time_usec;
+        apply(j, t, &start);
         t->log = rank == 0 && spec->log;
         hvd_log_info("job %s: autotune on: %u warm-up samples, %u steps a sample, %u samples of search, noise %g%s%s",
                      j->id, t->warmup, t->steps_per_sample, t->max_samples, t->noise,
                      t->fix_threshold ? ", fusion threshold fixed" : "", t->fix_cycle ? ", cycle time fixed" : "");
-}
-
-/* p in force from the next schedule on (nothing when it is in force). */
-static void apply(job_t *j, autotune_t *t, const hvd_tune_point_t *p) {
-        if (p->threshold_bytes == t->cur.threshold_bytes && p->cycle_usec == t->cur.cycle_usec)
-                return;
-        t->cur = *p;
-        t->generation++;
-        hvd__tuning__init(&t->msg);
-        t->msg.generation = t->generation;
-        t->msg.fusion_threshold = p->threshold_bytes;
-        t->msg.cycle_time_usec = p->cycle_usec;
-        t->pending = true;
-        hvd_negotiator_set_fusion_threshold(j->neg, p->threshold_bytes);
 }
 
 /* A new search from the current best (or the start), over what is not fixed. */

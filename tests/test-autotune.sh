@@ -9,7 +9,7 @@
 # hvdctl job ID shows the state while it runs; rank 0 writes the CSV. A
 # fixed fusion threshold
 # stays in every row and on every rank. A job that ends during warm-up
-# leaves its warm-up rows. A job of one host with the fast path says why
+# leaves its warm-up rows, run from the start it was given. A job of one host with the fast path says why
 # it is not tuned. Bad settings fail hvd_init with their value.
 set -u
 . "$HVD_SRCDIR/tests/lib/common.sh"
@@ -119,14 +119,20 @@ assert len({r[4] for r in rows}) > 1, "the cycle time was not tuned"
 EOF
 ok "a fusion threshold set with --fusion-threshold-mb stays in every row and on every rank; the cycle time is tuned"
 
-# ---- a job that ends during warm-up leaves its rows: 22 steps, 10 a sample
-HVD_AUTOTUNE=1 HVD_AUTOTUNE_LOG="$tmp/w.csv" HVD_AUTOTUNE_STEPS_PER_SAMPLE=10 "$HVDRUN" -H a:1,b:1 --emulate-hosts \
-        "$worker" 22 50 64 >"$tmp/w.out" 2>"$tmp/w.err" || fail "the short job failed: exit status $?" "$(cat "$tmp/w.err")"
+# ---- a job that ends during warm-up leaves its rows: 22 steps, 10 a
+# sample; it starts (HVD_AUTOTUNE_START_*) from fusion off and 10 ms, in
+# force from the first schedule on every rank, and not fixed
+HVD_AUTOTUNE=1 HVD_AUTOTUNE_LOG="$tmp/w.csv" HVD_AUTOTUNE_STEPS_PER_SAMPLE=10 HVD_AUTOTUNE_START_FUSION_THRESHOLD=0 \
+        HVD_AUTOTUNE_START_CYCLE_TIME=10 "$HVDRUN" -H a:1,b:1 --emulate-hosts "$worker" 22 50 64 >"$tmp/w.out" \
+        2>"$tmp/w.err" || fail "the short job failed: exit status $?" "$(cat "$tmp/w.err")"
 [ "$(head -1 "$tmp/w.csv")" = "$header" ] || fail "the short job's CSV has no header" "$(cat "$tmp/w.csv")"
-[ "$(tail -n +2 "$tmp/w.csv" | cut -d, -f8,9 | tr '\n' ' ')" = "1,warmup 2,warmup " ] ||
-        fail "a job of 22 steps should leave 2 warm-up rows" "$(cat "$tmp/w.csv")"
-! grep -q ' tune ' "$tmp/w.out" || fail "a change during warm-up" "$(cat "$tmp/w.out")"
-ok "a job that ends during warm-up leaves a row per sample it took"
+[ "$(tail -n +2 "$tmp/w.csv" | cut -d, -f5,6,8-12 | tr '\n' ' ')" = \
+        "10.000,0.0000,1,warmup,0,1,1 10.000,0.0000,2,warmup,0,1,1 " ] ||
+        fail "a job of 22 steps should leave 2 warm-up rows at its start" "$(cat "$tmp/w.csv")"
+same_changes "$tmp/w.out" "$tmp/w.tune" 2
+[ "$(cat "$tmp/w.tune")" = "tune 1 seq 1 threshold 0 cycle 10000" ] ||
+        fail "the start did not apply at the first schedule on every rank" "$(cat "$tmp/w.out")"
+ok "a job that ends during warm-up leaves a row per sample it took; the start applies from the first schedule"
 
 # ---- one host, the fast path: the workers fuse alone, so it says it is off
 "$HVDRUN" -v -np 2 --autotune --autotune-log-file "$tmp/o.csv" "$worker" 30 20 64 >"$tmp/o.out" 2>"$tmp/o.err" ||
