@@ -165,8 +165,9 @@ elif [ "$NETNS" = 1 ]; then
         netns_setup
         NPS=$((2 * PER_NODE))
 fi
-# AUTOTUNE: per model, an autotuned job; the point it settled on (bytes,
-# ms, samples before) in tuned[MODEL]
+# AUTOTUNE: per model, an autotuned job (long enough for every sample, a
+# step lost at each change, and three settled samples); the point it
+# settled on (bytes, ms, samples before) in tuned[MODEL]
 declare -A tuned
 if [ "$AUTOTUNE" = 1 ] && [ -z "${RAW:-}" ]; then
         [ "$NETNS" = 1 ] || { echo "run-step: AUTOTUNE=1 needs NETNS=1 (one host's fast path fuses without the daemon)" >&2; exit 2; }
@@ -177,7 +178,7 @@ if [ "$AUTOTUNE" = 1 ] && [ -z "${RAW:-}" ]; then
                         HVD_AUTOTUNE_START_FUSION_THRESHOLD="${AT_START_FUSION:-0}"
                         HVD_AUTOTUNE_START_CYCLE_TIME="${AT_START_CYCLE:-10}")
                 netns_job auto "$build/benchmarks/bench_step" --model "$DATA/$model.tsv" --warmup 1 \
-                        --steps $(((AT_WARMUP + AT_SAMPLES + 2) * AT_STEPS + 2)) | sed 's/ mode=fusion / mode=autotune /' >>"$out"
+                        --steps $(((AT_WARMUP + AT_SAMPLES) * (AT_STEPS + 1) + 3 * AT_STEPS + 4)) | sed 's/ mode=fusion / mode=autotune /' >>"$out"
                 sed "s/^/# autotune $model: /" "$csv"
                 tuned[$model]=$(awk -F, '$9 == "settled" { printf "%d %s %d", $6 * 1048576 + 0.5, $5, $8 - 1; exit }' "$csv")
                 [ -n "${tuned[$model]}" ] || echo "run-step: $model: the autotuner did not settle" >&2
