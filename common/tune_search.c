@@ -24,8 +24,8 @@
 
 static const double seeds[N_SEEDS - 1][DIMS] = {
         { 1.0, 0.0 },  /* 64 MiB, 1 ms */
-        { 0.6, 0.5 },  /* about 1 MiB, 10 ms */
-        { 0.85, 0.25 } /* about 11 MiB, 3 ms */
+        { 0.6, 0.5 },  /* about 1.3 MiB, 10 ms */
+        { 0.85, 0.25 } /* about 15 MiB, 3.2 ms */
 };
 
 static const double length_scales[] = { 0.08, 0.15, 0.25, 0.4, 0.6, 1.0 };
