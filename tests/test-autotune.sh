@@ -61,6 +61,7 @@ for _ in $(seq 600); do
                         "$PY" -c 'import json,sys; a=json.load(sys.stdin).get("autotune"); print(a["state"] if a else "")' \
                                 2>/dev/null)
                 case ";$states" in *";$s;"*) ;; *) [ -n "$s" ] && states="$states$s;" ;; esac
+                [ -n "$s" ] && [ ! -s "$tmp/a.job" ] && "$hvdctl" -r "$dir" job "$job" >"$tmp/a.job" 2>&1
         fi
         kill -0 "$run" 2>/dev/null || break
         sleep 0.05
@@ -71,6 +72,8 @@ case $states in
 *"warming up"* | *searching* | *settled*) ;;
 *) fail "hvdctl job ID never showed the autotuner's state" "states seen: '$states'" ;;
 esac
+grep -Eq '^  autotune: (warming up|searching|settled|re-tuning), [0-9]+ samples; now ' "$tmp/a.job" ||
+        fail "hvdctl job ID has no autotune line" "$(cat "$tmp/a.job")"
 same_changes "$tmp/a.out" "$tmp/a.tune" 4
 [ -s "$tmp/a.tune" ] || fail "no change reached the ranks" "$(cat "$tmp/a.out")"
 "$PY" - "$tmp/a.csv" "$tmp/a.tune" "$header" <<'EOF' || fail "the CSV or the changes are wrong" "$(cat "$tmp/a.csv")"
@@ -102,7 +105,7 @@ for r in rows:
     assert abs(float(r["cycle_time_ms"]) - cyc / 1000) < 1e-3, "change %d: cycle time" % g
 print("settled on %.4f MiB, %s ms after %d samples; %d changes" % (mib, settled[-1]["cycle_time_ms"], len(rows), len(changes)))
 EOF
-ok "4 ranks on 2 hosts: the search settles on fusing the step, every rank applies each change at the schedule the CSV says (states seen: $states)"
+ok "4 ranks on 2 hosts: the search settles on fusing the step, every rank applies each change at the schedule the CSV says; hvdctl job ID shows it (states seen: $states)"
 
 # ---- a fixed fusion threshold is never touched; the cycle time is tuned
 "$HVDRUN" -H a:1,b:1 --emulate-hosts --fusion-threshold-mb 1 --autotune --autotune-log-file "$tmp/f.csv" \
