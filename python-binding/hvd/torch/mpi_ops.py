@@ -145,7 +145,7 @@ def _new_output(tensor: torch.Tensor) -> torch.Tensor:
     if isinstance(tensor, torch.Tensor) and tensor.device.type == "cpu" and tensor.layout == torch.strided:
         nbytes = tensor.numel() * tensor.element_size()
         if nbytes >= _core.KEPT_MIN_BYTES:
-            return torch.frombuffer(_core.kept_buffer(nbytes), dtype=tensor.dtype).view(tensor.shape)
+            return torch.frombuffer(_core.kept_buffer(nbytes), dtype=tensor.dtype).view(*tensor.shape)
     return torch.empty_like(tensor, memory_format=torch.contiguous_format)
 
 
