@@ -106,12 +106,17 @@ def test_view_keeps_buffer():
 
 def test_buffers_given_back_and_reused():
     count = 2 * KEPT // 4
-    hvd.allreduce(rank_values(count, hvd.rank()), op=hvd.Sum, name="outputs.reuse")
     gc.collect()
-    kept_bytes, kept_count = core.kept_stats()
-    assert kept_count >= 1 and kept_bytes >= count * 4
+    core.kept_drain()
+    assert core.kept_stats() == (0, 0)
+    out = hvd.allreduce(rank_values(count, hvd.rank()), op=hvd.Sum, name="outputs.reuse")
+    assert core.kept_stats() == (0, 0)  # in use: not in the pool
+    ptr = out.data_ptr()
+    del out
+    gc.collect()
+    assert core.kept_stats() == (count * 4, 1)
     out = hvd.allreduce(rank_values(count, hvd.rank(), 3), op=hvd.Sum, name="outputs.reuse")
-    assert core.kept_stats()[1] == kept_count - 1  # taken from the pool, not new
+    assert core.kept_stats() == (0, 0) and out.data_ptr() == ptr  # taken from the pool, not new
     assert torch.equal(out, summed(count, 3))
 
 
