@@ -52,6 +52,10 @@ if [ -z "${DATA:-}" ]; then
 fi
 [ -f "${DATA:-}/resnet50.tsv" ] || { echo "run-step: set DATA to the directory of resnet50.tsv etc." >&2; exit 2; }
 PNG=${PNG:-step-$([ "$NETNS" = 1 ] && echo netns || echo node).png}
+# the peer: missing, it is named here and again at the end
+# shellcheck source=benchmarks/peers.sh
+. "$src/benchmarks/peers.sh"
+peers_check "$build" mpi_step
 out=$(mktemp)
 work=$(mktemp -d /tmp/hvd-step-XXXXXX)
 pids=()
@@ -314,3 +318,4 @@ plot '{dat}' using 2:xtic(1) title 'hvd fusion off', '' using 3 title 'hvd fusio
 except (OSError, subprocess.CalledProcessError) as e:
     print(f"# no plot: {e}")
 PY
+peers_report
