@@ -125,6 +125,7 @@ void hvd_link_handle(Hvd__Envelope *env) {
                 hvd_job_abort(env->error->code < 0 ? env->error->code : HVD_EPROTO, reason);
                 break;
         case HVD__ENVELOPE__BODY_TIMELINE_CONTROL: timeline_remote(env->timeline_control); break;
+        case HVD__ENVELOPE__BODY_HOSTS_UPDATED: hvd_elastic_hosts_updated(env->hosts_updated); break;
         default: hvd_job_abort(HVD_EPROTO, "unexpected message from the coordinator"); break;
         }
 }
@@ -295,7 +296,7 @@ void hvd_link_goodbye(void) {
 void hvd_job_abort(int code, const char *reason) {
         pthread_mutex_lock(&G.lock);
         if (!G.abort_code) {
-                G.abort_code = code < 0 ? code : HVD_EABORTED;
+                G.abort_code = hvd_elastic_abort_code(code < 0 ? code : HVD_EABORTED);
                 snprintf(G.abort_reason, sizeof G.abort_reason, "%s", reason);
                 pthread_cond_broadcast(&G.cond); /* a user thread may wait for the verdict */
         }

@@ -36,6 +36,7 @@ static void job_abort_v(hvd_daemon_t *d, job_t *j, bool from_root, int lost_rank
         j->aborted_usec = hvd_now_usec();
         d->metrics.jobs_aborted++;
         hvd_log_full(level, 0, "job %s %s: %s", j->id, level == LOG_ERR ? "aborted" : "ended", j->abort_reason);
+        elastic_job_aborted(d, j, lost_rank);
         Hvd__Abort ab = HVD__ABORT__INIT;
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
         ab.job_id = j->id;

@@ -425,6 +425,8 @@ void worker_handle_socket(hvd_daemon_t *d) {
                         w->last_heard_usec = hvd_now_usec();
                 if (env->body_case == HVD__ENVELOPE__BODY_HELLO)
                         join_hello(d, id, id_len, env->hello, uid);
+                else if (env->body_case == HVD__ENVELOPE__BODY_ENROLL)
+                        elastic_enroll(d, id, id_len, env->enroll, false);
                 else if (!w &&
                          (env->body_case == HVD__ENVELOPE__BODY_HEARTBEAT ||
                           env->body_case == HVD__ENVELOPE__BODY_READY || env->body_case == HVD__ENVELOPE__BODY_DONE))

@@ -164,7 +164,7 @@ END_TEST
 
 START_TEST(test_horovodrun_refusals) {
         static const char *const refused[] = {
-                "mpi",      "gloo-timeout-seconds",   "network-interface", "nics", "min-np",
+                "mpi",      "gloo-timeout-seconds",   "network-interface", "nics", "blacklist-cooldown-range",
                 "autotune", "hierarchical-allreduce", "log-level"
         };
         for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
@@ -172,7 +172,8 @@ START_TEST(test_horovodrun_refusals) {
                 ck_assert_msg(why && *why, "--%s is not refused", refused[i]);
         }
         /* taken or accepted by hvdrun, or not horovodrun's */
-        static const char *const not_refused[] = { "gloo", "cache-capacity", "timeline-filename", "np", "m", "" };
+        static const char *const not_refused[] = { "gloo", "cache-capacity", "timeline-filename", "np", "m", "min-np",
+                                                   "" };
         for (size_t i = 0; i < sizeof not_refused / sizeof *not_refused; i++)
                 ck_assert_ptr_null(hvd_horovodrun_refusal(not_refused[i]));
 }

@@ -163,6 +163,16 @@ json_t *hvd_job_to_json(const Hvd__JobStatus *j) {
         put(o, "cross_size", u64(j->cross_size), &ok);
         put(o, "ranks_here", u64(j->ranks_here), &ok);
         put(o, "launcher", text(j->launcher), &ok);
+        if (j->elastic) {
+                json_t *e = json_object();
+                put(e, "generation", u64(j->elastic->generation), &ok);
+                put(e, "resets", u64(j->elastic->resets), &ok);
+                put(e, "last_reset_usec", u64(j->elastic->last_reset_usec), &ok);
+                put(e, "waiting", u64(j->elastic->waiting), &ok);
+                put(e, "left", text(j->elastic->left), &ok);
+                put(e, "joined", text(j->elastic->joined), &ok);
+                put(o, "elastic", e, &ok);
+        }
         /* only when the daemon was asked for it (job ID) */
         if (j->n_rank_status) {
                 json_t *rs = json_array();
