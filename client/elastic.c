@@ -17,7 +17,7 @@
 #include "settings.h"
 
 static struct {
-        bool on;            /* this process is a rank of an elastic job */
+        bool on;             /* this process is a rank of an elastic job */
         uint64_t generation; /* of the last placement (0: none) */
         uint32_t rank;
         bool sync;
@@ -88,8 +88,8 @@ static int ask(const hvd_settings_t *s, const char *endpoint, const char *host, 
                 n = zmq_poll(&it, 1, (long) (wait_usec / 1000));
         while (n < 0 && zmq_errno() == EINTR);
         if (n <= 0) {
-                r = hvd_error(HVD_ETIMEOUT, "elastic job %s: no placement from the root daemon within %.0f s", s->job_id,
-                              (double) wait_usec / 1e6);
+                r = hvd_error(HVD_ETIMEOUT, "elastic job %s: no placement from the root daemon within %.0f s",
+                              s->job_id, (double) wait_usec / 1e6);
                 goto out;
         }
         zmq_msg_t msg;

@@ -11,6 +11,7 @@
 #define ELASTIC_LINGER_USEC (30 * USEC_PER_SEC) /* a finished job's set is kept this long */
 #define ELASTIC_MAX_FWD     4096                /* enrolments a member daemon forwards at once */
 #define ELASTIC_MAX_WAITING 65536
+#define ELASTIC_JOIN_QUIET  (500 * USEC_PER_MSEC) /* joiners arriving together are admitted together */
 
 /* A worker that asked for its place and has no answer yet. */
 typedef struct enrollee {
@@ -39,7 +40,7 @@ typedef struct ejob {
         uint64_t generation; /* the last formed, 0: none yet */
         char gen_job[HVD_WIRE_MAX_JOB_ID + 1];
         bool forming, failure, announced;
-        uint64_t forming_since, gone_since;
+        uint64_t forming_since, gone_since, last_join_usec;
         member_t *members; /* the current generation, by rank */
         uint32_t n_members;
         enrollee_t *waiting;
@@ -111,7 +112,8 @@ static void refuse(hvd_daemon_t *d, const enrollee_t *en, int code, const char *
         send_to(d, en, &env);
 }
 
-static void refuse_all(hvd_daemon_t *d, ejob_t *ej, int code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void refuse_all(hvd_daemon_t *d, ejob_t *ej, int code, const char *fmt, ...)
+        __attribute__((format(printf, 4, 5)));
 static void refuse_all(hvd_daemon_t *d, ejob_t *ej, int code, const char *fmt, ...) {
         char reason[1024];
         va_list ap;
@@ -256,8 +258,8 @@ static void form(hvd_daemon_t *d, ejob_t *ej, size_t *chosen, size_t n) {
         }
         hvd_log_notice("elastic job %s: generation %" PRIu64 " (%s): %zu rank%s on %u host%s%s%s%s%s%s, sync %s",
                        ej->id, ej->generation, ej->gen_job, n, n == 1 ? "" : "s", n_hosts, n_hosts == 1 ? "" : "s",
-                       left ? "; left: " : "", ej->left, joined && !first ? "; joined: " : "",
-                       first ? "" : ej->joined, first ? "" : "", sync ? "yes" : "no");
+                       left ? "; left: " : "", ej->left, joined && !first ? "; joined: " : "", first ? "" : ej->joined,
+                       first ? "" : "", sync ? "yes" : "no");
         /* the chosen leave the waiting list; the others (beyond max) stay */
         size_t o = 0;
         for (size_t i = 0; i < ej->n_waiting; i++) {
@@ -314,8 +316,8 @@ static uint64_t try_form(hvd_daemon_t *d, ejob_t *ej, uint64_t now) {
         if (n < ej->min_size) {
                 if (now < give_up)
                         return give_up;
-                refuse_all(d, ej, HVD_ETIMEOUT, "%zu worker%s after %.0f s, fewer than the minimum of %u (--min-np)",
-                           n, n == 1 ? "" : "s", (double) ej->timeout_usec / 1e6, ej->min_size);
+                refuse_all(d, ej, HVD_ETIMEOUT, "%zu worker%s after %.0f s, fewer than the minimum of %u (--min-np)", n,
+                           n == 1 ? "" : "s", (double) ej->timeout_usec / 1e6, ej->min_size);
                 return UINT64_MAX;
         }
         size_t *chosen = calloc(n ? n : 1, sizeof *chosen), k = 0;
@@ -335,7 +337,8 @@ static uint64_t try_form(hvd_daemon_t *d, ejob_t *ej, uint64_t now) {
                         chosen[k++] = i;
         /* the first generation keeps the launcher's order */
         for (size_t a = first_joiner + 1; first && a < k; a++)
-                for (size_t b = a; b > first_joiner && ej->waiting[chosen[b - 1]].rank > ej->waiting[chosen[b]].rank; b--) {
+                for (size_t b = a; b > first_joiner && ej->waiting[chosen[b - 1]].rank > ej->waiting[chosen[b]].rank;
+                     b--) {
                         size_t t = chosen[b];
                         chosen[b] = chosen[b - 1];
                         chosen[b - 1] = t;
@@ -404,7 +407,9 @@ void elastic_enroll(hvd_daemon_t *d, const uint8_t *id, size_t id_len, Hvd__Enro
                 forward(d, id, id_len, e);
                 return;
         }
-        enrollee_t en = { .pid = e->pid, .local = !from_peer, .rank = e->rank, .id_len = id_len, .request = e->request };
+        enrollee_t en = {
+                .pid = e->pid, .local = !from_peer, .rank = e->rank, .id_len = id_len, .request = e->request
+        };
         memcpy(en.id, id, id_len);
         snprintf(en.host, sizeof en.host, "%s", e->host);
         ejob_t *ej = find(d, e->job_id, false);
@@ -451,7 +456,8 @@ void elastic_enroll(hvd_daemon_t *d, const uint8_t *id, size_t id_len, Hvd__Enro
                 start_reset(ej, false); /* a generation ends at its first member's return */
         } else if (!ej->forming) {
                 hvd_log_info("elastic job %s: pid %u on %s waits for the next generation", ej->id, en.pid, en.host);
-                announce(d, ej);
+                ej->last_join_usec = hvd_now_usec();
+                ej->announced = false;
         }
         try_form(d, ej, hvd_now_usec());
         d->next_housekeeping = 0;
@@ -486,6 +492,25 @@ void elastic_job_aborted(hvd_daemon_t *d, const job_t *j, int lost_rank) {
         d->next_housekeeping = 0;
 }
 
+void elastic_rank_gone(hvd_daemon_t *d, job_t *j, uint32_t rank) {
+        const char *g = strrchr(j->id, '.');
+        if (!g || g[1] != 'g' || !g[2] || strspn(g + 2, "0123456789") != strlen(g + 2))
+                return; /* not a generation of an elastic job */
+        if (j->role != JOB_MEMBER) {
+                elastic_job_aborted(d, j, (int) rank);
+                return;
+        }
+        Hvd__Abort ab = HVD__ABORT__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        ab.job_id = j->id;
+        ab.reason = (char *) "a rank of the ended generation is gone too";
+        ab.lost_rank = (int32_t) rank;
+        ab.code = HVD_EABORTED;
+        env.body_case = HVD__ENVELOPE__BODY_ABORT;
+        env.abort = &ab;
+        uplink_send_root(d, j, &env);
+}
+
 void elastic_host_lost(hvd_daemon_t *d, const job_t *j, uint32_t cross) {
         ejob_t *ej = find(d, j->id, true);
         for (uint32_t r = 0; ej && r < ej->n_members; r++)
@@ -506,8 +531,10 @@ uint64_t elastic_housekeeping(hvd_daemon_t *d, uint64_t now) {
                 if (j) {
                         ej->gone_since = 0;
                         if (ej->n_waiting && !ej->announced) {
-                                announce(d, ej);
-                                next = earliest(next, now + 100 * USEC_PER_MSEC);
+                                uint64_t due = ej->last_join_usec + ELASTIC_JOIN_QUIET;
+                                if (now >= due)
+                                        announce(d, ej);
+                                next = earliest(next, now >= due ? now + 100 * USEC_PER_MSEC : due);
                         }
                         pp = &ej->next;
                         continue;

@@ -363,6 +363,8 @@ void elastic_hosts_updated(hvd_daemon_t *d, Hvd__Envelope *env);
 /* Root: a generation ended (lost_rank: -1 unknown), or lost a host. */
 void elastic_job_aborted(hvd_daemon_t *d, const job_t *j, int lost_rank);
 void elastic_host_lost(hvd_daemon_t *d, const job_t *j, uint32_t cross);
+/* A local rank of an aborted generation died too: the root learns it. */
+void elastic_rank_gone(hvd_daemon_t *d, job_t *j, uint32_t rank);
 uint64_t elastic_housekeeping(hvd_daemon_t *d, uint64_t now);
 /* Fills es (strings borrowed until the next reactor turn) when job_id is a
  * generation of an elastic job here; returns 1, else 0. */

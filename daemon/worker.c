@@ -185,6 +185,8 @@ void worker_gone(hvd_daemon_t *d, worker_t *w, const char *why) {
                 job_abort(d, j, (int) w->rank, HVD_EABORTED,
                           "rank %u (pid %d on host %s) %s without calling hvd_shutdown", w->rank, (int) w->pid, w->host,
                           why);
+        else if (!w->goodbye)
+                elastic_rank_gone(d, j, w->rank);
         d->next_housekeeping = 0;
 }
 

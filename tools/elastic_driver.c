@@ -23,8 +23,8 @@
 #define USEC_PER_SEC_ 1000000ULL
 
 const char *const hvd_elastic_opt_names[HVD_ELASTIC_N_OPTS] = {
-        "min-np", "max-np", "host-discovery-script", "slots", "elastic-timeout", "reset-limit", "blacklist-cooldown",
-        "discovery-interval",
+        "min-np",          "max-np",      "host-discovery-script", "slots",
+        "elastic-timeout", "reset-limit", "blacklist-cooldown",    "discovery-interval",
 };
 
 void hvd_elastic_opts_init(hvd_elastic_opts_t *eo) {
@@ -314,8 +314,8 @@ int hvd_discovery_poll(hvd_discovery_t *d, uint64_t now, const hvd_discovered_t 
         free(buf);
         if (r < 0) {
                 if (strcmp(err, d->last_error) != 0)
-                        fprintf(stderr, "hvdrun: host discovery script '%s' %s%s; keeping the job's hosts\n",
-                                d->script, r == -EINVAL || r == -E2BIG ? "printed garbage: " : "", err);
+                        fprintf(stderr, "hvdrun: host discovery script '%s' %s%s; keeping the job's hosts\n", d->script,
+                                r == -EINVAL || r == -E2BIG ? "printed garbage: " : "", err);
                 snprintf(d->last_error, sizeof d->last_error, "%s", err);
                 return r;
         }

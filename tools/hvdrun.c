@@ -1599,6 +1599,8 @@ static int spawn_worker(worker_t *w, const char *path, char *const *argv, bool p
  * next generation); a failure keeps new workers off its host for the
  * cool-down. */
 static void elastic_exit(run_t *run, worker_t *w, const siginfo_t *si) {
+        if (w->status == 0)
+                hvd_discovery_destroy(&run->disc); /* the training is done: no more workers */
         if (w->status == 0 || run->interrupt_sig || w->stopped)
                 return;
         if (si->si_code == CLD_EXITED)
@@ -2280,7 +2282,7 @@ int main(int argc, char **argv) {
         reap_all(&run);
         if (run.interrupt_sig)
                 ret = 128 + run.interrupt_sig;
-        else if (run.disc)
+        else if (hvd_elastic_on(&o.elastic))
                 ret = run.last_status; /* elastic: the job's end is its last worker's */
         else
                 ret = run.first_fail_rank >= 0 ? run.exit_status : 0;

@@ -3,7 +3,7 @@ set, an ElasticSampler, a TorchState committed after every batch.
 
 Environment:
   ELASTIC_EPOCHS   epochs (default 4)
-  ELASTIC_EXIT     "EPOCH:BATCH:RANK:KIND[,...]": in the first generation,
+  ELASTIC_EXIT     "GEN:EPOCH:BATCH:RANK:KIND[,...]": in generation GEN,
                    the rank RANK at that batch kills itself (KIND kill9) or
                    raises (KIND exception)
   ELASTIC_WAIT     "EPOCH:BATCH:SIZE": at that batch, wait (committing) until
@@ -85,8 +85,8 @@ def main():
             idx = sampler.indices
             for start in range(0, len(idx), BS):
                 batch = idx[start:start + BS]
-                for e, b, r, kind in exits:
-                    if (_core.elastic_info()[0] == 1 and int(e) == state.epoch and int(b) == state.batch
+                for g, e, b, r, kind in exits:
+                    if (_core.elastic_info()[0] == int(g) and int(e) == state.epoch and int(b) == state.batch
                             and int(r) == hvd.rank()):
                         if kind == "kill9":
                             os.kill(os.getpid(), signal.SIGKILL)
