@@ -24,3 +24,25 @@ check_generation 2 3 "a a b"
 grep -q 'reached the reset limit (1 resets): the job stops' "$tmp/out" || fail "no clear error at the reset limit"
 [ -z "$(gen_lines 3)" ] || fail "a third generation formed beyond the reset limit"
 ok "a second reset with --reset-limit 1: every rank fails with 'reached the reset limit'"
+
+# hvdctl job at the root daemon: the generation, who left and why; the metrics
+ELASTIC_EPOCHS=6 ELASTIC_EXIT=1:0:3:1:kill9 run hvdctl -np 3 -H a:2,b:1 --min-np 2 &
+bg=$!
+seen=
+for _ in $(seq 600); do
+        sleep 0.1
+        for d in "$TMPDIR"/*/; do
+                j=$("$B/tools/hvdctl" --runtime-dir "$d" jobs 2>/dev/null | awk '/\.g2 .*running/ {print $1}')
+                [ -n "$j" ] || continue
+                "$B/tools/hvdctl" --runtime-dir "$d" job "$j" >"$tmp/job" 2>&1 || continue
+                grep -q '^  elastic: generation 2, 2 to 3 ranks, 1 reset (last [0-9.]* s), 0 waiting$' "$tmp/job" || continue
+                grep -q '^  left: rank 1 on a (lost)$' "$tmp/job" || fail "hvdctl job: who left: $(cat "$tmp/job")"
+                "$B/tools/hvdctl" --runtime-dir "$d" metrics 2>/dev/null | grep -q '^hvd_elastic_resets_total 1$' ||
+                        fail "hvd_elastic_resets_total is not 1"
+                seen=yes
+                break 2
+        done
+done
+wait "$bg"
+[ -n "$seen" ] || fail "hvdctl job never showed generation 2 at the root daemon"
+ok "hvdctl job: generation 2, 1 reset, rank 1 on a left (lost); hvd_elastic_resets_total 1"
