@@ -11,6 +11,7 @@
 #define ELASTIC_LINGER_USEC (30 * USEC_PER_SEC) /* a finished job's set is kept this long */
 #define ELASTIC_MAX_FWD     4096                /* enrolments a member daemon forwards at once */
 #define ELASTIC_MAX_WAITING 65536
+#define ELASTIC_MAX_HOSTS   4096                  /* hosts of one generation */
 #define ELASTIC_JOIN_QUIET  (500 * USEC_PER_MSEC) /* joiners arriving together are admitted together */
 
 /* A worker that asked for its place and has no answer yet. */
@@ -170,7 +171,7 @@ static void append(char *buf, size_t len, const char *fmt, ...) {
  * ej->waiting, members first in their old rank order, then the others. */
 static void form(hvd_daemon_t *d, ejob_t *ej, size_t *chosen, size_t n) {
         /* hosts: the root's (of a local worker) first, then as they come */
-        const char *hosts[HVD_WIRE_MAX_RANKS > 4096 ? 4096 : HVD_WIRE_MAX_RANKS];
+        const char *hosts[ELASTIC_MAX_HOSTS];
         uint32_t n_hosts = 0, *host_of = calloc(n, sizeof *host_of), *per_host = calloc(n + 1, sizeof *per_host);
         member_t *members = calloc(n, sizeof *members);
         if (!host_of || !per_host || !members) {
@@ -188,7 +189,14 @@ static void form(hvd_daemon_t *d, ejob_t *ej, size_t *chosen, size_t n) {
                 uint32_t c = 0;
                 while (c < n_hosts && strcmp(hosts[c], h) != 0)
                         c++;
-                if (c == n_hosts && n_hosts < 4096)
+                if (c == ELASTIC_MAX_HOSTS) {
+                        free(host_of);
+                        free(per_host);
+                        free(members);
+                        refuse_all(d, ej, -E2BIG, "more than %d hosts", ELASTIC_MAX_HOSTS);
+                        return;
+                }
+                if (c == n_hosts)
                         hosts[n_hosts++] = h;
                 host_of[k] = c;
                 per_host[c]++;
