@@ -3,7 +3,8 @@
 # script's host list changes with the training's progress: a host added
 # (its workers wait, every rank sees HostsUpdatedInterrupt at the same
 # commit, the new ranks come after the old ones and get the state), a job
-# fallen below --min-np that a new host completes (no deadlock), and a
+# fallen below --min-np that a new host completes (no deadlock), a host
+# blacklisted after a failure that gets workers again after its cool-down, and a
 # script that prints garbage or fails (a clear error; the job keeps its
 # hosts).
 . "${HVD_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/elastic/lib.sh"
@@ -27,6 +28,17 @@ ELASTIC_EXIT=1:1:1:1:kill9 run below -np 2 -H a:1,b:1 --min-np 2 --max-np 2 --el
 check_generation 2 2 "a c"
 check_results 2
 ok "rank 1 lost below --min-np 2, host c discovered: generation 2 on a and c, finished"
+
+printf '0 0 a:1,b:1\n' >"$tmp/schedule"
+ELASTIC_EXIT=1:0:2:1:kill9 ELASTIC_WAIT=1:0:2 run cooldown -np 2 -H a:1,b:1 --min-np 1 --max-np 2 \
+        --blacklist-cooldown 2 --host-discovery-script "$disc"
+[ "$rc" -eq 0 ] || fail "host b back after its cool-down: exit status $rc"
+grep -q 'hvdrun: host b blacklisted for 2 s: a worker there failed' "$tmp/out" || fail "host b was not blacklisted"
+check_generation 2 1 "a"
+last=$(grep -o 'ELASTIC gen=[0-9]*' "$tmp/out" | sort -t= -k2 -n | tail -n 1 | cut -d= -f2)
+check_generation "$last" 2 "a b"
+check_results 2
+ok "host b blacklisted for 2 s after its worker died: generation 2 on a alone, then b again (generation $last)"
 
 printf '0 0 GARBAGE\n1 0 FAIL\n' >"$tmp/schedule"
 run garbage -np 2 -H a:2 --min-np 1 --max-np 4 --host-discovery-script "$disc"

@@ -196,6 +196,7 @@ typedef struct run {
         host_t *added[64];
         size_t n_added;
         int last_status; /* of the worker that exited last */
+        bool finished;   /* a worker exited with status 0: the training is done */
 } run_t;
 
 /* ---- small helpers ---- */
@@ -1599,8 +1600,10 @@ static int spawn_worker(worker_t *w, const char *path, char *const *argv, bool p
  * next generation); a failure keeps new workers off its host for the
  * cool-down. */
 static void elastic_exit(run_t *run, worker_t *w, const siginfo_t *si) {
-        if (w->status == 0)
+        if (w->status == 0) {
                 hvd_discovery_destroy(&run->disc); /* the training is done: no more workers */
+                run->finished = true;
+        }
         if (w->status == 0 || run->interrupt_sig || w->stopped)
                 return;
         if (si->si_code == CLD_EXITED)
@@ -2283,7 +2286,7 @@ int main(int argc, char **argv) {
         if (run.interrupt_sig)
                 ret = 128 + run.interrupt_sig;
         else if (hvd_elastic_on(&o.elastic))
-                ret = run.last_status; /* elastic: the job's end is its last worker's */
+                ret = run.finished ? 0 : run.last_status; /* elastic: the training finished, or how it ended */
         else
                 ret = run.first_fail_rank >= 0 ? run.exit_status : 0;
         goto out;
