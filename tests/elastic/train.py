@@ -6,6 +6,8 @@ Environment:
   ELASTIC_EXIT     "GEN:EPOCH:BATCH:RANK:KIND[,...]": in generation GEN,
                    the rank RANK at that batch kills itself (KIND kill9) or
                    raises (KIND exception)
+  ELASTIC_SYNC_EXIT "GEN:RANK": the rank RANK of generation GEN kills itself
+                   as it enters it, while the others sync the state
   ELASTIC_WAIT     "EPOCH:BATCH:SIZE": at that batch, wait (committing) until
                    the job has SIZE ranks (hosts added by the discovery
                    script) before going on
@@ -63,8 +65,13 @@ def main():
 
     resets = [0]
 
+    sync_exits = schedule("ELASTIC_SYNC_EXIT")
+
     def on_reset():
         resets[0] += 1
+        for g, r in sync_exits:
+            if _core.elastic_info()[0] == int(g) and hvd.rank() == int(r):
+                os.kill(os.getpid(), signal.SIGKILL)
         opt.param_groups[0]["lr"] = 0.3
 
     state.register_reset_callbacks([on_reset])

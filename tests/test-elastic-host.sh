@@ -1,0 +1,21 @@
+#!/bin/bash
+# test-elastic-host.sh — elastic jobs on emulated hosts: every rank of a
+# host killed (the next generation on the other host alone), and a rank
+# killed as it enters a generation while the others sync the state (one
+# more reset, the job finishes).
+. "${HVD_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/elastic/lib.sh"
+
+ELASTIC_EXIT=1:1:2:2:kill9,1:1:2:3:kill9 run host -np 4 -H a:2,b:2 --min-np 2 --max-np 4
+[ "$rc" -eq 0 ] || fail "host b failing: exit status $rc"
+check_generation 2 2 "a a"
+check_results 2
+ok "every rank of host b killed: generation 2 on host a alone"
+
+ELASTIC_EXIT=1:1:3:1:kill9 ELASTIC_SYNC_EXIT=2:2 run sync -np 4 -H a:2,b:2 --min-np 2 --max-np 4
+[ "$rc" -eq 0 ] || fail "a rank lost during the state sync: exit status $rc"
+grep -q 'job .*\.g2 aborted: .*rank 2 (pid [0-9]* on host b) was killed by SIGKILL' "$tmp/out" ||
+        fail "generation 2 did not end with rank 2's death"
+[ -z "$(gen_lines 2)" ] || fail "generation 2 got past its sync"
+check_generation 3 2 "a b"
+check_results 2
+ok "rank 2 of generation 2 killed while the others sync the state: generation 3 of 2 ranks, finished"
