@@ -623,6 +623,8 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                 CHECK_NAME(e->host, HVD_WIRE_MAX_HOST, "host name");
                 CHECK_NAME(e->root_peer, HVD_WIRE_MAX_TEXT, "root peer endpoint");
                 CHECK_NAME(e->reason, HVD_WIRE_MAX_TEXT, "reason");
+                if (e->timeout_usec > UINT64_C(7) * 86400 * 1000000 || e->settle_usec > UINT64_C(86400) * 1000000)
+                        return fail(err, err_len, "elastic timeout or settle time out of range");
                 if (e->min_size == 0 || e->min_size > e->max_size || e->max_size > HVD_WIRE_MAX_RANKS ||
                     e->initial_size > HVD_WIRE_MAX_RANKS)
                         return fail(err, err_len, "elastic sizes out of range (min %u, max %u, initial %u)",

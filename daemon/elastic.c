@@ -366,7 +366,10 @@ static uint64_t try_form(hvd_daemon_t *d, ejob_t *ej, uint64_t now) {
 
 static ejob_t *ejob_new(hvd_daemon_t *d, const Hvd__Enroll *e) {
         hvd_elastic_t *es = state(d);
-        ejob_t *ej = es ? calloc(1, sizeof *ej) : NULL;
+        size_t n = 0;
+        for (const ejob_t *o = es ? es->jobs : NULL; o; o = o->next)
+                n++;
+        ejob_t *ej = es && n < d->cfg.max_jobs ? calloc(1, sizeof *ej) : NULL;
         if (!ej)
                 return NULL;
         snprintf(ej->id, sizeof ej->id, "%s", e->job_id);
@@ -434,7 +437,7 @@ void elastic_enroll(hvd_daemon_t *d, const uint8_t *id, size_t id_len, Hvd__Enro
                 return;
         }
         if (!ej && !(ej = ejob_new(d, e))) {
-                refuse(d, &en, -ENOMEM, "out of memory");
+                refuse(d, &en, -ENOMEM, "elastic job refused: out of memory, or this daemon already serves max_jobs");
                 return;
         }
         if (ej->n_waiting >= ELASTIC_MAX_WAITING) {
