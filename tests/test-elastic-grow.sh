@@ -11,7 +11,7 @@
 disc="$S/tests/elastic/discover.sh $tmp/progress $tmp/schedule"
 
 printf '0 0 a:2\n1 0 a:2,b:2\n' >"$tmp/schedule"
-ELASTIC_WAIT=1:2:4 run grow -np 2 -H a:2 --min-np 2 --max-np 4 --host-discovery-script "$disc"
+ELASTIC_WAIT=1:2:a+a+b+b run grow -np 2 -H a:2 --min-np 2 --max-np 4 --host-discovery-script "$disc"
 [ "$rc" -eq 0 ] || fail "host b added: exit status $rc"
 grep -q 'hvdrun: host b discovered: starting workers there' "$tmp/out" || fail "host b was not started"
 check_generation 1 2 "a a"
@@ -30,7 +30,7 @@ check_results 2
 ok "rank 1 lost below --min-np 2, host c discovered: generation 2 on a and c, finished"
 
 printf '0 0 a:1,b:1\n' >"$tmp/schedule"
-ELASTIC_EXIT=1:0:2:1:kill9 ELASTIC_WAIT=1:0:2 run cooldown -np 2 -H a:1,b:1 --min-np 1 --max-np 2 \
+ELASTIC_EXIT=1:0:2:1:kill9 ELASTIC_WAIT=1:0:a+b run cooldown -np 2 -H a:1,b:1 --min-np 1 --max-np 2 \
         --blacklist-cooldown 2 --host-discovery-script "$disc"
 [ "$rc" -eq 0 ] || fail "host b back after its cool-down: exit status $rc"
 grep -q 'hvdrun: host b blacklisted for 2 s: a worker there failed' "$tmp/out" || fail "host b was not blacklisted"

@@ -22,8 +22,8 @@ check_results 2
 ok "rank 2 of generation 2 killed while the others sync the state: generation 3 of 2 ranks, finished"
 
 # the discovery script drops host b and lists host c at the same time
-printf '0 0 a:2,b:2\n1 0 a:2,c:2\n' >"$tmp/schedule"
-ELASTIC_WAIT=1:3:4 run replace -np 4 -H a:2,b:2 --min-np 2 --max-np 4 \
+printf '0 0 a:2,b:2\n0 4 a:2,c:2\n' >"$tmp/schedule"
+ELASTIC_WAIT=0:4:a+a+c+c run replace -np 4 -H a:2,b:2 --min-np 2 --max-np 4 \
         --host-discovery-script "$S/tests/elastic/discover.sh $tmp/progress $tmp/schedule"
 [ "$rc" -eq 0 ] || fail "host b replaced by host c: exit status $rc"
 grep -q 'hvdrun: host b is no longer discovered: stopping worker 2' "$tmp/out" || fail "host b's workers were not stopped"

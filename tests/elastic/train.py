@@ -8,9 +8,9 @@ Environment:
                    raises (KIND exception)
   ELASTIC_SYNC_EXIT "GEN:RANK": the rank RANK of generation GEN kills itself
                    as it enters it, while the others sync the state
-  ELASTIC_WAIT     "EPOCH:BATCH:SIZE": at that batch, wait (committing) until
-                   the job has SIZE ranks (hosts added by the discovery
-                   script) before going on
+  ELASTIC_WAIT     "EPOCH:BATCH:HOSTS": at that batch, wait until the ranks'
+                   hosts are HOSTS, by rank ("a+a+b+b": hosts added or
+                   removed by the discovery script) before going on
   ELASTIC_PROGRESS a file this rank 0 writes "EPOCH BATCH" to at each commit
                    (the discovery script's schedule reads it)
 Prints one line per generation:
@@ -98,9 +98,9 @@ def main():
                         if kind == "kill9":
                             os.kill(os.getpid(), signal.SIGKILL)
                         raise RuntimeError(f"scheduled failure at epoch {e} batch {b}")
-                for e, b, size in waits:
+                for e, b, hosts in waits:
                     if int(e) == state.epoch and int(b) == state.batch:
-                        while hvd.size() < int(size):
+                        while "+".join(hvd.allgather_object(host, name="hosts")) != hosts:
                             state.check_host_updates()
                             time.sleep(0.05)
                 opt.zero_grad()
