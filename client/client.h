@@ -326,6 +326,17 @@ void hvd_job_abort(int code, const char *reason);
  * report, err rewritten (see link.c). may_wait: the caller owns the socket. */
 int hvd_job_verdict(int r, char *err, bool may_wait);
 
+/* ---- elastic.c: the place of a rank of an elastic job ---- */
+struct hvd_settings;
+/* In an elastic job, asks the root daemon for this rank's place in the
+ * next generation and writes it into *s (job id, rank, sizes, hosts);
+ * nothing outside one. 0 or < 0 with hvd_last_error set. hvd_init. */
+int hvd_elastic_enroll(struct hvd_settings *s);
+/* The code an abort of the job gives the user: HVD_ERESET in an elastic job. */
+int hvd_elastic_abort_code(int code);
+/* The root daemon says workers wait to join the next generation. */
+void hvd_elastic_hosts_updated(const Hvd__HostsUpdated *hu);
+
 /* ---- schedule.c: executing the coordinator's schedules ---- */
 
 static inline const char *hvd_id_name(uint32_t id) {

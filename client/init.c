@@ -551,6 +551,10 @@ int hvd_init(void) {
                 return hvd_error(r, "%s", err);
         if (s.from_launcher && (r = hvd_launcher_join_open(&s, err, sizeof err)) < 0)
                 return hvd_error(r, "%s", err);
+        if ((r = hvd_elastic_enroll(&s)) < 0) {
+                hvd_launcher_join_close(false);
+                return r;
+        }
         rank_source = s.rank_source;
         place_from_settings(&s);
         if (s.timeline_file &&

@@ -132,6 +132,7 @@ void hvd_link_handle(Hvd__Envelope *env) {
                         fflush(G.tune_log);
                 }
                 break;
+        case HVD__ENVELOPE__BODY_HOSTS_UPDATED: hvd_elastic_hosts_updated(env->hosts_updated); break;
         default: hvd_job_abort(HVD_EPROTO, "unexpected message from the coordinator"); break;
         }
 }
@@ -302,7 +303,7 @@ void hvd_link_goodbye(void) {
 void hvd_job_abort(int code, const char *reason) {
         pthread_mutex_lock(&G.lock);
         if (!G.abort_code) {
-                G.abort_code = code < 0 ? code : HVD_EABORTED;
+                G.abort_code = hvd_elastic_abort_code(code < 0 ? code : HVD_EABORTED);
                 snprintf(G.abort_reason, sizeof G.abort_reason, "%s", reason);
                 pthread_cond_broadcast(&G.cond); /* a user thread may wait for the verdict */
         }

@@ -17,6 +17,7 @@ client_libhvd_la_SOURCES = \
 	client/fastpath_turn.c \
 	client/gpu.c \
 	client/pset.c \
+	client/elastic.c \
 	client/backend.h \
 	client/cpu_backend.c \
 	client/fastpath.c client/fastpath.h \

@@ -381,6 +381,32 @@ static int read_autotune(hvd_settings_t *s, const env_t *env, char *err, size_t 
         return 0;
 }
 
+/* Elastic mode: the sizes and deadlines every enrolment carries. */
+static int read_elastic(hvd_settings_t *s, const env_t *env, char *err, size_t err_len) {
+        const char *el = env_get(env, "ELASTIC", false);
+        if (!el || hvd_parse_bool(el, &s->elastic) < 0 || !s->elastic)
+                return el && hvd_parse_bool(el, &s->elastic) < 0
+                               ? fail(err, err_len, "HVD_ELASTIC='%s' is not a boolean", el)
+                               : 0;
+        int lo = env_int(env, "ELASTIC_MIN_NP", s->size, false), hi = env_int(env, "ELASTIC_MAX_NP", s->size, false);
+        int rl = env_int(env, "ELASTIC_RESET_LIMIT", 0, false);
+        if (lo < 1 || hi < lo || hi > 65536 || rl < 0)
+                return fail(err, err_len,
+                            "HVD_ELASTIC_MIN_NP=%d/HVD_ELASTIC_MAX_NP=%d/HVD_ELASTIC_RESET_LIMIT=%d: need 1 <= min <= "
+                            "max <= 65536 and a limit >= 0",
+                            lo, hi, rl);
+        s->elastic_min = (uint32_t) lo;
+        s->elastic_max = (uint32_t) hi;
+        s->elastic_reset_limit = (uint32_t) rl;
+        s->elastic_timeout_usec = 600 * USEC_PER_SEC;
+        s->elastic_settle_usec = 5 * USEC_PER_SEC;
+        const char *t = env_get(env, "ELASTIC_TIMEOUT", false), *st = env_get(env, "ELASTIC_SETTLE", false);
+        if ((t && hvd_parse_duration(t, USEC_PER_SEC, &s->elastic_timeout_usec) < 0) ||
+            (st && hvd_parse_duration(st, USEC_PER_SEC, &s->elastic_settle_usec) < 0))
+                return fail(err, err_len, "HVD_ELASTIC_TIMEOUT/HVD_ELASTIC_SETTLE must be durations in seconds");
+        return 0;
+}
+
 int hvd_settings_read(hvd_settings_t *s, hvd_settings_lookup_fn lookup, void *userdata, char *err, size_t err_len) {
         const env_t env = { .lookup = lookup, .userdata = userdata };
         memset(s, 0, sizeof *s);
@@ -394,7 +420,9 @@ int hvd_settings_read(hvd_settings_t *s, hvd_settings_lookup_fn lookup, void *us
         if (s->solo)
                 return 0;
         r = read_job(s, &env, bad_fusion, err, err_len);
-        return r < 0 ? r : read_autotune(s, &env, err, err_len);
+        if (r < 0 || (r = read_autotune(s, &env, err, err_len)) < 0)
+                return r;
+        return read_elastic(s, &env, err, err_len);
 }
 
 const char *hvd_settings_coordinator(const hvd_settings_t *s, char *buf, size_t len) {

@@ -85,6 +85,14 @@ typedef struct hvd_settings {
         uint16_t host_at[HVD_MAX_HOSTS];
         /* on several hosts: HVD_DATA_ADDR as given; HOST:PORT splits into
          * data_addr_host and data_addr_port (0: no port given) */
+        /* elastic mode (HVD_ELASTIC, set by hvdrun --min-np/--max-np):
+         * HVD_ELASTIC_MIN_NP/MAX_NP (default: HVD_SIZE), HVD_ELASTIC_TIMEOUT
+         * (s, default 600), HVD_ELASTIC_RESET_LIMIT (0: none),
+         * HVD_ELASTIC_SETTLE (s, default 5). The root daemon places the
+         * rank (client/elastic.c). */
+        bool elastic;
+        uint32_t elastic_min, elastic_max, elastic_reset_limit;
+        uint64_t elastic_timeout_usec, elastic_settle_usec;
         const char *data_addr;
         char data_addr_host[256];
         unsigned data_addr_port;

@@ -630,6 +630,41 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                 if (!utf8_valid((const unsigned char *) env->metrics_reply->text))
                         return fail(err, err_len, "metrics text is not valid UTF-8");
                 return 0;
+        case HVD__ENVELOPE__BODY_ENROLL: {
+                const Hvd__Enroll *e = env->enroll;
+                CHECK_NAME(e->job_id, HVD_WIRE_MAX_JOB_ID - 24, "job id");
+                if (!e->job_id[0])
+                        return fail(err, err_len, "empty job id");
+                if (e->secret.len > HVD_WIRE_MAX_SECRET)
+                        return fail(err, err_len, "job secret too long");
+                CHECK_NAME(e->host, HVD_WIRE_MAX_HOST, "host name");
+                CHECK_NAME(e->root_peer, HVD_WIRE_MAX_TEXT, "root peer endpoint");
+                CHECK_NAME(e->reason, HVD_WIRE_MAX_TEXT, "reason");
+                if (e->timeout_usec > UINT64_C(7) * 86400 * 1000000 || e->settle_usec > UINT64_C(86400) * 1000000)
+                        return fail(err, err_len, "elastic timeout or settle time out of range");
+                if (e->min_size == 0 || e->min_size > e->max_size || e->max_size > HVD_WIRE_MAX_RANKS ||
+                    e->initial_size > HVD_WIRE_MAX_RANKS)
+                        return fail(err, err_len, "elastic sizes out of range (min %u, max %u, initial %u)",
+                                    e->min_size, e->max_size, e->initial_size);
+                return 0;
+        }
+        case HVD__ENVELOPE__BODY_PLACEMENT: {
+                const Hvd__Placement *p = env->placement;
+                CHECK_NAME(p->reason, HVD_WIRE_MAX_TEXT, "reason");
+                CHECK_NAME(p->job_id, HVD_WIRE_MAX_JOB_ID, "job id");
+                if (p->code < 0)
+                        return 0;
+                if (p->size == 0 || p->size > HVD_WIRE_MAX_RANKS || p->rank >= p->size || p->local_size == 0 ||
+                    p->local_rank >= p->local_size || p->cross_size == 0 || p->cross_rank >= p->cross_size ||
+                    p->n_hosts != p->cross_size || !p->job_id[0])
+                        return fail(err, err_len, "placement out of range");
+                for (size_t i = 0; i < p->n_hosts; i++)
+                        CHECK_NAME(p->hosts[i], HVD_WIRE_MAX_HOST, "host name");
+                return 0;
+        }
+        case HVD__ENVELOPE__BODY_HOSTS_UPDATED:
+                CHECK_NAME(env->hosts_updated->job_id, HVD_WIRE_MAX_JOB_ID, "job id");
+                return 0;
         case HVD__ENVELOPE__BODY_METRICS_REQUEST:
         case HVD__ENVELOPE__BODY_HEARTBEAT:
         case HVD__ENVELOPE__BODY_DONE:

@@ -102,6 +102,7 @@ typedef struct status_mem {
         Hvd__PeerStatus **pp;
         Hvd__JobStatus *js;
         Hvd__JobStatus **jp;
+        Hvd__ElasticStatus *es; /* [job] */
         rank_infos_t *ri;       /* [job]: its local ranks */
         Hvd__RankStatus **rs;   /* [job] */
         Hvd__RankStatus ***rsp; /* [job] */
@@ -122,6 +123,7 @@ static void status_mem_free(status_mem_t *m) {
         free(m->pp);
         free(m->js);
         free(m->jp);
+        free(m->es);
         free(m->ri);
         free(m->rs);
         free(m->rsp);
@@ -333,7 +335,8 @@ static void handle_status(hvd_daemon_t *d, const uint8_t *id, size_t id_len, con
         m.ri = calloc(nj ? nj : 1, sizeof *m.ri);
         m.rs = calloc(nj ? nj : 1, sizeof *m.rs);
         m.rsp = calloc(nj ? nj : 1, sizeof *m.rsp);
-        int r = m.js && m.jp && m.ri && m.rs && m.rsp ? 0 : -ENOMEM;
+        m.es = calloc(nj ? nj : 1, sizeof *m.es);
+        int r = m.js && m.jp && m.ri && m.rs && m.rsp && m.es ? 0 : -ENOMEM;
         if (r >= 0)
                 r = status_peers(d, now, &st, &m);
         if (r >= 0)
@@ -345,6 +348,9 @@ static void handle_status(hvd_daemon_t *d, const uint8_t *id, size_t id_len, con
                         continue;
                 m.n_jobs = k + 1;
                 r = status_job(j, now, q->rank_detail, &m.js[k], &m, k);
+                hvd__elastic_status__init(&m.es[k]);
+                if (elastic_describe(d, j->id, &m.es[k]))
+                        m.js[k].elastic = &m.es[k];
                 m.jp[k] = &m.js[k];
                 k++;
         }

@@ -305,11 +305,12 @@ struct hvd_daemon {
         size_t n_items, cap_items;
         char host[HVD_WIRE_MAX_HOST + 1];
         hvd_metrics_t metrics;
-        hvd_http_t *http;        /* GET /metrics, when metrics_listen is set */
-        size_t http_first;       /* its poll items: [http_first, n_items) */
-        uint64_t wake_usec;      /* when the reactor last woke with work */
-        uint64_t stale_log_usec; /* last log of a stale message on a connection of no job */
-        tomb_t tombs[N_TOMBS];   /* round robin */
+        hvd_http_t *http;            /* GET /metrics, when metrics_listen is set */
+        size_t http_first;           /* its poll items: [http_first, n_items) */
+        uint64_t wake_usec;          /* when the reactor last woke with work */
+        uint64_t stale_log_usec;     /* last log of a stale message on a connection of no job */
+        struct hvd_elastic *elastic; /* elastic jobs this daemon is the root of (elastic.c) */
+        tomb_t tombs[N_TOMBS];       /* round robin */
         size_t next_tomb;
 };
 
@@ -351,6 +352,26 @@ static inline uint64_t earliest(uint64_t a, uint64_t b) {
 static inline uint64_t daemon_ping_usec(const hvd_daemon_t *d) {
         return HVD_MIN(d->cfg.peer_timeout_usec / 5, USEC_PER_SEC);
 }
+
+/* ---- elastic.c: membership of elastic jobs ---- */
+typedef struct hvd_elastic hvd_elastic_t;
+/* A worker's enrolment (from_peer: forwarded by its daemon): answered with
+ * its placement once the generation is decided, or forwarded to the root. */
+void elastic_enroll(hvd_daemon_t *d, const uint8_t *id, size_t id_len, Hvd__Enroll *e, bool from_peer);
+/* Member daemon: the root's answer to a forwarded enrolment, or its news
+ * that workers wait to join; passed to the workers. */
+void elastic_placement(hvd_daemon_t *d, Hvd__Envelope *env);
+void elastic_hosts_updated(hvd_daemon_t *d, Hvd__Envelope *env);
+/* Root: a generation ended (lost_rank: -1 unknown), or lost a host. */
+void elastic_job_aborted(hvd_daemon_t *d, const job_t *j, int lost_rank);
+void elastic_host_lost(hvd_daemon_t *d, const job_t *j, uint32_t cross);
+/* A local rank of an aborted generation died too: the root learns it. */
+void elastic_rank_gone(hvd_daemon_t *d, job_t *j, uint32_t rank);
+uint64_t elastic_housekeeping(hvd_daemon_t *d, uint64_t now);
+/* Fills es (strings borrowed until the next reactor turn) when job_id is a
+ * generation of an elastic job here; returns 1, else 0. */
+int elastic_describe(const hvd_daemon_t *d, const char *job_id, Hvd__ElasticStatus *es);
+void elastic_free(hvd_daemon_t *d);
 
 /* ---- io.c: sockets and messages ---- */
 /* A socket of type with the daemon's options: no linger, the message size

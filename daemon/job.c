@@ -29,6 +29,7 @@ static void job_abort_v(hvd_daemon_t *d, job_t *j, bool from_root, int lost_rank
                         va_list ap) __attribute__((format(printf, 7, 0)));
 static void job_abort_v(hvd_daemon_t *d, job_t *j, bool from_root, int lost_rank, int code, int level, const char *fmt,
                         va_list ap) {
+        elastic_job_aborted(d, j, lost_rank); /* a later lost rank counts too */
         if (j->state == JOB_ABORTED)
                 return;
         vsnprintf(j->abort_reason, sizeof j->abort_reason, fmt, ap);

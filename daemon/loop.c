@@ -65,6 +65,7 @@ void loop_housekeeping(hvd_daemon_t *d, uint64_t now) {
         uint64_t tick = now + HVD_MIN(HOUSEKEEPING_USEC, daemon_ping_usec(d));
         uint64_t next = worker_housekeeping(d, now, tick);
         next = earliest(next, uplink_housekeeping(d, now, tick));
+        next = earliest(next, elastic_housekeeping(d, now));
         job_t *dead[64];
         size_t n_dead = 0, iter = 0;
         void *v;
@@ -372,6 +373,7 @@ void hvd_daemon_destroy(hvd_daemon_t **dp) {
                 }
         }
         hvd_strmap_destroy(&d->peers);
+        elastic_free(d);
         hvd_http_destroy(&d->http);
         hvd_zap_stop_monitor(d->zap);
         if (d->peer_sock) {

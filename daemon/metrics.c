@@ -120,6 +120,8 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
         counter(&b, "hvd_workers_connected_total", "Workers that joined a job here.", m->workers_connected);
         counter(&b, "hvd_workers_lost_total", "Workers declared lost: no heartbeat within heartbeat_timeout.",
                 m->workers_lost);
+        counter(&b, "hvd_elastic_resets_total", "Elastic jobs: generations formed after a reset (root daemon).",
+                m->elastic_resets);
         counter(&b, "hvd_stale_messages_total",
                 "Messages refused as stale: from a worker declared lost, or for a job aborted or gone.",
                 m->stale_messages);
@@ -188,6 +190,8 @@ int hvd_metrics_render(const hvd_metrics_t *m, const hvd_metrics_gauges_t *g, ch
                 m->schedule_repeats);
         counter(&b, "hvd_log_level_changes_total", "Run-time log level changes (hvdctl log-level).",
                 m->log_level_changes);
+        histogram(&b, "hvd_elastic_reset_seconds", "Elastic jobs: from a generation's end to the next one's placement.",
+                  &m->elastic_reset);
         histogram(&b, "hvd_negotiation_latency_seconds",
                   "Per tensor: from its first readiness on any rank to its schedule.", &m->negotiation);
         histogram(&b, "hvd_cycle_duration_seconds", "Reactor iterations: from waking up to going back to sleep.",

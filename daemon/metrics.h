@@ -60,9 +60,11 @@ typedef struct hvd_metrics {
          * cache ids a relay sent on as one entry for its whole group */
         uint64_t relay_in, relay_out, relayed_received, relay_group_ids;
         uint64_t log_level_changes;
-        hvd_histogram_t negotiation; /* per tensor: first readiness to schedule */
-        hvd_histogram_t iteration;   /* reactor: wake-up to going back to sleep */
-        hvd_histogram_t control;     /* control request handling */
+        uint64_t elastic_resets;       /* generations of elastic jobs formed after a reset (root) */
+        hvd_histogram_t elastic_reset; /* from a generation's end to the next one's placement */
+        hvd_histogram_t negotiation;   /* per tensor: first readiness to schedule */
+        hvd_histogram_t iteration;     /* reactor: wake-up to going back to sleep */
+        hvd_histogram_t control;       /* control request handling */
 } hvd_metrics_t;
 
 /* What is read off the daemon's state when rendering. */

@@ -300,6 +300,10 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
                 join_node(d, id, id_len, env->node_join);
                 return;
         }
+        if (env->body_case == HVD__ENVELOPE__BODY_ENROLL) {
+                elastic_enroll(d, id, id_len, env->enroll, true);
+                return;
+        }
         const char *job_id = env->body_case == HVD__ENVELOPE__BODY_NODE_READY ? env->node_ready->job_id
                              : env->body_case == HVD__ENVELOPE__BODY_ABORT    ? env->abort->job_id
                                                                               : NULL;
@@ -491,6 +495,7 @@ uint64_t root_probe_nodes(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick
                 if (nd->local)
                         continue;
                 if (probe && probe_node(d, nd, now) == -EHOSTUNREACH) {
+                        elastic_host_lost(d, j, c);
                         char ranks[256];
                         job_host_ranks(j, c, ranks, sizeof ranks);
                         job_abort(d, j, -1, HVD_EABORTED,
@@ -502,6 +507,7 @@ uint64_t root_probe_nodes(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick
                 if (now - nd->last_heard_usec <= d->cfg.peer_timeout_usec)
                         continue;
                 char ranks[256];
+                elastic_host_lost(d, j, c);
                 job_host_ranks(j, c, ranks, sizeof ranks);
                 job_abort(d, j, -1, HVD_EABORTED,
                           "lost contact with host %s (ranks [%s]): its daemon was silent for %.1f s", job_host(j, c),

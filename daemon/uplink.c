@@ -190,6 +190,10 @@ static void handle_root_message(hvd_daemon_t *d, peer_t *p, Hvd__Envelope *env) 
                 hvd_log_warning("root daemon %s: %s", p->endpoint, env->error->message);
                 return;
         }
+        if (env->body_case == HVD__ENVELOPE__BODY_PLACEMENT || env->body_case == HVD__ENVELOPE__BODY_HOSTS_UPDATED) {
+                (env->body_case == HVD__ENVELOPE__BODY_PLACEMENT ? elastic_placement : elastic_hosts_updated)(d, env);
+                return;
+        }
         const char *job_id = env->body_case == HVD__ENVELOPE__BODY_NODE_WELCOME   ? env->node_welcome->job_id
                              : env->body_case == HVD__ENVELOPE__BODY_JOB_SCHEDULE ? env->job_schedule->job_id
                              : env->body_case == HVD__ENVELOPE__BODY_ABORT        ? env->abort->job_id

@@ -185,6 +185,8 @@ void worker_gone(hvd_daemon_t *d, worker_t *w, const char *why) {
                 job_abort(d, j, (int) w->rank, HVD_EABORTED,
                           "rank %u (pid %d on host %s) %s without calling hvd_shutdown", w->rank, (int) w->pid, w->host,
                           why);
+        else if (!w->goodbye)
+                elastic_rank_gone(d, j, w->rank);
         d->next_housekeeping = 0;
 }
 
@@ -425,6 +427,8 @@ void worker_handle_socket(hvd_daemon_t *d) {
                         w->last_heard_usec = hvd_now_usec();
                 if (env->body_case == HVD__ENVELOPE__BODY_HELLO)
                         join_hello(d, id, id_len, env->hello, uid);
+                else if (env->body_case == HVD__ENVELOPE__BODY_ENROLL)
+                        elastic_enroll(d, id, id_len, env->enroll, false);
                 else if (!w &&
                          (env->body_case == HVD__ENVELOPE__BODY_HEARTBEAT ||
                           env->body_case == HVD__ENVELOPE__BODY_READY || env->body_case == HVD__ENVELOPE__BODY_DONE))

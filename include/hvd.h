@@ -59,7 +59,8 @@ typedef enum hvd_reduce_op {
         X(HVD_ESHUTDOWN, -1008, "hvd has been shut down")                                                              \
         X(HVD_EDUPLICATE, -1009, "A tensor with this name is already in flight")                                       \
         X(HVD_ENODEVICE, -1010, "No GPU backend or device available")                                                  \
-        X(HVD_EJOINED, -1011, "Not supported while ranks have joined")
+        X(HVD_EJOINED, -1011, "Not supported while ranks have joined")                                                 \
+        X(HVD_ERESET, -1012, "The elastic job's membership changed: re-initialise")
 
 enum {
 #define HVD_ERR_ENUM(name, value, text) name = value,
@@ -270,6 +271,25 @@ int hvd_barrier(void);
  * those ranks join in turn. Returns the rank that joined last (>= 0, the
  * same on every rank) or an error. */
 int hvd_join(void);
+
+/* ---- elastic membership -------------------------------------------------
+ * In an elastic job (HVD_ELASTIC=1, as hvdrun --min-np/--max-np sets), the
+ * root daemon places each rank at hvd_init: the job is a series of numbered
+ * generations. A lost rank or host fails every survivor's collectives with
+ * HVD_ERESET; each then calls hvd_shutdown() and hvd_init() again and is
+ * placed in the next generation (ranks renumbered densely, survivors in
+ * their order, new ranks after). See docs/ELASTIC.md.
+ *
+ * The generation this rank was placed in (>= 1), 0 outside an elastic job
+ * or before hvd_init. */
+uint64_t hvd_elastic_generation(void);
+/* 1 when every rank of this generation is to take the state from rank 0
+ * (ranks joined, or ranks were lost), else 0: the same on every rank. */
+int hvd_elastic_sync_needed(void);
+/* How many workers wait to join the next generation, as this rank last
+ * heard from its daemon (0: none). Ranks may hear it at different times:
+ * agree on it with a collective (hvd.elastic's check_host_updates does). */
+int hvd_elastic_waiting(void);
 
 /* ---- timeline ----------------------------------------------------------
  * Records what the job does into a Chrome trace-event JSON file (open it in

@@ -80,7 +80,18 @@ static PyObject *raise_hvd_error(int code, const char *msg) {
         case -ENOMEM: type = PyExc_MemoryError; break;
         default: type = HorovodInternalError; break;
         }
-        PyErr_SetString(type, msg);
+        if (type != HorovodInternalError) {
+                PyErr_SetString(type, msg);
+                return NULL;
+        }
+        /* e.code tells an elastic reset (ERESET) from the job's end */
+        PyObject *exc = PyObject_CallFunction(type, "s", msg), *c = PyLong_FromLong(code);
+        if (exc && c && PyObject_SetAttrString(exc, "code", c) == 0)
+                PyErr_SetObject(type, exc);
+        else if (!PyErr_Occurred())
+                PyErr_SetString(type, msg);
+        Py_XDECREF(exc);
+        Py_XDECREF(c);
         return NULL;
 }
 
@@ -688,6 +699,12 @@ static PyObject *core_cross_size(PyObject *mod, PyObject *unused) {
         return topology(hvd_cross_size());
 }
 
+/* (generation, sync needed, workers waiting) of this rank's elastic job. */
+static PyObject *core_elastic_info(PyObject *mod, PyObject *unused) {
+        return Py_BuildValue("(KOi)", (unsigned long long) hvd_elastic_generation(),
+                             hvd_elastic_sync_needed() ? Py_True : Py_False, hvd_elastic_waiting());
+}
+
 static int has_process_sets(void) {
         return hvd_add_process_set && hvd_remove_process_set && hvd_process_set_rank && hvd_process_set_size &&
                hvd_process_set_included && hvd_process_set_ranks;
@@ -1074,6 +1091,8 @@ static PyMethodDef core_methods[] = {
         { "local_size", core_local_size, METH_NOARGS, "local_size() -> int" },
         { "cross_rank", core_cross_rank, METH_NOARGS, "cross_rank() -> int" },
         { "cross_size", core_cross_size, METH_NOARGS, "cross_size() -> int" },
+        { "elastic_info", core_elastic_info, METH_NOARGS,
+          "elastic_info() -> (generation, sync_needed, waiting) of an elastic job (generation 0: none)" },
         { "submit", (PyCFunction) (void (*)(void)) core_submit, METH_VARARGS | METH_KEYWORDS,
           "submit(kind, requests, keepalive=None, grouped=False) -> Handle. Each request is a tuple "
           "(name, input_ptr, output_ptr, dtype, shape, reduce_op, prescale, postscale, root, splits, "
@@ -1141,6 +1160,7 @@ PyMODINIT_FUNC PyInit__core(void) {
                 { "KIND_REDUCESCATTER", KIND_REDUCESCATTER },
                 { "DEVICE_CPU", HVD_DEVICE_CPU },
                 { "MAX_NDIM", HVD_MAX_NDIM },
+                { "ERESET", HVD_ERESET },
                 { "MAX_NAME_BYTES", HVD_MAX_NAME_BYTES },
                 { "KEPT_MIN_BYTES", (long) HVD_KEPT_MIN_BYTES },
 #ifdef HAVE_NCCL

@@ -10,6 +10,7 @@ hvd_py_sources = \
 hvd_common_py_sources = \
 	%D%/hvd/common/__init__.py \
 	%D%/hvd/common/basics.py \
+	%D%/hvd/common/elastic.py \
 	%D%/hvd/common/exceptions.py \
 	%D%/hvd/common/ops.py \
 	%D%/hvd/common/process_sets.py
@@ -23,11 +24,15 @@ hvd_torch_py_sources = \
 	%D%/hvd/torch/mpi_ops.py \
 	%D%/hvd/torch/optimizer.py \
 	%D%/hvd/torch/sync_batch_norm.py
+hvd_torch_elastic_py_sources = \
+	%D%/hvd/torch/elastic/__init__.py \
+	%D%/hvd/torch/elastic/sampler.py \
+	%D%/hvd/torch/elastic/state.py
 
 # pyproject.toml and setup.py: `pip install ./python-binding` against an
 # installed libhvd (pkg-config hvd), beside `make install`
-EXTRA_DIST += $(hvd_py_sources) $(hvd_common_py_sources) $(hvd_torch_py_sources) %D%/hvdmodule.c \
-	%D%/kept.c %D%/kept.h \
+EXTRA_DIST += $(hvd_py_sources) $(hvd_common_py_sources) $(hvd_torch_py_sources) $(hvd_torch_elastic_py_sources) \
+	%D%/hvdmodule.c %D%/kept.c %D%/kept.h \
 	%D%/pyproject.toml %D%/setup.py \
 	%D%/README.md docs/HOROVOD.md examples/python/README.md examples/python/train_mnist.py \
 	examples/python/pytorch_synthetic_benchmark.py
@@ -43,6 +48,8 @@ hvdcommonexecdir = $(pyexecdir)/hvd/common
 hvdcommonexec_PYTHON = $(hvd_common_py_sources)
 hvdtorchexecdir = $(pyexecdir)/hvd/torch
 hvdtorchexec_PYTHON = $(hvd_torch_py_sources)
+hvdtorchelasticexecdir = $(pyexecdir)/hvd/torch/elastic
+hvdtorchelasticexec_PYTHON = $(hvd_torch_elastic_py_sources)
 
 %C%__core_la_SOURCES = %D%/hvdmodule.c %D%/kept.c %D%/kept.h
 # NCCL_CFLAGS and CUDA_CFLAGS (empty without NCCL) find nccl.h, for its version
@@ -56,10 +63,11 @@ hvdtorchexec_PYTHON = $(hvd_torch_py_sources)
 # a copy of the extension, under python-binding/pkg/hvd.
 all-local: python-binding-pkg
 python-binding-pkg: %D%/pkg/.stamp
-%D%/pkg/.stamp: $(hvd_py_sources) $(hvd_common_py_sources) $(hvd_torch_py_sources) %D%/_core.la
+%D%/pkg/.stamp: $(hvd_py_sources) $(hvd_common_py_sources) $(hvd_torch_py_sources) $(hvd_torch_elastic_py_sources) \
+		%D%/_core.la
 	$(AM_V_GEN)set -e; \
 	rm -rf $(@D)/hvd; \
-	for f in $(hvd_py_sources) $(hvd_common_py_sources) $(hvd_torch_py_sources); do \
+	for f in $(hvd_py_sources) $(hvd_common_py_sources) $(hvd_torch_py_sources) $(hvd_torch_elastic_py_sources); do \
 		dest=$(@D)/hvd/$${f#%D%/hvd/}; \
 		$(MKDIR_P) "$${dest%/*}"; \
 		if test -f "$$f"; then src="$(abs_builddir)/$$f"; else src="$(abs_srcdir)/$$f"; fi; \

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "elastic_driver.h"
 #include "launcher.h"
 
 static void slurm_env(const char *nodes, const char *tasks, const char *cpus) {
@@ -163,16 +164,20 @@ START_TEST(test_srun_argv) {
 END_TEST
 
 START_TEST(test_horovodrun_refusals) {
-        static const char *const refused[] = {
-                "mpi",    "gloo-timeout-seconds", "network-interface",      "nics",
-                "min-np", "num-nccl-streams",     "hierarchical-allreduce", "log-level"
-        };
+        static const char *const refused[] = { "mpi",
+                                               "gloo-timeout-seconds",
+                                               "network-interface",
+                                               "nics",
+                                               "blacklist-cooldown-range",
+                                               "num-nccl-streams",
+                                               "hierarchical-allreduce",
+                                               "log-level" };
         for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
                 const char *why = hvd_horovodrun_refusal(refused[i]);
                 ck_assert_msg(why && *why, "--%s is not refused", refused[i]);
         }
         /* taken or accepted by hvdrun, or not horovodrun's */
-        static const char *const not_refused[] = { "gloo", "cache-capacity", "timeline-filename", "np", "m",
+        static const char *const not_refused[] = { "gloo", "cache-capacity", "timeline-filename", "np", "m", "min-np",
                                                    "",     "autotune",       "autotune-log-file" };
         for (size_t i = 0; i < sizeof not_refused / sizeof *not_refused; i++)
                 ck_assert_ptr_null(hvd_horovodrun_refusal(not_refused[i]));
@@ -184,6 +189,57 @@ START_TEST(test_horovodrun_refusals) {
 }
 END_TEST
 
+START_TEST(test_discovery_parse) {
+        hvd_discovered_t h[4];
+        size_t n = 0;
+        char err[256];
+        /* blanks, comments and CRLF are fine; a host without slots gets the default */
+        ck_assert_int_eq(hvd_discovery_parse("a:2\n  b \r\n# c:9\n\nnode-1.x:16\n", 3, h, 4, &n, err, sizeof err), 0);
+        ck_assert_uint_eq(n, 3);
+        ck_assert_str_eq(h[0].name, "a");
+        ck_assert_int_eq(h[0].slots, 2);
+        ck_assert_str_eq(h[1].name, "b");
+        ck_assert_int_eq(h[1].slots, 3);
+        ck_assert_str_eq(h[2].name, "node-1.x");
+        ck_assert_int_eq(h[2].slots, 16);
+        /* garbage names its line; the output stays untouched */
+        n = 7;
+        ck_assert_int_eq(hvd_discovery_parse("a:2\nb:x\n", 1, h, 4, &n, err, sizeof err), -EINVAL);
+        ck_assert_str_eq(err, "line 2, 'b:x', is not HOST or HOST:SLOTS");
+        ck_assert_uint_eq(n, 7);
+        ck_assert_int_eq(hvd_discovery_parse("a:0\n", 1, h, 4, &n, err, sizeof err), -EINVAL);
+        ck_assert_int_eq(hvd_discovery_parse("a b\n", 1, h, 4, &n, err, sizeof err), -EINVAL);
+        ck_assert_int_eq(hvd_discovery_parse("a\na:2\n", 1, h, 4, &n, err, sizeof err), -EINVAL);
+        ck_assert_str_eq(err, "line 2: host 'a' listed twice");
+        ck_assert_int_eq(hvd_discovery_parse("a\nb\nc\nd\ne\n", 1, h, 4, &n, err, sizeof err), -E2BIG);
+        /* an empty list is a list: every host gone */
+        ck_assert_int_eq(hvd_discovery_parse("", 1, h, 4, &n, err, sizeof err), 0);
+        ck_assert_uint_eq(n, 0);
+}
+END_TEST
+
+START_TEST(test_elastic_opts) {
+        hvd_elastic_opts_t eo;
+        char err[256];
+        hvd_elastic_opts_init(&eo);
+        ck_assert(!hvd_elastic_on(&eo));
+        ck_assert_int_eq(hvd_elastic_opt_parse(&eo, HVD_ELASTIC_OPT_MIN_NP, "2", err, sizeof err), 0);
+        ck_assert(hvd_elastic_on(&eo));
+        ck_assert_int_eq(hvd_elastic_opt_parse(&eo, HVD_ELASTIC_OPT_MAX_NP, "0", err, sizeof err), -EINVAL);
+        ck_assert_int_eq(hvd_elastic_opt_parse(&eo, HVD_ELASTIC_OPT_TIMEOUT, "x", err, sizeof err), -EINVAL);
+        ck_assert_int_eq(hvd_elastic_opts_check(&eo, 4, err, sizeof err), 0);
+        ck_assert_int_eq(eo.min_np, 2);
+        ck_assert_int_eq(eo.max_np, 4);
+        ck_assert_int_eq(hvd_elastic_opt_parse(&eo, HVD_ELASTIC_OPT_MAX_NP, "3", err, sizeof err), 0);
+        ck_assert_int_eq(hvd_elastic_opts_check(&eo, 4, err, sizeof err), -EINVAL);
+        ck_assert_str_eq(err, "-np 4 is above --max-np 3");
+        char env[8][64];
+        ck_assert_uint_eq(hvd_elastic_env(&eo, env, 8), 5);
+        ck_assert_str_eq(env[0], "HVD_ELASTIC=1");
+        ck_assert_str_eq(env[1], "HVD_ELASTIC_MIN_NP=2");
+}
+END_TEST
+
 static Suite *launcher_suite(void) {
         Suite *s = suite_create("launcher");
         TCase *tc = tcase_create("launcher");
@@ -192,6 +248,8 @@ static Suite *launcher_suite(void) {
         tcase_add_test(tc, test_alloc_refusals);
         tcase_add_test(tc, test_srun_argv);
         tcase_add_test(tc, test_horovodrun_refusals);
+        tcase_add_test(tc, test_discovery_parse);
+        tcase_add_test(tc, test_elastic_opts);
         suite_add_tcase(s, tc);
         return s;
 }

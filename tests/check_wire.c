@@ -901,6 +901,67 @@ START_TEST(test_wire_reject_ranks) {
 }
 END_TEST
 
+/* elastic membership: an enrolment's sizes and deadlines, a placement's ranks */
+START_TEST(test_wire_elastic) {
+        Hvd__Enroll e = HVD__ENROLL__INIT;
+        e.job_id = "j";
+        e.host = "a";
+        e.root_peer = "";
+        e.reason = "";
+        e.min_size = 2;
+        e.max_size = 4;
+        e.initial_size = 4;
+        e.timeout_usec = 600000000;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        env.body_case = HVD__ENVELOPE__BODY_ENROLL;
+        env.enroll = &e;
+        Hvd__Envelope *d = decode_ok(pack(&env));
+        ck_assert_uint_eq(d->enroll->max_size, 4);
+        hvd_wire_free(&d);
+        e.min_size = 5;
+        decode_fails(pack(&env), HVD_EPROTO, "elastic sizes out of range (min 5, max 4, initial 4)");
+        e.min_size = 0;
+        decode_fails(pack(&env), HVD_EPROTO, "elastic sizes out of range");
+        e.min_size = 2;
+        e.timeout_usec = UINT64_MAX;
+        decode_fails(pack(&env), HVD_EPROTO, "elastic timeout or settle time out of range");
+        e.timeout_usec = 1;
+        e.job_id = "";
+        decode_fails(pack(&env), HVD_EPROTO, "empty job id");
+
+        char *hosts[2] = { "a", "b" };
+        Hvd__Placement p = HVD__PLACEMENT__INIT;
+        p.reason = "";
+        p.job_id = "j.g2";
+        p.rank = 2;
+        p.size = 3;
+        p.local_rank = 0;
+        p.local_size = 2;
+        p.cross_rank = 1;
+        p.cross_size = 2;
+        p.n_hosts = 2;
+        p.hosts = hosts;
+        env = (Hvd__Envelope) HVD__ENVELOPE__INIT;
+        env.body_case = HVD__ENVELOPE__BODY_PLACEMENT;
+        env.placement = &p;
+        d = decode_ok(pack(&env));
+        hvd_wire_free(&d);
+        p.cross_rank = 2;
+        decode_fails(pack(&env), HVD_EPROTO, "placement out of range");
+        p.cross_rank = 1;
+        p.n_hosts = 1;
+        decode_fails(pack(&env), HVD_EPROTO, "placement out of range");
+        /* a refusal carries only its reason */
+        p = (Hvd__Placement) HVD__PLACEMENT__INIT;
+        p.code = HVD_EABORTED;
+        p.reason = "elastic job j: reached the reset limit (1 resets): the job stops";
+        p.job_id = "";
+        d = decode_ok(pack(&env));
+        ck_assert_str_eq(d->placement->reason, p.reason);
+        hvd_wire_free(&d);
+}
+END_TEST
+
 /* control plane relays: a relay's NodeReady and the NodeWelcome relay table */
 START_TEST(test_wire_relay) {
         one_req_t o;
@@ -1414,6 +1475,7 @@ static Suite *wire_suite(void) {
         tcase_set_timeout(tc, 30);
         tcase_add_test(tc, test_wire_control_call_no_socket);
         tcase_add_test(tc, test_wire_control_call_reply_and_timeout);
+        tcase_add_test(tc, test_wire_elastic);
         suite_add_tcase(s, tc);
         return s;
 }

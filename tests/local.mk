@@ -27,6 +27,7 @@ include %D%/unit.mk
 include %D%/integration.mk
 include %D%/launchers.mk
 include %D%/tools.mk
+include %D%/elastic.mk
 include %D%/service.mk
 include %D%/python.mk
 include %D%/tf.mk

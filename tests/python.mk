@@ -17,6 +17,7 @@ python_test_files = \
 	%D%/python/test_torch_compile.py \
 	%D%/python/test_process_sets.py \
 	%D%/python/test_torch_join.py \
+	%D%/python/test_torch_elastic.py \
 	%D%/python/test_torch_cuda.py \
 	%D%/python/test_torch_adasum.py
 python_test_scripts = %D%/python/run-np2.sh %D%/python/run-np3.sh %D%/python/run-np4-adasum.sh

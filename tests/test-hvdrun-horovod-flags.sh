@@ -53,7 +53,7 @@ esac
 echo "ok: -p and -i reach the ssh command"
 
 # refused flags: exit 2, the flag named, and why
-for flag in --mpi --nics=eth0 --network-interface --num-nccl-streams --min-np --hierarchical-allreduce --config-file; do
+for flag in --mpi --nics=eth0 --network-interface --num-nccl-streams --blacklist-cooldown-range --hierarchical-allreduce --config-file; do
         "$HVDRUN" -np 2 "$flag" true >"$tmp/out" 2>&1
         rc=$?
         name=${flag%%=*}

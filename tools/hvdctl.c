@@ -407,6 +407,16 @@ static void print_job(const Hvd__Status *s, const Hvd__JobStatus *j) {
                 printf("  placed by: %s\n", j->launcher);
         if (j->autotune)
                 print_autotune(j->autotune);
+        if (j->elastic) {
+                const Hvd__ElasticStatus *e = j->elastic;
+                printf("  elastic: generation %" PRIu64 ", %u to %u ranks, %u reset%s (last %.2f s), %u waiting\n",
+                       e->generation, e->min_size, e->max_size, e->resets, e->resets == 1 ? "" : "s",
+                       (double) e->last_reset_usec / 1e6, e->waiting);
+                if (*e->left)
+                        printf("  left: %s\n", e->left);
+                if (*e->joined)
+                        printf("  joined: %s\n", e->joined);
+        }
         int hw = 4;
         for (size_t i = 0; i < j->n_rank_status; i++)
                 hw = HVD_MAX(hw, text_width(j->rank_status[i]->host));

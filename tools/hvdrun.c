@@ -36,6 +36,7 @@
 
 #include "conf.h"
 #include "coordinator.h"
+#include "elastic_driver.h"
 #include "embedded.h"
 #include "hostlist.h"
 #include "hvd.h"
@@ -116,7 +117,8 @@ typedef struct options {
         uint64_t fusion_bytes, start_timeout_usec;
         uint64_t grace_usec;
         const char *runtime_dir;
-        int embedded; /* -1 probe (default), 0 --no-embedded, 1 --embedded */
+        hvd_elastic_opts_t elastic; /* --min-np, --max-np, ... (tools/elastic_driver.c) */
+        int embedded;               /* -1 probe (default), 0 --no-embedded, 1 --embedded */
         bool prefix, prefix_host;
         bool verbose;
         char **argv; /* PROGRAM ARGS..., borrowed from main's argv */
@@ -147,8 +149,9 @@ typedef struct stream {
 typedef struct worker {
         int rank;
         host_t *host;
-        pid_t pid;   /* also its process group; 0 = not started */
-        bool exited; /* seen with WNOWAIT: a zombie we still hold */
+        pid_t pid;    /* also its process group; 0 = not started */
+        bool exited;  /* seen with WNOWAIT: a zombie we still hold */
+        bool stopped; /* elastic: its host left the discovered ones, SIGTERM sent */
         bool reaped;
         int status; /* exit code, or 128 + signal */
         stream_t out, err;
@@ -186,6 +189,15 @@ typedef struct run {
         pid_t *helpers; /* remote clean-up commands, 0 once reaped */
         size_t n_helpers, cap_helpers;
         pid_t pump; /* copies our stdin to a remote rank 0, 0 = none */
+        /* elastic mode: workers are added (w has room for cap), hosts too */
+        const options_t *o;
+        const char *path;
+        hvd_discovery_t *disc;
+        int cap;
+        host_t *added[64];
+        size_t n_added;
+        int last_status; /* of the worker that exited last */
+        bool finished;   /* a worker exited with status 0: the training is done */
 } run_t;
 
 /* ---- small helpers ---- */
@@ -611,7 +623,8 @@ static int parse_options(int argc, char **argv, options_t *o) {
                 OPT_MARK_CYCLES,
                 OPT_CACHE,
                 OPT_NOOP,
-                OPT_TUNE, /* OPT_TUNE + k: autotune option k (launcher.h) */
+                OPT_TUNE,                                  /* OPT_TUNE + k: autotune option k (launcher.h) */
+                OPT_ELASTIC = OPT_TUNE + HVD_TUNE_OPTIONS, /* + HVD_ELASTIC_OPT_* */
         };
         static const struct option opts[] = {
                 /* first: opts[k] is autotune option k (launcher.h) */
@@ -621,6 +634,17 @@ static int parse_options(int argc, char **argv, options_t *o) {
                 { "autotune-steps-per-sample", required_argument, NULL, OPT_TUNE + 3 },
                 { "autotune-bayes-opt-max-samples", required_argument, NULL, OPT_TUNE + 4 },
                 { "autotune-gaussian-process-noise", required_argument, NULL, OPT_TUNE + 5 },
+                { "min-np", required_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_MIN_NP },
+                { "min-num-proc", required_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_MIN_NP },
+                { "max-np", required_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_MAX_NP },
+                { "max-num-proc", required_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_MAX_NP },
+                { "host-discovery-script", required_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_DISCOVERY },
+                { "slots", required_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_SLOTS },
+                { "slots-per-host", required_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_SLOTS },
+                { "elastic-timeout", required_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_TIMEOUT },
+                { "reset-limit", required_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_RESET_LIMIT },
+                { "blacklist-cooldown", required_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_COOLDOWN },
+                { "discovery-interval", required_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_INTERVAL },
                 { "num-proc", required_argument, NULL, 'n' },
                 { "hosts", required_argument, NULL, 'H' },
                 { "hostfile", required_argument, NULL, OPT_HOSTFILE },
@@ -659,6 +683,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
         o->prefix = true;
         o->grace_usec = DEFAULT_GRACE_USEC;
         o->ssh = "ssh";
+        hvd_elastic_opts_init(&o->elastic);
         o->exports = calloc((size_t) argc + 1, sizeof *o->exports);
         o->node_daemons = calloc((size_t) argc + 1, sizeof *o->node_daemons);
         if (!o->exports || !o->node_daemons)
@@ -667,6 +692,12 @@ static int parse_options(int argc, char **argv, options_t *o) {
         /* '+': stop at PROGRAM, whose own options are not ours */
         while ((c = getopt_long(argc, argv, "+:n:H:x:p:i:vhV", opts, NULL)) >= 0) {
                 const char *arg = optarg;
+                if (c >= OPT_ELASTIC && c < OPT_ELASTIC + HVD_ELASTIC_N_OPTS) {
+                        char e[256];
+                        if (hvd_elastic_opt_parse(&o->elastic, c - OPT_ELASTIC, arg, e, sizeof e) < 0)
+                                return usage_error("%s", e);
+                        continue;
+                }
                 switch (c) {
                 case 'n':
                         /* getopt reads Horovod's "-np 4" as -n with argument "p" */
@@ -1267,7 +1298,16 @@ static int rank_vars(const options_t *o, const job_t *job, const host_t *h, int 
                                     (r = env_list_set(e, "HVD_ROOT_PEER", "%s", job->root_peer)) < 0))
                 return r;
         /* hosts of one machine reach each other's ranks on loopback */
-        if (job->cross_size > 1 && job->all_here && (r = env_list_set(e, "HVD_DATA_ADDR", "127.0.0.1")) < 0)
+        bool elastic = hvd_elastic_on(&o->elastic);
+        if ((job->cross_size > 1 || elastic) && job->all_here &&
+            (r = env_list_set(e, "HVD_DATA_ADDR", "127.0.0.1")) < 0)
+                return r;
+        char ev[8][64];
+        for (size_t i = 0, n = elastic ? hvd_elastic_env(&o->elastic, ev, 8) : 0; i < n; i++)
+                if ((r = env_list_put(e, strdup(ev[i]))) < 0)
+                        return r;
+        if (elastic && job->cross_size == 1 && job->root_peer[0] &&
+            (r = env_list_set(e, "HVD_ROOT_PEER", "%s", job->root_peer)) < 0)
                 return r;
         if ((r = env_list_set(e, "HOROVOD_RANK", "%d", rank)) < 0 ||
             (r = env_list_set(e, "HOROVOD_SIZE", "%ld", o->np)) < 0 ||
@@ -1587,6 +1627,153 @@ static int count_live(const run_t *run) {
         return n;
 }
 
+/* ---- elastic mode: workers come and go (tools/elastic_driver.c) ---- */
+
+static int spawn_worker(worker_t *w, const char *path, char *const *argv, bool prefix, int in_fd);
+
+/* A worker of an elastic job ended: the others go on (the daemons form the
+ * next generation); a failure keeps new workers off its host for the
+ * cool-down. */
+static void elastic_exit(run_t *run, worker_t *w, const siginfo_t *si) {
+        if (w->status == 0) {
+                hvd_discovery_destroy(&run->disc); /* the training is done: no more workers */
+                run->finished = true;
+        }
+        if (w->status == 0 || run->interrupt_sig || w->stopped)
+                return;
+        if (si->si_code == CLD_EXITED)
+                fprintf(stderr, "hvdrun: worker %d on %s exited with status %d; the elastic job goes on\n", w->rank,
+                        w->host->name, w->status);
+        else
+                fprintf(stderr, "hvdrun: worker %d on %s killed by signal %d (%s); the elastic job goes on\n", w->rank,
+                        w->host->name, si->si_status, strsignal(si->si_status));
+        hvd_discovery_blacklist(run->disc, w->host->name, hvd_now_usec());
+}
+
+static host_t *elastic_host(run_t *run, const char *name) {
+        for (size_t i = 0; i < run->n_hosts; i++)
+                if (strcmp(run->hosts[i].name, name) == 0)
+                        return &run->hosts[i];
+        for (size_t i = 0; i < run->n_added; i++)
+                if (strcmp(run->added[i]->name, name) == 0)
+                        return run->added[i];
+        return NULL;
+}
+
+/* A host the discovery script found: emulated here (its own daemon), or
+ * this machine (its daemon); NULL for the others, which are not added. */
+static host_t *elastic_add_host(run_t *run, const char *name) {
+        static char refused[256];
+        const host_t *root = run->job->root;
+        bool here = !run->o->emulate_hosts && host_is_local(name) && root->kind == HOST_LOCAL;
+        if ((!run->o->emulate_hosts && !here) || run->n_added == ELEMENTSOF(run->added)) {
+                if (strcmp(refused, name) != 0)
+                        fprintf(stderr,
+                                "hvdrun: discovered host %s is not added: an elastic job grows onto "
+                                "emulated hosts (--emulate-hosts) or this machine\n",
+                                name);
+                snprintf(refused, sizeof refused, "%s", name);
+                return NULL;
+        }
+        host_t *h = calloc(1, sizeof *h);
+        if (!h || !(h->name = strdup(name))) {
+                free(h);
+                return NULL;
+        }
+        h->kind = here ? HOST_LOCAL : HOST_EMULATED;
+        h->cross_rank = 1;
+        h->runtime_dir = root->runtime_dir;
+        if (!here) {
+                h->private_daemon = true;
+                if (embedded_start(&h->emb, run->o, "tcp://127.0.0.1:*", h->peer_ep, sizeof h->peer_ep) < 0) {
+                        free(h->name);
+                        free(h);
+                        return NULL;
+                }
+                h->runtime_dir = h->emb.dir;
+        }
+        run->added[run->n_added++] = h;
+        fprintf(stderr, "hvdrun: host %s discovered: starting workers there\n", name);
+        return h;
+}
+
+/* Starts local rank lr of n on h; the root daemon places it. */
+static int elastic_spawn(run_t *run, host_t *h, int lr, int n) {
+        worker_t *w = &run->w[run->n];
+        *w = (worker_t){
+                .rank = run->n, .host = h, .out = { .fd = -1, .out_fd = 1 }, .err = { .fd = -1, .out_fd = 2 }
+        };
+        h->first_rank = 0;
+        h->n_ranks = n;
+        if ((run->o->prefix && (!(w->out.buf = malloc(LINE_BYTES)) || !(w->err.buf = malloc(LINE_BYTES)))) ||
+            prepare_worker(run->o, run->job, run->path, w, lr) < 0)
+                return -ENOMEM;
+        run->n++;
+        env_list_t e = { .v = w->envp };
+        while (e.v[e.n])
+                e.n++;
+        e.cap = e.n + 1;
+        /* not the root's host: its enrolment goes through its daemon to the root's */
+        int r = h == run->job->root ? 0 : -ENOMEM;
+        if (r < 0 && env_list_set(&e, "HVD_CROSS_RANK", "1") == 0 && env_list_set(&e, "HVD_CROSS_SIZE", "2") == 0 &&
+            env_list_set(&e, "HVD_HOSTS", "%s:1,%s:%d", run->job->root->name, h->name, n) == 0 &&
+            env_list_set(&e, "HVD_ROOT_PEER", "%s", run->job->root_peer) == 0 &&
+            env_list_set(&e, "HVD_SIZE", "%ld", HVD_MAX(run->o->np, (long) n)) == 0)
+                r = 0;
+        w->envp = e.v;
+        int in_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+        if (r == 0)
+                r = spawn_worker(w, run->path, run->o->argv, run->o->prefix, in_fd);
+        if (in_fd >= 0)
+                close(in_fd);
+        return r;
+}
+
+/* The discovery script's hosts: workers of hosts no longer listed are
+ * stopped, new hosts get workers (up to --max-np in all). */
+static void elastic_discover(run_t *run, uint64_t now) {
+        const hvd_discovered_t *hs;
+        size_t n;
+        if (hvd_discovery_poll(run->disc, now, &hs, &n) <= 0)
+                return;
+        for (int i = 0; i < run->n; i++) {
+                worker_t *w = &run->w[i];
+                bool listed = hvd_discovery_blacklisted(run->disc, w->host->name, now);
+                for (size_t k = 0; k < n && !listed; k++)
+                        listed = strcmp(hs[k].name, w->host->name) == 0;
+                if (w->pid <= 0 || w->exited || w->stopped || listed)
+                        continue;
+                fprintf(stderr, "hvdrun: host %s is no longer discovered: stopping worker %d\n", w->host->name,
+                        w->rank);
+                (void) kill(-w->pid, SIGTERM);
+                w->stopped = true;
+        }
+        long live = count_live(run);
+        for (size_t k = 0; k < n; k++) {
+                host_t *h = elastic_host(run, hs[k].name);
+                bool busy = false;
+                for (int i = 0; h && i < run->n && !busy; i++)
+                        busy = run->w[i].host == h && run->w[i].pid > 0 && !run->w[i].exited;
+                long want = HVD_MIN(hs[k].slots, run->o->elastic.max_np - live);
+                if (busy || want <= 0 || (!h && !(h = elastic_add_host(run, hs[k].name))))
+                        continue;
+                for (int lr = 0; lr < want && run->n < run->cap; lr++)
+                        if (elastic_spawn(run, h, lr, (int) want) == 0)
+                                live++;
+        }
+}
+
+static void elastic_free_hosts(run_t *run) {
+        for (size_t i = 0; i < run->n_added; i++)
+                embedded_ask_stop(&run->added[i]->emb);
+        for (size_t i = 0; i < run->n_added; i++) {
+                embedded_stop(&run->added[i]->emb);
+                free(run->added[i]->name);
+                free(run->added[i]);
+        }
+        run->n_added = 0;
+}
+
 static void note_exit(run_t *run, worker_t *w, const siginfo_t *si, uint64_t now) {
         w->exited = true;
         if (si->si_code == CLD_EXITED)
@@ -1596,6 +1783,11 @@ static void note_exit(run_t *run, worker_t *w, const siginfo_t *si, uint64_t now
         /* pass on the worker's last output before saying it failed */
         stream_read(run, w, &w->out, true);
         stream_read(run, w, &w->err, true);
+        run->last_status = w->status;
+        if (run->o && hvd_elastic_on(&run->o->elastic)) {
+                elastic_exit(run, w, si);
+                return;
+        }
         if (w->status == 0 || run->interrupt_sig)
                 return;
         bool first = run->first_fail_rank < 0;
@@ -1720,9 +1912,10 @@ static void handle_signals(run_t *run, uint64_t now) {
 
 /* The event loop: runs until every worker exited and its output is passed on. */
 static void run_loop(run_t *run) {
-        struct pollfd *pfd = calloc((size_t) run->n * 2 + 1, sizeof *pfd);
-        stream_t **pstream = calloc((size_t) run->n * 2 + 1, sizeof *pstream);
-        worker_t **pworker = calloc((size_t) run->n * 2 + 1, sizeof *pworker);
+        size_t cap = (size_t) HVD_MAX(run->n, run->cap) * 2 + 1;
+        struct pollfd *pfd = calloc(cap, sizeof *pfd);
+        stream_t **pstream = calloc(cap, sizeof *pstream);
+        worker_t **pworker = calloc(cap, sizeof *pworker);
         if (!pfd || !pstream || !pworker) {
                 fprintf(stderr, "hvdrun: out of memory; stopping the workers\n");
                 kill_groups(run, SIGKILL);
@@ -1780,6 +1973,8 @@ static void run_loop(run_t *run) {
                         next = HVD_MIN(next, run->kill_deadline);
                 if (run->drain_deadline)
                         next = HVD_MIN(next, run->drain_deadline);
+                if (run->disc && live > 0 && !run->interrupt_sig)
+                        next = HVD_MIN(next, hvd_discovery_deadline(run->disc));
                 int timeout = next == UINT64_MAX ? -1 : next <= now ? 0 : (int) ((next - now + 999) / 1000);
                 int k = poll(pfd, n, timeout);
                 if (k < 0 && errno != EINTR) {
@@ -1787,6 +1982,8 @@ static void run_loop(run_t *run) {
                         kill_groups(run, SIGKILL);
                         break;
                 }
+                if (run->disc && live > 0 && !run->interrupt_sig)
+                        elastic_discover(run, hvd_now_usec());
                 if (k <= 0)
                         continue;
                 now = hvd_now_usec();
@@ -1948,6 +2145,16 @@ int main(int argc, char **argv) {
                         fprintf(stderr, "hvdrun: out of memory\n");
                 goto out;
         }
+        if (hvd_elastic_on(&o.elastic)) {
+                char e[256];
+                if (hvd_elastic_opts_check(&o.elastic, o.np, e, sizeof e) < 0 ||
+                    hvd_discovery_new(&o.elastic, &run.disc) < 0) {
+                        ret = usage_error("%s", e);
+                        goto out;
+                }
+                run.cap = (int) o.np + 1024;
+        }
+        run.o = &o;
         run.verbose = o.verbose;
         run.grace_usec = o.grace_usec;
         run.prefix_host = o.prefix_host;
@@ -2017,6 +2224,10 @@ int main(int argc, char **argv) {
         }
         if (start_daemons(&o, &job) < 0 || find_root_peer(&o, &job) < 0)
                 goto out;
+        /* an elastic job may grow onto other hosts: their daemons reach the root's */
+        if (run.disc && !job.root_peer[0] && job.root && job.root->peer_ep[0])
+                snprintf(job.root_peer, sizeof job.root_peer, "%s", job.root->peer_ep);
+        run.path = path;
         if (o.verbose) {
                 fprintf(stderr, "hvdrun: job %s, %ld rank%s on %d host%s", job.id, o.np, o.np == 1 ? "" : "s",
                         job.cross_size, job.cross_size == 1 ? "" : "s");
@@ -2034,7 +2245,7 @@ int main(int argc, char **argv) {
                 }
         }
 
-        run.w = calloc((size_t) o.np, sizeof *run.w);
+        run.w = calloc((size_t) HVD_MAX(o.np, run.cap), sizeof *run.w);
         if (!run.w)
                 goto out_oom;
         run.n = (int) o.np;
@@ -2109,6 +2320,8 @@ int main(int argc, char **argv) {
         reap_all(&run);
         if (run.interrupt_sig)
                 ret = 128 + run.interrupt_sig;
+        else if (hvd_elastic_on(&o.elastic))
+                ret = run.finished ? 0 : run.last_status; /* elastic: the training finished, or how it ended */
         else
                 ret = run.first_fail_rank >= 0 ? run.exit_status : 0;
         goto out;
@@ -2121,6 +2334,8 @@ out:
         if (devnull >= 0)
                 close(devnull);
         stop_daemons(o.hosts, o.n_hosts);
+        elastic_free_hosts(&run);
+        hvd_discovery_destroy(&run.disc);
         run_free(&run);
         if (run.sfd >= 0)
                 close(run.sfd);

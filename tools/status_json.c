@@ -177,6 +177,16 @@ json_t *hvd_job_to_json(const Hvd__JobStatus *j) {
                 put(at, "applied_seq", u64(a->applied_seq), &ok);
                 put(o, "autotune", at, &ok);
         }
+        if (j->elastic) {
+                json_t *e = json_object();
+                put(e, "generation", u64(j->elastic->generation), &ok);
+                put(e, "resets", u64(j->elastic->resets), &ok);
+                put(e, "last_reset_usec", u64(j->elastic->last_reset_usec), &ok);
+                put(e, "waiting", u64(j->elastic->waiting), &ok);
+                put(e, "left", text(j->elastic->left), &ok);
+                put(e, "joined", text(j->elastic->joined), &ok);
+                put(o, "elastic", e, &ok);
+        }
         /* only when the daemon was asked for it (job ID) */
         if (j->n_rank_status) {
                 json_t *rs = json_array();

@@ -21,7 +21,7 @@ broadcast_async_ alltoall alltoall_async reducescatter reducescatter_async group
 grouped_reducescatter_async join barrier poll synchronize broadcast_parameters
 broadcast_optimizer_state broadcast_object allgather_object Average Sum Adasum Min Max Product
 Compression ProcessSet global_process_set add_process_set remove_process_set DistributedOptimizer
-SyncBatchNorm start_timeline stop_timeline
+SyncBatchNorm start_timeline stop_timeline elastic
 """.split()
 
 

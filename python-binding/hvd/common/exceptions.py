@@ -6,10 +6,11 @@ __all__ = ["HorovodInternalError", "HostsUpdatedInterrupt"]
 
 
 class HostsUpdatedInterrupt(RuntimeError):
-    """Raised by elastic training when the set of hosts changed.
-
-    hvd has no elastic mode yet; the class exists so that code catching it
-    keeps working.
+    """Raised by elastic training (State.check_host_updates, State.commit)
+    on every rank of a generation alike when workers wait to join the job:
+    hvd.elastic.run re-initialises into the next generation. skip_sync is
+    kept for Horovod's scripts; whether the state is synced is the root
+    daemon's decision (hvd.elastic.sync_needed()).
     """
 
     def __init__(self, skip_sync: bool = False):

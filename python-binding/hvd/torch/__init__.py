@@ -31,6 +31,7 @@ from hvd.torch.mpi_ops import (Adasum, Average, Max, Min, Product, ProcessSet, S
                                sparse_allreduce_async, start_timeline, stop_timeline, synchronize)
 from hvd.torch.optimizer import DistributedOptimizer
 from hvd.torch.sync_batch_norm import SyncBatchNorm
+from hvd.torch import elastic  # noqa: E402  (hvd.elastic.run, TorchState, ElasticSampler)
 
 __all__ = [
     "Compression", "allgather_object", "broadcast_object", "broadcast_optimizer_state", "broadcast_parameters",
@@ -44,5 +45,5 @@ __all__ = [
     "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built", "nccl_built",
     "ddl_built", "ccl_built", "cuda_built", "rocm_built", "ProcessSet", "global_process_set",
     "add_process_set", "remove_process_set", "Average", "Sum", "Adasum", "Min", "Max", "Product",
-    "DistributedOptimizer", "SyncBatchNorm", "HorovodInternalError", "HostsUpdatedInterrupt",
+    "DistributedOptimizer", "SyncBatchNorm", "HorovodInternalError", "HostsUpdatedInterrupt", "elastic",
 ]

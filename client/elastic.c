@@ -1,0 +1,162 @@
+/* elastic.c — a worker's side of elastic membership: before its hello, a
+ * rank of an elastic job asks the root daemon (through its own daemon) for
+ * its place in the next generation, and the answer replaces what the
+ * launcher said (rank, sizes, host list, the generation's job id). The last
+ * placement is remembered so that the next enrolment says which generation
+ * and rank this process held. Every abort of a generation is a reset. */
+#include "config.h"
+
+#include <limits.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+#include <zmq.h>
+
+#include "client.h"
+#include "settings.h"
+
+static struct {
+        bool on;             /* this process is a rank of an elastic job */
+        uint64_t generation; /* of the last placement (0: none) */
+        uint32_t rank;
+        bool sync;
+        atomic_int waiting;
+        char job_id[HVD_WIRE_MAX_JOB_ID + 1];
+} E;
+
+uint64_t hvd_elastic_generation(void) {
+        return hvd_is_initialized() && E.on ? E.generation : 0;
+}
+
+int hvd_elastic_sync_needed(void) {
+        return hvd_is_initialized() && E.on && E.sync;
+}
+
+int hvd_elastic_waiting(void) {
+        return hvd_is_initialized() && E.on ? atomic_load(&E.waiting) : 0;
+}
+
+int hvd_elastic_abort_code(int code) {
+        return E.on ? HVD_ERESET : code;
+}
+
+void hvd_elastic_hosts_updated(const Hvd__HostsUpdated *hu) {
+        if (E.on)
+                atomic_store(&E.waiting, (int) hu->waiting);
+}
+
+/* Sends the enrolment on a socket of its own to the daemon and waits for
+ * the placement (*ret, the caller frees it). */
+static int ask(const hvd_settings_t *s, const char *endpoint, const char *host, Hvd__Envelope **ret) {
+        void *ctx = zmq_ctx_new(), *sock = ctx ? zmq_socket(ctx, ZMQ_DEALER) : NULL;
+        if (!sock) {
+                if (ctx)
+                        zmq_ctx_term(ctx);
+                return hvd_error(-ENOMEM, "elastic job %s: cannot create a socket", s->job_id);
+        }
+        int zero = 0, r;
+        zmq_setsockopt(sock, ZMQ_LINGER, &zero, sizeof zero);
+        Hvd__Enroll en = HVD__ENROLL__INIT;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        en.job_id = (char *) s->job_id;
+        en.secret.data = (uint8_t *) s->secret;
+        en.secret.len = s->secret_len;
+        en.host = (char *) host;
+        en.pid = (uint32_t) getpid();
+        en.generation = E.generation;
+        en.rank = E.generation ? E.rank : (uint32_t) s->rank; /* first: the launcher's rank */
+        en.initial_size = (uint32_t) s->size;
+        en.min_size = s->elastic_min;
+        en.max_size = s->elastic_max;
+        en.timeout_usec = s->elastic_timeout_usec;
+        en.reset_limit = s->elastic_reset_limit;
+        en.settle_usec = s->elastic_settle_usec;
+        /* host 0 of the launcher's list is the root daemon's */
+        en.root_peer = (char *) (s->cross_size > 1 && s->cross_rank > 0 && s->root_peer ? s->root_peer : "");
+        en.reason = (char *) "";
+        env.body_case = HVD__ENVELOPE__BODY_ENROLL;
+        env.enroll = &en;
+        uint64_t wait_usec = s->elastic_timeout_usec + s->elastic_settle_usec + s->start_timeout_usec;
+        if (zmq_connect(sock, endpoint) < 0 || (r = hvd_wire_send(sock, &env, 0)) < 0) {
+                r = hvd_error(HVD_ENODAEMON, "elastic job %s: cannot reach the coordinator at %s", s->job_id, endpoint);
+                goto out;
+        }
+        zmq_pollitem_t it = { .socket = sock, .events = ZMQ_POLLIN };
+        int n;
+        do
+                n = zmq_poll(&it, 1, (long) (wait_usec / 1000));
+        while (n < 0 && zmq_errno() == EINTR);
+        if (n <= 0) {
+                r = hvd_error(HVD_ETIMEOUT, "elastic job %s: no placement from the root daemon within %.0f s",
+                              s->job_id, (double) wait_usec / 1e6);
+                goto out;
+        }
+        zmq_msg_t msg;
+        zmq_msg_init(&msg);
+        char err[512];
+        r = zmq_msg_recv(&msg, sock, 0) < 0
+                    ? -zmq_errno()
+                    : hvd_wire_decode(zmq_msg_data(&msg), zmq_msg_size(&msg), 0, ret, err, sizeof err);
+        zmq_msg_close(&msg);
+        if (r < 0)
+                r = hvd_error(r, "elastic job %s: invalid answer from the coordinator", s->job_id);
+out:
+        zmq_close(sock);
+        zmq_ctx_term(ctx);
+        return r;
+}
+
+/* Puts the placement into s: the launcher's place is replaced. */
+static int apply(hvd_settings_t *s, const Hvd__Placement *p) {
+        size_t at = 0;
+        for (size_t i = 0; i < p->n_hosts; i++) {
+                size_t l = strlen(p->hosts[i]) + 1;
+                if (i >= HVD_MAX_HOSTS || at + l > sizeof s->hosts_buf || at > UINT16_MAX)
+                        return hvd_error(-E2BIG, "elastic job %s: the placement's host list is too long", s->job_id);
+                memcpy(s->hosts_buf + at, p->hosts[i], l);
+                s->host_at[i] = (uint16_t) at;
+                at += l;
+        }
+        s->n_hosts = p->n_hosts;
+        s->rank = (int) p->rank;
+        s->size = (int) p->size;
+        s->local_rank = (int) p->local_rank;
+        s->local_size = (int) p->local_size;
+        s->cross_rank = (int) p->cross_rank;
+        s->cross_size = (int) p->cross_size;
+        snprintf(E.job_id, sizeof E.job_id, "%s", p->job_id);
+        s->job_id = E.job_id;
+        E.generation = p->generation;
+        E.rank = p->rank;
+        E.sync = p->sync;
+        atomic_store(&E.waiting, 0);
+        return 0;
+}
+
+int hvd_elastic_enroll(hvd_settings_t *s) {
+        E.on = s->elastic;
+        if (!s->elastic)
+                return 0;
+        char ep[PATH_MAX + 32], host[HVD_WIRE_MAX_HOST + 1] = "";
+        const char *endpoint = hvd_settings_coordinator(s, ep, sizeof ep);
+        if (s->hostname)
+                snprintf(host, sizeof host, "%s", s->hostname);
+        else if (gethostname(host, sizeof host - 1) < 0)
+                host[0] = 0;
+        Hvd__Envelope *env = NULL;
+        int r = ask(s, endpoint, host, &env);
+        if (r < 0)
+                return r;
+        if (env->body_case == HVD__ENVELOPE__BODY_PLACEMENT && env->placement->code >= 0)
+                r = apply(s, env->placement);
+        else if (env->body_case == HVD__ENVELOPE__BODY_PLACEMENT)
+                r = hvd_error(env->placement->code, "%s", env->placement->reason);
+        else if (env->body_case == HVD__ENVELOPE__BODY_ERROR)
+                r = hvd_error(env->error->code < 0 ? env->error->code : HVD_EPROTO, "elastic job %s: %s", s->job_id,
+                              env->error->message);
+        else
+                r = hvd_error(HVD_EPROTO, "elastic job %s: unexpected answer from the coordinator", s->job_id);
+        hvd_wire_free(&env);
+        return r;
+}

@@ -1,0 +1,143 @@
+"""An elastic training for the tests: linear regression on a fixed data
+set, an ElasticSampler, a TorchState committed after every batch.
+
+Environment:
+  ELASTIC_EPOCHS   epochs (default 4)
+  ELASTIC_EXIT     "GEN:EPOCH:BATCH:RANK:KIND[,...]": in generation GEN,
+                   the rank RANK at that batch kills itself (KIND kill9) or
+                   raises (KIND exception)
+  ELASTIC_SYNC_EXIT "GEN:RANK": the rank RANK of generation GEN kills itself
+                   as it enters it, while the others sync the state
+  ELASTIC_WAIT     "EPOCH:BATCH:HOSTS": at that batch, wait until the ranks'
+                   hosts are HOSTS, by rank ("a+a+b+b": hosts added or
+                   removed by the discovery script) before going on
+  ELASTIC_PROGRESS a file this rank 0 writes "EPOCH BATCH" to at each commit
+                   (the discovery script's schedule reads it)
+Prints one line per generation:
+  ELASTIC gen=G rank=R size=S local_rank=L local_size=N cross_rank=C host=H pid=P sync=0|1
+and at the end:
+  RESULT rank=R weights=W1,W2,.. samples=K dup=D resets=N
+"""
+
+import os
+import signal
+import sys
+import time
+
+import torch
+
+import hvd.torch as hvd
+from hvd import _core
+
+N, DIM, BS = 96, 4, 3
+W_TRUE = torch.tensor([[1.5, -2.0, 0.5, 3.0]])
+
+
+def data():
+    g = torch.Generator()
+    g.manual_seed(7)
+    x = torch.randn(N, DIM, generator=g)
+    return x, x @ W_TRUE.t()
+
+
+def schedule(var):
+    out = []
+    for item in filter(None, os.environ.get(var, "").split(",")):
+        out.append(item.split(":"))
+    return out
+
+
+def main():
+    hvd.init()
+    x, y = data()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(DIM, 1, bias=False)
+    torch.nn.init.zeros_(model.weight)
+    opt = torch.optim.SGD(model.parameters(), lr=0.3)
+    sampler = hvd.elastic.ElasticSampler(list(range(N)), shuffle=True, seed=3)
+    state = hvd.elastic.TorchState(model=model, optimizer=opt, sampler=sampler, epoch=0, batch=0,
+                                   seen=[0] * N, dups=0)
+    epochs = int(os.environ.get("ELASTIC_EPOCHS", "4"))
+    exits = schedule("ELASTIC_EXIT")
+    waits = schedule("ELASTIC_WAIT")
+    progress = os.environ.get("ELASTIC_PROGRESS")
+    host = os.environ.get("HVD_HOSTNAME", "?")
+
+    resets = [0]
+
+    sync_exits = schedule("ELASTIC_SYNC_EXIT")
+
+    def on_reset():
+        resets[0] += 1
+        for g, r in sync_exits:
+            if _core.elastic_info()[0] == int(g) and hvd.rank() == int(r):
+                os.kill(os.getpid(), signal.SIGKILL)
+        opt.param_groups[0]["lr"] = 0.3
+
+    state.register_reset_callbacks([on_reset])
+
+    def report():
+        gen, sync, _ = _core.elastic_info()
+        print(f"ELASTIC gen={gen} rank={hvd.rank()} size={hvd.size()} local_rank={hvd.local_rank()} "
+              f"local_size={hvd.local_size()} cross_rank={hvd.cross_rank()} host={host} pid={os.getpid()} "
+              f"sync={int(sync)}", flush=True)
+
+    @hvd.elastic.run
+    def train(state):
+        report()
+        assert 0 <= hvd.rank() < hvd.size() and 0 <= hvd.local_rank() < hvd.local_size()
+        while state.epoch < epochs:
+            if state.batch == 0 and sampler.epoch != state.epoch:
+                sampler.set_epoch(state.epoch)
+            idx = sampler.indices
+            for start in range(0, len(idx), BS):
+                batch = idx[start:start + BS]
+                for g, e, b, r, kind in exits:
+                    if (_core.elastic_info()[0] == int(g) and int(e) == state.epoch and int(b) == state.batch
+                            and int(r) == hvd.rank()):
+                        if kind == "kill9":
+                            os.kill(os.getpid(), signal.SIGKILL)
+                        raise RuntimeError(f"scheduled failure at epoch {e} batch {b}")
+                for e, b, hosts in waits:
+                    if int(e) == state.epoch and int(b) == state.batch:
+                        while "+".join(hvd.allgather_object(host, name="hosts")) != hosts:
+                            state.check_host_updates()
+                            time.sleep(0.05)
+                opt.zero_grad()
+                loss = ((model(x[batch]) - y[batch]) ** 2).mean()
+                loss.backward()
+                for p in model.parameters():
+                    p.grad = hvd.allreduce(p.grad, name="grad")
+                opt.step()
+                sampler.record_indices(batch)
+                # every rank counts every rank's samples: the count survives a lost rank
+                for i in hvd.allgather(torch.tensor(batch, dtype=torch.int64), name="batch").tolist():
+                    state.seen[i] += 1
+                state.batch += 1
+                if progress and hvd.rank() == 0:
+                    with open(progress + ".tmp", "w") as f:
+                        f.write(f"{state.epoch} {state.batch}\n")
+                    os.replace(progress + ".tmp", progress)
+                state.commit()
+            seen = torch.tensor(state.seen)
+            missing = int((seen == 0).sum())
+            assert missing == 0, f"epoch {state.epoch}: {missing} samples never processed"
+            state.dups += int((seen - 1).clamp(min=0).sum())
+            state.seen = [0] * N
+            state.epoch += 1
+            state.batch = 0
+            state.commit()
+        return state.dups
+
+    dups = train(state)
+    w = model.weight.detach().flatten()
+    every = hvd.allgather(w.unsqueeze(0), name="final")
+    assert torch.equal(every, w.unsqueeze(0).expand_as(every)), "ranks ended with different weights"
+    print(f"RESULT rank={hvd.rank()} size={hvd.size()} weights={','.join(f'{v:.6f}' for v in w.tolist())} "
+          f"dup={dups} resets={resets[0]}", flush=True)
+    hvd.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
