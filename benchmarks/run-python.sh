@@ -136,7 +136,7 @@ run_peer() {
 
 if [ -n "$PEERS" ]; then
         echo "# run-python: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$src" rev-parse --short HEAD 2>/dev/null)," \
-                "$(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), NP=$NP, $PY" | tee -a "$out"
+                "$(nproc --all) cores, load $(cut -d' ' -f1-3 /proc/loadavg), NP=$NP, $PY" | tee -a "$out"
         read -ra order <<<"$PEERS"
         for ((round = 0; round < ROUNDS; round++)); do
                 echo "# round $round, load $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out"
@@ -150,7 +150,7 @@ if [ -n "$PEERS" ]; then
 fi
 "$PY" - "$out" <<'PY'
 import re, statistics, sys
-rows, loud, head = {}, [], []
+rows, loud, head, nps = {}, [], [], set()
 for line in open(sys.argv[1]):
     if line.startswith("!!!"):
         loud.append(line.strip())
@@ -158,6 +158,8 @@ for line in open(sys.argv[1]):
         head.append(line.strip())
     m = dict(re.findall(r"(\w+)=(\S+)", line))
     b, r = m.get("bench"), m.get("round", "0")
+    if "np" in m:
+        nps.add(int(m["np"]))
     if b == "allreduce":
         rows.setdefault(("allreduce", m["mode"], int(m["bytes"])), {}).setdefault(m["impl"], {})[r] = float(m["time_us"])
     elif b == "step":
@@ -188,6 +190,8 @@ def ratio(cell, ours, peer):
     return m, f"{m:.2f} [{min(rs):.2f}-{max(rs):.2f}]" if len(rs) > 1 else f"{m:.2f}"
 
 
+np_ = max(nps) if nps else 2
+busbw = 2 * (np_ - 1) / np_
 targets = []
 print()
 for h in head:
@@ -198,14 +202,14 @@ for mode in ("inplace", "outofplace"):
     sizes = sorted(k[2] for k in rows if k[0] == "allreduce" and k[1] == mode)
     if not sizes:
         continue
-    print(f"\n## allreduce, float32 sum, {'in place' if mode == 'inplace' else 'out of place'}: time us (busbw GB/s)")
+    print(f"\n## allreduce, float32 sum, {'in place' if mode == 'inplace' else 'out of place'}: time us (busbw GB/s), {np_} ranks")
     print(f"{'bytes':>10} {'hvd':>20} {'horovod':>20} {'gloo':>20} {'vs horovod':>18} {'vs gloo':>18}")
     for n in sizes:
         c = rows[("allreduce", mode, n)]
 
         def cell(impl):
             t = med(c.get(impl, {}))
-            return f"{t:10.1f} ({n / t / 1e3:6.3f})" if t else f"{'-':>20}"
+            return f"{t:10.1f} ({n * busbw / t / 1e3:6.3f})" if t else f"{'-':>20}"
         vh, sh = ratio(c, "hvd", "horovod")
         vg, sg = ratio(c, "hvd", "gloo")
         print(f"{n:>10} {cell('hvd')} {cell('horovod')} {cell('gloo')} {sh:>18} {sg:>18}")

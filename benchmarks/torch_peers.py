@@ -41,8 +41,8 @@ What it measures (--what, comma-separated; rank 0 prints one line each):
              gradient's allreduce started as soon as it is "computed"; the
              compute is time.sleep, so N ranks emulate N independent
              accelerators on a machine with fewer cores. torch: DDP's
-             25 MiB buckets as in step. plain (any impl, np=1): the compute
-             alone, no communication: the single-device rate
+             25 MiB buckets as in step. --impl plain: one process, the
+             compute alone, no communication: the single-device rate
         bench=scaling model=resnet50 impl=I np=P batch=B img_s=.. ms=..
 
 Timings are medians over --reps repetitions of each measurement inside a
@@ -54,7 +54,7 @@ import statistics
 import sys
 import time
 
-import torch
+torch = None  # imported by main() once the arguments are checked (it takes seconds)
 
 BUCKET_BYTES = 25 << 20  # DistributedDataParallel's bucket_cap_mb default
 FIRST_BUCKET_BYTES = 1 << 20  # and its first, smaller bucket
@@ -226,7 +226,6 @@ def sweep(comm, args, emit):
             dt = timed(comm, fn, iters(nbytes), args.reps)
             emit(f"bench=allreduce impl={comm.impl if comm.impl != 'torch' else 'gloo'} mode={mode} bytes={nbytes} "
                  f"np={comm.size} time_us={dt * 1e6:.1f} busbw_gbs={nbytes * factor / dt / 1e9:.3f}")
-        del t
 
 
 def step(comm, args, emit):
@@ -250,69 +249,73 @@ def step(comm, args, emit):
              f"tensors={len(grads)} mib={sum(g.numel() for g in grads) * 4 / 2**20:.1f}")
 
 
-class TextClassifier(torch.nn.Module):
-    """A bag-of-words text classifier (fastText-like): a large embedding
-    table with dense gradients, the mean of each document's token vectors,
-    two small linear layers. 12.9 M parameters, little arithmetic: its step
-    is dominated by the 49 MiB gradient's allreduce."""
-
-    def __init__(self, vocab=100_000, dim=128, classes=16):
-        super().__init__()
-        self.emb = torch.nn.EmbeddingBag(vocab, dim, mode="mean")
-        self.fc1 = torch.nn.Linear(dim, dim)
-        self.fc2 = torch.nn.Linear(dim, classes)
-        self.vocab, self.classes = vocab, classes
-
-    def forward(self, x):
-        return self.fc2(torch.relu(self.fc1(self.emb(x))))
-
-    def batch(self, n, g):
-        return torch.randint(0, self.vocab, (n, 64), generator=g), torch.randint(0, self.classes, (n,), generator=g)
+MODEL_NAMES = ("textcls", "mlp", "cnn")
 
 
-class MLP(torch.nn.Module):
-    """A wide multilayer perceptron, 1024-4096-4096-10 (21 M parameters): as
-    many gradients as the text classifier and much more arithmetic."""
+def make_models():
+    """The models of --what train, by name."""
 
-    def __init__(self):
-        super().__init__()
-        self.net = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096),
-                                       torch.nn.ReLU(), torch.nn.Linear(4096, 10))
+    class TextClassifier(torch.nn.Module):
+        """A bag-of-words text classifier (fastText-like): a large embedding
+        table with dense gradients, the mean of each document's token vectors,
+        two small linear layers. 12.9 M parameters, little arithmetic: its step
+        is dominated by the 49 MiB gradient's allreduce."""
 
-    def forward(self, x):
-        return self.net(x)
+        def __init__(self, vocab=100_000, dim=128, classes=16):
+            super().__init__()
+            self.emb = torch.nn.EmbeddingBag(vocab, dim, mode="mean")
+            self.fc1 = torch.nn.Linear(dim, dim)
+            self.fc2 = torch.nn.Linear(dim, classes)
+            self.vocab, self.classes = vocab, classes
 
-    def batch(self, n, g):
-        return torch.randn(n, 1024, generator=g), torch.randint(0, 10, (n,), generator=g)
+        def forward(self, x):
+            return self.fc2(torch.relu(self.fc1(self.emb(x))))
 
+        def batch(self, n, g):
+            return torch.randint(0, self.vocab, (n, 64), generator=g), torch.randint(0, self.classes, (n,), generator=g)
 
-class CNN(torch.nn.Module):
-    """The MNIST network of examples/python (0.4 M parameters): compute-bound."""
+    class MLP(torch.nn.Module):
+        """A wide multilayer perceptron, 1024-4096-4096-10 (21 M parameters): as
+        many gradients as the text classifier and much more arithmetic."""
 
-    def __init__(self):
-        super().__init__()
-        self.conv1 = torch.nn.Conv2d(1, 16, 3, padding=1)
-        self.conv2 = torch.nn.Conv2d(16, 32, 3, padding=1)
-        self.fc1 = torch.nn.Linear(32 * 7 * 7, 256)
-        self.fc2 = torch.nn.Linear(256, 10)
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Sequential(torch.nn.Linear(1024, 4096), torch.nn.ReLU(), torch.nn.Linear(4096, 4096),
+                                           torch.nn.ReLU(), torch.nn.Linear(4096, 10))
 
-    def forward(self, x):
-        f = torch.nn.functional
-        x = f.max_pool2d(f.relu(self.conv1(x)), 2)
-        x = f.max_pool2d(f.relu(self.conv2(x)), 2)
-        return self.fc2(f.relu(self.fc1(x.flatten(1))))
+        def forward(self, x):
+            return self.net(x)
 
-    def batch(self, n, g):
-        return torch.randn(n, 1, 28, 28, generator=g), torch.randint(0, 10, (n,), generator=g)
+        def batch(self, n, g):
+            return torch.randn(n, 1024, generator=g), torch.randint(0, 10, (n,), generator=g)
 
+    class CNN(torch.nn.Module):
+        """The MNIST network of examples/python (0.4 M parameters): compute-bound."""
 
-MODELS = {"textcls": TextClassifier, "mlp": MLP, "cnn": CNN}
+        def __init__(self):
+            super().__init__()
+            self.conv1 = torch.nn.Conv2d(1, 16, 3, padding=1)
+            self.conv2 = torch.nn.Conv2d(16, 32, 3, padding=1)
+            self.fc1 = torch.nn.Linear(32 * 7 * 7, 256)
+            self.fc2 = torch.nn.Linear(256, 10)
+
+        def forward(self, x):
+            f = torch.nn.functional
+            x = f.max_pool2d(f.relu(self.conv1(x)), 2)
+            x = f.max_pool2d(f.relu(self.conv2(x)), 2)
+            return self.fc2(f.relu(self.fc1(x.flatten(1))))
+
+        def batch(self, n, g):
+            return torch.randn(n, 1, 28, 28, generator=g), torch.randint(0, 10, (n,), generator=g)
+
+    return {"textcls": TextClassifier, "mlp": MLP, "cnn": CNN}
 
 
 def train(comm, args, emit):
+    models = make_models()
     for name in args.train_model.split(","):
         torch.manual_seed(0)
-        model, plain = MODELS[name](), MODELS[name]()
+        model, plain = models[name](), models[name]()
         plain.load_state_dict(model.state_dict())
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         plain_opt = torch.optim.SGD(plain.parameters(), lr=0.01, momentum=0.9)
@@ -351,34 +354,58 @@ def train(comm, args, emit):
              f"params={params}")
 
 
+class Compute:
+    """The compute model's clock: forward() then backward(i) for each
+    tensor i in backward order sleep until that part's end, counted from
+    the step's start, so the sleeps' overshoot and the time spent starting
+    allreduces do not add up over the step's 161 parts (an accelerator
+    computes while the host starts the communication)."""
+
+    def __init__(self, fwd_ms, bwd_ms, parts):
+        self.fwd, self.per = fwd_ms / 1e3, bwd_ms / 1e3 / parts
+        self.next = 0.0
+
+    def _until(self):
+        d = self.next - time.perf_counter()
+        if d > 0:
+            time.sleep(d)
+
+    def forward(self):
+        self.next = time.perf_counter() + self.fwd
+        self._until()
+
+    def backward(self):
+        self.next += self.per
+        self._until()
+
+
 def scaling(comm, args, emit):
     grads = [torch.ones(s) for s in reversed(shapes(args.model_tsv))]
     model = os.path.basename(args.model_tsv).rsplit(".", 1)[0]
-    per = args.bwd_ms / 1e3 / len(grads)
-    plain = comm is None or comm.size == 1 and args.plain
+    clock = Compute(args.fwd_ms, args.bwd_ms, len(grads))
 
-    if plain:
+    if comm is None:
         def one():
-            time.sleep(args.fwd_ms / 1e3)
+            clock.forward()
             for _ in grads:
-                time.sleep(per)
+                clock.backward()
     elif comm.impl == "torch":
         buckets = Buckets(comm, grads)
 
         def one():
-            time.sleep(args.fwd_ms / 1e3)
+            clock.forward()
             for i in range(len(grads)):
-                time.sleep(per)
+                clock.backward()
                 buckets.ready(i)
             buckets.wait()
     else:
         hvd = comm.hvd
 
         def one():
-            time.sleep(args.fwd_ms / 1e3)
+            clock.forward()
             hs = []
             for i, g in enumerate(grads):
-                time.sleep(per)
+                clock.backward()
                 hs.append(hvd.allreduce_async_(g, name=f"scaling.{i}", op=hvd.Average))
             for h in hs:
                 hvd.synchronize(h)
@@ -389,8 +416,7 @@ def scaling(comm, args, emit):
         np_, impl = 1, "plain"
     else:
         dt = timed(comm, one, args.steps, args.reps)
-        np_ = comm.size
-        impl = "plain" if plain else "ddp" if comm.impl == "torch" else comm.impl
+        np_, impl = comm.size, "ddp" if comm.impl == "torch" else comm.impl
     emit(f"bench=scaling model={model} impl={impl} np={np_} batch={args.batch} img_s={args.batch / dt:.1f} "
          f"ms={dt * 1e3:.1f} fwd_ms={args.fwd_ms} bwd_ms={args.bwd_ms}")
 
@@ -412,11 +438,10 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--steps", type=int, default=5, help="steps per repetition (step, train, scaling)")
     ap.add_argument("--model-tsv", help="gradient shapes (step, scaling), e.g. shared/data/resnet50.tsv")
-    ap.add_argument("--train-model", default="textcls,cnn", help=f"comma-separated, of {','.join(MODELS)}")
+    ap.add_argument("--train-model", default="textcls,cnn", help=f"comma-separated, of {','.join(MODEL_NAMES)}")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--fwd-ms", type=float, default=60.0, help="scaling: forward time of the compute model")
     ap.add_argument("--bwd-ms", type=float, default=120.0, help="scaling: backward time of the compute model")
-    ap.add_argument("--plain", action="store_true", help="scaling at np=1: no communication at all")
     args = ap.parse_args()
     what = args.what.split(",")
     bad = [w for w in what if w not in ("sweep", "step", "train", "scaling")]
@@ -424,10 +449,13 @@ def main():
         ap.error(f"unknown --what {','.join(bad)}")
     if any(w in ("step", "scaling") for w in what) and not args.model_tsv:
         ap.error("--what step and scaling need --model-tsv")
-    if any(m not in MODELS for m in args.train_model.split(",")):
-        ap.error(f"--train-model: one of {','.join(MODELS)}")
+    if any(m not in MODEL_NAMES for m in args.train_model.split(",")):
+        ap.error(f"--train-model: one of {','.join(MODEL_NAMES)}")
     if args.impl == "plain" and what != ["scaling"]:
         ap.error("--impl plain measures --what scaling only")
+    global torch
+    import torch
+
     torch.set_num_threads(1)
     if args.impl == "plain":
         scaling(None, args, print)
