@@ -79,7 +79,7 @@ def sizes(lo, hi):
 
 
 def iters(nbytes):
-    return 100 if nbytes <= 256 << 10 else 30 if nbytes <= 4 << 20 else 8 if nbytes <= 32 << 20 else 3
+    return 30 if nbytes <= 256 << 10 else 10 if nbytes <= 4 << 20 else 5 if nbytes <= 32 << 20 else 3
 
 
 class Comm:
@@ -332,12 +332,12 @@ def train(comm, args, emit):
         loss_fn = torch.nn.functional.cross_entropy
 
         def dist_step():
-            opt.zero_grad(set_to_none=True)
+            model.zero_grad(set_to_none=True)  # Horovod's optimizer has no set_to_none
             loss_fn(net(x), y).backward()
             opt.step()
 
         def plain_step():
-            plain_opt.zero_grad(set_to_none=True)
+            plain.zero_grad(set_to_none=True)
             loss_fn(plain(x), y).backward()
             plain_opt.step()
 
