@@ -244,8 +244,6 @@ for k in sorted(k for k in rows if k[0] == "train" and len(k) == 2):
             print(f"  hvd vs {peer}: {s}")
             if peer == "ddp" and k[1] == "textcls":
                 targets.append(("textcls training step vs DDP (communication-bound)", v, 1.3))
-            if peer == "horovod":
-                targets.append((f"{k[1]} training step vs Horovod", v, 5.0))
 if targets:
     print("\n## targets (issue 23): median ratio of the rounds")
     for what, v, goal in targets:

@@ -63,7 +63,10 @@ cleanup() {
         for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
         for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
         if [ -z "${RAW:-}" ]; then
-                for ((h = 0; h < maxh; h++)); do ip netns del "hvdsc$$h$h" 2>/dev/null; done
+                for ((h = 0; h < maxh; h++)); do
+                        ip netns del "hvdsc$$h$h" 2>/dev/null
+                        rm -rf "/etc/netns/hvdsc$$h$h"
+                done
                 ip netns del "$hub" 2>/dev/null
         fi
         rm -rf "$out" "$work"
@@ -83,6 +86,12 @@ star_setup() {
                 ip link set "$va" netns "$ns" && ip link set "$vb" netns "$hub" || exit 1
                 ip -n "$hub" link set "$vb" master br0 && ip -n "$hub" link set "$vb" up || exit 1
                 ip -n "$ns" addr add "$net$((h + 1))/24" dev "$va" && ip -n "$ns" link set "$va" up || exit 1
+                # the host's name resolves to its address in its namespace (ip netns
+                # exec mounts /etc/netns/NS/hosts over /etc/hosts): Horovod
+                # 0.28.1's process-set contexts ignore HOROVOD_GLOO_IFACE and
+                # bind to the address of the host name, which is loopback here
+                mkdir -p "/etc/netns/$ns" && printf '127.0.0.1 localhost\n%s h%s\n' "$net$((h + 1))" "$h" \
+                        >"/etc/netns/$ns/hosts" || exit 1
                 tc -n "$ns" qdisc add dev "$va" root tbf rate 1gbit burst "$BURST" latency 100ms || exit 1
                 tc -n "$hub" qdisc add dev "$vb" root tbf rate 1gbit burst "$BURST" latency 100ms || exit 1
                 mkdir -p "$work/h$h"
@@ -146,7 +155,10 @@ job() {
                         ;;
                 horovod)
                         # shellcheck disable=SC2046 # the rendezvous server's line is words
-                        ip netns exec "$ns" env PYTHONPATH="$HOROVOD_DIR" HOROVOD_GLOO_RENDEZVOUS_ADDR="${net}1" \
+                        # in a UTS namespace of its own named h<h>, whose name resolves to its address
+                        # shellcheck disable=SC2016 # expanded by that sh
+                        ip netns exec "$ns" unshare --uts sh -c 'hostname "$0" && exec "$@"' "h$h" \
+                                env PYTHONPATH="$HOROVOD_DIR" HOROVOD_GLOO_RENDEZVOUS_ADDR="${net}1" \
                                 HOROVOD_GLOO_RENDEZVOUS_PORT="$port" HOROVOD_CONTROLLER=gloo HOROVOD_CPU_OPERATIONS=gloo \
                                 HOROVOD_GLOO_IFACE="$dev" $(sed -n "/HOROVOD_RANK=$h /p" "$work/rdv.out") \
                                 timeout -k 5 900 "$PY" "$script" --impl horovod "${args[@]}" >"$work/r$h.out" 2>&1 &
