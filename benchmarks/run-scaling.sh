@@ -233,26 +233,46 @@ for line in open(sys.argv[1]):
     if m["impl"] == "plain":
         one = float(m["img_s"])
         continue
-    rows.setdefault((m["rate"], int(m["np"])), {}).setdefault(m["impl"], []).append(float(m["img_s"]))
+    # img_s is one rank's; the job's rate is N times it
+    n = int(m["np"])
+    rows.setdefault((m["rate"], n), {}).setdefault(m["impl"], []).append(n * float(m["img_s"]))
+    step_ms = float(m["fwd_ms"]), float(m["bwd_ms"])
+    mib = float(m.get("mib", 97.5))  # runs before mib= was printed: ResNet-50
+
+
+def link_bound(rate, n):
+    """The best efficiency the link allows: a ring moves 2(N-1)/N of the
+    gradients through each host's link each way, which can start with
+    backward, so a step takes at least fwd + max(bwd, that time)."""
+    u = re.fullmatch(r"([0-9.]+)([kmg]?)bit", rate)
+    if not u:
+        return None
+    bps = float(u.group(1)) * {"": 1, "k": 1e3, "m": 1e6, "g": 1e9}[u.group(2)]
+    wire = 2 * (n - 1) / n * mib * 2**20 * 8 / bps * 1e3
+    fwd, bwd = step_ms
+    return (fwd + bwd) / (fwd + max(bwd, wire))
 if one is None:
     print("run-scaling: no single-rank rate")
     sys.exit(1)
-print(f"# rate(1) = {one:.1f} images/s (the compute model alone); efficiency = rate(N) / (N x rate(1));"
-      " medians over the rounds [range]")
-print(f"\n{'link':>7} {'N':>3} {'hvd img/s':>12} {'eff':>14} {'horovod img/s':>14} {'eff':>14} {'ddp img/s':>12}"
-      f" {'eff':>14} {'hvd/horovod':>11} {'hvd/ddp':>8}")
+print(f"# rate(1) = {one:.1f} images/s (the compute model alone); rate(N) = the N ranks' images/s together;"
+      " efficiency = rate(N) / (N x rate(1)); medians over the rounds [range]; link bound = the best"
+      " efficiency the link's rate allows")
+print(f"\n{'link':>7} {'N':>3} {'hvd img/s':>10} {'eff [range]':>17} {'horovod':>10} {'eff [range]':>17}"
+      f" {'ddp':>10} {'eff [range]':>17} {'hvd/horovod':>11} {'hvd/ddp':>8} {'link bound':>10}")
 for (rate, n), r in sorted(rows.items(), key=lambda kv: (float(re.sub(r"[a-z]", "", kv[0][0])), kv[0][1])):
     def cells(impl):
         v = r.get(impl)
         if not v:
-            return f"{'-':>12} {'-':>14}"
+            return f"{'-':>10} {'-':>17}"
         m = statistics.median(v)
-        return f"{m:12.1f} {m / (n * one):6.2f} [{min(v) / (n * one):.2f}-{max(v) / (n * one):.2f}]"
+        return f"{m:10.1f} {m / (n * one):5.2f} [{min(v) / (n * one):.2f}-{max(v) / (n * one):.2f}]"
     def rat(peer):
         if not r.get("hvd") or not r.get(peer):
             return "-"
         return f"{statistics.median(r['hvd']) / statistics.median(r[peer]):.2f}"
-    print(f"{rate:>7} {n:>3} {cells('hvd')} {cells('horovod'):>29} {cells('ddp')} {rat('horovod'):>11} {rat('ddp'):>8}")
+    lb = link_bound(rate, n)
+    print(f"{rate:>7} {n:>3} {cells('hvd')} {cells('horovod')} {cells('ddp')} {rat('horovod'):>11} {rat('ddp'):>8}"
+          f" {lb if lb is None else format(lb, '10.2f')}")
 for l in loud:
     print(l)
 PY

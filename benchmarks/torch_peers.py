@@ -43,7 +43,8 @@ What it measures (--what, comma-separated; rank 0 prints one line each):
              accelerators on a machine with fewer cores. torch: DDP's
              25 MiB buckets as in step. --impl plain: one process, the
              compute alone, no communication: the single-device rate
-        bench=scaling model=resnet50 impl=I np=P batch=B img_s=.. ms=..
+        bench=scaling model=resnet50 impl=I np=P batch=B img_s=.. ms=.. mib=..
+             (img_s: one rank's images/s, batch / step time)
 
 Timings are medians over --reps repetitions of each measurement inside a
 run, each after a barrier; the rounds of run-python.sh give the spread.
@@ -421,7 +422,8 @@ def scaling(comm, args, emit):
         dt = timed(comm, one, args.steps, args.reps)
         np_, impl = comm.size, "ddp" if comm.impl == "torch" else comm.impl
     emit(f"bench=scaling model={model} impl={impl} np={np_} batch={args.batch} img_s={args.batch / dt:.1f} "
-         f"ms={dt * 1e3:.1f} fwd_ms={args.fwd_ms} bwd_ms={args.bwd_ms}")
+         f"ms={dt * 1e3:.1f} fwd_ms={args.fwd_ms} bwd_ms={args.bwd_ms} "
+         f"mib={sum(g.numel() for g in grads) * 4 / 2**20:.1f}")
 
 
 def _plain_timed(fn, n):

@@ -35,6 +35,19 @@ refused "need --model-tsv" "$py" "$b/torch_peers.py" --impl hvd --what step
 refused "one of textcls" "$py" "$b/torch_peers.py" --impl hvd --what train --train-model resnet
 refused "measures --what scaling only" "$py" "$b/torch_peers.py" --impl plain --what sweep
 
+# run-scaling.sh RAW=: rate(N) is N times one rank's, efficiency rate(N) / (N x rate(1)),
+# the link bound (60 + max(120, 2(N-1)/N x 50 MiB at 1 Gbit/s)) ms against 180 ms
+{
+        echo "#   round=0 rate=- bench=scaling model=m impl=plain np=1 batch=8 img_s=100.0 ms=80 fwd_ms=60 bwd_ms=120 mib=50"
+        echo "#   round=0 rate=1gbit bench=scaling model=m impl=hvd np=2 batch=8 img_s=50.0 ms=160 fwd_ms=60 bwd_ms=120 mib=50"
+        echo "#   round=1 rate=1gbit bench=scaling model=m impl=hvd np=2 batch=8 img_s=30.0 ms=260 fwd_ms=60 bwd_ms=120 mib=50"
+        echo "#   round=0 rate=1gbit bench=scaling model=m impl=ddp np=2 batch=8 img_s=20.0 ms=400 fwd_ms=60 bwd_ms=120 mib=50"
+} >"$dir/scaling.raw"
+RAW=$dir/scaling.raw "$b/run-scaling.sh" "$HVD_BUILDDIR" >"$dir/scaling" 2>&1 ||
+        fail "run-scaling.sh RAW= failed" "$(cat "$dir/scaling")"
+grep -Eq '^ +1gbit +2 +80\.0 +0\.40 \[0\.30-0\.50\] +- +- +40\.0 +0\.20 \[0\.20-0\.20\] +- +2\.00 +0\.38$' "$dir/scaling" ||
+        fail "run-scaling.sh RAW=: not the expected row" "$(cat "$dir/scaling")"
+
 # a three-tensor model in place of ResNet-50
 printf 'name\tshape\tnumel\nfc.weight\t64x32\t2048\nfc.bias\t64\t64\nconv.weight\t16x3x3x3\t432\n' >"$dir/resnet50.tsv"
 
