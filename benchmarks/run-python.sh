@@ -27,7 +27,7 @@
 #     which builds it once, about 2 minutes, and caches it)
 #   RAW=FILE: run nothing; tabulate the raw lines of an earlier run's output
 #   CHECK_ARGS=1: check the environment and the arguments, print what would
-#     run, run nothing (tests/test-run-python.sh)
+#     run, run nothing (tests/test-bench-python.sh)
 set -u
 build=${1:-$(pwd)}
 build=$(cd "$build" && pwd) || exit 2
@@ -83,7 +83,12 @@ else
                         fi
                         if [ "${CHECK_ARGS:-0}" != 1 ] && { [ -z "$HOROVOD_DIR" ] || [ ! -f "$HOROVOD_DIR/bin/horovodrun" ] ||
                                 ! PYTHONPATH=$HOROVOD_DIR "$PY" -c 'import horovod.torch' 2>"$work/hvd.err"; }; then
-                                loud "PEER MISSING: Horovod 0.28.1 is not available (${HOROVOD_DIR:-scripts/horovod.sh failed}: $(tail -n 1 "$work/hvd.err" 2>/dev/null))"
+                                if [ -z "$HOROVOD_DIR" ]; then
+                                        why="scripts/horovod.sh could not build it; its reason is above"
+                                else
+                                        why="$HOROVOD_DIR has no bin/horovodrun, or horovod.torch does not import from it: $(tail -n 1 "$work/hvd.err" 2>/dev/null)"
+                                fi
+                                loud "PEER MISSING: Horovod 0.28.1 is not available ($why)"
                                 continue
                         fi ;;
                 esac
