@@ -292,7 +292,8 @@ def make_models():
             return torch.randn(n, 1024, generator=g), torch.randint(0, 10, (n,), generator=g)
 
     class CNN(torch.nn.Module):
-        """The MNIST network of examples/python (0.4 M parameters): compute-bound."""
+        """A small CNN on MNIST-sized images (two 3x3 convolutions, two linear
+        layers, 0.4 M parameters): compute-bound."""
 
         def __init__(self):
             super().__init__()
