@@ -2,10 +2,11 @@
  * gradient of a model (read from a tsv, parameter order) is submitted for
  * allreduce asynchronously in backward order, as an optimizer hook does,
  * then all are waited for. Warm-up steps, then timed steps; rank 0 prints
- *   bench=step impl=hvd model=.. np=.. mode=fusion fusion_bytes=.. tensors=..
- *   bytes=.. steps=.. ms_median=.. ms_mean=.. ms_min=.. algbw_gbs=.. busbw_gbs=..
- * The fusion threshold is the job's (HVD_FUSION_THRESHOLD, hvdrun
- * --fusion-threshold-mb; 0 = fusion off). float32 sums, in place. */
+ *   bench=step impl=hvd model=.. np=.. mode=fusion fusion_bytes=.. cycle_ms=..
+ *   tensors=.. bytes=.. steps=.. ms_median=.. ms_mean=.. ms_min=.. algbw_gbs=.. busbw_gbs=..
+ * The fusion threshold and cycle time are the job's (HVD_FUSION_THRESHOLD,
+ * hvdrun --fusion-threshold-mb, 0 = fusion off; HVD_CYCLE_TIME; "default"
+ * when unset). float32 sums, in place. */
 #include <getopt.h>
 #include <math.h>
 #include <stdio.h>
@@ -132,10 +133,11 @@ int main(int argc, char **argv) {
                         min = fmin(min, dt[s]);
                 double med = step_median(dt, steps);
                 double algbw = bytes / med / 1e9;
-                printf("bench=step impl=hvd model=%s np=%d mode=fusion fusion_bytes=%s tensors=%zu bytes=%.0f "
-                       "steps=%d ms_median=%.3f ms_mean=%.3f ms_min=%.3f algbw_gbs=%.3f busbw_gbs=%.3f\n",
-                       label, size, ft ? ft : "default", m.n, bytes, steps, med * 1e3, mean * 1e3, min * 1e3, algbw,
-                       algbw * 2.0 * (size - 1) / size);
+                const char *ct = getenv("HVD_CYCLE_TIME");
+                printf("bench=step impl=hvd model=%s np=%d mode=fusion fusion_bytes=%s cycle_ms=%s tensors=%zu "
+                       "bytes=%.0f steps=%d ms_median=%.3f ms_mean=%.3f ms_min=%.3f algbw_gbs=%.3f busbw_gbs=%.3f\n",
+                       label, size, ft ? ft : "default", ct ? ct : "default", m.n, bytes, steps, med * 1e3, mean * 1e3,
+                       min * 1e3, algbw, algbw * 2.0 * (size - 1) / size);
                 fflush(stdout);
         }
         status = 0;

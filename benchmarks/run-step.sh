@@ -30,12 +30,21 @@
 #     (this kernel has no netem). Unset: no proxy at all; 0: the proxy without
 #     delay (what the proxy itself costs).
 #     Needs root.
+#   CYCLES="1" (ms): the grid's cycle times (HVD_CYCLE_TIME), beside FUSIONS.
+#   MPI=0: no Open MPI runs.
+#   AUTOTUNE=1 (with NETNS=1): first, per model, a job the root daemon
+#     autotunes (HVD_AUTOTUNE=1, AT_WARMUP=1 warm-up samples of AT_STEPS=3
+#     steps, AT_SAMPLES=12 samples of search), started from AT_START_FUSION=0
+#     bytes and AT_START_CYCLE=10 ms (HVD_AUTOTUNE_START_*); then in every round, beside
+#     the grid, a job at the point it settled on ("hvd tuned"), whose speed
+#     is compared to the grid's best (docs/AUTOTUNE.md).
 set -u
 build=${1:-$(pwd)}
 build=$(cd "$build" && pwd)
 src=$(cd "$(dirname "$0")/.." && pwd)
 NPS=${NPS:-"2 4"} ROUNDS=${ROUNDS:-3} STEPS=${STEPS:-10} WARMUP=${WARMUP:-3}
 MODELS=${MODELS:-"resnet50 resnet101 inception_v3 vgg16"} FUSIONS=${FUSIONS:-"0 4 16 64"}
+CYCLES=${CYCLES:-1} MPI=${MPI:-1} AUTOTUNE=${AUTOTUNE:-0} AT_WARMUP=${AT_WARMUP:-1} AT_STEPS=${AT_STEPS:-3} AT_SAMPLES=${AT_SAMPLES:-12}
 NETNS=${NETNS:-0} RATE=${RATE:-1gbit} PER_NODE=${PER_NODE:-1} DELAY_US=${DELAY_US:-} BURST=${BURST:-1mb}
 PY=${PYTHON:-/usr/bin/python3}
 if [ -z "${DATA:-}" ]; then
@@ -43,6 +52,10 @@ if [ -z "${DATA:-}" ]; then
 fi
 [ -f "${DATA:-}/resnet50.tsv" ] || { echo "run-step: set DATA to the directory of resnet50.tsv etc." >&2; exit 2; }
 PNG=${PNG:-step-$([ "$NETNS" = 1 ] && echo netns || echo node).png}
+# the peer: missing, it is named here and again at the end
+# shellcheck source=benchmarks/peers.sh
+. "$src/benchmarks/peers.sh"
+peers_check "$build" mpi_step
 out=$(mktemp)
 work=$(mktemp -d /tmp/hvd-step-XXXXXX)
 pids=()
@@ -103,9 +116,13 @@ delay_setup() {
         pids+=("$NP_PID")
 }
 
-# one hvd job of 2*PER_NODE ranks across the namespaces; rank 0's output on stdout
+# one hvd job of 2*PER_NODE ranks across the namespaces, with JOB_ENV (the
+# fusion threshold "auto": autotuned); rank 0's output on stdout
+JOB_ENV=()
 netns_job() {
-        local fusion=$1; shift
+        local fusion=$1 fv; shift
+        fv=HVD_FUSION_THRESHOLD=$fusion
+        [ "$fusion" = auto ] && fv=HVD_AUTOTUNE=1
         local job=step-$tag-$RANDOM secret=0123456789abcdef world=$((2 * PER_NODE)) rank=0 wp=()
         for h in a b; do
                 local ns=$na ip=${NET}1 cross=0
@@ -115,7 +132,7 @@ netns_job() {
                                 HVD_SIZE=$world HVD_LOCAL_RANK=$l HVD_LOCAL_SIZE="$PER_NODE" HVD_CROSS_RANK=$cross \
                                 HVD_CROSS_SIZE=2 HVD_HOSTS="a:$PER_NODE,b:$PER_NODE" HVD_HOSTNAME=$h \
                                 HVD_ROOT_PEER="tcp://${NET}1:7100" HVD_RUNTIME_DIR="$work/$h" HVD_DATA_ADDR="$ip" \
-                                HVD_FUSION_THRESHOLD="$fusion" timeout -k 5 900 "$@" >"$work/rank$rank.out" 2>&1 &
+                                "$fv" "${JOB_ENV[@]}" timeout -k 5 900 "$@" >"$work/rank$rank.out" 2>&1 &
                         wp+=($!)
                         rank=$((rank + 1))
                 done
@@ -146,11 +163,34 @@ netns_mpi() {
 }
 
 if [ -n "${RAW:-}" ]; then
-        sed -n 's/^#   \(bench=step .*\)/\1/p; /^bench=step /p' "$RAW" >"$out"
+        sed -n 's/^#   \(bench=\(step\|autotune\) .*\)/\1/p; /^bench=\(step\|autotune\) /p' "$RAW" >"$out"
         NPS=
 elif [ "$NETNS" = 1 ]; then
         netns_setup
         NPS=$((2 * PER_NODE))
+fi
+# AUTOTUNE: per model, an autotuned job (long enough for every sample, a
+# step lost at each change, and three settled samples); the point it
+# settled on (bytes, ms, samples before) in tuned[MODEL]
+declare -A tuned
+if [ "$AUTOTUNE" = 1 ] && [ -z "${RAW:-}" ]; then
+        [ "$NETNS" = 1 ] || { echo "run-step: AUTOTUNE=1 needs NETNS=1 (one host's fast path fuses without the daemon)" >&2; exit 2; }
+        for model in $MODELS; do
+                csv=$work/autotune-$model.csv
+                JOB_ENV=(HVD_AUTOTUNE_LOG="$csv" HVD_AUTOTUNE_WARMUP_SAMPLES="$AT_WARMUP"
+                        HVD_AUTOTUNE_STEPS_PER_SAMPLE="$AT_STEPS" HVD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES="$AT_SAMPLES"
+                        HVD_AUTOTUNE_START_FUSION_THRESHOLD="${AT_START_FUSION:-0}"
+                        HVD_AUTOTUNE_START_CYCLE_TIME="${AT_START_CYCLE:-10}")
+                netns_job auto "$build/benchmarks/bench_step" --model "$DATA/$model.tsv" --warmup 1 \
+                        --steps $(((AT_WARMUP + AT_SAMPLES) * (AT_STEPS + 1) + 3 * AT_STEPS + 4)) | sed 's/ mode=fusion / mode=autotune /' >>"$out"
+                sed "s/^/# autotune $model: /" "$csv"
+                tuned[$model]=$(awk -F, '$9 == "settled" { printf "%d %s %d", $6 * 1048576 + 0.5, $5, $8 - 1; exit }' "$csv")
+                [ -n "${tuned[$model]}" ] || echo "run-step: $model: the autotuner did not settle" >&2
+                # shellcheck disable=SC2086 # three words
+                [ -n "${tuned[$model]}" ] && printf 'bench=autotune model=%s threshold=%s cycle_ms=%s samples=%s\n' \
+                        "$model" ${tuned[$model]} >>"$out"
+        done
+        JOB_ENV=()
 fi
 for np in $NPS; do
         for ((round = 0; round < ROUNDS; round++)); do
@@ -158,16 +198,27 @@ for np in $NPS; do
                         tsv=$DATA/$model.tsv
                         for f in $FUSIONS; do
                                 bytes=$((f << 20))
-                                if [ "$NETNS" = 1 ]; then
-                                        netns_job "$bytes" "$build/benchmarks/bench_step" --model "$tsv" \
-                                                --steps "$STEPS" --warmup "$WARMUP" >>"$out"
-                                else
-                                        "$build/tools/hvdrun" -np "$np" --no-prefix -x HVD_FUSION_THRESHOLD=$bytes \
-                                                "$build/benchmarks/bench_step" --model "$tsv" --steps "$STEPS" \
-                                                --warmup "$WARMUP" >>"$out" || echo "run-step: hvd $model np=$np fusion=$f failed" >&2
-                                fi
+                                for c in $CYCLES; do
+                                        if [ "$NETNS" = 1 ]; then
+                                                JOB_ENV=(HVD_CYCLE_TIME="$c")
+                                                netns_job "$bytes" "$build/benchmarks/bench_step" --model "$tsv" \
+                                                        --steps "$STEPS" --warmup "$WARMUP" >>"$out"
+                                        else
+                                                "$build/tools/hvdrun" -np "$np" --no-prefix -x HVD_FUSION_THRESHOLD=$bytes \
+                                                        -x HVD_CYCLE_TIME="$c" "$build/benchmarks/bench_step" --model "$tsv" \
+                                                        --steps "$STEPS" --warmup "$WARMUP" >>"$out" ||
+                                                        echo "run-step: hvd $model np=$np fusion=$f cycle=$c failed" >&2
+                                        fi
+                                done
                         done
-                        if [ "$NETNS" != 1 ] && [ -x "$build/benchmarks/mpi_step" ]; then
+                        if [ -n "${tuned[$model]:-}" ]; then
+                                read -r tb tc _ <<<"${tuned[$model]}"
+                                JOB_ENV=(HVD_CYCLE_TIME="$tc")
+                                netns_job "$tb" "$build/benchmarks/bench_step" --model "$tsv" --steps "$STEPS" \
+                                        --warmup "$WARMUP" | sed 's/ mode=fusion / mode=tuned /' >>"$out"
+                                JOB_ENV=()
+                        fi
+                        if [ "$NETNS" != 1 ] && [ "$MPI" = 1 ] && [ -x "$build/benchmarks/mpi_step" ]; then
                                 mpirun --allow-run-as-root --oversubscribe -np "$np" "$build/benchmarks/mpi_step" \
                                         --model "$tsv" --steps "$STEPS" --warmup "$WARMUP" \
                                         --fusion-mb "$(for f in $FUSIONS; do [ "$f" = 0 ] || echo "$f"; done | paste -sd,)" \
@@ -178,7 +229,7 @@ for np in $NPS; do
                 # the first hvd job after an mpirun there lost its daemons'
                 # peer link (10 s of silence) in every run so far (with the
                 # data plane before the pipelined ring too)
-                if [ "$NETNS" = 1 ] && [ -x "$build/benchmarks/mpi_step" ]; then
+                if [ "$NETNS" = 1 ] && [ "$MPI" = 1 ] && [ -x "$build/benchmarks/mpi_step" ]; then
                         for model in $MODELS; do
                                 netns_mpi "$DATA/$model.tsv" "$np"
                         done
@@ -190,14 +241,23 @@ sed 's/^/#   /' "$out"
 "$PY" - "$out" "$NETNS" "$RATE" "$PNG" "$DELAY_US" "$BURST" <<'PY'
 import re, statistics, subprocess, sys
 path, netns, rate, png = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4]
-runs = {}
-for line in open(path):
-    m = dict(re.findall(r"(\w+)=(\S+)", line))
+runs, tunes, cycles = {}, {}, set()
+lines = [dict(re.findall(r"(\w+)=(\S+)", line)) for line in open(path)]
+for m in lines:
+    if m.get("bench") == "step" and m["impl"] == "hvd" and m["mode"] == "fusion":
+        cycles.add(m.get("cycle_ms", "default"))
+for m in lines:
+    if m.get("bench") == "autotune":
+        tunes[m["model"]] = m
     if m.get("bench") != "step":
         continue
-    if m["impl"] == "hvd":
+    if m["impl"] == "hvd" and m["mode"] in ("autotune", "tuned"):
+        key = "hvd " + m["mode"]
+    elif m["impl"] == "hvd":
         f = int(m["fusion_bytes"]) >> 20
         key = "hvd off" if f == 0 else f"hvd {f}M"
+        if len(cycles) > 1:
+            key += f" {m.get('cycle_ms', 'default')}ms"
     elif m["mode"] == "fused":
         key = f"mpi fused {int(m['fusion_bytes']) >> 20}M"
     else:
@@ -213,22 +273,27 @@ plot = []
 for (model, np_), r in sorted(runs.items()):
     mb = r.pop("_bytes")[0] / 2**20
     med = {k: statistics.median(v) for k, v in r.items()}
+    tuned = {k: med.pop(k) for k in ("hvd tuned", "hvd autotune") if k in med}
     hvd = {k: v for k, v in med.items() if k.startswith("hvd")}
     mpi = {k: v for k, v in med.items() if k.startswith("mpi")}
     print(f"\n{model} np={np_} ({mb:.1f} MiB of gradients)")
     for k in sorted(med, key=lambda k: (k[:3], med[k])):
         print(f"  {k:<18} {med[k]:10.1f} ms  {mb / 1024 / (med[k] / 1e3):7.3f} GiB/s")
     hb = min(hvd, key=hvd.get) if hvd else None
-    if hb and "hvd off" in hvd:
-        on = min((v for k, v in hvd.items() if k != "hvd off"), default=None)
-        if on:
-            print(f"  fusion on (best) vs off: {hvd['hvd off'] / on:.2f}x")
+    off = min((v for k, v in hvd.items() if k.startswith("hvd off")), default=None)
+    on = min((v for k, v in hvd.items() if not k.startswith("hvd off")), default=None)
+    if off and on:
+        print(f"  fusion on (best) vs off (best): {off / on:.2f}x")
+    if hb and "hvd tuned" in tuned and model in tunes:
+        t = tunes[model]
+        print(f"  autotuned: {int(t['threshold']) / 2**20:.2f} MiB, {t['cycle_ms']} ms, settled after {t['samples']}"
+              f" samples: {tuned['hvd tuned']:.1f} ms, {hvd[hb] / tuned['hvd tuned']:.0%} of the grid's best ({hb})"
+              f" speed" + (f"; the whole autotuned run's median {tuned['hvd autotune']:.1f} ms" if "hvd autotune" in tuned else ""))
     if hb and mpi:
         mbk = min(mpi, key=mpi.get)
         print(f"  hvd best ({hb}) vs mpi best ({mbk}): {mpi[mbk] / hvd[hb]:.2f}x"
               f" ({'hvd faster' if mpi[mbk] >= hvd[hb] else 'hvd slower by ' + format(hvd[hb] / mpi[mbk] - 1, '.0%')})")
-    plot.append((f"{model}/np{np_}", hvd.get("hvd off"), min(v for k, v in hvd.items() if k != "hvd off") if len(hvd) > 1 else None,
-                 min(mpi.values()) if mpi else None))
+    plot.append((f"{model}/np{np_}", off, on, min(mpi.values()) if mpi else None))
 try:
     dat = png + ".dat"
     with open(dat, "w") as f:
@@ -253,3 +318,4 @@ plot '{dat}' using 2:xtic(1) title 'hvd fusion off', '' using 3 title 'hvd fusio
 except (OSError, subprocess.CalledProcessError) as e:
     print(f"# no plot: {e}")
 PY
+peers_report

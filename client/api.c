@@ -348,6 +348,22 @@ int hvd_start_timeline(const char *file, int mark_cycles) {
         return 0;
 }
 
+int hvd_tuning_get(hvd_tuning_t *out) {
+        if (!out)
+                return hvd_error(-EINVAL, "hvd_tuning_get: out is NULL");
+        if (!hvd_is_initialized())
+                return hvd_error(HVD_ENOTINIT, "hvd_tuning_get: call hvd_init first");
+        pthread_mutex_lock(&G.lock);
+        *out = (hvd_tuning_t){
+                .generation = G.tune_generation,
+                .schedule_seq = G.tune_seq,
+                .fusion_threshold_bytes = G.fusion_threshold,
+                .cycle_time_usec = __atomic_load_n(&G.cycle_time_usec, __ATOMIC_RELAXED),
+        };
+        pthread_mutex_unlock(&G.lock);
+        return 0;
+}
+
 int hvd_stop_timeline(void) {
         if (!hvd_is_initialized())
                 return hvd_error(HVD_ENOTINIT, "hvd_stop_timeline: call hvd_init first");

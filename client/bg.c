@@ -122,7 +122,7 @@ static long node_timeout(const bg_look_t *l, uint64_t now, long timeout, uint64_
         if (hvd_fastpath_pending(G.fp) || !G.fp_scribe)
                 wake = HVD_MIN(wake, now + 20 * USEC_PER_MSEC);
         if (G.fp_node_n)
-                wake = HVD_MIN(wake, G.fp_node_sent_usec + G.cycle_time_usec);
+                wake = HVD_MIN(wake, G.fp_node_sent_usec + __atomic_load_n(&G.cycle_time_usec, __ATOMIC_RELAXED));
         if (wake != UINT64_MAX)
                 timeout = at_most(timeout, wake > now ? (long) ((wake - now + 999) / 1000) : 0);
         /* schedules may come through the board (local rank 0 posts the
@@ -192,7 +192,7 @@ static int prepare(bool runner, bg_batch_t *batch, long *timeout, uint64_t *boar
         uint64_t now = hvd_now_usec();
         *timeout = -1;
         if (l.nq && runner) {
-                uint64_t due = G.last_send_usec + G.cycle_time_usec;
+                uint64_t due = G.last_send_usec + __atomic_load_n(&G.cycle_time_usec, __ATOMIC_RELAXED);
                 if (now >= due || G.solo || l.outstanding == 0) {
                         send_queue(batch, now);
                         return BG_AGAIN;

@@ -16,6 +16,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <sys/types.h>
 
 #include "backend.h"
@@ -165,10 +166,15 @@ struct hvd_client {
         bool solo; /* no daemon: a job of one rank */
         int rank, size, local_rank, local_size, cross_rank, cross_size;
         char job_id[HVD_WIRE_MAX_JOB_ID + 1]; /* for the abort messages */
+        /* the job's (Welcome), then the autotuner's (Schedule.tuning,
+         * client/schedule.c: written by the runner, read by any thread,
+         * hence atomic loads and stores) */
         uint64_t cycle_time_usec;
-        uint64_t fusion_threshold;  /* the job's (Welcome) */
-        uint64_t peer_timeout_usec; /* the daemons' (Welcome), 0 on one host */
-        uint64_t max_message_bytes; /* the coordinator's limit (Welcome; 0: the protocol's) */
+        uint64_t fusion_threshold;
+        uint64_t tune_generation, tune_seq; /* the last change applied, and its schedule */
+        FILE *tune_log;                     /* rank 0: the autotuner's CSV (HVD_AUTOTUNE_LOG), or NULL */
+        uint64_t peer_timeout_usec;         /* the daemons' (Welcome), 0 on one host */
+        uint64_t max_message_bytes;         /* the coordinator's limit (Welcome; 0: the protocol's) */
         uint64_t epoch;
         pthread_t thread;
         int wake_fd; /* eventfd: any thread writes it to wake the background thread */

@@ -336,7 +336,8 @@ void hvd_fp_report(bool force) {
  * coordinator in one Ready, at most once a cycle (as ranks send theirs). */
 static void fp_node_flush(bool force) {
         uint64_t now = hvd_now_usec();
-        if (!G.fp_node_n || G.abort_code || (!force && now < G.fp_node_sent_usec + G.cycle_time_usec))
+        if (!G.fp_node_n || G.abort_code ||
+            (!force && now < G.fp_node_sent_usec + __atomic_load_n(&G.cycle_time_usec, __ATOMIC_RELAXED)))
                 return;
         uint64_t waited[HVD_FASTPATH_MAX_IDS];
         for (size_t i = 0; i < G.fp_node_n; i++)

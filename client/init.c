@@ -26,6 +26,7 @@
 #include "settings.h"
 #include "tcp.h"
 #include "timeline.h"
+#include "tune_search.h"
 #include "util.h"
 
 struct hvd_client hvd_client = {
@@ -61,6 +62,10 @@ static void known_free(void) {
  * running). */
 static void teardown(void) {
         hvd_timeline_stop();
+        if (G.tune_log) {
+                fclose(G.tune_log);
+                G.tune_log = NULL;
+        }
         atomic_store(&hvd_timeline_changed, false);
         G.hb_interval_usec = 0;
         if (G.daemon_pidfd >= 0) {
@@ -233,6 +238,36 @@ static int link_open(const char *endpoint) {
         return 0;
 }
 
+/* The autotuner's settings for the root daemon. */
+static void autotune_spec(const hvd_settings_t *s, Hvd__AutotuneSpec *at) {
+        at->on = true;
+        at->log = G.tune_log != NULL;
+        at->warmup_samples = s->autotune_warmup_samples;
+        at->steps_per_sample = s->autotune_steps_per_sample;
+        at->max_samples = s->autotune_max_samples;
+        at->has_noise = s->has_autotune_noise;
+        at->noise = s->autotune_noise;
+        at->fixed_threshold = s->has_fusion_threshold;
+        at->fixed_cycle = s->has_cycle_time;
+        at->has_start_threshold = s->has_autotune_start_threshold;
+        at->start_threshold = s->autotune_start_threshold;
+        at->start_cycle_time_usec = s->autotune_start_cycle_usec;
+}
+
+/* Rank 0's CSV of the autotuner (HVD_AUTOTUNE_LOG), created or truncated
+ * now, with its header: the root daemon sends the rows as it goes. */
+static int tune_log_open(const char *path, char *err, size_t len) {
+        G.tune_log = fopen(path, "we");
+        if (!G.tune_log) {
+                int r = -errno;
+                snprintf(err, len, "HVD_AUTOTUNE_LOG='%s': cannot create it: %s", path, strerror(errno));
+                return r;
+        }
+        fputs(HVD_TUNE_CSV_HEADER "\n", G.tune_log);
+        fflush(G.tune_log);
+        return 0;
+}
+
 /* Says hello: who this rank is, and the job's settings it brings.
  * *bytes: the hello's size. */
 static int hello_send(const hvd_settings_t *s, const char *endpoint, size_t *bytes) {
@@ -262,6 +297,11 @@ static int hello_send(const hvd_settings_t *s, const char *endpoint, size_t *byt
         hello.ring_checksum = s->ring_checksum;
         hello.board = s->fast_path;
         hello.launcher = (char *) s->rank_source;
+        Hvd__AutotuneSpec at = HVD__AUTOTUNE_SPEC__INIT;
+        if (s->autotune) {
+                autotune_spec(s, &at);
+                hello.autotune = &at;
+        }
         uint8_t nccl_id[HVD_NCCL_ID_BYTES];
         if (G.rank == 0 && G.gpu.devices > 0 && hvd_gpu_unique_id(nccl_id)) {
                 hello.nccl_id.data = nccl_id;
@@ -517,6 +557,11 @@ int hvd_init(void) {
             (r = hvd_timeline_start(s.timeline_file, s.timeline_mark_cycles, false, err, sizeof err)) < 0) {
                 hvd_launcher_join_close(false);
                 return hvd_error(r, "HVD_TIMELINE: %s", err);
+        }
+        if (s.autotune_log && (r = tune_log_open(s.autotune_log, err, sizeof err)) < 0) {
+                teardown();
+                hvd_launcher_join_close(false);
+                return hvd_error(r, "%s", err);
         }
         if ((r = state_open()) < 0 || (r = G.solo ? solo_open(&s) : job_open(&s)) < 0)
                 goto fail;

@@ -125,6 +125,13 @@ void hvd_link_handle(Hvd__Envelope *env) {
                 hvd_job_abort(env->error->code < 0 ? env->error->code : HVD_EPROTO, reason);
                 break;
         case HVD__ENVELOPE__BODY_TIMELINE_CONTROL: timeline_remote(env->timeline_control); break;
+        case HVD__ENVELOPE__BODY_AUTOTUNE_ROW:
+                /* flushed row by row: a job that ends early keeps what it took */
+                if (G.tune_log) {
+                        fprintf(G.tune_log, "%s\n", env->autotune_row->row);
+                        fflush(G.tune_log);
+                }
+                break;
         default: hvd_job_abort(HVD_EPROTO, "unexpected message from the coordinator"); break;
         }
 }

@@ -310,6 +310,16 @@ static int execute_schedule_ops(const Hvd__Schedule *s) {
                 return HVD_EPROTO;
         }
         G.next_seq++;
+        if (s->tuning && s->tuning->generation > G.tune_generation) {
+                /* the autotuner's change, from this schedule on: every rank
+                 * runs every schedule in seq order, so all apply it here */
+                pthread_mutex_lock(&G.lock);
+                G.tune_generation = s->tuning->generation;
+                G.tune_seq = s->seq;
+                G.fusion_threshold = s->tuning->fusion_threshold;
+                __atomic_store_n(&G.cycle_time_usec, s->tuning->cycle_time_usec, __ATOMIC_RELAXED);
+                pthread_mutex_unlock(&G.lock);
+        }
         if (hvd_timeline_on())
                 hvd_timeline_schedule(s, hvd_schedule_entry_name);
         int r = complete_errors(s);

@@ -168,6 +168,7 @@ static int read_topology(hvd_settings_t *s, const env_t *env, char *err, size_t 
 static int read_common(hvd_settings_t *s, const env_t *env, char *err, size_t err_len) {
         s->cycle_time_usec = HVD_DEFAULT_CYCLE_TIME_USEC;
         const char *ct = env_get(env, "CYCLE_TIME", true);
+        s->has_cycle_time = ct != NULL;
         if (ct && hvd_parse_duration(ct, USEC_PER_MSEC, &s->cycle_time_usec) < 0)
                 return fail(err, err_len, "HVD_CYCLE_TIME/HOROVOD_CYCLE_TIME='%s' is not a duration in ms", ct);
         s->start_timeout_usec = 30 * USEC_PER_SEC;
@@ -326,6 +327,60 @@ static int read_job(hvd_settings_t *s, const env_t *env, bool bad_fusion, char *
         return 0;
 }
 
+/* HVD_AUTOTUNE_<name> as a count of at most max (unset: 0). */
+static int autotune_count(const env_t *env, const char *name, uint32_t max, uint32_t *ret, char *err, size_t len) {
+        char key[64];
+        snprintf(key, sizeof key, "AUTOTUNE_%s", name);
+        const char *v = env_get(env, key, true);
+        *ret = 0;
+        if (!v)
+                return 0;
+        char *end;
+        errno = 0;
+        unsigned long x = strtoul(v, &end, 10);
+        if (errno || *end || x < 1 || x > max || v[0] == '-')
+                return fail(err, len, "HVD_%s/HOROVOD_%s='%s' is not a count of 1 to %u", key, key, v, max);
+        *ret = (uint32_t) x;
+        return 0;
+}
+
+/* The autotuner's settings (a job with a daemon). */
+static int read_autotune(hvd_settings_t *s, const env_t *env, char *err, size_t len) {
+        const char *at = env_get(env, "AUTOTUNE", true);
+        s->autotune = false;
+        if (at && hvd_parse_bool(at, &s->autotune) < 0)
+                return fail(err, len, "HVD_AUTOTUNE/HOROVOD_AUTOTUNE='%s' is not a boolean", at);
+        /* rank 0 alone writes the CSV */
+        s->autotune_log = s->autotune && s->rank == 0 ? env_get(env, "AUTOTUNE_LOG", true) : NULL;
+        int r;
+        if ((r = autotune_count(env, "WARMUP_SAMPLES", 1000, &s->autotune_warmup_samples, err, len)) < 0 ||
+            (r = autotune_count(env, "STEPS_PER_SAMPLE", 100000, &s->autotune_steps_per_sample, err, len)) < 0 ||
+            (r = autotune_count(env, "BAYES_OPT_MAX_SAMPLES", 1000, &s->autotune_max_samples, err, len)) < 0)
+                return r;
+        const char *st = env_get(env, "AUTOTUNE_START_FUSION_THRESHOLD", false);
+        s->has_autotune_start_threshold = st != NULL;
+        if (st && (hvd_parse_size(st, &s->autotune_start_threshold) < 0 ||
+                   s->autotune_start_threshold > (UINT64_C(64) << 20)))
+                return fail(err, len, "HVD_AUTOTUNE_START_FUSION_THRESHOLD='%s' is not a size of 0 to 64 MiB", st);
+        const char *sc = env_get(env, "AUTOTUNE_START_CYCLE_TIME", false);
+        if (sc && (hvd_parse_duration(sc, USEC_PER_MSEC, &s->autotune_start_cycle_usec) < 0 ||
+                   s->autotune_start_cycle_usec < USEC_PER_MSEC || s->autotune_start_cycle_usec > 100 * USEC_PER_MSEC))
+                return fail(err, len, "HVD_AUTOTUNE_START_CYCLE_TIME='%s' is not a duration of 1 to 100 ms", sc);
+        const char *gn = env_get(env, "AUTOTUNE_GAUSSIAN_PROCESS_NOISE", true);
+        s->has_autotune_noise = gn != NULL;
+        if (gn) {
+                char *end;
+                errno = 0;
+                s->autotune_noise = strtod(gn, &end);
+                if (errno || *end || end == gn || !(s->autotune_noise >= 0 && s->autotune_noise <= 1e6))
+                        return fail(err, len,
+                                    "HVD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE/HOROVOD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE='%s' "
+                                    "is not a number of 0 to 1e6",
+                                    gn);
+        }
+        return 0;
+}
+
 int hvd_settings_read(hvd_settings_t *s, hvd_settings_lookup_fn lookup, void *userdata, char *err, size_t err_len) {
         const env_t env = { .lookup = lookup, .userdata = userdata };
         memset(s, 0, sizeof *s);
@@ -338,7 +393,8 @@ int hvd_settings_read(hvd_settings_t *s, hvd_settings_lookup_fn lookup, void *us
         bool bad_fusion = read_fusion(s, &env) < 0;
         if (s->solo)
                 return 0;
-        return read_job(s, &env, bad_fusion, err, err_len);
+        r = read_job(s, &env, bad_fusion, err, err_len);
+        return r < 0 ? r : read_autotune(s, &env, err, err_len);
 }
 
 const char *hvd_settings_coordinator(const hvd_settings_t *s, char *buf, size_t len) {

@@ -91,6 +91,22 @@ typedef struct hvd_settings {
         /* on several hosts: HVD_DATA_PORT, PORT or LO-HI (0-0: any) */
         const char *data_port;
         unsigned data_port_lo, data_port_hi;
+        /* HVD_CYCLE_TIME or HOROVOD_CYCLE_TIME was set (the autotuner
+         * leaves it alone) */
+        bool has_cycle_time;
+        /* HVD_AUTOTUNE (HOROVOD_AUTOTUNE) and HVD_AUTOTUNE_LOG,
+         * _WARMUP_SAMPLES, _STEPS_PER_SAMPLE, _BAYES_OPT_MAX_SAMPLES,
+         * _GAUSSIAN_PROCESS_NOISE (HOROVOD_ names too); 0: the daemon's
+         * default; the log path (rank 0 only, with HVD_AUTOTUNE; else NULL) */
+        bool autotune;
+        const char *autotune_log;
+        uint32_t autotune_warmup_samples, autotune_steps_per_sample, autotune_max_samples;
+        bool has_autotune_noise;
+        double autotune_noise;
+        /* HVD_AUTOTUNE_START_FUSION_THRESHOLD (a size), _START_CYCLE_TIME
+         * (ms): where the search starts, not fixed (0: as the job has it) */
+        bool has_autotune_start_threshold;
+        uint64_t autotune_start_threshold, autotune_start_cycle_usec;
 } hvd_settings_t;
 
 /* Fills s from lookup (NULL: the process environment). Returns 0, or

@@ -9,6 +9,7 @@ common_libhvdcommon_la_SOURCES = \
 	common/reduce.c common/reduce.h common/reduce-internal.h common/reduce_avx2.c \
 	common/wire.c common/wire.h \
 	common/fusion.c common/fusion.h \
+	common/tune_search.c common/tune_search.h \
 	common/crc32c.c common/crc32c.h \
 	common/strmap.c common/strmap.h \
 	common/slurm_hostlist.c common/slurm_hostlist.h \

@@ -1339,6 +1339,10 @@ uint32_t hvd_negotiator_rank_pending(const hvd_negotiator_t *n, uint32_t rank) {
         return c;
 }
 
+void hvd_negotiator_set_fusion_threshold(hvd_negotiator_t *n, uint64_t fusion_threshold_bytes) {
+        n->fusion_threshold = fusion_threshold_bytes;
+}
+
 void hvd_negotiator_set_observer(hvd_negotiator_t *n, void (*fn)(void *userdata, uint64_t wait_usec), void *userdata) {
         n->observe = fn;
         n->observe_data = userdata;

@@ -85,6 +85,9 @@ void hvd_negotiator_set_timeline(hvd_negotiator_t *n, bool on);
 /* Tensors rank submitted that wait for other ranks. O(table size). */
 uint32_t hvd_negotiator_rank_pending(const hvd_negotiator_t *n, uint32_t rank);
 
+/* The fusion threshold of the schedules taken from now on (the autotuner's). */
+void hvd_negotiator_set_fusion_threshold(hvd_negotiator_t *n, uint64_t fusion_threshold_bytes);
+
 /* fn is called once per scheduled tensor with the time from its first
  * readiness to its schedule (for latency histograms). fn may be NULL. */
 void hvd_negotiator_set_observer(hvd_negotiator_t *n, void (*fn)(void *userdata, uint64_t wait_usec), void *userdata);

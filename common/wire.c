@@ -424,6 +424,9 @@ static int validate_schedule(const Hvd__Schedule *s, char *err, size_t err_len) 
                                 return fail(err, err_len, "schedule: readiness times do not match their ranks");
                 }
         }
+        if (s->tuning && (s->repeat_key || !s->tuning->generation || s->tuning->cycle_time_usec > 10 * USEC_PER_SEC ||
+                          s->tuning->fusion_threshold > (UINT64_C(1) << 34)))
+                return fail(err, err_len, "schedule: tuning out of range");
         for (size_t i = 0; i < s->n_errors; i++) {
                 CHECK_NAME(s->errors[i]->name, HVD_MAX_NAME_BYTES, "tensor name");
                 if (strnlen(s->errors[i]->message, HVD_WIRE_MAX_TEXT + 1) > HVD_WIRE_MAX_TEXT)
@@ -527,6 +530,17 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                         return fail(err, err_len, "host list does not match the cross size");
                 for (size_t i = 0; i < h->n_hosts; i++)
                         CHECK_NAME(h->hosts[i], HVD_WIRE_MAX_HOST, "host name");
+                if (h->autotune) {
+                        const Hvd__AutotuneSpec *a = h->autotune;
+                        if (a->warmup_samples > 1000 || a->steps_per_sample > 100000 || a->max_samples > 1000)
+                                return fail(err, err_len, "autotune sample counts out of range");
+                        if (a->has_noise && !(a->noise >= 0 && a->noise <= 1e6))
+                                return fail(err, err_len, "autotune noise out of range");
+                        if (a->start_threshold > (UINT64_C(64) << 20) ||
+                            (a->start_cycle_time_usec &&
+                             (a->start_cycle_time_usec < 1000 || a->start_cycle_time_usec > 100000)))
+                                return fail(err, err_len, "autotune start out of range");
+                }
                 return 0;
         }
         case HVD__ENVELOPE__BODY_WELCOME: {
@@ -608,6 +622,9 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                 return 0;
         }
         case HVD__ENVELOPE__BODY_LOG_LEVEL: CHECK_NAME(env->log_level->level, 32, "log level"); return 0;
+        case HVD__ENVELOPE__BODY_AUTOTUNE_ROW:
+                CHECK_NAME(env->autotune_row->row, HVD_WIRE_MAX_TEXT, "autotune row");
+                return 0;
         case HVD__ENVELOPE__BODY_METRICS_REPLY:
                 /* lines of text: newlines allowed */
                 if (!utf8_valid((const unsigned char *) env->metrics_reply->text))

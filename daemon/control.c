@@ -289,6 +289,7 @@ static int status_job(const job_t *j, uint64_t now, bool detail, Hvd__JobStatus 
         s->fast_path_tensors = f->tensors_negotiated;
         s->relay = (char *) j->relay_desc;
         s->launcher = (char *) j->launcher;
+        s->autotune = autotune_status(j);
         s->joined_ranks = ns.joined;
         s->negotiation_usec = ns.negotiation_usec;
         uint64_t requests = ns.requests + f->cache_hits;

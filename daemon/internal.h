@@ -33,6 +33,7 @@
 
 typedef struct relay relay_t;
 typedef struct pool pool_t;
+typedef struct autotune autotune_t;
 
 #define HOUSEKEEPING_USEC       (100 * USEC_PER_MSEC)
 #define ABORTED_JOB_LINGER_USEC (30 * USEC_PER_SEC)
@@ -234,6 +235,7 @@ struct job {
         char stalled[1024]; /* last stall report, for status */
         uint64_t tp_sec[THROUGHPUT_SECS + 1], tp_bytes[THROUGHPUT_SECS + 1];
         hvd_negotiator_stats_t fast; /* reported by the workers' fast path (Done) */
+        autotune_t *tune;            /* HVD_AUTOTUNE: the job's autotuner (autotune.c), or NULL */
 
         /* ---- root ---- */
         node_t *nodes; /* [cross_size] */
@@ -482,6 +484,19 @@ int root_set_nodes(job_t *j);
 void root_send_schedules(hvd_daemon_t *d, job_t *j);
 uint64_t root_check_stalls(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
 uint64_t root_probe_nodes(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
+
+/* ---- autotune.c: the job's autotuner, where this daemon negotiates ---- */
+/* Local rank's hello asks for autotuning (the first one's settings count;
+ * rank 0's says whether it keeps the CSV). */
+void autotune_hello(hvd_daemon_t *d, job_t *j, const Hvd__AutotuneSpec *spec, uint32_t rank);
+/* Schedule s (bytes of it scheduled) is about to go out: it counts for
+ * the step being measured; it carries the pending change (s->tuning,
+ * borrowed: the caller clears it before freeing s). Returns whether it
+ * carries one (it must then go whole, not as a repeat). */
+bool autotune_schedule(hvd_daemon_t *d, job_t *j, Hvd__Schedule *s, uint64_t bytes);
+/* For status, valid while the job is unchanged (NULL: not tuned here). */
+Hvd__AutotuneStatus *autotune_status(const job_t *j);
+void autotune_free(autotune_t **t);
 
 /* ---- batch.c: a host's readiness of one turn ---- */
 /* Appends rank's readiness (taken, freed on failure) to this turn's batch.

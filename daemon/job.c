@@ -77,6 +77,7 @@ void job_free(hvd_daemon_t *d, job_t *j) {
                 worker_free(d, j->ranks[r]);
         free(j->ranks);
         hvd_negotiator_destroy(&j->neg);
+        autotune_free(&j->tune);
         /* the workers unlink the segment once all are attached; this catches a
          * job that died before that */
         if (j->shm_name[0])

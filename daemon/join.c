@@ -372,6 +372,8 @@ void join_hello(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__He
                 hvd_negotiator_set_timeline(j->neg, true);
         if (h->ring_checksum)
                 j->ring_checksum = true;
+        if (h->autotune)
+                autotune_hello(d, j, h->autotune, h->rank);
         j->n_hello++;
         j->n_live++;
         d->metrics.workers_connected++;

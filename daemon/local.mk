@@ -5,7 +5,7 @@ daemon_libhvddaemon_la_SOURCES = \
 	daemon/coordinator.h daemon/internal.h \
 	daemon/loop.c daemon/service.c daemon/io.c daemon/feed.c \
 	daemon/job.c daemon/worker.c daemon/join.c daemon/root.c daemon/tree.c \
-	daemon/uplink.c daemon/batch.c daemon/pool.c daemon/tally.c daemon/relay.c daemon/control.c \
+	daemon/autotune.c daemon/uplink.c daemon/batch.c daemon/pool.c daemon/tally.c daemon/relay.c daemon/control.c \
 	daemon/http.c daemon/http.h \
 	daemon/metrics.c daemon/metrics.h \
 	daemon/zap.c daemon/zap.h \

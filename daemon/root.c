@@ -451,10 +451,13 @@ void root_send_schedules(hvd_daemon_t *d, job_t *j) {
         }
         if (r == 0)
                 return;
+        hvd_negotiator_stats_t after;
+        hvd_negotiator_get_stats(j->neg, &after);
+        bool tuned = autotune_schedule(d, j, s, after.bytes_scheduled - before.bytes_scheduled);
         Hvd__Schedule rep = HVD__SCHEDULE__INIT;
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
         env.body_case = HVD__ENVELOPE__BODY_SCHEDULE;
-        env.schedule = schedule_key(d, j, s, &rep) ? &rep : s;
+        env.schedule = !tuned && schedule_key(d, j, s, &rep) ? &rep : s;
         worker_send_all(d, j, &env, true);
         if (j->cross_size > 1) {
                 Hvd__JobSchedule js = HVD__JOB_SCHEDULE__INIT;
@@ -465,6 +468,7 @@ void root_send_schedules(hvd_daemon_t *d, job_t *j) {
                 jenv.job_schedule = &js;
                 io_send_nodes(d, j, &jenv, true);
         }
+        s->tuning = NULL; /* the autotuner's */
         hvd_negotiator_schedule_free(&s);
 }
 

@@ -290,6 +290,20 @@ int hvd_join(void);
 int hvd_start_timeline(const char *file, int mark_cycles);
 int hvd_stop_timeline(void);
 
+/* The settings the autotuner (HVD_AUTOTUNE=1, docs/AUTOTUNE.md) has put in
+ * force on this rank: how many changes it applied (0: none yet), the
+ * schedule number the last one applied at (every rank applies each change
+ * at the same schedule), and the fusion threshold and cycle time in force
+ * since. Returns 0 (*out filled), -EINVAL (out NULL) or HVD_ENOTINIT.
+ * Thread-safe. */
+typedef struct hvd_tuning {
+        uint64_t generation;
+        uint64_t schedule_seq;
+        uint64_t fusion_threshold_bytes;
+        uint64_t cycle_time_usec;
+} hvd_tuning_t;
+int hvd_tuning_get(hvd_tuning_t *out);
+
 /* Element size of a dtype in bytes (0 if invalid) and its name ("float32"). */
 size_t hvd_dtype_size(hvd_dtype_t dtype);
 const char *hvd_dtype_name(hvd_dtype_t dtype);

@@ -21,6 +21,7 @@
 #include "config.h"
 #endif
 #include "hvd.h"
+#include "kept.h"
 
 /* The NCCL version this module was built against, for hvd.nccl_built()
  * (NCCL_VERSION_CODE, as Horovod reports it; 0 without NCCL). nccl.h
@@ -87,16 +88,21 @@ static PyObject *raise_last_error(int code) {
         return raise_hvd_error(code, hvd_last_error());
 }
 
-/* ---- Buffer: memory allocated by libhvd, exposed through the buffer protocol ---- */
+/* ---- Buffer: memory allocated by libhvd, or a kept buffer (kept.h) for an
+ * output the frontend allocates, exposed through the buffer protocol ---- */
 
 typedef struct {
         PyObject ob_base; /* PyObject_HEAD */
-        void *data;       /* owned: free() */
+        void *data;       /* owned: free(), or kept->data */
         Py_ssize_t bytes;
+        hvd_kept_t *kept; /* owned: back to the pool at dealloc; NULL: data is malloc'd */
 } BufferObject;
 
 static void buffer_dealloc(BufferObject *self) {
-        free(self->data);
+        if (self->kept)
+                hvd_kept_give(self->kept);
+        else
+                free(self->data);
         Py_TYPE(self)->tp_free((PyObject *) self);
 }
 
@@ -427,6 +433,7 @@ static PyObject *handle_output(HandleObject *self, PyObject *args) {
         }
         buf->data = NULL;
         buf->bytes = 0;
+        buf->kept = NULL;
         r = hvd_handle_steal_output(self->h, (size_t) index, &stolen, &bytes);
         if (r < 0) {
                 Py_DECREF(buf);
@@ -1002,6 +1009,44 @@ static PyObject *core_has_process_sets(PyObject *mod, PyObject *unused) {
         return PyBool_FromLong(has_process_sets());
 }
 
+/* kept_buffer(nbytes) -> Buffer: writable memory for an operation's output,
+ * from the pool of buffers whose earlier users have died (kept.h), or new.
+ * Its contents are undefined. It goes back to the pool when the Buffer
+ * dies, i.e. when the last tensor over it has. */
+static PyObject *core_kept_buffer(PyObject *mod, PyObject *arg) {
+        Py_ssize_t bytes = PyLong_AsSsize_t(arg);
+        if (bytes == -1 && PyErr_Occurred())
+                return NULL;
+        if (bytes <= 0) {
+                PyErr_Format(PyExc_ValueError, "kept_buffer: nbytes must be positive (got %zd)", bytes);
+                return NULL;
+        }
+        BufferObject *buf = PyObject_New(BufferObject, &BufferType);
+        if (!buf)
+                return NULL;
+        buf->kept = hvd_kept_take((size_t) bytes);
+        if (!buf->kept) {
+                buf->data = NULL;
+                Py_DECREF(buf);
+                return PyErr_NoMemory();
+        }
+        buf->data = buf->kept->data;
+        buf->bytes = bytes;
+        return (PyObject *) buf;
+}
+
+/* kept_stats() -> (bytes, count) the pool keeps; kept_drain() empties it */
+static PyObject *core_kept_stats(PyObject *mod, PyObject *unused) {
+        size_t bytes, count;
+        hvd_kept_stats(&bytes, &count);
+        return Py_BuildValue("(nn)", (Py_ssize_t) bytes, (Py_ssize_t) count);
+}
+
+static PyObject *core_kept_drain(PyObject *mod, PyObject *unused) {
+        hvd_kept_drain();
+        Py_RETURN_NONE;
+}
+
 static PyObject *core_dtype_size(PyObject *mod, PyObject *arg) {
         long dt = PyLong_AsLong(arg);
         if (dt == -1 && PyErr_Occurred())
@@ -1048,6 +1093,11 @@ static PyMethodDef core_methods[] = {
         { "process_set_ranks", core_process_set_ranks, METH_O, "process_set_ranks(id) -> tuple" },
         { "has_process_sets", core_has_process_sets, METH_NOARGS,
           "has_process_sets() -> whether libhvd provides process sets" },
+        { "kept_buffer", core_kept_buffer, METH_O,
+          "kept_buffer(nbytes) -> Buffer: memory for an output, reused from an earlier one of that size "
+          "whose tensors have died (contents undefined)" },
+        { "kept_stats", core_kept_stats, METH_NOARGS, "kept_stats() -> (bytes, count) of buffers kept for reuse" },
+        { "kept_drain", core_kept_drain, METH_NOARGS, "kept_drain(): free every buffer kept for reuse" },
         { "dtype_size", core_dtype_size, METH_O, "dtype_size(code) -> bytes per element (0 if invalid)" },
         { "version", core_version, METH_NOARGS, "version() -> libhvd version string" },
         { "pending_orphans", core_pending_orphans, METH_NOARGS,
@@ -1092,6 +1142,7 @@ PyMODINIT_FUNC PyInit__core(void) {
                 { "DEVICE_CPU", HVD_DEVICE_CPU },
                 { "MAX_NDIM", HVD_MAX_NDIM },
                 { "MAX_NAME_BYTES", HVD_MAX_NAME_BYTES },
+                { "KEPT_MIN_BYTES", (long) HVD_KEPT_MIN_BYTES },
 #ifdef HAVE_NCCL
                 { "NCCL_BUILT", 1 },
 #else

@@ -27,6 +27,7 @@ hvd_torch_py_sources = \
 # pyproject.toml and setup.py: `pip install ./python-binding` against an
 # installed libhvd (pkg-config hvd), beside `make install`
 EXTRA_DIST += $(hvd_py_sources) $(hvd_common_py_sources) $(hvd_torch_py_sources) %D%/hvdmodule.c \
+	%D%/kept.c %D%/kept.h \
 	%D%/pyproject.toml %D%/setup.py \
 	%D%/README.md docs/HOROVOD.md examples/python/README.md examples/python/train_mnist.py \
 	examples/python/pytorch_synthetic_benchmark.py
@@ -43,7 +44,7 @@ hvdcommonexec_PYTHON = $(hvd_common_py_sources)
 hvdtorchexecdir = $(pyexecdir)/hvd/torch
 hvdtorchexec_PYTHON = $(hvd_torch_py_sources)
 
-%C%__core_la_SOURCES = %D%/hvdmodule.c
+%C%__core_la_SOURCES = %D%/hvdmodule.c %D%/kept.c %D%/kept.h
 # NCCL_CFLAGS and CUDA_CFLAGS (empty without NCCL) find nccl.h, for its version
 %C%__core_la_CPPFLAGS = $(AM_CPPFLAGS) $(PYTHON_CFLAGS) $(NCCL_CFLAGS) $(CUDA_CFLAGS)
 %C%__core_la_CFLAGS = $(AM_CFLAGS) -fno-strict-aliasing

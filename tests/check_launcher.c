@@ -164,17 +164,23 @@ END_TEST
 
 START_TEST(test_horovodrun_refusals) {
         static const char *const refused[] = {
-                "mpi",      "gloo-timeout-seconds",   "network-interface", "nics", "min-np",
-                "autotune", "hierarchical-allreduce", "log-level"
+                "mpi",    "gloo-timeout-seconds", "network-interface",      "nics",
+                "min-np", "num-nccl-streams",     "hierarchical-allreduce", "log-level"
         };
         for (size_t i = 0; i < sizeof refused / sizeof *refused; i++) {
                 const char *why = hvd_horovodrun_refusal(refused[i]);
                 ck_assert_msg(why && *why, "--%s is not refused", refused[i]);
         }
         /* taken or accepted by hvdrun, or not horovodrun's */
-        static const char *const not_refused[] = { "gloo", "cache-capacity", "timeline-filename", "np", "m", "" };
+        static const char *const not_refused[] = { "gloo", "cache-capacity", "timeline-filename", "np", "m",
+                                                   "",     "autotune",       "autotune-log-file" };
         for (size_t i = 0; i < sizeof not_refused / sizeof *not_refused; i++)
                 ck_assert_ptr_null(hvd_horovodrun_refusal(not_refused[i]));
+        /* the autotune options' variables, in the order of launcher.h */
+        ck_assert_str_eq(hvd_tune_option_var(0), "HVD_AUTOTUNE");
+        ck_assert_str_eq(hvd_tune_option_var(HVD_TUNE_OPTIONS - 1), "HVD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE");
+        ck_assert_ptr_null(hvd_tune_option_var(HVD_TUNE_OPTIONS));
+        ck_assert_ptr_null(hvd_tune_option_var(-1));
 }
 END_TEST
 

@@ -14,6 +14,9 @@ check_PROGRAMS += %D%/worker_faults
 %C%_worker_faults_LDADD = client/libhvd.la -lpthread
 %C%_worker_fastpath_SOURCES = %D%/worker_fastpath.c
 %C%_worker_fastpath_LDADD = client/libhvd.la
+check_PROGRAMS += %D%/worker_autotune
+%C%_worker_autotune_SOURCES = %D%/worker_autotune.c
+%C%_worker_autotune_LDADD = client/libhvd.la
 check_PROGRAMS += %D%/bad_wire
 %C%_bad_wire_SOURCES = %D%/bad_wire.c
 %C%_bad_wire_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
@@ -43,6 +46,7 @@ check_PROGRAMS += %D%/bad_wire
 	%D%/test-aggregation.sh \
 	%D%/test-relay.sh \
 	%D%/test-bad-wire.sh \
+	%D%/test-autotune.sh \
 	%D%/valgrind-daemon.sh
 TESTS += $(%C%_integration_tests)
 EXTRA_DIST += $(%C%_integration_tests) %D%/test-collectives.sh %D%/test-daemon-lost.sh docs/FAULTS.md

@@ -5,9 +5,9 @@
 # (the timeline file is written and is JSON with events), -p/--ssh-port and
 # -i/--ssh-identity-file reach the ssh command (a stand-in that records its
 # arguments), --gloo, --disable-cache and --cache-capacity are accepted and
-# change nothing, and the flags hvdrun does not take (--mpi, --nics,
-# --autotune, --min-np ...) are refused with exit status 2, naming the flag
-# and why. Also --launcher: mpirun is refused, srun outside an allocation too.
+# change nothing, the --autotune flags set their variables (bad values
+# refused), and the flags hvdrun does not take (--mpi, --nics, --min-np
+# ...) are refused with exit status 2, naming the flag and why. Also --launcher: mpirun is refused, srun outside an allocation too.
 set -u
 . "$HVD_SRCDIR/tests/lib/common.sh"
 [ -x /usr/bin/python3 ] || skip "needs /usr/bin/python3"
@@ -53,7 +53,7 @@ esac
 echo "ok: -p and -i reach the ssh command"
 
 # refused flags: exit 2, the flag named, and why
-for flag in --mpi --nics=eth0 --network-interface --autotune --min-np --hierarchical-allreduce --config-file; do
+for flag in --mpi --nics=eth0 --network-interface --num-nccl-streams --min-np --hierarchical-allreduce --config-file; do
         "$HVDRUN" -np 2 "$flag" true >"$tmp/out" 2>&1
         rc=$?
         name=${flag%%=*}
@@ -63,6 +63,28 @@ done
 "$HVDRUN" -np 2 --no-such-flag true >"$tmp/out" 2>&1
 { [ $? -eq 2 ] && grep -q "unknown option '--no-such-flag'" "$tmp/out"; } || fail "--no-such-flag" "$(cat "$tmp/out")"
 echo "ok: horovodrun's unsupported flags are refused with a reason"
+
+# the autotune flags: each sets its variable in every rank (a private daemon
+# without --embedded: none answers at HVD_RUNTIME_DIR), bad counts refused
+HVD_RUNTIME_DIR="$tmp/rt" timeout 60 "$HVDRUN" -np 1 --embedded --autotune --autotune-log-file at.csv \
+        --autotune-warmup-samples 2 --autotune-steps-per-sample 7 --autotune-bayes-opt-max-samples 9 \
+        --autotune-gaussian-process-noise 0.5 sh -c 'env | grep ^HVD_AUTOTUNE | sort' >"$tmp/out" 2>&1 ||
+        fail "--autotune flags: exit status $?" "$(cat "$tmp/out")"
+want="[0] HVD_AUTOTUNE=1
+[0] HVD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES=9
+[0] HVD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE=0.5
+[0] HVD_AUTOTUNE_LOG=at.csv
+[0] HVD_AUTOTUNE_STEPS_PER_SAMPLE=7
+[0] HVD_AUTOTUNE_WARMUP_SAMPLES=2"
+[ "$(cat "$tmp/out")" = "$want" ] || fail "--autotune flags: not every variable reached the rank" "$(cat "$tmp/out")"
+for bad in "--autotune-warmup-samples 0" "--autotune-steps-per-sample x" "--autotune-bayes-opt-max-samples 1.5" \
+        "--autotune-gaussian-process-noise -1"; do
+        # shellcheck disable=SC2086 # the flag and its value, two words
+        "$HVDRUN" -np 1 $bad true >"$tmp/out" 2>&1
+        { [ $? -eq 2 ] && grep -q "^hvdrun: ${bad%% *} '${bad#* }': expected" "$tmp/out"; } ||
+                fail "$bad: not refused with its value" "$(cat "$tmp/out")"
+done
+echo "ok: --autotune and its settings reach every rank as HVD_AUTOTUNE*; bad values are refused"
 
 "$HVDRUN" -np 2 --launcher mpirun true >"$tmp/out" 2>&1
 { [ $? -eq 2 ] && grep -q "run 'mpirun -np N PROGRAM' itself" "$tmp/out"; } || fail "--launcher mpirun" "$(cat "$tmp/out")"

@@ -1,4 +1,5 @@
 # Check unit tests of the internal library (common/): fusion planner,
+# the autotuner's search,
 # negotiation table, wire format, configuration, string map; of libhvd's
 # modules compiled in: the fast path's readiness board (client/fastpath.c)
 # and a worker's settings (client/settings.c); of the daemon's message
@@ -7,6 +8,7 @@
 if HAVE_CHECK
 %C%_unit_tests = \
 	%D%/check_fusion \
+	%D%/check_autotune \
 	%D%/check_negotiate \
 	%D%/check_wire \
 	%D%/check_conf \
@@ -45,6 +47,10 @@ TESTS += $(%C%_unit_tests)
 %C%_check_fusion_SOURCES = %D%/check_fusion.c
 %C%_check_fusion_CFLAGS = $(%C%_unit_cflags)
 %C%_check_fusion_LDADD = $(%C%_unit_ldadd)
+
+%C%_check_autotune_SOURCES = %D%/check_autotune.c
+%C%_check_autotune_CFLAGS = $(%C%_unit_cflags)
+%C%_check_autotune_LDADD = $(%C%_unit_ldadd) -lm
 
 %C%_check_negotiate_SOURCES = %D%/check_negotiate.c
 %C%_check_negotiate_CFLAGS = $(%C%_unit_cflags)

@@ -374,6 +374,19 @@ static void print_jobs(const Hvd__Status *s) {
         }
 }
 
+/* The root's autotuner: its state, what is in force, the best so far. */
+static void print_autotune(const Hvd__AutotuneStatus *a) {
+        char b[64], c[64];
+        printf("  autotune: %s, %" PRIu32 " samples; now %s, %.1f ms", a->state, a->samples,
+               fmt_bytes(a->fusion_threshold, b, sizeof b), (double) a->cycle_time_usec / 1e3);
+        if (a->generation)
+                printf(" (change %" PRIu64 ", from schedule %" PRIu64 ")", a->generation, a->applied_seq);
+        if (a->best_score > 0)
+                printf("; best %s, %.1f ms at %s/s", fmt_bytes(a->best_fusion_threshold, c, sizeof c),
+                       (double) a->best_cycle_time_usec / 1e3, fmt_bytes((uint64_t) a->best_score, b, sizeof b));
+        printf("\n");
+}
+
 static void print_job(const Hvd__Status *s, const Hvd__JobStatus *j) {
         char a[64], b[64], c[64];
         printf("job %s: %s, %" PRIu32 " ranks on %" PRIu32 " host%s (%" PRIu32 " here), age %s, %s\n", j->job_id,
@@ -392,6 +405,8 @@ static void print_job(const Hvd__Status *s, const Hvd__JobStatus *j) {
                 printf("  relay: %s\n", j->relay);
         if (j->launcher && *j->launcher)
                 printf("  placed by: %s\n", j->launcher);
+        if (j->autotune)
+                print_autotune(j->autotune);
         int hw = 4;
         for (size_t i = 0; i < j->n_rank_status; i++)
                 hw = HVD_MAX(hw, text_width(j->rank_status[i]->host));

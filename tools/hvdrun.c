@@ -112,6 +112,7 @@ typedef struct options {
         char **exports; /* -x NAME[=VALUE], in order */
         size_t n_exports;
         const char *fusion_mb, *cycle_ms, *start_timeout;
+        const char *tune[HVD_TUNE_OPTIONS]; /* --autotune*: the value of each variable, or NULL */
         uint64_t fusion_bytes, start_timeout_usec;
         uint64_t grace_usec;
         const char *runtime_dir;
@@ -209,6 +210,12 @@ static void help(void) {
                "                             (HVD_START_TIMEOUT; default 30)\n"
                "      --timeline-filename FILE  Rank 0 records the job's timeline (HVD_TIMELINE)\n"
                "      --timeline-mark-cycles With it, mark each negotiation cycle\n"
+               "      --autotune             The root daemon tunes fusion and cycle time as the\n"
+               "                             job runs (HVD_AUTOTUNE; docs/AUTOTUNE.md)\n"
+               "      --autotune-log-file F  Its CSV log, a row a sample (HVD_AUTOTUNE_LOG)\n"
+               "      --autotune-warmup-samples N, --autotune-steps-per-sample N,\n"
+               "      --autotune-bayes-opt-max-samples N,\n"
+               "      --autotune-gaussian-process-noise X  Horovod's settings of it\n"
                "      --grace-period SEC     After the first failure, the other workers get\n"
                "                             SEC seconds to finish before SIGTERM (default 5)\n"
                "\n"
@@ -604,8 +611,16 @@ static int parse_options(int argc, char **argv, options_t *o) {
                 OPT_MARK_CYCLES,
                 OPT_CACHE,
                 OPT_NOOP,
+                OPT_TUNE, /* OPT_TUNE + k: autotune option k (launcher.h) */
         };
         static const struct option opts[] = {
+                /* first: opts[k] is autotune option k (launcher.h) */
+                { "autotune", no_argument, NULL, OPT_TUNE },
+                { "autotune-log-file", required_argument, NULL, OPT_TUNE + 1 },
+                { "autotune-warmup-samples", required_argument, NULL, OPT_TUNE + 2 },
+                { "autotune-steps-per-sample", required_argument, NULL, OPT_TUNE + 3 },
+                { "autotune-bayes-opt-max-samples", required_argument, NULL, OPT_TUNE + 4 },
+                { "autotune-gaussian-process-noise", required_argument, NULL, OPT_TUNE + 5 },
                 { "num-proc", required_argument, NULL, 'n' },
                 { "hosts", required_argument, NULL, 'H' },
                 { "hostfile", required_argument, NULL, OPT_HOSTFILE },
@@ -715,6 +730,23 @@ static int parse_options(int argc, char **argv, options_t *o) {
                                 return usage_error("--cache-capacity '%s': expected a number of entries", arg);
                         break;
                 case OPT_NOOP: break;
+                case OPT_TUNE:
+                case OPT_TUNE + 1: o->tune[c - OPT_TUNE] = arg ? arg : "1"; break;
+                case OPT_TUNE + 2:
+                case OPT_TUNE + 3:
+                case OPT_TUNE + 4:
+                        if (parse_number(arg, 1, c == OPT_TUNE + 3 ? 100000 : 1000, &v) < 0 || v != floor(v))
+                                return usage_error("--%s '%s': expected a count of 1 to %d", opts[c - OPT_TUNE].name,
+                                                   arg, c == OPT_TUNE + 3 ? 100000 : 1000);
+                        o->tune[c - OPT_TUNE] = arg;
+                        break;
+                case OPT_TUNE + 5:
+                        if (parse_number(arg, 0, 1e6, &v) < 0)
+                                return usage_error("--autotune-gaussian-process-noise '%s': expected a number of 0 "
+                                                   "to 1e6",
+                                                   arg);
+                        o->tune[5] = arg;
+                        break;
                 case 'x':
                         if (!*arg || *arg == '=' ||
                             strcspn(arg, "=") != strspn(arg, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -1203,6 +1235,9 @@ static int rank_vars(const options_t *o, const job_t *job, const host_t *h, int 
             (o->timeline && (r = env_list_set(e, "HVD_TIMELINE", "%s", o->timeline)) < 0) ||
             (o->timeline_mark_cycles && (r = env_list_set(e, "HVD_TIMELINE_MARK_CYCLES", "1")) < 0))
                 return r;
+        for (int k = 0; k < HVD_TUNE_OPTIONS; k++)
+                if (o->tune[k] && (r = env_list_set(e, hvd_tune_option_var(k), "%s", o->tune[k])) < 0)
+                        return r;
         /* Horovod's cross rank/size: among the hosts that have this local rank */
         int hcr = 0, hcs = 0;
         for (size_t i = 0; i < o->n_hosts; i++) {

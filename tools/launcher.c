@@ -1,8 +1,8 @@
 /* launcher.c — hvdrun's choice of launcher, the hosts of a Slurm allocation
  * (from the variables sbatch and salloc set, through common/slurm_hostlist.c),
- * the srun command line of one rank, and the table of horovodrun's options
- * that hvdrun refuses. Invariant: an allocation's host list has one entry per
- * node, in Slurm's order, with at least one slot each. */
+ * the srun command line of one rank, the table of horovodrun's options
+ * that hvdrun refuses, and the variables its autotune options set. Invariant: an allocation's host list has one entry
+ * per node, in Slurm's order, with at least one slot each. */
 #include "config.h"
 
 #include <errno.h>
@@ -181,8 +181,6 @@ static const struct {
         { "host-discovery-script", "hvd has no elastic mode; give the hosts with -H or --hostfile" },
         { "hierarchical-allreduce", "hvd's daemons already reduce hierarchically (within a node, then across)" },
         { "hierarchical-allgather", "hvd's daemons already gather hierarchically (within a node, then across)" },
-        { "autotune", "hvd has no autotuner: set --fusion-threshold-mb and --cycle-time-ms" },
-        { "autotune-log-file", "hvd has no autotuner" },
         { "mpi-threads-disable", "hvd does not use MPI" },
         { "num-nccl-streams", "hvd's NCCL module uses one stream per job" },
         { "thread-affinity", "hvd does not pin its threads: use taskset or numactl" },
@@ -192,6 +190,21 @@ static const struct {
         { "stall-check-warning-time-seconds", "set -x HVD_STALL_CHECK_TIME_SECONDS=SEC" },
         { "stall-check-shutdown-time-seconds", "set -x HVD_STALL_SHUTDOWN_TIME_SECONDS=SEC" },
 };
+
+/* horovodrun's autotune options: each sets a variable of the workers
+ * (what it takes: the variable's reader checks it, client/settings.c) */
+static const char *const tune_vars[HVD_TUNE_OPTIONS] = {
+        "HVD_AUTOTUNE",
+        "HVD_AUTOTUNE_LOG",
+        "HVD_AUTOTUNE_WARMUP_SAMPLES",
+        "HVD_AUTOTUNE_STEPS_PER_SAMPLE",
+        "HVD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+        "HVD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
+};
+
+const char *hvd_tune_option_var(int k) {
+        return k >= 0 && k < HVD_TUNE_OPTIONS ? tune_vars[k] : NULL;
+}
 
 const char *hvd_horovodrun_refusal(const char *name) {
         for (size_t i = 0; i < ELEMENTSOF(refused); i++)

@@ -45,4 +45,11 @@ char **hvd_srun_argv(const char *srun, const char *host, bool with_stdin, char *
  * does not have (or hvdrun takes). */
 const char *hvd_horovodrun_refusal(const char *name);
 
+/* horovodrun's --autotune, --autotune-log-file, --autotune-warmup-samples,
+ * --autotune-steps-per-sample, --autotune-bayes-opt-max-samples and
+ * --autotune-gaussian-process-noise, in that order: the workers' variable
+ * option k sets (static), or NULL when k is out of range. */
+#define HVD_TUNE_OPTIONS 6
+const char *hvd_tune_option_var(int k);
+
 #endif

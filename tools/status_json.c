@@ -163,6 +163,20 @@ json_t *hvd_job_to_json(const Hvd__JobStatus *j) {
         put(o, "cross_size", u64(j->cross_size), &ok);
         put(o, "ranks_here", u64(j->ranks_here), &ok);
         put(o, "launcher", text(j->launcher), &ok);
+        if (j->autotune) {
+                const Hvd__AutotuneStatus *a = j->autotune;
+                json_t *at = json_object();
+                put(at, "state", text(a->state), &ok);
+                put(at, "samples", u64(a->samples), &ok);
+                put(at, "fusion_threshold", u64(a->fusion_threshold), &ok);
+                put(at, "cycle_time_usec", u64(a->cycle_time_usec), &ok);
+                put(at, "best_fusion_threshold", u64(a->best_fusion_threshold), &ok);
+                put(at, "best_cycle_time_usec", u64(a->best_cycle_time_usec), &ok);
+                put(at, "best_score", real(a->best_score), &ok);
+                put(at, "generation", u64(a->generation), &ok);
+                put(at, "applied_seq", u64(a->applied_seq), &ok);
+                put(o, "autotune", at, &ok);
+        }
         /* only when the daemon was asked for it (job ID) */
         if (j->n_rank_status) {
                 json_t *rs = json_array();

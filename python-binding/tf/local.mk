@@ -31,7 +31,8 @@ hvd_keras_py_sources = \
 	python-binding/hvd/keras/callbacks.py
 hvd_tf_all_py_sources = $(hvd_tf_py_sources) $(hvd_tf_keras_py_sources) $(hvd_keras_shared_py_sources) \
 	$(hvd_keras_py_sources)
-hvd_tf_ops_sources = %D%/ops.c %D%/kernels.c %D%/complete.c %D%/outbuf.c %D%/done.cc %D%/tf_ops.h
+hvd_tf_ops_sources = %D%/ops.c %D%/kernels.c %D%/complete.c %D%/outbuf.c %D%/done.cc %D%/tf_ops.h \
+	python-binding/kept.c python-binding/kept.h
 
 EXTRA_DIST += $(hvd_tf_all_py_sources) $(hvd_tf_ops_sources) docs/KERAS.md
 

@@ -110,8 +110,8 @@ void hvd_tf_op_finish(hvd_tf_op_t *op);
 __attribute__((visibility("default"))) void hvd_tf_names_reset(int process_set);
 
 /* Outputs of allreduce and broadcast of at least this many bytes are
- * buffers kept for reuse (outbuf.c). */
-#define HVD_TF_OUTBUF_MIN_BYTES ((size_t) 256 << 10)
+ * buffers kept for reuse (outbuf.c, ../kept.h). */
+#define HVD_TF_OUTBUF_MIN_BYTES ((size_t) 256 << 10) /* HVD_KEPT_MIN_BYTES */
 
 /* A new tensor over a kept buffer of bytes (or a new one), given back to
  * the pool when TensorFlow frees it; NULL when out of memory. Owned by the

@@ -62,6 +62,8 @@ _DTYPES = {
     torch.bool: _core.BOOL,
 }
 
+_KEPT_MIN_BYTES = _core.KEPT_MIN_BYTES
+
 poll = _ops.poll
 synchronize = _ops.synchronize
 
@@ -73,7 +75,7 @@ size, rank, local_size, local_rank, cross_size, cross_rank = (
 # ---- tensors -> requests ----------------------------------------------------
 
 def _device_id(tensor: torch.Tensor) -> int:
-    if tensor.device.type == "cpu":
+    if tensor.is_cpu:
         return _core.DEVICE_CPU
     if tensor.device.type == "cuda":
         if not _core.NCCL_BUILT:
@@ -88,7 +90,7 @@ def _stream(tensor: torch.Tensor) -> Optional[int]:
     """The cudaStream_t (as an int) a CUDA tensor is ready on: the current
     stream of its device. hvd's stream waits for it with an event, so
     nothing here synchronizes the stream or the device. None on the CPU."""
-    if tensor.device.type != "cuda":
+    if not tensor.is_cuda:
         return None
     return torch.cuda.current_stream(tensor.device).cuda_stream
 
@@ -132,6 +134,28 @@ def _from_buffer(buf: Any, shape: Sequence[int], dtype: torch.dtype, device: tor
     else:
         out = torch.frombuffer(buf, dtype=dtype).reshape(tuple(shape))
     return out if device.type == "cpu" else out.to(device)
+
+
+def _new_output(tensor: torch.Tensor) -> torch.Tensor:
+    """A new tensor of tensor's dtype and shape (contiguous), contents
+    undefined, for an operation's result. A CPU tensor of at least
+    _core.KEPT_MIN_BYTES lies over a buffer hvd keeps for reuse
+    (_core.kept_buffer): a fresh allocation that large comes from mmap, and
+    faulting its pages in as the result is written cost more than the
+    reduction. The buffer serves a later output of its size once this
+    tensor and every view of its storage are gone."""
+    if isinstance(tensor, torch.Tensor) and tensor.is_cpu:  # no torch.device made: ~1 us a call
+        nbytes = tensor.numel() * tensor.element_size()
+        if nbytes >= _KEPT_MIN_BYTES and tensor.layout == torch.strided:
+            return torch.frombuffer(_core.kept_buffer(nbytes), dtype=tensor.dtype).view(*tensor.shape)
+    return torch.empty_like(tensor, memory_format=torch.contiguous_format)
+
+
+def _needs_grad(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether autograd records an operation on tensors: else the blocking
+    collectives skip their autograd function (whose result would be the
+    same, without a graph node) and its cost per call."""
+    return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
 
 
 def _scale_args(prescale_factor: float, postscale_factor: float) -> Tuple[float, float]:
@@ -178,7 +202,7 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: 
     not modified. Returns a handle for poll()/synchronize(), whose result is
     a new tensor. op defaults to Average."""
     op = handle_average_backwards_compatibility(op, average)
-    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    output = _new_output(tensor)
     return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set)
 
 
@@ -229,8 +253,12 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
         reduced = _library.allreduce(compressed, name, handle_average_backwards_compatibility(op, average),
                                           prescale_factor, postscale_factor, _library.set_id(process_set))
         return compression.decompress(reduced, cctx)
-    reduced = HorovodAllreduce.apply(compressed, average, name, op, prescale_factor, postscale_factor,
-                                     process_set)
+    if _needs_grad([compressed]):
+        reduced = HorovodAllreduce.apply(compressed, average, name, op, prescale_factor, postscale_factor,
+                                         process_set)
+    else:
+        reduced = synchronize(allreduce_async(compressed, average, name, op, prescale_factor, postscale_factor,
+                                              process_set))
     return compression.decompress(reduced, cctx)
 
 
@@ -264,7 +292,7 @@ def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[b
     new tensors."""
     op = handle_average_backwards_compatibility(op, average)
     tensors = _not_empty(tensors, "grouped_allreduce")
-    outputs = [torch.empty_like(t, memory_format=torch.contiguous_format) for t in tensors]
+    outputs = [_new_output(t) for t in tensors]
     return _grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set)
 
 
@@ -321,8 +349,12 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
                                                   handle_average_backwards_compatibility(op, average),
                                                   prescale_factor, postscale_factor, _library.set_id(process_set))
         return [compression.decompress(t, c) for t, c in zip(reduced, cctxs)]
-    reduced = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor, process_set,
-                                            *compressed)
+    if _needs_grad(compressed):
+        reduced = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor, process_set,
+                                                *compressed)
+    else:
+        reduced = synchronize(grouped_allreduce_async(list(compressed), average, name, op, prescale_factor,
+                                                      postscale_factor, process_set))
     return [compression.decompress(t, c) for t, c in zip(reduced, cctxs)]
 
 
@@ -475,7 +507,7 @@ def _broadcast_async(tensor: torch.Tensor, output: torch.Tensor, root_rank: int,
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                     process_set: ProcessSet = global_process_set) -> int:
     """Starts broadcasting root_rank's tensor; the result is a new tensor."""
-    output = torch.empty_like(tensor, memory_format=torch.contiguous_format)
+    output = _new_output(tensor)
     return _broadcast_async(tensor, output, root_rank, name, process_set)
 
 

@@ -1,0 +1,145 @@
+#!/bin/bash
+# test-autotune.sh — the root daemon's autotuner on real jobs (hvdrun
+# --emulate-hosts: two hosts, each with its own daemon, the ring over
+# loopback TCP). A step of 200 gradients of 256 bytes, where fusion pays
+# (one ring pass instead of 200): the search settles on a threshold that
+# fuses at least a quarter of the step (51,200 bytes) at once; every rank
+# prints the same changes at the same schedule numbers as the CSV says
+# they applied at; the CSV has a row per sample, numbered without a gap;
+# hvdctl job ID shows the state while it runs; rank 0 writes the CSV. A
+# fixed fusion threshold
+# stays in every row and on every rank. A job that ends during warm-up
+# leaves its warm-up rows, run from the start it was given. A job of one host with the fast path says why
+# it is not tuned. Bad settings fail hvd_init with their value.
+set -u
+. "$HVD_SRCDIR/tests/lib/common.sh"
+PY=/usr/bin/python3
+[ -x "$PY" ] || skip "$PY is needed to check the CSV"
+HVDRUN=$HVD_BUILDDIR/tools/hvdrun
+hvdctl=$HVD_BUILDDIR/tools/hvdctl
+worker=$HVD_BUILDDIR/tests/worker_autotune
+tmp=$(mktemp -d /tmp/hvd-test-autotune-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+ok() { echo "ok: $*"; }
+export HVD_RUNTIME_DIR="$tmp/none" # no system daemon: hvdrun starts its own
+header="hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,cycle_time_ms,\
+tensor_fusion_threshold,score,sample,state,best,applied_seq,generation"
+
+# bad settings fail hvd_init at once, naming the variable and its value
+for bad in "HVD_AUTOTUNE=maybe" "HVD_AUTOTUNE_WARMUP_SAMPLES=0" "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE=x" \
+        "HVD_AUTOTUNE_GAUSSIAN_PROCESS_NOISE=-1" "HVD_AUTOTUNE_LOG=$tmp/no/such/dir/x.csv"; do
+        out=$(env HVD_JOB_ID=bad HVD_JOB_SECRET=00 HVD_RANK=0 HVD_SIZE=2 HVD_LOCAL_RANK=0 HVD_LOCAL_SIZE=2 \
+                HVD_AUTOTUNE=1 "$bad" timeout 20 "$worker" 1 1 1 2>&1) && fail "$bad was accepted"
+        case $out in
+        *"${bad#*=}'"*) ;;
+        *) fail "$bad: the error does not name the value" "$out" ;;
+        esac
+done
+ok "bad autotune settings fail hvd_init, naming the variable and its value"
+
+# Every rank's "tune" lines, which must be the same on every rank: FILE OUT NP
+same_changes() {
+        local r
+        for r in $(seq 0 $(($3 - 1))); do
+                grep "^\[$r\] tune " "$1" | sed 's/^\[[0-9]*\] //' >"$2.$r"
+                cmp -s "$2.0" "$2.$r" || fail "ranks 0 and $r applied different changes" "$(diff "$2.0" "$2.$r")"
+        done
+        cp "$2.0" "$2"
+}
+
+# ---- convergence, 4 ranks on 2 hosts, watched with hvdctl
+"$HVDRUN" -v -H a:2,b:2 --emulate-hosts --autotune --autotune-log-file "$tmp/a.csv" --autotune-warmup-samples 2 \
+        --autotune-steps-per-sample 5 --autotune-bayes-opt-max-samples 12 \
+        "$worker" 700 200 64 >"$tmp/a.out" 2>"$tmp/a.err" &
+run=$!
+states=
+for _ in $(seq 600); do
+        dir=$(sed -n 's/^hvdrun: host a emulated: private hvd-coordinatord in \([^,]*\),.*/\1/p' "$tmp/a.err")
+        job=$(sed -n 's/^hvdrun: job \(job-[0-9a-f]*\),.*/\1/p' "$tmp/a.err")
+        if [ -n "$dir" ] && [ -n "$job" ]; then
+                s=$("$hvdctl" -r "$dir" job "$job" --json 2>/dev/null |
+                        "$PY" -c 'import json,sys; a=json.load(sys.stdin).get("autotune"); print(a["state"] if a else "")' \
+                                2>/dev/null)
+                case ";$states" in *";$s;"*) ;; *) [ -n "$s" ] && states="$states$s;" ;; esac
+                [ -n "$s" ] && [ ! -s "$tmp/a.job" ] && "$hvdctl" -r "$dir" job "$job" >"$tmp/a.job" 2>&1
+        fi
+        kill -0 "$run" 2>/dev/null || break
+        sleep 0.05
+done
+wait "$run" || fail "the autotuned job failed: exit status $?" "$(tail -20 "$tmp/a.err")"
+[ "$(grep -c '^\[[0-3]\] done 700 steps$' "$tmp/a.out")" -eq 4 ] || fail "not every rank finished" "$(cat "$tmp/a.out")"
+case $states in
+*"warming up"* | *searching* | *settled*) ;;
+*) fail "hvdctl job ID never showed the autotuner's state" "states seen: '$states'" ;;
+esac
+grep -Eq '^  autotune: (warming up|searching|settled|re-tuning), [0-9]+ samples; now ' "$tmp/a.job" ||
+        fail "hvdctl job ID has no autotune line" "$(cat "$tmp/a.job")"
+same_changes "$tmp/a.out" "$tmp/a.tune" 4
+[ -s "$tmp/a.tune" ] || fail "no change reached the ranks" "$(cat "$tmp/a.out")"
+"$PY" - "$tmp/a.csv" "$tmp/a.tune" "$header" <<'EOF' || fail "the CSV or the changes are wrong" "$(cat "$tmp/a.csv")"
+import sys
+path, tune, header = sys.argv[1:]
+lines = open(path).read().splitlines()
+assert lines[0] == header, "header: %r" % lines[0]
+rows = [dict(zip(header.split(","), l.split(","))) for l in lines[1:]]
+assert all(len(l.split(",")) == 12 for l in lines[1:]), "a row of the wrong width"
+assert [int(r["sample"]) for r in rows] == list(range(1, len(rows) + 1)), "samples not numbered 1..N"
+assert len(rows) >= 2 + 12, "only %d samples" % len(rows)
+assert [r["state"] for r in rows[:2]] == ["warmup", "warmup"], "no warm-up rows first"
+settled = [r for r in rows if r["state"] == "settled"]
+assert settled, "never settled"
+mib = float(settled[-1]["tensor_fusion_threshold"])
+assert mib * 1048576 >= 51200 / 4 - 1, "settled on %.4f MiB: does not fuse a quarter of the step" % mib
+# what each rank applied is what the root logged, at the same schedule
+changes = {}
+for l in open(tune):
+    _, g, _, seq, _, thr, _, cyc = l.split()
+    changes[int(g)] = (int(seq), int(thr), int(cyc))
+for r in rows:
+    g = int(r["generation"])
+    if g == 0 or g not in changes:
+        continue
+    seq, thr, cyc = changes[g]
+    assert int(r["applied_seq"]) == seq, "change %d: the ranks applied it at %d, the log says %s" % (g, seq, r["applied_seq"])
+    assert abs(float(r["tensor_fusion_threshold"]) - thr / 1048576) < 1e-4, "change %d: threshold" % g
+    assert abs(float(r["cycle_time_ms"]) - cyc / 1000) < 1e-3, "change %d: cycle time" % g
+print("settled on %.4f MiB, %s ms after %d samples; %d changes" % (mib, settled[-1]["cycle_time_ms"], len(rows), len(changes)))
+EOF
+ok "4 ranks on 2 hosts: the search settles on fusing the step, every rank applies each change at the schedule the CSV says; hvdctl job ID shows it (states seen: $states)"
+
+# ---- a fixed fusion threshold is never touched; the cycle time is tuned
+"$HVDRUN" -H a:1,b:1 --emulate-hosts --fusion-threshold-mb 1 --autotune --autotune-log-file "$tmp/f.csv" \
+        --autotune-warmup-samples 1 --autotune-steps-per-sample 3 --autotune-bayes-opt-max-samples 6 \
+        "$worker" 300 200 64 >"$tmp/f.out" 2>"$tmp/f.err" || fail "the fixed job failed: exit status $?" "$(cat "$tmp/f.err")"
+same_changes "$tmp/f.out" "$tmp/f.tune" 2
+[ -s "$tmp/f.tune" ] || fail "no cycle time was tried" "$(cat "$tmp/f.csv")"
+if grep -qv "threshold 1048576 " "$tmp/f.tune"; then fail "a rank's fusion threshold moved" "$(cat "$tmp/f.tune")"; fi
+"$PY" - "$tmp/f.csv" <<'EOF' || fail "the fixed threshold moved in the CSV" "$(cat "$tmp/f.csv")"
+import sys
+rows = [l.split(",") for l in open(sys.argv[1]).read().splitlines()[1:]]
+assert len(rows) >= 7 and all(r[5] == "1.0000" for r in rows)
+assert len({r[4] for r in rows}) > 1, "the cycle time was not tuned"
+EOF
+ok "a fusion threshold set with --fusion-threshold-mb stays in every row and on every rank; the cycle time is tuned"
+
+# ---- a job that ends during warm-up leaves its rows: 22 steps, 10 a
+# sample; it starts (HVD_AUTOTUNE_START_*) from fusion off and 10 ms, in
+# force from the first schedule on every rank, and not fixed
+HVD_AUTOTUNE=1 HVD_AUTOTUNE_LOG="$tmp/w.csv" HVD_AUTOTUNE_STEPS_PER_SAMPLE=10 HVD_AUTOTUNE_START_FUSION_THRESHOLD=0 \
+        HVD_AUTOTUNE_START_CYCLE_TIME=10 "$HVDRUN" -H a:1,b:1 --emulate-hosts "$worker" 22 50 64 >"$tmp/w.out" \
+        2>"$tmp/w.err" || fail "the short job failed: exit status $?" "$(cat "$tmp/w.err")"
+[ "$(head -1 "$tmp/w.csv")" = "$header" ] || fail "the short job's CSV has no header" "$(cat "$tmp/w.csv")"
+[ "$(tail -n +2 "$tmp/w.csv" | cut -d, -f5,6,8-12 | tr '\n' ' ')" = \
+        "10.000,0.0000,1,warmup,0,1,1 10.000,0.0000,2,warmup,0,1,1 " ] ||
+        fail "a job of 22 steps should leave 2 warm-up rows at its start" "$(cat "$tmp/w.csv")"
+same_changes "$tmp/w.out" "$tmp/w.tune" 2
+[ "$(cat "$tmp/w.tune")" = "tune 1 seq 1 threshold 0 cycle 10000" ] ||
+        fail "the start did not apply at the first schedule on every rank" "$(cat "$tmp/w.out")"
+ok "a job that ends during warm-up leaves a row per sample it took; the start applies from the first schedule"
+
+# ---- one host, the fast path: the workers fuse alone, so it says it is off
+"$HVDRUN" -v -np 2 --autotune --autotune-log-file "$tmp/o.csv" "$worker" 30 20 64 >"$tmp/o.out" 2>"$tmp/o.err" ||
+        fail "the one-host job failed: exit status $?" "$(cat "$tmp/o.err")"
+grep -q "autotune off: one host with the fast path" "$tmp/o.err" || fail "no word on why it is off" "$(cat "$tmp/o.err")"
+[ "$(wc -l <"$tmp/o.csv")" -eq 1 ] || fail "rows for a job that was not tuned" "$(cat "$tmp/o.csv")"
+ok "one host with the fast path: not tuned, and the daemon says why"
