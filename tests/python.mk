@@ -25,3 +25,9 @@ EXTRA_DIST += $(python_test_files) $(python_test_scripts) %D%/python/run-pytest.
 if HAVE_PYTHON
 TESTS += $(python_test_scripts)
 endif
+
+# the Python benchmarks' scripts: their refusals and a tiny real run
+EXTRA_DIST += %D%/test-bench-python.sh
+if HAVE_PYTHON
+TESTS += %D%/test-bench-python.sh
+endif

@@ -1,0 +1,88 @@
+#!/bin/sh
+# test-bench-python.sh — the Python benchmarks' scripts (run-python.sh,
+# run-scaling.sh, torch_peers.py) refuse bad arguments with a clear message,
+# and a tiny real run-python.sh (hvd and torch.distributed, two rounds, two
+# sizes, a three-tensor step, the CNN's training step) prints its table with
+# a ratio for every size and step; RAW= tabulates that run's raw lines
+# again. No timing is asserted. Skips without Debian's Python with torch.
+. "$HVD_SRCDIR/tests/lib/common.sh"
+py=/usr/bin/python3
+"$py" -c 'import torch' 2>/dev/null || skip "$py cannot import torch"
+[ -f "$HVD_BUILDDIR/python-binding/pkg/hvd/__init__.py" ] || fail "$HVD_BUILDDIR/python-binding/pkg/hvd is missing"
+b=$HVD_SRCDIR/benchmarks
+dir=$(mktemp -d /tmp/hvd-test-bench-XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+
+# refused ARGS_MESSAGE CMD...: CMD exits 2 and says ARGS_MESSAGE on stderr
+refused() {
+        msg=$1
+        shift
+        "$@" >"$dir/out" 2>"$dir/err"
+        st=$?
+        [ "$st" = 2 ] || fail "$* exited $st, not 2" "$(cat "$dir/out" "$dir/err")"
+        grep -q -- "$msg" "$dir/err" || fail "$*: no '$msg' on stderr" "$(cat "$dir/err")"
+}
+refused "NP=0 is not a positive integer" env NP=0 "$b/run-python.sh" "$HVD_BUILDDIR"
+refused "ROUNDS=x is not a positive integer" env ROUNDS=x "$b/run-python.sh" "$HVD_BUILDDIR"
+refused "unknown peer mpi" env PEERS="hvd mpi" "$b/run-python.sh" "$HVD_BUILDDIR"
+refused "unknown benchmark nope" env WHAT=sweep,nope "$b/run-python.sh" "$HVD_BUILDDIR"
+refused "MIN=4096 is above MAX=1024" env MIN=4096 MAX=1024 "$b/run-python.sh" "$HVD_BUILDDIR"
+refused "RAW=$dir/none: no such file" env RAW="$dir/none" "$b/run-python.sh" "$HVD_BUILDDIR"
+refused "NS: 1 is not a number of hosts above 1" env NS="2 1" "$b/run-scaling.sh" "$HVD_BUILDDIR"
+refused "unknown peer gloo" env PEERS=gloo "$b/run-scaling.sh" "$HVD_BUILDDIR"
+refused "unknown --what nope" "$py" "$b/torch_peers.py" --impl hvd --what nope
+refused "need --model-tsv" "$py" "$b/torch_peers.py" --impl hvd --what step
+refused "one of textcls" "$py" "$b/torch_peers.py" --impl hvd --what train --train-model resnet
+refused "measures --what scaling only" "$py" "$b/torch_peers.py" --impl plain --what sweep
+
+# run-scaling.sh RAW=: rate(N) is N times one rank's, efficiency rate(N) / (N x rate(1)),
+# the link bound (60 + max(120, 2(N-1)/N x 50 MiB at 1 Gbit/s)) ms against 180 ms
+{
+        echo "#   round=0 rate=- bench=scaling model=m impl=plain np=1 batch=8 img_s=100.0 ms=80 fwd_ms=60 bwd_ms=120 mib=50"
+        echo "#   round=0 rate=1gbit bench=scaling model=m impl=hvd np=2 batch=8 img_s=50.0 ms=160 fwd_ms=60 bwd_ms=120 mib=50"
+        echo "#   round=1 rate=1gbit bench=scaling model=m impl=hvd np=2 batch=8 img_s=30.0 ms=260 fwd_ms=60 bwd_ms=120 mib=50"
+        echo "#   round=0 rate=1gbit bench=scaling model=m impl=ddp np=2 batch=8 img_s=20.0 ms=400 fwd_ms=60 bwd_ms=120 mib=50"
+} >"$dir/scaling.raw"
+RAW=$dir/scaling.raw "$b/run-scaling.sh" "$HVD_BUILDDIR" >"$dir/scaling" 2>&1 ||
+        fail "run-scaling.sh RAW= failed" "$(cat "$dir/scaling")"
+grep -Eq '^ +1gbit +2 +80\.0 +0\.40 \[0\.30-0\.50\] +- +- +40\.0 +0\.20 \[0\.20-0\.20\] +- +2\.00 +0\.38$' "$dir/scaling" ||
+        fail "run-scaling.sh RAW=: not the expected row" "$(cat "$dir/scaling")"
+
+# a three-tensor model in place of ResNet-50
+printf 'name\tshape\tnumel\nfc.weight\t64x32\t2048\nfc.bias\t64\t64\nconv.weight\t16x3x3x3\t432\n' >"$dir/resnet50.tsv"
+
+# the compute model alone: one line, the rate of batch / (fwd + bwd)
+"$py" "$b/torch_peers.py" --impl plain --what scaling --model-tsv "$dir/resnet50.tsv" --steps 2 --reps 1 \
+        --batch 8 --fwd-ms 1 --bwd-ms 2 >"$dir/plain" 2>&1 || fail "torch_peers.py --impl plain failed" "$(cat "$dir/plain")"
+grep -Eq '^bench=scaling model=resnet50 impl=plain np=1 batch=8 img_s=[0-9.]+ ms=[0-9.]+ ' "$dir/plain" ||
+        fail "torch_peers.py --impl plain: no scaling line" "$(cat "$dir/plain")"
+
+# CHECK_ARGS=1: what would run, nothing run
+CHECK_ARGS=1 PEERS="hvd torch" DATA=$dir "$b/run-python.sh" "$HVD_BUILDDIR" >"$dir/check" 2>&1 ||
+        fail "run-python.sh CHECK_ARGS=1 failed" "$(cat "$dir/check")"
+grep -q "peers: hvd torch" "$dir/check" || fail "run-python.sh CHECK_ARGS=1: peers not listed" "$(cat "$dir/check")"
+
+# a tiny real run: hvd beside torch.distributed, alternating
+PEERS="hvd torch" DATA=$dir ROUNDS=2 MIN=4096 MAX=8192 REPS=1 STEPS=1 TRAIN_MODELS=cnn BATCH=4 \
+        timeout 240 "$b/run-python.sh" "$HVD_BUILDDIR" >"$dir/run" 2>&1 || fail "run-python.sh failed" "$(cat "$dir/run")"
+! grep -q "PEER" "$dir/run" || fail "run-python.sh: a peer failed or is missing" "$(cat "$dir/run")"
+for n in 4096 8192; do
+        for mode in inplace outofplace; do
+                c=$(grep -c "^#   round=[01] bench=allreduce impl=\(hvd\|gloo\) mode=$mode bytes=$n np=2 " "$dir/run")
+                [ "$c" = 4 ] || fail "run-python.sh: $c raw lines for $mode $n bytes, not 4 (2 peers x 2 rounds)" "$(cat "$dir/run")"
+        done
+        # one table row per mode with a ratio vs gloo: median [range]
+        c=$(grep -Ec "^ +$n +[0-9.]+ \( *[0-9.]+\) +- +[0-9.]+ \( *[0-9.]+\) +- +[0-9.]+ \[[0-9.]+-[0-9.]+\]$" "$dir/run")
+        [ "$c" = 2 ] || fail "run-python.sh: $c table rows for $n bytes with a ratio vs gloo, not 2" "$(cat "$dir/run")"
+done
+grep -Eq '^  hvd vs torch gloo, async per tensor: [0-9.]+ \[' "$dir/run" || fail "run-python.sh: no step ratio vs gloo" "$(cat "$dir/run")"
+grep -Eq '^  hvd vs DDP.s 25 MiB buckets over gloo: [0-9.]+ \[' "$dir/run" || fail "run-python.sh: no step ratio vs DDP" "$(cat "$dir/run")"
+grep -Eq '^  hvd vs ddp: [0-9.]+ \[' "$dir/run" || fail "run-python.sh: no training-step ratio vs DDP" "$(cat "$dir/run")"
+grep -q "^## training step, cnn" "$dir/run" || fail "run-python.sh: no training-step table" "$(cat "$dir/run")"
+
+# RAW=: the same table again from the raw lines
+RAW=$dir/run "$b/run-python.sh" "$HVD_BUILDDIR" >"$dir/raw" 2>&1 || fail "run-python.sh RAW= failed" "$(cat "$dir/raw")"
+sed -n '/^# medians/,$p' "$dir/run" >"$dir/a"
+sed -n '/^# medians/,$p' "$dir/raw" >"$dir/b"
+cmp -s "$dir/a" "$dir/b" || fail "run-python.sh RAW=: another table" "$(diff "$dir/a" "$dir/b")"
+echo "PASS: run-python.sh, run-scaling.sh and torch_peers.py"
