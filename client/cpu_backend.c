@@ -40,12 +40,16 @@
 #define CHUNK_BYTES         (UINT64_C(1) << 20)
 /* Bytes of a chunk up to which every rank reduces the whole chunk itself
  * (one barrier per chunk) rather than its segment (two barriers, and each
- * byte touched fewer times: n = 2, 4C bytes per rank for a chunk of C
- * against 5C, n = 4, 4.5C against 7C): that saves a barrier where the data
- * is too small for the extra touches to matter. When the ranks outnumber
- * the cores, a barrier costs context switches of every rank (and in a
- * worker, of its threads beside the data plane's) — far more than reading
- * the other slots of a chunk of up to DIRECT_OVERSUB_BYTES. */
+ * byte touched fewer times: 4.5C bytes per rank for a chunk of C with 4
+ * ranks, against 7C): that saves a barrier where the data is too small for
+ * the extra touches to matter. Two ranks always take the one-barrier path:
+ * the segment path would touch 4C against 5C, but on a busy machine its
+ * second barrier cost 300 us an operation at 128 KiB (a rank bound to a
+ * core that another process holds waits for its turn at every barrier),
+ * and on a quiet one it gained at most 15 %. When the ranks outnumber the
+ * cores, a barrier costs context switches of every rank (and in a worker,
+ * of its threads beside the data plane's) — far more than reading the
+ * other slots of a chunk of up to DIRECT_OVERSUB_BYTES. */
 #define DIRECT_BYTES         (64 * 1024)
 #define DIRECT_OVERSUB_BYTES (UINT64_C(1) << 20)
 #define HVD_MAX_SET_LOCAL    4096
@@ -615,8 +619,8 @@ static void segment_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
  * the copy in, the reduction and the copy out; consecutive chunks use
  * alternate halves, so a rank copies the next chunk in while the others
  * still read the last one). reducescatter reduces only this rank's rows,
- * straight into its output; an allreduce chunk of at most b->direct_bytes
- * (or of two ranks' outputs beyond the caches) likewise reduces every slot
+ * straight into its output; an allreduce chunk of two ranks or of at most
+ * b->direct_bytes likewise reduces every slot
  * straight into the outputs; both need one barrier per chunk. Larger
  * chunks: each rank copies in the others' segments only, and after a
  * barrier reduces its own segment from its inputs and their slots into its
@@ -637,9 +641,8 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
         for (uint64_t c0 = 0; c0 < total; c0 += chunk) {
                 uint64_t cl = HVD_MIN(chunk, total - c0);
                 uint8_t *mine = slot_of(b, v, v->me);
-                /* two ranks, outputs beyond the caches: one pass that writes
-                 * around them beats two barriers */
-                bool direct = rs || cl * es <= b->direct_bytes || (v->size == 2 && stream);
+                /* two ranks: one barrier a chunk (see DIRECT_BYTES) */
+                bool direct = rs || cl * es <= b->direct_bytes || v->size == 2;
                 /* my segment of the chunk, when I reduce only that */
                 uint64_t seg = (cl + (uint64_t) v->size - 1) / (uint64_t) v->size;
                 seg = (seg + 15) & ~UINT64_C(15);
