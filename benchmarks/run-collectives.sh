@@ -19,7 +19,8 @@
 # daemon each on loopback; the MPI peer then uses TCP, gloo is left out),
 # PNG=collectives.png (empty: no plot), OUT_OF_PLACE=1 (also time hvd's
 # allreduce and broadcast with a separate output, column hvd_oop; by default
-# they run in place, as the peers' MPI_IN_PLACE, MPI_Bcast and torch do).
+# they run in place, as the peers' MPI_IN_PLACE, MPI_Bcast and torch do),
+# RAW=FILE (no runs: the report of the raw lines in an earlier output).
 set -u
 build=${1:-$(pwd)}
 build=$(cd "$build" && pwd)
@@ -36,8 +37,21 @@ git -C "$src" diff --quiet HEAD 2>/dev/null || commit="$commit+changes"
 machine="$(nproc) CPUs $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(uname -r)"
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 load0=$(cut -d' ' -f1 /proc/loadavg)
-echo "# run: $started; commit $commit; $machine; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# NPS=\"$NPS\" ROUNDS=$ROUNDS MIN=$MIN MAX=$MAX NODES=$NODES OPS=\"$OPS\""
+# RAW=FILE: no runs, the tables and the plot of the raw lines in FILE (a
+# run's output, or several concatenated; "# run:" lines say what they were)
+if [ -n "${RAW:-}" ]; then
+        sed -n 's/^#   //p' "$RAW" >"$out"
+        NPS=
+        echo "# the report of $RAW, whose runs were:"
+        grep '^# run: ' "$RAW"
+        started=$(sed -n 's/^# run: \([^;]*\);.*/\1/p' "$RAW" | paste -sd '+' -)
+        commit=$(sed -n 's/^# run: [^;]*; commit \([^;]*\);.*/\1/p' "$RAW" | sort -u | paste -sd '+' -)
+        load0=$(sed -n 's/^# run: .*load average \([^ ]*\) .*/\1/p' "$RAW" | paste -sd '+' -)
+fi
+[ -n "${RAW:-}" ] || {
+        echo "# run: $started; commit $commit; $machine; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+        echo "# NPS=\"$NPS\" ROUNDS=$ROUNDS MIN=$MIN MAX=$MAX NODES=$NODES OPS=\"$OPS\""
+}
 export HVD_BUILDDIR=$build
 for np in $NPS; do
         for ((round = 0; round < ROUNDS; round++)); do
@@ -72,8 +86,8 @@ for np in $NPS; do
 done
 echo "# raw lines"
 sed 's/^/#   /' "$out"
-echo "# done: $(date -u '+%Y-%m-%d %H:%M UTC'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
-"$PY" - "$out" "$NODES" "$PNG" "$started, $ROUNDS rounds; commit $commit; $machine; load average at start $load0" <<'PY'
+[ -n "${RAW:-}" ] || echo "# done: $(date -u '+%Y-%m-%d %H:%M UTC'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+"$PY" - "$out" "$NODES" "$PNG" "$started; commit $commit; $machine; load average at start $load0" <<'PY'
 import re, statistics, subprocess, sys
 path, nodes, png, run = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 rows = {}
@@ -152,6 +166,7 @@ with open(dat, "w") as fh:
             plots.setdefault((op, np_), []).append((impl, idx))
             idx += 1
 sizes = sorted({b for (o, n, b) in rows})
+n_rounds = max(len(x["bw"]) for v in rows.values() for x in v.values())
 # a label every 4x (every 16x across wide ranges), so that none collide
 k = 2 if len(sizes) <= 13 else 4
 tics = [b for b in sizes if (b.bit_length() - sizes[0].bit_length()) % k == 0]
@@ -160,7 +175,7 @@ cols = min(len(panels), 2)
 rows_n = (len(panels) + cols - 1) // cols
 width, height = 720 * cols, 480 * rows_n + 40
 script = [f"set terminal pngcairo size {width},{height} noenhanced font 'sans,10'", f"set output '{png}'",
-          f"set multiplot layout {rows_n},{cols} title \"busbw (GB/s) against size, nodes={nodes}: line = median, band = slowest to fastest round\\n{run}\" font 'sans,11'",
+          f"set multiplot layout {rows_n},{cols} title \"busbw (GB/s) against size, nodes={nodes}: line = median, band = slowest to fastest of {n_rounds} rounds\\n{run}\" font 'sans,11'",
           "set logscale x 2", f"set xtics ({xtics})", f"set xrange [{sizes[0]}:{sizes[-1]}]", "set key top left",
           "set grid", "set xlabel 'bytes'", "set ylabel 'busbw GB/s'", "set yrange [0:*]",
           "set style fill transparent solid 0.18 noborder"]
