@@ -176,7 +176,7 @@ rows_n = (len(panels) + cols - 1) // cols
 width, height = 720 * cols, 480 * rows_n + 40
 script = [f"set terminal pngcairo size {width},{height} noenhanced font 'sans,10'", f"set output '{png}'",
           f"set multiplot layout {rows_n},{cols} title \"busbw (GB/s) against size, nodes={nodes}: line = median, band = slowest to fastest of {n_rounds} rounds\\n{run}\" font 'sans,11'",
-          "set logscale x 2", f"set xtics ({xtics})", f"set xrange [{sizes[0]}:{sizes[-1]}]", "set key top left",
+          "set logscale x 2", f"set xtics ({xtics})", f"set xrange [{sizes[0] / 1.25}:{sizes[-1] * 1.25}]", "set key top left",
           "set grid", "set xlabel 'bytes'", "set ylabel 'busbw GB/s'", "set yrange [0:*]",
           "set style fill transparent solid 0.18 noborder"]
 color = {"hvd": "#1f77b4", "hvd_oop": "#9467bd", "mpi": "#d62728", "gloo": "#2ca02c"}
