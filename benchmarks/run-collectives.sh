@@ -166,7 +166,6 @@ with open(dat, "w") as fh:
             plots.setdefault((op, np_), []).append((impl, idx))
             idx += 1
 sizes = sorted({b for (o, n, b) in rows})
-n_rounds = max(len(x["bw"]) for v in rows.values() for x in v.values())
 # a label every 4x (every 16x across wide ranges), so that none collide
 k = 2 if len(sizes) <= 13 else 4
 tics = [b for b in sizes if (b.bit_length() - sizes[0].bit_length()) % k == 0]
@@ -175,7 +174,7 @@ cols = min(len(panels), 2)
 rows_n = (len(panels) + cols - 1) // cols
 width, height = 720 * cols, 480 * rows_n + 40
 script = [f"set terminal pngcairo size {width},{height} noenhanced font 'sans,10'", f"set output '{png}'",
-          f"set multiplot layout {rows_n},{cols} title \"busbw (GB/s) against size, nodes={nodes}: line = median, band = slowest to fastest of {n_rounds} rounds\\n{run}\" font 'sans,11'",
+          f"set multiplot layout {rows_n},{cols} title \"busbw (GB/s) against size, nodes={nodes}: line = median, band = slowest to fastest round\\n{run}\" font 'sans,11'",
           "set logscale x 2", f"set xtics ({xtics})", f"set xrange [{sizes[0] / 1.25}:{sizes[-1] * 1.25}]", "set key top left",
           "set grid", "set xlabel 'bytes'", "set ylabel 'busbw GB/s'", "set yrange [0:*]",
           "set style fill transparent solid 0.18 noborder"]
@@ -186,7 +185,8 @@ for op, np_ in panels:
     for impl, i in plots.get((op, np_), []):
         terms.append(f"'{dat}' index {i} using 1:3:4 with filledcurves lc rgb '{color[impl]}' notitle")
         terms.append(f"'{dat}' index {i} using 1:2 with linespoints lw 2 pt 7 ps 0.6 lc rgb '{color[impl]}' title '{name[impl]}'")
-    script += [f"set title '{op}, {np_} ranks'", "plot " + ", ".join(terms)]
+    k = max(len(x["bw"]) for (o, n, _), v in rows.items() if o == op and n == np_ for x in v.values())
+    script += [f"set title '{op}, {np_} ranks, {k} rounds'", "plot " + ", ".join(terms)]
 script.append("unset multiplot")
 try:
     subprocess.run(["gnuplot"], input="\n".join(script).encode(), check=True)
