@@ -2,7 +2,9 @@
 # run-allreduce.sh — the allreduce part of run-collectives.sh: hvd beside
 # Open MPI and torch.distributed gloo in the same run, alternating, medians
 # of ROUNDS, as a table of ratios (nccl-tests convention: busbw = algbw ·
-# 2(n-1)/n).
+# 2(n-1)/n), then each system's spread over the rounds (min, median, max
+# busbw and max/min per size: ROUNDS=10 is the repeat-run check), and with
+# PNG= a plot of the medians over bands from the slowest to the fastest round.
 #
 #   benchmarks/run-allreduce.sh [BUILDDIR]      (after `make bench`)
 # Environment: NPS="2 4", ROUNDS=3, MIN=65536, MAX=67108864, NODES=1 (or 2, 4:

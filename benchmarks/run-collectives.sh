@@ -7,7 +7,11 @@
 # convention: bytes is the whole buffer — for allgather the gathered output,
 # for reducescatter the input; busbw = algbw · 2(n-1)/n for allreduce,
 # (n-1)/n for allgather and reducescatter, 1 for broadcast). A table per
-# collective and a gnuplot PNG of busbw against size.
+# collective, the spread of each system's busbw over the rounds (min,
+# median, max: a slow round shows there, not only in the median), and a
+# gnuplot PNG of busbw against size: one panel per collective and rank
+# count, each system's median as a line over a band from its slowest to its
+# fastest round, the run's date, commit and machine in the title.
 #
 #   benchmarks/run-collectives.sh [BUILDDIR]     (after `make bench`)
 # Environment: OPS="allreduce broadcast allgather reducescatter", NPS="2 4",
@@ -15,7 +19,8 @@
 # daemon each on loopback; the MPI peer then uses TCP, gloo is left out),
 # PNG=collectives.png (empty: no plot), OUT_OF_PLACE=1 (also time hvd's
 # allreduce and broadcast with a separate output, column hvd_oop; by default
-# they run in place, as the peers' MPI_IN_PLACE, MPI_Bcast and torch do).
+# they run in place, as the peers' MPI_IN_PLACE, MPI_Bcast and torch do),
+# RAW=FILE (no runs: the report of the raw lines in an earlier output).
 set -u
 build=${1:-$(pwd)}
 build=$(cd "$build" && pwd)
@@ -27,6 +32,26 @@ PNG=${PNG-collectives-nodes$NODES.png}
 PY=${PYTHON:-/usr/bin/python3}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
+commit=$(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)
+git -C "$src" diff --quiet HEAD 2>/dev/null || commit="$commit+changes"
+machine="$(nproc) CPUs $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(uname -r)"
+started=$(date -u '+%Y-%m-%d %H:%M UTC')
+load0=$(cut -d' ' -f1 /proc/loadavg)
+# RAW=FILE: no runs, the tables and the plot of the raw lines in FILE (a
+# run's output, or several concatenated; "# run:" lines say what they were)
+if [ -n "${RAW:-}" ]; then
+        sed -n 's/^#   //p' "$RAW" >"$out"
+        NPS=
+        echo "# the report of $RAW, whose runs were:"
+        grep '^# run: ' "$RAW"
+        started=$(sed -n 's/^# run: \([^;]*\);.*/\1/p' "$RAW" | paste -sd '+' -)
+        commit=$(sed -n 's/^# run: [^;]*; commit \([^;]*\);.*/\1/p' "$RAW" | sort -u | paste -sd '+' -)
+        load0=$(sed -n 's/^# run: .*load average \([^ ]*\) .*/\1/p' "$RAW" | paste -sd '+' -)
+fi
+[ -n "${RAW:-}" ] || {
+        echo "# run: $started; commit $commit; $machine; load average $(cut -d' ' -f1-3 /proc/loadavg)"
+        echo "# NPS=\"$NPS\" ROUNDS=$ROUNDS MIN=$MIN MAX=$MAX NODES=$NODES OPS=\"$OPS\""
+}
 export HVD_BUILDDIR=$build
 # the peers: one that is missing is named here and again at the end
 # shellcheck source=benchmarks/peers.sh
@@ -65,9 +90,10 @@ for np in $NPS; do
 done
 echo "# raw lines"
 sed 's/^/#   /' "$out"
-"$PY" - "$out" "$NODES" "$PNG" <<'PY'
-import re, statistics, subprocess, sys, os
-path, nodes, png = sys.argv[1], sys.argv[2], sys.argv[3]
+[ -n "${RAW:-}" ] || echo "# done: $(date -u '+%Y-%m-%d %H:%M UTC'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+"$PY" - "$out" "$NODES" "$PNG" "$started; commit $commit; $machine; load average at start $load0" <<'PY'
+import re, statistics, subprocess, sys
+path, nodes, png, run = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 rows = {}
 for line in open(path):
     m = dict(re.findall(r"(\w+)=(\S+)", line))
@@ -79,55 +105,92 @@ for line in open(path):
     r["bw"].append(float(m["busbw_gbs"]))
 order = ["allreduce", "broadcast", "allgather", "reducescatter"]
 ops = sorted({k[0] for k in rows}, key=lambda o: order.index(o) if o in order else 9)
+impls = [i for i in ("hvd", "hvd_oop", "mpi", "gloo") if any(i in v for v in rows.values())]
 f = lambda x, w=8, p=3: f"{x:{w}.{p}f}" if x is not None else f"{'-':>{w}}"
 # busbw(hvd)/busbw(peer) at equal bytes and ranks = time(peer)/time(hvd)
 ratio = lambda th, tp: f"{tp / th:8.2f}" if th and tp else f"{'-':>8}"
+
+
+def size(b):
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if b >= 1 << shift and b % (1 << shift) == 0:
+            return f"{b >> shift} {unit}"
+    return f"{b} B"
+
+
 for op in ops:
     oop = any("hvd_oop" in v for (o, _, _), v in rows.items() if o == op)
     print(f"\n# {op}: time µs and busbw GB/s, medians; nodes={nodes}; ratios are busbw(hvd)/busbw(peer)"
           + ("; hvd_oop: hvd with a separate output" if oop else ""))
     print(f"{'np':>3} {'bytes':>10} {'hvd_us':>9} {'mpi_us':>9} {'gloo_us':>9} {'hvd_bw':>8} {'mpi_bw':>8} {'gloo_bw':>8} {'hvd/mpi':>8} {'hvd/gloo':>8}"
           + (f" {'oop_us':>9} {'oop/mpi':>8}" if oop else ""))
-    for (o, np_, b), impls in sorted(rows.items()):
+    for (o, np_, b), im in sorted(rows.items()):
         if o != op:
             continue
-        t = {k: statistics.median(v["t"]) for k, v in impls.items()}
-        bw = {k: statistics.median(v["bw"]) for k, v in impls.items()}
+        t = {k: statistics.median(v["t"]) for k, v in im.items()}
+        bw = {k: statistics.median(v["bw"]) for k, v in im.items()}
         print(f"{np_:>3} {b:>10} {f(t.get('hvd'), 9, 1)} {f(t.get('mpi'), 9, 1)} {f(t.get('gloo'), 9, 1)} "
               f"{f(bw.get('hvd'))} {f(bw.get('mpi'))} {f(bw.get('gloo'))} {ratio(t.get('hvd'), t.get('mpi'))} "
               f"{ratio(t.get('hvd'), t.get('gloo'))}"
               + (f" {f(t.get('hvd_oop'), 9, 1)} {ratio(t.get('hvd_oop'), t.get('mpi'))}" if oop else ""))
+    # the spread over the rounds: max/min is how much faster the fastest
+    # round was than the slowest
+    print(f"\n# {op}: busbw GB/s over the rounds, min / median / max, and max/min (spread)")
+    print(f"{'np':>3} {'bytes':>10} " + " ".join(f"{i + ' min/med/max':>26} {'spread':>6}" for i in impls) + f" {'rounds':>6}")
+    for (o, np_, b), im in sorted(rows.items()):
+        if o != op:
+            continue
+        cells = []
+        for i in impls:
+            v = im.get(i, {}).get("bw")
+            if not v:
+                cells.append(f"{'-':>26} {'-':>6}")
+                continue
+            lo, med, hi = min(v), statistics.median(v), max(v)
+            cells.append(f"{lo:8.3f} {med:8.3f} {hi:8.3f} " + (f"{hi / lo:6.2f}" if lo > 0 else f"{'-':>6}"))
+        n = max(len(v["bw"]) for v in im.values())
+        print(f"{np_:>3} {b:>10} " + " ".join(cells) + f" {n:>6}")
 if not png:
     sys.exit(0)
 nps = sorted({k[1] for k in rows})
 dat = png + ".dat"
-plots = []
+panels = [(op, np_) for op in ops for np_ in nps if any(o == op and n == np_ for o, n, _ in rows)]
+plots = {}
 with open(dat, "w") as fh:
     idx = 0
-    for op in ops:
-        for np_ in nps:
-            for impl in ("hvd", "mpi", "gloo"):
-                pts = [(b, statistics.median(v[impl]["bw"])) for (o, n, b), v in sorted(rows.items())
-                       if o == op and n == np_ and impl in v]
-                if not pts:
-                    continue
-                fh.write(f"# {op} np={np_} {impl}\n")
-                for b, bw in pts:
-                    fh.write(f"{b} {bw}\n")
-                fh.write("\n\n")
-                plots.append((op, np_, impl, idx))
-                idx += 1
-cols = 2
-rows_n = (len(ops) + cols - 1) // cols
-script = [f"set terminal pngcairo size 1200,{420 * rows_n} noenhanced", f"set output '{png}'",
-          f"set multiplot layout {rows_n},{cols} title 'busbw (GB/s) against bytes; nodes={nodes}'",
-          "set logscale x 2", "set format x '%.0b %BB'", "set key top left", "set grid",
-          "set xlabel 'bytes'", "set ylabel 'busbw GB/s'"]
-color = {"hvd": "#1f77b4", "mpi": "#d62728", "gloo": "#2ca02c"}
-for op in ops:
-    terms = [f"'{dat}' index {i} using 1:2 with linespoints lw 2 dt {nps.index(np_) + 1} pt {nps.index(np_) + 6} lc rgb '{color[impl]}' title '{impl} np={np_}'"
-             for o, np_, impl, i in plots if o == op]
-    script += [f"set title '{op}'", "plot " + ", ".join(terms)]
+    for op, np_ in panels:
+        for impl in impls:
+            pts = [(b, v[impl]["bw"]) for (o, n, b), v in sorted(rows.items()) if o == op and n == np_ and impl in v]
+            if not pts:
+                continue
+            fh.write(f"# {op} np={np_} {impl}: bytes median min max (busbw GB/s over {max(len(x) for _, x in pts)} rounds)\n")
+            for b, bw in pts:
+                fh.write(f"{b} {statistics.median(bw)} {min(bw)} {max(bw)}\n")
+            fh.write("\n\n")
+            plots.setdefault((op, np_), []).append((impl, idx))
+            idx += 1
+sizes = sorted({b for (o, n, b) in rows})
+# a label every 4x (every 16x across wide ranges), so that none collide
+k = 2 if len(sizes) <= 13 else 4
+tics = [b for b in sizes if (b.bit_length() - sizes[0].bit_length()) % k == 0]
+xtics = ", ".join(f"'{size(b)}' {b}" for b in tics)
+cols = min(len(panels), 2)
+rows_n = (len(panels) + cols - 1) // cols
+width, height = 720 * cols, 480 * rows_n + 40
+script = [f"set terminal pngcairo size {width},{height} noenhanced font 'sans,10'", f"set output '{png}'",
+          f"set multiplot layout {rows_n},{cols} title \"busbw (GB/s) against size, nodes={nodes}: line = median, band = slowest to fastest round\\n{run}\" font 'sans,11'",
+          "set logscale x 2", f"set xtics ({xtics})", f"set xrange [{sizes[0] / 1.25}:{sizes[-1] * 1.25}]", "set key top left",
+          "set grid", "set xlabel 'bytes'", "set ylabel 'busbw GB/s'", "set yrange [0:*]",
+          "set style fill transparent solid 0.18 noborder"]
+color = {"hvd": "#1f77b4", "hvd_oop": "#9467bd", "mpi": "#d62728", "gloo": "#2ca02c"}
+name = {"hvd": "hvd", "hvd_oop": "hvd (separate output)", "mpi": "Open MPI", "gloo": "torch gloo"}
+for op, np_ in panels:
+    terms = []
+    for impl, i in plots.get((op, np_), []):
+        terms.append(f"'{dat}' index {i} using 1:3:4 with filledcurves lc rgb '{color[impl]}' notitle")
+        terms.append(f"'{dat}' index {i} using 1:2 with linespoints lw 2 pt 7 ps 0.6 lc rgb '{color[impl]}' title '{name[impl]}'")
+    k = max(len(x["bw"]) for (o, n, _), v in rows.items() if o == op and n == np_ for x in v.values())
+    script += [f"set title '{op}, {np_} ranks, {k} rounds'", "plot " + ", ".join(terms)]
 script.append("unset multiplot")
 try:
     subprocess.run(["gnuplot"], input="\n".join(script).encode(), check=True)

@@ -78,8 +78,9 @@ typedef struct hvd_topology {
         char *const *addrs;         /* [size]: data-plane "ip:port" of each rank */
         int listen_fd;              /* this rank's data-plane listener, or -1 */
         uint64_t job_hash;
-        bool ring_checksum;       /* a CRC-32C on every TCP ring frame (the job's setting) */
-        uint64_t shm_chunk_bytes; /* HVD_SHM_CHUNK_BYTES (>= 4096), 0: the backend's choice */
+        bool ring_checksum;        /* a CRC-32C on every TCP ring frame (the job's setting) */
+        uint64_t shm_chunk_bytes;  /* HVD_SHM_CHUNK_BYTES (>= 4096), 0: the backend's choice */
+        uint64_t shm_direct_bytes; /* HVD_SHM_DIRECT_BYTES (>= 1), 0: the backend's choice */
 } hvd_topology_t;
 
 /* CPU backend: shared memory between the ranks of this node (segment

@@ -32,20 +32,24 @@
 #include "reduce.h"
 #include "util.h"
 
-#define SHM_MAGIC           UINT64_C(0x6876645f73686d34) /* "hvd_shm4" */
+#define SHM_MAGIC           UINT64_C(0x6876645f73686d35) /* "hvd_shm5" */
 #define HEADER_BYTES        (64 * 1024)
 #define CHECK_INTERVAL_USEC (20 * USEC_PER_MSEC)
 #define SPIN_USEC           50
 #define SPIN_MIN_USEC       4
 #define CHUNK_BYTES         (UINT64_C(1) << 20)
 /* Bytes of a chunk up to which every rank reduces the whole chunk itself
- * (one barrier per chunk) rather than its segment (two barriers and a copy
- * out): with two ranks that is always cheaper (the same bytes read, fewer
- * written), with more it saves a cross-process wakeup where the data is too
- * small for the extra reads to matter. When the ranks outnumber the cores,
- * a barrier costs context switches of every rank (and in a worker, of its
- * threads beside the data plane's) — far more than reading the other
- * slots of a chunk of up to DIRECT_OVERSUB_BYTES. */
+ * (one barrier per chunk) rather than its segment (two barriers, and each
+ * byte touched fewer times: 4.5C bytes per rank for a chunk of C with 4
+ * ranks, against 7C): that saves a barrier where the data is too small for
+ * the extra touches to matter. Two ranks always take the one-barrier path:
+ * the segment path would touch 4C against 5C, but on a busy machine its
+ * second barrier cost 300 us an operation at 128 KiB (a rank bound to a
+ * core that another process holds waits for its turn at every barrier),
+ * and on a quiet one it gained at most 15 %. When the ranks outnumber the
+ * cores, a barrier costs context switches of every rank (and in a worker,
+ * of its threads beside the data plane's) — far more than reading the
+ * other slots of a chunk of up to DIRECT_OVERSUB_BYTES. */
 #define DIRECT_BYTES         (64 * 1024)
 #define DIRECT_OVERSUB_BYTES (UINT64_C(1) << 20)
 #define HVD_MAX_SET_LOCAL    4096
@@ -68,6 +72,7 @@ typedef struct shm_header {
         char abort_reason[512];
         shm_barrier_t bar;                           /* all local ranks */
         shm_barrier_t set_bar[HVD_MAX_PROCESS_SETS]; /* by process set id */
+        _Atomic int32_t cpu[HVD_MAX_SET_LOCAL];      /* by local rank: 1 + its CPU at its last barrier, 0: none yet */
 } shm_header_t;
 _Static_assert(sizeof(shm_header_t) <= HEADER_BYTES, "shm header too large");
 
@@ -137,6 +142,34 @@ static int wait_failed(hvd_backend_t *b, const char *what, char *err, size_t err
         return 0;
 }
 
+/* True when another member of v last reached a barrier on the CPU this
+ * rank runs on now (records that CPU for the others). */
+static bool cpu_shared(hvd_backend_t *b, const view_t *v) {
+        int cpu = sched_getcpu() + 1;
+        if (cpu <= 0)
+                return false;
+        int me = v->member ? (int) v->member[v->me] : v->me;
+        atomic_store_explicit(&b->hdr->cpu[me], cpu, memory_order_relaxed);
+        for (int k = 0; k < v->size; k++) {
+                int local = v->member ? (int) v->member[k] : k;
+                if (local != me && atomic_load_explicit(&b->hdr->cpu[local], memory_order_relaxed) == cpu)
+                        return true;
+        }
+        return false;
+}
+
+/* A wait that outlasted the spin ended: spinning a little longer would
+ * have saved the wakeup when it ended soon after. */
+static void spin_adapt(hvd_backend_t *b, uint64_t spin_start) {
+        if (!spin_start)
+                return;
+        uint64_t waited = hvd_now_usec() - spin_start;
+        if (waited <= b->spin_usec + SPIN_USEC)
+                b->spin_usec = HVD_MIN(SPIN_USEC, b->spin_usec + 4);
+        else
+                b->spin_usec = HVD_MAX(SPIN_MIN_USEC, b->spin_usec / 2);
+}
+
 /* Generation barrier over the view's members. Spins briefly (only when
  * every rank has a core), then sleeps on a futex; checks the abort flag, the
  * caller's check function and the deadline while it waits. */
@@ -154,29 +187,34 @@ static int barrier(hvd_backend_t *b, const view_t *v, const char *what, char *er
         }
         /* spin for a bounded time, not a count: a pause costs 10 to 140
          * cycles depending on the CPU, and a rank spinning long keeps the
-         * core the one it waits for may need. The bound adapts: a wait that
-         * ended while spinning lets the next ones spin a little longer (up
-         * to SPIN_USEC), one that had to sleep halves it (down to
-         * SPIN_MIN_USEC), so a loaded machine, where the others are often
-         * descheduled, wastes little, and a quiet one seldom sleeps. */
-        uint64_t spin_start = b->spin > 64 ? hvd_now_usec() : 0;
-        for (int i = 0; i < b->spin; i++) {
+         * core the one it waits for may need; never while another member
+         * last ran on this CPU (a spin there only delays it). The bound
+         * adapts to how long waits take: one that ended while spinning, or
+         * soon after (within SPIN_USEC of the bound: the others were only
+         * a wakeup behind), lets the next ones spin longer, up to
+         * SPIN_USEC; one that lasted longer halves it, down to
+         * SPIN_MIN_USEC, so a loaded machine, where the others are often
+         * descheduled, wastes little, and a quiet one seldom sleeps. (A
+         * bound that only ever grew back while spinning would stay at its
+         * minimum once waits took a wakeup each: every rank then arrives a
+         * wakeup late at the next barrier, and each barrier costs one.) */
+        uint64_t spin_start = b->spin > 64 && !cpu_shared(b, v) ? hvd_now_usec() : 0;
+        for (int i = 0; spin_start && i < b->spin; i++) {
                 if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen) {
-                        if (spin_start && b->spin_usec < SPIN_USEC)
-                                b->spin_usec = HVD_MIN(SPIN_USEC, b->spin_usec + 4);
+                        b->spin_usec = HVD_MIN(SPIN_USEC, b->spin_usec + 4);
                         return 0;
                 }
                 cpu_relax();
-                if ((i & 63) == 63 && spin_start && hvd_now_usec() - spin_start >= b->spin_usec)
+                if ((i & 63) == 63 && hvd_now_usec() - spin_start >= b->spin_usec)
                         break;
         }
-        if (spin_start)
-                b->spin_usec = HVD_MAX(SPIN_MIN_USEC, b->spin_usec / 2);
         uint64_t start = hvd_now_usec(), last_check = start;
         for (;;) {
                 for (int i = 0; i < 4; i++) {
-                        if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
+                        if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen) {
+                                spin_adapt(b, spin_start);
                                 return 0;
+                        }
                         sched_yield();
                 }
                 atomic_fetch_add(&h->waiters, 1);
@@ -184,8 +222,10 @@ static int barrier(hvd_backend_t *b, const view_t *v, const char *what, char *er
                 if (atomic_load_explicit(&h->gen, memory_order_acquire) == gen)
                         futex(&h->gen, FUTEX_WAIT, gen, &ts);
                 atomic_fetch_sub(&h->waiters, 1);
-                if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
+                if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen) {
+                        spin_adapt(b, spin_start);
                         return 0;
+                }
                 int r = wait_failed(b, what, err, err_len);
                 if (r < 0)
                         return r;
@@ -292,6 +332,10 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
          * for tuning, and for tests of many chunks */
         if (topo->shm_chunk_bytes >= 4096)
                 b->chunk_bytes = topo->shm_chunk_bytes;
+        /* HVD_SHM_DIRECT_BYTES, likewise: for tuning, and for tests of the
+         * segment path on machines with fewer cores than ranks */
+        if (topo->shm_direct_bytes)
+                b->direct_bytes = topo->shm_direct_bytes;
         b->srcs = calloc((size_t) size, sizeof *b->srcs);
         if (!b->srcs) {
                 free(b);
@@ -496,9 +540,10 @@ static void chunk_copy_in(const hvd_xop_t *op, uint8_t *slot, uint64_t c0, uint6
 }
 
 /* The reduced chunk lives in pieces of seg elements, piece k in member k's
- * slot: copy it out to the members' outputs. */
+ * slot: copy it out to the members' outputs, but piece `skip` (-1: none),
+ * which is there already. */
 static void chunk_copy_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t c0, uint64_t cl,
-                           uint64_t seg, size_t es) {
+                           uint64_t seg, size_t es, int skip) {
         uint64_t off = 0;
         for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
                 const hvd_xmember_t *m = &op->m[i];
@@ -508,7 +553,9 @@ static void chunk_copy_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
                 for (uint64_t x = a; x < e;) {
                         uint64_t rel = x - c0, k = rel / seg;
                         uint64_t y = HVD_MIN(e, c0 + (k + 1) * seg);
-                        memcpy((uint8_t *) m->out + (x - off) * es, slot_of(b, v, (int) k) + rel * es, (y - x) * es);
+                        if ((int) k != skip)
+                                memcpy((uint8_t *) m->out + (x - off) * es, slot_of(b, v, (int) k) + rel * es,
+                                       (y - x) * es);
                         x = y;
                 }
         }
@@ -534,6 +581,38 @@ static void chunk_reduce_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t 
         }
 }
 
+/* This rank's segment [s0, s1) of chunk [c0, c0 + cl), which it alone
+ * reduces: its own contribution straight from its inputs (it copied the
+ * rest of the chunk into its slot, not this), the others' from their
+ * slots, in member order as everywhere; the result into the outputs and
+ * into its slot, where the others copy it from. A piece whose input must
+ * be scaled or is missing (a joined rank) goes through the slot first. */
+static void segment_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t c0, uint64_t s0,
+                           uint64_t s1, size_t es, double post) {
+        uint8_t *mine = slot_of(b, v, v->me);
+        uint64_t off = 0;
+        for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                uint64_t a = HVD_MAX(off, c0 + s0), e = HVD_MIN(off + m->count, c0 + s1);
+                if (a >= e)
+                        continue;
+                uint64_t rel = a - c0;
+                for (int k = 0; k < v->size; k++)
+                        b->srcs[k] = slot_of(b, v, k) + rel * es;
+                if (m->in && op->prescale == 1.0)
+                        b->srcs[v->me] = (const uint8_t *) m->in + (a - off) * es;
+                else if (m->in)
+                        hvd_scale_copy(op->dtype, mine + rel * es, (const uint8_t *) m->in + (a - off) * es, e - a,
+                                       op->prescale);
+                else
+                        memset(mine + rel * es, 0, (e - a) * es);
+                uint8_t *dst = m->out ? (uint8_t *) m->out + (a - off) * es : mine + rel * es;
+                hvd_reduce_n(op->dtype, op->reduce_op, dst, b->srcs, (size_t) v->size, e - a, post);
+                if (dst != mine + rel * es)
+                        memcpy(mine + rel * es, dst, (e - a) * es);
+        }
+}
+
 /* Operations from this size on write their outputs with non-temporal
  * stores: they do not fit the caches anyway, and a normal store reads each
  * line of the output in before overwriting it. */
@@ -545,10 +624,13 @@ static void chunk_reduce_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t 
  * alternate halves, so a rank copies the next chunk in while the others
  * still read the last one). reducescatter reduces only this rank's rows,
  * straight into its output; an allreduce chunk of two ranks or of at most
- * b->direct_bytes likewise reduces every slot straight into the outputs; both
- * need one barrier per chunk. Larger chunks of more ranks: each rank
- * reduces its segment into its slot, barrier, every rank copies every
- * segment out. */
+ * b->direct_bytes likewise reduces every slot
+ * straight into the outputs; both need one barrier per chunk. Larger
+ * chunks: each rank copies in the others' segments only, and after a
+ * barrier reduces its own segment from its inputs and their slots into its
+ * outputs and its slot; after a second barrier it copies the others'
+ * segments out. Each result element is computed by one rank, so every
+ * rank has the same bits. */
 static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
         size_t es = hvd_dtype_size(op->dtype);
         uint64_t total = 0;
@@ -563,8 +645,19 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
         for (uint64_t c0 = 0; c0 < total; c0 += chunk) {
                 uint64_t cl = HVD_MIN(chunk, total - c0);
                 uint8_t *mine = slot_of(b, v, v->me);
+                /* two ranks: one barrier a chunk (see DIRECT_BYTES) */
+                bool direct = rs || cl * es <= b->direct_bytes || v->size == 2;
+                /* my segment of the chunk, when I reduce only that */
+                uint64_t seg = (cl + (uint64_t) v->size - 1) / (uint64_t) v->size;
+                seg = (seg + 15) & ~UINT64_C(15);
+                uint64_t s0 = HVD_MIN((uint64_t) v->me * seg, cl), s1 = HVD_MIN(s0 + seg, cl);
                 hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
-                chunk_copy_in(op, mine, c0, cl, es);
+                if (direct)
+                        chunk_copy_in(op, mine, c0, cl, es);
+                else { /* the others' segments: mine goes straight from my inputs */
+                        chunk_copy_in(op, mine, c0, s0, es);
+                        chunk_copy_in(op, mine + s1 * es, c0 + s1, cl - s1, es);
+                }
                 hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
                 if ((r = barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
@@ -588,7 +681,7 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                                 return r;
                         continue;
                 }
-                if (v->size == 2 || cl * es <= b->direct_bytes) {
+                if (direct) {
                         /* the copy out, reducing as it goes */
                         hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
                         chunk_reduce_out(b, v, op, c0, cl, es, post, stream);
@@ -596,21 +689,14 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                                 return r;
                         continue;
                 }
-                /* reduce my segment of every slot into my slot */
-                uint64_t seg = (cl + (uint64_t) v->size - 1) / (uint64_t) v->size;
-                seg = (seg + 15) & ~UINT64_C(15);
-                uint64_t s0 = HVD_MIN((uint64_t) v->me * seg, cl), s1 = HVD_MIN(s0 + seg, cl);
-                if (s1 > s0) {
-                        for (int k = 0; k < v->size; k++)
-                                b->srcs[k] = slot_of(b, v, k) + s0 * es;
-                        hvd_reduce_n(op->dtype, op->reduce_op, mine + s0 * es, b->srcs, (size_t) v->size, s1 - s0,
-                                     post);
-                }
+                /* reduce my segment (the others' slots and my inputs) into my
+                 * outputs and my slot */
+                segment_reduce(b, v, op, c0, s0, s1, es, post);
                 if ((r = barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
                 /* copy out: segment k of the result lives in slot k */
                 hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
-                chunk_copy_out(b, v, op, c0, cl, seg, es);
+                chunk_copy_out(b, v, op, c0, cl, seg, es, v->me);
                 if ((r = end_step(b, v, op->name, err, err_len)) < 0)
                         return r;
         }
@@ -1032,7 +1118,7 @@ static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop
                 if ((r = barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
                 hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
-                chunk_copy_out(b, v, op, c0, cl, sl, es);
+                chunk_copy_out(b, v, op, c0, cl, sl, es, -1);
                 if ((r = end_step(b, v, op->name, err, err_len)) < 0)
                         return r;
         }

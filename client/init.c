@@ -152,7 +152,8 @@ static int solo_open(const hvd_settings_t *s) {
                                 .cross_rank = 0,
                                 .cross_size = 1,
                                 .listen_fd = -1,
-                                .shm_chunk_bytes = s->shm_chunk_bytes };
+                                .shm_chunk_bytes = s->shm_chunk_bytes,
+                                .shm_direct_bytes = s->shm_direct_bytes };
         int r = hvd_cpu_backend_new("", &topo, 4096, 0, NULL, NULL, &G.backend, err, sizeof err);
         if (r < 0)
                 return hvd_error(r, "%s", err);
@@ -492,6 +493,7 @@ static int data_plane_open(const hvd_settings_t *s, const Hvd__Welcome *w) {
                 .job_hash = job_hash(s->job_id),
                 .ring_checksum = w->ring_checksum,
                 .shm_chunk_bytes = s->shm_chunk_bytes,
+                .shm_direct_bytes = s->shm_direct_bytes,
         };
         G.listen_fd = -1; /* the backend owns it now */
         char err[ERRLEN];

@@ -201,6 +201,14 @@ static int read_common(hvd_settings_t *s, const env_t *env, char *err, size_t er
                 if (!*end && x >= 4096)
                         s->shm_chunk_bytes = x;
         }
+        const char *db = env_get(env, "SHM_DIRECT_BYTES", false);
+        s->shm_direct_bytes = 0;
+        if (db) {
+                char *end;
+                unsigned long long x = strtoull(db, &end, 10);
+                if (*db && !*end && x >= 1)
+                        s->shm_direct_bytes = x;
+        }
         const char *dev = env_get(env, "GPU_DEVICE", false);
         s->has_gpu_device = dev != NULL;
         s->gpu_device = dev ? atoi(dev) : 0;

@@ -57,6 +57,9 @@ typedef struct hvd_settings {
         /* HVD_SHM_CHUNK_BYTES (0: the data plane's choice; below 4096 or
          * not a number: ignored) */
         uint64_t shm_chunk_bytes;
+        /* HVD_SHM_DIRECT_BYTES (0: the data plane's choice; 0 or not a
+         * number: ignored) */
+        uint64_t shm_direct_bytes;
         /* HVD_GPU_DEVICE (atoi), HVD_GPU_MODULE, else HVD_NCCL_MODULE (NULL:
          * the installed module; these two count also when empty) */
         bool has_gpu_device;

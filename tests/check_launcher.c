@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cpubind.h"
 #include "elastic_driver.h"
 #include "launcher.h"
 
@@ -240,6 +241,44 @@ START_TEST(test_elastic_opts) {
 }
 END_TEST
 
+START_TEST(test_cpu_share) {
+        cpu_set_t avail, s;
+        CPU_ZERO(&avail);
+        for (int c = 2; c < 10; c++) /* 8 CPUs, 2..9 */
+                CPU_SET(c, &avail);
+        /* 2 ranks: 4 CPUs each, in order, disjoint */
+        ck_assert(hvd_cpu_share(&avail, 0, 2, &s));
+        ck_assert_int_eq(CPU_COUNT(&s), 4);
+        ck_assert(CPU_ISSET(2, &s) && CPU_ISSET(5, &s) && !CPU_ISSET(6, &s));
+        ck_assert(hvd_cpu_share(&avail, 1, 2, &s));
+        ck_assert_int_eq(CPU_COUNT(&s), 4);
+        ck_assert(CPU_ISSET(6, &s) && CPU_ISSET(9, &s) && !CPU_ISSET(5, &s));
+        /* 3 ranks: 2 CPUs each, the remainder unused */
+        ck_assert(hvd_cpu_share(&avail, 2, 3, &s));
+        ck_assert_int_eq(CPU_COUNT(&s), 2);
+        ck_assert(CPU_ISSET(6, &s) && CPU_ISSET(7, &s));
+        /* as many ranks as CPUs: one each */
+        ck_assert(hvd_cpu_share(&avail, 7, 8, &s));
+        ck_assert_int_eq(CPU_COUNT(&s), 1);
+        ck_assert(CPU_ISSET(9, &s));
+        /* more ranks than CPUs, one rank, a bad index: not bound, s untouched */
+        CPU_ZERO(&s);
+        CPU_SET(0, &s);
+        ck_assert(!hvd_cpu_share(&avail, 0, 9, &s));
+        ck_assert(!hvd_cpu_share(&avail, 0, 1, &s));
+        ck_assert(!hvd_cpu_share(&avail, 2, 2, &s));
+        ck_assert(CPU_ISSET(0, &s) && CPU_COUNT(&s) == 1);
+        hvd_cpu_bind_t m = HVD_CPU_BIND_NONE;
+        char why[128];
+        ck_assert_int_eq(hvd_cpu_bind_parse("share", &m, why, sizeof why), 0);
+        ck_assert_int_eq(m, HVD_CPU_BIND_SHARE);
+        ck_assert_int_eq(hvd_cpu_bind_parse("none", &m, why, sizeof why), 0);
+        ck_assert_int_eq(m, HVD_CPU_BIND_NONE);
+        ck_assert_int_eq(hvd_cpu_bind_parse("core", &m, why, sizeof why), -EINVAL);
+        ck_assert(strstr(why, "'core'") != NULL);
+}
+END_TEST
+
 static Suite *launcher_suite(void) {
         Suite *s = suite_create("launcher");
         TCase *tc = tcase_create("launcher");
@@ -250,6 +289,7 @@ static Suite *launcher_suite(void) {
         tcase_add_test(tc, test_horovodrun_refusals);
         tcase_add_test(tc, test_discovery_parse);
         tcase_add_test(tc, test_elastic_opts);
+        tcase_add_test(tc, test_cpu_share);
         suite_add_tcase(s, tc);
         return s;
 }

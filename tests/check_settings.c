@@ -80,7 +80,7 @@ START_TEST(test_settings_job) {
                                           "HVD_STALL_CHECK_TIME_SECONDS=10", "HVD_STALL_SHUTDOWN_TIME_SECONDS=20",
                                           "HVD_RING_CHECKSUM=yes", "HVD_ROOT_PEER=tcp://node-a:7000",
                                           "HVD_HOSTNAME=node-a", "HVD_FAST_PATH=0", "HVD_SHM_CHUNK_BYTES=65536",
-                                          "HVD_GPU_DEVICE=3", "HVD_RUNTIME_DIR=/tmp/rt")),
+                                          "HVD_SHM_DIRECT_BYTES=4096", "HVD_GPU_DEVICE=3", "HVD_RUNTIME_DIR=/tmp/rt")),
                          0);
         ck_assert(!s.solo);
         ck_assert_str_eq(s.job_id, "job-7");
@@ -112,6 +112,7 @@ START_TEST(test_settings_job) {
         ck_assert_str_eq(s.hostname, "node-a");
         ck_assert(!s.fast_path);
         ck_assert_uint_eq(s.shm_chunk_bytes, 65536);
+        ck_assert_uint_eq(s.shm_direct_bytes, 4096);
         ck_assert(s.has_gpu_device);
         ck_assert_int_eq(s.gpu_device, 3);
         char buf[256];
@@ -220,9 +221,13 @@ START_TEST(test_settings_small_values) {
         ck_assert_int_eq(read_env(small), 0);
         ck_assert_uint_eq(s.shm_chunk_bytes, 0);
         ck_assert(s.fast_path);
-        const char *junk[] = { "HVD_SHM_CHUNK_BYTES=64k", NULL };
+        const char *junk[] = { "HVD_SHM_CHUNK_BYTES=64k", "HVD_SHM_DIRECT_BYTES=1M", NULL };
         ck_assert_int_eq(read_env(junk), 0);
         ck_assert_uint_eq(s.shm_chunk_bytes, 0);
+        ck_assert_uint_eq(s.shm_direct_bytes, 0);
+        const char *zero[] = { "HVD_SHM_DIRECT_BYTES=0", NULL };
+        ck_assert_int_eq(read_env(zero), 0);
+        ck_assert_uint_eq(s.shm_direct_bytes, 0);
         /* a single port; one host needs no HVD_HOSTS and reads no ports */
         ck_assert_int_eq(read_env(JOB_ENV("HVD_DATA_PORT=7000")), 0);
         ck_assert_uint_eq(s.data_port_lo, 7000);

@@ -46,12 +46,13 @@ passed=$(grep -c "all [0-9]* scenario(s) passed" "$tmp/out")
 [ "$passed" -eq "$n" ] || fail "$passed of $n ranks reported success"
 kill -0 "${groups[0]}" 2>/dev/null || fail "hvd-coordinatord died" "$(cat "$tmp/daemon.log")"
 
-# the shared-memory data plane in small chunks (HVD_SHM_CHUNK_BYTES, read
-# by local rank 0): many chunks per operation, both kinds of reduction step
-# (every slot into the outputs at most 64 KiB, segments above) and
-# windows of the byte streams, whatever the machine's core count
+# the shared-memory data plane in small chunks (HVD_SHM_CHUNK_BYTES and
+# HVD_SHM_DIRECT_BYTES, read by local rank 0): many chunks per operation,
+# both kinds of reduction step (every slot into the outputs up to 32 KiB;
+# with three ranks or more, segments above) and windows of the byte
+# streams, whatever the machine's core count
 if [ "$n" -ge 2 ]; then
-        HVD_SHM_CHUNK_BYTES=98304 HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp \
+        HVD_SHM_CHUNK_BYTES=98304 HVD_SHM_DIRECT_BYTES=32768 HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp \
                 "$launch" -r "$tmp/rt" -t $tmo -n "$n" -- "$worker" allreduce grouped broadcast allgather \
                 reducescatter many >"$tmp/chunks.out" 2>&1
         status=$?

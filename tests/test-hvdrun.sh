@@ -2,7 +2,8 @@
 # test-hvdrun.sh — hvdrun end to end with real processes: the workers'
 # environment and prefixed output, exit status and the grace period, SIGINT
 # cleanup (no worker survives, the private daemon's directory is gone),
-# --no-embedded without a daemon, a running daemon, usage errors, and the
+# --no-embedded without a daemon, a running daemon, the ranks' CPU shares,
+# usage errors, and the
 # main job (train_mlp on the digits, 4 ranks). Several hosts: test-hvdrun-multi.sh.
 set -u
 B=${HVD_BUILDDIR:?HVD_BUILDDIR must point at the build tree}
@@ -184,6 +185,34 @@ kill -TERM "$dp"
 wait "$dp"
 ok "the node's daemon is found and used (--runtime-dir, HVD_RUNTIME_DIR)"
 
+# ---- CPU placement ----
+# ranks forked here get disjoint, equal shares of hvdrun's CPUs when there
+# are enough; --cpu-bind none, or more ranks than CPUs, leaves them all
+# shellcheck disable=SC2016 # expanded by the shell of each rank
+cpus='sed -n "s/^Cpus_allowed_list:[[:space:]]*//p" /proc/self/status'
+ncpu=$(nproc)
+all=$(sh -c "$cpus")
+out=$("$HVDRUN" -np 2 --embedded --no-prefix sh -c "$cpus" 2>"$tmp/err") || fail "cpu-bind: exit status $?"
+# a CPU list (0-3,6) as one CPU a line
+cpu_lines() {
+        local r
+        for r in ${1//,/ }; do seq "${r%-*}" "${r#*-}"; done
+}
+if [ "$ncpu" -ge 2 ]; then
+        a=$(sed -n 1p <<<"$out") b=$(sed -n 2p <<<"$out")
+        { [ -n "$a" ] && [ -n "$b" ] && [ "$a" != "$all" ]; } || fail "cpu-bind: 2 ranks on $ncpu CPUs ($all) got '$a' and '$b'"
+        [ -z "$(comm -12 <(cpu_lines "$a" | sort) <(cpu_lines "$b" | sort))" ] || fail "cpu-bind: shares '$a' and '$b' overlap"
+        [ -z "$(comm -23 <(cpu_lines "$a,$b" | sort) <(cpu_lines "$all" | sort))" ] ||
+                fail "cpu-bind: shares '$a' and '$b' are not within hvdrun's CPUs $all"
+        ok "2 ranks on $ncpu CPUs run on disjoint shares ($a | $b)"
+fi
+out=$("$HVDRUN" -np 2 --embedded --no-prefix --cpu-bind none sh -c "$cpus" 2>"$tmp/err") || fail "cpu-bind none: exit status $?"
+[ "$out" = "$all"$'\n'"$all" ] || fail "cpu-bind none: ranks got '$out', expected '$all' twice"
+n=$((ncpu + 1))
+out=$("$HVDRUN" -np "$n" --embedded --no-prefix sh -c "$cpus" 2>"$tmp/err") || fail "cpu-bind $n ranks: exit status $?"
+[ "$(sort -u <<<"$out")" = "$all" ] || fail "cpu-bind: $n ranks on $ncpu CPUs got '$out', expected '$all' each"
+ok "--cpu-bind none, and more ranks than CPUs, leave every rank all CPUs"
+
 # ---- usage errors ----
 usage() {
         local want=$1 what=$2
@@ -215,6 +244,7 @@ usage 2 "hvdrun: cannot read host file $tmp: Is a directory" --hostfile "$tmp" t
 usage 2 "needs the hosts" -np 2 --emulate-hosts true
 usage 2 "is not listed by -H" -np 1 -H localhost:1 --node-daemon elsewhere=/tmp true
 usage 2 "contradict" -np 1 --no-prefix --prefix-host true
+usage 2 "expected 'share' or 'none'" -np 1 --cpu-bind core true
 usage 127 "command not found" -np 1 --embedded hvd-no-such-program
 usage 126 "cannot run" -np 1 --embedded /dev/null
 # shellcheck disable=SC2016 # expanded by the shell of each rank

@@ -36,6 +36,7 @@
 
 #include "conf.h"
 #include "coordinator.h"
+#include "cpubind.h"
 #include "elastic_driver.h"
 #include "embedded.h"
 #include "hostlist.h"
@@ -120,6 +121,7 @@ typedef struct options {
         hvd_elastic_opts_t elastic; /* --min-np, --max-np, ... (tools/elastic_driver.c) */
         int embedded;               /* -1 probe (default), 0 --no-embedded, 1 --embedded */
         bool prefix, prefix_host;
+        hvd_cpu_bind_t cpu_bind;
         bool verbose;
         char **argv; /* PROGRAM ARGS..., borrowed from main's argv */
 } options_t;
@@ -158,6 +160,8 @@ typedef struct worker {
         char **envp; /* owned; NULL = ours (ssh) */
         char **argv; /* owned; NULL = PROGRAM ARGS (local ranks) */
         char *shown; /* owned: the command line --dry-run prints */
+        bool bound;  /* forked here with its share of the CPUs (cpus) */
+        cpu_set_t cpus;
 } worker_t;
 
 typedef struct env_list {
@@ -257,6 +261,12 @@ static void help(void) {
                "                             hosts (default $HVD_RUNTIME_DIR, else %s)\n"
                "      --embedded             Always start a private daemon for this host's ranks\n"
                "      --no-embedded          Require the node's daemon; fail if none answers\n"
+               "\n"
+               "Placement:\n"
+               "      --cpu-bind share|none  share (default): each rank forked on this machine\n"
+               "                             runs on its own equal share of hvdrun's CPUs, when\n"
+               "                             there are at least as many CPUs as such ranks;\n"
+               "                             none: every rank may run on every CPU\n"
                "\n"
                "Output:\n"
                "      --no-prefix            Pass the workers' output through unprefixed\n"
@@ -612,6 +622,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
                 OPT_EMBEDDED,
                 OPT_NO_EMBEDDED,
                 OPT_NO_PREFIX,
+                OPT_CPU_BIND,
                 OPT_PREFIX_HOST,
                 OPT_EMULATE,
                 OPT_NODE_DAEMON,
@@ -670,6 +681,7 @@ static int parse_options(int argc, char **argv, options_t *o) {
                 { "embedded", no_argument, NULL, OPT_EMBEDDED },
                 { "no-embedded", no_argument, NULL, OPT_NO_EMBEDDED },
                 { "no-prefix", no_argument, NULL, OPT_NO_PREFIX },
+                { "cpu-bind", required_argument, NULL, OPT_CPU_BIND },
                 { "prefix-host", no_argument, NULL, OPT_PREFIX_HOST },
                 { "verbose", no_argument, NULL, 'v' },
                 { "help", no_argument, NULL, 'h' },
@@ -817,6 +829,12 @@ static int parse_options(int argc, char **argv, options_t *o) {
                 case OPT_EMBEDDED: o->embedded = 1; break;
                 case OPT_NO_EMBEDDED: o->embedded = 0; break;
                 case OPT_NO_PREFIX: o->prefix = false; break;
+                case OPT_CPU_BIND: {
+                        char why[128];
+                        if (hvd_cpu_bind_parse(arg, &o->cpu_bind, why, sizeof why) < 0)
+                                return usage_error("%s", why);
+                        break;
+                }
                 case OPT_PREFIX_HOST: o->prefix_host = true; break;
                 case 'v': o->verbose = true; break;
                 case 'h': help(); return 1;
@@ -1528,8 +1546,12 @@ static void stream_read(run_t *run, worker_t *w, stream_t *s, bool until_empty) 
 
 /* Child side of fork(): only async-signal-safe calls until execve. */
 __attribute__((noreturn)) static void child_exec(const char *path, char *const *argv, char *const *envp, int in_fd,
-                                                 int out_fd, int err_fd, int errpipe, pid_t parent) {
+                                                 int out_fd, int err_fd, int errpipe, pid_t parent,
+                                                 const cpu_set_t *cpus) {
         (void) setpgid(0, 0);
+        /* a rank that cannot be bound still runs, where the scheduler puts it */
+        if (cpus)
+                (void) sched_setaffinity(0, sizeof *cpus, cpus);
         /* hvdrun killed with SIGKILL: its workers follow */
         (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
@@ -1591,7 +1613,7 @@ static void remote_signal(run_t *run, host_t *h, int sig) {
         int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
         pid_t parent = getpid(), pid = fork();
         if (pid == 0)
-                child_exec(run->ssh_path, argv, environ, devnull, devnull, -1, -1, parent);
+                child_exec(run->ssh_path, argv, environ, devnull, devnull, -1, -1, parent, NULL);
         if (pid > 0) {
                 (void) setpgid(pid, pid);
                 run->helpers[run->n_helpers++] = pid;
@@ -1999,6 +2021,33 @@ out:
         free(pworker);
 }
 
+/* The ranks that run here (not through ssh or srun) share hvdrun's CPUs,
+ * each its own part, when there are enough of them (see cpubind.h). */
+static void bind_workers(const options_t *o, run_t *run) {
+        cpu_set_t avail;
+        if (o->cpu_bind == HVD_CPU_BIND_NONE || o->launcher == HVD_LAUNCH_SRUN ||
+            sched_getaffinity(0, sizeof avail, &avail) < 0)
+                return;
+        int here = 0;
+        for (int i = 0; i < run->n; i++)
+                here += run->w[i].host->kind != HOST_REMOTE;
+        for (int i = 0, k = 0; i < run->n; i++) {
+                worker_t *w = &run->w[i];
+                if (w->host->kind == HOST_REMOTE)
+                        continue;
+                w->bound = hvd_cpu_share(&avail, k++, here, &w->cpus);
+                if (w->bound && o->verbose) {
+                        char list[256] = "";
+                        size_t len = 0;
+                        for (int c = 0; c < CPU_SETSIZE && len + 8 < sizeof list; c++)
+                                if (CPU_ISSET(c, &w->cpus))
+                                        len += (size_t) snprintf(list + len, sizeof list - len, "%s%d", len ? "," : "",
+                                                                 c);
+                        fprintf(stderr, "hvdrun: rank %d runs on CPUs %s\n", w->rank, list);
+                }
+        }
+}
+
 static int spawn_worker(worker_t *w, const char *path, char *const *argv, bool prefix, int in_fd) {
         int outp[2] = { -1, -1 }, errp[2] = { -1, -1 }, ep[2] = { -1, -1 };
         int r = 0;
@@ -2015,7 +2064,8 @@ static int spawn_worker(worker_t *w, const char *path, char *const *argv, bool p
                 goto out;
         }
         if (pid == 0)
-                child_exec(path, argv, w->envp ? w->envp : environ, in_fd, outp[1], errp[1], ep[1], parent);
+                child_exec(path, argv, w->envp ? w->envp : environ, in_fd, outp[1], errp[1], ep[1], parent,
+                           w->bound ? &w->cpus : NULL);
         /* both sides set the group: whichever runs first, kill(-pid) works at once */
         (void) setpgid(pid, pid);
         w->pid = pid;
@@ -2266,6 +2316,7 @@ int main(int argc, char **argv) {
                 if (prepare_worker(&o, &job, path, w, rank - h->first_rank) < 0)
                         goto out_oom;
         }
+        bind_workers(&o, &run);
         if (o.dry_run) {
                 for (int i = 0; i < run.n; i++)
                         printf("rank %d on %s: %s\n", i, run.w[i].host->name, run.w[i].shown);

@@ -3,7 +3,7 @@
 # unit tests and the fuzzers link too. A program links what it uses of it:
 # status_json.o (hvdctl's) needs jansson, hvdrun's modules nothing.
 noinst_LTLIBRARIES += tools/libhvdtools.la
-tools_libhvdtools_la_SOURCES = %D%/hostlist.c %D%/hostlist.h %D%/launcher.c %D%/launcher.h %D%/shellquote.c %D%/shellquote.h \
+tools_libhvdtools_la_SOURCES = %D%/cpubind.c %D%/cpubind.h %D%/hostlist.c %D%/hostlist.h %D%/launcher.c %D%/launcher.h %D%/shellquote.c %D%/shellquote.h \
 	%D%/elastic_driver.c %D%/elastic_driver.h \
 	%D%/status_json.c %D%/status_json.h
 tools_libhvdtools_la_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS) $(JANSSON_CFLAGS)
