@@ -175,10 +175,13 @@ k = 2 if len(sizes) <= 13 else 4
 tics = [b for b in sizes if (b.bit_length() - sizes[0].bit_length()) % k == 0]
 xtics = ", ".join(f"'{size(b)}' {b}" for b in tics)
 cols = min(len(panels), 2)
+# date and commit on one line, the machine and its load on the next: one line is wider than a panel
+parts = run.split("; ")
+run_lines = "; ".join(parts[:2]) + "\\n" + "; ".join(parts[2:])
 rows_n = (len(panels) + cols - 1) // cols
 width, height = 720 * cols, 480 * rows_n + 40
 script = [f"set terminal pngcairo size {width},{height} noenhanced font 'sans,10'", f"set output '{png}'",
-          f"set multiplot layout {rows_n},{cols} title \"busbw (GB/s) against size, nodes={nodes}: line = median, band = slowest to fastest round\\n{run}\" font 'sans,11'",
+          f"set multiplot layout {rows_n},{cols} title \"busbw (GB/s) against size, nodes={nodes}: line = median, band = slowest to fastest round\\n{run_lines}\" font 'sans,11'",
           "set logscale x 2", f"set xtics ({xtics})", f"set xrange [{sizes[0] / 1.25}:{sizes[-1] * 1.25}]", "set key top left",
           "set grid", "set xlabel 'bytes'", "set ylabel 'busbw GB/s'", "set yrange [0:*]",
           "set style fill transparent solid 0.18 noborder"]
