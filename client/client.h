@@ -332,6 +332,9 @@ struct hvd_settings;
  * next generation and writes it into *s (job id, rank, sizes, hosts);
  * nothing outside one. 0 or < 0 with hvd_last_error set. hvd_init. */
 int hvd_elastic_enroll(struct hvd_settings *s);
+/* The generation of this process's last placement, during hvd_init too
+ * (0: not elastic, or not placed yet). */
+uint64_t hvd_elastic_placed_generation(void);
 /* The code an abort of the job gives the user: HVD_ERESET in an elastic job. */
 int hvd_elastic_abort_code(int code);
 /* The root daemon says workers wait to join the next generation. */

@@ -29,6 +29,10 @@ uint64_t hvd_elastic_generation(void) {
         return hvd_is_initialized() && E.on ? E.generation : 0;
 }
 
+uint64_t hvd_elastic_placed_generation(void) {
+        return E.on ? E.generation : 0;
+}
+
 int hvd_elastic_sync_needed(void) {
         return hvd_is_initialized() && E.on && E.sync;
 }

@@ -256,15 +256,18 @@ static void autotune_spec(const hvd_settings_t *s, Hvd__AutotuneSpec *at) {
 }
 
 /* Rank 0's CSV of the autotuner (HVD_AUTOTUNE_LOG), created or truncated
- * now, with its header: the root daemon sends the rows as it goes. */
+ * now, with its header: the root daemon sends the rows as it goes. A later
+ * elastic generation appends: its tuner goes on with the same log. */
 static int tune_log_open(const char *path, char *err, size_t len) {
-        G.tune_log = fopen(path, "we");
+        bool go_on = hvd_elastic_placed_generation() > 1;
+        G.tune_log = fopen(path, go_on ? "ae" : "we");
         if (!G.tune_log) {
                 int r = -errno;
                 snprintf(err, len, "HVD_AUTOTUNE_LOG='%s': cannot create it: %s", path, strerror(errno));
                 return r;
         }
-        fputs(HVD_TUNE_CSV_HEADER "\n", G.tune_log);
+        if (!go_on || ftell(G.tune_log) == 0)
+                fputs(HVD_TUNE_CSV_HEADER "\n", G.tune_log);
         fflush(G.tune_log);
         return 0;
 }

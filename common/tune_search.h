@@ -23,7 +23,7 @@
  * rank 0 writes the header, the root daemon the rows (daemon/autotune.c). */
 #define HVD_TUNE_CSV_HEADER                                                                                            \
         "hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,cycle_time_ms,"                   \
-        "tensor_fusion_threshold,score,sample,state,best,applied_seq,generation"
+        "tensor_fusion_threshold,score,sample,state,best,applied_seq,generation,elastic_generation"
 
 typedef struct hvd_tune_point {
         uint64_t threshold_bytes;

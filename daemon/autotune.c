@@ -6,7 +6,8 @@
  * threshold; the workers take the cycle time from it). Sends the CSV's
  * rows to rank 0 as it goes. See docs/AUTOTUNE.md.
  *
- * A step: the job's first tensor (its lowest cache id) comes round again;
+ * A step: the job's first recurring tensor (the lowest cache id scheduled
+ * twice) comes round again;
  * a step's score is the bytes scheduled between two of its schedules per
  * second between them; a sample's score is the median of steps_per_sample
  * steps. The step during which a change applies is not scored. */
@@ -28,6 +29,7 @@
  * a new search from the settled values. */
 #define RETUNE_DROP    0.25
 #define RETUNE_SAMPLES 3
+#define MARK_IDS       4096 /* the cache ids that may mark a step */
 
 typedef enum { AT_OFF, AT_WARMUP, AT_SEARCHING, AT_SETTLED, AT_RETUNING } at_state_t;
 static const char *const at_state_names[] = { "off", "warming up", "searching", "settled", "re-tuning" };
@@ -55,10 +57,12 @@ struct autotune {
         /* steps */
         bool have_marker, in_step, mixed;
         uint32_t marker;
+        uint64_t seen[MARK_IDS / 64]; /* the cache ids scheduled so far */
         uint64_t step_start_usec, step_bytes;
         double *step_scores; /* [steps_per_sample] */
         uint32_t n_steps, samples;
-        bool log; /* rank 0 keeps the CSV */
+        bool log;             /* rank 0 keeps the CSV */
+        uint64_t elastic_gen; /* the elastic generation of the job tuned now (0: not elastic) */
         Hvd__AutotuneStatus st;
         char state_text[320];
 };
@@ -80,9 +84,9 @@ static void log_row(hvd_daemon_t *d, job_t *j, autotune_t *t, double score, bool
         if (!t->log || !w || w->goodbye || w->exited)
                 return;
         char row[256];
-        snprintf(row, sizeof row, "0,0,0,1,%.3f,%.4f,%.6g,%u,%s,%d,%" PRIu64 ",%" PRIu64,
+        snprintf(row, sizeof row, "0,0,0,1,%.3f,%.4f,%.6g,%u,%s,%d,%" PRIu64 ",%" PRIu64 ",%" PRIu64,
                  (double) t->cur.cycle_usec / 1e3, (double) t->cur.threshold_bytes / (1024.0 * 1024.0), score,
-                 t->samples, at_state_csv[t->state], best ? 1 : 0, t->applied_seq, t->generation);
+                 t->samples, at_state_csv[t->state], best ? 1 : 0, t->applied_seq, t->generation, t->elastic_gen);
         Hvd__AutotuneRow ar = HVD__AUTOTUNE_ROW__INIT;
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
         ar.row = row;
@@ -105,6 +109,30 @@ static void apply(job_t *j, autotune_t *t, const hvd_tune_point_t *p) {
         hvd_negotiator_set_fusion_threshold(j->neg, p->threshold_bytes);
 }
 
+/* The tuner of the elastic generation before j's goes on in j: its state,
+ * samples and best values stay; what belongs to the old job's schedules
+ * (its step marker, the step in progress, the settled reference, measured
+ * at the old size) starts again; the values in force apply from j's first
+ * schedule on every rank. */
+static void adopt(job_t *j, autotune_t *t, uint64_t elastic_gen, bool log) {
+        j->tune = t;
+        t->elastic_gen = elastic_gen;
+        t->log = log;
+        t->checked = t->have_marker = t->in_step = t->mixed = false;
+        memset(t->seen, 0, sizeof t->seen);
+        t->n_steps = 0;
+        t->step_bytes = 0;
+        t->applied_seq = 0;
+        t->ref = 0;
+        t->n_first = t->low = 0;
+        hvd_tune_point_t p = t->cur;
+        t->cur.cycle_usec = UINT64_MAX; /* one change even when p is the job's own: every rank, old or new, says so */
+        apply(j, t, &p);
+        hvd_log_info("job %s: autotune goes on from the last elastic generation: %s, %u samples, fusion threshold "
+                     "%" PRIu64 " bytes, cycle time %.1f ms",
+                     j->id, at_state_names[t->state], t->samples, p.threshold_bytes, (double) p.cycle_usec / 1e3);
+}
+
 void autotune_hello(hvd_daemon_t *d, job_t *j, const Hvd__AutotuneSpec *spec, uint32_t rank) {
         if (!spec->on || !job_negotiates(j))
                 return;
@@ -112,7 +140,13 @@ void autotune_hello(hvd_daemon_t *d, job_t *j, const Hvd__AutotuneSpec *spec, ui
                 j->tune->log |= rank == 0 && spec->log;
                 return;
         }
-        autotune_t *t = calloc(1, sizeof *t);
+        uint64_t elastic_gen = 0;
+        autotune_t *t = elastic_take_tune(d, j->id, &elastic_gen);
+        if (t) {
+                adopt(j, t, elastic_gen, rank == 0 && spec->log);
+                return;
+        }
+        t = calloc(1, sizeof *t);
         uint32_t steps = spec->steps_per_sample ? spec->steps_per_sample : DEFAULT_STEPS;
         if (!t || !(t->step_scores = calloc(steps, sizeof *t->step_scores))) {
                 free(t);
@@ -129,6 +163,7 @@ void autotune_hello(hvd_daemon_t *d, job_t *j, const Hvd__AutotuneSpec *spec, ui
         t->fix_cycle = spec->fixed_cycle || d->cfg.cycle_time_usec != HVD_DEFAULT_CYCLE_TIME_USEC;
         t->cur = (hvd_tune_point_t){ .threshold_bytes = j->fusion_threshold, .cycle_usec = j->cycle_time_usec };
         t->state = AT_WARMUP;
+        t->elastic_gen = elastic_gen;
         j->tune = t;
         /* a start the user gave, from the first schedule on (warm-up too) */
         hvd_tune_point_t start = t->cur;
@@ -285,7 +320,9 @@ bool autotune_schedule(hvd_daemon_t *d, job_t *j, Hvd__Schedule *s, uint64_t byt
                 check_fast_path(j, t);
         if (t->state == AT_OFF)
                 return false;
-        /* the step: the job's lowest cache id marks where one begins */
+        /* the step: the job's lowest cache id that came round again marks
+         * where one begins (a tensor negotiated once, as a state's sync
+         * before training, marks nothing) */
         uint32_t low = UINT32_MAX;
         bool marked = false;
         for (size_t o = 0; o < s->n_ops; o++)
@@ -293,8 +330,12 @@ bool autotune_schedule(hvd_daemon_t *d, job_t *j, Hvd__Schedule *s, uint64_t byt
                         uint32_t id = s->ops[o]->entries[e]->id;
                         if (id == HVD_NEGOTIATOR_NO_ID)
                                 continue;
-                        low = HVD_MIN(low, id);
                         marked |= t->have_marker && id == t->marker;
+                        if (id >= MARK_IDS)
+                                continue;
+                        if (t->seen[id / 64] & (UINT64_C(1) << id % 64))
+                                low = HVD_MIN(low, id);
+                        t->seen[id / 64] |= UINT64_C(1) << id % 64;
                 }
         if (low != UINT32_MAX && (!t->have_marker || low < t->marker)) {
                 t->have_marker = true;

@@ -49,6 +49,7 @@ typedef struct ejob {
         uint32_t resets;
         uint64_t last_reset_usec;
         char left[512], joined[512]; /* the last change, for the log and hvdctl */
+        autotune_t *tune;            /* the last generation's tuner, for the next (autotune.c) */
         struct ejob *next;
 } ejob_t;
 
@@ -75,6 +76,7 @@ static void ejob_free(ejob_t *ej) {
                 return;
         free(ej->members);
         free(ej->waiting);
+        autotune_free(&ej->tune);
         free(ej);
 }
 
@@ -203,6 +205,9 @@ static void form(hvd_daemon_t *d, ejob_t *ej, size_t *chosen, size_t n) {
         }
         uint64_t now = hvd_now_usec();
         bool first = ej->generation == 0;
+        job_t *old = first ? NULL : hvd_strmap_get(d->jobs, ej->gen_job, strlen(ej->gen_job));
+        if (old)
+                elastic_keep_tune(d, old);
         ej->generation++;
         snprintf(ej->gen_job, sizeof ej->gen_job, "%.100s.g%" PRIu64, ej->id, ej->generation);
         uint32_t joined = 0;
@@ -567,6 +572,24 @@ uint64_t elastic_housekeeping(hvd_daemon_t *d, uint64_t now) {
                 pp = &ej->next;
         }
         return next;
+}
+
+void elastic_keep_tune(hvd_daemon_t *d, job_t *j) {
+        ejob_t *ej = j->tune ? find(d, j->id, true) : NULL;
+        if (!ej)
+                return;
+        autotune_free(&ej->tune);
+        ej->tune = j->tune;
+        j->tune = NULL;
+}
+
+autotune_t *elastic_take_tune(hvd_daemon_t *d, const char *job_id, uint64_t *generation) {
+        ejob_t *ej = find(d, job_id, true);
+        *generation = ej ? ej->generation : 0;
+        autotune_t *t = ej ? ej->tune : NULL;
+        if (ej)
+                ej->tune = NULL;
+        return t;
 }
 
 int elastic_describe(const hvd_daemon_t *d, const char *gen_job, Hvd__ElasticStatus *es) {

@@ -372,6 +372,12 @@ uint64_t elastic_housekeeping(hvd_daemon_t *d, uint64_t now);
  * generation of an elastic job here; returns 1, else 0. */
 int elastic_describe(const hvd_daemon_t *d, const char *job_id, Hvd__ElasticStatus *es);
 void elastic_free(hvd_daemon_t *d);
+/* Job j, a generation of an elastic job, ends (job_free) or gives way to
+ * the next (its tuner then moves into the elastic job, for the next). */
+void elastic_keep_tune(hvd_daemon_t *d, job_t *j);
+/* The tuner kept for the generation job_id (taken: NULL when none), and
+ * *generation: its elastic generation (0: job_id is not one). */
+autotune_t *elastic_take_tune(hvd_daemon_t *d, const char *job_id, uint64_t *generation);
 
 /* ---- io.c: sockets and messages ---- */
 /* A socket of type with the daemon's options: no linger, the message size

@@ -78,6 +78,7 @@ void job_free(hvd_daemon_t *d, job_t *j) {
                 worker_free(d, j->ranks[r]);
         free(j->ranks);
         hvd_negotiator_destroy(&j->neg);
+        elastic_keep_tune(d, j);
         autotune_free(&j->tune);
         /* the workers unlink the segment once all are attached; this catches a
          * job that died before that */

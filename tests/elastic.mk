@@ -2,7 +2,7 @@
 # elastic mode) on emulated hosts, with tests/elastic/train.py; skipped
 # (77) when torch is missing.
 elastic_tests = %D%/test-elastic-fail.sh %D%/test-elastic-host.sh %D%/test-elastic-limits.sh \
-	%D%/test-elastic-grow.sh
+	%D%/test-elastic-grow.sh %D%/test-elastic-tune.sh
 EXTRA_DIST += $(elastic_tests) %D%/elastic/lib.sh %D%/elastic/train.py %D%/elastic/discover.sh docs/ELASTIC.md
 if HAVE_PYTHON
 TESTS += $(elastic_tests)

@@ -23,7 +23,7 @@ trap 'rm -rf "$tmp"' EXIT
 ok() { echo "ok: $*"; }
 export HVD_RUNTIME_DIR="$tmp/none" # no system daemon: hvdrun starts its own
 header="hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,cycle_time_ms,\
-tensor_fusion_threshold,score,sample,state,best,applied_seq,generation"
+tensor_fusion_threshold,score,sample,state,best,applied_seq,generation,elastic_generation"
 
 # bad settings fail hvd_init at once, naming the variable and its value
 for bad in "HVD_AUTOTUNE=maybe" "HVD_AUTOTUNE_WARMUP_SAMPLES=0" "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE=x" \
@@ -82,7 +82,7 @@ path, tune, header = sys.argv[1:]
 lines = open(path).read().splitlines()
 assert lines[0] == header, "header: %r" % lines[0]
 rows = [dict(zip(header.split(","), l.split(","))) for l in lines[1:]]
-assert all(len(l.split(",")) == 12 for l in lines[1:]), "a row of the wrong width"
+assert all(len(l.split(",")) == 13 for l in lines[1:]), "a row of the wrong width"
 assert [int(r["sample"]) for r in rows] == list(range(1, len(rows) + 1)), "samples not numbered 1..N"
 assert len(rows) >= 2 + 12, "only %d samples" % len(rows)
 assert [r["state"] for r in rows[:2]] == ["warmup", "warmup"], "no warm-up rows first"

@@ -13,12 +13,17 @@ Environment:
                    removed by the discovery script) before going on
   ELASTIC_PROGRESS a file this rank 0 writes "EPOCH BATCH" to at each commit
                    (the discovery script's schedule reads it)
+  ELASTIC_TUNE     1: each rank reports the autotuner's values in force
+                   (hvd_tuning_get) as each generation starts and at its end
 Prints one line per generation:
   ELASTIC gen=G rank=R size=S local_rank=L local_size=N cross_rank=C host=H pid=P sync=0|1
+and with ELASTIC_TUNE, one at its start and one at each rank's end:
+  TUNE gen=G rank=R change=C seq=Q threshold=T cycle=U
 and at the end:
   RESULT rank=R weights=W1,W2,.. samples=K dup=D resets=N
 """
 
+import ctypes
 import os
 import signal
 import sys
@@ -47,8 +52,29 @@ def schedule(var):
     return out
 
 
+class Tuning(ctypes.Structure):
+    _fields_ = [(f, ctypes.c_uint64) for f in ("generation", "schedule_seq", "threshold", "cycle")]
+
+
+def libhvd():
+    """The libhvd that hvd._core is linked to, already loaded."""
+    with open("/proc/self/maps") as f:
+        path = next(l.split()[-1] for l in f if "/libhvd.so" in l)
+    return ctypes.CDLL(path)
+
+
 def main():
     hvd.init()
+    tune = os.environ.get("ELASTIC_TUNE") == "1"
+    lib = libhvd() if tune else None
+
+    def tune_report():
+        if tune:
+            t = Tuning()
+            assert lib.hvd_tuning_get(ctypes.byref(t)) == 0
+            print(f"TUNE gen={_core.elastic_info()[0]} rank={hvd.rank()} change={t.generation} "
+                  f"seq={t.schedule_seq} threshold={t.threshold} cycle={t.cycle}", flush=True)
+
     x, y = data()
     torch.manual_seed(0)
     model = torch.nn.Linear(DIM, 1, bias=False)
@@ -85,6 +111,7 @@ def main():
     @hvd.elastic.run
     def train(state):
         report()
+        tune_report()
         assert 0 <= hvd.rank() < hvd.size() and 0 <= hvd.local_rank() < hvd.local_size()
         while state.epoch < epochs:
             if state.batch == 0 and sampler.epoch != state.epoch:
@@ -130,6 +157,7 @@ def main():
         return state.dups
 
     dups = train(state)
+    tune_report()
     w = model.weight.detach().flatten()
     every = hvd.allgather(w.unsqueeze(0), name="final")
     assert torch.equal(every, w.unsqueeze(0).expand_as(every)), "ranks ended with different weights"
