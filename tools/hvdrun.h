@@ -91,7 +91,6 @@ typedef struct options {
         char **argv; /* PROGRAM ARGS..., borrowed from main's argv */
 } options_t;
 
-
 /* Reads the command line into *o (PROGRAM ARGS stay in argv). Returns 0, 1 after --help, or
  * a negative errno after a message on stderr (a usage error). */
 int parse_options(int argc, char **argv, options_t *o);

@@ -124,7 +124,6 @@ static int parse_number(const char *s, double min, double max, double *ret) {
         return 0;
 }
 
-
 /* ---- hosts ---- */
 
 bool is_loopback_name(const char *host) {
@@ -575,4 +574,3 @@ int parse_options(int argc, char **argv, options_t *o) {
         o->hosts[0].kind = HOST_LOCAL;
         return 0;
 }
-
