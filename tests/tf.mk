@@ -22,7 +22,8 @@ tf_test_files = \
 	%D%/tf/mixed_torch_tf.py \
 	%D%/tf/keras_util.py \
 	%D%/tf/test_keras.py \
-	%D%/tf/test_keras_callbacks.py
+	%D%/tf/test_keras_callbacks.py \
+	%D%/tf/test_tf_elastic.py
 tf_test_scripts = %D%/tf/run-np2.sh %D%/tf/run-np3.sh %D%/tf/run-mixed.sh %D%/tf/run-legacy-np2.sh \
 	%D%/test-venv-tf.sh %D%/test-tf-examples.sh %D%/test-tf2-examples.sh
 EXTRA_DIST += $(tf_test_files) $(tf_test_scripts) %D%/tf/run-pytest.sh scripts/venv-tf.sh scripts/venv-torch.sh \

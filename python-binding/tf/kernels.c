@@ -87,6 +87,11 @@ void hvd_tf_fail(TF_OpKernelContext *ctx, int err, const char *msg) {
         case HVD_ENOTINIT: code = TF_FAILED_PRECONDITION; break;
         case HVD_EABORTED:
         case HVD_ESHUTDOWN: code = TF_ABORTED; break;
+        /* hvd.tensorflow.elastic knows a reset by this code and text */
+        case HVD_ERESET:
+                code = TF_ABORTED;
+                msg = NULL;
+                break;
         case HVD_ETIMEOUT: code = TF_DEADLINE_EXCEEDED; break;
         case HVD_ENODAEMON: code = TF_UNAVAILABLE; break;
         case HVD_ENODEVICE: code = TF_UNIMPLEMENTED; break;

@@ -9,6 +9,7 @@
 hvd_tf_py_sources = \
 	python-binding/hvd/tensorflow/__init__.py \
 	python-binding/hvd/tensorflow/compression.py \
+	python-binding/hvd/tensorflow/elastic.py \
 	python-binding/hvd/tensorflow/functions.py \
 	python-binding/hvd/tensorflow/gradient_tape.py \
 	python-binding/hvd/tensorflow/hooks.py \
@@ -17,18 +18,21 @@ hvd_tf_py_sources = \
 	python-binding/hvd/tensorflow/sync_batch_norm.py
 hvd_tf_keras_py_sources = \
 	python-binding/hvd/tensorflow/keras/__init__.py \
-	python-binding/hvd/tensorflow/keras/callbacks.py
+	python-binding/hvd/tensorflow/keras/callbacks.py \
+	python-binding/hvd/tensorflow/keras/elastic.py
 hvd_keras_shared_py_sources = \
 	python-binding/hvd/_keras/__init__.py \
 	python-binding/hvd/_keras/aggregation.py \
 	python-binding/hvd/_keras/api.py \
 	python-binding/hvd/_keras/callbacks_impl.py \
 	python-binding/hvd/_keras/compat.py \
+	python-binding/hvd/_keras/elastic.py \
 	python-binding/hvd/_keras/exports.py \
 	python-binding/hvd/_keras/optimizer.py
 hvd_keras_py_sources = \
 	python-binding/hvd/keras/__init__.py \
-	python-binding/hvd/keras/callbacks.py
+	python-binding/hvd/keras/callbacks.py \
+	python-binding/hvd/keras/elastic.py
 hvd_tf_all_py_sources = $(hvd_tf_py_sources) $(hvd_tf_keras_py_sources) $(hvd_keras_shared_py_sources) \
 	$(hvd_keras_py_sources)
 hvd_tf_ops_sources = %D%/ops.c %D%/kernels.c %D%/complete.c %D%/outbuf.c %D%/done.cc %D%/tf_ops.h \

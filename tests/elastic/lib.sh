@@ -1,13 +1,17 @@
 # shellcheck shell=bash
 # tests/elastic/lib.sh — sourced by the elastic tests: runs
-# tests/elastic/train.py under hvdrun's elastic mode on emulated hosts and
+# tests/elastic/train.py (or ELASTIC_TRAIN) under hvdrun's elastic mode on emulated hosts and
 # checks what every generation and every rank reported.
 set -u
 B=${HVD_BUILDDIR:?HVD_BUILDDIR must point at the build tree}
 S=${HVD_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
+# PYTHON runs ELASTIC_TRAIN (tests/elastic/train.py, with torch; the
+# TensorFlow test sets both, and ELASTIC_NEEDS, before sourcing this)
 PYTHON=${PYTHON:-/usr/bin/python3}
-if ! "$PYTHON" -c 'import torch' >/dev/null 2>&1; then
-        echo "SKIP: $PYTHON cannot import torch"
+ELASTIC_TRAIN=${ELASTIC_TRAIN:-train.py}
+ELASTIC_NEEDS=${ELASTIC_NEEDS:-torch}
+if ! "$PYTHON" -c "import $ELASTIC_NEEDS" >/dev/null 2>&1; then
+        echo "SKIP: $PYTHON cannot import $ELASTIC_NEEDS"
         exit 77
 fi
 tmp=$(mktemp -d /tmp/hvd-test-elastic-XXXXXX)
@@ -35,7 +39,7 @@ run() {
         start=$(date +%s%3N)
         timeout -k 5 150 "$B/tools/hvdrun" --emulate-hosts --discovery-interval 0.2 \
                 -x ELASTIC_EPOCHS -x ELASTIC_EXIT -x ELASTIC_SYNC_EXIT -x ELASTIC_WAIT -x ELASTIC_PROGRESS -x ELASTIC_TUNE -x HVD_ELASTIC_SETTLE \
-                "$@" "$PYTHON" "$S/tests/elastic/train.py" >"$tmp/out" 2>&1
+                "$@" "$PYTHON" "$S/tests/elastic/$ELASTIC_TRAIN" >"$tmp/out" 2>&1
         rc=$?
         cp "$tmp/out" "$tmp/$name.out"
         echo "# $name: exit status $rc after $(($(date +%s%3N) - start)) ms"

@@ -15,6 +15,7 @@ from hvd._keras import exports as _exports  # noqa: E402
 from hvd._keras.exports import *  # noqa: E402,F401,F403
 from hvd.tensorflow.compression import Compression  # noqa: E402
 from hvd.keras import callbacks  # noqa: E402,F401
+from hvd.keras import elastic  # noqa: E402,F401
 
 
 def load_model(filepath, custom_optimizers=None, custom_objects=None, compression=Compression.none):
@@ -24,4 +25,4 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None, compressio
     return _api.load_model(_keras, filepath, custom_optimizers, custom_objects, compression)
 
 
-__all__ = _exports.__all__ + ["load_model", "callbacks"]
+__all__ = _exports.__all__ + ["load_model", "callbacks", "elastic"]

@@ -31,6 +31,7 @@ from hvd.tensorflow.mpi_ops import (allgather, alltoall, barrier, broadcast, gro
                                     rank_op, reducescatter, size_op)
 from hvd.tensorflow.optimizer import DistributedOptimizer
 from hvd.tensorflow.sync_batch_norm import SyncBatchNormalization
+from hvd.tensorflow import elastic
 
 __all__ = [
     "init", "shutdown", "is_initialized", "size", "rank", "local_size", "local_rank", "cross_size", "cross_rank",
@@ -43,5 +44,5 @@ __all__ = [
     "process_set_included_op",
     "broadcast_variables", "DistributedGradientTape", "broadcast_object", "allgather_object",
     "DistributedOptimizer", "BroadcastGlobalVariablesHook", "broadcast_global_variables", "broadcast_",
-    "broadcast_object_fn", "PartialDistributedGradientTape", "SyncBatchNormalization",
+    "broadcast_object_fn", "PartialDistributedGradientTape", "SyncBatchNormalization", "elastic",
 ]
