@@ -21,7 +21,7 @@ import functools
 from hvd import _core
 from hvd.common.exceptions import HorovodInternalError, HostsUpdatedInterrupt
 
-__all__ = ["State", "ObjectState", "run_fn", "generation", "sync_needed"]
+__all__ = ["State", "ObjectState", "PlainAttributes", "run_fn", "generation", "sync_needed"]
 
 
 def generation() -> int:
@@ -113,6 +113,25 @@ class ObjectState(State):
     def _set_attrs(self):
         for attr, value in self._saved_state.items():
             setattr(self, attr, copy.deepcopy(value))
+
+
+class PlainAttributes:
+    """Forwards the attributes a state keeps in its ObjectState ``_plain``
+    (the keyword arguments it was made with: epoch, batch, ...), so that
+    ``state.epoch`` reads and writes the committed value's live copy."""
+
+    def __getattr__(self, name):
+        plain = self.__dict__.get("_plain")
+        if plain is not None and name in plain._saved_state:
+            return getattr(plain, name)
+        raise AttributeError(name)
+
+    def __setattr__(self, name, value):
+        plain = self.__dict__.get("_plain")
+        if plain is not None and name in plain._saved_state:
+            setattr(plain, name, value)
+        else:
+            super().__setattr__(name, value)
 
 
 def run_fn(func, reset):

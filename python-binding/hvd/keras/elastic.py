@@ -14,19 +14,10 @@ __all__ = ["run", "State", "ObjectState", "KerasState", "CommitStateCallback", "
 class CommitStateCallback(_impl.CommitStateCallbackImpl, _keras.callbacks.Callback):
     """Commits the state every batches_per_commit batches."""
 
-    def __init__(self, state, batches_per_commit=1):
-        super().__init__(state, batches_per_commit)
-
 
 class UpdateBatchStateCallback(_impl.UpdateBatchStateCallbackImpl, _keras.callbacks.Callback):
     """Keeps state.batch at the last batch ended (0 at an epoch's end)."""
 
-    def __init__(self, state):
-        super().__init__(state)
-
 
 class UpdateEpochStateCallback(_impl.UpdateEpochStateCallbackImpl, _keras.callbacks.Callback):
     """Keeps state.epoch at the next epoch to run (fit's initial_epoch)."""
-
-    def __init__(self, state):
-        super().__init__(state)

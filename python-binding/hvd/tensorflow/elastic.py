@@ -7,7 +7,7 @@ restore() and broadcast from rank 0 by sync(). See docs/ELASTIC.md."""
 import tensorflow as tf
 
 from hvd.common.elastic import ObjectState as _ObjectState
-from hvd.common.elastic import State, generation, run_fn, sync_needed
+from hvd.common.elastic import PlainAttributes, State, generation, run_fn, sync_needed
 from hvd.common.exceptions import HorovodInternalError
 
 __all__ = ["run", "State", "ObjectState", "TensorFlowState", "TensorFlowKerasState", "generation", "sync_needed"]
@@ -65,7 +65,7 @@ class ObjectState(_ObjectState):
         super().__init__(_bcast_object, _agree_max, **kwargs)
 
 
-class _VariablesState(State):
+class _VariablesState(PlainAttributes, State):
     """Variables (from variables_fn(), asked at each use, as an optimizer's
     appear late) and plain attributes (kwargs) committed together."""
 
@@ -75,19 +75,6 @@ class _VariablesState(State):
         super().__init__(_bcast_object, _agree_max)
         self._values = None
         self.save()
-
-    def __getattr__(self, name):
-        plain = self.__dict__.get("_plain")
-        if plain is not None and name in plain._saved_state:
-            return getattr(plain, name)
-        raise AttributeError(name)
-
-    def __setattr__(self, name, value):
-        plain = self.__dict__.get("_plain")
-        if plain is not None and name in plain._saved_state:
-            setattr(plain, name, value)
-        else:
-            super().__setattr__(name, value)
 
     def save(self):
         self._values = [v.numpy().copy() for v in self._variables_fn()]

@@ -4,7 +4,7 @@ ElasticSampler, plain attributes) committed, restored and synced together."""
 import copy
 
 from hvd.common.elastic import ObjectState as _ObjectState
-from hvd.common.elastic import State
+from hvd.common.elastic import PlainAttributes, State
 from hvd.torch.elastic.sampler import ElasticSampler
 
 __all__ = ["TorchState", "ObjectState"]
@@ -63,7 +63,7 @@ class _SamplerHandler:
         self._saved = copy.deepcopy(self.value.state_dict())
 
 
-class TorchState(State):
+class TorchState(PlainAttributes, State):
     """``TorchState(model=, optimizer=, **kwargs)``: the model's and the
     optimizer's state dicts are copied at each commit and broadcast from
     rank 0 at each sync; an ElasticSampler among kwargs keeps the epoch's
@@ -79,19 +79,6 @@ class TorchState(State):
                                    **{k: v for k, v in kwargs.items() if k not in self._samplers})
         super().__init__(_bcast_object, _agree_max)
         self._save(collective=False)
-
-    def __getattr__(self, name):
-        plain = self.__dict__.get("_plain")
-        if plain is not None and name in plain._saved_state:
-            return getattr(plain, name)
-        raise AttributeError(name)
-
-    def __setattr__(self, name, value):
-        plain = self.__dict__.get("_plain")
-        if plain is not None and name in plain._saved_state:
-            setattr(plain, name, value)
-        else:
-            super().__setattr__(name, value)
 
     def _save(self, collective):
         self._model_state = copy.deepcopy(self.model.state_dict()) if self.model is not None else None
