@@ -44,8 +44,7 @@ void hvd_tune_meter_record(hvd_tune_meter_t *m, uint64_t bytes, uint64_t generat
         m->marked = false;
         if (marked) {
                 uint64_t dur = now_usec - m->start_usec;
-                if (m->in_step && m->generation == generation && dur && m->bytes &&
-                    m->n < HVD_WIRE_MAX_TUNE_STEPS) {
+                if (m->in_step && m->generation == generation && dur && m->bytes && m->n < HVD_WIRE_MAX_TUNE_STEPS) {
                         m->usec[m->n] = dur;
                         m->step_bytes[m->n] = m->bytes;
                         m->step_generation[m->n++] = generation;
