@@ -71,8 +71,11 @@ EOF
 
 recovery() {
         n=$1
-        PYTHONPATH=$HVD_PATH BENCH_STAMP=$tmp/stamp timeout -k 5 300 "$B/tools/hvdrun" --start-timeout 120 --emulate-hosts -H "$(hosts "$n")" \
-                -np "$n" --min-np 1 -x BENCH_STAMP "$PYTHON" "$S/benchmarks/elastic_recovery.py" >"$tmp/out" 2>&1
+        # the first generation waits for all N (HVD_ELASTIC_SETTLE), however
+        # slowly they start; the one after the death waits for nobody
+        PYTHONPATH=$HVD_PATH BENCH_STAMP=$tmp/stamp HVD_ELASTIC_SETTLE=120 timeout -k 5 300 "$B/tools/hvdrun" \
+                --start-timeout 120 --emulate-hosts -H "$(hosts "$n")" -np "$n" --min-np 1 -x BENCH_STAMP \
+                -x HVD_ELASTIC_SETTLE "$PYTHON" "$S/benchmarks/elastic_recovery.py" >"$tmp/out" 2>&1
         if grep -q 'bench=elastic_recovery' "$tmp/out"; then
                 grep -o 'bench=elastic_recovery.*' "$tmp/out" | sed "s/\$/ load1=$(load1)/"
         else
