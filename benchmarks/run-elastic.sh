@@ -1,37 +1,124 @@
 #!/bin/sh
-# run-elastic.sh [SIZES] [REPEATS] — elastic recovery time: from a rank's
-# kill -9 to the first allreduce completed at the new size, for an elastic
-# job of each size (default "2 4 8") on emulated hosts of 2 ranks each,
-# with the default heartbeats; REPEATS runs each (default 3). Prints one
-# line per run (bench=elastic_recovery np=N new_size=M recovery_ms=X).
-# Needs a build tree (HVD_BUILDDIR, default ./build) and torch.
+# run-elastic.sh [SIZES] [REPEATS] — elastic jobs on emulated hosts of 2
+# ranks each, default heartbeats, for each size (default "2 4 8 16"),
+# REPEATS rounds (default 3), one line per run:
+#   recovery: a rank's kill -9 to the first allreduce completed at the new
+#     size (benchmarks/elastic_recovery.py)
+#     bench=elastic_recovery np=N new_size=N-1 recovery_ms=X load1=L
+#   grow: a host of 2 slots listed by the discovery script to the first
+#     allreduce of its first new rank, split into its parts
+#     (benchmarks/elastic_grow.py), hvd and then Horovod's elastic mode
+#     (horovodrun --gloo, the same script, hosts localhost then vm) in the
+#     same round
+#     bench=elastic_grow impl=hvd|horovod np=N new_size=N+2 total_ms=T poll_ms=..
+# Environment: BENCH="recovery grow" (what to run), PEERS="hvd horovod"
+# (for grow), HVD_BUILDDIR (default ./build), PYTHON (default
+# /usr/bin/python3, with torch), HOROVOD_DIR (default scripts/horovod.sh
+# --path; Horovod is left out, saying why, where it is not installed).
 set -u
-sizes=${1:-2 4 8}
+sizes=${1:-2 4 8 16}
 repeats=${2:-3}
+BENCH=${BENCH:-recovery grow}
+PEERS=${PEERS:-hvd horovod}
 B=${HVD_BUILDDIR:-$(pwd)/build}
 S=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-/usr/bin/python3}
-PYTHONPATH=$B/python-binding/pkg${PYTHONPATH:+:$PYTHONPATH}
+HVD_PATH=$B/python-binding/pkg${PYTHONPATH:+:$PYTHONPATH}
 OMP_NUM_THREADS=1
-export PYTHONPATH OMP_NUM_THREADS
+PYTHONDONTWRITEBYTECODE=1
+export OMP_NUM_THREADS PYTHONDONTWRITEBYTECODE
 tmp=$(mktemp -d /tmp/hvd-bench-elastic-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
-for n in $sizes; do
-        hosts=
-        h=0
-        left=$n
+load1() { cut -d' ' -f1 /proc/loadavg; }
+
+case " $PEERS " in
+*" horovod "*)
+        HOROVOD_DIR=${HOROVOD_DIR:-$("$S/scripts/horovod.sh" --path)}
+        if [ ! -f "$HOROVOD_DIR/bin/horovodrun" ] ||
+                ! PYTHONPATH=$HOROVOD_DIR "$PYTHON" -c 'import horovod.torch' 2>/dev/null; then
+                echo "# PEER MISSING: Horovod 0.28.1 is not installed in $HOROVOD_DIR (run scripts/horovod.sh)"
+                PEERS=hvd
+        fi
+        ;;
+esac
+
+# hosts N: emulated hosts h0:2,h1:2,... for N ranks
+hosts() {
+        hl='' h=0 left=$1
         while [ "$left" -gt 0 ]; do
                 s=2
                 [ "$left" -lt 2 ] && s=$left
-                hosts="$hosts${hosts:+,}h$h:$s"
+                hl="$hl${hl:+,}h$h:$s"
                 left=$((left - s))
                 h=$((h + 1))
         done
+        echo "$hl"
+}
+
+# discovery_script DIR HOSTS NEW: prints HOSTS, and NEW once DIR/appear
+# exists (the first such run writes the time to DIR/listed)
+discovery_script() {
+        cat >"$1/discover.sh" <<EOF
+#!/bin/sh
+echo "$2" | tr ',' '\n'
+if [ -e "$1/appear" ]; then
+        echo "$3"
+        [ -e "$1/listed" ] || { date +%s.%N >"$1/.listed"; mv "$1/.listed" "$1/listed"; }
+fi
+EOF
+        chmod +x "$1/discover.sh"
+}
+
+recovery() {
+        n=$1
+        # the first generation waits for all N (HVD_ELASTIC_SETTLE), however
+        # slowly they start; the one after the death waits for nobody
+        PYTHONPATH=$HVD_PATH BENCH_STAMP=$tmp/stamp HVD_ELASTIC_SETTLE=120 timeout -k 5 300 "$B/tools/hvdrun" \
+                --start-timeout 120 --emulate-hosts -H "$(hosts "$n")" -np "$n" --min-np 1 -x BENCH_STAMP \
+                -x HVD_ELASTIC_SETTLE "$PYTHON" "$S/benchmarks/elastic_recovery.py" >"$tmp/out" 2>&1
+        if grep -q 'bench=elastic_recovery' "$tmp/out"; then
+                grep -o 'bench=elastic_recovery.*' "$tmp/out" | sed "s/\$/ load1=$(load1)/"
+        else
+                echo "bench=elastic_recovery np=$n failed:"
+                tail -n 5 "$tmp/out"
+        fi
+}
+
+grow() {
+        impl=$1 n=$2
+        d=$tmp/grow
+        rm -rf "$d"
+        mkdir "$d"
+        if [ "$impl" = hvd ]; then
+                hl=$(hosts "$n")
+                discovery_script "$d" "$hl" "h$(((n + 1) / 2)):2"
+                PYTHONPATH=$HVD_PATH BENCH_DIR=$d BENCH_NP=$n BENCH_IMPL=hvd timeout -k 5 300 "$B/tools/hvdrun" \
+                        --start-timeout 120 --emulate-hosts -H "$hl" -np "$n" --min-np "$n" --max-np $((n + 2)) \
+                        --host-discovery-script "$d/discover.sh" -x BENCH_DIR -x BENCH_NP -x BENCH_IMPL \
+                        "$PYTHON" "$S/benchmarks/elastic_grow.py" >"$d/out" 2>&1
+        else
+                discovery_script "$d" "localhost:$n" "vm:2"
+                PYTHONPATH=$HOROVOD_DIR BENCH_DIR=$d BENCH_NP=$n BENCH_IMPL=horovod timeout -k 5 300 "$PYTHON" \
+                        "$HOROVOD_DIR/bin/horovodrun" --gloo --network-interface lo -np "$n" --min-np "$n" --max-np $((n + 2)) \
+                        --host-discovery-script "$d/discover.sh" "$PYTHON" "$S/benchmarks/elastic_grow.py" \
+                        >"$d/out" 2>&1
+        fi
+        grep -o 'bench=elastic_grow.*' "$d/out" ||
+                { echo "bench=elastic_grow impl=$impl np=$n failed:"; tail -n 5 "$d/out"; }
+}
+
+echo "# run-elastic.sh \"$sizes\" $repeats, $(date -u +%Y-%m-%dT%H:%MZ), $(getconf _NPROCESSORS_ONLN) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
+for n in $sizes; do
         i=0
         while [ "$i" -lt "$repeats" ]; do
-                BENCH_STAMP=$tmp/stamp "$B/tools/hvdrun" --emulate-hosts -H "$hosts" -np "$n" --min-np 1 \
-                        -x BENCH_STAMP "$PYTHON" "$S/benchmarks/elastic_recovery.py" 2>"$tmp/err" |
-                        grep -o 'bench=elastic_recovery.*' || { echo "bench=elastic_recovery np=$n failed:"; tail -n 5 "$tmp/err"; }
+                for what in $BENCH; do
+                        case $what in
+                        recovery) recovery "$n" ;;
+                        grow) for p in $PEERS; do grow "$p" "$n"; done ;;
+                        *) echo "run-elastic.sh: BENCH: unknown benchmark '$what' (recovery, grow)" >&2; exit 2 ;;
+                        esac
+                done
                 i=$((i + 1))
         done
 done
+echo "# done, load average $(cut -d' ' -f1-3 /proc/loadavg)"

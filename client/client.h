@@ -339,6 +339,13 @@ int hvd_elastic_enroll(struct hvd_settings *s);
 uint64_t hvd_elastic_placed_generation(void);
 /* The code an abort of the job gives the user: HVD_ERESET in an elastic job. */
 int hvd_elastic_abort_code(int code);
+/* This process's generation ends: the first call of a generation keeps
+ * the time and the cause (an abort's reason; NULL: a shutdown, after
+ * workers were announced or not). Any thread. */
+void hvd_elastic_generation_ended(const char *cause);
+/* hvd_init of a generation after the first, with a timeline on: draws the
+ * reset that led to it (hvd_timeline_reset). 1 when drawn, else 0. */
+int hvd_elastic_draw_reset(void);
 /* The root daemon says workers wait to join the next generation. */
 void hvd_elastic_hosts_updated(const Hvd__HostsUpdated *hu);
 

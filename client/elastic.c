@@ -3,7 +3,9 @@
  * its place in the next generation, and the answer replaces what the
  * launcher said (rank, sizes, host list, the generation's job id). The last
  * placement is remembered so that the next enrolment says which generation
- * and rank this process held. Every abort of a generation is a reset. */
+ * and rank this process held. Every abort of a generation is a reset;
+ * when and why this process's generation ended is kept for the timeline
+ * of the next. */
 #include "config.h"
 
 #include <limits.h>
@@ -15,6 +17,8 @@
 
 #include "client.h"
 #include "settings.h"
+#include "timeline.h"
+#include "util.h"
 
 static struct {
         bool on;             /* this process is a rank of an elastic job */
@@ -23,6 +27,10 @@ static struct {
         bool sync;
         atomic_int waiting;
         char job_id[HVD_WIRE_MAX_JOB_ID + 1];
+        /* the last placement's, and the end of the generation before it */
+        uint32_t size, previous_size, joined, left;
+        uint64_t ended_usec, ended_generation;
+        char cause[512], joined_names[HVD_WIRE_MAX_TEXT + 1], left_names[HVD_WIRE_MAX_TEXT + 1];
 } E;
 
 uint64_t hvd_elastic_generation(void) {
@@ -43,6 +51,40 @@ int hvd_elastic_waiting(void) {
 
 int hvd_elastic_abort_code(int code) {
         return E.on ? HVD_ERESET : code;
+}
+
+void hvd_elastic_generation_ended(const char *cause) {
+        if (!E.on || !E.generation || E.ended_generation == E.generation)
+                return;
+        E.ended_generation = E.generation;
+        E.ended_usec = hvd_now_usec();
+        int w = atomic_load(&E.waiting);
+        if (cause)
+                snprintf(E.cause, sizeof E.cause, "%s", cause);
+        else if (w > 0)
+                snprintf(E.cause, sizeof E.cause, "%d worker%s waiting to join", w, w == 1 ? "" : "s");
+        else
+                snprintf(E.cause, sizeof E.cause, "hvd_shutdown");
+}
+
+int hvd_elastic_draw_reset(void) {
+        if (!E.on || E.generation < 2 || !hvd_timeline_on())
+                return 0;
+        bool known = E.ended_generation + 1 == E.generation;
+        hvd_timeline_reset_t r = {
+                .generation = E.generation,
+                .start_usec = known ? E.ended_usec : 0,
+                .size = E.size,
+                .previous_size = E.previous_size,
+                .joined = E.joined,
+                .left = E.left,
+                .sync = E.sync,
+                .joined_names = E.joined_names,
+                .left_names = E.left_names,
+                .cause = known ? E.cause : "",
+        };
+        hvd_timeline_reset(&r);
+        return 1;
 }
 
 void hvd_elastic_hosts_updated(const Hvd__HostsUpdated *hu) {
@@ -131,9 +173,15 @@ static int apply(hvd_settings_t *s, const Hvd__Placement *p) {
         s->cross_size = (int) p->cross_size;
         snprintf(E.job_id, sizeof E.job_id, "%s", p->job_id);
         s->job_id = E.job_id;
+        E.previous_size = E.generation + 1 == p->generation ? E.size : 0;
         E.generation = p->generation;
         E.rank = p->rank;
         E.sync = p->sync;
+        E.size = p->size;
+        E.joined = p->joined;
+        E.left = p->left;
+        snprintf(E.joined_names, sizeof E.joined_names, "%s", p->joined_names);
+        snprintf(E.left_names, sizeof E.left_names, "%s", p->left_names);
         atomic_store(&E.waiting, 0);
         return 0;
 }

@@ -565,8 +565,12 @@ int hvd_init(void) {
         }
         rank_source = s.rank_source;
         place_from_settings(&s);
-        if (s.timeline_file &&
-            (r = hvd_timeline_start(s.timeline_file, s.timeline_mark_cycles, false, err, sizeof err)) < 0) {
+        /* a later elastic generation's rank 0 goes on with the file of the
+         * one before (the launcher's rank 0 stays rank 0 while it lives) */
+        if (s.timeline_file && s.rank == 0 &&
+            (r = hvd_elastic_placed_generation() > 1
+                         ? hvd_timeline_continue(s.timeline_file, s.timeline_mark_cycles, err, sizeof err)
+                         : hvd_timeline_start(s.timeline_file, s.timeline_mark_cycles, false, err, sizeof err)) < 0) {
                 hvd_launcher_join_close(false);
                 return hvd_error(r, "HVD_TIMELINE: %s", err);
         }
@@ -577,6 +581,7 @@ int hvd_init(void) {
         }
         if ((r = state_open()) < 0 || (r = G.solo ? solo_open(&s) : job_open(&s)) < 0)
                 goto fail;
+        hvd_elastic_draw_reset(); /* before the generation's first operation */
         if ((r = -pthread_create(&G.thread, NULL, hvd_bg_main, NULL)) < 0) {
                 hvd_last_error_set("cannot start the background thread");
                 goto fail;
@@ -601,6 +606,7 @@ int hvd_shutdown(void) {
         G.stop = true;
         G.state = 0;
         pthread_mutex_unlock(&G.lock);
+        hvd_elastic_generation_ended(NULL);
         hvd_link_wake();
         pthread_join(G.thread, NULL);
         if (!G.abort_code)

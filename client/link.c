@@ -305,6 +305,7 @@ void hvd_job_abort(int code, const char *reason) {
         if (!G.abort_code) {
                 G.abort_code = hvd_elastic_abort_code(code < 0 ? code : HVD_EABORTED);
                 snprintf(G.abort_reason, sizeof G.abort_reason, "%s", reason);
+                hvd_elastic_generation_ended(reason);
                 pthread_cond_broadcast(&G.cond); /* a user thread may wait for the verdict */
         }
         hvd_inflight_fail(G.abort_code, G.abort_reason);

@@ -3,7 +3,9 @@
  * on its own line, written only in whole events from a memory buffer; on
  * stop it gets "\n]\n". Every row's timestamps never go backwards (a mark
  * older than the row's last event is drawn at that event). One mutex guards
- * everything; the on flag is only a fast path. */
+ * everything; the on flag is only a fast path. A closed file's rows, clock
+ * and end are kept, so that the next elastic generation's rank 0 in the
+ * same process continues the file (hvd_timeline_continue). */
 #include "config.h"
 
 #include <errno.h>
@@ -14,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -36,7 +39,10 @@ static struct {
         pthread_cond_t cond;
         uint64_t change_seq, told_seq; /* starts and stops; how many the daemon was told of */
         int fd;
-        pid_t pid; /* the process that writes; a forked child must not */
+        pid_t pid;     /* the process that writes; a forked child must not */
+        char *path;    /* of the last file started */
+        off_t written; /* bytes written to it */
+        off_t end;     /* its size before the closing "\n]\n" (after a stop) */
         bool mark_cycles;
         uint64_t t0;
         char *buf;
@@ -125,8 +131,10 @@ static void write_all(void) {
                         continue;
                 if (w <= 0)
                         T.failed = true;
-                else
+                else {
                         off += (size_t) w;
+                        T.written += w;
+                }
         }
         T.len = 0;
 }
@@ -174,6 +182,18 @@ static void ev_mark(row_t *r, uint32_t rank, int64_t ts) {
              rank, row_ts(r, ts), r->pid, rank);
 }
 
+static void rows_free(void) {
+        if (!T.rows)
+                return;
+        size_t iter = 0;
+        void *v;
+        while (hvd_strmap_next(T.rows, &iter, NULL, NULL, &v))
+                free(v);
+        hvd_strmap_destroy(&T.rows);
+        T.n_rows = 0;
+}
+
+/* Ends the file; its rows stay for hvd_timeline_continue. */
 static void close_locked(void) {
         if (T.fd < 0)
                 return;
@@ -185,17 +205,14 @@ static void close_locked(void) {
                 if (T.cur[i]->open_op)
                         ev_phase(T.cur[i], 'E', NULL, now);
         }
+        for (size_t i = 0; i < T.n_cur; i++)
+                T.cur[i]->open_op = T.cur[i]->open_act = false;
         T.n_cur = 0;
+        T.end = T.written + (off_t) T.len;
         put("\n]\n", 3);
         write_all();
         close(T.fd);
         T.fd = -1;
-        size_t iter = 0;
-        void *v;
-        while (hvd_strmap_next(T.rows, &iter, NULL, NULL, &v))
-                free(v);
-        hvd_strmap_destroy(&T.rows);
-        T.n_rows = 0;
         free(T.buf);
         T.buf = NULL;
         T.len = T.cap = 0;
@@ -217,13 +234,20 @@ int hvd_timeline_start(const char *path, bool mark_cycles, bool exclusive, char 
                 return r;
         }
         hvd_strmap_t *rows = hvd_strmap_new();
-        if (!rows) {
+        char *copy = strdup(path);
+        if (!rows || !copy) {
+                hvd_strmap_destroy(&rows);
+                free(copy);
                 close(fd);
                 snprintf(err, err_len, "timeline: out of memory");
                 return -ENOMEM;
         }
         pthread_mutex_lock(&T.lock);
         close_locked();
+        rows_free();
+        free(T.path);
+        T.path = copy;
+        T.written = 0;
         T.fd = fd;
         T.pid = getpid();
         T.rows = rows;
@@ -243,6 +267,69 @@ int hvd_timeline_start(const char *path, bool mark_cycles, bool exclusive, char 
         return 0;
 }
 
+int hvd_timeline_continue(const char *path, bool mark_cycles, char *err, size_t err_len) {
+        pthread_mutex_lock(&T.lock);
+        int fd = -1;
+        if (path && T.fd < 0 && T.rows && T.path && T.pid == getpid() && strcmp(T.path, path) == 0)
+                fd = open(path, O_WRONLY | O_CLOEXEC);
+        struct stat st;
+        /* only a file that still ends where this process closed it */
+        if (fd >= 0 && (fstat(fd, &st) < 0 || st.st_size != T.end + 3 || ftruncate(fd, T.end) < 0 ||
+                        lseek(fd, 0, SEEK_END) != T.end)) {
+                close(fd);
+                fd = -1;
+        }
+        if (fd < 0) {
+                pthread_mutex_unlock(&T.lock);
+                return hvd_timeline_start(path, mark_cycles, false, err, err_len);
+        }
+        T.fd = fd;
+        T.written = T.end;
+        T.mark_cycles = mark_cycles;
+        T.first = false;
+        T.failed = false;
+        T.n_cur = 0;
+        T.change_seq++;
+        atomic_store(&hvd_timeline_changed, true);
+        atomic_store(&hvd_timeline_active, true);
+        pthread_mutex_unlock(&T.lock);
+        return 0;
+}
+
+/* The arguments of both reset events. */
+static void reset_args(const hvd_timeline_reset_t *r) {
+        putf("\"args\":{\"generation\":%" PRIu64 ",\"size\":%" PRIu32 ",\"previous_size\":%" PRIu32
+             ",\"joined\":%" PRIu32 ",\"left\":%" PRIu32 ",\"sync\":%s,\"joined_names\":",
+             r->generation, r->size, r->previous_size, r->joined, r->left, r->sync ? "true" : "false");
+        put_json_string(r->joined_names ? r->joined_names : "");
+        put(",\"left_names\":", 14);
+        put_json_string(r->left_names ? r->left_names : "");
+        put(",\"cause\":", 9);
+        put_json_string(r->cause ? r->cause : "");
+        put("}}", 2);
+}
+
+void hvd_timeline_reset(const hvd_timeline_reset_t *r) {
+        pthread_mutex_lock(&T.lock);
+        if (T.fd >= 0) {
+                int64_t end = ts_of(hvd_now_usec()), start = r->start_usec ? ts_of(r->start_usec) : end;
+                if (start < 0)
+                        start = 0; /* the reset began before this file */
+                ev_open();
+                putf("\"ph\":\"X\",\"name\":\"ELASTIC_RESET\",\"ts\":%" PRId64 ",\"dur\":%" PRId64
+                     ",\"pid\":0,\"tid\":0,",
+                     start, end - start);
+                reset_args(r);
+                ev_open();
+                putf("\"ph\":\"i\",\"s\":\"g\",\"name\":\"GENERATION %" PRIu64 "\",\"ts\":%" PRId64
+                     ",\"pid\":0,\"tid\":0,",
+                     r->generation, end);
+                reset_args(r);
+                write_all();
+        }
+        pthread_mutex_unlock(&T.lock);
+}
+
 int hvd_timeline_stop(void) {
         pthread_mutex_lock(&T.lock);
         bool was = T.fd >= 0;
@@ -258,6 +345,11 @@ static void __attribute__((destructor)) timeline_at_exit(void) {
         pthread_mutex_lock(&T.lock);
         if (T.fd >= 0 && T.pid == getpid())
                 close_locked();
+        if (T.fd < 0) {
+                rows_free();
+                free(T.path);
+                T.path = NULL;
+        }
         pthread_mutex_unlock(&T.lock);
 }
 

@@ -32,6 +32,26 @@ static inline bool hvd_timeline_on(void) {
  * existing file is refused with -EEXIST; mode 0644), closing a timeline
  * already on. Returns 0, or -errno with a message in err. */
 int hvd_timeline_start(const char *path, bool mark_cycles, bool exclusive, char *err, size_t err_len);
+/* Continues path, the file this process's last timeline wrote and
+ * closed, if it still ends there: its "]" is cut off and the events go on
+ * on the same clock and rows (a later elastic generation's rank 0).
+ * Otherwise as hvd_timeline_start(path, mark_cycles, false, ...). */
+int hvd_timeline_continue(const char *path, bool mark_cycles, char *err, size_t err_len);
+
+/* An elastic reset, as rank 0 of the new generation draws it. The strings
+ * are borrowed for the call. */
+typedef struct hvd_timeline_reset {
+        uint64_t generation; /* the new one */
+        uint64_t start_usec; /* when this process's last generation ended (0: unknown) */
+        uint32_t size, previous_size, joined, left;
+        bool sync;
+        const char *joined_names, *left_names, *cause;
+} hvd_timeline_reset_t;
+/* Draws the reset in the "hvd" row: an ELASTIC_RESET span from start_usec
+ * to now and a global "GENERATION G" instant, both with r as their args.
+ * Nothing when no timeline is on. */
+void hvd_timeline_reset(const hvd_timeline_reset_t *r);
+
 /* Ends the file with "]" (strict JSON) and closes it. 0 when none was on. */
 int hvd_timeline_stop(void);
 /* True (once) after a start or stop: the daemon must be told; *on is the

@@ -652,6 +652,8 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                 const Hvd__Placement *p = env->placement;
                 CHECK_NAME(p->reason, HVD_WIRE_MAX_TEXT, "reason");
                 CHECK_NAME(p->job_id, HVD_WIRE_MAX_JOB_ID, "job id");
+                CHECK_NAME(p->joined_names, HVD_WIRE_MAX_TEXT, "joined names");
+                CHECK_NAME(p->left_names, HVD_WIRE_MAX_TEXT, "left names");
                 if (p->code < 0)
                         return 0;
                 if (p->size == 0 || p->size > HVD_WIRE_MAX_RANKS || p->rank >= p->size || p->local_size == 0 ||

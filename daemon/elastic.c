@@ -255,6 +255,8 @@ static void form(hvd_daemon_t *d, ejob_t *ej, size_t *chosen, size_t n) {
         p.sync = sync;
         p.joined = joined;
         p.left = left;
+        p.joined_names = first ? (char *) "" : ej->joined;
+        p.left_names = ej->left;
         p.reason = (char *) "";
         env.body_case = HVD__ENVELOPE__BODY_PLACEMENT;
         env.placement = &p;

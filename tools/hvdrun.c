@@ -351,6 +351,12 @@ static int embedded_start(embedded_t *e, const options_t *o, const char *peer_li
         cfg.log_level = o->verbose ? LOG_INFO : LOG_WARNING;
         if (o->start_timeout)
                 cfg.start_timeout_usec = o->start_timeout_usec;
+        if (o->heartbeat_timeout) {
+                /* heartbeats at a quarter of the timeout, at most the default interval */
+                cfg.heartbeat_timeout_usec = o->heartbeat_timeout_usec;
+                if (o->heartbeat_timeout_usec && cfg.heartbeat_interval_usec > o->heartbeat_timeout_usec / 4)
+                        cfg.heartbeat_interval_usec = HVD_MAX(o->heartbeat_timeout_usec / 4, 10 * USEC_PER_MSEC);
+        }
         hvd_log_max_level = cfg.log_level;
         hvd_log_set_ident("hvdrun: coordinator");
         char msg[PATH_MAX + 512];

@@ -82,6 +82,8 @@ typedef struct options {
         const char *tune[HVD_TUNE_OPTIONS]; /* --autotune*: the value of each variable, or NULL */
         uint64_t fusion_bytes, start_timeout_usec;
         uint64_t grace_usec;
+        bool heartbeat_timeout;          /* --heartbeat-timeout given */
+        uint64_t heartbeat_timeout_usec; /* for the private daemons */
         const char *runtime_dir;
         hvd_elastic_opts_t elastic; /* --min-np, --max-np, ... (tools/elastic_driver.c) */
         int embedded;               /* -1 probe (default), 0 --no-embedded, 1 --embedded */

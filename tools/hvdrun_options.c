@@ -88,6 +88,9 @@ static void help(void) {
                "                             hosts (default $HVD_RUNTIME_DIR, else %s)\n"
                "      --embedded             Always start a private daemon for this host's ranks\n"
                "      --no-embedded          Require the node's daemon; fail if none answers\n"
+               "      --heartbeat-timeout SEC  The private daemons declare a worker lost (a hung\n"
+               "                             or stopped one) after SEC s without its heartbeat\n"
+               "                             (heartbeat_timeout; default 30; 0: never)\n"
                "\n"
                "Placement:\n"
                "      --cpu-bind share|none  share (default): each rank forked on this machine\n"
@@ -315,6 +318,7 @@ int parse_options(int argc, char **argv, options_t *o) {
                 OPT_CYCLE,
                 OPT_START,
                 OPT_GRACE,
+                OPT_HEARTBEAT,
                 OPT_RUNTIME,
                 OPT_EMBEDDED,
                 OPT_NO_EMBEDDED,
@@ -374,6 +378,7 @@ int parse_options(int argc, char **argv, options_t *o) {
                 { "cycle-time-ms", required_argument, NULL, OPT_CYCLE },
                 { "start-timeout", required_argument, NULL, OPT_START },
                 { "grace-period", required_argument, NULL, OPT_GRACE },
+                { "heartbeat-timeout", required_argument, NULL, OPT_HEARTBEAT },
                 { "runtime-dir", required_argument, NULL, OPT_RUNTIME },
                 { "embedded", no_argument, NULL, OPT_EMBEDDED },
                 { "no-embedded", no_argument, NULL, OPT_NO_EMBEDDED },
@@ -517,6 +522,13 @@ int parse_options(int argc, char **argv, options_t *o) {
                         if (parse_number(arg, 0, 86400, &v) < 0)
                                 return usage_error("--grace-period '%s': expected seconds in 0..86400", arg);
                         o->grace_usec = (uint64_t) llround(v * 1e6);
+                        break;
+                case OPT_HEARTBEAT:
+                        if (parse_number(arg, 0, 86400, &v) < 0 || (v > 0 && v < 0.02))
+                                return usage_error("--heartbeat-timeout '%s': expected 0, or seconds in 0.02..86400",
+                                                   arg);
+                        o->heartbeat_timeout = true;
+                        o->heartbeat_timeout_usec = (uint64_t) llround(v * 1e6);
                         break;
                 case OPT_RUNTIME:
                         if (!*arg || strlen(arg) >= PATH_MAX - 32)

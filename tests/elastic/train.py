@@ -4,8 +4,11 @@ set, an ElasticSampler, a TorchState committed after every batch.
 Environment:
   ELASTIC_EPOCHS   epochs (default 4)
   ELASTIC_EXIT     "GEN:EPOCH:BATCH:RANK:KIND[,...]": in generation GEN,
-                   the rank RANK at that batch kills itself (KIND kill9) or
-                   raises (KIND exception)
+                   the rank RANK at that batch kills itself (KIND kill9),
+                   raises (KIND exception) or hangs (KIND stop: it writes
+                   the time to ELASTIC_PROGRESS.stopped and stops itself
+                   with SIGSTOP; a helper resumes it after ELASTIC_STOP_SEC
+                   seconds, default 12, and writes ELASTIC_PROGRESS.resumed)
   ELASTIC_SYNC_EXIT "GEN:RANK": the rank RANK of generation GEN kills itself
                    as it enters it, while the others sync the state
   ELASTIC_WAIT     "EPOCH:BATCH:HOSTS": at that batch, wait until the ranks'
@@ -16,7 +19,8 @@ Environment:
   ELASTIC_TUNE     1: each rank reports the autotuner's values in force
                    (hvd_tuning_get) as each generation starts and at its end
 Prints one line per generation:
-  ELASTIC gen=G rank=R size=S local_rank=L local_size=N cross_rank=C host=H pid=P sync=0|1
+  ELASTIC gen=G rank=R size=S local_rank=L local_size=N cross_rank=C host=H pid=P sync=0|1 t=TIME
+(TIME: time.time() as the generation starts on that rank)
 and with ELASTIC_TUNE, one at its start and one at each rank's end:
   TUNE gen=G rank=R change=C seq=Q threshold=T cycle=U
 and at the end:
@@ -26,6 +30,7 @@ and at the end:
 import ctypes
 import os
 import signal
+import subprocess
 import sys
 import time
 
@@ -91,6 +96,16 @@ def main():
 
     resets = [0]
 
+    def hang():
+        """Stops this process (background thread and all) as a hung worker
+        would be; a helper in its own session resumes it later."""
+        stop_sec = float(os.environ.get("ELASTIC_STOP_SEC") or "12")
+        with open(f"{progress}.stopped", "w") as f:
+            f.write(f"{time.time():.3f}\n")
+        subprocess.Popen(["sh", "-c", f'sleep {stop_sec}; kill -CONT {os.getpid()}; date +%s.%N >"$0"',
+                          f"{progress}.resumed"], start_new_session=True)
+        os.kill(os.getpid(), signal.SIGSTOP)
+
     sync_exits = schedule("ELASTIC_SYNC_EXIT")
 
     def on_reset():
@@ -106,7 +121,7 @@ def main():
         gen, sync, _ = _core.elastic_info()
         print(f"ELASTIC gen={gen} rank={hvd.rank()} size={hvd.size()} local_rank={hvd.local_rank()} "
               f"local_size={hvd.local_size()} cross_rank={hvd.cross_rank()} host={host} pid={os.getpid()} "
-              f"sync={int(sync)}", flush=True)
+              f"sync={int(sync)} t={time.time():.3f}", flush=True)
 
     @hvd.elastic.run
     def train(state):
@@ -124,7 +139,10 @@ def main():
                             and int(r) == hvd.rank()):
                         if kind == "kill9":
                             os.kill(os.getpid(), signal.SIGKILL)
-                        raise RuntimeError(f"scheduled failure at epoch {e} batch {b}")
+                        if kind == "stop":
+                            hang()
+                        else:
+                            raise RuntimeError(f"scheduled failure at epoch {e} batch {b}")
                 for e, b, hosts in waits:
                     if int(e) == state.epoch and int(b) == state.batch:
                         while "+".join(hvd.allgather_object(host, name="hosts")) != hosts:

@@ -55,9 +55,13 @@ class _SamplerHandler:
     def sync(self):
         from hvd.torch import allgather_object
         state = self.value.state_dict()
+        # rank 0's epoch is the one synced: a rank that comes back with the
+        # state of an earlier epoch (a hung worker resumed) adds nothing
+        parts = allgather_object((state["epoch"], state["processed_indices"]), name="elastic.sampler")
         union = set()
-        for part in allgather_object(state["processed_indices"], name="elastic.sampler"):
-            union |= part
+        for epoch, part in parts:
+            if epoch == parts[0][0]:
+                union |= part
         state["processed_indices"] = union
         self.value.load_state_dict(_bcast_object(state))
         self._saved = copy.deepcopy(self.value.state_dict())
