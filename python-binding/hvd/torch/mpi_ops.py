@@ -147,7 +147,8 @@ def _new_output(tensor: torch.Tensor) -> torch.Tensor:
     cost more than the reduction. The buffer serves a later output of its
     size once this tensor and every view of its storage are gone."""
     if isinstance(tensor, torch.Tensor) and tensor.is_cpu and tensor.layout == torch.strided:
-        if tensor.requires_grad:  # autograd makes the result part of a graph
+        # autograd makes the result part of a graph; Dynamo traces no reuse
+        if tensor.requires_grad or _library.tracing():
             return _fresh_output(tensor)
         out = _reuse.take(tensor)
         if out is None:
