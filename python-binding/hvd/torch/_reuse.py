@@ -3,8 +3,8 @@
 Making a tensor, even a view, costs more than a small allreduce's own
 Python work: about 10 us a call in a loop on two busy cores, where an
 allreduce of 1 KiB in place takes some 30. So the out-of-place forms keep
-the CPU tensors they returned (two per dtype and shape, 64 MiB and 64
-shapes in all) and return one again, overwritten by the new result, once
+the CPU tensors they returned (up to 16 MiB each, two per dtype and
+shape, 64 MiB and 64 shapes in all) and return one again, overwritten by the new result, once
 nothing else can see it:
 
 - no Python reference but this module's, and no weak reference;
@@ -110,8 +110,8 @@ _sole = getattr(_counts, "sole", None) or (lambda t: _counts(t) == (1, 1))
 
 
 def _refs_when_free() -> int:
-    """sys.getrefcount of a kept tensor nobody else holds, as _free() sees
-    it (interpreters differ in what the call itself adds)."""
+    """sys.getrefcount of a kept tensor nobody else holds, as take() sees
+    it in its loop (interpreters differ in what the call itself adds)."""
     probe = [torch.empty(1)]
     return _refs_in_loop(probe)
 
