@@ -20,6 +20,7 @@
 #ifdef HAVE_CONFIG_H
 #include "config.h"
 #endif
+#include "c10_counts.h"
 #include "hvd.h"
 #include "kept.h"
 
@@ -1117,6 +1118,8 @@ static PyMethodDef core_methods[] = {
           "whose tensors have died (contents undefined)" },
         { "kept_stats", core_kept_stats, METH_NOARGS, "kept_stats() -> (bytes, count) of buffers kept for reuse" },
         { "kept_drain", core_kept_drain, METH_NOARGS, "kept_drain(): free every buffer kept for reuse" },
+        { "c10_use_counts", hvd_py_c10_use_counts, METH_O,
+          "c10_use_counts(cdata) -> (tensor_refs, storage_refs) of a torch 1.x Tensor's _cdata (TensorImpl)" },
         { "dtype_size", core_dtype_size, METH_O, "dtype_size(code) -> bytes per element (0 if invalid)" },
         { "version", core_version, METH_NOARGS, "version() -> libhvd version string" },
         { "pending_orphans", core_pending_orphans, METH_NOARGS,

@@ -9,6 +9,7 @@ python_test_files = \
 	%D%/python/test_numpy.py \
 	%D%/python/test_torch_ops.py \
 	%D%/python/test_torch_outputs.py \
+	%D%/python/test_torch_reuse.py \
 	%D%/python/test_torch_errors.py \
 	%D%/python/test_torch_autograd.py \
 	%D%/python/test_torch_grads.py \

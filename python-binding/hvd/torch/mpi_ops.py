@@ -32,7 +32,7 @@ from hvd.common.basics import (Adasum, Average, Max, Min, Product, Sum, ccl_buil
                                nccl_built, rank, rocm_built, shutdown, size, start_timeline, stop_timeline)
 from hvd.common.exceptions import HorovodInternalError
 from hvd.common.process_sets import ProcessSet, add_process_set, global_process_set, remove_process_set
-from hvd.torch import _library
+from hvd.torch import _library, _reuse
 from hvd.torch.compression import Compression
 
 __all__ = [
@@ -137,17 +137,35 @@ def _from_buffer(buf: Any, shape: Sequence[int], dtype: torch.dtype, device: tor
 
 
 def _new_output(tensor: torch.Tensor) -> torch.Tensor:
-    """A new tensor of tensor's dtype and shape (contiguous), contents
-    undefined, for an operation's result. A CPU tensor of at least
-    _core.KEPT_MIN_BYTES lies over a buffer hvd keeps for reuse
-    (_core.kept_buffer): a fresh allocation that large comes from mmap, and
-    faulting its pages in as the result is written cost more than the
-    reduction. The buffer serves a later output of its size once this
-    tensor and every view of its storage are gone."""
-    if isinstance(tensor, torch.Tensor) and tensor.is_cpu:  # no torch.device made: ~1 us a call
-        nbytes = tensor.numel() * tensor.element_size()
-        if nbytes >= _KEPT_MIN_BYTES and tensor.layout == torch.strided:
-            return torch.frombuffer(_core.kept_buffer(nbytes), dtype=tensor.dtype).view(*tensor.shape)
+    """A tensor of tensor's dtype and shape (contiguous) that nobody else
+    holds, contents undefined, for an operation's result. For a CPU tensor
+    that needs no gradient: one of this module's earlier results that its
+    caller has dropped (_reuse.py), else a new one, kept for later calls.
+    A new CPU tensor of at least _core.KEPT_MIN_BYTES lies over a buffer hvd
+    keeps for reuse (_core.kept_buffer): a fresh allocation that large
+    comes from mmap, and faulting its pages in as the result is written
+    cost more than the reduction. The buffer serves a later output of its
+    size once this tensor and every view of its storage are gone."""
+    if isinstance(tensor, torch.Tensor) and tensor.is_cpu and tensor.layout == torch.strided:
+        # autograd makes the result part of a graph; Dynamo traces no reuse
+        if tensor.requires_grad or _library.tracing():
+            return _fresh_output(tensor)
+        out = _reuse.take(tensor)
+        if out is None:
+            out = _fresh_output(tensor)
+            _reuse.keep(out)
+        return out
+    return torch.empty_like(tensor, memory_format=torch.contiguous_format)
+
+
+def _fresh_output(tensor: torch.Tensor) -> torch.Tensor:
+    """A new CPU tensor for _new_output (no torch.device made: ~1 us a call).
+    One over a kept buffer takes its shape in place (resize_ to as many
+    elements): a view would share its storage with the flat tensor, and
+    _reuse.py reuses only a tensor whose storage is its own."""
+    nbytes = tensor.numel() * tensor.element_size()
+    if nbytes >= _KEPT_MIN_BYTES:
+        return torch.frombuffer(_core.kept_buffer(nbytes), dtype=tensor.dtype).resize_(tensor.shape)
     return torch.empty_like(tensor, memory_format=torch.contiguous_format)
 
 
@@ -156,6 +174,11 @@ def _needs_grad(tensors: Sequence[torch.Tensor]) -> bool:
     collectives skip their autograd function (whose result would be the
     same, without a graph node) and its cost per call."""
     return torch.is_grad_enabled() and any(isinstance(t, torch.Tensor) and t.requires_grad for t in tensors)
+
+
+def _needs_grad1(tensor: Any) -> bool:
+    """_needs_grad([tensor]), without making a list."""
+    return isinstance(tensor, torch.Tensor) and tensor.requires_grad and torch.is_grad_enabled()
 
 
 def _scale_args(prescale_factor: float, postscale_factor: float) -> Tuple[float, float]:
@@ -184,9 +207,16 @@ def _allreduce_async(tensor: torch.Tensor, output: torch.Tensor, name: Optional[
         from hvd.torch import adasum
         return adasum.allreduce_async([tensor], [output], name, prescale_factor, postscale_factor, process_set,
                                       grouped=False)
+    _check_output(tensor, output)
+    return _submit_allreduce(tensor, output, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def _submit_allreduce(tensor: torch.Tensor, output: torch.Tensor, name: Optional[str], op: int,
+                      prescale_factor: float, postscale_factor: float, process_set: ProcessSet) -> int:
+    """_allreduce_async for an output of tensor's dtype and shape (in place,
+    or one _new_output made), not Adasum."""
     core_op = _basics.core_reduce_op(op)
     code, device = _check(tensor)
-    _check_output(tensor, output)
     pre, post = _scale_args(prescale_factor, postscale_factor)
     ps_id = _ops.check_process_set(process_set)
     req = _ops.request(_ops.op_name("allreduce", name, ps_id), tensor.data_ptr(), output.data_ptr(), code,
@@ -203,7 +233,9 @@ def allreduce_async(tensor: torch.Tensor, average: Optional[bool] = None, name: 
     a new tensor. op defaults to Average."""
     op = handle_average_backwards_compatibility(op, average)
     output = _new_output(tensor)
-    return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set)
+    if op == Adasum:
+        return _allreduce_async(tensor, output, name, op, prescale_factor, postscale_factor, process_set)
+    return _submit_allreduce(tensor, output, name, op, prescale_factor, postscale_factor, process_set)
 
 
 def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
@@ -211,7 +243,9 @@ def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None, name:
                      process_set: ProcessSet = global_process_set) -> int:
     """Starts reducing tensor in place; returns a handle."""
     op = handle_average_backwards_compatibility(op, average)
-    return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
+    if op == Adasum:
+        return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
+    return _submit_allreduce(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
 
 
 def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optional[str] = None,
@@ -248,6 +282,10 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
               postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Reduces tensor over all processes (of process_set) and returns the
     result as a new tensor; differentiable. op defaults to Average."""
+    if compression is Compression.none and not _library.tracing() and not _needs_grad1(tensor):
+        # the call most scripts make: no compression, no graph
+        return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
+                                           process_set))
     compressed, cctx = compression.compress(tensor)
     if _library.tracing() and _library.set_id(process_set) is not None:
         reduced = _library.allreduce(compressed, name, handle_average_backwards_compatibility(op, average),

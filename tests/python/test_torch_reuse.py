@@ -1,0 +1,213 @@
+"""hvd.torch hands out again the out-of-place results that their caller has
+dropped (hvd/torch/_reuse.py). The rule under test: a result that anything
+still holds (a name, a container, a view, an alias, a numpy array, a
+storage object, a weak reference, autograd) is never overwritten by a
+later call, and a result whose state its user changed is never handed
+out; a result nobody holds is."""
+
+import gc
+import weakref
+
+import pytest
+import torch
+
+import hvd._core as hvd_core
+import hvd.torch as hvd
+from hvd.torch import _reuse
+
+COUNT = 1000  # small: the sizes where making a tensor costs the most
+BIG = 20 * 4000  # float32: over a kept buffer (hvd._core.KEPT_MIN_BYTES)
+
+
+def rank_values(i, count=COUNT):
+    """Values different on every rank and call, exact in float32."""
+    return (torch.arange(count, dtype=torch.float32) % 7 + hvd.rank() + 3 * i).reshape(20, -1)
+
+
+def summed(i, count=COUNT):
+    return sum((torch.arange(count, dtype=torch.float32) % 7 + r + 3 * i) for r in range(hvd.size())).reshape(20, -1)
+
+
+def forms():
+    return [
+        ("allreduce", lambda t, n: hvd.allreduce(t, op=hvd.Sum, name=n)),
+        ("async", lambda t, n: hvd.synchronize(hvd.allreduce_async(t, op=hvd.Sum, name=n))),
+        ("grouped", lambda t, n: hvd.grouped_allreduce([t], op=hvd.Sum, name=n)[0]),
+    ]
+
+
+@pytest.fixture(autouse=True)
+def fresh_pool():
+    _reuse.clear()
+    gc.collect()
+    yield
+    _reuse.clear()
+
+
+def test_enabled_on_known_torch():
+    """Torch with Python use counts, and torch 1.x through hvd._core, reuse."""
+    if hasattr(torch.Tensor, "_use_count") or torch.__version__.startswith("1."):
+        assert _reuse.enabled()
+    else:
+        pytest.skip(f"torch {torch.__version__} has no use counts hvd can read")
+
+
+@pytest.mark.parametrize("count", [COUNT, BIG])
+@pytest.mark.parametrize("form", forms(), ids=lambda f: f[0])
+def test_dropped_result_handed_out_again(form, count):
+    name, fn = form
+    assert BIG * 4 >= hvd_core.KEPT_MIN_BYTES
+    a = fn(rank_values(0, count), f"reuse.drop.{name}.{count}")
+    a_id, a_ptr = id(a), a.data_ptr()
+    assert torch.equal(a, summed(0, count))
+    del a
+    b = fn(rank_values(1, count), f"reuse.drop.{name}.{count}")
+    assert id(b) == a_id and b.data_ptr() == a_ptr  # the same tensor, nobody else had it
+    assert torch.equal(b, summed(1, count))  # and it holds the new result only
+    assert not b.requires_grad and b.grad_fn is None and b.is_contiguous()
+
+
+@pytest.mark.parametrize("count", [COUNT, BIG])
+def test_loop_uses_two_tensors(count):
+    """out = hvd.allreduce(t) in a loop: the previous result is held while
+    the next call runs, the one before it is not."""
+    ptrs = set()
+    out = None
+    for i in range(8):
+        out = hvd.allreduce(rank_values(i, count), op=hvd.Sum, name=f"reuse.loop.{count}")
+        assert torch.equal(out, summed(i, count))
+        ptrs.add(out.data_ptr())
+    assert len(ptrs) == 2
+
+
+def storage_of(r):
+    return r.untyped_storage() if hasattr(r, "untyped_storage") else r.storage()
+
+
+def storage_values(s):
+    """A storage's bytes as float32, 20 rows: untyped storages (torch 2.x)
+    list bytes, typed ones (torch 1.x) their elements."""
+    if isinstance(s, getattr(torch, "UntypedStorage", ())):
+        return torch.tensor(s.tolist(), dtype=torch.uint8).view(torch.float32).reshape(20, -1)
+    return torch.tensor(s.tolist(), dtype=torch.float32).reshape(20, -1)
+
+
+def holders():
+    """(name, make(result) -> holder, read(holder) -> the result's values as
+    the holder sees them, all 20 rows)."""
+    return [
+        ("name", lambda r: r, lambda h: h),
+        ("list", lambda r: [r], lambda h: h[0]),
+        ("view", lambda r: r.view(-1), lambda h: h.reshape(20, -1)),
+        ("slice", lambda r: (r[3:], r[:3].clone()), lambda h: torch.cat([h[1], h[0]])),
+        ("data", lambda r: r.data, lambda h: h),
+        ("detach", lambda r: r.detach(), lambda h: h),
+        ("numpy", lambda r: r.numpy(), lambda h: torch.from_numpy(h.copy())),
+        ("storage", storage_of, storage_values),
+    ]
+
+
+@pytest.mark.parametrize("holder", holders(), ids=lambda h: h[0])
+def test_held_result_never_overwritten(holder):
+    name, make, read = holder
+    r = hvd.allreduce(rank_values(0), op=hvd.Sum, name=f"reuse.held.{name}")
+    kept_ptr = r.data_ptr()
+    h = make(r)
+    del r
+    gc.collect()
+    later = []
+    for i in range(1, 6):
+        out = hvd.allreduce(rank_values(i), op=hvd.Sum, name=f"reuse.held.{name}")
+        assert torch.equal(out, summed(i)) and out.data_ptr() != kept_ptr
+        if i % 2:
+            later.append(out)  # some results held, some dropped
+        del out
+    assert torch.equal(read(h), summed(0))
+    for i, out in zip(range(1, 6, 2), later):
+        assert torch.equal(out, summed(i))
+
+
+def test_saved_by_autograd_gradient_is_the_old_result():
+    """A dropped result that autograd saved for a backward keeps its values."""
+    r = hvd.allreduce(rank_values(0), op=hvd.Sum, name="reuse.autograd")
+    want = r.clone()
+    w = torch.ones_like(r, requires_grad=True)
+    loss = (r * w).sum()
+    del r
+    for i in range(1, 4):
+        out = hvd.allreduce(rank_values(i), op=hvd.Sum, name="reuse.autograd")
+        assert torch.equal(out, summed(i))
+        del out
+    loss.backward()
+    assert torch.equal(w.grad, want)
+
+
+def test_weakly_referenced_result_not_handed_out():
+    r = hvd.allreduce(rank_values(0), op=hvd.Sum, name="reuse.weak")
+    ref = weakref.ref(r)
+    r_id = id(r)
+    del r
+    out = hvd.allreduce(rank_values(1), op=hvd.Sum, name="reuse.weak")
+    assert id(out) != r_id and torch.equal(out, summed(1))
+    held = ref()
+    assert held is not None and torch.equal(held, summed(0))
+
+
+@pytest.mark.parametrize("change", ["requires_grad", "grad", "attribute", "hook", "resize"])
+def test_changed_result_not_handed_out(change):
+    """A dropped result whose state its user changed is forgotten: a later
+    result is a tensor in the state of a new one."""
+    r = hvd.allreduce(rank_values(0), op=hvd.Sum, name=f"reuse.changed.{change}")
+    if change == "requires_grad":
+        r.requires_grad_()
+    elif change == "grad":
+        r.grad = torch.zeros_like(r)
+    elif change == "attribute":
+        r.note = "mine"
+    elif change == "hook":
+        r.requires_grad_()
+        r.register_hook(lambda g: g)
+    else:
+        r.resize_(COUNT)
+    del r
+    gc.collect()
+    for i in range(1, 4):
+        out = hvd.allreduce(rank_values(i), op=hvd.Sum, name=f"reuse.changed.{change}")
+        assert torch.equal(out, summed(i)) and out.shape == (20, COUNT // 20) and out.is_contiguous()
+        assert not out.requires_grad and out.grad is None and out._backward_hooks is None
+        assert not hasattr(out, "note")
+        del out
+
+
+def test_in_flight_output_not_handed_out():
+    """The output of an operation not yet synchronized is held by its handle."""
+    handle = hvd.allreduce_async(rank_values(0), op=hvd.Sum, name="reuse.inflight.0")
+    outs = [hvd.allreduce(rank_values(i), op=hvd.Sum, name="reuse.inflight") for i in range(1, 4)]
+    first = hvd.synchronize(handle)
+    assert torch.equal(first, summed(0))
+    for i, out in enumerate(outs, 1):
+        assert torch.equal(out, summed(i))
+        assert out.data_ptr() != first.data_ptr()
+
+
+def test_shapes_and_dtypes_not_mixed():
+    a = hvd.allreduce(rank_values(0), op=hvd.Sum, name="reuse.shape.a")
+    a_id = id(a)
+    del a
+    b = hvd.allreduce(rank_values(1).reshape(-1, 20), op=hvd.Sum, name="reuse.shape.b")
+    c = hvd.allreduce(rank_values(2).double(), op=hvd.Sum, name="reuse.shape.c")
+    assert id(b) != a_id and id(c) != a_id
+    assert b.shape == (COUNT // 20, 20) and torch.equal(b, summed(1).reshape(-1, 20))
+    assert c.dtype == torch.float64 and torch.equal(c, summed(2).double())
+
+
+def test_bounded():
+    """At most PER_SHAPE tensors per shape, MAX_SHAPES shapes and MAX_BYTES."""
+    held = [hvd.allreduce(rank_values(i), op=hvd.Sum, name="reuse.bound") for i in range(5)]
+    assert _reuse.stats()[1] == _reuse.PER_SHAPE
+    for n in range(1, _reuse.MAX_SHAPES + 20):
+        hvd.allreduce(torch.ones(n), op=hvd.Sum, name=f"reuse.bound.{n}")
+    nbytes, count = _reuse.stats()
+    assert nbytes <= _reuse.MAX_BYTES and count <= _reuse.MAX_SHAPES * _reuse.PER_SHAPE
+    for i, out in enumerate(held):
+        assert torch.equal(out, summed(i))
