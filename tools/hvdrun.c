@@ -119,8 +119,11 @@ typedef struct run {
         int cap;
         host_t *added[64];
         size_t n_added;
-        int last_status; /* of the worker that exited last */
-        bool finished;   /* a worker exited with status 0: the training is done */
+        hvd_daemon_offer_t *offers; /* --discover-daemons: the root daemon's last answer, [MAX_OFFERS] */
+        char offers_error[512];     /* its last failure, printed once */
+        bool root_kept;             /* the root host's workers were kept once the script dropped it */
+        int last_status;            /* of the worker that exited last */
+        bool finished;              /* a worker exited with status 0: the training is done */
 } run_t;
 
 /* ---- small helpers ---- */
@@ -402,11 +405,12 @@ static void endpoint_for_host(const char *ep, const char *host, char *out, size_
 }
 
 /* The daemon of this machine's own host (HOST_LOCAL): the node's, or a private one.
- * A private one that is the root of a job spanning hosts listens for their daemons:
+ * A private one that is the root of a job spanning hosts (or taking offered hosts,
+ * --discover-daemons) listens for their daemons:
  * on loopback when every host is on this machine, else on every interface at
  * --root-peer's port (or a free one). */
 static int start_local_daemon(const options_t *o, const job_t *job, host_t *h) {
-        bool root = job->cross_size > 1 && h == job->root;
+        bool root = (job->cross_size > 1 || o->elastic.daemons) && h == job->root;
         h->runtime_dir = o->runtime_dir;
         int embedded = o->embedded;
         if (embedded != 1) {
@@ -1047,30 +1051,48 @@ static host_t *elastic_host(run_t *run, const char *name) {
         return NULL;
 }
 
+/* The offer of host name among the root daemon's last answer, or NULL. */
+static const hvd_daemon_offer_t *elastic_offer(const run_t *run, const char *name, size_t n_offers) {
+        for (size_t i = 0; i < n_offers; i++)
+                if (strcmp(run->offers[i].host, name) == 0)
+                        return &run->offers[i];
+        return NULL;
+}
+
 /* A host the discovery script found: emulated here (its own daemon), or
- * this machine (its daemon); NULL for the others, which are not added. */
-static host_t *elastic_add_host(run_t *run, const char *name) {
+ * this machine (its daemon); one a daemon of this machine offered (off):
+ * that daemon's. NULL for the others, which are not added. */
+static host_t *elastic_add_host(run_t *run, const char *name, const hvd_daemon_offer_t *off) {
         static char refused[256];
         const host_t *root = run->job->root;
-        bool here = !run->o->emulate_hosts && host_is_local(name) && root->kind == HOST_LOCAL;
-        if ((!run->o->emulate_hosts && !here) || run->n_added == ELEMENTSOF(run->added)) {
+        bool here = !off && !run->o->emulate_hosts && host_is_local(name) && root->kind == HOST_LOCAL;
+        const char *why = off && !off->here ? "its daemon runs on another machine, and hvdrun starts the workers of "
+                                              "offered hosts on this machine only"
+                          : !off && !run->o->emulate_hosts && !here
+                                  ? "an elastic job grows onto emulated hosts (--emulate-hosts), this machine, "
+                                    "or hosts whose daemons on this machine offer them (--discover-daemons)"
+                          : run->n_added == ELEMENTSOF(run->added) ? "hvdrun adds at most 64 hosts"
+                                                                   : NULL;
+        if (why) {
                 if (strcmp(refused, name) != 0)
-                        fprintf(stderr,
-                                "hvdrun: discovered host %s is not added: an elastic job grows onto "
-                                "emulated hosts (--emulate-hosts) or this machine\n",
-                                name);
+                        fprintf(stderr, "hvdrun: %s host %s is not added: %s\n", off ? "offered" : "discovered", name,
+                                why);
                 snprintf(refused, sizeof refused, "%s", name);
                 return NULL;
         }
         host_t *h = calloc(1, sizeof *h);
-        if (!h || !(h->name = strdup(name))) {
+        if (!h || !(h->name = strdup(name)) || (off && !(h->offered_dir = strdup(off->runtime_dir)))) {
+                if (h)
+                        free(h->name);
                 free(h);
                 return NULL;
         }
-        h->kind = here ? HOST_LOCAL : HOST_EMULATED;
+        h->kind = here ? HOST_LOCAL : off ? HOST_NODE : HOST_EMULATED;
         h->cross_rank = 1;
         h->runtime_dir = root->runtime_dir;
-        if (!here) {
+        if (off)
+                h->runtime_dir = h->node_dir = h->offered_dir;
+        else if (!here) {
                 h->private_daemon = true;
                 if (embedded_start(&h->emb, run->o, "tcp://127.0.0.1:*", h->peer_ep, sizeof h->peer_ep) < 0) {
                         free(h->name);
@@ -1080,7 +1102,11 @@ static host_t *elastic_add_host(run_t *run, const char *name) {
                 h->runtime_dir = h->emb.dir;
         }
         run->added[run->n_added++] = h;
-        fprintf(stderr, "hvdrun: host %s discovered: starting workers there\n", name);
+        if (off)
+                fprintf(stderr, "hvdrun: host %s offered by its daemon in %s: starting workers there\n", name,
+                        off->runtime_dir);
+        else
+                fprintf(stderr, "hvdrun: host %s discovered: starting workers there\n", name);
         return h;
 }
 
@@ -1116,19 +1142,69 @@ static int elastic_spawn(run_t *run, host_t *h, int lr, int n) {
         return r;
 }
 
-/* The discovery script's hosts: workers of hosts no longer listed are
- * stopped, new hosts get workers (up to --max-np in all). */
+/* --discover-daemons: the hosts offered to the root daemon join those of
+ * the script (or, without one, the job's own); 0, or < 0 when the root
+ * daemon did not answer (printed once: the job keeps its hosts). */
+static int elastic_offers(run_t *run, uint64_t now, const hvd_discovered_t **hs, size_t *n, size_t *n_offers) {
+        *n_offers = 0;
+        if (!run->o->elastic.daemons)
+                return 0;
+        char msg[sizeof run->offers_error];
+        size_t k = 0;
+        int r = hvd_daemon_offers(run->job->root->runtime_dir, PROBE_TIMEOUT_USEC, run->offers, MAX_OFFERS, &k, msg,
+                                  sizeof msg);
+        if (r < 0) {
+                if (strcmp(msg, run->offers_error) != 0)
+                        fprintf(stderr,
+                                "hvdrun: cannot read the hosts offered to the root daemon: %s; keeping the "
+                                "job's hosts\n",
+                                msg);
+                snprintf(run->offers_error, sizeof run->offers_error, "%s", msg);
+                return r;
+        }
+        run->offers_error[0] = 0;
+        *n_offers = k;
+        for (size_t i = 0; i < k; i++) {
+                const host_t *h = elastic_host(run, run->offers[i].host);
+                /* a host of the job's own keeps its daemon */
+                if ((!h || h->offered_dir) &&
+                    hvd_discovery_add(run->disc, run->offers[i].host, (long) run->offers[i].slots, now, hs, n) < 0)
+                        break;
+        }
+        return 0;
+}
+
+/* Whether host h stays though the discovery left it out: a host of -H
+ * without a script, and the root daemon's host, whose daemon decides
+ * every generation and holds rank 0 (docs/ELASTIC.md). */
+static bool elastic_keeps(run_t *run, const host_t *h) {
+        if (!run->o->elastic.discovery && !h->offered_dir && h >= run->hosts && h < run->hosts + run->n_hosts)
+                return true;
+        if (h != run->job->root)
+                return false;
+        if (!run->root_kept)
+                fprintf(stderr,
+                        "hvdrun: host %s is no longer discovered, but its daemon is the job's root (it decides "
+                        "every generation, and rank 0 is there): its workers are kept\n",
+                        h->name);
+        run->root_kept = true;
+        return true;
+}
+
+/* The discovered hosts (the script's, the offered ones): workers of hosts
+ * no longer listed are stopped, new hosts get workers (up to --max-np in
+ * all). */
 static void elastic_discover(run_t *run, uint64_t now) {
         const hvd_discovered_t *hs;
-        size_t n;
-        if (hvd_discovery_poll(run->disc, now, &hs, &n) <= 0)
+        size_t n, n_offers;
+        if (hvd_discovery_poll(run->disc, now, &hs, &n) <= 0 || elastic_offers(run, now, &hs, &n, &n_offers) < 0)
                 return;
         for (int i = 0; i < run->n; i++) {
                 worker_t *w = &run->w[i];
                 bool listed = hvd_discovery_blacklisted(run->disc, w->host->name, now);
                 for (size_t k = 0; k < n && !listed; k++)
                         listed = strcmp(hs[k].name, w->host->name) == 0;
-                if (w->pid <= 0 || w->exited || w->stopped || listed)
+                if (w->pid <= 0 || w->exited || w->stopped || listed || elastic_keeps(run, w->host))
                         continue;
                 fprintf(stderr, "hvdrun: host %s is no longer discovered: stopping worker %d\n", w->host->name,
                         w->rank);
@@ -1142,7 +1218,8 @@ static void elastic_discover(run_t *run, uint64_t now) {
                 for (int i = 0; h && i < run->n && !busy; i++)
                         busy = run->w[i].host == h && run->w[i].pid > 0 && !run->w[i].exited;
                 long want = HVD_MIN(hs[k].slots, run->o->elastic.max_np - live);
-                if (busy || want <= 0 || (!h && !(h = elastic_add_host(run, hs[k].name))))
+                if (busy || want <= 0 ||
+                    (!h && !(h = elastic_add_host(run, hs[k].name, elastic_offer(run, hs[k].name, n_offers)))))
                         continue;
                 for (int lr = 0; lr < want && run->n < run->cap; lr++)
                         if (elastic_spawn(run, h, lr, (int) want) == 0)
@@ -1155,10 +1232,13 @@ static void elastic_free_hosts(run_t *run) {
                 embedded_ask_stop(&run->added[i]->emb);
         for (size_t i = 0; i < run->n_added; i++) {
                 embedded_stop(&run->added[i]->emb);
+                free(run->added[i]->offered_dir);
                 free(run->added[i]->name);
                 free(run->added[i]);
         }
         run->n_added = 0;
+        free(run->offers);
+        run->offers = NULL;
 }
 
 static void note_exit(run_t *run, worker_t *w, const siginfo_t *si, uint64_t now) {
@@ -1531,6 +1611,43 @@ static int remote_stdin(run_t *run, bool with_our_stdin) {
         return p[0];
 }
 
+/* --discover-daemons: the root daemon must have a peer endpoint, where the
+ * daemons that offer their hosts (elastic_root) reach it; it is shown. */
+static int elastic_daemons_check(const run_t *run) {
+        const host_t *root = run->job->root;
+        if (!run->job->root_peer[0]) {
+                fprintf(stderr,
+                        "hvdrun: --discover-daemons: the job's root daemon (host %s, %s) has no peer endpoint where "
+                        "other daemons could offer their hosts: give it a peer_listen, or use --emulate-hosts\n",
+                        root->name, root->runtime_dir);
+                return -EINVAL;
+        }
+        fprintf(stderr, "hvdrun: daemons with elastic_root = %s offer their hosts to this job\n", run->job->root_peer);
+        return 0;
+}
+
+/* A discovery script must list the first host, whose daemon is the job's
+ * root: it decides every generation, and the committed state is broadcast
+ * from its rank 0 (docs/ELASTIC.md). Checked once before any worker
+ * starts; a script that fails now is judged at its next run. */
+static int elastic_root_listed(run_t *run) {
+        const hvd_discovered_t *hs;
+        size_t n;
+        const host_t *root = run->job->root;
+        if (hvd_discovery_poll(run->disc, hvd_now_usec(), &hs, &n) <= 0)
+                return 0;
+        for (size_t i = 0; i < n; i++)
+                if (strcmp(hs[i].name, root->name) == 0 ||
+                    (root->kind == HOST_LOCAL && host_is_local(hs[i].name) && host_is_local(root->name)))
+                        return 0;
+        fprintf(stderr,
+                "hvdrun: the host discovery script '%s' does not list host %s, the job's first host: its daemon is "
+                "the root of the elastic job (it decides every generation, and the state is broadcast from its "
+                "rank 0), so it must keep a worker; list it in the script's output\n",
+                run->o->elastic.discovery, root->name);
+        return -EINVAL;
+}
+
 static const char *kind_name(const host_t *h, bool srun) {
         if (srun)
                 return h->kind != HOST_LOCAL ? "srun"
@@ -1568,6 +1685,8 @@ int main(int argc, char **argv) {
                         goto out;
                 }
                 run.cap = (int) o.np + 1024;
+                if (o.elastic.daemons && !(run.offers = calloc(MAX_OFFERS, sizeof *run.offers)))
+                        goto out_oom;
         }
         run.o = &o;
         run.verbose = o.verbose;
@@ -1642,6 +1761,10 @@ int main(int argc, char **argv) {
         /* an elastic job may grow onto other hosts: their daemons reach the root's */
         if (run.disc && !job.root_peer[0] && job.root && job.root->peer_ep[0])
                 snprintf(job.root_peer, sizeof job.root_peer, "%s", job.root->peer_ep);
+        if (o.elastic.daemons && !o.dry_run && elastic_daemons_check(&run) < 0)
+                goto out;
+        if (o.elastic.discovery && !o.dry_run && elastic_root_listed(&run) < 0)
+                goto out;
         run.path = path;
         if (o.verbose) {
                 fprintf(stderr, "hvdrun: job %s, %ld rank%s on %d host%s", job.id, o.np, o.np == 1 ? "" : "s",
