@@ -4,7 +4,8 @@
 # daemon started while the job runs joins with its slots, up to --max-np
 # (the job grows, the new rank after the old ones, all synced); kill -9 of
 # that daemon shrinks the job back (its rank lost, its host dropped), and
-# the training finishes with the same weights on every rank. A discovery
+# the training finishes with the same weights on every rank; hvdctl status
+# at the root daemon lists the offer. A discovery
 # script that leaves out the job's first host, whose daemon is the root,
 # is refused before any worker starts.
 . "${HVD_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/elastic/lib.sh"
@@ -43,6 +44,16 @@ wait_for 90 progress_at "0 2" || fail "the training did not reach epoch 0 batch 
         --elastic-slots 2 >"$tmp/c.log" 2>&1 &
 cpid=$!
 wait_for 90 progress_at "1 2" || fail "the training did not go on to epoch 1 batch 2 with host c" "$(cat "$tmp/c.log")"
+# the root daemon (host a's, hvdrun's private one) lists the offer
+rootdir=$(ls -d "$TMPDIR"/hvdrun-*)
+"$B/tools/hvdctl" --endpoint "$rootdir" status >"$tmp/status" || fail "hvdctl status at the root daemon failed"
+grep -q "^  offered host:      c, 2 slots, daemon pid $cpid in $tmp/c, heard " "$tmp/status" ||
+        fail "hvdctl status does not list host c's offer" "$(cat "$tmp/status")"
+"$B/tools/hvdctl" --endpoint "$rootdir" status --json | "$PYTHON" -c '
+import json, sys
+o = json.load(sys.stdin)["offered_hosts"]
+sys.exit(0 if [(h["host"], h["slots"], h["runtime_dir"]) for h in o] == [("c", 2, sys.argv[1])] else 1)' "$tmp/c" ||
+        fail "hvdctl status --json does not list host c's offer"
 { kill -9 "$cpid" && wait "$cpid"; } 2>/dev/null
 cpid=
 wait "$hpid"
