@@ -5,7 +5,8 @@
 # (the job grows, the new rank after the old ones, all synced); kill -9 of
 # that daemon shrinks the job back (its rank lost, its host dropped), and
 # the training finishes with the same weights on every rank; hvdctl status
-# at the root daemon lists the offer. A discovery
+# at the root daemon lists the offer. With a discovery script too, the
+# job takes the hosts of both. A discovery
 # script that leaves out the job's first host, whose daemon is the root,
 # is refused before any worker starts.
 . "${HVD_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/elastic/lib.sh"
@@ -73,6 +74,38 @@ last=$(grep -o 'ELASTIC gen=[0-9]*' "$tmp/out" | sort -t= -k2 -n | tail -n 1 | c
 check_generation "$last" 2 "a a"
 check_results 2
 ok "host c offered by a daemon started mid-job (2 slots, --max-np 3): generation $grown on a a c, synced; its daemon killed: generation $last on a a, finished"
+
+# with a discovery script too: the hosts of both. The script adds b at
+# once; once b is in (epoch 0 batch 1), host d's daemon offers it
+rm -rf "$tmp/c" "$TMPDIR"/hvdrun-*
+mkdir "$tmp/d"
+: >"$tmp/progress"
+printf '0 0 a:1,b:1\n' >"$tmp/schedule"
+export ELASTIC_WAIT=0:1:a+b,0:2:a+b+d
+timeout -k 5 150 "$B/tools/hvdrun" --emulate-hosts -x ELASTIC_EPOCHS -x ELASTIC_WAIT -x ELASTIC_PROGRESS \
+        -x HVD_ELASTIC_SETTLE -np 1 -H a:1 --min-np 1 --max-np 3 --discover-daemons --discovery-interval 0.2 \
+        --host-discovery-script "$S/tests/elastic/discover.sh $tmp/progress $tmp/schedule" \
+        "$PYTHON" "$S/tests/elastic/train.py" >"$tmp/out" 2>&1 &
+hpid=$!
+wait_for 60 announced || fail "hvdrun did not say where daemons offer their hosts"
+ep=$(sed -n 's/^hvdrun: daemons with elastic_root = \(.*\) offer their hosts to this job$/\1/p' "$tmp/out")
+wait_for 90 progress_at "0 2" || fail "the training did not reach epoch 0 batch 2 with host b"
+"$B/daemon/hvd-coordinatord" -c "$tmp/empty.conf" --runtime-dir "$tmp/d" --elastic-root "$ep" --elastic-host d \
+        >"$tmp/d.log" 2>&1 &
+cpid=$!
+wait "$hpid"
+rc=$?
+{ kill "$cpid" && wait "$cpid"; } 2>/dev/null
+cpid=
+echo "# exit status $rc"
+[ "$rc" -eq 0 ] || fail "the job with a script and an offered host: exit status $rc"
+grep -q 'hvdrun: host b discovered: starting workers there' "$tmp/out" || fail "host b was not started"
+grep -q "hvdrun: host d offered by its daemon in $tmp/d: starting workers there" "$tmp/out" ||
+        fail "host d was not started from its daemon's offer"
+last=$(grep -o 'ELASTIC gen=[0-9]*' "$tmp/out" | sort -t= -k2 -n | tail -n 1 | cut -d= -f2)
+check_generation "$last" 3 "a b d"
+check_results 3
+ok "a discovery script's host b and host d offered by its daemon (1 slot, --slots): generation $last on a b d, finished"
 
 printf '0 0 b:2\n' >"$tmp/schedule"
 run rootless -np 2 -H a:2 --min-np 1 --max-np 4 \
