@@ -226,6 +226,7 @@ int hvd_daemon_offers(const char *dir, uint64_t timeout_usec, hvd_daemon_offer_t
                         snprintf(d->host, sizeof d->host, "%s", o->host);
                         snprintf(d->runtime_dir, sizeof d->runtime_dir, "%s", o->runtime_dir);
                         d->slots = o->slots;
+                        d->pid = o->pid;
                         d->here = me[0] && strcmp(me, o->machine) == 0;
                 }
         }

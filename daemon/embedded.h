@@ -59,7 +59,8 @@ typedef struct hvd_daemon_offer {
         char host[256];
         uint32_t slots; /* 0: the job's default */
         char runtime_dir[PATH_MAX];
-        bool here; /* the offering daemon runs on this machine */
+        uint32_t pid; /* the offering daemon's */
+        bool here;    /* the offering daemon runs on this machine */
 } hvd_daemon_offer_t;
 
 /* The hosts offered to the daemon of dir (its status), at most max, into

@@ -8,6 +8,8 @@
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -72,6 +74,17 @@ static host_t *elastic_add_host(run_t *run, const char *name, const hvd_daemon_o
                                     "or hosts whose daemons on this machine offer them (--discover-daemons)"
                           : run->n_added == ELEMENTSOF(run->added) ? "hvdrun adds at most 64 hosts"
                                                                    : NULL;
+        char msg[PATH_MAX + 256];
+        uint32_t pid = 0;
+        /* the daemon answering in the offered directory is the one that offered it */
+        if (!why && off && hvd_daemon_probe(off->runtime_dir, PROBE_TIMEOUT_USEC, msg, sizeof msg, NULL, 0, &pid) < 0)
+                why = msg;
+        else if (!why && off && pid != off->pid) {
+                snprintf(msg, sizeof msg,
+                         "the daemon in %s (pid %" PRIu32 ") is not the one that offered it (pid %" PRIu32 ")",
+                         off->runtime_dir, pid, off->pid);
+                why = msg;
+        }
         if (why) {
                 if (strcmp(refused, name) != 0)
                         fprintf(stderr, "hvdrun: %s host %s is not added: %s\n", off ? "offered" : "discovered", name,
