@@ -32,12 +32,14 @@
 #     Needs root.
 #   CYCLES="1" (ms): the grid's cycle times (HVD_CYCLE_TIME), beside FUSIONS.
 #   MPI=0: no Open MPI runs.
-#   AUTOTUNE=1 (with NETNS=1): first, per model, a job the root daemon
-#     autotunes (HVD_AUTOTUNE=1, AT_WARMUP=1 warm-up samples of AT_STEPS=3
-#     steps, AT_SAMPLES=12 samples of search), started from AT_START_FUSION=0
-#     bytes and AT_START_CYCLE=10 ms (HVD_AUTOTUNE_START_*); then in every round, beside
-#     the grid, a job at the point it settled on ("hvd tuned"), whose speed
-#     is compared to the grid's best (docs/AUTOTUNE.md).
+#   AUTOTUNE=1: first, per model (and per NPS on one node), a job the root
+#     daemon autotunes (HVD_AUTOTUNE=1, AT_WARMUP=1 warm-up samples of
+#     AT_STEPS=3 steps, AT_SAMPLES=12 samples of search), started from
+#     AT_START_FUSION=0 bytes and AT_START_CYCLE=10 ms (HVD_AUTOTUNE_START_*);
+#     then in every round, beside the grid, a job at the point it settled on
+#     ("hvd tuned"), whose speed is compared to the grid's best
+#     (docs/AUTOTUNE.md). On one node the ranks fuse on the fast path and
+#     rank 0 measures the steps for the autotuner.
 set -u
 build=${1:-$(pwd)}
 build=$(cd "$build" && pwd)
@@ -169,26 +171,39 @@ elif [ "$NETNS" = 1 ]; then
         netns_setup
         NPS=$((2 * PER_NODE))
 fi
-# AUTOTUNE: per model, an autotuned job (long enough for every sample, a
-# step lost at each change, and three settled samples); the point it
-# settled on (bytes, ms, samples before) in tuned[MODEL]
+# AUTOTUNE: per model and NP, an autotuned job (long enough for every
+# sample, a step lost at each change, and three settled samples); the
+# point it settled on (bytes, ms, samples before) in tuned[MODEL:NP]
 declare -A tuned
 if [ "$AUTOTUNE" = 1 ] && [ -z "${RAW:-}" ]; then
-        [ "$NETNS" = 1 ] || { echo "run-step: AUTOTUNE=1 needs NETNS=1 (one host's fast path fuses without the daemon)" >&2; exit 2; }
-        for model in $MODELS; do
-                csv=$work/autotune-$model.csv
-                JOB_ENV=(HVD_AUTOTUNE_LOG="$csv" HVD_AUTOTUNE_WARMUP_SAMPLES="$AT_WARMUP"
-                        HVD_AUTOTUNE_STEPS_PER_SAMPLE="$AT_STEPS" HVD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES="$AT_SAMPLES"
-                        HVD_AUTOTUNE_START_FUSION_THRESHOLD="${AT_START_FUSION:-0}"
-                        HVD_AUTOTUNE_START_CYCLE_TIME="${AT_START_CYCLE:-10}")
-                netns_job auto "$build/benchmarks/bench_step" --model "$DATA/$model.tsv" --warmup 1 \
-                        --steps $(((AT_WARMUP + AT_SAMPLES) * (AT_STEPS + 1) + 3 * AT_STEPS + 4)) | sed 's/ mode=fusion / mode=autotune /' >>"$out"
-                sed "s/^/# autotune $model: /" "$csv"
-                tuned[$model]=$(awk -F, '$9 == "settled" { printf "%d %s %d", $6 * 1048576 + 0.5, $5, $8 - 1; exit }' "$csv")
-                [ -n "${tuned[$model]}" ] || echo "run-step: $model: the autotuner did not settle" >&2
-                # shellcheck disable=SC2086 # three words
-                [ -n "${tuned[$model]}" ] && printf 'bench=autotune model=%s threshold=%s cycle_ms=%s samples=%s\n' \
-                        "$model" ${tuned[$model]} >>"$out"
+        at_steps=$(((AT_WARMUP + AT_SAMPLES) * (AT_STEPS + 1) + 3 * AT_STEPS + 4))
+        for np in $NPS; do
+                for model in $MODELS; do
+                        csv=$work/autotune-$model-$np.csv
+                        at_env=(HVD_AUTOTUNE_LOG="$csv" HVD_AUTOTUNE_WARMUP_SAMPLES="$AT_WARMUP"
+                                HVD_AUTOTUNE_STEPS_PER_SAMPLE="$AT_STEPS" HVD_AUTOTUNE_BAYES_OPT_MAX_SAMPLES="$AT_SAMPLES"
+                                HVD_AUTOTUNE_START_FUSION_THRESHOLD="${AT_START_FUSION:-0}"
+                                HVD_AUTOTUNE_START_CYCLE_TIME="${AT_START_CYCLE:-10}")
+                        if [ "$NETNS" = 1 ]; then
+                                JOB_ENV=("${at_env[@]}")
+                                netns_job auto "$build/benchmarks/bench_step" --model "$DATA/$model.tsv" --warmup 1 \
+                                        --steps "$at_steps" | sed 's/ mode=fusion / mode=autotune /' >>"$out"
+                        else
+                                xs=(-x HVD_AUTOTUNE=1)
+                                for e in "${at_env[@]}"; do xs+=(-x "$e"); done
+                                "$build/tools/hvdrun" -np "$np" --no-prefix "${xs[@]}" "$build/benchmarks/bench_step" \
+                                        --model "$DATA/$model.tsv" --warmup 1 --steps "$at_steps" |
+                                        sed 's/ mode=fusion / mode=autotune /' >>"$out" ||
+                                        echo "run-step: hvd autotuned $model np=$np failed" >&2
+                        fi
+                        sed "s/^/# autotune $model np=$np: /" "$csv"
+                        t=$(awk -F, '$9 == "settled" { printf "%d %s %d", $6 * 1048576 + 0.5, $5, $8 - 1; exit }' "$csv")
+                        tuned[$model:$np]=$t
+                        [ -n "$t" ] || echo "run-step: $model np=$np: the autotuner did not settle" >&2
+                        # shellcheck disable=SC2086 # three words
+                        [ -n "$t" ] && printf 'bench=autotune model=%s np=%s threshold=%s cycle_ms=%s samples=%s\n' \
+                                "$model" "$np" $t >>"$out"
+                done
         done
         JOB_ENV=()
 fi
@@ -211,12 +226,19 @@ for np in $NPS; do
                                         fi
                                 done
                         done
-                        if [ -n "${tuned[$model]:-}" ]; then
-                                read -r tb tc _ <<<"${tuned[$model]}"
-                                JOB_ENV=(HVD_CYCLE_TIME="$tc")
-                                netns_job "$tb" "$build/benchmarks/bench_step" --model "$tsv" --steps "$STEPS" \
-                                        --warmup "$WARMUP" | sed 's/ mode=fusion / mode=tuned /' >>"$out"
-                                JOB_ENV=()
+                        if [ -n "${tuned[$model:$np]:-}" ]; then
+                                read -r tb tc _ <<<"${tuned[$model:$np]}"
+                                if [ "$NETNS" = 1 ]; then
+                                        JOB_ENV=(HVD_CYCLE_TIME="$tc")
+                                        netns_job "$tb" "$build/benchmarks/bench_step" --model "$tsv" --steps "$STEPS" \
+                                                --warmup "$WARMUP" | sed 's/ mode=fusion / mode=tuned /' >>"$out"
+                                        JOB_ENV=()
+                                else
+                                        "$build/tools/hvdrun" -np "$np" --no-prefix -x HVD_FUSION_THRESHOLD="$tb" \
+                                                -x HVD_CYCLE_TIME="$tc" "$build/benchmarks/bench_step" --model "$tsv" \
+                                                --steps "$STEPS" --warmup "$WARMUP" | sed 's/ mode=fusion / mode=tuned /' >>"$out" ||
+                                                echo "run-step: hvd tuned $model np=$np failed" >&2
+                                fi
                         fi
                         if [ "$NETNS" != 1 ] && [ "$MPI" = 1 ] && [ -x "$build/benchmarks/mpi_step" ]; then
                                 mpirun --allow-run-as-root --oversubscribe -np "$np" "$build/benchmarks/mpi_step" \
@@ -248,7 +270,8 @@ for m in lines:
         cycles.add(m.get("cycle_ms", "default"))
 for m in lines:
     if m.get("bench") == "autotune":
-        tunes[m["model"]] = m
+        # lines of earlier runs name no np
+        tunes[(m["model"], int(m["np"]) if "np" in m else None)] = m
     if m.get("bench") != "step":
         continue
     if m["impl"] == "hvd" and m["mode"] in ("autotune", "tuned"):
@@ -284,8 +307,8 @@ for (model, np_), r in sorted(runs.items()):
     on = min((v for k, v in hvd.items() if not k.startswith("hvd off")), default=None)
     if off and on:
         print(f"  fusion on (best) vs off (best): {off / on:.2f}x")
-    if hb and "hvd tuned" in tuned and model in tunes:
-        t = tunes[model]
+    t = tunes.get((model, np_), tunes.get((model, None)))
+    if hb and "hvd tuned" in tuned and t:
         print(f"  autotuned: {int(t['threshold']) / 2**20:.2f} MiB, {t['cycle_ms']} ms, settled after {t['samples']}"
               f" samples: {tuned['hvd tuned']:.1f} ms, {hvd[hb] / tuned['hvd tuned']:.0%} of the grid's best ({hb})"
               f" speed" + (f"; the whole autotuned run's median {tuned['hvd autotune']:.1f} ms" if "hvd autotune" in tuned else ""))

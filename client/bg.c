@@ -139,7 +139,7 @@ static long node_timeout(const bg_look_t *l, uint64_t now, long timeout, uint64_
 static long board_timeout(long timeout, uint64_t *board_usec) {
         bool busy = hvd_fastpath_busy(G.fp), awaits = hvd_fastpath_awaits_schedule(G.fp);
         /* counters not yet reported: come back for them */
-        if (memcmp(&G.fp_done, &G.fp_sent, sizeof G.fp_done))
+        if (memcmp(&G.fp_done, &G.fp_sent, sizeof G.fp_done) || G.tune_meter.n)
                 timeout = at_most(timeout, 50);
         if (!busy)
                 return timeout;

@@ -26,6 +26,7 @@
 #include "invariant.h"
 #include "negotiate.h"
 #include "strmap.h"
+#include "tune_meter.h"
 #include "wire.h"
 
 #define ERRLEN 1024
@@ -224,7 +225,8 @@ struct hvd_client {
         hvd_fastpath_t *fp;    /* one node's board; NULL: every tensor goes to the coordinator */
         hvd_held_schedule_t *sched_head, *sched_tail;
         hvd_fp_counters_t fp_done;
-        _Atomic int fp_waiters; /* user threads taking turns */
+        hvd_tune_meter_t tune_meter; /* local rank 0 of a tuned job of one host with the fast path */
+        _Atomic int fp_waiters;      /* user threads taking turns */
         /* for the daemon's status, sent with readiness (schedules may run on
          * a user thread that has the fast path's turn) */
         _Atomic uint64_t done_seq, busy_usec;

@@ -159,6 +159,14 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
                         .bytes = hvd_entry_count(e) * hvd_dtype_size(e->p.dtype),
                 };
         }
+        if (G.tune_meter.on) {
+                uint64_t bytes = 0;
+                for (uint32_t i = 0; i < n; i++) {
+                        hvd_tune_meter_see(&G.tune_meter, ids[i]);
+                        bytes += items[i].bytes;
+                }
+                hvd_tune_meter_record(&G.tune_meter, bytes, G.tune_generation, hvd_now_usec());
+        }
         size_t n_ops = hvd_fusion_plan(items, n, G.fusion_threshold, op_of, ops);
         hvd_assert(n_ops <= n);
         for (size_t k = 0; k < n_ops && r >= 0; k++) {
@@ -208,6 +216,27 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
         if (r < 0)
                 hvd_job_abort(r, err);
         return r;
+}
+
+/* The autotuner's step meter (local rank 0, one host): a schedule's
+ * tensors and the bytes they reduce (an allgather's: all its rows). */
+static void meter_schedule(const Hvd__Schedule *s) {
+        if (!G.tune_meter.on)
+                return;
+        uint64_t bytes = 0;
+        for (size_t o = 0; o < s->n_ops; o++) {
+                const Hvd__Op *op = s->ops[o];
+                for (size_t k = 0; k < op->n_entries; k++) {
+                        const Hvd__Entry *e = op->entries[k];
+                        uint64_t count = e->count;
+                        if (!count)
+                                for (size_t q = 0; q < e->n_rank_rows; q++)
+                                        count += (uint64_t) e->rank_rows[q] * e->row_elems;
+                        hvd_tune_meter_see(&G.tune_meter, e->id);
+                        bytes += count * hvd_dtype_size((hvd_dtype_t) op->dtype);
+                }
+        }
+        hvd_tune_meter_record(&G.tune_meter, bytes, G.tune_generation, hvd_now_usec());
 }
 
 /* A schedule local rank 0 posted inline: its packed envelope, decoded. */
@@ -290,8 +319,10 @@ static int fp_run(void *userdata, const hvd_fastpath_record_t *rec) {
         }
         if (G.fp_node && (r = hvd_schedule_keys_resolve(&s, err, sizeof err)) < 0)
                 hvd_job_abort(r, err);
-        else
+        else {
+                meter_schedule(s);
                 r = hvd_schedule_execute(s);
+        }
         hvd_negotiator_schedule_free(&s);
         return r < 0 ? r : G.abort_code;
 }
@@ -313,7 +344,7 @@ static void fp_demote(void *userdata, uint32_t id) {
 
 /* Sends the fast path's counters to the coordinator (for its status). */
 void hvd_fp_report(bool force) {
-        if (!G.sock || !memcmp(&G.fp_done, &G.fp_sent, sizeof G.fp_done))
+        if (!G.sock || (!memcmp(&G.fp_done, &G.fp_sent, sizeof G.fp_done) && !G.tune_meter.n))
                 return;
         uint64_t now = hvd_now_usec();
         if (!force && now - G.fp_report_usec < FP_REPORT_USEC)
@@ -325,10 +356,16 @@ void hvd_fp_report(bool force) {
         done.fast_path_fused_tensors = G.fp_done.fused - G.fp_sent.fused;
         done.fast_path_bytes = G.fp_done.bytes - G.fp_sent.bytes;
         done.fast_path_cache_hits = G.fp_done.hits - G.fp_sent.hits;
+        done.n_tune_step_usec = done.n_tune_step_bytes = done.n_tune_step_generation = G.tune_meter.n;
+        done.tune_step_usec = G.tune_meter.usec;
+        done.tune_step_bytes = G.tune_meter.step_bytes;
+        done.tune_step_generation = G.tune_meter.step_generation;
         env.body_case = HVD__ENVELOPE__BODY_DONE;
         env.done = &done;
-        if (hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT) == 0)
+        if (hvd_wire_send(G.sock, &env, ZMQ_DONTWAIT) == 0) {
                 G.fp_sent = G.fp_done;
+                G.tune_meter.n = 0;
+        }
         G.fp_report_usec = now;
 }
 

@@ -505,6 +505,9 @@ static int data_plane_open(const hvd_settings_t *s, const Hvd__Welcome *w) {
         G.fusion_threshold = w->fusion_threshold;
         if (r >= 0 && G.local_size > 1 && s->fast_path)
                 r = fastpath_open(err, sizeof err);
+        /* one host with the fast path: the daemon sees no steady-state
+         * schedules, so local rank 0 measures the steps for the autotuner */
+        hvd_tune_meter_reset(&G.tune_meter, s->autotune && G.fp && !G.fp_node && G.local_rank == 0);
         if (r >= 0 && G.gpu.devices > 0) {
                 if (w->nccl_id.len != HVD_NCCL_ID_BYTES)
                         snprintf(G.gpu.why, sizeof G.gpu.why, "rank 0 has no GPU backend: no NCCL communicator");

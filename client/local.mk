@@ -23,6 +23,7 @@ client_libhvd_la_SOURCES = \
 	client/fastpath.c client/fastpath.h \
 	client/tcp.c client/tcp.h \
 	client/timeline.c client/timeline.h \
+	client/tune_meter.c client/tune_meter.h \
 	client/gpu_module.h
 client_libhvd_la_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/daemon
 client_libhvd_la_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS) -O3

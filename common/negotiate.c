@@ -1276,6 +1276,17 @@ out:
         return r;
 }
 
+int hvd_negotiator_take_empty_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
+        Hvd__Schedule *s = zalloc(sizeof *s);
+        if (!s)
+                return -ENOMEM;
+        hvd__schedule__init(s);
+        s->seq = ++n->seq;
+        s->join_done_last_rank = -1;
+        *ret = s;
+        return 0;
+}
+
 void hvd_negotiator_schedule_free(Hvd__Schedule **s) {
         if (!s || !*s)
                 return;

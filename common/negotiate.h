@@ -64,6 +64,11 @@ bool hvd_negotiator_has_work(const hvd_negotiator_t *n);
  * operations for the rest. Returns 1 and a new message in *ret (free with
  * hvd_negotiator_schedule_free) or 0 when there is nothing to send. */
 int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret);
+/* The next schedule with nothing in it (for a message that must reach
+ * every rank at one schedule number while nothing is ready, such as the
+ * autotuner's change). Returns 0 and a new message in *ret (free with
+ * hvd_negotiator_schedule_free), or -ENOMEM. */
+int hvd_negotiator_take_empty_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret);
 void hvd_negotiator_schedule_free(Hvd__Schedule **s);
 
 /* Tensors some ranks submitted and others not: writes a readable line per

@@ -675,9 +675,17 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
                                     HVD_WIRE_MAX_OFFER_SLOTS);
                 return 0;
         }
+        case HVD__ENVELOPE__BODY_DONE: {
+                const Hvd__Done *dn = env->done;
+                if (dn->n_tune_step_usec != dn->n_tune_step_bytes ||
+                    dn->n_tune_step_usec != dn->n_tune_step_generation ||
+                    dn->n_tune_step_usec > HVD_WIRE_MAX_TUNE_STEPS)
+                        return fail(err, err_len, "done: %zu step times, %zu step sizes, %zu generations",
+                                    dn->n_tune_step_usec, dn->n_tune_step_bytes, dn->n_tune_step_generation);
+                return 0;
+        }
         case HVD__ENVELOPE__BODY_METRICS_REQUEST:
         case HVD__ENVELOPE__BODY_HEARTBEAT:
-        case HVD__ENVELOPE__BODY_DONE:
         case HVD__ENVELOPE__BODY_GOODBYE:
         case HVD__ENVELOPE__BODY_STATUS: return 0;
         default: return fail(err, err_len, "message with no known body");

@@ -10,7 +10,15 @@
  * twice) comes round again;
  * a step's score is the bytes scheduled between two of its schedules per
  * second between them; a sample's score is the median of steps_per_sample
- * steps. The step during which a change applies is not scored. */
+ * steps. The step during which a change applies is not scored.
+ *
+ * A job of one host with the fast path fuses its steady state on the
+ * workers, without schedules: there local rank 0 measures the steps by
+ * the same rule in the board's order (client/tune_meter.c) and reports
+ * them with the generation each ran under; only steps of the generation
+ * in force count. A change then goes out in a schedule of its own when no
+ * other is going out; it is a marker in the board's log like any
+ * schedule, so every rank applies it at the same place in the log. */
 #include "config.h"
 
 #include <math.h>
@@ -39,6 +47,7 @@ struct autotune {
         at_state_t state;
         char off_why[300];
         bool checked; /* the fast-path check of the first schedule was done */
+        bool fed;     /* one host with the fast path: local rank 0 measures the steps */
         uint32_t warmup, steps_per_sample, max_samples;
         double noise;
         bool fix_threshold, fix_cycle;
@@ -118,7 +127,7 @@ static void adopt(job_t *j, autotune_t *t, uint64_t elastic_gen, bool log) {
         j->tune = t;
         t->elastic_gen = elastic_gen;
         t->log = log;
-        t->checked = t->have_marker = t->in_step = t->mixed = false;
+        t->checked = t->fed = t->have_marker = t->in_step = t->mixed = false;
         memset(t->seen, 0, sizeof t->seen);
         t->n_steps = 0;
         t->step_bytes = 0;
@@ -298,7 +307,8 @@ static void step_done(hvd_daemon_t *d, job_t *j, autotune_t *t, uint64_t dur, ui
 }
 
 /* The first schedule: a job of one host whose ranks share the board fuses
- * its steady state on the workers, where the daemon sees no schedules. */
+ * its steady state on the workers, where the daemon sees no schedules:
+ * its local rank 0 measures the steps. */
 static void check_fast_path(job_t *j, autotune_t *t) {
         t->checked = true;
         if (j->role != JOB_SINGLE || j->local_size < 2)
@@ -306,20 +316,28 @@ static void check_fast_path(job_t *j, autotune_t *t) {
         for (uint32_t r = 0; r < j->size; r++)
                 if (j->ranks[r] && !j->ranks[r]->board)
                         return;
-        t->state = AT_OFF;
-        snprintf(t->off_why, sizeof t->off_why,
-                 "one host with the fast path: its workers fuse without the daemon (HVD_FAST_PATH=0 to tune)");
-        hvd_log_warning("job %s: autotune off: %s", j->id, t->off_why);
+        t->fed = true;
+        hvd_log_info("job %s: autotune: one host with the fast path: rank 0 measures the steps", j->id);
 }
 
-bool autotune_schedule(hvd_daemon_t *d, job_t *j, Hvd__Schedule *s, uint64_t bytes) {
+bool autotune_wants_schedule(const job_t *j) {
+        const autotune_t *t = j->tune;
+        return t && t->fed && t->pending && t->state != AT_OFF;
+}
+
+void autotune_worker_steps(hvd_daemon_t *d, job_t *j, const Hvd__Done *dn) {
         autotune_t *t = j->tune;
-        if (!t)
-                return false;
-        if (!t->checked)
-                check_fast_path(j, t);
-        if (t->state == AT_OFF)
-                return false;
+        if (!t || !t->fed || t->state == AT_OFF)
+                return;
+        /* a step of an earlier generation ran under other settings; once a
+         * sample ends and a change is made, the rest of the report is */
+        for (size_t i = 0; i < dn->n_tune_step_usec && t->state != AT_OFF; i++)
+                if (!t->pending && dn->tune_step_generation[i] == t->generation)
+                        step_done(d, j, t, dn->tune_step_usec[i], dn->tune_step_bytes[i]);
+}
+
+/* Schedule s, of bytes, counts for the steps the root measures. */
+static void schedule_steps(hvd_daemon_t *d, job_t *j, autotune_t *t, const Hvd__Schedule *s, uint64_t bytes) {
         /* the step: the job's lowest cache id that came round again marks
          * where one begins (a tensor negotiated once, as a state's sync
          * before training, marks nothing) */
@@ -353,6 +371,18 @@ bool autotune_schedule(hvd_daemon_t *d, job_t *j, Hvd__Schedule *s, uint64_t byt
                 t->step_bytes = 0;
         }
         t->step_bytes += bytes;
+}
+
+bool autotune_schedule(hvd_daemon_t *d, job_t *j, Hvd__Schedule *s, uint64_t bytes) {
+        autotune_t *t = j->tune;
+        if (!t)
+                return false;
+        if (!t->checked)
+                check_fast_path(j, t);
+        if (t->state == AT_OFF)
+                return false;
+        if (!t->fed)
+                schedule_steps(d, j, t, s, bytes);
         if (!t->pending)
                 return false;
         t->pending = false;

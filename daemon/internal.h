@@ -536,6 +536,11 @@ void autotune_hello(hvd_daemon_t *d, job_t *j, const Hvd__AutotuneSpec *spec, ui
  * borrowed: the caller clears it before freeing s). Returns whether it
  * carries one (it must then go whole, not as a repeat). */
 bool autotune_schedule(hvd_daemon_t *d, job_t *j, Hvd__Schedule *s, uint64_t bytes);
+/* A job of one host with the fast path: a change waits and no schedule
+ * may come to carry it, so the root sends one of its own. */
+bool autotune_wants_schedule(const job_t *j);
+/* The steps local rank 0 measured on the fast path (Done.tune_step_*). */
+void autotune_worker_steps(hvd_daemon_t *d, job_t *j, const Hvd__Done *dn);
 /* For status, valid while the job is unchanged (NULL: not tuned here). */
 Hvd__AutotuneStatus *autotune_status(const job_t *j);
 void autotune_free(autotune_t **t);

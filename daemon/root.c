@@ -446,13 +446,18 @@ static int probe_node(hvd_daemon_t *d, const node_t *nd, uint64_t now) {
 /* Before sleep: the schedule of what became ready goes to the local ranks
  * and (root) to every other host; a repeat of a kept one goes as its key. */
 void root_send_schedules(hvd_daemon_t *d, job_t *j) {
-        if (j->state != JOB_RUNNING || !hvd_negotiator_has_work(j->neg))
+        /* the autotuner's change on one host with the fast path, where no
+         * schedule may come for a long time: a schedule of its own */
+        bool tune = autotune_wants_schedule(j);
+        if (j->state != JOB_RUNNING || (!hvd_negotiator_has_work(j->neg) && !tune))
                 return;
         Hvd__Schedule *s = NULL;
         hvd_negotiator_stats_t before;
         hvd_negotiator_get_stats(j->neg, &before);
         int r = hvd_negotiator_take_schedule(j->neg, &s);
         account_schedule(d, j, &before);
+        if (r == 0 && tune)
+                r = hvd_negotiator_take_empty_schedule(j->neg, &s) < 0 ? -ENOMEM : 1;
         if (r < 0) {
                 job_abort(d, j, -1, r, "cannot build a schedule: %s", hvd_strerror(r));
                 return;

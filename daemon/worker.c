@@ -306,6 +306,8 @@ static void handle_done(hvd_daemon_t *d, worker_t *w, const Hvd__Done *dn) {
         d->metrics.bytes_scheduled += dn->fast_path_bytes;
         d->metrics.cache_hits += dn->fast_path_cache_hits;
         d->metrics.requests += dn->fast_path_cache_hits;
+        if (dn->n_tune_step_usec)
+                autotune_worker_steps(d, j, dn);
 }
 
 static const char *body_name(const Hvd__Envelope *env) {

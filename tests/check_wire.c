@@ -1078,6 +1078,30 @@ START_TEST(test_wire_relay) {
 }
 END_TEST
 
+/* The autotuner's steps in a Done: equal lengths, at most
+ * HVD_WIRE_MAX_TUNE_STEPS of them. */
+START_TEST(test_wire_done_tune_steps) {
+        static uint64_t usec[HVD_WIRE_MAX_TUNE_STEPS + 1], bytes[HVD_WIRE_MAX_TUNE_STEPS + 1],
+                gen[HVD_WIRE_MAX_TUNE_STEPS + 1];
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        Hvd__Done dn = HVD__DONE__INIT;
+        env.version = HVD_PROTOCOL_VERSION;
+        env.body_case = HVD__ENVELOPE__BODY_DONE;
+        env.done = &dn;
+        dn.tune_step_usec = usec;
+        dn.tune_step_bytes = bytes;
+        dn.tune_step_generation = gen;
+        char err[256];
+        dn.n_tune_step_usec = dn.n_tune_step_bytes = dn.n_tune_step_generation = HVD_WIRE_MAX_TUNE_STEPS;
+        ck_assert_int_eq(hvd_wire_validate(&env, err, sizeof err), 0);
+        dn.n_tune_step_usec = dn.n_tune_step_bytes = dn.n_tune_step_generation = HVD_WIRE_MAX_TUNE_STEPS + 1;
+        validate_fails(&env, "step times");
+        dn.n_tune_step_usec = dn.n_tune_step_bytes = 2;
+        dn.n_tune_step_generation = 1;
+        validate_fails(&env, "2 step times, 2 step sizes, 1 generations");
+}
+END_TEST
+
 START_TEST(test_wire_reject_too_many) {
         /* validate on a constructed message: one request shared 65537 times */
         one_req_t o;
@@ -1490,6 +1514,7 @@ static Suite *wire_suite(void) {
         tcase_add_test(tc, test_wire_reject_dims);
         tcase_add_test(tc, test_wire_reject_ranks);
         tcase_add_test(tc, test_wire_reject_too_many);
+        tcase_add_test(tc, test_wire_done_tune_steps);
         tcase_add_test(tc, test_wire_decode_budget);
         tcase_add_test(tc, test_wire_validate_name);
         tcase_add_test(tc, test_wire_timeline);

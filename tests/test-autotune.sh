@@ -9,8 +9,12 @@
 # hvdctl job ID shows the state while it runs; rank 0 writes the CSV. A
 # fixed fusion threshold
 # stays in every row and on every rank. A job that ends during warm-up
-# leaves its warm-up rows, run from the start it was given. A job of one host with the fast path says why
-# it is not tuned. Bad settings fail hvd_init with their value.
+# leaves its warm-up rows, run from the start it was given. A job of 3
+# ranks on one host, whose workers fuse from the shared-memory board
+# without the daemon (the fast path), is tuned from the steps rank 0
+# measures: it settles on fusing, every rank applies each change at the
+# same schedule, and the schedules stay few (the steps ran from the board).
+# Bad settings fail hvd_init with their value.
 set -u
 . "$HVD_SRCDIR/tests/lib/common.sh"
 PY=/usr/bin/python3
@@ -52,20 +56,27 @@ same_changes() {
         --autotune-steps-per-sample 5 --autotune-bayes-opt-max-samples 12 \
         "$worker" 700 200 64 >"$tmp/a.out" 2>"$tmp/a.err" &
 run=$!
-states=
-for _ in $(seq 600); do
-        dir=$(sed -n 's/^hvdrun: host a emulated: private hvd-coordinatord in \([^,]*\),.*/\1/p' "$tmp/a.err")
-        job=$(sed -n 's/^hvdrun: job \(job-[0-9a-f]*\),.*/\1/p' "$tmp/a.err")
-        if [ -n "$dir" ] && [ -n "$job" ]; then
-                s=$("$hvdctl" -r "$dir" job "$job" --json 2>/dev/null |
-                        "$PY" -c 'import json,sys; a=json.load(sys.stdin).get("autotune"); print(a["state"] if a else "")' \
-                                2>/dev/null)
-                case ";$states" in *";$s;"*) ;; *) [ -n "$s" ] && states="$states$s;" ;; esac
-                [ -n "$s" ] && [ ! -s "$tmp/a.job" ] && "$hvdctl" -r "$dir" job "$job" >"$tmp/a.job" 2>&1
-        fi
-        kill -0 "$run" 2>/dev/null || break
-        sleep 0.05
-done
+# Watches job PID (hvdrun -v's stderr in ERR, its daemon's directory after
+# the text DIR) with hvdctl: the states seen go to $states, the first
+# "hvdctl job ID" to JOBFILE. Usage: watch_job PID ERR DIR JOBFILE
+watch_job() {
+        states=
+        local dir job s
+        for _ in $(seq 600); do
+                dir=$(sed -n "s/^hvdrun: $3\([^, ]*\).*/\1/p" "$2")
+                job=$(sed -n 's/^hvdrun: job \(job-[0-9a-f]*\),.*/\1/p' "$2")
+                if [ -n "$dir" ] && [ -n "$job" ]; then
+                        s=$("$hvdctl" -r "$dir" job "$job" --json 2>/dev/null |
+                                "$PY" -c 'import json,sys; a=json.load(sys.stdin).get("autotune"); print(a["state"] if a else "")' \
+                                        2>/dev/null)
+                        case ";$states" in *";$s;"*) ;; *) [ -n "$s" ] && states="$states$s;" ;; esac
+                        [ -n "$s" ] && [ ! -s "$4" ] && "$hvdctl" -r "$dir" job "$job" >"$4" 2>&1
+                fi
+                kill -0 "$1" 2>/dev/null || break
+                sleep 0.05
+        done
+}
+watch_job "$run" "$tmp/a.err" "host a emulated: private hvd-coordinatord in " "$tmp/a.job"
 wait "$run" || fail "the autotuned job failed: exit status $?" "$(tail -20 "$tmp/a.err")"
 [ "$(grep -c '^\[[0-3]\] done 700 steps$' "$tmp/a.out")" -eq 4 ] || fail "not every rank finished" "$(cat "$tmp/a.out")"
 case $states in
@@ -137,9 +148,58 @@ same_changes "$tmp/w.out" "$tmp/w.tune" 2
         fail "the start did not apply at the first schedule on every rank" "$(cat "$tmp/w.out")"
 ok "a job that ends during warm-up leaves a row per sample it took; the start applies from the first schedule"
 
-# ---- one host, the fast path: the workers fuse alone, so it says it is off
-"$HVDRUN" -v -np 2 --autotune --autotune-log-file "$tmp/o.csv" "$worker" 30 20 64 >"$tmp/o.out" 2>"$tmp/o.err" ||
-        fail "the one-host job failed: exit status $?" "$(cat "$tmp/o.err")"
-grep -q "autotune off: one host with the fast path" "$tmp/o.err" || fail "no word on why it is off" "$(cat "$tmp/o.err")"
-[ "$(wc -l <"$tmp/o.csv")" -eq 1 ] || fail "rows for a job that was not tuned" "$(cat "$tmp/o.csv")"
-ok "one host with the fast path: not tuned, and the daemon says why"
+# ---- one host, the fast path: 3 ranks fuse from the board without the
+# daemon; rank 0 measures the steps, changes go out in schedules of their own
+"$HVDRUN" -v -np 3 --autotune --autotune-log-file "$tmp/o.csv" --autotune-warmup-samples 2 \
+        --autotune-steps-per-sample 5 --autotune-bayes-opt-max-samples 10 \
+        "$worker" 1500 200 64 >"$tmp/o.out" 2>"$tmp/o.err" &
+run=$!
+watch_job "$run" "$tmp/o.err" "using a private hvd-coordinatord [^ ]* in " "$tmp/o.job"
+wait "$run" || fail "the one-host job failed: exit status $?" "$(tail -20 "$tmp/o.err")"
+[ "$(grep -c '^\[[0-2]\] done 1500 steps$' "$tmp/o.out")" -eq 3 ] || fail "not every rank finished" "$(cat "$tmp/o.out")"
+grep -q "autotune: one host with the fast path: rank 0 measures the steps" "$tmp/o.err" ||
+        fail "the daemon did not tune from rank 0's steps" "$(cat "$tmp/o.err")"
+case $states in
+*"warming up"* | *searching* | *settled*) ;;
+*) fail "hvdctl job ID never showed the one-host job's autotuner state" "states seen: '$states'" ;;
+esac
+grep -Eq '^  autotune: (warming up|searching|settled|re-tuning), [0-9]+ samples; now ' "$tmp/o.job" ||
+        fail "hvdctl job ID has no autotune line for the one-host job" "$(cat "$tmp/o.job")"
+same_changes "$tmp/o.out" "$tmp/o.tune" 3
+[ -s "$tmp/o.tune" ] || fail "no change reached the one-host job's ranks" "$(cat "$tmp/o.out")"
+"$PY" - "$tmp/o.csv" "$tmp/o.tune" "$header" <<'EOF' || fail "the one-host CSV or changes are wrong" "$(cat "$tmp/o.csv")"
+import sys
+path, tune, header = sys.argv[1:]
+lines = open(path).read().splitlines()
+assert lines[0] == header, "header: %r" % lines[0]
+rows = [dict(zip(header.split(","), l.split(","))) for l in lines[1:]]
+assert [int(r["sample"]) for r in rows] == list(range(1, len(rows) + 1)), "samples not numbered 1..N"
+assert len(rows) >= 2 + 10, "only %d samples" % len(rows)
+assert [r["state"] for r in rows[:2]] == ["warmup", "warmup"], "no warm-up rows first"
+assert any(r["state"] == "searching" for r in rows), "no search"
+settled = [r for r in rows if r["state"] == "settled"]
+assert settled, "never settled"
+# fusion pays here (one shared-memory allreduce of many tensors instead of
+# one each): the winner fuses at least 8 of them
+mib = float(settled[-1]["tensor_fusion_threshold"])
+assert mib * 1048576 >= 8 * 256, "settled on %.4f MiB: fuses fewer than 8 tensors" % mib
+changes = {}
+for l in open(tune):
+    _, g, _, seq, _, thr, _, cyc = l.split()
+    changes[int(g)] = (int(seq), int(thr), int(cyc))
+for r in rows:
+    g = int(r["generation"])
+    if g == 0:
+        continue
+    assert g in changes, "change %d is in the CSV, no rank applied it" % g
+    seq, thr, cyc = changes[g]
+    assert int(r["applied_seq"]) == seq, "change %d: the ranks applied it at %d, the log says %s" % (g, seq, r["applied_seq"])
+    assert abs(float(r["tensor_fusion_threshold"]) - thr / 1048576) < 1e-4, "change %d: threshold" % g
+# the steady state ran from the board: schedules for the cold path, one
+# per change and a few for tensors a descheduled rank left waiting on the
+# board (withdrawn after 200 ms), not one a step
+last = max(s for s, _, _ in changes.values())
+assert last < 1500 / 4, "schedule %d for 1500 steps: the steps went through the daemon" % last
+print("settled on %.4f MiB after %d samples; %d changes, the last at schedule %d" % (mib, len(rows), len(changes), last))
+EOF
+ok "3 ranks on one host with the fast path: tuned from rank 0's steps, settles on fusing, every rank applies each change at the schedule the CSV says (states seen: $states)"

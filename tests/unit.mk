@@ -1,10 +1,11 @@
 # Check unit tests of the internal library (common/): fusion planner,
 # the autotuner's search,
 # negotiation table, wire format, configuration, string map; of libhvd's
-# modules compiled in: the fast path's readiness board (client/fastpath.c)
-# and a worker's settings (client/settings.c); of the daemon's message
-# handlers (check_daemon); and of the tools' library (tools/): hvdrun's
-# host lists and shell quoting, hvdctl's JSON.
+# modules compiled in: the fast path's readiness board (client/fastpath.c),
+# the autotuner's step meter (client/tune_meter.c) and a worker's settings
+# (client/settings.c); of the daemon's message handlers (check_daemon);
+# and of the tools' library (tools/): hvdrun's host lists and shell
+# quoting, hvdctl's JSON.
 if HAVE_CHECK
 %C%_unit_tests = \
 	%D%/check_fusion \
@@ -14,6 +15,7 @@ if HAVE_CHECK
 	%D%/check_conf \
 	%D%/check_strmap \
 	%D%/check_fastpath \
+	%D%/check_tune_meter \
 	%D%/check_settings \
 	%D%/check_daemon \
 	%D%/check_hostlist \
@@ -31,6 +33,11 @@ TESTS += $(%C%_unit_tests)
 %C%_check_fastpath_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
 %C%_check_fastpath_CFLAGS = $(%C%_unit_cflags)
 %C%_check_fastpath_LDADD = $(%C%_unit_ldadd)
+
+%C%_check_tune_meter_SOURCES = %D%/check_tune_meter.c client/tune_meter.c client/tune_meter.h
+%C%_check_tune_meter_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
+%C%_check_tune_meter_CFLAGS = $(%C%_unit_cflags)
+%C%_check_tune_meter_LDADD = $(%C%_unit_ldadd)
 
 # the daemon's handlers, fed without sockets (daemon/coordinator.h)
 %C%_check_daemon_SOURCES = %D%/check_daemon.c
