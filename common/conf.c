@@ -186,6 +186,10 @@ static const key_def_t keys[] = {
           "the path of a secret key file written by 'hvdctl keygen'", false },
         { "peer_public_keys", T_STRING, OFF(peer_public_keys), PATH_MAX, 0, 0,
           "a directory of NAME.key files or a file of 'KEY [NAME]' lines", false },
+        { "elastic_root", T_STRING, OFF(elastic_root), 256, 0, 0,
+          "the peer endpoint of a root daemon, such as tcp://10.0.0.1:7100 (empty = none)", false },
+        { "elastic_host", T_STRING, OFF(elastic_host), 256, 0, 0, "a host name (empty = this machine's)", false },
+        { "elastic_slots", T_U32, OFF(elastic_slots), 0, 0, 4096, "an integer 0..4096 (0 = the job's default)", false },
 };
 
 /* Keys of earlier releases that no longer do anything: accepted (a valid

@@ -36,6 +36,9 @@ typedef struct hvd_daemon_config {
         char metrics_listen[256];             /* HTTP /metrics listener "ADDR:PORT" ("" = off) */
         char curve_secret_key_file[PATH_MAX]; /* this daemon's CURVE key ("" = no CURVE) */
         char peer_public_keys[PATH_MAX];      /* allowed peer keys: a file or a directory */
+        char elastic_root[256];               /* a root daemon this host is offered to ("" = none) */
+        char elastic_host[256];               /* the name it is offered under ("" = the host name) */
+        uint32_t elastic_slots;               /* its slots (0 = the job's default) */
         bool ring_checksum;                   /* jobs' TCP ring frames carry a CRC-32C */
         bool handle_signals;                  /* SIGTERM/SIGINT/SIGHUP through signalfd */
         bool notify;                          /* speak sd_notify if NOTIFY_SOCKET is set */

@@ -667,6 +667,16 @@ int hvd_wire_validate(const Hvd__Envelope *env, char *err, size_t err_len) {
         case HVD__ENVELOPE__BODY_HOSTS_UPDATED:
                 CHECK_NAME(env->hosts_updated->job_id, HVD_WIRE_MAX_JOB_ID, "job id");
                 return 0;
+        case HVD__ENVELOPE__BODY_HOST_OFFER: {
+                const Hvd__HostOffer *o = env->host_offer;
+                CHECK_NAME(o->host, HVD_WIRE_MAX_HOST, "host name");
+                CHECK_NAME(o->runtime_dir, HVD_WIRE_MAX_PATH, "runtime directory");
+                CHECK_NAME(o->machine, 64, "machine id");
+                if (!o->host[0] || !o->runtime_dir[0] || o->slots > HVD_WIRE_MAX_OFFER_SLOTS)
+                        return fail(err, err_len, "host offer: empty host or runtime directory, or more than %u slots",
+                                    HVD_WIRE_MAX_OFFER_SLOTS);
+                return 0;
+        }
         case HVD__ENVELOPE__BODY_DONE: {
                 const Hvd__Done *dn = env->done;
                 if (dn->n_tune_step_usec != dn->n_tune_step_bytes ||

@@ -20,7 +20,9 @@
 #define HVD_WIRE_MAX_LAUNCHER      32
 #define HVD_WIRE_MAX_HOST          255
 #define HVD_WIRE_MAX_TEXT          4096
-#define HVD_WIRE_MAX_TUNE_STEPS    256 /* steps in one Done */
+#define HVD_WIRE_MAX_PATH          4095  /* a runtime directory */
+#define HVD_WIRE_MAX_OFFER_SLOTS   4096u /* slots of a host its daemon offers (HostOffer) */
+#define HVD_WIRE_MAX_TUNE_STEPS    256   /* steps in one Done */
 /* schedules kept by key for repeats (Schedule.keep_key, repeat_key: 1..this) */
 #define HVD_WIRE_SCHEDULE_KEYS 16
 /* the largest packed envelope a Schedule.board may be (a board record) */

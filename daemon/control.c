@@ -108,6 +108,7 @@ typedef struct status_mem {
         Hvd__RankStatus ***rsp; /* [job] */
         Hvd__ConfigItem *ci;
         Hvd__ConfigItem **cp;
+        Hvd__HostOffer **offers;
         char (*values)[PATH_MAX + 16];
         size_t n_jobs;
 } status_mem_t;
@@ -130,6 +131,7 @@ static void status_mem_free(status_mem_t *m) {
         free(m->ci);
         free(m->cp);
         free(m->values);
+        free(m->offers);
 }
 
 /* Peers: the roots this daemon reports to ("out"), and the nodes that
@@ -341,6 +343,8 @@ static void handle_status(hvd_daemon_t *d, const uint8_t *id, size_t id_len, con
                 r = status_peers(d, now, &st, &m);
         if (r >= 0)
                 r = status_config(d, &st, &m);
+        if (r >= 0)
+                r = offer_status(d, now, &st, &m.offers);
         void *v;
         while (r >= 0 && hvd_strmap_next(d->jobs, &iter, NULL, NULL, &v)) {
                 job_t *j = v;

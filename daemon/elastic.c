@@ -305,19 +305,25 @@ static uint64_t try_form(hvd_daemon_t *d, ejob_t *ej, uint64_t now) {
                 return UINT64_MAX;
         uint64_t settle_at = ej->forming_since + ej->settle_usec, give_up = ej->forming_since + ej->timeout_usec;
         size_t n_joiners = 0, n_enrolled = 0;
-        bool missing = false;
-        for (size_t i = 0; i < ej->n_waiting; i++)
+        bool missing = false, local = false;
+        for (size_t i = 0; i < ej->n_waiting; i++) {
+                local |= ej->waiting[i].local;
                 if (ej->waiting[i].member)
                         n_enrolled++;
                 else
                         n_joiners++;
+        }
         for (uint32_t r = 0; r < ej->n_members; r++)
                 missing |= !ej->members[r].lost && !ej->members[r].enrolled;
         size_t n = HVD_MIN(n_enrolled + n_joiners, (size_t) ej->max_size);
         bool first = ej->generation == 0;
-        bool complete = first ? n >= HVD_MIN(ej->initial_size, ej->max_size) : !missing;
+        bool complete = first ? n >= HVD_MIN(ej->initial_size, ej->max_size) && local : !missing;
         if (!complete && now < settle_at)
                 return settle_at;
+        /* the first generation waits for the root's host, up to the elastic
+         * timeout: a host discovered at the start may enrol before it */
+        if (first && !local && now < give_up)
+                return give_up;
         if (!first && !ej->n_waiting) {
                 /* nobody came back: the job ended (a member that still
                  * comes starts the reset again) */
@@ -347,9 +353,13 @@ static uint64_t try_form(hvd_daemon_t *d, ejob_t *ej, uint64_t now) {
                                 break;
                         }
         size_t first_joiner = k;
-        for (size_t i = 0; i < ej->n_waiting && k < n; i++)
-                if (!ej->waiting[i].member)
-                        chosen[k++] = i;
+        /* joiners; the first generation takes the root host's first */
+        for (int pass = first ? 0 : 1; pass < 2; pass++)
+                for (size_t i = 0; i < ej->n_waiting && k < n; i++) {
+                        const enrollee_t *en = &ej->waiting[i];
+                        if (!en->member && (pass == 0 ? en->local : !(first && en->local)))
+                                chosen[k++] = i;
+                }
         /* the first generation keeps the launcher's order */
         for (size_t a = first_joiner + 1; first && a < k; a++)
                 for (size_t b = a; b > first_joiner && ej->waiting[chosen[b - 1]].rank > ej->waiting[chosen[b]].rank;

@@ -5,6 +5,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <string.h>
@@ -168,4 +169,69 @@ int hvd_daemon_job_ranks_left(const char *dir, const char *job_id, uint32_t skip
         }
         hvd_wire_free(&reply);
         return left;
+}
+
+int hvd_machine_id(char *buf, size_t len) {
+        static const char *const files[] = { "/etc/machine-id", "/proc/sys/kernel/random/boot_id" };
+        for (size_t i = 0; i < ELEMENTSOF(files); i++) {
+                int fd = open(files[i], O_RDONLY | O_CLOEXEC);
+                if (fd < 0)
+                        continue;
+                char b[128];
+                ssize_t n = read(fd, b, sizeof b - 1);
+                close(fd);
+                if (n <= 0)
+                        continue;
+                b[n] = 0;
+                b[strcspn(b, "\n")] = 0;
+                if (!b[0] || strlen(b) >= len || strlen(b) > 64)
+                        continue;
+                snprintf(buf, len, "%s", b);
+                return 0;
+        }
+        return -ENOENT;
+}
+
+int hvd_daemon_offers(const char *dir, uint64_t timeout_usec, hvd_daemon_offer_t *out, size_t max, size_t *n, char *msg,
+                      size_t msg_len) {
+        Hvd__Envelope *reply = NULL;
+        int r = status_call(dir, timeout_usec, &reply);
+        if (r < 0) {
+                snprintf(msg, msg_len, "the hvd-coordinatord at %s does not answer: %s", dir, hvd_strerror(r));
+                return r;
+        }
+        if (reply->body_case != HVD__ENVELOPE__BODY_STATUS) {
+                snprintf(msg, msg_len, "the hvd-coordinatord at %s refused a status request", dir);
+                hvd_wire_free(&reply);
+                return HVD_EPROTO;
+        }
+        char me[65] = "", err[256];
+        (void) hvd_machine_id(me, sizeof me);
+        size_t k = 0;
+        r = 0;
+        for (size_t i = 0; i < reply->status->n_offers && r == 0; i++) {
+                const Hvd__HostOffer *o = reply->status->offers[i];
+                if (hvd_wire_validate_name(o->host, sizeof out->host - 1, "host name", err, sizeof err) < 0 ||
+                    hvd_wire_validate_name(o->runtime_dir, sizeof out->runtime_dir - 32, "runtime directory", err,
+                                           sizeof err) < 0 ||
+                    !o->host[0] || !o->runtime_dir[0] || o->slots > HVD_WIRE_MAX_OFFER_SLOTS) {
+                        snprintf(msg, msg_len, "the hvd-coordinatord at %s lists a bad host offer: %s", dir,
+                                 o->host[0] && o->runtime_dir[0] ? err : "empty host or directory");
+                        r = HVD_EPROTO;
+                } else if (k == max) {
+                        snprintf(msg, msg_len, "the hvd-coordinatord at %s lists more than %zu host offers", dir, max);
+                        r = -E2BIG;
+                } else {
+                        hvd_daemon_offer_t *d = &out[k++];
+                        snprintf(d->host, sizeof d->host, "%s", o->host);
+                        snprintf(d->runtime_dir, sizeof d->runtime_dir, "%s", o->runtime_dir);
+                        d->slots = o->slots;
+                        d->pid = o->pid;
+                        d->here = me[0] && strcmp(me, o->machine) == 0;
+                }
+        }
+        hvd_wire_free(&reply);
+        if (r == 0)
+                *n = k;
+        return r;
 }

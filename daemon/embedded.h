@@ -6,6 +6,7 @@
 #ifndef HVD_EMBEDDED_H
 #define HVD_EMBEDDED_H
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -52,5 +53,24 @@ int hvd_daemon_probe(const char *dir, uint64_t timeout_usec, char *msg, size_t m
  * it knows no such job, < 0 when it does not answer within
  * timeout_usec. */
 int hvd_daemon_job_ranks_left(const char *dir, const char *job_id, uint32_t skip_pid, uint64_t timeout_usec);
+
+/* A host a daemon offers to the root daemon of dir (its elastic_root). */
+typedef struct hvd_daemon_offer {
+        char host[256];
+        uint32_t slots; /* 0: the job's default */
+        char runtime_dir[PATH_MAX];
+        uint32_t pid; /* the offering daemon's */
+        bool here;    /* the offering daemon runs on this machine */
+} hvd_daemon_offer_t;
+
+/* The hosts offered to the daemon of dir (its status), at most max, into
+ * out[0 .. *n). Returns 0, or < 0 with why in msg (no answer within
+ * timeout_usec, a bad entry, too many); out and *n untouched then. */
+int hvd_daemon_offers(const char *dir, uint64_t timeout_usec, hvd_daemon_offer_t *out, size_t max, size_t *n, char *msg,
+                      size_t msg_len);
+
+/* This machine's id (/etc/machine-id, else the kernel's boot id) into buf:
+ * 0, or -ENOENT. */
+int hvd_machine_id(char *buf, size_t len);
 
 #endif

@@ -34,6 +34,7 @@
 typedef struct relay relay_t;
 typedef struct pool pool_t;
 typedef struct autotune autotune_t;
+typedef struct hvd_offers hvd_offers_t;
 
 #define HOUSEKEEPING_USEC       (100 * USEC_PER_MSEC)
 #define ABORTED_JOB_LINGER_USEC (30 * USEC_PER_SEC)
@@ -310,6 +311,7 @@ struct hvd_daemon {
         uint64_t wake_usec;          /* when the reactor last woke with work */
         uint64_t stale_log_usec;     /* last log of a stale message on a connection of no job */
         struct hvd_elastic *elastic; /* elastic jobs this daemon is the root of (elastic.c) */
+        hvd_offers_t *offers;        /* hosts offered here, or this host's offer (offer.c) */
         tomb_t tombs[N_TOMBS];       /* round robin */
         size_t next_tomb;
 };
@@ -352,6 +354,19 @@ static inline uint64_t earliest(uint64_t a, uint64_t b) {
 static inline uint64_t daemon_ping_usec(const hvd_daemon_t *d) {
         return HVD_MIN(d->cfg.peer_timeout_usec / 5, USEC_PER_SEC);
 }
+
+/* ---- offer.c: hosts offered to a root daemon for its elastic jobs ---- */
+/* Root: a HostOffer on the peer socket (validated): kept under its host
+ * name, from this connection. */
+void offer_receive(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__HostOffer *m);
+/* Housekeeping: this host's offer to elastic_root every heartbeat; at a
+ * root, the offers whose connection closed or that are silent go.
+ * Returns when to look again (UINT64_MAX: nothing to do). */
+uint64_t offer_housekeeping(hvd_daemon_t *d, uint64_t now);
+/* The offers held, into st (Status.offers); *mem is the array to free
+ * after the reply went (NULL when none). Returns 0 or -ENOMEM. */
+int offer_status(hvd_daemon_t *d, uint64_t now, Hvd__Status *st, Hvd__HostOffer ***mem);
+void offer_free(hvd_daemon_t *d);
 
 /* ---- elastic.c: membership of elastic jobs ---- */
 typedef struct hvd_elastic hvd_elastic_t;

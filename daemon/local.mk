@@ -4,7 +4,7 @@ noinst_LTLIBRARIES += daemon/libhvddaemon.la
 daemon_libhvddaemon_la_SOURCES = \
 	daemon/coordinator.h daemon/internal.h \
 	daemon/loop.c daemon/service.c daemon/io.c daemon/feed.c \
-	daemon/job.c daemon/worker.c daemon/join.c daemon/root.c daemon/tree.c daemon/elastic.c \
+	daemon/job.c daemon/worker.c daemon/join.c daemon/root.c daemon/tree.c daemon/elastic.c daemon/offer.c \
 	daemon/autotune.c daemon/uplink.c daemon/batch.c daemon/pool.c daemon/tally.c daemon/relay.c daemon/control.c \
 	daemon/http.c daemon/http.h \
 	daemon/metrics.c daemon/metrics.h \

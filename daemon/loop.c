@@ -66,6 +66,7 @@ void loop_housekeeping(hvd_daemon_t *d, uint64_t now) {
         uint64_t next = worker_housekeeping(d, now, tick);
         next = earliest(next, uplink_housekeeping(d, now, tick));
         next = earliest(next, elastic_housekeeping(d, now));
+        next = earliest(next, offer_housekeeping(d, now));
         job_t *dead[64];
         size_t n_dead = 0, iter = 0;
         void *v;
@@ -154,7 +155,7 @@ int hvd_daemon_run(hvd_daemon_t *d) {
                 }
         }
         hvd_log_notice("hvd-coordinatord %s ready on %s", PACKAGE_VERSION, d->worker_ep);
-        d->next_housekeeping = UINT64_MAX;
+        d->next_housekeeping = d->cfg.elastic_root[0] ? 0 : UINT64_MAX; /* the first offer goes at once */
         while (!d->stopping) {
                 loop_before_sleep(d);
                 if (d->cfg.notify)
@@ -374,6 +375,7 @@ void hvd_daemon_destroy(hvd_daemon_t **dp) {
         }
         hvd_strmap_destroy(&d->peers);
         elastic_free(d);
+        offer_free(d);
         hvd_http_destroy(&d->http);
         hvd_zap_stop_monitor(d->zap);
         if (d->peer_sock) {

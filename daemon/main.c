@@ -43,6 +43,10 @@ static void help(void) {
                "                            down, no relay hearing from more than N hosts\n"
                "                            and the root from at most N/4, at least 2\n"
                "                            (default 8; 0 = every host speaks to the root)\n"
+               "      --elastic-root EP     Offer this host to the root daemon at EP for its\n"
+               "                            elastic jobs (hvdrun --discover-daemons)\n"
+               "      --elastic-host NAME   The host name of the offer (default this machine's)\n"
+               "      --elastic-slots N     Its slots (default 0: the job's --slots)\n"
                "  -h, --help                Show this help\n"
                "  -V, --version             Show the version\n"
                "\n"
@@ -86,7 +90,18 @@ static int load_settings(hvd_daemon_config_t *ret, char *msg, size_t msg_len, vo
 }
 
 int main(int argc, char **argv) {
-        enum { OPT_CHECK = 0x100, OPT_FUSION, OPT_CYCLE, OPT_START, OPT_PEER, OPT_PEER_TIMEOUT, OPT_RELAY };
+        enum {
+                OPT_CHECK = 0x100,
+                OPT_FUSION,
+                OPT_CYCLE,
+                OPT_START,
+                OPT_PEER,
+                OPT_PEER_TIMEOUT,
+                OPT_RELAY,
+                OPT_ELASTIC_ROOT,
+                OPT_ELASTIC_HOST,
+                OPT_ELASTIC_SLOTS
+        };
         static const struct option opts[] = {
                 { "foreground", no_argument, NULL, 'f' },
                 { "config", required_argument, NULL, 'c' },
@@ -99,6 +114,9 @@ int main(int argc, char **argv) {
                 { "peer-listen", required_argument, NULL, OPT_PEER },
                 { "peer-timeout", required_argument, NULL, OPT_PEER_TIMEOUT },
                 { "relay-fanout", required_argument, NULL, OPT_RELAY },
+                { "elastic-root", required_argument, NULL, OPT_ELASTIC_ROOT },
+                { "elastic-host", required_argument, NULL, OPT_ELASTIC_HOST },
+                { "elastic-slots", required_argument, NULL, OPT_ELASTIC_SLOTS },
                 { "help", no_argument, NULL, 'h' },
                 { "version", no_argument, NULL, 'V' },
                 {},
@@ -122,6 +140,9 @@ int main(int argc, char **argv) {
                 case OPT_PEER: key = "peer_listen"; break;
                 case OPT_PEER_TIMEOUT: key = "peer_timeout"; break;
                 case OPT_RELAY: key = "relay_fanout"; break;
+                case OPT_ELASTIC_ROOT: key = "elastic_root"; break;
+                case OPT_ELASTIC_HOST: key = "elastic_host"; break;
+                case OPT_ELASTIC_SLOTS: key = "elastic_slots"; break;
                 case 'h': help(); return 0;
                 case 'V': printf("hvd-coordinatord %s\n", PACKAGE_VERSION); return 0;
                 default: fprintf(stderr, "Try 'hvd-coordinatord --help'.\n"); return 2;

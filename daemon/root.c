@@ -288,7 +288,7 @@ static void root_node_ready(hvd_daemon_t *d, job_t *j, uint32_t cross, const Hvd
 }
 
 /* A message from another daemon on the peer socket: a ping, a host
- * joining, readiness for this daemon as a job's root or as its relay, or
+ * offered or joining, readiness for this daemon as a job's root or as its relay, or
  * an abort. Anything for a job this daemon is not the root of is answered
  * with an abort, so that the sender stops. */
 static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_len, Hvd__Envelope *env) {
@@ -302,6 +302,10 @@ static void handle_node_message(hvd_daemon_t *d, const uint8_t *id, size_t id_le
         }
         if (env->body_case == HVD__ENVELOPE__BODY_ENROLL) {
                 elastic_enroll(d, id, id_len, env->enroll, true);
+                return;
+        }
+        if (env->body_case == HVD__ENVELOPE__BODY_HOST_OFFER) {
+                offer_receive(d, id, id_len, env->host_offer);
                 return;
         }
         const char *job_id = env->body_case == HVD__ENVELOPE__BODY_NODE_READY ? env->node_ready->job_id

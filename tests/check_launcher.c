@@ -241,6 +241,43 @@ START_TEST(test_elastic_opts) {
 }
 END_TEST
 
+START_TEST(test_discovery_offered) {
+        /* --discover-daemons alone: elastic, due at once, no script hosts; offered
+         * hosts are added once each, with --slots when they give none, blacklisted
+         * ones not */
+        hvd_elastic_opts_t eo;
+        char err[256];
+        hvd_elastic_opts_init(&eo);
+        ck_assert_int_eq(hvd_elastic_opt_parse(&eo, HVD_ELASTIC_OPT_DAEMONS, NULL, err, sizeof err), 0);
+        ck_assert(hvd_elastic_on(&eo));
+        ck_assert_int_eq(hvd_elastic_opt_parse(&eo, HVD_ELASTIC_OPT_SLOTS, "3", err, sizeof err), 0);
+        hvd_discovery_t *d = NULL;
+        ck_assert_int_eq(hvd_discovery_new(&eo, &d), 0);
+        ck_assert_uint_eq(hvd_discovery_deadline(d), 0);
+        const hvd_discovered_t *hs = NULL;
+        size_t n = 99;
+        ck_assert_int_eq(hvd_discovery_poll(d, 1000, &hs, &n), 1);
+        ck_assert_uint_eq(n, 0);
+        ck_assert_int_eq(hvd_discovery_poll(d, 1001, &hs, &n), 0); /* not due again yet */
+        ck_assert_int_eq(hvd_discovery_add(d, "c", 2, 1001, &hs, &n), 1);
+        ck_assert_int_eq(hvd_discovery_add(d, "e", 0, 1001, &hs, &n), 1);
+        ck_assert_int_eq(hvd_discovery_add(d, "c", 5, 1001, &hs, &n), 0);
+        hvd_discovery_blacklist(d, "f", 1001);
+        ck_assert_int_eq(hvd_discovery_add(d, "f", 1, 1002, &hs, &n), 0);
+        ck_assert_uint_eq(n, 2);
+        ck_assert_str_eq(hs[0].name, "c");
+        ck_assert_int_eq(hs[0].slots, 2);
+        ck_assert_str_eq(hs[1].name, "e");
+        ck_assert_int_eq(hs[1].slots, 3);
+        /* the next poll starts from no host again */
+        ck_assert_int_eq(hvd_discovery_poll(d, 1000 + 1000001, &hs, &n), 1);
+        ck_assert_uint_eq(n, 0);
+        hvd_discovery_destroy(&d);
+        ck_assert_ptr_null(d);
+        hvd_discovery_destroy(&d);
+}
+END_TEST
+
 START_TEST(test_cpu_share) {
         cpu_set_t avail, s;
         CPU_ZERO(&avail);
@@ -289,6 +326,7 @@ static Suite *launcher_suite(void) {
         tcase_add_test(tc, test_horovodrun_refusals);
         tcase_add_test(tc, test_discovery_parse);
         tcase_add_test(tc, test_elastic_opts);
+        tcase_add_test(tc, test_discovery_offered);
         tcase_add_test(tc, test_cpu_share);
         suite_add_tcase(s, tc);
         return s;

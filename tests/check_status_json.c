@@ -80,6 +80,8 @@ START_TEST(test_status_fields_and_numbers) {
         Hvd__PeerStatus p = HVD__PEER_STATUS__INIT, *pp = &p;
         p.endpoint = "tcp://10.0.0.2:7100", p.state = "connected", p.last_heard_usec = 12, p.rtt_usec = 13;
         p.direction = "out", p.host = "", p.jobs = 1;
+        Hvd__HostOffer of = HVD__HOST_OFFER__INIT, *ofp = &of;
+        of.host = "c", of.slots = 2, of.runtime_dir = "/run/hvd-c", of.machine = "m1", of.pid = 9, of.age_usec = 14;
         Hvd__ConfigItem ci[2] = { HVD__CONFIG_ITEM__INIT, HVD__CONFIG_ITEM__INIT };
         Hvd__ConfigItem *cip[2] = { &ci[0], &ci[1] };
         ci[0].key = "log_level", ci[0].value = "info", ci[1].key = "metrics_listen", ci[1].value = "";
@@ -88,6 +90,7 @@ START_TEST(test_status_fields_and_numbers) {
         s.epoch = UINT64_MAX, s.n_jobs = 1, s.jobs = &jp, s.fusion_threshold = 67108864, s.cycle_time_usec = 1000;
         s.host = "node1", s.peer_endpoint = "tcp://0.0.0.0:7100", s.n_peers = 1, s.peers = &pp;
         s.n_config = 2, s.config = cip, s.log_level = "info", s.metrics_listen = "127.0.0.1:9464";
+        s.n_offers = 1, s.offers = &ofp;
 
         char *t = written(hvd_status_to_json(&s));
         /* exact beyond 2^53 and beyond INT64_MAX */
@@ -102,7 +105,7 @@ START_TEST(test_status_fields_and_numbers) {
                                                    "runtime_dir",      "epoch",           "jobs",
                                                    "fusion_threshold", "cycle_time_usec", "host",
                                                    "peer_endpoint",    "peers",           "config",
-                                                   "log_level",        "metrics_listen" };
+                                                   "log_level",        "metrics_listen",  "offered_hosts" };
         assert_keys(v, status_keys, sizeof status_keys / sizeof *status_keys);
         ck_assert_str_eq(str(v, "version"), "0.1.0");
         ck_assert_double_eq(num(v, "pid"), 42);
@@ -113,6 +116,13 @@ START_TEST(test_status_fields_and_numbers) {
         assert_keys(config, config_keys, 2);
         ck_assert_str_eq(str(config, "log_level"), "info");
         ck_assert_str_eq(str(config, "metrics_listen"), "");
+        json_t *ov = json_array_get(json_object_get(v, "offered_hosts"), 0);
+        static const char *const offer_keys[] = { "host", "slots", "runtime_dir", "machine", "pid", "last_heard_usec" };
+        assert_keys(ov, offer_keys, 6);
+        ck_assert_str_eq(str(ov, "host"), "c");
+        ck_assert_double_eq(num(ov, "slots"), 2);
+        ck_assert_str_eq(str(ov, "runtime_dir"), "/run/hvd-c");
+        ck_assert_double_eq(num(ov, "last_heard_usec"), 14);
 
         json_t *jv = json_array_get(json_object_get(v, "jobs"), 0);
         static const char *const job_keys[] = {

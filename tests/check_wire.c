@@ -901,6 +901,33 @@ START_TEST(test_wire_reject_ranks) {
 }
 END_TEST
 
+/* a host offered to a root daemon: its name, directory and slots */
+START_TEST(test_wire_host_offer) {
+        Hvd__HostOffer o = HVD__HOST_OFFER__INIT;
+        o.host = "c";
+        o.runtime_dir = "/run/hvd";
+        o.machine = "0123abcd";
+        o.slots = 2;
+        Hvd__Envelope env = HVD__ENVELOPE__INIT;
+        env.body_case = HVD__ENVELOPE__BODY_HOST_OFFER;
+        env.host_offer = &o;
+        Hvd__Envelope *d = decode_ok(pack(&env));
+        ck_assert_str_eq(d->host_offer->host, "c");
+        ck_assert_uint_eq(d->host_offer->slots, 2);
+        hvd_wire_free(&d);
+        o.slots = 4097;
+        decode_fails(pack(&env), HVD_EPROTO, "host offer: empty host or runtime directory, or more than 4096 slots");
+        o.slots = 0;
+        o.host = "";
+        decode_fails(pack(&env), HVD_EPROTO, "host offer: empty host");
+        o.host = "c\nd";
+        decode_fails(pack(&env), HVD_EPROTO, "host name contains control characters");
+        o.host = "c";
+        o.runtime_dir = "";
+        decode_fails(pack(&env), HVD_EPROTO, "host offer: empty host or runtime directory");
+}
+END_TEST
+
 /* elastic membership: an enrolment's sizes and deadlines, a placement's ranks */
 START_TEST(test_wire_elastic) {
         Hvd__Enroll e = HVD__ENROLL__INIT;
@@ -1501,6 +1528,7 @@ static Suite *wire_suite(void) {
         tcase_add_test(tc, test_wire_control_call_no_socket);
         tcase_add_test(tc, test_wire_control_call_reply_and_timeout);
         tcase_add_test(tc, test_wire_elastic);
+        tcase_add_test(tc, test_wire_host_offer);
         suite_add_tcase(s, tc);
         return s;
 }

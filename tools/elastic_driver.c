@@ -23,8 +23,9 @@
 #define USEC_PER_SEC_ 1000000ULL
 
 const char *const hvd_elastic_opt_names[HVD_ELASTIC_N_OPTS] = {
-        "min-np",          "max-np",      "host-discovery-script", "slots",
-        "elastic-timeout", "reset-limit", "blacklist-cooldown",    "discovery-interval",
+        "min-np",           "max-np",      "host-discovery-script", "slots",
+        "elastic-timeout",  "reset-limit", "blacklist-cooldown",    "discovery-interval",
+        "discover-daemons",
 };
 
 void hvd_elastic_opts_init(hvd_elastic_opts_t *eo) {
@@ -45,6 +46,7 @@ int hvd_elastic_opt_parse(hvd_elastic_opts_t *eo, int which, const char *arg, ch
         double x;
         const char *name = which >= 0 && which < HVD_ELASTIC_N_OPTS ? hvd_elastic_opt_names[which] : "?";
         switch (which) {
+        case HVD_ELASTIC_OPT_DAEMONS: eo->daemons = true; return 0;
         case HVD_ELASTIC_OPT_DISCOVERY:
                 if (!*arg) {
                         snprintf(err, len, "--%s: expected a program", name);
@@ -83,7 +85,7 @@ int hvd_elastic_opt_parse(hvd_elastic_opts_t *eo, int which, const char *arg, ch
 }
 
 bool hvd_elastic_on(const hvd_elastic_opts_t *eo) {
-        return eo->min_np || eo->max_np || eo->discovery;
+        return eo->min_np || eo->max_np || eo->discovery || eo->daemons;
 }
 
 int hvd_elastic_opts_check(hvd_elastic_opts_t *eo, long np, char *err, size_t len) {
@@ -150,7 +152,7 @@ int hvd_discovery_new(const hvd_elastic_opts_t *eo, hvd_discovery_t **ret) {
         d->slots = eo->slots;
         d->interval_usec = (uint64_t) (eo->interval_sec * 1e6);
         d->cooldown_usec = (uint64_t) (eo->cooldown_sec * 1e6);
-        d->next_usec = eo->discovery ? 0 : UINT64_MAX;
+        d->next_usec = eo->discovery || eo->daemons ? 0 : UINT64_MAX;
         *ret = d;
         return 0;
 }
@@ -304,6 +306,12 @@ int hvd_discovery_poll(hvd_discovery_t *d, uint64_t now, const hvd_discovered_t 
         if (!d || now < d->next_usec)
                 return 0;
         d->next_usec = now + d->interval_usec;
+        if (!d->script[0]) {
+                d->n_shown = 0;
+                *hosts = d->shown;
+                *n = 0;
+                return 1;
+        }
         char *buf = malloc(OUTPUT_BYTES), err[512];
         if (!buf)
                 return -ENOMEM;
@@ -327,6 +335,24 @@ int hvd_discovery_poll(hvd_discovery_t *d, uint64_t now, const hvd_discovered_t 
         d->n_shown = o;
         *hosts = d->shown;
         *n = o;
+        return 1;
+}
+
+int hvd_discovery_add(hvd_discovery_t *d, const char *name, long slots, uint64_t now, const hvd_discovered_t **hosts,
+                      size_t *n) {
+        *hosts = d->shown;
+        *n = d->n_shown;
+        if (strlen(name) >= sizeof d->shown[0].name || hvd_discovery_blacklisted(d, name, now))
+                return 0;
+        for (size_t i = 0; i < d->n_shown; i++)
+                if (strcmp(d->shown[i].name, name) == 0)
+                        return 0;
+        if (d->n_shown == MAX_HOSTS)
+                return -E2BIG;
+        hvd_discovered_t *h = &d->shown[d->n_shown++];
+        snprintf(h->name, sizeof h->name, "%s", name);
+        h->slots = slots > 0 ? slots : d->slots;
+        *n = d->n_shown;
         return 1;
 }
 

@@ -15,6 +15,7 @@ typedef struct hvd_elastic_opts {
         long reset_limit;      /* --reset-limit (0: none) */
         double cooldown_sec;   /* --blacklist-cooldown (default 60) */
         double interval_sec;   /* --discovery-interval (default 1) */
+        bool daemons;          /* --discover-daemons: hosts offered to the root daemon join */
 } hvd_elastic_opts_t;
 
 /* hvdrun's long options of elastic mode, in this order. */
@@ -27,15 +28,18 @@ enum {
         HVD_ELASTIC_OPT_RESET_LIMIT,
         HVD_ELASTIC_OPT_COOLDOWN,
         HVD_ELASTIC_OPT_INTERVAL,
+        HVD_ELASTIC_OPT_DAEMONS, /* no argument */
         HVD_ELASTIC_N_OPTS
 };
 extern const char *const hvd_elastic_opt_names[HVD_ELASTIC_N_OPTS];
 
 /* Sets the defaults. */
 void hvd_elastic_opts_init(hvd_elastic_opts_t *eo);
-/* Parses option which's argument; 0, or -EINVAL with a message in err. */
+/* Parses option which's argument (NULL for one that takes none); 0, or
+ * -EINVAL with a message in err. */
 int hvd_elastic_opt_parse(hvd_elastic_opts_t *eo, int which, const char *arg, char *err, size_t len);
-/* Whether any elastic option was given. */
+/* Whether the job is elastic (--min-np, --max-np, a discovery script or
+ * --discover-daemons). */
 bool hvd_elastic_on(const hvd_elastic_opts_t *eo);
 /* Completes the options once -np is known (np: the workers started);
  * 0, or -EINVAL with a message. */
@@ -58,10 +62,17 @@ void hvd_discovery_destroy(hvd_discovery_t **d);
 /* When the script is due next (UINT64_MAX: never). */
 uint64_t hvd_discovery_deadline(const hvd_discovery_t *d);
 /* Runs the script when due (at most 10 s): 1 and the hosts it printed
- * (*hosts borrowed until the next call, blacklisted ones left out), 0 when
- * not due, < 0 when it failed or printed garbage (a message is printed
- * once per distinct failure; the caller keeps its hosts). */
+ * (*hosts borrowed until the next call, blacklisted ones left out; none
+ * without a script, with --discover-daemons), 0 when not due, < 0 when it
+ * failed or printed garbage (a message is printed once per distinct
+ * failure; the caller keeps its hosts). */
 int hvd_discovery_poll(hvd_discovery_t *d, uint64_t now, const hvd_discovered_t **hosts, size_t *n);
+/* Adds a host found otherwise (a daemon offered it) to those of the last
+ * poll, with slots (0: --slots), unless it is there already or
+ * blacklisted; *hosts and *n as the poll's, updated. Returns 1 when added,
+ * 0 when not, -E2BIG when the list is full. */
+int hvd_discovery_add(hvd_discovery_t *d, const char *name, long slots, uint64_t now, const hvd_discovered_t **hosts,
+                      size_t *n);
 /* A worker on host failed: the host is left out for the cool-down. */
 void hvd_discovery_blacklist(hvd_discovery_t *d, const char *host, uint64_t now);
 bool hvd_discovery_blacklisted(const hvd_discovery_t *d, const char *host, uint64_t now);

@@ -336,6 +336,14 @@ static void print_status(const Hvd__Status *s) {
                         printf("not measured yet");
                 printf(", %" PRIu32 " job%s\n", p->jobs, p->jobs == 1 ? "" : "s");
         }
+        for (size_t i = 0; i < s->n_offers; i++) {
+                const Hvd__HostOffer *o = s->offers[i];
+                char slots[32] = "the job's slots";
+                if (o->slots)
+                        snprintf(slots, sizeof slots, "%" PRIu32 " slot%s", o->slots, o->slots == 1 ? "" : "s");
+                printf("  offered host:      %s, %s, daemon pid %" PRIu32 " in %s, heard %s ago\n", o->host, slots,
+                       o->pid, o->runtime_dir, fmt_duration(o->age_usec, a, sizeof a));
+        }
         printf("  jobs:              %zu\n", s->n_jobs);
         if (!s->n_jobs)
                 return;

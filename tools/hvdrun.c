@@ -3,7 +3,8 @@
  * ssh, or on hosts emulated here with a private daemon each. Invariants: every child (worker or
  * ssh) leads its own process group and stays a zombie we own until that group is killed; remote
  * ranks carry the job id in their environment, by which an abort finds them; output is passed
- * on in whole lines; the first failure decides the exit status. */
+ * on in whole lines; the first failure decides the exit status. Elastic mode (workers and hosts
+ * that come and go) is tools/hvdrun_elastic.c. */
 #include "config.h"
 
 #include <dirent.h>
@@ -36,6 +37,7 @@
 #include "hostlist.h"
 #include "hvd.h"
 #include "hvdrun.h"
+#include "hvdrun_run.h"
 #include "invariant.h"
 #include "launcher.h"
 #include "log.h"
@@ -44,84 +46,6 @@
 #include "wire.h"
 
 extern char **environ;
-
-typedef struct job {
-        char id[4 + 32 + 1];
-        char secret[33];
-        int cross_size; /* hosts with ranks */
-        bool all_here;  /* no remote host: every daemon of the job runs on this machine */
-        bool any_here, any_remote;
-        host_t *root; /* the host of rank 0: its daemon is the job's root */
-        char root_peer[ENDPOINT_BYTES];
-        char *hosts_var;            /* HVD_HOSTS, owned */
-        char cwd[PATH_MAX];         /* "" when unknown: remote ranks start in the home directory */
-        char me[HOST_NAME_MAX + 1]; /* gethostname() */
-        char **ssh_words;           /* owned: --ssh split at blanks */
-        size_t n_ssh_words;
-} job_t;
-
-typedef struct stream {
-        int fd;     /* read end of the worker's pipe, -1 once closed */
-        int out_fd; /* 1 or 2 */
-        char *buf;
-        size_t len;
-} stream_t;
-
-typedef struct worker {
-        int rank;
-        host_t *host;
-        pid_t pid;    /* also its process group; 0 = not started */
-        bool exited;  /* seen with WNOWAIT: a zombie we still hold */
-        bool stopped; /* elastic: its host left the discovered ones, SIGTERM sent */
-        bool reaped;
-        int status; /* exit code, or 128 + signal */
-        stream_t out, err;
-        char **envp; /* owned; NULL = ours (ssh) */
-        char **argv; /* owned; NULL = PROGRAM ARGS (local ranks) */
-        char *shown; /* owned: the command line --dry-run prints */
-        bool bound;  /* forked here with its share of the CPUs (cpus) */
-        cpu_set_t cpus;
-} worker_t;
-
-typedef struct env_list {
-        char **v; /* NULL-terminated, every string owned */
-        size_t n, cap;
-} env_list_t;
-
-typedef struct run {
-        worker_t *w;
-        int n;
-        int sfd;
-        bool verbose;
-        bool prefix_host;
-        bool srun;  /* every rank is a local srun process */
-        bool multi; /* several hosts: messages name the host */
-        uint64_t grace_usec;
-        int first_fail_rank; /* -1 = none yet */
-        int exit_status;
-        int interrupt_sig; /* SIGINT/SIGTERM/SIGHUP received, 0 = none */
-        uint64_t grace_deadline, kill_deadline, drain_deadline;
-        bool term_sent, kill_sent;
-        bool out_dead[3]; /* EPIPE on our stdout/stderr: discard */
-        char *scratch;
-        size_t scratch_cap;
-        const job_t *job;
-        const char *ssh_path; /* resolved ssh_words[0] */
-        host_t *hosts;
-        size_t n_hosts;
-        pid_t *helpers; /* remote clean-up commands, 0 once reaped */
-        size_t n_helpers, cap_helpers;
-        pid_t pump; /* copies our stdin to a remote rank 0, 0 = none */
-        /* elastic mode: workers are added (w has room for cap), hosts too */
-        const options_t *o;
-        const char *path;
-        hvd_discovery_t *disc;
-        int cap;
-        host_t *added[64];
-        size_t n_added;
-        int last_status; /* of the worker that exited last */
-        bool finished;   /* a worker exited with status 0: the training is done */
-} run_t;
 
 /* ---- small helpers ---- */
 
@@ -223,8 +147,7 @@ static int env_list_put(env_list_t *e, char *entry) {
         return env_list_push(e, entry);
 }
 
-static int env_list_set(env_list_t *e, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int env_list_set(env_list_t *e, const char *name, const char *fmt, ...) {
+int env_list_set(env_list_t *e, const char *name, const char *fmt, ...) {
         char *value = NULL, *entry = NULL;
         va_list ap;
         va_start(ap, fmt);
@@ -307,12 +230,12 @@ static void remove_dir(const char *dir) {
 
 /* Asks a running reactor to stop; embedded_stop() then waits for it. Splitting
  * the two lets several private daemons wind down at the same time. */
-static void embedded_ask_stop(embedded_t *e) {
+void embedded_ask_stop(embedded_t *e) {
         if (e)
                 hvd_embedded_ask_stop(&e->run);
 }
 
-static void embedded_stop(embedded_t *e) {
+void embedded_stop(embedded_t *e) {
         if (!e)
                 return;
         int r = hvd_embedded_stop(&e->run);
@@ -326,8 +249,7 @@ static void embedded_stop(embedded_t *e) {
 
 /* Starts a private daemon in a fresh directory, with peer_listen when given; its
  * bound peer endpoint is read back into peer_ep. */
-static int embedded_start(embedded_t *e, const options_t *o, const char *peer_listen, char *peer_ep,
-                          size_t peer_ep_len) {
+int embedded_start(embedded_t *e, const options_t *o, const char *peer_listen, char *peer_ep, size_t peer_ep_len) {
         const char *tmp = getenv("TMPDIR");
         if (!tmp || !*tmp)
                 tmp = "/tmp";
@@ -408,11 +330,12 @@ static void endpoint_for_host(const char *ep, const char *host, char *out, size_
 }
 
 /* The daemon of this machine's own host (HOST_LOCAL): the node's, or a private one.
- * A private one that is the root of a job spanning hosts listens for their daemons:
+ * A private one that is the root of a job spanning hosts (or taking offered hosts,
+ * --discover-daemons) listens for their daemons:
  * on loopback when every host is on this machine, else on every interface at
  * --root-peer's port (or a free one). */
 static int start_local_daemon(const options_t *o, const job_t *job, host_t *h) {
-        bool root = job->cross_size > 1 && h == job->root;
+        bool root = (job->cross_size > 1 || o->elastic.daemons) && h == job->root;
         h->runtime_dir = o->runtime_dir;
         int embedded = o->embedded;
         if (embedded != 1) {
@@ -774,7 +697,7 @@ static char *argv_shown(char *const *argv) {
 
 /* Fills in w's environment (local rank) or ssh command line (remote rank), and with
  * --dry-run the command line to show. */
-static int prepare_worker(const options_t *o, const job_t *job, const char *path, worker_t *w, int local_rank) {
+int prepare_worker(const options_t *o, const job_t *job, const char *path, worker_t *w, int local_rank) {
         env_list_t vars = { 0 }, env = { 0 };
         host_t *h = w->host;
         char *cmd = NULL;
@@ -1013,158 +936,11 @@ static void kill_groups(run_t *run, int sig) {
         }
 }
 
-static int count_live(const run_t *run) {
+int count_live(const run_t *run) {
         int n = 0;
         for (int i = 0; i < run->n; i++)
                 n += run->w[i].pid > 0 && !run->w[i].exited;
         return n;
-}
-
-/* ---- elastic mode: workers come and go (tools/elastic_driver.c) ---- */
-
-static int spawn_worker(worker_t *w, const char *path, char *const *argv, bool prefix, int in_fd);
-
-/* A worker of an elastic job ended: the others go on (the daemons form the
- * next generation); a failure keeps new workers off its host for the
- * cool-down. */
-static void elastic_exit(run_t *run, worker_t *w, const siginfo_t *si) {
-        if (w->status == 0) {
-                hvd_discovery_destroy(&run->disc); /* the training is done: no more workers */
-                run->finished = true;
-        }
-        if (w->status == 0 || run->interrupt_sig || w->stopped)
-                return;
-        if (si->si_code == CLD_EXITED)
-                fprintf(stderr, "hvdrun: worker %d on %s exited with status %d; the elastic job goes on\n", w->rank,
-                        w->host->name, w->status);
-        else
-                fprintf(stderr, "hvdrun: worker %d on %s killed by signal %d (%s); the elastic job goes on\n", w->rank,
-                        w->host->name, si->si_status, strsignal(si->si_status));
-        hvd_discovery_blacklist(run->disc, w->host->name, hvd_now_usec());
-}
-
-static host_t *elastic_host(run_t *run, const char *name) {
-        for (size_t i = 0; i < run->n_hosts; i++)
-                if (strcmp(run->hosts[i].name, name) == 0)
-                        return &run->hosts[i];
-        for (size_t i = 0; i < run->n_added; i++)
-                if (strcmp(run->added[i]->name, name) == 0)
-                        return run->added[i];
-        return NULL;
-}
-
-/* A host the discovery script found: emulated here (its own daemon), or
- * this machine (its daemon); NULL for the others, which are not added. */
-static host_t *elastic_add_host(run_t *run, const char *name) {
-        static char refused[256];
-        const host_t *root = run->job->root;
-        bool here = !run->o->emulate_hosts && host_is_local(name) && root->kind == HOST_LOCAL;
-        if ((!run->o->emulate_hosts && !here) || run->n_added == ELEMENTSOF(run->added)) {
-                if (strcmp(refused, name) != 0)
-                        fprintf(stderr,
-                                "hvdrun: discovered host %s is not added: an elastic job grows onto "
-                                "emulated hosts (--emulate-hosts) or this machine\n",
-                                name);
-                snprintf(refused, sizeof refused, "%s", name);
-                return NULL;
-        }
-        host_t *h = calloc(1, sizeof *h);
-        if (!h || !(h->name = strdup(name))) {
-                free(h);
-                return NULL;
-        }
-        h->kind = here ? HOST_LOCAL : HOST_EMULATED;
-        h->cross_rank = 1;
-        h->runtime_dir = root->runtime_dir;
-        if (!here) {
-                h->private_daemon = true;
-                if (embedded_start(&h->emb, run->o, "tcp://127.0.0.1:*", h->peer_ep, sizeof h->peer_ep) < 0) {
-                        free(h->name);
-                        free(h);
-                        return NULL;
-                }
-                h->runtime_dir = h->emb.dir;
-        }
-        run->added[run->n_added++] = h;
-        fprintf(stderr, "hvdrun: host %s discovered: starting workers there\n", name);
-        return h;
-}
-
-/* Starts local rank lr of n on h; the root daemon places it. */
-static int elastic_spawn(run_t *run, host_t *h, int lr, int n) {
-        worker_t *w = &run->w[run->n];
-        *w = (worker_t){
-                .rank = run->n, .host = h, .out = { .fd = -1, .out_fd = 1 }, .err = { .fd = -1, .out_fd = 2 }
-        };
-        h->first_rank = 0;
-        h->n_ranks = n;
-        if ((run->o->prefix && (!(w->out.buf = malloc(LINE_BYTES)) || !(w->err.buf = malloc(LINE_BYTES)))) ||
-            prepare_worker(run->o, run->job, run->path, w, lr) < 0)
-                return -ENOMEM;
-        run->n++;
-        env_list_t e = { .v = w->envp };
-        while (e.v[e.n])
-                e.n++;
-        e.cap = e.n + 1;
-        /* not the root's host: its enrolment goes through its daemon to the root's */
-        int r = h == run->job->root ? 0 : -ENOMEM;
-        if (r < 0 && env_list_set(&e, "HVD_CROSS_RANK", "1") == 0 && env_list_set(&e, "HVD_CROSS_SIZE", "2") == 0 &&
-            env_list_set(&e, "HVD_HOSTS", "%s:1,%s:%d", run->job->root->name, h->name, n) == 0 &&
-            env_list_set(&e, "HVD_ROOT_PEER", "%s", run->job->root_peer) == 0 &&
-            env_list_set(&e, "HVD_SIZE", "%ld", HVD_MAX(run->o->np, (long) n)) == 0)
-                r = 0;
-        w->envp = e.v;
-        int in_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
-        if (r == 0)
-                r = spawn_worker(w, run->path, run->o->argv, run->o->prefix, in_fd);
-        if (in_fd >= 0)
-                close(in_fd);
-        return r;
-}
-
-/* The discovery script's hosts: workers of hosts no longer listed are
- * stopped, new hosts get workers (up to --max-np in all). */
-static void elastic_discover(run_t *run, uint64_t now) {
-        const hvd_discovered_t *hs;
-        size_t n;
-        if (hvd_discovery_poll(run->disc, now, &hs, &n) <= 0)
-                return;
-        for (int i = 0; i < run->n; i++) {
-                worker_t *w = &run->w[i];
-                bool listed = hvd_discovery_blacklisted(run->disc, w->host->name, now);
-                for (size_t k = 0; k < n && !listed; k++)
-                        listed = strcmp(hs[k].name, w->host->name) == 0;
-                if (w->pid <= 0 || w->exited || w->stopped || listed)
-                        continue;
-                fprintf(stderr, "hvdrun: host %s is no longer discovered: stopping worker %d\n", w->host->name,
-                        w->rank);
-                (void) kill(-w->pid, SIGTERM);
-                w->stopped = true;
-        }
-        long live = count_live(run);
-        for (size_t k = 0; k < n; k++) {
-                host_t *h = elastic_host(run, hs[k].name);
-                bool busy = false;
-                for (int i = 0; h && i < run->n && !busy; i++)
-                        busy = run->w[i].host == h && run->w[i].pid > 0 && !run->w[i].exited;
-                long want = HVD_MIN(hs[k].slots, run->o->elastic.max_np - live);
-                if (busy || want <= 0 || (!h && !(h = elastic_add_host(run, hs[k].name))))
-                        continue;
-                for (int lr = 0; lr < want && run->n < run->cap; lr++)
-                        if (elastic_spawn(run, h, lr, (int) want) == 0)
-                                live++;
-        }
-}
-
-static void elastic_free_hosts(run_t *run) {
-        for (size_t i = 0; i < run->n_added; i++)
-                embedded_ask_stop(&run->added[i]->emb);
-        for (size_t i = 0; i < run->n_added; i++) {
-                embedded_stop(&run->added[i]->emb);
-                free(run->added[i]->name);
-                free(run->added[i]);
-        }
-        run->n_added = 0;
 }
 
 static void note_exit(run_t *run, worker_t *w, const siginfo_t *si, uint64_t now) {
@@ -1419,7 +1195,7 @@ static void bind_workers(const options_t *o, run_t *run) {
         }
 }
 
-static int spawn_worker(worker_t *w, const char *path, char *const *argv, bool prefix, int in_fd) {
+int spawn_worker(worker_t *w, const char *path, char *const *argv, bool prefix, int in_fd) {
         int outp[2] = { -1, -1 }, errp[2] = { -1, -1 }, ep[2] = { -1, -1 };
         int r = 0;
         if ((prefix && (pipe2(outp, O_CLOEXEC) < 0 || pipe2(errp, O_CLOEXEC) < 0)) || pipe2(ep, O_CLOEXEC) < 0) {
@@ -1574,6 +1350,8 @@ int main(int argc, char **argv) {
                         goto out;
                 }
                 run.cap = (int) o.np + 1024;
+                if (o.elastic.daemons && !(run.offers = calloc(MAX_OFFERS, sizeof *run.offers)))
+                        goto out_oom;
         }
         run.o = &o;
         run.verbose = o.verbose;
@@ -1648,6 +1426,10 @@ int main(int argc, char **argv) {
         /* an elastic job may grow onto other hosts: their daemons reach the root's */
         if (run.disc && !job.root_peer[0] && job.root && job.root->peer_ep[0])
                 snprintf(job.root_peer, sizeof job.root_peer, "%s", job.root->peer_ep);
+        if (o.elastic.daemons && !o.dry_run && elastic_daemons_check(&run) < 0)
+                goto out;
+        if (o.elastic.discovery && !o.dry_run && elastic_root_listed(&run) < 0)
+                goto out;
         run.path = path;
         if (o.verbose) {
                 fprintf(stderr, "hvdrun: job %s, %ld rank%s on %d host%s", job.id, o.np, o.np == 1 ? "" : "s",

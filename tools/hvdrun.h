@@ -26,6 +26,7 @@
 #define DRAIN_USEC         (1 * USEC_PER_SEC) /* output still open after every worker exited */
 #define HELPER_WAIT_USEC   (3 * USEC_PER_SEC) /* remote clean-up commands still running at the end */
 #define PROBE_TIMEOUT_USEC USEC_PER_SEC
+#define MAX_OFFERS         256   /* hosts offered to the root daemon, as --discover-daemons reads them */
 #define LINE_BYTES         65536 /* a longer line is passed on in pieces */
 #define EXIT_USAGE         2
 #define PRIVATE            "<private>" /* --dry-run: known only once a private daemon runs */
@@ -55,6 +56,7 @@ typedef struct host {
         const char *runtime_dir;      /* its ranks' daemon: borrowed from the options or emb.dir */
         char peer_ep[ENDPOINT_BYTES]; /* that daemon's peer endpoint, "" when unknown */
         bool remote_kill_sent[2];     /* SIGTERM / SIGKILL clean-up started */
+        char *offered_dir;            /* owned: the runtime directory of the daemon that offered it, or NULL */
 } host_t;
 
 typedef struct options {

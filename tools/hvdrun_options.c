@@ -51,11 +51,14 @@ static void help(void) {
                "      --grace-period SEC     After the first failure, the other workers get\n"
                "                             SEC seconds to finish before SIGTERM (default 5)\n"
                "\n"
-               "Elastic jobs (docs/ELASTIC.md; any of the first three makes the job elastic):\n"
+               "Elastic jobs (docs/ELASTIC.md; any of the first three, or --discover-daemons,\n"
+               "makes the job elastic):\n"
                "      --min-np N             The fewest ranks a generation may have (default -np)\n"
                "      --max-np M             The most ranks (default -np); further workers wait\n"
                "      --host-discovery-script SCRIPT  Prints 'host:slots' lines; run every\n"
                "                             --discovery-interval SEC (default 1)\n"
+               "      --discover-daemons     Daemons that offer their host to the job's root\n"
+               "                             daemon (their elastic_root) are discovered hosts\n"
                "      --slots N              Slots of a discovered host without a count (default 1)\n"
                "      --elastic-timeout SEC  How long to wait for --min-np ranks (default 600)\n"
                "      --reset-limit N        Resets before the job stops (default 0: no limit)\n"
@@ -357,6 +360,7 @@ int parse_options(int argc, char **argv, options_t *o) {
                 { "reset-limit", required_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_RESET_LIMIT },
                 { "blacklist-cooldown", required_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_COOLDOWN },
                 { "discovery-interval", required_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_INTERVAL },
+                { "discover-daemons", no_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_DAEMONS },
                 { "num-proc", required_argument, NULL, 'n' },
                 { "hosts", required_argument, NULL, 'H' },
                 { "hostfile", required_argument, NULL, OPT_HOSTFILE },

@@ -220,13 +220,28 @@ static json_t *peer(const Hvd__PeerStatus *p) {
         return done(o, ok);
 }
 
+static json_t *offer(const Hvd__HostOffer *h) {
+        json_t *o = json_object();
+        bool ok = o != NULL;
+        if (!o)
+                return NULL;
+        put(o, "host", text(h->host), &ok);
+        put(o, "slots", u64(h->slots), &ok);
+        put(o, "runtime_dir", text(h->runtime_dir), &ok);
+        put(o, "machine", text(h->machine), &ok);
+        put(o, "pid", u64(h->pid), &ok);
+        put(o, "last_heard_usec", u64(h->age_usec), &ok);
+        return done(o, ok);
+}
+
 json_t *hvd_status_to_json(const Hvd__Status *s) {
-        json_t *o = json_object(), *peers = json_array(), *config = json_object();
-        bool ok = o && peers && config;
+        json_t *o = json_object(), *peers = json_array(), *config = json_object(), *offers = json_array();
+        bool ok = o && peers && config && offers;
         if (!ok) {
                 json_decref(o);
                 json_decref(peers);
                 json_decref(config);
+                json_decref(offers);
                 return NULL;
         }
         put(o, "version", text(s->version), &ok);
@@ -252,6 +267,9 @@ json_t *hvd_status_to_json(const Hvd__Status *s) {
         put(o, "config", config, &ok);
         put(o, "log_level", text(s->log_level), &ok);
         put(o, "metrics_listen", text(s->metrics_listen), &ok);
+        for (size_t i = 0; i < s->n_offers; i++)
+                push(offers, offer(s->offers[i]), &ok);
+        put(o, "offered_hosts", offers, &ok);
         return done(o, ok);
 }
 

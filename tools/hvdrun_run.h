@@ -1,0 +1,135 @@
+/* hvdrun_run.h — what hvdrun's launch (tools/hvdrun.c) and its elastic mode
+ * (tools/hvdrun_elastic.c) share: the job, the workers and the run's state,
+ * and the few steps both take (a worker's environment and start, a private
+ * daemon). Program-internal. */
+#ifndef HVD_TOOLS_HVDRUN_RUN_H
+#define HVD_TOOLS_HVDRUN_RUN_H
+
+#include <sched.h>
+#include <signal.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "elastic_driver.h"
+#include "embedded.h"
+#include "hvdrun.h"
+
+typedef struct job {
+        char id[4 + 32 + 1];
+        char secret[33];
+        int cross_size; /* hosts with ranks */
+        bool all_here;  /* no remote host: every daemon of the job runs on this machine */
+        bool any_here, any_remote;
+        host_t *root; /* the host of rank 0: its daemon is the job's root */
+        char root_peer[ENDPOINT_BYTES];
+        char *hosts_var;            /* HVD_HOSTS, owned */
+        char cwd[PATH_MAX];         /* "" when unknown: remote ranks start in the home directory */
+        char me[HOST_NAME_MAX + 1]; /* gethostname() */
+        char **ssh_words;           /* owned: --ssh split at blanks */
+        size_t n_ssh_words;
+} job_t;
+
+typedef struct stream {
+        int fd;     /* read end of the worker's pipe, -1 once closed */
+        int out_fd; /* 1 or 2 */
+        char *buf;
+        size_t len;
+} stream_t;
+
+typedef struct worker {
+        int rank;
+        host_t *host;
+        pid_t pid;    /* also its process group; 0 = not started */
+        bool exited;  /* seen with WNOWAIT: a zombie we still hold */
+        bool stopped; /* elastic: its host left the discovered ones, SIGTERM sent */
+        bool reaped;
+        int status; /* exit code, or 128 + signal */
+        stream_t out, err;
+        char **envp; /* owned; NULL = ours (ssh) */
+        char **argv; /* owned; NULL = PROGRAM ARGS (local ranks) */
+        char *shown; /* owned: the command line --dry-run prints */
+        bool bound;  /* forked here with its share of the CPUs (cpus) */
+        cpu_set_t cpus;
+} worker_t;
+
+typedef struct env_list {
+        char **v; /* NULL-terminated, every string owned */
+        size_t n, cap;
+} env_list_t;
+
+typedef struct run {
+        worker_t *w;
+        int n;
+        int sfd;
+        bool verbose;
+        bool prefix_host;
+        bool srun;  /* every rank is a local srun process */
+        bool multi; /* several hosts: messages name the host */
+        uint64_t grace_usec;
+        int first_fail_rank; /* -1 = none yet */
+        int exit_status;
+        int interrupt_sig; /* SIGINT/SIGTERM/SIGHUP received, 0 = none */
+        uint64_t grace_deadline, kill_deadline, drain_deadline;
+        bool term_sent, kill_sent;
+        bool out_dead[3]; /* EPIPE on our stdout/stderr: discard */
+        char *scratch;
+        size_t scratch_cap;
+        const job_t *job;
+        const char *ssh_path; /* resolved ssh_words[0] */
+        host_t *hosts;
+        size_t n_hosts;
+        pid_t *helpers; /* remote clean-up commands, 0 once reaped */
+        size_t n_helpers, cap_helpers;
+        pid_t pump; /* copies our stdin to a remote rank 0, 0 = none */
+        /* elastic mode: workers are added (w has room for cap), hosts too */
+        const options_t *o;
+        const char *path;
+        hvd_discovery_t *disc;
+        int cap;
+        host_t *added[64];
+        size_t n_added;
+        hvd_daemon_offer_t *offers; /* --discover-daemons: the root daemon's last answer, [MAX_OFFERS] */
+        char offers_error[512];     /* its last failure, printed once */
+        bool root_kept;             /* the root host's workers were kept once the script dropped it */
+        int last_status;            /* of the worker that exited last */
+        bool finished;              /* a worker exited with status 0: the training is done */
+} run_t;
+
+/* ---- tools/hvdrun.c ---- */
+
+/* Sets NAME=printf(fmt, ...) in e, replacing an earlier NAME. 0 or -ENOMEM. */
+int env_list_set(env_list_t *e, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Starts a private daemon in a fresh directory, with peer_listen when given; its
+ * bound peer endpoint is read back into peer_ep. 0, or < 0 after a message. */
+int embedded_start(embedded_t *e, const options_t *o, const char *peer_listen, char *peer_ep, size_t peer_ep_len);
+/* Asks a private daemon to stop (NULL-safe); embedded_stop() waits for it and
+ * removes its directory. */
+void embedded_ask_stop(embedded_t *e);
+void embedded_stop(embedded_t *e);
+/* The environment (and, over ssh or srun, the command line) of worker w, local
+ * rank local_rank of its host, into w (owned there). 0 or < 0. */
+int prepare_worker(const options_t *o, const job_t *job, const char *path, worker_t *w, int local_rank);
+/* Forks and runs worker w (path, argv), reading in_fd; prefix: its output
+ * through pipes. 0, or < 0 after a message. */
+int spawn_worker(worker_t *w, const char *path, char *const *argv, bool prefix, int in_fd);
+/* The workers started and not yet exited. */
+int count_live(const run_t *run);
+
+/* ---- tools/hvdrun_elastic.c: workers and hosts come and go ---- */
+
+/* A worker of an elastic job ended (w->status set): the others go on. */
+void elastic_exit(run_t *run, worker_t *w, const siginfo_t *si);
+/* When the discovery is due: hosts no longer discovered lose their workers,
+ * new ones get workers (up to --max-np in all). */
+void elastic_discover(run_t *run, uint64_t now);
+/* Stops the daemons of the hosts added and frees them (and the offers read). */
+void elastic_free_hosts(run_t *run);
+/* Before any worker starts: --discover-daemons needs the root daemon's peer
+ * endpoint (shown); a discovery script must list the first host. 0, or
+ * -EINVAL after a message. */
+int elastic_daemons_check(const run_t *run);
+int elastic_root_listed(run_t *run);
+
+#endif
