@@ -209,6 +209,11 @@ static int read_common(hvd_settings_t *s, const env_t *env, char *err, size_t er
                 if (*db && !*end && x >= 1)
                         s->shm_direct_bytes = x;
         }
+        /* this rank's alone: the bytes on the wire are the same either way */
+        const char *sth = env_get(env, "TCP_SEND_THREAD", false);
+        s->tcp_send_thread = true;
+        if (sth && hvd_parse_bool(sth, &s->tcp_send_thread) < 0)
+                s->tcp_send_thread = true;
         const char *dev = env_get(env, "GPU_DEVICE", false);
         s->has_gpu_device = dev != NULL;
         s->gpu_device = dev ? atoi(dev) : 0;
