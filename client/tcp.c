@@ -629,7 +629,7 @@ static int send_loop(hvd_tcp_t *t, dir_t *d, const hvd_tcp_stream_t *s, char *er
                 if (atomic_load(&w->stop))
                         return 0;
                 if (t->aborted) {
-                        snprintf(err, err_len, "sending to rank %d: the job was aborted", s->to);
+                        snprintf(err, err_len, "exchanging data with rank %d: the job was aborted", s->to);
                         return HVD_EABORTED;
                 }
                 /* before looking at what is ready: a frame handed on after
@@ -647,7 +647,7 @@ static int send_loop(hvd_tcp_t *t, dir_t *d, const hvd_tcp_stream_t *s, char *er
                         s->send_at(s->ud, d->seg, d->off, &ready);
                 if (d->tpos >= 0 || ready) {
                         struct pollfd pfd = { .fd = d->fd, .events = POLLOUT };
-                        int r = wait_fd_or(t, &pfd, 1, start, "sending to", s->to, &w->stop, err, err_len);
+                        int r = wait_fd_or(t, &pfd, 1, start, "exchanging data with", s->to, &w->stop, err, err_len);
                         if (r < 0)
                                 return r;
                         continue;
@@ -743,7 +743,7 @@ static int stream_split(hvd_tcp_t *t, dir_t *sd, dir_t *rd, const hvd_tcp_stream
                         continue;
                 }
                 struct pollfd pfd = { .fd = rd->fd, .events = POLLIN };
-                int k = wait_fd_or(t, &pfd, 1, start, "receiving from", s->from, &w->failed, err, err_len);
+                int k = wait_fd_or(t, &pfd, 1, start, "exchanging data with", s->from, &w->failed, err, err_len);
                 if (k < 0) {
                         r = k;
                         break;
