@@ -218,7 +218,7 @@ int hvd_tcp_new(int listen_fd, int rank, int size, char *const *addrs, uint64_t 
         t->sent_frames = calloc((size_t) size, sizeof *t->sent_frames);
         t->recv_frames = calloc((size_t) size, sizeof *t->recv_frames);
         t->corrupt_frame = -1;
-        t->send_thread = true;
+        t->send_thread = false;
         pthread_mutex_init(&t->snd.lock, NULL);
         pthread_cond_init(&t->snd.cond, NULL);
         /* HVD_TEST_RING_CORRUPT=RANK:CHUNK: rank RANK changes one byte of

@@ -84,7 +84,7 @@ int hvd_tcp_stream(hvd_tcp_t *t, const hvd_tcp_stream_t *s, char *err, size_t er
 void hvd_tcp_set_checksum(hvd_tcp_t *t, bool on);
 
 /* Whether exchanges that allow it (hvd_tcp_stream_t.concurrent) send on a
- * thread of their own while the caller receives: on by default; this
+ * thread of their own while the caller receives: off by default; this
  * rank's HVD_TCP_SEND_THREAD. Each rank decides alone: the bytes on the
  * wire are the same either way. */
 void hvd_tcp_set_send_thread(hvd_tcp_t *t, bool on);

@@ -65,7 +65,7 @@ START_TEST(test_settings_defaults) {
         ck_assert_ptr_null(s.timeline_file);
         ck_assert(s.fast_path);
         ck_assert_uint_eq(s.shm_chunk_bytes, 0);
-        ck_assert(s.tcp_send_thread);
+        ck_assert(!s.tcp_send_thread);
         ck_assert(!s.has_gpu_device);
         ck_assert_ptr_null(s.gpu_module);
         ck_assert(!s.has_fusion_threshold);
@@ -82,7 +82,7 @@ START_TEST(test_settings_job) {
                                  "HVD_STALL_CHECK_TIME_SECONDS=10", "HVD_STALL_SHUTDOWN_TIME_SECONDS=20",
                                  "HVD_RING_CHECKSUM=yes", "HVD_ROOT_PEER=tcp://node-a:7000", "HVD_HOSTNAME=node-a",
                                  "HVD_FAST_PATH=0", "HVD_SHM_CHUNK_BYTES=65536", "HVD_SHM_DIRECT_BYTES=4096",
-                                 "HVD_GPU_DEVICE=3", "HVD_RUNTIME_DIR=/tmp/rt", "HVD_TCP_SEND_THREAD=0")),
+                                 "HVD_GPU_DEVICE=3", "HVD_RUNTIME_DIR=/tmp/rt", "HVD_TCP_SEND_THREAD=1")),
                 0);
         ck_assert(!s.solo);
         ck_assert_str_eq(s.job_id, "job-7");
@@ -115,7 +115,7 @@ START_TEST(test_settings_job) {
         ck_assert(!s.fast_path);
         ck_assert_uint_eq(s.shm_chunk_bytes, 65536);
         ck_assert_uint_eq(s.shm_direct_bytes, 4096);
-        ck_assert(!s.tcp_send_thread);
+        ck_assert(s.tcp_send_thread);
         ck_assert(s.has_gpu_device);
         ck_assert_int_eq(s.gpu_device, 3);
         char buf[256];
