@@ -27,7 +27,9 @@
 #   benchmarks/run-scaling.sh [BUILDDIR]           (after make)
 # Environment:
 #   NS="2 4" RATES="1gbit 10gbit" ROUNDS=2 STEPS=3 REPS=2 BATCH=64 FWD_MS=60 BWD_MS=120
-#   BURST=1mb (tbf bucket, as run-step.sh)  PEERS="hvd horovod torch"
+#   BURST=1mb (tbf bucket, as run-step.sh)  PEERS="hvd horovod torch" (and hvdb:
+#   hvd again with the environment HVDB_ENV added, e.g.
+#   HVDB_ENV="HVD_TCP_SEND_THREAD=0", for a same-run comparison of two settings)
 #   PYTHON=/usr/bin/python3  HOROVOD_DIR (default: scripts/horovod.sh's)  DATA
 #   RAW=FILE: run nothing; tabulate an earlier run's raw lines
 set -u
@@ -48,7 +50,7 @@ for n in $NS; do
 done
 [ "$maxh" -le 16 ] || die "NS: at most 16 hosts"
 for p in $PEERS; do
-        case $p in hvd | horovod | torch) ;; *) die "PEERS: unknown peer $p (hvd, horovod, torch)" ;; esac
+        case $p in hvd | hvdb | horovod | torch) ;; *) die "PEERS: unknown peer $p (hvd, hvdb, horovod, torch)" ;; esac
 done
 if [ -z "${DATA:-}" ]; then
         for d in "$src/../shared/data" /work/shared/data; do [ -f "$d/resnet50.tsv" ] && DATA=$d && break; done
@@ -140,9 +142,11 @@ job() {
         for ((h = 0; h < n; h++)); do
                 ns=hvdsc$$h$h
                 local ip=$net$((h + 1)) dev=hsh${tag}x$h
+                local extra=()
+                [ "$p" = hvdb ] && read -ra extra <<<"${HVDB_ENV:-}"
                 case $p in
-                hvd)
-                        ip netns exec "$ns" env PYTHONPATH="$build/python-binding/pkg" HVD_JOB_ID="$jobid" \
+                hvd | hvdb)
+                        ip netns exec "$ns" env "${extra[@]}" PYTHONPATH="$build/python-binding/pkg" HVD_JOB_ID="$jobid" \
                                 HVD_JOB_SECRET=0123456789abcdef HVD_RANK=$h HVD_SIZE="$n" HVD_LOCAL_RANK=0 HVD_LOCAL_SIZE=1 \
                                 HVD_CROSS_RANK=$h HVD_CROSS_SIZE="$n" HVD_HOSTS="$hosts" HVD_HOSTNAME=h$h \
                                 HVD_ROOT_PEER="tcp://${net}1:7100" HVD_RUNTIME_DIR="$work/h$h" HVD_DATA_ADDR="$ip" \
@@ -172,7 +176,7 @@ job() {
                 wait "$rdv"
                 rm -f "$work/rdv.in"
         fi
-        sed -n "s/^bench=/round=$round rate=$rate bench=/p" "$work/r0.out" | tee -a "$out"
+        sed -n "s/^bench=/round=$round rate=$rate bench=/p" "$work/r0.out" | sed "s/ impl=hvd / impl=$p /" | tee -a "$out"
         [ "$st" = 0 ] || loud "PEER FAILED: $p at $n hosts, $rate, round $round: $(grep -hv '^bench=' "$work"/r*.out | tail -n 3 | tr '\n' ' ')"
 }
 
@@ -185,7 +189,7 @@ else
         peers=
         for p in $PEERS; do
                 case $p in
-                hvd)
+                hvd | hvdb)
                         if [ ! -x "$build/daemon/hvd-coordinatord" ] || [ ! -f "$build/python-binding/pkg/hvd/__init__.py" ]; then
                                 loud "PEER MISSING: hvd is not built in $build (make first)"
                                 continue
@@ -201,7 +205,7 @@ else
         done
         echo "# run-scaling: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$src" rev-parse --short HEAD 2>/dev/null)," \
                 "$(nproc --all) cores, load $(cut -d' ' -f1-3 /proc/loadavg); compute model ${FWD_MS}+${BWD_MS} ms (sleep)," \
-                "batch $BATCH, tbf burst $BURST" | tee -a "$out"
+                "batch $BATCH, tbf burst $BURST${HVDB_ENV:+; hvdb = hvd with $HVDB_ENV}" | tee -a "$out"
         "$PY" "$script" --impl plain "${args[@]}" | sed 's/^bench=/round=0 rate=- bench=/' | tee -a "$out"
         star_setup
         read -ra order <<<"$peers"
@@ -221,7 +225,7 @@ else
 fi
 "$PY" - "$out" <<'PY'
 import re, statistics, sys
-rows, loud, one = {}, [], None
+rows, cpu, loud, one = {}, {}, [], None
 for line in open(sys.argv[1]):
     if line.startswith("!!!"):
         loud.append(line.strip())
@@ -236,6 +240,8 @@ for line in open(sys.argv[1]):
     # img_s is one rank's; the job's rate is N times it
     n = int(m["np"])
     rows.setdefault((m["rate"], n), {}).setdefault(m["impl"], []).append(n * float(m["img_s"]))
+    if "cpu_ms" in m:
+        cpu.setdefault((m["rate"], n), {}).setdefault(m["impl"], []).append(float(m["cpu_ms"]))
     step_ms = float(m["fwd_ms"]), float(m["bwd_ms"])
     mib = float(m.get("mib", 97.5))  # runs before mib= was printed: ResNet-50
 
@@ -257,8 +263,10 @@ if one is None:
 print(f"# rate(1) = {one:.1f} images/s (the compute model alone); rate(N) = the N ranks' images/s together;"
       " efficiency = rate(N) / (N x rate(1)); medians over the rounds [range]; link bound = the best"
       " efficiency the link's rate allows")
+hvdb = any("hvdb" in r for r in rows.values())
 print(f"\n{'link':>7} {'N':>3} {'hvd img/s':>10} {'eff [range]':>17} {'horovod':>10} {'eff [range]':>17}"
-      f" {'ddp':>10} {'eff [range]':>17} {'hvd/horovod':>11} {'hvd/ddp':>8} {'link bound':>10}")
+      f" {'ddp':>10} {'eff [range]':>17} {'hvd/horovod':>11} {'hvd/ddp':>8} {'link bound':>10}"
+      + (f" {'hvdb':>10} {'eff [range]':>17} {'hvd/hvdb':>8}" if hvdb else ""))
 for (rate, n), r in sorted(rows.items(), key=lambda kv: (float(re.sub(r"[a-z]", "", kv[0][0])), kv[0][1])):
     def cells(impl):
         v = r.get(impl)
@@ -272,7 +280,14 @@ for (rate, n), r in sorted(rows.items(), key=lambda kv: (float(re.sub(r"[a-z]", 
         return f"{statistics.median(r['hvd']) / statistics.median(r[peer]):.2f}"
     lb = link_bound(rate, n)
     print(f"{rate:>7} {n:>3} {cells('hvd')} {cells('horovod')} {cells('ddp')} {rat('horovod'):>11} {rat('ddp'):>8}"
-          f" {lb if lb is None else format(lb, '10.2f')}")
+          f" {lb if lb is None else format(lb, '10.2f')}" + (f" {cells('hvdb')} {rat('hvdb'):>8}" if hvdb else ""))
+if cpu:
+    print("\n# CPU ms per step of one rank's process (user + system, all its threads; medians over the rounds)")
+    impls = [i for i in ("hvd", "hvdb", "horovod", "ddp") if any(i in c for c in cpu.values())]
+    print(f"{'link':>7} {'N':>3} " + " ".join(f"{i:>8}" for i in impls))
+    for (rate, n), c in sorted(cpu.items(), key=lambda kv: (float(re.sub(r"[a-z]", "", kv[0][0])), kv[0][1])):
+        print(f"{rate:>7} {n:>3} " + " ".join(f"{statistics.median(c[i]):8.1f}" if c.get(i) else f"{'-':>8}"
+                                             for i in impls))
 for l in loud:
     print(l)
 PY

@@ -43,14 +43,16 @@ What it measures (--what, comma-separated; rank 0 prints one line each):
              accelerators on a machine with fewer cores. torch: DDP's
              25 MiB buckets as in step. --impl plain: one process, the
              compute alone, no communication: the single-device rate
-        bench=scaling model=resnet50 impl=I np=P batch=B img_s=.. ms=.. mib=..
-             (img_s: one rank's images/s, batch / step time)
+        bench=scaling model=resnet50 impl=I np=P batch=B img_s=.. ms=.. mib=.. cpu_ms=..
+             (img_s: one rank's images/s, batch / step time; cpu_ms: this
+             rank's process CPU time, user + system, per timed step)
 
 Timings are medians over --reps repetitions of each measurement inside a
 run, each after a barrier; the rounds of run-python.sh give the spread.
 """
 import argparse
 import os
+import resource
 import statistics
 import sys
 import time
@@ -420,11 +422,19 @@ def scaling(comm, args, emit):
         dt = statistics.median(_plain_timed(one, args.steps) for _ in range(args.reps))
         np_, impl = 1, "plain"
     else:
+        cpu0 = _cpu_s()
         dt = timed(comm, one, args.steps, args.reps)
+        cpu = (_cpu_s() - cpu0) / (args.steps * args.reps)
         np_, impl = comm.size, "ddp" if comm.impl == "torch" else comm.impl
     emit(f"bench=scaling model={model} impl={impl} np={np_} batch={args.batch} img_s={args.batch / dt:.1f} "
          f"ms={dt * 1e3:.1f} fwd_ms={args.fwd_ms} bwd_ms={args.bwd_ms} "
-         f"mib={sum(g.numel() for g in grads) * 4 / 2**20:.1f}")
+         f"mib={sum(g.numel() for g in grads) * 4 / 2**20:.1f}" + ("" if comm is None else f" cpu_ms={cpu * 1e3:.1f}"))
+
+
+def _cpu_s():
+    """CPU seconds (user + system) of this process, all its threads."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
 
 
 def _plain_timed(fn, n):

@@ -81,6 +81,7 @@ typedef struct hvd_topology {
         bool ring_checksum;        /* a CRC-32C on every TCP ring frame (the job's setting) */
         uint64_t shm_chunk_bytes;  /* HVD_SHM_CHUNK_BYTES (>= 4096), 0: the backend's choice */
         uint64_t shm_direct_bytes; /* HVD_SHM_DIRECT_BYTES (>= 1), 0: the backend's choice */
+        bool tcp_send_thread;      /* HVD_TCP_SEND_THREAD: large TCP exchanges send on a thread of their own */
 } hvd_topology_t;
 
 /* CPU backend: shared memory between the ranks of this node (segment

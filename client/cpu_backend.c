@@ -859,8 +859,10 @@ static int multi_node_init(hvd_backend_t *b, const hvd_topology_t *t) {
         free(local_sizes);
         int r = hvd_tcp_new(t->listen_fd, t->rank, t->size, t->addrs, t->job_hash, b->timeout_usec, b->check,
                             b->userdata, &b->tcp);
-        if (r >= 0)
+        if (r >= 0) {
                 hvd_tcp_set_checksum(b->tcp, t->ring_checksum);
+                hvd_tcp_set_send_thread(b->tcp, t->tcp_send_thread);
+        }
         return r;
 }
 
@@ -940,7 +942,8 @@ static uint8_t *ring_ptr(const ring_t *g, uint64_t at, uint64_t *contig) {
 static const uint8_t *ring_send_at(void *ud, size_t seg, uint64_t off, uint64_t *ready) {
         ring_t *g = ud;
         int t = (int) seg;
-        uint64_t have = t == 0 ? g->len[0] : g->done[t - 1]; /* step t sends what step t-1 received */
+        /* step t sends what step t-1 received (done: see hvd_tcp_stream_t.concurrent) */
+        uint64_t have = t == 0 ? g->len[0] : __atomic_load_n(&g->done[t - 1], __ATOMIC_ACQUIRE);
         uint64_t contig;
         const uint8_t *p = ring_ptr(g, ring_b0(g, ring_sb(g, t)) * g->es + off, &contig);
         *ready = have > off ? HVD_MIN(have - off, contig) : 0;
@@ -975,7 +978,7 @@ static int ring_received(void *ud, size_t seg, uint64_t off, uint64_t len, char 
                         k += l;
                 }
         }
-        g->done[t] = off + len;
+        __atomic_store_n(&g->done[t], off + len, __ATOMIC_RELEASE);
         return 0;
 }
 
@@ -1030,6 +1033,7 @@ static int ring_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_
                 .recv_at = ring_recv_at,
                 .received = ring_received,
                 .ud = g,
+                .concurrent = true,
         };
         return hvd_tcp_stream(b->tcp, &s, err, err_len);
 }
@@ -1255,7 +1259,7 @@ static inline int agring_rb(const agring_t *g, int s) {
 static const uint8_t *agring_send_at(void *ud, size_t seg, uint64_t off, uint64_t *ready) {
         agring_t *g = ud;
         int s = (int) seg;
-        uint64_t have = s == 0 ? g->len[0] : g->done[s - 1];
+        uint64_t have = s == 0 ? g->len[0] : __atomic_load_n(&g->done[s - 1], __ATOMIC_ACQUIRE);
         *ready = have > off ? have - off : 0;
         return g->stage + g->boff[agring_sb(g, s)] + off;
 }
@@ -1271,7 +1275,7 @@ static int agring_received(void *ud, size_t seg, uint64_t off, uint64_t len, cha
         (void) err;
         (void) err_len;
         agring_t *g = ud;
-        g->done[seg] = off + len;
+        __atomic_store_n(&g->done[seg], off + len, __ATOMIC_RELEASE);
         return 0;
 }
 
@@ -1331,6 +1335,7 @@ static int execute_allgather_multi(hvd_backend_t *b, const hvd_xop_t *op, char *
                         .recv_at = agring_recv_at,
                         .received = agring_received,
                         .ud = &g,
+                        .concurrent = true,
                 };
                 g.len = lens;
                 r = hvd_tcp_stream(b->tcp, &st, err, err_len);

@@ -497,6 +497,7 @@ static int data_plane_open(const hvd_settings_t *s, const Hvd__Welcome *w) {
                 .ring_checksum = w->ring_checksum,
                 .shm_chunk_bytes = s->shm_chunk_bytes,
                 .shm_direct_bytes = s->shm_direct_bytes,
+                .tcp_send_thread = s->tcp_send_thread,
         };
         G.listen_fd = -1; /* the backend owns it now */
         char err[ERRLEN];

@@ -209,6 +209,13 @@ static int read_common(hvd_settings_t *s, const env_t *env, char *err, size_t er
                 if (*db && !*end && x >= 1)
                         s->shm_direct_bytes = x;
         }
+        /* this rank's alone: the bytes on the wire are the same either way.
+         * Off by default: with more ranks than cores (emulated hosts) the
+         * second thread cost more than it overlapped */
+        const char *sth = env_get(env, "TCP_SEND_THREAD", false);
+        s->tcp_send_thread = false;
+        if (sth && hvd_parse_bool(sth, &s->tcp_send_thread) < 0)
+                s->tcp_send_thread = false;
         const char *dev = env_get(env, "GPU_DEVICE", false);
         s->has_gpu_device = dev != NULL;
         s->gpu_device = dev ? atoi(dev) : 0;

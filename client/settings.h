@@ -60,6 +60,8 @@ typedef struct hvd_settings {
         /* HVD_SHM_DIRECT_BYTES (0: the data plane's choice; 0 or not a
          * number: ignored) */
         uint64_t shm_direct_bytes;
+        /* HVD_TCP_SEND_THREAD (a value that is not a boolean: off) */
+        bool tcp_send_thread;
         /* HVD_GPU_DEVICE (atoi), HVD_GPU_MODULE, else HVD_NCCL_MODULE (NULL:
          * the installed module; these two count also when empty) */
         bool has_gpu_device;

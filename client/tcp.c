@@ -1,6 +1,13 @@
 /* tcp.c — rank-to-rank TCP connections for the data plane between nodes
  * (see tcp.h). Invariant: conn[p] is either -1 or a connected, non-blocking
- * socket whose peer proved it is rank p of this job (a 16-byte hello). */
+ * socket whose peer proved it is rank p of this job (a 16-byte hello).
+ * A large exchange whose caller allows it sends on a second thread (the
+ * sender, started on first use) while the calling thread receives: the
+ * send copies then run beside the receive copies and the reductions
+ * instead of between them. The sender touches only the send direction
+ * (its dir_t, sent_frames, the corruption hook); the two meet in the
+ * stream's callbacks and in `progress`, a futex word the receiver bumps
+ * after every frame it hands on. */
 #include "config.h"
 
 #include <arpa/inet.h>
@@ -10,12 +17,18 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <linux/futex.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "crc32c.h"
@@ -26,6 +39,31 @@
 #define HELLO_MAGIC   UINT32_C(0x68766474) /* "hvdt" */
 #define SOCKBUF_BYTES (4 << 20)
 #define POLL_SLICE_MS 50
+/* exchanges of at least this many bytes each way use the sender thread:
+ * below it, handing the send side over costs more than it overlaps */
+#define SPLIT_BYTES (UINT64_C(1) << 20)
+
+struct dir;
+
+/* The sender thread and its one job at a time. */
+typedef struct sender {
+        pthread_t thread;
+        bool started;
+        pthread_mutex_t lock;
+        pthread_cond_t cond;
+        /* under lock */
+        bool quit;
+        const hvd_tcp_stream_t *job; /* handed over, not yet taken */
+        struct dir *d;
+        bool busy; /* from the hand-over to the job's end */
+        int result;
+        char err[256];
+        /* without the lock */
+        _Atomic uint32_t progress; /* frames the receiver has handed on */
+        atomic_bool waiting;       /* the sender sleeps on progress */
+        atomic_bool stop;          /* the receiver failed: stop sending */
+        atomic_bool failed;        /* the sender failed: stop receiving */
+} sender_t;
 
 struct hvd_tcp {
         int rank, size;
@@ -41,6 +79,9 @@ struct hvd_tcp {
         bool checksum;                       /* a CRC-32C after every frame, both ways */
         int64_t corrupt_frame;               /* test hook (HVD_TEST_RING_CORRUPT): -1 = off */
         uint64_t *sent_frames, *recv_frames; /* [size]: frames per connection and direction */
+        bool send_thread;                    /* large exchanges may use the sender */
+        bool split;                          /* the current exchange does */
+        sender_t snd;
 };
 
 typedef struct {
@@ -177,6 +218,9 @@ int hvd_tcp_new(int listen_fd, int rank, int size, char *const *addrs, uint64_t 
         t->sent_frames = calloc((size_t) size, sizeof *t->sent_frames);
         t->recv_frames = calloc((size_t) size, sizeof *t->recv_frames);
         t->corrupt_frame = -1;
+        t->send_thread = false;
+        pthread_mutex_init(&t->snd.lock, NULL);
+        pthread_cond_init(&t->snd.cond, NULL);
         /* HVD_TEST_RING_CORRUPT=RANK:CHUNK: rank RANK changes one byte of
          * the CHUNK-th frame (from 0) it sends on each connection, after
          * computing its checksum — for tests of the checksum only: a fault
@@ -205,6 +249,15 @@ void hvd_tcp_destroy(hvd_tcp_t **tp) {
         if (!tp || !*tp)
                 return;
         hvd_tcp_t *t = *tp;
+        if (t->snd.started) {
+                pthread_mutex_lock(&t->snd.lock);
+                t->snd.quit = true;
+                pthread_cond_broadcast(&t->snd.cond);
+                pthread_mutex_unlock(&t->snd.lock);
+                pthread_join(t->snd.thread, NULL);
+        }
+        pthread_mutex_destroy(&t->snd.lock);
+        pthread_cond_destroy(&t->snd.cond);
         if (t->listen_fd >= 0)
                 close(t->listen_fd);
         for (int i = 0; t->conn && i < t->size; i++)
@@ -230,10 +283,15 @@ void hvd_tcp_abort(hvd_tcp_t *t) {
                 t->aborted = true;
 }
 
-/* Waits on pfd for events with the job's deadline, checking for an abort. */
-static int wait_fd(hvd_tcp_t *t, struct pollfd *pfd, int n, uint64_t start, const char *what, int peer, char *err,
-                   size_t err_len) {
+/* Waits on pfd for events with the job's deadline, checking for an abort;
+ * 1 (no event) once *quit is set. The sender passes its stop flag, and
+ * never runs the caller's check, which belongs to the calling thread. */
+static int wait_fd_or(hvd_tcp_t *t, struct pollfd *pfd, int n, uint64_t start, const char *what, int peer,
+                      const atomic_bool *quit, char *err, size_t err_len) {
+        bool sender = quit == &t->snd.stop;
         for (;;) {
+                if (quit && atomic_load(quit))
+                        return 1;
                 if (t->aborted) {
                         snprintf(err, err_len, "%s rank %d: the job was aborted", what, peer);
                         return HVD_EABORTED;
@@ -255,7 +313,7 @@ static int wait_fd(hvd_tcp_t *t, struct pollfd *pfd, int n, uint64_t start, cons
                         snprintf(err, err_len, "%s rank %d: poll: %s", what, peer, strerror(errno));
                         return -errno;
                 }
-                if (t->check) {
+                if (t->check && !sender) {
                         int r = t->check(t->userdata, err, err_len);
                         if (r < 0)
                                 return r;
@@ -266,6 +324,11 @@ static int wait_fd(hvd_tcp_t *t, struct pollfd *pfd, int n, uint64_t start, cons
                         return HVD_ETIMEOUT;
                 }
         }
+}
+
+static int wait_fd(hvd_tcp_t *t, struct pollfd *pfd, int n, uint64_t start, const char *what, int peer, char *err,
+                   size_t err_len) {
+        return wait_fd_or(t, pfd, n, start, what, peer, NULL, err, err_len);
 }
 
 static int full_io(hvd_tcp_t *t, int fd, void *buf, size_t len, bool send_it, int peer, uint64_t start, char *err,
@@ -425,6 +488,8 @@ typedef struct dir {
         int tpos; /* -1: in the frame's data; 0..4: trailer bytes done */
 } dir_t;
 
+static void sender_wake(sender_t *w);
+
 static void dir_frame(dir_t *d) {
         while (d->seg < d->nseg && d->off >= d->len[d->seg]) {
                 d->seg++;
@@ -549,8 +614,155 @@ static int stream_recv(hvd_tcp_t *t, dir_t *d, const hvd_tcp_stream_t *s, char *
                                 return r;
                 }
                 dir_frame(d);
+                if (t->split)
+                        sender_wake(&t->snd);
         }
         return moved;
+}
+
+/* The send direction on its own: sends what is ready, waits for room on
+ * the socket or for the receiver's next frame. 0 when sent or stopped. */
+static int send_loop(hvd_tcp_t *t, dir_t *d, const hvd_tcp_stream_t *s, char *err, size_t err_len) {
+        sender_t *w = &t->snd;
+        uint64_t start = hvd_now_usec();
+        while (d->seg < d->nseg) {
+                if (atomic_load(&w->stop))
+                        return 0;
+                if (t->aborted) {
+                        snprintf(err, err_len, "exchanging data with rank %d: the job was aborted", s->to);
+                        return HVD_EABORTED;
+                }
+                /* before looking at what is ready: a frame handed on after
+                 * this changes the word, and the wait below returns at once */
+                uint32_t seen = atomic_load(&w->progress);
+                int ms = stream_send(t, d, s, err, err_len);
+                if (ms < 0)
+                        return ms;
+                if (ms) {
+                        start = hvd_now_usec();
+                        continue;
+                }
+                uint64_t ready = 0;
+                if (d->tpos < 0)
+                        s->send_at(s->ud, d->seg, d->off, &ready);
+                if (d->tpos >= 0 || ready) {
+                        struct pollfd pfd = { .fd = d->fd, .events = POLLOUT };
+                        int r = wait_fd_or(t, &pfd, 1, start, "exchanging data with", s->to, &w->stop, err, err_len);
+                        if (r < 0)
+                                return r;
+                        continue;
+                }
+                /* the next bytes are still on their way in: the receiver
+                 * enforces the deadlines of that wait */
+                atomic_store(&w->waiting, true);
+                if (!atomic_load(&w->stop)) {
+                        struct timespec ts = { .tv_sec = 0, .tv_nsec = POLL_SLICE_MS * 1000000L };
+                        syscall(SYS_futex, (uint32_t *) &w->progress, FUTEX_WAIT_PRIVATE, seen, &ts, NULL, 0);
+                }
+                atomic_store(&w->waiting, false);
+        }
+        return 0;
+}
+
+static void sender_wake(sender_t *w) {
+        atomic_fetch_add(&w->progress, 1);
+        if (atomic_load(&w->waiting))
+                syscall(SYS_futex, (uint32_t *) &w->progress, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
+}
+
+static void *sender_main(void *arg) {
+        hvd_tcp_t *t = arg;
+        sender_t *w = &t->snd;
+        pthread_mutex_lock(&w->lock);
+        for (;;) {
+                while (!w->quit && !w->job)
+                        pthread_cond_wait(&w->cond, &w->lock);
+                if (w->quit)
+                        break;
+                const hvd_tcp_stream_t *s = w->job;
+                dir_t *d = w->d;
+                w->job = NULL;
+                pthread_mutex_unlock(&w->lock);
+                char err[sizeof w->err] = "";
+                int r = send_loop(t, d, s, err, sizeof err);
+                if (r < 0)
+                        atomic_store(&w->failed, true);
+                pthread_mutex_lock(&w->lock);
+                w->result = r;
+                memcpy(w->err, err, sizeof err);
+                w->busy = false;
+                pthread_cond_broadcast(&w->cond);
+        }
+        pthread_mutex_unlock(&w->lock);
+        return NULL;
+}
+
+/* Starts the sender once, with every signal blocked (they belong to the
+ * process's own threads). false: it cannot run, the exchange stays on
+ * one thread. */
+static bool sender_start(hvd_tcp_t *t) {
+        if (t->snd.started)
+                return true;
+        sigset_t all, old;
+        sigfillset(&all);
+        pthread_sigmask(SIG_SETMASK, &all, &old);
+        t->snd.started = pthread_create(&t->snd.thread, NULL, sender_main, t) == 0;
+        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        if (t->snd.started)
+                pthread_setname_np(t->snd.thread, "hvd-tcp-send");
+        return t->snd.started;
+}
+
+/* The receive direction here, the send direction on the sender. */
+static int stream_split(hvd_tcp_t *t, dir_t *sd, dir_t *rd, const hvd_tcp_stream_t *s, char *err, size_t err_len) {
+        sender_t *w = &t->snd;
+        atomic_store(&w->stop, false);
+        atomic_store(&w->failed, false);
+        pthread_mutex_lock(&w->lock);
+        w->job = s;
+        w->d = sd;
+        w->busy = true;
+        pthread_cond_broadcast(&w->cond);
+        pthread_mutex_unlock(&w->lock);
+        t->split = true;
+        int r = 0;
+        uint64_t start = hvd_now_usec();
+        while (rd->seg < rd->nseg && !atomic_load(&w->failed)) {
+                if (t->aborted) {
+                        snprintf(err, err_len, "exchanging data with rank %d: the job was aborted", s->from);
+                        r = HVD_EABORTED;
+                        break;
+                }
+                int mr = stream_recv(t, rd, s, err, err_len);
+                if (mr < 0) {
+                        r = mr;
+                        break;
+                }
+                if (mr) {
+                        start = hvd_now_usec();
+                        continue;
+                }
+                struct pollfd pfd = { .fd = rd->fd, .events = POLLIN };
+                int k = wait_fd_or(t, &pfd, 1, start, "exchanging data with", s->from, &w->failed, err, err_len);
+                if (k < 0) {
+                        r = k;
+                        break;
+                }
+        }
+        t->split = false;
+        if (r < 0) {
+                atomic_store(&w->stop, true);
+                sender_wake(w);
+        }
+        pthread_mutex_lock(&w->lock);
+        while (w->busy)
+                pthread_cond_wait(&w->cond, &w->lock);
+        if (r >= 0 && w->result < 0) {
+                snprintf(err, err_len, "%s", w->err);
+                r = w->result;
+        }
+        pthread_mutex_unlock(&w->lock);
+        return r;
 }
 
 int hvd_tcp_stream(hvd_tcp_t *t, const hvd_tcp_stream_t *s, char *err, size_t err_len) {
@@ -571,6 +783,9 @@ int hvd_tcp_stream(hvd_tcp_t *t, const hvd_tcp_stream_t *s, char *err, size_t er
                      .len = s->recv_len };
         dir_frame(&sd);
         dir_frame(&rd);
+        if (s->concurrent && t->send_thread && sd.fd >= 0 && rd.fd >= 0 && stotal >= SPLIT_BYTES &&
+            rtotal >= SPLIT_BYTES && sender_start(t))
+                return stream_split(t, &sd, &rd, s, err, err_len);
         uint64_t start = hvd_now_usec();
         while (sd.seg < sd.nseg || rd.seg < rd.nseg) {
                 if (t->aborted) {
@@ -646,6 +861,7 @@ int hvd_tcp_sendrecv(hvd_tcp_t *t, int to, const void *sbuf, size_t slen, int fr
                 .send_at = plain_send_at,
                 .recv_at = plain_recv_at,
                 .ud = &p,
+                .concurrent = true,
         };
         return hvd_tcp_stream(t, &s, err, err_len);
 }
@@ -653,4 +869,9 @@ int hvd_tcp_sendrecv(hvd_tcp_t *t, int to, const void *sbuf, size_t slen, int fr
 void hvd_tcp_set_checksum(hvd_tcp_t *t, bool on) {
         if (t)
                 t->checksum = on;
+}
+
+void hvd_tcp_set_send_thread(hvd_tcp_t *t, bool on) {
+        if (t)
+                t->send_thread = on;
 }

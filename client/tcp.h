@@ -2,7 +2,8 @@
  * ranks that exchange data, opened on first use (the lower rank connects,
  * the higher accepts), TCP_NODELAY and large socket buffers, and one
  * primitive — a full-duplex send-and-receive with a deadline — that the
- * ring algorithms are built from. Background thread only. */
+ * ring algorithms are built from. Background thread only (the module's
+ * own sender thread aside, see hvd_tcp_stream_t.concurrent). */
 #ifndef HVD_TCP_H
 #define HVD_TCP_H
 
@@ -66,6 +67,12 @@ typedef struct hvd_tcp_stream {
          * its checksum matched); NULL = nothing to do; < 0 ends the exchange */
         int (*received)(void *ud, size_t seg, uint64_t off, uint64_t len, char *err, size_t err_len);
         void *ud;
+        /* send_at may run on another thread than recv_at and received, at
+         * the same time: what received makes ready, it publishes with a
+         * release store that send_at reads with an acquire load. Then an
+         * exchange of at least 1 MiB each way sends on the module's sender
+         * thread while the calling thread receives (hvd_tcp_set_send_thread) */
+        bool concurrent;
 } hvd_tcp_stream_t;
 
 int hvd_tcp_stream(hvd_tcp_t *t, const hvd_tcp_stream_t *s, char *err, size_t err_len);
@@ -75,6 +82,12 @@ int hvd_tcp_stream(hvd_tcp_t *t, const hvd_tcp_stream_t *s, char *err, size_t er
  * fails the exchange with HVD_EPROTO and a message naming the peer and
  * the chunk. */
 void hvd_tcp_set_checksum(hvd_tcp_t *t, bool on);
+
+/* Whether exchanges that allow it (hvd_tcp_stream_t.concurrent) send on a
+ * thread of their own while the caller receives: off by default; this
+ * rank's HVD_TCP_SEND_THREAD. Each rank decides alone: the bytes on the
+ * wire are the same either way. */
+void hvd_tcp_set_send_thread(hvd_tcp_t *t, bool on);
 
 /* Fails every later call at once (the job was aborted). */
 /* A collective starts: every wait of its transfers ends with HVD_ETIMEOUT

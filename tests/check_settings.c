@@ -65,6 +65,7 @@ START_TEST(test_settings_defaults) {
         ck_assert_ptr_null(s.timeline_file);
         ck_assert(s.fast_path);
         ck_assert_uint_eq(s.shm_chunk_bytes, 0);
+        ck_assert(!s.tcp_send_thread);
         ck_assert(!s.has_gpu_device);
         ck_assert_ptr_null(s.gpu_module);
         ck_assert(!s.has_fusion_threshold);
@@ -74,14 +75,15 @@ END_TEST
 
 START_TEST(test_settings_job) {
         /* every variable of a job with a daemon, parsed */
-        ck_assert_int_eq(read_env(JOB_ENV("HVD_JOB_SECRET=0aFF10", "HVD_CYCLE_TIME=5", "HVD_START_TIMEOUT=2min",
-                                          "HVD_FUSION_THRESHOLD=16M", "HVD_HOSTS=node-a:2,node-b:2",
-                                          "HVD_DATA_ADDR=gw.example:9000", "HVD_DATA_PORT=100-200",
-                                          "HVD_STALL_CHECK_TIME_SECONDS=10", "HVD_STALL_SHUTDOWN_TIME_SECONDS=20",
-                                          "HVD_RING_CHECKSUM=yes", "HVD_ROOT_PEER=tcp://node-a:7000",
-                                          "HVD_HOSTNAME=node-a", "HVD_FAST_PATH=0", "HVD_SHM_CHUNK_BYTES=65536",
-                                          "HVD_SHM_DIRECT_BYTES=4096", "HVD_GPU_DEVICE=3", "HVD_RUNTIME_DIR=/tmp/rt")),
-                         0);
+        ck_assert_int_eq(
+                read_env(JOB_ENV("HVD_JOB_SECRET=0aFF10", "HVD_CYCLE_TIME=5", "HVD_START_TIMEOUT=2min",
+                                 "HVD_FUSION_THRESHOLD=16M", "HVD_HOSTS=node-a:2,node-b:2",
+                                 "HVD_DATA_ADDR=gw.example:9000", "HVD_DATA_PORT=100-200",
+                                 "HVD_STALL_CHECK_TIME_SECONDS=10", "HVD_STALL_SHUTDOWN_TIME_SECONDS=20",
+                                 "HVD_RING_CHECKSUM=yes", "HVD_ROOT_PEER=tcp://node-a:7000", "HVD_HOSTNAME=node-a",
+                                 "HVD_FAST_PATH=0", "HVD_SHM_CHUNK_BYTES=65536", "HVD_SHM_DIRECT_BYTES=4096",
+                                 "HVD_GPU_DEVICE=3", "HVD_RUNTIME_DIR=/tmp/rt", "HVD_TCP_SEND_THREAD=1")),
+                0);
         ck_assert(!s.solo);
         ck_assert_str_eq(s.job_id, "job-7");
         ck_assert_int_eq(s.rank, 1);
@@ -113,6 +115,7 @@ START_TEST(test_settings_job) {
         ck_assert(!s.fast_path);
         ck_assert_uint_eq(s.shm_chunk_bytes, 65536);
         ck_assert_uint_eq(s.shm_direct_bytes, 4096);
+        ck_assert(s.tcp_send_thread);
         ck_assert(s.has_gpu_device);
         ck_assert_int_eq(s.gpu_device, 3);
         char buf[256];
