@@ -34,7 +34,7 @@ out=$(mktemp)
 trap 'rm -f "$out"' EXIT
 commit=$(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)
 git -C "$src" diff --quiet HEAD 2>/dev/null || commit="$commit+changes"
-machine="$(nproc) CPUs $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(uname -r)"
+machine="$(nproc --all) CPUs $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(uname -r)"
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 load0=$(cut -d' ' -f1 /proc/loadavg)
 # RAW=FILE: no runs, the tables and the plot of the raw lines in FILE (a

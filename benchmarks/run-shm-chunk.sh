@@ -19,7 +19,7 @@ out=${OUT:-$(mktemp /tmp/hvd-shm-chunk-XXXXXX)}
 [ -n "${OUT:-}" ] || trap 'rm -f "$out"' EXIT
 : >"$out"
 read -r -a chunks <<<"$CHUNKS"
-echo "# run-shm-chunk: $(date -u +%FT%TZ), $(nproc) cpus, load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out"
+echo "# run-shm-chunk: $(date -u +%FT%TZ), $(nproc --all) cpus, load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out"
 for round in $(seq "$ROUNDS"); do
         for np in $NPS; do
                 n=${#chunks[@]}
