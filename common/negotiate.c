@@ -1099,6 +1099,17 @@ static bool group_complete(const hvd_negotiator_t *n, uint32_t group_id, uint32_
         return c >= group_size;
 }
 
+/* A schedule with the next sequence number and nothing in it yet. */
+static Hvd__Schedule *schedule_new(hvd_negotiator_t *n) {
+        Hvd__Schedule *s = zalloc(sizeof *s);
+        if (!s)
+                return NULL;
+        hvd__schedule__init(s);
+        s->seq = ++n->seq;
+        s->join_done_last_rank = -1;
+        return s;
+}
+
 int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
         if (!hvd_negotiator_has_work(n))
                 return 0;
@@ -1136,12 +1147,9 @@ int hvd_negotiator_take_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
         if (n->n_ready_list == 0 && !n->join_done)
                 return 0;
 
-        Hvd__Schedule *s = zalloc(sizeof *s);
+        Hvd__Schedule *s = schedule_new(n);
         if (!s)
                 return -ENOMEM;
-        hvd__schedule__init(s);
-        s->seq = ++n->seq;
-        s->join_done_last_rank = -1;
 
         uint32_t cnt = n->n_ready_list;
         uint64_t now = hvd_now_usec();
@@ -1277,12 +1285,9 @@ out:
 }
 
 int hvd_negotiator_take_empty_schedule(hvd_negotiator_t *n, Hvd__Schedule **ret) {
-        Hvd__Schedule *s = zalloc(sizeof *s);
+        Hvd__Schedule *s = schedule_new(n);
         if (!s)
                 return -ENOMEM;
-        hvd__schedule__init(s);
-        s->seq = ++n->seq;
-        s->join_done_last_rank = -1;
         *ret = s;
         return 0;
 }
