@@ -526,6 +526,8 @@ int root_set_nodes(job_t *j);
 void root_send_schedules(hvd_daemon_t *d, job_t *j);
 uint64_t root_check_stalls(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
 uint64_t root_probe_nodes(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick);
+/* A Ping to the peer daemon at routing id ID (no answer expected); -EHOSTUNREACH once its connection closed */
+int root_ping_peer(hvd_daemon_t *d, const uint8_t *id, size_t id_len, uint64_t now);
 
 /* ---- autotune.c: the job's autotuner, where this daemon negotiates ---- */
 /* Local rank's hello asks for autotuning (the first one's settings count;

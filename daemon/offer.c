@@ -141,13 +141,7 @@ uint64_t offer_housekeeping(hvd_daemon_t *d, uint64_t now) {
                         continue;
                 }
                 if (probe && d->peer_sock) {
-                        Hvd__Ping ping = HVD__PING__INIT;
-                        Hvd__Envelope env = HVD__ENVELOPE__INIT;
-                        ping.sent_usec = now;
-                        ping.epoch = d->epoch;
-                        env.body_case = HVD__ENVELOPE__BODY_PING;
-                        env.ping = &ping;
-                        if (io_send(d, d->peer_sock, e->id, e->id_len, &env) == -EHOSTUNREACH) {
+                        if (root_ping_peer(d, e->id, e->id_len, now) == -EHOSTUNREACH) {
                                 remove_at(o, i, "the connection to its daemon closed");
                                 continue;
                         }

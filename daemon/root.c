@@ -231,7 +231,7 @@ static bool root_node_content(hvd_daemon_t *d, job_t *j, const uint32_t *hosts, 
  * and news from every job of that node. */
 static void answer_ping(hvd_daemon_t *d, const uint8_t *id, size_t id_len, const Hvd__Ping *ping) {
         if (ping->reply)
-                return; /* probe_node() expects no answer */
+                return; /* root_ping_peer() expects no answer */
         Hvd__Ping pong = HVD__PING__INIT;
         Hvd__Envelope reply = HVD__ENVELOPE__INIT;
         pong.sent_usec = ping->sent_usec;
@@ -433,14 +433,14 @@ static bool schedule_key(hvd_daemon_t *d, job_t *j, Hvd__Schedule *s, Hvd__Sched
  * up) is -EHOSTUNREACH at once instead of after peer_timeout of silence. A
  * reconnection would come with a new routing id, and what was sent over the
  * old one may be lost, so that too ends the node's part in the job. */
-static int probe_node(hvd_daemon_t *d, const node_t *nd, uint64_t now) {
+int root_ping_peer(hvd_daemon_t *d, const uint8_t *id, size_t id_len, uint64_t now) {
         Hvd__Ping ping = HVD__PING__INIT;
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
         ping.sent_usec = now;
         ping.epoch = d->epoch;
         env.body_case = HVD__ENVELOPE__BODY_PING;
         env.ping = &ping;
-        return io_send(d, d->peer_sock, nd->id, nd->id_len, &env);
+        return io_send(d, d->peer_sock, id, id_len, &env);
 }
 
 /* Before sleep: the schedule of what became ready goes to the local ranks
@@ -503,7 +503,7 @@ uint64_t root_probe_nodes(hvd_daemon_t *d, job_t *j, uint64_t now, uint64_t tick
                 node_t *nd = &j->nodes[c];
                 if (nd->local)
                         continue;
-                if (probe && probe_node(d, nd, now) == -EHOSTUNREACH) {
+                if (probe && root_ping_peer(d, nd->id, nd->id_len, now) == -EHOSTUNREACH) {
                         elastic_host_lost(d, j, c);
                         char ranks[256];
                         job_host_ranks(j, c, ranks, sizeof ranks);
