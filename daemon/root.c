@@ -427,7 +427,8 @@ static bool schedule_key(hvd_daemon_t *d, job_t *j, Hvd__Schedule *s, Hvd__Sched
         return false;
 }
 
-/* Root: a one-way ping to a node of a running job. The peer socket is a
+/* Root: a one-way ping to a peer daemon (a node of a running job, or one
+ * offering its host). The peer socket is a
  * ROUTER with ZMQ_ROUTER_MANDATORY, so a node whose connection closed (its
  * daemon died, the connection was reset, or the transport heartbeat gave
  * up) is -EHOSTUNREACH at once instead of after peer_timeout of silence. A
