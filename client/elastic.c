@@ -100,11 +100,13 @@ void hvd_elastic_hosts_updated(const Hvd__HostsUpdated *hu) {
 /* Whether nothing listens at an ipc:// endpoint any more: a daemon that was
  * killed leaves its socket file behind, where libzmq would retry unseen
  * for the whole wait. A plain connect tells (the daemon takes it as a
- * client that hung up). Other endpoints are not checked. */
+ * client that hung up). Other endpoints, and abstract sockets, are not
+ * checked. */
 static bool daemon_gone(const char *endpoint) {
         struct sockaddr_un a = { .sun_family = AF_UNIX };
         size_t n = strncmp(endpoint, "ipc://", 6) == 0 ? strlen(endpoint + 6) : sizeof a.sun_path;
-        if (n >= sizeof a.sun_path)
+        /* "ipc://@name" is an abstract socket: no file is left behind */
+        if (n >= sizeof a.sun_path || endpoint[6] == '@')
                 return false;
         memcpy(a.sun_path, endpoint + 6, n + 1);
         int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);

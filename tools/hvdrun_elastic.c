@@ -3,7 +3,8 @@
  * offer them to the root daemon (--discover-daemons) get workers, up to
  * --max-np, and hosts no longer discovered lose theirs; the first host,
  * whose daemon is the elastic job's root, keeps its workers. The options,
- * the script and the blacklist are tools/elastic_driver.c's; membership
+ * the script and the blacklist are tools/elastic_driver.c's; hosts of
+ * other machines, reached over ssh, tools/hvdrun_remote.c's; membership
  * is the root daemon's. */
 #include "config.h"
 
