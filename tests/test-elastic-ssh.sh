@@ -8,7 +8,8 @@
 # session of its own (a remote process is no child of the local ssh), with
 # the host's runtime directory where --runtime-dir says. Cases: host b
 # listed by the discovery script mid-job (the same weights on every rank),
-# then dropped by it (its remote worker stopped by the clean-up over ssh);
+# then dropped by it (its remote worker stopped by the clean-up over ssh),
+# and refused with the reason when the job has no --root-peer;
 # b's daemon killed (the job goes on at the smaller size), a host whose ssh
 # fails (a clear line, blacklisted, the job keeps its hosts), and host c
 # offered by its daemon (--ssh-offered-hosts) joining over ssh. Skipped
@@ -125,6 +126,19 @@ finish() {
         [ "$rc" -eq 0 ] || fail "$name: exit status $rc"
 }
 last_gen() { grep -o 'ELASTIC gen=[0-9]*' "$tmp/out" | sort -t= -k2 -n | tail -n 1 | cut -d= -f2; }
+
+# ---- without --root-peer, a host of another machine is refused, with the reason ----
+: >"$tmp/progress"
+: >"$tmp/ssh.log"
+printf '0 0 a:2,b:1\n' >"$tmp/schedule"
+ip netns exec "$na" unshare --uts sh -c 'hostname a && exec "$@"' sh \
+        timeout -k 5 60 "$B/tools/hvdrun" --ssh "$tmp/fake-ssh" --runtime-dir "$tmp/rt" --discovery-interval 0.2 \
+        -np 2 -H a:2 --max-np 3 --host-discovery-script "$S/tests/elastic/discover.sh $tmp/progress $tmp/schedule" \
+        sh -c 'sleep 2' >"$tmp/out" 2>&1 || fail "a job refusing host b: exit status $?"
+grep -q "^hvdrun: discovered host b is not added: it is another machine, and the daemons there cannot reach this job's root daemon (no --root-peer): give --root-peer tcp://ADDRESS:PORT" "$tmp/out" ||
+        fail "no clear line for host b without --root-peer"
+[ ! -s "$tmp/ssh.log" ] || fail "ssh ran without --root-peer: $(cat "$tmp/ssh.log")"
+ok "without --root-peer, host b of another machine is refused with the reason (no ssh)"
 
 # ---- a host of another machine listed by the script mid-job, then dropped ----
 start_daemon b
