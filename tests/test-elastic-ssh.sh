@@ -53,6 +53,9 @@ done
 printf 'b %s\nc %s\n' "$nb" "$nc" >"$tmp/hosts"
 : >"$tmp/empty.conf"
 mkdir "$tmp/rt" "$tmp/rt-b" "$tmp/rt-c"
+# the stand-ins need a mount and a host name of their own in a namespace
+ip netns exec "$nb" mount --bind "$tmp/rt-b" "$tmp/rt" 2>/dev/null || skip "cannot bind-mount in a network namespace"
+ip netns exec "$na" unshare --uts hostname a 2>/dev/null || skip "cannot set a host name in a UTS namespace"
 
 # the stand-in for ssh: the options hvdrun must pass, HOST COMMAND; a host
 # not in $tmp/hosts cannot be reached (status 255, as ssh); a remote
