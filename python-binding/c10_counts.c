@@ -10,8 +10,15 @@
 #define REFCOUNT_OFFSET 8  /* after the vtable pointer */
 #define STORAGE_OFFSET  24 /* after the strong and weak counts */
 
-static size_t strong_count(const unsigned char *target) {
-        return __atomic_load_n((const size_t *) (target + REFCOUNT_OFFSET), __ATOMIC_RELAXED);
+static size_t strong_count(const void *target) {
+        return __atomic_load_n((const size_t *) ((const unsigned char *) target + REFCOUNT_OFFSET), __ATOMIC_RELAXED);
+}
+
+void hvd_c10_counts(const void *impl, size_t *tensor_refs, size_t *storage_refs) {
+        const unsigned char *storage;
+        memcpy(&storage, (const unsigned char *) impl + STORAGE_OFFSET, sizeof storage);
+        *tensor_refs = strong_count(impl);
+        *storage_refs = storage ? strong_count(storage) : 0;
 }
 
 PyObject *hvd_py_c10_use_counts(PyObject *mod, PyObject *arg) {
@@ -20,14 +27,13 @@ PyObject *hvd_py_c10_use_counts(PyObject *mod, PyObject *arg) {
                 PyErr_SetString(PyExc_TypeError, "c10_use_counts: cdata must be an int (Tensor._cdata)");
                 return NULL;
         }
-        const unsigned char *impl = PyLong_AsVoidPtr(arg);
+        const void *impl = PyLong_AsVoidPtr(arg);
         if (!impl) {
                 if (!PyErr_Occurred())
                         PyErr_SetString(PyExc_ValueError, "c10_use_counts: cdata is NULL");
                 return NULL;
         }
-        const unsigned char *storage;
-        memcpy(&storage, impl + STORAGE_OFFSET, sizeof storage);
-        size_t storage_refs = storage ? strong_count(storage) : 0;
-        return Py_BuildValue("(nn)", (Py_ssize_t) strong_count(impl), (Py_ssize_t) storage_refs);
+        size_t tensor_refs, storage_refs;
+        hvd_c10_counts(impl, &tensor_refs, &storage_refs);
+        return Py_BuildValue("(nn)", (Py_ssize_t) tensor_refs, (Py_ssize_t) storage_refs);
 }

@@ -16,4 +16,7 @@
  * of known tensors has given the counts it expects. */
 PyObject *hvd_py_c10_use_counts(PyObject *mod, PyObject *arg);
 
+/* The same counts of the TensorImpl at impl, for C callers (reuse_pick.c). */
+void hvd_c10_counts(const void *impl, size_t *tensor_refs, size_t *storage_refs);
+
 #endif

@@ -23,6 +23,7 @@
 #include "c10_counts.h"
 #include "hvd.h"
 #include "kept.h"
+#include "reuse_pick.h"
 
 /* The NCCL version this module was built against, for hvd.nccl_built()
  * (NCCL_VERSION_CODE, as Horovod reports it; 0 without NCCL). nccl.h
@@ -1120,6 +1121,10 @@ static PyMethodDef core_methods[] = {
         { "kept_drain", core_kept_drain, METH_NOARGS, "kept_drain(): free every buffer kept for reuse" },
         { "c10_use_counts", hvd_py_c10_use_counts, METH_O,
           "c10_use_counts(cdata) -> (tensor_refs, storage_refs) of a torch 1.x Tensor's _cdata (TensorImpl)" },
+        { "reuse_setup", hvd_py_reuse_setup, METH_VARARGS,
+          "reuse_setup(tensor_type, mode, storage_use_count, probe): how reuse_pick reads use counts" },
+        { "reuse_pick", hvd_py_reuse_pick, METH_VARARGS,
+          "reuse_pick(kept, dtype, shape) -> a free kept tensor, (tensor,) if its state changed, or None" },
         { "dtype_size", core_dtype_size, METH_O, "dtype_size(code) -> bytes per element (0 if invalid)" },
         { "version", core_version, METH_NOARGS, "version() -> libhvd version string" },
         { "pending_orphans", core_pending_orphans, METH_NOARGS,

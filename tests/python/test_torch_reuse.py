@@ -44,6 +44,17 @@ def fresh_pool():
     _reuse.clear()
 
 
+@pytest.fixture(params=["c", "python"])
+def take_impl(request, monkeypatch):
+    """take_of's search: hvd._core.reuse_pick, or its own loop (the
+    fallback for a torch whose getters the probe rejects)."""
+    if request.param == "c" and _reuse._pick is None:
+        pytest.skip("hvd._core.reuse_pick is not used with this torch")
+    if request.param == "python":
+        monkeypatch.setattr(_reuse, "_pick", None)
+    return request.param
+
+
 def test_enabled_on_known_torch():
     """Torch with Python use counts, and torch 1.x through hvd._core, reuse."""
     if hasattr(torch.Tensor, "_use_count") or torch.__version__.startswith("1."):
@@ -52,9 +63,16 @@ def test_enabled_on_known_torch():
         pytest.skip(f"torch {torch.__version__} has no use counts hvd can read")
 
 
+def test_pick_in_c_on_known_torch():
+    """Where outputs are reused, the search runs in hvd._core."""
+    if not _reuse.enabled():
+        pytest.skip(f"torch {torch.__version__} has no use counts hvd can read")
+    assert _reuse._pick is hvd_core.reuse_pick
+
+
 @pytest.mark.parametrize("count", [COUNT, BIG])
 @pytest.mark.parametrize("form", forms(), ids=lambda f: f[0])
-def test_dropped_result_handed_out_again(form, count):
+def test_dropped_result_handed_out_again(form, count, take_impl):
     name, fn = form
     assert BIG * 4 >= hvd_core.KEPT_MIN_BYTES
     a = fn(rank_values(0, count), f"reuse.drop.{name}.{count}")
@@ -108,7 +126,7 @@ def holders():
 
 
 @pytest.mark.parametrize("holder", holders(), ids=lambda h: h[0])
-def test_held_result_never_overwritten(holder):
+def test_held_result_never_overwritten(holder, take_impl):
     name, make, read = holder
     r = hvd.allreduce(rank_values(0), op=hvd.Sum, name=f"reuse.held.{name}")
     kept_ptr = r.data_ptr()
@@ -142,7 +160,7 @@ def test_saved_by_autograd_gradient_is_the_old_result():
     assert torch.equal(w.grad, want)
 
 
-def test_weakly_referenced_result_not_handed_out():
+def test_weakly_referenced_result_not_handed_out(take_impl):
     r = hvd.allreduce(rank_values(0), op=hvd.Sum, name="reuse.weak")
     ref = weakref.ref(r)
     r_id = id(r)
@@ -154,7 +172,7 @@ def test_weakly_referenced_result_not_handed_out():
 
 
 @pytest.mark.parametrize("change", ["requires_grad", "grad", "attribute", "hook", "resize"])
-def test_changed_result_not_handed_out(change):
+def test_changed_result_not_handed_out(change, take_impl):
     """A dropped result whose state its user changed is forgotten: a later
     result is a tensor in the state of a new one."""
     r = hvd.allreduce(rank_values(0), op=hvd.Sum, name=f"reuse.changed.{change}")
@@ -211,3 +229,32 @@ def test_bounded():
     assert nbytes <= _reuse.MAX_BYTES and count <= _reuse.MAX_SHAPES * _reuse.PER_SHAPE
     for i, out in enumerate(held):
         assert torch.equal(out, summed(i))
+
+
+def test_blocking_requests_per_variant():
+    """The blocking allreduce remembers one request per name, dtype, shape,
+    op and scale factors: each variant is reduced as its own, and a call
+    that fails its checks fails every time (nothing is remembered of it)."""
+    for i in range(3):
+        assert torch.equal(hvd.allreduce(rank_values(i), op=hvd.Sum, name="reuse.req"), summed(i))
+        assert torch.equal(hvd.allreduce(rank_values(i).reshape(-1), op=hvd.Sum, name="reuse.req.flat"),
+                           summed(i).reshape(-1))
+        assert torch.equal(hvd.allreduce(rank_values(i).double(), op=hvd.Sum, name="reuse.req.double"),
+                           summed(i).double())
+        assert torch.equal(hvd.allreduce(rank_values(i), op=hvd.Sum, prescale_factor=2.0, name="reuse.req.pre"),
+                           2 * summed(i))
+        avg = hvd.allreduce(rank_values(i), name="reuse.req.avg")
+        assert torch.allclose(avg, summed(i) / hvd.size())
+        t = rank_values(i)
+        assert hvd.allreduce_(t, op=hvd.Sum, name="reuse.req.inplace") is t and torch.equal(t, summed(i))
+        unnamed = hvd.allreduce(rank_values(i), op=hvd.Sum)
+        assert torch.equal(unnamed, summed(i))
+    for _ in range(2):
+        with pytest.raises(ValueError, match="not supported"):
+            hvd.allreduce(torch.zeros(4, dtype=torch.complex64), op=hvd.Sum, name="reuse.req.complex")
+        with pytest.raises(ValueError, match="contiguous"):
+            hvd.allreduce(rank_values(0).t(), op=hvd.Sum, name="reuse.req.t")
+        with pytest.raises(ValueError, match="unknown reduce op"):
+            hvd.allreduce(rank_values(0), op=99, name="reuse.req.op")
+        with pytest.raises(ValueError, match="name must be a string"):
+            hvd.allreduce_(rank_values(0), op=hvd.Sum, name=7)

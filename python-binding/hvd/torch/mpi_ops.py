@@ -17,7 +17,7 @@ nothing is synchronized. Results are ready for any stream when
 are CUDA tensors over memory hvd allocated (DLPack, no copy).
 """
 
-from typing import Any, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.utils.dlpack
@@ -252,8 +252,77 @@ def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optio
                op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Reduces tensor in place and returns it."""
+    if (process_set is _GLOBAL and isinstance(tensor, torch.Tensor) and tensor.is_cpu
+            and tensor.layout is _STRIDED and tensor.is_contiguous()):
+        op = handle_average_backwards_compatibility(op, average)
+        if op != Adasum and type(op) is int and type(prescale_factor) is float and type(postscale_factor) is float \
+                and (name is None or type(name) is str):
+            return _allreduce_now(tensor, tensor, name, op, prescale_factor, postscale_factor)
+        average = None
     return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
                                         process_set))
+
+
+# ---- the blocking allreduce of a plain CPU tensor ------------------------------
+# The call a training loop makes again and again: the same named tensor, the
+# global process set, no autograd, no compression. Its request less the
+# data pointers is made once per (name, dtype, shape, op, scale factors), and
+# the call waits on hvd._core's handle itself, without an integer handle of
+# the registry (hvd.common.ops) or a closure: a few Python operations a call.
+
+_GLOBAL = global_process_set
+_STRIDED = torch.strided
+_NO_COMPRESSION = Compression.none
+_KIND_ALLREDUCE = _core.KIND_ALLREDUCE
+_SYNC_MAX = 4096  # requests remembered; a bound for callers whose names never repeat
+_sync_requests: Dict[tuple, Tuple[Optional[str], tuple]] = {}
+
+
+def _allreduce_now(tensor: torch.Tensor, output: Optional[torch.Tensor], name: Optional[str], op: int,
+                   prescale_factor: float, postscale_factor: float) -> torch.Tensor:
+    """Reduces a contiguous CPU tensor (not Adasum, the global process set)
+    into output, or into a new result (_new_output's) when output is None;
+    waits and returns the result. name: a str or None, the factors floats."""
+    dtype, shape = tensor.dtype, tensor.shape
+    key = (name, dtype, shape, op, prescale_factor, postscale_factor)
+    hit = _sync_requests.get(key)
+    if hit is None:
+        hit = _sync_request(key, tensor)
+    submitted, tail = hit
+    if submitted is None:
+        submitted = _ops.op_name("allreduce", None, 0)
+    if output is None:
+        output = _reuse.take_of(dtype, shape)
+        if output is None:
+            output = _fresh_output(tensor)
+            _reuse.keep(output)
+    _core.submit(_KIND_ALLREDUCE, [(submitted, tensor.data_ptr(), output.data_ptr()) + tail],
+                 (tensor, output)).wait()
+    return output
+
+
+def _sync_request(key: tuple, tensor: torch.Tensor) -> Tuple[Optional[str], tuple]:
+    """(the submitted name, or None for an unnamed call, which takes the next
+    one each call; the request's fields after the pointers) for
+    _allreduce_now, checked as _submit_allreduce checks them."""
+    name, _, _, op, prescale_factor, postscale_factor = key
+    core_op = _basics.core_reduce_op(op)
+    code, device = _check(tensor)
+    pre, post = _scale_args(prescale_factor, postscale_factor)
+    submitted = None if name is None else _ops.op_name("allreduce", name, 0)
+    req = _ops.request("", 0, 0, code, tensor.shape, reduce_op=core_op, prescale=pre, postscale=post,
+                       process_set_id=0, device=device, stream=None)
+    if len(_sync_requests) >= _SYNC_MAX:
+        _sync_requests.clear()
+    hit = _sync_requests[key] = (submitted, req[3:])
+    return hit
+
+
+def _forget_requests() -> None:
+    _sync_requests.clear()
+
+
+_basics._init_hooks.append(_forget_requests)
 
 
 class HorovodAllreduce(torch.autograd.Function):
@@ -282,8 +351,17 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
               postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Reduces tensor over all processes (of process_set) and returns the
     result as a new tensor; differentiable. op defaults to Average."""
+    if (compression is _NO_COMPRESSION and process_set is _GLOBAL and isinstance(tensor, torch.Tensor)
+            and not tensor.requires_grad and tensor.is_cpu and tensor.layout is _STRIDED
+            and tensor.is_contiguous() and not _library.tracing()):
+        # the call most scripts make, on the CPU: a kept result, no handle
+        op = handle_average_backwards_compatibility(op, average)
+        if op != Adasum and type(op) is int and type(prescale_factor) is float and type(postscale_factor) is float \
+                and (name is None or type(name) is str):
+            return _allreduce_now(tensor, None, name, op, prescale_factor, postscale_factor)
+        average = None
     if compression is Compression.none and not _library.tracing() and not _needs_grad1(tensor):
-        # the call most scripts make: no compression, no graph
+        # no compression, no graph
         return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
                                            process_set))
     compressed, cctx = compression.compress(tensor)

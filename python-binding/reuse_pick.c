@@ -1,0 +1,252 @@
+/* reuse_pick.c — _reuse.py's take() search in C (reuse_pick.h). A kept
+ * tensor is free when the kept list holds its only reference, it has no
+ * weak reference, and its TensorImpl and storage have no other owner; it is
+ * handed out when it is also in a new tensor's state. Every getter is
+ * torch's own, looked up by name, so nothing here depends on its layout
+ * but the c10 counts of mode 1, which _reuse.py probes before use. */
+#include <string.h>
+
+#include "c10_counts.h"
+#include "reuse_pick.h"
+
+enum { MODE_NONE, MODE_C10, MODE_OFFICIAL };
+
+static struct {
+        int mode;
+        PyTypeObject *type;           /* owned: the only type handed out */
+        PyObject *storage_use_count;  /* owned, mode 2 */
+        PyObject *weakref_count;      /* owned: weakref.getweakrefcount */
+        Py_ssize_t one_owner;         /* mode 2: the storage count with one tensor and our storage object */
+        Py_ssize_t free_storage_refs; /* mode 2: Py_REFCNT of that storage object, ours only */
+        int has_names;                /* torch 1.x: Tensor.has_names() */
+} cfg;
+
+/* Py_NewRef and the vectorcall helpers are Python >= 3.9/3.10; configure
+ * accepts 3.7. */
+static PyObject *new_ref(PyObject *o) {
+        Py_INCREF(o);
+        return o;
+}
+
+static PyObject *call_method0(PyObject *o, PyObject *name) {
+        return PyObject_CallMethodObjArgs(o, name, NULL);
+}
+
+static PyObject *call1(PyObject *f, PyObject *arg) {
+        return PyObject_CallFunctionObjArgs(f, arg, NULL);
+}
+
+static PyObject *s_cdata, *s_use_count, *s_untyped_storage, *s_dtype, *s_requires_grad, *s_grad, *s_hooks, *s_dict,
+        *s_shape, *s_is_contiguous, *s_has_names;
+
+static int intern_names(void) {
+        struct {
+                PyObject **p;
+                const char *s;
+        } names[] = {
+                { &s_cdata, "_cdata" },
+                { &s_use_count, "_use_count" },
+                { &s_untyped_storage, "untyped_storage" },
+                { &s_dtype, "dtype" },
+                { &s_requires_grad, "requires_grad" },
+                { &s_grad, "grad" },
+                { &s_hooks, "_backward_hooks" },
+                { &s_dict, "__dict__" },
+                { &s_shape, "shape" },
+                { &s_is_contiguous, "is_contiguous" },
+                { &s_has_names, "has_names" },
+        };
+        for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+                if (!*names[i].p && !(*names[i].p = PyUnicode_InternFromString(names[i].s)))
+                        return -1;
+        return 0;
+}
+
+/* An int a call or getter gave, or -1 with an exception set. */
+static Py_ssize_t take_ssize(PyObject *v) {
+        if (!v)
+                return -1;
+        Py_ssize_t n = PyLong_AsSsize_t(v);
+        Py_DECREF(v);
+        return n;
+}
+
+/* mode 2: (storage count, Py_REFCNT of the storage object as we hold it) */
+static int storage_counts(PyObject *t, Py_ssize_t *count, Py_ssize_t *refs) {
+        PyObject *s = call_method0(t, s_untyped_storage);
+        if (!s)
+                return -1;
+        *refs = Py_REFCNT(s);
+        PyObject *cdata = PyObject_GetAttr(s, s_cdata);
+        Py_DECREF(s);
+        if (!cdata)
+                return -1;
+        *count = take_ssize(call1(cfg.storage_use_count, cdata));
+        Py_DECREF(cdata);
+        return *count == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* 1: t's TensorImpl and storage have no other owner; 0: they have; -1: error */
+static int sole_owner(PyObject *t) {
+        if (cfg.mode == MODE_C10) {
+                PyObject *cdata = PyObject_GetAttr(t, s_cdata);
+                if (!cdata)
+                        return -1;
+                const void *impl = PyLong_AsVoidPtr(cdata);
+                Py_DECREF(cdata);
+                if (!impl)
+                        return PyErr_Occurred() ? -1 : 0;
+                size_t tensor_refs, storage_refs;
+                hvd_c10_counts(impl, &tensor_refs, &storage_refs);
+                return tensor_refs == 1 && storage_refs == 1;
+        }
+        Py_ssize_t uses = take_ssize(call_method0(t, s_use_count));
+        if (uses == -1 && PyErr_Occurred())
+                return -1;
+        if (uses != 1)
+                return 0;
+        Py_ssize_t count, refs;
+        if (storage_counts(t, &count, &refs) < 0)
+                return -1;
+        return count == cfg.one_owner && refs == cfg.free_storage_refs;
+}
+
+/* 1 when getter `name` of t is `want` (identity), 0 if not, -1: error */
+static int attr_is(PyObject *t, PyObject *name, PyObject *want) {
+        PyObject *v = PyObject_GetAttr(t, name);
+        if (!v)
+                return -1;
+        int r = v == want;
+        Py_DECREF(v);
+        return r;
+}
+
+static int call_is(PyObject *t, PyObject *name, PyObject *want) {
+        PyObject *v = call_method0(t, name);
+        if (!v)
+                return -1;
+        int r = v == want;
+        Py_DECREF(v);
+        return r;
+}
+
+/* 1: t is in the state of a new tensor of dtype and shape; 0: not; -1: error */
+static int new_state(PyObject *t, PyObject *dtype, PyObject *shape) {
+        int r;
+        if ((r = attr_is(t, s_dtype, dtype)) != 1 || (r = attr_is(t, s_requires_grad, Py_False)) != 1 ||
+            (r = attr_is(t, s_grad, Py_None)) != 1 || (r = attr_is(t, s_hooks, Py_None)) != 1)
+                return r;
+        PyObject *d = PyObject_GetAttr(t, s_dict);
+        if (!d)
+                return -1;
+        r = PyDict_Check(d) && PyDict_GET_SIZE(d) == 0;
+        Py_DECREF(d);
+        if (r != 1)
+                return r;
+        PyObject *sh = PyObject_GetAttr(t, s_shape);
+        if (!sh)
+                return -1;
+        r = PyObject_RichCompareBool(sh, shape, Py_EQ);
+        Py_DECREF(sh);
+        if (r != 1)
+                return r;
+        if ((r = call_is(t, s_is_contiguous, Py_True)) != 1)
+                return r;
+        return cfg.has_names ? call_is(t, s_has_names, Py_False) : 1;
+}
+
+/* 1: nothing but the kept list refers to t (the caller holds one more
+ * reference for the check); 0: something does; -1: error */
+static int free_of_refs(PyObject *t) {
+        if (Py_TYPE(t) != cfg.type || Py_REFCNT(t) != 2)
+                return 0;
+        Py_ssize_t weak = take_ssize(call1(cfg.weakref_count, t));
+        if (weak == -1 && PyErr_Occurred())
+                return -1;
+        return weak == 0;
+}
+
+PyObject *hvd_py_reuse_pick(PyObject *mod, PyObject *args_tuple) {
+        (void) mod;
+        Py_ssize_t nargs = PyTuple_GET_SIZE(args_tuple);
+        PyObject *const *args = &PyTuple_GET_ITEM(args_tuple, 0);
+        if (nargs != 3 || !PyDict_Check(args[0])) {
+                PyErr_SetString(PyExc_TypeError, "reuse_pick(kept: dict, dtype, shape)");
+                return NULL;
+        }
+        if (cfg.mode == MODE_NONE) {
+                PyErr_SetString(PyExc_RuntimeError, "reuse_pick: reuse_setup has not been called");
+                return NULL;
+        }
+        PyObject *key = PyTuple_Pack(2, args[1], args[2]);
+        if (!key)
+                return NULL;
+        PyObject *kept = PyDict_GetItemWithError(args[0], key); /* borrowed */
+        Py_DECREF(key);
+        if (!kept)
+                return PyErr_Occurred() ? NULL : new_ref(Py_None);
+        if (!PyList_Check(kept)) {
+                PyErr_SetString(PyExc_TypeError, "reuse_pick: the kept tensors are not a list");
+                return NULL;
+        }
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kept); i++) {
+                PyObject *t = new_ref(PyList_GET_ITEM(kept, i));
+                int r = free_of_refs(t);
+                if (r == 1)
+                        r = sole_owner(t);
+                if (r == 0) {
+                        Py_DECREF(t);
+                        continue;
+                }
+                if (r == 1)
+                        r = new_state(t, args[1], args[2]);
+                if (r < 0) {
+                        Py_DECREF(t);
+                        return NULL;
+                }
+                if (r == 1)
+                        return t;
+                PyObject *changed = PyTuple_Pack(1, t);
+                Py_DECREF(t);
+                return changed;
+        }
+        return new_ref(Py_None);
+}
+
+PyObject *hvd_py_reuse_setup(PyObject *mod, PyObject *args) {
+        (void) mod;
+        PyObject *type, *storage_use_count, *probe;
+        int mode;
+        if (!PyArg_ParseTuple(args, "O!iOO:reuse_setup", &PyType_Type, &type, &mode, &storage_use_count, &probe))
+                return NULL;
+        if (mode != MODE_C10 && mode != MODE_OFFICIAL) {
+                PyErr_Format(PyExc_ValueError, "reuse_setup: unknown mode %d", mode);
+                return NULL;
+        }
+        if (mode == MODE_OFFICIAL && !PyCallable_Check(storage_use_count)) {
+                PyErr_SetString(PyExc_TypeError, "reuse_setup: storage_use_count must be callable");
+                return NULL;
+        }
+        if (intern_names() < 0)
+                return NULL;
+        PyObject *weakref = PyImport_ImportModule("weakref");
+        if (!weakref)
+                return NULL;
+        PyObject *weakref_count = PyObject_GetAttrString(weakref, "getweakrefcount");
+        Py_DECREF(weakref);
+        if (!weakref_count)
+                return NULL;
+        Py_XDECREF(cfg.weakref_count);
+        Py_XDECREF(cfg.type);
+        Py_XDECREF(cfg.storage_use_count);
+        cfg.weakref_count = weakref_count;
+        cfg.type = (PyTypeObject *) new_ref(type);
+        cfg.storage_use_count = new_ref(storage_use_count);
+        cfg.mode = mode;
+        if (mode == MODE_OFFICIAL && storage_counts(probe, &cfg.one_owner, &cfg.free_storage_refs) < 0) {
+                cfg.mode = MODE_NONE;
+                return NULL;
+        }
+        cfg.has_names = PyObject_HasAttr(probe, s_has_names);
+        Py_RETURN_NONE;
+}
