@@ -49,4 +49,4 @@ EXTRA_DIST += %D%/mpi_collective.c %D%/mpi_step.c %D%/run-allreduce.sh %D%/gloo_
 	%D%/run-tf.sh %D%/tf_collective.py %D%/tf_mwms.py %D%/peers.sh %D%/run-elastic.sh %D%/elastic_recovery.py \
 	%D%/run-shm-chunk.sh %D%/elastic_grow.py
 # hvd.torch beside Horovod 0.28.1 (scripts/horovod.sh), gloo and DDP
-EXTRA_DIST += %D%/run-python.sh %D%/run-scaling.sh %D%/torch_peers.py %D%/torch_outofplace.py %D%/horovod_rendezvous.py scripts/horovod.sh
+EXTRA_DIST += %D%/run-python.sh %D%/run-scaling.sh %D%/torch_peers.py %D%/torch_outofplace.py %D%/horovod_rendezvous.py %D%/horovod_step.py scripts/horovod.sh
