@@ -47,8 +47,8 @@
 #     same link: benchmarks/horovod_step.py, the same step, on the same grid
 #     (HOROVOD_FUSION_THRESHOLD x HOROVOD_CYCLE_TIME) in every round; with
 #     AUTOTUNE=1 also, per model, a job Horovod's own autotuner tunes
-#     (HOROVOD_AUTOTUNE=1 from Horovod's defaults, which it cannot start
-#     elsewhere without fixing them; AT_WARMUP, AT_SAMPLES; a Horovod sample is
+#     (HOROVOD_AUTOTUNE=1 from its own first seed point, 4 MiB at 5 ms: it cannot start
+#     elsewhere without fixing the knobs; AT_WARMUP, AT_SAMPLES; a Horovod sample is
 #     the median of 5 runs of HSTEPS steps, default AT_STEPS/5 rounded up, so
 #     both tuners spend about AT_STEPS steps a point), then its best row
 #     ("horovod tuned") in every round. Missing, it is said loudly, at the
