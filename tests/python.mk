@@ -32,3 +32,9 @@ EXTRA_DIST += %D%/test-bench-python.sh
 if HAVE_PYTHON
 TESTS += %D%/test-bench-python.sh
 endif
+
+# the training-step benchmark's tabulation of tuned points beside the grid
+EXTRA_DIST += %D%/test-bench-step.sh
+if HAVE_PYTHON
+TESTS += %D%/test-bench-step.sh
+endif
