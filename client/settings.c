@@ -214,8 +214,17 @@ static int read_common(hvd_settings_t *s, const env_t *env, char *err, size_t er
          * second thread cost more than it overlapped */
         const char *sth = env_get(env, "TCP_SEND_THREAD", false);
         s->tcp_send_thread = false;
+        s->has_tcp_send_thread = sth != NULL;
         if (sth && hvd_parse_bool(sth, &s->tcp_send_thread) < 0)
                 s->tcp_send_thread = false;
+        const char *fb = env_get(env, "TCP_FRAME_BYTES", false);
+        s->tcp_frame_bytes = 0;
+        if (fb && hvd_parse_size(fb, &s->tcp_frame_bytes) < 0)
+                s->tcp_frame_bytes = 0;
+        const char *rc = env_get(env, "RING_CHUNK_BYTES", false);
+        s->ring_chunk_bytes = 0;
+        if (rc && hvd_parse_size(rc, &s->ring_chunk_bytes) < 0)
+                s->ring_chunk_bytes = 0;
         const char *dev = env_get(env, "GPU_DEVICE", false);
         s->has_gpu_device = dev != NULL;
         s->gpu_device = dev ? atoi(dev) : 0;
