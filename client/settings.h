@@ -64,7 +64,7 @@ typedef struct hvd_settings {
          * the autotuner leaves it alone) */
         bool has_tcp_send_thread, tcp_send_thread;
         /* HVD_TCP_FRAME_BYTES, HVD_RING_CHUNK_BYTES (0: the data plane's
-         * choice; not a number: ignored); every rank must set them alike */
+         * choice; a value out of range fails); every rank must set them alike */
         uint64_t tcp_frame_bytes;
         uint64_t ring_chunk_bytes;
         /* HVD_GPU_DEVICE (atoi), HVD_GPU_MODULE, else HVD_NCCL_MODULE (NULL:
