@@ -4,7 +4,8 @@
 # backward order) on two emulated nodes (network namespaces joined by a
 # veth pair with a tc tbf limit of RATE each way, one daemon each, PER_NODE
 # ranks on each), once per VARIANT in every round, alternating, medians of
-# ROUNDS; every variant's step time as a ratio to the first's.
+# ROUNDS (each round starting at the next variant, so that none always
+# runs first); every variant's step time as a ratio to the first's.
 #
 #   benchmarks/run-knobs.sh [BUILDDIR]          (after `make bench`; root)
 # Environment:
@@ -85,9 +86,13 @@ job() {
 }
 
 echo "# run-knobs: rate=$RATE burst=$BURST delay_us=${DELAY_US:-none} per_node=$PER_NODE fusion=$FUSION cycle_ms=$CYCLE"
+read -r -a vs <<<"$VARIANTS"
+nv=${#vs[@]}
 for ((round = 0; round < ROUNDS; round++)); do
         for model in $MODELS; do
-                for v in $VARIANTS; do
+                # each round starts at another variant: none always runs first
+                for ((i = 0; i < nv; i++)); do
+                        v=${vs[$(((i + round) % nv))]}
                         name=${v%%=*} envs=${v#*=}
                         IFS=, read -r -a ev <<<"$envs"
                         line=$(job "$model" "${ev[@]}") || continue
