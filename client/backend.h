@@ -102,8 +102,8 @@ int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t
 void *hvd_backend_board(hvd_backend_t *b, const void **aborted);
 /* The autotuner's switches (HVD_TUNE_SWITCH_* bits, tune_search.h), in
  * force from the next operation; a bit in `fixed` keeps what the topology
- * set. Every rank of a job switches at the same schedule (the frame and
- * chunk sizes must agree across nodes). b may be NULL. */
+ * set. Every rank of a job switches at the same schedule (the chunk size
+ * must agree across nodes). b may be NULL. */
 void hvd_backend_set_switches(hvd_backend_t *b, uint32_t switches, uint32_t fixed);
 /* Marks the job aborted for every local rank (wakes their waits). */
 void hvd_backend_abort(hvd_backend_t *b, const char *reason);

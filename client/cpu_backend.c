@@ -432,10 +432,6 @@ void hvd_backend_set_switches(hvd_backend_t *b, uint32_t switches, uint32_t fixe
         uint32_t tuned = ~fixed;
         if (tuned >> HVD_TUNE_SWITCH_SEND_THREAD & 1)
                 hvd_tcp_set_send_thread(b->tcp, switches >> HVD_TUNE_SWITCH_SEND_THREAD & 1);
-        if (tuned >> HVD_TUNE_SWITCH_SMALL_FRAMES & 1)
-                hvd_tcp_set_frame_bytes(b->tcp, switches >> HVD_TUNE_SWITCH_SMALL_FRAMES & 1
-                                                        ? HVD_TUNE_SMALL_FRAME_BYTES
-                                                        : HVD_TCP_FRAME_BYTES);
         if (tuned >> HVD_TUNE_SWITCH_SMALL_CHUNKS & 1)
                 b->ring_chunk_bytes = switches >> HVD_TUNE_SWITCH_SMALL_CHUNKS & 1 ? HVD_TUNE_SMALL_CHUNK_BYTES : 0;
 }

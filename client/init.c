@@ -265,10 +265,6 @@ static void tune_switches_init(const hvd_settings_t *s) {
                 fixed |= UINT32_C(1) << HVD_TUNE_SWITCH_SEND_THREAD;
         if (s->tcp_send_thread)
                 sw |= UINT32_C(1) << HVD_TUNE_SWITCH_SEND_THREAD;
-        if (s->tcp_frame_bytes)
-                fixed |= UINT32_C(1) << HVD_TUNE_SWITCH_SMALL_FRAMES;
-        if (s->tcp_frame_bytes == HVD_TUNE_SMALL_FRAME_BYTES)
-                sw |= UINT32_C(1) << HVD_TUNE_SWITCH_SMALL_FRAMES;
         if (s->ring_chunk_bytes)
                 fixed |= UINT32_C(1) << HVD_TUNE_SWITCH_SMALL_CHUNKS;
         if (s->ring_chunk_bytes == HVD_TUNE_SMALL_CHUNK_BYTES)

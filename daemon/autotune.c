@@ -2,7 +2,7 @@
  * scores the job's steps from the schedules it makes, asks the search
  * (common/tune_search.c) for the next fusion threshold and cycle time,
  * then for the data plane's switches across nodes (the ring's send
- * thread, frame and chunk sizes, tried one by one), and puts each change
+ * thread, the chunk size, tried one by one), and puts each change
  * in one schedule, from which every rank applies it (the negotiator fuses
  * that schedule and the later ones with the new threshold; the workers
  * take the cycle time and the switches from it). Sends the CSV's rows to
@@ -97,11 +97,10 @@ static void log_row(hvd_daemon_t *d, job_t *j, autotune_t *t, double score, bool
                 return;
         char row[256];
         uint32_t sw = t->cur.switches;
-        snprintf(row, sizeof row, "0,0,0,1,%.3f,%.4f,%.6g,%u,%s,%d,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%u,%u,%u",
+        snprintf(row, sizeof row, "0,0,0,1,%.3f,%.4f,%.6g,%u,%s,%d,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%u,%u",
                  (double) t->cur.cycle_usec / 1e3, (double) t->cur.threshold_bytes / (1024.0 * 1024.0), score,
                  t->samples, at_state_csv[t->state], best ? 1 : 0, t->applied_seq, t->generation, t->elastic_gen,
-                 sw >> HVD_TUNE_SWITCH_SEND_THREAD & 1, sw >> HVD_TUNE_SWITCH_SMALL_FRAMES & 1,
-                 sw >> HVD_TUNE_SWITCH_SMALL_CHUNKS & 1);
+                 sw >> HVD_TUNE_SWITCH_SEND_THREAD & 1, sw >> HVD_TUNE_SWITCH_SMALL_CHUNKS & 1);
         Hvd__AutotuneRow ar = HVD__AUTOTUNE_ROW__INIT;
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
         ar.row = row;

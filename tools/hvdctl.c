@@ -387,7 +387,6 @@ static void print_jobs(const Hvd__Status *s) {
 static const char *fmt_switches(uint32_t sw, char *buf, size_t len) {
         static const char *const names[HVD_TUNE_N_SWITCHES] = {
                 [HVD_TUNE_SWITCH_SEND_THREAD] = "send-thread",
-                [HVD_TUNE_SWITCH_SMALL_FRAMES] = "small-frames",
                 [HVD_TUNE_SWITCH_SMALL_CHUNKS] = "small-chunks",
         };
         size_t o = 0;
