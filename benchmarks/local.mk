@@ -47,7 +47,7 @@ CLEANFILES += $(EXTRA_PROGRAMS) %D%/mpi_collective %D%/mpi_step
 EXTRA_DIST += %D%/mpi_collective.c %D%/mpi_step.c %D%/run-allreduce.sh %D%/gloo_collective.py %D%/torch_compile.py \
 	%D%/run-step.sh %D%/run-control.sh %D%/run-collectives.sh %D%/netns-job.sh %D%/run-delay-proxy.sh \
 	%D%/run-tf.sh %D%/tf_collective.py %D%/tf_mwms.py %D%/peers.sh %D%/run-elastic.sh %D%/elastic_recovery.py \
-	%D%/run-shm-chunk.sh %D%/elastic_grow.py
+	%D%/run-shm-chunk.sh %D%/elastic_grow.py %D%/run-knobs.sh
 # hvd.torch beside Horovod 0.28.1 (scripts/horovod.sh), gloo and DDP
 EXTRA_DIST += %D%/run-python.sh %D%/run-scaling.sh %D%/torch_peers.py %D%/torch_outofplace.py \
 	%D%/run-outofplace.sh %D%/torch_call_cost.py %D%/horovod_rendezvous.py %D%/horovod_step.py scripts/horovod.sh

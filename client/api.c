@@ -359,6 +359,7 @@ int hvd_tuning_get(hvd_tuning_t *out) {
                 .schedule_seq = G.tune_seq,
                 .fusion_threshold_bytes = G.fusion_threshold,
                 .cycle_time_usec = __atomic_load_n(&G.cycle_time_usec, __ATOMIC_RELAXED),
+                .switches = G.tune_switches,
         };
         pthread_mutex_unlock(&G.lock);
         return 0;

@@ -82,6 +82,8 @@ typedef struct hvd_topology {
         uint64_t shm_chunk_bytes;  /* HVD_SHM_CHUNK_BYTES (>= 4096), 0: the backend's choice */
         uint64_t shm_direct_bytes; /* HVD_SHM_DIRECT_BYTES (>= 1), 0: the backend's choice */
         bool tcp_send_thread;      /* HVD_TCP_SEND_THREAD: large TCP exchanges send on a thread of their own */
+        uint64_t tcp_frame_bytes;  /* HVD_TCP_FRAME_BYTES, 0: HVD_TCP_FRAME_BYTES */
+        uint64_t ring_chunk_bytes; /* HVD_RING_CHUNK_BYTES: most bytes of a hierarchical chunk, 0: half a slot */
 } hvd_topology_t;
 
 /* CPU backend: shared memory between the ranks of this node (segment
@@ -98,6 +100,11 @@ int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t
  * data plane's abort flag (an _Atomic uint32_t); both borrowed, valid until destroy. NULL when
  * this rank is alone on its node. */
 void *hvd_backend_board(hvd_backend_t *b, const void **aborted);
+/* The autotuner's switches (HVD_TUNE_SWITCH_* bits, tune_search.h), in
+ * force from the next operation; a bit in `fixed` keeps what the topology
+ * set. Every rank of a job switches at the same schedule (the chunk size
+ * must agree across nodes). b may be NULL. */
+void hvd_backend_set_switches(hvd_backend_t *b, uint32_t switches, uint32_t fixed);
 /* Marks the job aborted for every local rank (wakes their waits). */
 void hvd_backend_abort(hvd_backend_t *b, const char *reason);
 void hvd_backend_destroy(hvd_backend_t **b);

@@ -173,6 +173,8 @@ struct hvd_client {
         uint64_t cycle_time_usec;
         uint64_t fusion_threshold;
         uint64_t tune_generation, tune_seq; /* the last change applied, and its schedule */
+        uint32_t tune_switches;             /* in force (HVD_TUNE_SWITCH_* bits, tune_search.h) */
+        uint32_t tune_fixed_switches;       /* set by this rank's user: never switched */
         FILE *tune_log;                     /* rank 0: the autotuner's CSV (HVD_AUTOTUNE_LOG), or NULL */
         uint64_t peer_timeout_usec;         /* the daemons' (Welcome), 0 on one host */
         uint64_t max_message_bytes;         /* the coordinator's limit (Welcome; 0: the protocol's) */

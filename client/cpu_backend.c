@@ -30,6 +30,7 @@
 #include "hvd.pb-c.h"
 #include "tcp.h"
 #include "reduce.h"
+#include "tune_search.h"
 #include "util.h"
 
 #define SHM_MAGIC           UINT64_C(0x6876645f73686d35) /* "hvd_shm5" */
@@ -89,8 +90,9 @@ typedef struct view {
 struct hvd_backend {
         int rank, size;
         uint64_t slot_bytes, half_bytes, stride_bytes;
-        uint64_t direct_bytes; /* allreduce chunks up to this size: one barrier, every rank reduces all */
-        uint64_t chunk_bytes;  /* per step of the shared-memory reductions (at most half a slot) */
+        uint64_t ring_chunk_bytes; /* most bytes of a chunk across nodes (0: half_bytes), alike on every rank */
+        uint64_t direct_bytes;     /* allreduce chunks up to this size: one barrier, every rank reduces all */
+        uint64_t chunk_bytes;      /* per step of the shared-memory reductions (at most half a slot) */
         uint64_t timeout_usec;
         uint64_t step; /* selects the slot half */
         hvd_wait_check_fn check;
@@ -336,6 +338,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
          * segment path on machines with fewer cores than ranks */
         if (topo->shm_direct_bytes)
                 b->direct_bytes = topo->shm_direct_bytes;
+        b->ring_chunk_bytes = topo->ring_chunk_bytes;
         b->srcs = calloc((size_t) size, sizeof *b->srcs);
         if (!b->srcs) {
                 free(b);
@@ -421,6 +424,16 @@ void *hvd_backend_board(hvd_backend_t *b, const void **aborted) {
                 return NULL;
         *aborted = &b->hdr->aborted;
         return b->board;
+}
+
+void hvd_backend_set_switches(hvd_backend_t *b, uint32_t switches, uint32_t fixed) {
+        if (!b)
+                return;
+        uint32_t tuned = ~fixed;
+        if (tuned >> HVD_TUNE_SWITCH_SEND_THREAD & 1)
+                hvd_tcp_set_send_thread(b->tcp, switches >> HVD_TUNE_SWITCH_SEND_THREAD & 1);
+        if (tuned >> HVD_TUNE_SWITCH_SMALL_CHUNKS & 1)
+                b->ring_chunk_bytes = switches >> HVD_TUNE_SWITCH_SMALL_CHUNKS & 1 ? HVD_TUNE_SMALL_CHUNK_BYTES : 0;
 }
 
 void hvd_backend_abort(hvd_backend_t *b, const char *reason) {
@@ -862,6 +875,8 @@ static int multi_node_init(hvd_backend_t *b, const hvd_topology_t *t) {
         if (r >= 0) {
                 hvd_tcp_set_checksum(b->tcp, t->ring_checksum);
                 hvd_tcp_set_send_thread(b->tcp, t->tcp_send_thread);
+                if (t->tcp_frame_bytes)
+                        hvd_tcp_set_frame_bytes(b->tcp, t->tcp_frame_bytes);
         }
         return r;
 }
@@ -1087,7 +1102,8 @@ static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop
         uint64_t total = 0;
         for (size_t i = 0; i < op->n; i++)
                 total += op->m[i].count;
-        uint64_t chunk = (b->half_bytes / 64) * 64 / es;
+        uint64_t chunk_bytes = b->ring_chunk_bytes ? HVD_MIN(b->ring_chunk_bytes, b->half_bytes) : b->half_bytes;
+        uint64_t chunk = HVD_MAX((chunk_bytes / 64) * 64 / es, 1);
         double post = reduce_scale(op, b->g_size);
         int r;
         for (uint64_t c0 = 0; c0 < total; c0 += chunk) {

@@ -253,6 +253,24 @@ static void autotune_spec(const hvd_settings_t *s, Hvd__AutotuneSpec *at) {
         at->has_start_threshold = s->has_autotune_start_threshold;
         at->start_threshold = s->autotune_start_threshold;
         at->start_cycle_time_usec = s->autotune_start_cycle_usec;
+        at->switches = G.tune_switches;
+        at->fixed_switches = G.tune_fixed_switches;
+}
+
+/* The data plane's switches as this rank's settings have them, and those
+ * its user set (the autotuner switches only the others). */
+static void tune_switches_init(const hvd_settings_t *s) {
+        uint32_t sw = 0, fixed = 0;
+        if (s->has_tcp_send_thread)
+                fixed |= UINT32_C(1) << HVD_TUNE_SWITCH_SEND_THREAD;
+        if (s->tcp_send_thread)
+                sw |= UINT32_C(1) << HVD_TUNE_SWITCH_SEND_THREAD;
+        if (s->ring_chunk_bytes)
+                fixed |= UINT32_C(1) << HVD_TUNE_SWITCH_SMALL_CHUNKS;
+        if (s->ring_chunk_bytes == HVD_TUNE_SMALL_CHUNK_BYTES)
+                sw |= UINT32_C(1) << HVD_TUNE_SWITCH_SMALL_CHUNKS;
+        G.tune_switches = sw;
+        G.tune_fixed_switches = fixed;
 }
 
 /* Rank 0's CSV of the autotuner (HVD_AUTOTUNE_LOG), created or truncated
@@ -302,6 +320,7 @@ static int hello_send(const hvd_settings_t *s, const char *endpoint, size_t *byt
         hello.board = s->fast_path;
         hello.launcher = (char *) s->rank_source;
         Hvd__AutotuneSpec at = HVD__AUTOTUNE_SPEC__INIT;
+        tune_switches_init(s);
         if (s->autotune) {
                 autotune_spec(s, &at);
                 hello.autotune = &at;
@@ -498,6 +517,8 @@ static int data_plane_open(const hvd_settings_t *s, const Hvd__Welcome *w) {
                 .shm_chunk_bytes = s->shm_chunk_bytes,
                 .shm_direct_bytes = s->shm_direct_bytes,
                 .tcp_send_thread = s->tcp_send_thread,
+                .tcp_frame_bytes = s->tcp_frame_bytes,
+                .ring_chunk_bytes = s->ring_chunk_bytes,
         };
         G.listen_fd = -1; /* the backend owns it now */
         char err[ERRLEN];

@@ -318,7 +318,11 @@ static int execute_schedule_ops(const Hvd__Schedule *s) {
                 G.tune_seq = s->seq;
                 G.fusion_threshold = s->tuning->fusion_threshold;
                 __atomic_store_n(&G.cycle_time_usec, s->tuning->cycle_time_usec, __ATOMIC_RELAXED);
+                G.tune_switches =
+                        (s->tuning->switches & ~G.tune_fixed_switches) | (G.tune_switches & G.tune_fixed_switches);
                 pthread_mutex_unlock(&G.lock);
+                /* the runner executes every operation: none runs now */
+                hvd_backend_set_switches(G.backend, G.tune_switches, G.tune_fixed_switches);
         }
         if (hvd_timeline_on())
                 hvd_timeline_schedule(s, hvd_schedule_entry_name);

@@ -9,6 +9,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "conf.h"
 #include "launcher_env.h"
 #include "settings.h"
+#include "tcp.h"
 #include "util.h"
 
 typedef struct env {
@@ -214,8 +216,22 @@ static int read_common(hvd_settings_t *s, const env_t *env, char *err, size_t er
          * second thread cost more than it overlapped */
         const char *sth = env_get(env, "TCP_SEND_THREAD", false);
         s->tcp_send_thread = false;
+        s->has_tcp_send_thread = sth != NULL;
         if (sth && hvd_parse_bool(sth, &s->tcp_send_thread) < 0)
                 s->tcp_send_thread = false;
+        /* the ring's framing and chunking across nodes: every rank must cut
+         * alike, so a value that cannot be used fails rather than falls back */
+        const char *fb = env_get(env, "TCP_FRAME_BYTES", false);
+        s->tcp_frame_bytes = 0;
+        if (fb && (hvd_parse_size(fb, &s->tcp_frame_bytes) < 0 || s->tcp_frame_bytes < HVD_TCP_FRAME_MIN_BYTES ||
+                   s->tcp_frame_bytes > HVD_TCP_FRAME_MAX_BYTES))
+                return fail(err, err_len,
+                            "HVD_TCP_FRAME_BYTES='%s' is not a size from %" PRIu64 " to %" PRIu64 " bytes", fb,
+                            HVD_TCP_FRAME_MIN_BYTES, HVD_TCP_FRAME_MAX_BYTES);
+        const char *rc = env_get(env, "RING_CHUNK_BYTES", false);
+        s->ring_chunk_bytes = 0;
+        if (rc && (hvd_parse_size(rc, &s->ring_chunk_bytes) < 0 || s->ring_chunk_bytes < 4096))
+                return fail(err, err_len, "HVD_RING_CHUNK_BYTES='%s' is not a size of at least 4096 bytes", rc);
         const char *dev = env_get(env, "GPU_DEVICE", false);
         s->has_gpu_device = dev != NULL;
         s->gpu_device = dev ? atoi(dev) : 0;

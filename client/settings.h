@@ -60,8 +60,13 @@ typedef struct hvd_settings {
         /* HVD_SHM_DIRECT_BYTES (0: the data plane's choice; 0 or not a
          * number: ignored) */
         uint64_t shm_direct_bytes;
-        /* HVD_TCP_SEND_THREAD (a value that is not a boolean: off) */
-        bool tcp_send_thread;
+        /* HVD_TCP_SEND_THREAD (a value that is not a boolean: off; set:
+         * the autotuner leaves it alone) */
+        bool has_tcp_send_thread, tcp_send_thread;
+        /* HVD_TCP_FRAME_BYTES, HVD_RING_CHUNK_BYTES (0: the data plane's
+         * choice; a value out of range fails); every rank must set them alike */
+        uint64_t tcp_frame_bytes;
+        uint64_t ring_chunk_bytes;
         /* HVD_GPU_DEVICE (atoi), HVD_GPU_MODULE, else HVD_NCCL_MODULE (NULL:
          * the installed module; these two count also when empty) */
         bool has_gpu_device;

@@ -80,6 +80,7 @@ struct hvd_tcp {
         int64_t corrupt_frame;               /* test hook (HVD_TEST_RING_CORRUPT): -1 = off */
         uint64_t *sent_frames, *recv_frames; /* [size]: frames per connection and direction */
         bool send_thread;                    /* large exchanges may use the sender */
+        uint64_t frame_bytes;                /* of every exchange's frames */
         bool split;                          /* the current exchange does */
         sender_t snd;
 };
@@ -219,6 +220,7 @@ int hvd_tcp_new(int listen_fd, int rank, int size, char *const *addrs, uint64_t 
         t->recv_frames = calloc((size_t) size, sizeof *t->recv_frames);
         t->corrupt_frame = -1;
         t->send_thread = false;
+        t->frame_bytes = HVD_TCP_FRAME_BYTES;
         pthread_mutex_init(&t->snd.lock, NULL);
         pthread_cond_init(&t->snd.cond, NULL);
         /* HVD_TEST_RING_CORRUPT=RANK:CHUNK: rank RANK changes one byte of
@@ -483,6 +485,7 @@ typedef struct dir {
         size_t seg, nseg;
         const uint64_t *len;
         uint64_t off, fbeg, fend;
+        uint64_t frame_bytes;
         uint32_t crc;
         uint8_t trailer[4];
         int tpos; /* -1: in the frame's data; 0..4: trailer bytes done */
@@ -496,7 +499,7 @@ static void dir_frame(dir_t *d) {
                 d->off = 0;
         }
         d->fbeg = d->off;
-        d->fend = d->seg < d->nseg ? HVD_MIN(d->off + HVD_TCP_FRAME_BYTES, d->len[d->seg]) : 0;
+        d->fend = d->seg < d->nseg ? HVD_MIN(d->off + d->frame_bytes, d->len[d->seg]) : 0;
         d->crc = 0;
         d->tpos = -1;
 }
@@ -774,13 +777,16 @@ int hvd_tcp_stream(hvd_tcp_t *t, const hvd_tcp_stream_t *s, char *err, size_t er
         int r = connect_pair(t, stotal ? s->to : -1, rtotal ? s->from : -1, err, err_len);
         if (r < 0)
                 return r;
-        dir_t sd = {
-                .peer = s->to, .fd = stotal ? t->conn[s->to] : -1, .nseg = stotal ? s->n_send : 0, .len = s->send_len
-        };
+        dir_t sd = { .peer = s->to,
+                     .fd = stotal ? t->conn[s->to] : -1,
+                     .nseg = stotal ? s->n_send : 0,
+                     .len = s->send_len,
+                     .frame_bytes = t->frame_bytes };
         dir_t rd = { .peer = s->from,
                      .fd = rtotal ? t->conn[s->from] : -1,
                      .nseg = rtotal ? s->n_recv : 0,
-                     .len = s->recv_len };
+                     .len = s->recv_len,
+                     .frame_bytes = t->frame_bytes };
         dir_frame(&sd);
         dir_frame(&rd);
         if (s->concurrent && t->send_thread && sd.fd >= 0 && rd.fd >= 0 && stotal >= SPLIT_BYTES &&
@@ -874,4 +880,9 @@ void hvd_tcp_set_checksum(hvd_tcp_t *t, bool on) {
 void hvd_tcp_set_send_thread(hvd_tcp_t *t, bool on) {
         if (t)
                 t->send_thread = on;
+}
+
+void hvd_tcp_set_frame_bytes(hvd_tcp_t *t, uint64_t bytes) {
+        if (t)
+                t->frame_bytes = HVD_MIN(HVD_MAX(bytes, HVD_TCP_FRAME_MIN_BYTES), HVD_TCP_FRAME_MAX_BYTES);
 }

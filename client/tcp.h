@@ -43,9 +43,12 @@ int hvd_tcp_sendrecv(hvd_tcp_t *t, int to, const void *sbuf, size_t slen, int fr
                      size_t err_len);
 
 /* Streams are cut into frames of at most this many bytes (a frame never
- * spans two segments); with the checksum on, each frame is followed by
- * its CRC-32C, and the receiver hands on only frames that match. */
-#define HVD_TCP_FRAME_BYTES (UINT64_C(256) << 10)
+ * spans two segments; hvd_tcp_set_frame_bytes changes it); with the
+ * checksum on, each frame is followed by its CRC-32C, and the receiver
+ * hands on only frames that match. */
+#define HVD_TCP_FRAME_BYTES     (UINT64_C(256) << 10)
+#define HVD_TCP_FRAME_MIN_BYTES (UINT64_C(4) << 10)
+#define HVD_TCP_FRAME_MAX_BYTES (UINT64_C(64) << 20)
 
 /* A full-duplex exchange of two byte streams, each a sequence of segments:
  * to `to` the segments send_len[0..n_send), from `from` recv_len[0..n_recv)
@@ -88,6 +91,11 @@ void hvd_tcp_set_checksum(hvd_tcp_t *t, bool on);
  * rank's HVD_TCP_SEND_THREAD. Each rank decides alone: the bytes on the
  * wire are the same either way. */
 void hvd_tcp_set_send_thread(hvd_tcp_t *t, bool on);
+/* Frames of `bytes` (clamped to HVD_TCP_FRAME_MIN_BYTES..MAX) on every
+ * later exchange: the granularity at which a ring forwards what it
+ * received. With the checksum on, both ends of a connection must use the
+ * same size (every rank of a job changes it at the same schedule). */
+void hvd_tcp_set_frame_bytes(hvd_tcp_t *t, uint64_t bytes);
 
 /* Fails every later call at once (the job was aborted). */
 /* A collective starts: every wait of its transfers ends with HVD_ETIMEOUT

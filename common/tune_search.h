@@ -19,11 +19,22 @@
 #define HVD_TUNE_MAX_SWITCHES        8
 #define HVD_TUNE_MAX_SAMPLES         1000
 
+/* hvd's categorical switches, bit k of hvd_tune_point_t.switches: knobs
+ * of the data plane between nodes, tried one by one after the continuous
+ * search on a job of several hosts (docs/AUTOTUNE.md). Off is the
+ * default; each is fixed when its variable is set. */
+#define HVD_TUNE_SWITCH_SEND_THREAD  0 /* HVD_TCP_SEND_THREAD: the ring sends on a thread of its own */
+#define HVD_TUNE_SWITCH_SMALL_CHUNKS 1 /* HVD_RING_CHUNK_BYTES: chunks across nodes of HVD_TUNE_SMALL_CHUNK_BYTES */
+#define HVD_TUNE_N_SWITCHES          2
+#define HVD_TUNE_SMALL_CHUNK_BYTES   (UINT64_C(2) << 20)
+
 /* The autotuner's CSV: Horovod's columns, then hvd's (docs/AUTOTUNE.md);
- * rank 0 writes the header, the root daemon the rows (daemon/autotune.c). */
+ * rank 0 writes the header, the root daemon the rows (daemon/autotune.c).
+ * The last two are hvd's switches, 0 or 1. */
 #define HVD_TUNE_CSV_HEADER                                                                                            \
         "hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,cycle_time_ms,"                   \
-        "tensor_fusion_threshold,score,sample,state,best,applied_seq,generation,elastic_generation"
+        "tensor_fusion_threshold,score,sample,state,best,applied_seq,generation,elastic_generation,"                   \
+        "tcp_send_thread,small_ring_chunks"
 
 typedef struct hvd_tune_point {
         uint64_t threshold_bytes;

@@ -1,10 +1,12 @@
 /* autotune.c — the root daemon's autotuner of a job (HVD_AUTOTUNE=1):
  * scores the job's steps from the schedules it makes, asks the search
  * (common/tune_search.c) for the next fusion threshold and cycle time,
- * and puts each change in one schedule, from which every rank applies it
- * (the negotiator fuses that schedule and the later ones with the new
- * threshold; the workers take the cycle time from it). Sends the CSV's
- * rows to rank 0 as it goes. See docs/AUTOTUNE.md.
+ * then for the data plane's switches across nodes (the ring's send
+ * thread, the chunk size, tried one by one), and puts each change
+ * in one schedule, from which every rank applies it (the negotiator fuses
+ * that schedule and the later ones with the new threshold; the workers
+ * take the cycle time and the switches from it). Sends the CSV's rows to
+ * rank 0 as it goes. See docs/AUTOTUNE.md.
  *
  * A step: the job's first recurring tensor (the lowest cache id scheduled
  * twice) comes round again;
@@ -51,6 +53,7 @@ struct autotune {
         uint32_t warmup, steps_per_sample, max_samples;
         double noise;
         bool fix_threshold, fix_cycle;
+        uint32_t fix_switches; /* set by the user, or all on one host (nothing crosses a node) */
         hvd_tune_search_t *search;
         uint32_t retunes;
         hvd_tune_point_t cur; /* in force since applied_seq */
@@ -93,9 +96,11 @@ static void log_row(hvd_daemon_t *d, job_t *j, autotune_t *t, double score, bool
         if (!t->log || !w || w->goodbye || w->exited)
                 return;
         char row[256];
-        snprintf(row, sizeof row, "0,0,0,1,%.3f,%.4f,%.6g,%u,%s,%d,%" PRIu64 ",%" PRIu64 ",%" PRIu64,
+        uint32_t sw = t->cur.switches;
+        snprintf(row, sizeof row, "0,0,0,1,%.3f,%.4f,%.6g,%u,%s,%d,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%u,%u",
                  (double) t->cur.cycle_usec / 1e3, (double) t->cur.threshold_bytes / (1024.0 * 1024.0), score,
-                 t->samples, at_state_csv[t->state], best ? 1 : 0, t->applied_seq, t->generation, t->elastic_gen);
+                 t->samples, at_state_csv[t->state], best ? 1 : 0, t->applied_seq, t->generation, t->elastic_gen,
+                 sw >> HVD_TUNE_SWITCH_SEND_THREAD & 1, sw >> HVD_TUNE_SWITCH_SMALL_CHUNKS & 1);
         Hvd__AutotuneRow ar = HVD__AUTOTUNE_ROW__INIT;
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
         ar.row = row;
@@ -106,7 +111,8 @@ static void log_row(hvd_daemon_t *d, job_t *j, autotune_t *t, double score, bool
 
 /* p in force from the next schedule on (nothing when it is in force). */
 static void apply(job_t *j, autotune_t *t, const hvd_tune_point_t *p) {
-        if (p->threshold_bytes == t->cur.threshold_bytes && p->cycle_usec == t->cur.cycle_usec)
+        if (p->threshold_bytes == t->cur.threshold_bytes && p->cycle_usec == t->cur.cycle_usec &&
+            p->switches == t->cur.switches)
                 return;
         t->cur = *p;
         t->generation++;
@@ -114,6 +120,7 @@ static void apply(job_t *j, autotune_t *t, const hvd_tune_point_t *p) {
         t->msg.generation = t->generation;
         t->msg.fusion_threshold = p->threshold_bytes;
         t->msg.cycle_time_usec = p->cycle_usec;
+        t->msg.switches = p->switches;
         t->pending = true;
         hvd_negotiator_set_fusion_threshold(j->neg, p->threshold_bytes);
 }
@@ -170,7 +177,12 @@ void autotune_hello(hvd_daemon_t *d, job_t *j, const Hvd__AutotuneSpec *spec, ui
          * not the default, fixed the value */
         t->fix_threshold = spec->fixed_threshold || d->cfg.fusion_threshold_bytes != HVD_DEFAULT_FUSION_THRESHOLD;
         t->fix_cycle = spec->fixed_cycle || d->cfg.cycle_time_usec != HVD_DEFAULT_CYCLE_TIME_USEC;
-        t->cur = (hvd_tune_point_t){ .threshold_bytes = j->fusion_threshold, .cycle_usec = j->cycle_time_usec };
+        /* the switches act between nodes only: on one host none is tried */
+        uint32_t all = (UINT32_C(1) << HVD_TUNE_N_SWITCHES) - 1;
+        t->fix_switches = j->cross_size > 1 ? spec->fixed_switches & all : all;
+        t->cur = (hvd_tune_point_t){ .threshold_bytes = j->fusion_threshold,
+                                     .cycle_usec = j->cycle_time_usec,
+                                     .switches = spec->switches & all };
         t->state = AT_WARMUP;
         t->elastic_gen = elastic_gen;
         j->tune = t;
@@ -194,6 +206,8 @@ static int search_start(job_t *j, autotune_t *t) {
         o.start = t->have_best ? t->best : t->cur;
         o.fix_threshold = t->fix_threshold;
         o.fix_cycle = t->fix_cycle;
+        o.n_switches = HVD_TUNE_N_SWITCHES;
+        o.fixed_switches = t->fix_switches;
         if (!o.fix_threshold && o.start.threshold_bytes > HVD_TUNE_THRESHOLD_MAX_BYTES)
                 o.start.threshold_bytes = HVD_TUNE_THRESHOLD_MAX_BYTES;
         if (!o.fix_cycle)
@@ -258,9 +272,9 @@ static void sample_done(hvd_daemon_t *d, job_t *j, autotune_t *t, double score) 
                 t->ref = 0;
                 t->n_first = t->low = 0;
                 hvd_log_info("job %s: autotune settled after %u samples: fusion threshold %" PRIu64
-                             " bytes, cycle time %.1f ms (%.3g bytes/s)",
+                             " bytes, cycle time %.1f ms, switches 0x%x (%.3g bytes/s)",
                              j->id, t->samples, t->best.threshold_bytes, (double) t->best.cycle_usec / 1e3,
-                             t->best_score);
+                             t->best.switches, t->best_score);
                 return;
         }
         case AT_SETTLED:
@@ -390,8 +404,9 @@ bool autotune_schedule(hvd_daemon_t *d, job_t *j, Hvd__Schedule *s, uint64_t byt
         t->applied_seq = s->seq;
         s->tuning = &t->msg;
         hvd_log_info("job %s: autotune: change %" PRIu64 " from schedule %" PRIu64 ": fusion threshold %" PRIu64
-                     " bytes, cycle time %.1f ms",
-                     j->id, t->generation, s->seq, t->cur.threshold_bytes, (double) t->cur.cycle_usec / 1e3);
+                     " bytes, cycle time %.1f ms, switches 0x%x",
+                     j->id, t->generation, s->seq, t->cur.threshold_bytes, (double) t->cur.cycle_usec / 1e3,
+                     t->cur.switches);
         return true;
 }
 
@@ -409,9 +424,12 @@ Hvd__AutotuneStatus *autotune_status(const job_t *j) {
         st->samples = t->samples;
         st->fusion_threshold = t->cur.threshold_bytes;
         st->cycle_time_usec = t->cur.cycle_usec;
+        st->switches = t->cur.switches;
+        st->fixed_switches = t->fix_switches;
         if (t->have_best) {
                 st->best_fusion_threshold = t->best.threshold_bytes;
                 st->best_cycle_time_usec = t->best.cycle_usec;
+                st->best_switches = t->best.switches;
                 st->best_score = t->best_score;
         }
         st->generation = t->generation;

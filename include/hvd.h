@@ -314,13 +314,15 @@ int hvd_stop_timeline(void);
  * force on this rank: how many changes it applied (0: none yet), the
  * schedule number the last one applied at (every rank applies each change
  * at the same schedule), and the fusion threshold and cycle time in force
- * since. Returns 0 (*out filled), -EINVAL (out NULL) or HVD_ENOTINIT.
- * Thread-safe. */
+ * since, and the data plane's switches in force (bit 0: the TCP ring's
+ * send thread, bit 1: small chunks across nodes; docs/AUTOTUNE.md). Returns 0 (*out filled), -EINVAL (out NULL) or
+ * HVD_ENOTINIT. Thread-safe. */
 typedef struct hvd_tuning {
         uint64_t generation;
         uint64_t schedule_seq;
         uint64_t fusion_threshold_bytes;
         uint64_t cycle_time_usec;
+        uint32_t switches;
 } hvd_tuning_t;
 int hvd_tuning_get(hvd_tuning_t *out);
 

@@ -1,7 +1,8 @@
 /* check_autotune.c — unit tests of the autotuner's search
  * (common/tune_search.c) on synthetic score surfaces whose optimum is
  * known: a smooth bowl, a narrow ridge, a noisy bowl; fixed knobs never
- * move; a seed fixes the sequence; degenerate input gets an error. */
+ * move; hvd's switches are tried one by one after the search; a seed
+ * fixes the sequence; degenerate input gets an error. */
 #include "config.h"
 
 #include <check.h>
@@ -185,6 +186,67 @@ START_TEST(test_switches_one_by_one) {
 }
 END_TEST
 
+/* hvd's own switches after a search of both knobs: small chunks pay 20 %,
+ * the send thread costs 10 %. */
+static double knob_score(const hvd_tune_point_t *p) {
+        if (n_seen < 64)
+                seen[n_seen++] = *p;
+        double f = p->switches >> HVD_TUNE_SWITCH_SMALL_CHUNKS & 1 ? 1.2 : 1.0;
+        if (p->switches >> HVD_TUNE_SWITCH_SEND_THREAD & 1)
+                f *= 0.9;
+        return bowl(p) * f;
+}
+
+START_TEST(test_switches_after_search) {
+        hvd_tune_point_t first[64];
+        size_t n_first = 0;
+        uint32_t thread = UINT32_C(1) << HVD_TUNE_SWITCH_SEND_THREAD;
+        uint32_t chunks = UINT32_C(1) << HVD_TUNE_SWITCH_SMALL_CHUNKS;
+        for (int pass = 0; pass < 3; pass++) {
+                hvd_tune_search_opts_t o;
+                hvd_tune_search_opts_init(&o);
+                o.start = (hvd_tune_point_t){ .threshold_bytes = 0, .cycle_usec = 10000 };
+                o.n_switches = HVD_TUNE_N_SWITCHES;
+                o.seed = 3;
+                if (pass == 2) { /* the send thread set by the user: on, and stays on */
+                        o.start.switches = thread;
+                        o.fixed_switches = thread;
+                }
+                n_seen = 0;
+                uint32_t n;
+                hvd_tune_point_t b;
+                double truth = run(&o, knob_score, bowl, &n, &b);
+                ck_assert_double_ge(truth, 90.0);
+                ck_assert_uint_eq(b.switches, o.start.switches | chunks);
+                /* the continuous search keeps the start's switches */
+                for (size_t i = 0; i < o.max_samples; i++)
+                        ck_assert_uint_eq(seen[i].switches, o.start.switches);
+                if (pass < 2) {
+                        /* each switch once, on top of the best so far: the
+                         * thread (worse, dropped), then the chunks (kept) */
+                        ck_assert_uint_eq(n, o.max_samples + 2);
+                        ck_assert_uint_eq(seen[o.max_samples].switches, thread);
+                        ck_assert_uint_eq(seen[o.max_samples + 1].switches, chunks);
+                        ck_assert_uint_eq(seen[o.max_samples].threshold_bytes, seen[o.max_samples + 1].threshold_bytes);
+                } else {
+                        ck_assert_uint_eq(n, o.max_samples + 1);
+                        ck_assert_uint_eq(seen[o.max_samples].switches, thread | chunks);
+                }
+                if (pass == 0) {
+                        memcpy(first, seen, n_seen * sizeof *seen);
+                        n_first = n_seen;
+                } else if (pass == 1) { /* the same seed: the same points */
+                        ck_assert_uint_eq(n_seen, n_first);
+                        for (size_t i = 0; i < n_seen; i++) {
+                                ck_assert_uint_eq(seen[i].threshold_bytes, first[i].threshold_bytes);
+                                ck_assert_uint_eq(seen[i].cycle_usec, first[i].cycle_usec);
+                                ck_assert_uint_eq(seen[i].switches, first[i].switches);
+                        }
+                }
+        }
+}
+END_TEST
+
 /* The same seed gives the same points; another seed other points. */
 START_TEST(test_deterministic) {
         hvd_tune_point_t a[20], c[20];
@@ -305,6 +367,7 @@ static Suite *autotune_suite(void) {
         tcase_add_test(tc, test_noisy_bowl);
         tcase_add_test(tc, test_fixed_threshold);
         tcase_add_test(tc, test_switches_one_by_one);
+        tcase_add_test(tc, test_switches_after_search);
         tcase_add_test(tc, test_deterministic);
         tcase_add_test(tc, test_flat_scores);
         tcase_add_test(tc, test_bad_input);

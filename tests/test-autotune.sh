@@ -27,7 +27,8 @@ trap 'rm -rf "$tmp"' EXIT
 ok() { echo "ok: $*"; }
 export HVD_RUNTIME_DIR="$tmp/none" # no system daemon: hvdrun starts its own
 header="hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,cycle_time_ms,\
-tensor_fusion_threshold,score,sample,state,best,applied_seq,generation,elastic_generation"
+tensor_fusion_threshold,score,sample,state,best,applied_seq,generation,elastic_generation,\
+tcp_send_thread,small_ring_chunks"
 
 # bad settings fail hvd_init at once, naming the variable and its value
 for bad in "HVD_AUTOTUNE=maybe" "HVD_AUTOTUNE_WARMUP_SAMPLES=0" "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE=x" \
@@ -93,7 +94,7 @@ path, tune, header = sys.argv[1:]
 lines = open(path).read().splitlines()
 assert lines[0] == header, "header: %r" % lines[0]
 rows = [dict(zip(header.split(","), l.split(","))) for l in lines[1:]]
-assert all(len(l.split(",")) == 13 for l in lines[1:]), "a row of the wrong width"
+assert all(len(l.split(",")) == 15 for l in lines[1:]), "a row of the wrong width"
 assert [int(r["sample"]) for r in rows] == list(range(1, len(rows) + 1)), "samples not numbered 1..N"
 assert len(rows) >= 2 + 12, "only %d samples" % len(rows)
 assert [r["state"] for r in rows[:2]] == ["warmup", "warmup"], "no warm-up rows first"
@@ -104,34 +105,48 @@ assert mib * 1048576 >= 51200 / 4 - 1, "settled on %.4f MiB: does not fuse a qua
 # what each rank applied is what the root logged, at the same schedule
 changes = {}
 for l in open(tune):
-    _, g, _, seq, _, thr, _, cyc = l.split()
-    changes[int(g)] = (int(seq), int(thr), int(cyc))
+    f = l.split()
+    changes[int(f[1])] = (int(f[3]), int(f[5]), int(f[7]), int(f[9]))
+SWITCHES = ("tcp_send_thread", "small_ring_chunks")
 for r in rows:
     g = int(r["generation"])
     if g == 0 or g not in changes:
         continue
-    seq, thr, cyc = changes[g]
+    seq, thr, cyc, sw = changes[g]
     assert int(r["applied_seq"]) == seq, "change %d: the ranks applied it at %d, the log says %s" % (g, seq, r["applied_seq"])
     assert abs(float(r["tensor_fusion_threshold"]) - thr / 1048576) < 1e-4, "change %d: threshold" % g
     assert abs(float(r["cycle_time_ms"]) - cyc / 1000) < 1e-3, "change %d: cycle time" % g
-print("settled on %.4f MiB, %s ms after %d samples; %d changes" % (mib, settled[-1]["cycle_time_ms"], len(rows), len(changes)))
+    assert sum(int(r[c]) << k for k, c in enumerate(SWITCHES)) == sw, "change %d: the ranks have switches %d" % (g, sw)
+# the switch phase: each switch, none fixed, tried once on top of the best point
+searched = [r for r in rows if r["state"] == "searching"]
+for c in SWITCHES:
+    assert sum(r[c] == "1" for r in searched) >= 1, "switch %s was never tried" % c
+assert any(sw for _, _, _, sw in changes.values()), "no rank ever switched"
+print("settled on %.4f MiB, %s ms, switches %s after %d samples; %d changes" %
+      (mib, settled[-1]["cycle_time_ms"], [settled[-1][c] for c in SWITCHES], len(rows), len(changes)))
 EOF
-ok "4 ranks on 2 hosts: the search settles on fusing the step, every rank applies each change at the schedule the CSV says; hvdctl job ID shows it (states seen: $states)"
+grep -Eq 'switches (none|[a-z+-]+)' "$tmp/a.job" || fail "hvdctl job ID shows no switches" "$(cat "$tmp/a.job")"
+ok "4 ranks on 2 hosts: the search settles on fusing the step, then tries each data-plane switch; every rank applies each change (switches too) at the schedule the CSV says; hvdctl job ID shows it (states seen: $states)"
 
-# ---- a fixed fusion threshold is never touched; the cycle time is tuned
-"$HVDRUN" -H a:1,b:1 --emulate-hosts --fusion-threshold-mb 1 --autotune --autotune-log-file "$tmp/f.csv" \
+# ---- a fixed fusion threshold is never touched, nor a switch set by its
+# variable (HVD_TCP_SEND_THREAD); the cycle time and the chunk switch are tuned
+HVD_TCP_SEND_THREAD=0 "$HVDRUN" -H a:1,b:1 --emulate-hosts --fusion-threshold-mb 1 --autotune \
+        --autotune-log-file "$tmp/f.csv" \
         --autotune-warmup-samples 1 --autotune-steps-per-sample 3 --autotune-bayes-opt-max-samples 6 \
         "$worker" 300 200 64 >"$tmp/f.out" 2>"$tmp/f.err" || fail "the fixed job failed: exit status $?" "$(cat "$tmp/f.err")"
 same_changes "$tmp/f.out" "$tmp/f.tune" 2
 [ -s "$tmp/f.tune" ] || fail "no cycle time was tried" "$(cat "$tmp/f.csv")"
 if grep -qv "threshold 1048576 " "$tmp/f.tune"; then fail "a rank's fusion threshold moved" "$(cat "$tmp/f.tune")"; fi
-"$PY" - "$tmp/f.csv" <<'EOF' || fail "the fixed threshold moved in the CSV" "$(cat "$tmp/f.csv")"
+if grep -Eq "switches [0-9]*[13579]$" "$tmp/f.tune"; then fail "a rank's send thread (fixed) was switched" "$(cat "$tmp/f.tune")"; fi
+"$PY" - "$tmp/f.csv" <<'EOF' || fail "a fixed value moved in the CSV" "$(cat "$tmp/f.csv")"
 import sys
 rows = [l.split(",") for l in open(sys.argv[1]).read().splitlines()[1:]]
 assert len(rows) >= 7 and all(r[5] == "1.0000" for r in rows)
 assert len({r[4] for r in rows}) > 1, "the cycle time was not tuned"
+assert all(r[13] == "0" for r in rows), "the fixed send thread was switched"
+assert any(r[14] == "1" for r in rows), "the chunk switch, not fixed, was not tried"
 EOF
-ok "a fusion threshold set with --fusion-threshold-mb stays in every row and on every rank; the cycle time is tuned"
+ok "a fusion threshold set with --fusion-threshold-mb and a send thread set with HVD_TCP_SEND_THREAD stay in every row and on every rank; the cycle time and the chunk switch are tuned"
 
 # ---- a job that ends during warm-up leaves its rows: 22 steps, 10 a
 # sample; it starts (HVD_AUTOTUNE_START_*) from fusion off and 10 ms, in
@@ -144,7 +159,7 @@ HVD_AUTOTUNE=1 HVD_AUTOTUNE_LOG="$tmp/w.csv" HVD_AUTOTUNE_STEPS_PER_SAMPLE=10 HV
         "10.000,0.0000,1,warmup,0,1,1 10.000,0.0000,2,warmup,0,1,1 " ] ||
         fail "a job of 22 steps should leave 2 warm-up rows at its start" "$(cat "$tmp/w.csv")"
 same_changes "$tmp/w.out" "$tmp/w.tune" 2
-[ "$(cat "$tmp/w.tune")" = "tune 1 seq 1 threshold 0 cycle 10000" ] ||
+[ "$(cat "$tmp/w.tune")" = "tune 1 seq 1 threshold 0 cycle 10000 switches 0" ] ||
         fail "the start did not apply at the first schedule on every rank" "$(cat "$tmp/w.out")"
 ok "a job that ends during warm-up leaves a row per sample it took; the start applies from the first schedule"
 
@@ -185,8 +200,10 @@ mib = float(settled[-1]["tensor_fusion_threshold"])
 assert mib * 1048576 >= 8 * 256, "settled on %.4f MiB: fuses fewer than 8 tensors" % mib
 changes = {}
 for l in open(tune):
-    _, g, _, seq, _, thr, _, cyc = l.split()
-    changes[int(g)] = (int(seq), int(thr), int(cyc))
+    f = l.split()
+    changes[int(f[1])] = (int(f[3]), int(f[5]), int(f[7]))
+    assert f[9] == "0", "one host: a switch changed, there is nothing across nodes to switch: %s" % l
+assert all(r["tcp_send_thread"] + r["small_ring_chunks"] == "00" for r in rows), "one host: a switch was tried"
 for r in rows:
     g = int(r["generation"])
     if g == 0:

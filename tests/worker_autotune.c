@@ -2,7 +2,8 @@
  * autotuner's tests (tests/test-autotune.sh): STEPS steps of TENSORS
  * float allreduces of ELEMS each, submitted together and awaited, every
  * result checked exactly. Whenever the autotuner's settings change on this
- * rank (hvd_tuning_get), prints "tune GEN seq SEQ threshold T cycle C";
+ * rank (hvd_tuning_get), prints "tune GEN seq SEQ threshold T cycle C
+ * switches W";
  * every rank must print the same lines. Usage: worker_autotune STEPS
  * TENSORS ELEMS. */
 #include <inttypes.h>
@@ -75,8 +76,10 @@ int main(int argc, char **argv) {
                 }
                 if (tu.generation != gen) {
                         gen = tu.generation;
-                        printf("tune %" PRIu64 " seq %" PRIu64 " threshold %" PRIu64 " cycle %" PRIu64 "\n",
-                               tu.generation, tu.schedule_seq, tu.fusion_threshold_bytes, tu.cycle_time_usec);
+                        printf("tune %" PRIu64 " seq %" PRIu64 " threshold %" PRIu64 " cycle %" PRIu64
+                               " switches %" PRIu32 "\n",
+                               tu.generation, tu.schedule_seq, tu.fusion_threshold_bytes, tu.cycle_time_usec,
+                               tu.switches);
                         fflush(stdout);
                 }
         }

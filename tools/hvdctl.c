@@ -30,6 +30,7 @@
 #include "invariant.h"
 #include "log.h"
 #include "status_json.h"
+#include "tune_search.h"
 #include "util.h"
 #include "wire.h"
 
@@ -382,16 +383,34 @@ static void print_jobs(const Hvd__Status *s) {
         }
 }
 
+/* The data plane's switches that are on, "+"-separated ("none" when none). */
+static const char *fmt_switches(uint32_t sw, char *buf, size_t len) {
+        static const char *const names[HVD_TUNE_N_SWITCHES] = {
+                [HVD_TUNE_SWITCH_SEND_THREAD] = "send-thread",
+                [HVD_TUNE_SWITCH_SMALL_CHUNKS] = "small-chunks",
+        };
+        size_t o = 0;
+        buf[0] = '\0';
+        for (int k = 0; k < HVD_TUNE_N_SWITCHES; k++)
+                if (sw >> k & 1 && o < len)
+                        o += (size_t) snprintf(buf + o, len - o, "%s%s", o ? "+" : "", names[k]);
+        return o ? buf : "none";
+}
+
 /* The root's autotuner: its state, what is in force, the best so far. */
 static void print_autotune(const Hvd__AutotuneStatus *a) {
-        char b[64], c[64];
-        printf("  autotune: %s, %" PRIu32 " samples; now %s, %.1f ms", a->state, a->samples,
-               fmt_bytes(a->fusion_threshold, b, sizeof b), (double) a->cycle_time_usec / 1e3);
+        char b[64], c[64], s[96];
+        printf("  autotune: %s, %" PRIu32 " samples; now %s, %.1f ms, switches %s", a->state, a->samples,
+               fmt_bytes(a->fusion_threshold, b, sizeof b), (double) a->cycle_time_usec / 1e3,
+               fmt_switches(a->switches, s, sizeof s));
         if (a->generation)
                 printf(" (change %" PRIu64 ", from schedule %" PRIu64 ")", a->generation, a->applied_seq);
         if (a->best_score > 0)
-                printf("; best %s, %.1f ms at %s/s", fmt_bytes(a->best_fusion_threshold, c, sizeof c),
-                       (double) a->best_cycle_time_usec / 1e3, fmt_bytes((uint64_t) a->best_score, b, sizeof b));
+                printf("; best %s, %.1f ms, switches %s at %s/s", fmt_bytes(a->best_fusion_threshold, c, sizeof c),
+                       (double) a->best_cycle_time_usec / 1e3, fmt_switches(a->best_switches, s, sizeof s),
+                       fmt_bytes((uint64_t) a->best_score, b, sizeof b));
+        if (a->fixed_switches)
+                printf("; fixed switches %s", fmt_switches(a->fixed_switches, s, sizeof s));
         printf("\n");
 }
 

@@ -175,6 +175,9 @@ json_t *hvd_job_to_json(const Hvd__JobStatus *j) {
                 put(at, "best_score", real(a->best_score), &ok);
                 put(at, "generation", u64(a->generation), &ok);
                 put(at, "applied_seq", u64(a->applied_seq), &ok);
+                put(at, "switches", u64(a->switches), &ok);
+                put(at, "best_switches", u64(a->best_switches), &ok);
+                put(at, "fixed_switches", u64(a->fixed_switches), &ok);
                 put(o, "autotune", at, &ok);
         }
         if (j->elastic) {

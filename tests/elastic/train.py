@@ -58,7 +58,9 @@ def schedule(var):
 
 
 class Tuning(ctypes.Structure):
-    _fields_ = [(f, ctypes.c_uint64) for f in ("generation", "schedule_seq", "threshold", "cycle")]
+    _fields_ = [(f, ctypes.c_uint64) for f in ("generation", "schedule_seq", "threshold", "cycle")] + [
+        ("switches", ctypes.c_uint32)
+    ]
 
 
 def libhvd():
