@@ -43,7 +43,10 @@ struct hvd_tune_search {
         bool have_best;
         hvd_tune_point_t best;
         double best_score;
-        uint32_t next_switch; /* the switch phase's next switch to try */
+        uint32_t next_switch;                   /* the switch phase's next switch to try */
+        uint32_t confirm[HVD_TUNE_MAX_CONFIRM]; /* indices into x, y of the points measured again */
+        double confirm_y[HVD_TUNE_MAX_CONFIRM]; /* their second scores */
+        uint32_t n_confirm, next_confirm;
         hvd_tune_phase_t phase;
         /* the GP's work space, [max_samples^2] and [max_samples] */
         double *chol, *alpha, *kv;
@@ -138,6 +141,10 @@ int hvd_tune_search_new(const hvd_tune_search_opts_t *o, hvd_tune_search_t **ret
         }
         if (!isfinite(o->noise) || o->noise < 0) {
                 snprintf(err, err_len, "the Gaussian process noise must be a finite number >= 0, not %g", o->noise);
+                return -EINVAL;
+        }
+        if (o->confirm > HVD_TUNE_MAX_CONFIRM) {
+                snprintf(err, err_len, "at most %d points to confirm, not %u", HVD_TUNE_MAX_CONFIRM, o->confirm);
                 return -EINVAL;
         }
         if (o->n_switches > HVD_TUNE_MAX_SWITCHES) {
@@ -369,6 +376,58 @@ static bool next_switch_point(hvd_tune_search_t *s, hvd_tune_point_t *p) {
         return true;
 }
 
+/* The confirmation's points: the o.confirm best scored points of the
+ * search that are distinct settings, best first. A single sample's score is
+ * noisy (a loaded machine, a shared network), so the highest one is as
+ * much luck as merit; measuring the few best again in a row, under the same
+ * conditions, and ranking them by their mean takes most of the luck out.
+ * Returns how many (fewer than 2: nothing to compare). */
+static uint32_t pick_confirm(hvd_tune_search_t *s) {
+        uint32_t k = 0;
+        while (k < s->o.confirm) {
+                int64_t pick = -1;
+                for (uint32_t i = 0; i < s->n; i++) {
+                        hvd_tune_point_t p = point_of(s, s->x[i]);
+                        bool taken = false;
+                        for (uint32_t j = 0; j < k && !taken; j++) {
+                                hvd_tune_point_t q = point_of(s, s->x[s->confirm[j]]);
+                                taken = p.threshold_bytes == q.threshold_bytes && p.cycle_usec == q.cycle_usec;
+                        }
+                        if (!taken && (pick < 0 || s->y[i] > s->y[pick]))
+                                pick = i;
+                }
+                if (pick < 0)
+                        break;
+                s->confirm[k++] = (uint32_t) pick;
+        }
+        return k;
+}
+
+/* After the confirmation: the best is the point whose two scores have the
+ * highest mean, and that mean is its score, the bar a switch must pass. */
+static void settle_confirm(hvd_tune_search_t *s) {
+        uint32_t win = 0;
+        double win_score = -INFINITY;
+        for (uint32_t k = 0; k < s->n_confirm; k++) {
+                double mean = (s->y[s->confirm[k]] + s->confirm_y[k]) / 2;
+                if (mean > win_score) {
+                        win_score = mean;
+                        win = k;
+                }
+        }
+        s->best = point_of(s, s->x[s->confirm[win]]);
+        s->best_score = win_score;
+        s->have_best = true;
+}
+
+/* The phase after the continuous search: the confirmation when it has two
+ * points or more, else the switches (or the end). */
+static void end_search(hvd_tune_search_t *s) {
+        s->n_confirm = pick_confirm(s);
+        s->next_confirm = 0;
+        s->phase = s->n_confirm >= 2 ? HVD_TUNE_CONFIRMING : HVD_TUNE_SWITCHES;
+}
+
 int hvd_tune_search_next(hvd_tune_search_t *s, hvd_tune_point_t *p) {
         if (s->pending) {
                 *p = s->pend;
@@ -376,6 +435,9 @@ int hvd_tune_search_next(hvd_tune_search_t *s, hvd_tune_point_t *p) {
         }
         if (s->phase == HVD_TUNE_SEARCHING || (s->phase == HVD_TUNE_SWITCHES && s->n == 0)) {
                 propose(s, s->pend_x);
+                s->pend = point_of(s, s->pend_x);
+        } else if (s->phase == HVD_TUNE_CONFIRMING) {
+                memcpy(s->pend_x, s->x[s->confirm[s->next_confirm]], sizeof s->pend_x);
                 s->pend = point_of(s, s->pend_x);
         } else if (s->phase != HVD_TUNE_SWITCHES || !next_switch_point(s, &s->pend)) {
                 s->phase = HVD_TUNE_DONE;
@@ -391,6 +453,14 @@ int hvd_tune_search_report(hvd_tune_search_t *s, double score) {
                 return -EINVAL;
         s->pending = false;
         s->samples++;
+        if (s->phase == HVD_TUNE_CONFIRMING) {
+                s->confirm_y[s->next_confirm++] = score;
+                if (s->next_confirm == s->n_confirm) {
+                        settle_confirm(s);
+                        s->phase = switches_left(s) ? HVD_TUNE_SWITCHES : HVD_TUNE_DONE;
+                }
+                return 0;
+        }
         bool continuous = s->n < s->o.max_samples && (s->phase == HVD_TUNE_SEARCHING || s->n == 0);
         if (continuous) {
                 memcpy(s->x[s->n], s->pend_x, sizeof s->pend_x);
@@ -403,7 +473,7 @@ int hvd_tune_search_report(hvd_tune_search_t *s, double score) {
                 s->best_score = score;
         }
         if (continuous && s->n >= s->o.max_samples)
-                s->phase = HVD_TUNE_SWITCHES;
+                end_search(s);
         if (s->phase == HVD_TUNE_SWITCHES && !switches_left(s))
                 s->phase = HVD_TUNE_DONE;
         return 0;

@@ -18,6 +18,7 @@
 #define HVD_TUNE_CYCLE_MAX_USEC      UINT64_C(100000)
 #define HVD_TUNE_MAX_SWITCHES        8
 #define HVD_TUNE_MAX_SAMPLES         1000
+#define HVD_TUNE_MAX_CONFIRM         8
 
 /* hvd's categorical switches, bit k of hvd_tune_point_t.switches: knobs
  * of the data plane between nodes, tried one by one after the continuous
@@ -50,13 +51,17 @@ typedef struct hvd_tune_search_opts {
         uint32_t fixed_switches; /* bit k: switch k was set by the user */
         uint32_t max_samples;    /* points of the continuous search, the seeds included (Horovod: 20) */
         double noise;            /* the GP's noise term on standardised scores (Horovod: 0.8) */
+        uint32_t confirm;        /* the best distinct points of the search measured once more, side by side,
+                                  * before the switches; the best is then the highest mean of a point's
+                                  * two scores (0: the highest single score, as Horovod; <= HVD_TUNE_MAX_CONFIRM) */
         uint64_t seed;           /* of the search's own PRNG */
 } hvd_tune_search_opts_t;
 
 typedef enum {
-        HVD_TUNE_SEARCHING, /* the continuous knobs */
-        HVD_TUNE_SWITCHES,  /* the categorical switches, one by one */
-        HVD_TUNE_DONE,      /* every point tried: best() is the answer */
+        HVD_TUNE_SEARCHING,  /* the continuous knobs */
+        HVD_TUNE_CONFIRMING, /* the search's best points measured again */
+        HVD_TUNE_SWITCHES,   /* the categorical switches, one by one */
+        HVD_TUNE_DONE,       /* every point tried: best() is the answer */
 } hvd_tune_phase_t;
 
 typedef struct hvd_tune_search hvd_tune_search_t;
@@ -66,7 +71,8 @@ typedef struct hvd_tune_search hvd_tune_search_t;
 void hvd_tune_search_opts_init(hvd_tune_search_opts_t *o);
 /* A search over o. Returns 0 (*ret: free with hvd_tune_search_destroy),
  * -EINVAL with err saying which option is wrong (max_samples 0 or above
- * HVD_TUNE_MAX_SAMPLES, noise not finite or negative, too many switches,
+ * HVD_TUNE_MAX_SAMPLES, noise not finite or negative, too many switches
+ * or points to confirm,
  * a start outside the bounds), or -ENOMEM. */
 int hvd_tune_search_new(const hvd_tune_search_opts_t *o, hvd_tune_search_t **ret, char *err, size_t err_len);
 void hvd_tune_search_destroy(hvd_tune_search_t **s);

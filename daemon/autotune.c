@@ -33,6 +33,7 @@
 #define DEFAULT_STEPS       10
 #define DEFAULT_MAX_SAMPLES 20
 #define DEFAULT_NOISE       0.8
+#define CONFIRM_POINTS      3 /* the search's best points measured again before settling */
 /* Continuous mode: once settled, the median of the first RETUNE_SAMPLES
  * samples is the reference (not the search's best, a maximum of noisy
  * samples); samples this far below it RETUNE_SAMPLES times in a row start
@@ -215,6 +216,7 @@ static int search_start(job_t *j, autotune_t *t) {
                         HVD_MAX(HVD_TUNE_CYCLE_MIN_USEC, HVD_MIN(o.start.cycle_usec, HVD_TUNE_CYCLE_MAX_USEC));
         o.max_samples = t->max_samples;
         o.noise = t->noise;
+        o.confirm = CONFIRM_POINTS;
         o.seed = 1 + t->retunes;
         char err[256];
         hvd_tune_search_destroy(&t->search);
