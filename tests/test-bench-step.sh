@@ -4,7 +4,7 @@
 # doubles in the second, it gives each tuned point's speed against its
 # grid's best by the medians and by the median of the per-round ratios
 # (which the doubled round does not move), the settled samples' step time,
-# and hvd against Horovod. Runs nothing else; no timing is measured.
+# the switches hvd settled with, and hvd against Horovod. Runs nothing else; no timing is measured.
 . "$HVD_SRCDIR/tests/lib/common.sh"
 command -v /usr/bin/python3 >/dev/null 2>&1 || skip "/usr/bin/python3 is missing"
 dir=$(mktemp -d /tmp/hvd-test-bench-step-XXXXXX)
@@ -16,7 +16,7 @@ line() {
         echo "#   bench=step impl=$1 model=m np=2 mode=$2 fusion_bytes=$3 cycle_ms=$4 tensors=3 bytes=104857600 steps=5 ms_median=$5 round=$6"
 }
 {
-        echo "#   bench=autotune impl=hvd model=m np=2 threshold=4194304 cycle_ms=10 samples=21 settled_score=209715200"
+        echo "#   bench=autotune impl=hvd model=m np=2 threshold=4194304 cycle_ms=10 samples=21 settled_score=209715200 send_thread=0 small_chunks=1"
         echo "#   bench=autotune impl=horovod model=m np=2 threshold=8388608 cycle_ms=10 samples=9 rows=22"
         # round 1 runs at half the speed of rounds 0 and 2
         for r in 0 1 2; do
@@ -41,7 +41,7 @@ RAW=$dir/raw NETNS=1 DATA=$dir PNG=$dir/step.png "$HVD_SRCDIR/benchmarks/run-ste
 expect() {
         grep -Fxq -- "$1" "$dir/out" || fail "run-step.sh RAW=: no line '$1'" "$(cat "$dir/out")"
 }
-expect "  hvd autotuned: 4.00 MiB, 10 ms (best after 21 samples): 625.0 ms, 80% of the grid's best (hvd 64M 1ms) speed by medians, 90% by the median per-round ratio (80%, 90%, 95%); its own settled samples' median 500.0 ms"
+expect "  hvd autotuned: 4.00 MiB, 10 ms with small chunks (best after 21 samples): 625.0 ms, 80% of the grid's best (hvd 64M 1ms) speed by medians, 90% by the median per-round ratio (80%, 90%, 95%); its own settled samples' median 500.0 ms"
 expect "  horovod autotuned: 8.00 MiB, 10 ms (best after 9 samples, of 22 rows): 500.0 ms, 110% of the grid's best (horovod 64M 1ms) speed by medians, 110% by the median per-round ratio (110%, 110%, 110%)"
 expect "  hvd vs Horovod, hvd 64M 1ms vs horovod 64M 1ms: 1.10x by medians, 1.10x by the median per-round ratio"
 expect "  hvd vs Horovod, hvd tuned vs horovod tuned: 0.80x by medians, 0.90x by the median per-round ratio"
