@@ -5,8 +5,9 @@
 # from them and are real ranks (generation of a a b b, synced, the same
 # weights on every rank); one of them killed with kill -9 is recovered
 # from as a cold one is (a generation of 3 ranks finishes); no standby
-# outlives hvdrun; and an interpreter that cannot start a standby makes
-# hvdrun say so and start the workers cold.
+# outlives hvdrun; an interpreter that cannot start a standby makes
+# hvdrun say so and start the workers cold; bad --elastic-warm-start
+# values are usage errors.
 . "${HVD_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}/tests/elastic/lib.sh"
 
 # gate.sh PATTERN COUNT: lists a:2, and b:2 too once hvdrun's output has
@@ -73,3 +74,13 @@ last=$(last_gen)
 check_generation "$last" 4 "a a b b"
 check_results 4
 ok "a standby that cannot start: a clear line, host b's workers started cold, generation $last of 4 ranks finished"
+
+"$B/tools/hvdrun" --elastic-warm-start sometimes -np 1 true >"$tmp/out" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] || fail "--elastic-warm-start sometimes: exit status $rc, expected 2"
+grep -q "elastic-warm-start 'sometimes': expected auto, on or off" "$tmp/out" || fail "no clear error for a bad value"
+"$B/tools/hvdrun" --elastic-warm-start on --emulate-hosts -H a:1 -np 1 --min-np 1 "$PYTHON" -c 1 >"$tmp/out" 2>&1
+rc=$?
+[ "$rc" -eq 2 ] || fail "--elastic-warm-start on without discovery: exit status $rc, expected 2"
+grep -q 'warm starts are for elastic jobs that discover hosts' "$tmp/out" || fail "no clear error for on without discovery"
+ok "bad --elastic-warm-start values: clear usage errors"

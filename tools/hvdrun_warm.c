@@ -108,10 +108,12 @@ static void warm_turn_off(hvd_warm_t *wm, const char *fmt, ...) {
 
 int warm_new(run_t *run) {
         const options_t *o = run->o;
-        bool elastic = hvd_elastic_on(&o->elastic);
+        /* workers start later only on hosts discovered */
+        bool elastic = hvd_elastic_on(&o->elastic) && (o->elastic.discovery || o->elastic.daemons);
         if (o->warm_start == HVD_WARM_ON && (!elastic || !warm_command(o->argv) || run->srun)) {
                 fprintf(stderr, "hvdrun: --elastic-warm-start on: %s\n",
-                        !elastic    ? "warm starts are for elastic jobs (--min-np, --max-np, a discovery script)"
+                        !elastic    ? "warm starts are for elastic jobs that discover hosts "
+                                      "(--host-discovery-script, --discover-daemons)"
                         : run->srun ? "warm starts are for workers hvdrun starts itself, not with --launcher srun"
                                     : "the command must be `python SCRIPT ARGS...`");
                 return -EINVAL;
