@@ -59,14 +59,11 @@ hosts() {
 }
 
 # discovery_script DIR HOSTS NEW: prints HOSTS, and NEW once DIR/appear
-# exists (the first such run writes the time to DIR/listed); it creates
-# DIR/ready once hvdrun's output (DIR/out) says 2 standby interpreters are
-# ready
+# exists (the first such run writes the time to DIR/listed)
 discovery_script() {
         cat >"$1/discover.sh" <<EOF
 #!/bin/sh
 echo "$2" | tr ',' '\n'
-[ -e "$1/ready" ] || [ "\$(grep -c 'standby interpreter pid [0-9]* ready' "$1/out")" -lt 2 ] || : >"$1/ready"
 if [ -e "$1/appear" ]; then
         echo "$3"
         [ -e "$1/listed" ] || { date +%s.%N >"$1/.listed"; mv "$1/.listed" "$1/listed"; }
@@ -104,11 +101,24 @@ grow() {
                 [ "$start" = warm ] && ready=$d/ready
                 warm=on
                 [ "$start" = warm ] || warm=off
+                # DIR/ready once hvdrun says 2 standby interpreters are ready,
+                # checked apart from the discovery script's runs, so that the
+                # host appears at any point of the discovery interval
+                watcher=
+                if [ -n "$ready" ]; then
+                        while [ ! -e "$d/ready" ]; do
+                                k=$(grep -c 'standby interpreter pid [0-9]* ready' "$d/out" 2>/dev/null)
+                                [ "${k:-0}" -lt 2 ] || : >"$d/ready"
+                                sleep 0.1
+                        done &
+                        watcher=$!
+                fi
                 PYTHONPATH=$HVD_PATH BENCH_DIR=$d BENCH_NP=$n BENCH_IMPL=hvd BENCH_START=$start BENCH_READY=$ready \
                         timeout -k 5 300 "$B/tools/hvdrun" -v --elastic-warm-start "$warm" \
                         --start-timeout 120 --emulate-hosts -H "$hl" -np "$n" --min-np "$n" --max-np $((n + 2)) \
                         --host-discovery-script "$d/discover.sh" -x BENCH_DIR -x BENCH_NP -x BENCH_IMPL -x BENCH_START \
                         -x BENCH_READY "$PYTHON" "$S/benchmarks/elastic_grow.py" >"$d/out" 2>&1
+                [ -z "$watcher" ] || { kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null; }
                 # a worker that found no standby ready started cold: say so
                 [ "$start" = cold ] || grep -q 'warm start (pid' "$d/out" ||
                         echo "# impl=hvd start=warm np=$n: no worker started warm"

@@ -17,6 +17,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -222,33 +223,44 @@ void warm_tick(run_t *run, uint64_t now) {
                 standby_t *s = &wm->s[i];
                 if (s->pid <= 0)
                         continue;
-                int st = 0;
                 bool was = s->ready;
-                pid_t p = waitpid(s->pid, &st, WNOHANG);
-                if (p == s->pid || standby_poll(s, now) < 0) {
-                        if (p != s->pid) {
-                                /* its end closed: it is exiting, or does not speak our protocol */
-                                (void) kill(-s->pid, SIGKILL);
-                                while (waitpid(s->pid, &st, 0) < 0 && errno == EINTR)
-                                        ;
-                        }
-                        standby_pass_stderr(s);
+                siginfo_t si = { 0 };
+                /* WNOWAIT: the zombie keeps its group id ours until the group is killed */
+                bool gone = waitid(P_PID, (id_t) s->pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 && si.si_pid == s->pid;
+                if (gone || standby_poll(s, now) < 0) {
+                        /* ended, or its end closed (exiting, or it does not speak our protocol) */
                         pid_t pid = s->pid;
-                        bool was_ready = s->ready;
+                        int st = 0;
+                        /* its socket closes as it exits, a moment before it is a zombie */
+                        for (int t = 0; !gone && t < 50; t++) {
+                                (void) poll(NULL, 0, 2);
+                                gone = waitid(P_PID, (id_t) pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+                                       si.si_pid == pid;
+                        }
+                        (void) kill(-pid, SIGKILL);
+                        while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+                                ;
+                        standby_pass_stderr(s);
                         s->pid = 0; /* reaped */
                         standby_close(s);
-                        if (WIFSIGNALED(st))
+                        if (gone && WIFSIGNALED(st))
                                 warm_turn_off(wm,
-                                              "the standby interpreter (pid %d, %s -m hvd._warm) was killed "
-                                              "by signal %d %s",
+                                              "the standby interpreter (pid %d, %s -m hvd._warm) was killed by "
+                                              "signal %d %s",
                                               (int) pid, run->o->argv[0], WTERMSIG(st),
-                                              was_ready ? "while it waited" : "before it was ready");
-                        else
+                                              was ? "while it waited" : "before it was ready");
+                        else if (gone)
                                 warm_turn_off(wm,
                                               "the standby interpreter (pid %d, %s -m hvd._warm) exited with "
                                               "status %d %s",
                                               (int) pid, run->o->argv[0], WEXITSTATUS(st),
-                                              was_ready ? "while it waited" : "before it was ready");
+                                              was ? "while it waited" : "before it was ready");
+                        else
+                                warm_turn_off(wm,
+                                              "the standby interpreter (pid %d, %s -m hvd._warm) closed its "
+                                              "socket %s",
+                                              (int) pid, run->o->argv[0],
+                                              was ? "while it waited" : "before it was ready");
                         return;
                 }
                 if (s->ready && !was && run->verbose)

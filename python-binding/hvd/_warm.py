@@ -53,6 +53,8 @@ def main():
         sys.stderr.write("usage: python -m hvd._warm SCRIPT [ARGS...] (started by hvdrun)\n")
         return 2
     script = sys.argv[1]
+    # imports look where the script's would: its directory first, not ours
+    sys.path[0] = os.path.dirname(os.path.realpath(script))
     _preload(script)
     data = _wait()
     if not data:
@@ -68,7 +70,6 @@ def main():
     os.dup2(null, 0)
     os.close(null)
     sys.argv = sys.argv[1:]
-    sys.path[0] = os.path.dirname(os.path.realpath(script))
     runpy.run_path(script, run_name="__main__")
     return 0
 
