@@ -8,10 +8,13 @@
  * of the next. */
 #include "config.h"
 
+#include <errno.h>
 #include <limits.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 #include <zmq.h>
 
@@ -92,6 +95,28 @@ void hvd_elastic_hosts_updated(const Hvd__HostsUpdated *hu) {
                 atomic_store(&E.waiting, (int) hu->waiting);
 }
 
+#define GONE_CHECK_MSEC 1000 /* how often a waiting enrolment checks that its daemon is there */
+
+/* Whether nothing listens at an ipc:// endpoint any more: a daemon that was
+ * killed leaves its socket file behind, where libzmq would retry unseen
+ * for the whole wait. A plain connect tells (the daemon takes it as a
+ * client that hung up). Other endpoints, and abstract sockets, are not
+ * checked. */
+static bool daemon_gone(const char *endpoint) {
+        struct sockaddr_un a = { .sun_family = AF_UNIX };
+        size_t n = strncmp(endpoint, "ipc://", 6) == 0 ? strlen(endpoint + 6) : sizeof a.sun_path;
+        /* "ipc://@name" is an abstract socket: no file is left behind */
+        if (n >= sizeof a.sun_path || endpoint[6] == '@')
+                return false;
+        memcpy(a.sun_path, endpoint + 6, n + 1);
+        int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+        if (fd < 0)
+                return false;
+        int r = connect(fd, (const struct sockaddr *) &a, sizeof a), e = errno;
+        close(fd);
+        return r < 0 && (e == ECONNREFUSED || e == ENOENT);
+}
+
 /* Sends the enrolment on a socket of its own to the daemon and waits for
  * the placement (*ret, the caller frees it). */
 static int ask(const hvd_settings_t *s, const char *endpoint, const char *host, Hvd__Envelope **ret) {
@@ -131,10 +156,19 @@ static int ask(const hvd_settings_t *s, const char *endpoint, const char *host, 
                 goto out;
         }
         zmq_pollitem_t it = { .socket = sock, .events = ZMQ_POLLIN };
-        int n;
-        do
-                n = zmq_poll(&it, 1, (long) (wait_usec / 1000));
-        while (n < 0 && zmq_errno() == EINTR);
+        int n = 0;
+        for (uint64_t waited_ms = 0; n == 0 && waited_ms < wait_usec / 1000; waited_ms += GONE_CHECK_MSEC) {
+                if (daemon_gone(endpoint)) {
+                        r = hvd_error(HVD_ENODAEMON,
+                                      "elastic job %s: the coordinator at %s is gone (nothing listens there)",
+                                      s->job_id, endpoint);
+                        goto out;
+                }
+                long slice = (long) HVD_MIN((uint64_t) GONE_CHECK_MSEC, wait_usec / 1000 - waited_ms);
+                do
+                        n = zmq_poll(&it, 1, slice);
+                while (n < 0 && zmq_errno() == EINTR);
+        }
         if (n <= 0) {
                 r = hvd_error(HVD_ETIMEOUT, "elastic job %s: no placement from the root daemon within %.0f s",
                               s->job_id, (double) wait_usec / 1e6);

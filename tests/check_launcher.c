@@ -251,6 +251,13 @@ START_TEST(test_discovery_offered) {
         ck_assert_int_eq(hvd_elastic_opt_parse(&eo, HVD_ELASTIC_OPT_DAEMONS, NULL, err, sizeof err), 0);
         ck_assert(hvd_elastic_on(&eo));
         ck_assert_int_eq(hvd_elastic_opt_parse(&eo, HVD_ELASTIC_OPT_SLOTS, "3", err, sizeof err), 0);
+        ck_assert(!eo.ssh_offered);
+        /* --ssh-offered-hosts: the offers of other machines too, over ssh */
+        hvd_elastic_opts_t so;
+        hvd_elastic_opts_init(&so);
+        ck_assert_int_eq(hvd_elastic_opt_parse(&so, HVD_ELASTIC_OPT_SSH_OFFERED, NULL, err, sizeof err), 0);
+        ck_assert(so.daemons && so.ssh_offered && hvd_elastic_on(&so));
+        ck_assert_str_eq(hvd_elastic_opt_names[HVD_ELASTIC_OPT_SSH_OFFERED], "ssh-offered-hosts");
         hvd_discovery_t *d = NULL;
         ck_assert_int_eq(hvd_discovery_new(&eo, &d), 0);
         ck_assert_uint_eq(hvd_discovery_deadline(d), 0);

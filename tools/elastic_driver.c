@@ -23,9 +23,16 @@
 #define USEC_PER_SEC_ 1000000ULL
 
 const char *const hvd_elastic_opt_names[HVD_ELASTIC_N_OPTS] = {
-        "min-np",           "max-np",      "host-discovery-script", "slots",
-        "elastic-timeout",  "reset-limit", "blacklist-cooldown",    "discovery-interval",
+        "min-np",
+        "max-np",
+        "host-discovery-script",
+        "slots",
+        "elastic-timeout",
+        "reset-limit",
+        "blacklist-cooldown",
+        "discovery-interval",
         "discover-daemons",
+        "ssh-offered-hosts",
 };
 
 void hvd_elastic_opts_init(hvd_elastic_opts_t *eo) {
@@ -47,6 +54,7 @@ int hvd_elastic_opt_parse(hvd_elastic_opts_t *eo, int which, const char *arg, ch
         const char *name = which >= 0 && which < HVD_ELASTIC_N_OPTS ? hvd_elastic_opt_names[which] : "?";
         switch (which) {
         case HVD_ELASTIC_OPT_DAEMONS: eo->daemons = true; return 0;
+        case HVD_ELASTIC_OPT_SSH_OFFERED: eo->daemons = eo->ssh_offered = true; return 0;
         case HVD_ELASTIC_OPT_DISCOVERY:
                 if (!*arg) {
                         snprintf(err, len, "--%s: expected a program", name);

@@ -16,6 +16,7 @@ typedef struct hvd_elastic_opts {
         double cooldown_sec;   /* --blacklist-cooldown (default 60) */
         double interval_sec;   /* --discovery-interval (default 1) */
         bool daemons;          /* --discover-daemons: hosts offered to the root daemon join */
+        bool ssh_offered;      /* --ssh-offered-hosts: offered hosts of other machines get workers over ssh */
 } hvd_elastic_opts_t;
 
 /* hvdrun's long options of elastic mode, in this order. */
@@ -28,7 +29,8 @@ enum {
         HVD_ELASTIC_OPT_RESET_LIMIT,
         HVD_ELASTIC_OPT_COOLDOWN,
         HVD_ELASTIC_OPT_INTERVAL,
-        HVD_ELASTIC_OPT_DAEMONS, /* no argument */
+        HVD_ELASTIC_OPT_DAEMONS,     /* no argument */
+        HVD_ELASTIC_OPT_SSH_OFFERED, /* no argument; implies --discover-daemons */
         HVD_ELASTIC_N_OPTS
 };
 extern const char *const hvd_elastic_opt_names[HVD_ELASTIC_N_OPTS];

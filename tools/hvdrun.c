@@ -335,7 +335,7 @@ static void endpoint_for_host(const char *ep, const char *host, char *out, size_
  * on loopback when every host is on this machine, else on every interface at
  * --root-peer's port (or a free one). */
 static int start_local_daemon(const options_t *o, const job_t *job, host_t *h) {
-        bool root = (job->cross_size > 1 || o->elastic.daemons) && h == job->root;
+        bool root = (job->cross_size > 1 || o->elastic.daemons || !job->all_here) && h == job->root;
         h->runtime_dir = o->runtime_dir;
         int embedded = o->embedded;
         if (embedded != 1) {
@@ -452,7 +452,7 @@ static void stop_daemons(host_t *hosts, size_t n) {
 /* HVD_ROOT_PEER for a job that spans hosts: see the man page, "Several hosts". */
 static int find_root_peer(const options_t *o, job_t *job) {
         host_t *h = job->root;
-        if (job->cross_size < 2)
+        if (job->cross_size < 2 && job->all_here)
                 return 0;
         const char *ep = NULL;
         char def[ENDPOINT_BYTES];
@@ -539,7 +539,9 @@ static int job_init(const options_t *o, job_t *job) {
                 hvd_strbuf_puts(&hv, h->name);
                 hvd_strbuf_puts(&hv, n);
         }
-        job->all_here = !job->any_remote;
+        /* an elastic job that may grow onto other machines: the ranks here
+         * are reached on the network too, not on loopback */
+        job->all_here = !job->any_remote && !remote_elastic_ready(o);
         if (!(job->hosts_var = hvd_strbuf_take(&hv)))
                 return -ENOMEM;
         if (strlen(job->hosts_var) > MAX_HOSTS_VAR) {
@@ -547,7 +549,7 @@ static int job_init(const options_t *o, job_t *job) {
                         strlen(job->hosts_var), MAX_HOSTS_VAR);
                 return -E2BIG;
         }
-        if (job->any_remote && o->launcher == HVD_LAUNCH_SSH)
+        if (!job->all_here && o->launcher == HVD_LAUNCH_SSH)
                 return split_ssh(o, job);
         return 0;
 }
@@ -714,6 +716,9 @@ int prepare_worker(const options_t *o, const job_t *job, const char *path, worke
         }
         if ((r = rank_vars(o, job, h, local_rank, &vars)) < 0)
                 goto out;
+        for (size_t i = 0; w->vars && w->vars[i]; i++)
+                if ((r = env_list_put(&vars, strdup(w->vars[i]))) < 0)
+                        goto out;
         r = -ENOMEM;
         /* srun runs PROGRAM on the node in our environment: the variables (the
          * secret too) travel with the step, not on a command line */
@@ -765,6 +770,7 @@ static void run_free(run_t *run) {
                 free(run->w[i].err.buf);
                 strv_free(run->w[i].envp);
                 strv_free(run->w[i].argv);
+                strv_free(run->w[i].vars);
                 free(run->w[i].shown);
         }
         free(run->w);
@@ -875,19 +881,30 @@ fail:;
         _exit(127);
 }
 
-/* A remote clean-up: "ssh HOST <signal every process of this job>". The ranks of a
- * job carry HVD_JOB_ID in their environment, and so do their children. */
-static void remote_signal(run_t *run, host_t *h, int sig) {
+/* A remote clean-up: "ssh HOST <signal every process of this job on HOST>". The ranks
+ * of a job carry HVD_JOB_ID and HVD_HOSTNAME in their environment, and so do their
+ * children; the host name keeps the clean-up of one host off the ranks of another
+ * that shares its machine (a host listed under two names, network namespaces). */
+void remote_signal(run_t *run, host_t *h, int sig) {
         int k = sig == SIGKILL;
         if (h->remote_kill_sent[k] || !run->ssh_path)
                 return;
         h->remote_kill_sent[k] = true;
         char *cmd = NULL;
-        if (asprintf(&cmd,
-                     "for d in /proc/[0-9]*; do [ -O \"$d\" ] && tr '\\0' '\\n' 2>/dev/null <\"$d/environ\" | "
-                     "grep -qxF HVD_JOB_ID=%s && kill -s %s \"${d#/proc/}\" 2>/dev/null; done; exit 0",
-                     run->job->id, k ? "KILL" : "TERM") < 0)
+        hvd_strbuf_t q = { 0 };
+        hvd_strbuf_puts(&q, "HVD_HOSTNAME=");
+        hvd_strbuf_quoted(&q, h->name);
+        char *quoted = hvd_strbuf_take(&q);
+        if (!quoted ||
+            asprintf(&cmd,
+                     "for d in /proc/[0-9]*; do [ -O \"$d\" ] && [ \"$(tr '\\0' '\\n' 2>/dev/null <\"$d/environ\" | "
+                     "grep -cxF -e HVD_JOB_ID=%s -e %s)\" = 2 ] && kill -s %s \"${d#/proc/}\" 2>/dev/null; done; "
+                     "exit 0",
+                     run->job->id, quoted, k ? "KILL" : "TERM") < 0) {
+                free(quoted);
                 return;
+        }
+        free(quoted);
         char **argv = ssh_argv(run->job, h->name, cmd);
         free(cmd);
         if (!argv)
@@ -1249,7 +1266,7 @@ out:
 
 /* A remote rank's standard input: the job secret on the first line, then our
  * stdin (pump) or nothing. Returns the read end (close it after the fork). */
-static int remote_stdin(run_t *run, bool with_our_stdin) {
+int remote_stdin(run_t *run, bool with_our_stdin) {
         int p[2];
         char line[sizeof run->job->secret + 1];
         size_t n = (size_t) snprintf(line, sizeof line, "%s\n", run->job->secret);
@@ -1413,7 +1430,7 @@ int main(int argc, char **argv) {
                         fprintf(stderr, "hvdrun: --launcher srun starts the ranks with srun: install Slurm's srun\n");
                         goto out;
                 }
-        } else if (job.any_remote && !o.dry_run) {
+        } else if (!job.all_here && !o.dry_run) {
                 r = resolve_program(job.ssh_words[0], getenv("PATH"), &launch_path);
                 if (r != 0) {
                         fprintf(stderr, "hvdrun: remote hosts are reached with '%s': install ssh, or see --ssh\n",

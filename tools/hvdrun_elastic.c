@@ -3,7 +3,8 @@
  * offer them to the root daemon (--discover-daemons) get workers, up to
  * --max-np, and hosts no longer discovered lose theirs; the first host,
  * whose daemon is the elastic job's root, keeps its workers. The options,
- * the script and the blacklist are tools/elastic_driver.c's; membership
+ * the script and the blacklist are tools/elastic_driver.c's; hosts of
+ * other machines, reached over ssh, tools/hvdrun_remote.c's; membership
  * is the root daemon's. */
 #include "config.h"
 
@@ -33,7 +34,9 @@ void elastic_exit(run_t *run, worker_t *w, const siginfo_t *si) {
         }
         if (w->status == 0 || run->interrupt_sig || w->stopped)
                 return;
-        if (si->si_code == CLD_EXITED)
+        if (si->si_code == CLD_EXITED && w->host->kind == HOST_REMOTE && w->status == 255)
+                remote_lost(run, w);
+        else if (si->si_code == CLD_EXITED)
                 fprintf(stderr, "hvdrun: worker %d on %s exited with status %d; the elastic job goes on\n", w->rank,
                         w->host->name, w->status);
         else
@@ -60,26 +63,28 @@ static const hvd_daemon_offer_t *elastic_offer(const run_t *run, const char *nam
         return NULL;
 }
 
-/* A host the discovery script found: emulated here (its own daemon), or
- * this machine (its daemon); one a daemon of this machine offered (off):
- * that daemon's. NULL for the others, which are not added. */
+/* A host the discovery script found: emulated here (its own daemon),
+ * this machine (its daemon), or another machine (its daemon, over ssh:
+ * tools/hvdrun_remote.c); one a daemon offered (off): that daemon's, on
+ * this machine or over ssh. NULL for the others, which are not added. */
 static host_t *elastic_add_host(run_t *run, const char *name, const hvd_daemon_offer_t *off) {
         static char refused[256];
         const host_t *root = run->job->root;
         bool here = !off && !run->o->emulate_hosts && host_is_local(name) && root->kind == HOST_LOCAL;
-        const char *why = off && !off->here ? "its daemon runs on another machine, and hvdrun starts the workers of "
-                                              "offered hosts on this machine only"
+        bool remote = off ? !off->here : !run->o->emulate_hosts && !host_is_local(name);
+        char msg[PATH_MAX + 256];
+        const char *why = run->n_added == ELEMENTSOF(run->added) ? "hvdrun adds at most 64 hosts"
+                          : remote                               ? remote_refusal(run, off, msg, sizeof msg)
                           : !off && !run->o->emulate_hosts && !here
                                   ? "an elastic job grows onto emulated hosts (--emulate-hosts), this machine, "
-                                    "or hosts whose daemons on this machine offer them (--discover-daemons)"
-                          : run->n_added == ELEMENTSOF(run->added) ? "hvdrun adds at most 64 hosts"
-                                                                   : NULL;
-        char msg[PATH_MAX + 256];
+                                    "other machines, or hosts whose daemons offer them (--discover-daemons)"
+                                  : NULL;
         uint32_t pid = 0;
         /* the daemon answering in the offered directory is the one that offered it */
-        if (!why && off && hvd_daemon_probe(off->runtime_dir, PROBE_TIMEOUT_USEC, msg, sizeof msg, NULL, 0, &pid) < 0)
+        if (!why && off && !remote &&
+            hvd_daemon_probe(off->runtime_dir, PROBE_TIMEOUT_USEC, msg, sizeof msg, NULL, 0, &pid) < 0)
                 why = msg;
-        else if (!why && off && pid != off->pid) {
+        else if (!why && off && !remote && pid != off->pid) {
                 snprintf(msg, sizeof msg,
                          "the daemon in %s (pid %" PRIu32 ") is not the one that offered it (pid %" PRIu32 ")",
                          off->runtime_dir, pid, off->pid);
@@ -99,12 +104,12 @@ static host_t *elastic_add_host(run_t *run, const char *name, const hvd_daemon_o
                 free(h);
                 return NULL;
         }
-        h->kind = here ? HOST_LOCAL : off ? HOST_NODE : HOST_EMULATED;
+        h->kind = remote ? HOST_REMOTE : here ? HOST_LOCAL : off ? HOST_NODE : HOST_EMULATED;
         h->cross_rank = 1;
-        h->runtime_dir = root->runtime_dir;
+        h->runtime_dir = remote ? run->o->runtime_dir : root->runtime_dir;
         if (off)
                 h->runtime_dir = h->node_dir = h->offered_dir;
-        else if (!here) {
+        else if (!here && !remote) {
                 h->private_daemon = true;
                 if (embedded_start(&h->emb, run->o, "tcp://127.0.0.1:*", h->peer_ep, sizeof h->peer_ep) < 0) {
                         free(h->name);
@@ -115,8 +120,10 @@ static host_t *elastic_add_host(run_t *run, const char *name, const hvd_daemon_o
         }
         run->added[run->n_added++] = h;
         if (off)
-                fprintf(stderr, "hvdrun: host %s offered by its daemon in %s: starting workers there\n", name,
-                        off->runtime_dir);
+                fprintf(stderr, "hvdrun: host %s offered by its daemon in %s%s: starting workers there\n", name,
+                        off->runtime_dir, remote ? " on another machine, over ssh" : "");
+        else if (remote)
+                fprintf(stderr, "hvdrun: host %s discovered: starting workers there over ssh\n", name);
         else
                 fprintf(stderr, "hvdrun: host %s discovered: starting workers there\n", name);
         return h;
@@ -130,8 +137,11 @@ static int elastic_spawn(run_t *run, host_t *h, int lr, int n) {
         };
         h->first_rank = 0;
         h->n_ranks = n;
-        if ((run->o->prefix && (!(w->out.buf = malloc(LINE_BYTES)) || !(w->err.buf = malloc(LINE_BYTES)))) ||
-            prepare_worker(run->o, run->job, run->path, w, lr) < 0)
+        if (run->o->prefix && (!(w->out.buf = malloc(LINE_BYTES)) || !(w->err.buf = malloc(LINE_BYTES))))
+                return -ENOMEM;
+        if (h->kind == HOST_REMOTE)
+                return remote_spawn(run, w, lr, n);
+        if (prepare_worker(run->o, run->job, run->path, w, lr) < 0)
                 return -ENOMEM;
         run->n++;
         env_list_t e = { .v = w->envp };
@@ -223,7 +233,10 @@ void elastic_discover(run_t *run, uint64_t now) {
                         continue;
                 fprintf(stderr, "hvdrun: host %s is no longer discovered: stopping worker %d\n", w->host->name,
                         w->rank);
-                (void) kill(-w->pid, SIGTERM);
+                if (w->host->kind == HOST_REMOTE)
+                        remote_stop(run, w);
+                else
+                        (void) kill(-w->pid, SIGTERM);
                 w->stopped = true;
         }
         long live = count_live(run);

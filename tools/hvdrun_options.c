@@ -59,6 +59,8 @@ static void help(void) {
                "                             --discovery-interval SEC (default 1)\n"
                "      --discover-daemons     Daemons that offer their host to the job's root\n"
                "                             daemon (their elastic_root) are discovered hosts\n"
+               "      --ssh-offered-hosts    --discover-daemons, and hosts offered by daemons of\n"
+               "                             other machines get workers over ssh\n"
                "      --slots N              Slots of a discovered host without a count (default 1)\n"
                "      --elastic-timeout SEC  How long to wait for --min-np ranks (default 600)\n"
                "      --reset-limit N        Resets before the job stops (default 0: no limit)\n"
@@ -367,6 +369,7 @@ int parse_options(int argc, char **argv, options_t *o) {
                 { "discovery-interval", required_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_INTERVAL },
                 { "discover-daemons", no_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_DAEMONS },
                 { "elastic-warm-start", required_argument, NULL, OPT_WARM },
+                { "ssh-offered-hosts", no_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_SSH_OFFERED },
                 { "num-proc", required_argument, NULL, 'n' },
                 { "hosts", required_argument, NULL, 'H' },
                 { "hostfile", required_argument, NULL, OPT_HOSTFILE },

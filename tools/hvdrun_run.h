@@ -49,6 +49,7 @@ typedef struct worker {
         stream_t out, err;
         char **envp; /* owned; NULL = ours (ssh) */
         char **argv; /* owned; NULL = PROGRAM ARGS (local ranks) */
+        char **vars; /* owned: NAME=VALUE set after hvdrun's own (elastic mode), or NULL */
         char *shown; /* owned: the command line --dry-run prints */
         bool bound;  /* forked here with its share of the CPUs (cpus) */
         cpu_set_t cpus;
@@ -119,6 +120,13 @@ int prepare_worker(const options_t *o, const job_t *job, const char *path, worke
 int spawn_worker(worker_t *w, const char *path, char *const *argv, bool prefix, int in_fd);
 /* The workers started and not yet exited. */
 int count_live(const run_t *run);
+/* The standard input of a rank started over ssh: the job secret on the first
+ * line, then our stdin (with_our_stdin, through a pump process) or nothing.
+ * The read end, to close after the fork, or < 0. */
+int remote_stdin(run_t *run, bool with_our_stdin);
+/* Sends sig to every process of the job on remote host h, over ssh (once per
+ * signal and host; in the background, reaped with the helpers). */
+void remote_signal(run_t *run, host_t *h, int sig);
 
 /* ---- tools/hvdrun_elastic.c: workers and hosts come and go ---- */
 
@@ -150,5 +158,25 @@ void warm_tick(run_t *run, uint64_t now);
 /* Makes a ready standby worker w (w->envp prepared): w->pid and its output
  * set, a line printed. 0, or -EAGAIN when none is ready: start it cold. */
 int warm_take(run_t *run, worker_t *w);
+
+/* ---- tools/hvdrun_remote.c: an elastic job's hosts on other machines ---- */
+
+/* Whether an elastic job may grow onto other machines: --root-peer names a
+ * non-loopback endpoint of its root daemon (they reach it there), the hosts
+ * are not emulated and the launcher is ssh. */
+bool remote_elastic_ready(const options_t *o);
+/* Why a discovered host of another machine (off: the offer, for an offered
+ * one) gets no workers, into msg; NULL when it can get them over ssh. */
+const char *remote_refusal(const run_t *run, const hvd_daemon_offer_t *off, char *msg, size_t len);
+/* Starts worker w, local rank lr of n on its remote host, over ssh; the root
+ * daemon places it. 0, or < 0 after a message. */
+int remote_spawn(run_t *run, worker_t *w, int lr, int n);
+/* Stops worker w of a host no longer discovered: its local ssh and, over
+ * ssh, the job's processes on that host. */
+void remote_stop(run_t *run, worker_t *w);
+/* Worker w's ssh session ended with status 255 (ssh failed, or the remote
+ * program was killed by a signal): the host counts as lost, and whatever of
+ * the job still runs there is stopped. */
+void remote_lost(run_t *run, worker_t *w);
 
 #endif

@@ -315,7 +315,8 @@ static int standby_send(standby_t *s, char *const *envp) {
 
 int warm_take(run_t *run, worker_t *w) {
         hvd_warm_t *wm = run->warm;
-        if (!wm || wm->off)
+        /* standbys run here: a worker of another machine starts over ssh */
+        if (!wm || wm->off || w->host->kind == HOST_REMOTE)
                 return -EAGAIN;
         uint64_t now = hvd_now_usec();
         for (size_t i = 0; i < WARM_MAX; i++) {
