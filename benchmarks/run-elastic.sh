@@ -8,8 +8,8 @@
 #   grow: a host of 2 slots listed by the discovery script to the first
 #     allreduce of its first new rank, split into its parts
 #     (benchmarks/elastic_grow.py): hvd with its new workers started warm
-#     (from hvdrun's standby interpreters: the host appears once they are
-#     ready) and cold (--elastic-warm-start off), then Horovod's elastic
+#     (from hvdrun's standby interpreters: the host appears a random 0-1 s
+#     after they are ready) and cold (--elastic-warm-start off), then Horovod's elastic
 #     mode (horovodrun --gloo, the same script, hosts localhost then vm),
 #     in the same round
 #     bench=elastic_grow impl=hvd|horovod start=warm|cold np=N new_size=N+2 total_ms=T poll_ms=..
@@ -101,14 +101,18 @@ grow() {
                 [ "$start" = warm ] && ready=$d/ready
                 warm=on
                 [ "$start" = warm ] || warm=off
-                # DIR/ready once hvdrun says 2 standby interpreters are ready,
-                # checked apart from the discovery script's runs, so that the
-                # host appears at any point of the discovery interval
+                # DIR/ready a random 0-1 s after hvdrun says 2 standby
+                # interpreters are ready: hvdrun notices that at its discovery
+                # runs, and a host that appeared right after one would always
+                # wait a whole interval; a real host appears at any moment
                 watcher=
                 if [ -n "$ready" ]; then
                         while [ ! -e "$d/ready" ]; do
                                 k=$(grep -c 'standby interpreter pid [0-9]* ready' "$d/out" 2>/dev/null)
-                                [ "${k:-0}" -lt 2 ] || : >"$d/ready"
+                                if [ "${k:-0}" -ge 2 ]; then
+                                        sleep "$(awk 'BEGIN { srand(); printf "%.3f", rand() }')"
+                                        : >"$d/ready"
+                                fi
                                 sleep 0.1
                         done &
                         watcher=$!
