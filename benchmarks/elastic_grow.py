@@ -5,7 +5,7 @@ the discovery script lists one more host (and writes BENCH_DIR/listed the
 first time it does). The first new rank prints, once its first allreduce at
 the new size has completed, how long each part took:
 
-  bench=elastic_grow impl=I np=N new_size=M total_ms=T poll_ms=.. start_ms=..
+  bench=elastic_grow impl=I start=S np=N new_size=M total_ms=T poll_ms=.. start_ms=..
         wait_ms=.. sync_ms=.. step_ms=.. interrupt_at_ms=.. python_ms=.. load1=L
 
   poll    the host listed in BENCH_DIR/appear -> the discovery script's
@@ -22,7 +22,10 @@ the new size has completed, how long each part took:
           since the appearance (Horovod: at discovery, before the new
           worker starts; hvd: after it has enrolled)
 
-BENCH_IMPL=hvd (hvd.torch) or horovod (horovod.torch, under horovodrun).
+BENCH_IMPL=hvd (hvd.torch) or horovod (horovod.torch, under horovodrun);
+BENCH_START=warm|cold names how hvdrun started the new workers (hvdrun
+--elastic-warm-start), and with BENCH_READY rank 0 writes BENCH_DIR/appear
+only once that file exists too (the standby interpreters are ready).
 Times are wall-clock (time.time(), and `date +%s.%N` in the script), all
 on this machine.
 """
@@ -48,6 +51,8 @@ AFTER = 20  # steps at the new size before the end
 MAX_STEPS = 6000
 DIR = os.environ["BENCH_DIR"]
 NP = int(os.environ["BENCH_NP"])
+READY = os.environ.get("BENCH_READY")  # the host appears once this file exists too
+START = os.environ.get("BENCH_START", "cold")
 
 
 def stamp(name, t):
@@ -77,7 +82,8 @@ def main():
         t_synced = time.time()
         first = True
         while state.step < MAX_STEPS and not (state.end and state.step >= state.end):
-            if hvd.rank() == 0 and state.step == APPEAR_AT and not os.path.exists(os.path.join(DIR, "appear")):
+            if (hvd.rank() == 0 and state.step >= APPEAR_AT and not os.path.exists(os.path.join(DIR, "appear"))
+                    and (not READY or os.path.exists(READY))):
                 stamp("appear", time.time())
             hvd.allreduce(x, name="x")
             if first and joiner and hvd.rank() == NP and not printed:
@@ -92,7 +98,7 @@ def main():
                 }
                 with open("/proc/loadavg") as f:
                     load = f.read().split()[0]
-                print(f"bench=elastic_grow impl={IMPL} np={NP} new_size={hvd.size()} total_ms={(t - appear) * 1e3:.0f} "
+                print(f"bench=elastic_grow impl={IMPL} start={START} np={NP} new_size={hvd.size()} total_ms={(t - appear) * 1e3:.0f} "
                       + " ".join(f"{k}_ms={v * 1e3:.0f}" for k, v in parts.items())
                       + f" interrupt_at_ms={(admitted - appear) * 1e3:.0f} python_ms={(t_init - T_START) * 1e3:.0f}"
                       + f" load1={load}", flush=True)

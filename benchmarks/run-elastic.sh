@@ -7,12 +7,14 @@
 #     bench=elastic_recovery np=N new_size=N-1 recovery_ms=X load1=L
 #   grow: a host of 2 slots listed by the discovery script to the first
 #     allreduce of its first new rank, split into its parts
-#     (benchmarks/elastic_grow.py), hvd and then Horovod's elastic mode
-#     (horovodrun --gloo, the same script, hosts localhost then vm) in the
-#     same round
-#     bench=elastic_grow impl=hvd|horovod np=N new_size=N+2 total_ms=T poll_ms=..
+#     (benchmarks/elastic_grow.py): hvd with its new workers started warm
+#     (from hvdrun's standby interpreters: the host appears a random 0-1 s
+#     after they are ready) and cold (--elastic-warm-start off), then Horovod's elastic
+#     mode (horovodrun --gloo, the same script, hosts localhost then vm),
+#     in the same round
+#     bench=elastic_grow impl=hvd|horovod start=warm|cold np=N new_size=N+2 total_ms=T poll_ms=..
 # Environment: BENCH="recovery grow" (what to run), PEERS="hvd horovod"
-# (for grow), HVD_BUILDDIR (default ./build), PYTHON (default
+# (for grow), STARTS="warm cold" (hvd's), HVD_BUILDDIR (default ./build), PYTHON (default
 # /usr/bin/python3, with torch), HOROVOD_DIR (default scripts/horovod.sh
 # --path; Horovod is left out, saying why, where it is not installed).
 set -u
@@ -20,6 +22,7 @@ sizes=${1:-2 4 8 16}
 repeats=${2:-3}
 BENCH=${BENCH:-recovery grow}
 PEERS=${PEERS:-hvd horovod}
+STARTS=${STARTS:-warm cold}
 B=${HVD_BUILDDIR:-$(pwd)/build}
 S=$(cd "$(dirname "$0")/.." && pwd)
 PYTHON=${PYTHON:-/usr/bin/python3}
@@ -84,18 +87,45 @@ recovery() {
         fi
 }
 
+# grow IMPL N [START]: one growth from N ranks, hvd's new workers started
+# START (warm, cold)
 grow() {
-        impl=$1 n=$2
+        impl=$1 n=$2 start=${3:-cold}
         d=$tmp/grow
         rm -rf "$d"
         mkdir "$d"
         if [ "$impl" = hvd ]; then
                 hl=$(hosts "$n")
                 discovery_script "$d" "$hl" "h$(((n + 1) / 2)):2"
-                PYTHONPATH=$HVD_PATH BENCH_DIR=$d BENCH_NP=$n BENCH_IMPL=hvd timeout -k 5 300 "$B/tools/hvdrun" \
+                ready=
+                [ "$start" = warm ] && ready=$d/ready
+                warm=on
+                [ "$start" = warm ] || warm=off
+                # DIR/ready a random 0-1 s after hvdrun says 2 standby
+                # interpreters are ready: hvdrun notices that at its discovery
+                # runs, and a host that appeared right after one would always
+                # wait a whole interval; a real host appears at any moment
+                watcher=
+                if [ -n "$ready" ]; then
+                        while [ ! -e "$d/ready" ]; do
+                                k=$(grep -c 'standby interpreter pid [0-9]* ready' "$d/out" 2>/dev/null)
+                                if [ "${k:-0}" -ge 2 ]; then
+                                        sleep "$(awk 'BEGIN { srand(); printf "%.3f", rand() }')"
+                                        : >"$d/ready"
+                                fi
+                                sleep 0.1
+                        done &
+                        watcher=$!
+                fi
+                PYTHONPATH=$HVD_PATH BENCH_DIR=$d BENCH_NP=$n BENCH_IMPL=hvd BENCH_START=$start BENCH_READY=$ready \
+                        timeout -k 5 300 "$B/tools/hvdrun" -v --elastic-warm-start "$warm" \
                         --start-timeout 120 --emulate-hosts -H "$hl" -np "$n" --min-np "$n" --max-np $((n + 2)) \
-                        --host-discovery-script "$d/discover.sh" -x BENCH_DIR -x BENCH_NP -x BENCH_IMPL \
-                        "$PYTHON" "$S/benchmarks/elastic_grow.py" >"$d/out" 2>&1
+                        --host-discovery-script "$d/discover.sh" -x BENCH_DIR -x BENCH_NP -x BENCH_IMPL -x BENCH_START \
+                        -x BENCH_READY "$PYTHON" "$S/benchmarks/elastic_grow.py" >"$d/out" 2>&1
+                [ -z "$watcher" ] || { kill "$watcher" 2>/dev/null; wait "$watcher" 2>/dev/null; }
+                # a worker that found no standby ready started cold: say so
+                [ "$start" = cold ] || grep -q 'warm start (pid' "$d/out" ||
+                        echo "# impl=hvd start=warm np=$n: no worker started warm"
         else
                 discovery_script "$d" "localhost:$n" "vm:2"
                 PYTHONPATH=$HOROVOD_DIR BENCH_DIR=$d BENCH_NP=$n BENCH_IMPL=horovod timeout -k 5 300 "$PYTHON" \
@@ -104,7 +134,7 @@ grow() {
                         >"$d/out" 2>&1
         fi
         grep -o 'bench=elastic_grow.*' "$d/out" ||
-                { echo "bench=elastic_grow impl=$impl np=$n failed:"; tail -n 5 "$d/out"; }
+                { echo "bench=elastic_grow impl=$impl start=$start np=$n failed:"; tail -n 5 "$d/out"; }
 }
 
 echo "# run-elastic.sh \"$sizes\" $repeats, $(date -u +%Y-%m-%dT%H:%MZ), $(getconf _NPROCESSORS_ONLN) CPUs, load average $(cut -d' ' -f1-3 /proc/loadavg)"
@@ -114,7 +144,15 @@ for n in $sizes; do
                 for what in $BENCH; do
                         case $what in
                         recovery) recovery "$n" ;;
-                        grow) for p in $PEERS; do grow "$p" "$n"; done ;;
+                        grow)
+                                for p in $PEERS; do
+                                        if [ "$p" = hvd ]; then
+                                                for st in $STARTS; do grow hvd "$n" "$st"; done
+                                        else
+                                                grow "$p" "$n"
+                                        fi
+                                done
+                                ;;
                         *) echo "run-elastic.sh: BENCH: unknown benchmark '$what' (recovery, grow)" >&2; exit 2 ;;
                         esac
                 done

@@ -146,6 +146,8 @@ static int ask(const hvd_settings_t *s, const char *endpoint, const char *host, 
         /* host 0 of the launcher's list is the root daemon's */
         en.root_peer = (char *) (s->cross_size > 1 && s->cross_rank > 0 && s->root_peer ? s->root_peer : "");
         en.reason = (char *) "";
+        /* the root admits joiners as soon as all of their host's have enrolled */
+        en.host_starting = E.generation ? 0 : (uint32_t) s->local_size;
         env.body_case = HVD__ENVELOPE__BODY_ENROLL;
         env.enroll = &en;
         uint64_t wait_usec = s->elastic_timeout_usec + s->elastic_settle_usec + s->start_timeout_usec;

@@ -11,8 +11,12 @@
 #define ELASTIC_LINGER_USEC (30 * USEC_PER_SEC) /* a finished job's set is kept this long */
 #define ELASTIC_MAX_FWD     4096                /* enrolments a member daemon forwards at once */
 #define ELASTIC_MAX_WAITING 65536
-#define ELASTIC_MAX_HOSTS   4096                  /* hosts of one generation */
-#define ELASTIC_JOIN_QUIET  (500 * USEC_PER_MSEC) /* joiners arriving together are admitted together */
+#define ELASTIC_MAX_HOSTS   4096 /* hosts of one generation */
+/* joiners arriving together are admitted together: the running generation
+ * is told once none has enrolled for this long, or at once when every
+ * joiner's host has all the workers its launcher started there (Enroll's
+ * host_starting) */
+#define ELASTIC_JOIN_QUIET (500 * USEC_PER_MSEC)
 
 /* A worker that asked for its place and has no answer yet. */
 typedef struct enrollee {
@@ -21,6 +25,7 @@ typedef struct enrollee {
         bool local;  /* on the worker socket (else the peer socket, forwarded) */
         bool member; /* of the current generation */
         uint32_t rank;
+        uint32_t starting; /* Enroll.host_starting */
         uint8_t id[256];
         size_t id_len;
         uint64_t request;
@@ -435,9 +440,12 @@ void elastic_enroll(hvd_daemon_t *d, const uint8_t *id, size_t id_len, Hvd__Enro
                 forward(d, id, id_len, e);
                 return;
         }
-        enrollee_t en = {
-                .pid = e->pid, .local = !from_peer, .rank = e->rank, .id_len = id_len, .request = e->request
-        };
+        enrollee_t en = { .pid = e->pid,
+                          .local = !from_peer,
+                          .rank = e->rank,
+                          .starting = e->host_starting,
+                          .id_len = id_len,
+                          .request = e->request };
         memcpy(en.id, id, id_len);
         snprintf(en.host, sizeof en.host, "%s", e->host);
         ejob_t *ej = find(d, e->job_id, false);
@@ -546,6 +554,25 @@ void elastic_host_lost(hvd_daemon_t *d, const job_t *j, uint32_t cross) {
                         ej->members[r].lost = true;
 }
 
+/* Whether every joiner waiting (not a member of the running generation)
+ * has all the workers started on its host with it waiting too: then no
+ * more are coming together with them. */
+static bool joiners_complete(const ejob_t *ej) {
+        for (size_t i = 0; i < ej->n_waiting; i++) {
+                const enrollee_t *a = &ej->waiting[i];
+                if (a->member)
+                        continue;
+                if (a->starting == 0)
+                        return false;
+                uint32_t n = 0;
+                for (size_t k = 0; k < ej->n_waiting && n < a->starting; k++)
+                        n += !ej->waiting[k].member && strcmp(ej->waiting[k].host, a->host) == 0;
+                if (n < a->starting)
+                        return false;
+        }
+        return true;
+}
+
 uint64_t elastic_housekeeping(hvd_daemon_t *d, uint64_t now) {
         uint64_t next = UINT64_MAX;
         for (ejob_t **pp = d->elastic ? &d->elastic->jobs : NULL; pp && *pp;) {
@@ -559,7 +586,7 @@ uint64_t elastic_housekeeping(hvd_daemon_t *d, uint64_t now) {
                 if (j) {
                         ej->gone_since = 0;
                         if (ej->n_waiting && !ej->announced) {
-                                uint64_t due = ej->last_join_usec + ELASTIC_JOIN_QUIET;
+                                uint64_t due = joiners_complete(ej) ? now : ej->last_join_usec + ELASTIC_JOIN_QUIET;
                                 if (now >= due)
                                         announce(d, ej);
                                 next = earliest(next, now >= due ? now + 100 * USEC_PER_MSEC : due);

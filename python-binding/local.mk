@@ -6,7 +6,8 @@
 #     PYTHONPATH=$(builddir)/python-binding/pkg $(PYTHON) -c 'import hvd.torch'
 
 hvd_py_sources = \
-	%D%/hvd/__init__.py
+	%D%/hvd/__init__.py \
+	%D%/hvd/_warm.py
 hvd_common_py_sources = \
 	%D%/hvd/common/__init__.py \
 	%D%/hvd/common/basics.py \

@@ -1170,6 +1170,7 @@ static void run_loop(run_t *run) {
                 }
                 if (run->disc && live > 0 && !run->interrupt_sig)
                         elastic_discover(run, hvd_now_usec());
+                warm_tick(run, hvd_now_usec());
                 if (k <= 0)
                         continue;
                 now = hvd_now_usec();
@@ -1487,6 +1488,10 @@ int main(int argc, char **argv) {
                         goto out_oom;
         }
         bind_workers(&o, &run);
+        if ((r = warm_new(&run)) < 0) {
+                ret = r == -EINVAL ? EXIT_USAGE : 1;
+                goto out;
+        }
         if (o.dry_run) {
                 for (int i = 0; i < run.n; i++)
                         printf("rank %d on %s: %s\n", i, run.w[i].host->name, run.w[i].shown);
@@ -1554,6 +1559,7 @@ out_oom:
 out:
         if (devnull >= 0)
                 close(devnull);
+        warm_free(run.warm);
         stop_daemons(o.hosts, o.n_hosts);
         elastic_free_hosts(&run);
         hvd_discovery_destroy(&run.disc);

@@ -59,6 +59,10 @@ typedef struct host {
         char *offered_dir;            /* owned: the runtime directory of the daemon that offered it, or NULL */
 } host_t;
 
+/* --elastic-warm-start: an elastic job's Python workers start from standby
+ * interpreters (auto: when the command is `python SCRIPT ...`). */
+typedef enum { HVD_WARM_AUTO, HVD_WARM_ON, HVD_WARM_OFF } hvd_warm_mode_t;
+
 typedef struct options {
         long np;               /* 0 = not given */
         const char *hosts_arg; /* -H */
@@ -88,6 +92,7 @@ typedef struct options {
         uint64_t heartbeat_timeout_usec; /* for the private daemons */
         const char *runtime_dir;
         hvd_elastic_opts_t elastic; /* --min-np, --max-np, ... (tools/elastic_driver.c) */
+        hvd_warm_mode_t warm_start; /* --elastic-warm-start (tools/hvdrun_warm.c) */
         int embedded;               /* -1 probe (default), 0 --no-embedded, 1 --embedded */
         bool prefix, prefix_host;
         hvd_cpu_bind_t cpu_bind;

@@ -156,6 +156,9 @@ static int elastic_spawn(run_t *run, host_t *h, int lr, int n) {
             env_list_set(&e, "HVD_SIZE", "%ld", HVD_MAX(run->o->np, (long) n)) == 0)
                 r = 0;
         w->envp = e.v;
+        /* a standby interpreter, when one is ready (tools/hvdrun_warm.c) */
+        if (r == 0 && warm_take(run, w) == 0)
+                return 0;
         int in_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
         if (r == 0)
                 r = spawn_worker(w, run->path, run->o->argv, run->o->prefix, in_fd);

@@ -66,6 +66,10 @@ static void help(void) {
                "      --reset-limit N        Resets before the job stops (default 0: no limit)\n"
                "      --blacklist-cooldown SEC  No new workers on a host where one failed\n"
                "                             for SEC seconds (default 60)\n"
+               "      --elastic-warm-start auto|on|off  Workers on discovered hosts start from\n"
+               "                             standby interpreters that imported the\n"
+               "                             framework already (default auto: for a\n"
+               "                             command `python SCRIPT ...`)\n"
                "\n"
                "Hosts:\n"
                "  -H, --hosts LIST           Hosts and slots, e.g. nodeA:4,nodeB:4; ranks are\n"
@@ -340,6 +344,7 @@ int parse_options(int argc, char **argv, options_t *o) {
                 OPT_MARK_CYCLES,
                 OPT_CACHE,
                 OPT_NOOP,
+                OPT_WARM,
                 OPT_TUNE,                                  /* OPT_TUNE + k: autotune option k (launcher.h) */
                 OPT_ELASTIC = OPT_TUNE + HVD_TUNE_OPTIONS, /* + HVD_ELASTIC_OPT_* */
         };
@@ -363,6 +368,7 @@ int parse_options(int argc, char **argv, options_t *o) {
                 { "blacklist-cooldown", required_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_COOLDOWN },
                 { "discovery-interval", required_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_INTERVAL },
                 { "discover-daemons", no_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_DAEMONS },
+                { "elastic-warm-start", required_argument, NULL, OPT_WARM },
                 { "ssh-offered-hosts", no_argument, NULL, OPT_ELASTIC + HVD_ELASTIC_OPT_SSH_OFFERED },
                 { "num-proc", required_argument, NULL, 'n' },
                 { "hosts", required_argument, NULL, 'H' },
@@ -439,6 +445,16 @@ int parse_options(int argc, char **argv, options_t *o) {
                 case 'H': o->hosts_arg = arg; break;
                 case OPT_HOSTFILE: o->hostfile = arg; break;
                 case OPT_EMULATE: o->emulate_hosts = true; break;
+                case OPT_WARM:
+                        if (strcmp(arg, "auto") == 0)
+                                o->warm_start = HVD_WARM_AUTO;
+                        else if (strcmp(arg, "on") == 0)
+                                o->warm_start = HVD_WARM_ON;
+                        else if (strcmp(arg, "off") == 0)
+                                o->warm_start = HVD_WARM_OFF;
+                        else
+                                return usage_error("--elastic-warm-start '%s': expected auto, on or off", arg);
+                        break;
                 case OPT_NODE_DAEMON: o->node_daemons[o->n_node_daemons++] = (char *) arg; break;
                 case OPT_ROOT_PEER:
                         if (!*arg || strlen(arg) >= ENDPOINT_BYTES || !strstr(arg, "://"))

@@ -60,6 +60,8 @@ typedef struct env_list {
         size_t n, cap;
 } env_list_t;
 
+typedef struct hvd_warm hvd_warm_t;
+
 typedef struct run {
         worker_t *w;
         int n;
@@ -96,6 +98,7 @@ typedef struct run {
         bool root_kept;             /* the root host's workers were kept once the script dropped it */
         int last_status;            /* of the worker that exited last */
         bool finished;              /* a worker exited with status 0: the training is done */
+        hvd_warm_t *warm;           /* elastic: standby interpreters (tools/hvdrun_warm.c), or NULL */
 } run_t;
 
 /* ---- tools/hvdrun.c ---- */
@@ -139,6 +142,22 @@ void elastic_free_hosts(run_t *run);
  * -EINVAL after a message. */
 int elastic_daemons_check(const run_t *run);
 int elastic_root_listed(run_t *run);
+
+/* ---- tools/hvdrun_warm.c: warm starts of Python workers ---- */
+
+/* Once worker 0's environment is prepared: sets run->warm when the job's new
+ * workers may start warm (--elastic-warm-start, an elastic job, `python
+ * SCRIPT ...`). 0, -ENOMEM, or -EINVAL after a message (on, where it cannot
+ * apply). */
+int warm_new(run_t *run);
+/* Stops every standby and frees (NULL-safe). */
+void warm_free(hvd_warm_t *wm);
+/* At every turn of hvdrun's loop: notices standbys that ended (a failure
+ * turns warm starts off, with a line), starts the ones missing. */
+void warm_tick(run_t *run, uint64_t now);
+/* Makes a ready standby worker w (w->envp prepared): w->pid and its output
+ * set, a line printed. 0, or -EAGAIN when none is ready: start it cold. */
+int warm_take(run_t *run, worker_t *w);
 
 /* ---- tools/hvdrun_remote.c: an elastic job's hosts on other machines ---- */
 
