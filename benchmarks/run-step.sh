@@ -260,7 +260,9 @@ fi
 # point it settled on (bytes, ms, samples before) in tuned[MODEL:NP]
 declare -A tuned htuned
 if [ "$AUTOTUNE" = 1 ] && [ -z "${RAW:-}" ]; then
-        at_steps=$(((AT_WARMUP + AT_SAMPLES) * (AT_STEPS + 1) + AT_SETTLED * AT_STEPS + 4))
+        # samples: the warm-up, the search, the confirmation's 3 and up to
+        # 2 switches; then AT_SETTLED settled ones
+        at_steps=$(((AT_WARMUP + AT_SAMPLES + 5) * (AT_STEPS + 1) + AT_SETTLED * AT_STEPS + 4))
         for np in $NPS; do
                 for model in $MODELS; do
                         echo "# load average before the autotuned $model np=$np: $(cut -d' ' -f1-3 /proc/loadavg)"
