@@ -1,7 +1,7 @@
 """hvd.tensorflow.elastic and the Keras elastic names outside an elastic
 job (generation 0): the states' commit, restore and sync, the Keras
 callbacks in model.fit, run re-raising what is not a reset. The resets
-themselves: tests/test-elastic-tf.sh."""
+themselves: tests/test-elastic-tf.sh, tests/test-elastic-keras-fit.sh."""
 
 import numpy as np
 import pytest
@@ -79,9 +79,37 @@ def test_keras_callbacks_in_fit():
     cbs = [hvd_keras.elastic.UpdateBatchStateCallback(state), hvd_keras.elastic.UpdateEpochStateCallback(state),
            hvd_keras.elastic.CommitStateCallback(state, batches_per_commit=2)]
     model.fit(x, y, batch_size=2, epochs=2, callbacks=cbs, verbose=0, shuffle=False)
-    # 6 batches an epoch; state.batch is set before the commit (callbacks in order)
-    assert commits == [1, 3, 5, 1, 3, 5], commits
+    # 6 batches an epoch; state.batch (batches done) is set before the
+    # commit (callbacks in order), and the epoch's last batch moves the
+    # state to the next epoch's start
+    assert commits == [2, 4, 0, 2, 4, 0], commits
     assert state.epoch == 2 and state.batch == 0
+
+
+def test_keras_fit_resumes_at_state_batch():
+    """fit called again at state.batch > 0 (as after a reset) runs the rest
+    of that epoch, then whole epochs."""
+    model = _model(0)
+    model.compile(optimizer=tf.keras.optimizers.SGD(0.01), loss="mse")
+    state = hvd_keras.elastic.KerasState(model, epoch=1, batch=4)
+    seen = []
+
+    class Record(tf.keras.callbacks.Callback):
+        def on_train_batch_begin(self, batch, logs=None):
+            seen.append((state.epoch, state.batch))
+
+    x, y = np.ones((6 * 2, 3), np.float32), np.zeros((6 * 2, 2), np.float32)
+    data = tf.data.Dataset.from_tensor_slices((x, y)).batch(2).repeat()
+    cbs = [hvd_keras.elastic.UpdateEpochStateCallback(state), hvd_keras.elastic.UpdateBatchStateCallback(state),
+           Record()]
+    model.fit(data, steps_per_epoch=6, epochs=3, initial_epoch=state.epoch, callbacks=cbs, verbose=0,
+              shuffle=False)
+    assert seen == [(1, 4), (1, 5)] + [(2, b) for b in range(6)], seen
+    assert state.epoch == 3 and state.batch == 0
+
+
+def test_commit_callback_checks_its_argument():
+    state = hvd_keras.elastic.KerasState(_model(0), epoch=0, batch=0)
     with pytest.raises(ValueError, match="batches_per_commit"):
         hvd_keras.elastic.CommitStateCallback(state, batches_per_commit=0)
 

@@ -18,7 +18,7 @@ class CommitStateCallback(_impl.CommitStateCallbackImpl, _keras.callbacks.Callba
 
 
 class UpdateBatchStateCallback(_impl.UpdateBatchStateCallbackImpl, _keras.callbacks.Callback):
-    """Keeps state.batch at the last batch ended (0 at an epoch's end)."""
+    """Keeps state.batch at the batches of the epoch done; resumes an epoch there."""
 
 
 class UpdateEpochStateCallback(_impl.UpdateEpochStateCallbackImpl, _keras.callbacks.Callback):
