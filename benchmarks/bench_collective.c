@@ -58,7 +58,7 @@ static int run_once(const char *op, const char *name, float *in, float *out, siz
 
 int main(int argc, char **argv) {
         size_t min_bytes = 8, max_bytes = 64u << 20;
-        int iters = 0, warmup = 3, async = 0, out_of_place = 0;
+        int iters = 0, warmup = 3, async = 0, out_of_place = 0, shared = 0;
         const char *op = "allreduce";
         static const struct option opts[] = {
                 { "min-bytes", required_argument, NULL, 'b' },
@@ -68,11 +68,12 @@ int main(int argc, char **argv) {
                 { "op", required_argument, NULL, 'o' },
                 { "async", no_argument, NULL, 'a' },
                 { "out-of-place", no_argument, NULL, 'O' },
+                { "shared", no_argument, NULL, 's' },
                 { "help", no_argument, NULL, 'h' },
                 {},
         };
         int c;
-        while ((c = getopt_long(argc, argv, "b:e:n:w:o:aOh", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "b:e:n:w:o:aOsh", opts, NULL)) >= 0) {
                 switch (c) {
                 case 'b': min_bytes = strtoull(optarg, NULL, 0); break;
                 case 'e': max_bytes = strtoull(optarg, NULL, 0); break;
@@ -81,15 +82,18 @@ int main(int argc, char **argv) {
                 case 'o': op = optarg; break;
                 case 'a': async = 1; break;
                 case 'O': out_of_place = 1; break;
+                case 's': shared = 1; break;
                 default:
                         printf("usage: bench_collective [--op allreduce|broadcast|allgather|reducescatter]\n"
                                "       [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N] [--async]\n"
-                               "       [--out-of-place]\n"
+                               "       [--out-of-place] [--shared]\n"
                                "allreduce uses the blocking hvd_allreduce unless --async (hvd_allreduce_async +\n"
                                "hvd_handle_wait); the other collectives are always asynchronous + wait.\n"
                                "allreduce and broadcast run in place (input == output), as the peers'\n"
                                "MPI_Allreduce(MPI_IN_PLACE), MPI_Bcast and torch's all_reduce do, unless\n"
-                               "--out-of-place (separate input and output: twice the memory touched)\n");
+                               "--out-of-place (separate input and output: twice the memory touched).\n"
+                               "--shared: the buffers are shared tensors (hvd_shared_alloc), which an\n"
+                               "allreduce on one node reads in place\n");
                         return c == 'h' ? 0 : 2;
                 }
         }
@@ -101,7 +105,14 @@ int main(int argc, char **argv) {
         /* in place, as the peers run: one buffer of the size touched */
         bool may_be_in_place = !strcmp(op, "allreduce") || !strcmp(op, "broadcast");
         bool in_place = may_be_in_place && !out_of_place;
-        float *in = malloc(max_bytes), *out = malloc(max_bytes);
+        float *in = NULL, *out = NULL;
+        if (shared) {
+                if (hvd_shared_alloc(max_bytes, (void **) &in) < 0 || hvd_shared_alloc(max_bytes, (void **) &out) < 0)
+                        return 1;
+        } else {
+                in = malloc(max_bytes);
+                out = malloc(max_bytes);
+        }
         if (!in || !out)
                 return 1;
         for (size_t i = 0; i < max_bytes / 4; i++)
@@ -127,13 +138,18 @@ int main(int argc, char **argv) {
                                 : !strcmp(op, "broadcast") ? 1.0
                                                            : (double) (size - 1) / size;
                 if (rank == 0)
-                        printf("bench=%s impl=hvd bytes=%zu np=%d time_us=%.1f algbw_gbs=%.3f busbw_gbs=%.3f%s\n", op,
+                        printf("bench=%s impl=hvd bytes=%zu np=%d time_us=%.1f algbw_gbs=%.3f busbw_gbs=%.3f%s%s\n", op,
                                bytes, size, t * 1e6, algbw, algbw * factor,
-                               may_be_in_place && !in_place ? " out_of_place=1" : "");
+                               may_be_in_place && !in_place ? " out_of_place=1" : "", shared ? " shared=1" : "");
                 fflush(stdout);
         }
-        free(in);
-        free(out);
+        if (shared) {
+                hvd_shared_free(in);
+                hvd_shared_free(out);
+        } else {
+                free(in);
+                free(out);
+        }
         hvd_shutdown();
         return 0;
 }

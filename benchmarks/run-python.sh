@@ -203,14 +203,18 @@ for h in head:
     print(h)
 print("# medians over the rounds; ratios: time(peer)/time(hvd) of each round's own runs, median [range]:"
       " above 1 = hvd faster")
-for mode in ("inplace", "outofplace"):
+titles = {"inplace": "in place", "outofplace": "out of place",
+          "shared": "in place, hvd's tensor shared (hvd.shared_like; the peers' in place)"}
+for mode in ("inplace", "outofplace", "shared"):
     sizes = sorted(k[2] for k in rows if k[0] == "allreduce" and k[1] == mode)
     if not sizes:
         continue
-    print(f"\n## allreduce, float32 sum, {'in place' if mode == 'inplace' else 'out of place'}: time us (busbw GB/s), {np_} ranks")
+    print(f"\n## allreduce, float32 sum, {titles[mode]}: time us (busbw GB/s), {np_} ranks")
     print(f"{'bytes':>10} {'hvd':>20} {'horovod':>20} {'gloo':>20} {'vs horovod':>18} {'vs gloo':>18}")
     for n in sizes:
         c = rows[("allreduce", mode, n)]
+        if mode == "shared":  # the peers have no shared tensors: their in-place runs
+            c = dict(rows.get(("allreduce", "inplace", n), {}), hvd=c.get("hvd", {}))
 
         def cell(impl):
             t = med(c.get(impl, {}))

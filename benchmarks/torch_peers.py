@@ -19,6 +19,8 @@ What it measures (--what, comma-separated; rank 0 prints one line each):
              mode=outofplace: hvd.allreduce(t) (a new output each call);
              torch has no out-of-place allreduce, so t.clone() then
              dist.all_reduce on the clone, as a script would
+             mode=shared (hvd only): hvd.allreduce_(t) on a shared tensor
+             (hvd.shared_like), which the other local ranks read in place
         bench=allreduce impl=I mode=M bytes=N np=P time_us=.. busbw_gbs=..
     step     the gradients of --model-tsv (ResNet-50: 161 tensors, 97.5 MiB),
              averaged in backward order, all in flight together:
@@ -216,9 +218,17 @@ def sweep(comm, args, emit):
     factor = 2 * (comm.size - 1) / comm.size
     for nbytes in sizes(args.min_bytes, args.max_bytes):
         t = torch.ones(nbytes // 4)
-        for mode in ("inplace", "outofplace"):
+        # hvd alone: in place on a shared tensor (hvd.shared_zeros), which
+        # the other local ranks read in place
+        modes = ("inplace", "outofplace") + (("shared",) if comm.impl == "hvd" else ())
+        for mode in modes:
             name = f"sweep.{mode}.{nbytes}"
-            if mode == "inplace":
+            if mode == "shared":
+                ts = comm.hvd.shared_like(t)
+
+                def fn():
+                    comm.allreduce_inplace(ts, name)
+            elif mode == "inplace":
                 def fn():
                     comm.allreduce_inplace(t, name)
             else:

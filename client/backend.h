@@ -78,12 +78,13 @@ typedef struct hvd_topology {
         char *const *addrs;         /* [size]: data-plane "ip:port" of each rank */
         int listen_fd;              /* this rank's data-plane listener, or -1 */
         uint64_t job_hash;
-        bool ring_checksum;        /* a CRC-32C on every TCP ring frame (the job's setting) */
-        uint64_t shm_chunk_bytes;  /* HVD_SHM_CHUNK_BYTES (>= 4096), 0: the backend's choice */
-        uint64_t shm_direct_bytes; /* HVD_SHM_DIRECT_BYTES (>= 1), 0: the backend's choice */
-        bool tcp_send_thread;      /* HVD_TCP_SEND_THREAD: large TCP exchanges send on a thread of their own */
-        uint64_t tcp_frame_bytes;  /* HVD_TCP_FRAME_BYTES, 0: HVD_TCP_FRAME_BYTES */
-        uint64_t ring_chunk_bytes; /* HVD_RING_CHUNK_BYTES: most bytes of a hierarchical chunk, 0: half a slot */
+        bool ring_checksum;           /* a CRC-32C on every TCP ring frame (the job's setting) */
+        uint64_t shm_chunk_bytes;     /* HVD_SHM_CHUNK_BYTES (>= 4096), 0: the backend's choice */
+        uint64_t shm_direct_bytes;    /* HVD_SHM_DIRECT_BYTES (>= 1), 0: the backend's choice */
+        uint64_t shm_zero_copy_bytes; /* HVD_SHM_ZERO_COPY_BYTES, 0: the backend's choice, UINT64_MAX: off */
+        bool tcp_send_thread;         /* HVD_TCP_SEND_THREAD: large TCP exchanges send on a thread of their own */
+        uint64_t tcp_frame_bytes;     /* HVD_TCP_FRAME_BYTES, 0: HVD_TCP_FRAME_BYTES */
+        uint64_t ring_chunk_bytes;    /* HVD_RING_CHUNK_BYTES: most bytes of a hierarchical chunk, 0: half a slot */
 } hvd_topology_t;
 
 /* CPU backend: shared memory between the ranks of this node (segment

@@ -28,12 +28,14 @@
 #include "backend.h"
 #include "fastpath.h"
 #include "hvd.pb-c.h"
+#include "log.h"
+#include "shared_arena.h"
 #include "tcp.h"
 #include "reduce.h"
 #include "tune_search.h"
 #include "util.h"
 
-#define SHM_MAGIC           UINT64_C(0x6876645f73686d35) /* "hvd_shm5" */
+#define SHM_MAGIC           UINT64_C(0x6876645f73686d36) /* "hvd_shm6" */
 #define HEADER_BYTES        (64 * 1024)
 #define CHECK_INTERVAL_USEC (20 * USEC_PER_MSEC)
 #define SPIN_USEC           50
@@ -55,6 +57,12 @@
 #define DIRECT_OVERSUB_BYTES (UINT64_C(1) << 20)
 #define HVD_MAX_SET_LOCAL    4096
 #define HVD_RING_MAX_STEPS   2048 /* 2(C-1) steps: up to 1025 nodes */
+/* Allreduces of shared tensors (hvd_shared_alloc) on every local rank read
+ * each other's inputs in place from this size on (HVD_SHM_ZERO_COPY_BYTES),
+ * with up to ZC_MAX_LOCAL ranks on the node: four barriers an operation,
+ * against one a chunk, so small ones keep the chunked path. */
+#define ZC_BYTES     (UINT64_C(1) << 20)
+#define ZC_MAX_LOCAL 64
 
 typedef struct shm_barrier {
         _Alignas(64) _Atomic uint32_t count;
@@ -62,18 +70,30 @@ typedef struct shm_barrier {
         _Atomic uint32_t waiters;
 } shm_barrier_t;
 
+/* A rank's word on the allreduce at hand (zero-copy path): written before
+ * the operation's first barrier, read after it; by the step's parity, like
+ * the slot halves. */
+typedef struct zc_entry {
+        hvd_arena_id_t id;        /* the rank's arena */
+        uint64_t in_off, out_off; /* its input's and output's offsets in it */
+        uint32_t shared;          /* 1: input and output both in the arena */
+        uint32_t mapped;          /* 1: it mapped every other rank's arena (after the first barrier) */
+} zc_entry_t;
+
 typedef struct shm_header {
         _Atomic uint64_t magic;
         uint32_t local_size;
         uint64_t slot_bytes;
         uint64_t chunk_bytes;  /* set by local rank 0: every rank chunks alike */
         uint64_t direct_bytes; /* likewise: every rank takes the same path */
+        uint64_t zc_bytes;     /* likewise: the zero-copy path's smallest operation, 0: off */
         _Atomic uint32_t attached;
         _Atomic uint32_t aborted;
         char abort_reason[512];
         shm_barrier_t bar;                           /* all local ranks */
         shm_barrier_t set_bar[HVD_MAX_PROCESS_SETS]; /* by process set id */
         _Atomic int32_t cpu[HVD_MAX_SET_LOCAL];      /* by local rank: 1 + its CPU at its last barrier, 0: none yet */
+        zc_entry_t zc[2][ZC_MAX_LOCAL];              /* by step parity, local rank */
 } shm_header_t;
 _Static_assert(sizeof(shm_header_t) <= HEADER_BYTES, "shm header too large");
 
@@ -105,6 +125,12 @@ struct hvd_backend {
         int spin;
         uint64_t spin_usec; /* the barrier's current spin bound (adaptive) */
         const void **srcs;  /* [size] scratch for reductions */
+        uint64_t zc_bytes;  /* zero-copy allreduces from this size (0: never) */
+        struct peer_arena {
+                hvd_arena_id_t id;
+                const uint8_t *base; /* mapped read-only, or NULL */
+        } * peers;                   /* [size] when size <= ZC_MAX_LOCAL */
+        bool zc_warned;
         /* several nodes */
         int g_rank, g_size, cross_rank, cross_size;
         int lmin; /* smallest local size of any node: ranks below it drive the network */
@@ -339,8 +365,17 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
         if (topo->shm_direct_bytes)
                 b->direct_bytes = topo->shm_direct_bytes;
         b->ring_chunk_bytes = topo->ring_chunk_bytes;
+        /* HVD_SHM_ZERO_COPY_BYTES, likewise (0 there: off) */
+        if (size > 1 && size <= ZC_MAX_LOCAL)
+                b->zc_bytes = topo->shm_zero_copy_bytes == UINT64_MAX ? 0
+                              : topo->shm_zero_copy_bytes             ? topo->shm_zero_copy_bytes
+                                                                      : ZC_BYTES;
         b->srcs = calloc((size_t) size, sizeof *b->srcs);
-        if (!b->srcs) {
+        if (size > 1 && size <= ZC_MAX_LOCAL)
+                b->peers = calloc((size_t) size, sizeof *b->peers);
+        if (!b->srcs || (size > 1 && size <= ZC_MAX_LOCAL && !b->peers)) {
+                free(b->peers);
+                free(b->srcs);
                 free(b);
                 if (topo->listen_fd >= 0)
                         close(topo->listen_fd);
@@ -390,6 +425,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
                 b->hdr->slot_bytes = b->slot_bytes;
                 b->hdr->chunk_bytes = b->chunk_bytes;
                 b->hdr->direct_bytes = b->direct_bytes;
+                b->hdr->zc_bytes = b->zc_bytes;
                 atomic_store_explicit(&b->hdr->magic, SHM_MAGIC, memory_order_release);
         } else {
                 while (atomic_load_explicit(&b->hdr->magic, memory_order_acquire) != SHM_MAGIC) {
@@ -407,6 +443,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
                 }
                 b->chunk_bytes = b->hdr->chunk_bytes;
                 b->direct_bytes = b->hdr->direct_bytes;
+                b->zc_bytes = b->hdr->zc_bytes;
         }
         /* the last rank to attach removes the name: nothing is left behind
          * in /dev/shm whatever happens to the processes later */
@@ -460,6 +497,10 @@ void hvd_backend_destroy(hvd_backend_t **bp) {
         else
                 free(b->hdr);
         free(b->srcs);
+        for (int k = 0; b->peers && k < b->size; k++)
+                if (b->peers[k].base)
+                        munmap((void *) b->peers[k].base, b->peers[k].id.bytes);
+        free(b->peers);
         hvd_tcp_destroy(&b->tcp);
         free(b->rank_cross);
         free(b->rank_local);
@@ -626,6 +667,152 @@ static void segment_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
         }
 }
 
+/* Chunk [c0, c0 + cl) of the inputs into my slot: the whole chunk, or, on
+ * the segment path, all but my segment [s0, s1), which goes straight from
+ * my inputs. */
+static void copy_in(const hvd_xop_t *op, uint8_t *mine, uint64_t c0, uint64_t cl, uint64_t s0, uint64_t s1, bool direct,
+                    size_t es) {
+        hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
+        if (direct)
+                chunk_copy_in(op, mine, c0, cl, es);
+        else {
+                chunk_copy_in(op, mine, c0, s0, es);
+                chunk_copy_in(op, mine + s1 * es, c0 + s1, cl - s1, es);
+        }
+        hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
+}
+
+/* Local rank k's arena, mapped read-only (once per arena), or NULL with a
+ * warning the first time one cannot be mapped. */
+static const uint8_t *peer_arena(hvd_backend_t *b, int k, const hvd_arena_id_t *id) {
+        struct peer_arena *p = &b->peers[k];
+        if (p->base && p->id.pid == id->pid && p->id.nonce == id->nonce)
+                return p->base;
+        if (p->base)
+                munmap((void *) p->base, p->id.bytes);
+        p->base = NULL;
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/fd/%d", (int) id->pid, (int) id->fd);
+        int fd = open(path, O_RDONLY | O_CLOEXEC);
+        struct stat st;
+        void *q = MAP_FAILED;
+        if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t) st.st_size >= id->bytes)
+                q = mmap(NULL, id->bytes, PROT_READ, MAP_SHARED | MAP_NORESERVE, fd, 0);
+        int e = errno;
+        if (fd >= 0)
+                close(fd);
+        if (q == MAP_FAILED) {
+                if (!b->zc_warned)
+                        hvd_log_warning("cannot map local rank %d's shared tensors (%s: %s): allreduces of shared "
+                                        "tensors copy them as others do",
+                                        k, path, strerror(e));
+                b->zc_warned = true;
+                return NULL;
+        }
+        p->base = q;
+        p->id = *id;
+        return p->base;
+}
+
+/* The zero-copy allreduce, when the operation allows it (see zc_eligible):
+ * each rank posts whether its input and output are shared tensors, copying
+ * the first chunk into its slot as usual where they are not; after the
+ * barrier every rank sees every post. When all are shared and mapped, each
+ * rank reduces its segment of the whole tensor straight from the others'
+ * inputs into its output, and after a barrier copies the others' segments
+ * from their outputs into its own: each byte read about half as often as
+ * through the slots, and four barriers instead of one per chunk. (A rank's
+ * writes never touch what the others read in the same phase: in the first
+ * it writes only its own segment of its own output, which the others read
+ * in the second; in the second only the others' segments of its own output,
+ * which nobody reads; the last barrier keeps its output from being handed
+ * back while the others still read it.) Otherwise the ranks that skipped
+ * the copy make it, and after one more barrier the chunked path goes on.
+ * Returns 1: the operation is done; 0: the first chunk is in the slots and
+ * its barrier passed; < 0: an error. */
+static int zero_copy(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t total, uint64_t cl, uint64_t s0,
+                     uint64_t s1, bool direct, size_t es, double post, bool stream, char *err, size_t err_len) {
+        const hvd_xmember_t *m = &op->m[0];
+        uint8_t *mine = slot_of(b, v, v->me);
+        zc_entry_t *e = b->hdr->zc[b->step & 1];
+        uint64_t bytes = total * es, in_off = 0, out_off = 0;
+        hvd_arena_id_t id;
+        bool shared = m->in && m->out && hvd_arena_find(m->in, bytes, &in_off, &id) &&
+                      hvd_arena_find(m->out, bytes, &out_off, &id);
+        e[v->me].shared = shared;
+        if (shared) {
+                e[v->me].id = id;
+                e[v->me].in_off = in_off;
+                e[v->me].out_off = out_off;
+        } else
+                copy_in(op, mine, 0, cl, s0, s1, direct, es);
+        int r;
+        if ((r = barrier(b, v, op->name, err, err_len)) < 0)
+                return r;
+        int n_shared = 0;
+        for (int k = 0; k < v->size; k++)
+                n_shared += e[k].shared != 0;
+        if (n_shared == 0)
+                return 0;
+        if (n_shared == v->size) {
+                bool ok = true;
+                for (int k = 0; k < v->size && ok; k++) {
+                        if (k == v->me)
+                                continue;
+                        const uint8_t *base = peer_arena(b, k, &e[k].id);
+                        ok = base && e[k].in_off <= e[k].id.bytes && bytes <= e[k].id.bytes - e[k].in_off &&
+                             e[k].out_off <= e[k].id.bytes && bytes <= e[k].id.bytes - e[k].out_off;
+                }
+                e[v->me].mapped = ok;
+                if ((r = barrier(b, v, op->name, err, err_len)) < 0)
+                        return r;
+                for (int k = 0; k < v->size; k++)
+                        ok = ok && e[k].mapped;
+                if (ok) {
+                        uint64_t seg = ((total + (uint64_t) v->size - 1) / (uint64_t) v->size + 15) & ~UINT64_C(15);
+                        uint64_t a = HVD_MIN((uint64_t) v->me * seg, total), z = HVD_MIN(a + seg, total);
+                        for (int k = 0; k < v->size; k++)
+                                b->srcs[k] = (k == v->me ? (const uint8_t *) m->in : b->peers[k].base + e[k].in_off) +
+                                             a * es;
+                        (stream ? hvd_reduce_n_stream : hvd_reduce_n)(op->dtype, op->reduce_op,
+                                                                      (uint8_t *) m->out + a * es, b->srcs,
+                                                                      (size_t) v->size, z - a, post);
+                        if ((r = barrier(b, v, op->name, err, err_len)) < 0)
+                                return r;
+                        hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
+                        for (int k = 0; k < v->size; k++) {
+                                uint64_t ka = HVD_MIN((uint64_t) k * seg, total), kz = HVD_MIN(ka + seg, total);
+                                if (k != v->me && kz > ka)
+                                        memcpy((uint8_t *) m->out + ka * es, b->peers[k].base + e[k].out_off + ka * es,
+                                               (kz - ka) * es);
+                        }
+                        if ((r = barrier(b, v, op->name, err, err_len)) < 0)
+                                return r;
+                        b->step++;
+                        static _Atomic bool said;
+                        if (!atomic_exchange(&said, true))
+                                hvd_log_notice("allreduce %s: shared tensors on all %d local ranks, read in place",
+                                               op->name, v->size);
+                        return 1;
+                }
+        }
+        /* not every rank's tensors are shared, or not every arena mapped */
+        if (shared)
+                copy_in(op, mine, 0, cl, s0, s1, direct, es);
+        if ((r = barrier(b, v, op->name, err, err_len)) < 0)
+                return r;
+        return 0;
+}
+
+/* Whether an allreduce may take the zero-copy path: alike on every rank
+ * (the operation, the view and the published threshold are), so all post
+ * and barrier alike. One tensor (a fused one is copied anyway), unscaled
+ * inputs, all the node's ranks. */
+static bool zc_eligible(const hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t total, size_t es) {
+        return b->zc_bytes && b->peers && !v->set && op->kind == HVD__KIND__KIND_ALLREDUCE && op->n == 1 &&
+               op->prescale == 1.0 && total * es >= b->zc_bytes && v->size == b->size;
+}
+
 /* Operations from this size on write their outputs with non-temporal
  * stores: they do not fit the caches anyway, and a normal store reads each
  * line of the output in before overwriting it. */
@@ -654,6 +841,7 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
         bool rs = op->kind == HVD__KIND__KIND_REDUCESCATTER;
         /* outputs larger than the caches are written around them */
         bool stream = total * es >= STREAM_BYTES;
+        bool zc = zc_eligible(b, v, op, total, es);
         int r;
         for (uint64_t c0 = 0; c0 < total; c0 += chunk) {
                 uint64_t cl = HVD_MIN(chunk, total - c0);
@@ -664,16 +852,14 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                 uint64_t seg = (cl + (uint64_t) v->size - 1) / (uint64_t) v->size;
                 seg = (seg + 15) & ~UINT64_C(15);
                 uint64_t s0 = HVD_MIN((uint64_t) v->me * seg, cl), s1 = HVD_MIN(s0 + seg, cl);
-                hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
-                if (direct)
-                        chunk_copy_in(op, mine, c0, cl, es);
-                else { /* the others' segments: mine goes straight from my inputs */
-                        chunk_copy_in(op, mine, c0, s0, es);
-                        chunk_copy_in(op, mine + s1 * es, c0 + s1, cl - s1, es);
+                if (c0 == 0 && zc) {
+                        if ((r = zero_copy(b, v, op, total, cl, s0, s1, direct, es, post, stream, err, err_len)) != 0)
+                                return r < 0 ? r : 0;
+                } else {
+                        copy_in(op, mine, c0, cl, s0, s1, direct, es);
+                        if ((r = barrier(b, v, op->name, err, err_len)) < 0)
+                                return r;
                 }
-                hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
-                if ((r = barrier(b, v, op->name, err, err_len)) < 0)
-                        return r;
                 if (rs) {
                         uint64_t off = 0;
                         for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {

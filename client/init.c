@@ -153,7 +153,8 @@ static int solo_open(const hvd_settings_t *s) {
                                 .cross_size = 1,
                                 .listen_fd = -1,
                                 .shm_chunk_bytes = s->shm_chunk_bytes,
-                                .shm_direct_bytes = s->shm_direct_bytes };
+                                .shm_direct_bytes = s->shm_direct_bytes,
+                                .shm_zero_copy_bytes = s->shm_zero_copy_bytes };
         int r = hvd_cpu_backend_new("", &topo, 4096, 0, NULL, NULL, &G.backend, err, sizeof err);
         if (r < 0)
                 return hvd_error(r, "%s", err);
@@ -516,6 +517,7 @@ static int data_plane_open(const hvd_settings_t *s, const Hvd__Welcome *w) {
                 .ring_checksum = w->ring_checksum,
                 .shm_chunk_bytes = s->shm_chunk_bytes,
                 .shm_direct_bytes = s->shm_direct_bytes,
+                .shm_zero_copy_bytes = s->shm_zero_copy_bytes,
                 .tcp_send_thread = s->tcp_send_thread,
                 .tcp_frame_bytes = s->tcp_frame_bytes,
                 .ring_chunk_bytes = s->ring_chunk_bytes,

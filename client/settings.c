@@ -211,6 +211,15 @@ static int read_common(hvd_settings_t *s, const env_t *env, char *err, size_t er
                 if (*db && !*end && x >= 1)
                         s->shm_direct_bytes = x;
         }
+        /* 0 turns the zero-copy path off */
+        const char *zb = env_get(env, "SHM_ZERO_COPY_BYTES", false);
+        s->shm_zero_copy_bytes = 0;
+        if (zb) {
+                char *end;
+                unsigned long long x = strtoull(zb, &end, 10);
+                if (*zb && !*end)
+                        s->shm_zero_copy_bytes = x ? x : UINT64_MAX;
+        }
         /* this rank's alone: the bytes on the wire are the same either way.
          * Off by default: with more ranks than cores (emulated hosts) the
          * second thread cost more than it overlapped */

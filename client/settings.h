@@ -60,6 +60,9 @@ typedef struct hvd_settings {
         /* HVD_SHM_DIRECT_BYTES (0: the data plane's choice; 0 or not a
          * number: ignored) */
         uint64_t shm_direct_bytes;
+        /* HVD_SHM_ZERO_COPY_BYTES: the smallest allreduce of shared tensors
+         * read in place (0: the backend's choice, UINT64_MAX: never) */
+        uint64_t shm_zero_copy_bytes;
         /* HVD_TCP_SEND_THREAD (a value that is not a boolean: off; set:
          * the autotuner leaves it alone) */
         bool has_tcp_send_thread, tcp_send_thread;

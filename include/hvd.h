@@ -240,6 +240,21 @@ int hvd_allreduce(const char *name, const void *input, void *output, size_t coun
                   hvd_reduce_op_t op);
 int hvd_broadcast(const char *name, void *buffer, size_t count, hvd_dtype_t dtype, int root);
 
+/* ---- shared tensors ----------------------------------------------------
+ * Memory the other ranks of this node can read in place: an allreduce on
+ * one node whose input and output live here on every local rank skips the
+ * copy into the data plane's shared-memory slots (each byte is touched
+ * about half as often; docs/PERFORMANCE.md). Any other tensor still works
+ * as before, and a rank whose tensor is elsewhere only makes that
+ * operation take the usual path. hvd_shared_alloc returns page-aligned,
+ * zero-filled memory of at least bytes (0: one page): 0 and *ptr, -EINVAL
+ * (ptr NULL), -ENOMEM, or -errno of memfd_create. Any thread, before
+ * hvd_init and after hvd_shutdown. hvd_shared_free is NULL-safe; -EINVAL
+ * for memory not from hvd_shared_alloc. A forked child must not use its
+ * parent's shared tensors (they stay the parent's); it allocates its own. */
+int hvd_shared_alloc(size_t bytes, void **ptr);
+int hvd_shared_free(void *ptr);
+
 /* ---- process sets ------------------------------------------------------
  * A process set is a subset of the job's ranks whose collectives run among
  * themselves (request.process_set = its id; 0 is the set of all ranks).

@@ -10,6 +10,7 @@
 #include <Python.h>
 
 #include <errno.h>
+#include <stdbool.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -109,11 +110,14 @@ typedef struct {
         void *data;       /* owned: free(), or kept->data */
         Py_ssize_t bytes;
         hvd_kept_t *kept; /* owned: back to the pool at dealloc; NULL: data is malloc'd */
+        bool shared;      /* data is from hvd_shared_alloc */
 } BufferObject;
 
 static void buffer_dealloc(BufferObject *self) {
         if (self->kept)
                 hvd_kept_give(self->kept);
+        else if (self->shared)
+                hvd_shared_free(self->data);
         else
                 free(self->data);
         Py_TYPE(self)->tp_free((PyObject *) self);
@@ -447,6 +451,7 @@ static PyObject *handle_output(HandleObject *self, PyObject *args) {
         buf->data = NULL;
         buf->bytes = 0;
         buf->kept = NULL;
+        buf->shared = false;
         r = hvd_handle_steal_output(self->h, (size_t) index, &stolen, &bytes);
         if (r < 0) {
                 Py_DECREF(buf);
@@ -1043,6 +1048,7 @@ static PyObject *core_kept_buffer(PyObject *mod, PyObject *arg) {
         BufferObject *buf = PyObject_New(BufferObject, &BufferType);
         if (!buf)
                 return NULL;
+        buf->shared = false;
         buf->kept = hvd_kept_take((size_t) bytes);
         if (!buf->kept) {
                 buf->data = NULL;
@@ -1051,6 +1057,36 @@ static PyObject *core_kept_buffer(PyObject *mod, PyObject *arg) {
         }
         buf->data = buf->kept->data;
         buf->bytes = bytes;
+        return (PyObject *) buf;
+}
+
+/* shared_buffer(nbytes) -> a Buffer of zero-filled shared tensor memory
+ * (hvd_shared_alloc), freed when the Buffer dies */
+static PyObject *core_shared_buffer(PyObject *mod, PyObject *arg) {
+        Py_ssize_t bytes = PyLong_AsSsize_t(arg);
+        if (bytes == -1 && PyErr_Occurred())
+                return NULL;
+        if (bytes < 0) {
+                PyErr_Format(PyExc_ValueError, "shared_buffer: nbytes must not be negative (got %zd)", bytes);
+                return NULL;
+        }
+        void *data = NULL;
+        int r = hvd_shared_alloc((size_t) bytes, &data);
+        if (r < 0) {
+                if (r == -ENOMEM)
+                        return PyErr_NoMemory();
+                errno = -r;
+                return PyErr_SetFromErrno(PyExc_OSError);
+        }
+        BufferObject *buf = PyObject_New(BufferObject, &BufferType);
+        if (!buf) {
+                hvd_shared_free(data);
+                return NULL;
+        }
+        buf->data = data;
+        buf->bytes = bytes;
+        buf->kept = NULL;
+        buf->shared = true;
         return (PyObject *) buf;
 }
 
@@ -1117,6 +1153,9 @@ static PyMethodDef core_methods[] = {
         { "kept_buffer", core_kept_buffer, METH_O,
           "kept_buffer(nbytes) -> Buffer: memory for an output, reused from an earlier one of that size "
           "whose tensors have died (contents undefined)" },
+        { "shared_buffer", core_shared_buffer, METH_O,
+          "shared_buffer(nbytes) -> Buffer: zero-filled shared tensor memory (hvd_shared_alloc), which an "
+          "allreduce on one node reads in place when every local rank's tensor is shared" },
         { "kept_stats", core_kept_stats, METH_NOARGS, "kept_stats() -> (bytes, count) of buffers kept for reuse" },
         { "kept_drain", core_kept_drain, METH_NOARGS, "kept_drain(): free every buffer kept for reuse" },
         { "c10_use_counts", hvd_py_c10_use_counts, METH_O,

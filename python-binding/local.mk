@@ -25,6 +25,7 @@ hvd_torch_py_sources = \
 	%D%/hvd/torch/functions.py \
 	%D%/hvd/torch/mpi_ops.py \
 	%D%/hvd/torch/optimizer.py \
+	%D%/hvd/torch/shared.py \
 	%D%/hvd/torch/sync_batch_norm.py
 hvd_torch_elastic_py_sources = \
 	%D%/hvd/torch/elastic/__init__.py \

@@ -231,6 +231,17 @@ START_TEST(test_settings_small_values) {
         const char *zero[] = { "HVD_SHM_DIRECT_BYTES=0", NULL };
         ck_assert_int_eq(read_env(zero), 0);
         ck_assert_uint_eq(s.shm_direct_bytes, 0);
+        /* HVD_SHM_ZERO_COPY_BYTES: unset is the data plane's choice, 0 off */
+        ck_assert_uint_eq(s.shm_zero_copy_bytes, 0);
+        const char *zc[] = { "HVD_SHM_ZERO_COPY_BYTES=4096", NULL };
+        ck_assert_int_eq(read_env(zc), 0);
+        ck_assert_uint_eq(s.shm_zero_copy_bytes, 4096);
+        const char *zc_off[] = { "HVD_SHM_ZERO_COPY_BYTES=0", NULL };
+        ck_assert_int_eq(read_env(zc_off), 0);
+        ck_assert_uint_eq(s.shm_zero_copy_bytes, UINT64_MAX);
+        const char *zc_junk[] = { "HVD_SHM_ZERO_COPY_BYTES=1M", NULL };
+        ck_assert_int_eq(read_env(zc_junk), 0);
+        ck_assert_uint_eq(s.shm_zero_copy_bytes, 0);
         /* a single port; one host needs no HVD_HOSTS and reads no ports */
         ck_assert_int_eq(read_env(JOB_ENV("HVD_DATA_PORT=7000")), 0);
         ck_assert_uint_eq(s.data_port_lo, 7000);

@@ -28,7 +28,7 @@ groups+=($!)
 for _ in $(seq 100); do [ -S "$tmp/rt/worker.sock" ] && break; sleep 0.05; done
 [ -S "$tmp/rt/worker.sock" ] || fail "hvd-coordinatord did not start" "$(cat "$tmp/daemon.log")"
 
-scenarios=(api allreduce grouped broadcast allgather alltoall reducescatter barrier join many threads edges resnet50)
+scenarios=(api allreduce shared grouped broadcast allgather alltoall reducescatter barrier join many threads edges resnet50)
 scenarios+=(mismatch duplicate)
 # a second real model where there is time for it; process sets need 2 ranks
 [ "$n" -le 3 ] && scenarios+=(inception)
@@ -45,6 +45,13 @@ cat "$tmp/out"
 passed=$(grep -c "all [0-9]* scenario(s) passed" "$tmp/out")
 [ "$passed" -eq "$n" ] || fail "$passed of $n ranks reported success"
 kill -0 "${groups[0]}" 2>/dev/null || fail "hvd-coordinatord died" "$(cat "$tmp/daemon.log")"
+# the allreduces of shared tensors on every rank took the zero-copy path
+# (each process says so once), and no rank failed to map another's
+zc_line="shared tensors on all $n local ranks, read in place"
+if [ "$n" -ge 2 ]; then
+        [ "$(grep -c "$zc_line" "$tmp/out")" -eq "$n" ] || fail "not every rank read shared tensors in place"
+        ! grep -q "cannot map local rank" "$tmp/out" || fail "a rank could not map another's shared tensors"
+fi
 
 # the shared-memory data plane in small chunks (HVD_SHM_CHUNK_BYTES and
 # HVD_SHM_DIRECT_BYTES, read by local rank 0): many chunks per operation,
@@ -53,7 +60,8 @@ kill -0 "${groups[0]}" 2>/dev/null || fail "hvd-coordinatord died" "$(cat "$tmp/
 # streams, whatever the machine's core count
 if [ "$n" -ge 2 ]; then
         HVD_SHM_CHUNK_BYTES=98304 HVD_SHM_DIRECT_BYTES=32768 HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp \
-                "$launch" -r "$tmp/rt" -t $tmo -n "$n" -- "$worker" allreduce grouped broadcast allgather \
+                HVD_SHM_ZERO_COPY_BYTES=4096 \
+                "$launch" -r "$tmp/rt" -t $tmo -n "$n" -- "$worker" allreduce shared grouped broadcast allgather \
                 reducescatter many >"$tmp/chunks.out" 2>&1
         status=$?
         sed 's/^/[chunks] /' "$tmp/chunks.out"
@@ -61,6 +69,15 @@ if [ "$n" -ge 2 ]; then
                 "$(cat "$tmp/daemon.log")"
         passed=$(grep -c "all [0-9]* scenario(s) passed" "$tmp/chunks.out")
         [ "$passed" -eq "$n" ] || fail "in 96 KiB chunks: $passed of $n ranks reported success"
+        [ "$(grep -c "$zc_line" "$tmp/chunks.out")" -eq "$n" ] ||
+                fail "in 96 KiB chunks: not every rank read shared tensors in place from 4 KiB"
+        # HVD_SHM_ZERO_COPY_BYTES=0: shared tensors go the usual way, exact
+        HVD_SHM_ZERO_COPY_BYTES=0 HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp \
+                "$launch" -r "$tmp/rt" -t $tmo -n "$n" -- "$worker" shared >"$tmp/zcoff.out" 2>&1
+        status=$?
+        sed 's/^/[zero copy off] /' "$tmp/zcoff.out"
+        [ $status -eq 0 ] || fail "shared tensors with HVD_SHM_ZERO_COPY_BYTES=0 on $n ranks exited with $status"
+        ! grep -q "$zc_line" "$tmp/zcoff.out" || fail "HVD_SHM_ZERO_COPY_BYTES=0 did not turn the zero-copy path off"
 fi
 
 # one rank without hvdrun and without a daemon (no HVD_JOB_ID): the same

@@ -458,6 +458,99 @@ static void scenario_allreduce(void) {
         free(cases);
 }
 
+/* Shared tensors (hvd_shared_alloc): allreduces whose tensors are shared
+ * on every rank read the others' in place (the zero-copy path, from
+ * HVD_SHM_ZERO_COPY_BYTES, 1 MiB by default); where only some ranks' are,
+ * or a tensor is below that size, the usual path. Exact results either
+ * way, inputs of out-of-place calls untouched; the allocator's own
+ * contract (zero-filled pages, errors). One call at a time, so no two
+ * tensors fuse. */
+static void *shared_buf(hvd_dtype_t dt, size_t n, gen_fn gen, const void *ctx) {
+        void *p = NULL;
+        MUST(hvd_shared_alloc(n * hvd_dtype_size(dt), &p));
+        CHECK(((uintptr_t) p & 4095) == 0, "hvd_shared_alloc returned %p, not page-aligned", p);
+        for (size_t i = 0; gen && i < n; i++)
+                set_elem(dt, p, i, gen(ctx, i));
+        return p;
+}
+
+static void shared_case(const char *tag, hvd_dtype_t dt, hvd_reduce_op_t op, size_t n, bool in_place, bool in_shared,
+                        bool out_shared) {
+        ar_case_t k;
+        snprintf(k.name, sizeof k.name, "shared.%s.%s.%s.%zu%s", tag, hvd_dtype_name(dt), op_names[op], n,
+                 in_place ? ".inplace" : "");
+        k.in_ctx = (ar_ctx_t){ .dt = dt, .op = op, .pre = 1.0, .post = 1.0, .r = rank, .salt = n };
+        k.want_ctx = k.in_ctx;
+        k.want_ctx.r = -1;
+        void *in = in_shared ? shared_buf(dt, n, ar_gen, &k.in_ctx) : make_buf(dt, n, ar_gen, &k.in_ctx);
+        void *out = in;
+        if (!in_place) {
+                out = out_shared ? shared_buf(dt, n, NULL, NULL) : xmalloc(n * hvd_dtype_size(dt));
+                fill(dt, out, n, dt == HVD_BOOL ? 1 : 99);
+        }
+        MUST(hvd_allreduce(k.name, in, out, n, dt, op));
+        compare(k.name, dt, out, n, ar_gen, &k.want_ctx);
+        if (!in_place) {
+                char what[160];
+                snprintf(what, sizeof what, "%s: the input after the call", k.name);
+                compare(what, dt, in, n, ar_gen, &k.in_ctx);
+        }
+        if (out != in) {
+                if (out_shared)
+                        MUST(hvd_shared_free(out));
+                else
+                        free(out);
+        }
+        if (in_shared)
+                MUST(hvd_shared_free(in));
+        else
+                free(in);
+}
+
+static void scenario_shared(void) {
+        /* the allocator */
+        CHECK(hvd_shared_alloc(16, NULL) == -EINVAL, "hvd_shared_alloc(16, NULL) is not -EINVAL");
+        CHECK(hvd_shared_free(NULL) == 0, "hvd_shared_free(NULL) is not 0");
+        void *heap = xmalloc(64), *p = NULL, *q = NULL;
+        CHECK(hvd_shared_free(heap) == -EINVAL, "hvd_shared_free of malloc's memory is not -EINVAL");
+        free(heap);
+        MUST(hvd_shared_alloc(3 << 20, &p));
+        CHECK(hvd_shared_free((char *) p + 4096) == -EINVAL, "hvd_shared_free inside a block is not -EINVAL");
+        memset(p, 0x5a, 3 << 20);
+        MUST(hvd_shared_free(p));
+        MUST(hvd_shared_alloc(3 << 20, &q));
+        size_t dirty = 0;
+        for (size_t i = 0; i < (3u << 20); i++)
+                dirty += ((unsigned char *) q)[i] != 0;
+        CHECK(dirty == 0, "a block allocated again has %zu non-zero bytes, expected zero-filled memory", dirty);
+        MUST(hvd_shared_free(q));
+        MUST(hvd_shared_alloc(0, &p));
+        CHECK(p != NULL, "hvd_shared_alloc(0) returned NULL");
+        MUST(hvd_shared_free(p));
+
+        /* every rank shared: in place, out of place, every op, odd sizes,
+         * segments that do not divide evenly, several dtypes */
+        for (size_t o = 0; o < N_OPS; o++)
+                shared_case("all", HVD_FLOAT32, all_ops[o], (1u << 18) + 5, true, true, true);
+        shared_case("all", HVD_FLOAT32, HVD_REDUCE_SUM, 9u << 20, true, true, true);
+        shared_case("all", HVD_FLOAT32, HVD_REDUCE_AVERAGE, (3u << 20) + 1, false, true, true);
+        shared_case("all", HVD_FLOAT64, HVD_REDUCE_SUM, (1u << 17) + 3, false, true, true);
+        shared_case("all", HVD_FLOAT16, HVD_REDUCE_SUM, (1u << 19) + 7, true, true, true);
+        shared_case("all", HVD_INT32, HVD_REDUCE_MAX, (1u << 18) + 1, true, true, true);
+        shared_case("all", HVD_INT64, HVD_REDUCE_SUM, (1u << 17) + 9, false, true, true);
+        shared_case("all", HVD_UINT8, HVD_REDUCE_MIN, (3u << 20) + 2, true, true, true);
+        shared_case("all", HVD_BOOL, HVD_REDUCE_MAX, (1u << 20) + 3, true, true, true);
+        /* below the threshold, and the same tensor twice in a row */
+        shared_case("small", HVD_FLOAT32, HVD_REDUCE_SUM, 1000, true, true, true);
+        shared_case("again", HVD_FLOAT32, HVD_REDUCE_SUM, 9u << 20, true, true, true);
+        /* some ranks shared, others not: the usual path, exact */
+        shared_case("rank0", HVD_FLOAT32, HVD_REDUCE_SUM, (1u << 20) + 5, true, rank == 0, true);
+        shared_case("last", HVD_FLOAT32, HVD_REDUCE_AVERAGE, 3u << 20, false, rank != size - 1, rank != size - 1);
+        /* the input shared, the output not: the usual path */
+        shared_case("outheap", HVD_FLOAT32, HVD_REDUCE_SUM, (1u << 20) + 5, false, true, false);
+        shared_case("after", HVD_FLOAT32, HVD_REDUCE_SUM, 9u << 20, false, true, true);
+}
+
 static void scenario_grouped(void) {
         /* one handle, many tensors of different dtypes, ops and sizes */
         enum { G = 8 };
@@ -2604,6 +2697,7 @@ static const scen_t scenarios[] = {
         { "bcast-null-input", scenario_bcast_null_input },
         { "allreduce", scenario_allreduce },
         { "grouped", scenario_grouped },
+        { "shared", scenario_shared },
         { "staggered", scenario_staggered },
         { "broadcast", scenario_broadcast },
         { "allgather", scenario_allgather },

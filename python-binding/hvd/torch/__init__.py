@@ -30,6 +30,7 @@ from hvd.torch.mpi_ops import (Adasum, Average, Max, Min, Product, ProcessSet, S
                                reducescatter_async, remove_process_set, rocm_built, shutdown, size,
                                sparse_allreduce_async, start_timeline, stop_timeline, synchronize)
 from hvd.torch.optimizer import DistributedOptimizer
+from hvd.torch.shared import shared_like, shared_zeros
 from hvd.torch.sync_batch_norm import SyncBatchNorm
 from hvd.torch import elastic  # noqa: E402  (hvd.elastic.run, TorchState, ElasticSampler)
 
@@ -45,5 +46,5 @@ __all__ = [
     "mpi_threads_supported", "mpi_enabled", "mpi_built", "gloo_enabled", "gloo_built", "nccl_built",
     "ddl_built", "ccl_built", "cuda_built", "rocm_built", "ProcessSet", "global_process_set",
     "add_process_set", "remove_process_set", "Average", "Sum", "Adasum", "Min", "Max", "Product",
-    "DistributedOptimizer", "SyncBatchNorm", "HorovodInternalError", "HostsUpdatedInterrupt", "elastic",
+    "DistributedOptimizer", "SyncBatchNorm", "shared_zeros", "shared_like", "HorovodInternalError", "HostsUpdatedInterrupt", "elastic",
 ]

@@ -1,0 +1,88 @@
+"""hvd.torch's shared tensors (hvd.shared_zeros, hvd.shared_like): CPU
+tensors in shared tensor memory. An allreduce of shared tensors on every
+rank of the node reads the others' in place (from 1 MiB); the results are
+exact either way, also where only some ranks' tensors are shared."""
+
+import gc
+
+import pytest
+import torch
+
+import hvd.torch as hvd
+
+MIB = 1 << 20
+
+
+def rank_values(count, r, dtype=torch.float32):
+    v = torch.arange(count, dtype=torch.int64) % 7 + 3 * r
+    return v.to(dtype)
+
+
+def summed(count, dtype=torch.float32):
+    return sum(rank_values(count, r, torch.int64) for r in range(hvd.size())).to(dtype)
+
+
+def test_shared_zeros_shape_dtype_zero():
+    for size, dtype in [((3, 4), torch.float32), ((5,), torch.int64), ((2, 3, 7), torch.float16),
+                        ((MIB // 2 + 3,), torch.bool), ((0, 4), torch.float32)]:
+        t = hvd.shared_zeros(*size, dtype=dtype)
+        assert t.shape == torch.Size(size) and t.dtype == dtype and t.is_contiguous()
+        assert not t.any()
+    t = hvd.shared_zeros([2, 2])
+    assert t.shape == (2, 2) and t.dtype == torch.float32
+    with pytest.raises(ValueError, match="negative dimension"):
+        hvd.shared_zeros(2, -1)
+
+
+def test_shared_like_copies():
+    x = torch.arange(12, dtype=torch.float64).reshape(3, 4)
+    y = hvd.shared_like(x)
+    assert torch.equal(x, y) and x.data_ptr() != y.data_ptr()
+    y.add_(1)
+    assert x[0, 0] == 0  # a copy, not a view
+    with pytest.raises(ValueError, match="CPU memory"):
+        hvd.shared_like(torch.empty(1, device="meta"))
+
+
+@pytest.mark.parametrize("count", [1000, MIB // 4 + 3, 3 * MIB + 5])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32])
+def test_allreduce_in_place_exact(count, dtype):
+    t = hvd.shared_like(rank_values(count, hvd.rank(), dtype))
+    ptr = t.data_ptr()
+    hvd.allreduce_(t, op=hvd.Sum, name=f"shared.inplace.{count}.{dtype}")
+    assert t.data_ptr() == ptr
+    assert torch.equal(t, summed(count, dtype))
+
+
+def test_allreduce_average_and_out_of_place():
+    count = 2 * MIB + 1
+    t = hvd.shared_like(rank_values(count, hvd.rank()))
+    before = t.clone()
+    out = hvd.allreduce(t, name="shared.outofplace")  # average
+    assert torch.equal(out, summed(count) / hvd.size())
+    assert torch.equal(t, before)
+    hvd.allreduce_(t, name="shared.average")
+    assert torch.equal(t, summed(count) / hvd.size())
+
+
+def test_only_some_ranks_shared():
+    count = MIB + 7
+    x = rank_values(count, hvd.rank())
+    t = hvd.shared_like(x) if hvd.rank() == 0 else x.clone()
+    hvd.allreduce_(t, op=hvd.Sum, name="shared.mixed")
+    assert torch.equal(t, summed(count))
+
+
+def test_memory_freed_with_last_view():
+    """A view keeps the memory alive; dropping every tensor frees it (its
+    pages go back, the next allocation there reads as zeros)."""
+    t = hvd.shared_zeros(MIB)
+    view = t[10:20]
+    t.fill_(5)
+    del t
+    gc.collect()
+    assert torch.equal(view, torch.full((10,), 5.0))
+    del view
+    gc.collect()
+    again = hvd.shared_zeros(MIB)
+    assert not again.any()
