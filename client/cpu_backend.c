@@ -74,10 +74,9 @@ typedef struct shm_barrier {
  * the operation's first barrier, read after it; by the step's parity, like
  * the slot halves. */
 typedef struct zc_entry {
-        hvd_arena_id_t id;        /* the rank's arena */
-        uint64_t in_off, out_off; /* its input's and output's offsets in it */
-        uint32_t shared;          /* 1: input and output both in the arena */
-        uint32_t mapped;          /* 1: it mapped every other rank's arena (after the first barrier) */
+        hvd_arena_id_t id; /* the rank's arena (its members' offsets in it: in its slot) */
+        uint32_t shared;   /* 1: every member's input and output in the arena */
+        uint32_t mapped;   /* 1: it mapped every other rank's arena (after the first barrier) */
 } zc_entry_t;
 
 typedef struct shm_header {
@@ -714,37 +713,104 @@ static const uint8_t *peer_arena(hvd_backend_t *b, int k, const hvd_arena_id_t *
         return p->base;
 }
 
+/* Where a member tensor lives in its rank's arena (zero-copy path). */
+typedef struct zc_member {
+        uint64_t in_off, out_off;
+} zc_member_t;
+
+/* Whether every member's input and output lie in this process's arena;
+ * their offsets into d[] and the arena into *id. */
+static bool zc_describe(const hvd_xop_t *op, size_t es, zc_member_t *d, hvd_arena_id_t *id) {
+        for (size_t i = 0; i < op->n; i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                size_t bytes = m->count * es;
+                if (!m->in || !m->out || !hvd_arena_find(m->in, bytes, &d[i].in_off, id) ||
+                    !hvd_arena_find(m->out, bytes, &d[i].out_off, id))
+                        return false;
+        }
+        return true;
+}
+
+/* Maps every other rank's arena and checks its members' offsets lie in it. */
+static bool zc_map(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, const zc_entry_t *e, size_t es) {
+        for (int k = 0; k < v->size; k++) {
+                if (k == v->me)
+                        continue;
+                const hvd_arena_id_t *id = &e[k].id;
+                if (!peer_arena(b, k, id))
+                        return false;
+                const zc_member_t *d = (const zc_member_t *) slot_of(b, v, k);
+                for (size_t i = 0; i < op->n; i++) {
+                        uint64_t bytes = op->m[i].count * es;
+                        if (d[i].in_off > id->bytes || bytes > id->bytes - d[i].in_off || d[i].out_off > id->bytes ||
+                            bytes > id->bytes - d[i].out_off)
+                                return false;
+                }
+        }
+        return true;
+}
+
+/* Segment [a, z) of the fused element space, reduced from every rank's
+ * inputs into my outputs. */
+static void zc_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t a, uint64_t z, size_t es,
+                      double post, bool stream) {
+        uint64_t off = 0;
+        for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                uint64_t x0 = HVD_MAX(off, a), x1 = HVD_MIN(off + m->count, z);
+                if (x0 >= x1)
+                        continue;
+                uint64_t at = (x0 - off) * es;
+                for (int k = 0; k < v->size; k++) {
+                        const zc_member_t *d = (const zc_member_t *) slot_of(b, v, k);
+                        b->srcs[k] = k == v->me ? (const uint8_t *) m->in + at : b->peers[k].base + d[i].in_off + at;
+                }
+                (stream ? hvd_reduce_n_stream : hvd_reduce_n)(op->dtype, op->reduce_op, (uint8_t *) m->out + at,
+                                                              b->srcs, (size_t) v->size, x1 - x0, post);
+        }
+}
+
+/* Segment [a, z), which rank k reduced, from its outputs into mine. */
+static void zc_gather(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, int k, uint64_t a, uint64_t z,
+                      size_t es) {
+        const zc_member_t *d = (const zc_member_t *) slot_of(b, v, k);
+        uint64_t off = 0;
+        for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                uint64_t x0 = HVD_MAX(off, a), x1 = HVD_MIN(off + m->count, z);
+                if (x0 < x1)
+                        memcpy((uint8_t *) m->out + (x0 - off) * es, b->peers[k].base + d[i].out_off + (x0 - off) * es,
+                               (x1 - x0) * es);
+        }
+}
+
 /* The zero-copy allreduce, when the operation allows it (see zc_eligible):
- * each rank posts whether its input and output are shared tensors, copying
- * the first chunk into its slot as usual where they are not; after the
- * barrier every rank sees every post. When all are shared and mapped, each
- * rank reduces its segment of the whole tensor straight from the others'
- * inputs into its output, and after a barrier copies the others' segments
- * from their outputs into its own: each byte read about half as often as
- * through the slots, and four barriers instead of one per chunk. (A rank's
- * writes never touch what the others read in the same phase: in the first
- * it writes only its own segment of its own output, which the others read
- * in the second; in the second only the others' segments of its own output,
- * which nobody reads; the last barrier keeps its output from being handed
- * back while the others still read it.) Otherwise the ranks that skipped
- * the copy make it, and after one more barrier the chunked path goes on.
- * Returns 1: the operation is done; 0: the first chunk is in the slots and
- * its barrier passed; < 0: an error. */
+ * each rank posts whether its members' inputs and outputs are all shared
+ * tensors (and where, in its slot, which it needs for nothing else then),
+ * copying the first chunk into its slot as usual where they are not; after
+ * the barrier every rank sees every post. When all are shared and mapped,
+ * each rank reduces its segment of the fused element space straight from
+ * the others' inputs into its outputs, and after a barrier copies the
+ * others' segments from their outputs into its own: each byte read about
+ * half as often as through the slots, and four barriers instead of one a
+ * chunk. (A rank's writes never touch what the others read in the same
+ * phase: in the first it writes only its own segment of its own outputs,
+ * which the others read in the second; in the second only the others'
+ * segments of its own outputs, which nobody reads; the last barrier keeps
+ * its outputs from being handed back while the others still read them.)
+ * Otherwise the ranks that skipped the copy make it, and after one more
+ * barrier the chunked path goes on. Returns 1: the operation is done; 0:
+ * the first chunk is in the slots and its barrier passed; < 0: an error. */
 static int zero_copy(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t total, uint64_t cl, uint64_t s0,
                      uint64_t s1, bool direct, size_t es, double post, bool stream, char *err, size_t err_len) {
-        const hvd_xmember_t *m = &op->m[0];
         uint8_t *mine = slot_of(b, v, v->me);
         zc_entry_t *e = b->hdr->zc[b->step & 1];
-        uint64_t bytes = total * es, in_off = 0, out_off = 0;
         hvd_arena_id_t id;
-        bool shared = m->in && m->out && hvd_arena_find(m->in, bytes, &in_off, &id) &&
-                      hvd_arena_find(m->out, bytes, &out_off, &id);
+        bool shared = zc_describe(op, es, (zc_member_t *) mine, &id);
         e[v->me].shared = shared;
-        if (shared) {
+        if (shared)
                 e[v->me].id = id;
-                e[v->me].in_off = in_off;
-                e[v->me].out_off = out_off;
-        } else
+        else
                 copy_in(op, mine, 0, cl, s0, s1, direct, es);
         int r;
         if ((r = barrier(b, v, op->name, err, err_len)) < 0)
@@ -755,14 +821,7 @@ static int zero_copy(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uin
         if (n_shared == 0)
                 return 0;
         if (n_shared == v->size) {
-                bool ok = true;
-                for (int k = 0; k < v->size && ok; k++) {
-                        if (k == v->me)
-                                continue;
-                        const uint8_t *base = peer_arena(b, k, &e[k].id);
-                        ok = base && e[k].in_off <= e[k].id.bytes && bytes <= e[k].id.bytes - e[k].in_off &&
-                             e[k].out_off <= e[k].id.bytes && bytes <= e[k].id.bytes - e[k].out_off;
-                }
+                bool ok = zc_map(b, v, op, e, es);
                 e[v->me].mapped = ok;
                 if ((r = barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
@@ -770,21 +829,15 @@ static int zero_copy(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uin
                         ok = ok && e[k].mapped;
                 if (ok) {
                         uint64_t seg = ((total + (uint64_t) v->size - 1) / (uint64_t) v->size + 15) & ~UINT64_C(15);
-                        uint64_t a = HVD_MIN((uint64_t) v->me * seg, total), z = HVD_MIN(a + seg, total);
-                        for (int k = 0; k < v->size; k++)
-                                b->srcs[k] = (k == v->me ? (const uint8_t *) m->in : b->peers[k].base + e[k].in_off) +
-                                             a * es;
-                        (stream ? hvd_reduce_n_stream : hvd_reduce_n)(op->dtype, op->reduce_op,
-                                                                      (uint8_t *) m->out + a * es, b->srcs,
-                                                                      (size_t) v->size, z - a, post);
+                        uint64_t a = HVD_MIN((uint64_t) v->me * seg, total);
+                        zc_reduce(b, v, op, a, HVD_MIN(a + seg, total), es, post, stream);
                         if ((r = barrier(b, v, op->name, err, err_len)) < 0)
                                 return r;
                         hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
                         for (int k = 0; k < v->size; k++) {
-                                uint64_t ka = HVD_MIN((uint64_t) k * seg, total), kz = HVD_MIN(ka + seg, total);
-                                if (k != v->me && kz > ka)
-                                        memcpy((uint8_t *) m->out + ka * es, b->peers[k].base + e[k].out_off + ka * es,
-                                               (kz - ka) * es);
+                                uint64_t ka = HVD_MIN((uint64_t) k * seg, total);
+                                if (k != v->me)
+                                        zc_gather(b, v, op, k, ka, HVD_MIN(ka + seg, total), es);
                         }
                         if ((r = barrier(b, v, op->name, err, err_len)) < 0)
                                 return r;
@@ -806,11 +859,12 @@ static int zero_copy(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uin
 
 /* Whether an allreduce may take the zero-copy path: alike on every rank
  * (the operation, the view and the published threshold are), so all post
- * and barrier alike. One tensor (a fused one is copied anyway), unscaled
- * inputs, all the node's ranks. */
+ * and barrier alike. Unscaled inputs (the copy in applies the prescale),
+ * all the node's ranks, members few enough for their offsets to fit a
+ * slot. */
 static bool zc_eligible(const hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t total, size_t es) {
-        return b->zc_bytes && b->peers && !v->set && op->kind == HVD__KIND__KIND_ALLREDUCE && op->n == 1 &&
-               op->prescale == 1.0 && total * es >= b->zc_bytes && v->size == b->size;
+        return b->zc_bytes && b->peers && !v->set && op->kind == HVD__KIND__KIND_ALLREDUCE && op->prescale == 1.0 &&
+               total * es >= b->zc_bytes && v->size == b->size && op->n * sizeof(zc_member_t) <= b->half_bytes;
 }
 
 /* Operations from this size on write their outputs with non-temporal

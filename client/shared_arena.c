@@ -71,8 +71,9 @@ static int arena_open(void) {
         uint64_t nonce = 0;
         if (getrandom(&nonce, sizeof nonce, GRND_NONBLOCK) != (ssize_t) sizeof nonce)
                 nonce = (uint64_t) (uintptr_t) p ^ ((uint64_t) getpid() << 32);
-        the_arena = (arena_t) { .base = p,
-                                .id = { .pid = (int32_t) getpid(), .fd = fd, .nonce = nonce | 1, .bytes = ARENA_BYTES } };
+        the_arena =
+                (arena_t){ .base = p,
+                           .id = { .pid = (int32_t) getpid(), .fd = fd, .nonce = nonce | 1, .bytes = ARENA_BYTES } };
         atomic_store_explicit(&current, &the_arena, memory_order_release);
         return 0;
 }
@@ -120,7 +121,7 @@ int hvd_shared_alloc(size_t bytes, void **ptr) {
         }
         if (r == 0) {
                 memmove(blocks + at + 1, blocks + at, (n_blocks - at) * sizeof *blocks);
-                blocks[at] = (block_t) { off, len };
+                blocks[at] = (block_t){ off, len };
                 n_blocks++;
                 *ptr = the_arena.base + off;
         }

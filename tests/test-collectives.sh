@@ -71,6 +71,14 @@ if [ "$n" -ge 2 ]; then
         [ "$passed" -eq "$n" ] || fail "in 96 KiB chunks: $passed of $n ranks reported success"
         [ "$(grep -c "$zc_line" "$tmp/chunks.out")" -eq "$n" ] ||
                 fail "in 96 KiB chunks: not every rank read shared tensors in place from 4 KiB"
+        # shared tensors each below the threshold, fused: read in place together
+        HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp \
+                "$launch" -r "$tmp/rt" -t $tmo -n "$n" -- "$worker" shared-fused >"$tmp/zcfused.out" 2>&1
+        status=$?
+        sed 's/^/[shared fused] /' "$tmp/zcfused.out"
+        [ $status -eq 0 ] || fail "fused shared tensors on $n ranks exited with $status"
+        [ "$(grep -c "$zc_line" "$tmp/zcfused.out")" -eq "$n" ] ||
+                fail "fused shared tensors: not every rank read them in place"
         # HVD_SHM_ZERO_COPY_BYTES=0: shared tensors go the usual way, exact
         HVD_SHM_ZERO_COPY_BYTES=0 HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp \
                 "$launch" -r "$tmp/rt" -t $tmo -n "$n" -- "$worker" shared >"$tmp/zcoff.out" 2>&1

@@ -551,6 +551,65 @@ static void scenario_shared(void) {
         shared_case("after", HVD_FLOAT32, HVD_REDUCE_SUM, 9u << 20, false, true, true);
 }
 
+/* Shared tensors in flight together, each below the zero-copy threshold:
+ * fused, the operation reads them in place as one (every member shared on
+ * every rank), or takes the usual path (one member not shared on rank 0).
+ * Exact results, out-of-place inputs untouched. */
+static void shared_fused_round(const char *tag, bool in_place, bool mixed) {
+        enum { N_T = 8 };
+        ar_case_t k[N_T];
+        void *in[N_T], *out[N_T];
+        bool heap[N_T];
+        for (int i = 0; i < N_T; i++) {
+                size_t n = 75000 + (size_t) i * 13;
+                hvd_dtype_t dt = i % 3 == 2 ? HVD_FLOAT64 : HVD_FLOAT32;
+                snprintf(k[i].name, sizeof k[i].name, "shared.fused.%s.%d", tag, i);
+                k[i].in_ctx =
+                        (ar_ctx_t){ .dt = dt, .op = HVD_REDUCE_SUM, .pre = 1.0, .post = 1.0, .r = rank, .salt = n };
+                k[i].want_ctx = k[i].in_ctx;
+                k[i].want_ctx.r = -1;
+                k[i].n = n;
+                heap[i] = mixed && rank == 0 && i == 3;
+                in[i] = heap[i] ? make_buf(dt, n, ar_gen, &k[i].in_ctx) : shared_buf(dt, n, ar_gen, &k[i].in_ctx);
+                out[i] = in_place ? in[i] : heap[i] ? xmalloc(n * hvd_dtype_size(dt)) : shared_buf(dt, n, NULL, NULL);
+                hvd_request_t q = HVD_REQUEST_INIT;
+                q.name = k[i].name;
+                q.input = in[i];
+                q.output = out[i];
+                q.dtype = dt;
+                q.ndim = 1;
+                int64_t shape[1] = { (int64_t) n };
+                q.shape = shape;
+                q.reduce_op = HVD_REDUCE_SUM;
+                MUST(hvd_allreduce_async(&q, &k[i].h));
+        }
+        for (int i = N_T; i-- > 0;) {
+                wait_ok(k[i].h, k[i].name);
+                hvd_handle_release(&k[i].h);
+                compare(k[i].name, k[i].in_ctx.dt, out[i], k[i].n, ar_gen, &k[i].want_ctx);
+                if (!in_place)
+                        compare(k[i].name, k[i].in_ctx.dt, in[i], k[i].n, ar_gen, &k[i].in_ctx);
+                if (out[i] != in[i]) {
+                        if (heap[i])
+                                free(out[i]);
+                        else
+                                MUST(hvd_shared_free(out[i]));
+                }
+                if (heap[i])
+                        free(in[i]);
+                else
+                        MUST(hvd_shared_free(in[i]));
+        }
+}
+
+static void scenario_shared_fused(void) {
+        for (int round = 0; round < 3; round++) {
+                shared_fused_round("inplace", true, false);
+                shared_fused_round("outofplace", false, false);
+                shared_fused_round("mixed", true, true);
+        }
+}
+
 static void scenario_grouped(void) {
         /* one handle, many tensors of different dtypes, ops and sizes */
         enum { G = 8 };
@@ -2698,6 +2757,7 @@ static const scen_t scenarios[] = {
         { "allreduce", scenario_allreduce },
         { "grouped", scenario_grouped },
         { "shared", scenario_shared },
+        { "shared-fused", scenario_shared_fused },
         { "staggered", scenario_staggered },
         { "broadcast", scenario_broadcast },
         { "allgather", scenario_allgather },

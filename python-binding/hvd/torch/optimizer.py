@@ -7,6 +7,7 @@ the rest of the backward pass; ``step()`` (or ``synchronize()``) waits for
 the reductions and writes the results into ``p.grad``.
 """
 
+import os
 import warnings
 from contextlib import contextmanager
 from typing import Any, Dict, List, Optional, Sequence, Tuple
@@ -20,7 +21,9 @@ from hvd.torch import adasum
 from hvd.torch.compression import Compression
 from hvd.torch.functions import broadcast_object
 from hvd.torch.mpi_ops import (Adasum, Average, ProcessSet, allreduce_async_, global_process_set,
-                               grouped_allreduce_async_, rank, size, sparse_allreduce_async, synchronize)
+                               grouped_allreduce_async_, local_size, rank, size, sparse_allreduce_async,
+                               synchronize)
+from hvd.torch.shared import shared_zeros
 
 __all__ = ["DistributedOptimizer"]
 
@@ -45,7 +48,7 @@ class _DistributedOptimizer:
 
     def __init__(self, params, named_parameters, compression, backward_passes_per_step=1, op=Average,
                  gradient_predivide_factor=1.0, groups=None, sparse_as_dense=False,
-                 process_set=global_process_set):
+                 process_set=global_process_set, shared_gradients=False):
         self._hvd_base.__init__(self, params)
         self._compression = compression
 
@@ -83,6 +86,17 @@ class _DistributedOptimizer:
         if self.process_set.included() is not False and size() > 1:
             self._register_hooks()
         self._hvd_key = _library.optimizer_key(self)
+        # gradients in shared tensor memory, which the other local ranks read
+        # in place; zero_grad then zeroes them where they are
+        self._hvd_shared_grads = bool(shared_gradients) and self.process_set is global_process_set \
+            and local_size() > 1
+        if self._hvd_shared_grads:
+            for p in self._hvd_update_params():
+                if p.device.type == "cpu" and p.layout == torch.strided:
+                    g = shared_zeros(p.shape, dtype=p.dtype)
+                    if p.grad is not None:
+                        g.copy_(p.grad)
+                    p.grad = g
 
     def load_state_dict(self, *args, **kwargs):
         self._handles = {}
@@ -298,13 +312,18 @@ class _DistributedOptimizer:
             raise AssertionError("optimizer.zero_grad() was called after loss.backward() but before "
                                  "optimizer.step() or optimizer.synchronize(). This is prohibited as it "
                                  "can cause a race condition.")
+        if self._hvd_shared_grads:
+            # zeroed in place: a gradient set to None would come back from
+            # the next backward in memory of its own
+            return self._hvd_base.zero_grad(self, set_to_none=False)
         return self._hvd_base.zero_grad(self, *args, **kwargs)
 
 
 def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None,
                          compression=Compression.none, backward_passes_per_step: int = 1, op: int = Average,
                          gradient_predivide_factor: float = 1.0, num_groups: int = 0, groups=None,
-                         sparse_as_dense: bool = False, process_set: ProcessSet = global_process_set):
+                         sparse_as_dense: bool = False, process_set: ProcessSet = global_process_set,
+                         shared_gradients: Optional[bool] = None):
     """Wraps optimizer so that gradients are reduced over all processes (of
     process_set) before each step.
 
@@ -326,6 +345,11 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
             a list of lists of parameters (the others form groups of one).
         sparse_as_dense: reduce sparse gradients as dense tensors.
         process_set: reduce over the members of this process set only.
+        shared_gradients: keep the CPU gradients in shared tensor memory
+            (hvd.shared_zeros), which the other local ranks read in place
+            when a job's ranks share a node, and make zero_grad() zero them
+            there (never setting them to None). Default: HVD_SHARED_GRADIENTS
+            (off). Only with the global process set and several local ranks.
     """
     if gradient_predivide_factor != 1.0 and op != Average:
         raise ValueError("gradient_predivide_factor not supported with op != Average")
@@ -342,5 +366,7 @@ def DistributedOptimizer(optimizer: torch.optim.Optimizer, named_parameters=None
         k: v for k, v in _DistributedOptimizer.__dict__.items() if k not in ("__dict__", "__weakref__")
     })
     cls._hvd_base = base
+    if shared_gradients is None:
+        shared_gradients = os.environ.get("HVD_SHARED_GRADIENTS", "").strip().lower() in ("1", "true", "yes", "on")
     return cls(optimizer.param_groups, named_parameters, compression, backward_passes_per_step, op,
-               gradient_predivide_factor, groups, sparse_as_dense, process_set)
+               gradient_predivide_factor, groups, sparse_as_dense, process_set, shared_gradients)
