@@ -20,6 +20,9 @@
 # PNG=collectives.png (empty: no plot), OUT_OF_PLACE=1 (also time hvd's
 # allreduce and broadcast with a separate output, column hvd_oop; by default
 # they run in place, as the peers' MPI_IN_PLACE, MPI_Bcast and torch do),
+# SHARED=1 (also time hvd's allreduce on shared tensors, hvd_shared_alloc,
+# which the other local ranks read in place: column hvd_shr; the peers' own
+# buffers are ordinary memory),
 # RAW=FILE (no runs: the report of the raw lines in an earlier output).
 set -u
 build=${1:-$(pwd)}
@@ -27,7 +30,7 @@ build=$(cd "$build" && pwd)
 src=$(cd "$(dirname "$0")/.." && pwd)
 OPS=${OPS:-"allreduce broadcast allgather reducescatter"}
 NPS=${NPS:-"2 4"} ROUNDS=${ROUNDS:-3} MIN=${MIN:-8} MAX=${MAX:-268435456} NODES=${NODES:-1}
-OUT_OF_PLACE=${OUT_OF_PLACE:-0}
+OUT_OF_PLACE=${OUT_OF_PLACE:-0} SHARED=${SHARED:-0}
 PNG=${PNG-collectives-nodes$NODES.png}
 PY=${PYTHON:-/usr/bin/python3}
 out=$(mktemp)
@@ -64,6 +67,7 @@ for np in $NPS; do
                         variants=("")
                         [ "$OUT_OF_PLACE" = 1 ] && { [ "$op" = allreduce ] || [ "$op" = broadcast ]; } &&
                                 variants+=(--out-of-place)
+                        [ "$SHARED" = 1 ] && [ "$op" = allreduce ] && variants+=(--shared)
                         for v in "${variants[@]}"; do
                                 if [ "$NODES" -gt 1 ]; then
                                         hosts=$(for ((i = 0; i < NODES; i++)); do printf 'n%d:%d,' $i $((np / NODES)); done)
@@ -99,13 +103,13 @@ for line in open(path):
     m = dict(re.findall(r"(\w+)=(\S+)", line))
     if "impl" not in m or "busbw_gbs" not in m:
         continue
-    impl = "hvd_oop" if m.get("out_of_place") == "1" else m["impl"]
+    impl = "hvd_oop" if m.get("out_of_place") == "1" else "hvd_shr" if m.get("shared") == "1" else m["impl"]
     r = rows.setdefault((m["bench"], int(m["np"]), int(m["bytes"])), {}).setdefault(impl, {"t": [], "bw": []})
     r["t"].append(float(m["time_us"]))
     r["bw"].append(float(m["busbw_gbs"]))
 order = ["allreduce", "broadcast", "allgather", "reducescatter"]
 ops = sorted({k[0] for k in rows}, key=lambda o: order.index(o) if o in order else 9)
-impls = [i for i in ("hvd", "hvd_oop", "mpi", "gloo") if any(i in v for v in rows.values())]
+impls = [i for i in ("hvd", "hvd_oop", "hvd_shr", "mpi", "gloo") if any(i in v for v in rows.values())]
 f = lambda x, w=8, p=3: f"{x:{w}.{p}f}" if x is not None else f"{'-':>{w}}"
 # busbw(hvd)/busbw(peer) at equal bytes and ranks = time(peer)/time(hvd)
 ratio = lambda th, tp: f"{tp / th:8.2f}" if th and tp else f"{'-':>8}"
@@ -120,10 +124,13 @@ def size(b):
 
 for op in ops:
     oop = any("hvd_oop" in v for (o, _, _), v in rows.items() if o == op)
+    shr = any("hvd_shr" in v for (o, _, _), v in rows.items() if o == op)
     print(f"\n# {op}: time µs and busbw GB/s, medians; nodes={nodes}; ratios are busbw(hvd)/busbw(peer)"
-          + ("; hvd_oop: hvd with a separate output" if oop else ""))
+          + ("; hvd_oop: hvd with a separate output" if oop else "")
+          + ("; shr: hvd on shared tensors (read in place)" if shr else ""))
     print(f"{'np':>3} {'bytes':>10} {'hvd_us':>9} {'mpi_us':>9} {'gloo_us':>9} {'hvd_bw':>8} {'mpi_bw':>8} {'gloo_bw':>8} {'hvd/mpi':>8} {'hvd/gloo':>8}"
-          + (f" {'oop_us':>9} {'oop/mpi':>8}" if oop else ""))
+          + (f" {'oop_us':>9} {'oop/mpi':>8}" if oop else "")
+          + (f" {'shr_us':>9} {'shr/mpi':>8} {'shr/gloo':>8} {'shr/hvd':>8}" if shr else ""))
     for (o, np_, b), im in sorted(rows.items()):
         if o != op:
             continue
@@ -132,7 +139,9 @@ for op in ops:
         print(f"{np_:>3} {b:>10} {f(t.get('hvd'), 9, 1)} {f(t.get('mpi'), 9, 1)} {f(t.get('gloo'), 9, 1)} "
               f"{f(bw.get('hvd'))} {f(bw.get('mpi'))} {f(bw.get('gloo'))} {ratio(t.get('hvd'), t.get('mpi'))} "
               f"{ratio(t.get('hvd'), t.get('gloo'))}"
-              + (f" {f(t.get('hvd_oop'), 9, 1)} {ratio(t.get('hvd_oop'), t.get('mpi'))}" if oop else ""))
+              + (f" {f(t.get('hvd_oop'), 9, 1)} {ratio(t.get('hvd_oop'), t.get('mpi'))}" if oop else "")
+              + (f" {f(t.get('hvd_shr'), 9, 1)} {ratio(t.get('hvd_shr'), t.get('mpi'))} "
+                 f"{ratio(t.get('hvd_shr'), t.get('gloo'))} {ratio(t.get('hvd_shr'), t.get('hvd'))}" if shr else ""))
     # the spread over the rounds: max/min is how much faster the fastest
     # round was than the slowest
     print(f"\n# {op}: busbw GB/s over the rounds, min / median / max, and max/min (spread)")
@@ -185,8 +194,9 @@ script = [f"set terminal pngcairo size {width},{height} noenhanced font 'sans,10
           "set logscale x 2", f"set xtics ({xtics})", f"set xrange [{sizes[0] / 1.25}:{sizes[-1] * 1.25}]", "set key top left",
           "set grid", "set xlabel 'bytes'", "set ylabel 'busbw GB/s'", "set yrange [0:*]",
           "set style fill transparent solid 0.18 noborder"]
-color = {"hvd": "#1f77b4", "hvd_oop": "#9467bd", "mpi": "#d62728", "gloo": "#2ca02c"}
-name = {"hvd": "hvd", "hvd_oop": "hvd (separate output)", "mpi": "Open MPI", "gloo": "torch gloo"}
+color = {"hvd": "#1f77b4", "hvd_oop": "#9467bd", "hvd_shr": "#ff7f0e", "mpi": "#d62728", "gloo": "#2ca02c"}
+name = {"hvd": "hvd", "hvd_oop": "hvd (separate output)", "hvd_shr": "hvd (shared tensors)", "mpi": "Open MPI",
+        "gloo": "torch gloo"}
 for op, np_ in panels:
     terms = []
     for impl, i in plots.get((op, np_), []):

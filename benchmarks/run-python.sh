@@ -227,10 +227,10 @@ for mode in ("inplace", "outofplace", "shared"):
 for k in sorted(k for k in rows if k[0] == "step"):
     c = rows[k]
     print(f"\n## {k[1]} gradient step (every tensor averaged, in backward order, all in flight): ms, median [range]")
-    for impl in ("hvd", "horovod", "gloo", "ddp"):
+    for impl in ("hvd", "hvd_shared", "horovod", "gloo", "ddp"):
         if impl in c:
             v = c[impl].values()
-            print(f"  {impl:<8} {med(c[impl]):9.2f}  [{min(v):.2f}-{max(v):.2f}]")
+            print(f"  {impl:<10} {med(c[impl]):9.2f}  [{min(v):.2f}-{max(v):.2f}]")
     for peer, what in (("horovod", "Horovod (async, as DistributedOptimizer)"), ("gloo", "torch gloo, async per tensor"),
                        ("ddp", "DDP's 25 MiB buckets over gloo")):
         v, s = ratio(c, "hvd", peer)
@@ -238,6 +238,11 @@ for k in sorted(k for k in rows if k[0] == "step"):
             print(f"  hvd vs {what}: {s}")
             if peer == "horovod":
                 targets.append((f"{k[1]} step vs Horovod", v, 5.0))
+    if "hvd_shared" in c:
+        for peer in ("horovod", "hvd"):
+            v, s_ = ratio(c, "hvd_shared", peer)
+            if v is not None:
+                print(f"  hvd with shared gradients vs {'Horovod' if peer == 'horovod' else 'hvd'}: {s_}")
 for k in sorted(k for k in rows if k[0] == "train" and len(k) == 2):
     c, comp = rows[k], rows[k + ("compute",)]
     print(f"\n## training step, {k[1]} (synthetic data; compute = the same step without communication): ms, median [range]")

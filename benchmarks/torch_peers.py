@@ -27,6 +27,8 @@ What it measures (--what, comma-separated; rank 0 prints one line each):
              mode=async: allreduce_async_ of each, then synchronize each
              (what DistributedOptimizer does), for torch all_reduce with
              async_op=True per tensor, then wait and divide;
+             mode=shared (hvd only, impl=hvd_shared): async, the
+             gradients shared tensors (hvd.shared_like);
              mode=buckets (torch only): DistributedDataParallel's way,
              gradients copied into 25 MiB buckets (the first 1 MiB), one
              asynchronous all_reduce per bucket, then divided and copied back
@@ -253,11 +255,17 @@ def step(comm, args, emit):
                 buckets.ready(i)
             buckets.wait()
         ways["buckets"] = bucketed
+    if comm.impl == "hvd":
+        # the same gradients as shared tensors (DistributedOptimizer's
+        # shared_gradients=True), which the other local ranks read in place
+        shared = [comm.hvd.shared_like(g) for g in grads]
+        ways["shared"] = lambda: comm.average_async(shared, "step.shared")()
     for mode, fn in ways.items():
         fn()
         fn()
         dt = timed(comm, fn, args.steps, args.reps)
-        impl = "ddp" if mode == "buckets" else "gloo" if comm.impl == "torch" else comm.impl
+        impl = ("ddp" if mode == "buckets" else "gloo" if comm.impl == "torch"
+                else "hvd_shared" if mode == "shared" else comm.impl)
         emit(f"bench=step model={model} impl={impl} mode={mode} np={comm.size} ms={dt * 1e3:.2f} "
              f"tensors={len(grads)} mib={sum(g.numel() for g in grads) * 4 / 2**20:.1f}")
 
