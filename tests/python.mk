@@ -20,7 +20,8 @@ python_test_files = \
 	%D%/python/test_torch_join.py \
 	%D%/python/test_torch_elastic.py \
 	%D%/python/test_torch_cuda.py \
-	%D%/python/test_torch_adasum.py
+	%D%/python/test_torch_adasum.py \
+	%D%/python/test_torch_shared.py
 python_test_scripts = %D%/python/run-np2.sh %D%/python/run-np3.sh %D%/python/run-np4-adasum.sh
 EXTRA_DIST += $(python_test_files) $(python_test_scripts) %D%/python/run-pytest.sh
 if HAVE_PYTHON
