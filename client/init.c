@@ -8,6 +8,7 @@
 #include "config.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -174,10 +176,46 @@ static int solo_open(const hvd_settings_t *s) {
 
 /* ---- a job with a daemon: the join ---- */
 
+/* An elastic rank keeps its data-plane listener from one generation to
+ * the next, so the next generation's ring neighbours connect to the same
+ * address again: a copy of it stays here while the backend owns and
+ * closes its own. Whatever the last generation left queued on it is
+ * dropped before this rank enrols again (nobody of the next generation
+ * has its address yet), and a stray connection of an earlier generation
+ * that comes later is refused by its job hash (tcp.c). */
+static struct {
+        int fd;
+        char key[256]; /* what it was opened for: a change opens another */
+        char addr[sizeof G.data_addr];
+} kept_listener = { .fd = -1 };
+
+static bool listener_reuse(const char *key) {
+        if (kept_listener.fd < 0 || strcmp(kept_listener.key, key) != 0)
+                return false;
+        int fd;
+        fcntl(kept_listener.fd, F_SETFL, fcntl(kept_listener.fd, F_GETFL) | O_NONBLOCK);
+        while ((fd = accept4(kept_listener.fd, NULL, NULL, SOCK_CLOEXEC)) >= 0)
+                close(fd);
+        G.listen_fd = fcntl(kept_listener.fd, F_DUPFD_CLOEXEC, 0);
+        if (G.listen_fd < 0)
+                return false;
+        snprintf(G.data_addr, sizeof G.data_addr, "%s", kept_listener.addr);
+        return true;
+}
+
+static void listener_keep(const char *key) {
+        if (kept_listener.fd >= 0)
+                close(kept_listener.fd);
+        kept_listener.fd = fcntl(G.listen_fd, F_DUPFD_CLOEXEC, 0);
+        snprintf(kept_listener.key, sizeof kept_listener.key, "%s", key);
+        snprintf(kept_listener.addr, sizeof kept_listener.addr, "%s", G.data_addr);
+}
+
 /* The address other hosts reach this rank at: HVD_DATA_ADDR, else the
  * local address of the route to the root daemon, else this host's name
  * resolved, else loopback (hosts emulated on one machine); and the
- * listener there, on a port of HVD_DATA_PORT. */
+ * listener there, on a port of HVD_DATA_PORT (an elastic rank's of the
+ * generation before, where it was opened alike). */
 static int listener_open(const hvd_settings_t *s) {
         const char *ip = s->data_addr;
         char resolved[64] = "127.0.0.1", adv_host[64] = "";
@@ -195,13 +233,19 @@ static int listener_open(const hvd_settings_t *s) {
                         hvd_tcp_resolve(s->hostname, resolved, sizeof resolved);
         }
         const char *bind_ip = adv_port ? "" : ip ? ip : "";
-        G.listen_fd = hvd_tcp_listen(bind_ip, s->data_port_lo, s->data_port_hi,
-                                     adv_port ? adv_host
-                                     : ip     ? ip
-                                              : resolved,
-                                     adv_port, G.data_addr, sizeof G.data_addr);
-        if (G.listen_fd >= 0)
+        const char *advertised = adv_port ? adv_host : ip ? ip : resolved;
+        char key[256];
+        snprintf(key, sizeof key, "%s|%u|%u|%s|%u", bind_ip, (unsigned) s->data_port_lo, (unsigned) s->data_port_hi,
+                 advertised, adv_port);
+        if (s->elastic && listener_reuse(key))
                 return 0;
+        G.listen_fd = hvd_tcp_listen(bind_ip, s->data_port_lo, s->data_port_hi, advertised, adv_port, G.data_addr,
+                                     sizeof G.data_addr);
+        if (G.listen_fd >= 0) {
+                if (s->elastic)
+                        listener_keep(key);
+                return 0;
+        }
         int r = G.listen_fd;
         if (r == -EADDRINUSE && s->data_port)
                 return hvd_error(r, "cannot open the data-plane listener: no free port in HVD_DATA_PORT=%s",

@@ -24,6 +24,13 @@ for old_new in 0:0 2:1 3:2; do
                 fail "rank ${old_new%:*} (pid $pid) is not rank ${old_new#*:} of generation 2"
 done
 [ "$(gen_lines 2 | field sync | sort -u)" = 1 ] || fail "generation 2 does not sync on every rank"
+# each survivor listens on the same one data-plane port in both generations
+for r in 0 2 3; do
+        pid=$(gen_lines 1 | grep " rank=$r " | field pid)
+        l1=$(gen_lines 1 | grep " pid=$pid " | field listen) l2=$(gen_lines 2 | grep " pid=$pid " | field listen)
+        case $l1 in '' | - | *,*) fail "rank $r (pid $pid) of generation 1 listens on '$l1', not one port" ;; esac
+        [ "$l2" = "$l1" ] || fail "rank $r (pid $pid) listens on '$l2' in generation 2, on '$l1' in generation 1"
+done
 check_results 3
 grep -q 'RESULT .*resets=1' "$tmp/out" || fail "the survivors did not reset once"
 "$PYTHON" - "$weights" "$reference" <<'PY' || fail "weights $weights differ from the uninterrupted run's $reference"

@@ -19,8 +19,9 @@ Environment:
   ELASTIC_TUNE     1: each rank reports the autotuner's values in force
                    (hvd_tuning_get) as each generation starts and at its end
 Prints one line per generation:
-  ELASTIC gen=G rank=R size=S local_rank=L local_size=N cross_rank=C host=H pid=P sync=0|1 t=TIME
-(TIME: time.time() as the generation starts on that rank)
+  ELASTIC gen=G rank=R size=S local_rank=L local_size=N cross_rank=C host=H pid=P sync=0|1 t=TIME listen=PORTS
+(TIME: time.time() as the generation starts on that rank; PORTS: the TCP
+ports this process listens on, its data-plane listener, or -)
 and with ELASTIC_TUNE, one at its start and one at each rank's end:
   TUNE gen=G rank=R change=C seq=Q threshold=T cycle=U
 and at the end:
@@ -119,11 +120,30 @@ def main():
 
     state.register_reset_callbacks([on_reset])
 
+    def listening():
+        """The TCP ports this process listens on (/proc: its sockets' inodes
+        among the listening ones of its network namespace)."""
+        inodes = set()
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                target = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(target[8:-1])
+        ports = set()
+        with open("/proc/self/net/tcp") as f:
+            for line in f.readlines()[1:]:
+                c = line.split()
+                if c[3] == "0A" and c[9] in inodes:
+                    ports.add(int(c[1].rsplit(":", 1)[1], 16))
+        return ",".join(str(p) for p in sorted(ports)) or "-"
+
     def report():
         gen, sync, _ = _core.elastic_info()
         print(f"ELASTIC gen={gen} rank={hvd.rank()} size={hvd.size()} local_rank={hvd.local_rank()} "
               f"local_size={hvd.local_size()} cross_rank={hvd.cross_rank()} host={host} pid={os.getpid()} "
-              f"sync={int(sync)} t={time.time():.3f}", flush=True)
+              f"sync={int(sync)} t={time.time():.3f} listen={listening()}", flush=True)
 
     @hvd.elastic.run
     def train(state):
