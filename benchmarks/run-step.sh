@@ -288,14 +288,14 @@ if [ "$AUTOTUNE" = 1 ] && [ -z "${RAW:-}" ]; then
                         # score of the settled samples (the autotuned job's own
                         # steps once settled)
                         # and the switches it settled with (tcp_send_thread,
-                        # small_ring_chunks: 0 or 1 each)
-                        t=$(awk -F, '$9 == "settled" { if (!n++) { p = sprintf("%d %s %d", $6 * 1048576 + 0.5, $5, $8 - 1); sw = ($14 + 0) " " ($15 + 0) } v[n] = $7 }
+                        # small_ring_chunks, large_shm_chunks: 0 or 1 each)
+                        t=$(awk -F, '$9 == "settled" { if (!n++) { p = sprintf("%d %s %d", $6 * 1048576 + 0.5, $5, $8 - 1); sw = ($14 + 0) " " ($15 + 0) " " ($16 + 0) } v[n] = $7 }
                                 END { for (i = 2; i <= n; i++) for (k = i; k > 1 && v[k - 1] > v[k]; k--) { x = v[k]; v[k] = v[k - 1]; v[k - 1] = x }
                                         if (n) printf "%s %g %s", p, n % 2 ? v[(n + 1) / 2] : (v[n / 2] + v[n / 2 + 1]) / 2, sw }' "$csv")
                         tuned[$model:$np]=$t
                         [ -n "$t" ] || echo "run-step: $model np=$np: the autotuner did not settle" >&2
-                        # shellcheck disable=SC2086 # six words
-                        [ -n "$t" ] && printf 'bench=autotune impl=hvd model=%s np=%s threshold=%s cycle_ms=%s samples=%s settled_score=%s send_thread=%s small_chunks=%s\n' \
+                        # shellcheck disable=SC2086 # seven words
+                        [ -n "$t" ] && printf 'bench=autotune impl=hvd model=%s np=%s threshold=%s cycle_ms=%s samples=%s settled_score=%s send_thread=%s small_chunks=%s shm_chunks=%s\n' \
                                 "$model" "$np" $t >>"$out"
                         if [ "$HOROVOD" = 1 ]; then
                                 # Horovod's rows: its switches, cycle_time_ms, tensor_fusion_threshold
@@ -330,12 +330,13 @@ if [ "$AUTOTUNE" = 1 ] && [ -z "${RAW:-}" ]; then
 fi
 # one point of a round: IMPL (hvd, horovod) MODEL NP BYTES CYCLE_MS MODE
 # (fusion: the grid; tuned: an autotuner's point) SEND_THREAD SMALL_CHUNKS
-# (hvd's switches, 0 or 1: the settings in force unless 1); its line into
+# SHM_CHUNKS (hvd's switches, 0 or 1: the settings in force unless 1); its line into
 # $out with the round's number
 point() {
         local impl=$1 model=$2 np=$3 bytes=$4 c=$5 mode=$6 tsv=$DATA/$2.tsv sw=()
         [ "${7:-0}" = 1 ] && sw+=(HVD_TCP_SEND_THREAD=1)
         [ "${8:-0}" = 1 ] && sw+=(HVD_RING_CHUNK_BYTES=2097152)
+        [ "${9:-0}" = 1 ] && sw+=(HVD_SHM_CHUNK_BYTES=2097152)
         local xs=() v
         for v in "${sw[@]}"; do xs+=(-x "$v"); done
         if [ "$impl" = horovod ]; then
@@ -363,8 +364,8 @@ for np in $NPS; do
                                 for c in $CYCLES; do todo+=("hvd $((f << 20)) $c fusion"); done
                         done
                         if [ -n "${tuned[$model:$np]:-}" ]; then
-                                read -r tb tc _ _ tst tsc <<<"${tuned[$model:$np]}"
-                                todo+=("hvd $tb $tc tuned $tst $tsc")
+                                read -r tb tc _ _ tst tsc tsm <<<"${tuned[$model:$np]}"
+                                todo+=("hvd $tb $tc tuned $tst $tsc ${tsm:-0}")
                         fi
                         if [ "$HOROVOD" = 1 ]; then
                                 for f in $FUSIONS; do
@@ -381,8 +382,8 @@ for np in $NPS; do
                         for ((k = 0; k < n; k++)); do
                                 i=$k
                                 [ $((round % 2)) = 1 ] && i=$((n - 1 - k))
-                                read -r impl b c mode st sc <<<"${todo[$i]}"
-                                point "$impl" "$model" "$np" "$b" "$c" "$mode" "${st:-0}" "${sc:-0}"
+                                read -r impl b c mode st sc sm <<<"${todo[$i]}"
+                                point "$impl" "$model" "$np" "$b" "$c" "$mode" "${st:-0}" "${sc:-0}" "${sm:-0}"
                         done
                         if [ "$NETNS" != 1 ] && [ "$MPI" = 1 ] && [ -x "$build/benchmarks/mpi_step" ]; then
                                 mpirun --allow-run-as-root --oversubscribe -np "$np" "$build/benchmarks/mpi_step" \
@@ -451,7 +452,8 @@ def paired(r, a, b):
 
 
 def verdict(r, med, name, tuned_key, best_key, t):
-    sw = [n for n, k in (("send thread", "send_thread"), ("small chunks", "small_chunks")) if t.get(k) == "1"]
+    sw = [n for n, k in (("send thread", "send_thread"), ("small chunks", "small_chunks"),
+                         ("2 MiB shared-memory chunks", "shm_chunks")) if t.get(k) == "1"]
     sw = f" with {', '.join(sw)}" if sw else ""
     line = (f"  {name} autotuned: {int(t['threshold']) / 2**20:.2f} MiB, {t['cycle_ms']} ms{sw}"
             f" (best after {t['samples']} samples{', of ' + t['rows'] + ' rows' if 'rows' in t else ''})"

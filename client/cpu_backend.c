@@ -112,6 +112,7 @@ struct hvd_backend {
         uint64_t ring_chunk_bytes; /* most bytes of a chunk across nodes (0: half_bytes), alike on every rank */
         uint64_t direct_bytes;     /* allreduce chunks up to this size: one barrier, every rank reduces all */
         uint64_t chunk_bytes;      /* per step of the shared-memory reductions (at most half a slot) */
+        uint64_t chunk_default;    /* chunk_bytes as local rank 0 published it (the autotuner's switch off) */
         uint64_t timeout_usec;
         uint64_t step; /* selects the slot half */
         hvd_wait_check_fn check;
@@ -364,6 +365,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
         if (topo->shm_direct_bytes)
                 b->direct_bytes = topo->shm_direct_bytes;
         b->ring_chunk_bytes = topo->ring_chunk_bytes;
+        b->chunk_default = b->chunk_bytes; /* local rank 0's, for the others, below */
         /* HVD_SHM_ZERO_COPY_BYTES, likewise (0 there: off) */
         if (size > 1 && size <= ZC_MAX_LOCAL)
                 b->zc_bytes = topo->shm_zero_copy_bytes == UINT64_MAX ? 0
@@ -444,6 +446,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
                 b->direct_bytes = b->hdr->direct_bytes;
                 b->zc_bytes = b->hdr->zc_bytes;
         }
+        b->chunk_default = b->chunk_bytes;
         /* the last rank to attach removes the name: nothing is left behind
          * in /dev/shm whatever happens to the processes later */
         if (atomic_fetch_add(&b->hdr->attached, 1) + 1 == (uint32_t) size)
@@ -470,6 +473,11 @@ void hvd_backend_set_switches(hvd_backend_t *b, uint32_t switches, uint32_t fixe
                 hvd_tcp_set_send_thread(b->tcp, switches >> HVD_TUNE_SWITCH_SEND_THREAD & 1);
         if (tuned >> HVD_TUNE_SWITCH_SMALL_CHUNKS & 1)
                 b->ring_chunk_bytes = switches >> HVD_TUNE_SWITCH_SMALL_CHUNKS & 1 ? HVD_TUNE_SMALL_CHUNK_BYTES : 0;
+        /* every local rank switches at the same schedule, between two
+         * operations: all chunk the next one alike */
+        if (tuned >> HVD_TUNE_SWITCH_SHM_CHUNKS & 1)
+                b->chunk_bytes =
+                        switches >> HVD_TUNE_SWITCH_SHM_CHUNKS & 1 ? HVD_TUNE_SHM_CHUNK_BYTES : b->chunk_default;
 }
 
 void hvd_backend_abort(hvd_backend_t *b, const char *reason) {

@@ -314,6 +314,10 @@ static void tune_switches_init(const hvd_settings_t *s) {
                 fixed |= UINT32_C(1) << HVD_TUNE_SWITCH_SMALL_CHUNKS;
         if (s->ring_chunk_bytes == HVD_TUNE_SMALL_CHUNK_BYTES)
                 sw |= UINT32_C(1) << HVD_TUNE_SWITCH_SMALL_CHUNKS;
+        if (s->shm_chunk_bytes)
+                fixed |= UINT32_C(1) << HVD_TUNE_SWITCH_SHM_CHUNKS;
+        if (s->shm_chunk_bytes == HVD_TUNE_SHM_CHUNK_BYTES)
+                sw |= UINT32_C(1) << HVD_TUNE_SWITCH_SHM_CHUNKS;
         G.tune_switches = sw;
         G.tune_fixed_switches = fixed;
 }

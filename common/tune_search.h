@@ -21,21 +21,28 @@
 #define HVD_TUNE_MAX_CONFIRM         8
 
 /* hvd's categorical switches, bit k of hvd_tune_point_t.switches: knobs
- * of the data plane between nodes, tried one by one after the continuous
- * search on a job of several hosts (docs/AUTOTUNE.md). Off is the
- * default; each is fixed when its variable is set. */
+ * of the data plane, tried one by one after the continuous search (docs/
+ * AUTOTUNE.md): the first two between nodes, on a job of several hosts;
+ * the third inside a node, on a job with a host of several ranks. Off is
+ * the default; each is fixed when its variable is set. */
 #define HVD_TUNE_SWITCH_SEND_THREAD  0 /* HVD_TCP_SEND_THREAD: the ring sends on a thread of its own */
 #define HVD_TUNE_SWITCH_SMALL_CHUNKS 1 /* HVD_RING_CHUNK_BYTES: chunks across nodes of HVD_TUNE_SMALL_CHUNK_BYTES */
-#define HVD_TUNE_N_SWITCHES          2
+#define HVD_TUNE_SWITCH_SHM_CHUNKS   2 /* HVD_SHM_CHUNK_BYTES: shared-memory chunks of HVD_TUNE_SHM_CHUNK_BYTES */
+#define HVD_TUNE_N_SWITCHES          3
 #define HVD_TUNE_SMALL_CHUNK_BYTES   (UINT64_C(2) << 20)
+#define HVD_TUNE_SHM_CHUNK_BYTES     (UINT64_C(2) << 20)
+/* the switches that act between nodes, and inside one */
+#define HVD_TUNE_SWITCHES_ACROSS                                                                                       \
+        ((UINT32_C(1) << HVD_TUNE_SWITCH_SEND_THREAD) | (UINT32_C(1) << HVD_TUNE_SWITCH_SMALL_CHUNKS))
+#define HVD_TUNE_SWITCHES_INSIDE (UINT32_C(1) << HVD_TUNE_SWITCH_SHM_CHUNKS)
 
 /* The autotuner's CSV: Horovod's columns, then hvd's (docs/AUTOTUNE.md);
  * rank 0 writes the header, the root daemon the rows (daemon/autotune.c).
- * The last two are hvd's switches, 0 or 1. */
+ * The last three are hvd's switches, 0 or 1. */
 #define HVD_TUNE_CSV_HEADER                                                                                            \
         "hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,cycle_time_ms,"                   \
         "tensor_fusion_threshold,score,sample,state,best,applied_seq,generation,elastic_generation,"                   \
-        "tcp_send_thread,small_ring_chunks"
+        "tcp_send_thread,small_ring_chunks,large_shm_chunks"
 
 typedef struct hvd_tune_point {
         uint64_t threshold_bytes;

@@ -98,10 +98,11 @@ static void log_row(hvd_daemon_t *d, job_t *j, autotune_t *t, double score, bool
                 return;
         char row[256];
         uint32_t sw = t->cur.switches;
-        snprintf(row, sizeof row, "0,0,0,1,%.3f,%.4f,%.6g,%u,%s,%d,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%u,%u",
+        snprintf(row, sizeof row, "0,0,0,1,%.3f,%.4f,%.6g,%u,%s,%d,%" PRIu64 ",%" PRIu64 ",%" PRIu64 ",%u,%u,%u",
                  (double) t->cur.cycle_usec / 1e3, (double) t->cur.threshold_bytes / (1024.0 * 1024.0), score,
                  t->samples, at_state_csv[t->state], best ? 1 : 0, t->applied_seq, t->generation, t->elastic_gen,
-                 sw >> HVD_TUNE_SWITCH_SEND_THREAD & 1, sw >> HVD_TUNE_SWITCH_SMALL_CHUNKS & 1);
+                 sw >> HVD_TUNE_SWITCH_SEND_THREAD & 1, sw >> HVD_TUNE_SWITCH_SMALL_CHUNKS & 1,
+                 sw >> HVD_TUNE_SWITCH_SHM_CHUNKS & 1);
         Hvd__AutotuneRow ar = HVD__AUTOTUNE_ROW__INIT;
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
         ar.row = row;
@@ -178,9 +179,14 @@ void autotune_hello(hvd_daemon_t *d, job_t *j, const Hvd__AutotuneSpec *spec, ui
          * not the default, fixed the value */
         t->fix_threshold = spec->fixed_threshold || d->cfg.fusion_threshold_bytes != HVD_DEFAULT_FUSION_THRESHOLD;
         t->fix_cycle = spec->fixed_cycle || d->cfg.cycle_time_usec != HVD_DEFAULT_CYCLE_TIME_USEC;
-        /* the switches act between nodes only: on one host none is tried */
+        /* the switches between nodes are tried on a job of several hosts
+         * only, the one inside a node where some host has several ranks */
         uint32_t all = (UINT32_C(1) << HVD_TUNE_N_SWITCHES) - 1;
-        t->fix_switches = j->cross_size > 1 ? spec->fixed_switches & all : all;
+        t->fix_switches = spec->fixed_switches & all;
+        if (j->cross_size <= 1)
+                t->fix_switches |= HVD_TUNE_SWITCHES_ACROSS;
+        if (j->size <= j->cross_size)
+                t->fix_switches |= HVD_TUNE_SWITCHES_INSIDE;
         t->cur = (hvd_tune_point_t){ .threshold_bytes = j->fusion_threshold,
                                      .cycle_usec = j->cycle_time_usec,
                                      .switches = spec->switches & all };

@@ -330,7 +330,8 @@ int hvd_stop_timeline(void);
  * schedule number the last one applied at (every rank applies each change
  * at the same schedule), and the fusion threshold and cycle time in force
  * since, and the data plane's switches in force (bit 0: the TCP ring's
- * send thread, bit 1: small chunks across nodes; docs/AUTOTUNE.md). Returns 0 (*out filled), -EINVAL (out NULL) or
+ * send thread, bit 1: small chunks across nodes, bit 2: 2 MiB shared-memory
+ * chunks on a host; docs/AUTOTUNE.md). Returns 0 (*out filled), -EINVAL (out NULL) or
  * HVD_ENOTINIT. Thread-safe. */
 typedef struct hvd_tuning {
         uint64_t generation;

@@ -28,7 +28,7 @@ ok() { echo "ok: $*"; }
 export HVD_RUNTIME_DIR="$tmp/none" # no system daemon: hvdrun starts its own
 header="hierarchical_allreduce,hierarchical_allgather,torus_allreduce,cache_enabled,cycle_time_ms,\
 tensor_fusion_threshold,score,sample,state,best,applied_seq,generation,elastic_generation,\
-tcp_send_thread,small_ring_chunks"
+tcp_send_thread,small_ring_chunks,large_shm_chunks"
 
 # bad settings fail hvd_init at once, naming the variable and its value
 for bad in "HVD_AUTOTUNE=maybe" "HVD_AUTOTUNE_WARMUP_SAMPLES=0" "HOROVOD_AUTOTUNE_STEPS_PER_SAMPLE=x" \
@@ -94,7 +94,7 @@ path, tune, header = sys.argv[1:]
 lines = open(path).read().splitlines()
 assert lines[0] == header, "header: %r" % lines[0]
 rows = [dict(zip(header.split(","), l.split(","))) for l in lines[1:]]
-assert all(len(l.split(",")) == 15 for l in lines[1:]), "a row of the wrong width"
+assert all(len(l.split(",")) == 16 for l in lines[1:]), "a row of the wrong width"
 assert [int(r["sample"]) for r in rows] == list(range(1, len(rows) + 1)), "samples not numbered 1..N"
 assert len(rows) >= 2 + 12, "only %d samples" % len(rows)
 assert [r["state"] for r in rows[:2]] == ["warmup", "warmup"], "no warm-up rows first"
@@ -107,7 +107,7 @@ changes = {}
 for l in open(tune):
     f = l.split()
     changes[int(f[1])] = (int(f[3]), int(f[5]), int(f[7]), int(f[9]))
-SWITCHES = ("tcp_send_thread", "small_ring_chunks")
+SWITCHES = ("tcp_send_thread", "small_ring_chunks", "large_shm_chunks")
 for r in rows:
     g = int(r["generation"])
     if g == 0 or g not in changes:
@@ -202,8 +202,11 @@ changes = {}
 for l in open(tune):
     f = l.split()
     changes[int(f[1])] = (int(f[3]), int(f[5]), int(f[7]))
-    assert f[9] == "0", "one host: a switch changed, there is nothing across nodes to switch: %s" % l
-assert all(r["tcp_send_thread"] + r["small_ring_chunks"] == "00" for r in rows), "one host: a switch was tried"
+    assert int(f[9]) & 3 == 0, "one host: a switch across nodes changed, there is nothing across nodes: %s" % l
+assert all(r["tcp_send_thread"] + r["small_ring_chunks"] == "00" for r in rows), "one host: a switch across nodes was tried"
+# the shared-memory chunk switch acts inside the host: tried, and applied by every rank
+assert any(r["large_shm_chunks"] == "1" for r in rows if r["state"] == "searching"), "the shm chunk switch was never tried"
+assert any(int(l.split()[9]) & 4 for l in open(tune)), "no rank applied the shm chunk switch"
 for r in rows:
     g = int(r["generation"])
     if g == 0:

@@ -388,6 +388,7 @@ static const char *fmt_switches(uint32_t sw, char *buf, size_t len) {
         static const char *const names[HVD_TUNE_N_SWITCHES] = {
                 [HVD_TUNE_SWITCH_SEND_THREAD] = "send-thread",
                 [HVD_TUNE_SWITCH_SMALL_CHUNKS] = "small-chunks",
+                [HVD_TUNE_SWITCH_SHM_CHUNKS] = "shm-chunks",
         };
         size_t o = 0;
         buf[0] = '\0';
