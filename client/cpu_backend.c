@@ -28,15 +28,13 @@
 #include "backend.h"
 #include "fastpath.h"
 #include "hvd.pb-c.h"
-#include "log.h"
-#include "shared_arena.h"
+#include "cpu_internal.h"
 #include "tcp.h"
 #include "reduce.h"
 #include "tune_search.h"
 #include "util.h"
 
 #define SHM_MAGIC           UINT64_C(0x6876645f73686d36) /* "hvd_shm6" */
-#define HEADER_BYTES        (64 * 1024)
 #define CHECK_INTERVAL_USEC (20 * USEC_PER_MSEC)
 #define SPIN_USEC           50
 #define SPIN_MIN_USEC       4
@@ -55,103 +53,7 @@
  * other slots of a chunk of up to DIRECT_OVERSUB_BYTES. */
 #define DIRECT_BYTES         (64 * 1024)
 #define DIRECT_OVERSUB_BYTES (UINT64_C(1) << 20)
-#define HVD_MAX_SET_LOCAL    4096
 #define HVD_RING_MAX_STEPS   2048 /* 2(C-1) steps: up to 1025 nodes */
-/* Allreduces of shared tensors (hvd_shared_alloc) on every local rank read
- * each other's inputs in place from this size on (HVD_SHM_ZERO_COPY_BYTES),
- * with up to ZC_MAX_LOCAL ranks on the node: four barriers an operation,
- * against one a chunk, so small ones keep the chunked path. */
-#define ZC_BYTES     (UINT64_C(1) << 20)
-#define ZC_MAX_LOCAL 64
-
-typedef struct shm_barrier {
-        _Alignas(64) _Atomic uint32_t count;
-        _Alignas(64) _Atomic uint32_t gen;
-        _Atomic uint32_t waiters;
-} shm_barrier_t;
-
-/* A rank's word on the allreduce at hand (zero-copy path): written before
- * the operation's first barrier, read after it; by the step's parity, like
- * the slot halves. */
-typedef struct zc_entry {
-        hvd_arena_id_t id; /* the rank's arena (its members' offsets in it: in its slot) */
-        uint32_t shared;   /* 1: every member's input and output in the arena */
-        uint32_t mapped;   /* 1: it mapped every other rank's arena (after the first barrier) */
-} zc_entry_t;
-
-typedef struct shm_header {
-        _Atomic uint64_t magic;
-        uint32_t local_size;
-        uint64_t slot_bytes;
-        uint64_t chunk_bytes;  /* set by local rank 0: every rank chunks alike */
-        uint64_t direct_bytes; /* likewise: every rank takes the same path */
-        uint64_t zc_bytes;     /* likewise: the zero-copy path's smallest operation, 0: off */
-        _Atomic uint32_t attached;
-        _Atomic uint32_t aborted;
-        char abort_reason[512];
-        shm_barrier_t bar;                           /* all local ranks */
-        shm_barrier_t set_bar[HVD_MAX_PROCESS_SETS]; /* by process set id */
-        _Atomic int32_t cpu[HVD_MAX_SET_LOCAL];      /* by local rank: 1 + its CPU at its last barrier, 0: none yet */
-        zc_entry_t zc[2][ZC_MAX_LOCAL];              /* by step parity, local rank */
-} shm_header_t;
-_Static_assert(sizeof(shm_header_t) <= HEADER_BYTES, "shm header too large");
-
-/* The ranks taking part in one operation: all local ranks, or the members
- * of a process set (which use their own barrier and slot region, and fence
- * every step with a trailing barrier). */
-typedef struct view {
-        int me, size;           /* my index among the members, member count */
-        const uint32_t *member; /* member index → local rank; NULL = identity */
-        shm_barrier_t *bar;
-        bool set;
-} view_t;
-
-struct hvd_backend {
-        int rank, size;
-        uint64_t slot_bytes, half_bytes, stride_bytes;
-        uint64_t ring_chunk_bytes; /* most bytes of a chunk across nodes (0: half_bytes), alike on every rank */
-        uint64_t direct_bytes;     /* allreduce chunks up to this size: one barrier, every rank reduces all */
-        uint64_t chunk_bytes;      /* per step of the shared-memory reductions (at most half a slot) */
-        uint64_t chunk_default;    /* chunk_bytes as local rank 0 published it (the autotuner's switch off) */
-        uint64_t timeout_usec;
-        uint64_t step; /* selects the slot half */
-        hvd_wait_check_fn check;
-        void *userdata;
-        shm_header_t *hdr;
-        uint8_t *base;
-        uint8_t *private_base; /* one rank on this node, several nodes */
-        void *board;           /* the fast path's readiness board (after the header), or NULL */
-        size_t map_bytes;
-        int spin;
-        uint64_t spin_usec; /* the barrier's current spin bound (adaptive) */
-        const void **srcs;  /* [size] scratch for reductions */
-        uint64_t zc_bytes;  /* zero-copy allreduces from this size (0: never) */
-        struct peer_arena {
-                hvd_arena_id_t id;
-                const uint8_t *base; /* mapped read-only, or NULL */
-        } * peers;                   /* [size] when size <= ZC_MAX_LOCAL */
-        bool zc_warned;
-        /* several nodes */
-        int g_rank, g_size, cross_rank, cross_size;
-        int lmin; /* smallest local size of any node: ranks below it drive the network */
-        int lmax; /* largest: 1 when every node has one rank */
-        int *rank_cross, *rank_local;
-        int *node_peer; /* [cross_size]: rank with my local rank on each node (-1: none) */
-        hvd_tcp_t *tcp;
-        struct ring *ring; /* the TCP ring's state, allocated on first use */
-        uint64_t *mend;    /* [mend_cap]: the ring's member ends (grows, never shrinks) */
-        size_t mend_cap;
-        uint8_t *scratch; /* grows, never shrinks: no allocation per operation once warm */
-        size_t scratch_bytes;
-        /* reducescatter across nodes: the whole reduced buffer and the
-         * members pointing into it (grow, never shrink, like scratch) */
-        uint8_t *rs_full;
-        size_t rs_full_bytes;
-        hvd_xmember_t *rs_m;
-        size_t rs_m_cap;
-        uint32_t set_local[HVD_MAX_SET_LOCAL];
-};
-
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
         return syscall(SYS_futex, (uint32_t *) addr, op, val, ts, NULL, 0);
 }
@@ -201,7 +103,7 @@ static void spin_adapt(hvd_backend_t *b, uint64_t spin_start) {
 /* Generation barrier over the view's members. Spins briefly (only when
  * every rank has a core), then sleeps on a futex; checks the abort flag, the
  * caller's check function and the deadline while it waits. */
-static int barrier(hvd_backend_t *b, const view_t *v, const char *what, char *err, size_t err_len) {
+int hvd_cpu_barrier(hvd_backend_t *b, const view_t *v, const char *what, char *err, size_t err_len) {
         shm_barrier_t *h = v->bar;
         if (v->size == 1)
                 return 0;
@@ -523,17 +425,11 @@ void hvd_backend_destroy(hvd_backend_t **bp) {
 
 /* ---- operations ---- */
 
-static inline uint8_t *slot_of(hvd_backend_t *b, const view_t *v, int k) {
-        int local = v->member ? (int) v->member[k] : k;
-        uint8_t *slot = b->base + (size_t) local * b->stride_bytes;
-        return v->set ? slot + b->slot_bytes : slot + (b->step & 1) * b->half_bytes;
-}
-
 /* Ends a step: the global view alternates halves (see the invariant at the
  * top); a process set has one region and fences it. */
 static int end_step(hvd_backend_t *b, const view_t *v, const char *what, char *err, size_t err_len) {
         if (v->set)
-                return barrier(b, v, what, err, err_len);
+                return hvd_cpu_barrier(b, v, what, err, err_len);
         b->step++;
         return 0;
 }
@@ -677,8 +573,8 @@ static void segment_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
 /* Chunk [c0, c0 + cl) of the inputs into my slot: the whole chunk, or, on
  * the segment path, all but my segment [s0, s1), which goes straight from
  * my inputs. */
-static void copy_in(const hvd_xop_t *op, uint8_t *mine, uint64_t c0, uint64_t cl, uint64_t s0, uint64_t s1, bool direct,
-                    size_t es) {
+void hvd_cpu_copy_in(const hvd_xop_t *op, uint8_t *mine, uint64_t c0, uint64_t cl, uint64_t s0, uint64_t s1,
+                     bool direct, size_t es) {
         hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
         if (direct)
                 chunk_copy_in(op, mine, c0, cl, es);
@@ -687,192 +583,6 @@ static void copy_in(const hvd_xop_t *op, uint8_t *mine, uint64_t c0, uint64_t cl
                 chunk_copy_in(op, mine + s1 * es, c0 + s1, cl - s1, es);
         }
         hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
-}
-
-/* Local rank k's arena, mapped read-only (once per arena), or NULL with a
- * warning the first time one cannot be mapped. */
-static const uint8_t *peer_arena(hvd_backend_t *b, int k, const hvd_arena_id_t *id) {
-        struct peer_arena *p = &b->peers[k];
-        if (p->base && p->id.pid == id->pid && p->id.nonce == id->nonce)
-                return p->base;
-        if (p->base)
-                munmap((void *) p->base, p->id.bytes);
-        p->base = NULL;
-        char path[64];
-        snprintf(path, sizeof path, "/proc/%d/fd/%d", (int) id->pid, (int) id->fd);
-        int fd = open(path, O_RDONLY | O_CLOEXEC);
-        struct stat st;
-        void *q = MAP_FAILED;
-        if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t) st.st_size >= id->bytes)
-                q = mmap(NULL, id->bytes, PROT_READ, MAP_SHARED | MAP_NORESERVE, fd, 0);
-        int e = errno;
-        if (fd >= 0)
-                close(fd);
-        if (q == MAP_FAILED) {
-                if (!b->zc_warned)
-                        hvd_log_warning("cannot map local rank %d's shared tensors (%s: %s): allreduces of shared "
-                                        "tensors copy them as others do",
-                                        k, path, strerror(e));
-                b->zc_warned = true;
-                return NULL;
-        }
-        p->base = q;
-        p->id = *id;
-        return p->base;
-}
-
-/* Where a member tensor lives in its rank's arena (zero-copy path). */
-typedef struct zc_member {
-        uint64_t in_off, out_off;
-} zc_member_t;
-
-/* Whether every member's input and output lie in this process's arena;
- * their offsets into d[] and the arena into *id. */
-static bool zc_describe(const hvd_xop_t *op, size_t es, zc_member_t *d, hvd_arena_id_t *id) {
-        for (size_t i = 0; i < op->n; i++) {
-                const hvd_xmember_t *m = &op->m[i];
-                size_t bytes = m->count * es;
-                if (!m->in || !m->out || !hvd_arena_find(m->in, bytes, &d[i].in_off, id) ||
-                    !hvd_arena_find(m->out, bytes, &d[i].out_off, id))
-                        return false;
-        }
-        return true;
-}
-
-/* Maps every other rank's arena and checks its members' offsets lie in it. */
-static bool zc_map(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, const zc_entry_t *e, size_t es) {
-        for (int k = 0; k < v->size; k++) {
-                if (k == v->me)
-                        continue;
-                const hvd_arena_id_t *id = &e[k].id;
-                if (!peer_arena(b, k, id))
-                        return false;
-                const zc_member_t *d = (const zc_member_t *) slot_of(b, v, k);
-                for (size_t i = 0; i < op->n; i++) {
-                        uint64_t bytes = op->m[i].count * es;
-                        if (d[i].in_off > id->bytes || bytes > id->bytes - d[i].in_off || d[i].out_off > id->bytes ||
-                            bytes > id->bytes - d[i].out_off)
-                                return false;
-                }
-        }
-        return true;
-}
-
-/* Segment [a, z) of the fused element space, reduced from every rank's
- * inputs into my outputs. */
-static void zc_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t a, uint64_t z, size_t es,
-                      double post, bool stream) {
-        uint64_t off = 0;
-        for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
-                const hvd_xmember_t *m = &op->m[i];
-                uint64_t x0 = HVD_MAX(off, a), x1 = HVD_MIN(off + m->count, z);
-                if (x0 >= x1)
-                        continue;
-                uint64_t at = (x0 - off) * es;
-                for (int k = 0; k < v->size; k++) {
-                        const zc_member_t *d = (const zc_member_t *) slot_of(b, v, k);
-                        b->srcs[k] = k == v->me ? (const uint8_t *) m->in + at : b->peers[k].base + d[i].in_off + at;
-                }
-                (stream ? hvd_reduce_n_stream : hvd_reduce_n)(op->dtype, op->reduce_op, (uint8_t *) m->out + at,
-                                                              b->srcs, (size_t) v->size, x1 - x0, post);
-        }
-}
-
-/* Segment [a, z), which rank k reduced, from its outputs into mine. */
-static void zc_gather(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, int k, uint64_t a, uint64_t z,
-                      size_t es) {
-        const zc_member_t *d = (const zc_member_t *) slot_of(b, v, k);
-        uint64_t off = 0;
-        for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
-                const hvd_xmember_t *m = &op->m[i];
-                uint64_t x0 = HVD_MAX(off, a), x1 = HVD_MIN(off + m->count, z);
-                if (x0 < x1)
-                        memcpy((uint8_t *) m->out + (x0 - off) * es, b->peers[k].base + d[i].out_off + (x0 - off) * es,
-                               (x1 - x0) * es);
-        }
-}
-
-/* The zero-copy allreduce, when the operation allows it (see zc_eligible):
- * each rank posts whether its members' inputs and outputs are all shared
- * tensors (and where, in its slot, which it needs for nothing else then),
- * copying the first chunk into its slot as usual where they are not; after
- * the barrier every rank sees every post. When all are shared and mapped,
- * each rank reduces its segment of the fused element space straight from
- * the others' inputs into its outputs, and after a barrier copies the
- * others' segments from their outputs into its own: each byte read about
- * half as often as through the slots, and four barriers instead of one a
- * chunk. (A rank's writes never touch what the others read in the same
- * phase: in the first it writes only its own segment of its own outputs,
- * which the others read in the second; in the second only the others'
- * segments of its own outputs, which nobody reads; the last barrier keeps
- * its outputs from being handed back while the others still read them.)
- * Otherwise the ranks that skipped the copy make it, and after one more
- * barrier the chunked path goes on. Returns 1: the operation is done; 0:
- * the first chunk is in the slots and its barrier passed; < 0: an error. */
-static int zero_copy(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t total, uint64_t cl, uint64_t s0,
-                     uint64_t s1, bool direct, size_t es, double post, bool stream, char *err, size_t err_len) {
-        uint8_t *mine = slot_of(b, v, v->me);
-        zc_entry_t *e = b->hdr->zc[b->step & 1];
-        hvd_arena_id_t id;
-        bool shared = zc_describe(op, es, (zc_member_t *) mine, &id);
-        e[v->me].shared = shared;
-        if (shared)
-                e[v->me].id = id;
-        else
-                copy_in(op, mine, 0, cl, s0, s1, direct, es);
-        int r;
-        if ((r = barrier(b, v, op->name, err, err_len)) < 0)
-                return r;
-        int n_shared = 0;
-        for (int k = 0; k < v->size; k++)
-                n_shared += e[k].shared != 0;
-        if (n_shared == 0)
-                return 0;
-        if (n_shared == v->size) {
-                bool ok = zc_map(b, v, op, e, es);
-                e[v->me].mapped = ok;
-                if ((r = barrier(b, v, op->name, err, err_len)) < 0)
-                        return r;
-                for (int k = 0; k < v->size; k++)
-                        ok = ok && e[k].mapped;
-                if (ok) {
-                        uint64_t seg = ((total + (uint64_t) v->size - 1) / (uint64_t) v->size + 15) & ~UINT64_C(15);
-                        uint64_t a = HVD_MIN((uint64_t) v->me * seg, total);
-                        zc_reduce(b, v, op, a, HVD_MIN(a + seg, total), es, post, stream);
-                        if ((r = barrier(b, v, op->name, err, err_len)) < 0)
-                                return r;
-                        hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
-                        for (int k = 0; k < v->size; k++) {
-                                uint64_t ka = HVD_MIN((uint64_t) k * seg, total);
-                                if (k != v->me)
-                                        zc_gather(b, v, op, k, ka, HVD_MIN(ka + seg, total), es);
-                        }
-                        if ((r = barrier(b, v, op->name, err, err_len)) < 0)
-                                return r;
-                        b->step++;
-                        static _Atomic bool said;
-                        if (!atomic_exchange(&said, true))
-                                hvd_log_notice("allreduce %s: shared tensors on all %d local ranks, read in place",
-                                               op->name, v->size);
-                        return 1;
-                }
-        }
-        /* not every rank's tensors are shared, or not every arena mapped */
-        if (shared)
-                copy_in(op, mine, 0, cl, s0, s1, direct, es);
-        if ((r = barrier(b, v, op->name, err, err_len)) < 0)
-                return r;
-        return 0;
-}
-
-/* Whether an allreduce may take the zero-copy path: alike on every rank
- * (the operation, the view and the published threshold are), so all post
- * and barrier alike. Unscaled inputs (the copy in applies the prescale),
- * all the node's ranks, members few enough for their offsets to fit a
- * slot. */
-static bool zc_eligible(const hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t total, size_t es) {
-        return b->zc_bytes && b->peers && !v->set && op->kind == HVD__KIND__KIND_ALLREDUCE && op->prescale == 1.0 &&
-               total * es >= b->zc_bytes && v->size == b->size && op->n * sizeof(zc_member_t) <= b->half_bytes;
 }
 
 /* Operations from this size on write their outputs with non-temporal
@@ -903,7 +613,7 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
         bool rs = op->kind == HVD__KIND__KIND_REDUCESCATTER;
         /* outputs larger than the caches are written around them */
         bool stream = total * es >= STREAM_BYTES;
-        bool zc = zc_eligible(b, v, op, total, es);
+        bool zc = hvd_zc_eligible(b, v, op, total, es);
         int r;
         for (uint64_t c0 = 0; c0 < total; c0 += chunk) {
                 uint64_t cl = HVD_MIN(chunk, total - c0);
@@ -915,11 +625,11 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                 seg = (seg + 15) & ~UINT64_C(15);
                 uint64_t s0 = HVD_MIN((uint64_t) v->me * seg, cl), s1 = HVD_MIN(s0 + seg, cl);
                 if (c0 == 0 && zc) {
-                        if ((r = zero_copy(b, v, op, total, cl, s0, s1, direct, es, post, stream, err, err_len)) != 0)
+                        if ((r = hvd_zc_run(b, v, op, total, cl, s0, s1, direct, es, post, stream, err, err_len)) != 0)
                                 return r < 0 ? r : 0;
                 } else {
-                        copy_in(op, mine, c0, cl, s0, s1, direct, es);
-                        if ((r = barrier(b, v, op->name, err, err_len)) < 0)
+                        hvd_cpu_copy_in(op, mine, c0, cl, s0, s1, direct, es);
+                        if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
                                 return r;
                 }
                 if (rs) {
@@ -953,7 +663,7 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                 /* reduce my segment (the others' slots and my inputs) into my
                  * outputs and my slot */
                 segment_reduce(b, v, op, c0, s0, s1, es, post);
-                if ((r = barrier(b, v, op->name, err, err_len)) < 0)
+                if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
                 /* copy out: segment k of the result lives in slot k */
                 hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
@@ -1068,7 +778,7 @@ static int execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                         }
                 }
                 hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
-                if ((r = barrier(b, v, op->name, err, err_len)) < 0)
+                if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
                 hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
                 for (int j = 0; j < size; j++) {
@@ -1360,7 +1070,7 @@ static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop
                 hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
                 chunk_copy_in(op, mine, c0, cl, es);
                 hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
-                if ((r = barrier(b, v, op->name, err, err_len)) < 0)
+                if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
                 uint64_t sl = (cl + (uint64_t) b->lmin - 1) / (uint64_t) b->lmin;
                 sl = (sl + 15) & ~UINT64_C(15);
@@ -1383,7 +1093,7 @@ static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop
                                 }
                         }
                 }
-                if ((r = barrier(b, v, op->name, err, err_len)) < 0)
+                if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
                 hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
                 chunk_copy_out(b, v, op, c0, cl, sl, es, -1);
@@ -1653,7 +1363,7 @@ static int execute_alltoall_multi(hvd_backend_t *b, const hvd_xop_t *op, char *e
  * node among the first local ranks (every node hears from every other),
  * local barrier. */
 static int barrier_multi(hvd_backend_t *b, const view_t *v, char *err, size_t err_len) {
-        int r = barrier(b, v, "barrier", err, err_len);
+        int r = hvd_cpu_barrier(b, v, "barrier", err, err_len);
         if (r < 0)
                 return r;
         if (v->me == 0) {
@@ -1664,7 +1374,7 @@ static int barrier_multi(hvd_backend_t *b, const view_t *v, char *err, size_t er
                         return r;
                 }
         }
-        return barrier(b, v, "barrier", err, err_len);
+        return hvd_cpu_barrier(b, v, "barrier", err, err_len);
 }
 
 static int execute_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
@@ -1728,7 +1438,7 @@ int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t
         if (b->cross_size > 1 && !v.set)
                 return execute_multi(b, &v, op, err, err_len);
         if (op->kind == HVD__KIND__KIND_BARRIER)
-                return barrier(b, &v, "barrier", err, err_len);
+                return hvd_cpu_barrier(b, &v, "barrier", err, err_len);
         if (v.size == 1)
                 return execute_solo(op);
         switch (op->kind) {

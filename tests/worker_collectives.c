@@ -551,15 +551,18 @@ static void scenario_shared(void) {
         shared_case("after", HVD_FLOAT32, HVD_REDUCE_SUM, 9u << 20, false, true, true);
 }
 
-/* Shared tensors in flight together, each below the zero-copy threshold:
- * fused, the operation reads them in place as one (every member shared on
- * every rank), or takes the usual path (one member not shared on rank 0).
- * Exact results, out-of-place inputs untouched. */
+/* Shared tensors in one group, each below the zero-copy threshold: fused
+ * (a group is released whole, its 2.6 MB under the 4 MiB threshold), the
+ * operation reads them in place as one (every member shared on every
+ * rank), or takes the usual path (one member not shared on rank 0). Exact
+ * results, out-of-place inputs untouched. */
 static void shared_fused_round(const char *tag, bool in_place, bool mixed) {
         enum { N_T = 8 };
         ar_case_t k[N_T];
         void *in[N_T], *out[N_T];
         bool heap[N_T];
+        hvd_request_t q[N_T];
+        int64_t shape[N_T][1];
         for (int i = 0; i < N_T; i++) {
                 size_t n = 75000 + (size_t) i * 13;
                 hvd_dtype_t dt = i % 3 == 2 ? HVD_FLOAT64 : HVD_FLOAT32;
@@ -572,20 +575,21 @@ static void shared_fused_round(const char *tag, bool in_place, bool mixed) {
                 heap[i] = mixed && rank == 0 && i == 3;
                 in[i] = heap[i] ? make_buf(dt, n, ar_gen, &k[i].in_ctx) : shared_buf(dt, n, ar_gen, &k[i].in_ctx);
                 out[i] = in_place ? in[i] : heap[i] ? xmalloc(n * hvd_dtype_size(dt)) : shared_buf(dt, n, NULL, NULL);
-                hvd_request_t q = HVD_REQUEST_INIT;
-                q.name = k[i].name;
-                q.input = in[i];
-                q.output = out[i];
-                q.dtype = dt;
-                q.ndim = 1;
-                int64_t shape[1] = { (int64_t) n };
-                q.shape = shape;
-                q.reduce_op = HVD_REDUCE_SUM;
-                MUST(hvd_allreduce_async(&q, &k[i].h));
+                q[i] = (hvd_request_t) HVD_REQUEST_INIT;
+                q[i].name = k[i].name;
+                q[i].input = in[i];
+                q[i].output = out[i];
+                q[i].dtype = dt;
+                q[i].ndim = 1;
+                shape[i][0] = (int64_t) n;
+                q[i].shape = shape[i];
+                q[i].reduce_op = HVD_REDUCE_SUM;
         }
+        hvd_handle_t *h = NULL;
+        MUST(hvd_grouped_allreduce_async(q, N_T, &h));
+        wait_ok(h, k[0].name);
+        hvd_handle_release(&h);
         for (int i = N_T; i-- > 0;) {
-                wait_ok(k[i].h, k[i].name);
-                hvd_handle_release(&k[i].h);
                 compare(k[i].name, k[i].in_ctx.dt, out[i], k[i].n, ar_gen, &k[i].want_ctx);
                 if (!in_place)
                         compare(k[i].name, k[i].in_ctx.dt, in[i], k[i].n, ar_gen, &k[i].in_ctx);

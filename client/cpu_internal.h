@@ -1,0 +1,133 @@
+/* cpu_internal.h — what the CPU data plane's files share: the node's
+ * shared-memory segment (header, barriers, slots), the backend's state and
+ * the steps the zero-copy path (zero_copy.c) takes from cpu_backend.c.
+ * Nothing outside the CPU backend includes it. */
+#ifndef HVD_CPU_INTERNAL_H
+#define HVD_CPU_INTERNAL_H
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "backend.h"
+#include "shared_arena.h"
+#include "tcp.h"
+
+#define HEADER_BYTES      (64 * 1024)
+#define HVD_MAX_SET_LOCAL 4096
+/* Allreduces of shared tensors (hvd_shared_alloc) on every local rank read
+ * each other's inputs in place from this size on (HVD_SHM_ZERO_COPY_BYTES),
+ * with up to ZC_MAX_LOCAL ranks on the node: four barriers an operation,
+ * against one a chunk, so small ones keep the chunked path. */
+#define ZC_BYTES     (UINT64_C(1) << 20)
+#define ZC_MAX_LOCAL 64
+
+typedef struct shm_barrier {
+        _Alignas(64) _Atomic uint32_t count;
+        _Alignas(64) _Atomic uint32_t gen;
+        _Atomic uint32_t waiters;
+} shm_barrier_t;
+
+/* A rank's word on the allreduce at hand (zero-copy path): written before
+ * the operation's first barrier, read after it; by the step's parity, like
+ * the slot halves. */
+typedef struct zc_entry {
+        hvd_arena_id_t id; /* the rank's arena (its members' offsets in it: in its slot) */
+        uint32_t shared;   /* 1: every member's input and output in the arena */
+        uint32_t mapped;   /* 1: it mapped every other rank's arena (after the first barrier) */
+} zc_entry_t;
+
+typedef struct shm_header {
+        _Atomic uint64_t magic;
+        uint32_t local_size;
+        uint64_t slot_bytes;
+        uint64_t chunk_bytes;  /* set by local rank 0: every rank chunks alike */
+        uint64_t direct_bytes; /* likewise: every rank takes the same path */
+        uint64_t zc_bytes;     /* likewise: the zero-copy path's smallest operation, 0: off */
+        _Atomic uint32_t attached;
+        _Atomic uint32_t aborted;
+        char abort_reason[512];
+        shm_barrier_t bar;                           /* all local ranks */
+        shm_barrier_t set_bar[HVD_MAX_PROCESS_SETS]; /* by process set id */
+        _Atomic int32_t cpu[HVD_MAX_SET_LOCAL];      /* by local rank: 1 + its CPU at its last barrier, 0: none yet */
+        zc_entry_t zc[2][ZC_MAX_LOCAL];              /* by step parity, local rank */
+} shm_header_t;
+_Static_assert(sizeof(shm_header_t) <= HEADER_BYTES, "shm header too large");
+
+/* The ranks taking part in one operation: all local ranks, or the members
+ * of a process set (which use their own barrier and slot region, and fence
+ * every step with a trailing barrier). */
+typedef struct view {
+        int me, size;           /* my index among the members, member count */
+        const uint32_t *member; /* member index → local rank; NULL = identity */
+        shm_barrier_t *bar;
+        bool set;
+} view_t;
+
+struct hvd_backend {
+        int rank, size;
+        uint64_t slot_bytes, half_bytes, stride_bytes;
+        uint64_t ring_chunk_bytes; /* most bytes of a chunk across nodes (0: half_bytes), alike on every rank */
+        uint64_t direct_bytes;     /* allreduce chunks up to this size: one barrier, every rank reduces all */
+        uint64_t chunk_bytes;      /* per step of the shared-memory reductions (at most half a slot) */
+        uint64_t chunk_default;    /* chunk_bytes as local rank 0 published it (the autotuner's switch off) */
+        uint64_t timeout_usec;
+        uint64_t step; /* selects the slot half */
+        hvd_wait_check_fn check;
+        void *userdata;
+        shm_header_t *hdr;
+        uint8_t *base;
+        uint8_t *private_base; /* one rank on this node, several nodes */
+        void *board;           /* the fast path's readiness board (after the header), or NULL */
+        size_t map_bytes;
+        int spin;
+        uint64_t spin_usec; /* the barrier's current spin bound (adaptive) */
+        const void **srcs;  /* [size] scratch for reductions */
+        uint64_t zc_bytes;  /* zero-copy allreduces from this size (0: never) */
+        struct peer_arena {
+                hvd_arena_id_t id;
+                const uint8_t *base; /* mapped read-only, or NULL */
+        } * peers;                   /* [size] when size <= ZC_MAX_LOCAL */
+        bool zc_warned;
+        /* several nodes */
+        int g_rank, g_size, cross_rank, cross_size;
+        int lmin; /* smallest local size of any node: ranks below it drive the network */
+        int lmax; /* largest: 1 when every node has one rank */
+        int *rank_cross, *rank_local;
+        int *node_peer; /* [cross_size]: rank with my local rank on each node (-1: none) */
+        hvd_tcp_t *tcp;
+        struct ring *ring; /* the TCP ring's state, allocated on first use */
+        uint64_t *mend;    /* [mend_cap]: the ring's member ends (grows, never shrinks) */
+        size_t mend_cap;
+        uint8_t *scratch; /* grows, never shrinks: no allocation per operation once warm */
+        size_t scratch_bytes;
+        /* reducescatter across nodes: the whole reduced buffer and the
+         * members pointing into it (grow, never shrink, like scratch) */
+        uint8_t *rs_full;
+        size_t rs_full_bytes;
+        hvd_xmember_t *rs_m;
+        size_t rs_m_cap;
+        uint32_t set_local[HVD_MAX_SET_LOCAL];
+};
+
+static inline uint8_t *slot_of(hvd_backend_t *b, const view_t *v, int k) {
+        int local = v->member ? (int) v->member[k] : k;
+        uint8_t *slot = b->base + (size_t) local * b->stride_bytes;
+        return v->set ? slot + b->slot_bytes : slot + (b->step & 1) * b->half_bytes;
+}
+
+/* cpu_backend.c: the barrier of the view's members; chunk [c0, c0 + cl)
+ * of the inputs into my slot (all of it, or all but my segment [s0, s1)) */
+int hvd_cpu_barrier(hvd_backend_t *b, const view_t *v, const char *what, char *err, size_t err_len);
+void hvd_cpu_copy_in(const hvd_xop_t *op, uint8_t *mine, uint64_t c0, uint64_t cl, uint64_t s0, uint64_t s1,
+                     bool direct, size_t es);
+
+/* zero_copy.c: whether an allreduce may take the zero-copy path (alike on
+ * every rank), and the path itself (1: done, 0: the chunked path goes on
+ * with the first chunk in the slots, < 0: an error) */
+bool hvd_zc_eligible(const hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t total, size_t es);
+int hvd_zc_run(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t total, uint64_t cl, uint64_t s0,
+               uint64_t s1, bool direct, size_t es, double post, bool stream, char *err, size_t err_len);
+
+#endif
