@@ -141,7 +141,7 @@ static void zc_gather(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, in
  * barrier the chunked path goes on. Returns 1: the operation is done; 0:
  * the first chunk is in the slots and its barrier passed; < 0: an error. */
 int hvd_zc_run(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t total, uint64_t cl, uint64_t s0,
-                     uint64_t s1, bool direct, size_t es, double post, bool stream, char *err, size_t err_len) {
+               uint64_t s1, bool direct, size_t es, double post, bool stream, char *err, size_t err_len) {
         uint8_t *mine = slot_of(b, v, v->me);
         zc_entry_t *e = b->hdr->zc[b->step & 1];
         hvd_arena_id_t id;
@@ -205,4 +205,3 @@ bool hvd_zc_eligible(const hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
         return b->zc_bytes && b->peers && !v->set && op->kind == HVD__KIND__KIND_ALLREDUCE && op->prescale == 1.0 &&
                total * es >= b->zc_bytes && v->size == b->size && op->n * sizeof(zc_member_t) <= b->half_bytes;
 }
-
