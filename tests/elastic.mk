@@ -9,7 +9,7 @@ elastic_tests = %D%/test-elastic-fail.sh %D%/test-elastic-host.sh %D%/test-elast
 	%D%/test-elastic-grow.sh %D%/test-elastic-tune.sh %D%/test-elastic-tf.sh \
 	%D%/test-elastic-hang.sh %D%/test-elastic-timeline.sh %D%/test-elastic-join.sh \
 	%D%/test-elastic-warm.sh %D%/test-elastic-ssh.sh %D%/test-elastic-keras-fit.sh
-EXTRA_DIST += $(elastic_tests) %D%/elastic/lib.sh %D%/elastic/train.py %D%/elastic/train_tf.py %D%/elastic/fit_keras.py %D%/elastic/discover.sh docs/ELASTIC.md
+EXTRA_DIST += $(elastic_tests) %D%/elastic/lib.sh %D%/elastic/train.py %D%/elastic/train_tf.py %D%/elastic/fit_keras.py %D%/elastic/tf_python.sh %D%/elastic/discover.sh docs/ELASTIC.md
 if HAVE_PYTHON
 TESTS += $(elastic_tests)
 endif

@@ -12,18 +12,9 @@
 # without the op library or a Python with TensorFlow.
 B=${HVD_BUILDDIR:?HVD_BUILDDIR must point at the build tree}
 S=${HVD_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-if [ ! -f "$B/python-binding/pkg/hvd/tensorflow/hvd_tf_ops.so" ]; then
-        echo "SKIP: hvd was configured without TensorFlow, so its op library is not built (configure --with-tensorflow=PYTHON)"
-        exit 77
-fi
-PYTHON=${HVD_TF_PYTHON:-}
-if [ -z "$PYTHON" ] || ! "$PYTHON" -c 'import tensorflow, keras, numpy' >/dev/null 2>&1; then
-        venv=$("$S/scripts/venv-tf.sh") || {
-                echo "SKIP: no Python with TensorFlow: scripts/venv-tf.sh could not make one"
-                exit 77
-        }
-        PYTHON=$venv/bin/python
-fi
+TF_IMPORTS="tensorflow, keras, numpy"
+# shellcheck source=tests/elastic/tf_python.sh
+. "$S/tests/elastic/tf_python.sh"
 ELASTIC_TRAIN=fit_keras.py ELASTIC_NEEDS=keras
 export TF_CPP_MIN_LOG_LEVEL=3 KERAS_BACKEND=tensorflow
 . "$S/tests/elastic/lib.sh"

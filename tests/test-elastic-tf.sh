@@ -9,18 +9,8 @@
 # the op library or a Python with TensorFlow.
 B=${HVD_BUILDDIR:?HVD_BUILDDIR must point at the build tree}
 S=${HVD_SRCDIR:-$(cd "$(dirname "$0")/.." && pwd)}
-if [ ! -f "$B/python-binding/pkg/hvd/tensorflow/hvd_tf_ops.so" ]; then
-        echo "SKIP: hvd was configured without TensorFlow, so its op library is not built (configure --with-tensorflow=PYTHON)"
-        exit 77
-fi
-PYTHON=${HVD_TF_PYTHON:-}
-if [ -z "$PYTHON" ] || ! "$PYTHON" -c 'import tensorflow, numpy' >/dev/null 2>&1; then
-        venv=$("$S/scripts/venv-tf.sh") || {
-                echo "SKIP: no Python with TensorFlow: scripts/venv-tf.sh could not make one"
-                exit 77
-        }
-        PYTHON=$venv/bin/python
-fi
+# shellcheck source=tests/elastic/tf_python.sh
+. "$S/tests/elastic/tf_python.sh"
 ELASTIC_TRAIN=train_tf.py ELASTIC_NEEDS=tensorflow
 export TF_CPP_MIN_LOG_LEVEL=3
 . "$S/tests/elastic/lib.sh"
