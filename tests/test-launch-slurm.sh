@@ -38,12 +38,6 @@ cleanup() {
 trap cleanup EXIT
 chmod 755 "$tmp"
 
-# free_port: a TCP port nothing listens on
-free_port() {
-        p=$((20000 + ($$ + $1 * 7919) % 20000))
-        while ss -ltnH "sport = :$p" 2>/dev/null | grep -q .; do p=$((p + 1)); done
-        echo $p
-}
 mungekey --create --keyfile="$tmp/munge.key" || fail "mungekey failed"
 munged --force -S "$tmp/munge.sock" --key-file="$tmp/munge.key" --log-file="$tmp/munged.log" \
         --pid-file="$tmp/munged.pid" --seed-file="$tmp/munged.seed" || fail "munged did not start"

@@ -46,12 +46,6 @@ echo "$line" | grep -q "^launch_torch: identical weights on all 2 ranks on 1 nod
 [ -z "$(ls -A "$tmp/hvd-$(id -u)")" ] || fail "job directories left behind" "$(ls -la "$tmp/hvd-$(id -u)")"
 echo "ok: torchrun --standalone --nproc-per-node=2: $line"
 
-# free_port N: a TCP port nothing listens on
-free_port() {
-        p=$((20000 + ($$ + $1 * 7919) % 20000))
-        while ss -ltnH "sport = :$p" 2>/dev/null | grep -q .; do p=$((p + 1)); done
-        echo $p
-}
 rdzv=$(free_port 1)
 HVD_ROOT_PORT=$(free_port 2)
 export HVD_ROOT_PORT

@@ -19,6 +19,16 @@ skip() {
 # now_ms: the wall clock in milliseconds
 now_ms() { date +%s%3N; }
 
+# free_port N: a TCP port for a server this test starts, distinct for each
+# N: below the kernel's ephemeral range (32768 and up), so no connection
+# another test makes takes it between this check and the bind, and used by
+# no socket in any state now
+free_port() {
+        _fp=$((20000 + ($$ + $1 * 7919) % 12000))
+        while ss -tanH "sport = :$_fp" 2>/dev/null | grep -q .; do _fp=$((_fp + 1)); done
+        echo "$_fp"
+}
+
 # wait_files SECONDS FILE...: wait until every FILE exists; 1 if they do not
 # within SECONDS
 wait_files() {
