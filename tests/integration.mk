@@ -3,7 +3,9 @@
 # links libhvd only), driven by the tests/test-*.sh scripts below through
 # tests/lib/launch.sh. Environment: AM_TESTS_ENVIRONMENT in tests/local.mk.
 check_PROGRAMS += %D%/worker_collectives
-%C%_worker_collectives_SOURCES = %D%/worker_collectives.c
+%C%_worker_collectives_SOURCES = %D%/worker/worker.h %D%/worker/main.c %D%/worker/common.c \
+	%D%/worker/allreduce.c %D%/worker/streams.c %D%/worker/control.c %D%/worker/contract.c \
+	%D%/worker/flows.c
 %C%_worker_collectives_LDADD = client/libhvd.la -lm
 check_PROGRAMS += %D%/worker_timeline
 %C%_worker_timeline_SOURCES = %D%/worker_timeline.c

@@ -1,0 +1,410 @@
+/* flows.c — what "all" leaves out, for the test scripts that start it on
+ * their own: long runs that a test kills or aborts (longrun,
+ * longrun-detached), a rank that shuts down early, the steady state over
+ * several nodes, a rank that stalls; and the flows that main runs before or
+ * instead of a successful hvd_init (notinit, reinit, expect-init-error). */
+#define _GNU_SOURCE
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "worker.h"
+
+/* ---- a long run, for the kill test ---- */
+
+void scenario_longrun(void) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/pid.%d", tmpdir(), rank);
+        FILE *f = fopen(path, "w");
+        if (f) {
+                fprintf(f, "%d\n", (int) getpid());
+                fclose(f);
+        }
+        enum { LN = 1000 };
+        float *x = xmalloc(LN * sizeof *x), *y = xmalloc(LN * sizeof *y);
+        uint64_t t0 = now_usec();
+        for (long it = 0;; it++) {
+                for (int i = 0; i < LN; i++)
+                        x[i] = (float) (rank + i % 10);
+                hvd_request_t q = HVD_REQUEST_INIT;
+                int64_t shape[1] = { LN };
+                q.name = "longrun";
+                q.input = x;
+                q.output = y;
+                q.ndim = 1;
+                q.shape = shape;
+                q.reduce_op = HVD_REDUCE_SUM;
+                hvd_handle_t *h = NULL;
+                int r = hvd_allreduce_async(&q, &h);
+                if (r >= 0) {
+                        r = hvd_handle_wait_timeout(h, 20 * 1000000ull);
+                        if (r == HVD_ETIMEOUT) {
+                                printf("rank %d: longrun: HUNG: iteration %ld still pending after 20 s\n", rank, it);
+                                exit(4);
+                        }
+                }
+                if (r < 0) {
+                        const char *msg = h ? hvd_handle_error(h) : hvd_last_error();
+                        printf("rank %d: longrun: %s after %ld iterations: %s\n", rank, errname(r), it, msg);
+                        /* later calls fail at once with the same cause */
+                        float z = 0;
+                        int r2 = hvd_allreduce("longrun.after", &z, &z, 1, HVD_FLOAT32, HVD_REDUCE_SUM);
+                        printf("rank %d: longrun: next call: %s: %s\n", rank, errname(r2), hvd_last_error());
+                        hvd_handle_release(&h);
+                        hvd_shutdown();
+                        exit(3);
+                }
+                for (int i = 0; i < LN; i++)
+                        if (y[i] != (float) (size * (i % 10) + size * (size - 1) / 2)) {
+                                printf("rank %d: FAIL [longrun] wrong sum at iteration %ld\n", rank, it);
+                                exit(1);
+                        }
+                hvd_handle_release(&h);
+                if (it == 20) {
+                        snprintf(path, sizeof path, "%s/running.%d", tmpdir(), rank);
+                        if ((f = fopen(path, "w")))
+                                fclose(f);
+                }
+                if (now_usec() - t0 > 60 * 1000000ull) {
+                        printf("rank %d: longrun: 60 s without an error\n", rank);
+                        return;
+                }
+        }
+}
+
+/* ---- misuse of the job as a whole ---- */
+
+void scenario_early_shutdown(void) {
+        /* rank 0 leaves; the others then submit a collective it will never
+         * join: they must get an error naming rank 0, not hang */
+        MUST(hvd_barrier());
+        if (rank == 0) {
+                MUST(hvd_shutdown());
+                printf("rank 0: early-shutdown: left the job\n");
+                return;
+        }
+        usleep(300 * 1000);
+        float x = 1, y;
+        uint64_t t0 = now_usec();
+        int r = hvd_allreduce("early.after", &x, &y, 1, HVD_FLOAT32, HVD_REDUCE_SUM);
+        double ms = (double) (now_usec() - t0) / 1000.0;
+        printf("rank %d: early-shutdown: %s after %.0f ms: %s\n", rank, errname(r), ms, hvd_last_error());
+        CHECK(r == HVD_EABORTED, "an allreduce after rank 0 shut down: %s, expected HVD_EABORTED", errname(r));
+        CHECK(strstr(hvd_last_error(), "rank 0") != NULL, "the error \"%s\" does not name rank 0", hvd_last_error());
+        CHECK(ms < 5000, "the error took %.0f ms", ms);
+}
+
+/* longrun with handles released at once (detached operations): when the
+ * job is aborted under them, nothing may touch the freed handles. */
+void scenario_longrun_detached(void) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/pid.%d", tmpdir(), rank);
+        FILE *f = fopen(path, "w");
+        if (f) {
+                fprintf(f, "%d\n", (int) getpid());
+                fclose(f);
+        }
+        enum { LN = 4096, SLOTS = 16 };
+        static float x[SLOTS][LN], y[SLOTS][LN];
+        uint64_t t0 = now_usec();
+        for (long it = 0;; it++) {
+                int k = (int) (it % SLOTS);
+                char name[32];
+                snprintf(name, sizeof name, "detached.%d", k);
+                for (int i = 0; i < LN; i++)
+                        x[k][i] = (float) (rank + i % 10);
+                int64_t shape[1] = { LN };
+                hvd_request_t q = HVD_REQUEST_INIT;
+                q.name = name;
+                q.input = x[k];
+                q.output = y[k];
+                q.ndim = 1;
+                q.shape = shape;
+                q.reduce_op = HVD_REDUCE_SUM;
+                hvd_handle_t *h = NULL;
+                int r = hvd_allreduce_async(&q, &h);
+                hvd_handle_release(&h);
+                /* every SLOTS operations, a barrier: the ones before it are done
+                 * (schedules run in order), so the names can be reused */
+                if (r >= 0 && k == SLOTS - 1)
+                        r = hvd_barrier();
+                if (r < 0) {
+                        printf("rank %d: longrun: %s after %ld iterations: %s\n", rank, errname(r), it,
+                               hvd_last_error());
+                        float z = 0;
+                        int r2 = hvd_allreduce("longrun.after", &z, &z, 1, HVD_FLOAT32, HVD_REDUCE_SUM);
+                        printf("rank %d: longrun: next call: %s: %s\n", rank, errname(r2), hvd_last_error());
+                        hvd_shutdown();
+                        exit(3);
+                }
+                if (it == 3 * SLOTS) {
+                        snprintf(path, sizeof path, "%s/running.%d", tmpdir(), rank);
+                        if ((f = fopen(path, "w")))
+                                fclose(f);
+                }
+                if (now_usec() - t0 > 60 * 1000000ull) {
+                        printf("rank %d: longrun: 60 s without an error\n", rank);
+                        return;
+                }
+        }
+}
+
+/* ---- flows that run without (or before) a successful hvd_init ---- */
+
+static int code_of(const char *name) {
+#define ERRCODE(n, value, text)                                                                                        \
+        if (!strcmp(name, #n))                                                                                         \
+                return value;
+        HVD_ERRORS(ERRCODE)
+#undef ERRCODE
+        return atoi(name);
+}
+
+/* expect-init-error CODE MAX_MS NEEDLE...: hvd_init fails with CODE within
+ * MAX_MS and hvd_last_error() contains every needle. */
+int flow_expect_init_error(int argc, char **argv) {
+        scenario = "expect-init-error";
+        if (argc < 2) {
+                fprintf(stderr, "usage: expect-init-error CODE MAX_MS [NEEDLE...]\n");
+                return 2;
+        }
+        int want = code_of(argv[0]);
+        double max_ms = atof(argv[1]);
+        const char *r_env = getenv("HVD_RANK");
+        rank = r_env ? atoi(r_env) : 0;
+        uint64_t t0 = now_usec();
+        int r = hvd_init();
+        double ms = (double) (now_usec() - t0) / 1000.0;
+        const char *msg = hvd_last_error();
+        if (r == 0) {
+                printf("rank %d: FAIL [expect-init-error] hvd_init succeeded after %.0f ms\n", rank, ms);
+                hvd_shutdown();
+                return 1;
+        }
+        printf("rank %d: hvd_init failed after %.0f ms: %s: %s\n", rank, ms, errname(r), msg);
+        CHECK(r == want, "hvd_init returned %s, expected %s", errname(r), argv[0]);
+        CHECK(ms <= max_ms, "hvd_init took %.0f ms to fail, expected at most %.0f", ms, max_ms);
+        for (int i = 2; i < argc; i++)
+                CHECK(strstr(msg, argv[i]) != NULL, "message \"%s\" does not mention \"%s\"", msg, argv[i]);
+        CHECK(!hvd_is_initialized(), "hvd_is_initialized() after a failed hvd_init");
+        CHECK(hvd_rank() == HVD_ENOTINIT, "hvd_rank() after a failed hvd_init: %d", hvd_rank());
+        return failures ? 1 : 0;
+}
+
+static void expect_notinit(const char *when) {
+        float x = 1, y;
+        hvd_handle_t *h = (hvd_handle_t *) 0x1;
+        hvd_request_t q = HVD_REQUEST_INIT;
+        int64_t shape[1] = { 1 };
+        q.name = "ni";
+        q.input = &x;
+        q.output = &y;
+        q.ndim = 1;
+        q.shape = shape;
+        CHECK(!hvd_is_initialized(), "%s: hvd_is_initialized() is true", when);
+        CHECK(hvd_rank() == HVD_ENOTINIT, "%s: hvd_rank() = %d", when, hvd_rank());
+        CHECK(hvd_size() == HVD_ENOTINIT, "%s: hvd_size() = %d", when, hvd_size());
+        CHECK(hvd_local_rank() == HVD_ENOTINIT, "%s: hvd_local_rank() = %d", when, hvd_local_rank());
+        CHECK(hvd_local_size() == HVD_ENOTINIT, "%s: hvd_local_size() = %d", when, hvd_local_size());
+        CHECK(hvd_cross_rank() == HVD_ENOTINIT, "%s: hvd_cross_rank() = %d", when, hvd_cross_rank());
+        int r = hvd_allreduce_async(&q, &h);
+        CHECK(r == HVD_ENOTINIT, "%s: hvd_allreduce_async: %s", when, errname(r));
+        CHECK(h == (hvd_handle_t *) 0x1, "%s: the handle out-parameter was written on failure", when);
+        CHECK(strstr(hvd_last_error(), "hvd_init") != NULL, "%s: last error \"%s\" does not say to call hvd_init", when,
+              hvd_last_error());
+        r = hvd_allreduce("ni", &x, &y, 1, HVD_FLOAT32, HVD_REDUCE_SUM);
+        CHECK(r == HVD_ENOTINIT, "%s: hvd_allreduce: %s", when, errname(r));
+        r = hvd_broadcast("ni", &x, 1, HVD_FLOAT32, 0);
+        CHECK(r == HVD_ENOTINIT, "%s: hvd_broadcast: %s", when, errname(r));
+        r = hvd_allgather_async(&q, &h);
+        CHECK(r == HVD_ENOTINIT, "%s: hvd_allgather_async: %s", when, errname(r));
+        r = hvd_alltoall_async(&q, &h);
+        CHECK(r == HVD_ENOTINIT, "%s: hvd_alltoall_async: %s", when, errname(r));
+        r = hvd_reducescatter_async(&q, &h);
+        CHECK(r == HVD_ENOTINIT, "%s: hvd_reducescatter_async: %s", when, errname(r));
+        r = hvd_grouped_allreduce_async(&q, 1, &h);
+        CHECK(r == HVD_ENOTINIT, "%s: hvd_grouped_allreduce_async: %s", when, errname(r));
+        r = hvd_barrier();
+        CHECK(r == HVD_ENOTINIT, "%s: hvd_barrier: %s", when, errname(r));
+        r = hvd_join();
+        CHECK(r == HVD_ENOTINIT, "%s: hvd_join: %s", when, errname(r));
+        CHECK(hvd_shutdown() == 0, "%s: hvd_shutdown of an uninitialised hvd is not a no-op", when);
+}
+
+int flow_notinit(void) {
+        scenario = "notinit";
+        const char *r_env = getenv("HVD_RANK");
+        rank = r_env ? atoi(r_env) : 0;
+        expect_notinit("before hvd_init");
+        MUST(hvd_init());
+        MUST(hvd_init()); /* again: 0 */
+        CHECK(hvd_is_initialized() == 1, "hvd_is_initialized() is not 1");
+        rank = hvd_rank();
+        size = hvd_size();
+        CHECK(rank >= 0 && size >= 1 && rank < size, "rank %d of size %d", rank, size);
+        const char *s_env = getenv("HVD_SIZE");
+        if (s_env && getenv("HVD_JOB_ID"))
+                CHECK(size == atoi(s_env), "hvd_size() = %d, HVD_SIZE = %s", size, s_env);
+        float x = 1, y = 0;
+        MUST(hvd_allreduce("ni.ok", &x, &y, 1, HVD_FLOAT32, HVD_REDUCE_SUM));
+        CHECK(y == (float) size, "ni.ok = %g", y);
+        MUST(hvd_barrier());
+        hvd_handle_t *pending = NULL;
+        if (size >= 2 && rank == 1) {
+                /* only this rank submits it: still pending at shutdown */
+                hvd_request_t q = HVD_REQUEST_INIT;
+                int64_t shape[1] = { 1 };
+                q.name = "ni.pending";
+                q.input = &x;
+                q.output = &y;
+                q.ndim = 1;
+                q.shape = shape;
+                MUST(hvd_allreduce_async(&q, &pending));
+        } else if (size >= 2)
+                usleep(500 * 1000); /* let rank 1 shut down first */
+        MUST(hvd_shutdown());
+        if (pending) {
+                int r = hvd_handle_wait_timeout(pending, 5 * 1000000ull);
+                CHECK(r == HVD_ESHUTDOWN,
+                      "a handle pending at hvd_shutdown completed with %s, expected "
+                      "HVD_ESHUTDOWN",
+                      errname(r));
+                hvd_handle_release(&pending);
+        }
+        expect_notinit("after hvd_shutdown");
+        if (!failures)
+                printf("rank %d: notinit ok\n", rank);
+        return failures ? 1 : 0;
+}
+
+/* reinit: hvd_init → work → hvd_shutdown, twice in one process (as a
+ * Horovod script that shuts down and initialises again does) */
+int flow_reinit(void) {
+        scenario = "reinit";
+        const char *r_env = getenv("HVD_RANK");
+        rank = r_env ? atoi(r_env) : 0;
+        for (int round = 0; round < 2; round++) {
+                int r = hvd_init();
+                if (r < 0) {
+                        printf("rank %d: FAIL [reinit] hvd_init of round %d: %s: %s\n", rank, round, errname(r),
+                               hvd_last_error());
+                        return 1;
+                }
+                rank = hvd_rank();
+                size = hvd_size();
+                float x = (float) (rank + round), y = -1;
+                MUST(hvd_allreduce("reinit.x", &x, &y, 1, HVD_FLOAT32, HVD_REDUCE_SUM));
+                CHECK(y == (float) (size * round + size * (size - 1) / 2), "round %d: reinit.x = %g", round, y);
+                MUST(hvd_barrier());
+                MUST(hvd_shutdown());
+        }
+        if (!failures)
+                printf("rank %d: reinit ok\n", rank);
+        return failures ? 1 : 0;
+}
+
+/* ---- the steady state over several nodes ---- */
+
+/* HVD_TEST_STEPS steps (default 60) of the same 15 tensors (cached ids
+ * after the first: node-level readiness, repeated schedules), every
+ * element exact: rank r contributes (r + 1) * (step + 1) + i % 7. */
+void scenario_steady(void) {
+        enum { T = 15 };
+        static const size_t ns[T] = { 1, 3, 10, 33, 100, 257, 1000, 4096, 5, 64, 999, 2048, 7, 128, 3000 };
+        const char *e = getenv("HVD_TEST_STEPS");
+        int steps = e && atoi(e) > 0 ? atoi(e) : 60;
+        for (int st = 0; st < steps; st++) {
+                void *in[T], *out[T];
+                hvd_handle_t *h[T];
+                char names[T][32];
+                for (int k = 0; k < T; k++) {
+                        hvd_dtype_t dt = k % 3 == 0 ? HVD_FLOAT32 : k % 3 == 1 ? HVD_INT32 : HVD_FLOAT64;
+                        size_t es = dt == HVD_FLOAT64 ? 8 : 4;
+                        in[k] = xmalloc(ns[k] * es);
+                        out[k] = xmalloc(ns[k] * es);
+                        for (size_t i = 0; i < ns[k]; i++) {
+                                long v = (long) (rank + 1) * (st + 1) + (long) (i % 7);
+                                if (dt == HVD_FLOAT32)
+                                        ((float *) in[k])[i] = (float) v;
+                                else if (dt == HVD_INT32)
+                                        ((int32_t *) in[k])[i] = (int32_t) v;
+                                else
+                                        ((double *) in[k])[i] = (double) v;
+                        }
+                        snprintf(names[k], sizeof names[k], "steady.%d", k);
+                        int64_t shape[1] = { (int64_t) ns[k] };
+                        hvd_request_t q = HVD_REQUEST_INIT;
+                        q.name = names[k];
+                        q.input = in[k];
+                        q.output = out[k];
+                        q.dtype = dt;
+                        q.ndim = 1;
+                        q.shape = shape;
+                        q.reduce_op = k % 3 == 2 ? HVD_REDUCE_MAX : HVD_REDUCE_SUM;
+                        MUST(hvd_allreduce_async(&q, &h[k]));
+                }
+                for (int k = 0; k < T; k++) {
+                        wait_ok(h[k], names[k]);
+                        hvd_handle_release(&h[k]);
+                        long base = (long) (st + 1) * size * (size + 1) / 2;
+                        for (size_t i = 0; i < ns[k]; i++) {
+                                double got, want;
+                                if (k % 3 == 0) {
+                                        got = ((float *) out[k])[i];
+                                        want = (double) (base + (long) size * (long) (i % 7));
+                                } else if (k % 3 == 1) {
+                                        got = ((int32_t *) out[k])[i];
+                                        want = (double) (base + (long) size * (long) (i % 7));
+                                } else {
+                                        got = ((double *) out[k])[i];
+                                        want = (double) ((long) size * (st + 1) + (long) (i % 7));
+                                }
+                                if (got != want) {
+                                        CHECK(false, "step %d: %s[%zu] = %g, expected %g", st, names[k], i, got, want);
+                                        break;
+                                }
+                        }
+                        free(in[k]);
+                        free(out[k]);
+                }
+        }
+        if (rank == 0)
+                printf("rank 0: steady: %d steps of %d tensors exact\n", steps, (int) T);
+}
+
+/* Five rounds of "stall.t" on every rank, then rank HVD_TEST_STALL_RANK
+ * (default the last) stays away: the job's stall shutdown ends the
+ * others' wait, with the message that names who is missing. */
+void scenario_stall_one(void) {
+        const char *e = getenv("HVD_TEST_STALL_RANK");
+        int victim = e ? atoi(e) : size - 1;
+        for (int it = 0; it < 6; it++) {
+                if (it == 5 && rank == victim)
+                        for (int k = 0; k < 160; k++)
+                                usleep(50 * 1000);
+                float x[4] = { 1, 1, 1, 1 }, y[4] = { 0 };
+                int64_t shape[1] = { 4 };
+                hvd_request_t q = HVD_REQUEST_INIT;
+                q.name = "stall.t";
+                q.input = x;
+                q.output = y;
+                q.ndim = 1;
+                q.shape = shape;
+                q.reduce_op = HVD_REDUCE_SUM;
+                hvd_handle_t *h = NULL;
+                int r = hvd_allreduce_async(&q, &h);
+                if (r >= 0)
+                        r = hvd_handle_wait_timeout(h, 30 * 1000000ull);
+                if (it < 5)
+                        CHECK(r == 0 && y[0] == (float) size, "round %d: %s, %g", it, errname(r), y[0]);
+                else {
+                        const char *msg = h ? hvd_handle_error(h) : hvd_last_error();
+                        printf("rank %d: stall-one: %s: %s\n", rank, errname(r), msg ? msg : "");
+                        CHECK(r < 0, "the stalled round completed");
+                }
+                hvd_handle_release(&h);
+                if (r < 0)
+                        return;
+        }
+}
