@@ -167,10 +167,10 @@ ok "host b of another machine joined over ssh (generation $gen_b on a a b, synce
 printf '0 0 a:2,b:1,dead:1\n' >"$tmp/schedule"
 ELASTIC_WAIT=0:1:a+a+b,0:4:a+a,1:1:a+a+c ssh_run lost --min-np 2 --max-np 4 --blacklist-cooldown 100 \
         --host-discovery-script "$S/tests/elastic/discover.sh $tmp/progress $tmp/schedule" --ssh-offered-hosts
-wait_for 90 progress_at "0 4" || fail "the training did not reach epoch 0 batch 4 on a a b"
+wait_for 90 progress_at "0 4" || fail "the training did not reach epoch 0 batch 4 on a a b" "$(cat "$tmp/out" "$tmp/daemon-b.log")"
 kill -9 "$bpid"
 wait "$bpid" 2>/dev/null
-wait_for 90 progress_at "1 1" || fail "the training did not go on without host b"
+wait_for 90 progress_at "1 1" || fail "the training did not go on without host b" "$(cat "$tmp/out")"
 start_daemon c --elastic-root "$root_ep" --elastic-host c --elastic-slots 1
 finish
 grep -q '^hvdrun: the ssh session of worker [0-9]* on dead failed (status 255: ssh could not reach the host' "$tmp/out" ||
