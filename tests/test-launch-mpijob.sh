@@ -38,7 +38,7 @@ AGENT
 chmod +x "$tmp/agent"
 printf '%s slots=2\n%s slots=2\n' "$na" "$nb" >"$tmp/hostfile"
 mkdir "$tmp/home"
-port=$((20000 + $$ % 20000))
+port=$(free_port 1)
 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 export OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM
 # rtc ^hwloc: the remote orted otherwise maps its hwloc topology into a
@@ -48,8 +48,8 @@ mpi() {
         ip netns exec "$na" timeout 120 mpirun --mca plm_rsh_agent "$tmp/agent" --hostfile "$tmp/hostfile" \
                 --mca rtc ^hwloc --oversubscribe --mca oob_tcp_if_include 10.77.0.0/24 --mca btl self,vader,tcp \
                 --mca btl_tcp_if_include 10.77.0.0/24 -x HOME="$tmp/home" -x TMPDIR="$tmp" \
-                -x HVD_RUNTIME_DIR="$tmp/no-daemon" -x HVD_ROOT_PORT=$port \
-                -x HVD_ROOT_PEER=tcp://10.77.0.1:$port "$@"
+                -x HVD_RUNTIME_DIR="$tmp/no-daemon" -x HVD_ROOT_PORT="$port" \
+                -x HVD_ROOT_PEER="tcp://10.77.0.1:$port" "$@"
 }
 
 mpi -x HVD_TEST_HOLD="$tmp/hold" -np 4 "$HVD_BUILDDIR/tests/worker_collectives" barrier >"$tmp/held.out" 2>&1 &

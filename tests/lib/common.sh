@@ -25,7 +25,7 @@ now_ms() { date +%s%3N; }
 # no socket in any state now
 free_port() {
         _fp=$((20000 + ($$ + $1 * 7919) % 12000))
-        while ss -tanH "sport = :$_fp" 2>/dev/null | grep -q .; do _fp=$((_fp + 1)); done
+        while ss -tanH "sport = :$_fp" 2>/dev/null | grep -q .; do _fp=$((20000 + (_fp - 19999) % 12000)); done
         echo "$_fp"
 }
 
