@@ -4,8 +4,9 @@
  * results are exactly representable, and checks every element, shape and
  * error message. Any difference prints "rank R: FAIL ..." and the exit status
  * is non-zero; "all" runs every scenario that needs no special setup (not
- * longrun*, early-shutdown, nor the flows notinit, reinit and
- * expect-init-error, which the test scripts start on their own). This file
+ * longrun*, early-shutdown, steady, stall-one, nor the flows notinit,
+ * reinit and expect-init-error, which the test scripts start on their
+ * own). This file
  * holds the table of scenarios by name and main, which runs those named on
  * the command line in order and reports each; the scenarios themselves are
  * in the other files of tests/worker/, declared in worker.h. */
