@@ -36,21 +36,28 @@
 
 #define SHM_MAGIC           UINT64_C(0x6876645f73686d36) /* "hvd_shm6" */
 #define CHECK_INTERVAL_USEC (20 * USEC_PER_MSEC)
-#define SPIN_USEC           50
-#define SPIN_MIN_USEC       4
-#define CHUNK_BYTES         (UINT64_C(1) << 20)
+/* How long a barrier spins before it sleeps, where it spins at all (every
+ * local rank has a core, and no other member last ran on this CPU). The
+ * others are inside the same operation, so they arrive within their share
+ * of its work unless the scheduler took their CPU; and a rank that sleeps
+ * gives its own core away: on a busy machine it then waits for the
+ * scheduler's next turn (a slice, milliseconds) where spinning kept it
+ * running. A bound that shrank as waits grew made every barrier of a busy
+ * machine a sleep: 3-5x slower than spinning at 1-16 MiB beside one CPU
+ * hog, while Open MPI, which polls, held its speed. */
+#define SPIN_USEC   1000
+#define CHUNK_BYTES (UINT64_C(1) << 20)
 /* Bytes of a chunk up to which every rank reduces the whole chunk itself
  * (one barrier per chunk) rather than its segment (two barriers, and each
- * byte touched fewer times: 4.5C bytes per rank for a chunk of C with 4
- * ranks, against 7C): that saves a barrier where the data is too small for
- * the extra touches to matter. Two ranks always take the one-barrier path:
- * the segment path would touch 4C against 5C, but on a busy machine its
- * second barrier cost 300 us an operation at 128 KiB (a rank bound to a
- * core that another process holds waits for its turn at every barrier),
- * and on a quiet one it gained at most 15 %. When the ranks outnumber the
- * cores, a barrier costs context switches of every rank (and in a worker,
- * of its threads beside the data plane's) — far more than reading the
- * other slots of a chunk of up to DIRECT_OVERSUB_BYTES. */
+ * byte touched fewer times: 4C bytes per rank for a chunk of C with 2
+ * ranks against 5C, 4.5C with 4 against 7C, and each rank reduces 1/n of
+ * the chunk): that saves a barrier where the data is too small for the
+ * extra work to matter. With two ranks on their own cores the segment path
+ * is 1.2-1.6x faster from 128 KiB to 32 MiB, quiet or beside a CPU hog.
+ * When the ranks outnumber the cores, a barrier costs context switches of
+ * every rank (and in a worker, of its threads beside the data plane's) —
+ * far more than reading the other slots of a chunk of up to
+ * DIRECT_OVERSUB_BYTES. */
 #define DIRECT_BYTES         (64 * 1024)
 #define DIRECT_OVERSUB_BYTES (UINT64_C(1) << 20)
 #define HVD_RING_MAX_STEPS   2048 /* 2(C-1) steps: up to 1025 nodes */
@@ -88,21 +95,9 @@ static bool cpu_shared(hvd_backend_t *b, const view_t *v) {
         return false;
 }
 
-/* A wait that outlasted the spin ended: spinning a little longer would
- * have saved the wakeup when it ended soon after. */
-static void spin_adapt(hvd_backend_t *b, uint64_t spin_start) {
-        if (!spin_start)
-                return;
-        uint64_t waited = hvd_now_usec() - spin_start;
-        if (waited <= b->spin_usec + SPIN_USEC)
-                b->spin_usec = HVD_MIN(SPIN_USEC, b->spin_usec + 4);
-        else
-                b->spin_usec = HVD_MAX(SPIN_MIN_USEC, b->spin_usec / 2);
-}
-
-/* Generation barrier over the view's members. Spins briefly (only when
- * every rank has a core), then sleeps on a futex; checks the abort flag, the
- * caller's check function and the deadline while it waits. */
+/* Generation barrier over the view's members. Spins up to SPIN_USEC (only
+ * when every rank has a core), then sleeps on a futex; checks the abort
+ * flag, the caller's check function and the deadline while it waits. */
 int hvd_cpu_barrier(hvd_backend_t *b, const view_t *v, const char *what, char *err, size_t err_len) {
         shm_barrier_t *h = v->bar;
         if (v->size == 1)
@@ -116,35 +111,20 @@ int hvd_cpu_barrier(hvd_backend_t *b, const view_t *v, const char *what, char *e
                 return 0;
         }
         /* spin for a bounded time, not a count: a pause costs 10 to 140
-         * cycles depending on the CPU, and a rank spinning long keeps the
-         * core the one it waits for may need; never while another member
-         * last ran on this CPU (a spin there only delays it). The bound
-         * adapts to how long waits take: one that ended while spinning, or
-         * soon after (within SPIN_USEC of the bound: the others were only
-         * a wakeup behind), lets the next ones spin longer, up to
-         * SPIN_USEC; one that lasted longer halves it, down to
-         * SPIN_MIN_USEC, so a loaded machine, where the others are often
-         * descheduled, wastes little, and a quiet one seldom sleeps. (A
-         * bound that only ever grew back while spinning would stay at its
-         * minimum once waits took a wakeup each: every rank then arrives a
-         * wakeup late at the next barrier, and each barrier costs one.) */
-        uint64_t spin_start = b->spin > 64 && !cpu_shared(b, v) ? hvd_now_usec() : 0;
-        for (int i = 0; spin_start && i < b->spin; i++) {
-                if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen) {
-                        b->spin_usec = HVD_MIN(SPIN_USEC, b->spin_usec + 4);
+         * cycles depending on the CPU */
+        uint64_t spin_start = b->spin && !cpu_shared(b, v) ? hvd_now_usec() : 0;
+        for (unsigned i = 0; spin_start; i++) {
+                if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
                         return 0;
-                }
                 cpu_relax();
-                if ((i & 63) == 63 && hvd_now_usec() - spin_start >= b->spin_usec)
+                if ((i & 63) == 63 && hvd_now_usec() - spin_start >= SPIN_USEC)
                         break;
         }
         uint64_t start = hvd_now_usec(), last_check = start;
         for (;;) {
                 for (int i = 0; i < 4; i++) {
-                        if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen) {
-                                spin_adapt(b, spin_start);
+                        if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
                                 return 0;
-                        }
                         sched_yield();
                 }
                 atomic_fetch_add(&h->waiters, 1);
@@ -152,10 +132,8 @@ int hvd_cpu_barrier(hvd_backend_t *b, const view_t *v, const char *what, char *e
                 if (atomic_load_explicit(&h->gen, memory_order_acquire) == gen)
                         futex(&h->gen, FUTEX_WAIT, gen, &ts);
                 atomic_fetch_sub(&h->waiters, 1);
-                if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen) {
-                        spin_adapt(b, spin_start);
+                if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
                         return 0;
-                }
                 int r = wait_failed(b, what, err, err_len);
                 if (r < 0)
                         return r;
@@ -248,8 +226,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
         b->half_bytes = b->slot_bytes / 2;
         b->stride_bytes = b->slot_bytes + b->half_bytes; /* two halves + the process-set region */
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        b->spin = size <= ncpu ? 20000 : 64;
-        b->spin_usec = SPIN_USEC;
+        b->spin = size <= ncpu;
         /* cache-sized chunks. With more ranks than cores a barrier costs
          * context switches of every rank, so a chunk of up to
          * DIRECT_OVERSUB_BYTES takes the one-barrier path (every rank reduces
@@ -595,9 +572,9 @@ void hvd_cpu_copy_in(const hvd_xop_t *op, uint8_t *mine, uint64_t c0, uint64_t c
  * the copy in, the reduction and the copy out; consecutive chunks use
  * alternate halves, so a rank copies the next chunk in while the others
  * still read the last one). reducescatter reduces only this rank's rows,
- * straight into its output; an allreduce chunk of two ranks or of at most
- * b->direct_bytes likewise reduces every slot
- * straight into the outputs; both need one barrier per chunk. Larger
+ * straight into its output; an allreduce chunk of at most b->direct_bytes
+ * likewise reduces every slot straight into the outputs; both need one
+ * barrier per chunk. Larger
  * chunks: each rank copies in the others' segments only, and after a
  * barrier reduces its own segment from its inputs and their slots into its
  * outputs and its slot; after a second barrier it copies the others'
@@ -618,8 +595,8 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
         for (uint64_t c0 = 0; c0 < total; c0 += chunk) {
                 uint64_t cl = HVD_MIN(chunk, total - c0);
                 uint8_t *mine = slot_of(b, v, v->me);
-                /* two ranks: one barrier a chunk (see DIRECT_BYTES) */
-                bool direct = rs || cl * es <= b->direct_bytes || v->size == 2;
+                /* one barrier a chunk (see DIRECT_BYTES) */
+                bool direct = rs || cl * es <= b->direct_bytes;
                 /* my segment of the chunk, when I reduce only that */
                 uint64_t seg = (cl + (uint64_t) v->size - 1) / (uint64_t) v->size;
                 seg = (seg + 15) & ~UINT64_C(15);
