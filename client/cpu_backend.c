@@ -47,20 +47,22 @@
  * hog, while Open MPI, which polls, held its speed. */
 #define SPIN_USEC   1000
 #define CHUNK_BYTES (UINT64_C(1) << 20)
+/* How many times a waiting rank gives its CPU away (sched_yield) before it
+ * sleeps: where the ranks outnumber the cores, the others on its CPU are
+ * the ranks it waits for, and a rank that yields runs again as soon as they
+ * stop, where a sleeping one needs a futex wake and a switch on top (4
+ * ranks on 2 cores: 1.3-2x faster at 64 KiB-4 MiB than 4 yields). */
+#define YIELDS 50
 /* Bytes of a chunk up to which every rank reduces the whole chunk itself
  * (one barrier per chunk) rather than its segment (two barriers, and each
  * byte touched fewer times: 4C bytes per rank for a chunk of C with 2
  * ranks against 5C, 4.5C with 4 against 7C, and each rank reduces 1/n of
  * the chunk): that saves a barrier where the data is too small for the
- * extra work to matter. With two ranks on their own cores the segment path
- * is 1.2-1.6x faster from 128 KiB to 32 MiB, quiet or beside a CPU hog.
- * When the ranks outnumber the cores, a barrier costs context switches of
- * every rank (and in a worker, of its threads beside the data plane's) —
- * far more than reading the other slots of a chunk of up to
- * DIRECT_OVERSUB_BYTES. */
-#define DIRECT_BYTES         (64 * 1024)
-#define DIRECT_OVERSUB_BYTES (UINT64_C(1) << 20)
-#define HVD_RING_MAX_STEPS   2048 /* 2(C-1) steps: up to 1025 nodes */
+ * extra work to matter. Measured with 2 ranks on their own cores and 4 on
+ * 2 cores: the segment path is 1.2-1.8x faster from 128 KiB to 32 MiB,
+ * quiet or beside a CPU hog, once waits spin or yield rather than sleep. */
+#define DIRECT_BYTES       (64 * 1024)
+#define HVD_RING_MAX_STEPS 2048 /* 2(C-1) steps: up to 1025 nodes */
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
         return syscall(SYS_futex, (uint32_t *) addr, op, val, ts, NULL, 0);
 }
@@ -122,7 +124,7 @@ int hvd_cpu_barrier(hvd_backend_t *b, const view_t *v, const char *what, char *e
         }
         uint64_t start = hvd_now_usec(), last_check = start;
         for (;;) {
-                for (int i = 0; i < 4; i++) {
+                for (int i = 0; i < YIELDS; i++) {
                         if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
                                 return 0;
                         sched_yield();
@@ -227,14 +229,9 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
         b->stride_bytes = b->slot_bytes + b->half_bytes; /* two halves + the process-set region */
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         b->spin = size <= ncpu;
-        /* cache-sized chunks. With more ranks than cores a barrier costs
-         * context switches of every rank, so a chunk of up to
-         * DIRECT_OVERSUB_BYTES takes the one-barrier path (every rank reduces
-         * all the slots into its output): with chunks of that size every
-         * chunk does (4 ranks on 2 cores, 32-256 MiB: about 2x faster than
-         * half-slot chunks through the two-barrier path) */
+        /* cache-sized chunks */
         b->chunk_bytes = CHUNK_BYTES;
-        b->direct_bytes = size <= ncpu ? DIRECT_BYTES : DIRECT_OVERSUB_BYTES;
+        b->direct_bytes = DIRECT_BYTES;
         /* HVD_SHM_CHUNK_BYTES (local rank 0's, published in the header):
          * for tuning, and for tests of many chunks */
         if (topo->shm_chunk_bytes >= 4096)

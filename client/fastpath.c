@@ -82,7 +82,7 @@ struct hvd_fastpath {
         board_t *b;
         int me, n;
         const _Atomic uint32_t *aborted;
-        int spin_usec;
+        int spin_usec, yields;
         uint64_t mine[WORDS]; /* posted, not yet run or demoted */
         size_t n_mine;
         uint64_t posted_usec[HVD_FASTPATH_MAX_IDS];
@@ -141,8 +141,11 @@ int hvd_fastpath_new(void *board, int local_rank, int local_size, const _Atomic 
         fp->n = local_size;
         fp->aborted = aborted;
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        /* spinning helps only when every rank has a core of its own */
+        /* spinning helps only when every rank has a core of its own; where
+         * the ranks outnumber the cores a waiter yields to the ones it
+         * waits for (as the data plane's barrier does) before it sleeps */
         fp->spin_usec = local_size <= ncpu ? 30 : 0;
+        fp->yields = local_size <= ncpu ? 0 : 50;
         fp->next_timeout_usec = UINT64_MAX;
         fp->cursor = atomic_load(&row_of(fp, local_rank)->cursor);
         *ret = fp;
@@ -530,6 +533,12 @@ void hvd_fastpath_wait(hvd_fastpath_t *fp, uint64_t max_usec) {
                 }
                 if (hvd_now_usec() - start >= (uint64_t) fp->spin_usec)
                         break;
+        }
+        for (int i = 0; i < fp->yields; i++) {
+                if (atomic_load_explicit(&b->head, memory_order_acquire) != cursor ||
+                    atomic_load_explicit(&me->bell, memory_order_acquire) != bell)
+                        return;
+                sched_yield();
         }
         atomic_fetch_add(&me->sleeping, 1);
         if (atomic_load(&b->head) == cursor && atomic_load(&me->bell) == bell &&
