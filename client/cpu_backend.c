@@ -472,9 +472,10 @@ static void chunk_copy_in(const hvd_xop_t *op, uint8_t *slot, uint64_t c0, uint6
 
 /* The reduced chunk lives in pieces of seg elements, piece k in member k's
  * slot: copy it out to the members' outputs, but piece `skip` (-1: none),
- * which is there already. */
+ * which is there already. stream: outputs that are not also the inputs
+ * (not in the caches) are written around the caches. */
 static void chunk_copy_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t c0, uint64_t cl,
-                           uint64_t seg, size_t es, int skip) {
+                           uint64_t seg, size_t es, int skip, bool stream) {
         uint64_t off = 0;
         for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
                 const hvd_xmember_t *m = &op->m[i];
@@ -484,9 +485,12 @@ static void chunk_copy_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
                 for (uint64_t x = a; x < e;) {
                         uint64_t rel = x - c0, k = rel / seg;
                         uint64_t y = HVD_MIN(e, c0 + (k + 1) * seg);
-                        if ((int) k != skip)
-                                memcpy((uint8_t *) m->out + (x - off) * es, slot_of(b, v, (int) k) + rel * es,
-                                       (y - x) * es);
+                        uint8_t *to = (uint8_t *) m->out + (x - off) * es;
+                        const uint8_t *from = slot_of(b, v, (int) k) + rel * es;
+                        if ((int) k != skip && stream && m->out != m->in)
+                                hvd_copy_stream(to, from, (y - x) * es);
+                        else if ((int) k != skip)
+                                memcpy(to, from, (y - x) * es);
                         x = y;
                 }
         }
@@ -517,9 +521,13 @@ static void chunk_reduce_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t 
  * rest of the chunk into its slot, not this), the others' from their
  * slots, in member order as everywhere; the result into the outputs and
  * into its slot, where the others copy it from. A piece whose input must
- * be scaled or is missing (a joined rank) goes through the slot first. */
+ * be scaled or is missing (a joined rank) goes through the slot first.
+ * stream: an output that is not also the input is written around the
+ * caches, so the result goes into the slot and is copied out from there
+ * (an in-place output was just read: its lines are in the caches, and
+ * non-temporal stores there were 1.1-1.6x slower). */
 static void segment_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t c0, uint64_t s0,
-                           uint64_t s1, size_t es, double post) {
+                           uint64_t s1, size_t es, double post, bool stream) {
         uint8_t *mine = slot_of(b, v, v->me);
         uint64_t off = 0;
         for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
@@ -537,10 +545,14 @@ static void segment_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
                                        op->prescale);
                 else
                         memset(mine + rel * es, 0, (e - a) * es);
-                uint8_t *dst = m->out ? (uint8_t *) m->out + (a - off) * es : mine + rel * es;
+                uint8_t *out = m->out ? (uint8_t *) m->out + (a - off) * es : NULL;
+                bool around = out && stream && m->out != m->in;
+                uint8_t *dst = out && !around ? out : mine + rel * es;
                 hvd_reduce_n(op->dtype, op->reduce_op, dst, b->srcs, (size_t) v->size, e - a, post);
-                if (dst != mine + rel * es)
-                        memcpy(mine + rel * es, dst, (e - a) * es);
+                if (around)
+                        hvd_copy_stream(out, mine + rel * es, (e - a) * es);
+                else if (out)
+                        memcpy(mine + rel * es, out, (e - a) * es);
         }
 }
 
@@ -560,8 +572,9 @@ void hvd_cpu_copy_in(const hvd_xop_t *op, uint8_t *mine, uint64_t c0, uint64_t c
 }
 
 /* Operations from this size on write their outputs with non-temporal
- * stores: they do not fit the caches anyway, and a normal store reads each
- * line of the output in before overwriting it. */
+ * stores (on the segment path only outputs that are not also the inputs):
+ * they do not fit the caches anyway, and a normal store reads each line of
+ * the output in before overwriting it. */
 #define STREAM_BYTES (UINT64_C(32) << 20)
 
 /* allreduce and reducescatter over the fused element space, chunked by
@@ -636,12 +649,12 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                 }
                 /* reduce my segment (the others' slots and my inputs) into my
                  * outputs and my slot */
-                segment_reduce(b, v, op, c0, s0, s1, es, post);
+                segment_reduce(b, v, op, c0, s0, s1, es, post, stream);
                 if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
                 /* copy out: segment k of the result lives in slot k */
                 hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
-                chunk_copy_out(b, v, op, c0, cl, seg, es, v->me);
+                chunk_copy_out(b, v, op, c0, cl, seg, es, v->me, stream);
                 if ((r = end_step(b, v, op->name, err, err_len)) < 0)
                         return r;
         }
@@ -1070,7 +1083,7 @@ static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop
                 if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
                 hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
-                chunk_copy_out(b, v, op, c0, cl, sl, es, -1);
+                chunk_copy_out(b, v, op, c0, cl, sl, es, -1, false);
                 if ((r = end_step(b, v, op->name, err, err_len)) < 0)
                         return r;
         }

@@ -328,6 +328,16 @@ void hvd_reduce_n_stream(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const vo
         hvd_reduce_n(dt, op, dst, srcs, n, count, scale);
 }
 
+void hvd_copy_stream(void *dst, const void *src, size_t bytes) {
+#if HVD_REDUCE_HAVE_AVX2
+        if (bytes >= 4096 && use_avx2()) {
+                hvd_copy_stream_avx2(dst, src, bytes);
+                return;
+        }
+#endif
+        memcpy(dst, src, bytes);
+}
+
 void hvd_scale_copy(hvd_dtype_t dt, void *dst, const void *src, size_t count, double scale) {
         if (scale == 1.0 || dt == HVD_BOOL) {
                 if (dst != src)

@@ -35,6 +35,11 @@ void hvd_reduce_n(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *con
 void hvd_reduce_n_stream(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void *const *srcs, size_t nsrc,
                          size_t count, double scale);
 
+/* memcpy, writing dst around the caches (non-temporal stores) where the
+ * CPU has AVX2: for a destination that is not in the caches and will not
+ * be read soon. The regions must not overlap. */
+void hvd_copy_stream(void *dst, const void *src, size_t bytes);
+
 /* dst[i] = scale * src[i]; scale == 1.0 is a plain copy (memmove if dst == src
  * is a no-op). Same integer/bool rules as hvd_reduce_n. */
 void hvd_scale_copy(hvd_dtype_t dt, void *dst, const void *src, size_t count, double scale);

@@ -520,6 +520,40 @@ START_TEST(test_reduce_stream_agrees) {
 }
 END_TEST
 
+/* ---- copy_stream ---- */
+
+/* hvd_copy_stream copies exactly, whatever the alignment of either side
+ * and the length (head and tail around the 128-byte blocks), and writes
+ * nothing past the end. */
+START_TEST(test_copy_stream) {
+        if (!select_impl(_i))
+                return;
+        static const size_t lens[] = { 0, 1, 31, 4095, 4096, 4097, 4096 + 127, 65536 + 33, 1u << 20 };
+        size_t cap = (1u << 20) + 256;
+        uint8_t *src = malloc(cap), *dst = malloc(cap);
+        ck_assert_ptr_nonnull(src);
+        ck_assert_ptr_nonnull(dst);
+        rng_state = 77;
+        for (size_t i = 0; i < cap; i++)
+                src[i] = (uint8_t) rnd();
+        for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++)
+                for (size_t so = 0; so < 64; so += 13)
+                        for (size_t d = 0; d < 64; d += 7) {
+                                size_t len = lens[l];
+                                memset(dst, 0xa5, cap);
+                                hvd_copy_stream(dst + d, src + so, len);
+                                ck_assert_msg(memcmp(dst + d, src + so, len) == 0,
+                                              "%s len=%zu src+%zu dst+%zu: copy differs", impl_names[_i], len, so, d);
+                                for (size_t i = 0; i < d; i++)
+                                        ck_assert_uint_eq(dst[i], 0xa5);
+                                for (size_t i = d + len; i < d + len + 64 && i < cap; i++)
+                                        ck_assert_uint_eq(dst[i], 0xa5);
+                        }
+        free(src);
+        free(dst);
+}
+END_TEST
+
 /* ---- scale_copy ---- */
 
 START_TEST(test_scale_copy) {
@@ -919,6 +953,7 @@ static Suite *reduce_suite(void) {
         tcase_add_loop_test(tc, test_generic_and_avx2_agree, 0, 3 * _HVD_DTYPE_COUNT);
         tcase_add_loop_test(tc, test_reduce_stream_agrees, 0, _HVD_DTYPE_COUNT);
         tcase_add_loop_test(tc, test_scale_copy, 0, IMPL_COUNT * _HVD_DTYPE_COUNT);
+        tcase_add_loop_test(tc, test_copy_stream, 0, IMPL_COUNT);
         tcase_add_loop_test(tc, test_int_scale_saturates, 0, IMPL_COUNT);
         suite_add_tcase(s, tc);
 
