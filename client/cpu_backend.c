@@ -45,8 +45,15 @@
  * running. A bound that shrank as waits grew made every barrier of a busy
  * machine a sleep: 3-5x slower than spinning at 1-16 MiB beside one CPU
  * hog, while Open MPI, which polls, held its speed. */
-#define SPIN_USEC   1000
-#define CHUNK_BYTES (UINT64_C(1) << 20)
+#define SPIN_USEC 1000
+/* The same across nodes, where a local barrier also waits for the ring's
+ * network time, which a spin only burns (and, with hosts emulated on one
+ * machine, takes from the ranks that do that work): 2 hosts of 2 ranks on
+ * 2 cores were up to 2x slower at 64-512 KiB spinning 1 ms, and 10-35 %
+ * slower spinning 50 us, than the adaptive 4-50 us before; 10 us is level
+ * with it. */
+#define SPIN_NET_USEC 10
+#define CHUNK_BYTES   (UINT64_C(1) << 20)
 /* How many times a waiting rank gives its CPU away (sched_yield) before it
  * sleeps: where the ranks outnumber the cores, the others on its CPU are
  * the ranks it waits for, and a rank that yields runs again as soon as they
@@ -97,9 +104,10 @@ static bool cpu_shared(hvd_backend_t *b, const view_t *v) {
         return false;
 }
 
-/* Generation barrier over the view's members. Spins up to SPIN_USEC (only
- * when every rank has a core), then sleeps on a futex; checks the abort
- * flag, the caller's check function and the deadline while it waits. */
+/* Generation barrier over the view's members. Spins up to b->spin_usec
+ * (SPIN_USEC, or SPIN_NET_USEC across nodes; 0 where the ranks outnumber
+ * the cores), yields, then sleeps on a futex; checks the abort flag, the
+ * caller's check function and the deadline while it waits. */
 int hvd_cpu_barrier(hvd_backend_t *b, const view_t *v, const char *what, char *err, size_t err_len) {
         shm_barrier_t *h = v->bar;
         if (v->size == 1)
@@ -114,12 +122,12 @@ int hvd_cpu_barrier(hvd_backend_t *b, const view_t *v, const char *what, char *e
         }
         /* spin for a bounded time, not a count: a pause costs 10 to 140
          * cycles depending on the CPU */
-        uint64_t spin_start = b->spin && !cpu_shared(b, v) ? hvd_now_usec() : 0;
+        uint64_t spin_start = b->spin_usec && !cpu_shared(b, v) ? hvd_now_usec() : 0;
         for (unsigned i = 0; spin_start; i++) {
                 if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
                         return 0;
                 cpu_relax();
-                if ((i & 63) == 63 && hvd_now_usec() - spin_start >= SPIN_USEC)
+                if ((i & 63) == 63 && hvd_now_usec() - spin_start >= b->spin_usec)
                         break;
         }
         uint64_t start = hvd_now_usec(), last_check = start;
@@ -228,7 +236,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
         b->half_bytes = b->slot_bytes / 2;
         b->stride_bytes = b->slot_bytes + b->half_bytes; /* two halves + the process-set region */
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-        b->spin = size <= ncpu;
+        b->spin_usec = size > ncpu ? 0 : topo->cross_size > 1 ? SPIN_NET_USEC : SPIN_USEC;
         /* cache-sized chunks */
         b->chunk_bytes = CHUNK_BYTES;
         b->direct_bytes = DIRECT_BYTES;

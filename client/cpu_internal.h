@@ -81,9 +81,9 @@ struct hvd_backend {
         uint8_t *private_base; /* one rank on this node, several nodes */
         void *board;           /* the fast path's readiness board (after the header), or NULL */
         size_t map_bytes;
-        bool spin;         /* barriers spin before they sleep: every local rank has a core */
-        const void **srcs; /* [size] scratch for reductions */
-        uint64_t zc_bytes; /* zero-copy allreduces from this size (0: never) */
+        uint64_t spin_usec; /* how long a barrier spins before it sleeps (0: not at all) */
+        const void **srcs;  /* [size] scratch for reductions */
+        uint64_t zc_bytes;  /* zero-copy allreduces from this size (0: never) */
         struct peer_arena {
                 hvd_arena_id_t id;
                 const uint8_t *base; /* mapped read-only, or NULL */
