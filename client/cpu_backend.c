@@ -54,12 +54,6 @@
  * with it. */
 #define SPIN_NET_USEC 10
 #define CHUNK_BYTES   (UINT64_C(1) << 20)
-/* How many times a waiting rank gives its CPU away (sched_yield) before it
- * sleeps: where the ranks outnumber the cores, the others on its CPU are
- * the ranks it waits for, and a rank that yields runs again as soon as they
- * stop, where a sleeping one needs a futex wake and a switch on top (4
- * ranks on 2 cores: 1.3-2x faster at 64 KiB-4 MiB than 4 yields). */
-#define YIELDS 50
 /* Bytes of a chunk up to which every rank reduces the whole chunk itself
  * (one barrier per chunk) rather than its segment (two barriers, and each
  * byte touched fewer times: 4C bytes per rank for a chunk of C with 2
@@ -132,7 +126,7 @@ int hvd_cpu_barrier(hvd_backend_t *b, const view_t *v, const char *what, char *e
         }
         uint64_t start = hvd_now_usec(), last_check = start;
         for (;;) {
-                for (int i = 0; i < YIELDS; i++) {
+                for (int i = 0; i < HVD_WAIT_YIELDS; i++) {
                         if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
                                 return 0;
                         sched_yield();
@@ -490,15 +484,18 @@ static void chunk_copy_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
                 uint64_t a = HVD_MAX(off, c0), e = HVD_MIN(off + m->count, c0 + cl);
                 if (a >= e || !m->out)
                         continue;
+                bool around = stream && m->out != m->in;
                 for (uint64_t x = a; x < e;) {
                         uint64_t rel = x - c0, k = rel / seg;
                         uint64_t y = HVD_MIN(e, c0 + (k + 1) * seg);
                         uint8_t *to = (uint8_t *) m->out + (x - off) * es;
                         const uint8_t *from = slot_of(b, v, (int) k) + rel * es;
-                        if ((int) k != skip && stream && m->out != m->in)
-                                hvd_copy_stream(to, from, (y - x) * es);
-                        else if ((int) k != skip)
-                                memcpy(to, from, (y - x) * es);
+                        if ((int) k != skip) {
+                                if (around)
+                                        hvd_copy_stream(to, from, (y - x) * es);
+                                else
+                                        memcpy(to, from, (y - x) * es);
+                        }
                         x = y;
                 }
         }

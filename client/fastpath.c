@@ -82,7 +82,7 @@ struct hvd_fastpath {
         board_t *b;
         int me, n;
         const _Atomic uint32_t *aborted;
-        int spin_usec, yields;
+        int spin_usec;
         uint64_t mine[WORDS]; /* posted, not yet run or demoted */
         size_t n_mine;
         uint64_t posted_usec[HVD_FASTPATH_MAX_IDS];
@@ -145,7 +145,6 @@ int hvd_fastpath_new(void *board, int local_rank, int local_size, const _Atomic 
          * the ranks outnumber the cores a waiter yields to the ones it
          * waits for (as the data plane's barrier does) before it sleeps */
         fp->spin_usec = local_size <= ncpu ? 30 : 0;
-        fp->yields = local_size <= ncpu ? 0 : 50;
         fp->next_timeout_usec = UINT64_MAX;
         fp->cursor = atomic_load(&row_of(fp, local_rank)->cursor);
         *ret = fp;
@@ -534,7 +533,7 @@ void hvd_fastpath_wait(hvd_fastpath_t *fp, uint64_t max_usec) {
                 if (hvd_now_usec() - start >= (uint64_t) fp->spin_usec)
                         break;
         }
-        for (int i = 0; i < fp->yields; i++) {
+        for (int i = 0; !fp->spin_usec && i < HVD_WAIT_YIELDS; i++) {
                 if (atomic_load_explicit(&b->head, memory_order_acquire) != cursor ||
                     atomic_load_explicit(&me->bell, memory_order_acquire) != bell)
                         return;
