@@ -86,6 +86,15 @@ if [ "$n" -ge 2 ]; then
         sed 's/^/[zero copy off] /' "$tmp/zcoff.out"
         [ $status -eq 0 ] || fail "shared tensors with HVD_SHM_ZERO_COPY_BYTES=0 on $n ranks exited with $status"
         ! grep -q "$zc_line" "$tmp/zcoff.out" || fail "HVD_SHM_ZERO_COPY_BYTES=0 did not turn the zero-copy path off"
+        # operations of 32 MiB and more: outputs out of place written around
+        # the caches beside in-place ones, fused (the threshold holds both)
+        HVD_FUSION_THRESHOLD=128M HVD_TEST_TMPDIR=$tmp \
+                "$launch" -r "$tmp/rt" -t $tmo -n "$n" -- "$worker" streamed >"$tmp/streamed.out" 2>&1
+        status=$?
+        sed 's/^/[streamed] /' "$tmp/streamed.out"
+        [ $status -eq 0 ] || fail "allreduces of 32 MiB and more on $n ranks exited with $status"
+        passed=$(grep -c "all [0-9]* scenario(s) passed" "$tmp/streamed.out")
+        [ "$passed" -eq "$n" ] || fail "allreduces of 32 MiB and more: $passed of $n ranks reported success"
 fi
 
 # one rank without hvdrun and without a daemon (no HVD_JOB_ID): the same

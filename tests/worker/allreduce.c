@@ -221,9 +221,9 @@ void scenario_allreduce(void) {
         ar_case_init(&cases[n++], "large", HVD_FLOAT64, HVD_REDUCE_SUM, (1u << 20) + 3, 1, 0.5, 2.0, true);
         run_cases(cases, n);
         /* mid sizes on either side of the shared-memory data plane's
-         * thresholds (one chunk reduced by every rank into its outputs up to
-         * 64 KiB, or up to 1 MiB when the ranks outnumber the cores; by
-         * segments above), odd element counts, with and without prescale */
+         * threshold (one chunk reduced by every rank into its outputs up to
+         * 64 KiB, by segments above), odd element counts, with and without
+         * prescale */
         n = 0;
         ar_case_init(&cases[n++], "mid", HVD_FLOAT32, HVD_REDUCE_SUM, 16384, 1, 1.0, 1.0, false);
         ar_case_init(&cases[n++], "mid", HVD_FLOAT32, HVD_REDUCE_SUM, 16385, 1, 1.0, 1.0, true);
@@ -238,6 +238,45 @@ void scenario_allreduce(void) {
         ar_case_init(&cases[1], "small2", HVD_FLOAT32, HVD_REDUCE_SUM, 5, 1, 1.0, 1.0, false);
         run_cases(cases, 2);
         free(cases);
+}
+
+/* Outputs of 32 MiB and more that are not also the inputs are written
+ * around the caches on the segment path, in-place ones through them: a
+ * group of one member of each, odd counts, so the member edge and the
+ * segment edges fall inside chunks (one operation when the fusion
+ * threshold holds both: test-collectives.sh runs it with 128 MiB), then
+ * one out-of-place average alone. */
+void scenario_streamed(void) {
+        enum { G = 2 };
+        const size_t ns[G] = { (9u << 20) + 5, (9u << 20) - 3 };
+        for (int round = 0; round < 2; round++) {
+                ar_case_t k[G];
+                hvd_request_t q[G];
+                for (int i = 0; i < G; i++) {
+                        ar_case_init(&k[i], "streamed", HVD_FLOAT32, HVD_REDUCE_SUM, ns[i], 1, 1.0, 1.0, i == 1);
+                        q[i] = (hvd_request_t) HVD_REQUEST_INIT;
+                        q[i].name = k[i].name;
+                        q[i].input = k[i].in;
+                        q[i].output = k[i].out;
+                        q[i].dtype = HVD_FLOAT32;
+                        q[i].ndim = 1;
+                        q[i].shape = k[i].shape;
+                        q[i].reduce_op = HVD_REDUCE_SUM;
+                }
+                hvd_handle_t *h = NULL;
+                MUST(hvd_grouped_allreduce_async(q, G, &h));
+                wait_ok(h, "grouped allreduce of 72 MiB");
+                hvd_handle_release(&h);
+                for (int i = 0; i < G; i++) {
+                        compare(k[i].name, HVD_FLOAT32, k[i].out, k[i].n, ar_gen, &k[i].want_ctx);
+                        if (k[i].out != k[i].in)
+                                free(k[i].out);
+                        free(k[i].in);
+                }
+                ar_case_t alone;
+                ar_case_init(&alone, "streamed", HVD_FLOAT32, HVD_REDUCE_AVERAGE, (8u << 20) + 1, 1, 1.0, 1.0, false);
+                run_cases(&alone, 1);
+        }
 }
 
 /* Shared tensors (hvd_shared_alloc): allreduces whose tensors are shared

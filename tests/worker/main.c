@@ -4,7 +4,7 @@
  * results are exactly representable, and checks every element, shape and
  * error message. Any difference prints "rank R: FAIL ..." and the exit status
  * is non-zero; "all" runs every scenario that needs no special setup (not
- * longrun*, early-shutdown, steady, stall-one, nor the flows notinit,
+ * longrun*, early-shutdown, steady, stall-one, streamed, nor the flows notinit,
  * reinit and expect-init-error, which the test scripts start on their
  * own). This file
  * holds the table of scenarios by name and main, which runs those named on
@@ -57,6 +57,7 @@ static const scen_t scenarios[] = {
         { "early-shutdown", scenario_early_shutdown, true },
         { "steady", scenario_steady, true },
         { "stall-one", scenario_stall_one, true },
+        { "streamed", scenario_streamed, true },
 };
 #define N_SCEN (sizeof scenarios / sizeof scenarios[0])
 

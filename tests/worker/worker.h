@@ -82,6 +82,7 @@ void fill(hvd_dtype_t dt, void *p, size_t n, double v);
 
 /* every dtype x op x size at once, synchronous, scaled, large and mid sizes */
 void scenario_allreduce(void);
+void scenario_streamed(void);
 /* shared tensors (hvd_shared_alloc): the allocator, the zero-copy path and the usual one */
 void scenario_shared(void);
 /* shared tensors below the zero-copy threshold, fused in one group */
