@@ -238,8 +238,8 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
          * for tuning, and for tests of many chunks */
         if (topo->shm_chunk_bytes >= 4096)
                 b->chunk_bytes = topo->shm_chunk_bytes;
-        /* HVD_SHM_DIRECT_BYTES, likewise: for tuning, and for tests of the
-         * segment path on machines with fewer cores than ranks */
+        /* HVD_SHM_DIRECT_BYTES, likewise: for tuning, and for tests of
+         * both reduction steps in small chunks */
         if (topo->shm_direct_bytes)
                 b->direct_bytes = topo->shm_direct_bytes;
         b->ring_chunk_bytes = topo->ring_chunk_bytes;

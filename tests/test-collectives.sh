@@ -55,8 +55,8 @@ fi
 
 # the shared-memory data plane in small chunks (HVD_SHM_CHUNK_BYTES and
 # HVD_SHM_DIRECT_BYTES, read by local rank 0): many chunks per operation,
-# both kinds of reduction step (every slot into the outputs up to 32 KiB;
-# with three ranks or more, segments above) and windows of the byte
+# both kinds of reduction step (every slot into the outputs up to 32 KiB,
+# segments above) and windows of the byte
 # streams, whatever the machine's core count
 if [ "$n" -ge 2 ]; then
         HVD_SHM_CHUNK_BYTES=98304 HVD_SHM_DIRECT_BYTES=32768 HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp \
