@@ -845,6 +845,12 @@ static void stream_read(run_t *run, worker_t *w, stream_t *s, bool until_empty) 
 }
 
 /* Child side of fork(): only async-signal-safe calls until execve. */
+/* fd as descriptor `to` across the exec; dup2 onto itself would keep its
+ * FD_CLOEXEC (a pipe that got number 0 while our stdin was closed). */
+static int fd_onto(int fd, int to) {
+        return fd == to ? fcntl(to, F_SETFD, 0) : dup2(fd, to);
+}
+
 __attribute__((noreturn)) static void child_exec(const char *path, char *const *argv, char *const *envp, int in_fd,
                                                  int out_fd, int err_fd, int errpipe, pid_t parent,
                                                  const cpu_set_t *cpus) {
@@ -856,8 +862,8 @@ __attribute__((noreturn)) static void child_exec(const char *path, char *const *
         (void) prctl(PR_SET_PDEATHSIG, SIGKILL);
         if (getppid() != parent)
                 _exit(127);
-        if ((in_fd >= 0 && dup2(in_fd, 0) < 0) || (out_fd >= 0 && dup2(out_fd, 1) < 0) ||
-            (err_fd >= 0 && dup2(err_fd, 2) < 0))
+        if ((in_fd >= 0 && fd_onto(in_fd, 0) < 0) || (out_fd >= 0 && fd_onto(out_fd, 1) < 0) ||
+            (err_fd >= 0 && fd_onto(err_fd, 2) < 0))
                 goto fail;
         struct sigaction sa = { .sa_handler = SIG_DFL };
         sigemptyset(&sa.sa_mask);

@@ -62,6 +62,11 @@ static bool warm_command(char *const *argv) {
                argv[1][0] != '-';
 }
 
+/* A slot that holds no standby (descriptors -1: 0 is hvdrun's stdin). */
+static void standby_clear(standby_t *s) {
+        *s = (standby_t){ .ctl = -1, .out = { .fd = -1 }, .err = { .fd = -1 } };
+}
+
 static void standby_close(standby_t *s) {
         if (s->ctl >= 0)
                 close(s->ctl);
@@ -69,7 +74,7 @@ static void standby_close(standby_t *s) {
                 close(s->out.fd);
         if (s->err.fd >= 0)
                 close(s->err.fd);
-        *s = (standby_t){ .ctl = -1, .out = { .fd = -1 }, .err = { .fd = -1 } };
+        standby_clear(s);
 }
 
 /* Stops standby s (its whole group) and reaps it. */
@@ -123,6 +128,9 @@ int warm_new(run_t *run) {
             run->n < 1 || !run->w[0].envp)
                 return 0;
         hvd_warm_t *wm = calloc(1, sizeof *wm);
+        if (wm)
+                for (size_t i = 0; i < WARM_MAX; i++)
+                        standby_clear(&wm->s[i]);
         size_t n_args = 0, n_env = 0;
         while (o->argv[n_args])
                 n_args++;
@@ -149,8 +157,6 @@ int warm_new(run_t *run) {
                         return -ENOMEM;
                 }
         }
-        for (size_t i = 0; i < WARM_MAX; i++)
-                standby_close(&wm->s[i]);
         wm->prefix = o->prefix;
         run->warm = wm;
         return 0;
