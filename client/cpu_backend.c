@@ -494,7 +494,7 @@ static void chunk_copy_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
                                 if (around)
                                         hvd_copy_stream(to, from, (y - x) * es);
                                 else
-                                        memcpy(to, from, (y - x) * es);
+                                        hvd_copy(to, from, (y - x) * es);
                         }
                         x = y;
                 }
@@ -557,7 +557,7 @@ static void segment_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
                 if (around)
                         hvd_copy_stream(out, mine + rel * es, (e - a) * es);
                 else if (out)
-                        memcpy(mine + rel * es, out, (e - a) * es);
+                        hvd_copy(mine + rel * es, out, (e - a) * es);
         }
 }
 
@@ -712,7 +712,7 @@ static void read_window(const view_t *v, const hvd_xop_t *op, int j, const uint8
                 }
                 uint64_t a = HVD_MAX(soff + want0, w0), e = HVD_MIN(soff + want1, w1);
                 if (a < e && m->out)
-                        memcpy((uint8_t *) m->out + dst + (a - soff - want0), slot + (a - w0), e - a);
+                        hvd_copy((uint8_t *) m->out + dst + (a - soff - want0), slot + (a - w0), e - a);
                 soff += plen;
         }
 }
@@ -762,7 +762,7 @@ static int execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                                 uint64_t a = HVD_MAX(soff, w0), e = HVD_MIN(soff + plen, w1);
                                 if (a < e) {
                                         if (m->in)
-                                                memcpy(slot + (a - w0), (const uint8_t *) m->in + (a - soff), e - a);
+                                                hvd_copy(slot + (a - w0), (const uint8_t *) m->in + (a - soff), e - a);
                                         else
                                                 memset(slot + (a - w0), 0, e - a);
                                 }
@@ -1137,8 +1137,8 @@ static int execute_reducescatter_multi(hvd_backend_t *b, const view_t *v, const 
                 int64_t start, nrows;
                 hvd_reducescatter_rows(m->rows, b->g_size, b->g_rank, &start, &nrows);
                 if (m->out)
-                        memcpy(m->out, full + (off + (uint64_t) start * m->row_elems) * es,
-                               (size_t) nrows * m->row_elems * es);
+                        hvd_copy(m->out, full + (off + (uint64_t) start * m->row_elems) * es,
+                                 (size_t) nrows * m->row_elems * es);
         }
         return r;
 }
@@ -1153,7 +1153,7 @@ static void stream_gather(const hvd_xop_t *op, bool from_in, const uint64_t *len
                         continue;
                 const uint8_t *src = from_in ? op->m[i].in : op->m[i].out;
                 if (src)
-                        memcpy(dst + (x - a), src + (x - off), y - x);
+                        hvd_copy(dst + (x - a), src + (x - off), y - x);
                 else
                         memset(dst + (x - a), 0, y - x);
         }
@@ -1164,7 +1164,7 @@ static void stream_scatter(const hvd_xop_t *op, const uint64_t *len, uint64_t a,
         for (size_t i = 0; i < op->n && off < e; off += len[i], i++) {
                 uint64_t x = HVD_MAX(a, off), y = HVD_MIN(e, off + len[i]);
                 if (x < y && op->m[i].out)
-                        memcpy((uint8_t *) op->m[i].out + (x - off), src + (x - a), y - x);
+                        hvd_copy((uint8_t *) op->m[i].out + (x - off), src + (x - a), y - x);
         }
 }
 
@@ -1275,7 +1275,7 @@ static int execute_allgather_multi(hvd_backend_t *b, const hvd_xop_t *op, char *
                 for (size_t i = 0; i < op->n; i++) {
                         uint64_t l = (uint64_t) op->m[i].rank_rows[me] * op->m[i].row_elems * es;
                         if (op->m[i].in)
-                                memcpy(stage + o, op->m[i].in, l);
+                                hvd_copy(stage + o, op->m[i].in, l);
                         o += l;
                 }
         }
@@ -1316,7 +1316,7 @@ static int execute_allgather_multi(hvd_backend_t *b, const hvd_xop_t *op, char *
                                 src += (uint64_t) op->m[k].rank_rows[j] * op->m[k].row_elems * es;
                         uint64_t l = (uint64_t) m->rank_rows[j] * row;
                         if (m->out)
-                                memcpy((uint8_t *) m->out + dst, stage + src, l);
+                                hvd_copy((uint8_t *) m->out + dst, stage + src, l);
                         dst += l;
                 }
         }
@@ -1340,7 +1340,7 @@ static int execute_alltoall_multi(hvd_backend_t *b, const hvd_xop_t *op, char *e
                         for (int k = 0; k < from; k++)
                                 roff += SPL(k, me) * row;
                         if (s == 0) {
-                                memcpy((uint8_t *) m->out + roff, (const uint8_t *) m->in + soff, SPL(me, me) * row);
+                                hvd_copy((uint8_t *) m->out + roff, (const uint8_t *) m->in + soff, SPL(me, me) * row);
                                 continue;
                         }
                         r = hvd_tcp_sendrecv(b->tcp, to, (const uint8_t *) m->in + soff, SPL(me, to) * row, from,

@@ -118,8 +118,8 @@ static void zc_gather(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, in
                 const hvd_xmember_t *m = &op->m[i];
                 uint64_t x0 = HVD_MAX(off, a), x1 = HVD_MIN(off + m->count, z);
                 if (x0 < x1)
-                        memcpy((uint8_t *) m->out + (x0 - off) * es, b->peers[k].base + d[i].out_off + (x0 - off) * es,
-                               (x1 - x0) * es);
+                        hvd_copy((uint8_t *) m->out + (x0 - off) * es,
+                                 b->peers[k].base + d[i].out_off + (x0 - off) * es, (x1 - x0) * es);
         }
 }
 

@@ -35,6 +35,8 @@ void hvd_reduce_n_avx2(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const void
  * hvd_reduce_n_avx2. dst must not be one of the sources. */
 void hvd_reduce_sum_f32_stream_avx2(float *dst, const float *const *srcs, size_t nsrc, size_t count, float scale,
                                     bool scaled);
+/* memcpy with ordinary stores (hvd_copy on AMD) */
+void hvd_copy_avx2(uint8_t *dst, const uint8_t *src, size_t bytes);
 /* memcpy with non-temporal stores (hvd_copy_stream) */
 void hvd_copy_stream_avx2(uint8_t *dst, const uint8_t *src, size_t bytes);
 #endif

@@ -338,10 +338,42 @@ void hvd_copy_stream(void *dst, const void *src, size_t bytes) {
         memcpy(dst, src, bytes);
 }
 
+/* Where hvd_copy takes the AVX2 loop: AVX2 and an AMD CPU (see reduce.h). */
+static bool copy_loop(void) {
+#if HVD_REDUCE_HAVE_AVX2
+        static _Atomic int amd = -1;
+        int a = atomic_load_explicit(&amd, memory_order_relaxed);
+        if (a < 0) {
+                __builtin_cpu_init();
+                a = __builtin_cpu_is("amd") ? 1 : 0;
+                atomic_store_explicit(&amd, a, memory_order_relaxed);
+        }
+        return a == 1 && use_avx2();
+#else
+        return false;
+#endif
+}
+
+#define COPY_LOOP_BYTES 2048
+
+void hvd_copy(void *dst, const void *src, size_t bytes) {
+#if HVD_REDUCE_HAVE_AVX2
+        if (bytes >= COPY_LOOP_BYTES && copy_loop()) {
+                hvd_copy_avx2(dst, src, bytes);
+                return;
+        }
+#endif
+        memcpy(dst, src, bytes);
+}
+
 void hvd_scale_copy(hvd_dtype_t dt, void *dst, const void *src, size_t count, double scale) {
         if (scale == 1.0 || dt == HVD_BOOL) {
-                if (dst != src)
-                        memmove(dst, src, count * hvd_dtype_size(dt));
+                size_t bytes = count * hvd_dtype_size(dt);
+                const uint8_t *d = dst, *s = src;
+                if (d + bytes <= s || s + bytes <= d)
+                        hvd_copy(dst, src, bytes);
+                else if (dst != src)
+                        memmove(dst, src, bytes);
                 return;
         }
         const void *srcs[1] = { src };

@@ -520,15 +520,32 @@ START_TEST(test_reduce_stream_agrees) {
 }
 END_TEST
 
-/* ---- copy_stream ---- */
+/* ---- copy, copy_stream ---- */
 
-/* hvd_copy_stream copies exactly, whatever the alignment of either side
- * and the length (head and tail around the 128-byte blocks), and writes
- * nothing past the end. */
+#if HVD_REDUCE_HAVE_AVX2
+static void copy_avx2(void *dst, const void *src, size_t bytes) {
+        hvd_copy_avx2(dst, src, bytes);
+}
+#endif
+
+/* The data plane's copies (hvd_copy, hvd_copy_stream, and hvd_copy's AVX2
+ * loop itself, which it takes only on AMD CPUs) copy exactly, whatever the
+ * alignment of either side and the length (head and tail around the
+ * 128-byte blocks), and write nothing past the end. */
 START_TEST(test_copy_stream) {
         if (!select_impl(_i))
                 return;
-        static const size_t lens[] = { 0, 1, 31, 4095, 4096, 4097, 4096 + 127, 65536 + 33, 1u << 20 };
+        struct {
+                const char *name;
+                void (*copy)(void *, const void *, size_t);
+        } fns[] = {
+                { "hvd_copy_stream", hvd_copy_stream },
+                { "hvd_copy", hvd_copy },
+#if HVD_REDUCE_HAVE_AVX2
+                { "hvd_copy_avx2", hvd_reduce_cpu_has_avx2() ? copy_avx2 : NULL },
+#endif
+        };
+        static const size_t lens[] = { 0, 1, 31, 2047, 2048, 4095, 4096, 4097, 4096 + 127, 65536 + 33, 1u << 20 };
         size_t cap = (1u << 20) + 256;
         uint8_t *src = malloc(cap), *dst = malloc(cap);
         ck_assert_ptr_nonnull(src);
@@ -536,19 +553,21 @@ START_TEST(test_copy_stream) {
         rng_state = 77;
         for (size_t i = 0; i < cap; i++)
                 src[i] = (uint8_t) rnd();
-        for (size_t l = 0; l < sizeof(lens) / sizeof(lens[0]); l++)
-                for (size_t so = 0; so < 64; so += 13)
-                        for (size_t d = 0; d < 64; d += 7) {
-                                size_t len = lens[l];
-                                memset(dst, 0xa5, cap);
-                                hvd_copy_stream(dst + d, src + so, len);
-                                ck_assert_msg(memcmp(dst + d, src + so, len) == 0,
-                                              "%s len=%zu src+%zu dst+%zu: copy differs", impl_names[_i], len, so, d);
-                                for (size_t i = 0; i < d; i++)
-                                        ck_assert_uint_eq(dst[i], 0xa5);
-                                for (size_t i = d + len; i < d + len + 64 && i < cap; i++)
-                                        ck_assert_uint_eq(dst[i], 0xa5);
-                        }
+        for (size_t f = 0; f < sizeof(fns) / sizeof(fns[0]); f++)
+                for (size_t l = 0; fns[f].copy && l < sizeof(lens) / sizeof(lens[0]); l++)
+                        for (size_t so = 0; so < 64; so += 13)
+                                for (size_t d = 0; d < 64; d += 7) {
+                                        size_t len = lens[l];
+                                        memset(dst, 0xa5, cap);
+                                        fns[f].copy(dst + d, src + so, len);
+                                        ck_assert_msg(memcmp(dst + d, src + so, len) == 0,
+                                                      "%s %s len=%zu src+%zu dst+%zu: copy differs", fns[f].name,
+                                                      impl_names[_i], len, so, d);
+                                        for (size_t i = 0; i < d; i++)
+                                                ck_assert_uint_eq(dst[i], 0xa5);
+                                        for (size_t i = d + len; i < d + len + 64 && i < cap; i++)
+                                                ck_assert_uint_eq(dst[i], 0xa5);
+                                }
         free(src);
         free(dst);
 }
