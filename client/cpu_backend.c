@@ -617,7 +617,7 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                 seg = (seg + 15) & ~UINT64_C(15);
                 uint64_t s0 = HVD_MIN((uint64_t) v->me * seg, cl), s1 = HVD_MIN(s0 + seg, cl);
                 if (c0 == 0 && zc) {
-                        if ((r = hvd_zc_run(b, v, op, total, cl, s0, s1, direct, es, post, stream, err, err_len)) != 0)
+                        if ((r = hvd_zc_run(b, v, op, total, cl, s0, s1, direct, es, post, err, err_len)) != 0)
                                 return r < 0 ? r : 0;
                 } else {
                         hvd_cpu_copy_in(op, mine, c0, cl, s0, s1, direct, es);

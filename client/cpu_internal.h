@@ -127,6 +127,6 @@ void hvd_cpu_copy_in(const hvd_xop_t *op, uint8_t *mine, uint64_t c0, uint64_t c
  * with the first chunk in the slots, < 0: an error) */
 bool hvd_zc_eligible(const hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t total, size_t es);
 int hvd_zc_run(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t total, uint64_t cl, uint64_t s0,
-               uint64_t s1, bool direct, size_t es, double post, bool stream, char *err, size_t err_len);
+               uint64_t s1, bool direct, size_t es, double post, char *err, size_t err_len);
 
 #endif
