@@ -488,9 +488,12 @@ AVX2 void hvd_reduce_sum_f32_stream_avx2(float *dst, const float *const *srcs, s
         }
 }
 
-/* The bytes before dst's first 32-byte boundary and after the last whole
- * 128-byte block go through memcpy (under 160 bytes: no rep movsb). */
-AVX2 void hvd_copy_avx2(uint8_t *dst, const uint8_t *src, size_t bytes) {
+/* memcpy in 128-byte blocks, with non-temporal stores when nt (a constant
+ * in both callers). The bytes before dst's first 32-byte boundary and
+ * after the last whole block go through memcpy (under 160 bytes: no rep
+ * movsb). */
+static inline __attribute__((always_inline)) AVX2 void copy_blocks(uint8_t *dst, const uint8_t *src, size_t bytes,
+                                                                   bool nt) {
         size_t head = HVD_MIN(bytes, (size_t) (-(uintptr_t) dst & 31));
         memcpy(dst, src, head);
         size_t i = head;
@@ -499,31 +502,30 @@ AVX2 void hvd_copy_avx2(uint8_t *dst, const uint8_t *src, size_t bytes) {
                 __m256i a1 = _mm256_loadu_si256((const __m256i *) (src + i + 32));
                 __m256i a2 = _mm256_loadu_si256((const __m256i *) (src + i + 64));
                 __m256i a3 = _mm256_loadu_si256((const __m256i *) (src + i + 96));
-                _mm256_store_si256((__m256i *) (dst + i), a0);
-                _mm256_store_si256((__m256i *) (dst + i + 32), a1);
-                _mm256_store_si256((__m256i *) (dst + i + 64), a2);
-                _mm256_store_si256((__m256i *) (dst + i + 96), a3);
+                __m256i *d = (__m256i *) (dst + i);
+                if (nt) {
+                        _mm256_stream_si256(d, a0);
+                        _mm256_stream_si256(d + 1, a1);
+                        _mm256_stream_si256(d + 2, a2);
+                        _mm256_stream_si256(d + 3, a3);
+                } else {
+                        _mm256_store_si256(d, a0);
+                        _mm256_store_si256(d + 1, a1);
+                        _mm256_store_si256(d + 2, a2);
+                        _mm256_store_si256(d + 3, a3);
+                }
         }
+        if (nt)
+                _mm_sfence();
         memcpy(dst + i, src + i, bytes - i);
 }
 
-/* As hvd_copy_avx2, with non-temporal stores. */
+AVX2 void hvd_copy_avx2(uint8_t *dst, const uint8_t *src, size_t bytes) {
+        copy_blocks(dst, src, bytes, false);
+}
+
 AVX2 void hvd_copy_stream_avx2(uint8_t *dst, const uint8_t *src, size_t bytes) {
-        size_t head = HVD_MIN(bytes, (size_t) (-(uintptr_t) dst & 31));
-        memcpy(dst, src, head);
-        size_t i = head;
-        for (; bytes - i >= 128; i += 128) {
-                __m256i a0 = _mm256_loadu_si256((const __m256i *) (src + i));
-                __m256i a1 = _mm256_loadu_si256((const __m256i *) (src + i + 32));
-                __m256i a2 = _mm256_loadu_si256((const __m256i *) (src + i + 64));
-                __m256i a3 = _mm256_loadu_si256((const __m256i *) (src + i + 96));
-                _mm256_stream_si256((__m256i *) (dst + i), a0);
-                _mm256_stream_si256((__m256i *) (dst + i + 32), a1);
-                _mm256_stream_si256((__m256i *) (dst + i + 64), a2);
-                _mm256_stream_si256((__m256i *) (dst + i + 96), a3);
-        }
-        _mm_sfence();
-        memcpy(dst + i, src + i, bytes - i);
+        copy_blocks(dst, src, bytes, true);
 }
 
 #else
