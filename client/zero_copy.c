@@ -186,6 +186,7 @@ int hvd_zc_run(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t 
                                 uint64_t seg =
                                         ((c1 - c0 + (uint64_t) v->size - 1) / (uint64_t) v->size + 15) & ~UINT64_C(15);
                                 uint64_t a = HVD_MIN(c0 + (uint64_t) v->me * seg, c1);
+                                hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
                                 zc_reduce(b, v, op, a, HVD_MIN(a + seg, c1), es, post);
                                 if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
                                         return r;
