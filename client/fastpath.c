@@ -88,7 +88,10 @@ struct hvd_fastpath {
         uint64_t posted_usec[HVD_FASTPATH_MAX_IDS];
         uint32_t inst[HVD_FASTPATH_MAX_IDS];        /* submissions counted */
         uint32_t posted_inst[HVD_FASTPATH_MAX_IDS]; /* instance of the bit posted */
-        uint64_t next_timeout_usec;                 /* earliest moment a bit may time out */
+        /* no later than the earliest moment one of mine may time out:
+         * exact after a post or a withdrawal, early once the bit it was
+         * for has run (see hvd_fastpath_demote_due) */
+        uint64_t next_timeout_usec;
         uint32_t seen_gen;
         bool was_joining;
         /* schedules received here and not yet run, in seq order, those to
@@ -215,6 +218,10 @@ int hvd_fastpath_post(hvd_fastpath_t *fp, uint32_t id, uint64_t now_usec) {
         me->bits[w] |= bit;
         if (w + 1 > b->n_words)
                 b->n_words = w + 1;
+        /* with nothing else of mine on the board, the withdrawals made so
+         * far are no news: this bit's own was checked above */
+        if (!fp->n_mine)
+                fp->seen_gen = atomic_load_explicit(&b->demote_gen, memory_order_relaxed);
         board_unlock(fp);
         fp->mine[w] |= bit;
         fp->n_mine++;
@@ -384,7 +391,9 @@ static size_t demote(hvd_fastpath_t *fp, uint64_t now, bool joining) {
         board_t *b = fp->b;
         row_t *me = row_of(fp, fp->me);
         uint32_t gen = atomic_load_explicit(&b->demote_gen, memory_order_relaxed);
-        if (!fp->n_mine || (!joining && gen == fp->seen_gen && now < fp->next_timeout_usec))
+        if (!fp->n_mine)
+                return 0;
+        if (!joining && gen == fp->seen_gen && now < fp->next_timeout_usec)
                 return 0;
         fp->seen_gen = gen;
         size_t n = 0;
@@ -474,6 +483,8 @@ int hvd_fastpath_step(hvd_fastpath_t *fp, uint64_t now, bool fast_only, const hv
                                 fp->n_mine--;
                         }
                 }
+                if (!fp->n_mine)
+                        fp->next_timeout_usec = UINT64_MAX;
                 int r = ops->run(userdata, &rec);
                 if (r < 0)
                         return r;
@@ -491,9 +502,25 @@ bool hvd_fastpath_busy(const hvd_fastpath_t *fp) {
                       fp->cursor < atomic_load_explicit(&fp->b->head, memory_order_acquire));
 }
 
-bool hvd_fastpath_demote_due(const hvd_fastpath_t *fp, uint64_t now) {
+/* The earliest moment one of mine times out (UINT64_MAX: none waits). */
+static uint64_t mine_deadline(const hvd_fastpath_t *fp) {
+        uint64_t next = UINT64_MAX;
+        for (uint32_t w = 0; w < WORDS; w++)
+                for (uint64_t m = fp->mine[w]; m; m &= m - 1) {
+                        uint32_t id = w * 64 + (uint32_t) __builtin_ctzll(m);
+                        next = HVD_MIN(next, fp->posted_usec[id] + HVD_FASTPATH_DEMOTE_USEC);
+                }
+        return next;
+}
+
+bool hvd_fastpath_demote_due(hvd_fastpath_t *fp, uint64_t now) {
         if (!fp || !fp->n_mine)
                 return false;
+        /* the deadline may be that of a bit that has run since: a caller
+         * told "due" wakes the withdrawing thread, on every operation until
+         * that thread's next turn (on a rank's own CPU, one switch each) */
+        if (now >= fp->next_timeout_usec)
+                fp->next_timeout_usec = mine_deadline(fp);
         return now >= fp->next_timeout_usec ||
                atomic_load_explicit(&fp->b->demote_gen, memory_order_relaxed) != fp->seen_gen || any_joining(fp);
 }

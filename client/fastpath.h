@@ -125,10 +125,11 @@ bool hvd_fastpath_busy(const hvd_fastpath_t *fp);
  * rank's bits now (one waited too long, another rank gave up on one, or a
  * rank joins): a caller that steps with fast_only must then make sure the
  * thread that withdraws takes its turn. */
-bool hvd_fastpath_demote_due(const hvd_fastpath_t *fp, uint64_t now_usec);
+bool hvd_fastpath_demote_due(hvd_fastpath_t *fp, uint64_t now_usec);
 /* The last schedule this rank ran from the log (0: none). */
 uint64_t hvd_fastpath_ran_seq(const hvd_fastpath_t *fp);
-/* When this rank's oldest bit times out (UINT64_MAX: none on the board). */
+/* When this rank's oldest bit times out, or earlier (UINT64_MAX: none on
+ * the board). */
 uint64_t hvd_fastpath_next_due(const hvd_fastpath_t *fp);
 /* Tensors this rank has on the board or in records not yet run. */
 size_t hvd_fastpath_pending(const hvd_fastpath_t *fp);

@@ -383,6 +383,50 @@ START_TEST(test_fastpath_demote_due) {
 }
 END_TEST
 
+START_TEST(test_fastpath_demote_due_after_runs) {
+        /* a bit that has run no longer sets when the next is due: with the
+         * bit posted at 0 run, one posted at 150 ms is not due at 250 ms
+         * (else a thread told "due" wakes the withdrawing one on every
+         * operation from 200 ms on) */
+        for (int r = 0; r < N; r++)
+                post(r, 3, 0);
+        step(0, 1);
+        ck_assert_int_eq(logs[0].n, 1);
+        post(0, 3, 150 * MS);
+        ck_assert(!hvd_fastpath_demote_due(fp[0], 250 * MS));
+        ck_assert(hvd_fastpath_demote_due(fp[0], 150 * MS + HVD_FASTPATH_DEMOTE_USEC));
+        /* the same while another bit stays on the board: 4, posted at
+         * 160 ms, waits on; 3, the oldest, runs */
+        post(0, 4, 160 * MS);
+        step(1, 165 * MS);
+        step(2, 165 * MS);
+        post(1, 3, 170 * MS);
+        post(2, 3, 170 * MS);
+        ck_assert_int_eq(hvd_fastpath_step(fp[0], 180 * MS, true, &ops, &logs[0]), 0);
+        ck_assert_int_eq(logs[0].n, 2);
+        ck_assert(!hvd_fastpath_demote_due(fp[0], 155 * MS + HVD_FASTPATH_DEMOTE_USEC));
+        ck_assert(hvd_fastpath_demote_due(fp[0], 160 * MS + HVD_FASTPATH_DEMOTE_USEC));
+        /* once nothing of this rank waits, a withdrawal elsewhere is no
+         * news to it: its next bit is not due at once */
+        post(1, 4, 400 * MS);
+        post(2, 4, 400 * MS);
+        ck_assert_int_eq(hvd_fastpath_step(fp[0], 410 * MS, true, &ops, &logs[0]), 0);
+        ck_assert_int_eq(logs[0].n, 3);
+        ck_assert_int_eq(logs[0].n_demoted, 0);
+        post(1, 5, 420 * MS);
+        step(1, 420 * MS + HVD_FASTPATH_DEMOTE_USEC);
+        ck_assert_int_eq(logs[1].n_demoted, 1);
+        post(0, 6, 430 * MS + HVD_FASTPATH_DEMOTE_USEC);
+        ck_assert(!hvd_fastpath_demote_due(fp[0], 440 * MS + HVD_FASTPATH_DEMOTE_USEC));
+        /* while one withdrawn after its post still is */
+        post(0, 7, 450 * MS + HVD_FASTPATH_DEMOTE_USEC);
+        post(2, 7, 450 * MS + HVD_FASTPATH_DEMOTE_USEC);
+        step(2, 450 * MS + 2 * HVD_FASTPATH_DEMOTE_USEC);
+        ck_assert_int_eq(logs[2].n_demoted, 1);
+        ck_assert(hvd_fastpath_demote_due(fp[0], 460 * MS + HVD_FASTPATH_DEMOTE_USEC));
+}
+END_TEST
+
 START_TEST(test_fastpath_limits) {
         hvd_fastpath_t *x = NULL;
         ck_assert_int_eq(hvd_fastpath_new(NULL, 0, 2, NULL, &x), -EINVAL);
@@ -429,6 +473,7 @@ static Suite *fastpath_suite(void) {
         tcase_add_test(tc, test_fastpath_records_before_markers);
         tcase_add_test(tc, test_fastpath_busy_until_schedule_runs);
         tcase_add_test(tc, test_fastpath_demote_due);
+        tcase_add_test(tc, test_fastpath_demote_due_after_runs);
         tcase_add_test(tc, test_fastpath_limits);
         tcase_add_test(tc, test_fastpath_node_mode_inline);
         tcase_add_test(tc, test_fastpath_node_mode_late_copy);
