@@ -391,9 +391,7 @@ static size_t demote(hvd_fastpath_t *fp, uint64_t now, bool joining) {
         board_t *b = fp->b;
         row_t *me = row_of(fp, fp->me);
         uint32_t gen = atomic_load_explicit(&b->demote_gen, memory_order_relaxed);
-        if (!fp->n_mine)
-                return 0;
-        if (!joining && gen == fp->seen_gen && now < fp->next_timeout_usec)
+        if (!fp->n_mine || (!joining && gen == fp->seen_gen && now < fp->next_timeout_usec))
                 return 0;
         fp->seen_gen = gen;
         size_t n = 0;
