@@ -219,6 +219,9 @@ void scenario_allreduce(void) {
         ar_case_init(&cases[n++], "large", HVD_FLOAT16, HVD_REDUCE_SUM, 3u << 20, 1, 1.0, 1.0, false);
         ar_case_init(&cases[n++], "large", HVD_INT64, HVD_REDUCE_MAX, 3u << 19, 1, 1.0, 1.0, false);
         ar_case_init(&cases[n++], "large", HVD_FLOAT64, HVD_REDUCE_SUM, (1u << 20) + 3, 1, 0.5, 2.0, true);
+        /* just over 16 MiB out of place: the smallest whose outputs are
+         * written around the caches */
+        ar_case_init(&cases[n++], "large", HVD_FLOAT32, HVD_REDUCE_SUM, (4u << 20) + 7, 1, 1.0, 1.0, false);
         run_cases(cases, n);
         /* mid sizes on either side of the shared-memory data plane's
          * threshold (one chunk reduced by every rank into its outputs up to
@@ -240,7 +243,7 @@ void scenario_allreduce(void) {
         free(cases);
 }
 
-/* Outputs of 32 MiB and more that are not also the inputs are written
+/* Outputs of 16 MiB and more that are not also the inputs are written
  * around the caches on the segment path, in-place ones through them: a
  * group of one member of each, odd counts, so the member edge and the
  * segment edges fall inside chunks (one operation when the fusion
