@@ -5,6 +5,7 @@
  * Run under hvdrun (or tests/lib/launch.sh); rank 0 prints. */
 #include <getopt.h>
 #include <stdbool.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,13 @@ static double now_sec(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
+}
+
+/* Calls to time: enough to fill min_time at the pace of one call that took
+ * last seconds (the peers' benchmarks use the same rule), at least 5. */
+static int32_t bench_iters(double min_time, double last) {
+        double n = last > 0 ? min_time / last : 1e6;
+        return n < 5 ? 5 : n > 1e6 ? 1000000 : (int32_t) n + 1;
 }
 
 static int run_once(const char *op, const char *name, float *in, float *out, size_t count, int size, int async) {
@@ -59,12 +67,14 @@ static int run_once(const char *op, const char *name, float *in, float *out, siz
 int main(int argc, char **argv) {
         size_t min_bytes = 8, max_bytes = 64u << 20;
         int iters = 0, warmup = 3, async = 0, out_of_place = 0, shared = 0;
+        double min_time = 0.1;
         const char *op = "allreduce";
         static const struct option opts[] = {
                 { "min-bytes", required_argument, NULL, 'b' },
                 { "max-bytes", required_argument, NULL, 'e' },
                 { "iters", required_argument, NULL, 'n' },
                 { "warmup", required_argument, NULL, 'w' },
+                { "min-time", required_argument, NULL, 't' },
                 { "op", required_argument, NULL, 'o' },
                 { "async", no_argument, NULL, 'a' },
                 { "out-of-place", no_argument, NULL, 'O' },
@@ -73,12 +83,13 @@ int main(int argc, char **argv) {
                 {},
         };
         int c;
-        while ((c = getopt_long(argc, argv, "b:e:n:w:o:aOsh", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "b:e:n:w:t:o:aOsh", opts, NULL)) >= 0) {
                 switch (c) {
                 case 'b': min_bytes = strtoull(optarg, NULL, 0); break;
                 case 'e': max_bytes = strtoull(optarg, NULL, 0); break;
                 case 'n': iters = atoi(optarg); break;
                 case 'w': warmup = atoi(optarg); break;
+                case 't': min_time = atof(optarg); break;
                 case 'o': op = optarg; break;
                 case 'a': async = 1; break;
                 case 'O': out_of_place = 1; break;
@@ -86,7 +97,9 @@ int main(int argc, char **argv) {
                 default:
                         printf("usage: bench_collective [--op allreduce|broadcast|allgather|reducescatter]\n"
                                "       [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N] [--async]\n"
-                               "       [--out-of-place] [--shared]\n"
+                               "       [--min-time SECONDS] [--out-of-place] [--shared]\n"
+                               "Each size is timed over --iters calls, or else over as many as fill\n"
+                               "--min-time (0.1 s) at the last warm-up call's pace (rank 0 decides).\n"
                                "allreduce uses the blocking hvd_allreduce unless --async (hvd_allreduce_async +\n"
                                "hvd_handle_wait); the other collectives are always asynchronous + wait.\n"
                                "allreduce and broadcast run in place (input == output), as the peers'\n"
@@ -97,6 +110,8 @@ int main(int argc, char **argv) {
                         return c == 'h' ? 0 : 2;
                 }
         }
+        if (!iters && warmup < 1)
+                warmup = 1; /* the pace comes from a warm-up call */
         if (hvd_init() < 0) {
                 fprintf(stderr, "bench: %s\n", hvd_last_error());
                 return 1;
@@ -121,13 +136,32 @@ int main(int argc, char **argv) {
                 size_t count = bytes / 4;
                 if (count < (size_t) size)
                         continue;
-                int n = iters ? iters : (bytes <= (1u << 20) ? 200 : bytes <= (16u << 20) ? 20 : 5);
                 char name[64];
                 snprintf(name, sizeof name, "bench.%s.%zu", op, bytes);
                 float *src = in_place ? out : in;
-                for (int i = 0; i < warmup; i++)
+                double last = 0;
+                for (int i = 0; i < warmup; i++) {
+                        double w0 = now_sec();
                         if (run_once(op, name, src, out, count, size, async) < 0)
                                 return 1;
+                        last = now_sec() - w0;
+                }
+                int32_t n = iters;
+                if (!n) {
+                        /* the same count on every rank: rank 0's, broadcast, then
+                         * warm again, since the broadcast came between */
+                        n = bench_iters(min_time, last);
+                        char nname[80];
+                        snprintf(nname, sizeof nname, "bench.iters.%zu", bytes);
+                        if (hvd_broadcast(nname, &n, 1, HVD_INT32, 0) < 0) {
+                                fprintf(stderr, "bench: %s\n", hvd_last_error());
+                                return 1;
+                        }
+                        for (int i = 0; i < warmup; i++)
+                                if (run_once(op, name, src, out, count, size, async) < 0)
+                                        return 1;
+                }
+                /* the last warm-up call, a blocking collective, lined the ranks up */
                 double t0 = now_sec();
                 for (int i = 0; i < n; i++)
                         if (run_once(op, name, src, out, count, size, async) < 0)

@@ -5,10 +5,17 @@ output line format (impl=gloo). Gloo in torch 1.13 has no reduce_scatter
 (nor _allgather_base): allgather gathers into a list of per-rank tensors,
 and --op reducescatter prints nothing. Spawns its own ranks on this machine.
 
-    gloo_collective.py --np 2 [--op OP] [--min-bytes N] [--max-bytes N] [--iters N]"""
+    gloo_collective.py --np 2 [--op OP] [--min-bytes N] [--max-bytes N] [--iters N | --min-time S]"""
 import argparse
 import os
 import time
+
+
+def bench_iters(min_time, last):
+    """Calls to time: enough to fill min_time at the pace of one call that
+    took last seconds, at least 5 (bench_collective's rule)."""
+    n = min_time / last if last > 0 else 1e6
+    return 5 if n < 5 else 1000000 if n > 1e6 else int(n) + 1
 
 
 def worker(rank, args, port):
@@ -34,9 +41,19 @@ def worker(rank, args, port):
             else:
                 t = torch.ones(count, dtype=torch.float32)
                 op = lambda: dist.all_reduce(t)
-            n = args.iters or (200 if nbytes <= 1 << 20 else 20 if nbytes <= 16 << 20 else 5)
+            last = 0.0
             for _ in range(3):
+                w0 = time.perf_counter()
                 op()
+                last = time.perf_counter() - w0
+            n = args.iters
+            if not n:
+                # bench_collective's rule: rank 0's count, broadcast, then warm again
+                k = torch.tensor([bench_iters(args.min_time, last)], dtype=torch.int64)
+                dist.broadcast(k, 0)
+                n = int(k.item())
+                for _ in range(3):
+                    op()
             dist.barrier()
             t0 = time.perf_counter()
             for _ in range(n):
@@ -56,6 +73,7 @@ def main():
     p.add_argument("--min-bytes", type=int, default=8)
     p.add_argument("--max-bytes", type=int, default=64 << 20)
     p.add_argument("--iters", type=int, default=0)
+    p.add_argument("--min-time", type=float, default=0.1, help="time each size over calls filling this (s)")
     p.add_argument("--op", default="allreduce", choices=["allreduce", "broadcast", "allgather", "reducescatter"])
     args = p.parse_args()
     if args.op == "reducescatter":

@@ -1,14 +1,34 @@
 /* mpi_collective.c — the peer of bench_collective.c: the same sweep through
  * Open MPI (MPI_Allreduce in place, MPI_Bcast, MPI_Allgather,
- * MPI_Reduce_scatter_block), printing the same line format with impl=mpi. */
+ * MPI_Reduce_scatter_block), printing the same line format with impl=mpi,
+ * each size timed by the same rule (--iters, or calls filling --min-time). */
 #include <mpi.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+/* Calls to time: enough to fill min_time at the pace of one call that took
+ * last seconds, at least 5 (bench_collective's rule). */
+static int bench_iters(double min_time, double last) {
+        double n = last > 0 ? min_time / last : 1e6;
+        return n < 5 ? 5 : n > 1e6 ? 1000000 : (int) n + 1;
+}
+
+static void run_once(const char *op, float *in, float *out, int count, int size) {
+        if (!strcmp(op, "allreduce"))
+                MPI_Allreduce(MPI_IN_PLACE, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else if (!strcmp(op, "broadcast"))
+                MPI_Bcast(out, count, MPI_FLOAT, 0, MPI_COMM_WORLD);
+        else if (!strcmp(op, "allgather"))
+                MPI_Allgather(in, count / size, MPI_FLOAT, out, count / size, MPI_FLOAT, MPI_COMM_WORLD);
+        else if (!strcmp(op, "reducescatter"))
+                MPI_Reduce_scatter_block(in, out, count / size, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+}
+
 int main(int argc, char **argv) {
         size_t min_bytes = 8, max_bytes = 64u << 20;
         int iters = 0, warmup = 3;
+        double min_time = 0.1;
         const char *op = "allreduce";
         MPI_Init(&argc, &argv);
         for (int i = 1; i + 1 < argc; i += 2) {
@@ -20,6 +40,8 @@ int main(int argc, char **argv) {
                         iters = atoi(argv[i + 1]);
                 else if (!strcmp(argv[i], "--warmup"))
                         warmup = atoi(argv[i + 1]);
+                else if (!strcmp(argv[i], "--min-time"))
+                        min_time = atof(argv[i + 1]);
                 else if (!strcmp(argv[i], "--op"))
                         op = argv[i + 1];
         }
@@ -33,23 +55,24 @@ int main(int argc, char **argv) {
                 int count = (int) (bytes / 4);
                 if (count < size)
                         continue;
-                int n = iters ? iters : (bytes <= (1u << 20) ? 200 : bytes <= (16u << 20) ? 20 : 5);
-                double t0 = 0;
-                for (int i = -warmup; i < n; i++) {
-                        if (i == 0) {
-                                MPI_Barrier(MPI_COMM_WORLD);
-                                t0 = MPI_Wtime();
-                        }
-                        if (!strcmp(op, "allreduce"))
-                                MPI_Allreduce(MPI_IN_PLACE, out, count, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-                        else if (!strcmp(op, "broadcast"))
-                                MPI_Bcast(out, count, MPI_FLOAT, 0, MPI_COMM_WORLD);
-                        else if (!strcmp(op, "allgather"))
-                                MPI_Allgather(in, count / size, MPI_FLOAT, out, count / size, MPI_FLOAT,
-                                              MPI_COMM_WORLD);
-                        else if (!strcmp(op, "reducescatter"))
-                                MPI_Reduce_scatter_block(in, out, count / size, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+                double last = 0;
+                for (int i = 0; i < (warmup < 1 && !iters ? 1 : warmup); i++) {
+                        double w0 = MPI_Wtime();
+                        run_once(op, in, out, count, size);
+                        last = MPI_Wtime() - w0;
                 }
+                int n = iters;
+                if (!n) {
+                        /* bench_collective's rule: rank 0's count, broadcast, then warm again */
+                        n = bench_iters(min_time, last);
+                        MPI_Bcast(&n, 1, MPI_INT, 0, MPI_COMM_WORLD);
+                        for (int i = 0; i < warmup; i++)
+                                run_once(op, in, out, count, size);
+                }
+                MPI_Barrier(MPI_COMM_WORLD);
+                double t0 = MPI_Wtime();
+                for (int i = 0; i < n; i++)
+                        run_once(op, in, out, count, size);
                 double t = (MPI_Wtime() - t0) / n;
                 double algbw = (double) bytes / t / 1e9;
                 double factor = !strcmp(op, "allreduce")   ? 2.0 * (size - 1) / size

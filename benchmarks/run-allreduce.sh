@@ -9,6 +9,7 @@
 #   benchmarks/run-allreduce.sh [BUILDDIR]      (after `make bench`)
 # Environment: NPS="2 4", ROUNDS=3, MIN=65536, MAX=67108864, NODES=1 (or 2, 4:
 # emulated nodes, one daemon each on loopback; the MPI peer then uses TCP),
-# PNG= (a file name draws the plot), SHARED=1 (also hvd on shared tensors).
+# PNG= (a file name draws the plot), SHARED=1 (also hvd on shared tensors),
+# MIN_TIME=0.1 (seconds of calls each system times per size).
 OPS=allreduce MIN=${MIN:-65536} MAX=${MAX:-67108864} PNG=${PNG-} SHARED=${SHARED:-0} \
         exec "$(dirname "$0")/run-collectives.sh" "$@"

@@ -23,6 +23,9 @@
 # SHARED=1 (also time hvd's allreduce on shared tensors, hvd_shared_alloc,
 # which the other local ranks read in place: column hvd_shr; the peers' own
 # buffers are ordinary memory),
+# MIN_TIME=0.1 (each system times each size over as many calls as fill
+# this many seconds at its own warm pace, at least 5: windows long enough
+# that one preemption does not decide a round),
 # RAW=FILE (no runs: the report of the raw lines in an earlier output).
 set -u
 build=${1:-$(pwd)}
@@ -30,7 +33,7 @@ build=$(cd "$build" && pwd)
 src=$(cd "$(dirname "$0")/.." && pwd)
 OPS=${OPS:-"allreduce broadcast allgather reducescatter"}
 NPS=${NPS:-"2 4"} ROUNDS=${ROUNDS:-3} MIN=${MIN:-8} MAX=${MAX:-268435456} NODES=${NODES:-1}
-OUT_OF_PLACE=${OUT_OF_PLACE:-0} SHARED=${SHARED:-0}
+OUT_OF_PLACE=${OUT_OF_PLACE:-0} SHARED=${SHARED:-0} MIN_TIME=${MIN_TIME:-0.1}
 PNG=${PNG-collectives-nodes$NODES.png}
 PY=${PYTHON:-/usr/bin/python3}
 out=$(mktemp)
@@ -53,7 +56,7 @@ if [ -n "${RAW:-}" ]; then
 fi
 [ -n "${RAW:-}" ] || {
         echo "# run: $started; commit $commit; $machine; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-        echo "# NPS=\"$NPS\" ROUNDS=$ROUNDS MIN=$MIN MAX=$MAX NODES=$NODES OPS=\"$OPS\""
+        echo "# NPS=\"$NPS\" ROUNDS=$ROUNDS MIN=$MIN MAX=$MAX NODES=$NODES OPS=\"$OPS\" MIN_TIME=$MIN_TIME"
 }
 export HVD_BUILDDIR=$build
 # the peers: one that is missing is named here and again at the end
@@ -63,7 +66,7 @@ if [ "$NODES" -eq 1 ]; then peers_check "$build" mpi gloo; else peers_check "$bu
 for np in $NPS; do
         for ((round = 0; round < ROUNDS; round++)); do
                 for op in $OPS; do
-                        args=(--op "$op" --min-bytes "$MIN" --max-bytes "$MAX")
+                        args=(--op "$op" --min-bytes "$MIN" --max-bytes "$MAX" --min-time "$MIN_TIME")
                         variants=("")
                         [ "$OUT_OF_PLACE" = 1 ] && { [ "$op" = allreduce ] || [ "$op" = broadcast ]; } &&
                                 variants+=(--out-of-place)
