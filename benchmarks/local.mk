@@ -33,6 +33,10 @@ EXTRA_PROGRAMS += %D%/bench_negotiate
 %C%_bench_negotiate_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS)
 %C%_bench_negotiate_LDADD = common/libhvdcommon.la
 
+# core_rtt: the vCPUs' placement (a cache line's round trip) beside each round
+EXTRA_PROGRAMS += %D%/core_rtt
+%C%_core_rtt_LDADD = -lpthread
+
 # The Open MPI peer, compiled with mpicc when configure found it.
 %D%/mpi_collective: %D%/mpi_collective.c
 	$(AM_V_CC)if test -n "$(MPICC)"; then $(MPICC) -O2 -o $@ $(srcdir)/%D%/mpi_collective.c; \

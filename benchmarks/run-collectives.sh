@@ -63,8 +63,16 @@ export HVD_BUILDDIR=$build
 # shellcheck source=benchmarks/peers.sh
 . "$src/benchmarks/peers.sh"
 if [ "$NODES" -eq 1 ]; then peers_check "$build" mpi gloo; else peers_check "$build" mpi; fi
+# the vCPUs' placement at each round's start and end: a cache line's round
+# trip between CPUs 0 and 1 (benchmarks/core_rtt; what the host decides on a
+# virtual machine, and what busbw follows at small sizes)
+rtt() {
+        [ -x "$build/benchmarks/core_rtt" ] || return 0
+        "$build/benchmarks/core_rtt" 2>/dev/null | sed "s/^bench=core_rtt /bench=core_rtt np=$1 round=$2 at=$3 /" >>"$out"
+}
 for np in $NPS; do
         for ((round = 0; round < ROUNDS; round++)); do
+                rtt "$np" "$round" start
                 for op in $OPS; do
                         args=(--op "$op" --min-bytes "$MIN" --max-bytes "$MAX" --min-time "$MIN_TIME")
                         variants=("")
@@ -93,6 +101,7 @@ for np in $NPS; do
                                 "$PY" "$src/benchmarks/gloo_collective.py" --np "$np" "${args[@]}" >>"$out" 2>/dev/null
                         fi
                 done
+                rtt "$np" "$round" end
         done
 done
 echo "# raw lines"
@@ -102,8 +111,17 @@ sed 's/^/#   /' "$out"
 import re, statistics, subprocess, sys
 path, nodes, png, run = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
 rows = {}
+# per (np, round): the core-to-core round trips (ns) at its start and end
+rtts, round_of = {}, {}
+rnd = None
 for line in open(path):
     m = dict(re.findall(r"(\w+)=(\S+)", line))
+    if m.get("bench") == "core_rtt":
+        # rounds numbered in the order they ran (RAW= may join several runs)
+        if m.get("at") == "start" or rnd is None:
+            rnd = (int(m["np"]), len(rtts))
+        rtts.setdefault(rnd, []).append(float(m["rtt_ns"]))
+        continue
     if "impl" not in m or "busbw_gbs" not in m:
         continue
     impl = "hvd_oop" if m.get("out_of_place") == "1" else "hvd_shr" if m.get("shared") == "1" else m["impl"]
@@ -124,6 +142,30 @@ def size(b):
             return f"{b >> shift} {unit}"
     return f"{b} B"
 
+
+def spread_table(op):
+    print(f"{'np':>3} {'bytes':>10} " + " ".join(f"{i + ' min/med/max':>26} {'spread':>6}" for i in impls) + f" {'rounds':>6}")
+    for (o, np_, b), im in sorted(rows.items()):
+        if o != op:
+            continue
+        cells, n = [], 0
+        for i in impls:
+            v = im.get(i, {}).get("bw", [])
+            n = max(n, len(v))
+            if not v:
+                cells.append(f"{'-':>26} {'-':>6}")
+                continue
+            lo, med, hi = min(v), statistics.median(v), max(v)
+            cells.append(f"{lo:8.3f} {med:8.3f} {hi:8.3f} " + (f"{hi / lo:6.2f}" if lo > 0 else f"{'-':>6}"))
+        print(f"{np_:>3} {b:>10} " + " ".join(cells) + f" {n:>6}")
+
+
+if rtts:
+    print("\n# the vCPUs' placement: core-to-core round trip (benchmarks/core_rtt, ns) at each round's start/end")
+    for np_ in sorted({n for n, _ in rtts}):
+        print(f"#   np={np_}: " + " ".join("/".join(f"{x:.0f}" for x in v) for (n, _), v in sorted(rtts.items()) if n == np_))
+else:
+    print("\n# no benchmarks/core_rtt (make bench): the vCPUs' placement was not recorded")
 
 for op in ops:
     oop = any("hvd_oop" in v for (o, _, _), v in rows.items() if o == op)
@@ -148,20 +190,7 @@ for op in ops:
     # the spread over the rounds: max/min is how much faster the fastest
     # round was than the slowest
     print(f"\n# {op}: busbw GB/s over the rounds, min / median / max, and max/min (spread)")
-    print(f"{'np':>3} {'bytes':>10} " + " ".join(f"{i + ' min/med/max':>26} {'spread':>6}" for i in impls) + f" {'rounds':>6}")
-    for (o, np_, b), im in sorted(rows.items()):
-        if o != op:
-            continue
-        cells = []
-        for i in impls:
-            v = im.get(i, {}).get("bw")
-            if not v:
-                cells.append(f"{'-':>26} {'-':>6}")
-                continue
-            lo, med, hi = min(v), statistics.median(v), max(v)
-            cells.append(f"{lo:8.3f} {med:8.3f} {hi:8.3f} " + (f"{hi / lo:6.2f}" if lo > 0 else f"{'-':>6}"))
-        n = max(len(v["bw"]) for v in im.values())
-        print(f"{np_:>3} {b:>10} " + " ".join(cells) + f" {n:>6}")
+    spread_table(op)
 if not png:
     sys.exit(0)
 nps = sorted({k[1] for k in rows})
