@@ -249,6 +249,10 @@ static int submit(const hvd_request_t *reqs, size_t n, uint32_t kind, hvd_handle
 int hvd_allreduce_async(const hvd_request_t *req, hvd_handle_t **handle) {
         return submit(req, 1, HVD__KIND__KIND_ALLREDUCE, handle);
 }
+
+int hvd_allreduce_async_waiting(const hvd_request_t *req, hvd_handle_t **handle) {
+        return submit_ex(req, 1, HVD__KIND__KIND_ALLREDUCE, false, true, handle);
+}
 int hvd_broadcast_async(const hvd_request_t *req, hvd_handle_t **handle) {
         return submit(req, 1, HVD__KIND__KIND_BROADCAST, handle);
 }

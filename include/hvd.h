@@ -180,6 +180,14 @@ int hvd_broadcast_async(const hvd_request_t *req, hvd_handle_t **handle);
 int hvd_allgather_async(const hvd_request_t *req, hvd_handle_t **handle);
 int hvd_alltoall_async(const hvd_request_t *req, hvd_handle_t **handle);
 int hvd_reducescatter_async(const hvd_request_t *req, hvd_handle_t **handle);
+/* hvd_allreduce_async for a caller about to wait on the handle: on one node
+ * in the steady state the background thread is not woken for it, and the
+ * waiting thread runs the operation itself, as hvd_allreduce does (an
+ * asynchronous submission wakes that thread, which then hands the result
+ * over: two wakeups, several microseconds). Wait on the handle at once:
+ * one that no thread waits on still completes, carried by the background
+ * thread, only later. */
+int hvd_allreduce_async_waiting(const hvd_request_t *req, hvd_handle_t **handle);
 
 /* n requests of one kind executed as one atomic group: none starts before
  * all are ready on every rank. One handle for the group; outputs by index. */

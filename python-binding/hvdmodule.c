@@ -809,7 +809,7 @@ typedef int (*submit_fn)(const hvd_request_t *req, hvd_handle_t **handle);
 typedef int (*group_fn)(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle);
 
 static PyObject *core_submit(PyObject *mod, PyObject *args, PyObject *kwds) {
-        static char *kwlist[] = { "kind", "requests", "keepalive", "grouped", NULL };
+        static char *kwlist[] = { "kind", "requests", "keepalive", "grouped", "waits", NULL };
         static const submit_fn single[_KIND_COUNT] = {
                 [KIND_ALLREDUCE] = hvd_allreduce_async,         [KIND_BROADCAST] = hvd_broadcast_async,
                 [KIND_ALLGATHER] = hvd_allgather_async,         [KIND_ALLTOALL] = hvd_alltoall_async,
@@ -820,11 +820,12 @@ static PyObject *core_submit(PyObject *mod, PyObject *args, PyObject *kwds) {
                 [KIND_ALLGATHER] = hvd_grouped_allgather_async,
                 [KIND_REDUCESCATTER] = hvd_grouped_reducescatter_async,
         };
-        int kind, grouped = 0;
+        int kind, grouped = 0, waits = 0;
         PyObject *requests, *keepalive = Py_None, *fast = NULL;
         HandleObject *self = NULL;
 
-        if (!PyArg_ParseTupleAndKeywords(args, kwds, "iO|Op:submit", kwlist, &kind, &requests, &keepalive, &grouped))
+        if (!PyArg_ParseTupleAndKeywords(args, kwds, "iO|Opp:submit", kwlist, &kind, &requests, &keepalive, &grouped,
+                                         &waits))
                 return NULL;
         if (kind < 0 || kind >= _KIND_COUNT || (grouped && !grouped_fns[kind])) {
                 PyErr_Format(PyExc_ValueError, "unknown operation kind %d%s", kind, grouped ? " (grouped)" : "");
@@ -879,6 +880,8 @@ static PyObject *core_submit(PyObject *mod, PyObject *args, PyObject *kwds) {
         hvd_handle_t *h = NULL;
         if (grouped)
                 r = grouped_fns[kind](reqs, (size_t) n, &h);
+        else if (waits && kind == KIND_ALLREDUCE)
+                r = hvd_allreduce_async_waiting(&reqs[0], &h);
         else
                 r = single[kind](&reqs[0], &h);
         if (r < 0) {
@@ -1132,7 +1135,8 @@ static PyMethodDef core_methods[] = {
         { "elastic_info", core_elastic_info, METH_NOARGS,
           "elastic_info() -> (generation, sync_needed, waiting) of an elastic job (generation 0: none)" },
         { "submit", (PyCFunction) (void (*)(void)) core_submit, METH_VARARGS | METH_KEYWORDS,
-          "submit(kind, requests, keepalive=None, grouped=False) -> Handle. Each request is a tuple "
+          "submit(kind, requests, keepalive=None, grouped=False, waits=False) -> Handle; waits: the caller "
+          "waits on the handle at once (an allreduce then runs in the waiting thread). Each request is a tuple "
           "(name, input_ptr, output_ptr, dtype, shape, reduce_op, prescale, postscale, root, splits, "
           "process_set, device[, stream]); stream is the cudaStream_t (int; 0 = legacy default stream) "
           "a GPU input is produced on, which hvd's stream waits for. keepalive is held until the operation "

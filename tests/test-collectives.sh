@@ -28,7 +28,7 @@ groups+=($!)
 for _ in $(seq 100); do [ -S "$tmp/rt/worker.sock" ] && break; sleep 0.05; done
 [ -S "$tmp/rt/worker.sock" ] || fail "hvd-coordinatord did not start" "$(cat "$tmp/daemon.log")"
 
-scenarios=(api allreduce shared grouped broadcast allgather alltoall reducescatter barrier join many threads edges resnet50)
+scenarios=(api allreduce waiting shared grouped broadcast allgather alltoall reducescatter barrier join many threads edges resnet50)
 scenarios+=(mismatch duplicate)
 # a second real model where there is time for it; process sets need 2 ranks
 [ "$n" -le 3 ] && scenarios+=(inception)

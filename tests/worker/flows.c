@@ -373,6 +373,88 @@ void scenario_steady(void) {
                 printf("rank 0: steady: %d steps of %d tensors exact\n", steps, (int) T);
 }
 
+/* One allreduce submitted for a waiter (hvd_allreduce_async_waiting),
+ * n floats of rank + 1 + i % 5: its handle, the buffers in *in, *out. */
+static hvd_handle_t *waiting_submit(const char *name, size_t n, float **in, float **out) {
+        *in = xmalloc(n * sizeof **in);
+        *out = xmalloc(n * sizeof **out);
+        for (size_t i = 0; i < n; i++)
+                (*in)[i] = (float) (rank + 1 + (int) (i % 5));
+        int64_t shape[1] = { (int64_t) n };
+        hvd_request_t q = HVD_REQUEST_INIT;
+        q.name = name;
+        q.input = *in;
+        q.output = *out;
+        q.ndim = 1;
+        q.shape = shape;
+        q.reduce_op = HVD_REDUCE_SUM;
+        hvd_handle_t *h = NULL;
+        MUST(hvd_allreduce_async_waiting(&q, &h));
+        return h;
+}
+
+static void waiting_check(const char *what, const float *out, size_t n) {
+        for (size_t i = 0; i < n; i++) {
+                float want = (float) (size * (size + 1) / 2 + size * (int) (i % 5));
+                if (out[i] != want) {
+                        CHECK(false, "%s[%zu] = %g, expected %g", what, i, (double) out[i], (double) want);
+                        return;
+                }
+        }
+}
+
+/* Allreduces submitted for a waiter: waited on at once, at sizes either
+ * side of the segment path, until the fast path runs them in the waiting
+ * thread; then one that rank 0 leaves after a wait that timed out (it
+ * must complete with nobody waiting), and one every rank releases at
+ * once (the next allreduce must still run). */
+void scenario_waiting(void) {
+        static const size_t ns[] = { 1, 1000, 20000, 300001 };
+        const char *e = getenv("HVD_TEST_STEPS");
+        int steps = e && atoi(e) > 0 ? atoi(e) : 100;
+        for (int st = 0; st < steps; st++)
+                for (size_t k = 0; k < sizeof ns / sizeof ns[0]; k++) {
+                        char name[32];
+                        snprintf(name, sizeof name, "waiting.%zu", k);
+                        float *in, *out;
+                        hvd_handle_t *h = waiting_submit(name, ns[k], &in, &out);
+                        wait_ok(h, name);
+                        hvd_handle_release(&h);
+                        waiting_check(name, out, ns[k]);
+                        free(in);
+                        free(out);
+                }
+        float *in, *out;
+        hvd_handle_t *h = waiting_submit("waiting.left", 1000, &in, &out);
+        if (rank == 0) {
+                int r = hvd_handle_wait_timeout(h, 1);
+                CHECK(r == 0 || r == HVD_ETIMEOUT, "waiting.left: wait_timeout returned %d", r);
+                for (int i = 0; i < 10000 && hvd_handle_poll(h) == 0; i++)
+                        usleep(1000);
+                CHECK(hvd_handle_poll(h) == 1, "waiting.left: not complete 10 s after its wait timed out");
+        }
+        wait_ok(h, "waiting.left");
+        hvd_handle_release(&h);
+        waiting_check("waiting.left", out, 1000);
+        free(in);
+        free(out);
+        h = waiting_submit("waiting.released", 1000, &in, &out);
+        hvd_handle_release(&h);
+        float *in2, *out2;
+        h = waiting_submit("waiting.after", 1000, &in2, &out2);
+        wait_ok(h, "waiting.after");
+        hvd_handle_release(&h);
+        waiting_check("waiting.after", out2, 1000);
+        /* the released one ran before the one after it */
+        waiting_check("waiting.released", out, 1000);
+        free(in);
+        free(out);
+        free(in2);
+        free(out2);
+        if (rank == 0)
+                printf("rank 0: waiting: %d steps exact, one left after a timed-out wait, one released\n", steps);
+}
+
 /* Five rounds of "stall.t" on every rank, then rank HVD_TEST_STALL_RANK
  * (default the last) stays away: the job's stall shutdown ends the
  * others' wait, with the message that names who is missing. */

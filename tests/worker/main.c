@@ -56,6 +56,7 @@ static const scen_t scenarios[] = {
         { "longrun-detached", scenario_longrun_detached, true },
         { "early-shutdown", scenario_early_shutdown, true },
         { "steady", scenario_steady, true },
+        { "waiting", scenario_waiting },
         { "stall-one", scenario_stall_one, true },
         { "streamed", scenario_streamed, true },
 };

@@ -151,6 +151,7 @@ void scenario_early_shutdown(void);
 void scenario_longrun_detached(void);
 /* HVD_TEST_STEPS steps of the same 15 tensors, exact */
 void scenario_steady(void);
+void scenario_waiting(void);
 /* one rank stays away from a round: the stall shutdown ends the others' wait */
 void scenario_stall_one(void);
 /* expect-init-error CODE MAX_MS NEEDLE...: hvd_init fails as expected; the exit status */

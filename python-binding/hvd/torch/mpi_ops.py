@@ -297,7 +297,7 @@ def _allreduce_now(tensor: torch.Tensor, output: Optional[torch.Tensor], name: O
             output = _fresh_output(tensor)
             _reuse.keep(output)
     _core.submit(_KIND_ALLREDUCE, [(submitted, tensor.data_ptr(), output.data_ptr()) + tail],
-                 (tensor, output)).wait()
+                 (tensor, output), False, True).wait()
     return output
 
 
