@@ -22,6 +22,8 @@
 # Environment:
 #   NP=2 ROUNDS=3 WHAT=sweep,step,train MIN=1024 MAX=268435456 (bytes)
 #   STEPS=5 REPS=3 TRAIN_MODELS=textcls,cnn BATCH=32 DATA=<dir of resnet50.tsv>
+#   MIN_TIME=0.1 (sweep: seconds of calls per repetition, every system alike;
+#     0: torch_peers.py's fixed count per size)
 #   PEERS="hvd horovod torch" (the launchers to run)  PYTHON=/usr/bin/python3
 #   HOROVOD_DIR: Horovod's install directory (default: scripts/horovod.sh's,
 #     which builds it once, about 2 minutes, and caches it)
@@ -34,8 +36,9 @@ build=$(cd "$build" && pwd) || exit 2
 src=$(cd "$(dirname "$0")/.." && pwd)
 NP=${NP:-2} ROUNDS=${ROUNDS:-3} WHAT=${WHAT:-sweep,step,train} MIN=${MIN:-1024} MAX=${MAX:-268435456}
 STEPS=${STEPS:-5} REPS=${REPS:-3} TRAIN_MODELS=${TRAIN_MODELS:-textcls,cnn} BATCH=${BATCH:-32}
-PEERS=${PEERS:-"hvd horovod torch"} PY=${PYTHON:-/usr/bin/python3}
+PEERS=${PEERS:-"hvd horovod torch"} PY=${PYTHON:-/usr/bin/python3} MIN_TIME=${MIN_TIME:-0.1}
 die() { echo "run-python: $*" >&2; exit 2; }
+case $MIN_TIME in '' | *[!0-9.]* | *.*.*) die "MIN_TIME=$MIN_TIME is not a number of seconds" ;; esac
 for v in NP ROUNDS MIN MAX STEPS REPS BATCH; do
         case ${!v} in '' | *[!0-9]*) die "$v=${!v} is not a positive integer" ;; esac
         [ "${!v}" -gt 0 ] || die "$v=${!v} is not a positive integer"
@@ -96,7 +99,7 @@ else
         done
         PEERS=$peers
 fi
-args=(--what "$WHAT" --min-bytes "$MIN" --max-bytes "$MAX" --reps "$REPS" --steps "$STEPS"
+args=(--what "$WHAT" --min-bytes "$MIN" --max-bytes "$MAX" --reps "$REPS" --steps "$STEPS" --min-time "$MIN_TIME"
         --model-tsv "$tsv" --train-model "$TRAIN_MODELS" --batch "$BATCH")
 script=$src/benchmarks/torch_peers.py
 export OMP_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=1

@@ -52,7 +52,9 @@ What it measures (--what, comma-separated; rank 0 prints one line each):
              rank's process CPU time, user + system, per timed step)
 
 Timings are medians over --reps repetitions of each measurement inside a
-run, each after a barrier; the rounds of run-python.sh give the spread.
+run, each after a barrier; the rounds of run-python.sh give the spread. A
+sweep repetition is as many calls as fill --min-time (0.1 s) at the pace of
+a warm call, at least 3, the count rank 0's; the steps take --steps.
 """
 import argparse
 import os
@@ -89,6 +91,13 @@ def iters(nbytes):
     return 30 if nbytes <= 256 << 10 else 10 if nbytes <= 4 << 20 else 5 if nbytes <= 32 << 20 else 3
 
 
+def calls_for(min_time, last):
+    """Calls that fill min_time at the pace of one call that took last
+    seconds, at least 3 (benchmarks/bench_collective's rule)."""
+    n = min_time / last if last > 0 else 1e6
+    return 3 if n < 3 else 1000000 if n > 1e6 else int(n) + 1
+
+
 class Comm:
     """The few collectives the benchmarks need, over Horovod's API or
     torch.distributed."""
@@ -119,6 +128,14 @@ class Comm:
         else:
             # Horovod 0.28.1 has barrier(); a tiny allreduce works on both
             self.hvd.allreduce(torch.zeros(1), name="bench.barrier", op=self.hvd.Sum)
+
+    def agree(self, n, name):
+        """Rank 0's integer n, on every rank."""
+        k = torch.tensor([n], dtype=torch.int64)
+        if self.impl == "torch":
+            self.dist.broadcast(k, 0)
+            return int(k.item())
+        return int(self.hvd.broadcast(k, root_rank=0, name=name).item())
 
     def allreduce_inplace(self, t, name):
         if self.impl == "torch":
@@ -238,7 +255,15 @@ def sweep(comm, args, emit):
                     comm.allreduce_outofplace(t, name)
             fn()
             fn()
-            dt = timed(comm, fn, iters(nbytes), args.reps)
+            n = iters(nbytes)
+            if args.min_time > 0:
+                # every system alike: calls filling --min-time at its own
+                # warm pace, rank 0's count, then warm again after the broadcast
+                w0 = time.perf_counter()
+                fn()
+                n = comm.agree(calls_for(args.min_time, time.perf_counter() - w0), f"{name}.calls")
+                fn()
+            dt = timed(comm, fn, n, args.reps)
             emit(f"bench=allreduce impl={comm.impl if comm.impl != 'torch' else 'gloo'} mode={mode} bytes={nbytes} "
                  f"np={comm.size} time_us={dt * 1e6:.1f} busbw_gbs={nbytes * factor / dt / 1e9:.3f}")
 
@@ -470,6 +495,8 @@ def main():
     ap.add_argument("--min-bytes", type=int, default=1024)
     ap.add_argument("--max-bytes", type=int, default=256 << 20)
     ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--min-time", type=float, default=0.1,
+                    help="sweep: seconds of calls per repetition (0: a fixed count per size)")
     ap.add_argument("--steps", type=int, default=5, help="steps per repetition (step, train, scaling)")
     ap.add_argument("--model-tsv", help="gradient shapes (step, scaling), e.g. shared/data/resnet50.tsv")
     ap.add_argument("--train-model", default="textcls,cnn", help=f"comma-separated, of {','.join(MODEL_NAMES)}")

@@ -24,6 +24,7 @@ refused() {
 }
 refused "NP=0 is not a positive integer" env NP=0 "$b/run-python.sh" "$HVD_BUILDDIR"
 refused "ROUNDS=x is not a positive integer" env ROUNDS=x "$b/run-python.sh" "$HVD_BUILDDIR"
+refused "MIN_TIME=1s is not a number of seconds" env MIN_TIME=1s "$b/run-python.sh" "$HVD_BUILDDIR"
 refused "unknown peer mpi" env PEERS="hvd mpi" "$b/run-python.sh" "$HVD_BUILDDIR"
 refused "unknown benchmark nope" env WHAT=sweep,nope "$b/run-python.sh" "$HVD_BUILDDIR"
 refused "MIN=4096 is above MAX=1024" env MIN=4096 MAX=1024 "$b/run-python.sh" "$HVD_BUILDDIR"
