@@ -12,7 +12,7 @@ EXTRA_PROGRAMS += %D%/bench_collective
 EXTRA_PROGRAMS += %D%/bench_shm
 %C%_bench_shm_SOURCES = %D%/bench_shm.c client/cpu_backend.c client/backend.h client/fastpath.c \
 	client/fastpath.h client/tcp.c client/tcp.h client/shared_arena.c client/shared_arena.h \
-	client/zero_copy.c client/cpu_internal.h
+	client/zero_copy.c client/slot_mode.c client/cpu_internal.h
 %C%_bench_shm_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
 %C%_bench_shm_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS) -O3
 %C%_bench_shm_LDADD = common/libhvdcommon.la -lrt

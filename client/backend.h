@@ -82,6 +82,7 @@ typedef struct hvd_topology {
         uint64_t shm_chunk_bytes;     /* HVD_SHM_CHUNK_BYTES (>= 4096), 0: the backend's choice */
         uint64_t shm_direct_bytes;    /* HVD_SHM_DIRECT_BYTES (>= 1), 0: the backend's choice */
         uint64_t shm_zero_copy_bytes; /* HVD_SHM_ZERO_COPY_BYTES, 0: the backend's choice, UINT64_MAX: off */
+        int shm_slot_stream;          /* HVD_SHM_SLOT_STREAM: 0 measured, 1 always, 2 never (slot_mode.c) */
         bool tcp_send_thread;         /* HVD_TCP_SEND_THREAD: large TCP exchanges send on a thread of their own */
         uint64_t tcp_frame_bytes;     /* HVD_TCP_FRAME_BYTES, 0: HVD_TCP_FRAME_BYTES */
         uint64_t ring_chunk_bytes;    /* HVD_RING_CHUNK_BYTES: most bytes of a hierarchical chunk, 0: half a slot */

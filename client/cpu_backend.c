@@ -243,6 +243,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
         if (topo->shm_direct_bytes)
                 b->direct_bytes = topo->shm_direct_bytes;
         b->ring_chunk_bytes = topo->ring_chunk_bytes;
+        b->slot_stream = topo->shm_slot_stream;
         b->chunk_default = b->chunk_bytes; /* local rank 0's, for the others, below */
         /* HVD_SHM_ZERO_COPY_BYTES, likewise (0 there: off) */
         if (size > 1 && size <= ZC_MAX_LOCAL)
@@ -455,16 +456,18 @@ static int execute_solo(const hvd_xop_t *op) {
 }
 
 /* The fused element space of an op, chunk [c0, c0 + cl): copy the members'
- * inputs into slot (scaled by prescale; zeros for a joined rank). This copy
- * is the fusion. */
-static void chunk_copy_in(const hvd_xop_t *op, uint8_t *slot, uint64_t c0, uint64_t cl, size_t es) {
+ * inputs into slot (scaled by prescale; zeros for a joined rank), around
+ * the caches where around (slot_mode.c). This copy is the fusion. */
+static void chunk_copy_in(const hvd_xop_t *op, uint8_t *slot, uint64_t c0, uint64_t cl, bool around, size_t es) {
         uint64_t off = 0;
         for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
                 const hvd_xmember_t *m = &op->m[i];
                 uint64_t a = HVD_MAX(off, c0), e = HVD_MIN(off + m->count, c0 + cl);
                 if (a >= e)
                         continue;
-                if (m->in)
+                if (m->in && around && op->prescale == 1.0)
+                        hvd_copy_stream(slot + (a - c0) * es, (const uint8_t *) m->in + (a - off) * es, (e - a) * es);
+                else if (m->in)
                         hvd_scale_copy(op->dtype, slot + (a - c0) * es, (const uint8_t *) m->in + (a - off) * es, e - a,
                                        op->prescale);
                 else
@@ -530,9 +533,10 @@ static void chunk_reduce_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t 
  * stream: an output that is not also the input is written around the
  * caches, so the result goes into the slot and is copied out from there
  * (an in-place output was just read: its lines are in the caches, and
- * non-temporal stores there were 1.1-1.6x slower). */
+ * non-temporal stores there were 1.1-1.6x slower). slot_nt: the result's
+ * copy into the slot goes around the caches (slot_mode.c). */
 static void segment_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t c0, uint64_t s0,
-                           uint64_t s1, size_t es, double post, bool stream) {
+                           uint64_t s1, size_t es, double post, bool stream, bool slot_nt) {
         uint8_t *mine = slot_of(b, v, v->me);
         uint64_t off = 0;
         for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
@@ -556,6 +560,8 @@ static void segment_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
                 hvd_reduce_n(op->dtype, op->reduce_op, dst, b->srcs, (size_t) v->size, e - a, post);
                 if (around)
                         hvd_copy_stream(out, mine + rel * es, (e - a) * es);
+                else if (out && slot_nt)
+                        hvd_copy_stream(mine + rel * es, out, (e - a) * es);
                 else if (out)
                         hvd_copy(mine + rel * es, out, (e - a) * es);
         }
@@ -565,13 +571,13 @@ static void segment_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
  * the segment path, all but my segment [s0, s1), which goes straight from
  * my inputs. */
 void hvd_cpu_copy_in(const hvd_xop_t *op, uint8_t *mine, uint64_t c0, uint64_t cl, uint64_t s0, uint64_t s1,
-                     bool direct, size_t es) {
+                     bool direct, bool around, size_t es) {
         hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
         if (direct)
-                chunk_copy_in(op, mine, c0, cl, es);
+                chunk_copy_in(op, mine, c0, cl, false, es);
         else {
-                chunk_copy_in(op, mine, c0, s0, es);
-                chunk_copy_in(op, mine + s1 * es, c0 + s1, cl - s1, es);
+                chunk_copy_in(op, mine, c0, s0, around, es);
+                chunk_copy_in(op, mine + s1 * es, c0 + s1, cl - s1, around, es);
         }
         hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
 }
@@ -613,6 +619,12 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
         /* outputs larger than the caches are written around them */
         bool stream = total * es >= STREAM_BYTES, stream_apart = total * es >= STREAM_APART_BYTES;
         bool zc = hvd_zc_eligible(b, v, op, total, es);
+        /* the slot writes' mode where the segment path runs: measured
+         * (slot_mode.c), or HVD_SHM_SLOT_STREAM's */
+        bool segments = !rs && total * es > b->direct_bytes;
+        hvd_slot_mode_t *sm = segments && !b->slot_stream ? hvd_slot_mode_of(b, total * es) : NULL;
+        bool slot_nt = sm ? hvd_slot_mode_stream(sm) : segments && b->slot_stream == 1;
+        uint64_t t0 = sm ? hvd_now_usec() : 0;
         int r;
         for (uint64_t c0 = 0; c0 < total; c0 += chunk) {
                 uint64_t cl = HVD_MIN(chunk, total - c0);
@@ -624,10 +636,10 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                 seg = (seg + 15) & ~UINT64_C(15);
                 uint64_t s0 = HVD_MIN((uint64_t) v->me * seg, cl), s1 = HVD_MIN(s0 + seg, cl);
                 if (c0 == 0 && zc) {
-                        if ((r = hvd_zc_run(b, v, op, total, cl, s0, s1, direct, es, post, err, err_len)) != 0)
+                        if ((r = hvd_zc_run(b, v, op, total, cl, s0, s1, direct, slot_nt, es, post, err, err_len)) != 0)
                                 return r < 0 ? r : 0;
                 } else {
-                        hvd_cpu_copy_in(op, mine, c0, cl, s0, s1, direct, es);
+                        hvd_cpu_copy_in(op, mine, c0, cl, s0, s1, direct, slot_nt, es);
                         if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
                                 return r;
                 }
@@ -661,7 +673,7 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                 }
                 /* reduce my segment (the others' slots and my inputs) into my
                  * outputs and my slot */
-                segment_reduce(b, v, op, c0, s0, s1, es, post, stream_apart);
+                segment_reduce(b, v, op, c0, s0, s1, es, post, stream_apart, slot_nt);
                 if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
                 /* copy out: segment k of the result lives in slot k */
@@ -670,6 +682,8 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                 if ((r = end_step(b, v, op->name, err, err_len)) < 0)
                         return r;
         }
+        if (sm)
+                hvd_slot_mode_note(sm, total * es, hvd_now_usec() - t0);
         return 0;
 }
 
@@ -1067,7 +1081,7 @@ static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop
                 uint64_t cl = HVD_MIN(chunk, total - c0);
                 uint8_t *mine = slot_of(b, v, v->me);
                 hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
-                chunk_copy_in(op, mine, c0, cl, es);
+                chunk_copy_in(op, mine, c0, cl, false, es);
                 hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
                 if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
                         return r;

@@ -65,6 +65,17 @@ typedef struct view {
         bool set;
 } view_t;
 
+/* slot_mode.c: per size class of the segment path, whether this rank
+ * writes its slot with non-temporal stores, from measured rates */
+#define HVD_SLOT_MODE_CLASSES 14
+typedef struct hvd_slot_mode {
+        uint64_t n, since;   /* operations of the class; since it last measured both modes */
+        int burst;           /* 0, or which operation of a measurement is next (1 .. 2 x burst) */
+        double best[2];      /* that measurement's fastest, bytes/us: in the mode in use, in the other */
+        double recent, peak; /* ordinary stores: recent rate, and the best, decaying */
+        bool stream;         /* the mode in use */
+} hvd_slot_mode_t;
+
 struct hvd_backend {
         int rank, size;
         uint64_t slot_bytes, half_bytes, stride_bytes;
@@ -108,6 +119,8 @@ struct hvd_backend {
         hvd_xmember_t *rs_m;
         size_t rs_m_cap;
         uint32_t set_local[HVD_MAX_SET_LOCAL];
+        hvd_slot_mode_t slot_mode[HVD_SLOT_MODE_CLASSES];
+        int slot_stream; /* HVD_SHM_SLOT_STREAM: 0 measured, 1 always, 2 never */
 };
 
 static inline uint8_t *slot_of(hvd_backend_t *b, const view_t *v, int k) {
@@ -120,13 +133,20 @@ static inline uint8_t *slot_of(hvd_backend_t *b, const view_t *v, int k) {
  * of the inputs into my slot (all of it, or all but my segment [s0, s1)) */
 int hvd_cpu_barrier(hvd_backend_t *b, const view_t *v, const char *what, char *err, size_t err_len);
 void hvd_cpu_copy_in(const hvd_xop_t *op, uint8_t *mine, uint64_t c0, uint64_t cl, uint64_t s0, uint64_t s1,
-                     bool direct, size_t es);
+                     bool direct, bool around, size_t es);
+
+/* The size class of an operation of bytes on the segment path (NULL: too
+ * small to measure); whether its next operation streams the slot writes;
+ * the time that operation took (usec). */
+hvd_slot_mode_t *hvd_slot_mode_of(hvd_backend_t *b, uint64_t bytes);
+bool hvd_slot_mode_stream(const hvd_slot_mode_t *m);
+void hvd_slot_mode_note(hvd_slot_mode_t *m, uint64_t bytes, uint64_t usec);
 
 /* zero_copy.c: whether an allreduce may take the zero-copy path (alike on
  * every rank), and the path itself (1: done, 0: the chunked path goes on
  * with the first chunk in the slots, < 0: an error) */
 bool hvd_zc_eligible(const hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t total, size_t es);
 int hvd_zc_run(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t total, uint64_t cl, uint64_t s0,
-               uint64_t s1, bool direct, size_t es, double post, char *err, size_t err_len);
+               uint64_t s1, bool direct, bool around, size_t es, double post, char *err, size_t err_len);
 
 #endif

@@ -156,7 +156,8 @@ static int solo_open(const hvd_settings_t *s) {
                                 .listen_fd = -1,
                                 .shm_chunk_bytes = s->shm_chunk_bytes,
                                 .shm_direct_bytes = s->shm_direct_bytes,
-                                .shm_zero_copy_bytes = s->shm_zero_copy_bytes };
+                                .shm_zero_copy_bytes = s->shm_zero_copy_bytes,
+                                .shm_slot_stream = s->shm_slot_stream };
         int r = hvd_cpu_backend_new("", &topo, 4096, 0, NULL, NULL, &G.backend, err, sizeof err);
         if (r < 0)
                 return hvd_error(r, "%s", err);
@@ -566,6 +567,7 @@ static int data_plane_open(const hvd_settings_t *s, const Hvd__Welcome *w) {
                 .shm_chunk_bytes = s->shm_chunk_bytes,
                 .shm_direct_bytes = s->shm_direct_bytes,
                 .shm_zero_copy_bytes = s->shm_zero_copy_bytes,
+                .shm_slot_stream = s->shm_slot_stream,
                 .tcp_send_thread = s->tcp_send_thread,
                 .tcp_frame_bytes = s->tcp_frame_bytes,
                 .ring_chunk_bytes = s->ring_chunk_bytes,

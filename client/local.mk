@@ -22,6 +22,7 @@ client_libhvd_la_SOURCES = \
 	client/cpu_backend.c \
 	client/shared_arena.c client/shared_arena.h \
 	client/zero_copy.c client/cpu_internal.h \
+	client/slot_mode.c \
 	client/fastpath.c client/fastpath.h \
 	client/tcp.c client/tcp.h \
 	client/timeline.c client/timeline.h \

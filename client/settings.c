@@ -220,6 +220,10 @@ static int read_common(hvd_settings_t *s, const env_t *env, char *err, size_t er
                 if (*zb && !*end)
                         s->shm_zero_copy_bytes = x ? x : UINT64_MAX;
         }
+        /* this rank's alone, like the next: "auto" (or unset) measures */
+        const char *ss = env_get(env, "SHM_SLOT_STREAM", false);
+        bool ss_on;
+        s->shm_slot_stream = ss && strcmp(ss, "auto") && hvd_parse_bool(ss, &ss_on) == 0 ? (ss_on ? 1 : 2) : 0;
         /* this rank's alone: the bytes on the wire are the same either way.
          * Off by default: with more ranks than cores (emulated hosts) the
          * second thread cost more than it overlapped */

@@ -63,6 +63,9 @@ typedef struct hvd_settings {
         /* HVD_SHM_ZERO_COPY_BYTES: the smallest allreduce of shared tensors
          * read in place (0: the backend's choice, UINT64_MAX: never) */
         uint64_t shm_zero_copy_bytes;
+        /* HVD_SHM_SLOT_STREAM: this rank's slot writes on the segment path
+         * (0: auto, measured; 1: always around the caches; 2: never) */
+        int shm_slot_stream;
         /* HVD_TCP_SEND_THREAD (a value that is not a boolean: off; set:
          * the autotuner leaves it alone) */
         bool has_tcp_send_thread, tcp_send_thread;

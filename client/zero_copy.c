@@ -148,10 +148,11 @@ static void zc_gather(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, in
  * copies of large ones came from memory: 0.75x the copying path's
  * ResNet-50 step on an AMD machine.
  * Otherwise the ranks that skipped the copy make it, and after one more
- * barrier the chunked path goes on. Returns 1: the operation is done; 0:
+ * barrier the chunked path goes on (around: that copy's slot writes go
+ * around the caches, slot_mode.c). Returns 1: the operation is done; 0:
  * the first chunk is in the slots and its barrier passed; < 0: an error. */
 int hvd_zc_run(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t total, uint64_t cl, uint64_t s0,
-               uint64_t s1, bool direct, size_t es, double post, char *err, size_t err_len) {
+               uint64_t s1, bool direct, bool around, size_t es, double post, char *err, size_t err_len) {
         uint8_t *mine = slot_of(b, v, v->me);
         zc_entry_t *e = b->hdr->zc[b->step & 1];
         hvd_arena_id_t id;
@@ -160,7 +161,7 @@ int hvd_zc_run(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t 
         if (shared)
                 e[v->me].id = id;
         else
-                hvd_cpu_copy_in(op, mine, 0, cl, s0, s1, direct, es);
+                hvd_cpu_copy_in(op, mine, 0, cl, s0, s1, direct, around, es);
         int r;
         if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
                 return r;
@@ -209,7 +210,7 @@ int hvd_zc_run(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t 
         }
         /* not every rank's tensors are shared, or not every arena mapped */
         if (shared)
-                hvd_cpu_copy_in(op, mine, 0, cl, s0, s1, direct, es);
+                hvd_cpu_copy_in(op, mine, 0, cl, s0, s1, direct, around, es);
         if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
                 return r;
         return 0;

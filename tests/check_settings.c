@@ -242,6 +242,21 @@ START_TEST(test_settings_small_values) {
         const char *zc_junk[] = { "HVD_SHM_ZERO_COPY_BYTES=1M", NULL };
         ck_assert_int_eq(read_env(zc_junk), 0);
         ck_assert_uint_eq(s.shm_zero_copy_bytes, 0);
+        /* HVD_SHM_SLOT_STREAM: unset, auto or not a boolean measured (0),
+         * on 1, off 2 */
+        ck_assert_int_eq(s.shm_slot_stream, 0);
+        const char *ss_on[] = { "HVD_SHM_SLOT_STREAM=on", NULL };
+        ck_assert_int_eq(read_env(ss_on), 0);
+        ck_assert_int_eq(s.shm_slot_stream, 1);
+        const char *ss_off[] = { "HVD_SHM_SLOT_STREAM=0", NULL };
+        ck_assert_int_eq(read_env(ss_off), 0);
+        ck_assert_int_eq(s.shm_slot_stream, 2);
+        const char *ss_auto[] = { "HVD_SHM_SLOT_STREAM=auto", NULL };
+        ck_assert_int_eq(read_env(ss_auto), 0);
+        ck_assert_int_eq(s.shm_slot_stream, 0);
+        const char *ss_junk[] = { "HVD_SHM_SLOT_STREAM=sometimes", NULL };
+        ck_assert_int_eq(read_env(ss_junk), 0);
+        ck_assert_int_eq(s.shm_slot_stream, 0);
         /* a single port; one host needs no HVD_HOSTS and reads no ports */
         ck_assert_int_eq(read_env(JOB_ENV("HVD_DATA_PORT=7000")), 0);
         ck_assert_uint_eq(s.data_port_lo, 7000);

@@ -2,7 +2,8 @@
 # the autotuner's search,
 # negotiation table, wire format, configuration, string map; of libhvd's
 # modules compiled in: the fast path's readiness board (client/fastpath.c),
-# the autotuner's step meter (client/tune_meter.c) and a worker's settings
+# the autotuner's step meter (client/tune_meter.c), the choice of slot
+# writes (client/slot_mode.c) and a worker's settings
 # (client/settings.c); of the daemon's message handlers (check_daemon);
 # and of the tools' library (tools/): hvdrun's host lists and shell
 # quoting, hvdctl's JSON.
@@ -16,6 +17,7 @@ if HAVE_CHECK
 	%D%/check_strmap \
 	%D%/check_fastpath \
 	%D%/check_tune_meter \
+	%D%/check_slot_mode \
 	%D%/check_settings \
 	%D%/check_daemon \
 	%D%/check_hostlist \
@@ -33,6 +35,11 @@ TESTS += $(%C%_unit_tests)
 %C%_check_fastpath_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
 %C%_check_fastpath_CFLAGS = $(%C%_unit_cflags)
 %C%_check_fastpath_LDADD = $(%C%_unit_ldadd)
+
+%C%_check_slot_mode_SOURCES = %D%/check_slot_mode.c client/slot_mode.c client/cpu_internal.h
+%C%_check_slot_mode_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
+%C%_check_slot_mode_CFLAGS = $(%C%_unit_cflags)
+%C%_check_slot_mode_LDADD = $(%C%_unit_ldadd)
 
 %C%_check_tune_meter_SOURCES = %D%/check_tune_meter.c client/tune_meter.c client/tune_meter.h
 %C%_check_tune_meter_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
