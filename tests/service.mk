@@ -4,6 +4,9 @@
 # the man pages against --help and the key table, an installed tree, and
 # `pip install ./python-binding` against it.
 TESTS += %D%/test-notify.sh %D%/test-reload.sh %D%/test-man.sh %D%/test-install.sh %D%/test-pip-install.sh
+# the lock the two install tests take on the build tree, so that their
+# installs do not run at once
+CLEANFILES += .install.lock
 EXTRA_DIST += %D%/test-notify.sh %D%/test-reload.sh %D%/test-man.sh %D%/test-install.sh %D%/test-pip-install.sh \
 	%D%/lib/notify_peer.py
 
