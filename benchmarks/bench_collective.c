@@ -11,19 +11,13 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_window.h"
 #include "hvd.h"
 
 static double now_sec(void) {
         struct timespec ts;
         clock_gettime(CLOCK_MONOTONIC, &ts);
         return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
-}
-
-/* Calls to time: enough to fill min_time at the pace of one call that took
- * last seconds (the peers' benchmarks use the same rule), at least 5. */
-static int32_t bench_iters(double min_time, double last) {
-        double n = last > 0 ? min_time / last : 1e6;
-        return n < 5 ? 5 : n > 1e6 ? 1000000 : (int32_t) n + 1;
 }
 
 static int run_once(const char *op, const char *name, float *in, float *out, size_t count, int size, int async) {

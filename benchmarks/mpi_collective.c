@@ -7,12 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Calls to time: enough to fill min_time at the pace of one call that took
- * last seconds, at least 5 (bench_collective's rule). */
-static int bench_iters(double min_time, double last) {
-        double n = last > 0 ? min_time / last : 1e6;
-        return n < 5 ? 5 : n > 1e6 ? 1000000 : (int) n + 1;
-}
+#include "bench_window.h"
 
 static void run_once(const char *op, float *in, float *out, int count, int size) {
         if (!strcmp(op, "allreduce"))
