@@ -296,6 +296,8 @@ def _allreduce_now(tensor: torch.Tensor, output: Optional[torch.Tensor], name: O
         if output is None:
             output = _fresh_output(tensor)
             _reuse.keep(output)
+    # (grouped=False, waits=True) by position, which parses faster than
+    # keywords: this thread waits at once and runs the operation itself
     _core.submit(_KIND_ALLREDUCE, [(submitted, tensor.data_ptr(), output.data_ptr()) + tail],
                  (tensor, output), False, True).wait()
     return output
