@@ -46,7 +46,7 @@ class _Done:
         return True
 
 
-def _stub_submit(kind, requests, keepalive=None, grouped=False):
+def _stub_submit(kind, requests, keepalive=None, grouped=False, waits=False):
     h = _Done()
     h.keepalive = keepalive
     return h

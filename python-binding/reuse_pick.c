@@ -28,12 +28,22 @@ static PyObject *new_ref(PyObject *o) {
         return o;
 }
 
+/* Without a bound method or an argument tuple where the interpreter
+ * allows (3.9): each is an allocation a getter does not need. */
 static PyObject *call_method0(PyObject *o, PyObject *name) {
+#if PY_VERSION_HEX >= 0x03090000
+        return PyObject_VectorcallMethod(name, &o, 1 | PY_VECTORCALL_ARGUMENTS_OFFSET, NULL);
+#else
         return PyObject_CallMethodObjArgs(o, name, NULL);
+#endif
 }
 
 static PyObject *call1(PyObject *f, PyObject *arg) {
+#if PY_VERSION_HEX >= 0x03090000
+        return PyObject_CallOneArg(f, arg);
+#else
         return PyObject_CallFunctionObjArgs(f, arg, NULL);
+#endif
 }
 
 static PyObject *s_cdata, *s_use_count, *s_untyped_storage, *s_dtype, *s_requires_grad, *s_grad, *s_hooks, *s_dict,
@@ -160,6 +170,9 @@ static int new_state(PyObject *t, PyObject *dtype, PyObject *shape) {
 static int free_of_refs(PyObject *t) {
         if (Py_TYPE(t) != cfg.type || Py_REFCNT(t) != 2)
                 return 0;
+        Py_ssize_t off = cfg.type->tp_weaklistoffset;
+        if (off > 0) /* the list head in the object (negative: kept by the interpreter, 3.12) */
+                return *(PyObject **) ((char *) t + off) == NULL;
         Py_ssize_t weak = take_ssize(call1(cfg.weakref_count, t));
         if (weak == -1 && PyErr_Occurred())
                 return -1;
