@@ -269,13 +269,22 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
         }
         if (size == 1) {
                 /* one rank here: no segment; a private slot when the data
-                 * goes to other nodes through it */
+                 * goes to other nodes through it, else a private board: a
+                 * job of one rank takes the fast path like one of several
+                 * on one host, without a round trip to the daemon per
+                 * operation */
                 b->hdr = calloc(1, sizeof *b->hdr);
                 if (b->hdr && b->cross_size > 1) {
                         b->private_base = aligned_alloc(4096, b->stride_bytes);
                         b->base = b->private_base;
+                } else if (b->hdr) {
+                        size_t board_bytes = hvd_fastpath_board_bytes(1);
+                        b->private_board = aligned_alloc(4096, board_bytes);
+                        if (b->private_board)
+                                memset(b->private_board, 0, board_bytes);
+                        b->board = b->private_board;
                 }
-                if (!b->hdr || (b->cross_size > 1 && !b->base)) {
+                if (!b->hdr || (b->cross_size > 1 ? !b->base : !b->board)) {
                         hvd_backend_destroy(&b);
                         return -ENOMEM;
                 }
@@ -375,8 +384,9 @@ void hvd_backend_destroy(hvd_backend_t **bp) {
         if (!bp || !*bp)
                 return;
         hvd_backend_t *b = *bp;
-        if (b->private_base) {
+        if (b->private_base || b->private_board) {
                 free(b->private_base);
+                free(b->private_board);
                 free(b->hdr);
         } else if (b->base)
                 munmap(b->hdr, b->map_bytes);

@@ -91,6 +91,7 @@ struct hvd_backend {
         uint8_t *base;
         uint8_t *private_base; /* one rank on this node, several nodes */
         void *board;           /* the fast path's readiness board (after the header), or NULL */
+        void *private_board;   /* one rank in the whole job: its board, in private memory */
         size_t map_bytes;
         uint64_t spin_usec; /* how long a barrier spins before it sleeps (0: not at all) */
         const void **srcs;  /* [size] scratch for reductions */

@@ -134,7 +134,7 @@ size_t hvd_fastpath_board_bytes(int local_size) {
 
 int hvd_fastpath_new(void *board, int local_rank, int local_size, const _Atomic uint32_t *aborted,
                      hvd_fastpath_t **ret) {
-        if (!board || local_size < 2 || local_rank < 0 || local_rank >= local_size || !ret)
+        if (!board || local_size < 1 || local_rank < 0 || local_rank >= local_size || !ret)
                 return -EINVAL;
         hvd_fastpath_t *fp = calloc(1, sizeof *fp);
         if (!fp)

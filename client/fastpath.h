@@ -50,7 +50,9 @@ typedef struct hvd_fastpath hvd_fastpath_t;
 size_t hvd_fastpath_board_bytes(int local_size);
 
 /* Attaches to a board (borrowed: it must outlive the object). aborted is
- * the data plane's abort flag (borrowed), checked while waiting. */
+ * the data plane's abort flag (borrowed), checked while waiting. A job of
+ * one rank (local_size 1) has a board in private memory: each post is a
+ * record at its next step. */
 int hvd_fastpath_new(void *board, int local_rank, int local_size, const _Atomic uint32_t *aborted,
                      hvd_fastpath_t **ret);
 void hvd_fastpath_destroy(hvd_fastpath_t **fp);

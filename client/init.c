@@ -145,6 +145,20 @@ static int state_open(void) {
 
 /* The same negotiation table as a daemon's runs in the worker, and its
  * schedules go straight to the data plane. */
+/* One host: the fast path (a job of one rank too, on a board of its own);
+ * several: node mode, the host's readiness aggregated on the board. */
+static int fastpath_open(char *err, size_t err_len) {
+        const void *aborted = NULL;
+        void *board = hvd_backend_board(G.backend, &aborted);
+        if (board && hvd_fastpath_new(board, G.local_rank, G.local_size, aborted, &G.fp) < 0) {
+                snprintf(err, err_len, "out of memory");
+                return -ENOMEM;
+        }
+        G.fp_node = G.fp && G.cross_size > 1;
+        G.fp_scribe = G.fp_node && G.local_rank == 0;
+        return 0;
+}
+
 static int solo_open(const hvd_settings_t *s) {
         char err[ERRLEN];
         hvd_topology_t topo = { .rank = 0,
@@ -159,6 +173,8 @@ static int solo_open(const hvd_settings_t *s) {
                                 .shm_zero_copy_bytes = s->shm_zero_copy_bytes,
                                 .shm_slot_stream = s->shm_slot_stream };
         int r = hvd_cpu_backend_new("", &topo, 4096, 0, NULL, NULL, &G.backend, err, sizeof err);
+        if (r >= 0 && s->fast_path)
+                r = fastpath_open(err, sizeof err);
         if (r < 0)
                 return hvd_error(r, "%s", err);
         r = hvd_negotiator_new(1, 1u << 20, HVD_DEFAULT_FUSION_THRESHOLD, &G.neg);
@@ -532,20 +548,6 @@ static uint64_t job_hash(const char *job_id) {
         return h;
 }
 
-/* One host: the fast path; several: node mode, the host's readiness
- * aggregated on the board. */
-static int fastpath_open(char *err, size_t err_len) {
-        const void *aborted = NULL;
-        void *board = hvd_backend_board(G.backend, &aborted);
-        if (board && hvd_fastpath_new(board, G.local_rank, G.local_size, aborted, &G.fp) < 0) {
-                snprintf(err, err_len, "out of memory");
-                return -ENOMEM;
-        }
-        G.fp_node = G.fp && G.cross_size > 1;
-        G.fp_scribe = G.fp_node && G.local_rank == 0;
-        return 0;
-}
-
 static int data_plane_open(const hvd_settings_t *s, const Hvd__Welcome *w) {
         rank_table_t t;
         int r = rank_table_new(w, &t);
@@ -577,7 +579,7 @@ static int data_plane_open(const hvd_settings_t *s, const Hvd__Welcome *w) {
         r = hvd_cpu_backend_new(w->shm_name, &topo, w->slot_bytes, w->collective_timeout_usec, hvd_link_wait_check,
                                 NULL, &G.backend, err, sizeof err);
         G.fusion_threshold = w->fusion_threshold;
-        if (r >= 0 && G.local_size > 1 && s->fast_path)
+        if (r >= 0 && (G.local_size > 1 || G.size == 1) && s->fast_path)
                 r = fastpath_open(err, sizeof err);
         /* one host with the fast path: the daemon sees no steady-state
          * schedules, so local rank 0 measures the steps for the autotuner */

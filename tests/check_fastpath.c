@@ -6,7 +6,8 @@
  * withdrawn, and the others then send that instance to the coordinator too;
  * a joining rank keeps everyone off the board; fast_only stops at markers;
  * in node mode local rank 0 posts some schedules inline, and every rank
- * still takes every schedule in seq order, whichever way it came. */
+ * still takes every schedule in seq order, whichever way it came; a job of
+ * one rank has a board of its own. */
 #include "config.h"
 
 #include <check.h>
@@ -430,7 +431,8 @@ END_TEST
 START_TEST(test_fastpath_limits) {
         hvd_fastpath_t *x = NULL;
         ck_assert_int_eq(hvd_fastpath_new(NULL, 0, 2, NULL, &x), -EINVAL);
-        ck_assert_int_eq(hvd_fastpath_new(board, 0, 1, NULL, &x), -EINVAL);
+        ck_assert_int_eq(hvd_fastpath_new(board, 0, 0, NULL, &x), -EINVAL);
+        ck_assert_int_eq(hvd_fastpath_new(board, 1, 1, NULL, &x), -EINVAL);
         ck_assert_int_eq(hvd_fastpath_new(board, 3, 3, NULL, &x), -EINVAL);
         ck_assert_ptr_null(x);
         /* ids beyond the board never take the fast path */
@@ -460,6 +462,47 @@ START_TEST(test_fastpath_limits) {
 }
 END_TEST
 
+/* A job of one rank: its own board, where a post is a record at the next
+ * step and a schedule's marker still waits for its schedule. */
+START_TEST(test_fastpath_one_rank) {
+        size_t bytes = hvd_fastpath_board_bytes(1);
+        void *own = aligned_alloc(4096, bytes);
+        ck_assert_ptr_nonnull(own);
+        memset(own, 0, bytes);
+        hvd_fastpath_t *one = NULL;
+        ck_assert_int_eq(hvd_fastpath_new(own, 0, 1, &aborted, &one), 0);
+        log_t l = { 0 };
+        hvd_fastpath_instance(one, 5);
+        ck_assert_int_eq(hvd_fastpath_post(one, 5, 0), 0);
+        hvd_fastpath_instance(one, 9);
+        ck_assert_int_eq(hvd_fastpath_post(one, 9, 0), 0);
+        ck_assert(hvd_fastpath_busy(one));
+        ck_assert_int_eq(hvd_fastpath_step(one, 1, false, &ops, &l), 0);
+        ck_assert_int_eq(l.n, 1);
+        ck_assert(!l.slow[0]);
+        ck_assert_uint_eq(l.n_ids[0], 2);
+        ck_assert_uint_eq(l.ids[0][0], 5);
+        ck_assert_uint_eq(l.ids[0][1], 9);
+        ck_assert_int_eq(l.appender[0], 0);
+        ck_assert_uint_eq(hvd_fastpath_pending(one), 0);
+        ck_assert(!hvd_fastpath_busy(one));
+        /* the next instance of the same id is a record of its own */
+        hvd_fastpath_instance(one, 5);
+        ck_assert_int_eq(hvd_fastpath_post(one, 5, 2), 0);
+        ck_assert_int_eq(hvd_fastpath_schedule_arrived(one, 1), 0);
+        ck_assert_int_eq(hvd_fastpath_step(one, 3, false, &ops, &l), 0);
+        ck_assert_int_eq(l.n, 3);
+        ck_assert(!l.slow[1]);
+        ck_assert_uint_eq(l.ids[1][0], 5);
+        ck_assert(l.slow[2]);
+        ck_assert_uint_eq(l.seq[2], 1);
+        ck_assert_uint_eq(hvd_fastpath_ran_seq(one), 1);
+        ck_assert_int_eq(l.n_demoted, 0);
+        hvd_fastpath_destroy(&one);
+        free(own);
+}
+END_TEST
+
 static Suite *fastpath_suite(void) {
         Suite *s = suite_create("fastpath");
         TCase *tc = tcase_create("board");
@@ -475,6 +518,7 @@ static Suite *fastpath_suite(void) {
         tcase_add_test(tc, test_fastpath_demote_due);
         tcase_add_test(tc, test_fastpath_demote_due_after_runs);
         tcase_add_test(tc, test_fastpath_limits);
+        tcase_add_test(tc, test_fastpath_one_rank);
         tcase_add_test(tc, test_fastpath_node_mode_inline);
         tcase_add_test(tc, test_fastpath_node_mode_late_copy);
         suite_add_tcase(s, tc);

@@ -5,7 +5,8 @@
 # broadcast from every root, allgather/alltoall/reducescatter with uneven
 # rows, groups, barrier, join, 300 small tensors at once, real model
 # gradients, mismatch and duplicate errors; then the reductions and streams
-# again in small shared-memory chunks. Exact results, checked by
+# again in small shared-memory chunks; on one rank, without a daemon too,
+# and without the fast path. Exact results, checked by
 # tests/worker_collectives on every rank. Called by test-collectives-npN.sh.
 set -u
 . "$HVD_SRCDIR/tests/lib/common.sh"
@@ -107,5 +108,19 @@ if [ "$n" -eq 1 ]; then
         status=$?
         sed 's/^/[solo] /' "$tmp/solo.out"
         [ $status -eq 0 ] || fail "worker_collectives without a daemon exited with $status"
+        # a job of one rank takes the fast path by default (a board of its
+        # own); the negotiated way stays exact, with and without a daemon
+        HVD_FAST_PATH=0 HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp \
+                "$launch" -r "$tmp/rt" -t $tmo -n 1 -- "$worker" allreduce waiting grouped many resnet50 \
+                >"$tmp/nofast.out" 2>&1
+        status=$?
+        sed 's/^/[fast path off] /' "$tmp/nofast.out"
+        [ $status -eq 0 ] || fail "worker_collectives on 1 rank with HVD_FAST_PATH=0 exited with $status"
+        (cd "$tmp" && env -u HVD_JOB_ID -u HVD_RUNTIME_DIR HVD_FAST_PATH=0 HVD_FUSION_THRESHOLD=4M \
+                HVD_TEST_TMPDIR="$tmp" timeout -k 5 "$tmo" "$worker" allreduce waiting grouped many resnet50) \
+                >"$tmp/solo-nofast.out" 2>&1
+        status=$?
+        sed 's/^/[solo, fast path off] /' "$tmp/solo-nofast.out"
+        [ $status -eq 0 ] || fail "worker_collectives without a daemon, HVD_FAST_PATH=0, exited with $status"
 fi
 echo "np$n: all scenarios passed in $(($(date +%s) - start)) s"

@@ -2,7 +2,8 @@
 # test-fastpath.sh — the one-node fast path (client/fastpath.c): 4 ranks run
 # many rounds of cached int32 allreduces checked exactly, with new names,
 # grouped and process-set allreduces mixed in, and the daemon's status of
-# the live job counts tensors that ran from the board; a rank killed while
+# the live job counts tensors that ran from the board, as it does for a
+# job of one rank; a rank killed while
 # the others run cached allreduces aborts them all, naming it; a rank that
 # alone submits a cached tensor is reported by the stall inspector, and the
 # stall shutdown ends the job on every rank.
@@ -29,39 +30,49 @@ groups+=($!)
 for _ in $(seq 100); do [ -S "$tmp/rt/worker.sock" ] && break; sleep 0.05; done
 [ -S "$tmp/rt/worker.sock" ] || fail "hvd-coordinatord did not start" "$(cat "$tmp/daemon.log")"
 
+# A job of `exact` ROUNDS rounds on N ranks, held at its end while the
+# daemon's status and metrics of the live job are read into $tmp/J/.
+exact_job() {
+        local job=$1 n=$2 rounds=$3 dir=$tmp/$1
+        mkdir "$dir"
+        HVD_TEST_TMPDIR=$dir setsid "$launch" -r "$tmp/rt" -j "$job" -t 120 -n "$n" -- "$worker" exact "$rounds" \
+                >"$dir/out" 2>&1 &
+        local pid=$!
+        groups+=("$pid")
+        for _ in $(seq 1200); do
+                [ -e "$dir/hold.ready" ] && break
+                kill -0 $pid 2>/dev/null || break
+                sleep 0.05
+        done
+        [ -e "$dir/hold.ready" ] || fail "$job: the job did not reach its hold point" "$(cat "$dir/out" "$tmp/daemon.log")"
+        # status and metrics count the workers' fast-path reports (sent every
+        # 50 ms while counts are pending): read both until no report came in
+        # between
+        local st
+        for _ in 1 2 3 4 5 6 7 8 9 10; do
+                "$hvdctl" --runtime-dir "$tmp/rt" metrics >"$dir/metrics.txt" 2>"$dir/hvdctl.err" &&
+                        "$hvdctl" --runtime-dir "$tmp/rt" status --json >"$dir/status.json" 2>>"$dir/hvdctl.err" &&
+                        "$hvdctl" --runtime-dir "$tmp/rt" metrics >"$dir/metrics2.txt" 2>>"$dir/hvdctl.err"
+                st=$?
+                if [ $st -eq 0 ] && [ "$(grep '^hvd_fast_path_tensors_total ' "$dir/metrics.txt")" = \
+                        "$(grep '^hvd_fast_path_tensors_total ' "$dir/metrics2.txt")" ]; then
+                        break
+                fi
+                sleep 0.2
+        done
+        touch "$dir/hold.go"
+        [ "$st" -eq 0 ] || fail "hvdctl status --json exited with $st" "$(cat "$dir/hvdctl.err")"
+        wait $pid
+        local status=$?
+        cat "$dir/out"
+        [ $status -eq 0 ] || fail "$job: the job exited with $status" "$(cat "$tmp/daemon.log")"
+        [ "$(grep -c "exact: $rounds rounds ok" "$dir/out")" -eq "$n" ] || fail "$job: not every rank finished" \
+                "$(cat "$dir/out")"
+}
+
 # 1. exact results, 4 ranks, 120 rounds; the live job's counters
-mkdir "$tmp/x"
-HVD_TEST_TMPDIR=$tmp/x setsid "$launch" -r "$tmp/rt" -j fp-exact -t 120 -n 4 -- "$worker" exact 120 \
-        >"$tmp/out" 2>&1 &
-pid=$!
-groups+=("$pid")
-for _ in $(seq 1200); do
-        [ -e "$tmp/x/hold.ready" ] && break
-        kill -0 $pid 2>/dev/null || break
-        sleep 0.05
-done
-[ -e "$tmp/x/hold.ready" ] || fail "exact: the job did not reach its hold point" "$(cat "$tmp/out" "$tmp/daemon.log")"
-# status and metrics count the workers' fast-path reports (sent every 50 ms
-# while counts are pending): read both until no report came in between
-for _ in 1 2 3 4 5 6 7 8 9 10; do
-        "$hvdctl" --runtime-dir "$tmp/rt" metrics >"$tmp/metrics.txt" 2>"$tmp/hvdctl.err" &&
-                "$hvdctl" --runtime-dir "$tmp/rt" status --json >"$tmp/status.json" 2>>"$tmp/hvdctl.err" &&
-                "$hvdctl" --runtime-dir "$tmp/rt" metrics >"$tmp/metrics2.txt" 2>>"$tmp/hvdctl.err"
-        st=$?
-        if [ $st -eq 0 ] && [ "$(grep '^hvd_fast_path_tensors_total ' "$tmp/metrics.txt")" = \
-                "$(grep '^hvd_fast_path_tensors_total ' "$tmp/metrics2.txt")" ]; then
-                break
-        fi
-        sleep 0.2
-done
-touch "$tmp/x/hold.go"
-[ "$st" -eq 0 ] || fail "hvdctl status --json exited with $st" "$(cat "$tmp/hvdctl.err")"
-wait $pid
-status=$?
-cat "$tmp/out"
-[ $status -eq 0 ] || fail "exact: the job exited with $status" "$(cat "$tmp/daemon.log")"
-[ "$(grep -c "exact: 120 rounds ok" "$tmp/out")" -eq 4 ] || fail "exact: not every rank finished" "$(cat "$tmp/out")"
-/usr/bin/python3 - "$tmp/status.json" "$tmp/metrics.txt" <<'PY' || fail "exact: counters" "$(cat "$tmp/status.json")"
+exact_job fp-exact 4 120
+/usr/bin/python3 - "$tmp/fp-exact/status.json" "$tmp/fp-exact/metrics.txt" <<'PY' ||
 import json, re, sys
 j = [j for j in json.load(open(sys.argv[1]))["jobs"] if j["job_id"] == "fp-exact"][0]
 fast, neg = j["fast_path_tensors"], j["tensors_negotiated"]
@@ -77,6 +88,20 @@ if neg < 120 * 8:
     sys.exit("tensors_negotiated %d < the %d submitted" % (neg, 120 * 8))
 if fast < 119 * 8 // 4:
     sys.exit("only %d tensors took the fast path" % fast)
+PY
+        fail "exact: counters" "$(cat "$tmp/fp-exact/status.json")"
+
+# 1b. a job of one rank takes the fast path too (a board of its own): its
+# cached tensors never wait for another rank, so all but the first
+# instance of each and the new names run from the board
+exact_job fp-one 1 60
+/usr/bin/python3 - "$tmp/fp-one/status.json" <<'PY' || fail "one rank: counters" "$(cat "$tmp/fp-one/status.json")"
+import json, sys
+j = [j for j in json.load(open(sys.argv[1]))["jobs"] if j["job_id"] == "fp-one"][0]
+fast, neg = j["fast_path_tensors"], j["tensors_negotiated"]
+print("fp-one: tensors_negotiated=%d fast_path_tensors=%d" % (neg, fast))
+if fast < 59 * 8 * 3 // 4:
+    sys.exit("only %d of the one rank's %d cached tensors took the fast path" % (fast, 59 * 8))
 PY
 
 # 2. a rank killed during cached allreduces
