@@ -110,6 +110,10 @@ typedef struct hvd_known {
         bool has_id;
         bool fast_ok;   /* scheduled without error with p: every rank agrees on p */
         hvd_params_t p; /* last parameters sent */
+        /* an allgather's: every rank's rows in the schedule that set fast_ok
+         * (owned; [n_rank_rows], the job's size) */
+        int64_t *rank_rows;
+        uint32_t n_rank_rows;
 } hvd_known_t;
 
 /* A message that came during a data-plane wait, kept for after it. */
@@ -364,6 +368,10 @@ static inline const char *hvd_schedule_entry_name(const Hvd__Entry *en) {
 int hvd_id_learn(uint32_t id, const char *name, int ps);
 /* Runs a schedule (seq must be the next); < 0: the job was aborted. */
 int hvd_schedule_execute(const Hvd__Schedule *s);
+/* Runs one op as a schedule's (its members prepared, run, completed);
+ * may_wait: the calling thread may wait for the daemon's verdict on a
+ * failure (the background thread). < 0: the job was aborted. */
+int hvd_schedule_op_execute(const Hvd__Op *op, bool may_wait);
 /* A schedule to keep by key is kept (its packed bytes data), a repeat
  * becomes the kept one, in *env. */
 int hvd_schedule_by_key(const void *data, size_t len, Hvd__Envelope **env, char *err, size_t err_len);
@@ -376,8 +384,8 @@ void hvd_schedule_forget(void);
 
 void hvd_fp_hold_schedule(Hvd__Envelope *env);
 void hvd_fp_free_held(void);
-/* A schedule ran e (ok) or refused it. */
-void hvd_fp_confirm(const hvd_entry_t *e, bool ok);
+/* A schedule ran e (ok, en: its entry there) or refused it. */
+void hvd_fp_confirm(const hvd_entry_t *e, bool ok, const Hvd__Entry *en);
 /* Sends the fast path's counters to the coordinator (background thread). */
 void hvd_fp_report(bool force);
 /* One turn (the runner's): user, a user thread's; returns 1 when a user

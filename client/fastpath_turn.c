@@ -3,11 +3,12 @@
  * onto the board, runs the board's records, sends withdrawn tensors to the
  * coordinator and reports counters; it is the runner's (G.runner held, by
  * the background thread or by a user thread waiting for a cached
- * allreduce; in node mode the background thread alone takes turns).
+ * collective; in node mode the background thread alone takes turns).
  *
  * Order invariant: on a job with a fast path, a rank runs nothing when it
  * arrives; it runs the board's log in order. The log holds the fast
- * records (cache ids every local rank posted, fused below by the same rules
+ * records (cache ids every local rank posted: allreduces, broadcasts,
+ * allgathers and reducescatters on the CPU; fused below by the same rules
  * as the coordinator's, from the same sorted ids and the same threshold, so
  * every rank builds the same operations) and a marker per coordinator
  * schedule (appended by the first rank that received it; a rank that meets
@@ -73,17 +74,36 @@ void hvd_fp_free_held(void) {
 }
 
 /* A schedule ran e (ok) or refused it: its parameters are (not) known to
- * be every rank's. */
-void hvd_fp_confirm(const hvd_entry_t *e, bool ok) {
+ * be every rank's. An allgather's rows, every rank's, are kept from en:
+ * while every rank posts the parameters it last sent, they are those. */
+void hvd_fp_confirm(const hvd_entry_t *e, bool ok, const Hvd__Entry *en) {
         if (!G.fp)
                 return;
         hvd_known_t *k = hvd_strmap_get(G.known, e->name, strlen(e->name));
         if (!k)
                 return;
-        if (!ok)
-                k->fast_ok = false;
-        else if (k->has_id && k->p.process_set == 0 && hvd_params_equal(&k->p, &e->p))
-                k->fast_ok = true;
+        if (!ok || !k->has_id || k->p.process_set != 0 || !hvd_params_equal(&k->p, &e->p)) {
+                k->fast_ok = k->fast_ok && ok;
+                return;
+        }
+        if (e->p.kind == HVD__KIND__KIND_ALLGATHER) {
+                if (!en || en->n_rank_rows != (size_t) G.size) {
+                        k->fast_ok = false;
+                        return;
+                }
+                if (k->n_rank_rows != en->n_rank_rows) {
+                        int64_t *rows = realloc(k->rank_rows, en->n_rank_rows * sizeof *rows);
+                        if (!rows) {
+                                k->fast_ok = false;
+                                return;
+                        }
+                        k->rank_rows = rows;
+                        k->n_rank_rows = (uint32_t) en->n_rank_rows;
+                }
+                if (k->rank_rows != en->rank_rows) /* a fast run's entry holds the kept rows */
+                        memcpy(k->rank_rows, en->rank_rows, en->n_rank_rows * sizeof *k->rank_rows);
+        }
+        k->fast_ok = true;
 }
 
 /* 1: e may take the fast path with cache id *id; 0: it has an id but goes
@@ -93,10 +113,14 @@ static int fp_classify(hvd_entry_t *e, uint32_t *id) {
         if (e->p.process_set != 0 || e->p.group_size > 1)
                 return -1;
         /* node mode runs nothing from the board: any collective of every
-         * rank whose schedule names its ranks' parts by cache id alone */
-        if (G.fp_node ? e->p.kind != HVD__KIND__KIND_ALLREDUCE && e->p.kind != HVD__KIND__KIND_BROADCAST &&
-                                e->p.kind != HVD__KIND__KIND_ALLGATHER && e->p.kind != HVD__KIND__KIND_REDUCESCATTER
-                      : e->p.kind != HVD__KIND__KIND_ALLREDUCE || e->p.device != HVD_DEVICE_CPU)
+         * rank whose schedule names its ranks' parts by cache id alone; on
+         * one host the board runs those collectives on the CPU, whose
+         * operation every rank builds alike from its own entry (and an
+         * allgather's rows, kept from its last schedule) */
+        if (e->p.kind != HVD__KIND__KIND_ALLREDUCE && e->p.kind != HVD__KIND__KIND_BROADCAST &&
+            e->p.kind != HVD__KIND__KIND_ALLGATHER && e->p.kind != HVD__KIND__KIND_REDUCESCATTER)
+                return -1;
+        if (!G.fp_node && e->p.device != HVD_DEVICE_CPU)
                 return -1;
         /* rank 0's timeline marks each rank's readiness as the coordinator
          * sees it: while it records, rank 0 sends everything there (the
@@ -111,7 +135,58 @@ static int fp_classify(hvd_entry_t *e, uint32_t *id) {
                 hvd_fastpath_instance(G.fp, k->id);
         }
         *id = k->id;
+        if (!G.fp_node && e->p.kind == HVD__KIND__KIND_ALLGATHER && k->n_rank_rows != (uint32_t) G.size)
+                return 0;
         return k->fast_ok && hvd_params_equal(&k->p, &e->p) ? 1 : 0;
+}
+
+/* Bytes an entry takes in a fused operation, the same on every rank: an
+ * allgather's are every rank's rows (from its last schedule). */
+static uint64_t fp_entry_bytes(const hvd_entry_t *e, const hvd_known_t *k) {
+        uint64_t es = hvd_dtype_size(e->p.dtype);
+        if (e->p.kind != HVD__KIND__KIND_ALLGATHER)
+                return hvd_entry_count(e) * es;
+        uint64_t rows = 0, row_elems = 1;
+        for (uint32_t r = 0; r < k->n_rank_rows; r++)
+                rows += (uint64_t) k->rank_rows[r];
+        for (int d = 1; d < e->p.ndim; d++)
+                row_elems *= (uint64_t) e->p.shape[d];
+        return rows * row_elems * es;
+}
+
+/* One fused broadcast, allgather or reducescatter of a record, run as the
+ * coordinator's schedule would run it: its entries made from this rank's
+ * own (an allgather's rows kept from its last schedule). */
+static int fp_run_as_scheduled(hvd_entry_t *const *opm, hvd_known_t *const *km, size_t m) {
+        Hvd__Entry ents[64], *ep[64];
+        for (size_t i = 0; i < m; i++) {
+                const hvd_entry_t *e = opm[i];
+                uint64_t row_elems = 1;
+                for (int d = 1; d < e->p.ndim; d++)
+                        row_elems *= (uint64_t) e->p.shape[d];
+                hvd__entry__init(&ents[i]);
+                ents[i].id = km[i]->id;
+                ents[i].count = hvd_entry_count(e);
+                ents[i].row_elems = row_elems;
+                ents[i].n_shape = (size_t) e->p.ndim;
+                ents[i].shape = (int64_t *) e->p.shape;
+                if (e->p.kind == HVD__KIND__KIND_ALLGATHER) {
+                        ents[i].n_rank_rows = km[i]->n_rank_rows;
+                        ents[i].rank_rows = km[i]->rank_rows;
+                }
+                ep[i] = &ents[i];
+        }
+        Hvd__Op op = HVD__OP__INIT;
+        op.kind = opm[0]->p.kind;
+        op.dtype = opm[0]->p.dtype;
+        op.reduce_op = opm[0]->p.reduce_op;
+        op.prescale = opm[0]->p.prescale;
+        op.postscale = opm[0]->p.postscale;
+        op.root = opm[0]->p.root;
+        op.device = -1;
+        op.n_entries = m;
+        op.entries = ep;
+        return hvd_schedule_op_execute(&op, pthread_equal(pthread_self(), G.thread));
 }
 
 /* Runs one fast record: ids ascending, every one of them in flight here. */
@@ -119,11 +194,13 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
         hvd_assert(G.fp && G.backend);
         char err[ERRLEN];
         hvd_entry_t *em[64];
+        hvd_known_t *km[64];
         hvd_fusion_item_t items[64];
         uint32_t op_of[64];
         hvd_fusion_op_t ops[64];
         hvd_xmember_t xm[64];
         hvd_entry_t *opm[64];
+        hvd_known_t *opk[64];
         int r = 0;
         if (n > ELEMENTSOF(em)) {
                 hvd_job_abort(HVD_EPROTO, "fast path: record too long");
@@ -133,7 +210,8 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
         for (uint32_t i = 0; i < n; i++) {
                 const char *name = hvd_id_name(ids[i]);
                 em[i] = name ? hvd_strmap_get(G.inflight, name, strlen(name)) : NULL;
-                if (!em[i]) {
+                km[i] = name ? hvd_strmap_get(G.known, name, strlen(name)) : NULL;
+                if (!em[i] || !km[i]) {
                         for (uint32_t k = 0; k < i; k++)
                                 hvd_handle_unref(em[k]->h);
                         pthread_mutex_unlock(&G.lock);
@@ -148,15 +226,15 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
         for (uint32_t i = 0; i < n; i++) {
                 const hvd_entry_t *e = em[i];
                 items[i] = (hvd_fusion_item_t){
-                        .kind = HVD__KIND__KIND_ALLREDUCE,
+                        .kind = e->p.kind,
                         .dtype = e->p.dtype,
                         .reduce_op = e->p.reduce_op,
-                        .root = 0,
+                        .root = e->p.kind == HVD__KIND__KIND_BROADCAST ? e->p.root : 0,
                         .device = -1,
                         .process_set = 0,
                         .prescale = e->p.prescale,
                         .postscale = e->p.postscale,
-                        .bytes = hvd_entry_count(e) * hvd_dtype_size(e->p.dtype),
+                        .bytes = fp_entry_bytes(e, km[i]),
                 };
         }
         if (G.tune_meter.on) {
@@ -178,23 +256,33 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
                         xm[m] = (hvd_xmember_t){
                                 .in = e->in, .out = e->out, .count = hvd_entry_count(e), .row_elems = hvd_entry_count(e)
                         };
+                        opk[m] = km[i];
                         opm[m++] = e;
                 }
                 hvd_assert(m > 0); /* the planner gives every op a member */
-                hvd_xop_t x = {
-                        .kind = HVD__KIND__KIND_ALLREDUCE,
-                        .dtype = opm[0]->p.dtype,
-                        .reduce_op = opm[0]->p.reduce_op,
-                        .prescale = opm[0]->p.prescale,
-                        .postscale = opm[0]->p.postscale,
-                        .name = opm[0]->name,
-                        .n = m,
-                        .m = xm,
-                        .device = HVD_DEVICE_CPU,
-                };
-                r = hvd_backend_execute(G.backend, &x, err, sizeof err);
-                if (r < 0)
-                        r = hvd_job_verdict(r, err, pthread_equal(pthread_self(), G.thread));
+                if (opm[0]->p.kind != HVD__KIND__KIND_ALLREDUCE) {
+                        /* completes its entries itself */
+                        r = fp_run_as_scheduled(opm, opk, m);
+                } else {
+                        hvd_xop_t x = {
+                                .kind = HVD__KIND__KIND_ALLREDUCE,
+                                .dtype = opm[0]->p.dtype,
+                                .reduce_op = opm[0]->p.reduce_op,
+                                .prescale = opm[0]->p.prescale,
+                                .postscale = opm[0]->p.postscale,
+                                .name = opm[0]->name,
+                                .n = m,
+                                .m = xm,
+                                .device = HVD_DEVICE_CPU,
+                        };
+                        r = hvd_backend_execute(G.backend, &x, err, sizeof err);
+                        if (r < 0)
+                                r = hvd_job_verdict(r, err, pthread_equal(pthread_self(), G.thread));
+                        pthread_mutex_lock(&G.lock);
+                        for (size_t i = 0; i < m; i++)
+                                hvd_entry_complete(opm[i], r < 0 ? r : 0, r < 0 ? err : NULL);
+                        pthread_mutex_unlock(&G.lock);
+                }
                 if (G.local_rank == 0) {
                         G.fp_done.ops++;
                         G.fp_done.tensors += m;
@@ -202,10 +290,6 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
                         G.fp_done.bytes += ops[k].bytes;
                 }
                 G.fp_done.hits += m;
-                pthread_mutex_lock(&G.lock);
-                for (size_t i = 0; i < m; i++)
-                        hvd_entry_complete(opm[i], r < 0 ? r : 0, r < 0 ? err : NULL);
-                pthread_mutex_unlock(&G.lock);
                 /* a user thread may be waiting on the board for these */
                 hvd_fastpath_kick(G.fp);
         }
@@ -213,7 +297,7 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
         for (uint32_t i = 0; i < n; i++)
                 hvd_handle_unref(em[i]->h);
         pthread_mutex_unlock(&G.lock);
-        if (r < 0)
+        if (r < 0 && !G.abort_code)
                 hvd_job_abort(r, err);
         return r;
 }
@@ -520,12 +604,16 @@ int hvd_fp_user_turn(void) {
         return r;
 }
 
-/* G.lock held: h is one cached-looking CPU allreduce of all ranks, on a
- * job with a fast path; its waiter may run the fast path's turn. */
+/* G.lock held: h is one cached-looking CPU collective of all ranks that
+ * the board runs, on a job with a fast path; its waiter may run the fast
+ * path's turn. */
 bool hvd_fp_user_may_run(const hvd_handle_t *h) {
         if (!G.fp || G.fp_node || G.abort_code || G.stop || h->n != 1)
                 return false;
         const hvd_entry_t *e = &h->m[0];
-        return !e->done && e->p.kind == HVD__KIND__KIND_ALLREDUCE && e->p.device == HVD_DEVICE_CPU &&
-               e->p.process_set == 0 && e->p.group_size <= 1;
+        uint32_t kind = e->p.kind;
+        return !e->done &&
+               (kind == HVD__KIND__KIND_ALLREDUCE || kind == HVD__KIND__KIND_BROADCAST ||
+                kind == HVD__KIND__KIND_ALLGATHER || kind == HVD__KIND__KIND_REDUCESCATTER) &&
+               e->p.device == HVD_DEVICE_CPU && e->p.process_set == 0 && e->p.group_size <= 1;
 }

@@ -55,6 +55,7 @@ static void known_free(void) {
         while (hvd_strmap_next(G.known, &iter, NULL, NULL, &v)) {
                 hvd_known_t *k = v;
                 hvd_params_free(&k->p);
+                free(k->rank_rows);
                 free(k);
         }
         hvd_strmap_destroy(&G.known);

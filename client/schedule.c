@@ -172,7 +172,7 @@ static int complete_errors(const Hvd__Schedule *s) {
                  * the id alone */
                 int r2 = hvd_id_learn(te->id, te->name, e ? e->p.process_set : -1);
                 if (e)
-                        hvd_fp_confirm(e, false);
+                        hvd_fp_confirm(e, false, NULL);
                 if (e)
                         hvd_entry_complete(e, te->code < 0 ? te->code : HVD_EMISMATCH, te->message);
                 pthread_mutex_unlock(&G.lock);
@@ -237,7 +237,7 @@ static int op_run(const Hvd__Op *op, const hvd_xmember_t *xm, hvd_entry_t **em, 
 
 /* One op of a schedule: its members prepared, run, completed (CPU; a GPU
  * op's complete in hvd_gpu_poll). < 0: the job was aborted. */
-static int op_execute(const Hvd__Op *op, bool group_ends, bool *in_group) {
+static int op_execute(const Hvd__Op *op, bool group_ends, bool *in_group, bool may_wait) {
         char err[ERRLEN];
         int r = 0;
         bool gpu = op->device >= 0;
@@ -266,10 +266,11 @@ static int op_execute(const Hvd__Op *op, bool group_ends, bool *in_group) {
         if (r >= 0)
                 r = op_run(op, xm, em, group_ends, in_group, err, sizeof err);
         if (r < 0)
-                r = hvd_job_verdict(r, err, true);
+                r = hvd_job_verdict(r, err, may_wait);
+        /* rows of an allgather with a joined rank are not its next ones */
         for (size_t k = 0; k < op->n_entries && em && r >= 0 && !gpu && !op->process_set; k++)
                 if (em[k])
-                        hvd_fp_confirm(em[k], true);
+                        hvd_fp_confirm(em[k], op->kind != HVD__KIND__KIND_ALLGATHER || !op->n_joined, op->entries[k]);
         pthread_mutex_lock(&G.lock);
         for (size_t k = 0; k < op->n_entries && xm && em && (!gpu || r < 0); k++)
                 if (em[k])
@@ -285,6 +286,11 @@ static int op_execute(const Hvd__Op *op, bool group_ends, bool *in_group) {
         if (r < 0)
                 hvd_job_abort(r, err);
         return r;
+}
+
+int hvd_schedule_op_execute(const Hvd__Op *op, bool may_wait) {
+        bool in_group = false;
+        return op_execute(op, true, &in_group, may_wait);
 }
 
 /* Every rank has joined (every rank runs this at the same schedule). The
@@ -329,7 +335,7 @@ static int execute_schedule_ops(const Hvd__Schedule *s) {
         int r = complete_errors(s);
         bool in_group = false;
         for (size_t i = 0; i < s->n_ops && r >= 0; i++)
-                r = op_execute(s->ops[i], i + 1 == s->n_ops || s->ops[i + 1]->device < 0, &in_group);
+                r = op_execute(s->ops[i], i + 1 == s->n_ops || s->ops[i + 1]->device < 0, &in_group, true);
         if (r < 0)
                 return r;
         if (s->join_done_last_rank >= 0)

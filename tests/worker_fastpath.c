@@ -6,8 +6,11 @@
  *   worker_fastpath exact ROUNDS   int32 sums and maxima of 8 cached tensors
  *                                  per round, fused and not, a new name every
  *                                  7th round, a grouped and a process-set
- *                                  allreduce now and then; exits 1 on any
- *                                  wrong element
+ *                                  allreduce now and then; a cached
+ *                                  broadcast (its root changing each round),
+ *                                  allgather (uneven rows that change every
+ *                                  17 rounds) and reducescatter per round;
+ *                                  exits 1 on any wrong element
  *   worker_fastpath kill           cached allreduces until killed; writes
  *                                  $HVD_TEST_TMPDIR/running.RANK after 50
  *                                  rounds; prints the error it ends with
@@ -80,6 +83,94 @@ static void check(const char *name, const int32_t *out, int64_t n, int round, in
                         FAIL("round %d: '%s'[%" PRId64 "] = %" PRId32 ", expected %" PRId64, round, name, i, out[i],
                              want);
         }
+}
+
+/* One broadcast, allgather or reducescatter of int32 (async, then wait). */
+static hvd_handle_t *submit_kind(int (*fn)(const hvd_request_t *, hvd_handle_t **), const char *name, const int32_t *in,
+                                 int32_t *out, int ndim, const int64_t *shape, int root) {
+        hvd_request_t q = HVD_REQUEST_INIT;
+        q.name = name;
+        q.input = in;
+        q.output = out;
+        q.dtype = HVD_INT32;
+        q.ndim = ndim;
+        q.shape = shape;
+        q.root = root;
+        q.reduce_op = HVD_REDUCE_SUM;
+        hvd_handle_t *h = NULL;
+        if (fn(&q, &h) < 0)
+                FAIL("'%s': %s", name, hvd_last_error());
+        return h;
+}
+
+/* The output hvd allocated for h: its elements, after its shape is checked. */
+static const int32_t *output_of(hvd_handle_t *h, const char *name, int64_t rows, int64_t cols) {
+        const void *data;
+        size_t bytes;
+        int ndim;
+        const int64_t *shape;
+        if (hvd_handle_output(h, 0, &data, &bytes, &ndim, &shape) < 0)
+                FAIL("'%s': no output: %s", name, hvd_last_error());
+        if (ndim != 2 || shape[0] != rows || shape[1] != cols || bytes != (size_t) (rows * cols) * sizeof(int32_t))
+                FAIL("'%s': output of %d dims, %" PRId64 " x %" PRId64 ", expected %" PRId64 " x %" PRId64, name, ndim,
+                     ndim > 0 ? shape[0] : 0, ndim > 1 ? shape[1] : 0, rows, cols);
+        return data;
+}
+
+/* A broadcast from a root that changes each round, an allgather of uneven
+ * rows (rank r: r + 1 rows, one more every other 17 rounds: a new shape
+ * goes through the coordinator again) and a reducescatter, exactly. */
+static void other_kinds(int round) {
+        enum { BN = 300, COLS = 3, RCOLS = 5 };
+        static int32_t bin[BN], bout[BN], gin[(64 + 2) * COLS], rin[(2 * 64 + 1) * RCOLS];
+        int root = round % size;
+        for (int i = 0; i < BN; i++) {
+                bin[i] = val(rank, round, 70, i);
+                bout[i] = -1;
+        }
+        int64_t bshape[1] = { BN };
+        hvd_handle_t *hb = submit_kind(hvd_broadcast_async, "fp.bcast", bin, bout, 1, bshape, root);
+        int extra = (round / 17) % 2;
+        int64_t grows = rank + 1 + extra, gshape[2] = { grows, COLS };
+        for (int64_t i = 0; i < grows * COLS; i++)
+                gin[i] = val(rank, round, 80, i);
+        hvd_handle_t *hg = submit_kind(hvd_allgather_async, "fp.gather", gin, NULL, 2, gshape, 0);
+        int64_t rrows = 2 * size + 1, rshape[2] = { rrows, RCOLS };
+        for (int64_t i = 0; i < rrows * RCOLS; i++)
+                rin[i] = val(rank, round, 90, i);
+        hvd_handle_t *hr = submit_kind(hvd_reducescatter_async, "fp.rscat", rin, NULL, 2, rshape, 0);
+        wait_ok(&hb, "fp.bcast");
+        for (int i = 0; i < BN; i++)
+                if (bout[i] != val(root, round, 70, i))
+                        FAIL("round %d: 'fp.bcast'[%d] = %" PRId32 " from root %d, expected %" PRId32, round, i,
+                             bout[i], root, val(root, round, 70, i));
+        if (hvd_handle_wait(hg) < 0)
+                FAIL("fp.gather: %s", hvd_handle_error(hg));
+        int64_t total = 0;
+        for (int q = 0; q < size; q++)
+                total += q + 1 + extra;
+        const int32_t *g = output_of(hg, "fp.gather", total, COLS);
+        for (int q = 0, at = 0; q < size; q++)
+                for (int64_t i = 0; i < (q + 1 + extra) * COLS; i++, at++)
+                        if (g[at] != val(q, round, 80, i))
+                                FAIL("round %d: 'fp.gather'[%d] = %" PRId32 ", expected rank %d's %" PRId32, round, at,
+                                     g[at], q, val(q, round, 80, i));
+        hvd_handle_release(&hg);
+        if (hvd_handle_wait(hr) < 0)
+                FAIL("fp.rscat: %s", hvd_handle_error(hr));
+        /* rank r keeps rows [r0, r1): the first rrows % size ranks one more */
+        int64_t base = rrows / size, rem = rrows % size;
+        int64_t r0 = rank * base + (rank < rem ? rank : rem), mine = base + (rank < rem);
+        const int32_t *rs = output_of(hr, "fp.rscat", mine, RCOLS);
+        for (int64_t i = 0; i < mine * RCOLS; i++) {
+                int64_t want = 0;
+                for (int q = 0; q < size; q++)
+                        want += val(q, round, 90, r0 * RCOLS + i);
+                if (rs[i] != want)
+                        FAIL("round %d: 'fp.rscat'[%" PRId64 "] = %" PRId32 ", expected %" PRId64, round, i, rs[i],
+                             want);
+        }
+        hvd_handle_release(&hr);
 }
 
 static void hold(void) {
@@ -155,6 +246,7 @@ static int exact(int rounds) {
                         wait_ok(&hn, nname);
                         check(nname, out2, 64, round, 99, false, size, NULL);
                 }
+                other_kinds(round);
                 if (round % 13 == 9) {
                         /* a synchronous one of a new shape under an old name's
                          * neighbour, and a grouped pair: the coordinator's path */
