@@ -38,15 +38,18 @@ static int run_once(const char *op, const char *name, float *in, float *out, siz
         q.reduce_op = HVD_REDUCE_SUM;
         hvd_handle_t *h = NULL;
         int r;
+        /* without --async: submitted for a caller that waits at once, the
+         * blocking call's way (hvd_broadcast's; there is no blocking
+         * allgather or reducescatter: their outputs are hvd's) */
         if (!strcmp(op, "allreduce"))
                 r = hvd_allreduce_async(&q, &h);
         else if (!strcmp(op, "broadcast"))
-                r = hvd_broadcast_async(&q, &h);
+                r = async ? hvd_broadcast_async(&q, &h) : hvd_broadcast_async_waiting(&q, &h);
         else if (!strcmp(op, "allgather")) {
                 shape[0] = (int64_t) (count / (size_t) size);
-                r = hvd_allgather_async(&q, &h);
+                r = async ? hvd_allgather_async(&q, &h) : hvd_allgather_async_waiting(&q, &h);
         } else if (!strcmp(op, "reducescatter"))
-                r = hvd_reducescatter_async(&q, &h);
+                r = async ? hvd_reducescatter_async(&q, &h) : hvd_reducescatter_async_waiting(&q, &h);
         else
                 return -1;
         if (r < 0)
@@ -95,7 +98,8 @@ int main(int argc, char **argv) {
                                "Each size is timed over --iters calls, or else over as many as fill\n"
                                "--min-time (0.1 s) at the last warm-up call's pace (rank 0 decides).\n"
                                "allreduce uses the blocking hvd_allreduce unless --async (hvd_allreduce_async +\n"
-                               "hvd_handle_wait); the other collectives are always asynchronous + wait.\n"
+                               "hvd_handle_wait); the others are submitted for a caller that waits at once\n"
+                               "(hvd_broadcast_async_waiting...) unless --async (hvd_broadcast_async...).\n"
                                "allreduce and broadcast run in place (input == output), as the peers'\n"
                                "MPI_Allreduce(MPI_IN_PLACE), MPI_Bcast and torch's all_reduce do, unless\n"
                                "--out-of-place (separate input and output: twice the memory touched).\n"

@@ -253,6 +253,15 @@ int hvd_allreduce_async(const hvd_request_t *req, hvd_handle_t **handle) {
 int hvd_allreduce_async_waiting(const hvd_request_t *req, hvd_handle_t **handle) {
         return submit_ex(req, 1, HVD__KIND__KIND_ALLREDUCE, false, true, handle);
 }
+int hvd_broadcast_async_waiting(const hvd_request_t *req, hvd_handle_t **handle) {
+        return submit_ex(req, 1, HVD__KIND__KIND_BROADCAST, false, true, handle);
+}
+int hvd_allgather_async_waiting(const hvd_request_t *req, hvd_handle_t **handle) {
+        return submit_ex(req, 1, HVD__KIND__KIND_ALLGATHER, false, true, handle);
+}
+int hvd_reducescatter_async_waiting(const hvd_request_t *req, hvd_handle_t **handle) {
+        return submit_ex(req, 1, HVD__KIND__KIND_REDUCESCATTER, false, true, handle);
+}
 int hvd_broadcast_async(const hvd_request_t *req, hvd_handle_t **handle) {
         return submit(req, 1, HVD__KIND__KIND_BROADCAST, handle);
 }

@@ -882,6 +882,12 @@ static PyObject *core_submit(PyObject *mod, PyObject *args, PyObject *kwds) {
                 r = grouped_fns[kind](reqs, (size_t) n, &h);
         else if (waits && kind == KIND_ALLREDUCE)
                 r = hvd_allreduce_async_waiting(&reqs[0], &h);
+        else if (waits && kind == KIND_BROADCAST)
+                r = hvd_broadcast_async_waiting(&reqs[0], &h);
+        else if (waits && kind == KIND_ALLGATHER)
+                r = hvd_allgather_async_waiting(&reqs[0], &h);
+        else if (waits && kind == KIND_REDUCESCATTER)
+                r = hvd_reducescatter_async_waiting(&reqs[0], &h);
         else
                 r = single[kind](&reqs[0], &h);
         if (r < 0) {
@@ -1136,7 +1142,8 @@ static PyMethodDef core_methods[] = {
           "elastic_info() -> (generation, sync_needed, waiting) of an elastic job (generation 0: none)" },
         { "submit", (PyCFunction) (void (*)(void)) core_submit, METH_VARARGS | METH_KEYWORDS,
           "submit(kind, requests, keepalive=None, grouped=False, waits=False) -> Handle; waits: the caller "
-          "waits on the handle at once (an allreduce then runs in the waiting thread). Each request is a tuple "
+          "waits on the handle at once (a CPU allreduce, broadcast, allgather or reducescatter then runs in the "
+          "waiting thread). Each request is a tuple "
           "(name, input_ptr, output_ptr, dtype, shape, reduce_op, prescale, postscale, root, splits, "
           "process_set, device[, stream]); stream is the cudaStream_t (int; 0 = legacy default stream) "
           "a GPU input is produced on, which hvd's stream waits for. keepalive is held until the operation "

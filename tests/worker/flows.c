@@ -4,6 +4,7 @@
  * several nodes, a rank that stalls; and the flows that main runs before or
  * instead of a successful hvd_init (notinit, reinit, expect-init-error). */
 #define _GNU_SOURCE
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -403,9 +404,95 @@ static void waiting_check(const char *what, const float *out, size_t n) {
         }
 }
 
+/* A broadcast (root changing with st), an allgather of rank + 1 rows and a
+ * reducescatter, each submitted for a waiter and checked exactly. */
+static void waiting_others(int st) {
+        enum { BN = 1000, COLS = 2 };
+        int root = st % size;
+        float *b = xmalloc(BN * sizeof *b);
+        for (int i = 0; i < BN; i++)
+                b[i] = (float) (rank * 1000 + i);
+        int64_t bshape[1] = { BN };
+        hvd_request_t q = HVD_REQUEST_INIT;
+        q.name = "waiting.bcast";
+        q.input = b;
+        q.output = b;
+        q.ndim = 1;
+        q.shape = bshape;
+        q.root = root;
+        hvd_handle_t *h = NULL;
+        MUST(hvd_broadcast_async_waiting(&q, &h));
+        wait_ok(h, "waiting.bcast");
+        hvd_handle_release(&h);
+        for (int i = 0; i < BN; i++)
+                if (b[i] != (float) (root * 1000 + i)) {
+                        CHECK(false, "waiting.bcast[%d] = %g, expected root %d's %d", i, (double) b[i], root,
+                              root * 1000 + i);
+                        break;
+                }
+        free(b);
+        float g[64 * COLS];
+        int64_t gshape[2] = { rank + 1, COLS };
+        for (int i = 0; i < (rank + 1) * COLS; i++)
+                g[i] = (float) (rank * 100 + i);
+        q = (hvd_request_t) HVD_REQUEST_INIT;
+        q.name = "waiting.gather";
+        q.input = g;
+        q.ndim = 2;
+        q.shape = gshape;
+        MUST(hvd_allgather_async_waiting(&q, &h));
+        wait_ok(h, "waiting.gather");
+        const void *data;
+        size_t bytes;
+        int ndim;
+        const int64_t *shape;
+        MUST(hvd_handle_output(h, 0, &data, &bytes, &ndim, &shape));
+        CHECK(ndim == 2 && shape[0] == (int64_t) size * (size + 1) / 2 && shape[1] == COLS,
+              "waiting.gather: output of %d dims, %" PRId64 " rows", ndim, ndim ? shape[0] : 0);
+        const float *go = data;
+        for (int r = 0, at = 0; r < size && ndim == 2; r++)
+                for (int i = 0; i < (r + 1) * COLS; i++, at++)
+                        if (go[at] != (float) (r * 100 + i)) {
+                                CHECK(false, "waiting.gather[%d] = %g, expected rank %d's %d", at, (double) go[at], r,
+                                      r * 100 + i);
+                                r = size;
+                                break;
+                        }
+        hvd_handle_release(&h);
+        int64_t rows = 2 * size + 1, rshape[2] = { rows, COLS };
+        float *rin = xmalloc((size_t) rows * COLS * sizeof *rin);
+        for (int64_t i = 0; i < rows * COLS; i++)
+                rin[i] = (float) (rank + i);
+        q = (hvd_request_t) HVD_REQUEST_INIT;
+        q.name = "waiting.rscat";
+        q.input = rin;
+        q.ndim = 2;
+        q.shape = rshape;
+        q.reduce_op = HVD_REDUCE_SUM;
+        MUST(hvd_reducescatter_async_waiting(&q, &h));
+        wait_ok(h, "waiting.rscat");
+        MUST(hvd_handle_output(h, 0, &data, &bytes, &ndim, &shape));
+        /* rank r keeps rows [r0, r1): the first rows % size ranks one more */
+        int64_t base = rows / size, rem = rows % size;
+        int64_t r0 = rank * base + (rank < rem ? rank : rem), mine = base + (rank < rem);
+        CHECK(ndim == 2 && shape[0] == mine, "waiting.rscat: %" PRId64 " rows, expected %" PRId64, ndim ? shape[0] : 0,
+              mine);
+        const float *ro = data;
+        for (int64_t i = 0; i < mine * COLS && ndim == 2 && shape[0] == mine; i++) {
+                float want = (float) (size * (size - 1) / 2 + size * (r0 * COLS + i));
+                if (ro[i] != want) {
+                        CHECK(false, "waiting.rscat[%" PRId64 "] = %g, expected %g", i, (double) ro[i], (double) want);
+                        break;
+                }
+        }
+        hvd_handle_release(&h);
+        free(rin);
+}
+
 /* Allreduces submitted for a waiter: waited on at once, at sizes either
  * side of the segment path, until the fast path runs them in the waiting
- * thread; then one that rank 0 leaves after a wait that timed out (it
+ * thread, with a broadcast, an allgather and a reducescatter submitted
+ * alike each step; then one that rank 0 leaves after a wait that timed out (it
  * must complete with nobody waiting), and one every rank releases at
  * once (the next allreduce must still run). */
 void scenario_waiting(void) {
@@ -423,6 +510,8 @@ void scenario_waiting(void) {
                         waiting_check(name, out, ns[k]);
                         free(in);
                         free(out);
+                        if (k == 0)
+                                waiting_others(st);
                 }
         float *in, *out;
         hvd_handle_t *h = waiting_submit("waiting.left", 1000, &in, &out);
@@ -452,7 +541,9 @@ void scenario_waiting(void) {
         free(in2);
         free(out2);
         if (rank == 0)
-                printf("rank 0: waiting: %d steps exact, one left after a timed-out wait, one released\n", steps);
+                printf("rank 0: waiting: %d steps exact (with broadcasts, allgathers and reducescatters), one left "
+                       "after a timed-out wait, one released\n",
+                       steps);
 }
 
 /* Five rounds of "stall.t" on every rank, then rank HVD_TEST_STALL_RANK
