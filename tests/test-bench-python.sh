@@ -1,7 +1,8 @@
 #!/bin/sh
 # test-bench-python.sh — the Python benchmarks' scripts (run-python.sh,
-# run-scaling.sh, torch_peers.py) refuse bad arguments with a clear message,
-# and a tiny real run-python.sh (hvd and torch.distributed, two rounds, two
+# run-scaling.sh, run-one-rank.sh, torch_peers.py, torch_one_rank.py)
+# refuse bad arguments with a clear message; a tiny run-one-rank.sh
+# tabulates hvd both ways beside gloo; and a tiny real run-python.sh (hvd and torch.distributed, two rounds, two
 # sizes, a three-tensor step, the CNN's training step) prints its table with
 # a ratio for every size and step; RAW= tabulates that run's raw lines
 # again. No timing is asserted. Skips without Debian's Python with torch.
@@ -31,6 +32,10 @@ refused "MIN=4096 is above MAX=1024" env MIN=4096 MAX=1024 "$b/run-python.sh" "$
 refused "RAW=$dir/none: no such file" env RAW="$dir/none" "$b/run-python.sh" "$HVD_BUILDDIR"
 refused "NS: 1 is not a number of hosts above 1" env NS="2 1" "$b/run-scaling.sh" "$HVD_BUILDDIR"
 refused "unknown peer gloo" env PEERS=gloo "$b/run-scaling.sh" "$HVD_BUILDDIR"
+refused "ROUNDS=0 is not a positive integer" env ROUNDS=0 "$b/run-one-rank.sh" "$HVD_BUILDDIR"
+refused "unknown peer mpi" env PEERS="hvd mpi" "$b/run-one-rank.sh" "$HVD_BUILDDIR"
+refused "MIN=4096 is above MAX=1024" env MIN=4096 MAX=1024 "$b/run-one-rank.sh" "$HVD_BUILDDIR"
+refused "need 4 <= --min-bytes" "$py" "$b/torch_one_rank.py" --impl gloo --min-bytes 8 --max-bytes 4
 refused "unknown --what nope" "$py" "$b/torch_peers.py" --impl hvd --what nope
 refused "need --model-tsv" "$py" "$b/torch_peers.py" --impl hvd --what step
 refused "one of textcls" "$py" "$b/torch_peers.py" --impl hvd --what train --train-model resnet
@@ -86,9 +91,23 @@ grep -Eq '^  hvd with shared gradients vs hvd: [0-9.]+ \[' "$dir/run" ||
 grep -Eq '^  hvd vs ddp: [0-9.]+ \[' "$dir/run" || fail "run-python.sh: no training-step ratio vs DDP" "$(cat "$dir/run")"
 grep -q "^## training step, cnn" "$dir/run" || fail "run-python.sh: no training-step table" "$(cat "$dir/run")"
 
+# a tiny real run-one-rank.sh: hvd under hvdrun and without a launcher
+# beside gloo's world of one, a row per system and size with its time
+# over hvd's
+PEERS="hvd gloo" ROUNDS=2 MIN=1024 MAX=4096 MIN_TIME=0.01 timeout 120 "$b/run-one-rank.sh" "$HVD_BUILDDIR" \
+        >"$dir/one" 2>&1 || fail "run-one-rank.sh failed" "$(cat "$dir/one")"
+for n in 1024 4096; do
+        for sys in 'hvd(hvdrun)' 'hvd(none)'; do
+                grep -Eq "^$(printf '%s' "$sys" | sed 's/[()]/\\&/g') +$n +[0-9.]+ +[0-9.]+ +[0-9.]+x$" "$dir/one" ||
+                        fail "run-one-rank.sh: no row of $sys at $n bytes" "$(cat "$dir/one")"
+        done
+        grep -Eq "^gloo\(none\) +$n +[0-9.]+ +- +[0-9.]+x$" "$dir/one" ||
+                fail "run-one-rank.sh: no row of gloo at $n bytes" "$(cat "$dir/one")"
+done
+
 # RAW=: the same table again from the raw lines
 RAW=$dir/run "$b/run-python.sh" "$HVD_BUILDDIR" >"$dir/raw" 2>&1 || fail "run-python.sh RAW= failed" "$(cat "$dir/raw")"
 sed -n '/^# medians/,$p' "$dir/run" >"$dir/a"
 sed -n '/^# medians/,$p' "$dir/raw" >"$dir/b"
 cmp -s "$dir/a" "$dir/b" || fail "run-python.sh RAW=: another table" "$(diff "$dir/a" "$dir/b")"
-echo "PASS: run-python.sh, run-scaling.sh and torch_peers.py"
+echo "PASS: run-python.sh, run-scaling.sh, run-one-rank.sh and torch_peers.py"
