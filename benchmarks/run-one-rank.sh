@@ -56,7 +56,7 @@ script=$src/benchmarks/torch_one_rank.py
 args=(--min-bytes "$MIN" --max-bytes "$MAX" --rounds 1 --min-time "$MIN_TIME")
 export OMP_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=1
 echo "# run-one-rank.sh $(date -u '+%Y-%m-%d %H:%M UTC') commit $(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo '?')"
-echo "# $(nproc) CPUs $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "# $(getconf _NPROCESSORS_ONLN) CPUs $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'); load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# ROUNDS=$ROUNDS MIN=$MIN MAX=$MAX MIN_TIME=$MIN_TIME PYTHON=$PY systems:$systems"
 read -r -a all <<<"$systems"
 n=${#all[@]}
@@ -72,7 +72,7 @@ for ((round = 0; round < ROUNDS; round++)); do
                                         --launcher "$launcher" "${args[@]}"
                         else
                                 (cd /tmp && env -u HVD_JOB_ID -u HVD_RUNTIME_DIR \
-                                        PYTHONPATH=$build/python-binding/pkg timeout -k 5 600 "$PY" "$script" \
+                                        PYTHONPATH="$build/python-binding/pkg" timeout -k 5 600 "$PY" "$script" \
                                         --impl hvd --launcher none "${args[@]}")
                         fi ;;
                 horovod)

@@ -1,6 +1,7 @@
 /* fastpath.h — the steady-state fast path of a job whose ranks are all on
  * one node: a readiness board in the job's shared memory from which every
- * local rank derives the same schedule for tensors with a cache id, with
+ * local rank derives the same schedule for tensors with a cache id (CPU
+ * allreduces, broadcasts, allgathers, reducescatters), with
  * no message to the coordinator.
  *
  * Each rank sets the bits of the cached ids it is ready for in its own row.
