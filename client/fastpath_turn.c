@@ -210,8 +210,11 @@ static int fp_execute(const uint32_t *ids, uint32_t n) {
         for (uint32_t i = 0; i < n; i++) {
                 const char *name = hvd_id_name(ids[i]);
                 em[i] = name ? hvd_strmap_get(G.inflight, name, strlen(name)) : NULL;
-                km[i] = name ? hvd_strmap_get(G.known, name, strlen(name)) : NULL;
-                if (!em[i] || !km[i]) {
+                /* the known entry: an allreduce needs nothing of it */
+                km[i] = em[i] && em[i]->p.kind != HVD__KIND__KIND_ALLREDUCE
+                                ? hvd_strmap_get(G.known, name, strlen(name))
+                                : NULL;
+                if (!em[i] || (em[i]->p.kind != HVD__KIND__KIND_ALLREDUCE && !km[i])) {
                         for (uint32_t k = 0; k < i; k++)
                                 hvd_handle_unref(em[k]->h);
                         pthread_mutex_unlock(&G.lock);
