@@ -140,18 +140,24 @@ static int fp_classify(hvd_entry_t *e, uint32_t *id) {
         return k->fast_ok && hvd_params_equal(&k->p, &e->p) ? 1 : 0;
 }
 
+/* Elements of one first-dimension row of e. */
+static uint64_t fp_row_elems(const hvd_entry_t *e) {
+        uint64_t n = 1;
+        for (int d = 1; d < e->p.ndim; d++)
+                n *= (uint64_t) e->p.shape[d];
+        return n;
+}
+
 /* Bytes an entry takes in a fused operation, the same on every rank: an
  * allgather's are every rank's rows (from its last schedule). */
 static uint64_t fp_entry_bytes(const hvd_entry_t *e, const hvd_known_t *k) {
         uint64_t es = hvd_dtype_size(e->p.dtype);
         if (e->p.kind != HVD__KIND__KIND_ALLGATHER)
                 return hvd_entry_count(e) * es;
-        uint64_t rows = 0, row_elems = 1;
+        uint64_t rows = 0;
         for (uint32_t r = 0; r < k->n_rank_rows; r++)
                 rows += (uint64_t) k->rank_rows[r];
-        for (int d = 1; d < e->p.ndim; d++)
-                row_elems *= (uint64_t) e->p.shape[d];
-        return rows * row_elems * es;
+        return rows * fp_row_elems(e) * es;
 }
 
 /* One fused broadcast, allgather or reducescatter of a record, run as the
@@ -161,13 +167,10 @@ static int fp_run_as_scheduled(hvd_entry_t *const *opm, hvd_known_t *const *km, 
         Hvd__Entry ents[64], *ep[64];
         for (size_t i = 0; i < m; i++) {
                 const hvd_entry_t *e = opm[i];
-                uint64_t row_elems = 1;
-                for (int d = 1; d < e->p.ndim; d++)
-                        row_elems *= (uint64_t) e->p.shape[d];
                 hvd__entry__init(&ents[i]);
                 ents[i].id = km[i]->id;
                 ents[i].count = hvd_entry_count(e);
-                ents[i].row_elems = row_elems;
+                ents[i].row_elems = fp_row_elems(e);
                 ents[i].n_shape = (size_t) e->p.ndim;
                 ents[i].shape = (int64_t *) e->p.shape;
                 if (e->p.kind == HVD__KIND__KIND_ALLGATHER) {
