@@ -76,9 +76,14 @@ node_daemon=
 [ -z "$(ls -A "$jobs_dir")" ] || fail "job directories left behind" "$(ls -la "$jobs_dir")"
 echo "ok: mpirun -np 2 with a node daemon: $(grep -o "job ompi-[0-9]* running: .*" "$tmp/daemon.log")"
 
-# two jobs at once: each holds after its collectives until hold*.go exists
+# two jobs at once: each holds after its collectives until hold*.go exists.
+# They share TMPDIR (and so hvd's job directory) but not Open MPI's own
+# session directory: two mpiruns creating TMPDIR/ompi.HOST.UID at the same
+# moment race on its mkdir and one of them aborts in orte_init.
 for k in 1 2; do
-        HVD_TEST_HOLD=$tmp/hold$k mpi -x HVD_TEST_HOLD -np 2 "$HVD_BUILDDIR/tests/worker_collectives" barrier \
+        mkdir "$tmp/ompi$k"
+        HVD_TEST_HOLD=$tmp/hold$k mpi --mca orte_tmpdir_base "$tmp/ompi$k" -x HVD_TEST_HOLD -np 2 \
+                "$HVD_BUILDDIR/tests/worker_collectives" barrier \
                 >"$tmp/job$k.out" 2>&1 &
         pids="$pids $!"
 done
