@@ -11,7 +11,8 @@
 # torch (Debian's /usr/bin/python3 and torch 1.13: Horovod 0.28.1 builds
 # against no torch newer than 2.3). Measures the allreduce sweep in place and
 # out of place, the ResNet-50 gradient step and real training steps through
-# DistributedOptimizer or DDP (torch_peers.py's docstring says exactly what).
+# DistributedOptimizer or DDP; with WHAT=colls also broadcast, allgather and
+# reducescatter (torch_peers.py's docstring says exactly what).
 # Prints the raw lines, then per size and per step the medians over the
 # rounds and the speed ratios of hvd against each peer (each round's ratio
 # from that round's own runs; median and range over the rounds), and the
@@ -20,7 +21,7 @@
 #
 #   benchmarks/run-python.sh [BUILDDIR]            (after make)
 # Environment:
-#   NP=2 ROUNDS=3 WHAT=sweep,step,train MIN=1024 MAX=268435456 (bytes)
+#   NP=2 ROUNDS=3 WHAT=sweep,step,train (and colls) MIN=1024 MAX=268435456 (bytes)
 #   STEPS=5 REPS=3 TRAIN_MODELS=textcls,cnn BATCH=32 DATA=<dir of resnet50.tsv>
 #   MIN_TIME=0.1 (sweep: seconds of calls per repetition, every system alike;
 #     0: torch_peers.py's fixed count per size)
@@ -49,7 +50,7 @@ for p in $PEERS; do
 done
 IFS=, read -ra whats <<<"$WHAT"
 for w in "${whats[@]}"; do
-        case $w in sweep | step | train) ;; *) die "WHAT: unknown benchmark $w (sweep, step, train)" ;; esac
+        case $w in sweep | colls | step | train) ;; *) die "WHAT: unknown benchmark $w (sweep, colls, step, train)" ;; esac
 done
 if [ -z "${DATA:-}" ]; then
         for d in "$src/../shared/data" /work/shared/data; do [ -f "$d/resnet50.tsv" ] && DATA=$d && break; done
@@ -170,6 +171,8 @@ for line in open(sys.argv[1]):
         nps.add(int(m["np"]))
     if b == "allreduce":
         rows.setdefault(("allreduce", m["mode"], int(m["bytes"])), {}).setdefault(m["impl"], {})[r] = float(m["time_us"])
+    elif b == "coll":
+        rows.setdefault(("coll", m["op"], int(m["bytes"])), {}).setdefault(m["impl"], {})[r] = float(m["time_us"])
     elif b == "step":
         rows.setdefault(("step", m["model"]), {}).setdefault(m["impl"], {})[r] = float(m["ms"])
     elif b == "train":
@@ -227,6 +230,22 @@ for mode in ("inplace", "outofplace", "shared"):
         print(f"{n:>10} {cell('hvd')} {cell('horovod')} {cell('gloo')} {sh:>18} {sg:>18}")
         if vh is not None:
             targets.append((f"allreduce {mode} {n} B vs Horovod", vh, 5.0))
+factors = {"broadcast": 1.0, "allgather": (np_ - 1) / np_, "reducescatter": (np_ - 1) / np_}
+for op in ("broadcast", "allgather", "reducescatter"):
+    sizes = sorted(k[2] for k in rows if k[0] == "coll" and k[1] == op)
+    if not sizes:
+        continue
+    print(f"\n## {op}, float32{' sum' if op == 'reducescatter' else ''}, blocking: time us (busbw GB/s), {np_} ranks")
+    print(f"{'bytes':>10} {'hvd':>20} {'horovod':>20} {'gloo':>20} {'vs horovod':>18} {'vs gloo':>18}")
+    for n in sizes:
+        c = rows[("coll", op, n)]
+
+        def cell(impl):
+            t = med(c.get(impl, {}))
+            return f"{t:10.1f} ({n * factors[op] / t / 1e3:6.3f})" if t else f"{'-':>20}"
+        vh, sh = ratio(c, "hvd", "horovod")
+        vg, sg = ratio(c, "hvd", "gloo")
+        print(f"{n:>10} {cell('hvd')} {cell('horovod')} {cell('gloo')} {sh:>18} {sg:>18}")
 for k in sorted(k for k in rows if k[0] == "step"):
     c = rows[k]
     print(f"\n## {k[1]} gradient step (every tensor averaged, in backward order, all in flight): ms, median [range]")

@@ -22,6 +22,18 @@ What it measures (--what, comma-separated; rank 0 prints one line each):
              mode=shared (hvd only): hvd.allreduce_(t) on a shared tensor
              (hvd.shared_like), which the other local ranks read in place
         bench=allreduce impl=I mode=M bytes=N np=P time_us=.. busbw_gbs=..
+    colls    broadcast, allgather and reducescatter (float32, sum), the
+             blocking calls a script makes, from --min-bytes to --max-bytes:
+             bytes is the broadcast tensor, the gathered result and the
+             reduced input (nccl-tests' convention); busbw = algbw times
+             1, (np-1)/np, (np-1)/np.
+             hvd, Horovod: hvd.broadcast_(t, 0), hvd.allgather(part)
+             (a new result each call), hvd.reducescatter(t, op=Sum);
+             torch: dist.broadcast(t, 0), dist.all_gather_into_tensor
+             (or dist.all_gather into a list where gloo has no
+             all_gather_into_tensor), dist.reduce_scatter_tensor; an op a
+             system lacks prints "# IMPL (no OP: why)" and no line
+        bench=coll op=O impl=I bytes=N np=P time_us=.. busbw_gbs=..
     step     the gradients of --model-tsv (ResNet-50: 161 tensors, 97.5 MiB),
              averaged in backward order, all in flight together:
              mode=async: allreduce_async_ of each, then synchronize each
@@ -150,6 +162,37 @@ class Comm:
             return out
         return self.hvd.allreduce(t, name=name, op=self.hvd.Sum)
 
+    def collective(self, op, count, name):
+        """A function that runs one blocking op (broadcast, allgather,
+        reducescatter) of a float32 tensor of count elements (the gathered
+        total, the reduced input), or why this system cannot."""
+        n = self.size
+        part = torch.ones(count // n)
+        t = torch.ones(count)
+        if self.impl != "torch":
+            hvd = self.hvd
+            fns = {"broadcast": lambda: hvd.broadcast_(t, 0, name=name),
+                   "allgather": lambda: hvd.allgather(part, name=name),
+                   "reducescatter": lambda: hvd.reducescatter(t, name=name, op=hvd.Sum)}
+            return fns[op]
+        dist = self.dist
+        if op == "broadcast":
+            return lambda: dist.broadcast(t, 0)
+        if op == "allgather":
+            out = torch.empty(count // n * n)
+            try:
+                dist.all_gather_into_tensor(out, part)
+                return lambda: dist.all_gather_into_tensor(out, part)
+            except (AttributeError, RuntimeError, NotImplementedError):
+                outs = [torch.empty(count // n) for _ in range(n)]
+                return lambda: dist.all_gather(outs, part)
+        out = torch.empty(count // n)
+        try:
+            dist.reduce_scatter_tensor(out, t)
+        except (AttributeError, RuntimeError, NotImplementedError) as e:
+            return f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+        return lambda: dist.reduce_scatter_tensor(out, t)
+
     def average_async(self, grads, prefix):
         """Starts the average of every tensor of grads (in this order);
         returns a function that waits for them all."""
@@ -266,6 +309,37 @@ def sweep(comm, args, emit):
             dt = timed(comm, fn, n, args.reps)
             emit(f"bench=allreduce impl={comm.impl if comm.impl != 'torch' else 'gloo'} mode={mode} bytes={nbytes} "
                  f"np={comm.size} time_us={dt * 1e6:.1f} busbw_gbs={nbytes * factor / dt / 1e9:.3f}")
+
+
+def colls(comm, args, emit):
+    impl = comm.impl if comm.impl != "torch" else "gloo"
+    factor = {"broadcast": 1.0, "allgather": (comm.size - 1) / comm.size,
+              "reducescatter": (comm.size - 1) / comm.size}
+    lacking = set()
+    for nbytes in sizes(args.min_bytes, args.max_bytes):
+        count = nbytes // 4 // comm.size * comm.size
+        if count < comm.size:
+            continue
+        for op in ("broadcast", "allgather", "reducescatter"):
+            if op in lacking:
+                continue
+            name = f"colls.{op}.{nbytes}"
+            fn = comm.collective(op, count, name)
+            if isinstance(fn, str):
+                lacking.add(op)
+                emit(f"# {impl} (no {op}: {fn})")
+                continue
+            fn()
+            fn()
+            n = iters(nbytes)
+            if args.min_time > 0:
+                w0 = time.perf_counter()
+                fn()
+                n = comm.agree(calls_for(args.min_time, time.perf_counter() - w0), f"{name}.calls")
+                fn()
+            dt = timed(comm, fn, n, args.reps)
+            emit(f"bench=coll op={op} impl={impl} bytes={count * 4} np={comm.size} time_us={dt * 1e6:.1f} "
+                 f"busbw_gbs={count * 4 * factor[op] / dt / 1e9:.3f}")
 
 
 def step(comm, args, emit):
@@ -505,7 +579,7 @@ def main():
     ap.add_argument("--bwd-ms", type=float, default=120.0, help="scaling: backward time of the compute model")
     args = ap.parse_args()
     what = args.what.split(",")
-    bad = [w for w in what if w not in ("sweep", "step", "train", "scaling")]
+    bad = [w for w in what if w not in ("sweep", "colls", "step", "train", "scaling")]
     if bad:
         ap.error(f"unknown --what {','.join(bad)}")
     if any(w in ("step", "scaling") for w in what) and not args.model_tsv:
@@ -528,7 +602,7 @@ def main():
             print(line, flush=True)
     emit(f"# {comm.where}, torch {torch.__version__}, {comm.size} ranks")
     for w in what:
-        {"sweep": sweep, "step": step, "train": train, "scaling": scaling}[w](comm, args, emit)
+        {"sweep": sweep, "colls": colls, "step": step, "train": train, "scaling": scaling}[w](comm, args, emit)
     comm.shutdown()
 
 

@@ -4,7 +4,8 @@
 # refuse bad arguments with a clear message; a tiny run-one-rank.sh
 # tabulates hvd both ways beside gloo; and a tiny real run-python.sh (hvd and torch.distributed, two rounds, two
 # sizes, a three-tensor step, the CNN's training step) prints its table with
-# a ratio for every size and step; RAW= tabulates that run's raw lines
+# a ratio for every size and step, and one of WHAT=colls a row for each of
+# the other three collectives; RAW= tabulates that run's raw lines
 # again. No timing is asserted. Skips without Debian's Python with torch.
 . "$HVD_SRCDIR/tests/lib/common.sh"
 py=/usr/bin/python3
@@ -90,6 +91,21 @@ grep -Eq '^  hvd with shared gradients vs hvd: [0-9.]+ \[' "$dir/run" ||
         fail "run-python.sh: no step ratio of shared gradients" "$(cat "$dir/run")"
 grep -Eq '^  hvd vs ddp: [0-9.]+ \[' "$dir/run" || fail "run-python.sh: no training-step ratio vs DDP" "$(cat "$dir/run")"
 grep -q "^## training step, cnn" "$dir/run" || fail "run-python.sh: no training-step table" "$(cat "$dir/run")"
+
+# a tiny real WHAT=colls: broadcast, allgather and reducescatter from
+# Python beside gloo, a table row per op with hvd's time; gloo on torch
+# 1.13 has no reduce_scatter, which the run says instead of a figure
+PEERS="hvd torch" WHAT=colls ROUNDS=1 MIN=4096 MAX=4096 REPS=1 MIN_TIME=0.01 \
+        timeout 120 "$b/run-python.sh" "$HVD_BUILDDIR" >"$dir/colls" 2>&1 || fail "run-python.sh WHAT=colls failed" "$(cat "$dir/colls")"
+! grep -q "PEER" "$dir/colls" || fail "run-python.sh WHAT=colls: a peer failed or is missing" "$(cat "$dir/colls")"
+for op in broadcast allgather reducescatter; do
+        sed -n "/^## $op, /,/^\$/p" "$dir/colls" | grep -Eq '^ +4096 +[0-9.]+ \( *[0-9.]+\) ' ||
+                fail "run-python.sh WHAT=colls: no $op row with hvd's time" "$(cat "$dir/colls")"
+        if [ $op != reducescatter ] || ! grep -q "^#   # gloo (no reducescatter: " "$dir/colls"; then
+                sed -n "/^## $op, /,/^\$/p" "$dir/colls" | grep -Eq '^ +4096 .* [0-9.]+$' ||
+                        fail "run-python.sh WHAT=colls: no $op ratio vs gloo" "$(cat "$dir/colls")"
+        fi
+done
 
 # a tiny real run-one-rank.sh: hvd under hvdrun and without a launcher
 # beside gloo's world of one, a row per system and size with its time

@@ -99,6 +99,18 @@ def submit(kind: int, requests: Sequence[Request], keepalive: Any,
     return handle
 
 
+def run(kind: int, requests: Sequence[Request], keepalive: Any,
+        finish: Callable[["_core.Handle"], Any], grouped: bool = False) -> Any:
+    """Submits requests and waits for them at once (a blocking call);
+    returns finish(core handle) or raises as synchronize() would. No
+    integer handle is made, and libhvd is told the caller waits: a single
+    CPU tensor of the global set then runs on this thread, from the
+    readiness board, without waking the background thread."""
+    core = _core.submit(kind, list(requests), keepalive, grouped, not grouped)
+    core.wait()
+    return finish(core)
+
+
 class CallableHandle:
     """The handle of a composite operation (sparse allreduce): call it, or
     pass it to synchronize(), to wait for the result."""

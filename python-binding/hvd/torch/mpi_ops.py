@@ -513,8 +513,9 @@ def _sparse_coo_tensor(indices: torch.Tensor, values: torch.Tensor, size: torch.
 
 # ---- allgather ----------------------------------------------------------------
 
-def _allgather_async(tensors: List[torch.Tensor], name: Optional[str], process_set: ProcessSet,
-                     grouped: bool) -> int:
+def _allgather_parts(tensors: List[torch.Tensor], name: Optional[str], process_set: ProcessSet,
+                     grouped: bool) -> tuple:
+    """The arguments of _ops.submit / _ops.run for an allgather."""
     ps_id = _ops.check_process_set(process_set)
     base = _ops.op_name("grouped_allgather" if grouped else "allgather", name, ps_id)
     names = _member_names(base, len(tensors)) if grouped else [base]
@@ -535,7 +536,12 @@ def _allgather_async(tensors: List[torch.Tensor], name: Optional[str], process_s
             outs.append(_from_buffer(buf, shape, dtype, device))
         return outs if grouped else outs[0]
 
-    return _ops.submit(_ops.KIND_ALLGATHER, reqs, tuple(tensors), finish, grouped=grouped)
+    return _ops.KIND_ALLGATHER, reqs, tuple(tensors), finish, grouped
+
+
+def _allgather_async(tensors: List[torch.Tensor], name: Optional[str], process_set: ProcessSet,
+                     grouped: bool) -> int:
+    return _ops.submit(*_allgather_parts(tensors, name, process_set, grouped))
 
 
 def allgather_async(tensor: torch.Tensor, name: Optional[str] = None,
@@ -551,7 +557,7 @@ class HorovodAllgather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, tensor, name, process_set):
-        out = synchronize(allgather_async(tensor, name, process_set))
+        out = _ops.run(*_allgather_parts([tensor], name, process_set, False))
         ctx.dim = tensor.shape[0]
         ctx.process_set = process_set
         return out
@@ -586,7 +592,7 @@ class HorovodGroupedAllgather(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, name, process_set, *tensors):
-        outs = tuple(synchronize(grouped_allgather_async(list(tensors), name, process_set)))
+        outs = tuple(_ops.run(*_allgather_parts(list(tensors), name, process_set, True)))
         ctx.dims = [t.shape[0] for t in tensors]
         ctx.process_set = process_set
         return outs
@@ -611,15 +617,21 @@ def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = Non
 
 # ---- broadcast ----------------------------------------------------------------
 
-def _broadcast_async(tensor: torch.Tensor, output: torch.Tensor, root_rank: int, name: Optional[str],
-                     process_set: ProcessSet) -> int:
+def _broadcast_parts(tensor: torch.Tensor, output: torch.Tensor, root_rank: int, name: Optional[str],
+                     process_set: ProcessSet) -> tuple:
+    """The arguments of _ops.submit / _ops.run for a broadcast."""
     code, device = _check(tensor)
     _check_output(tensor, output)
     ps_id = _ops.check_process_set(process_set)
     root = _ops.check_root(root_rank, process_set)
     req = _ops.request(_ops.op_name("broadcast", name, ps_id), tensor.data_ptr(), output.data_ptr(), code,
                        tensor.shape, root=root, process_set_id=ps_id, device=device, stream=_stream(tensor))
-    return _ops.submit(_ops.KIND_BROADCAST, [req], (tensor, output), lambda h: output)
+    return _ops.KIND_BROADCAST, [req], (tensor, output), lambda h: output
+
+
+def _broadcast_async(tensor: torch.Tensor, output: torch.Tensor, root_rank: int, name: Optional[str],
+                     process_set: ProcessSet) -> int:
+    return _ops.submit(*_broadcast_parts(tensor, output, root_rank, name, process_set))
 
 
 def broadcast_async(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
@@ -638,7 +650,7 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] =
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Broadcasts root_rank's tensor into tensor on every process; returns it."""
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    return _ops.run(*_broadcast_parts(tensor, tensor, root_rank, name, process_set))
 
 
 class HorovodBroadcast(torch.autograd.Function):
@@ -649,7 +661,7 @@ class HorovodBroadcast(torch.autograd.Function):
     def forward(ctx, tensor, root_rank, name, process_set):
         ctx.root_rank = root_rank
         ctx.process_set = process_set
-        return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+        return _ops.run(*_broadcast_parts(tensor, _new_output(tensor), root_rank, name, process_set))
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -749,8 +761,9 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = Non
 
 # ---- reducescatter --------------------------------------------------------------
 
-def _reducescatter_async(tensors: List[torch.Tensor], name: Optional[str], op: int, process_set: ProcessSet,
-                         prescale_factor: float, postscale_factor: float, grouped: bool) -> int:
+def _reducescatter_parts(tensors: List[torch.Tensor], name: Optional[str], op: int, process_set: ProcessSet,
+                         prescale_factor: float, postscale_factor: float, grouped: bool) -> tuple:
+    """The arguments of _ops.submit / _ops.run for a reducescatter."""
     core_op = _basics.core_reduce_op(op)
     pre, post = _scale_args(prescale_factor, postscale_factor)
     ps_id = _ops.check_process_set(process_set)
@@ -773,7 +786,13 @@ def _reducescatter_async(tensors: List[torch.Tensor], name: Optional[str], op: i
             outs.append(_from_buffer(buf, shape, dtype, device))
         return outs if grouped else outs[0]
 
-    return _ops.submit(_ops.KIND_REDUCESCATTER, reqs, tuple(tensors), finish, grouped=grouped)
+    return _ops.KIND_REDUCESCATTER, reqs, tuple(tensors), finish, grouped
+
+
+def _reducescatter_async(tensors: List[torch.Tensor], name: Optional[str], op: int, process_set: ProcessSet,
+                         prescale_factor: float, postscale_factor: float, grouped: bool) -> int:
+    return _ops.submit(*_reducescatter_parts(tensors, name, op, process_set, prescale_factor, postscale_factor,
+                                             grouped))
 
 
 def reducescatter_async(tensor: torch.Tensor, name: Optional[str] = None, op: int = Average,
@@ -812,8 +831,8 @@ class HorovodReducescatter(torch.autograd.Function):
         ctx.op = op
         ctx.process_set = process_set
         ctx.prescale_factor, ctx.postscale_factor = _scale_args(prescale_factor, postscale_factor)
-        return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
-                                               postscale_factor))
+        return _ops.run(*_reducescatter_parts([tensor], name, op, process_set, prescale_factor,
+                                              postscale_factor, False))
 
     @staticmethod
     def backward(ctx, grad_output):
@@ -848,8 +867,8 @@ class HorovodGroupedReducescatter(torch.autograd.Function):
         ctx.op = op
         ctx.process_set = process_set
         ctx.prescale_factor, ctx.postscale_factor = _scale_args(prescale_factor, postscale_factor)
-        return tuple(synchronize(grouped_reducescatter_async(list(tensors), name, op, process_set,
-                                                             prescale_factor, postscale_factor)))
+        return tuple(_ops.run(*_reducescatter_parts(list(tensors), name, op, process_set, prescale_factor,
+                                                    postscale_factor, True)))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
