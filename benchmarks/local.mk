@@ -57,4 +57,4 @@ EXTRA_DIST += %D%/mpi_collective.c %D%/bench_window.h %D%/mpi_step.c %D%/run-all
 # hvd.torch beside Horovod 0.28.1 (scripts/horovod.sh), gloo and DDP
 EXTRA_DIST += %D%/run-python.sh %D%/run-scaling.sh %D%/torch_peers.py %D%/torch_outofplace.py \
 	%D%/run-outofplace.sh %D%/torch_call_cost.py %D%/horovod_rendezvous.py %D%/horovod_step.py scripts/horovod.sh \
-	%D%/run-one-rank.sh %D%/torch_one_rank.py
+	%D%/run-one-rank.sh %D%/torch_one_rank.py %D%/run-synthetic.sh

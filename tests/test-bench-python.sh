@@ -1,12 +1,14 @@
 #!/bin/sh
 # test-bench-python.sh — the Python benchmarks' scripts (run-python.sh,
-# run-scaling.sh, run-one-rank.sh, torch_peers.py, torch_one_rank.py)
-# refuse bad arguments with a clear message; a tiny run-one-rank.sh
-# tabulates hvd both ways beside gloo; and a tiny real run-python.sh (hvd and torch.distributed, two rounds, two
-# sizes, a three-tensor step, the CNN's training step) prints its table with
-# a ratio for every size and step, and one of WHAT=colls a row for each of
-# the other three collectives; RAW= tabulates that run's raw lines
-# again. No timing is asserted. Skips without Debian's Python with torch.
+# run-scaling.sh, run-one-rank.sh, run-synthetic.sh, torch_peers.py,
+# torch_one_rank.py) refuse bad arguments with a clear message, and tiny
+# real runs print their tables: run-python.sh (hvd and torch.distributed,
+# two rounds, two sizes, a three-tensor step, the CNN's training step) a
+# ratio for every size and step, with WHAT=colls a row for each of the
+# other three collectives, and RAW= the same table from its raw lines;
+# run-synthetic.sh the Horovod script's rate under hvdrun; run-one-rank.sh
+# hvd both ways beside gloo. No timing is asserted. Skips without Debian's
+# Python with torch.
 . "$HVD_SRCDIR/tests/lib/common.sh"
 py=/usr/bin/python3
 "$py" -c 'import torch' 2>/dev/null || skip "$py cannot import torch"
@@ -31,6 +33,9 @@ refused "unknown peer mpi" env PEERS="hvd mpi" "$b/run-python.sh" "$HVD_BUILDDIR
 refused "unknown benchmark nope" env WHAT=sweep,nope "$b/run-python.sh" "$HVD_BUILDDIR"
 refused "MIN=4096 is above MAX=1024" env MIN=4096 MAX=1024 "$b/run-python.sh" "$HVD_BUILDDIR"
 refused "RAW=$dir/none: no such file" env RAW="$dir/none" "$b/run-python.sh" "$HVD_BUILDDIR"
+refused "BATCH=0 is not a positive integer" env BATCH=0 "$b/run-synthetic.sh" "$HVD_BUILDDIR"
+refused "MODEL=Res;Net is not a torchvision model name" env MODEL='Res;Net' "$b/run-synthetic.sh" "$HVD_BUILDDIR"
+refused "unknown peer torch" env PEERS="hvd torch" "$b/run-synthetic.sh" "$HVD_BUILDDIR"
 refused "NS: 1 is not a number of hosts above 1" env NS="2 1" "$b/run-scaling.sh" "$HVD_BUILDDIR"
 refused "unknown peer gloo" env PEERS=gloo "$b/run-scaling.sh" "$HVD_BUILDDIR"
 refused "ROUNDS=0 is not a positive integer" env ROUNDS=0 "$b/run-one-rank.sh" "$HVD_BUILDDIR"
@@ -107,6 +112,13 @@ for op in broadcast allgather reducescatter; do
         fi
 done
 
+# a tiny real run-synthetic.sh, hvd alone: the Horovod script's own
+# "Total img/sec" line, tabulated
+PEERS=hvd ROUNDS=1 BATCH=2 IMAGE=32 CLASSES=10 WARMUP=1 BATCHES=1 ITERS=1 timeout 180 "$b/run-synthetic.sh" \
+        "$HVD_BUILDDIR" >"$dir/synth" 2>&1 || fail "run-synthetic.sh failed" "$(cat "$dir/synth")"
+grep -q "^round=0 impl=hvd total_img_s=[0-9.]*$" "$dir/synth" || fail "run-synthetic.sh: no hvd run" "$(cat "$dir/synth")"
+grep -Eq "^  hvd +[0-9.]+  \[" "$dir/synth" || fail "run-synthetic.sh: no table" "$(cat "$dir/synth")"
+
 # a tiny real run-one-rank.sh: hvd under hvdrun and without a launcher
 # beside gloo's world of one, a row per system and size with its time
 # over hvd's
@@ -126,4 +138,4 @@ RAW=$dir/run "$b/run-python.sh" "$HVD_BUILDDIR" >"$dir/raw" 2>&1 || fail "run-py
 sed -n '/^# medians/,$p' "$dir/run" >"$dir/a"
 sed -n '/^# medians/,$p' "$dir/raw" >"$dir/b"
 cmp -s "$dir/a" "$dir/b" || fail "run-python.sh RAW=: another table" "$(diff "$dir/a" "$dir/b")"
-echo "PASS: run-python.sh, run-scaling.sh, run-one-rank.sh and torch_peers.py"
+echo "PASS: run-python.sh, run-scaling.sh, run-one-rank.sh, run-synthetic.sh and torch_peers.py"
