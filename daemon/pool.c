@@ -7,7 +7,10 @@
  * long the root cannot name the ranks that did send, should one never
  * come. A name that cannot complete alike (an allgather of other first
  * dimensions, an alltoall of other splits: parameters that differ by
- * rank) releases everything at once, since nothing is gained by waiting.
+ * rank) releases everything at once, since nothing is gained by waiting;
+ * the name is remembered as such until every local rank has sent it, so
+ * that the ranks that send it after the release are not held waiting for
+ * the copies already gone (with 3 or more local ranks).
  * Only Readys of new requests alone, of collectives of every rank, are
  * pooled (pool_wants); anything else a local rank sends releases what is
  * held first (batch.c), so that no rank's order changes. */
@@ -17,11 +20,15 @@
 
 /* A name held: its first copy, and who sent it alike. */
 typedef struct pool_name {
-        const Hvd__Request *first; /* in its held Ready */
-        uint32_t n;                /* local ranks that sent it alike */
+        const Hvd__Request *first; /* in its held Ready; NULL once released, when bad */
+        uint32_t n;                /* local ranks that sent it alike; when bad, that sent it */
         bool bad;                  /* a rank sent it twice, or other parameters: it goes rank by rank */
         uint8_t have[];            /* [local_size] */
 } pool_name_t;
+
+/* Bad names remembered across releases at most (names that some local
+ * rank never sends would otherwise pile up). */
+#define POOL_MAX_BAD 4096
 
 struct pool {
         uint32_t local_size;
@@ -46,13 +53,27 @@ pool_t *pool_new(uint32_t local_size) {
         return p;
 }
 
-static void names_clear(pool_t *p) {
-        size_t iter = 0;
+/* Forgets the names held, all but the bad ones whose every local rank has
+ * not sent them yet (first cleared: its Ready is gone). NULL names: out
+ * of memory. */
+static void names_release(pool_t *p) {
+        hvd_strmap_t *keep = hvd_strmap_new();
+        size_t iter = 0, n_kept = 0;
+        const void *key;
+        size_t len;
         void *v;
-        while (hvd_strmap_next(p->names, &iter, NULL, NULL, &v))
-                free(v);
+        while (hvd_strmap_next(p->names, &iter, &key, &len, &v)) {
+                pool_name_t *n = v;
+                if (keep && n->bad && n->n < p->local_size && n_kept < POOL_MAX_BAD &&
+                    hvd_strmap_put(keep, key, len, n) == 0) {
+                        n->first = NULL;
+                        n_kept++;
+                } else {
+                        free(n);
+                }
+        }
         hvd_strmap_destroy(&p->names);
-        p->names = hvd_strmap_new();
+        p->names = keep;
         p->n_complete = 0;
 }
 
@@ -101,12 +122,23 @@ static int count_name(pool_t *p, uint32_t lr, const Hvd__Request *r) {
                 }
                 n->first = r;
         }
-        if (n->bad)
+        if (n->bad) {
+                if (!n->have[lr]) {
+                        n->have[lr] = 1;
+                        n->n++;
+                }
+                if (!n->first && n->n == p->local_size) /* released, and every rank's gone on */
+                        free(hvd_strmap_remove(p->names, r->name, len));
                 return 1;
+        }
         bool was = n->n == p->local_size;
         if (n->have[lr] || !hvd_wire_equal(&n->first->base, &r->base)) {
                 n->bad = true;
                 p->n_complete -= was;
+                if (!n->have[lr]) {
+                        n->have[lr] = 1;
+                        n->n++;
+                }
                 return 1;
         }
         n->have[lr] = 1;
@@ -159,7 +191,7 @@ int pool_release(pool_t *p, job_t *j) {
         }
         p->n_held = 0;
         p->since = 0;
-        names_clear(p);
+        names_release(p);
         return r < 0 || !p->names ? -ENOMEM : 0;
 }
 

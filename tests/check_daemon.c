@@ -560,45 +560,57 @@ static void ready_names(const char *id, const char *const *names, size_t n) {
         feed(HVD_DAEMON_FROM_WORKER, id, &env);
 }
 
-START_TEST(test_host_sends_a_first_steps_names_once) {
-        /* host 1 of 2 (ranks 2 and 3): the new requests both ranks sent
-         * alike go to the root once, for both, whatever turns they came
-         * in; the others wait for the other rank's, then after
-         * POOL_HOLD_USEC go as each rank's own */
-        start(NULL);
+/* This daemon is host 1 of a job of 2 hosts of local ranks each (at
+ * most 4): its ranks local..2*local-1 say hello on connections "w<rank>"
+ * and the root welcomes the job. */
+static void second_host(const char *job, uint32_t local) {
+        ck_assert_uint_le(local, 4);
         char *hosts[] = { "h0", "h1" };
-        job_spec_t js = { .job = "share",
-                          .size = 4,
-                          .local_size = 2,
+        job_spec_t js = { .job = job,
+                          .size = 2 * local,
+                          .local_size = local,
                           .cross_rank = 1,
                           .cross_size = 2,
                           .hosts = hosts,
                           .root_peer = ROOT_EP };
-        hello(&js, "w2", 2, 0);
-        hello(&js, "w3", 3, 1);
-        Hvd__RankInfo ri[4], *rp[4];
-        for (uint32_t r = 0; r < 4; r++) {
+        char id[8];
+        for (uint32_t l = 0; l < local; l++) {
+                snprintf(id, sizeof id, "w%u", local + l);
+                hello(&js, id, local + l, l);
+        }
+        Hvd__RankInfo ri[8], *rp[8];
+        for (uint32_t r = 0; r < 2 * local; r++) {
                 hvd__rank_info__init(&ri[r]);
                 ri[r].rank = r;
-                ri[r].local_rank = r % 2;
-                ri[r].cross_rank = r / 2;
-                ri[r].host = hosts[r / 2];
+                ri[r].local_rank = r % local;
+                ri[r].cross_rank = r / local;
+                ri[r].host = hosts[r / local];
                 ri[r].data_addr = (char *) "127.0.0.1:1";
                 rp[r] = &ri[r];
         }
         Hvd__NodeWelcome nw = HVD__NODE_WELCOME__INIT;
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
-        nw.job_id = (char *) "share";
+        nw.job_id = (char *) job;
         nw.ranks = rp;
-        nw.n_ranks = 4;
+        nw.n_ranks = 2 * local;
         nw.epoch = 7;
         nw.fusion_threshold = 64 << 20;
         nw.cycle_time_usec = 1000;
         env.body_case = HVD__ENVELOPE__BODY_NODE_WELCOME;
         env.node_welcome = &nw;
         feed(HVD_DAEMON_FROM_ROOT, ROOT_EP, &env);
-        ck_assert_ptr_nonnull(sent_to("w3", HVD__ENVELOPE__BODY_WELCOME, 0));
+        snprintf(id, sizeof id, "w%u", 2 * local - 1);
+        ck_assert_ptr_nonnull(sent_to(id, HVD__ENVELOPE__BODY_WELCOME, 0));
         forget_sent();
+}
+
+START_TEST(test_host_sends_a_first_steps_names_once) {
+        /* host 1 of 2 (ranks 2 and 3): the new requests both ranks sent
+         * alike go to the root once, for both, whatever turns they came
+         * in; the others wait for the other rank's, then after
+         * POOL_HOLD_USEC go as each rank's own */
+        start(NULL);
+        second_host("share", 2);
 
         const char *ab[] = { "a", "b" }, *ac[] = { "a", "c" };
         hvd_daemon_feed_turn(T.d, true);
@@ -678,6 +690,41 @@ START_TEST(test_host_sends_a_first_steps_names_once) {
 }
 END_TEST
 
+START_TEST(test_a_name_unlike_by_rank_holds_no_later_rank) {
+        /* 3 local ranks: the second's copy of "g" with another first
+         * dimension releases the first's and its own; the third's, sent
+         * after, goes on at once, not POOL_HOLD_USEC later; once all three
+         * sent it, a next step's "g" alike goes shared again */
+        start(NULL);
+        second_host("unlike", 3);
+        ready_allreduce("w3", "g", (int64_t[]){ 4 }, 1);
+        ck_assert_uint_eq(count_sent(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY), 0);
+        ready_allreduce("w4", "g", (int64_t[]){ 8 }, 1);
+        const Hvd__Envelope *e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 0);
+        ck_assert_ptr_nonnull(e);
+        ck_assert_uint_eq(e->node_ready->n_ranks, 2);
+        ready_allreduce("w5", "g", (int64_t[]){ 12 }, 1);
+        e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 1);
+        ck_assert_msg(e != NULL, "rank 5's \"g\" was held for copies already gone");
+        ck_assert_uint_eq(e->node_ready->n_shared, 0);
+        ck_assert_uint_eq(e->node_ready->n_ranks, 1);
+        ck_assert_uint_eq(e->node_ready->ranks[0]->rank, 5);
+        ck_assert_int_eq(e->node_ready->ranks[0]->ready->requests[0]->shape[0], 12);
+
+        forget_sent();
+        for (uint32_t r = 3; r < 6; r++)
+                ready_allreduce(r == 3 ? "w3" : r == 4 ? "w4" : "w5", "g", (int64_t[]){ 4 }, 1);
+        e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 0);
+        ck_assert_ptr_nonnull(e);
+        ck_assert_uint_eq(count_sent(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY), 1);
+        ck_assert_uint_eq(e->node_ready->n_ranks, 0);
+        ck_assert_uint_eq(e->node_ready->n_shared, 1);
+        ck_assert_uint_eq(e->node_ready->shared[0]->n_ranks, 3);
+        ck_assert_str_eq(e->node_ready->shared[0]->ready->requests[0]->name, "g");
+        stop();
+}
+END_TEST
+
 START_TEST(test_readiness_for_an_unknown_job_is_refused) {
         start("tcp://127.0.0.1:*");
         Hvd__NodeReady nr = HVD__NODE_READY__INIT;
@@ -706,6 +753,7 @@ int main(void) {
         tcase_add_test(tc, test_dead_worker_aborts_its_job_on_the_others);
         tcase_add_test(tc, test_relay_merges_what_every_host_of_its_group_posted);
         tcase_add_test(tc, test_host_sends_a_first_steps_names_once);
+        tcase_add_test(tc, test_a_name_unlike_by_rank_holds_no_later_rank);
         tcase_add_test(tc, test_readiness_for_an_unknown_job_is_refused);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
