@@ -404,6 +404,43 @@ def test_join_uneven_allreduces():
     assert hvd.join() == n - 1 or n == 1
 
 
+# ---- the same blocking calls again and again ----------------------------------------
+# broadcast, allgather and reducescatter of a plain CPU tensor keep their
+# requests by name, dtype, shape and root or op (mpi_ops._run_now): the
+# same name with a changing root, changing rows, new contents every round
+# and unnamed calls all stay exact
+
+def test_blocking_calls_repeated():
+    n, me = hvd.size(), hvd.rank()
+    for i in range(40):
+        root = i % n
+        x = torch.full((3, 2), float(100 * me + i))
+        assert hvd.broadcast_(x, root, name="rep.bc") is x
+        assert torch.equal(x, torch.full((3, 2), float(100 * root + i)))
+        out = hvd.broadcast(torch.full((2,), me + i, dtype=torch.int32), root)
+        assert torch.equal(out, torch.full((2,), root + i, dtype=torch.int32))
+        rows = (me + i // 10) % 3  # every rank's own rows, new every 10 rounds
+        out = hvd.allgather(torch.full((rows, 2), float(me * 1000 + i)), name="rep.ag")
+        want = torch.cat([torch.full(((r + i // 10) % 3, 2), float(r * 1000 + i)) for r in range(n)])
+        assert torch.equal(out, want)
+        t = torch.arange(2 * n + 1, dtype=torch.int64) * (me + 1) + i
+        op = hvd.Sum if i % 2 else hvd.Max
+        got = hvd.reducescatter(t, name="rep.rs", op=op)
+        full = torch.arange(2 * n + 1, dtype=torch.int64)
+        whole = full * (n * (n + 1) // 2) + n * i if op == hvd.Sum else full * n + i
+        start, count = rs_rows(2 * n + 1, me, n)
+        assert torch.equal(got, whole[start:start + count])
+
+
+def test_blocking_bad_root_after_good():
+    x = torch.ones(2)
+    hvd.broadcast_(x, 0, name="rep.root")
+    with pytest.raises(ValueError, match="root_rank .* is out of range"):
+        hvd.broadcast_(x, hvd.size(), name="rep.root")
+    with pytest.raises(ValueError, match="root_rank .* is out of range"):
+        hvd.broadcast(x, -1, name="rep.root")
+
+
 # ---- objects --------------------------------------------------------------------------
 
 def test_broadcast_object():

@@ -17,7 +17,7 @@ nothing is synchronized. Results are ready for any stream when
 are CUDA tensors over memory hvd allocated (DLPack, no copy).
 """
 
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.utils.dlpack
@@ -322,6 +322,7 @@ def _sync_request(key: tuple, tensor: torch.Tensor) -> Tuple[Optional[str], tupl
 
 def _forget_requests() -> None:
     _sync_requests.clear()
+    _now_requests.clear()
 
 
 _basics._init_hooks.append(_forget_requests)
@@ -511,6 +512,67 @@ def _sparse_coo_tensor(indices: torch.Tensor, values: torch.Tensor, size: torch.
     return torch.sparse_coo_tensor(indices, values, size)
 
 
+# ---- the blocking broadcast, allgather and reducescatter of a plain CPU tensor --
+# As _allreduce_now: a CPU tensor of the global process set, no autograd, no
+# compression; its request less the pointers is made once per (kind, name,
+# dtype, shape, and the kind's own fields), and the call waits at once on
+# hvd._core's handle (libhvd then runs it on this thread, from the board).
+
+_now_requests: Dict[tuple, Tuple[Optional[str], tuple]] = {}
+
+
+def _plain(tensor: Any) -> bool:
+    """A contiguous CPU tensor outside autograd and Dynamo's tracing."""
+    return (isinstance(tensor, torch.Tensor) and tensor.is_cpu and tensor.layout is _STRIDED
+            and tensor.is_contiguous() and not tensor.requires_grad and not _library.tracing())
+
+
+def _run_now(kind: int, base: str, name: Optional[str], tensor: torch.Tensor, output_ptr: Optional[int],
+             keepalive: Any, extra: tuple, fields: Callable[[], Dict[str, Any]]) -> Any:
+    """Runs one blocking operation of a plain CPU tensor of the global set;
+    returns hvd._core's completed handle. extra: the key's fields beyond
+    (kind, name, dtype, shape); fields(): _ops.request's keywords for them,
+    called only when the request is not made yet."""
+    key = (kind, name, tensor.dtype, tensor.shape) + extra
+    hit = _now_requests.get(key)
+    if hit is None:
+        code, device = _check(tensor)
+        submitted = None if name is None else _ops.op_name(base, name, 0)
+        req = _ops.request("", 0, 0, code, tensor.shape, process_set_id=0, device=device, stream=None, **fields())
+        if len(_now_requests) >= _SYNC_MAX:
+            _now_requests.clear()
+        hit = _now_requests[key] = (submitted, req[3:])
+    submitted, tail = hit
+    if submitted is None:
+        submitted = _ops.op_name(base, None, 0)
+    h = _core.submit(kind, [(submitted, tensor.data_ptr(), output_ptr) + tail], keepalive, False, True)
+    h.wait()
+    return h
+
+
+def _result(h: Any, dtype: torch.dtype) -> torch.Tensor:
+    """The CPU tensor over the output libhvd allocated for h (one tensor)."""
+    buf, shape = h.output(0)
+    if not len(buf):
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(buf, dtype=dtype).view(shape)
+
+
+_KIND_BROADCAST = _core.KIND_BROADCAST
+_KIND_ALLGATHER = _core.KIND_ALLGATHER
+_KIND_REDUCESCATTER = _core.KIND_REDUCESCATTER
+
+
+def _broadcast_now(tensor: torch.Tensor, output: torch.Tensor, root_rank: int, name: Optional[str]) -> torch.Tensor:
+    _run_now(_KIND_BROADCAST, "broadcast", name, tensor, output.data_ptr(), (tensor, output), (root_rank,),
+             lambda: {"root": _ops.check_root(root_rank, _GLOBAL)})
+    return output
+
+
+def _name_ok(name: Any) -> bool:
+    return name is None or type(name) is str
+
+
 # ---- allgather ----------------------------------------------------------------
 
 def _allgather_parts(tensors: List[torch.Tensor], name: Optional[str], process_set: ProcessSet,
@@ -575,6 +637,8 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None,
               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Concatenates tensor from all processes along the first dimension;
     differentiable."""
+    if process_set is _GLOBAL and _name_ok(name) and _plain(tensor) and tensor.dim():
+        return _result(_run_now(_KIND_ALLGATHER, "allgather", name, tensor, None, tensor, (), dict), tensor.dtype)
     if _library.tracing() and _library.set_id(process_set) is not None:
         return _library.allgather(tensor, name, _library.set_id(process_set))
     return HorovodAllgather.apply(tensor, name, process_set)
@@ -650,6 +714,9 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] =
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Broadcasts root_rank's tensor into tensor on every process; returns it."""
+    if (process_set is _GLOBAL and type(root_rank) is int and _name_ok(name) and isinstance(tensor, torch.Tensor)
+            and tensor.is_cpu and tensor.layout is _STRIDED and tensor.is_contiguous()):
+        return _broadcast_now(tensor, tensor, root_rank, name)
     return _ops.run(*_broadcast_parts(tensor, tensor, root_rank, name, process_set))
 
 
@@ -675,6 +742,8 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Returns root_rank's tensor on every process (a new tensor);
     differentiable."""
+    if process_set is _GLOBAL and type(root_rank) is int and _name_ok(name) and _plain(tensor):
+        return _broadcast_now(tensor, _new_output(tensor), root_rank, name)
     if _library.tracing() and _library.set_id(process_set) is not None and type(root_rank) is int:
         return _library.broadcast(tensor, root_rank, name, _library.set_id(process_set))
     return HorovodBroadcast.apply(tensor, root_rank, name, process_set)
@@ -846,6 +915,15 @@ def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression=
                   prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
     """Reduces tensor over all processes and returns this process's part of
     the result (split along the first dimension); differentiable."""
+    if (compression is _NO_COMPRESSION and process_set is _GLOBAL and type(op) is int and op != Adasum
+            and type(prescale_factor) is float and type(postscale_factor) is float and _name_ok(name)
+            and _plain(tensor) and tensor.dim()):
+        def fields() -> Dict[str, Any]:
+            pre, post = _scale_args(prescale_factor, postscale_factor)
+            return {"reduce_op": _basics.core_reduce_op(op), "prescale": pre, "postscale": post}
+        h = _run_now(_KIND_REDUCESCATTER, "reducescatter", name, tensor, None, tensor,
+                     (op, prescale_factor, postscale_factor), fields)
+        return _result(h, tensor.dtype)
     compressed, cctx = compression.compress(tensor)
     out = HorovodReducescatter.apply(compressed, name, op, process_set, prescale_factor, postscale_factor)
     return compression.decompress(out, cctx)
