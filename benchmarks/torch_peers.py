@@ -276,6 +276,22 @@ def timed(comm, fn, n, reps):
     return statistics.median(out)
 
 
+def sweep_time(comm, args, fn, nbytes, name):
+    """Seconds per call of fn, a sweep's call of nbytes: warmed, then
+    timed over iters(nbytes) calls, or with --min-time (every system
+    alike) as many as fill it at its own warm pace, rank 0's count, then
+    warm again after the broadcast."""
+    fn()
+    fn()
+    n = iters(nbytes)
+    if args.min_time > 0:
+        w0 = time.perf_counter()
+        fn()
+        n = comm.agree(calls_for(args.min_time, time.perf_counter() - w0), f"{name}.calls")
+        fn()
+    return timed(comm, fn, n, args.reps)
+
+
 def sweep(comm, args, emit):
     factor = 2 * (comm.size - 1) / comm.size
     for nbytes in sizes(args.min_bytes, args.max_bytes):
@@ -296,17 +312,7 @@ def sweep(comm, args, emit):
             else:
                 def fn():
                     comm.allreduce_outofplace(t, name)
-            fn()
-            fn()
-            n = iters(nbytes)
-            if args.min_time > 0:
-                # every system alike: calls filling --min-time at its own
-                # warm pace, rank 0's count, then warm again after the broadcast
-                w0 = time.perf_counter()
-                fn()
-                n = comm.agree(calls_for(args.min_time, time.perf_counter() - w0), f"{name}.calls")
-                fn()
-            dt = timed(comm, fn, n, args.reps)
+            dt = sweep_time(comm, args, fn, nbytes, name)
             emit(f"bench=allreduce impl={comm.impl if comm.impl != 'torch' else 'gloo'} mode={mode} bytes={nbytes} "
                  f"np={comm.size} time_us={dt * 1e6:.1f} busbw_gbs={nbytes * factor / dt / 1e9:.3f}")
 
@@ -329,15 +335,7 @@ def colls(comm, args, emit):
                 lacking.add(op)
                 emit(f"# {impl} (no {op}: {fn})")
                 continue
-            fn()
-            fn()
-            n = iters(nbytes)
-            if args.min_time > 0:
-                w0 = time.perf_counter()
-                fn()
-                n = comm.agree(calls_for(args.min_time, time.perf_counter() - w0), f"{name}.calls")
-                fn()
-            dt = timed(comm, fn, n, args.reps)
+            dt = sweep_time(comm, args, fn, nbytes, name)
             emit(f"bench=coll op={op} impl={impl} bytes={count * 4} np={comm.size} time_us={dt * 1e6:.1f} "
                  f"busbw_gbs={count * 4 * factor[op] / dt / 1e9:.3f}")
 
