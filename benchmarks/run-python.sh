@@ -203,6 +203,20 @@ def ratio(cell, ours, peer):
 
 np_ = max(nps) if nps else 2
 busbw = 2 * (np_ - 1) / np_
+HEADER = f"{'bytes':>10} {'hvd':>20} {'horovod':>20} {'gloo':>20} {'vs horovod':>18} {'vs gloo':>18}"
+
+
+def size_row(c, n, factor):
+    """A sweep table's row of size n: each system's median time us (busbw
+    GB/s) and hvd's ratios; returns (the row, the ratio vs Horovod)."""
+    def cell(impl):
+        t = med(c.get(impl, {}))
+        return f"{t:10.1f} ({n * factor / t / 1e3:6.3f})" if t else f"{'-':>20}"
+    vh, sh = ratio(c, "hvd", "horovod")
+    _, sg = ratio(c, "hvd", "gloo")
+    return f"{n:>10} {cell('hvd')} {cell('horovod')} {cell('gloo')} {sh:>18} {sg:>18}", vh
+
+
 targets = []
 print()
 for h in head:
@@ -216,18 +230,13 @@ for mode in ("inplace", "outofplace", "shared"):
     if not sizes:
         continue
     print(f"\n## allreduce, float32 sum, {titles[mode]}: time us (busbw GB/s), {np_} ranks")
-    print(f"{'bytes':>10} {'hvd':>20} {'horovod':>20} {'gloo':>20} {'vs horovod':>18} {'vs gloo':>18}")
+    print(HEADER)
     for n in sizes:
         c = rows[("allreduce", mode, n)]
         if mode == "shared":  # the peers have no shared tensors: their in-place runs
             c = dict(rows.get(("allreduce", "inplace", n), {}), hvd=c.get("hvd", {}))
-
-        def cell(impl):
-            t = med(c.get(impl, {}))
-            return f"{t:10.1f} ({n * busbw / t / 1e3:6.3f})" if t else f"{'-':>20}"
-        vh, sh = ratio(c, "hvd", "horovod")
-        vg, sg = ratio(c, "hvd", "gloo")
-        print(f"{n:>10} {cell('hvd')} {cell('horovod')} {cell('gloo')} {sh:>18} {sg:>18}")
+        line, vh = size_row(c, n, busbw)
+        print(line)
         if vh is not None:
             targets.append((f"allreduce {mode} {n} B vs Horovod", vh, 5.0))
 factors = {"broadcast": 1.0, "allgather": (np_ - 1) / np_, "reducescatter": (np_ - 1) / np_}
@@ -236,16 +245,9 @@ for op in ("broadcast", "allgather", "reducescatter"):
     if not sizes:
         continue
     print(f"\n## {op}, float32{' sum' if op == 'reducescatter' else ''}, blocking: time us (busbw GB/s), {np_} ranks")
-    print(f"{'bytes':>10} {'hvd':>20} {'horovod':>20} {'gloo':>20} {'vs horovod':>18} {'vs gloo':>18}")
+    print(HEADER)
     for n in sizes:
-        c = rows[("coll", op, n)]
-
-        def cell(impl):
-            t = med(c.get(impl, {}))
-            return f"{t:10.1f} ({n * factors[op] / t / 1e3:6.3f})" if t else f"{'-':>20}"
-        vh, sh = ratio(c, "hvd", "horovod")
-        vg, sg = ratio(c, "hvd", "gloo")
-        print(f"{n:>10} {cell('hvd')} {cell('horovod')} {cell('gloo')} {sh:>18} {sg:>18}")
+        print(size_row(rows[("coll", op, n)], n, factors[op])[0])
 for k in sorted(k for k in rows if k[0] == "step"):
     c = rows[k]
     print(f"\n## {k[1]} gradient step (every tensor averaged, in backward order, all in flight): ms, median [range]")
