@@ -274,16 +274,25 @@ void hvd_last_error_clear(void);
  * handle's result (join: the last rank). */
 int hvd_request_run(const hvd_request_t *req, uint32_t kind, bool internal, int *result);
 
-/* ---- handle.c: parameters, outputs, entries and handles ---- */
+/* ---- outbuf.c: host outputs hvd allocates, kept for reuse ---- */
+
+/* A host buffer of at least bytes (> 0) for an output, its capacity in
+ * *cap; NULL when out of memory. Give it back with hvd_outbuf_put (or
+ * free() it). Thread-safe. */
+void *hvd_outbuf_get(size_t bytes, size_t *cap);
+/* Keeps p (capacity cap; NULL: nothing) for a later hvd_outbuf_get, or
+ * frees it (closed, too small, or over the bounds). Thread-safe. */
+void hvd_outbuf_put(void *p, size_t cap);
+/* open: keep buffers from now on; closed: free the kept ones. */
+void hvd_outbuf_set_open(bool open);
+/* Bytes and buffers kept now (tests). */
+void hvd_outbuf_stats(size_t *bytes, size_t *count);
+
+/* ---- handle.c: parameters, entries and handles ---- */
 
 void hvd_params_free(hvd_params_t *p);
 int hvd_params_copy(hvd_params_t *dst, const hvd_params_t *src);
 bool hvd_params_equal(const hvd_params_t *a, const hvd_params_t *b);
-/* A host buffer of at least bytes for an output (capacity in *cap); free
- * with the handle. open: keep released buffers for reuse; closed: free
- * the kept ones. */
-void *hvd_outbuf_get(size_t bytes, size_t *cap);
-void hvd_outbuf_set_open(bool open);
 /* G.lock held for these. */
 void hvd_handle_free(hvd_handle_t *h);
 void hvd_handle_unref(hvd_handle_t *h);

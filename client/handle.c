@@ -1,6 +1,6 @@
 /* handle.c — what user threads and the runner share about a request: its
- * parameters, the entries and handles that carry it until it completes,
- * and the host buffers hvd allocates for outputs. A handle lives while its
+ * parameters, the entries and handles that carry it until it completes.
+ * A handle lives while its
  * user holds it, while it is in flight, and while an op runs it (refs);
  * every field of an entry or handle is read and written under G.lock,
  * except the entry's submitted arguments (in, out, stream, p). */
@@ -61,89 +61,6 @@ int hvd_params_copy(hvd_params_t *dst, const hvd_params_t *src) {
         return 0;
 }
 
-/* Host outputs the library allocates (allgather, alltoall,
- * reducescatter), kept for reuse once their handle is released: a large
- * malloc is a fresh mapping whose every page faults and is zeroed on first
- * touch — for a 256 MiB allgather that cost more than the collective — and
- * a training loop asks for the same sizes every step. Up to OUTBUF_SLOTS
- * buffers of at least OUTBUF_MIN bytes, while hvd is initialised. */
-#define OUTBUF_SLOTS 4
-#define OUTBUF_MIN   ((size_t) 1 << 20)
-static struct {
-        pthread_mutex_t lock;
-        bool open;
-        void *p[OUTBUF_SLOTS];
-        size_t cap[OUTBUF_SLOTS];
-} outbuf = { .lock = PTHREAD_MUTEX_INITIALIZER };
-
-/* A buffer of at least bytes (capacity in *cap): a kept one no more than
- * twice as large, or a new one. */
-void *hvd_outbuf_get(size_t bytes, size_t *cap) {
-        if (bytes >= OUTBUF_MIN) {
-                pthread_mutex_lock(&outbuf.lock);
-                int best = -1;
-                for (int i = 0; i < OUTBUF_SLOTS; i++)
-                        if (outbuf.p[i] && outbuf.cap[i] >= bytes && outbuf.cap[i] / 2 <= bytes &&
-                            (best < 0 || outbuf.cap[i] < outbuf.cap[best]))
-                                best = i;
-                void *p = NULL;
-                if (best >= 0) {
-                        p = outbuf.p[best];
-                        *cap = outbuf.cap[best];
-                        outbuf.p[best] = NULL;
-                }
-                pthread_mutex_unlock(&outbuf.lock);
-                if (p)
-                        return p;
-        }
-        *cap = bytes;
-        return malloc(bytes);
-}
-
-static void outbuf_put(void *p, size_t cap) {
-        if (!p)
-                return;
-        if (cap >= OUTBUF_MIN) {
-                pthread_mutex_lock(&outbuf.lock);
-                /* an empty slot, else the smallest kept buffer if smaller */
-                int slot = -1;
-                for (int i = 0; i < OUTBUF_SLOTS && outbuf.open && slot < 0; i++)
-                        if (!outbuf.p[i])
-                                slot = i;
-                if (slot < 0 && outbuf.open) {
-                        int small = 0;
-                        for (int i = 1; i < OUTBUF_SLOTS; i++)
-                                if (outbuf.cap[i] < outbuf.cap[small])
-                                        small = i;
-                        if (outbuf.cap[small] < cap)
-                                slot = small;
-                }
-                if (slot >= 0) {
-                        void *old = outbuf.p[slot];
-                        outbuf.p[slot] = p;
-                        outbuf.cap[slot] = cap;
-                        p = old;
-                }
-                pthread_mutex_unlock(&outbuf.lock);
-        }
-        free(p);
-}
-
-/* open: keep released buffers from now on; closed: free the kept ones. */
-void hvd_outbuf_set_open(bool open) {
-        pthread_mutex_lock(&outbuf.lock);
-        outbuf.open = open;
-        void *drop[OUTBUF_SLOTS] = { 0 };
-        if (!open)
-                for (int i = 0; i < OUTBUF_SLOTS; i++) {
-                        drop[i] = outbuf.p[i];
-                        outbuf.p[i] = NULL;
-                }
-        pthread_mutex_unlock(&outbuf.lock);
-        for (int i = 0; i < OUTBUF_SLOTS; i++)
-                free(drop[i]);
-}
-
 void hvd_handle_free(hvd_handle_t *h) {
         for (size_t i = 0; i < h->n; i++) {
                 hvd_entry_t *e = &h->m[i];
@@ -157,7 +74,7 @@ void hvd_handle_free(hvd_handle_t *h) {
                         G.dev_garbage = e->alloc_node;
                 } else {
                         free(e->alloc_node);
-                        outbuf_put(e->alloc, e->alloc_cap);
+                        hvd_outbuf_put(e->alloc, e->alloc_cap);
                 }
                 free(e->recv_splits);
         }

@@ -7,6 +7,7 @@ client_libhvd_la_SOURCES = \
 	client/client.h \
 	client/api.c \
 	client/handle.c \
+	client/outbuf.c \
 	client/init.c \
 	client/settings.c client/settings.h \
 	client/launcher_env.c client/launcher_env.h \

@@ -235,7 +235,8 @@ int hvd_handle_output(const hvd_handle_t *handle, size_t index, const void **dat
 int hvd_handle_recv_splits(const hvd_handle_t *handle, const int64_t **splits);
 /* Take ownership of the allocated output: avoids a copy. Free it with
  * hvd_free_output(data, device of the request) — for a CPU request that is
- * free(). After a steal, hvd_handle_output() of that index is -ENODATA. */
+ * free() — or, for a CPU request, hand it back with hvd_recycle_output().
+ * After a steal, hvd_handle_output() of that index is -ENODATA. */
 int hvd_handle_steal_output(hvd_handle_t *handle, size_t index, void **data, size_t *bytes);
 /* Frees an output taken with hvd_handle_steal_output(); device is the
  * request's (HVD_DEVICE_CPU: free()). NULL-safe. A device output is freed
@@ -244,6 +245,13 @@ int hvd_handle_steal_output(hvd_handle_t *handle, size_t index, void **data, siz
  * hvd_shutdown(). Returns 0, -EINVAL for a negative device other than
  * HVD_DEVICE_CPU, HVD_ENODEVICE when no GPU backend is loaded. */
 int hvd_free_output(void *data, int device);
+/* Hands a CPU output taken with hvd_handle_steal_output() back to hvd
+ * instead of free()ing it: bytes as the steal reported. hvd keeps large
+ * ones (a bounded number, while initialised) for later outputs of about
+ * their size, which then need no fresh pages (a new large allocation
+ * faults in and zeroes each page as it is first written); it frees the
+ * rest. NULL-safe; any thread, also after hvd_shutdown(). */
+void hvd_recycle_output(void *data, size_t bytes);
 /* NULL-safe; sets *handle = NULL. Releasing a pending handle detaches it. */
 void hvd_handle_release(hvd_handle_t **handle);
 

@@ -3,7 +3,8 @@
 # negotiation table, wire format, configuration, string map; of libhvd's
 # modules compiled in: the fast path's readiness board (client/fastpath.c),
 # the autotuner's step meter (client/tune_meter.c), the choice of slot
-# writes (client/slot_mode.c) and a worker's settings
+# writes (client/slot_mode.c), the pool of outputs it keeps for reuse
+# (client/outbuf.c) and a worker's settings
 # (client/settings.c); of the daemon's message handlers (check_daemon);
 # and of the tools' library (tools/): hvdrun's host lists and shell
 # quoting, hvdctl's JSON.
@@ -18,6 +19,7 @@ if HAVE_CHECK
 	%D%/check_fastpath \
 	%D%/check_tune_meter \
 	%D%/check_slot_mode \
+	%D%/check_outbuf \
 	%D%/check_settings \
 	%D%/check_daemon \
 	%D%/check_hostlist \
@@ -40,6 +42,11 @@ TESTS += $(%C%_unit_tests)
 %C%_check_slot_mode_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
 %C%_check_slot_mode_CFLAGS = $(%C%_unit_cflags)
 %C%_check_slot_mode_LDADD = $(%C%_unit_ldadd)
+
+%C%_check_outbuf_SOURCES = %D%/check_outbuf.c client/outbuf.c
+%C%_check_outbuf_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
+%C%_check_outbuf_CFLAGS = $(%C%_unit_cflags)
+%C%_check_outbuf_LDADD = $(%C%_unit_ldadd)
 
 %C%_check_tune_meter_SOURCES = %D%/check_tune_meter.c client/tune_meter.c client/tune_meter.h
 %C%_check_tune_meter_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
