@@ -186,3 +186,81 @@ def test_non_contiguous_input_rejected_untouched():
     # what the error asks for works
     out = hvd.allreduce(x.contiguous(), op=hvd.Sum, name="outputs.nc.copy")
     assert torch.equal(out, summed(count).reshape(2, -1).t())
+
+
+# ---- outputs libhvd allocates: allgather, reducescatter ----------------------------
+# Their results lie over host buffers libhvd allocates and hands over
+# (hvd_handle_steal_output); when a result dies its buffer goes back to
+# libhvd (hvd_recycle_output), which serves a later output of about its
+# size with it (from 256 KiB, client/outbuf.c) instead of fresh pages.
+
+def gathered(rows, cols, i=0):
+    """What allgather of rank_values rows (rows + rank rows each) returns."""
+    return torch.cat([rank_values((rows + r) * cols, r, i).reshape(-1, cols) for r in range(hvd.size())])
+
+
+def gather_forms():
+    return [
+        ("allgather", lambda t, n: hvd.allgather(t, name=n)),
+        ("allgather_async", lambda t, n: hvd.synchronize(hvd.allgather_async(t, name=n))),
+        ("grouped_allgather", lambda t, n: hvd.grouped_allgather([t], name=n)[0]),
+    ]
+
+
+@pytest.mark.parametrize("form", gather_forms(), ids=lambda f: f[0])
+def test_allgather_buffers_come_back(form):
+    """A dropped allgather result's buffer serves the next one of its size,
+    fully overwritten; results held at once never share memory and keep
+    their values while later calls run."""
+    label, fn = form
+    cols = KEPT // 4 // 4  # a row is a quarter of the kept size
+    rows = 8  # rank r sends 8 + r rows: uneven
+    x = lambda i: rank_values((rows + hvd.rank()) * cols, hvd.rank(), i).reshape(-1, cols)
+    first = fn(x(0), f"outputs.gather.{label}")
+    assert torch.equal(first, gathered(rows, cols, 0))
+    ptr = first.data_ptr()
+    first.fill_(-7)  # garbage into the buffer given back below
+    del first
+    gc.collect()
+    again = fn(x(1), f"outputs.gather.{label}")
+    assert again.data_ptr() == ptr  # the same memory, not fresh pages
+    assert torch.equal(again, gathered(rows, cols, 1))
+    held = [again] + [fn(x(i), f"outputs.gather.{label}") for i in range(2, 5)]
+    for i, out in enumerate(held, 1):
+        assert torch.equal(out, gathered(rows, cols, i))
+    for a in range(len(held)):
+        for b in range(a + 1, len(held)):
+            assert not shares_memory(held[a], held[b])
+
+
+def test_allgather_view_keeps_buffer():
+    cols = KEPT // 4 // 4
+    x = lambda i: rank_values((4 + hvd.rank()) * cols, hvd.rank(), i).reshape(-1, cols)
+    out = hvd.allgather(x(0), name="outputs.gather.view")
+    view = out[2:]
+    want = gathered(4, cols, 0)[2:].clone()
+    del out
+    gc.collect()
+    later = [hvd.allgather(x(i), name="outputs.gather.view") for i in range(1, 4)]
+    assert torch.equal(view, want)
+    for i, t in enumerate(later, 1):
+        assert torch.equal(t, gathered(4, cols, i))
+        assert not shares_memory(t, view)
+
+
+def test_reducescatter_buffers_come_back():
+    n = hvd.size()
+    rows, cols = 4 * n, KEPT // 4  # 4 rows of the kept size per rank
+    x = lambda i: rank_values(rows * cols, hvd.rank(), i).reshape(rows, cols)
+    mine = lambda i: summed(rows * cols, i).reshape(rows, cols)[4 * hvd.rank():4 * hvd.rank() + 4]
+    first = hvd.reducescatter(x(0), op=hvd.Sum, name="outputs.rs")
+    assert torch.equal(first, mine(0))
+    ptr = first.data_ptr()
+    first.fill_(-7)
+    del first
+    gc.collect()
+    again = hvd.reducescatter(x(1), op=hvd.Sum, name="outputs.rs")
+    assert again.data_ptr() == ptr and torch.equal(again, mine(1))
+    other = hvd.reducescatter(x(2), op=hvd.Sum, name="outputs.rs")
+    assert torch.equal(other, mine(2)) and torch.equal(again, mine(1))
+    assert not shares_memory(again, other)
