@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # peer_why and HOROVOD_DIR: read by the scripts that source this file
 # peers.sh — sourced by the benchmark scripts (bash): finds the peers hvd
 # is measured against and says loudly, at the head of the output and again
 # at its end, which are missing and how to get them, so that a table
@@ -11,8 +12,18 @@
 #                                  it returns the exit status it was called with)
 #   peer_ok PEER                   exit status 0 when PEER was found
 # PY is the Python of the gloo peer (default /usr/bin/python3).
+#
+# The Python benchmarks, which say what is missing in their own words:
+#   peer_hvd BUILDDIR              peer_why: why hvd's Python package and
+#                                  launcher are not there in BUILDDIR, or ""
+#   peer_horovod                   peer_why: why Horovod 0.28.1 cannot run
+#                                  under $PY, or ""; sets HOROVOD_DIR where
+#                                  unset (scripts/horovod.sh's directory,
+#                                  built once); with CHECK_ARGS=1 only names
+#                                  the directory, building and checking nothing
 
 peers_missing=() peers_found=()
+peer_why=
 
 # peer_mpi BUILDDIR PROGRAM: why the Open MPI peer PROGRAM cannot run, or nothing
 peer_mpi() {
@@ -23,6 +34,35 @@ peer_mpi() {
                 echo "$build was configured before Open MPI was installed: scripts/build.sh configures it again (or run $build/config.status --recheck), then make -C $build bench"
         elif [ ! -x "$build/benchmarks/$prog" ]; then
                 echo "$build/benchmarks/$prog is not built: make -C $build bench"
+        fi
+}
+
+peer_hvd() {
+        local build=$1 f
+        peer_why=
+        for f in tools/hvdrun daemon/hvd-coordinatord python-binding/pkg/hvd/__init__.py; do
+                if [ ! -e "$build/$f" ]; then
+                        peer_why="hvd is not built in $build (no $f: make -C $build first)"
+                        return
+                fi
+        done
+}
+
+peer_horovod() {
+        local src err
+        src=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+        peer_why=
+        if [ "${CHECK_ARGS:-0}" = 1 ]; then
+                HOROVOD_DIR=${HOROVOD_DIR:-$("$src/scripts/horovod.sh" --path)}
+                return
+        fi
+        [ -n "${HOROVOD_DIR:-}" ] || HOROVOD_DIR=$("$src/scripts/horovod.sh") || HOROVOD_DIR=
+        if [ -z "$HOROVOD_DIR" ]; then
+                peer_why="Horovod 0.28.1 is not available: scripts/horovod.sh could not build it (its reason is above)"
+        elif [ ! -f "$HOROVOD_DIR/bin/horovodrun" ]; then
+                peer_why="Horovod 0.28.1 is not available: $HOROVOD_DIR has no bin/horovodrun (scripts/horovod.sh builds it there)"
+        elif ! err=$(PYTHONPATH=$HOROVOD_DIR "${PY:-/usr/bin/python3}" -c 'import horovod.torch' 2>&1); then
+                peer_why="Horovod 0.28.1 is not available: horovod.torch does not import from $HOROVOD_DIR: $(printf '%s\n' "$err" | tail -n 1)"
         fi
 }
 

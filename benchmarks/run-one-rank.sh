@@ -18,6 +18,8 @@ ROUNDS=${ROUNDS:-3} MIN=${MIN:-1024} MAX=${MAX:-1048576} MIN_TIME=${MIN_TIME:-0.
 PEERS=${PEERS:-"hvd horovod gloo"} PY=${PYTHON:-/usr/bin/python3}
 die() { echo "run-one-rank: $*" >&2; exit 2; }
 loud() { printf '\n!!!!!!!!!! run-one-rank: %s !!!!!!!!!!\n\n' "$*" >&2; }
+# shellcheck source=benchmarks/peers.sh
+. "$src/benchmarks/peers.sh"
 case $ROUNDS in '' | *[!0-9]* | 0) die "ROUNDS=$ROUNDS is not a positive integer" ;; esac
 for v in MIN MAX; do
         case ${!v} in '' | *[!0-9]*) die "$v=${!v} is not a number of bytes" ;; esac
@@ -33,17 +35,12 @@ systems=
 for p in $PEERS; do
         case $p in
         hvd)
-                if [ ! -x "$build/tools/hvdrun" ] || [ ! -f "$build/python-binding/pkg/hvd/__init__.py" ]; then
-                        loud "PEER MISSING: hvd is not built in $build (make first)"
-                        continue
-                fi
+                peer_hvd "$build"
+                [ -z "$peer_why" ] || { loud "PEER MISSING: $peer_why"; continue; }
                 systems="$systems hvd:hvdrun hvd:none" ;;
         horovod)
-                [ -n "${HOROVOD_DIR:-}" ] || HOROVOD_DIR=$("$src/scripts/horovod.sh") || HOROVOD_DIR=
-                if [ -z "$HOROVOD_DIR" ] || ! PYTHONPATH=$HOROVOD_DIR "$PY" -c 'import horovod.torch' 2>/dev/null; then
-                        loud "PEER MISSING: Horovod 0.28.1 is not available (scripts/horovod.sh)"
-                        continue
-                fi
+                peer_horovod
+                [ -z "$peer_why" ] || { loud "PEER MISSING: $peer_why"; continue; }
                 systems="$systems horovod:none" ;;
         gloo) systems="$systems gloo:none" ;;
         esac

@@ -61,6 +61,8 @@ out=$(mktemp)
 work=$(mktemp -d /tmp/hvd-python-XXXXXX)
 trap 'rm -rf "$out" "$work"' EXIT
 loud() { printf '\n!!!!!!!!!! run-python: %s !!!!!!!!!!\n\n' "$*" | tee -a "$out" >&2; }
+# shellcheck source=benchmarks/peers.sh
+. "$src/benchmarks/peers.sh"
 
 if [ -n "${RAW:-}" ]; then
         [ -f "$RAW" ] || die "RAW=$RAW: no such file"
@@ -71,31 +73,15 @@ else
         "$PY" -c 'import torch' 2>/dev/null || die "$PY cannot import torch"
         peers=
         for p in $PEERS; do
+                peer_why=
                 case $p in
-                hvd)
-                        if [ ! -x "$build/tools/hvdrun" ] || [ ! -f "$build/python-binding/pkg/hvd/__init__.py" ]; then
-                                loud "PEER MISSING: hvd is not built in $build (make first)"
-                                continue
-                        fi ;;
-                horovod)
-                        if [ -z "${HOROVOD_DIR:-}" ]; then
-                                if [ "${CHECK_ARGS:-0}" = 1 ]; then
-                                        HOROVOD_DIR=$("$src/scripts/horovod.sh" --path)
-                                else
-                                        HOROVOD_DIR=$("$src/scripts/horovod.sh") || HOROVOD_DIR=
-                                fi
-                        fi
-                        if [ "${CHECK_ARGS:-0}" != 1 ] && { [ -z "$HOROVOD_DIR" ] || [ ! -f "$HOROVOD_DIR/bin/horovodrun" ] ||
-                                ! PYTHONPATH=$HOROVOD_DIR "$PY" -c 'import horovod.torch' 2>"$work/hvd.err"; }; then
-                                if [ -z "$HOROVOD_DIR" ]; then
-                                        why="scripts/horovod.sh could not build it; its reason is above"
-                                else
-                                        why="$HOROVOD_DIR has no bin/horovodrun, or horovod.torch does not import from it: $(tail -n 1 "$work/hvd.err" 2>/dev/null)"
-                                fi
-                                loud "PEER MISSING: Horovod 0.28.1 is not available ($why)"
-                                continue
-                        fi ;;
+                hvd) peer_hvd "$build" ;;
+                horovod) peer_horovod ;;
                 esac
+                if [ -n "$peer_why" ]; then
+                        loud "PEER MISSING: $peer_why"
+                        continue
+                fi
                 peers="$peers $p"
         done
         PEERS=$peers

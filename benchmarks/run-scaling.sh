@@ -61,6 +61,8 @@ work=$(mktemp -d /tmp/hvd-scaling-XXXXXX)
 tag=$(($$ % 10000)) hub=hvdsc$$hub net=10.219.$(($$ % 250)).
 pids=()
 loud() { printf '\n!!!!!!!!!! run-scaling: %s !!!!!!!!!!\n\n' "$*" | tee -a "$out" >&2; }
+# shellcheck source=benchmarks/peers.sh
+. "$src/benchmarks/peers.sh"
 cleanup() {
         for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null; done
         for p in "${pids[@]}"; do wait "$p" 2>/dev/null; done
@@ -189,18 +191,11 @@ else
         peers=
         for p in $PEERS; do
                 case $p in
-                hvd | hvdb)
-                        if [ ! -x "$build/daemon/hvd-coordinatord" ] || [ ! -f "$build/python-binding/pkg/hvd/__init__.py" ]; then
-                                loud "PEER MISSING: hvd is not built in $build (make first)"
-                                continue
-                        fi ;;
-                horovod)
-                        [ -n "${HOROVOD_DIR:-}" ] || HOROVOD_DIR=$("$src/scripts/horovod.sh") || HOROVOD_DIR=
-                        if [ -z "$HOROVOD_DIR" ] || ! PYTHONPATH=$HOROVOD_DIR "$PY" -c 'import horovod.torch' 2>/dev/null; then
-                                loud "PEER MISSING: Horovod 0.28.1 is not available (scripts/horovod.sh says why)"
-                                continue
-                        fi ;;
+                hvd | hvdb) peer_hvd "$build" ;;
+                horovod) peer_horovod ;;
+                *) peer_why= ;;
                 esac
+                [ -z "$peer_why" ] || { loud "PEER MISSING: $peer_why"; continue; }
                 peers="$peers $p"
         done
         echo "# run-scaling: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$src" rev-parse --short HEAD 2>/dev/null)," \

@@ -54,6 +54,8 @@ out=$(mktemp)
 work=$(mktemp -d /tmp/hvd-synthetic-XXXXXX)
 trap 'rm -rf "$out" "$work"' EXIT
 loud() { printf '\n!!!!!!!!!! run-synthetic: %s !!!!!!!!!!\n\n' "$*" | tee -a "$out" >&2; }
+# shellcheck source=benchmarks/peers.sh
+. "$src/benchmarks/peers.sh"
 "$PY" -c 'import torch, torchvision, numpy' 2>"$work/py.err" ||
         die "$PY cannot import torch, torchvision and numpy: $(tail -n 1 "$work/py.err")"
 
@@ -61,17 +63,12 @@ peers=
 for p in $PEERS; do
         case $p in
         hvd)
-                if [ ! -x "$build/tools/hvdrun" ] || [ ! -f "$build/python-binding/pkg/hvd/__init__.py" ]; then
-                        loud "PEER MISSING: hvd is not built in $build (make first)"
-                        continue
-                fi ;;
+                peer_hvd "$build"
+                [ -z "$peer_why" ] || { loud "PEER MISSING: $peer_why"; continue; }
+                ;;
         horovod)
-                [ -n "${HOROVOD_DIR:-}" ] || HOROVOD_DIR=$("$src/scripts/horovod.sh") || HOROVOD_DIR=
-                if [ -z "$HOROVOD_DIR" ] || [ ! -f "$HOROVOD_DIR/bin/horovodrun" ] ||
-                        ! PYTHONPATH=$HOROVOD_DIR "$PY" -c 'import horovod.torch' 2>"$work/hvd.err"; then
-                        loud "PEER MISSING: Horovod 0.28.1 is not available (${HOROVOD_DIR:-scripts/horovod.sh could not build it}: $(tail -n 1 "$work/hvd.err" 2>/dev/null))"
-                        continue
-                fi
+                peer_horovod
+                [ -z "$peer_why" ] || { loud "PEER MISSING: $peer_why"; continue; }
                 # the same script, its import line Horovod's
                 sed 's/^import hvd\.torch as hvd.*/import horovod.torch as hvd/' "$script" >"$work/horovod_synthetic.py"
                 ;;
