@@ -40,7 +40,7 @@ static int run_once(const char *op, const char *name, float *in, float *out, siz
         int r;
         /* without --async: submitted for a caller that waits at once, the
          * blocking call's way (hvd_broadcast's; there is no blocking
-         * allgather or reducescatter: their outputs are hvd's) */
+         * allgather, reducescatter or alltoall: their outputs are hvd's) */
         if (!strcmp(op, "allreduce"))
                 r = hvd_allreduce_async(&q, &h);
         else if (!strcmp(op, "broadcast"))
@@ -50,7 +50,11 @@ static int run_once(const char *op, const char *name, float *in, float *out, siz
                 r = async ? hvd_allgather_async(&q, &h) : hvd_allgather_async_waiting(&q, &h);
         } else if (!strcmp(op, "reducescatter"))
                 r = async ? hvd_reducescatter_async(&q, &h) : hvd_reducescatter_async_waiting(&q, &h);
-        else
+        else if (!strcmp(op, "alltoall")) {
+                /* count elements sent in all, equal parts to every rank */
+                shape[0] = (int64_t) (count / (size_t) size * (size_t) size);
+                r = async ? hvd_alltoall_async(&q, &h) : hvd_alltoall_async_waiting(&q, &h);
+        } else
                 return -1;
         if (r < 0)
                 return r;
@@ -92,7 +96,7 @@ int main(int argc, char **argv) {
                 case 'O': out_of_place = 1; break;
                 case 's': shared = 1; break;
                 default:
-                        printf("usage: bench_collective [--op allreduce|broadcast|allgather|reducescatter]\n"
+                        printf("usage: bench_collective [--op allreduce|broadcast|allgather|reducescatter|alltoall]\n"
                                "       [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N] [--async]\n"
                                "       [--min-time SECONDS] [--out-of-place] [--shared]\n"
                                "Each size is timed over --iters calls, or else over as many as fill\n"

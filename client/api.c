@@ -262,6 +262,9 @@ int hvd_allgather_async_waiting(const hvd_request_t *req, hvd_handle_t **handle)
 int hvd_reducescatter_async_waiting(const hvd_request_t *req, hvd_handle_t **handle) {
         return submit_ex(req, 1, HVD__KIND__KIND_REDUCESCATTER, false, true, handle);
 }
+int hvd_alltoall_async_waiting(const hvd_request_t *req, hvd_handle_t **handle) {
+        return submit_ex(req, 1, HVD__KIND__KIND_ALLTOALL, false, true, handle);
+}
 int hvd_broadcast_async(const hvd_request_t *req, hvd_handle_t **handle) {
         return submit(req, 1, HVD__KIND__KIND_BROADCAST, handle);
 }

@@ -114,6 +114,10 @@ typedef struct hvd_known {
          * (owned; [n_rank_rows], the job's size) */
         int64_t *rank_rows;
         uint32_t n_rank_rows;
+        /* an alltoall's: every rank's rows to every rank in that schedule
+         * (owned; [n_splits], size x size, [source][destination]) */
+        int64_t *splits;
+        uint32_t n_splits;
 } hvd_known_t;
 
 /* A message that came during a data-plane wait, kept for after it. */

@@ -8,7 +8,7 @@
  * Order invariant: on a job with a fast path, a rank runs nothing when it
  * arrives; it runs the board's log in order. The log holds the fast
  * records (cache ids every local rank posted: allreduces, broadcasts,
- * allgathers and reducescatters on the CPU; fused below by the same rules
+ * allgathers, reducescatters and, on one host, alltoalls on the CPU; fused below by the same rules
  * as the coordinator's, from the same sorted ids and the same threshold, so
  * every rank builds the same operations) and a marker per coordinator
  * schedule (appended by the first rank that received it; a rank that meets
@@ -73,9 +73,25 @@ void hvd_fp_free_held(void) {
         G.sched_tail = NULL;
 }
 
+/* *dst (of *n entries, owned) becomes a copy of src's n_src: 0, or -ENOMEM
+ * with *dst unchanged. */
+static int keep_copy(int64_t **dst, uint32_t *n, const int64_t *src, size_t n_src) {
+        if (*n != n_src) {
+                int64_t *p = realloc(*dst, n_src * sizeof *p);
+                if (!p)
+                        return -ENOMEM;
+                *dst = p;
+                *n = (uint32_t) n_src;
+        }
+        if (*dst != src) /* a fast run's entry holds the kept values */
+                memcpy(*dst, src, n_src * sizeof *src);
+        return 0;
+}
+
 /* A schedule ran e (ok) or refused it: its parameters are (not) known to
- * be every rank's. An allgather's rows, every rank's, are kept from en:
- * while every rank posts the parameters it last sent, they are those. */
+ * be every rank's. An allgather's rows and an alltoall's splits, every
+ * rank's, are kept from en: while every rank posts the parameters it last
+ * sent, they are those. */
 void hvd_fp_confirm(const hvd_entry_t *e, bool ok, const Hvd__Entry *en) {
         if (!G.fp)
                 return;
@@ -86,22 +102,16 @@ void hvd_fp_confirm(const hvd_entry_t *e, bool ok, const Hvd__Entry *en) {
                 k->fast_ok = k->fast_ok && ok;
                 return;
         }
-        if (e->p.kind == HVD__KIND__KIND_ALLGATHER) {
-                if (!en || en->n_rank_rows != (size_t) G.size) {
-                        k->fast_ok = false;
-                        return;
-                }
-                if (k->n_rank_rows != en->n_rank_rows) {
-                        int64_t *rows = realloc(k->rank_rows, en->n_rank_rows * sizeof *rows);
-                        if (!rows) {
-                                k->fast_ok = false;
-                                return;
-                        }
-                        k->rank_rows = rows;
-                        k->n_rank_rows = (uint32_t) en->n_rank_rows;
-                }
-                if (k->rank_rows != en->rank_rows) /* a fast run's entry holds the kept rows */
-                        memcpy(k->rank_rows, en->rank_rows, en->n_rank_rows * sizeof *k->rank_rows);
+        size_t n = (size_t) G.size;
+        if (e->p.kind == HVD__KIND__KIND_ALLGATHER &&
+            (!en || en->n_rank_rows != n || keep_copy(&k->rank_rows, &k->n_rank_rows, en->rank_rows, n) < 0)) {
+                k->fast_ok = false;
+                return;
+        }
+        if (e->p.kind == HVD__KIND__KIND_ALLTOALL &&
+            (!en || en->n_splits != n * n || keep_copy(&k->splits, &k->n_splits, en->splits, n * n) < 0)) {
+                k->fast_ok = false;
+                return;
         }
         k->fast_ok = true;
 }
@@ -118,7 +128,12 @@ static int fp_classify(hvd_entry_t *e, uint32_t *id) {
          * operation every rank builds alike from its own entry (and an
          * allgather's rows, kept from its last schedule) */
         if (e->p.kind != HVD__KIND__KIND_ALLREDUCE && e->p.kind != HVD__KIND__KIND_BROADCAST &&
-            e->p.kind != HVD__KIND__KIND_ALLGATHER && e->p.kind != HVD__KIND__KIND_REDUCESCATTER)
+            e->p.kind != HVD__KIND__KIND_ALLGATHER && e->p.kind != HVD__KIND__KIND_REDUCESCATTER &&
+            e->p.kind != HVD__KIND__KIND_ALLTOALL)
+                return -1;
+        /* an alltoall's schedule carries every rank's splits, which only
+         * the board of one host keeps (hvd_fp_confirm) */
+        if (G.fp_node && e->p.kind == HVD__KIND__KIND_ALLTOALL)
                 return -1;
         if (!G.fp_node && e->p.device != HVD_DEVICE_CPU)
                 return -1;
@@ -137,6 +152,8 @@ static int fp_classify(hvd_entry_t *e, uint32_t *id) {
         *id = k->id;
         if (!G.fp_node && e->p.kind == HVD__KIND__KIND_ALLGATHER && k->n_rank_rows != (uint32_t) G.size)
                 return 0;
+        if (e->p.kind == HVD__KIND__KIND_ALLTOALL && k->n_splits != (uint32_t) G.size * (uint32_t) G.size)
+                return 0;
         return k->fast_ok && hvd_params_equal(&k->p, &e->p) ? 1 : 0;
 }
 
@@ -149,20 +166,28 @@ static uint64_t fp_row_elems(const hvd_entry_t *e) {
 }
 
 /* Bytes an entry takes in a fused operation, the same on every rank: an
- * allgather's are every rank's rows (from its last schedule). */
+ * allgather's are every rank's rows, an alltoall's every rank's sends
+ * (from its last schedule). */
 static uint64_t fp_entry_bytes(const hvd_entry_t *e, const hvd_known_t *k) {
         uint64_t es = hvd_dtype_size(e->p.dtype);
-        if (e->p.kind != HVD__KIND__KIND_ALLGATHER)
+        const int64_t *rows_of = NULL;
+        uint32_t n = 0;
+        if (e->p.kind == HVD__KIND__KIND_ALLGATHER)
+                rows_of = k->rank_rows, n = k->n_rank_rows;
+        else if (e->p.kind == HVD__KIND__KIND_ALLTOALL)
+                rows_of = k->splits, n = k->n_splits;
+        else
                 return hvd_entry_count(e) * es;
         uint64_t rows = 0;
-        for (uint32_t r = 0; r < k->n_rank_rows; r++)
-                rows += (uint64_t) k->rank_rows[r];
+        for (uint32_t r = 0; r < n; r++)
+                rows += (uint64_t) rows_of[r];
         return rows * fp_row_elems(e) * es;
 }
 
-/* One fused broadcast, allgather or reducescatter of a record, run as the
- * coordinator's schedule would run it: its entries made from this rank's
- * own (an allgather's rows kept from its last schedule). */
+/* One fused broadcast, allgather or reducescatter, or one alltoall, of a
+ * record, run as the coordinator's schedule would run it: its entries made
+ * from this rank's own (an allgather's rows and an alltoall's splits kept
+ * from its last schedule). */
 static int fp_run_as_scheduled(hvd_entry_t *const *opm, hvd_known_t *const *km, size_t m) {
         Hvd__Entry ents[64], *ep[64];
         for (size_t i = 0; i < m; i++) {
@@ -176,6 +201,9 @@ static int fp_run_as_scheduled(hvd_entry_t *const *opm, hvd_known_t *const *km, 
                 if (e->p.kind == HVD__KIND__KIND_ALLGATHER) {
                         ents[i].n_rank_rows = km[i]->n_rank_rows;
                         ents[i].rank_rows = km[i]->rank_rows;
+                } else if (e->p.kind == HVD__KIND__KIND_ALLTOALL) {
+                        ents[i].n_splits = km[i]->n_splits;
+                        ents[i].splits = km[i]->splits;
                 }
                 ep[i] = &ents[i];
         }
@@ -620,6 +648,7 @@ bool hvd_fp_user_may_run(const hvd_handle_t *h) {
         uint32_t kind = e->p.kind;
         return !e->done &&
                (kind == HVD__KIND__KIND_ALLREDUCE || kind == HVD__KIND__KIND_BROADCAST ||
-                kind == HVD__KIND__KIND_ALLGATHER || kind == HVD__KIND__KIND_REDUCESCATTER) &&
+                kind == HVD__KIND__KIND_ALLGATHER || kind == HVD__KIND__KIND_REDUCESCATTER ||
+                kind == HVD__KIND__KIND_ALLTOALL) &&
                e->p.device == HVD_DEVICE_CPU && e->p.process_set == 0 && e->p.group_size <= 1;
 }

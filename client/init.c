@@ -56,6 +56,7 @@ static void known_free(void) {
                 hvd_known_t *k = v;
                 hvd_params_free(&k->p);
                 free(k->rank_rows);
+                free(k->splits);
                 free(k);
         }
         hvd_strmap_destroy(&G.known);

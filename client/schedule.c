@@ -267,10 +267,12 @@ static int op_execute(const Hvd__Op *op, bool group_ends, bool *in_group, bool m
                 r = op_run(op, xm, em, group_ends, in_group, err, sizeof err);
         if (r < 0)
                 r = hvd_job_verdict(r, err, may_wait);
-        /* rows of an allgather with a joined rank are not its next ones */
+        /* rows of an allgather, or splits of an alltoall, with a joined rank
+         * are not its next ones */
+        bool rows_kept = op->kind == HVD__KIND__KIND_ALLGATHER || op->kind == HVD__KIND__KIND_ALLTOALL;
         for (size_t k = 0; k < op->n_entries && em && r >= 0 && !gpu && !op->process_set; k++)
                 if (em[k])
-                        hvd_fp_confirm(em[k], op->kind != HVD__KIND__KIND_ALLGATHER || !op->n_joined, op->entries[k]);
+                        hvd_fp_confirm(em[k], !rows_kept || !op->n_joined, op->entries[k]);
         pthread_mutex_lock(&G.lock);
         for (size_t k = 0; k < op->n_entries && xm && em && (!gpu || r < 0); k++)
                 if (em[k])

@@ -186,12 +186,14 @@ int hvd_reducescatter_async(const hvd_request_t *req, hvd_handle_t **handle);
  * asynchronous submission wakes that thread, which then hands the result
  * over: two wakeups, several microseconds). Wait on the handle at once:
  * one that no thread waits on still completes, carried by the background
- * thread, only later. The same for a broadcast, an allgather and a
- * reducescatter (of the CPU: a GPU request is carried as usual). */
+ * thread, only later. The same for a broadcast, an allgather, a
+ * reducescatter and an alltoall (of the CPU: a GPU request is carried as
+ * usual; an alltoall runs from the board on one host only). */
 int hvd_allreduce_async_waiting(const hvd_request_t *req, hvd_handle_t **handle);
 int hvd_broadcast_async_waiting(const hvd_request_t *req, hvd_handle_t **handle);
 int hvd_allgather_async_waiting(const hvd_request_t *req, hvd_handle_t **handle);
 int hvd_reducescatter_async_waiting(const hvd_request_t *req, hvd_handle_t **handle);
+int hvd_alltoall_async_waiting(const hvd_request_t *req, hvd_handle_t **handle);
 
 /* n requests of one kind executed as one atomic group: none starts before
  * all are ready on every rank. One handle for the group; outputs by index. */

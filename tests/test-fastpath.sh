@@ -1,7 +1,8 @@
 #!/bin/bash
 # test-fastpath.sh — the one-node fast path (client/fastpath.c): 4 ranks run
-# many rounds of cached int32 allreduces, broadcasts, allgathers and
-# reducescatters checked exactly, with new names and shapes, grouped and
+# many rounds of cached int32 allreduces, broadcasts, allgathers,
+# reducescatters and alltoalls checked exactly, with new names, shapes
+# and splits, grouped and
 # process-set allreduces mixed in, and the daemon's status of
 # the live job counts tensors that ran from the board, as it does for a
 # job of one rank; a rank killed while
@@ -96,15 +97,16 @@ PY
 # cached tensors never wait for another rank, so all but the first
 # instance of each (and of each new shape) run from the board: the 8
 # allreduces, the broadcast and the reducescatter 59 times each, the
-# allgather 56 times (its shape changes at rounds 17, 34 and 51)
+# allgather 56 times (its shape changes at rounds 17, 34 and 51) and the
+# alltoall 56 times (its splits change at rounds 19, 38 and 57)
 exact_job fp-one 1 60
 /usr/bin/python3 - "$tmp/fp-one/status.json" <<'PY' || fail "one rank: counters" "$(cat "$tmp/fp-one/status.json")"
 import json, sys
 j = [j for j in json.load(open(sys.argv[1]))["jobs"] if j["job_id"] == "fp-one"][0]
 fast, neg = j["fast_path_tensors"], j["tensors_negotiated"]
 print("fp-one: tensors_negotiated=%d fast_path_tensors=%d" % (neg, fast))
-if fast < 59 * 10 + 56:
-    sys.exit("only %d of the one rank's %d cached tensors took the fast path" % (fast, 59 * 10 + 56))
+if fast < 59 * 10 + 56 + 56:
+    sys.exit("only %d of the one rank's %d cached tensors took the fast path" % (fast, 59 * 10 + 56 + 56))
 PY
 
 # 2. a rank killed during cached allreduces

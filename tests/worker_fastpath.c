@@ -9,7 +9,9 @@
  *                                  allreduce now and then; a cached
  *                                  broadcast (its root changing each round),
  *                                  allgather (uneven rows that change every
- *                                  17 rounds) and reducescatter per round;
+ *                                  17 rounds), reducescatter and alltoall
+ *                                  (uneven splits that change every 19
+ *                                  rounds) per round;
  *                                  exits 1 on any wrong element
  *   worker_fastpath kill           cached allreduces until killed; writes
  *                                  $HVD_TEST_TMPDIR/running.RANK after 50
@@ -117,6 +119,58 @@ static const int32_t *output_of(hvd_handle_t *h, const char *name, int64_t rows,
         return data;
 }
 
+/* Rows rank src sends rank dst in an alltoall of the given round: uneven,
+ * and another pattern every other 19 rounds (new splits go through the
+ * coordinator again). */
+static int64_t a2a_rows(int src, int dst, int round) {
+        return (src + 2 * dst + (round / 19) % 2) % 3 + (dst == src);
+}
+
+/* An alltoall of those splits, its output and received splits exactly. */
+static void alltoall_round(int round) {
+        enum { COLS = 2, MAXR = 64 * 4 };
+        static int32_t ain[MAXR * COLS];
+        int64_t splits[64], rows = 0;
+        for (int d = 0; d < size; d++)
+                rows += splits[d] = a2a_rows(rank, d, round);
+        for (int64_t i = 0; i < rows * COLS; i++)
+                ain[i] = val(rank, round, 100, i);
+        hvd_request_t q = HVD_REQUEST_INIT;
+        int64_t shape[2] = { rows, COLS };
+        q.name = "fp.a2a";
+        q.input = ain;
+        q.dtype = HVD_INT32;
+        q.ndim = 2;
+        q.shape = shape;
+        q.splits = splits;
+        hvd_handle_t *h = NULL;
+        if (hvd_alltoall_async(&q, &h) < 0)
+                FAIL("'fp.a2a': %s", hvd_last_error());
+        if (hvd_handle_wait(h) < 0)
+                FAIL("fp.a2a: %s", hvd_handle_error(h));
+        int64_t total = 0;
+        for (int j = 0; j < size; j++)
+                total += a2a_rows(j, rank, round);
+        const int32_t *out = output_of(h, "fp.a2a", total, COLS);
+        const int64_t *recv = NULL;
+        if (hvd_handle_recv_splits(h, &recv) < 0)
+                FAIL("fp.a2a: no received splits: %s", hvd_last_error());
+        int64_t at = 0;
+        for (int j = 0; j < size; j++) {
+                if (recv[j] != a2a_rows(j, rank, round))
+                        FAIL("round %d: 'fp.a2a' received %" PRId64 " rows from rank %d, expected %" PRId64, round,
+                             recv[j], j, a2a_rows(j, rank, round));
+                int64_t from = 0; /* the first row j sends me */
+                for (int d = 0; d < rank; d++)
+                        from += a2a_rows(j, d, round);
+                for (int64_t i = 0; i < recv[j] * COLS; i++, at++)
+                        if (out[at] != val(j, round, 100, from * COLS + i))
+                                FAIL("round %d: 'fp.a2a'[%" PRId64 "] = %" PRId32 ", expected rank %d's %" PRId32,
+                                     round, at, out[at], j, val(j, round, 100, from * COLS + i));
+        }
+        hvd_handle_release(&h);
+}
+
 /* A broadcast from a root that changes each round, an allgather of uneven
  * rows (rank r: r + 1 rows, one more every other 17 rounds: a new shape
  * goes through the coordinator again) and a reducescatter, exactly. */
@@ -171,6 +225,7 @@ static void other_kinds(int round) {
                              want);
         }
         hvd_handle_release(&hr);
+        alltoall_round(round);
 }
 
 static void hold(void) {

@@ -404,8 +404,9 @@ static void waiting_check(const char *what, const float *out, size_t n) {
         }
 }
 
-/* A broadcast (root changing with st), an allgather of rank + 1 rows and a
- * reducescatter, each submitted for a waiter and checked exactly. */
+/* A broadcast (root changing with st), an allgather of rank + 1 rows, a
+ * reducescatter and an alltoall, each submitted for a waiter and checked
+ * exactly. */
 static void waiting_others(int st) {
         enum { BN = 1000, COLS = 2 };
         int root = st % size;
@@ -487,12 +488,39 @@ static void waiting_others(int st) {
         }
         hvd_handle_release(&h);
         free(rin);
+        /* alltoall in equal parts: 2 rows to each rank, [rank, d, i] */
+        int64_t arows = 2 * size, ashape[2] = { arows, COLS };
+        float *ain = xmalloc((size_t) arows * COLS * sizeof *ain);
+        for (int64_t i = 0; i < arows * COLS; i++)
+                ain[i] = (float) (rank * 10000 + i);
+        q = (hvd_request_t) HVD_REQUEST_INIT;
+        q.name = "waiting.a2a";
+        q.input = ain;
+        q.ndim = 2;
+        q.shape = ashape;
+        MUST(hvd_alltoall_async_waiting(&q, &h));
+        wait_ok(h, "waiting.a2a");
+        MUST(hvd_handle_output(h, 0, &data, &bytes, &ndim, &shape));
+        CHECK(ndim == 2 && shape[0] == arows, "waiting.a2a: %" PRId64 " rows, expected %" PRId64, ndim ? shape[0] : 0,
+              arows);
+        /* from rank r: its rows 2 * rank, 2 * rank + 1 */
+        const float *ao = data;
+        for (int r = 0, at = 0; r < size && ndim == 2 && shape[0] == arows; r++)
+                for (int i = 0; i < 2 * COLS; i++, at++)
+                        if (ao[at] != (float) (r * 10000 + 2 * rank * COLS + i)) {
+                                CHECK(false, "waiting.a2a[%d] = %g, expected rank %d's %d", at, (double) ao[at], r,
+                                      r * 10000 + 2 * rank * COLS + i);
+                                r = size;
+                                break;
+                        }
+        hvd_handle_release(&h);
+        free(ain);
 }
 
 /* Allreduces submitted for a waiter: waited on at once, at sizes either
  * side of the segment path, until the fast path runs them in the waiting
- * thread, with a broadcast, an allgather and a reducescatter submitted
- * alike each step; then one that rank 0 leaves after a wait that timed out (it
+ * thread, with a broadcast, an allgather, a reducescatter and an alltoall
+ * submitted alike each step; then one that rank 0 leaves after a wait that timed out (it
  * must complete with nobody waiting), and one every rank releases at
  * once (the next allreduce must still run). */
 void scenario_waiting(void) {
