@@ -893,6 +893,8 @@ static PyObject *core_submit(PyObject *mod, PyObject *args, PyObject *kwds) {
                 r = hvd_allgather_async_waiting(&reqs[0], &h);
         else if (waits && kind == KIND_REDUCESCATTER)
                 r = hvd_reducescatter_async_waiting(&reqs[0], &h);
+        else if (waits && kind == KIND_ALLTOALL)
+                r = hvd_alltoall_async_waiting(&reqs[0], &h);
         else
                 r = single[kind](&reqs[0], &h);
         if (r < 0) {
@@ -1149,7 +1151,8 @@ static PyMethodDef core_methods[] = {
           "elastic_info() -> (generation, sync_needed, waiting) of an elastic job (generation 0: none)" },
         { "submit", (PyCFunction) (void (*)(void)) core_submit, METH_VARARGS | METH_KEYWORDS,
           "submit(kind, requests, keepalive=None, grouped=False, waits=False) -> Handle; waits: the caller "
-          "waits on the handle at once (a CPU allreduce, broadcast, allgather or reducescatter then runs in the "
+          "waits on the handle at once (a CPU allreduce, broadcast, allgather, reducescatter or alltoall then runs in "
+          "the "
           "waiting thread). Each request is a tuple "
           "(name, input_ptr, output_ptr, dtype, shape, reduce_op, prescale, postscale, root, splits, "
           "process_set, device[, stream]); stream is the cudaStream_t (int; 0 = legacy default stream) "

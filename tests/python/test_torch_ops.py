@@ -405,10 +405,10 @@ def test_join_uneven_allreduces():
 
 
 # ---- the same blocking calls again and again ----------------------------------------
-# broadcast, allgather and reducescatter of a plain CPU tensor keep their
-# requests by name, dtype, shape and root or op (mpi_ops._run_now): the
-# same name with a changing root, changing rows, new contents every round
-# and unnamed calls all stay exact
+# broadcast, allgather, reducescatter and alltoall of a plain CPU tensor
+# keep their requests by name, dtype, shape and root, op or splits
+# (mpi_ops._run_now): the same name with a changing root, changing rows or
+# splits, new contents every round and unnamed calls all stay exact
 
 def test_blocking_calls_repeated():
     n, me = hvd.size(), hvd.rank()
@@ -430,6 +430,32 @@ def test_blocking_calls_repeated():
         whole = full * (n * (n + 1) // 2) + n * i if op == hvd.Sum else full * n + i
         start, count = rs_rows(2 * n + 1, me, n)
         assert torch.equal(got, whole[start:start + count])
+
+
+def test_alltoall_repeated():
+    """The same alltoall names again and again: splits that stay, that change
+    every 7 rounds on one rank only, equal parts, and unnamed calls, exact;
+    received splits follow the senders' changes."""
+    n, me = hvd.size(), hvd.rank()
+
+    def rows(sender, receiver, i):
+        # rank 0's splits change every 7 rounds, the others' stay
+        return (sender + 2 * receiver + (i // 7 if sender == 0 else 0)) % 3 + (sender == receiver)
+
+    def piece(sender, receiver, i):
+        k = rows(sender, receiver, i)
+        return torch.arange(k * 2, dtype=torch.int64).reshape(k, 2) + 1000 * sender + 10 * receiver + i
+
+    for i in range(30):
+        x = torch.cat([piece(me, r, i) for r in range(n)])
+        splits = [rows(me, r, i) for r in range(n)]
+        out, received = hvd.alltoall(x, splits=splits, name="rep.a2a")
+        assert torch.equal(out, torch.cat([piece(s, me, i) for s in range(n)]))
+        assert received.tolist() == [rows(s, me, i) for s in range(n)]
+        eq = torch.cat([torch.full((2, 3), 100 * me + 10 * r + i) for r in range(n)])
+        got = hvd.alltoall(eq, name="rep.a2a.eq" if i % 2 else None)
+        assert torch.equal(got, torch.cat([torch.full((2, 3), 100 * s + 10 * me + i) for s in range(n)]))
+        got.fill_(-1)  # a dropped result's memory is reused: nothing of it may leak
 
 
 def test_blocking_bad_root_after_good():

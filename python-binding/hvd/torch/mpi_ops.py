@@ -512,7 +512,7 @@ def _sparse_coo_tensor(indices: torch.Tensor, values: torch.Tensor, size: torch.
     return torch.sparse_coo_tensor(indices, values, size)
 
 
-# ---- the blocking broadcast, allgather and reducescatter of a plain CPU tensor --
+# ---- the blocking broadcast, allgather, reducescatter and alltoall of a plain CPU tensor --
 # As _allreduce_now: a CPU tensor of the global process set, no autograd, no
 # compression; its request less the pointers is made once per (kind, name,
 # dtype, shape, and the kind's own fields), and the call waits at once on
@@ -561,6 +561,7 @@ def _result(h: Any, dtype: torch.dtype) -> torch.Tensor:
 _KIND_BROADCAST = _core.KIND_BROADCAST
 _KIND_ALLGATHER = _core.KIND_ALLGATHER
 _KIND_REDUCESCATTER = _core.KIND_REDUCESCATTER
+_KIND_ALLTOALL = _core.KIND_ALLTOALL
 
 
 def _broadcast_now(tensor: torch.Tensor, output: torch.Tensor, root_rank: int, name: Optional[str]) -> torch.Tensor:
@@ -825,7 +826,22 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = Non
     """Scatters rows of tensor to all processes and gathers what they send;
     returns the gathered tensor, plus the received splits when splits were
     given. Differentiable."""
+    if process_set is _GLOBAL and _name_ok(name) and _plain(tensor):
+        return _alltoall_now(tensor, splits, name)
     return HorovodAlltoall.apply(tensor, splits, name, process_set)
+
+
+def _alltoall_now(tensor: torch.Tensor, splits: Any, name: Optional[str]):
+    """alltoall() of a plain CPU tensor of the global set, as _run_now runs
+    the other blocking collectives (requests kept per splits too)."""
+    values = _splits_list(splits, tensor, _core.size())
+    h = _run_now(_KIND_ALLTOALL, "alltoall", name, tensor, None, (tensor, splits),
+                 (None if values is None else tuple(values),), lambda: {"splits": values})
+    out = _result(h, tensor.dtype)
+    if splits is None:
+        return out
+    splits_dtype = splits.dtype if isinstance(splits, torch.Tensor) else torch.int32
+    return out, torch.tensor(h.recv_splits(), dtype=splits_dtype)
 
 
 # ---- reducescatter --------------------------------------------------------------
