@@ -716,6 +716,44 @@ static uint64_t pub_bytes(const hvd_xop_t *op, const hvd_xmember_t *m, int j, si
         return 0;
 }
 
+/* The rows of member tensor m that member `me` keeps itself: at byte src
+ * of its input, byte dst of its output, len bytes (an allgather's own rows;
+ * an alltoall's rows to itself). */
+static void own_piece(const hvd_xop_t *op, const hvd_xmember_t *m, int me, int size, size_t es, uint64_t *src,
+                      uint64_t *dst, uint64_t *len) {
+        uint64_t row = m->row_elems * es;
+        *src = *dst = 0;
+        if (op->kind == HVD__KIND__KIND_ALLGATHER) {
+                for (int k = 0; k < me; k++)
+                        *dst += (uint64_t) m->rank_rows[k] * row;
+                *len = (uint64_t) m->rank_rows[me] * row;
+                return;
+        }
+        for (int d = 0; d < me; d++)
+                *src += (uint64_t) m->splits[(size_t) me * size + d] * row;
+        for (int k = 0; k < me; k++)
+                *dst += (uint64_t) m->splits[(size_t) k * size + me] * row;
+        *len = (uint64_t) m->splits[(size_t) me * size + me] * row;
+}
+
+/* Window [w0, w1) of my stream into my slot: the part of member m's piece,
+ * stream bytes [p0, p1), that falls in it, but [s0, s1) (nobody reads it);
+ * around the caches where `around` (slot_mode.c). */
+static void publish(uint8_t *slot, const hvd_xmember_t *m, uint64_t p0, uint64_t p1, uint64_t w0, uint64_t w1,
+                    uint64_t s0, uint64_t s1, bool around) {
+        uint64_t part[2][2] = { { p0, HVD_MIN(p1, s0) }, { HVD_MAX(p0, s1), p1 } };
+        for (int k = 0; k < 2; k++) {
+                uint64_t a = HVD_MAX(part[k][0], w0), e = HVD_MIN(part[k][1], w1);
+                if (a >= e)
+                        continue;
+                if (m->in)
+                        (around ? hvd_copy_stream : hvd_copy)(slot + (a - w0), (const uint8_t *) m->in + (a - p0),
+                                                              e - a);
+                else
+                        memset(slot + (a - w0), 0, e - a);
+        }
+}
+
 /* Copies window [w0, w1) of member j's stream (at `slot`) into my outputs. */
 static void read_window(const view_t *v, const hvd_xop_t *op, int j, const uint8_t *slot, uint64_t w0, uint64_t w1,
                         size_t es) {
@@ -760,24 +798,30 @@ static int execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                 if (j == me)
                         mine = len;
         }
+        /* my slot writes: measured per size class (slot_mode.c), or
+         * HVD_SHM_SLOT_STREAM's */
+        hvd_slot_mode_t *sm = !b->slot_stream ? hvd_slot_mode_of_stream(b, mine) : NULL;
+        bool pub_nt = sm ? hvd_slot_mode_stream(sm) : b->slot_stream == 1;
+        uint64_t t0 = sm ? hvd_now_usec() : 0;
         /* the root's own result goes straight from input to output */
         if (op->kind == HVD__KIND__KIND_BROADCAST && me == op->root) {
                 for (size_t i = 0; i < op->n; i++)
                         if (op->m[i].out && op->m[i].in != op->m[i].out)
                                 memmove(op->m[i].out, op->m[i].in, op->m[i].count * es);
         }
-        /* so do an allgather's own rows: one copy, not two through the slot */
-        bool own_direct = op->kind == HVD__KIND__KIND_ALLGATHER;
+        /* so do an allgather's own rows, and the rows an alltoall sends this
+         * rank itself (which then stay out of its slot): one copy, not two
+         * through the slot */
+        bool own_direct = op->kind == HVD__KIND__KIND_ALLGATHER || op->kind == HVD__KIND__KIND_ALLTOALL;
         if (own_direct)
                 for (size_t i = 0; i < op->n; i++) {
                         const hvd_xmember_t *m = &op->m[i];
-                        uint64_t row = m->row_elems * es, dst = 0, len = (uint64_t) m->rank_rows[me] * row;
-                        for (int k = 0; k < me; k++)
-                                dst += (uint64_t) m->rank_rows[k] * row;
+                        uint64_t src, dst, len;
+                        own_piece(op, m, me, size, es, &src, &dst, &len);
                         if (!m->out || !len)
                                 continue;
                         if (m->in)
-                                memmove((uint8_t *) m->out + dst, m->in, len);
+                                memmove((uint8_t *) m->out + dst, (const uint8_t *) m->in + src, len);
                         else
                                 memset((uint8_t *) m->out + dst, 0, len);
                 }
@@ -790,13 +834,14 @@ static int execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                         for (size_t i = 0; i < op->n; i++) {
                                 const hvd_xmember_t *m = &op->m[i];
                                 uint64_t plen = pub_bytes(op, m, me, es, size);
-                                uint64_t a = HVD_MAX(soff, w0), e = HVD_MIN(soff + plen, w1);
-                                if (a < e) {
-                                        if (m->in)
-                                                hvd_copy(slot + (a - w0), (const uint8_t *) m->in + (a - soff), e - a);
-                                        else
-                                                memset(slot + (a - w0), 0, e - a);
+                                /* an alltoall's rows to this rank itself: nobody reads them here */
+                                uint64_t skip0 = plen, skip1 = plen;
+                                if (op->kind == HVD__KIND__KIND_ALLTOALL) {
+                                        uint64_t dst, len;
+                                        own_piece(op, m, me, size, es, &skip0, &dst, &len);
+                                        skip1 = skip0 + len;
                                 }
+                                publish(slot, m, soff, soff + plen, w0, w1, soff + skip0, soff + skip1, pub_nt);
                                 soff += plen;
                         }
                 }
@@ -814,6 +859,8 @@ static int execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                 if ((r = end_step(b, v, op->name, err, err_len)) < 0)
                         return r;
         }
+        if (sm)
+                hvd_slot_mode_note(sm, mine, hvd_now_usec() - t0);
         return 0;
 }
 

@@ -65,8 +65,9 @@ typedef struct view {
         bool set;
 } view_t;
 
-/* slot_mode.c: per size class of the segment path, whether this rank
- * writes its slot with non-temporal stores, from measured rates */
+/* slot_mode.c: per size class of the segment path (and, apart, of the
+ * byte streams: broadcast, allgather, alltoall), whether this rank writes
+ * its slot with non-temporal stores, from measured rates */
 #define HVD_SLOT_MODE_CLASSES 14
 typedef struct hvd_slot_mode {
         uint64_t n, since;   /* operations of the class; since it last measured both modes */
@@ -121,7 +122,8 @@ struct hvd_backend {
         size_t rs_m_cap;
         uint32_t set_local[HVD_MAX_SET_LOCAL];
         hvd_slot_mode_t slot_mode[HVD_SLOT_MODE_CLASSES];
-        int slot_stream; /* HVD_SHM_SLOT_STREAM: 0 measured, 1 always, 2 never */
+        hvd_slot_mode_t pub_mode[HVD_SLOT_MODE_CLASSES]; /* the byte streams' */
+        int slot_stream;                                 /* HVD_SHM_SLOT_STREAM: 0 measured, 1 always, 2 never */
 };
 
 static inline uint8_t *slot_of(hvd_backend_t *b, const view_t *v, int k) {
@@ -140,6 +142,8 @@ void hvd_cpu_copy_in(const hvd_xop_t *op, uint8_t *mine, uint64_t c0, uint64_t c
  * small to measure); whether its next operation streams the slot writes;
  * the time that operation took (usec). */
 hvd_slot_mode_t *hvd_slot_mode_of(hvd_backend_t *b, uint64_t bytes);
+/* The same for a byte stream of which this rank publishes bytes. */
+hvd_slot_mode_t *hvd_slot_mode_of_stream(hvd_backend_t *b, uint64_t bytes);
 bool hvd_slot_mode_stream(const hvd_slot_mode_t *m);
 void hvd_slot_mode_note(hvd_slot_mode_t *m, uint64_t bytes, uint64_t usec);
 

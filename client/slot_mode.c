@@ -18,7 +18,10 @@
  * changed) and every SLOT_MODE_CALM operations; with non-temporal ones,
  * whose rate does not show the placement, every SLOT_MODE_RESTLESS. Every
  * rank counts the same operations and times the same ones (each operation
- * ends on a barrier), so the ranks measure and switch together. */
+ * ends on a barrier), so the ranks measure and switch together. The byte
+ * streams (broadcast, allgather, alltoall) keep classes of their own, by
+ * the bytes a rank publishes: a reader there copies lines the publisher
+ * just wrote, as on the segment path. */
 #include "config.h"
 
 #include "cpu_internal.h"
@@ -38,13 +41,24 @@
  * best, decaying by this much an operation */
 #define SLOT_MODE_DECAY 0.999
 
-hvd_slot_mode_t *hvd_slot_mode_of(hvd_backend_t *b, uint64_t bytes) {
+/* The size class of bytes, or -1 below SLOT_MODE_MIN_BYTES */
+static int class_of(uint64_t bytes) {
         if (bytes < SLOT_MODE_MIN_BYTES)
-                return NULL;
+                return -1;
         int k = 0;
         for (uint64_t x = bytes / SLOT_MODE_MIN_BYTES; x > 1 && k < HVD_SLOT_MODE_CLASSES - 1; x >>= 1)
                 k++;
-        return &b->slot_mode[k];
+        return k;
+}
+
+hvd_slot_mode_t *hvd_slot_mode_of(hvd_backend_t *b, uint64_t bytes) {
+        int k = class_of(bytes);
+        return k < 0 ? NULL : &b->slot_mode[k];
+}
+
+hvd_slot_mode_t *hvd_slot_mode_of_stream(hvd_backend_t *b, uint64_t bytes) {
+        int k = class_of(bytes);
+        return k < 0 ? NULL : &b->pub_mode[k];
 }
 
 bool hvd_slot_mode_stream(const hvd_slot_mode_t *m) {

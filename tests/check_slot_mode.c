@@ -46,6 +46,10 @@ START_TEST(test_classes) {
         ck_assert_ptr_eq(c, &b.slot_mode[2]);
         ck_assert_ptr_eq(hvd_slot_mode_of(&b, MIB + 5), c);
         ck_assert_ptr_eq(hvd_slot_mode_of(&b, UINT64_C(1) << 40), &b.slot_mode[HVD_SLOT_MODE_CLASSES - 1]);
+        /* the byte streams' classes are their own */
+        ck_assert_ptr_null(hvd_slot_mode_of_stream(&b, 0));
+        ck_assert_ptr_eq(hvd_slot_mode_of_stream(&b, MIB), &b.pub_mode[2]);
+        ck_assert_ptr_eq(hvd_slot_mode_of_stream(&b, 256 * 1024), &b.pub_mode[0]);
 }
 END_TEST
 

@@ -59,13 +59,13 @@ fi
 # both kinds of reduction step (every slot into the outputs up to 32 KiB,
 # segments above) and windows of the byte
 # streams, whatever the machine's core count; the slots written around the
-# caches on the segment path (HVD_SHM_SLOT_STREAM=on, which the measured
-# default takes only where it is faster)
+# caches on the segment path and in the byte streams (HVD_SHM_SLOT_STREAM=on,
+# which the measured default takes only where it is faster)
 if [ "$n" -ge 2 ]; then
         HVD_SHM_CHUNK_BYTES=98304 HVD_SHM_DIRECT_BYTES=32768 HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp \
                 HVD_SHM_ZERO_COPY_BYTES=4096 HVD_SHM_SLOT_STREAM=on \
                 "$launch" -r "$tmp/rt" -t $tmo -n "$n" -- "$worker" allreduce shared grouped broadcast allgather \
-                reducescatter many >"$tmp/chunks.out" 2>&1
+                alltoall reducescatter many >"$tmp/chunks.out" 2>&1
         status=$?
         sed 's/^/[chunks] /' "$tmp/chunks.out"
         [ $status -eq 0 ] || fail "worker_collectives in 96 KiB chunks on $n ranks exited with $status" \
