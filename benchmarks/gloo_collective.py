@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """gloo_collective.py — the torch.distributed (gloo) peer of
-bench_collective: the same sweep (allreduce, broadcast, allgather), the same
-output line format (impl=gloo). Gloo in torch 1.13 has no reduce_scatter
+bench_collective: the same sweep (allreduce, broadcast, allgather,
+alltoall: all_to_all_single in equal parts), the same output line format
+(impl=gloo). Gloo in torch 1.13 has no reduce_scatter
 (nor _allgather_base): allgather gathers into a list of per-rank tensors,
 and --op reducescatter prints nothing. Spawns its own ranks on this machine.
 
@@ -25,7 +26,8 @@ def worker(rank, args, port):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=args.np)
     size = args.np
-    factor = {"allreduce": 2 * (size - 1) / size, "broadcast": 1.0, "allgather": (size - 1) / size}[args.op]
+    factor = {"allreduce": 2 * (size - 1) / size, "broadcast": 1.0, "allgather": (size - 1) / size,
+              "alltoall": (size - 1) / size}[args.op]
     nbytes = args.min_bytes
     while nbytes <= args.max_bytes:
         count = nbytes // 4
@@ -35,6 +37,11 @@ def worker(rank, args, port):
                 t = torch.ones(count // size, dtype=torch.float32)
                 outs = [torch.empty(count // size, dtype=torch.float32) for _ in range(size)]
                 op = lambda: dist.all_gather(outs, t)
+            elif args.op == "alltoall":
+                # bytes is what each rank sends in all, equal parts to every rank
+                t = torch.ones(count // size * size, dtype=torch.float32)
+                out = torch.empty_like(t)
+                op = lambda: dist.all_to_all_single(out, t)
             elif args.op == "broadcast":
                 t = torch.ones(count, dtype=torch.float32)
                 op = lambda: dist.broadcast(t, 0)
@@ -74,7 +81,8 @@ def main():
     p.add_argument("--max-bytes", type=int, default=64 << 20)
     p.add_argument("--iters", type=int, default=0)
     p.add_argument("--min-time", type=float, default=0.1, help="time each size over calls filling this (s)")
-    p.add_argument("--op", default="allreduce", choices=["allreduce", "broadcast", "allgather", "reducescatter"])
+    p.add_argument("--op", default="allreduce", choices=["allreduce", "broadcast", "allgather", "reducescatter",
+                                                               "alltoall"])
     args = p.parse_args()
     if args.op == "reducescatter":
         return  # ProcessGroupGloo does not support reduce_scatter

@@ -1,6 +1,6 @@
 /* mpi_collective.c — the peer of bench_collective.c: the same sweep through
  * Open MPI (MPI_Allreduce in place, MPI_Bcast, MPI_Allgather,
- * MPI_Reduce_scatter_block), printing the same line format with impl=mpi,
+ * MPI_Reduce_scatter_block, MPI_Alltoall), printing the same line format with impl=mpi,
  * each size timed by the same rule (--iters, or calls filling --min-time). */
 #include <mpi.h>
 #include <stdio.h>
@@ -18,6 +18,8 @@ static void run_once(const char *op, float *in, float *out, int count, int size)
                 MPI_Allgather(in, count / size, MPI_FLOAT, out, count / size, MPI_FLOAT, MPI_COMM_WORLD);
         else if (!strcmp(op, "reducescatter"))
                 MPI_Reduce_scatter_block(in, out, count / size, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+        else if (!strcmp(op, "alltoall"))
+                MPI_Alltoall(in, count / size, MPI_FLOAT, out, count / size, MPI_FLOAT, MPI_COMM_WORLD);
 }
 
 int main(int argc, char **argv) {

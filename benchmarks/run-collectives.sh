@@ -1,12 +1,13 @@
 #!/bin/bash
 # run-collectives.sh — collective sweeps of hvd (benchmarks/bench_collective)
 # beside Open MPI (benchmarks/mpi_collective: MPI_Allreduce, MPI_Bcast,
-# MPI_Allgather, MPI_Reduce_scatter_block) and torch.distributed's gloo
+# MPI_Allgather, MPI_Reduce_scatter_block, MPI_Alltoall) and torch.distributed's gloo
 # backend (benchmarks/gloo_collective.py; gloo has no reduce_scatter) in the
 # same run, alternating, medians of ROUNDS: time, algbw, busbw (nccl-tests
 # convention: bytes is the whole buffer — for allgather the gathered output,
-# for reducescatter the input; busbw = algbw · 2(n-1)/n for allreduce,
-# (n-1)/n for allgather and reducescatter, 1 for broadcast). A table per
+# for reducescatter the input, for alltoall what each rank sends, in equal
+# parts; busbw = algbw · 2(n-1)/n for allreduce, (n-1)/n for allgather,
+# reducescatter and alltoall, 1 for broadcast). A table per
 # collective, the spread of each system's busbw over the rounds (min,
 # median, max: a slow round shows there, not only in the median), and a
 # gnuplot PNG of busbw against size: one panel per collective and rank
@@ -14,7 +15,7 @@
 # fastest round, the run's date, commit and machine in the title.
 #
 #   benchmarks/run-collectives.sh [BUILDDIR]     (after `make bench`)
-# Environment: OPS="allreduce broadcast allgather reducescatter", NPS="2 4",
+# Environment: OPS="allreduce broadcast allgather reducescatter alltoall", NPS="2 4",
 # ROUNDS=3, MIN=8, MAX=268435456, NODES=1 (or 2, 4: emulated nodes, one
 # daemon each on loopback; the MPI peer then uses TCP, gloo is left out),
 # PNG=collectives.png (empty: no plot), OUT_OF_PLACE=1 (also time hvd's
@@ -31,7 +32,7 @@ set -u
 build=${1:-$(pwd)}
 build=$(cd "$build" && pwd)
 src=$(cd "$(dirname "$0")/.." && pwd)
-OPS=${OPS:-"allreduce broadcast allgather reducescatter"}
+OPS=${OPS:-"allreduce broadcast allgather reducescatter alltoall"}
 NPS=${NPS:-"2 4"} ROUNDS=${ROUNDS:-3} MIN=${MIN:-8} MAX=${MAX:-268435456} NODES=${NODES:-1}
 OUT_OF_PLACE=${OUT_OF_PLACE:-0} SHARED=${SHARED:-0} MIN_TIME=${MIN_TIME:-0.1}
 PNG=${PNG-collectives-nodes$NODES.png}
@@ -128,7 +129,7 @@ for line in open(path):
     r = rows.setdefault((m["bench"], int(m["np"]), int(m["bytes"])), {}).setdefault(impl, {"t": [], "bw": []})
     r["t"].append(float(m["time_us"]))
     r["bw"].append(float(m["busbw_gbs"]))
-order = ["allreduce", "broadcast", "allgather", "reducescatter"]
+order = ["allreduce", "broadcast", "allgather", "reducescatter", "alltoall"]
 ops = sorted({k[0] for k in rows}, key=lambda o: order.index(o) if o in order else 9)
 impls = [i for i in ("hvd", "hvd_oop", "hvd_shr", "mpi", "gloo") if any(i in v for v in rows.values())]
 f = lambda x, w=8, p=3: f"{x:{w}.{p}f}" if x is not None else f"{'-':>{w}}"
