@@ -699,7 +699,9 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
 
 /* Byte streams: every member publishes a stream (its pieces, concatenated),
  * window by window through its slot; every reader copies the ranges it
- * wants. Broadcast, allgather and alltoall are all this. */
+ * wants. Broadcast, allgather and alltoall are all this. An alltoall's
+ * piece leaves out the rows a member sends itself, which go straight from
+ * its input to its output: its stream holds only what others read. */
 
 /* Bytes of member tensor m that member j publishes. */
 static uint64_t pub_bytes(const hvd_xop_t *op, const hvd_xmember_t *m, int j, size_t es, int size) {
@@ -709,7 +711,8 @@ static uint64_t pub_bytes(const hvd_xop_t *op, const hvd_xmember_t *m, int j, si
         case HVD__KIND__KIND_ALLTOALL: {
                 uint64_t rows = 0;
                 for (int d = 0; d < size; d++)
-                        rows += (uint64_t) m->splits[(size_t) j * size + d];
+                        if (d != j)
+                                rows += (uint64_t) m->splits[(size_t) j * size + d];
                 return rows * m->row_elems * es;
         }
         }
@@ -737,18 +740,20 @@ static void own_piece(const hvd_xop_t *op, const hvd_xmember_t *m, int me, int s
 }
 
 /* Window [w0, w1) of my stream into my slot: the part of member m's piece,
- * stream bytes [p0, p1), that falls in it, but [s0, s1) (nobody reads it);
- * around the caches where `around` (slot_mode.c). */
+ * stream bytes [p0, p1), that falls in it; the piece is m's input but for
+ * hole bytes at offset at (an alltoall's rows to myself); around the
+ * caches where `around` (slot_mode.c). */
 static void publish(uint8_t *slot, const hvd_xmember_t *m, uint64_t p0, uint64_t p1, uint64_t w0, uint64_t w1,
-                    uint64_t s0, uint64_t s1, bool around) {
-        uint64_t part[2][2] = { { p0, HVD_MIN(p1, s0) }, { HVD_MAX(p0, s1), p1 } };
+                    uint64_t at, uint64_t hole, bool around) {
+        /* stream [p0, p0 + at) is input [0, at); [p0 + at, p1) is input [at + hole, ...) */
+        uint64_t part[2][3] = { { p0, HVD_MIN(p1, p0 + at), 0 }, { HVD_MIN(p1, p0 + at), p1, hole } };
         for (int k = 0; k < 2; k++) {
                 uint64_t a = HVD_MAX(part[k][0], w0), e = HVD_MIN(part[k][1], w1);
                 if (a >= e)
                         continue;
                 if (m->in)
-                        (around ? hvd_copy_stream : hvd_copy)(slot + (a - w0), (const uint8_t *) m->in + (a - p0),
-                                                              e - a);
+                        (around ? hvd_copy_stream : hvd_copy)(slot + (a - w0),
+                                                              (const uint8_t *) m->in + (a - p0) + part[k][2], e - a);
                 else
                         memset(slot + (a - w0), 0, e - a);
         }
@@ -773,7 +778,8 @@ static void read_window(const view_t *v, const hvd_xop_t *op, int j, const uint8
                         break;
                 case HVD__KIND__KIND_ALLTOALL:
                         for (int d = 0; d < me; d++)
-                                want0 += (uint64_t) m->splits[(size_t) j * size + d] * row_bytes;
+                                if (d != j) /* not in j's stream */
+                                        want0 += (uint64_t) m->splits[(size_t) j * size + d] * row_bytes;
                         want1 = want0 + (uint64_t) m->splits[(size_t) j * size + me] * row_bytes;
                         for (int k = 0; k < j; k++)
                                 dst += (uint64_t) m->splits[(size_t) k * size + me] * row_bytes;
@@ -834,14 +840,11 @@ static int execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                         for (size_t i = 0; i < op->n; i++) {
                                 const hvd_xmember_t *m = &op->m[i];
                                 uint64_t plen = pub_bytes(op, m, me, es, size);
-                                /* an alltoall's rows to this rank itself: nobody reads them here */
-                                uint64_t skip0 = plen, skip1 = plen;
-                                if (op->kind == HVD__KIND__KIND_ALLTOALL) {
-                                        uint64_t dst, len;
-                                        own_piece(op, m, me, size, es, &skip0, &dst, &len);
-                                        skip1 = skip0 + len;
-                                }
-                                publish(slot, m, soff, soff + plen, w0, w1, soff + skip0, soff + skip1, pub_nt);
+                                /* an alltoall's rows to this rank itself are not in its stream */
+                                uint64_t at = plen, hole = 0, dst;
+                                if (op->kind == HVD__KIND__KIND_ALLTOALL)
+                                        own_piece(op, m, me, size, es, &at, &dst, &hole);
+                                publish(slot, m, soff, soff + plen, w0, w1, at, hole, pub_nt);
                                 soff += plen;
                         }
                 }
