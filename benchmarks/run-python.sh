@@ -11,8 +11,8 @@
 # torch (Debian's /usr/bin/python3 and torch 1.13: Horovod 0.28.1 builds
 # against no torch newer than 2.3). Measures the allreduce sweep in place and
 # out of place, the ResNet-50 gradient step and real training steps through
-# DistributedOptimizer or DDP; with WHAT=colls also broadcast, allgather and
-# reducescatter (torch_peers.py's docstring says exactly what).
+# DistributedOptimizer or DDP; with WHAT=colls also broadcast, allgather,
+# reducescatter and alltoall (torch_peers.py's docstring says exactly what).
 # Prints the raw lines, then per size and per step the medians over the
 # rounds and the speed ratios of hvd against each peer (each round's ratio
 # from that round's own runs; median and range over the rounds), and the
@@ -225,8 +225,9 @@ for mode in ("inplace", "outofplace", "shared"):
         print(line)
         if vh is not None:
             targets.append((f"allreduce {mode} {n} B vs Horovod", vh, 5.0))
-factors = {"broadcast": 1.0, "allgather": (np_ - 1) / np_, "reducescatter": (np_ - 1) / np_}
-for op in ("broadcast", "allgather", "reducescatter"):
+factors = {"broadcast": 1.0, "allgather": (np_ - 1) / np_, "reducescatter": (np_ - 1) / np_,
+           "alltoall": (np_ - 1) / np_}
+for op in ("broadcast", "allgather", "reducescatter", "alltoall"):
     sizes = sorted(k[2] for k in rows if k[0] == "coll" and k[1] == op)
     if not sizes:
         continue

@@ -22,17 +22,20 @@ What it measures (--what, comma-separated; rank 0 prints one line each):
              mode=shared (hvd only): hvd.allreduce_(t) on a shared tensor
              (hvd.shared_like), which the other local ranks read in place
         bench=allreduce impl=I mode=M bytes=N np=P time_us=.. busbw_gbs=..
-    colls    broadcast, allgather and reducescatter (float32, sum), the
-             blocking calls a script makes, from --min-bytes to --max-bytes:
-             bytes is the broadcast tensor, the gathered result and the
-             reduced input (nccl-tests' convention); busbw = algbw times
-             1, (np-1)/np, (np-1)/np.
+    colls    broadcast, allgather, reducescatter (float32, sum) and
+             alltoall (equal parts), the blocking calls a script makes,
+             from --min-bytes to --max-bytes: bytes is the broadcast
+             tensor, the gathered result, the reduced input and what each
+             rank sends (nccl-tests' convention); busbw = algbw times 1,
+             (np-1)/np, (np-1)/np, (np-1)/np.
              hvd, Horovod: hvd.broadcast_(t, 0), hvd.allgather(part)
-             (a new result each call), hvd.reducescatter(t, op=Sum);
+             (a new result each call), hvd.reducescatter(t, op=Sum),
+             hvd.alltoall(t) (a new result each call);
              torch: dist.broadcast(t, 0), dist.all_gather_into_tensor
              (or dist.all_gather into a list where gloo has no
-             all_gather_into_tensor), dist.reduce_scatter_tensor; an op a
-             system lacks prints "# IMPL (no OP: why)" and no line
+             all_gather_into_tensor), dist.reduce_scatter_tensor,
+             dist.all_to_all_single; an op a system lacks prints
+             "# IMPL (no OP: why)" and no line
         bench=coll op=O impl=I bytes=N np=P time_us=.. busbw_gbs=..
     step     the gradients of --model-tsv (ResNet-50: 161 tensors, 97.5 MiB),
              averaged in backward order, all in flight together:
@@ -164,8 +167,9 @@ class Comm:
 
     def collective(self, op, count, name):
         """A function that runs one blocking op (broadcast, allgather,
-        reducescatter) of a float32 tensor of count elements (the gathered
-        total, the reduced input), or why this system cannot."""
+        reducescatter, alltoall) of a float32 tensor of count elements (the
+        gathered total, the reduced input, what each rank sends), or why
+        this system cannot."""
         n = self.size
         part = torch.ones(count // n)
         t = torch.ones(count)
@@ -173,7 +177,8 @@ class Comm:
             hvd = self.hvd
             fns = {"broadcast": lambda: hvd.broadcast_(t, 0, name=name),
                    "allgather": lambda: hvd.allgather(part, name=name),
-                   "reducescatter": lambda: hvd.reducescatter(t, name=name, op=hvd.Sum)}
+                   "reducescatter": lambda: hvd.reducescatter(t, name=name, op=hvd.Sum),
+                   "alltoall": lambda: hvd.alltoall(t, name=name)}
             return fns[op]
         dist = self.dist
         if op == "broadcast":
@@ -186,6 +191,13 @@ class Comm:
             except (AttributeError, RuntimeError, NotImplementedError):
                 outs = [torch.empty(count // n) for _ in range(n)]
                 return lambda: dist.all_gather(outs, part)
+        if op == "alltoall":
+            out = torch.empty(count)
+            try:
+                dist.all_to_all_single(out, t)
+            except (AttributeError, RuntimeError, NotImplementedError) as e:
+                return f"{type(e).__name__}: {str(e).splitlines()[0][:80]}"
+            return lambda: dist.all_to_all_single(out, t)
         out = torch.empty(count // n)
         try:
             dist.reduce_scatter_tensor(out, t)
@@ -320,13 +332,13 @@ def sweep(comm, args, emit):
 def colls(comm, args, emit):
     impl = comm.impl if comm.impl != "torch" else "gloo"
     factor = {"broadcast": 1.0, "allgather": (comm.size - 1) / comm.size,
-              "reducescatter": (comm.size - 1) / comm.size}
+              "reducescatter": (comm.size - 1) / comm.size, "alltoall": (comm.size - 1) / comm.size}
     lacking = set()
     for nbytes in sizes(args.min_bytes, args.max_bytes):
         count = nbytes // 4 // comm.size * comm.size
         if count < comm.size:
             continue
-        for op in ("broadcast", "allgather", "reducescatter"):
+        for op in ("broadcast", "allgather", "reducescatter", "alltoall"):
             if op in lacking:
                 continue
             name = f"colls.{op}.{nbytes}"

@@ -5,7 +5,7 @@
 # real runs print their tables: run-python.sh (hvd and torch.distributed,
 # two rounds, two sizes, a three-tensor step, the CNN's training step) a
 # ratio for every size and step, with WHAT=colls a row for each of the
-# other three collectives, and RAW= the same table from its raw lines;
+# other four collectives, and RAW= the same table from its raw lines;
 # run-synthetic.sh the Horovod script's rate under hvdrun (and Horovod
 # said missing, loudly, where it is not installed); run-one-rank.sh
 # hvd both ways beside gloo. No timing is asserted. Skips without Debian's
@@ -98,13 +98,13 @@ grep -Eq '^  hvd with shared gradients vs hvd: [0-9.]+ \[' "$dir/run" ||
 grep -Eq '^  hvd vs ddp: [0-9.]+ \[' "$dir/run" || fail "run-python.sh: no training-step ratio vs DDP" "$(cat "$dir/run")"
 grep -q "^## training step, cnn" "$dir/run" || fail "run-python.sh: no training-step table" "$(cat "$dir/run")"
 
-# a tiny real WHAT=colls: broadcast, allgather and reducescatter from
-# Python beside gloo, a table row per op with hvd's time; gloo on torch
+# a tiny real WHAT=colls: broadcast, allgather, reducescatter and alltoall
+# from Python beside gloo, a table row per op with hvd's time; gloo on torch
 # 1.13 has no reduce_scatter, which the run says instead of a figure
 PEERS="hvd torch" WHAT=colls ROUNDS=1 MIN=4096 MAX=4096 REPS=1 MIN_TIME=0.01 \
         timeout 120 "$b/run-python.sh" "$HVD_BUILDDIR" >"$dir/colls" 2>&1 || fail "run-python.sh WHAT=colls failed" "$(cat "$dir/colls")"
 ! grep -q "PEER" "$dir/colls" || fail "run-python.sh WHAT=colls: a peer failed or is missing" "$(cat "$dir/colls")"
-for op in broadcast allgather reducescatter; do
+for op in broadcast allgather reducescatter alltoall; do
         sed -n "/^## $op, /,/^\$/p" "$dir/colls" | grep -Eq '^ +4096 +[0-9.]+ \( *[0-9.]+\) ' ||
                 fail "run-python.sh WHAT=colls: no $op row with hvd's time" "$(cat "$dir/colls")"
         if [ $op != reducescatter ] || ! grep -q "^#   # gloo (no reducescatter: " "$dir/colls"; then
