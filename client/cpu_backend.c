@@ -1,7 +1,9 @@
 /* cpu_backend.c — the CPU data plane inside one node: a shared-memory
- * segment with one slot per local rank and a futex barrier. Fusion happens
- * in the copy into the slot; reductions read every slot's segment at once
- * and write it once; results are copied out once.
+ * segment with one slot per local rank and a futex barrier, the
+ * allreduce and reducescatter through it, and the dispatch of every
+ * operation (byte streams: cpu_stream.c; across nodes: cpu_multi.c).
+ * Fusion happens in the copy into the slot; reductions read every slot's
+ * segment at once and write it once; results are copied out once.
  *
  * Invariant (double buffering): each slot is two halves used alternately by
  * consecutive steps (a persistent counter, across operations). Every step is
@@ -62,8 +64,7 @@
  * extra work to matter. Measured with 2 ranks on their own cores and 4 on
  * 2 cores: the segment path is 1.2-1.8x faster from 128 KiB to 32 MiB,
  * quiet or beside a CPU hog, once waits spin or yield rather than sleep. */
-#define DIRECT_BYTES       (64 * 1024)
-#define HVD_RING_MAX_STEPS 2048 /* 2(C-1) steps: up to 1025 nodes */
+#define DIRECT_BYTES (64 * 1024)
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
         return syscall(SYS_futex, (uint32_t *) addr, op, val, ts, NULL, 0);
 }
@@ -206,8 +207,6 @@ static int segment_open(const hvd_backend_t *b, const char *shm_name, int rank, 
         return fd;
 }
 
-static int multi_node_init(hvd_backend_t *b, const hvd_topology_t *t);
-
 int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64_t slot_bytes, uint64_t timeout_usec,
                         hvd_wait_check_fn check, void *userdata, hvd_backend_t **ret, char *err, size_t err_len) {
         int rank = topo->local_rank, size = topo->local_size;
@@ -261,7 +260,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
                         close(topo->listen_fd);
                 return -ENOMEM;
         }
-        int r = multi_node_init(b, topo);
+        int r = hvd_cpu_multi_init(b, topo);
         if (r < 0) {
                 snprintf(err, err_len, "cannot set up the data plane between nodes: %s", hvd_strerror(r));
                 hvd_backend_destroy(&b);
@@ -414,14 +413,14 @@ void hvd_backend_destroy(hvd_backend_t **bp) {
 
 /* Ends a step: the global view alternates halves (see the invariant at the
  * top); a process set has one region and fences it. */
-static int end_step(hvd_backend_t *b, const view_t *v, const char *what, char *err, size_t err_len) {
+int hvd_cpu_end_step(hvd_backend_t *b, const view_t *v, const char *what, char *err, size_t err_len) {
         if (v->set)
                 return hvd_cpu_barrier(b, v, what, err, err_len);
         b->step++;
         return 0;
 }
 
-static double reduce_scale(const hvd_xop_t *op, int size) {
+double hvd_cpu_reduce_scale(const hvd_xop_t *op, int size) {
         double s = op->postscale;
         if (op->reduce_op == HVD_REDUCE_AVERAGE)
                 s /= size;
@@ -443,9 +442,10 @@ static int execute_solo(const hvd_xop_t *op) {
                         else if (op->dtype != HVD_BOOL && !hvd_dtype_is_float(op->dtype)) {
                                 /* integers: scale in two steps, as the multi-rank path does */
                                 hvd_scale_copy(op->dtype, m->out, m->in, m->count, op->prescale);
-                                hvd_scale_copy(op->dtype, m->out, m->out, m->count, reduce_scale(op, 1));
+                                hvd_scale_copy(op->dtype, m->out, m->out, m->count, hvd_cpu_reduce_scale(op, 1));
                         } else
-                                hvd_scale_copy(op->dtype, m->out, m->in, m->count, op->prescale * reduce_scale(op, 1));
+                                hvd_scale_copy(op->dtype, m->out, m->in, m->count,
+                                               op->prescale * hvd_cpu_reduce_scale(op, 1));
                         break;
                 case HVD__KIND__KIND_BROADCAST:
                         if (m->in && m->in != m->out)
@@ -468,7 +468,7 @@ static int execute_solo(const hvd_xop_t *op) {
 /* The fused element space of an op, chunk [c0, c0 + cl): copy the members'
  * inputs into slot (scaled by prescale; zeros for a joined rank), around
  * the caches where around (slot_mode.c). This copy is the fusion. */
-static void chunk_copy_in(const hvd_xop_t *op, uint8_t *slot, uint64_t c0, uint64_t cl, bool around, size_t es) {
+void hvd_cpu_chunk_copy_in(const hvd_xop_t *op, uint8_t *slot, uint64_t c0, uint64_t cl, bool around, size_t es) {
         uint64_t off = 0;
         for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
                 const hvd_xmember_t *m = &op->m[i];
@@ -489,8 +489,8 @@ static void chunk_copy_in(const hvd_xop_t *op, uint8_t *slot, uint64_t c0, uint6
  * slot: copy it out to the members' outputs, but piece `skip` (-1: none),
  * which is there already. stream: outputs that are not also the inputs
  * (not in the caches) are written around the caches. */
-static void chunk_copy_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t c0, uint64_t cl,
-                           uint64_t seg, size_t es, int skip, bool stream) {
+void hvd_cpu_chunk_copy_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t c0, uint64_t cl,
+                            uint64_t seg, size_t es, int skip, bool stream) {
         uint64_t off = 0;
         for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
                 const hvd_xmember_t *m = &op->m[i];
@@ -584,10 +584,10 @@ void hvd_cpu_copy_in(const hvd_xop_t *op, uint8_t *mine, uint64_t c0, uint64_t c
                      bool direct, bool around, size_t es) {
         hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
         if (direct)
-                chunk_copy_in(op, mine, c0, cl, false, es);
+                hvd_cpu_chunk_copy_in(op, mine, c0, cl, false, es);
         else {
-                chunk_copy_in(op, mine, c0, s0, around, es);
-                chunk_copy_in(op, mine + s1 * es, c0 + s1, cl - s1, around, es);
+                hvd_cpu_chunk_copy_in(op, mine, c0, s0, around, es);
+                hvd_cpu_chunk_copy_in(op, mine + s1 * es, c0 + s1, cl - s1, around, es);
         }
         hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
 }
@@ -624,7 +624,7 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
         for (size_t i = 0; i < op->n; i++)
                 total += op->m[i].count;
         uint64_t chunk = (HVD_MIN(b->half_bytes, b->chunk_bytes) / 64) * 64 / es;
-        double post = reduce_scale(op, v->size);
+        double post = hvd_cpu_reduce_scale(op, v->size);
         bool rs = op->kind == HVD__KIND__KIND_REDUCESCATTER;
         /* outputs larger than the caches are written around them */
         bool stream = total * es >= STREAM_BYTES, stream_apart = total * es >= STREAM_APART_BYTES;
@@ -669,7 +669,7 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                                 hvd_reduce_n(op->dtype, op->reduce_op, (uint8_t *) m->out + (a - mine0) * es, b->srcs,
                                              (size_t) v->size, e - a, post);
                         }
-                        if ((r = end_step(b, v, op->name, err, err_len)) < 0)
+                        if ((r = hvd_cpu_end_step(b, v, op->name, err, err_len)) < 0)
                                 return r;
                         continue;
                 }
@@ -677,7 +677,7 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                         /* the copy out, reducing as it goes */
                         hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
                         chunk_reduce_out(b, v, op, c0, cl, es, post, stream);
-                        if ((r = end_step(b, v, op->name, err, err_len)) < 0)
+                        if ((r = hvd_cpu_end_step(b, v, op->name, err, err_len)) < 0)
                                 return r;
                         continue;
                 }
@@ -688,784 +688,13 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                         return r;
                 /* copy out: segment k of the result lives in slot k */
                 hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
-                chunk_copy_out(b, v, op, c0, cl, seg, es, v->me, stream_apart);
-                if ((r = end_step(b, v, op->name, err, err_len)) < 0)
+                hvd_cpu_chunk_copy_out(b, v, op, c0, cl, seg, es, v->me, stream_apart);
+                if ((r = hvd_cpu_end_step(b, v, op->name, err, err_len)) < 0)
                         return r;
         }
         if (sm)
                 hvd_slot_mode_note(sm, total * es, hvd_now_usec() - t0);
         return 0;
-}
-
-/* Byte streams: every member publishes a stream (its pieces, concatenated),
- * window by window through its slot; every reader copies the ranges it
- * wants. Broadcast, allgather and alltoall are all this. An alltoall's
- * piece leaves out the rows a member sends itself, which go straight from
- * its input to its output: its stream holds only what others read. */
-
-/* Bytes of member tensor m that member j publishes. */
-static uint64_t pub_bytes(const hvd_xop_t *op, const hvd_xmember_t *m, int j, size_t es, int size) {
-        switch (op->kind) {
-        case HVD__KIND__KIND_BROADCAST: return j == op->root ? m->count * es : 0;
-        case HVD__KIND__KIND_ALLGATHER: return (uint64_t) m->rank_rows[j] * m->row_elems * es;
-        case HVD__KIND__KIND_ALLTOALL: {
-                uint64_t rows = 0;
-                for (int d = 0; d < size; d++)
-                        if (d != j)
-                                rows += (uint64_t) m->splits[(size_t) j * size + d];
-                return rows * m->row_elems * es;
-        }
-        }
-        return 0;
-}
-
-/* The rows of member tensor m that member `me` keeps itself: at byte src
- * of its input, byte dst of its output, len bytes (an allgather's own rows;
- * an alltoall's rows to itself). */
-static void own_piece(const hvd_xop_t *op, const hvd_xmember_t *m, int me, int size, size_t es, uint64_t *src,
-                      uint64_t *dst, uint64_t *len) {
-        uint64_t row = m->row_elems * es;
-        *src = *dst = 0;
-        if (op->kind == HVD__KIND__KIND_ALLGATHER) {
-                for (int k = 0; k < me; k++)
-                        *dst += (uint64_t) m->rank_rows[k] * row;
-                *len = (uint64_t) m->rank_rows[me] * row;
-                return;
-        }
-        for (int d = 0; d < me; d++)
-                *src += (uint64_t) m->splits[(size_t) me * size + d] * row;
-        for (int k = 0; k < me; k++)
-                *dst += (uint64_t) m->splits[(size_t) k * size + me] * row;
-        *len = (uint64_t) m->splits[(size_t) me * size + me] * row;
-}
-
-/* Window [w0, w1) of my stream into my slot: the part of member m's piece,
- * stream bytes [p0, p1), that falls in it; the piece is m's input but for
- * hole bytes at offset at (an alltoall's rows to myself); around the
- * caches where `around` (slot_mode.c). */
-static void publish(uint8_t *slot, const hvd_xmember_t *m, uint64_t p0, uint64_t p1, uint64_t w0, uint64_t w1,
-                    uint64_t at, uint64_t hole, bool around) {
-        /* stream [p0, p0 + at) is input [0, at); [p0 + at, p1) is input [at + hole, ...) */
-        uint64_t part[2][3] = { { p0, HVD_MIN(p1, p0 + at), 0 }, { HVD_MIN(p1, p0 + at), p1, hole } };
-        for (int k = 0; k < 2; k++) {
-                uint64_t a = HVD_MAX(part[k][0], w0), e = HVD_MIN(part[k][1], w1);
-                if (a >= e)
-                        continue;
-                if (m->in)
-                        (around ? hvd_copy_stream : hvd_copy)(slot + (a - w0),
-                                                              (const uint8_t *) m->in + (a - p0) + part[k][2], e - a);
-                else
-                        memset(slot + (a - w0), 0, e - a);
-        }
-}
-
-/* Copies window [w0, w1) of member j's stream (at `slot`) into my outputs. */
-static void read_window(const view_t *v, const hvd_xop_t *op, int j, const uint8_t *slot, uint64_t w0, uint64_t w1,
-                        size_t es) {
-        int me = v->me, size = v->size;
-        uint64_t soff = 0; /* offset of tensor i's piece in j's stream */
-        for (size_t i = 0; i < op->n; i++) {
-                const hvd_xmember_t *m = &op->m[i];
-                uint64_t plen = pub_bytes(op, m, j, es, size);
-                uint64_t want0 = 0, want1 = 0, dst = 0; /* in piece coordinates; dst offset in out */
-                uint64_t row_bytes = m->row_elems * es;
-                switch (op->kind) {
-                case HVD__KIND__KIND_BROADCAST: want1 = plen; break;
-                case HVD__KIND__KIND_ALLGATHER:
-                        want1 = plen;
-                        for (int k = 0; k < j; k++)
-                                dst += (uint64_t) m->rank_rows[k] * row_bytes;
-                        break;
-                case HVD__KIND__KIND_ALLTOALL:
-                        for (int d = 0; d < me; d++)
-                                if (d != j) /* not in j's stream */
-                                        want0 += (uint64_t) m->splits[(size_t) j * size + d] * row_bytes;
-                        want1 = want0 + (uint64_t) m->splits[(size_t) j * size + me] * row_bytes;
-                        for (int k = 0; k < j; k++)
-                                dst += (uint64_t) m->splits[(size_t) k * size + me] * row_bytes;
-                        break;
-                }
-                uint64_t a = HVD_MAX(soff + want0, w0), e = HVD_MIN(soff + want1, w1);
-                if (a < e && m->out)
-                        hvd_copy((uint8_t *) m->out + dst + (a - soff - want0), slot + (a - w0), e - a);
-                soff += plen;
-        }
-}
-
-static int execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
-        size_t es = hvd_dtype_size(op->dtype);
-        int size = v->size, me = v->me, r;
-        uint64_t win = HVD_MIN(b->half_bytes, b->chunk_bytes), longest = 0, mine = 0;
-        for (int j = 0; j < size; j++) {
-                uint64_t len = 0;
-                for (size_t i = 0; i < op->n; i++)
-                        len += pub_bytes(op, &op->m[i], j, es, size);
-                longest = HVD_MAX(longest, len);
-                if (j == me)
-                        mine = len;
-        }
-        /* my slot writes: measured per size class (slot_mode.c), or
-         * HVD_SHM_SLOT_STREAM's */
-        hvd_slot_mode_t *sm = !b->slot_stream ? hvd_slot_mode_of_stream(b, mine) : NULL;
-        bool pub_nt = sm ? hvd_slot_mode_stream(sm) : b->slot_stream == 1;
-        uint64_t t0 = sm ? hvd_now_usec() : 0;
-        /* the root's own result goes straight from input to output */
-        if (op->kind == HVD__KIND__KIND_BROADCAST && me == op->root) {
-                for (size_t i = 0; i < op->n; i++)
-                        if (op->m[i].out && op->m[i].in != op->m[i].out)
-                                memmove(op->m[i].out, op->m[i].in, op->m[i].count * es);
-        }
-        /* so do an allgather's own rows, and the rows an alltoall sends this
-         * rank itself (which then stay out of its slot): one copy, not two
-         * through the slot */
-        bool own_direct = op->kind == HVD__KIND__KIND_ALLGATHER || op->kind == HVD__KIND__KIND_ALLTOALL;
-        if (own_direct)
-                for (size_t i = 0; i < op->n; i++) {
-                        const hvd_xmember_t *m = &op->m[i];
-                        uint64_t src, dst, len;
-                        own_piece(op, m, me, size, es, &src, &dst, &len);
-                        if (!m->out || !len)
-                                continue;
-                        if (m->in)
-                                memmove((uint8_t *) m->out + dst, (const uint8_t *) m->in + src, len);
-                        else
-                                memset((uint8_t *) m->out + dst, 0, len);
-                }
-        for (uint64_t w0 = 0; w0 < longest; w0 += win) {
-                uint64_t w1 = w0 + win;
-                uint8_t *slot = slot_of(b, v, me);
-                hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
-                if (w0 < mine) {
-                        uint64_t soff = 0;
-                        for (size_t i = 0; i < op->n; i++) {
-                                const hvd_xmember_t *m = &op->m[i];
-                                uint64_t plen = pub_bytes(op, m, me, es, size);
-                                /* an alltoall's rows to this rank itself are not in its stream */
-                                uint64_t at = plen, hole = 0, dst;
-                                if (op->kind == HVD__KIND__KIND_ALLTOALL)
-                                        own_piece(op, m, me, size, es, &at, &dst, &hole);
-                                publish(slot, m, soff, soff + plen, w0, w1, at, hole, pub_nt);
-                                soff += plen;
-                        }
-                }
-                hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
-                if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
-                        return r;
-                hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
-                for (int j = 0; j < size; j++) {
-                        if (op->kind == HVD__KIND__KIND_BROADCAST && (j != op->root || me == op->root))
-                                continue;
-                        if (own_direct && j == me)
-                                continue;
-                        read_window(v, op, j, slot_of(b, v, j), w0, w1, es);
-                }
-                if ((r = end_step(b, v, op->name, err, err_len)) < 0)
-                        return r;
-        }
-        if (sm)
-                hvd_slot_mode_note(sm, mine, hvd_now_usec() - t0);
-        return 0;
-}
-
-/* ---- several nodes ---- */
-
-static int multi_node_init(hvd_backend_t *b, const hvd_topology_t *t) {
-        if (t->cross_size <= 1) {
-                if (t->listen_fd >= 0)
-                        close(t->listen_fd);
-                return 0;
-        }
-        b->rank_cross = malloc((size_t) t->size * sizeof(int));
-        b->rank_local = malloc((size_t) t->size * sizeof(int));
-        b->node_peer = malloc((size_t) t->cross_size * sizeof(int));
-        int *local_sizes = calloc((size_t) t->cross_size, sizeof(int));
-        if (!b->rank_cross || !b->rank_local || !b->node_peer || !local_sizes) {
-                free(local_sizes);
-                if (t->listen_fd >= 0)
-                        close(t->listen_fd);
-                return -ENOMEM;
-        }
-        memcpy(b->rank_cross, t->rank_cross, (size_t) t->size * sizeof(int));
-        memcpy(b->rank_local, t->rank_local, (size_t) t->size * sizeof(int));
-        for (int c = 0; c < t->cross_size; c++)
-                b->node_peer[c] = -1;
-        for (int r = 0; r < t->size; r++) {
-                local_sizes[t->rank_cross[r]]++;
-                if (t->rank_local[r] == t->local_rank)
-                        b->node_peer[t->rank_cross[r]] = r;
-        }
-        b->lmin = INT32_MAX;
-        b->lmax = 0;
-        for (int c = 0; c < t->cross_size; c++) {
-                b->lmin = HVD_MIN(b->lmin, local_sizes[c]);
-                b->lmax = HVD_MAX(b->lmax, local_sizes[c]);
-        }
-        free(local_sizes);
-        int r = hvd_tcp_new(t->listen_fd, t->rank, t->size, t->addrs, t->job_hash, b->timeout_usec, b->check,
-                            b->userdata, &b->tcp);
-        if (r >= 0) {
-                hvd_tcp_set_checksum(b->tcp, t->ring_checksum);
-                hvd_tcp_set_send_thread(b->tcp, t->tcp_send_thread);
-                if (t->tcp_frame_bytes)
-                        hvd_tcp_set_frame_bytes(b->tcp, t->tcp_frame_bytes);
-        }
-        return r;
-}
-
-static uint8_t *scratch_get(hvd_backend_t *b, size_t bytes) {
-        if (bytes > b->scratch_bytes) {
-                uint8_t *p = realloc(b->scratch, bytes);
-                if (!p)
-                        return NULL;
-                b->scratch = p;
-                b->scratch_bytes = bytes;
-        }
-        return b->scratch;
-}
-
-/* Bandwidth-optimal ring allreduce of buf (n elements) among the ranks
- * with my local rank on every node: reduce-scatter, scale my block once,
- * allgather. Each rank sends 2(C-1)/C of the buffer. The 2(C-1) steps are
- * one stream each way (hvd_tcp_stream, a segment per step), pipelined by
- * frames: a received frame is reduced at once, and the next step sends it
- * on as soon as it is — so the wire never waits for a whole block, the
- * reduction overlaps the transfer, and the allgather starts while the
- * reduce-scatter still runs. */
-typedef struct ring {
-        hvd_dtype_t dt;
-        hvd_reduce_op_t op;
-        size_t es;
-        /* the buffer: contiguous (buf), or the outputs of members m[0..nm)
-         * end to end, member k ending at byte mend[k] */
-        uint8_t *buf;
-        const hvd_xmember_t *m;
-        size_t nm;
-        const uint64_t *mend;
-        uint8_t *tmp;
-        uint64_t n, blk;
-        int C, c;
-        double scale;
-        uint64_t len[2 * HVD_RING_MAX_STEPS]; /* bytes of each step's blocks, send then receive */
-        uint64_t done[HVD_RING_MAX_STEPS];    /* bytes of step t's received block reduced or in place */
-} ring_t;
-
-static inline uint64_t ring_b0(const ring_t *g, int i) {
-        return HVD_MIN((uint64_t) i * g->blk, g->n);
-}
-
-static inline uint64_t ring_bl(const ring_t *g, int i) {
-        return HVD_MIN(ring_b0(g, i) + g->blk, g->n) - ring_b0(g, i);
-}
-
-/* blocks sent and received at step t (reduce-scatter for t < C-1) */
-static inline int ring_sb(const ring_t *g, int t) {
-        return t < g->C - 1 ? (g->c - t + g->C) % g->C : (g->c + 1 - (t - (g->C - 1)) + g->C) % g->C;
-}
-
-static inline int ring_rb(const ring_t *g, int t) {
-        return t < g->C - 1 ? (g->c - t - 1 + 2 * g->C) % g->C : (g->c - (t - (g->C - 1)) + g->C) % g->C;
-}
-
-/* Byte `at` of the buffer, and in *contig how many bytes follow it there. */
-static uint8_t *ring_ptr(const ring_t *g, uint64_t at, uint64_t *contig) {
-        if (g->buf) {
-                *contig = g->n * g->es - at;
-                return g->buf + at;
-        }
-        size_t lo = 0, hi = g->nm; /* the first member ending after at */
-        while (lo < hi) {
-                size_t mid = (lo + hi) / 2;
-                if (g->mend[mid] > at)
-                        hi = mid;
-                else
-                        lo = mid + 1;
-        }
-        uint64_t beg = lo ? g->mend[lo - 1] : 0;
-        *contig = g->mend[lo] - at;
-        return (uint8_t *) g->m[lo].out + (at - beg);
-}
-
-static const uint8_t *ring_send_at(void *ud, size_t seg, uint64_t off, uint64_t *ready) {
-        ring_t *g = ud;
-        int t = (int) seg;
-        /* step t sends what step t-1 received (done: see hvd_tcp_stream_t.concurrent) */
-        uint64_t have = t == 0 ? g->len[0] : __atomic_load_n(&g->done[t - 1], __ATOMIC_ACQUIRE);
-        uint64_t contig;
-        const uint8_t *p = ring_ptr(g, ring_b0(g, ring_sb(g, t)) * g->es + off, &contig);
-        *ready = have > off ? HVD_MIN(have - off, contig) : 0;
-        return p;
-}
-
-static uint8_t *ring_recv_at(void *ud, size_t seg, uint64_t off, uint64_t *room) {
-        ring_t *g = ud;
-        int t = (int) seg;
-        if (t < g->C - 1) {
-                *room = g->len[HVD_RING_MAX_STEPS + t] - off;
-                return g->tmp + off; /* reduced frame by frame before the next step reuses it */
-        }
-        return ring_ptr(g, ring_b0(g, ring_rb(g, t)) * g->es + off, room);
-}
-
-static int ring_received(void *ud, size_t seg, uint64_t off, uint64_t len, char *err, size_t err_len) {
-        (void) err;
-        (void) err_len;
-        ring_t *g = ud;
-        int t = (int) seg;
-        if (t < g->C - 1) {
-                uint64_t at = ring_b0(g, ring_rb(g, t)) * g->es + off;
-                for (uint64_t k = 0; k < len;) {
-                        uint64_t contig;
-                        uint8_t *dst = ring_ptr(g, at + k, &contig);
-                        uint64_t l = HVD_MIN(contig, len - k);
-                        const void *srcs[2] = { dst, g->tmp + off + k };
-                        hvd_reduce_n(g->dt, g->op, dst, srcs, 2, l / g->es, 1.0);
-                        if (t == g->C - 2 && g->scale != 1.0) /* my block is complete: scale it once */
-                                hvd_scale_copy(g->dt, dst, dst, l / g->es, g->scale);
-                        k += l;
-                }
-        }
-        __atomic_store_n(&g->done[t], off + len, __ATOMIC_RELEASE);
-        return 0;
-}
-
-/* The ring over buf (n elements), or over the outputs of op's members
- * end to end (buf NULL; every member has an output). */
-static int ring_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, const hvd_xop_t *xop,
-                    uint64_t n, double scale, char *err, size_t err_len) {
-        int C = b->cross_size, c = b->cross_rank;
-        if (2 * (C - 1) > HVD_RING_MAX_STEPS) {
-                snprintf(err, err_len, "%d nodes: the CPU ring supports at most %d", C, HVD_RING_MAX_STEPS / 2 + 1);
-                return -EINVAL;
-        }
-        if (!b->ring && !(b->ring = malloc(sizeof *b->ring)))
-                return -ENOMEM;
-        ring_t *g = b->ring;
-        *g = (ring_t){
-                .dt = dt, .op = op, .es = hvd_dtype_size(dt), .buf = buf, .n = n, .C = C, .c = c, .scale = scale
-        };
-        if (!buf) {
-                if (xop->n > b->mend_cap) {
-                        uint64_t *p = realloc(b->mend, xop->n * sizeof *p);
-                        if (!p)
-                                return -ENOMEM;
-                        b->mend = p;
-                        b->mend_cap = xop->n;
-                }
-                uint64_t at = 0;
-                for (size_t i = 0; i < xop->n; i++)
-                        b->mend[i] = at += xop->m[i].count * g->es;
-                g->m = xop->m;
-                g->nm = xop->n;
-                g->mend = b->mend;
-        }
-        g->blk = (n + (uint64_t) C - 1) / (uint64_t) C;
-        if (!(g->tmp = scratch_get(b, g->blk * g->es > 0 ? g->blk * g->es : 1)))
-                return -ENOMEM;
-        int steps = 2 * (C - 1);
-        for (int t = 0; t < steps; t++) {
-                g->len[t] = ring_bl(g, ring_sb(g, t)) * g->es;
-                g->len[HVD_RING_MAX_STEPS + t] = ring_bl(g, ring_rb(g, t)) * g->es;
-        }
-        if (steps == 0)
-                return 0;
-        hvd_tcp_stream_t s = {
-                .to = b->node_peer[(c + 1) % C],
-                .from = b->node_peer[(c + C - 1) % C],
-                .n_send = (size_t) steps,
-                .n_recv = (size_t) steps,
-                .send_len = g->len,
-                .recv_len = g->len + HVD_RING_MAX_STEPS,
-                .send_at = ring_send_at,
-                .recv_at = ring_recv_at,
-                .received = ring_received,
-                .ud = g,
-                .concurrent = true,
-        };
-        return hvd_tcp_stream(b->tcp, &s, err, err_len);
-}
-
-static int ring_allreduce(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, uint64_t n, double scale,
-                          char *err, size_t err_len) {
-        return ring_run(b, dt, op, buf, NULL, n, scale, err, err_len);
-}
-
-/* Allreduce with one rank on this node: no shared memory to go through.
- * Inputs are copied (prescaled) to the outputs unless in place, and the
- * ring runs on the outputs themselves, end to end: the fused buffer is
- * never materialised, and every byte is read and written once by the ring.
- * The ring is pipelined inside (hvd_tcp_stream), so no chunking either. */
-static int execute_reduce_direct(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
-        size_t es = hvd_dtype_size(op->dtype);
-        uint64_t total = 0;
-        hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
-        for (size_t i = 0; i < op->n; i++) {
-                const hvd_xmember_t *m = &op->m[i];
-                total += m->count;
-                if (!m->in)
-                        memset(m->out, 0, m->count * es);
-                else if (m->in != m->out || op->prescale != 1.0)
-                        hvd_scale_copy(op->dtype, m->out, m->in, m->count, op->prescale);
-        }
-        hvd_xop_phase(op, HVD_TL_PHASE_NETWORK);
-        int r = ring_run(b, op->dtype, op->reduce_op, NULL, op, total, reduce_scale(op, b->g_size), err, err_len);
-        hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
-        if (r < 0)
-                hvd_backend_abort(b, err);
-        return r;
-}
-
-/* Hierarchical allreduce: shared-memory reduce inside the node (each of
- * the first lmin local ranks owns a slice), the ring across nodes per slice
- * (every such local rank drives the network at once), copy-out from shared
- * memory. */
-static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
-        /* one ring over the whole tensor only when every node runs it so:
-         * a node of several ranks cuts it into chunks, each its own ring,
-         * and the nodes' rings must cut alike */
-        if (b->lmax == 1 && op->kind == HVD__KIND__KIND_ALLREDUCE) {
-                bool outs = true;
-                for (size_t i = 0; i < op->n; i++)
-                        outs = outs && op->m[i].out;
-                if (outs)
-                        return execute_reduce_direct(b, op, err, err_len);
-        }
-        size_t es = hvd_dtype_size(op->dtype);
-        uint64_t total = 0;
-        for (size_t i = 0; i < op->n; i++)
-                total += op->m[i].count;
-        uint64_t chunk_bytes = b->ring_chunk_bytes ? HVD_MIN(b->ring_chunk_bytes, b->half_bytes) : b->half_bytes;
-        uint64_t chunk = HVD_MAX((chunk_bytes / 64) * 64 / es, 1);
-        double post = reduce_scale(op, b->g_size);
-        int r;
-        for (uint64_t c0 = 0; c0 < total; c0 += chunk) {
-                uint64_t cl = HVD_MIN(chunk, total - c0);
-                uint8_t *mine = slot_of(b, v, v->me);
-                hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
-                chunk_copy_in(op, mine, c0, cl, false, es);
-                hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
-                if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
-                        return r;
-                uint64_t sl = (cl + (uint64_t) b->lmin - 1) / (uint64_t) b->lmin;
-                sl = (sl + 15) & ~UINT64_C(15);
-                if (v->me < b->lmin) {
-                        uint64_t s0 = HVD_MIN((uint64_t) v->me * sl, cl), s1 = HVD_MIN(s0 + sl, cl);
-                        if (s1 > s0) {
-                                if (v->size > 1) {
-                                        for (int k = 0; k < v->size; k++)
-                                                b->srcs[k] = slot_of(b, v, k) + s0 * es;
-                                        hvd_reduce_n(op->dtype, op->reduce_op, mine + s0 * es, b->srcs,
-                                                     (size_t) v->size, s1 - s0, 1.0);
-                                }
-                                hvd_xop_phase(op, HVD_TL_PHASE_NETWORK);
-                                r = ring_allreduce(b, op->dtype, op->reduce_op, mine + s0 * es, s1 - s0, post, err,
-                                                   err_len);
-                                hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
-                                if (r < 0) {
-                                        hvd_backend_abort(b, err);
-                                        return r;
-                                }
-                        }
-                }
-                if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
-                        return r;
-                hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
-                chunk_copy_out(b, v, op, c0, cl, sl, es, -1, false);
-                if ((r = end_step(b, v, op->name, err, err_len)) < 0)
-                        return r;
-        }
-        return 0;
-}
-
-/* reducescatter across nodes: the hierarchical allreduce into a buffer
- * kept for the next one (no allocation per operation once warm), then
- * each rank keeps its rows. */
-static int execute_reducescatter_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err,
-                                       size_t err_len) {
-        size_t es = hvd_dtype_size(op->dtype);
-        uint64_t total = 0;
-        for (size_t i = 0; i < op->n; i++)
-                total += op->m[i].count;
-        size_t full_bytes = total * es > 0 ? total * es : 1, nm = op->n ? op->n : 1;
-        if (full_bytes > b->rs_full_bytes) {
-                uint8_t *p = realloc(b->rs_full, full_bytes);
-                if (!p)
-                        return -ENOMEM;
-                b->rs_full = p;
-                b->rs_full_bytes = full_bytes;
-        }
-        if (nm > b->rs_m_cap) {
-                hvd_xmember_t *p = realloc(b->rs_m, nm * sizeof *p);
-                if (!p)
-                        return -ENOMEM;
-                b->rs_m = p;
-                b->rs_m_cap = nm;
-        }
-        hvd_xmember_t *tm = b->rs_m;
-        uint8_t *full = b->rs_full;
-        uint64_t off = 0;
-        for (size_t i = 0; i < op->n; i++) {
-                tm[i] = op->m[i];
-                tm[i].out = full + off * es;
-                off += op->m[i].count;
-        }
-        hvd_xop_t ar = *op;
-        ar.kind = HVD__KIND__KIND_ALLREDUCE;
-        ar.m = tm;
-        int r = execute_reduce_multi(b, v, &ar, err, err_len);
-        off = 0;
-        for (size_t i = 0; i < op->n && r >= 0; off += op->m[i].count, i++) {
-                const hvd_xmember_t *m = &op->m[i];
-                int64_t start, nrows;
-                hvd_reducescatter_rows(m->rows, b->g_size, b->g_rank, &start, &nrows);
-                if (m->out)
-                        hvd_copy(m->out, full + (off + (uint64_t) start * m->row_elems) * es,
-                                 (size_t) nrows * m->row_elems * es);
-        }
-        return r;
-}
-
-/* Stream helpers: the concatenation of op members seen as one byte range. */
-static void stream_gather(const hvd_xop_t *op, bool from_in, const uint64_t *len, uint64_t a, uint64_t e,
-                          uint8_t *dst) {
-        uint64_t off = 0;
-        for (size_t i = 0; i < op->n && off < e; off += len[i], i++) {
-                uint64_t x = HVD_MAX(a, off), y = HVD_MIN(e, off + len[i]);
-                if (x >= y)
-                        continue;
-                const uint8_t *src = from_in ? op->m[i].in : op->m[i].out;
-                if (src)
-                        hvd_copy(dst + (x - a), src + (x - off), y - x);
-                else
-                        memset(dst + (x - a), 0, y - x);
-        }
-}
-
-static void stream_scatter(const hvd_xop_t *op, const uint64_t *len, uint64_t a, uint64_t e, const uint8_t *src) {
-        uint64_t off = 0;
-        for (size_t i = 0; i < op->n && off < e; off += len[i], i++) {
-                uint64_t x = HVD_MAX(a, off), y = HVD_MIN(e, off + len[i]);
-                if (x < y && op->m[i].out)
-                        hvd_copy((uint8_t *) op->m[i].out + (x - off), src + (x - a), y - x);
-        }
-}
-
-#define PIECE_BYTES (UINT64_C(1) << 20)
-
-/* broadcast across nodes: a pipelined chain over all ranks from the root. */
-static int execute_broadcast_multi(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
-        size_t es = hvd_dtype_size(op->dtype);
-        int N = b->g_size, me = b->g_rank, root = op->root;
-        int pos = (me - root + N) % N, next = (me + 1) % N, prev = (me - 1 + N) % N;
-        uint64_t *len = calloc(op->n ? op->n : 1, sizeof *len), total = 0;
-        if (!len)
-                return -ENOMEM;
-        for (size_t i = 0; i < op->n; i++)
-                total += len[i] = op->m[i].count * es;
-        uint8_t *buf = scratch_get(b, 2 * PIECE_BYTES);
-        int r = buf ? 0 : -ENOMEM;
-        if (me == root)
-                for (size_t i = 0; i < op->n; i++)
-                        if (op->m[i].out && op->m[i].in != op->m[i].out)
-                                memmove(op->m[i].out, op->m[i].in, len[i]);
-        uint64_t pieces = (total + PIECE_BYTES - 1) / PIECE_BYTES;
-        /* step k: send piece k-1 on while receiving piece k */
-        for (uint64_t k = 0; k <= pieces && r >= 0; k++) {
-                uint8_t *rbuf = buf + (k & 1) * PIECE_BYTES, *sbuf = buf + ((k + 1) & 1) * PIECE_BYTES;
-                uint64_t ra = k * PIECE_BYTES, re = HVD_MIN(ra + PIECE_BYTES, total);
-                uint64_t sa = (k - 1) * PIECE_BYTES, se = HVD_MIN(sa + PIECE_BYTES, total);
-                bool send = k > 0 && pos < N - 1, recv = k < pieces && pos > 0;
-                if (send && pos == 0)
-                        stream_gather(op, false, len, sa, se, sbuf);
-                r = hvd_tcp_sendrecv(b->tcp, next, sbuf, send ? se - sa : 0, prev, rbuf, recv ? re - ra : 0, err,
-                                     err_len);
-                if (r >= 0 && recv)
-                        stream_scatter(op, len, ra, re, rbuf);
-        }
-        free(len);
-        return r;
-}
-
-/* The allgather ring's stream: at step s rank me sends contribution
- * me-s and receives me-s-1, which it sends on at step s+1. */
-typedef struct agring {
-        uint8_t *stage;
-        const uint64_t *boff;
-        const uint64_t *len; /* [N-1] send, then [N-1] receive */
-        uint64_t *done;      /* [N-1]: bytes of step s's contribution in */
-        int N, me;
-} agring_t;
-
-static inline int agring_sb(const agring_t *g, int s) {
-        return (g->me - s + g->N) % g->N;
-}
-
-static inline int agring_rb(const agring_t *g, int s) {
-        return (g->me - s - 1 + 2 * g->N) % g->N;
-}
-
-static const uint8_t *agring_send_at(void *ud, size_t seg, uint64_t off, uint64_t *ready) {
-        agring_t *g = ud;
-        int s = (int) seg;
-        uint64_t have = s == 0 ? g->len[0] : __atomic_load_n(&g->done[s - 1], __ATOMIC_ACQUIRE);
-        *ready = have > off ? have - off : 0;
-        return g->stage + g->boff[agring_sb(g, s)] + off;
-}
-
-static uint8_t *agring_recv_at(void *ud, size_t seg, uint64_t off, uint64_t *room) {
-        agring_t *g = ud;
-        int s = (int) seg;
-        *room = g->len[g->N - 1 + s] - off;
-        return g->stage + g->boff[agring_rb(g, s)] + off;
-}
-
-static int agring_received(void *ud, size_t seg, uint64_t off, uint64_t len, char *err, size_t err_len) {
-        (void) err;
-        (void) err_len;
-        agring_t *g = ud;
-        __atomic_store_n(&g->done[seg], off + len, __ATOMIC_RELEASE);
-        return 0;
-}
-
-/* allgather across nodes: a ring over all ranks of whole contributions. */
-static int execute_allgather_multi(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
-        size_t es = hvd_dtype_size(op->dtype);
-        int N = b->g_size, me = b->g_rank, next = (me + 1) % N, prev = (me - 1 + N) % N;
-        /* staging: rank j's contribution (its rows of every member) at boff[j] */
-        uint64_t *boff = calloc((size_t) N + 1, sizeof *boff);
-        if (!boff)
-                return -ENOMEM;
-        for (int j = 0; j < N; j++) {
-                uint64_t l = 0;
-                for (size_t i = 0; i < op->n; i++)
-                        l += (uint64_t) op->m[i].rank_rows[j] * op->m[i].row_elems * es;
-                boff[j + 1] = boff[j] + l;
-        }
-        /* one tensor: its output is laid out as the staging, so the ring
-         * runs in it and nothing is copied but this rank's own rows */
-        bool direct = op->n == 1 && op->m[0].out;
-        uint8_t *stage = direct ? op->m[0].out : scratch_get(b, boff[N] ? boff[N] : 1);
-        int r = stage ? 0 : -ENOMEM;
-        if (r >= 0 && direct) {
-                uint64_t l = boff[me + 1] - boff[me];
-                if (op->m[0].in)
-                        memmove(stage + boff[me], op->m[0].in, l);
-                else
-                        memset(stage + boff[me], 0, l);
-        } else if (r >= 0) {
-                uint64_t o = boff[me];
-                for (size_t i = 0; i < op->n; i++) {
-                        uint64_t l = (uint64_t) op->m[i].rank_rows[me] * op->m[i].row_elems * es;
-                        if (op->m[i].in)
-                                hvd_copy(stage + o, op->m[i].in, l);
-                        o += l;
-                }
-        }
-        /* the N-1 steps as one pipelined stream: step s+1 forwards each
-         * frame of what step s received as soon as it is in */
-        uint64_t *lens = r >= 0 ? calloc(3 * (size_t) (N - 1) + 1, sizeof *lens) : NULL;
-        if (r >= 0 && !lens)
-                r = -ENOMEM;
-        if (r >= 0) {
-                agring_t g = { .stage = stage, .boff = boff, .N = N, .me = me, .done = lens + 2 * (N - 1) };
-                for (int s = 0; s < N - 1; s++) {
-                        lens[s] = boff[agring_sb(&g, s) + 1] - boff[agring_sb(&g, s)];
-                        lens[N - 1 + s] = boff[agring_rb(&g, s) + 1] - boff[agring_rb(&g, s)];
-                }
-                hvd_tcp_stream_t st = {
-                        .to = next,
-                        .from = prev,
-                        .n_send = (size_t) (N - 1),
-                        .n_recv = (size_t) (N - 1),
-                        .send_len = lens,
-                        .recv_len = lens + (N - 1),
-                        .send_at = agring_send_at,
-                        .recv_at = agring_recv_at,
-                        .received = agring_received,
-                        .ud = &g,
-                        .concurrent = true,
-                };
-                g.len = lens;
-                r = hvd_tcp_stream(b->tcp, &st, err, err_len);
-        }
-        free(lens);
-        for (size_t i = 0; i < op->n && r >= 0 && !direct; i++) {
-                const hvd_xmember_t *m = &op->m[i];
-                uint64_t row = m->row_elems * es, dst = 0;
-                for (int j = 0; j < N; j++) {
-                        uint64_t src = boff[j];
-                        for (size_t k = 0; k < i; k++)
-                                src += (uint64_t) op->m[k].rank_rows[j] * op->m[k].row_elems * es;
-                        uint64_t l = (uint64_t) m->rank_rows[j] * row;
-                        if (m->out)
-                                hvd_copy((uint8_t *) m->out + dst, stage + src, l);
-                        dst += l;
-                }
-        }
-        free(boff);
-        return r;
-}
-
-/* alltoall across nodes: pairwise exchanges, step s with rank me±s. */
-static int execute_alltoall_multi(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
-        size_t es = hvd_dtype_size(op->dtype);
-        int N = b->g_size, me = b->g_rank, r = 0;
-        for (size_t i = 0; i < op->n && r >= 0; i++) {
-                const hvd_xmember_t *m = &op->m[i];
-                uint64_t row = m->row_elems * es;
-#define SPL(src, dst) ((uint64_t) m->splits[(size_t) (src) *N + (dst)])
-                for (int s = 0; s < N && r >= 0; s++) {
-                        int to = (me + s) % N, from = (me - s + N) % N;
-                        uint64_t soff = 0, roff = 0;
-                        for (int d = 0; d < to; d++)
-                                soff += SPL(me, d) * row;
-                        for (int k = 0; k < from; k++)
-                                roff += SPL(k, me) * row;
-                        if (s == 0) {
-                                hvd_copy((uint8_t *) m->out + roff, (const uint8_t *) m->in + soff, SPL(me, me) * row);
-                                continue;
-                        }
-                        r = hvd_tcp_sendrecv(b->tcp, to, (const uint8_t *) m->in + soff, SPL(me, to) * row, from,
-                                             (uint8_t *) m->out + roff, SPL(from, me) * row, err, err_len);
-                }
-#undef SPL
-        }
-        return r;
-}
-
-/* barrier across nodes: local barrier, a ring allreduce of one element per
- * node among the first local ranks (every node hears from every other),
- * local barrier. */
-static int barrier_multi(hvd_backend_t *b, const view_t *v, char *err, size_t err_len) {
-        int r = hvd_cpu_barrier(b, v, "barrier", err, err_len);
-        if (r < 0)
-                return r;
-        if (v->me == 0) {
-                uint8_t token[64] = { 0 };
-                r = ring_allreduce(b, HVD_UINT8, HVD_REDUCE_SUM, token, (uint64_t) b->cross_size, 1.0, err, err_len);
-                if (r < 0) {
-                        hvd_backend_abort(b, err);
-                        return r;
-                }
-        }
-        return hvd_cpu_barrier(b, v, "barrier", err, err_len);
-}
-
-static int execute_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
-        int r;
-        switch (op->kind) {
-        case HVD__KIND__KIND_BARRIER: return barrier_multi(b, v, err, err_len);
-        case HVD__KIND__KIND_ALLREDUCE: return execute_reduce_multi(b, v, op, err, err_len);
-        case HVD__KIND__KIND_REDUCESCATTER: return execute_reducescatter_multi(b, v, op, err, err_len);
-        case HVD__KIND__KIND_BROADCAST: r = execute_broadcast_multi(b, op, err, err_len); break;
-        case HVD__KIND__KIND_ALLGATHER: r = execute_allgather_multi(b, op, err, err_len); break;
-        case HVD__KIND__KIND_ALLTOALL: r = execute_alltoall_multi(b, op, err, err_len); break;
-        default:
-                snprintf(err, err_len, "%s: operation kind %u not supported by the CPU backend", op->name, op->kind);
-                return -EOPNOTSUPP;
-        }
-        if (r < 0)
-                hvd_backend_abort(b, err);
-        return r;
 }
 
 int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
@@ -1509,7 +738,7 @@ int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t
                         return 0; /* not a member: nothing to do */
         }
         if (b->cross_size > 1 && !v.set)
-                return execute_multi(b, &v, op, err, err_len);
+                return hvd_cpu_execute_multi(b, &v, op, err, err_len);
         if (op->kind == HVD__KIND__KIND_BARRIER)
                 return hvd_cpu_barrier(b, &v, "barrier", err, err_len);
         if (v.size == 1)
@@ -1519,7 +748,7 @@ int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t
         case HVD__KIND__KIND_REDUCESCATTER: return execute_reduce(b, &v, op, err, err_len);
         case HVD__KIND__KIND_BROADCAST:
         case HVD__KIND__KIND_ALLGATHER:
-        case HVD__KIND__KIND_ALLTOALL: return execute_stream(b, &v, op, err, err_len);
+        case HVD__KIND__KIND_ALLTOALL: return hvd_cpu_execute_stream(b, &v, op, err, err_len);
         default:
                 snprintf(err, err_len, "%s: operation kind %u not supported by the CPU backend", op->name, op->kind);
                 return -EOPNOTSUPP;

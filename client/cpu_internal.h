@@ -1,7 +1,8 @@
 /* cpu_internal.h — what the CPU data plane's files share: the node's
  * shared-memory segment (header, barriers, slots), the backend's state and
- * the steps the zero-copy path (zero_copy.c) takes from cpu_backend.c.
- * Nothing outside the CPU backend includes it. */
+ * the steps that the byte streams (cpu_stream.c), the paths across nodes
+ * (cpu_multi.c) and the zero-copy path (zero_copy.c) take from
+ * cpu_backend.c. Nothing outside the CPU backend includes it. */
 #ifndef HVD_CPU_INTERNAL_H
 #define HVD_CPU_INTERNAL_H
 
@@ -137,6 +138,24 @@ static inline uint8_t *slot_of(hvd_backend_t *b, const view_t *v, int k) {
 int hvd_cpu_barrier(hvd_backend_t *b, const view_t *v, const char *what, char *err, size_t err_len);
 void hvd_cpu_copy_in(const hvd_xop_t *op, uint8_t *mine, uint64_t c0, uint64_t cl, uint64_t s0, uint64_t s1,
                      bool direct, bool around, size_t es);
+/* The end of a step (the halves alternate; a process set's barrier); the
+ * factor a result is scaled by (postscale, and 1/size for an average);
+ * chunk [c0, c0 + cl) of the members' inputs into slot, and out of the
+ * slots (segment k in slot k, but segment skip, -1: none) to the outputs. */
+int hvd_cpu_end_step(hvd_backend_t *b, const view_t *v, const char *what, char *err, size_t err_len);
+double hvd_cpu_reduce_scale(const hvd_xop_t *op, int size);
+void hvd_cpu_chunk_copy_in(const hvd_xop_t *op, uint8_t *slot, uint64_t c0, uint64_t cl, bool around, size_t es);
+void hvd_cpu_chunk_copy_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t c0, uint64_t cl,
+                            uint64_t seg, size_t es, int skip, bool stream);
+
+/* cpu_stream.c: a broadcast, allgather or alltoall of the view's members
+ * on one node, as byte streams through the slots */
+int hvd_cpu_execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len);
+
+/* cpu_multi.c: the ring's state from the topology (nothing on one node;
+ * takes t->listen_fd), and an operation of the global view across nodes */
+int hvd_cpu_multi_init(hvd_backend_t *b, const hvd_topology_t *t);
+int hvd_cpu_execute_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len);
 
 /* The size class of an operation of bytes on the segment path (NULL: too
  * small to measure); whether its next operation streams the slot writes;

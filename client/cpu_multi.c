@@ -1,0 +1,626 @@
+/* cpu_multi.c — the CPU data plane across nodes: the ranks of one local
+ * rank on every node form a TCP ring (tcp.c), and each node's ranks meet
+ * in cpu_backend.c's shared memory around it. Allreduce: local reduction
+ * into the slots, a pipelined ring allreduce per slice, the result copied
+ * out; reducescatter, broadcast, allgather and alltoall likewise, the
+ * wire carrying each byte the fewest times its collective allows. */
+#include "config.h"
+
+#include <errno.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "cpu_internal.h"
+#include "hvd.pb-c.h"
+#include "reduce.h"
+#include "tcp.h"
+#include "util.h"
+
+#define HVD_RING_MAX_STEPS 2048 /* 2(C-1) steps: up to 1025 nodes */
+
+/* ---- several nodes ---- */
+
+int hvd_cpu_multi_init(hvd_backend_t *b, const hvd_topology_t *t) {
+        if (t->cross_size <= 1) {
+                if (t->listen_fd >= 0)
+                        close(t->listen_fd);
+                return 0;
+        }
+        b->rank_cross = malloc((size_t) t->size * sizeof(int));
+        b->rank_local = malloc((size_t) t->size * sizeof(int));
+        b->node_peer = malloc((size_t) t->cross_size * sizeof(int));
+        int *local_sizes = calloc((size_t) t->cross_size, sizeof(int));
+        if (!b->rank_cross || !b->rank_local || !b->node_peer || !local_sizes) {
+                free(local_sizes);
+                if (t->listen_fd >= 0)
+                        close(t->listen_fd);
+                return -ENOMEM;
+        }
+        memcpy(b->rank_cross, t->rank_cross, (size_t) t->size * sizeof(int));
+        memcpy(b->rank_local, t->rank_local, (size_t) t->size * sizeof(int));
+        for (int c = 0; c < t->cross_size; c++)
+                b->node_peer[c] = -1;
+        for (int r = 0; r < t->size; r++) {
+                local_sizes[t->rank_cross[r]]++;
+                if (t->rank_local[r] == t->local_rank)
+                        b->node_peer[t->rank_cross[r]] = r;
+        }
+        b->lmin = INT32_MAX;
+        b->lmax = 0;
+        for (int c = 0; c < t->cross_size; c++) {
+                b->lmin = HVD_MIN(b->lmin, local_sizes[c]);
+                b->lmax = HVD_MAX(b->lmax, local_sizes[c]);
+        }
+        free(local_sizes);
+        int r = hvd_tcp_new(t->listen_fd, t->rank, t->size, t->addrs, t->job_hash, b->timeout_usec, b->check,
+                            b->userdata, &b->tcp);
+        if (r >= 0) {
+                hvd_tcp_set_checksum(b->tcp, t->ring_checksum);
+                hvd_tcp_set_send_thread(b->tcp, t->tcp_send_thread);
+                if (t->tcp_frame_bytes)
+                        hvd_tcp_set_frame_bytes(b->tcp, t->tcp_frame_bytes);
+        }
+        return r;
+}
+
+static uint8_t *scratch_get(hvd_backend_t *b, size_t bytes) {
+        if (bytes > b->scratch_bytes) {
+                uint8_t *p = realloc(b->scratch, bytes);
+                if (!p)
+                        return NULL;
+                b->scratch = p;
+                b->scratch_bytes = bytes;
+        }
+        return b->scratch;
+}
+
+/* Bandwidth-optimal ring allreduce of buf (n elements) among the ranks
+ * with my local rank on every node: reduce-scatter, scale my block once,
+ * allgather. Each rank sends 2(C-1)/C of the buffer. The 2(C-1) steps are
+ * one stream each way (hvd_tcp_stream, a segment per step), pipelined by
+ * frames: a received frame is reduced at once, and the next step sends it
+ * on as soon as it is — so the wire never waits for a whole block, the
+ * reduction overlaps the transfer, and the allgather starts while the
+ * reduce-scatter still runs. */
+typedef struct ring {
+        hvd_dtype_t dt;
+        hvd_reduce_op_t op;
+        size_t es;
+        /* the buffer: contiguous (buf), or the outputs of members m[0..nm)
+         * end to end, member k ending at byte mend[k] */
+        uint8_t *buf;
+        const hvd_xmember_t *m;
+        size_t nm;
+        const uint64_t *mend;
+        uint8_t *tmp;
+        uint64_t n, blk;
+        int C, c;
+        double scale;
+        uint64_t len[2 * HVD_RING_MAX_STEPS]; /* bytes of each step's blocks, send then receive */
+        uint64_t done[HVD_RING_MAX_STEPS];    /* bytes of step t's received block reduced or in place */
+} ring_t;
+
+static inline uint64_t ring_b0(const ring_t *g, int i) {
+        return HVD_MIN((uint64_t) i * g->blk, g->n);
+}
+
+static inline uint64_t ring_bl(const ring_t *g, int i) {
+        return HVD_MIN(ring_b0(g, i) + g->blk, g->n) - ring_b0(g, i);
+}
+
+/* blocks sent and received at step t (reduce-scatter for t < C-1) */
+static inline int ring_sb(const ring_t *g, int t) {
+        return t < g->C - 1 ? (g->c - t + g->C) % g->C : (g->c + 1 - (t - (g->C - 1)) + g->C) % g->C;
+}
+
+static inline int ring_rb(const ring_t *g, int t) {
+        return t < g->C - 1 ? (g->c - t - 1 + 2 * g->C) % g->C : (g->c - (t - (g->C - 1)) + g->C) % g->C;
+}
+
+/* Byte `at` of the buffer, and in *contig how many bytes follow it there. */
+static uint8_t *ring_ptr(const ring_t *g, uint64_t at, uint64_t *contig) {
+        if (g->buf) {
+                *contig = g->n * g->es - at;
+                return g->buf + at;
+        }
+        size_t lo = 0, hi = g->nm; /* the first member ending after at */
+        while (lo < hi) {
+                size_t mid = (lo + hi) / 2;
+                if (g->mend[mid] > at)
+                        hi = mid;
+                else
+                        lo = mid + 1;
+        }
+        uint64_t beg = lo ? g->mend[lo - 1] : 0;
+        *contig = g->mend[lo] - at;
+        return (uint8_t *) g->m[lo].out + (at - beg);
+}
+
+static const uint8_t *ring_send_at(void *ud, size_t seg, uint64_t off, uint64_t *ready) {
+        ring_t *g = ud;
+        int t = (int) seg;
+        /* step t sends what step t-1 received (done: see hvd_tcp_stream_t.concurrent) */
+        uint64_t have = t == 0 ? g->len[0] : __atomic_load_n(&g->done[t - 1], __ATOMIC_ACQUIRE);
+        uint64_t contig;
+        const uint8_t *p = ring_ptr(g, ring_b0(g, ring_sb(g, t)) * g->es + off, &contig);
+        *ready = have > off ? HVD_MIN(have - off, contig) : 0;
+        return p;
+}
+
+static uint8_t *ring_recv_at(void *ud, size_t seg, uint64_t off, uint64_t *room) {
+        ring_t *g = ud;
+        int t = (int) seg;
+        if (t < g->C - 1) {
+                *room = g->len[HVD_RING_MAX_STEPS + t] - off;
+                return g->tmp + off; /* reduced frame by frame before the next step reuses it */
+        }
+        return ring_ptr(g, ring_b0(g, ring_rb(g, t)) * g->es + off, room);
+}
+
+static int ring_received(void *ud, size_t seg, uint64_t off, uint64_t len, char *err, size_t err_len) {
+        (void) err;
+        (void) err_len;
+        ring_t *g = ud;
+        int t = (int) seg;
+        if (t < g->C - 1) {
+                uint64_t at = ring_b0(g, ring_rb(g, t)) * g->es + off;
+                for (uint64_t k = 0; k < len;) {
+                        uint64_t contig;
+                        uint8_t *dst = ring_ptr(g, at + k, &contig);
+                        uint64_t l = HVD_MIN(contig, len - k);
+                        const void *srcs[2] = { dst, g->tmp + off + k };
+                        hvd_reduce_n(g->dt, g->op, dst, srcs, 2, l / g->es, 1.0);
+                        if (t == g->C - 2 && g->scale != 1.0) /* my block is complete: scale it once */
+                                hvd_scale_copy(g->dt, dst, dst, l / g->es, g->scale);
+                        k += l;
+                }
+        }
+        __atomic_store_n(&g->done[t], off + len, __ATOMIC_RELEASE);
+        return 0;
+}
+
+/* The ring over buf (n elements), or over the outputs of op's members
+ * end to end (buf NULL; every member has an output). */
+static int ring_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, const hvd_xop_t *xop,
+                    uint64_t n, double scale, char *err, size_t err_len) {
+        int C = b->cross_size, c = b->cross_rank;
+        if (2 * (C - 1) > HVD_RING_MAX_STEPS) {
+                snprintf(err, err_len, "%d nodes: the CPU ring supports at most %d", C, HVD_RING_MAX_STEPS / 2 + 1);
+                return -EINVAL;
+        }
+        if (!b->ring && !(b->ring = malloc(sizeof *b->ring)))
+                return -ENOMEM;
+        ring_t *g = b->ring;
+        *g = (ring_t){
+                .dt = dt, .op = op, .es = hvd_dtype_size(dt), .buf = buf, .n = n, .C = C, .c = c, .scale = scale
+        };
+        if (!buf) {
+                if (xop->n > b->mend_cap) {
+                        uint64_t *p = realloc(b->mend, xop->n * sizeof *p);
+                        if (!p)
+                                return -ENOMEM;
+                        b->mend = p;
+                        b->mend_cap = xop->n;
+                }
+                uint64_t at = 0;
+                for (size_t i = 0; i < xop->n; i++)
+                        b->mend[i] = at += xop->m[i].count * g->es;
+                g->m = xop->m;
+                g->nm = xop->n;
+                g->mend = b->mend;
+        }
+        g->blk = (n + (uint64_t) C - 1) / (uint64_t) C;
+        if (!(g->tmp = scratch_get(b, g->blk * g->es > 0 ? g->blk * g->es : 1)))
+                return -ENOMEM;
+        int steps = 2 * (C - 1);
+        for (int t = 0; t < steps; t++) {
+                g->len[t] = ring_bl(g, ring_sb(g, t)) * g->es;
+                g->len[HVD_RING_MAX_STEPS + t] = ring_bl(g, ring_rb(g, t)) * g->es;
+        }
+        if (steps == 0)
+                return 0;
+        hvd_tcp_stream_t s = {
+                .to = b->node_peer[(c + 1) % C],
+                .from = b->node_peer[(c + C - 1) % C],
+                .n_send = (size_t) steps,
+                .n_recv = (size_t) steps,
+                .send_len = g->len,
+                .recv_len = g->len + HVD_RING_MAX_STEPS,
+                .send_at = ring_send_at,
+                .recv_at = ring_recv_at,
+                .received = ring_received,
+                .ud = g,
+                .concurrent = true,
+        };
+        return hvd_tcp_stream(b->tcp, &s, err, err_len);
+}
+
+static int ring_allreduce(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, uint64_t n, double scale,
+                          char *err, size_t err_len) {
+        return ring_run(b, dt, op, buf, NULL, n, scale, err, err_len);
+}
+
+/* Allreduce with one rank on this node: no shared memory to go through.
+ * Inputs are copied (prescaled) to the outputs unless in place, and the
+ * ring runs on the outputs themselves, end to end: the fused buffer is
+ * never materialised, and every byte is read and written once by the ring.
+ * The ring is pipelined inside (hvd_tcp_stream), so no chunking either. */
+static int execute_reduce_direct(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
+        size_t es = hvd_dtype_size(op->dtype);
+        uint64_t total = 0;
+        hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
+        for (size_t i = 0; i < op->n; i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                total += m->count;
+                if (!m->in)
+                        memset(m->out, 0, m->count * es);
+                else if (m->in != m->out || op->prescale != 1.0)
+                        hvd_scale_copy(op->dtype, m->out, m->in, m->count, op->prescale);
+        }
+        hvd_xop_phase(op, HVD_TL_PHASE_NETWORK);
+        int r = ring_run(b, op->dtype, op->reduce_op, NULL, op, total, hvd_cpu_reduce_scale(op, b->g_size), err,
+                         err_len);
+        hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
+        if (r < 0)
+                hvd_backend_abort(b, err);
+        return r;
+}
+
+/* Hierarchical allreduce: shared-memory reduce inside the node (each of
+ * the first lmin local ranks owns a slice), the ring across nodes per slice
+ * (every such local rank drives the network at once), copy-out from shared
+ * memory. */
+static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
+        /* one ring over the whole tensor only when every node runs it so:
+         * a node of several ranks cuts it into chunks, each its own ring,
+         * and the nodes' rings must cut alike */
+        if (b->lmax == 1 && op->kind == HVD__KIND__KIND_ALLREDUCE) {
+                bool outs = true;
+                for (size_t i = 0; i < op->n; i++)
+                        outs = outs && op->m[i].out;
+                if (outs)
+                        return execute_reduce_direct(b, op, err, err_len);
+        }
+        size_t es = hvd_dtype_size(op->dtype);
+        uint64_t total = 0;
+        for (size_t i = 0; i < op->n; i++)
+                total += op->m[i].count;
+        uint64_t chunk_bytes = b->ring_chunk_bytes ? HVD_MIN(b->ring_chunk_bytes, b->half_bytes) : b->half_bytes;
+        uint64_t chunk = HVD_MAX((chunk_bytes / 64) * 64 / es, 1);
+        double post = hvd_cpu_reduce_scale(op, b->g_size);
+        int r;
+        for (uint64_t c0 = 0; c0 < total; c0 += chunk) {
+                uint64_t cl = HVD_MIN(chunk, total - c0);
+                uint8_t *mine = slot_of(b, v, v->me);
+                hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
+                hvd_cpu_chunk_copy_in(op, mine, c0, cl, false, es);
+                hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
+                if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
+                        return r;
+                uint64_t sl = (cl + (uint64_t) b->lmin - 1) / (uint64_t) b->lmin;
+                sl = (sl + 15) & ~UINT64_C(15);
+                if (v->me < b->lmin) {
+                        uint64_t s0 = HVD_MIN((uint64_t) v->me * sl, cl), s1 = HVD_MIN(s0 + sl, cl);
+                        if (s1 > s0) {
+                                if (v->size > 1) {
+                                        for (int k = 0; k < v->size; k++)
+                                                b->srcs[k] = slot_of(b, v, k) + s0 * es;
+                                        hvd_reduce_n(op->dtype, op->reduce_op, mine + s0 * es, b->srcs,
+                                                     (size_t) v->size, s1 - s0, 1.0);
+                                }
+                                hvd_xop_phase(op, HVD_TL_PHASE_NETWORK);
+                                r = ring_allreduce(b, op->dtype, op->reduce_op, mine + s0 * es, s1 - s0, post, err,
+                                                   err_len);
+                                hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
+                                if (r < 0) {
+                                        hvd_backend_abort(b, err);
+                                        return r;
+                                }
+                        }
+                }
+                if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
+                        return r;
+                hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
+                hvd_cpu_chunk_copy_out(b, v, op, c0, cl, sl, es, -1, false);
+                if ((r = hvd_cpu_end_step(b, v, op->name, err, err_len)) < 0)
+                        return r;
+        }
+        return 0;
+}
+
+/* reducescatter across nodes: the hierarchical allreduce into a buffer
+ * kept for the next one (no allocation per operation once warm), then
+ * each rank keeps its rows. */
+static int execute_reducescatter_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err,
+                                       size_t err_len) {
+        size_t es = hvd_dtype_size(op->dtype);
+        uint64_t total = 0;
+        for (size_t i = 0; i < op->n; i++)
+                total += op->m[i].count;
+        size_t full_bytes = total * es > 0 ? total * es : 1, nm = op->n ? op->n : 1;
+        if (full_bytes > b->rs_full_bytes) {
+                uint8_t *p = realloc(b->rs_full, full_bytes);
+                if (!p)
+                        return -ENOMEM;
+                b->rs_full = p;
+                b->rs_full_bytes = full_bytes;
+        }
+        if (nm > b->rs_m_cap) {
+                hvd_xmember_t *p = realloc(b->rs_m, nm * sizeof *p);
+                if (!p)
+                        return -ENOMEM;
+                b->rs_m = p;
+                b->rs_m_cap = nm;
+        }
+        hvd_xmember_t *tm = b->rs_m;
+        uint8_t *full = b->rs_full;
+        uint64_t off = 0;
+        for (size_t i = 0; i < op->n; i++) {
+                tm[i] = op->m[i];
+                tm[i].out = full + off * es;
+                off += op->m[i].count;
+        }
+        hvd_xop_t ar = *op;
+        ar.kind = HVD__KIND__KIND_ALLREDUCE;
+        ar.m = tm;
+        int r = execute_reduce_multi(b, v, &ar, err, err_len);
+        off = 0;
+        for (size_t i = 0; i < op->n && r >= 0; off += op->m[i].count, i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                int64_t start, nrows;
+                hvd_reducescatter_rows(m->rows, b->g_size, b->g_rank, &start, &nrows);
+                if (m->out)
+                        hvd_copy(m->out, full + (off + (uint64_t) start * m->row_elems) * es,
+                                 (size_t) nrows * m->row_elems * es);
+        }
+        return r;
+}
+
+/* Stream helpers: the concatenation of op members seen as one byte range. */
+static void stream_gather(const hvd_xop_t *op, bool from_in, const uint64_t *len, uint64_t a, uint64_t e,
+                          uint8_t *dst) {
+        uint64_t off = 0;
+        for (size_t i = 0; i < op->n && off < e; off += len[i], i++) {
+                uint64_t x = HVD_MAX(a, off), y = HVD_MIN(e, off + len[i]);
+                if (x >= y)
+                        continue;
+                const uint8_t *src = from_in ? op->m[i].in : op->m[i].out;
+                if (src)
+                        hvd_copy(dst + (x - a), src + (x - off), y - x);
+                else
+                        memset(dst + (x - a), 0, y - x);
+        }
+}
+
+static void stream_scatter(const hvd_xop_t *op, const uint64_t *len, uint64_t a, uint64_t e, const uint8_t *src) {
+        uint64_t off = 0;
+        for (size_t i = 0; i < op->n && off < e; off += len[i], i++) {
+                uint64_t x = HVD_MAX(a, off), y = HVD_MIN(e, off + len[i]);
+                if (x < y && op->m[i].out)
+                        hvd_copy((uint8_t *) op->m[i].out + (x - off), src + (x - a), y - x);
+        }
+}
+
+#define PIECE_BYTES (UINT64_C(1) << 20)
+
+/* broadcast across nodes: a pipelined chain over all ranks from the root. */
+static int execute_broadcast_multi(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
+        size_t es = hvd_dtype_size(op->dtype);
+        int N = b->g_size, me = b->g_rank, root = op->root;
+        int pos = (me - root + N) % N, next = (me + 1) % N, prev = (me - 1 + N) % N;
+        uint64_t *len = calloc(op->n ? op->n : 1, sizeof *len), total = 0;
+        if (!len)
+                return -ENOMEM;
+        for (size_t i = 0; i < op->n; i++)
+                total += len[i] = op->m[i].count * es;
+        uint8_t *buf = scratch_get(b, 2 * PIECE_BYTES);
+        int r = buf ? 0 : -ENOMEM;
+        if (me == root)
+                for (size_t i = 0; i < op->n; i++)
+                        if (op->m[i].out && op->m[i].in != op->m[i].out)
+                                memmove(op->m[i].out, op->m[i].in, len[i]);
+        uint64_t pieces = (total + PIECE_BYTES - 1) / PIECE_BYTES;
+        /* step k: send piece k-1 on while receiving piece k */
+        for (uint64_t k = 0; k <= pieces && r >= 0; k++) {
+                uint8_t *rbuf = buf + (k & 1) * PIECE_BYTES, *sbuf = buf + ((k + 1) & 1) * PIECE_BYTES;
+                uint64_t ra = k * PIECE_BYTES, re = HVD_MIN(ra + PIECE_BYTES, total);
+                uint64_t sa = (k - 1) * PIECE_BYTES, se = HVD_MIN(sa + PIECE_BYTES, total);
+                bool send = k > 0 && pos < N - 1, recv = k < pieces && pos > 0;
+                if (send && pos == 0)
+                        stream_gather(op, false, len, sa, se, sbuf);
+                r = hvd_tcp_sendrecv(b->tcp, next, sbuf, send ? se - sa : 0, prev, rbuf, recv ? re - ra : 0, err,
+                                     err_len);
+                if (r >= 0 && recv)
+                        stream_scatter(op, len, ra, re, rbuf);
+        }
+        free(len);
+        return r;
+}
+
+/* The allgather ring's stream: at step s rank me sends contribution
+ * me-s and receives me-s-1, which it sends on at step s+1. */
+typedef struct agring {
+        uint8_t *stage;
+        const uint64_t *boff;
+        const uint64_t *len; /* [N-1] send, then [N-1] receive */
+        uint64_t *done;      /* [N-1]: bytes of step s's contribution in */
+        int N, me;
+} agring_t;
+
+static inline int agring_sb(const agring_t *g, int s) {
+        return (g->me - s + g->N) % g->N;
+}
+
+static inline int agring_rb(const agring_t *g, int s) {
+        return (g->me - s - 1 + 2 * g->N) % g->N;
+}
+
+static const uint8_t *agring_send_at(void *ud, size_t seg, uint64_t off, uint64_t *ready) {
+        agring_t *g = ud;
+        int s = (int) seg;
+        uint64_t have = s == 0 ? g->len[0] : __atomic_load_n(&g->done[s - 1], __ATOMIC_ACQUIRE);
+        *ready = have > off ? have - off : 0;
+        return g->stage + g->boff[agring_sb(g, s)] + off;
+}
+
+static uint8_t *agring_recv_at(void *ud, size_t seg, uint64_t off, uint64_t *room) {
+        agring_t *g = ud;
+        int s = (int) seg;
+        *room = g->len[g->N - 1 + s] - off;
+        return g->stage + g->boff[agring_rb(g, s)] + off;
+}
+
+static int agring_received(void *ud, size_t seg, uint64_t off, uint64_t len, char *err, size_t err_len) {
+        (void) err;
+        (void) err_len;
+        agring_t *g = ud;
+        __atomic_store_n(&g->done[seg], off + len, __ATOMIC_RELEASE);
+        return 0;
+}
+
+/* allgather across nodes: a ring over all ranks of whole contributions. */
+static int execute_allgather_multi(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
+        size_t es = hvd_dtype_size(op->dtype);
+        int N = b->g_size, me = b->g_rank, next = (me + 1) % N, prev = (me - 1 + N) % N;
+        /* staging: rank j's contribution (its rows of every member) at boff[j] */
+        uint64_t *boff = calloc((size_t) N + 1, sizeof *boff);
+        if (!boff)
+                return -ENOMEM;
+        for (int j = 0; j < N; j++) {
+                uint64_t l = 0;
+                for (size_t i = 0; i < op->n; i++)
+                        l += (uint64_t) op->m[i].rank_rows[j] * op->m[i].row_elems * es;
+                boff[j + 1] = boff[j] + l;
+        }
+        /* one tensor: its output is laid out as the staging, so the ring
+         * runs in it and nothing is copied but this rank's own rows */
+        bool direct = op->n == 1 && op->m[0].out;
+        uint8_t *stage = direct ? op->m[0].out : scratch_get(b, boff[N] ? boff[N] : 1);
+        int r = stage ? 0 : -ENOMEM;
+        if (r >= 0 && direct) {
+                uint64_t l = boff[me + 1] - boff[me];
+                if (op->m[0].in)
+                        memmove(stage + boff[me], op->m[0].in, l);
+                else
+                        memset(stage + boff[me], 0, l);
+        } else if (r >= 0) {
+                uint64_t o = boff[me];
+                for (size_t i = 0; i < op->n; i++) {
+                        uint64_t l = (uint64_t) op->m[i].rank_rows[me] * op->m[i].row_elems * es;
+                        if (op->m[i].in)
+                                hvd_copy(stage + o, op->m[i].in, l);
+                        o += l;
+                }
+        }
+        /* the N-1 steps as one pipelined stream: step s+1 forwards each
+         * frame of what step s received as soon as it is in */
+        uint64_t *lens = r >= 0 ? calloc(3 * (size_t) (N - 1) + 1, sizeof *lens) : NULL;
+        if (r >= 0 && !lens)
+                r = -ENOMEM;
+        if (r >= 0) {
+                agring_t g = { .stage = stage, .boff = boff, .N = N, .me = me, .done = lens + 2 * (N - 1) };
+                for (int s = 0; s < N - 1; s++) {
+                        lens[s] = boff[agring_sb(&g, s) + 1] - boff[agring_sb(&g, s)];
+                        lens[N - 1 + s] = boff[agring_rb(&g, s) + 1] - boff[agring_rb(&g, s)];
+                }
+                hvd_tcp_stream_t st = {
+                        .to = next,
+                        .from = prev,
+                        .n_send = (size_t) (N - 1),
+                        .n_recv = (size_t) (N - 1),
+                        .send_len = lens,
+                        .recv_len = lens + (N - 1),
+                        .send_at = agring_send_at,
+                        .recv_at = agring_recv_at,
+                        .received = agring_received,
+                        .ud = &g,
+                        .concurrent = true,
+                };
+                g.len = lens;
+                r = hvd_tcp_stream(b->tcp, &st, err, err_len);
+        }
+        free(lens);
+        for (size_t i = 0; i < op->n && r >= 0 && !direct; i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                uint64_t row = m->row_elems * es, dst = 0;
+                for (int j = 0; j < N; j++) {
+                        uint64_t src = boff[j];
+                        for (size_t k = 0; k < i; k++)
+                                src += (uint64_t) op->m[k].rank_rows[j] * op->m[k].row_elems * es;
+                        uint64_t l = (uint64_t) m->rank_rows[j] * row;
+                        if (m->out)
+                                hvd_copy((uint8_t *) m->out + dst, stage + src, l);
+                        dst += l;
+                }
+        }
+        free(boff);
+        return r;
+}
+
+/* alltoall across nodes: pairwise exchanges, step s with rank me±s. */
+static int execute_alltoall_multi(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
+        size_t es = hvd_dtype_size(op->dtype);
+        int N = b->g_size, me = b->g_rank, r = 0;
+        for (size_t i = 0; i < op->n && r >= 0; i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                uint64_t row = m->row_elems * es;
+#define SPL(src, dst) ((uint64_t) m->splits[(size_t) (src) *N + (dst)])
+                for (int s = 0; s < N && r >= 0; s++) {
+                        int to = (me + s) % N, from = (me - s + N) % N;
+                        uint64_t soff = 0, roff = 0;
+                        for (int d = 0; d < to; d++)
+                                soff += SPL(me, d) * row;
+                        for (int k = 0; k < from; k++)
+                                roff += SPL(k, me) * row;
+                        if (s == 0) {
+                                hvd_copy((uint8_t *) m->out + roff, (const uint8_t *) m->in + soff, SPL(me, me) * row);
+                                continue;
+                        }
+                        r = hvd_tcp_sendrecv(b->tcp, to, (const uint8_t *) m->in + soff, SPL(me, to) * row, from,
+                                             (uint8_t *) m->out + roff, SPL(from, me) * row, err, err_len);
+                }
+#undef SPL
+        }
+        return r;
+}
+
+/* barrier across nodes: local barrier, a ring allreduce of one element per
+ * node among the first local ranks (every node hears from every other),
+ * local barrier. */
+static int barrier_multi(hvd_backend_t *b, const view_t *v, char *err, size_t err_len) {
+        int r = hvd_cpu_barrier(b, v, "barrier", err, err_len);
+        if (r < 0)
+                return r;
+        if (v->me == 0) {
+                uint8_t token[64] = { 0 };
+                r = ring_allreduce(b, HVD_UINT8, HVD_REDUCE_SUM, token, (uint64_t) b->cross_size, 1.0, err, err_len);
+                if (r < 0) {
+                        hvd_backend_abort(b, err);
+                        return r;
+                }
+        }
+        return hvd_cpu_barrier(b, v, "barrier", err, err_len);
+}
+
+int hvd_cpu_execute_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
+        int r;
+        switch (op->kind) {
+        case HVD__KIND__KIND_BARRIER: return barrier_multi(b, v, err, err_len);
+        case HVD__KIND__KIND_ALLREDUCE: return execute_reduce_multi(b, v, op, err, err_len);
+        case HVD__KIND__KIND_REDUCESCATTER: return execute_reducescatter_multi(b, v, op, err, err_len);
+        case HVD__KIND__KIND_BROADCAST: r = execute_broadcast_multi(b, op, err, err_len); break;
+        case HVD__KIND__KIND_ALLGATHER: r = execute_allgather_multi(b, op, err, err_len); break;
+        case HVD__KIND__KIND_ALLTOALL: r = execute_alltoall_multi(b, op, err, err_len); break;
+        default:
+                snprintf(err, err_len, "%s: operation kind %u not supported by the CPU backend", op->name, op->kind);
+                return -EOPNOTSUPP;
+        }
+        if (r < 0)
+                hvd_backend_abort(b, err);
+        return r;
+}
