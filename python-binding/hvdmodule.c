@@ -107,11 +107,10 @@ static PyObject *raise_last_error(int code) {
 
 typedef struct {
         PyObject ob_base; /* PyObject_HEAD */
-        void *data;       /* owned: free(), or kept->data */
+        void *data;       /* owned: kept->data, shared memory, or an output taken from libhvd */
         Py_ssize_t bytes;
-        hvd_kept_t *kept; /* owned: back to the pool at dealloc; NULL: data is malloc'd */
+        hvd_kept_t *kept; /* owned: back to the pool at dealloc */
         bool shared;      /* data is from hvd_shared_alloc */
-        bool stolen;      /* data is a host output taken from libhvd: back to it */
 } BufferObject;
 
 static void buffer_dealloc(BufferObject *self) {
@@ -119,10 +118,8 @@ static void buffer_dealloc(BufferObject *self) {
                 hvd_kept_give(self->kept);
         else if (self->shared)
                 hvd_shared_free(self->data);
-        else if (self->stolen)
+        else /* a host output libhvd allocated: back to its pool (NULL-safe) */
                 hvd_recycle_output(self->data, (size_t) self->bytes);
-        else
-                free(self->data);
         Py_TYPE(self)->tp_free((PyObject *) self);
 }
 
@@ -455,7 +452,6 @@ static PyObject *handle_output(HandleObject *self, PyObject *args) {
         buf->bytes = 0;
         buf->kept = NULL;
         buf->shared = false;
-        buf->stolen = false;
         r = hvd_handle_steal_output(self->h, (size_t) index, &stolen, &bytes);
         if (r < 0) {
                 Py_DECREF(buf);
@@ -465,7 +461,6 @@ static PyObject *handle_output(HandleObject *self, PyObject *args) {
         }
         buf->data = stolen;
         buf->bytes = (Py_ssize_t) bytes;
-        buf->stolen = true;
         PyObject *ret = Py_BuildValue("(NN)", (PyObject *) buf, shape_t);
         return ret;
 }
@@ -1065,7 +1060,6 @@ static PyObject *core_kept_buffer(PyObject *mod, PyObject *arg) {
         if (!buf)
                 return NULL;
         buf->shared = false;
-        buf->stolen = false;
         buf->kept = hvd_kept_take((size_t) bytes);
         if (!buf->kept) {
                 buf->data = NULL;
@@ -1104,7 +1098,6 @@ static PyObject *core_shared_buffer(PyObject *mod, PyObject *arg) {
         buf->bytes = bytes;
         buf->kept = NULL;
         buf->shared = true;
-        buf->stolen = false;
         return (PyObject *) buf;
 }
 
