@@ -452,10 +452,11 @@ def test_alltoall_repeated():
         out, received = hvd.alltoall(x, splits=splits, name="rep.a2a")
         assert torch.equal(out, torch.cat([piece(s, me, i) for s in range(n)]))
         assert received.tolist() == [rows(s, me, i) for s in range(n)]
-        eq = torch.cat([torch.full((2, 3), 100 * me + 10 * r + i) for r in range(n)])
+        # 512 KiB from each rank: a result whose memory libhvd reuses once it is dropped
+        eq = torch.cat([torch.full((64, 1024), 100 * me + 10 * r + i) for r in range(n)])
         got = hvd.alltoall(eq, name="rep.a2a.eq" if i % 2 else None)
-        assert torch.equal(got, torch.cat([torch.full((2, 3), 100 * s + 10 * me + i) for s in range(n)]))
-        got.fill_(-1)  # a dropped result's memory is reused: nothing of it may leak
+        assert torch.equal(got, torch.cat([torch.full((64, 1024), 100 * s + 10 * me + i) for s in range(n)]))
+        got.fill_(-1)  # garbage into that memory: the next result must overwrite all of it
 
 
 def test_blocking_bad_root_after_good():

@@ -404,6 +404,18 @@ static void waiting_check(const char *what, const float *out, size_t n) {
         }
 }
 
+/* got: what every rank r sent, in rank order: grow * r + fixed elements,
+ * element i of them r * scale + off + i. */
+static void check_from_ranks(const char *what, const float *got, int grow, int fixed, int scale, int off) {
+        for (int r = 0, at = 0; r < size; r++)
+                for (int i = 0; i < grow * r + fixed; i++, at++)
+                        if (got[at] != (float) (r * scale + off + i)) {
+                                CHECK(false, "%s[%d] = %g, expected rank %d's %d", what, at, (double) got[at], r,
+                                      r * scale + off + i);
+                                return;
+                        }
+}
+
 /* A broadcast (root changing with st), an allgather of rank + 1 rows, a
  * reducescatter and an alltoall, each submitted for a waiter and checked
  * exactly. */
@@ -450,15 +462,8 @@ static void waiting_others(int st) {
         MUST(hvd_handle_output(h, 0, &data, &bytes, &ndim, &shape));
         CHECK(ndim == 2 && shape[0] == (int64_t) size * (size + 1) / 2 && shape[1] == COLS,
               "waiting.gather: output of %d dims, %" PRId64 " rows", ndim, ndim ? shape[0] : 0);
-        const float *go = data;
-        for (int r = 0, at = 0; r < size && ndim == 2; r++)
-                for (int i = 0; i < (r + 1) * COLS; i++, at++)
-                        if (go[at] != (float) (r * 100 + i)) {
-                                CHECK(false, "waiting.gather[%d] = %g, expected rank %d's %d", at, (double) go[at], r,
-                                      r * 100 + i);
-                                r = size;
-                                break;
-                        }
+        if (ndim == 2)
+                check_from_ranks("waiting.gather", data, COLS, COLS, 100, 0);
         hvd_handle_release(&h);
         int64_t rows = 2 * size + 1, rshape[2] = { rows, COLS };
         float *rin = xmalloc((size_t) rows * COLS * sizeof *rin);
@@ -504,15 +509,8 @@ static void waiting_others(int st) {
         CHECK(ndim == 2 && shape[0] == arows, "waiting.a2a: %" PRId64 " rows, expected %" PRId64, ndim ? shape[0] : 0,
               arows);
         /* from rank r: its rows 2 * rank, 2 * rank + 1 */
-        const float *ao = data;
-        for (int r = 0, at = 0; r < size && ndim == 2 && shape[0] == arows; r++)
-                for (int i = 0; i < 2 * COLS; i++, at++)
-                        if (ao[at] != (float) (r * 10000 + 2 * rank * COLS + i)) {
-                                CHECK(false, "waiting.a2a[%d] = %g, expected rank %d's %d", at, (double) ao[at], r,
-                                      r * 10000 + 2 * rank * COLS + i);
-                                r = size;
-                                break;
-                        }
+        if (ndim == 2 && shape[0] == arows)
+                check_from_ranks("waiting.a2a", data, 0, 2 * COLS, 10000, 2 * rank * COLS);
         hvd_handle_release(&h);
         free(ain);
 }
