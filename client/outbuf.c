@@ -6,9 +6,10 @@
  * back when its handle is released unstolen, or when the caller that stole
  * it hands it back (hvd_recycle_output); it serves a later output of at
  * least half its capacity, the smallest that fits and of those the last
- * to come back (the likeliest to be in the caches still). The pool is bounded in buffers and bytes,
- * forgets the oldest first, and keeps nothing while hvd is not
- * initialised. One mutex; nothing here calls out while holding it. */
+ * to come back (the likeliest to be in the caches still). The pool is
+ * bounded in buffers and bytes, forgets the oldest first, and keeps
+ * nothing while hvd is not initialised. One mutex; nothing here calls out
+ * while holding it. */
 #include "config.h"
 
 #include <pthread.h>
@@ -29,7 +30,7 @@ static struct {
         struct {
                 void *p;      /* NULL: an empty place */
                 size_t cap;   /* bytes the buffer holds at least */
-                uint64_t age; /* when it came back: the smallest goes first */
+                uint64_t age; /* when it came back (pool.clock) */
         } b[OUTBUF_MAX_COUNT];
         uint64_t clock;
 } pool = { .lock = PTHREAD_MUTEX_INITIALIZER };
