@@ -8,8 +8,9 @@
  * Order invariant: on a job with a fast path, a rank runs nothing when it
  * arrives; it runs the board's log in order. The log holds the fast
  * records (cache ids every local rank posted: allreduces, broadcasts,
- * allgathers, reducescatters and, on one host, alltoalls on the CPU; fused below by the same rules
- * as the coordinator's, from the same sorted ids and the same threshold, so
+ * allgathers, reducescatters and, on one host, alltoalls on the CPU;
+ * fused below by the same rules as the coordinator's, from the same
+ * sorted ids and the same threshold, so
  * every rank builds the same operations) and a marker per coordinator
  * schedule (appended by the first rank that received it; a rank that meets
  * a marker first waits for its schedule). So cached and uncached tensors of
@@ -126,7 +127,8 @@ static int fp_classify(hvd_entry_t *e, uint32_t *id) {
          * rank whose schedule names its ranks' parts by cache id alone; on
          * one host the board runs those collectives on the CPU, whose
          * operation every rank builds alike from its own entry (and an
-         * allgather's rows, kept from its last schedule) */
+         * allgather's rows or an alltoall's splits, kept from its last
+         * schedule) */
         if (e->p.kind != HVD__KIND__KIND_ALLREDUCE && e->p.kind != HVD__KIND__KIND_BROADCAST &&
             e->p.kind != HVD__KIND__KIND_ALLGATHER && e->p.kind != HVD__KIND__KIND_REDUCESCATTER &&
             e->p.kind != HVD__KIND__KIND_ALLTOALL)
