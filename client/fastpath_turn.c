@@ -10,8 +10,8 @@
  * records (cache ids every local rank posted: allreduces, broadcasts,
  * allgathers, reducescatters and, on one host, alltoalls on the CPU;
  * fused below by the same rules as the coordinator's, from the same
- * sorted ids and the same threshold, so
- * every rank builds the same operations) and a marker per coordinator
+ * sorted ids and the same threshold, so every rank builds the same
+ * operations) and a marker per coordinator
  * schedule (appended by the first rank that received it; a rank that meets
  * a marker first waits for its schedule). So cached and uncached tensors of
  * one cycle run in one order on every rank, whichever path each took.
