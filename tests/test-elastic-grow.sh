@@ -43,8 +43,9 @@ check_generation "$last" 2 "a b"
 check_results 2
 ok "host b blacklisted for 2 s after its worker died: generation 2 on a alone, then b again (generation $last)"
 
+# each stage holds the training until the script has run in it
 printf '0 0 GARBAGE\n1 0 FAIL\n' >"$tmp/schedule"
-run garbage -np 2 -H a:2 --min-np 1 --max-np 4 --host-discovery-script "$disc"
+ELASTIC_HOLD="0:1:$tmp/progress.GARBAGE,1:1:$tmp/progress.FAIL" run garbage -np 2 -H a:2 --min-np 1 --max-np 4 --host-discovery-script "$disc"
 [ "$rc" -eq 0 ] || fail "a bad discovery script ended the job: exit status $rc"
 grep -q "printed garbage: line 2, 'this is not a host list', is not HOST or HOST:SLOTS; keeping the job's hosts" \
         "$tmp/out" || fail "no clear error for the script's garbage"

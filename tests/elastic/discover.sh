@@ -4,7 +4,8 @@
 # GARBAGE, or FAIL); the last line whose EPOCH BATCH the training's
 # progress (PROGRESS: "EPOCH BATCH", written by rank 0) has reached says
 # what to print: the hosts one a line, a line that is no host, or nothing
-# and exit status 3.
+# and exit status 3. GARBAGE and FAIL also create PROGRESS.GARBAGE or
+# PROGRESS.FAIL, for a training that holds until the script has run so.
 progress=${1:?usage: discover.sh PROGRESS SCHEDULE}
 schedule=${2:?usage: discover.sh PROGRESS SCHEDULE}
 pe=0
@@ -21,9 +22,13 @@ while read -r e b h; do
 done <"$schedule"
 case $hosts in
 GARBAGE)
+        : >"$progress.GARBAGE"
         echo "a:2"
         echo "this is not a host list"
         ;;
-FAIL) exit 3 ;;
+FAIL)
+        : >"$progress.FAIL"
+        exit 3
+        ;;
 *) echo "$hosts" | tr ',' '\n' ;;
 esac

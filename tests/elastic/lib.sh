@@ -36,15 +36,16 @@ run() {
         name=$1
         shift
         : >"$tmp/progress"
+        rm -f "$tmp/progress.GARBAGE" "$tmp/progress.FAIL"
         start=$(date +%s%3N)
         timeout -k 5 150 "$B/tools/hvdrun" --emulate-hosts --discovery-interval 0.2 \
-                -x ELASTIC_EPOCHS -x ELASTIC_EXIT -x ELASTIC_SYNC_EXIT -x ELASTIC_WAIT -x ELASTIC_PROGRESS -x ELASTIC_TUNE -x ELASTIC_STOP_SEC -x HVD_ELASTIC_SETTLE \
+                -x ELASTIC_EPOCHS -x ELASTIC_EXIT -x ELASTIC_SYNC_EXIT -x ELASTIC_WAIT -x ELASTIC_HOLD -x ELASTIC_PROGRESS -x ELASTIC_TUNE -x ELASTIC_STOP_SEC -x HVD_ELASTIC_SETTLE \
                 "$@" "$PYTHON" "$S/tests/elastic/$ELASTIC_TRAIN" >"$tmp/out" 2>&1
         rc=$?
         cp "$tmp/out" "$tmp/$name.out"
         echo "# $name: exit status $rc after $(($(date +%s%3N) - start)) ms"
 }
-export ELASTIC_EPOCHS=2 ELASTIC_EXIT='' ELASTIC_SYNC_EXIT='' ELASTIC_WAIT='' ELASTIC_TUNE='' ELASTIC_STOP_SEC="" ELASTIC_PROGRESS=$tmp/progress HVD_ELASTIC_SETTLE=10
+export ELASTIC_EPOCHS=2 ELASTIC_EXIT='' ELASTIC_SYNC_EXIT='' ELASTIC_WAIT='' ELASTIC_HOLD='' ELASTIC_TUNE='' ELASTIC_STOP_SEC="" ELASTIC_PROGRESS=$tmp/progress HVD_ELASTIC_SETTLE=10
 
 # gen_lines G: the "ELASTIC gen=G" lines of the last run, prefix cut off
 gen_lines() { grep -o "ELASTIC gen=$1 .*" "$tmp/out"; }

@@ -14,6 +14,8 @@ Environment:
   ELASTIC_WAIT     "EPOCH:BATCH:HOSTS": at that batch, wait until the ranks'
                    hosts are HOSTS, by rank ("a+a+b+b": hosts added or
                    removed by the discovery script) before going on
+  ELASTIC_HOLD     "EPOCH:BATCH:FILE[,...]": at that batch, wait until FILE
+                   exists (at most 60 s; the discovery script creates it)
   ELASTIC_PROGRESS a file this rank 0 writes "EPOCH BATCH" to at each commit
                    (the discovery script's schedule reads it)
   ELASTIC_TUNE     1: each rank reports the autotuner's values in force
@@ -94,6 +96,7 @@ def main():
     epochs = int(os.environ.get("ELASTIC_EPOCHS", "4"))
     exits = schedule("ELASTIC_EXIT")
     waits = schedule("ELASTIC_WAIT")
+    holds = schedule("ELASTIC_HOLD")
     progress = os.environ.get("ELASTIC_PROGRESS")
     host = os.environ.get("HVD_HOSTNAME", "?")
 
@@ -169,6 +172,13 @@ def main():
                     if int(e) == state.epoch and int(b) == state.batch:
                         while "+".join(hvd.allgather_object(host, name="hosts")) != hosts:
                             state.check_host_updates()
+                            time.sleep(0.05)
+                for e, b, path in holds:
+                    if int(e) == state.epoch and int(b) == state.batch:
+                        deadline = time.monotonic() + 60
+                        while not os.path.exists(path):
+                            if time.monotonic() > deadline:
+                                raise RuntimeError(f"{path} did not appear in 60 s")
                             time.sleep(0.05)
                 opt.zero_grad()
                 loss = ((model(x[batch]) - y[batch]) ** 2).mean()
