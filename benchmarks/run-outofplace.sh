@@ -7,7 +7,9 @@
 # revision run beside this tree's, on the same libhvd and extension, so the
 # two packages alternate too. Prints every run's table, then per Python,
 # package and size the median over the repeats of in place's busbw over out
-# of place's (the target is <= 1.25) and of the busbw itself.
+# of place's (the target is <= 1.25) and of the busbw itself, and beside
+# it the machine's own floor for that ratio (MODES add_ and add: torch.add
+# in place, and into two outputs in turn, on both ranks at once).
 #
 #   benchmarks/run-outofplace.sh [BUILDDIR]          (after make)
 # Environment:
@@ -21,7 +23,7 @@ pkg=$build/python-binding/pkg
 hvdrun=$build/tools/hvdrun
 PYTHONS=${PYTHONS:-/usr/bin/python3}
 REPEATS=${REPEATS:-3}
-export ROUNDS="${ROUNDS:-5}" MINB="${MINB:-1024}" MAXB="${MAXB:-1048576}" MODES="${MODES:-inplace,outofplace}"
+export ROUNDS="${ROUNDS:-5}" MINB="${MINB:-1024}" MAXB="${MAXB:-1048576}" MODES="${MODES:-inplace,outofplace,add_,add}"
 if [ ! -x "$hvdrun" ] || [ ! -f "$pkg/hvd/__init__.py" ]; then
         echo "run-outofplace.sh: no hvdrun or Python package under $build: run make first" >&2
         exit 1
@@ -67,15 +69,19 @@ while [ "$rep" -lt "$REPEATS" ]; do
         rep=$((rep + 1))
 done
 
-echo "# medians over the repeats: python package bytes in_place_gbs out_of_place_gbs ip/oop (target <= 1.25)"
 modes=$(echo "$MODES" | tr ',' ' ')
-ip_col=0 oop_col=0 i=0
+ip_col=0 oop_col=0 i=0 others=0 adds=0
 for m in $modes; do
         i=$((i + 1))
         [ "$m" = inplace ] && ip_col=$i
         [ "$m" = outofplace ] && oop_col=$i
+        case $m in inplace | gloo) ;; add_ | add) adds=$((adds + 1)) ;; *) others=$((others + 1)) ;; esac
 done
-awk -v ip="$ip_col" -v oop="$oop_col" '
+# torch_outofplace.py's floor column follows the modes and their ratios
+floor_col=0
+[ "$adds" -eq 2 ] && floor_col=$((i + others + 1))
+echo "# medians over the repeats: python package bytes in_place_gbs out_of_place_gbs ip/oop (target <= 1.25)$([ "$floor_col" -gt 0 ] && echo " floor (torch.add's own ratio)")"
+awk -v ip="$ip_col" -v oop="$oop_col" -v fl="$floor_col" '
 function median(list, n,   a, k, j, t) {
         n = split(list, a, " ")
         for (k = 1; k <= n; k++) for (j = k + 1; j <= n; j++) if (a[j] < a[k]) { t = a[k]; a[k] = a[j]; a[j] = t }
@@ -85,8 +91,12 @@ function median(list, n,   a, k, j, t) {
         key = $1 " " $2 " " $3
         if (!(key in seen)) { seen[key] = 1; keys[++nk] = key }
         bi[key] = bi[key] " " $(3 + ip); bo[key] = bo[key] " " $(3 + oop); r[key] = r[key] " " $(3 + ip) / $(3 + oop)
+        if (fl) f[key] = f[key] " " $(3 + fl)
 }
 END {
-        for (k = 1; k <= nk; k++)
-                printf "%s %.3f %.3f %.2f\n", keys[k], median(bi[keys[k]]), median(bo[keys[k]]), median(r[keys[k]])
+        for (k = 1; k <= nk; k++) {
+                printf "%s %.3f %.3f %.2f", keys[k], median(bi[keys[k]]), median(bo[keys[k]]), median(r[keys[k]])
+                if (fl) printf " %.2f", median(f[keys[k]])
+                printf "\n"
+        }
 }' "$tmp/rows"

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """hvd.torch allreduce in place, out of place (blocking, async, grouped, and
 the fresh-allocation way it was done before kept buffers) and torch.distributed
-gloo, 2 ranks, alternating, median of rounds; busbw and the ratios. Run:
+gloo, 2 ranks, alternating, median of rounds; busbw and the ratios. Modes
+add_ and add are the machine's own floor for the ratio: torch.add(t, u)
+into t, and into two outputs in turn (as `out = hvd.allreduce(t)` leaves
+them), on every rank at once; the column floor is add_'s speed over add's.
+Run:
   ROUNDS=9 PYTHONPATH=build/python-binding/pkg build/tools/hvdrun -np 2 \
       /usr/bin/python3 benchmarks/torch_outofplace.py
 Environment: ROUNDS, MINB, MAXB, MODES, GLOO_PORT."""
@@ -54,6 +58,13 @@ def run(mode, t, k):
         for _ in range(k):
             o = torch.empty_like(t, memory_format=torch.contiguous_format)
             out = hvd.synchronize(mo._allreduce_async(t, o, "old", hvd.Sum, 1.0, 1.0, hvd.global_process_set))
+    elif mode == "add_":
+        for _ in range(k):
+            torch.add(t, floor_u[t.numel()], out=t)
+    elif mode == "add":
+        u, outs = floor_u[t.numel()], floor_out[t.numel()]
+        for i in range(k):
+            torch.add(t, u, out=outs[i % 2])
     elif mode == "gloo":
         for _ in range(k):
             dist.all_reduce(t)
@@ -61,6 +72,8 @@ def run(mode, t, k):
 
 res = {(m, s): [] for m in modes for s in sizes}
 tensors = {s: torch.ones(s // 4, dtype=torch.float32) for s in sizes}
+floor_u = {s // 4: torch.ones(s // 4) for s in sizes} if "add" in modes or "add_" in modes else {}
+floor_out = {s // 4: [torch.ones(s // 4), torch.ones(s // 4)] for s in sizes} if "add" in modes else {}
 for rd in range(rounds):
     for s in sizes:
         t = tensors[s]
@@ -83,18 +96,24 @@ for rd in range(rounds):
 if r == 0:
     print("# commit=%s date=%s np=%d rounds=%d python=%s torch=%s load=%s" % (os.environ.get("COMMIT", "?"), time.strftime("%Y-%m-%dT%H:%MZ", time.gmtime()), n, rounds, sys.executable, torch.__version__, open("/proc/loadavg").read().split()[:3]))
     print("# busbw GB/s (bytes*2(n-1)/n / median time; samples: rounds x 5 up to 1 MiB, rounds above); ratios of busbw")
-    others = [m for m in modes if m not in ("inplace", "gloo")]
+    others = [m for m in modes if m not in ("inplace", "gloo", "add_", "add")]
+    floor = "add_" in modes and "add" in modes
     hdr = "#%9s" % "bytes" + "".join("%12s" % m for m in modes)
-    hdr += "".join("%10s" % ("ip/" + m[:5]) for m in others) + "  oop/gloo   ip/gloo"
+    hdr += "".join("%10s" % ("ip/" + m[:5]) for m in others) + ("     floor" if floor else "")
+    hdr += "  oop/gloo   ip/gloo" if "gloo" in modes else ""
     print(hdr)
     for s in sizes:
         bw = {m: s * factor / statistics.median(res[(m, s)]) / 1e9 for m in modes}
         line = "%10d" % s + "".join("%12.3f" % bw[m] for m in modes)
         line += "".join("%10.2f" % (bw["inplace"] / bw[m]) for m in others)
+        if floor:
+            line += "%10.2f" % (bw["add_"] / bw["add"])
         if "gloo" in bw:
             line += "  %8.2f  %8.2f" % (bw["outofplace"] / bw["gloo"], bw["inplace"] / bw["gloo"])
         print(line, flush=True)
     print("# ip/X: in place's busbw over X's (X's time over in place's); target <= 1.25")
+    if floor:
+        print("# floor: torch.add's time into two outputs in turn over its time in place, both ranks at once")
     for s in sizes:
         for m in modes:
             print("# raw bytes=%d mode=%s times_us=%s" % (s, m, ",".join("%.1f" % (x * 1e6) for x in res[(m, s)])))
