@@ -3,7 +3,10 @@
  * weak reference, and its TensorImpl and storage have no other owner; it is
  * handed out when it is also in a new tensor's state. Every getter is
  * torch's own, looked up by name, so nothing here depends on its layout
- * but the c10 counts of mode 1, which _reuse.py probes before use. */
+ * but the c10 counts of mode 1, which _reuse.py probes before use. The
+ * getters and methods are looked up on the tensor type once, at setup,
+ * and called straight from their descriptors: a lookup by name through
+ * the type's attributes costs as much as the getter itself. */
 #include <string.h>
 
 #include "c10_counts.h"
@@ -49,6 +52,79 @@ static PyObject *call1(PyObject *f, PyObject *arg) {
 static PyObject *s_cdata, *s_use_count, *s_untyped_storage, *s_dtype, *s_requires_grad, *s_grad, *s_hooks, *s_dict,
         *s_shape, *s_is_contiguous, *s_has_names;
 
+/* An attribute of the tensor type, as its descriptor gives it: a getter
+ * (get) or a C method (meth); neither: looked up by name each call (a
+ * Python property, or a type whose attribute is something else). */
+typedef struct fast_attr {
+        PyObject *name; /* borrowed: an interned name above */
+        getter get;
+        void *closure;
+        const PyMethodDef *meth;
+} fast_attr_t;
+
+static fast_attr_t a_cdata, a_use_count, a_untyped_storage, a_dtype, a_requires_grad, a_grad, a_hooks, a_dict, a_shape,
+        a_is_contiguous, a_has_names;
+
+/* Finds name's descriptor on type: a data descriptor of C (getset) or a
+ * method of C without arguments' parsing of its own (no keywords' dict
+ * needed). The descriptor stays alive with the type, which cfg owns. */
+static void fast_attr_find(fast_attr_t *a, PyTypeObject *type, PyObject *name) {
+        *a = (fast_attr_t){ .name = name };
+        PyObject *d = _PyType_Lookup(type, name); /* borrowed */
+        if (!d)
+                return;
+        if (Py_IS_TYPE(d, &PyGetSetDescr_Type)) {
+                PyGetSetDef *g = ((PyGetSetDescrObject *) d)->d_getset;
+                if (g->get && PyType_IsSubtype(type, PyDescr_TYPE(d))) {
+                        a->get = g->get;
+                        a->closure = g->closure;
+                }
+        } else if (Py_IS_TYPE(d, &PyMethodDescr_Type)) {
+                const PyMethodDef *m = ((PyMethodDescrObject *) d)->d_method;
+                int kind = m->ml_flags & (METH_VARARGS | METH_FASTCALL | METH_NOARGS | METH_O | METH_KEYWORDS);
+                if (PyType_IsSubtype(type, PyDescr_TYPE(d)) &&
+                    (kind == METH_NOARGS || kind == METH_VARARGS || kind == (METH_VARARGS | METH_KEYWORDS)))
+                        a->meth = m;
+        }
+}
+
+/* t.name: the getter straight, else by name (a new reference or NULL) */
+static PyObject *fast_get(PyObject *t, const fast_attr_t *a) {
+        return a->get ? a->get(t, a->closure) : PyObject_GetAttr(t, a->name);
+}
+
+static PyObject *empty_args; /* owned: () for METH_VARARGS */
+
+/* t.name(): the method's C function straight, else by name */
+static PyObject *fast_call0(PyObject *t, const fast_attr_t *a) {
+        if (!a->meth)
+                return call_method0(t, a->name);
+        if (a->meth->ml_flags & METH_NOARGS)
+                return a->meth->ml_meth(t, NULL);
+        if (a->meth->ml_flags & METH_KEYWORDS)
+                return ((PyCFunctionWithKeywords) (void (*)(void)) a->meth->ml_meth)(t, empty_args, NULL);
+        return a->meth->ml_meth(t, empty_args);
+}
+
+static int find_attrs(PyTypeObject *type) {
+        if (!empty_args && !(empty_args = PyTuple_New(0)))
+                return -1;
+        struct {
+                fast_attr_t *a;
+                PyObject *name;
+        } attrs[] = {
+                { &a_cdata, s_cdata },           { &a_use_count, s_use_count },
+                { &a_untyped_storage, s_untyped_storage },
+                { &a_dtype, s_dtype },           { &a_requires_grad, s_requires_grad },
+                { &a_grad, s_grad },             { &a_hooks, s_hooks },
+                { &a_dict, s_dict },             { &a_shape, s_shape },
+                { &a_is_contiguous, s_is_contiguous }, { &a_has_names, s_has_names },
+        };
+        for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++)
+                fast_attr_find(attrs[i].a, type, attrs[i].name);
+        return 0;
+}
+
 static int intern_names(void) {
         struct {
                 PyObject **p;
@@ -83,7 +159,7 @@ static Py_ssize_t take_ssize(PyObject *v) {
 
 /* mode 2: (storage count, Py_REFCNT of the storage object as we hold it) */
 static int storage_counts(PyObject *t, Py_ssize_t *count, Py_ssize_t *refs) {
-        PyObject *s = call_method0(t, s_untyped_storage);
+        PyObject *s = fast_call0(t, &a_untyped_storage);
         if (!s)
                 return -1;
         *refs = Py_REFCNT(s);
@@ -99,7 +175,7 @@ static int storage_counts(PyObject *t, Py_ssize_t *count, Py_ssize_t *refs) {
 /* 1: t's TensorImpl and storage have no other owner; 0: they have; -1: error */
 static int sole_owner(PyObject *t) {
         if (cfg.mode == MODE_C10) {
-                PyObject *cdata = PyObject_GetAttr(t, s_cdata);
+                PyObject *cdata = fast_get(t, &a_cdata);
                 if (!cdata)
                         return -1;
                 const void *impl = PyLong_AsVoidPtr(cdata);
@@ -110,7 +186,7 @@ static int sole_owner(PyObject *t) {
                 hvd_c10_counts(impl, &tensor_refs, &storage_refs);
                 return tensor_refs == 1 && storage_refs == 1;
         }
-        Py_ssize_t uses = take_ssize(call_method0(t, s_use_count));
+        Py_ssize_t uses = take_ssize(fast_call0(t, &a_use_count));
         if (uses == -1 && PyErr_Occurred())
                 return -1;
         if (uses != 1)
@@ -121,9 +197,9 @@ static int sole_owner(PyObject *t) {
         return count == cfg.one_owner && refs == cfg.free_storage_refs;
 }
 
-/* 1 when getter `name` of t is `want` (identity), 0 if not, -1: error */
-static int attr_is(PyObject *t, PyObject *name, PyObject *want) {
-        PyObject *v = PyObject_GetAttr(t, name);
+/* 1 when getter a of t is `want` (identity), 0 if not, -1: error */
+static int attr_is(PyObject *t, const fast_attr_t *a, PyObject *want) {
+        PyObject *v = fast_get(t, a);
         if (!v)
                 return -1;
         int r = v == want;
@@ -131,8 +207,8 @@ static int attr_is(PyObject *t, PyObject *name, PyObject *want) {
         return r;
 }
 
-static int call_is(PyObject *t, PyObject *name, PyObject *want) {
-        PyObject *v = call_method0(t, name);
+static int call_is(PyObject *t, const fast_attr_t *a, PyObject *want) {
+        PyObject *v = fast_call0(t, a);
         if (!v)
                 return -1;
         int r = v == want;
@@ -143,26 +219,26 @@ static int call_is(PyObject *t, PyObject *name, PyObject *want) {
 /* 1: t is in the state of a new tensor of dtype and shape; 0: not; -1: error */
 static int new_state(PyObject *t, PyObject *dtype, PyObject *shape) {
         int r;
-        if ((r = attr_is(t, s_dtype, dtype)) != 1 || (r = attr_is(t, s_requires_grad, Py_False)) != 1 ||
-            (r = attr_is(t, s_grad, Py_None)) != 1 || (r = attr_is(t, s_hooks, Py_None)) != 1)
+        if ((r = attr_is(t, &a_dtype, dtype)) != 1 || (r = attr_is(t, &a_requires_grad, Py_False)) != 1 ||
+            (r = attr_is(t, &a_grad, Py_None)) != 1 || (r = attr_is(t, &a_hooks, Py_None)) != 1)
                 return r;
-        PyObject *d = PyObject_GetAttr(t, s_dict);
+        PyObject *d = fast_get(t, &a_dict);
         if (!d)
                 return -1;
         r = PyDict_Check(d) && PyDict_GET_SIZE(d) == 0;
         Py_DECREF(d);
         if (r != 1)
                 return r;
-        PyObject *sh = PyObject_GetAttr(t, s_shape);
+        PyObject *sh = fast_get(t, &a_shape);
         if (!sh)
                 return -1;
         r = PyObject_RichCompareBool(sh, shape, Py_EQ);
         Py_DECREF(sh);
         if (r != 1)
                 return r;
-        if ((r = call_is(t, s_is_contiguous, Py_True)) != 1)
+        if ((r = call_is(t, &a_is_contiguous, Py_True)) != 1)
                 return r;
-        return cfg.has_names ? call_is(t, s_has_names, Py_False) : 1;
+        return cfg.has_names ? call_is(t, &a_has_names, Py_False) : 1;
 }
 
 /* 1: nothing but the kept list refers to t (the caller holds one more
@@ -240,7 +316,7 @@ PyObject *hvd_py_reuse_setup(PyObject *mod, PyObject *args) {
                 PyErr_SetString(PyExc_TypeError, "reuse_setup: storage_use_count must be callable");
                 return NULL;
         }
-        if (intern_names() < 0)
+        if (intern_names() < 0 || find_attrs((PyTypeObject *) type) < 0)
                 return NULL;
         PyObject *weakref = PyImport_ImportModule("weakref");
         if (!weakref)

@@ -13,7 +13,7 @@ import torch
 
 import hvd._core as hvd_core
 import hvd.torch as hvd
-from hvd.torch import _reuse
+from hvd.torch import _reuse, mpi_ops
 
 COUNT = 1000  # small: the sizes where making a tensor costs the most
 BIG = 20 * 4000  # float32: over a kept buffer (hvd._core.KEPT_MIN_BYTES)
@@ -52,6 +52,7 @@ def take_impl(request, monkeypatch):
         pytest.skip("hvd._core.reuse_pick is not used with this torch")
     if request.param == "python":
         monkeypatch.setattr(_reuse, "_pick", None)
+        monkeypatch.setattr(mpi_ops, "_PICK", None)  # the blocking allreduce's own binding
     return request.param
 
 
@@ -171,7 +172,7 @@ def test_weakly_referenced_result_not_handed_out(take_impl):
     assert held is not None and torch.equal(held, summed(0))
 
 
-@pytest.mark.parametrize("change", ["requires_grad", "grad", "attribute", "hook", "resize"])
+@pytest.mark.parametrize("change", ["requires_grad", "grad", "attribute", "hook", "resize", "strides"])
 def test_changed_result_not_handed_out(change, take_impl):
     """A dropped result whose state its user changed is forgotten: a later
     result is a tensor in the state of a new one."""
@@ -185,6 +186,8 @@ def test_changed_result_not_handed_out(change, take_impl):
     elif change == "hook":
         r.requires_grad_()
         r.register_hook(lambda g: g)
+    elif change == "strides":
+        r.as_strided_(r.shape, (1, 20))  # the same shape, not contiguous
     else:
         r.resize_(COUNT)
     del r

@@ -274,6 +274,9 @@ _GLOBAL = global_process_set
 _STRIDED = torch.strided
 _NO_COMPRESSION = Compression.none
 _KIND_ALLREDUCE = _core.KIND_ALLREDUCE
+_PICK = _reuse._pick
+_COMPILING = _library._compiling  # _library.tracing(), a Python call less
+_KEPT = _reuse._kept
 _SYNC_MAX = 4096  # requests remembered; a bound for callers whose names never repeat
 _sync_requests: Dict[tuple, Tuple[Optional[str], tuple]] = {}
 
@@ -292,7 +295,11 @@ def _allreduce_now(tensor: torch.Tensor, output: Optional[torch.Tensor], name: O
     if submitted is None:
         submitted = _ops.op_name("allreduce", None, 0)
     if output is None:
-        output = _reuse.take_of(dtype, shape)
+        # _reuse.take_of's search in C, called here (a Python call less);
+        # take_of itself where it has more to do
+        output = _PICK(_KEPT, dtype, shape) if _PICK is not None else _reuse.take_of(dtype, shape)
+        if type(output) is tuple:  # its state changed: take_of forgets it
+            output = _reuse.take_of(dtype, shape)
         if output is None:
             output = _fresh_output(tensor)
             _reuse.keep(output)
@@ -356,7 +363,7 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
     result as a new tensor; differentiable. op defaults to Average."""
     if (compression is _NO_COMPRESSION and process_set is _GLOBAL and isinstance(tensor, torch.Tensor)
             and not tensor.requires_grad and tensor.is_cpu and tensor.layout is _STRIDED
-            and tensor.is_contiguous() and not _library.tracing()):
+            and tensor.is_contiguous() and not _COMPILING()):
         # the call most scripts make, on the CPU: a kept result, no handle
         op = handle_average_backwards_compatibility(op, average)
         if op != Adasum and type(op) is int and type(prescale_factor) is float and type(postscale_factor) is float \
