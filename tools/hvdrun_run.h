@@ -1,7 +1,8 @@
-/* hvdrun_run.h — what hvdrun's launch (tools/hvdrun.c) and its elastic mode
- * (tools/hvdrun_elastic.c) share: the job, the workers and the run's state,
- * and the few steps both take (a worker's environment and start, a private
- * daemon). Program-internal. */
+/* hvdrun_run.h — what hvdrun's launch (tools/hvdrun.c's main() over
+ * tools/hvdrun_env.c, hvdrun_daemons.c, hvdrun_command.c, hvdrun_workers.c)
+ * and its elastic mode (tools/hvdrun_elastic.c) share: the job, the workers
+ * and the run's state, and the steps they take (a worker's environment and
+ * start, a private daemon). Program-internal. */
 #ifndef HVD_TOOLS_HVDRUN_RUN_H
 #define HVD_TOOLS_HVDRUN_RUN_H
 
@@ -101,10 +102,23 @@ typedef struct run {
         hvd_warm_t *warm;           /* elastic: standby interpreters (tools/hvdrun_warm.c), or NULL */
 } run_t;
 
-/* ---- tools/hvdrun.c ---- */
+/* ---- tools/hvdrun_env.c: environment lists, PATH lookup ---- */
 
+/* Frees a NULL-terminated array of owned strings (NULL-safe). */
+void strv_free(char **v);
+/* Frees e's strings and array, and empties e (NULL-safe). */
+void env_list_free(env_list_t *e);
+/* Puts entry "NAME=VALUE" (taken; NULL: -ENOMEM) in e, replacing an earlier NAME. 0 or -ENOMEM. */
+int env_list_put(env_list_t *e, char *entry);
 /* Sets NAME=printf(fmt, ...) in e, replacing an earlier NAME. 0 or -ENOMEM. */
 int env_list_set(env_list_t *e, const char *name, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Appends copies of src's strings to dst (kept NULL-terminated, also when empty). 0 or -ENOMEM. */
+int env_list_copy(env_list_t *dst, char *const *src);
+/* prog looked up in path_env: 0 and *ret (free it), 126 / 127 after a message, 1 without memory. */
+int resolve_program(const char *prog, const char *path_env, char **ret);
+
+/* ---- tools/hvdrun_daemons.c: the hosts' daemons ---- */
+
 /* Starts a private daemon in a fresh directory, with peer_listen when given; its
  * bound peer endpoint is read back into peer_ep. 0, or < 0 after a message. */
 int embedded_start(embedded_t *e, const options_t *o, const char *peer_listen, char *peer_ep, size_t peer_ep_len);
@@ -112,12 +126,28 @@ int embedded_start(embedded_t *e, const options_t *o, const char *peer_listen, c
  * removes its directory. */
 void embedded_ask_stop(embedded_t *e);
 void embedded_stop(embedded_t *e);
+/* Finds or starts the daemon of every host with ranks. 0, or < 0 after a message. */
+int start_daemons(const options_t *o, job_t *job);
+/* Stops the private daemons of hosts[0..n) and removes their directories. */
+void stop_daemons(host_t *hosts, size_t n);
+/* Sets job->root_peer (HVD_ROOT_PEER) for a job that spans hosts. 0, or -EINVAL after a message. */
+int find_root_peer(const options_t *o, job_t *job);
+
+/* ---- tools/hvdrun_command.c: a rank's environment and command line ---- */
+
 /* The environment (and, over ssh or srun, the command line) of worker w, local
  * rank local_rank of its host, into w (owned there). 0 or < 0. */
 int prepare_worker(const options_t *o, const job_t *job, const char *path, worker_t *w, int local_rank);
+/* The ssh command line that runs command on host (owned: strv_free()), or NULL. */
+char **ssh_argv(const job_t *job, const char *host, const char *command);
+
+/* ---- tools/hvdrun_workers.c: the workers' processes and the loop ---- */
+
 /* Forks and runs worker w (path, argv), reading in_fd; prefix: its output
  * through pipes. 0, or < 0 after a message. */
 int spawn_worker(worker_t *w, const char *path, char *const *argv, bool prefix, int in_fd);
+/* Gives the ranks that run here their share of our CPUs (--cpu-bind). */
+void bind_workers(const options_t *o, run_t *run);
 /* The workers started and not yet exited. */
 int count_live(const run_t *run);
 /* The standard input of a rank started over ssh: the job secret on the first
@@ -127,6 +157,16 @@ int remote_stdin(run_t *run, bool with_our_stdin);
 /* Sends sig to every process of the job on remote host h, over ssh (once per
  * signal and host; in the background, reaped with the helpers). */
 void remote_signal(run_t *run, host_t *h, int sig);
+/* Sends sig to every worker's process group (a remote rank's: see remote_signal()). */
+void kill_groups(run_t *run, int sig);
+/* "SIGINT", "SIGTERM", "SIGHUP" or "a signal": for messages. */
+const char *signame(int sig);
+/* Runs until every worker exited and its output is passed on. */
+void run_loop(run_t *run);
+/* Kills and reaps what is left of the workers, the stdin pump and the helpers. */
+void reap_all(run_t *run);
+/* Closes the workers' pipes and frees the workers and the run's buffers (NULL-safe). */
+void run_free(run_t *run);
 
 /* ---- tools/hvdrun_elastic.c: workers and hosts come and go ---- */
 

@@ -7,9 +7,10 @@
  * becomes a ready standby: it is sent the rank's environment and runs the
  * script as __main__. The standby is the worker process itself, not a
  * template that forks (TensorFlow's threads make a fork after its import
- * unsafe): it was started like any worker (tools/hvdrun.c spawn_worker()),
- * so it leads its own process group, hvdrun reaps it, its exit status is
- * the script's, and its output goes through the pipes made at its start.
+ * unsafe): it was started like any worker (tools/hvdrun_workers.c
+ * spawn_worker()), so it leads its own process group, hvdrun reaps it, its
+ * exit status is the script's, and its output goes through the pipes made
+ * at its start.
  * A standby that ends before it is ready (a bad interpreter, an import
  * that fails) turns warm starts off, with a line saying so: workers then
  * start cold. */

@@ -10,7 +10,8 @@ tools_libhvdtools_la_CFLAGS = $(AM_CFLAGS) $(PROTOBUF_C_CFLAGS) $(JANSSON_CFLAGS
 
 bin_PROGRAMS += %D%/hvdrun %D%/hvdctl
 
-%C%_hvdrun_SOURCES = %D%/hvdrun.c %D%/hvdrun.h %D%/hvdrun_options.c %D%/hvdrun_run.h %D%/hvdrun_elastic.c \
+%C%_hvdrun_SOURCES = %D%/hvdrun.c %D%/hvdrun.h %D%/hvdrun_options.c %D%/hvdrun_run.h %D%/hvdrun_env.c \
+	%D%/hvdrun_daemons.c %D%/hvdrun_command.c %D%/hvdrun_workers.c %D%/hvdrun_elastic.c \
 	%D%/hvdrun_remote.c %D%/hvdrun_warm.c
 %C%_hvdrun_CPPFLAGS = $(AM_CPPFLAGS) -I$(top_srcdir)/daemon
 %C%_hvdrun_CFLAGS = $(AM_CFLAGS) $(ZMQ_CFLAGS) $(PROTOBUF_C_CFLAGS)
