@@ -113,12 +113,17 @@ static int find_attrs(PyTypeObject *type) {
                 fast_attr_t *a;
                 PyObject *name;
         } attrs[] = {
-                { &a_cdata, s_cdata },           { &a_use_count, s_use_count },
+                { &a_cdata, s_cdata },
+                { &a_use_count, s_use_count },
                 { &a_untyped_storage, s_untyped_storage },
-                { &a_dtype, s_dtype },           { &a_requires_grad, s_requires_grad },
-                { &a_grad, s_grad },             { &a_hooks, s_hooks },
-                { &a_dict, s_dict },             { &a_shape, s_shape },
-                { &a_is_contiguous, s_is_contiguous }, { &a_has_names, s_has_names },
+                { &a_dtype, s_dtype },
+                { &a_requires_grad, s_requires_grad },
+                { &a_grad, s_grad },
+                { &a_hooks, s_hooks },
+                { &a_dict, s_dict },
+                { &a_shape, s_shape },
+                { &a_is_contiguous, s_is_contiguous },
+                { &a_has_names, s_has_names },
         };
         for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++)
                 fast_attr_find(attrs[i].a, type, attrs[i].name);
