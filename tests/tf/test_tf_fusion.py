@@ -1,6 +1,10 @@
 """Tensor Fusion from hvd.tensorflow: the allreduces of one tf.function are
 in flight together, so the daemon fuses them: its counters for this job
-(hvdctl status --json) grow by fewer fused operations than tensors."""
+(hvdctl status --json) grow by fewer fused operations than tensors. Each
+round's tensors are new names, which the coordinator negotiates: a name
+seen before runs from the readiness board, which runs what every rank has
+posted at once, fused or not as the posts happen to fall (8 to 67
+operations for the 96 tensors of 3 rounds on a 2-vCPU machine)."""
 
 import json
 import os
@@ -42,14 +46,14 @@ def test_allreduces_of_one_function_are_fused(rank, size):
         pytest.skip("needs tools/hvdctl and the job's HVD_RUNTIME_DIR, HVD_JOB_ID")
 
     @tf.function
-    def step(t):
-        return [hvd.allreduce(t + float(i), op=hvd.Sum, name=f"fusion.{i}") for i in range(N_TENSORS)]
+    def step(t, rnd):  # traced once a round (rnd is a Python int)
+        return [hvd.allreduce(t + float(i), op=hvd.Sum, name=f"fusion.{rnd}.{i}") for i in range(N_TENSORS)]
 
     hvd.barrier()
     before = job_counters() if rank == 0 else None
     x = tf.fill([64], float(rank))
-    for _ in range(ROUNDS):
-        out = step(x)
+    for rnd in range(ROUNDS):
+        out = step(x, rnd)
     for i, t in enumerate(out):
         np.testing.assert_array_equal(t.numpy(), np.full([64], size * i + size * (size - 1) / 2, np.float32))
     hvd.barrier()
@@ -61,5 +65,7 @@ def test_allreduces_of_one_function_are_fused(rank, size):
     shared = after["tensors_in_fused_ops"] - before["tensors_in_fused_ops"]
     assert tensors >= N_TENSORS * ROUNDS, (before, after)
     # all 32 of a round are in flight together: a few operations a round
-    assert ops * 4 <= tensors, f"{ops} operations for {tensors} tensors: hardly fused ({before}, {after})"
-    assert shared >= N_TENSORS * ROUNDS // 2, (before, after)
+    # (6 to 20 for the 3 rounds in 11 runs on a 2-vCPU machine; one op a
+    # tensor, none shared, if each allreduce waited for the last)
+    assert ops * 3 <= tensors, f"{ops} operations for {tensors} tensors: hardly fused ({before}, {after})"
+    assert shared * 4 >= N_TENSORS * ROUNDS * 3, (before, after)
