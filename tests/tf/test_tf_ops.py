@@ -63,6 +63,19 @@ def test_allreduce_named_and_empty(run, size):
     assert empty.shape == (0, 4)
 
 
+def test_allreduce_of_other_values_and_device_scope(run, rank, size):
+    """Values that are not tf.Tensors are converted (a variable, a numpy
+    array, a list); a device_dense scope gives the same result."""
+    v = tf.Variable(tf.fill([3], float(rank + 1)))
+    a = np.full([3], rank + 1, np.float32)
+    outs = run(lambda: (hvd.allreduce(v, op=hvd.Sum), hvd.allreduce(a, op=hvd.Sum),
+                        hvd.allreduce([float(rank + 1)] * 3, op=hvd.Sum),
+                        hvd.allreduce(tf.fill([3], float(rank + 1)), op=hvd.Sum, device_dense="/cpu:0"),
+                        hvd.grouped_allreduce([v, a], op=hvd.Sum)[1]))
+    for out in outs:
+        assert_equal(out, tf.fill([3], float(size * (size + 1) // 2)))
+
+
 def test_allreduce_compression_fp16(run, rank, size):
     x = tf.fill([5], float(rank + 1))
     out = run(lambda t: hvd.allreduce(t, op=hvd.Sum, compression=hvd.Compression.fp16), x)

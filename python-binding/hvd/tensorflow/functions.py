@@ -45,12 +45,24 @@ def allreduce(tensor, average: Optional[bool] = None, device_dense: str = "", de
     if isinstance(tensor, tf.IndexedSlices):
         with tf.device(device_sparse):
             return _sparse_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set)
-    with tf.device(device_dense):
-        tensor = tf.convert_to_tensor(tensor)
-        compressed, ctx = compression.compress(tensor)
-        reduced = mpi_ops._allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
-                                     postscale_factor=postscale_factor, process_set=process_set)
-        return compression.decompress(reduced, ctx)
+    if device_dense:
+        with tf.device(device_dense):
+            return _dense_allreduce(tensor, compression, name, op, prescale_factor, postscale_factor, process_set)
+    # no device scope: the op's kernels are the CPU's wherever it runs, and
+    # entering one costs about 2 us an eager call
+    return _dense_allreduce(tensor, compression, name, op, prescale_factor, postscale_factor, process_set)
+
+
+def _dense_allreduce(tensor, compression, name: Optional[str], op: int, prescale_factor: float,
+                     postscale_factor: float, process_set: ProcessSet):
+    tensor = mpi_ops._as_tensor(tensor)
+    if compression is Compression.none:
+        return mpi_ops._allreduce(tensor, name=name, op=op, prescale_factor=prescale_factor,
+                                  postscale_factor=postscale_factor, process_set=process_set)
+    compressed, ctx = compression.compress(tensor)
+    reduced = mpi_ops._allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
+                                 postscale_factor=postscale_factor, process_set=process_set)
+    return compression.decompress(reduced, ctx)
 
 
 def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None, device_dense: str = "",
@@ -73,7 +85,7 @@ def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None, de
                                            postscale_factor, process_set)
     if dense:
         with tf.device(device_dense):
-            pairs = [compression.compress(tf.convert_to_tensor(tensors[i])) for i in dense]
+            pairs = [compression.compress(mpi_ops._as_tensor(tensors[i])) for i in dense]
             reduced = mpi_ops._grouped_allreduce([c for c, _ in pairs], name=name, op=op,
                                                  prescale_factor=prescale_factor,
                                                  postscale_factor=postscale_factor, process_set=process_set)

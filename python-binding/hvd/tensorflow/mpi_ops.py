@@ -62,6 +62,12 @@ def _ps_id(process_set: ProcessSet) -> int:
     return _common_ops.check_process_set(process_set)
 
 
+def _as_tensor(value) -> Any:
+    """value as a tf.Tensor: itself when it is one (tf.convert_to_tensor
+    costs about 1 us an eager call even then)."""
+    return value if isinstance(value, tf.Tensor) else tf.convert_to_tensor(value)
+
+
 def _tensor_name(name: Optional[str]) -> str:
     if name is None:
         return ""
@@ -103,7 +109,7 @@ def allgather(tensor, name: Optional[str] = None, process_set: ProcessSet = glob
               ignore_name_scope: bool = False):
     """The ranks' tensors concatenated along the first dimension, which may
     differ by rank (the other dimensions may not)."""
-    tensor = tf.convert_to_tensor(tensor)
+    tensor = _as_tensor(tensor)
     out = _lib.hvd_allgather(tensor, process_set=_ps_id(process_set), tensor_name=_tensor_name(name),
                              name=_node_name("HvdAllgather", tensor))
     return _with_rows(out, tensor)
@@ -112,7 +118,7 @@ def allgather(tensor, name: Optional[str] = None, process_set: ProcessSet = glob
 def broadcast(tensor, root_rank: int, name: Optional[str] = None, process_set: ProcessSet = global_process_set,
               ignore_name_scope: bool = False):
     """root_rank's tensor on every rank."""
-    tensor = tf.convert_to_tensor(tensor)
+    tensor = _as_tensor(tensor)
     ps_id = _ps_id(process_set)
     root = _common_ops.check_root(root_rank, process_set)  # libhvd's root: a position in the set
     return _lib.hvd_broadcast(tensor, root_rank=root, process_set=ps_id,
@@ -124,7 +130,7 @@ def alltoall(tensor, splits=None, name: Optional[str] = None, process_set: Proce
     """Sends splits[r] rows (first dimension) to rank r; splits None: equal
     parts. Returns (the rows received, concatenated in rank order; the number
     received from each rank)."""
-    tensor = tf.convert_to_tensor(tensor)
+    tensor = _as_tensor(tensor)
     if splits is None:
         splits = tf.constant([], dtype=tf.int32)
     else:
@@ -139,7 +145,7 @@ def reducescatter(tensor, name: Optional[str] = None, op: int = Average,
                   postscale_factor: float = 1.0, ignore_name_scope: bool = False):
     """Reduces the ranks' tensors, then rank r keeps its share of the first
     dimension (the first d0 % size ranks one row more)."""
-    tensor = tf.convert_to_tensor(tensor)
+    tensor = _as_tensor(tensor)
     out = _lib.hvd_reducescatter(tensor, reduce_op=_basics.core_reduce_op(op), prescale=float(prescale_factor),
                                  postscale=float(postscale_factor), process_set=_ps_id(process_set),
                                  tensor_name=_tensor_name(name), name=_node_name("HvdReducescatter", tensor))
@@ -150,7 +156,7 @@ def grouped_allgather(tensors: Sequence[Any], name: Optional[str] = None,
                       process_set: ProcessSet = global_process_set) -> List[Any]:
     """allgather of several tensors as one group: none starts before all are
     ready on every rank."""
-    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    tensors = [_as_tensor(t) for t in tensors]
     if not tensors:
         raise ValueError("grouped_allgather needs at least one tensor")
     outs = _lib.hvd_grouped_allgather(tensors, process_set=_ps_id(process_set), tensor_name=_tensor_name(name),
@@ -162,7 +168,7 @@ def grouped_reducescatter(tensors: Sequence[Any], name: Optional[str] = None, op
                           process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
                           postscale_factor: float = 1.0) -> List[Any]:
     """reducescatter of several tensors as one group."""
-    tensors = [tf.convert_to_tensor(t) for t in tensors]
+    tensors = [_as_tensor(t) for t in tensors]
     if not tensors:
         raise ValueError("grouped_reducescatter needs at least one tensor")
     outs = _lib.hvd_grouped_reducescatter(tensors, reduce_op=_basics.core_reduce_op(op),
