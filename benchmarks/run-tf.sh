@@ -8,7 +8,9 @@
 # ResNet-50 gradient step (all 161 tensors in flight together; both also
 # with TensorFlow's BFC allocator on the CPU, impl=...+bfc), the per-op
 # cost of the op library at 4 KiB (and libhvd's own blocking latency from
-# benchmarks/bench_collective when `make bench` built it), and MWMS at
+# benchmarks/bench_collective when `make bench` built it), TensorFlow's
+# own cost of the same calls of an op that does nothing (tf.identity, in
+# a tf.function and eagerly: the floor of hvd's op), and MWMS at
 # 4 KiB, 1 MiB, 64 MiB and on the step. Prints the raw lines, then tables
 # of medians over the rounds and ratios; a peer that is missing or failed
 # is said so loudly.
@@ -88,6 +90,8 @@ for line in open(sys.argv[1]):
         rows.setdefault(("allreduce", impl, int(m["bytes"])), []).append(float(m["time_us"]))
     elif b == "step":
         rows.setdefault(("step", m["impl"], m["model"]), []).append(float(m["ms"]))
+    elif b == "floor":
+        rows.setdefault(("floor", m["impl"], int(m["bytes"])), []).append(float(m["time_us"]))
     elif b == "op_cost":
         for k in ("tf_loop_us", "numpy_us", "tf_minus_numpy_us"):
             rows.setdefault(("op_cost", k, 4096), []).append(float(m[k]))
@@ -101,7 +105,10 @@ print("\n# medians over the rounds; ratios are speed ratios, time(peer)/time(hvd
 sizes = sorted({k[2] for k in med if k[0] == "allreduce" and k[1].startswith("hvd.tf")})
 print("\n## allreduce, float32 sum, out of place: time us (busbw GB/s)")
 print(f"{'bytes':>10} {'tf.function':>20} {'tf.eager':>20} {'tf.eager+bfc':>20} {'torch':>20} {'fn/torch':>8}"
-      f" {'eager/torch':>11} {'bfc/torch':>9} {'mwms':>20} {'tf/mwms':>7}")
+      f" {'eager/torch':>11} {'bfc/torch':>9} {'mwms':>20} {'tf/mwms':>7} {'fn floor':>9} {'eager floor':>11}")
+def floor_cell(impl, n):  # TensorFlow's own call of an op that does nothing, us
+    t = get("floor", impl, n)
+    return f"{t:.1f}" if t else "-"
 for n in sizes:
     def cell(impl):
         t = get("allreduce", impl, n)
@@ -111,7 +118,7 @@ for n in sizes:
     best = min((x for x in (fn, eg) if x), default=None)
     print(f"{n:>10} {cell('hvd.tf.function')} {cell('hvd.tf.eager')} {cell('hvd.tf.eager+bfc')} {cell('hvd.torch')}"
           f" {ratio(to, fn):>8} {ratio(to, eg):>11} {ratio(to, bf):>9} {cell('mwms')}"
-          f" {ratio(mw, best) if mw else '-':>7}")
+          f" {ratio(mw, best) if mw else '-':>7} {floor_cell('tf.function', n):>9} {floor_cell('tf.eager', n):>11}")
 print("\n## ResNet-50 gradient step (161 tensors, 97.5 MiB): ms, median [range over rounds]")
 steps = {k[1]: v for k, v in med.items() if k[0] == "step"}
 for impl in sorted(steps):
@@ -135,6 +142,11 @@ if get("op_cost", "tf_loop_us", 4096):
     eg, to, c = get("allreduce", "hvd.tf.eager", 4096), get("allreduce", "hvd.torch", 4096), get("allreduce", "hvd", 4096)
     if eg and to:
         print(f"  eager hvd.tensorflow {eg:.1f} us - hvd.torch {to:.1f} us = {eg - to:.1f} us")
+    fe, ff, fn = get("floor", "tf.eager", 4096), get("floor", "tf.function", 4096), get("allreduce", "hvd.tf.function", 4096)
+    if fe and eg:
+        print(f"  TensorFlow's own eager op (tf.identity): {fe:.1f} us; eager hvd.tensorflow - that = {eg - fe:.1f} us")
+    if ff and fn:
+        print(f"  TensorFlow's own tf.function of one op: {ff:.1f} us; hvd's tf.function of one allreduce: {fn:.1f} us")
     if c:
         print(f"  libhvd's own blocking allreduce (bench_collective): {c:.1f} us; tf loop - libhvd = "
               f"{get('op_cost', 'tf_loop_us', 4096) - c:.1f} us")

@@ -26,6 +26,10 @@ iteration: the steady state; busbw = algbw * 2(n-1)/n):
       buffer); hvd.torch.async_kept: out of place into outputs allocated
       once (as the TF ops' kept buffers); hvd.torch.grouped:
       grouped_allreduce_ (in place)
+    bench=floor impl=tf.function|tf.eager bytes=4096 np=2 time_us=..
+      TensorFlow's own cost of the same call with no hvd in it: a
+      tf.function of one tf.identity of the same tensor, called from
+      Python, and tf.identity eagerly (TensorFlow frontend only)
     bench=op_cost bytes=4096 np=2 tf_loop_us=.. numpy_us=.. tf_minus_numpy_us=..
       tf_loop: allreduces chained in a tf.while_loop inside one tf.function
       (no Python between them); numpy: hvd.allreduce of a numpy array (the
@@ -101,6 +105,20 @@ class TF:
             "hvd.tf.function": lambda: fn(t),
             "hvd.tf.eager": lambda: h.allreduce(t, op=h.Sum, name=f"sweep.eager.{nbytes}"),
         }
+        out = {}
+        for k, f in ways.items():
+            for _ in range(3):
+                f()
+            out[k] = median_of(lambda: f().shape, iters(nbytes), 1, self.barrier)
+        return out
+
+    def floor(self, nbytes):
+        """TensorFlow's own per-call cost, the sweep's two ways, of an op
+        that does nothing: what hvd's op cannot go below."""
+        tf = self.tf
+        t = tf.ones([nbytes // 4], tf.float32)
+        fn = tf.function(lambda x: tf.identity(x))
+        ways = {"tf.function": lambda: fn(t), "tf.eager": lambda: tf.identity(t)}
         out = {}
         for k, f in ways.items():
             for _ in range(3):
@@ -219,6 +237,9 @@ def main():
         for impl, sec in b.sweep(nbytes).items():
             say(f"bench=allreduce impl={impl}{tag} bytes={nbytes} np={b.size} time_us={sec * 1e6:.1f} "
                 f"busbw_gbs={nbytes / sec / 1e9 * factor:.3f}")
+        if args.frontend == "tf" and not tag:
+            for impl, sec in b.floor(nbytes).items():
+                say(f"bench=floor impl={impl} bytes={nbytes} np={b.size} time_us={sec * 1e6:.1f}")
     if args.model_tsv:
         model = args.model_tsv.rsplit("/", 1)[-1].split(".")[0]
         for impl, fn in b.step(args.model_tsv).items():
