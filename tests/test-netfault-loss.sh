@@ -41,4 +41,7 @@ nf_heal_nft
 heavy() { loss 90; }
 lost_b='(lost contact with host b \(ranks \[1\]\)|rank 1 \([0-9.:]+\): timed out|host b: rank 1: .*timed out)'
 lost_a='(lost contact with the root daemon at [^ ]* \(host a, ranks \[0\]\)|rank 0 \([0-9.:]+\): timed out|rank 0 \(host a\): .*timed out)'
-nf_case heavy-loss heavy nf_heal_nft "a b" "$lost_b" "$lost_a"
+# one packet in ten still crosses: the side that gives up first may tell
+# the other why (b's rank can end with the root's "lost contact with host
+# b"), so either verdict is what happened
+nf_case heavy-loss heavy nf_heal_nft "a b" "$lost_b" "($lost_a|$lost_b)"
