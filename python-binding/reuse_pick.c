@@ -66,20 +66,21 @@ static fast_attr_t a_cdata, a_use_count, a_untyped_storage, a_dtype, a_requires_
         a_is_contiguous, a_has_names;
 
 /* Finds name's descriptor on type: a data descriptor of C (getset) or a
- * method of C without arguments' parsing of its own (no keywords' dict
- * needed). The descriptor stays alive with the type, which cfg owns. */
+ * method of C taking no arguments or a tuple of them. What is kept are
+ * its C function and definition, static in torch's extension: they stay
+ * valid even if the descriptor is replaced. */
 static void fast_attr_find(fast_attr_t *a, PyTypeObject *type, PyObject *name) {
         *a = (fast_attr_t){ .name = name };
         PyObject *d = _PyType_Lookup(type, name); /* borrowed */
         if (!d)
                 return;
-        if (Py_IS_TYPE(d, &PyGetSetDescr_Type)) {
+        if (Py_TYPE(d) == &PyGetSetDescr_Type) {
                 PyGetSetDef *g = ((PyGetSetDescrObject *) d)->d_getset;
                 if (g->get && PyType_IsSubtype(type, PyDescr_TYPE(d))) {
                         a->get = g->get;
                         a->closure = g->closure;
                 }
-        } else if (Py_IS_TYPE(d, &PyMethodDescr_Type)) {
+        } else if (Py_TYPE(d) == &PyMethodDescr_Type) {
                 const PyMethodDef *m = ((PyMethodDescrObject *) d)->d_method;
                 int kind = m->ml_flags & (METH_VARARGS | METH_FASTCALL | METH_NOARGS | METH_O | METH_KEYWORDS);
                 if (PyType_IsSubtype(type, PyDescr_TYPE(d)) &&
