@@ -101,10 +101,13 @@ class TF:
         tf, h = self.tf, self.h
         t = tf.ones([nbytes // 4], tf.float32)
         fn = tf.function(lambda x: h.allreduce(x, op=h.Sum, name=f"sweep.fn.{nbytes}"))
-        ways = {
+        return self.timed_ways(nbytes, {
             "hvd.tf.function": lambda: fn(t),
             "hvd.tf.eager": lambda: h.allreduce(t, op=h.Sum, name=f"sweep.eager.{nbytes}"),
-        }
+        })
+
+    def timed_ways(self, nbytes, ways):
+        """Seconds per call of each way (3 calls to warm it first)."""
         out = {}
         for k, f in ways.items():
             for _ in range(3):
@@ -118,13 +121,7 @@ class TF:
         tf = self.tf
         t = tf.ones([nbytes // 4], tf.float32)
         fn = tf.function(lambda x: tf.identity(x))
-        ways = {"tf.function": lambda: fn(t), "tf.eager": lambda: tf.identity(t)}
-        out = {}
-        for k, f in ways.items():
-            for _ in range(3):
-                f()
-            out[k] = median_of(lambda: f().shape, iters(nbytes), 1, self.barrier)
-        return out
+        return self.timed_ways(nbytes, {"tf.function": lambda: fn(t), "tf.eager": lambda: tf.identity(t)})
 
     def step(self, tsv):
         tf, h = self.tf, self.h
