@@ -65,7 +65,8 @@ def test_allreduces_of_one_function_are_fused(rank, size):
     shared = after["tensors_in_fused_ops"] - before["tensors_in_fused_ops"]
     assert tensors >= N_TENSORS * ROUNDS, (before, after)
     # all 32 of a round are in flight together: a few operations a round
-    # (6 to 20 for the 3 rounds in 11 runs on a 2-vCPU machine; one op a
-    # tensor, none shared, if each allreduce waited for the last)
-    assert ops * 3 <= tensors, f"{ops} operations for {tensors} tensors: hardly fused ({before}, {after})"
+    # (6 to 20 for the 3 rounds in 27 runs on a 2-vCPU machine, some of
+    # them beside two busy loops; one op a tensor, none shared, if each
+    # allreduce waited for the last)
+    assert ops * 4 <= tensors, f"{ops} operations for {tensors} tensors: hardly fused ({before}, {after})"
     assert shared * 4 >= N_TENSORS * ROUNDS * 3, (before, after)
