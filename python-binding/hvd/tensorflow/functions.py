@@ -3,6 +3,7 @@ tensors and of tf.IndexedSlices, grouped allreduce, and broadcast_variables,
 which runs its broadcasts in one tf.function so that they are in flight
 together and hvd fuses them."""
 
+import contextlib
 from typing import Any, List, Optional, Sequence
 
 import tensorflow as tf
@@ -13,6 +14,13 @@ from hvd.common.basics import Average, Sum, handle_average_backwards_compatibili
 from hvd.common.process_sets import ProcessSet, global_process_set
 from hvd.tensorflow import mpi_ops
 from hvd.tensorflow.compression import Compression
+
+
+def _device(device: str):
+    """tf.device(device), or no scope for "" (the ops' kernels are the
+    CPU's wherever they would be placed, and entering a scope costs about
+    2 us an eager call)."""
+    return tf.device(device) if device else contextlib.nullcontext()
 
 
 def _sparse_allreduce(tensor: tf.IndexedSlices, name: Optional[str], op: int, prescale_factor: float,
@@ -43,26 +51,13 @@ def allreduce(tensor, average: Optional[bool] = None, device_dense: str = "", de
     (values and indices) instead."""
     op = handle_average_backwards_compatibility(op, average)
     if isinstance(tensor, tf.IndexedSlices):
-        with tf.device(device_sparse):
+        with _device(device_sparse):
             return _sparse_allreduce(tensor, name, op, prescale_factor, postscale_factor, process_set)
-    if device_dense:
-        with tf.device(device_dense):
-            return _dense_allreduce(tensor, compression, name, op, prescale_factor, postscale_factor, process_set)
-    # no device scope: the op's kernels are the CPU's wherever it runs, and
-    # entering one costs about 2 us an eager call
-    return _dense_allreduce(tensor, compression, name, op, prescale_factor, postscale_factor, process_set)
-
-
-def _dense_allreduce(tensor, compression, name: Optional[str], op: int, prescale_factor: float,
-                     postscale_factor: float, process_set: ProcessSet):
-    tensor = mpi_ops._as_tensor(tensor)
-    if compression is Compression.none:
-        return mpi_ops._allreduce(tensor, name=name, op=op, prescale_factor=prescale_factor,
-                                  postscale_factor=postscale_factor, process_set=process_set)
-    compressed, ctx = compression.compress(tensor)
-    reduced = mpi_ops._allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
-                                 postscale_factor=postscale_factor, process_set=process_set)
-    return compression.decompress(reduced, ctx)
+    with _device(device_dense):
+        compressed, ctx = compression.compress(mpi_ops._as_tensor(tensor))
+        reduced = mpi_ops._allreduce(compressed, name=name, op=op, prescale_factor=prescale_factor,
+                                     postscale_factor=postscale_factor, process_set=process_set)
+        return compression.decompress(reduced, ctx)
 
 
 def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None, device_dense: str = "",
@@ -80,11 +75,11 @@ def grouped_allreduce(tensors: Sequence[Any], average: Optional[bool] = None, de
     dense = [i for i, t in enumerate(tensors) if not isinstance(t, tf.IndexedSlices)]
     for i, t in enumerate(tensors):
         if isinstance(t, tf.IndexedSlices):
-            with tf.device(device_sparse):
+            with _device(device_sparse):
                 out[i] = _sparse_allreduce(t, None if name is None else f"{name}.{i}", op, prescale_factor,
                                            postscale_factor, process_set)
     if dense:
-        with tf.device(device_dense):
+        with _device(device_dense):
             pairs = [compression.compress(mpi_ops._as_tensor(tensors[i])) for i in dense]
             reduced = mpi_ops._grouped_allreduce([c for c, _ in pairs], name=name, op=op,
                                                  prescale_factor=prescale_factor,
