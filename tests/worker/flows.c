@@ -416,6 +416,17 @@ static void check_from_ranks(const char *what, const float *got, int grow, int f
                         }
 }
 
+/* A request for name of a 2-D input of shape[0] x shape[1] elements
+ * (output allocated by hvd). */
+static hvd_request_t rows_request(const char *name, const float *input, const int64_t *shape) {
+        hvd_request_t q = HVD_REQUEST_INIT;
+        q.name = name;
+        q.input = input;
+        q.ndim = 2;
+        q.shape = shape;
+        return q;
+}
+
 /* A broadcast (root changing with st), an allgather of rank + 1 rows, a
  * reducescatter and an alltoall, each submitted for a waiter and checked
  * exactly. */
@@ -448,11 +459,7 @@ static void waiting_others(int st) {
         int64_t gshape[2] = { rank + 1, COLS };
         for (int i = 0; i < (rank + 1) * COLS; i++)
                 g[i] = (float) (rank * 100 + i);
-        q = (hvd_request_t) HVD_REQUEST_INIT;
-        q.name = "waiting.gather";
-        q.input = g;
-        q.ndim = 2;
-        q.shape = gshape;
+        q = rows_request("waiting.gather", g, gshape);
         MUST(hvd_allgather_async_waiting(&q, &h));
         wait_ok(h, "waiting.gather");
         const void *data;
@@ -469,11 +476,7 @@ static void waiting_others(int st) {
         float *rin = xmalloc((size_t) rows * COLS * sizeof *rin);
         for (int64_t i = 0; i < rows * COLS; i++)
                 rin[i] = (float) (rank + i);
-        q = (hvd_request_t) HVD_REQUEST_INIT;
-        q.name = "waiting.rscat";
-        q.input = rin;
-        q.ndim = 2;
-        q.shape = rshape;
+        q = rows_request("waiting.rscat", rin, rshape);
         q.reduce_op = HVD_REDUCE_SUM;
         MUST(hvd_reducescatter_async_waiting(&q, &h));
         wait_ok(h, "waiting.rscat");
@@ -498,11 +501,7 @@ static void waiting_others(int st) {
         float *ain = xmalloc((size_t) arows * COLS * sizeof *ain);
         for (int64_t i = 0; i < arows * COLS; i++)
                 ain[i] = (float) (rank * 10000 + i);
-        q = (hvd_request_t) HVD_REQUEST_INIT;
-        q.name = "waiting.a2a";
-        q.input = ain;
-        q.ndim = 2;
-        q.shape = ashape;
+        q = rows_request("waiting.a2a", ain, ashape);
         MUST(hvd_alltoall_async_waiting(&q, &h));
         wait_ok(h, "waiting.a2a");
         MUST(hvd_handle_output(h, 0, &data, &bytes, &ndim, &shape));
