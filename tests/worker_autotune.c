@@ -2,16 +2,34 @@
  * autotuner's tests (tests/test-autotune.sh): STEPS steps of TENSORS
  * float allreduces of ELEMS each, submitted together and awaited, every
  * result checked exactly. Whenever the autotuner's settings change on this
- * rank (hvd_tuning_get), prints "tune GEN seq SEQ threshold T cycle C
- * switches W";
- * every rank must print the same lines. Usage: worker_autotune STEPS
- * TENSORS ELEMS. */
+ * rank (hvd_tuning_get, looked at after each step and after a final
+ * barrier), prints "tune GEN seq SEQ threshold T cycle C switches W".
+ * Every rank prints the same lines, but for changes sent after the final
+ * barrier, which may reach a rank after its last look. Usage:
+ * worker_autotune STEPS TENSORS ELEMS. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "hvd.h"
+
+/* Prints the autotuner's settings when their generation is not *gen. */
+static int print_change(int rank, uint64_t *gen) {
+        hvd_tuning_t tu;
+        if (hvd_tuning_get(&tu) < 0) {
+                fprintf(stderr, "rank %d: hvd_tuning_get: %s\n", rank, hvd_last_error());
+                return -1;
+        }
+        if (tu.generation != *gen) {
+                *gen = tu.generation;
+                printf("tune %" PRIu64 " seq %" PRIu64 " threshold %" PRIu64 " cycle %" PRIu64 " switches %" PRIu32
+                       "\n",
+                       tu.generation, tu.schedule_seq, tu.fusion_threshold_bytes, tu.cycle_time_usec, tu.switches);
+                fflush(stdout);
+        }
+        return 0;
+}
 
 int main(int argc, char **argv) {
         if (argc != 4) {
@@ -69,20 +87,18 @@ int main(int argc, char **argv) {
                                 }
                         }
                 }
-                hvd_tuning_t tu;
-                if (hvd_tuning_get(&tu) < 0) {
-                        fprintf(stderr, "rank %d: hvd_tuning_get: %s\n", rank, hvd_last_error());
+                if (print_change(rank, &gen) < 0)
                         return 1;
-                }
-                if (tu.generation != gen) {
-                        gen = tu.generation;
-                        printf("tune %" PRIu64 " seq %" PRIu64 " threshold %" PRIu64 " cycle %" PRIu64
-                               " switches %" PRIu32 "\n",
-                               tu.generation, tu.schedule_seq, tu.fusion_threshold_bytes, tu.cycle_time_usec,
-                               tu.switches);
-                        fflush(stdout);
-                }
         }
+        /* a barrier's schedule runs after every earlier one on every rank,
+         * so up to it all ranks print the same changes; one sent after it
+         * may reach some ranks before this last look and others not */
+        if (hvd_barrier() < 0) {
+                fprintf(stderr, "rank %d: barrier: %s\n", rank, hvd_last_error());
+                return 1;
+        }
+        if (print_change(rank, &gen) < 0)
+                return 1;
         printf("done %d steps\n", steps);
         hvd_shutdown();
         free(in);
