@@ -10,6 +10,7 @@ python_test_files = \
 	%D%/python/test_torch_ops.py \
 	%D%/python/test_torch_outputs.py \
 	%D%/python/test_torch_reuse.py \
+	%D%/python/test_torch_unnamed.py \
 	%D%/python/test_torch_errors.py \
 	%D%/python/test_torch_autograd.py \
 	%D%/python/test_torch_grads.py \

@@ -9,14 +9,20 @@ handles, as in Horovod, to pass to ``poll()`` and ``synchronize()``.
 Tensor names: an operation named ``x`` is submitted as ``<kind>.x``
 (Horovod's convention, so an allreduce and a broadcast may share a name),
 or ``<kind>.ps<id>.x`` in process set ``id`` (names are scoped by process
-set, as in Horovod). Unnamed operations get ``<kind>.noname.<n>``, where
-``n`` counts unnamed operations per process set, so ranks that are not
-members of a set do not fall out of step with those that are.
+set, as in Horovod). Unnamed asynchronous operations get
+``<kind>.noname.<n>``, where ``n`` counts unnamed operations per process
+set, so ranks that are not members of a set do not fall out of step with
+those that are. An unnamed blocking call (``unnamed_blocking``) is named
+``noname.sync`` instead, the same name every call: a name new each call is
+negotiated through the coordinator each time (hundreds of microseconds),
+where a name seen before runs from the readiness board (microseconds).
+Another thread's unnamed blocking call of the same kind and set, in flight
+meanwhile, takes ``noname.sync.<k>`` (the lowest k free).
 """
 
 import itertools
 import threading
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Optional, Sequence, Set, Tuple
 
 from hvd import _core
 from hvd.common import basics
@@ -44,6 +50,7 @@ _lock = threading.Lock()
 _handles: Dict[int, _Pending] = {}
 _handle_ids = itertools.count(1)
 _noname: Dict[int, int] = {}
+_blocking: Dict[Tuple[str, int], Set[int]] = {}  # (kind, set): the unnamed blocking calls' slots in use
 
 
 def _reset() -> None:
@@ -74,6 +81,24 @@ def op_name(prefix: str, name: Optional[str], process_set_id: int) -> str:
     if process_set_id:
         return f"{prefix}.noname.ps{process_set_id}.{n}"
     return f"{prefix}.noname.{n}"
+
+
+def unnamed_blocking(kind: str, process_set: Any, call: Callable[[str], Any]) -> Any:
+    """call(name) for a blocking collective of kind (its name's prefix)
+    called without a name, under the name that repeats (see the module's
+    docstring); returns what call returns."""
+    key = (kind, check_process_set(process_set))
+    with _lock:
+        busy = _blocking.setdefault(key, set())
+        slot = 0
+        while slot in busy:
+            slot += 1
+        busy.add(slot)
+    try:
+        return call(f"noname.sync.{slot}" if slot else "noname.sync")
+    finally:
+        with _lock:
+            busy.discard(slot)
 
 
 def request(name: str, input_ptr: int, output_ptr: Optional[int], dtype: int, shape: Sequence[int], *,

@@ -252,6 +252,9 @@ def allreduce_(tensor: torch.Tensor, average: Optional[bool] = None, name: Optio
                op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Reduces tensor in place and returns it."""
+    if name is None and not _COMPILING():  # a name that repeats: _ops.unnamed_blocking
+        return _ops.unnamed_blocking("allreduce", process_set, lambda n: allreduce_(
+            tensor, average, n, op, prescale_factor, postscale_factor, process_set))
     if (process_set is _GLOBAL and isinstance(tensor, torch.Tensor) and tensor.is_cpu
             and tensor.layout is _STRIDED and tensor.is_contiguous()):
         op = handle_average_backwards_compatibility(op, average)
@@ -361,6 +364,9 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
               postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Reduces tensor over all processes (of process_set) and returns the
     result as a new tensor; differentiable. op defaults to Average."""
+    if name is None and not _COMPILING():  # a name that repeats: _ops.unnamed_blocking
+        return _ops.unnamed_blocking("allreduce", process_set, lambda n: allreduce(
+            tensor, average, n, compression, op, prescale_factor, postscale_factor, process_set))
     if (compression is _NO_COMPRESSION and process_set is _GLOBAL and isinstance(tensor, torch.Tensor)
             and not tensor.requires_grad and tensor.is_cpu and tensor.layout is _STRIDED
             and tensor.is_contiguous() and not _COMPILING()):
@@ -437,6 +443,9 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] 
                        postscale_factor: float = 1.0,
                        process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
     """Reduces a list of tensors in place, as one group; returns them."""
+    if name is None and not _COMPILING():  # a name that repeats: _ops.unnamed_blocking
+        return _ops.unnamed_blocking("grouped_allreduce", process_set, lambda n: grouped_allreduce_(
+            tensors, average, n, op, prescale_factor, postscale_factor, process_set))
     return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
                                                 process_set))
 
@@ -468,6 +477,9 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
                       process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
     """Reduces a list of tensors as one group; returns new tensors;
     differentiable."""
+    if name is None and not _COMPILING():  # a name that repeats: _ops.unnamed_blocking
+        return _ops.unnamed_blocking("grouped_allreduce", process_set, lambda n: grouped_allreduce(
+            tensors, average, n, compression, op, prescale_factor, postscale_factor, process_set))
     tensors = _not_empty(tensors, "grouped_allreduce")
     compressed, cctxs = zip(*[compression.compress(t) for t in tensors])
     if _library.tracing() and _library.set_id(process_set) is not None:
@@ -645,6 +657,8 @@ def allgather(tensor: torch.Tensor, name: Optional[str] = None,
               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Concatenates tensor from all processes along the first dimension;
     differentiable."""
+    if name is None and not _COMPILING():  # a name that repeats: _ops.unnamed_blocking
+        return _ops.unnamed_blocking("allgather", process_set, lambda n: allgather(tensor, n, process_set))
     if process_set is _GLOBAL and _name_ok(name) and _plain(tensor) and tensor.dim():
         return _result(_run_now(_KIND_ALLGATHER, "allgather", name, tensor, None, tensor, (), dict), tensor.dtype)
     if _library.tracing() and _library.set_id(process_set) is not None:
@@ -681,6 +695,9 @@ class HorovodGroupedAllgather(torch.autograd.Function):
 def grouped_allgather(tensors: Sequence[torch.Tensor], name: Optional[str] = None,
                       process_set: ProcessSet = global_process_set) -> List[torch.Tensor]:
     """Allgathers a list of tensors as one group; differentiable."""
+    if name is None and not _COMPILING():  # a name that repeats: _ops.unnamed_blocking
+        return _ops.unnamed_blocking("grouped_allgather", process_set,
+                                     lambda n: grouped_allgather(tensors, n, process_set))
     tensors = _not_empty(tensors, "grouped_allgather")
     if _library.tracing() and _library.set_id(process_set) is not None:
         return _library.grouped_allgather(tensors, name, _library.set_id(process_set))
@@ -722,6 +739,9 @@ def broadcast_async_(tensor: torch.Tensor, root_rank: int, name: Optional[str] =
 def broadcast_(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
                process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Broadcasts root_rank's tensor into tensor on every process; returns it."""
+    if name is None and not _COMPILING():  # a name that repeats: _ops.unnamed_blocking
+        return _ops.unnamed_blocking("broadcast", process_set,
+                                     lambda n: broadcast_(tensor, root_rank, n, process_set))
     if (process_set is _GLOBAL and type(root_rank) is int and _name_ok(name) and isinstance(tensor, torch.Tensor)
             and tensor.is_cpu and tensor.layout is _STRIDED and tensor.is_contiguous()):
         return _broadcast_now(tensor, tensor, root_rank, name)
@@ -750,6 +770,8 @@ def broadcast(tensor: torch.Tensor, root_rank: int, name: Optional[str] = None,
               process_set: ProcessSet = global_process_set) -> torch.Tensor:
     """Returns root_rank's tensor on every process (a new tensor);
     differentiable."""
+    if name is None and not _COMPILING():  # a name that repeats: _ops.unnamed_blocking
+        return _ops.unnamed_blocking("broadcast", process_set, lambda n: broadcast(tensor, root_rank, n, process_set))
     if process_set is _GLOBAL and type(root_rank) is int and _name_ok(name) and _plain(tensor):
         return _broadcast_now(tensor, _new_output(tensor), root_rank, name)
     if _library.tracing() and _library.set_id(process_set) is not None and type(root_rank) is int:
@@ -833,6 +855,8 @@ def alltoall(tensor: torch.Tensor, splits: Any = None, name: Optional[str] = Non
     """Scatters rows of tensor to all processes and gathers what they send;
     returns the gathered tensor, plus the received splits when splits were
     given. Differentiable."""
+    if name is None and not _COMPILING():  # a name that repeats: _ops.unnamed_blocking
+        return _ops.unnamed_blocking("alltoall", process_set, lambda n: alltoall(tensor, splits, n, process_set))
     if process_set is _GLOBAL and _name_ok(name) and _plain(tensor):
         return _alltoall_now(tensor, splits, name)
     return HorovodAlltoall.apply(tensor, splits, name, process_set)
@@ -938,6 +962,9 @@ def reducescatter(tensor: torch.Tensor, name: Optional[str] = None, compression=
                   prescale_factor: float = 1.0, postscale_factor: float = 1.0) -> torch.Tensor:
     """Reduces tensor over all processes and returns this process's part of
     the result (split along the first dimension); differentiable."""
+    if name is None and not _COMPILING():  # a name that repeats: _ops.unnamed_blocking
+        return _ops.unnamed_blocking("reducescatter", process_set, lambda n: reducescatter(
+            tensor, n, compression, op, process_set, prescale_factor, postscale_factor))
     if (compression is _NO_COMPRESSION and process_set is _GLOBAL and type(op) is int and op != Adasum
             and type(prescale_factor) is float and type(postscale_factor) is float and _name_ok(name)
             and _plain(tensor) and tensor.dim()):
@@ -983,6 +1010,9 @@ def grouped_reducescatter(tensors: Sequence[torch.Tensor], name: Optional[str] =
                           process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
                           postscale_factor: float = 1.0) -> List[torch.Tensor]:
     """Reducescatters a list of tensors as one group; differentiable."""
+    if name is None and not _COMPILING():  # a name that repeats: _ops.unnamed_blocking
+        return _ops.unnamed_blocking("grouped_reducescatter", process_set, lambda n: grouped_reducescatter(
+            tensors, n, compression, op, process_set, prescale_factor, postscale_factor))
     tensors = _not_empty(tensors, "grouped_reducescatter")
     compressed, cctxs = zip(*[compression.compress(t) for t in tensors])
     outs = HorovodGroupedReducescatter.apply(name, op, process_set, prescale_factor, postscale_factor,
@@ -1010,4 +1040,5 @@ def barrier(process_set: ProcessSet = global_process_set) -> None:
         _core.barrier()
         return
     token = torch.zeros(1, dtype=torch.int32)
-    synchronize(_allreduce_async(token, token, None, Sum, 1.0, 1.0, process_set))
+    _ops.unnamed_blocking("allreduce", process_set,
+                          lambda n: synchronize(_allreduce_async(token, token, n, Sum, 1.0, 1.0, process_set)))
