@@ -11,6 +11,7 @@
 tf_test_files = \
 	%D%/tf/conftest.py \
 	%D%/tf/test_tf_ops.py \
+	%D%/tf/test_tf_unnamed.py \
 	%D%/tf/test_tf_grads.py \
 	%D%/tf/test_tf_errors.py \
 	%D%/tf/test_tf_training.py \

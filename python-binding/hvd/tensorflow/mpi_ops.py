@@ -4,8 +4,11 @@ built from python-binding/tf/), and the gradients of the differentiable ones.
 The ops are asynchronous CPU kernels: independent collectives run at once
 (inside tf.function, or a graph), so hvd fuses them. Tensor names: a
 ``name=`` given by the caller; else, in a graph, the node's name (unique in
-its graph, alike on every rank); else (eager execution) a number counted by
-the op library in the order of the calls.
+its graph, alike on every rank); else, executing eagerly and synchronously
+(TensorFlow's default), ``tf.noname.sync``, the same name every call, so a
+loop of them runs from hvd's readiness board (hvd.common.ops's
+unnamed_blocking); else (asynchronous eager execution, where calls overlap)
+a number counted by the op library in the order of the calls.
 """
 
 import ctypes
@@ -14,6 +17,7 @@ import re
 from typing import Any, List, Optional, Sequence
 
 import tensorflow as tf
+from tensorflow.python.eager import context as _eager_context
 
 from hvd.common import basics as _basics
 from hvd.common import ops as _common_ops
@@ -58,6 +62,16 @@ def _node_name(prefix: str, tensor: Any) -> Optional[str]:
     return f"{prefix}_{_normalize_name(tensor.name)}"
 
 
+def _sync_eager() -> bool:
+    """Whether an op called now runs to its end before the call returns."""
+    return tf.executing_eagerly() and not _eager_context.context().is_async()
+
+
+def _unnamed(kind: str, process_set: ProcessSet, call) -> Any:
+    """call(name) under the name that repeats, for an unnamed eager call."""
+    return _common_ops.unnamed_blocking(kind, process_set, lambda n: call("tf." + n))
+
+
 def _ps_id(process_set: ProcessSet) -> int:
     return _common_ops.check_process_set(process_set)
 
@@ -81,6 +95,9 @@ def _tensor_name(name: Optional[str]) -> str:
 def _allreduce(tensor, name: Optional[str] = None, op: int = Sum, prescale_factor: float = 1.0,
                postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set):
     """An allreduce of a dense tensor: the op itself, no compression."""
+    if name is None and _sync_eager():
+        return _unnamed("allreduce", process_set, lambda n: _allreduce(tensor, n, op, prescale_factor,
+                                                                       postscale_factor, process_set))
     return _lib.hvd_allreduce(tensor, reduce_op=_basics.core_reduce_op(op), prescale=float(prescale_factor),
                               postscale=float(postscale_factor), process_set=_ps_id(process_set),
                               tensor_name=_tensor_name(name), name=_node_name("HvdAllreduce", tensor))
@@ -89,6 +106,9 @@ def _allreduce(tensor, name: Optional[str] = None, op: int = Sum, prescale_facto
 def _grouped_allreduce(tensors: Sequence[Any], name: Optional[str] = None, op: int = Sum,
                        prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                        process_set: ProcessSet = global_process_set) -> List[Any]:
+    if name is None and _sync_eager():
+        return _unnamed("grouped_allreduce", process_set, lambda n: _grouped_allreduce(
+            tensors, n, op, prescale_factor, postscale_factor, process_set))
     tensors = list(tensors)
     if not tensors:
         raise ValueError("grouped_allreduce needs at least one tensor")
@@ -109,6 +129,8 @@ def allgather(tensor, name: Optional[str] = None, process_set: ProcessSet = glob
               ignore_name_scope: bool = False):
     """The ranks' tensors concatenated along the first dimension, which may
     differ by rank (the other dimensions may not)."""
+    if name is None and _sync_eager():
+        return _unnamed("allgather", process_set, lambda n: allgather(tensor, n, process_set))
     tensor = _as_tensor(tensor)
     out = _lib.hvd_allgather(tensor, process_set=_ps_id(process_set), tensor_name=_tensor_name(name),
                              name=_node_name("HvdAllgather", tensor))
@@ -118,6 +140,8 @@ def allgather(tensor, name: Optional[str] = None, process_set: ProcessSet = glob
 def broadcast(tensor, root_rank: int, name: Optional[str] = None, process_set: ProcessSet = global_process_set,
               ignore_name_scope: bool = False):
     """root_rank's tensor on every rank."""
+    if name is None and _sync_eager():
+        return _unnamed("broadcast", process_set, lambda n: broadcast(tensor, root_rank, n, process_set))
     tensor = _as_tensor(tensor)
     ps_id = _ps_id(process_set)
     root = _common_ops.check_root(root_rank, process_set)  # libhvd's root: a position in the set
@@ -130,6 +154,8 @@ def alltoall(tensor, splits=None, name: Optional[str] = None, process_set: Proce
     """Sends splits[r] rows (first dimension) to rank r; splits None: equal
     parts. Returns (the rows received, concatenated in rank order; the number
     received from each rank)."""
+    if name is None and _sync_eager():
+        return _unnamed("alltoall", process_set, lambda n: alltoall(tensor, splits, n, process_set))
     tensor = _as_tensor(tensor)
     if splits is None:
         splits = tf.constant([], dtype=tf.int32)
@@ -145,6 +171,9 @@ def reducescatter(tensor, name: Optional[str] = None, op: int = Average,
                   postscale_factor: float = 1.0, ignore_name_scope: bool = False):
     """Reduces the ranks' tensors, then rank r keeps its share of the first
     dimension (the first d0 % size ranks one row more)."""
+    if name is None and _sync_eager():
+        return _unnamed("reducescatter", process_set, lambda n: reducescatter(
+            tensor, n, op, process_set, prescale_factor, postscale_factor))
     tensor = _as_tensor(tensor)
     out = _lib.hvd_reducescatter(tensor, reduce_op=_basics.core_reduce_op(op), prescale=float(prescale_factor),
                                  postscale=float(postscale_factor), process_set=_ps_id(process_set),
@@ -156,6 +185,8 @@ def grouped_allgather(tensors: Sequence[Any], name: Optional[str] = None,
                       process_set: ProcessSet = global_process_set) -> List[Any]:
     """allgather of several tensors as one group: none starts before all are
     ready on every rank."""
+    if name is None and _sync_eager():
+        return _unnamed("grouped_allgather", process_set, lambda n: grouped_allgather(tensors, n, process_set))
     tensors = [_as_tensor(t) for t in tensors]
     if not tensors:
         raise ValueError("grouped_allgather needs at least one tensor")
@@ -168,6 +199,9 @@ def grouped_reducescatter(tensors: Sequence[Any], name: Optional[str] = None, op
                           process_set: ProcessSet = global_process_set, prescale_factor: float = 1.0,
                           postscale_factor: float = 1.0) -> List[Any]:
     """reducescatter of several tensors as one group."""
+    if name is None and _sync_eager():
+        return _unnamed("grouped_reducescatter", process_set, lambda n: grouped_reducescatter(
+            tensors, n, op, process_set, prescale_factor, postscale_factor))
     tensors = [_as_tensor(t) for t in tensors]
     if not tensors:
         raise ValueError("grouped_reducescatter needs at least one tensor")
