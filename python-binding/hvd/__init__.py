@@ -15,7 +15,7 @@ Collectives come in the same forms as in hvd.torch: blocking, ``*_async``
 (returning a handle for ``poll()``/``synchronize()``) and in-place (``_``).
 """
 
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 from hvd import _core
 from hvd.common import ops as _ops
@@ -154,11 +154,20 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
     return _allreduce([tensor], None, name, op, prescale_factor, postscale_factor, process_set, False)
 
 
+def _wait(kind: str, name: Optional[str], process_set, start: Callable[[Optional[str]], int]) -> Any:
+    """synchronize(start(name)), a blocking call; unnamed, under the name
+    that repeats (hvd.common.ops.unnamed_blocking): a name new each call
+    would be negotiated each time."""
+    if name is None:
+        return _ops.unnamed_blocking(kind, process_set, lambda n: synchronize(start(n)))
+    return synchronize(start(name))
+
+
 def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
               process_set=global_process_set):
     """Reduces an array over all processes (op defaults to Average)."""
-    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor, postscale_factor,
-                                       process_set))
+    return _wait("allreduce", name, process_set,
+                 lambda n: allreduce_async(tensor, average, n, op, prescale_factor, postscale_factor, process_set))
 
 
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
@@ -171,8 +180,8 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
 def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                process_set=global_process_set):
     """Reduces an ndarray in place and returns it."""
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor, postscale_factor,
-                                        process_set))
+    return _wait("allreduce", name, process_set,
+                 lambda n: allreduce_async_(tensor, average, n, op, prescale_factor, postscale_factor, process_set))
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -186,8 +195,8 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                       process_set=global_process_set) -> List[Any]:
     """Reduces a list of arrays as one group; returns new arrays."""
-    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor, postscale_factor,
-                                               process_set))
+    return _wait("grouped_allreduce", name, process_set, lambda n: grouped_allreduce_async(
+        tensors, average, n, op, prescale_factor, postscale_factor, process_set))
 
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -201,8 +210,8 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
 def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0, postscale_factor=1.0,
                        process_set=global_process_set) -> List[Any]:
     """Reduces a list of ndarrays in place, as one group."""
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
-                                                process_set))
+    return _wait("grouped_allreduce", name, process_set, lambda n: grouped_allreduce_async_(
+        tensors, average, n, op, prescale_factor, postscale_factor, process_set))
 
 
 # ---- allgather, reducescatter (outputs allocated by hvd) -------------------------------
@@ -239,7 +248,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set) -> int:
 def allgather(tensor, name=None, process_set=global_process_set):
     """Concatenates an array from all processes along the first axis (whose
     length may differ per process)."""
-    return synchronize(allgather_async(tensor, name, process_set))
+    return _wait("allgather", name, process_set, lambda n: allgather_async(tensor, n, process_set))
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set) -> int:
@@ -249,7 +258,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set) 
 
 def grouped_allgather(tensors, name=None, process_set=global_process_set) -> List[Any]:
     """Allgathers a list of arrays as one group."""
-    return synchronize(grouped_allgather_async(tensors, name, process_set))
+    return _wait("grouped_allgather", name, process_set, lambda n: grouped_allgather_async(tensors, n, process_set))
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
@@ -263,7 +272,8 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
 def reducescatter(tensor, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                   postscale_factor=1.0):
     """Reduces an array over all processes and returns this process's part."""
-    return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor, postscale_factor))
+    return _wait("reducescatter", name, process_set,
+                 lambda n: reducescatter_async(tensor, n, op, process_set, prescale_factor, postscale_factor))
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
@@ -276,8 +286,8 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
 def grouped_reducescatter(tensors, name=None, op=Average, process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0) -> List[Any]:
     """Reducescatters a list of arrays as one group."""
-    return synchronize(grouped_reducescatter_async(tensors, name, op, process_set, prescale_factor,
-                                                   postscale_factor))
+    return _wait("grouped_reducescatter", name, process_set,
+                 lambda n: grouped_reducescatter_async(tensors, n, op, process_set, prescale_factor, postscale_factor))
 
 
 # ---- broadcast ------------------------------------------------------------------
@@ -300,7 +310,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
     """Returns root_rank's array on every process."""
-    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+    return _wait("broadcast", name, process_set, lambda n: broadcast_async(tensor, root_rank, n, process_set))
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set) -> int:
@@ -310,7 +320,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
 
 def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
     """Broadcasts root_rank's array into tensor in place; returns it."""
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+    return _wait("broadcast", name, process_set, lambda n: broadcast_async_(tensor, root_rank, n, process_set))
 
 
 # ---- alltoall -------------------------------------------------------------------
@@ -356,7 +366,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
     """Sends splits[r] rows (first axis) to process r and gathers what every
     process sends here. Returns the gathered array, plus the received splits
     when splits were given."""
-    out, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+    out, received = _wait("alltoall", name, process_set, lambda n: alltoall_async(tensor, splits, n, process_set))
     return out if splits is None else (out, received)
 
 

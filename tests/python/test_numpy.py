@@ -148,3 +148,29 @@ def test_errors():
     if hvd.size() > 1:
         with pytest.raises(hvd.HorovodInternalError, match="shape"):
             hvd.allreduce(np.ones(2 + hvd.rank()), name="np.mismatch")
+
+
+def test_unnamed_blocking_calls_repeat_one_name(monkeypatch):
+    # as hvd.torch's (test_torch_unnamed.py): <kind>.noname.sync every call,
+    # exact results whatever the shape; asynchronous calls keep counted names
+    from hvd import _core
+    names = []
+    real = _core.submit
+
+    def spy(kind, requests, *args):
+        names.extend(r[0] for r in requests)
+        return real(kind, requests, *args)
+
+    monkeypatch.setattr(_core, "submit", spy)
+    n, me = hvd.size(), hvd.rank()
+    for length in (2, 3):
+        x = np.full(n * length, float(me))
+        np.testing.assert_array_equal(hvd.allreduce(x, op=hvd.Sum), np.full(n * length, float(sum(range(n)))))
+        np.testing.assert_array_equal(hvd.broadcast(x, root_rank=n - 1), np.full(n * length, float(n - 1)))
+        np.testing.assert_array_equal(hvd.allgather(x[:1]), np.arange(n, dtype=float))
+        np.testing.assert_array_equal(hvd.alltoall(x), np.repeat(np.arange(n, dtype=float), length))
+    assert set(names) == {"allreduce.noname.sync", "broadcast.noname.sync", "allgather.noname.sync",
+                          "alltoall.noname.sync"}
+    del names[:]
+    hvd.synchronize(hvd.allreduce_async(np.ones(2)))
+    assert names[0].startswith("allreduce.noname.") and names[0].rsplit(".", 1)[1].isdigit()
