@@ -9,8 +9,8 @@
 #             (torchrun's variables; Debian's torchrun does not run on Python 3.11)
 # in an order that rotates from round to round, all with the same Python and
 # torch (Debian's /usr/bin/python3 and torch 1.13: Horovod 0.28.1 builds
-# against no torch newer than 2.3). Measures the allreduce sweep in place and
-# out of place, the ResNet-50 gradient step and real training steps through
+# against no torch newer than 2.3). Measures the allreduce sweep in place,
+# out of place and out of place without a name, the ResNet-50 gradient step and real training steps through
 # DistributedOptimizer or DDP; with WHAT=colls also broadcast, allgather,
 # reducescatter and alltoall (torch_peers.py's docstring says exactly what).
 # Prints the raw lines, then per size and per step the medians over the
@@ -210,8 +210,9 @@ for h in head:
 print("# medians over the rounds; ratios: time(peer)/time(hvd) of each round's own runs, median [range]:"
       " above 1 = hvd faster")
 titles = {"inplace": "in place", "outofplace": "out of place",
+          "unnamed": "out of place without a name (gloo: its out-of-place runs)",
           "shared": "in place, hvd's tensor shared (hvd.shared_like; the peers' in place)"}
-for mode in ("inplace", "outofplace", "shared"):
+for mode in ("inplace", "outofplace", "unnamed", "shared"):
     sizes = sorted(k[2] for k in rows if k[0] == "allreduce" and k[1] == mode)
     if not sizes:
         continue
@@ -221,6 +222,8 @@ for mode in ("inplace", "outofplace", "shared"):
         c = rows[("allreduce", mode, n)]
         if mode == "shared":  # the peers have no shared tensors: their in-place runs
             c = dict(rows.get(("allreduce", "inplace", n), {}), hvd=c.get("hvd", {}))
+        if mode == "unnamed" and "gloo" in rows.get(("allreduce", "outofplace", n), {}):  # gloo has no names
+            c = dict(c, gloo=rows[("allreduce", "outofplace", n)]["gloo"])
         line, vh = size_row(c, n, busbw)
         print(line)
         if vh is not None:

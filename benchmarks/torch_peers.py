@@ -19,6 +19,9 @@ What it measures (--what, comma-separated; rank 0 prints one line each):
              mode=outofplace: hvd.allreduce(t) (a new output each call);
              torch has no out-of-place allreduce, so t.clone() then
              dist.all_reduce on the clone, as a script would
+             mode=unnamed (hvd and Horovod): hvd.allreduce(t) without a
+             name, the call a script makes for a metric (Horovod names it
+             allreduce.noname.<n>, new each call)
              mode=shared (hvd only): hvd.allreduce_(t) on a shared tensor
              (hvd.shared_like), which the other local ranks read in place
         bench=allreduce impl=I mode=M bytes=N np=P time_us=.. busbw_gbs=..
@@ -165,6 +168,9 @@ class Comm:
             return out
         return self.hvd.allreduce(t, name=name, op=self.hvd.Sum)
 
+    def allreduce_unnamed(self, t):
+        return self.hvd.allreduce(t, op=self.hvd.Sum)
+
     def collective(self, op, count, name):
         """A function that runs one blocking op (broadcast, allgather,
         reducescatter, alltoall) of a float32 tensor of count elements (the
@@ -310,7 +316,8 @@ def sweep(comm, args, emit):
         t = torch.ones(nbytes // 4)
         # hvd alone: in place on a shared tensor (hvd.shared_zeros), which
         # the other local ranks read in place
-        modes = ("inplace", "outofplace") + (("shared",) if comm.impl == "hvd" else ())
+        modes = ("inplace", "outofplace") + (("unnamed",) if comm.impl != "torch" else ()) + \
+            (("shared",) if comm.impl == "hvd" else ())
         for mode in modes:
             name = f"sweep.{mode}.{nbytes}"
             if mode == "shared":
@@ -321,6 +328,9 @@ def sweep(comm, args, emit):
             elif mode == "inplace":
                 def fn():
                     comm.allreduce_inplace(t, name)
+            elif mode == "unnamed":
+                def fn():
+                    comm.allreduce_unnamed(t)
             else:
                 def fn():
                     comm.allreduce_outofplace(t, name)

@@ -84,12 +84,15 @@ for n in 4096 8192; do
                 c=$(grep -c "^#   round=[01] bench=allreduce impl=\(hvd\|gloo\) mode=$mode bytes=$n np=2 " "$dir/run")
                 [ "$c" = 4 ] || fail "run-python.sh: $c raw lines for $mode $n bytes, not 4 (2 peers x 2 rounds)" "$(cat "$dir/run")"
         done
-        # hvd alone on shared tensors, in place
-        c=$(grep -c "^#   round=[01] bench=allreduce impl=hvd mode=shared bytes=$n np=2 " "$dir/run")
-        [ "$c" = 2 ] || fail "run-python.sh: $c raw lines for shared $n bytes, not 2 (hvd x 2 rounds)" "$(cat "$dir/run")"
-        # one table row per mode (in place, out of place, shared) with a ratio vs gloo: median [range]
+        # hvd alone on shared tensors, in place, and without a name (gloo has no names)
+        for mode in shared unnamed; do
+                c=$(grep -c "^#   round=[01] bench=allreduce impl=hvd mode=$mode bytes=$n np=2 " "$dir/run")
+                [ "$c" = 2 ] || fail "run-python.sh: $c raw lines for $mode $n bytes, not 2 (hvd x 2 rounds)" "$(cat "$dir/run")"
+        done
+        # one table row per mode (in place, out of place, unnamed beside gloo's
+        # out of place, shared) with a ratio vs gloo: median [range]
         c=$(grep -Ec "^ +$n +[0-9.]+ \( *[0-9.]+\) +- +[0-9.]+ \( *[0-9.]+\) +- +[0-9.]+ \[[0-9.]+-[0-9.]+\]$" "$dir/run")
-        [ "$c" = 3 ] || fail "run-python.sh: $c table rows for $n bytes with a ratio vs gloo, not 3" "$(cat "$dir/run")"
+        [ "$c" = 4 ] || fail "run-python.sh: $c table rows for $n bytes with a ratio vs gloo, not 4" "$(cat "$dir/run")"
 done
 grep -Eq '^  hvd vs torch gloo, async per tensor: [0-9.]+ \[' "$dir/run" || fail "run-python.sh: no step ratio vs gloo" "$(cat "$dir/run")"
 grep -Eq '^  hvd vs DDP.s 25 MiB buckets over gloo: [0-9.]+ \[' "$dir/run" || fail "run-python.sh: no step ratio vs DDP" "$(cat "$dir/run")"
