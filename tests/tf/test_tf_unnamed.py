@@ -76,3 +76,14 @@ def test_function_and_async_calls_keep_their_names(given, size):
     finally:
         tf.config.experimental.set_synchronous_execution(True)
     assert given[-3:] == [("hvd_allreduce", "")] * 3
+
+
+def test_another_frameworks_call_does_not_move_the_name(given, size):
+    # a torch call without a name, in flight in another thread, holds the
+    # allreduce slot of the process's shared table; TensorFlow's are its own
+    from hvd.common import ops
+    held = ops.unnamed_blocking("allreduce", hvd.global_process_set,
+                                lambda n: (n, hvd.allreduce(tf.ones([2]), op=hvd.Sum)))
+    assert held[0] == "noname.sync"
+    assert held[1].numpy().tolist() == [float(size)] * 2
+    assert given[-1] == ("hvd_allreduce", "tf.noname.sync")

@@ -84,9 +84,10 @@ def op_name(prefix: str, name: Optional[str], process_set_id: int) -> str:
 
 
 def unnamed_blocking(kind: str, process_set: Any, call: Callable[[str], Any]) -> Any:
-    """call(name) for a blocking collective of kind (its name's prefix)
-    called without a name, under the name that repeats (see the module's
-    docstring); returns what call returns."""
+    """call(name) for a blocking collective of kind called without a name,
+    under the name that repeats (see the module's docstring); returns what
+    call returns. kind keys the slots: the name's prefix, and a
+    framework's own prefix where two frameworks' calls may overlap."""
     key = (kind, check_process_set(process_set))
     with _lock:
         busy = _blocking.setdefault(key, set())

@@ -68,8 +68,10 @@ def _sync_eager() -> bool:
 
 
 def _unnamed(kind: str, process_set: ProcessSet, call) -> Any:
-    """call(name) under the name that repeats, for an unnamed eager call."""
-    return _common_ops.unnamed_blocking(kind, process_set, lambda n: call("tf." + n))
+    """call(name) under the name that repeats, for an unnamed eager call.
+    Its slots are TensorFlow's own: a torch call in another thread of the
+    same process never moves a TensorFlow call's name."""
+    return _common_ops.unnamed_blocking("tf." + kind, process_set, lambda n: call("tf." + n))
 
 
 def _ps_id(process_set: ProcessSet) -> int:
