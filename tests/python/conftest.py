@@ -77,3 +77,18 @@ def rank():
 @pytest.fixture
 def size():
     return hvd.size()
+
+
+@pytest.fixture
+def submitted(monkeypatch):
+    """The tensor names the frontends submit to libhvd, in order."""
+    from hvd import _core
+    names = []
+    real = _core.submit
+
+    def spy(kind, requests, *args):
+        names.extend(r[0] for r in requests)
+        return real(kind, requests, *args)
+
+    monkeypatch.setattr(_core, "submit", spy)
+    return names

@@ -150,18 +150,10 @@ def test_errors():
             hvd.allreduce(np.ones(2 + hvd.rank()), name="np.mismatch")
 
 
-def test_unnamed_blocking_calls_repeat_one_name(monkeypatch):
+def test_unnamed_blocking_calls_repeat_one_name(submitted):
     # as hvd.torch's (test_torch_unnamed.py): <kind>.noname.sync every call,
     # exact results whatever the shape; asynchronous calls keep counted names
-    from hvd import _core
-    names = []
-    real = _core.submit
-
-    def spy(kind, requests, *args):
-        names.extend(r[0] for r in requests)
-        return real(kind, requests, *args)
-
-    monkeypatch.setattr(_core, "submit", spy)
+    names = submitted
     n, me = hvd.size(), hvd.rank()
     for length in (2, 3):
         x = np.full(n * length, float(me))

@@ -8,22 +8,7 @@ import pytest
 import torch
 
 import hvd.torch as hvd
-from hvd import _core
 from hvd.common import ops
-
-
-@pytest.fixture
-def submitted(monkeypatch):
-    """The names hvd.torch submits to libhvd, in order."""
-    names = []
-    real = _core.submit
-
-    def spy(kind, requests, *args):
-        names.extend(r[0] for r in requests)
-        return real(kind, requests, *args)
-
-    monkeypatch.setattr(_core, "submit", spy)
-    return names
 
 
 def test_each_kind_repeats_one_name(submitted):
