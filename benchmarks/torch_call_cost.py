@@ -2,7 +2,9 @@
 """The Python cost of one hvd.torch allreduce call, without the data plane:
 hvd._core.submit is replaced by a stub whose handle is complete at once, so
 what is timed is hvd.torch's own work (argument handling, the output, the
-reuse check, the request, the wait's bookkeeping). Also the reuse search
+reuse check, the request, the wait's bookkeeping), named and without a
+name (allreduce.unnamed: the name's slot, hvd.common.ops.unnamed_blocking,
+on top of the named call). Also the reuse search
 alone (hvd.torch._reuse.take_of, in hvd._core and in its Python loop) and
 a fresh torch.empty_like for comparison. Minimum over batches (robust on a
 busy machine: preemption only adds). One process, no daemon needed:
@@ -65,14 +67,17 @@ def main():
         def out_of_place():
             held[0] = hvd.allreduce(t, op=hvd.Sum, name="cost.oop")
 
+        def unnamed():
+            held[0] = hvd.allreduce(t, op=hvd.Sum)
+
         def async_sync():
             held[0] = hvd.synchronize(hvd.allreduce_async(t, op=hvd.Sum, name="cost.async"))
 
         def empty_like():
             held[0] = torch.empty_like(t)
 
-        for what, f in (("allreduce_", in_place), ("allreduce", out_of_place), ("allreduce_async", async_sync),
-                        ("empty_like", empty_like)):
+        for what, f in (("allreduce_", in_place), ("allreduce", out_of_place), ("allreduce.unnamed", unnamed),
+                        ("allreduce_async", async_sync), ("empty_like", empty_like)):
             print(f"bench=call_cost torch={torch.__version__} what={what} bytes={nbytes} usec={best_usec(f):.2f}",
                   flush=True)
         if not hasattr(_reuse, "take_of"):  # an older package: no search of its own to time
