@@ -10,9 +10,10 @@
 # in an order that rotates from round to round, all with the same Python and
 # torch (Debian's /usr/bin/python3 and torch 1.13: Horovod 0.28.1 builds
 # against no torch newer than 2.3). Measures the allreduce sweep in place,
-# out of place and out of place without a name, the ResNet-50 gradient step and real training steps through
-# DistributedOptimizer or DDP; with WHAT=colls also broadcast, allgather,
-# reducescatter and alltoall (torch_peers.py's docstring says exactly what).
+# out of place and out of place without a name, the ResNet-50 gradient step
+# and real training steps through DistributedOptimizer or DDP; with
+# WHAT=colls also broadcast, allgather, reducescatter and alltoall
+# (torch_peers.py's docstring says exactly what).
 # Prints the raw lines, then per size and per step the medians over the
 # rounds and the speed ratios of hvd against each peer (each round's ratio
 # from that round's own runs; median and range over the rounds), and the

@@ -3,10 +3,10 @@
 hvd._core.submit is replaced by a stub whose handle is complete at once, so
 what is timed is hvd.torch's own work (argument handling, the output, the
 reuse check, the request, the wait's bookkeeping), named and without a
-name (allreduce.unnamed: the name's slot, hvd.common.ops.unnamed_blocking,
-on top of the named call). Also the reuse search
-alone (hvd.torch._reuse.take_of, in hvd._core and in its Python loop) and
-a fresh torch.empty_like for comparison. Minimum over batches (robust on a
+name (allreduce.unnamed: the named call plus the name's slot,
+hvd.common.ops.unnamed_blocking). Also the reuse search alone
+(hvd.torch._reuse.take_of, in hvd._core and in its Python loop) and a
+fresh torch.empty_like for comparison. Minimum over batches (robust on a
 busy machine: preemption only adds). One process, no daemon needed:
   PYTHONPATH=build/python-binding/pkg python3 benchmarks/torch_call_cost.py
 Prints one line per measurement:
