@@ -170,6 +170,34 @@ static int fill_entry(hvd_entry_t *e, hvd_handle_t *h, const hvd_request_t *q, u
         return 0;
 }
 
+/* 64-bit FNV-1a of a string, the same on every rank whatever its machine. */
+static uint64_t name_hash(const char *s) {
+        uint64_t h = UINT64_C(0xcbf29ce484222325);
+        for (; *s; s++)
+                h = (h ^ (uint8_t) *s) * UINT64_C(0x100000001b3);
+        return h;
+}
+
+/* The id of a group of n requests in process set ps: derived from its
+ * members' names, in any order, so that every rank gives the same group the
+ * same id, and the same group the same id at every call (its members keep
+ * their cache ids and may run from the fast path's board). Never 0 (no
+ * group). Two groups in flight at once have different names, and so (but
+ * for a 32-bit collision) different ids. */
+static uint32_t group_id(const hvd_request_t *reqs, size_t n, int ps) {
+        uint64_t sum = 0;
+        for (size_t i = 0; i < n; i++) {
+                uint64_t h = name_hash(reqs[i].name);
+                h = (h ^ (h >> 31)) * UINT64_C(0x7fb5d329728ea185); /* spreads it before the sum */
+                sum += h ^ (h >> 27);
+        }
+        sum ^= ((uint64_t) (uint32_t) ps << 32) | (uint32_t) n;
+        sum = (sum ^ (sum >> 33)) * UINT64_C(0xff51afd7ed558ccd);
+        sum ^= sum >> 33;
+        uint32_t id = (uint32_t) (sum ^ (sum >> 32));
+        return id ? id : 1;
+}
+
 /* Queues n requests as one handle; G.lock is taken here. internal
  * requests (barrier, join, process-set agreement) skip the user-name
  * checks; waits: the caller waits for the handle at once. */
@@ -191,10 +219,10 @@ static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool in
         h->refs = 1;
         pthread_mutex_lock(&G.lock);
         int ps = reqs[0].process_set > 0 && reqs[0].process_set < HVD_MAX_PROCESS_SETS ? reqs[0].process_set : 0;
-        uint32_t gid = n > 1 ? ++G.group_seq[ps] : 0;
         int r = 0;
         for (size_t i = 0; i < n && r >= 0 && !internal; i++)
                 r = check_request(&reqs[i], kind); /* under the lock: process sets may change */
+        uint32_t gid = n > 1 && r >= 0 ? group_id(reqs, n, ps) : 0;
         for (size_t i = 0; i < n && r >= 0; i++)
                 if (fill_entry(&h->m[i], h, &reqs[i], kind, gid, n > 1 ? (uint32_t) n : 0) < 0)
                         r = hvd_error(-ENOMEM, "out of memory");

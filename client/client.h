@@ -90,6 +90,7 @@ typedef struct hvd_entry {
         bool done;
         bool fp_counted;         /* counted as an instance of its cache id */
         bool fp_routed;          /* the fast path has looked at it */
+        bool fp_boarded;         /* a group's member, posted with the group */
         uint64_t fp_posted_usec; /* when it went onto the board (0: never) */
 } hvd_entry_t;
 
@@ -155,9 +156,8 @@ struct hvd_client {
         bool stop;           /* hvd_shutdown asks the background thread to end */
         hvd_entry_t **queue; /* submitted, not yet sent or posted */
         size_t n_queue, cap_queue;
-        hvd_strmap_t *inflight;                   /* name → hvd_entry_t (submitted, not complete) */
-        uint32_t group_seq[HVD_MAX_PROCESS_SETS]; /* per process set: only its members count */
-        hvd_devmem_t *dev_garbage;                /* freed handles' device outputs */
+        hvd_strmap_t *inflight;    /* name → hvd_entry_t (submitted, not complete) */
+        hvd_devmem_t *dev_garbage; /* freed handles' device outputs */
         /* process sets, by id (0 = all ranks, implicit): written under lock
          * by hvd_add/remove_process_set, which every member calls alike;
          * the hvd_process_set_* getters read them without it */

@@ -118,7 +118,6 @@ int hvd_add_process_set(const int *ranks, size_t n) {
         }
         ps->ranks_int = TAKE_PTR(sorted);
         G.psets[id] = TAKE_PTR(ps);
-        G.group_seq[id] = 0; /* a reused id starts its groups afresh on every rank */
         pthread_mutex_unlock(&G.lock);
         r = id;
 out:
@@ -140,7 +139,6 @@ int hvd_remove_process_set(int id) {
         pthread_mutex_lock(&G.lock);
         pset_free(G.psets[id]);
         G.psets[id] = NULL;
-        G.group_seq[id] = 0;
         pthread_mutex_unlock(&G.lock);
         return 0;
 }

@@ -295,13 +295,10 @@ int hvd_schedule_op_execute(const Hvd__Op *op, bool may_wait) {
         return op_execute(op, true, &in_group, may_wait);
 }
 
-/* Every rank has joined (every rank runs this at the same schedule). The
- * ranks that had not joined numbered groups the joined ones did not
- * submit: all start their groups afresh, so that group ids agree again. */
+/* Every rank has joined (every rank runs this at the same schedule). */
 static void join_done(int last_rank) {
         hvd_fastpath_set_joining(G.fp, false);
         pthread_mutex_lock(&G.lock);
-        memset(G.group_seq, 0, sizeof G.group_seq);
         hvd_entry_t *e = hvd_strmap_get(G.inflight, HVD_JOIN_NAME, strlen(HVD_JOIN_NAME));
         if (e) {
                 e->h->result = last_rank;
