@@ -13,6 +13,11 @@
  *   while it is still set: a tensor is either in a record or sent to the
  *   coordinator, never both. A record never waits for a demoted tensor,
  *   because its bit is no longer set.
+ * - Groups: a rank posts a group's bits together and withdraws them
+ *   together, and the bits every row holds are appended all at once or not
+ *   at all; so in every row a group's bits are all set or all clear, and a
+ *   group runs whole from the board or goes whole to the coordinator (whose
+ *   groups wait for all their members).
  * - Instances: the n-th submission of a cache id is instance n on every
  *   rank; demoted_inst[id] = n + 1 tells the others that instance n goes to
  *   the coordinator, so they send theirs at once instead of waiting.
@@ -55,6 +60,8 @@ typedef struct rec {
 } rec_t;
 _Static_assert(sizeof(rec_t) == 256, "record layout");
 _Static_assert(HVD_FASTPATH_INLINE_BYTES <= REC_IDS * sizeof(uint32_t), "an inline schedule fits a record");
+_Static_assert(HVD_FASTPATH_MAX_GROUP <= REC_IDS, "a group is withdrawn in one go");
+_Static_assert(HVD_FASTPATH_MAX_IDS <= UINT16_MAX + 1, "links hold ids");
 
 typedef struct row {
         _Alignas(64) _Atomic uint32_t bell; /* bumped to wake this rank */
@@ -88,6 +95,7 @@ struct hvd_fastpath {
         uint64_t posted_usec[HVD_FASTPATH_MAX_IDS];
         uint32_t inst[HVD_FASTPATH_MAX_IDS];        /* submissions counted */
         uint32_t posted_inst[HVD_FASTPATH_MAX_IDS]; /* instance of the bit posted */
+        uint16_t link[HVD_FASTPATH_MAX_IDS];        /* posted: the next id of its group (itself alone) */
         /* no later than the earliest moment one of mine may time out:
          * exact after a post or a withdrawal, early once the bit it was
          * for has run (see hvd_fastpath_demote_due) */
@@ -199,37 +207,56 @@ uint32_t hvd_fastpath_instance(hvd_fastpath_t *fp, uint32_t id) {
         return ++fp->inst[id];
 }
 
-int hvd_fastpath_post(hvd_fastpath_t *fp, uint32_t id, uint64_t now_usec) {
-        if (id >= HVD_FASTPATH_MAX_IDS)
+int hvd_fastpath_post_group(hvd_fastpath_t *fp, const uint32_t *ids, size_t n, uint64_t now_usec) {
+        if (!fp || !ids || n == 0 || n > HVD_FASTPATH_MAX_GROUP)
                 return -EAGAIN;
-        uint64_t bit = UINT64_C(1) << (id % 64);
-        uint32_t w = id / 64;
-        if (fp->mine[w] & bit)
-                return -EAGAIN;
+        for (size_t i = 0; i < n; i++) {
+                if (ids[i] >= HVD_FASTPATH_MAX_IDS || (fp->mine[ids[i] / 64] & (UINT64_C(1) << (ids[i] % 64))))
+                        return -EAGAIN;
+                for (size_t j = 0; j < i; j++)
+                        if (ids[j] == ids[i])
+                                return -EAGAIN;
+        }
         int r = board_lock(fp);
         if (r < 0)
                 return -EAGAIN;
         row_t *me = row_of(fp, fp->me);
         board_t *b = fp->b;
-        if (any_joining(fp) || b->demoted_inst[id] == fp->inst[id] + 1 || (me->bits[w] & bit)) {
+        bool ok = !any_joining(fp);
+        for (size_t i = 0; i < n && ok; i++) {
+                uint32_t id = ids[i];
+                ok = b->demoted_inst[id] != fp->inst[id] + 1 && !(me->bits[id / 64] & (UINT64_C(1) << (id % 64)));
+        }
+        if (!ok) {
                 board_unlock(fp);
                 return -EAGAIN;
         }
-        me->bits[w] |= bit;
-        if (w + 1 > b->n_words)
-                b->n_words = w + 1;
+        for (size_t i = 0; i < n; i++) {
+                uint32_t w = ids[i] / 64;
+                me->bits[w] |= UINT64_C(1) << (ids[i] % 64);
+                if (w + 1 > b->n_words)
+                        b->n_words = w + 1;
+        }
         /* with nothing else of mine on the board, the withdrawals made so
-         * far are no news: this bit's own was checked above */
+         * far are no news: these bits' own were checked above */
         if (!fp->n_mine)
                 fp->seen_gen = atomic_load_explicit(&b->demote_gen, memory_order_relaxed);
         board_unlock(fp);
-        fp->mine[w] |= bit;
-        fp->n_mine++;
-        fp->posted_usec[id] = now_usec;
-        fp->posted_inst[id] = fp->inst[id];
+        for (size_t i = 0; i < n; i++) {
+                uint32_t id = ids[i];
+                fp->mine[id / 64] |= UINT64_C(1) << (id % 64);
+                fp->posted_usec[id] = now_usec;
+                fp->posted_inst[id] = fp->inst[id];
+                fp->link[id] = (uint16_t) ids[(i + 1) % n];
+        }
+        fp->n_mine += n;
         if (now_usec + HVD_FASTPATH_DEMOTE_USEC < fp->next_timeout_usec)
                 fp->next_timeout_usec = now_usec + HVD_FASTPATH_DEMOTE_USEC;
         return 0;
+}
+
+int hvd_fastpath_post(hvd_fastpath_t *fp, uint32_t id, uint64_t now_usec) {
+        return hvd_fastpath_post_group(fp, &id, 1, now_usec);
 }
 
 void hvd_fastpath_forgo(hvd_fastpath_t *fp, uint32_t id) {
@@ -314,15 +341,27 @@ int hvd_fastpath_schedule_inline(hvd_fastpath_t *fp, uint64_t seq, const void *b
         return got_add(fp, seq, bytes, len);
 }
 
-/* Room in the ring (lock held). */
-static bool log_room(const hvd_fastpath_t *fp, uint64_t head) {
+/* Free records in the ring after head (lock held). */
+static uint64_t log_free(const hvd_fastpath_t *fp, uint64_t head) {
         uint64_t low = head;
         for (int r = 0; r < fp->n; r++) {
                 uint64_t c = atomic_load_explicit(&row_of(fp, r)->cursor, memory_order_acquire);
                 if (c < low)
                         low = c;
         }
-        return head - low < LOG_CAP;
+        return LOG_CAP - (head - low);
+}
+
+static bool log_room(const hvd_fastpath_t *fp, uint64_t head) {
+        return log_free(fp, head) > 0;
+}
+
+/* The bits of word w set in every row (lock held). */
+static uint64_t every_row(const hvd_fastpath_t *fp, uint32_t w) {
+        uint64_t a = row_of(fp, 0)->bits[w];
+        for (int r = 1; r < fp->n && a; r++)
+                a &= row_of(fp, r)->bits[w];
+        return a;
 }
 
 /* Appends fast records, then markers (lock held). Returns how many.
@@ -330,23 +369,24 @@ static bool log_room(const hvd_fastpath_t *fp, uint64_t head) {
  * any rank ran a schedule not yet in the log (none has run it), so it may
  * come before that schedule and must when a rank submitted it before
  * something the schedule waits for (e.g. a tensor, then a barrier: the
- * barrier's marker must not pass the tensor's record). */
+ * barrier's marker must not pass the tensor's record). The ids set in
+ * every row go into the log all together (a group's members too), or wait
+ * for room there. */
 static uint64_t publish(hvd_fastpath_t *fp) {
         board_t *b = fp->b;
         uint64_t head = atomic_load_explicit(&b->head, memory_order_relaxed), start = head;
-        if (!any_joining(fp)) {
+        uint64_t ready = 0;
+        if (!any_joining(fp))
+                for (uint32_t w = 0; w < b->n_words; w++)
+                        ready += (uint64_t) __builtin_popcountll(every_row(fp, w));
+        if (ready && (ready + REC_IDS - 1) / REC_IDS <= log_free(fp, head)) {
                 rec_t *rc = NULL;
                 for (uint32_t w = 0; w < b->n_words; w++) {
-                        uint64_t a = row_of(fp, 0)->bits[w];
-                        for (int r = 1; r < fp->n && a; r++)
-                                a &= row_of(fp, r)->bits[w];
+                        uint64_t a = every_row(fp, w);
                         while (a) {
                                 if (!rc || rc->n == REC_IDS) {
                                         if (rc)
                                                 head++;
-                                        rc = NULL;
-                                        if (!log_room(fp, head))
-                                                goto out;
                                         rc = &b->log[head % LOG_CAP];
                                         rc->slow = 0;
                                         rc->n = 0;
@@ -363,7 +403,6 @@ static uint64_t publish(hvd_fastpath_t *fp) {
                 if (rc)
                         head++;
         }
-out:; /* a declaration follows: a label must label a statement before C23 */
         /* the schedules received here, in seq order, as long as the next
          * one the log lacks is one of them (another rank appended the
          * earlier ones, or appends the one missing here) */
@@ -385,8 +424,8 @@ out:; /* a declaration follows: a label must label a statement before C23 */
 }
 
 /* Withdraws this rank's bits that waited too long, that another rank gave
- * up on, or that a joining rank will never match (lock held). Fills
- * fp->demoted; returns how many. */
+ * up on, or that a joining rank will never match, each with the rest of its
+ * group (lock held). Fills fp->demoted; returns how many. */
 static size_t demote(hvd_fastpath_t *fp, uint64_t now, bool joining) {
         board_t *b = fp->b;
         row_t *me = row_of(fp, fp->me);
@@ -396,29 +435,48 @@ static size_t demote(hvd_fastpath_t *fp, uint64_t now, bool joining) {
         fp->seen_gen = gen;
         size_t n = 0;
         uint64_t next = UINT64_MAX;
-        for (uint32_t w = 0; w < WORDS && n < REC_IDS; w++) {
+        bool full = false;
+        for (uint32_t w = 0; w < WORDS && n < REC_IDS && !full; w++) {
                 uint64_t m = fp->mine[w] & me->bits[w];
                 while (m && n < REC_IDS) {
                         int k = __builtin_ctzll(m);
                         uint64_t bit = UINT64_C(1) << k;
                         m &= ~bit;
                         uint32_t id = w * 64 + (uint32_t) k;
+                        if (!(fp->mine[w] & bit)) /* withdrawn with its group */
+                                continue;
                         bool go = joining || now - fp->posted_usec[id] >= HVD_FASTPATH_DEMOTE_USEC ||
                                   b->demoted_inst[id] == fp->posted_inst[id] + 1;
                         if (!go) {
                                 next = HVD_MIN(next, fp->posted_usec[id] + HVD_FASTPATH_DEMOTE_USEC);
                                 continue;
                         }
-                        me->bits[w] &= ~bit;
-                        fp->mine[w] &= ~bit;
-                        fp->n_mine--;
-                        b->demoted_inst[id] = fp->posted_inst[id] + 1;
-                        fp->demoted[n++] = id;
+                        size_t g = 1;
+                        for (uint32_t x = fp->link[id]; x != id; x = fp->link[x])
+                                g++;
+                        if (n + g > REC_IDS) {
+                                full = true;
+                                break;
+                        }
+                        /* the group's bits: all set here (posted, run and
+                         * withdrawn together) */
+                        uint32_t x = id;
+                        do {
+                                uint64_t xb = UINT64_C(1) << (x % 64);
+                                if (fp->mine[x / 64] & me->bits[x / 64] & xb) {
+                                        me->bits[x / 64] &= ~xb;
+                                        fp->mine[x / 64] &= ~xb;
+                                        fp->n_mine--;
+                                        b->demoted_inst[x] = fp->posted_inst[x] + 1;
+                                        fp->demoted[n++] = x;
+                                }
+                                x = fp->link[x];
+                        } while (x != id);
                 }
         }
         if (n) {
                 fp->seen_gen = atomic_fetch_add(&b->demote_gen, 1) + 1;
-                if (n == REC_IDS)
+                if (n == REC_IDS || full)
                         next = now; /* more to look at next time */
         }
         fp->next_timeout_usec = next;

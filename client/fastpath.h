@@ -67,6 +67,17 @@ uint32_t hvd_fastpath_instance(hvd_fastpath_t *fp, uint32_t id);
  * some rank is joining, the bit is set already, or the board is busy). */
 int hvd_fastpath_post(hvd_fastpath_t *fp, uint32_t id, uint64_t now_usec);
 
+/* The most members of a group on the board; a larger one goes to the
+ * coordinator. */
+#define HVD_FASTPATH_MAX_GROUP 60
+
+/* Sets this rank's bits for the n ids of one group at once, or none of
+ * them (-EAGAIN, as hvd_fastpath_post). The group's members go into the
+ * log together, and a withdrawal withdraws them all: it runs whole from
+ * the board or goes whole to the coordinator. n is at most
+ * HVD_FASTPATH_MAX_GROUP. */
+int hvd_fastpath_post_group(hvd_fastpath_t *fp, const uint32_t *ids, size_t n, uint64_t now_usec);
+
 /* This rank sends the current instance of id to the coordinator (its
  * parameters changed, or are not confirmed yet): tells the others, so
  * they send theirs at once rather than after HVD_FASTPATH_DEMOTE_USEC. */

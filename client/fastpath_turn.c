@@ -17,7 +17,9 @@
  * one cycle run in one order on every rank, whichever path each took.
  * A tensor takes the fast path only with parameters a schedule confirmed
  * (fast_ok: every rank agreed on them); anything else — a new name, new
- * parameters, groups, process sets, GPUs, a join — goes to the coordinator. */
+ * parameters, process sets, GPUs, a join — goes to the coordinator. A
+ * group goes onto the board whole, when each member may, or whole to the
+ * coordinator (fastpath.c keeps it whole from there). */
 #include "config.h"
 
 #include <errno.h>
@@ -121,7 +123,7 @@ void hvd_fp_confirm(const hvd_entry_t *e, bool ok, const Hvd__Entry *en) {
  * to the coordinator; -1: the fast path does not apply. Counts e as an
  * instance of its id once. */
 static int fp_classify(hvd_entry_t *e, uint32_t *id) {
-        if (e->p.process_set != 0 || e->p.group_size > 1)
+        if (e->p.process_set != 0 || e->p.group_size > HVD_FASTPATH_MAX_GROUP)
                 return -1;
         /* node mode runs nothing from the board: any collective of every
          * rank whose schedule names its ranks' parts by cache id alone; on
@@ -516,13 +518,50 @@ static void fp_node_flush(bool force) {
 }
 
 /* A turn's look at the queue: tensors to post on the board (with their
- * ids), ids this rank forgoes, whether a join is queued. */
+ * ids; a group's members in a row, clen[] at the first of them), ids this
+ * rank forgoes, whether a join is queued. */
 typedef struct fp_route {
         hvd_entry_t *cand[64];
         uint32_t cid[64], forgo[64];
+        uint8_t clen[64];
         size_t nc, nf;
         bool join;
 } fp_route_t;
+
+/* The members of group h, all queued and none looked at yet: onto the
+ * board together when each may go (their fp_boarded set), else all to the
+ * coordinator, forgoing the ids they have. false: no room left this turn
+ * (they wait for the next). */
+static bool route_group(hvd_handle_t *h, fp_route_t *rt) {
+        size_t n = h->n;
+        if (n <= HVD_FASTPATH_MAX_GROUP && (rt->nc + n > ELEMENTSOF(rt->cand) || rt->nf + n > ELEMENTSOF(rt->forgo)))
+                return false;
+        uint32_t id[HVD_FASTPATH_MAX_GROUP];
+        int c[HVD_FASTPATH_MAX_GROUP], worst = 1;
+        for (size_t j = 0; j < n; j++) {
+                hvd_entry_t *e = &h->m[j];
+                e->fp_routed = true;
+                if (n > HVD_FASTPATH_MAX_GROUP)
+                        continue;
+                c[j] = fp_classify(e, &id[j]);
+                worst = HVD_MIN(worst, c[j]);
+        }
+        if (n > HVD_FASTPATH_MAX_GROUP)
+                return true;
+        if (worst > 0) {
+                rt->clen[rt->nc] = (uint8_t) n;
+                for (size_t j = 0; j < n; j++) {
+                        h->m[j].fp_boarded = true;
+                        rt->cand[rt->nc] = &h->m[j];
+                        rt->cid[rt->nc++] = id[j];
+                }
+                return true;
+        }
+        for (size_t j = 0; j < n; j++)
+                if (c[j] >= 0)
+                        rt->forgo[rt->nf++] = id[j];
+        return true;
+}
 
 /* Looks at each queued tensor once; those that do not go onto the board
  * stay queued, for the background thread to send. Returns how many stay. */
@@ -532,6 +571,18 @@ static size_t route_queue(fp_route_t *rt) {
         for (size_t i = 0; i < G.n_queue; i++) {
                 hvd_entry_t *e = G.queue[i];
                 uint32_t id;
+                if (e->fp_boarded) /* a group's, with its first member */
+                        continue;
+                if (!e->fp_routed && e->h->n > 1) {
+                        /* a group: all its members were queued at once */
+                        if (!route_group(e->h, rt)) {
+                                G.queue[k++] = e; /* the next turn looks at it */
+                                continue;
+                        }
+                        if (!e->fp_boarded)
+                                G.queue[k++] = e;
+                        continue;
+                }
                 if (rt->nc == ELEMENTSOF(rt->cand) || rt->nf == ELEMENTSOF(rt->forgo)) {
                         G.queue[k++] = e; /* the next turn looks at it */
                         continue;
@@ -540,6 +591,7 @@ static size_t route_queue(fp_route_t *rt) {
                 e->fp_routed = true;
                 rt->join = rt->join || e->p.kind == HVD__KIND__KIND_JOIN;
                 if (c > 0) {
+                        rt->clen[rt->nc] = 1;
                         rt->cand[rt->nc] = e;
                         rt->cid[rt->nc++] = id;
                         continue;
@@ -569,11 +621,21 @@ int hvd_fp_cycle(bool user) {
                 hvd_fastpath_set_joining(G.fp, true);
         for (size_t i = 0; i < rt.nf; i++)
                 hvd_fastpath_forgo(G.fp, rt.forgo[i]);
-        for (size_t i = 0; i < rt.nc; i++) {
-                if (hvd_fastpath_post(G.fp, rt.cid[i], now) < 0)
-                        slow[ns++] = rt.cand[i];
-                else
-                        rt.cand[i]->fp_posted_usec = now;
+        for (size_t i = 0; i < rt.nc; i += rt.clen[i]) {
+                size_t n = rt.clen[i];
+                bool posted = hvd_fastpath_post_group(G.fp, rt.cid + i, n, now) == 0;
+                for (size_t j = i; j < i + n; j++) {
+                        if (posted) {
+                                rt.cand[j]->fp_posted_usec = now;
+                                continue;
+                        }
+                        /* a group's other ranks need not wait for this one's
+                         * members to time out */
+                        if (n > 1)
+                                hvd_fastpath_forgo(G.fp, rt.cid[j]);
+                        rt.cand[j]->fp_boarded = false;
+                        slow[ns++] = rt.cand[j];
+                }
         }
         if (ns && user) {
                 /* the background thread sends them (it alone uses the socket) */
@@ -644,13 +706,14 @@ int hvd_fp_user_turn(void) {
  * the board runs, on a job with a fast path; its waiter may run the fast
  * path's turn. */
 bool hvd_fp_user_may_run(const hvd_handle_t *h) {
-        if (!G.fp || G.fp_node || G.abort_code || G.stop || h->n != 1)
+        if (!G.fp || G.fp_node || G.abort_code || G.stop || h->n > HVD_FASTPATH_MAX_GROUP)
                 return false;
+        /* a group's members are alike in kind, process set and device */
         const hvd_entry_t *e = &h->m[0];
         uint32_t kind = e->p.kind;
-        return !e->done &&
+        return h->n_pending > 0 &&
                (kind == HVD__KIND__KIND_ALLREDUCE || kind == HVD__KIND__KIND_BROADCAST ||
                 kind == HVD__KIND__KIND_ALLGATHER || kind == HVD__KIND__KIND_REDUCESCATTER ||
                 kind == HVD__KIND__KIND_ALLTOALL) &&
-               e->p.device == HVD_DEVICE_CPU && e->p.process_set == 0 && e->p.group_size <= 1;
+               e->p.device == HVD_DEVICE_CPU && e->p.process_set == 0;
 }

@@ -7,7 +7,8 @@
  * a joining rank keeps everyone off the board; fast_only stops at markers;
  * in node mode local rank 0 posts some schedules inline, and every rank
  * still takes every schedule in seq order, whichever way it came; a job of
- * one rank has a board of its own. */
+ * one rank has a board of its own; a group's members are posted, appended
+ * and withdrawn together, or not at all. */
 #include "config.h"
 
 #include <check.h>
@@ -18,20 +19,21 @@
 
 #include "fastpath.h"
 
-#define N  3
-#define MS UINT64_C(1000)
+#define N    3
+#define MS   UINT64_C(1000)
+#define RECS 320 /* more than the board's log holds */
 
 typedef struct log {
         int n;
-        bool slow[64];
-        uint64_t seq[64];
-        uint32_t ids[64][64];
-        uint32_t n_ids[64];
+        bool slow[RECS];
+        uint64_t seq[RECS];
+        uint32_t ids[RECS][64];
+        uint32_t n_ids[RECS];
         uint32_t demoted[64];
         int n_demoted;
-        int appender[64];
-        uint8_t bytes[64][HVD_FASTPATH_INLINE_BYTES];
-        size_t n_bytes[64];
+        int appender[RECS];
+        uint8_t bytes[RECS][HVD_FASTPATH_INLINE_BYTES];
+        size_t n_bytes[RECS];
 } log_t;
 
 static void *board;
@@ -41,7 +43,7 @@ static _Atomic uint32_t aborted;
 
 static int run(void *u, const hvd_fastpath_record_t *rec) {
         log_t *l = u;
-        ck_assert_int_lt(l->n, 64);
+        ck_assert_int_lt(l->n, RECS);
         l->slow[l->n] = rec->slow;
         l->seq[l->n] = rec->seq;
         l->n_ids[l->n] = rec->n;
@@ -462,6 +464,134 @@ START_TEST(test_fastpath_limits) {
 }
 END_TEST
 
+static void post_group(int r, const uint32_t *ids, size_t n, uint64_t now) {
+        for (size_t i = 0; i < n; i++)
+                hvd_fastpath_instance(fp[r], ids[i]);
+        ck_assert_int_eq(hvd_fastpath_post_group(fp[r], ids, n, now), 0);
+}
+
+/* Whether rank r's log holds exactly the ids want (in any records). */
+static void ck_ran(int r, const uint32_t *want, size_t n) {
+        size_t seen = 0;
+        for (int k = 0; k < logs[r].n; k++)
+                for (uint32_t i = 0; i < logs[r].n_ids[k]; i++) {
+                        bool found = false;
+                        for (size_t j = 0; j < n; j++)
+                                found = found || logs[r].ids[k][i] == want[j];
+                        ck_assert_msg(found, "rank %d ran id %u", r, logs[r].ids[k][i]);
+                        seen++;
+                }
+        ck_assert_uint_eq(seen, n);
+}
+
+START_TEST(test_fastpath_group) {
+        /* members in two words of the rows: one record once every rank posted */
+        const uint32_t g[3] = { 70, 3, 200 };
+        post_group(0, g, 3, 0);
+        post_group(1, g, 3, 0);
+        step(0, 1);
+        step(1, 1);
+        ck_assert_int_eq(logs[0].n + logs[1].n, 0);
+        ck_assert_int_eq(hvd_fastpath_pending(fp[0]), 3);
+        post_group(2, g, 3, 0);
+        for (int r = 0; r < N; r++)
+                step(r, 2);
+        for (int r = 0; r < N; r++) {
+                ck_assert_int_eq(logs[r].n, 1);
+                ck_ran(r, g, 3);
+                ck_assert_int_eq(hvd_fastpath_pending(fp[r]), 0);
+        }
+        /* all or nothing: with one member's bit still set, nothing is posted */
+        post(0, 200, 10);
+        const uint32_t h[2] = { 5, 200 };
+        hvd_fastpath_instance(fp[0], 5);
+        ck_assert_int_eq(hvd_fastpath_post_group(fp[0], h, 2, 10), -EAGAIN);
+        ck_assert_int_eq(hvd_fastpath_pending(fp[0]), 1);
+        /* and a group names each id once, within the size limit */
+        const uint32_t dup[2] = { 6, 6 };
+        ck_assert_int_eq(hvd_fastpath_post_group(fp[1], dup, 2, 10), -EAGAIN);
+        ck_assert_int_eq(hvd_fastpath_post_group(fp[1], g, 0, 10), -EAGAIN);
+        ck_assert_int_eq(hvd_fastpath_post_group(fp[1], g, HVD_FASTPATH_MAX_GROUP + 1, 10), -EAGAIN);
+        ck_assert_int_eq(hvd_fastpath_pending(fp[1]), 0);
+}
+END_TEST
+
+START_TEST(test_fastpath_group_withdrawn_whole) {
+        /* rank 0's group times out: all its members are withdrawn at once,
+         * beside a single id of its own that has not */
+        const uint32_t g[2] = { 8, 77 };
+        post_group(0, g, 2, 0);
+        post(0, 9, 100 * MS);
+        post_group(1, g, 2, 50 * MS);
+        step(0, HVD_FASTPATH_DEMOTE_USEC + 1);
+        ck_assert_int_eq(logs[0].n_demoted, 2);
+        ck_assert_uint_eq(logs[0].demoted[0], 8);
+        ck_assert_uint_eq(logs[0].demoted[1], 77);
+        ck_assert_int_eq(hvd_fastpath_pending(fp[0]), 1);
+        /* rank 1 hears of it for both members */
+        step(1, HVD_FASTPATH_DEMOTE_USEC + 2);
+        ck_assert_int_eq(logs[1].n_demoted, 2);
+        /* rank 2 comes late with the group: none of it goes on the board */
+        for (int i = 0; i < 2; i++)
+                hvd_fastpath_instance(fp[2], g[i]);
+        ck_assert_int_eq(hvd_fastpath_post_group(fp[2], g, 2, HVD_FASTPATH_DEMOTE_USEC + 3), -EAGAIN);
+        ck_assert_int_eq(hvd_fastpath_pending(fp[2]), 0);
+        for (int r = 0; r < N; r++)
+                ck_assert_int_eq(logs[r].n, 0);
+        /* another rank forgoes one member of the next instance: rank 0
+         * withdraws the whole group at once (with id 9, timed out by now) */
+        post_group(0, g, 2, 1000 * MS);
+        hvd_fastpath_instance(fp[1], 77);
+        hvd_fastpath_forgo(fp[1], 77);
+        step(0, 1000 * MS + 1);
+        ck_assert_int_eq(logs[0].n_demoted, 5);
+        uint32_t got = 0;
+        for (int i = 2; i < 5; i++)
+                got |= logs[0].demoted[i] == 8 ? 1u : logs[0].demoted[i] == 77 ? 2u : logs[0].demoted[i] == 9 ? 4u : 8u;
+        ck_assert_uint_eq(got, 7);
+        ck_assert_int_eq(hvd_fastpath_pending(fp[0]), 0);
+}
+END_TEST
+
+START_TEST(test_fastpath_group_waits_for_room) {
+        /* rank 2 runs nothing: the log fills up to one free record */
+        for (uint32_t i = 0; i < 255; i++) {
+                for (int r = 0; r < N; r++)
+                        post(r, 1000 + i, 0);
+                step(0, 1);
+        }
+        ck_assert_int_eq(logs[0].n, 255);
+        /* a group of HVD_FASTPATH_MAX_GROUP and one more id need two records:
+         * none is appended while one is free */
+        uint32_t g[HVD_FASTPATH_MAX_GROUP + 1];
+        for (uint32_t i = 0; i <= HVD_FASTPATH_MAX_GROUP; i++)
+                g[i] = 2 * i;
+        for (int r = 0; r < N; r++) {
+                post_group(r, g, HVD_FASTPATH_MAX_GROUP, 2);
+                post(r, g[HVD_FASTPATH_MAX_GROUP], 2);
+        }
+        step(0, 3);
+        step(1, 3);
+        ck_assert_int_eq(logs[0].n, 255);
+        ck_assert_int_eq(logs[1].n, 255);
+        /* rank 2 catches up; its next step appends both records, with every
+         * member */
+        step(2, 4);
+        ck_assert_int_eq(logs[2].n, 255);
+        step(2, 5);
+        step(0, 5);
+        for (int r = 0; r < N; r += 2) {
+                ck_assert_int_eq(logs[r].n, 257);
+                uint32_t seen = 0;
+                for (int k = 255; k < 257; k++) {
+                        ck_assert(!logs[r].slow[k]);
+                        seen += logs[r].n_ids[k];
+                }
+                ck_assert_uint_eq(seen, HVD_FASTPATH_MAX_GROUP + 1);
+        }
+}
+END_TEST
+
 /* A job of one rank: its own board, where a post is a record at the next
  * step and a schedule's marker still waits for its schedule. */
 START_TEST(test_fastpath_one_rank) {
@@ -518,6 +648,9 @@ static Suite *fastpath_suite(void) {
         tcase_add_test(tc, test_fastpath_demote_due);
         tcase_add_test(tc, test_fastpath_demote_due_after_runs);
         tcase_add_test(tc, test_fastpath_limits);
+        tcase_add_test(tc, test_fastpath_group);
+        tcase_add_test(tc, test_fastpath_group_withdrawn_whole);
+        tcase_add_test(tc, test_fastpath_group_waits_for_room);
         tcase_add_test(tc, test_fastpath_one_rank);
         tcase_add_test(tc, test_fastpath_node_mode_inline);
         tcase_add_test(tc, test_fastpath_node_mode_late_copy);

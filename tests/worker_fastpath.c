@@ -304,7 +304,8 @@ static int exact(int rounds) {
                 other_kinds(round);
                 if (round % 13 == 9) {
                         /* a synchronous one of a new shape under an old name's
-                         * neighbour, and a grouped pair: the coordinator's path */
+                         * neighbour (the coordinator's path), and a grouped
+                         * pair (the board's from its second time) */
                         hvd_request_t g[2];
                         int32_t gi[2][4], go[2][4];
                         int64_t shape[1] = { 4 };
