@@ -314,6 +314,15 @@ int hvd_grouped_allgather_async(const hvd_request_t *reqs, size_t n, hvd_handle_
 int hvd_grouped_reducescatter_async(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle) {
         return submit(reqs, n, HVD__KIND__KIND_REDUCESCATTER, handle);
 }
+int hvd_grouped_allreduce_async_waiting(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle) {
+        return submit_ex(reqs, n, HVD__KIND__KIND_ALLREDUCE, false, true, handle);
+}
+int hvd_grouped_allgather_async_waiting(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle) {
+        return submit_ex(reqs, n, HVD__KIND__KIND_ALLGATHER, false, true, handle);
+}
+int hvd_grouped_reducescatter_async_waiting(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle) {
+        return submit_ex(reqs, n, HVD__KIND__KIND_REDUCESCATTER, false, true, handle);
+}
 
 int hvd_request_run(const hvd_request_t *req, uint32_t kind, bool internal, int *result) {
         hvd_handle_t *h = NULL;

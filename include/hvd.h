@@ -200,6 +200,12 @@ int hvd_alltoall_async_waiting(const hvd_request_t *req, hvd_handle_t **handle);
 int hvd_grouped_allreduce_async(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle);
 int hvd_grouped_allgather_async(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle);
 int hvd_grouped_reducescatter_async(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle);
+/* The same for a caller that waits on the handle at once (see
+ * hvd_allreduce_async_waiting): a group of CPU tensors of all ranks then
+ * runs on the waiting thread, from the board. */
+int hvd_grouped_allreduce_async_waiting(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle);
+int hvd_grouped_allgather_async_waiting(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle);
+int hvd_grouped_reducescatter_async_waiting(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle);
 
 /* Releasing a handle frees the outputs hvd allocated that were not stolen
  * (device memory too; that waits until the GPU is idle, outside hvd's lock).

@@ -820,6 +820,11 @@ static PyObject *core_submit(PyObject *mod, PyObject *args, PyObject *kwds) {
                 [KIND_ALLGATHER] = hvd_grouped_allgather_async,
                 [KIND_REDUCESCATTER] = hvd_grouped_reducescatter_async,
         };
+        static const group_fn grouped_waiting[_KIND_COUNT] = {
+                [KIND_ALLREDUCE] = hvd_grouped_allreduce_async_waiting,
+                [KIND_ALLGATHER] = hvd_grouped_allgather_async_waiting,
+                [KIND_REDUCESCATTER] = hvd_grouped_reducescatter_async_waiting,
+        };
         int kind, grouped = 0, waits = 0;
         PyObject *requests, *keepalive = Py_None, *fast = NULL;
         HandleObject *self = NULL;
@@ -879,7 +884,7 @@ static PyObject *core_submit(PyObject *mod, PyObject *args, PyObject *kwds) {
         int r;
         hvd_handle_t *h = NULL;
         if (grouped)
-                r = grouped_fns[kind](reqs, (size_t) n, &h);
+                r = (waits ? grouped_waiting : grouped_fns)[kind](reqs, (size_t) n, &h);
         else if (waits && kind == KIND_ALLREDUCE)
                 r = hvd_allreduce_async_waiting(&reqs[0], &h);
         else if (waits && kind == KIND_BROADCAST)
@@ -1144,9 +1149,8 @@ static PyMethodDef core_methods[] = {
           "elastic_info() -> (generation, sync_needed, waiting) of an elastic job (generation 0: none)" },
         { "submit", (PyCFunction) (void (*)(void)) core_submit, METH_VARARGS | METH_KEYWORDS,
           "submit(kind, requests, keepalive=None, grouped=False, waits=False) -> Handle; waits: the caller "
-          "waits on the handle at once (a CPU allreduce, broadcast, allgather, reducescatter or alltoall then runs in "
-          "the "
-          "waiting thread). Each request is a tuple "
+          "waits on the handle at once (a CPU allreduce, broadcast, allgather, reducescatter or alltoall, or a group "
+          "of them, then runs in the waiting thread). Each request is a tuple "
           "(name, input_ptr, output_ptr, dtype, shape, reduce_op, prescale, postscale, root, splits, "
           "process_set, device[, stream]); stream is the cudaStream_t (int; 0 = legacy default stream) "
           "a GPU input is produced on, which hvd's stream waits for. keepalive is held until the operation "

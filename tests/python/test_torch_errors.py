@@ -108,6 +108,21 @@ def test_grouped_member_mismatch():
     still_works()
 
 
+def test_grouped_member_mismatch_after_agreement():
+    # a group every rank agreed on three times (on one host: from the
+    # board) then gets a member of another shape on one rank: the whole
+    # group goes to the coordinator, which names the shape on every rank
+    for _ in range(3):
+        outs = hvd.grouped_allreduce([torch.ones(2), torch.ones(3)], name="mismatch.group.later", op=hvd.Sum)
+        assert torch.equal(outs[1], torch.full((3,), float(hvd.size())))
+    xs = [torch.ones(2), torch.ones(3 + (hvd.rank() == hvd.size() - 1))]
+    with pytest.raises(hvd.HorovodInternalError, match="shape"):
+        hvd.grouped_allreduce(xs, name="mismatch.group.later")
+    still_works()
+    outs = hvd.grouped_allreduce([torch.ones(2), torch.ones(3)], name="mismatch.group.later", op=hvd.Sum)
+    assert torch.equal(outs[0], torch.full((2,), float(hvd.size())))
+
+
 def test_duplicate_name_in_flight():
     # A name may be in flight once per rank. Take turns, so that the first
     # submission cannot complete (the others hold back) while the turn's rank

@@ -189,6 +189,29 @@ def test_grouped_allreduce_forms(dtype):
         assert_same(c, e)
 
 
+def test_grouped_allreduce_repeated():
+    # the same group again and again runs from the readiness board on one
+    # host (all its members at once); a member's new shape sends one call
+    # to the coordinator; single allreduces in between keep their order
+    n, me = hvd.size(), hvd.rank()
+    for i in range(30):
+        rows = 2 + (i // 10)
+        xs = [torch.full((rows, 3), float(me + i)), torch.arange(5, dtype=torch.int32) * (me + 1)]
+        single = torch.full((4,), float(10 * me + i))
+        if i % 3 == 0:
+            outs = hvd.grouped_allreduce(xs, op=hvd.Sum, name="rep.group")
+        else:
+            outs = hvd.grouped_allreduce_([x.clone() for x in xs], op=hvd.Sum, name="rep.group")
+        s = hvd.allreduce(single, op=hvd.Max, name="rep.single")
+        assert torch.equal(outs[0], torch.full((rows, 3), float(n * (n - 1) // 2 + n * i)))
+        assert torch.equal(outs[1], torch.arange(5, dtype=torch.int32) * (n * (n + 1) // 2))
+        assert torch.equal(s, torch.full((4,), float(10 * (n - 1) + i)))
+        # unnamed, averaged
+        out = hvd.grouped_allreduce([torch.full((2,), float(me + i)), torch.full((1,), 2.0 * me)])
+        assert torch.equal(out[0], torch.full((2,), (n - 1) / 2 + i))
+        assert torch.equal(out[1], torch.full((1,), float(n - 1)))
+
+
 def test_grouped_allreduce_empty_list():
     with pytest.raises(ValueError, match="at least one"):
         hvd.grouped_allreduce([])

@@ -131,8 +131,9 @@ def run(kind: int, requests: Sequence[Request], keepalive: Any,
     returns finish(core handle) or raises as synchronize() would. No
     integer handle is made, and libhvd is told the caller waits: a single
     CPU tensor of the global set then runs on this thread, from the
-    readiness board, without waking the background thread."""
-    core = _core.submit(kind, list(requests), keepalive, grouped, not grouped)
+    readiness board, without waking the background thread; a group of them
+    too."""
+    core = _core.submit(kind, list(requests), keepalive, grouped, True)
     core.wait()
     return finish(core)
 

@@ -394,13 +394,11 @@ def allreduce(tensor: torch.Tensor, average: Optional[bool] = None, name: Option
     return compression.decompress(reduced, cctx)
 
 
-def _grouped_allreduce_async(tensors: List[torch.Tensor], outputs: List[torch.Tensor], name: Optional[str],
+def _grouped_allreduce_parts(tensors: List[torch.Tensor], outputs: List[torch.Tensor], name: Optional[str],
                              op: int, prescale_factor: float, postscale_factor: float,
-                             process_set: ProcessSet) -> int:
-    if op == Adasum:
-        from hvd.torch import adasum
-        return adasum.allreduce_async(tensors, outputs, name, prescale_factor, postscale_factor, process_set,
-                                      grouped=True)
+                             process_set: ProcessSet) -> tuple:
+    """The arguments of _ops.submit / _ops.run for a grouped allreduce (not
+    Adasum)."""
     core_op = _basics.core_reduce_op(op)
     pre, post = _scale_args(prescale_factor, postscale_factor)
     ps_id = _ops.check_process_set(process_set)
@@ -412,8 +410,30 @@ def _grouped_allreduce_async(tensors: List[torch.Tensor], outputs: List[torch.Te
         reqs.append(_ops.request(n, t.data_ptr(), out.data_ptr(), code, t.shape, reduce_op=core_op,
                                  prescale=pre, postscale=post, process_set_id=ps_id, device=device,
                                  stream=_stream(t)))
-    return _ops.submit(_ops.KIND_ALLREDUCE, reqs, (tuple(tensors), tuple(outputs)), lambda h: list(outputs),
-                       grouped=True)
+    return _ops.KIND_ALLREDUCE, reqs, (tuple(tensors), tuple(outputs)), lambda h: list(outputs), True
+
+
+def _grouped_allreduce_async(tensors: List[torch.Tensor], outputs: List[torch.Tensor], name: Optional[str],
+                             op: int, prescale_factor: float, postscale_factor: float,
+                             process_set: ProcessSet) -> int:
+    if op == Adasum:
+        from hvd.torch import adasum
+        return adasum.allreduce_async(tensors, outputs, name, prescale_factor, postscale_factor, process_set,
+                                      grouped=True)
+    return _ops.submit(*_grouped_allreduce_parts(tensors, outputs, name, op, prescale_factor, postscale_factor,
+                                                 process_set))
+
+
+def _grouped_allreduce_now(tensors: List[torch.Tensor], outputs: List[torch.Tensor], name: Optional[str],
+                           op: int, prescale_factor: float, postscale_factor: float,
+                           process_set: ProcessSet) -> List[torch.Tensor]:
+    """Reduces a group into outputs and waits: the blocking calls' path
+    (_ops.run: the group may run on this thread, from the board)."""
+    if op == Adasum:
+        return synchronize(_grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor,
+                                                    process_set))
+    return _ops.run(*_grouped_allreduce_parts(tensors, outputs, name, op, prescale_factor, postscale_factor,
+                                              process_set))
 
 
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
@@ -446,8 +466,9 @@ def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] 
     if name is None and not _COMPILING():  # a name that repeats: _ops.unnamed_blocking
         return _ops.unnamed_blocking("grouped_allreduce", process_set, lambda n: grouped_allreduce_(
             tensors, average, n, op, prescale_factor, postscale_factor, process_set))
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor, postscale_factor,
-                                                process_set))
+    op = handle_average_backwards_compatibility(op, average)
+    tensors = _not_empty(tensors, "grouped_allreduce")
+    return _grouped_allreduce_now(tensors, tensors, name, op, prescale_factor, postscale_factor, process_set)
 
 
 class HorovodGroupedAllreduce(torch.autograd.Function):
@@ -460,8 +481,9 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
         ctx.process_set = process_set
-        return tuple(synchronize(grouped_allreduce_async(list(tensors), average, name, op, prescale_factor,
-                                                         postscale_factor, process_set)))
+        return tuple(_grouped_allreduce_now(list(tensors), [_new_output(t) for t in tensors], name,
+                                            handle_average_backwards_compatibility(op, average), prescale_factor,
+                                            postscale_factor, process_set))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
@@ -491,8 +513,9 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
         reduced = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor, process_set,
                                                 *compressed)
     else:
-        reduced = synchronize(grouped_allreduce_async(list(compressed), average, name, op, prescale_factor,
-                                                      postscale_factor, process_set))
+        reduced = _grouped_allreduce_now(list(compressed), [_new_output(t) for t in compressed], name,
+                                         handle_average_backwards_compatibility(op, average), prescale_factor,
+                                         postscale_factor, process_set)
     return [compression.decompress(t, c) for t, c in zip(reduced, cctxs)]
 
 
