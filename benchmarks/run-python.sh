@@ -10,7 +10,8 @@
 # in an order that rotates from round to round, all with the same Python and
 # torch (Debian's /usr/bin/python3 and torch 1.13: Horovod 0.28.1 builds
 # against no torch newer than 2.3). Measures the allreduce sweep in place,
-# out of place and out of place without a name, the ResNet-50 gradient step
+# out of place, out of place without a name and as a group of two, the
+# ResNet-50 gradient step
 # and real training steps through DistributedOptimizer or DDP; with
 # WHAT=colls also broadcast, allgather, reducescatter and alltoall
 # (torch_peers.py's docstring says exactly what).
@@ -212,8 +213,9 @@ print("# medians over the rounds; ratios: time(peer)/time(hvd) of each round's o
       " above 1 = hvd faster")
 titles = {"inplace": "in place", "outofplace": "out of place",
           "unnamed": "out of place without a name (gloo: its out-of-place runs)",
+          "grouped": "two halves in place as one group (gloo: two asynchronous all_reduce)",
           "shared": "in place, hvd's tensor shared (hvd.shared_like; the peers' in place)"}
-for mode in ("inplace", "outofplace", "unnamed", "shared"):
+for mode in ("inplace", "outofplace", "unnamed", "grouped", "shared"):
     sizes = sorted(k[2] for k in rows if k[0] == "allreduce" and k[1] == mode)
     if not sizes:
         continue

@@ -22,6 +22,9 @@ What it measures (--what, comma-separated; rank 0 prints one line each):
              mode=unnamed (hvd and Horovod): hvd.allreduce(t) without a
              name, the call a script makes for a metric (Horovod names it
              allreduce.noname.<n>, new each call)
+             mode=grouped: two tensors of half the bytes each, in place, as
+             one group: hvd.grouped_allreduce_([a, b]); torch: two
+             asynchronous dist.all_reduce, then both waited for
              mode=shared (hvd only): hvd.allreduce_(t) on a shared tensor
              (hvd.shared_like), which the other local ranks read in place
         bench=allreduce impl=I mode=M bytes=N np=P time_us=.. busbw_gbs=..
@@ -171,6 +174,13 @@ class Comm:
     def allreduce_unnamed(self, t):
         return self.hvd.allreduce(t, op=self.hvd.Sum)
 
+    def allreduce_grouped(self, ts, name):
+        if self.impl == "torch":
+            for w in [self.dist.all_reduce(t, async_op=True) for t in ts]:
+                w.wait()
+        else:
+            self.hvd.grouped_allreduce_(ts, name=name, op=self.hvd.Sum)
+
     def collective(self, op, count, name):
         """A function that runs one blocking op (broadcast, allgather,
         reducescatter, alltoall) of a float32 tensor of count elements (the
@@ -316,7 +326,8 @@ def sweep(comm, args, emit):
         t = torch.ones(nbytes // 4)
         # hvd alone: in place on a shared tensor (hvd.shared_zeros), which
         # the other local ranks read in place
-        modes = ("inplace", "outofplace") + (("unnamed",) if comm.impl != "torch" else ()) + \
+        halves = [torch.ones(nbytes // 8), torch.ones(nbytes // 8)]
+        modes = ("inplace", "outofplace") + (("unnamed",) if comm.impl != "torch" else ()) + ("grouped",) + \
             (("shared",) if comm.impl == "hvd" else ())
         for mode in modes:
             name = f"sweep.{mode}.{nbytes}"
@@ -331,6 +342,9 @@ def sweep(comm, args, emit):
             elif mode == "unnamed":
                 def fn():
                     comm.allreduce_unnamed(t)
+            elif mode == "grouped":
+                def fn():
+                    comm.allreduce_grouped(halves, name)
             else:
                 def fn():
                     comm.allreduce_outofplace(t, name)

@@ -80,7 +80,7 @@ PEERS="hvd torch" DATA=$dir ROUNDS=2 MIN=4096 MAX=8192 REPS=1 STEPS=1 TRAIN_MODE
         timeout 240 "$b/run-python.sh" "$HVD_BUILDDIR" >"$dir/run" 2>&1 || fail "run-python.sh failed" "$(cat "$dir/run")"
 ! grep -q "PEER" "$dir/run" || fail "run-python.sh: a peer failed or is missing" "$(cat "$dir/run")"
 for n in 4096 8192; do
-        for mode in inplace outofplace; do
+        for mode in inplace outofplace grouped; do
                 c=$(grep -c "^#   round=[01] bench=allreduce impl=\(hvd\|gloo\) mode=$mode bytes=$n np=2 " "$dir/run")
                 [ "$c" = 4 ] || fail "run-python.sh: $c raw lines for $mode $n bytes, not 4 (2 peers x 2 rounds)" "$(cat "$dir/run")"
         done
@@ -90,9 +90,9 @@ for n in 4096 8192; do
                 [ "$c" = 2 ] || fail "run-python.sh: $c raw lines for $mode $n bytes, not 2 (hvd x 2 rounds)" "$(cat "$dir/run")"
         done
         # one table row per mode (in place, out of place, unnamed beside gloo's
-        # out of place, shared) with a ratio vs gloo: median [range]
+        # out of place, grouped, shared) with a ratio vs gloo: median [range]
         c=$(grep -Ec "^ +$n +[0-9.]+ \( *[0-9.]+\) +- +[0-9.]+ \( *[0-9.]+\) +- +[0-9.]+ \[[0-9.]+-[0-9.]+\]$" "$dir/run")
-        [ "$c" = 4 ] || fail "run-python.sh: $c table rows for $n bytes with a ratio vs gloo, not 4" "$(cat "$dir/run")"
+        [ "$c" = 5 ] || fail "run-python.sh: $c table rows for $n bytes with a ratio vs gloo, not 5" "$(cat "$dir/run")"
 done
 grep -Eq '^  hvd vs torch gloo, async per tensor: [0-9.]+ \[' "$dir/run" || fail "run-python.sh: no step ratio vs gloo" "$(cat "$dir/run")"
 grep -Eq '^  hvd vs DDP.s 25 MiB buckets over gloo: [0-9.]+ \[' "$dir/run" || fail "run-python.sh: no step ratio vs DDP" "$(cat "$dir/run")"
