@@ -79,6 +79,11 @@ static uint8_t *scratch_get(hvd_backend_t *b, size_t bytes) {
         return b->scratch;
 }
 
+/* Allreduces across nodes of at most this many bytes take recursive
+ * doubling, not the ring: a short message's time is trips, not bytes
+ * (2 nodes: one trip of the whole buffer against two of half of it). */
+#define HVD_RD_MAX_BYTES (UINT64_C(64) << 10)
+
 /* Bandwidth-optimal ring allreduce of buf (n elements) among the ranks
  * with my local rank on every node: reduce-scatter, scale my block once,
  * allgather. Each rank sends 2(C-1)/C of the buffer. The 2(C-1) steps are
@@ -184,11 +189,86 @@ static int ring_received(void *ud, size_t seg, uint64_t off, uint64_t len, char 
         return 0;
 }
 
-/* The ring over buf (n elements), or over the outputs of op's members
- * end to end (buf NULL; every member has an output). */
+/* The global rank of the node with new rank k in recursive doubling,
+ * rem nodes folded into their neighbours (rd_allreduce). */
+static int rd_peer(const hvd_backend_t *b, int k, int rem) {
+        return b->node_peer[k < rem ? 2 * k + 1 : k + rem];
+}
+
+/* buf = lo ⊕ hi, lo's elements the first operand on every node alike */
+static void rd_combine(hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, const uint8_t *theirs, bool mine_first,
+                       uint64_t n) {
+        const void *srcs[2] = { mine_first ? buf : theirs, mine_first ? theirs : buf };
+        hvd_reduce_n(dt, op, buf, srcs, 2, n, 1.0);
+}
+
+/* Recursive doubling over buf (n elements, contiguous), MPICH's way for
+ * short messages: with p2 the largest power of two <= C and rem = C - p2,
+ * each of the first rem even nodes hands its buffer to the odd node after
+ * it; the p2 that remain exchange whole buffers with the node d away, for
+ * d = 1, 2, .. p2/2, and combine them; the odd nodes hand the result back.
+ * log2(p2) trips (+2 when C is not a power of two) where the ring takes
+ * 2(C-1). Each pair combines the lower node's buffer with the higher's in
+ * that order on both sides, so every node ends with the same bits, as the
+ * ring gives them; the scale is applied last, by every node alike. */
+static int rd_allreduce(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, uint8_t *tmp, uint64_t n,
+                        double scale, char *err, size_t err_len) {
+        int C = b->cross_size, c = b->cross_rank, p2 = 1;
+        while (p2 * 2 <= C)
+                p2 *= 2;
+        int rem = C - p2, r = 0;
+        size_t bytes = n * hvd_dtype_size(dt);
+        int k = c < 2 * rem ? (c % 2 ? c / 2 : -1) : c - rem; /* my new rank; -1: folded */
+        if (c < 2 * rem) {
+                int next = b->node_peer[c % 2 ? c - 1 : c + 1];
+                if (k < 0)
+                        r = hvd_tcp_sendrecv(b->tcp, next, buf, bytes, next, NULL, 0, err, err_len);
+                else if ((r = hvd_tcp_sendrecv(b->tcp, next, NULL, 0, next, tmp, bytes, err, err_len)) == 0)
+                        rd_combine(dt, op, buf, tmp, false, n);
+        }
+        for (int d = 1; r == 0 && k >= 0 && d < p2; d *= 2) {
+                int other = rd_peer(b, k ^ d, rem);
+                if ((r = hvd_tcp_sendrecv(b->tcp, other, buf, bytes, other, tmp, bytes, err, err_len)) == 0)
+                        rd_combine(dt, op, buf, tmp, k < (k ^ d), n);
+        }
+        if (r == 0 && c < 2 * rem) {
+                int next = b->node_peer[c % 2 ? c - 1 : c + 1];
+                r = k < 0 ? hvd_tcp_sendrecv(b->tcp, next, NULL, 0, next, buf, bytes, err, err_len)
+                          : hvd_tcp_sendrecv(b->tcp, next, buf, bytes, next, NULL, 0, err, err_len);
+        }
+        if (r == 0 && scale != 1.0)
+                hvd_scale_copy(dt, buf, buf, n, scale);
+        return r;
+}
+
+/* rd_allreduce over the outputs of op's members end to end, through a
+ * contiguous copy (the messages are short) */
+static int rd_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, const hvd_xop_t *xop, uint64_t n,
+                  double scale, char *err, size_t err_len) {
+        size_t es = hvd_dtype_size(dt), bytes = n * es;
+        uint8_t *s = scratch_get(b, 2 * bytes + 1);
+        if (!s)
+                return -ENOMEM;
+        uint8_t *work = buf ? buf : s + bytes;
+        if (!buf)
+                for (size_t i = 0, at = 0; i < xop->n; at += xop->m[i].count * es, i++)
+                        memcpy(work + at, xop->m[i].out, xop->m[i].count * es);
+        int r = rd_allreduce(b, dt, op, work, s, n, scale, err, err_len);
+        if (r == 0 && !buf)
+                for (size_t i = 0, at = 0; i < xop->n; at += xop->m[i].count * es, i++)
+                        memcpy(xop->m[i].out, work + at, xop->m[i].count * es);
+        return r;
+}
+
+/* The allreduce across nodes of buf (n elements), or of the outputs of
+ * op's members end to end (buf NULL; every member has an output): the
+ * ring, or recursive doubling up to HVD_RD_MAX_BYTES (the same choice on
+ * every node: n, the dtype and C are). */
 static int ring_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, const hvd_xop_t *xop,
                     uint64_t n, double scale, char *err, size_t err_len) {
         int C = b->cross_size, c = b->cross_rank;
+        if (C > 1 && n * hvd_dtype_size(dt) <= HVD_RD_MAX_BYTES)
+                return rd_run(b, dt, op, buf, xop, n, scale, err, err_len);
         if (2 * (C - 1) > HVD_RING_MAX_STEPS) {
                 snprintf(err, err_len, "%d nodes: the CPU ring supports at most %d", C, HVD_RING_MAX_STEPS / 2 + 1);
                 return -EINVAL;

@@ -4,7 +4,8 @@
 # elements with a 4 MiB fusion threshold (so large tensors are chunked),
 # broadcast from every root, allgather/alltoall/reducescatter with uneven
 # rows, groups, barrier, join, 300 small tensors at once, real model
-# gradients, mismatch and duplicate errors; then the reductions and streams
+# gradients, float results the same bits on every rank, mismatch and
+# duplicate errors; then the reductions and streams
 # again in small shared-memory chunks; on one rank, without a daemon too,
 # and without the fast path. Exact results, checked by
 # tests/worker_collectives on every rank. Called by test-collectives-npN.sh.
@@ -29,7 +30,7 @@ groups+=($!)
 for _ in $(seq 100); do [ -S "$tmp/rt/worker.sock" ] && break; sleep 0.05; done
 [ -S "$tmp/rt/worker.sock" ] || fail "hvd-coordinatord did not start" "$(cat "$tmp/daemon.log")"
 
-scenarios=(api allreduce waiting shared grouped broadcast allgather alltoall reducescatter barrier join many threads edges resnet50)
+scenarios=(api allreduce same-bits waiting shared grouped broadcast allgather alltoall reducescatter barrier join many threads edges resnet50)
 scenarios+=(mismatch duplicate)
 # a second real model where there is time for it; process sets need 2 ranks
 [ "$n" -le 3 ] && scenarios+=(inception)

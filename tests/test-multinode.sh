@@ -3,7 +3,8 @@
 # runtime directories and peer ports), 2..6 workers spread unevenly: every
 # collective with exact results (tests/worker_smoke), including buffers
 # larger than the shared-memory slot; every allreduce and reducescatter of
-# tests/worker_collectives where hosts of one rank meet hosts of several;
+# tests/worker_collectives where hosts of one rank meet hosts of several,
+# and on 2-5 hosts float results that are the same bits on every rank;
 # the training example on the digits; a host that never
 # joins (start timeout naming the host and its ranks); a killed worker on a
 # remote node (every rank told, quickly).
@@ -24,15 +25,18 @@ done
 # shared-memory chunk) and reducescatter, where a host of one rank meets
 # hosts of several: each node's rings across nodes must cut the tensor
 # alike (one host's whole-tensor ring beside another's chunks summed
-# misaligned parts, silently)
-for layout in a:2,b:1 a:1,b:3,c:1; do
+# misaligned parts, silently); and float allreduces whose result depends
+# on the order of the ranks, the same bits on every rank, on both sides of
+# 64 KiB (recursive doubling below, the ring above): 2 hosts, 3 (one folded
+# into its neighbour), 4 (two doublings) and 5 (both)
+for layout in a:2,b:1 a:1,b:3,c:1 a:1,b:1,c:1,d:1 a:1,b:1,c:1,d:1,e:1; do
         n=$(echo "$layout" | tr ',' '\n' | awk -F: '{s += $2} END {print s}')
-        out=$("$multi" -H "$layout" -t 120 -- "$HVD_BUILDDIR/tests/worker_collectives" allreduce reducescatter 2>&1) ||
-                fail "allreduce and reducescatter on $layout failed" "$out"
-        for sc in allreduce reducescatter; do
+        out=$("$multi" -H "$layout" -t 120 -- "$HVD_BUILDDIR/tests/worker_collectives" allreduce reducescatter same-bits \
+                2>&1) || fail "allreduce, reducescatter and same-bits on $layout failed" "$out"
+        for sc in allreduce reducescatter same-bits; do
                 [ "$(echo "$out" | grep -c "$sc: ok")" -eq "$n" ] || fail "not every rank passed $sc on $layout" "$out"
         done
-        echo "ok: allreduce and reducescatter exact on $layout"
+        echo "ok: allreduce and reducescatter exact, the same bits everywhere, on $layout"
 done
 
 log=$(mktemp)

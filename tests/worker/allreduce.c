@@ -667,3 +667,71 @@ void scenario_resnet50(void) {
 void scenario_inception(void) {
         model_step("inception_v3.tsv");
 }
+
+/* ---- the same bits on every rank ---- */
+
+/* A value whose sum over the ranks depends on the order of the additions
+ * (magnitudes from 1e-4 to 1e4), with NaNs at some places of some ranks. */
+static double uneven(size_t i, int r, bool nans) {
+        if (nans && i % 17 == 0 && (int) (i / 17 % (size_t) size) == r)
+                return NAN;
+        return sin((double) i * 0.37 + r * 1.91) * pow(10.0, (double) ((i + (size_t) r) % 9) - 4.0);
+}
+
+/* Floating-point allreduces whose results depend on the order in which
+ * the ranks' values are combined: every rank must still end with the same
+ * bits (an allgather of each rank's result compares them), on either side
+ * of the size where the data plane changes algorithm. */
+void scenario_same_bits(void) {
+        static const size_t sizes[] = { 1, 7, 1000, 16383, 16385, 100000 };
+        static const hvd_dtype_t dts[] = { HVD_FLOAT16, HVD_FLOAT32, HVD_FLOAT64 };
+        static const hvd_reduce_op_t ops[] = { HVD_REDUCE_SUM, HVD_REDUCE_AVERAGE, HVD_REDUCE_MAX, HVD_REDUCE_MIN };
+        for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
+                for (size_t d = 0; d < sizeof dts / sizeof *dts; d++)
+                        for (size_t o = 0; o < sizeof ops / sizeof *ops; o++) {
+                                hvd_dtype_t dt = dts[d];
+                                size_t n = sizes[s], es = dt == HVD_FLOAT64 ? 8 : dt == HVD_FLOAT32 ? 4 : 2;
+                                bool nans = ops[o] == HVD_REDUCE_MAX || ops[o] == HVD_REDUCE_MIN;
+                                uint8_t *in = xmalloc(n * es), *out = xmalloc(n * es);
+                                for (size_t i = 0; i < n; i++)
+                                        set_elem(dt, in, i, uneven(i, rank, nans));
+                                char name[64];
+                                snprintf(name, sizeof name, "bits.%zu.%d.%d", n, (int) dt, (int) ops[o]);
+                                int64_t shape[1] = { (int64_t) n };
+                                hvd_request_t q = HVD_REQUEST_INIT;
+                                q.name = name;
+                                q.input = in;
+                                q.output = out;
+                                q.dtype = dt;
+                                q.ndim = 1;
+                                q.shape = shape;
+                                q.reduce_op = ops[o];
+                                hvd_handle_t *h = NULL;
+                                MUST(hvd_allreduce_async(&q, &h));
+                                wait_ok(h, name);
+                                hvd_handle_release(&h);
+                                char gname[80];
+                                snprintf(gname, sizeof gname, "%s.gather", name);
+                                hvd_request_t g = HVD_REQUEST_INIT;
+                                g.name = gname;
+                                g.input = out;
+                                g.dtype = HVD_UINT8;
+                                g.ndim = 1;
+                                int64_t gshape[1] = { (int64_t) (n * es) };
+                                g.shape = gshape;
+                                MUST(hvd_allgather_async(&g, &h));
+                                wait_ok(h, gname);
+                                const void *data;
+                                size_t bytes;
+                                int nd;
+                                const int64_t *os;
+                                MUST(hvd_handle_output(h, 0, &data, &bytes, &nd, &os));
+                                CHECK(bytes == (size_t) size * n * es, "%s: %zu bytes gathered", gname, bytes);
+                                for (int r = 0; r < size && bytes == (size_t) size * n * es; r++)
+                                        CHECK(memcmp((const uint8_t *) data + (size_t) r * n * es, out, n * es) == 0,
+                                              "%s: rank %d's result differs from rank %d's", name, r, rank);
+                                hvd_handle_release(&h);
+                                free(in);
+                                free(out);
+                        }
+}

@@ -30,6 +30,7 @@ static const scen_t scenarios[] = {
         { "api", scenario_api },
         { "bcast-null-input", scenario_bcast_null_input },
         { "allreduce", scenario_allreduce },
+        { "same-bits", scenario_same_bits },
         { "grouped", scenario_grouped },
         { "shared", scenario_shared },
         { "shared-fused", scenario_shared_fused },

@@ -83,6 +83,8 @@ void fill(hvd_dtype_t dt, void *p, size_t n, double v);
 /* every dtype x op x size at once, synchronous, scaled, large and mid sizes */
 void scenario_allreduce(void);
 void scenario_streamed(void);
+/* floating-point allreduces whose result depends on the order of the ranks: the same bits everywhere */
+void scenario_same_bits(void);
 /* shared tensors (hvd_shared_alloc): the allocator, the zero-copy path and the usual one */
 void scenario_shared(void);
 /* shared tensors below the zero-copy threshold, fused in one group */
