@@ -80,9 +80,14 @@ static uint8_t *scratch_get(hvd_backend_t *b, size_t bytes) {
 }
 
 /* Allreduces across nodes of at most this many bytes take recursive
- * doubling, not the ring: a short message's time is trips, not bytes
- * (2 nodes: one trip of the whole buffer against two of half of it). */
-#define HVD_RD_MAX_BYTES (UINT64_C(64) << 10)
+ * doubling, not the ring: a short message's time is trips, not bytes.
+ * Between 2 nodes both send the whole buffer each way, the ring in two
+ * trips of half of it, where each waits for the last: doubling wins
+ * further (1.3-1.8x at 128 KiB-1 MiB with 250 us of latency), until the
+ * ring's reduction of one frame while the next arrives pays (from 2-4
+ * MiB, measured on 10 Gbit/s). */
+#define HVD_RD_MAX_BYTES      (UINT64_C(64) << 10)
+#define HVD_RD_PAIR_MAX_BYTES (UINT64_C(1) << 20)
 
 /* Bandwidth-optimal ring allreduce of buf (n elements) among the ranks
  * with my local rank on every node: reduce-scatter, scale my block once,
@@ -262,12 +267,13 @@ static int rd_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t 
 
 /* The allreduce across nodes of buf (n elements), or of the outputs of
  * op's members end to end (buf NULL; every member has an output): the
- * ring, or recursive doubling up to HVD_RD_MAX_BYTES (the same choice on
- * every node: n, the dtype and C are). */
+ * ring, or recursive doubling up to HVD_RD_MAX_BYTES (HVD_RD_PAIR_MAX_BYTES
+ * between 2 nodes): the same choice on every node, as n, the dtype and C
+ * are. */
 static int ring_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, const hvd_xop_t *xop,
                     uint64_t n, double scale, char *err, size_t err_len) {
         int C = b->cross_size, c = b->cross_rank;
-        if (C > 1 && n * hvd_dtype_size(dt) <= HVD_RD_MAX_BYTES)
+        if (C > 1 && n * hvd_dtype_size(dt) <= (C == 2 ? HVD_RD_PAIR_MAX_BYTES : HVD_RD_MAX_BYTES))
                 return rd_run(b, dt, op, buf, xop, n, scale, err, err_len);
         if (2 * (C - 1) > HVD_RING_MAX_STEPS) {
                 snprintf(err, err_len, "%d nodes: the CPU ring supports at most %d", C, HVD_RING_MAX_STEPS / 2 + 1);

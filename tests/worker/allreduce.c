@@ -683,7 +683,7 @@ static double uneven(size_t i, int r, bool nans) {
  * bits (an allgather of each rank's result compares them), on either side
  * of the size where the data plane changes algorithm. */
 void scenario_same_bits(void) {
-        static const size_t sizes[] = { 1, 7, 1000, 16383, 16385, 100000 };
+        static const size_t sizes[] = { 1, 7, 1000, 16383, 16385, 100000, 300000 };
         static const hvd_dtype_t dts[] = { HVD_FLOAT16, HVD_FLOAT32, HVD_FLOAT64 };
         static const hvd_reduce_op_t ops[] = { HVD_REDUCE_SUM, HVD_REDUCE_AVERAGE, HVD_REDUCE_MAX, HVD_REDUCE_MIN };
         for (size_t s = 0; s < sizeof sizes / sizeof *sizes; s++)
