@@ -83,11 +83,12 @@ static uint8_t *scratch_get(hvd_backend_t *b, size_t bytes) {
  * doubling, not the ring: a short message's time is trips, not bytes.
  * Between 2 nodes both send the whole buffer each way, the ring in two
  * trips of half of it, where each waits for the last: doubling wins
- * further (1.3-1.8x at 128 KiB-1 MiB with 250 us of latency), until the
- * ring's reduction of one frame while the next arrives pays (from 2-4
- * MiB, measured on 10 Gbit/s). */
+ * further, as long as the ring's reduction of one frame while the next
+ * arrives does not pay more (10 Gbit/s: 1.67-1.86x at 128-256 KiB with
+ * 250 us of latency, 1.02-1.14x with none; at 512 KiB-1 MiB 1.24-1.38x
+ * and 0.74-0.79x). */
 #define HVD_RD_MAX_BYTES      (UINT64_C(64) << 10)
-#define HVD_RD_PAIR_MAX_BYTES (UINT64_C(1) << 20)
+#define HVD_RD_PAIR_MAX_BYTES (UINT64_C(256) << 10)
 
 /* Bandwidth-optimal ring allreduce of buf (n elements) among the ranks
  * with my local rank on every node: reduce-scatter, scale my block once,

@@ -27,7 +27,7 @@ done
 # alike (one host's whole-tensor ring beside another's chunks summed
 # misaligned parts, silently); and float allreduces whose result depends
 # on the order of the ranks, the same bits on every rank, on both sides of
-# 64 KiB, 1 MiB between 2 hosts (recursive doubling below, the ring above):
+# 64 KiB, 256 KiB between 2 hosts (recursive doubling below, the ring above):
 # 2 hosts, 3 (one folded into its neighbour), 4 (two doublings) and 5
 # (both)
 for layout in a:2,b:1 a:1,b:3,c:1 a:1,b:1,c:1,d:1 a:1,b:1,c:1,d:1,e:1; do
