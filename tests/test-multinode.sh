@@ -29,15 +29,15 @@ done
 # on the order of the ranks, the same bits on every rank, on both sides of
 # 64 KiB, 256 KiB between 2 hosts (recursive doubling below, the ring above):
 # 2 hosts, 3 (one folded into its neighbour), 4 (two doublings) and 5
-# (both)
+# (both); a group of 8 three times (from each host's board once known)
 for layout in a:2,b:1 a:1,b:3,c:1 a:1,b:1,c:1,d:1 a:1,b:1,c:1,d:1,e:1; do
         n=$(echo "$layout" | tr ',' '\n' | awk -F: '{s += $2} END {print s}')
         out=$("$multi" -H "$layout" -t 120 -- "$HVD_BUILDDIR/tests/worker_collectives" allreduce reducescatter same-bits \
-                2>&1) || fail "allreduce, reducescatter and same-bits on $layout failed" "$out"
-        for sc in allreduce reducescatter same-bits; do
+                grouped 2>&1) || fail "allreduce, reducescatter, same-bits and grouped on $layout failed" "$out"
+        for sc in allreduce reducescatter same-bits grouped; do
                 [ "$(echo "$out" | grep -c "$sc: ok")" -eq "$n" ] || fail "not every rank passed $sc on $layout" "$out"
         done
-        echo "ok: allreduce and reducescatter exact, the same bits everywhere, on $layout"
+        echo "ok: allreduce, reducescatter and a group exact, the same bits everywhere, on $layout"
 done
 
 log=$(mktemp)
