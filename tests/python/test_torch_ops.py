@@ -1,6 +1,8 @@
 """hvd.torch collectives: exact results for every CPU dtype, in every form
 (blocking, async, in-place, grouped)."""
 
+import time
+
 import pytest
 import torch
 
@@ -210,6 +212,29 @@ def test_grouped_allreduce_repeated():
         out = hvd.grouped_allreduce([torch.full((2,), float(me + i)), torch.full((1,), 2.0 * me)])
         assert torch.equal(out[0], torch.full((2,), (n - 1) / 2 + i))
         assert torch.equal(out[1], torch.full((1,), float(n - 1)))
+
+
+def test_grouped_allreduce_late_rank_and_overlap():
+    # groups of different sizes in flight beside another group and a single
+    # allreduce; twice one rank comes 250 ms late, past the 200 ms a tensor
+    # waits on the readiness board: its group goes to the coordinator whole
+    # on every rank, and the next call takes the board again
+    n, me = hvd.size(), hvd.rank()
+    for i in range(30):
+        k = (2, 3, 5)[i % 3]
+        if i in (7, 19) and me == i % n:
+            time.sleep(0.25)
+        xs = [torch.full((j + 1,), float(me + i + j)) for j in range(k)]
+        h1 = hvd.grouped_allreduce_async_(xs, op=hvd.Sum, name=f"late.g{k}")
+        ys = [torch.full((3,), float(me * i)), torch.ones(2, dtype=torch.int64) * me]
+        h2 = hvd.grouped_allreduce_async(ys, op=hvd.Max, name="late.other")
+        s = hvd.allreduce(torch.full((4,), float(i)), op=hvd.Sum, name="late.single")
+        for j, x in enumerate(hvd.synchronize(h1)):
+            assert torch.equal(x, torch.full((j + 1,), float(n * (n - 1) // 2 + n * (i + j))))
+        o = hvd.synchronize(h2)
+        assert torch.equal(o[0], torch.full((3,), float((n - 1) * i)))
+        assert torch.equal(o[1], torch.full((2,), n - 1, dtype=torch.int64))
+        assert torch.equal(s, torch.full((4,), float(n * i)))
 
 
 def test_grouped_allreduce_empty_list():
