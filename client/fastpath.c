@@ -247,7 +247,7 @@ int hvd_fastpath_post_group(hvd_fastpath_t *fp, const uint32_t *ids, size_t n, u
                 fp->mine[id / 64] |= UINT64_C(1) << (id % 64);
                 fp->posted_usec[id] = now_usec;
                 fp->posted_inst[id] = fp->inst[id];
-                fp->link[id] = (uint16_t) ids[(i + 1) % n];
+                fp->link[id] = (uint16_t) (i + 1 < n ? ids[i + 1] : ids[0]);
         }
         fp->n_mine += n;
         if (now_usec + HVD_FASTPATH_DEMOTE_USEC < fp->next_timeout_usec)
@@ -375,14 +375,14 @@ static uint64_t every_row(const hvd_fastpath_t *fp, uint32_t w) {
 static uint64_t publish(hvd_fastpath_t *fp) {
         board_t *b = fp->b;
         uint64_t head = atomic_load_explicit(&b->head, memory_order_relaxed), start = head;
-        uint64_t ready = 0;
-        if (!any_joining(fp))
-                for (uint32_t w = 0; w < b->n_words; w++)
-                        ready += (uint64_t) __builtin_popcountll(every_row(fp, w));
+        uint64_t all[WORDS], ready = 0;
+        uint32_t nw = any_joining(fp) ? 0 : b->n_words;
+        for (uint32_t w = 0; w < nw; w++)
+                ready += (uint64_t) __builtin_popcountll(all[w] = every_row(fp, w));
         if (ready && (ready + REC_IDS - 1) / REC_IDS <= log_free(fp, head)) {
                 rec_t *rc = NULL;
-                for (uint32_t w = 0; w < b->n_words; w++) {
-                        uint64_t a = every_row(fp, w);
+                for (uint32_t w = 0; w < nw; w++) {
+                        uint64_t a = all[w];
                         while (a) {
                                 if (!rc || rc->n == REC_IDS) {
                                         if (rc)

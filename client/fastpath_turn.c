@@ -123,7 +123,7 @@ void hvd_fp_confirm(const hvd_entry_t *e, bool ok, const Hvd__Entry *en) {
  * to the coordinator; -1: the fast path does not apply. Counts e as an
  * instance of its id once. */
 static int fp_classify(hvd_entry_t *e, uint32_t *id) {
-        if (e->p.process_set != 0 || e->p.group_size > HVD_FASTPATH_MAX_GROUP)
+        if (e->p.process_set != 0)
                 return -1;
         /* node mode runs nothing from the board: any collective of every
          * rank whose schedule names its ranks' parts by cache id alone; on
@@ -527,6 +527,7 @@ typedef struct fp_route {
         size_t nc, nf;
         bool join;
 } fp_route_t;
+_Static_assert(HVD_FASTPATH_MAX_GROUP <= 64, "a turn has room for a whole group");
 
 /* The members of group h, all queued and none looked at yet: onto the
  * board together when each may go (their fp_boarded set), else all to the
@@ -534,20 +535,20 @@ typedef struct fp_route {
  * (they wait for the next). */
 static bool route_group(hvd_handle_t *h, fp_route_t *rt) {
         size_t n = h->n;
-        if (n <= HVD_FASTPATH_MAX_GROUP && (rt->nc + n > ELEMENTSOF(rt->cand) || rt->nf + n > ELEMENTSOF(rt->forgo)))
+        if (n > HVD_FASTPATH_MAX_GROUP) {
+                for (size_t j = 0; j < n; j++)
+                        h->m[j].fp_routed = true;
+                return true;
+        }
+        if (rt->nc + n > ELEMENTSOF(rt->cand) || rt->nf + n > ELEMENTSOF(rt->forgo))
                 return false;
         uint32_t id[HVD_FASTPATH_MAX_GROUP];
         int c[HVD_FASTPATH_MAX_GROUP], worst = 1;
         for (size_t j = 0; j < n; j++) {
-                hvd_entry_t *e = &h->m[j];
-                e->fp_routed = true;
-                if (n > HVD_FASTPATH_MAX_GROUP)
-                        continue;
-                c[j] = fp_classify(e, &id[j]);
+                h->m[j].fp_routed = true;
+                c[j] = fp_classify(&h->m[j], &id[j]);
                 worst = HVD_MIN(worst, c[j]);
         }
-        if (n > HVD_FASTPATH_MAX_GROUP)
-                return true;
         if (worst > 0) {
                 rt->clen[rt->nc] = (uint8_t) n;
                 for (size_t j = 0; j < n; j++) {
@@ -708,7 +709,9 @@ int hvd_fp_user_turn(void) {
 bool hvd_fp_user_may_run(const hvd_handle_t *h) {
         if (!G.fp || G.fp_node || G.abort_code || G.stop || h->n > HVD_FASTPATH_MAX_GROUP)
                 return false;
-        /* a group's members are alike in kind, process set and device */
+        /* a group is judged by its first member (its kind is all of
+         * theirs): one the board cannot take goes to the coordinator anyway,
+         * and the turn that finds it queued wakes the background thread */
         const hvd_entry_t *e = &h->m[0];
         uint32_t kind = e->p.kind;
         return h->n_pending > 0 &&
