@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "client.h"
+#include "crc32c.h"
 #include "reduce.h"
 #include "timeline.h"
 #include "util.h"
@@ -170,14 +171,6 @@ static int fill_entry(hvd_entry_t *e, hvd_handle_t *h, const hvd_request_t *q, u
         return 0;
 }
 
-/* 64-bit FNV-1a of a string, the same on every rank whatever its machine. */
-static uint64_t name_hash(const char *s) {
-        uint64_t h = UINT64_C(0xcbf29ce484222325);
-        for (; *s; s++)
-                h = (h ^ (uint8_t) *s) * UINT64_C(0x100000001b3);
-        return h;
-}
-
 /* The id of a group of n requests in process set ps: derived from its
  * members' names, in any order, so that every rank gives the same group the
  * same id, and the same group the same id at every call (its members keep
@@ -187,9 +180,10 @@ static uint64_t name_hash(const char *s) {
 static uint32_t group_id(const hvd_request_t *reqs, size_t n, int ps) {
         uint64_t sum = 0;
         for (size_t i = 0; i < n; i++) {
-                uint64_t h = name_hash(reqs[i].name);
-                h = (h ^ (h >> 31)) * UINT64_C(0x7fb5d329728ea185); /* spreads it before the sum */
-                sum += h ^ (h >> 27);
+                /* CRC-32C: the same on every rank whatever its machine */
+                uint64_t h = hvd_crc32c(0, reqs[i].name, strlen(reqs[i].name));
+                h *= UINT64_C(0x9e3779b97f4a7c15); /* spreads it before the sum */
+                sum += h ^ (h >> 29);
         }
         sum ^= ((uint64_t) (uint32_t) ps << 32) | (uint32_t) n;
         sum = (sum ^ (sum >> 33)) * UINT64_C(0xff51afd7ed558ccd);
