@@ -225,11 +225,11 @@ static int rd_allreduce(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, ui
         int rem = C - p2, r = 0;
         size_t bytes = n * hvd_dtype_size(dt);
         int k = c < 2 * rem ? (c % 2 ? c / 2 : -1) : c - rem; /* my new rank; -1: folded */
-        if (c < 2 * rem) {
-                int next = b->node_peer[c % 2 ? c - 1 : c + 1];
+        int pair = c < 2 * rem ? b->node_peer[c ^ 1] : -1;    /* the node I fold with */
+        if (pair >= 0) {
                 if (k < 0)
-                        r = hvd_tcp_sendrecv(b->tcp, next, buf, bytes, next, NULL, 0, err, err_len);
-                else if ((r = hvd_tcp_sendrecv(b->tcp, next, NULL, 0, next, tmp, bytes, err, err_len)) == 0)
+                        r = hvd_tcp_sendrecv(b->tcp, pair, buf, bytes, pair, NULL, 0, err, err_len);
+                else if ((r = hvd_tcp_sendrecv(b->tcp, pair, NULL, 0, pair, tmp, bytes, err, err_len)) == 0)
                         rd_combine(dt, op, buf, tmp, false, n);
         }
         for (int d = 1; r == 0 && k >= 0 && d < p2; d *= 2) {
@@ -237,18 +237,22 @@ static int rd_allreduce(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, ui
                 if ((r = hvd_tcp_sendrecv(b->tcp, other, buf, bytes, other, tmp, bytes, err, err_len)) == 0)
                         rd_combine(dt, op, buf, tmp, k < (k ^ d), n);
         }
-        if (r == 0 && c < 2 * rem) {
-                int next = b->node_peer[c % 2 ? c - 1 : c + 1];
-                r = k < 0 ? hvd_tcp_sendrecv(b->tcp, next, NULL, 0, next, buf, bytes, err, err_len)
-                          : hvd_tcp_sendrecv(b->tcp, next, buf, bytes, next, NULL, 0, err, err_len);
-        }
+        if (r == 0 && pair >= 0)
+                r = k < 0 ? hvd_tcp_sendrecv(b->tcp, pair, NULL, 0, pair, buf, bytes, err, err_len)
+                          : hvd_tcp_sendrecv(b->tcp, pair, buf, bytes, pair, NULL, 0, err, err_len);
         if (r == 0 && scale != 1.0)
                 hvd_scale_copy(dt, buf, buf, n, scale);
         return r;
 }
 
-/* rd_allreduce over the outputs of op's members end to end, through a
- * contiguous copy (the messages are short) */
+/* The outputs of op's members, end to end, into buf (gather) or back. */
+static void members_copy(const hvd_xop_t *xop, size_t es, uint8_t *buf, bool gather) {
+        for (size_t i = 0, at = 0; i < xop->n; at += xop->m[i].count * es, i++)
+                memcpy(gather ? buf + at : xop->m[i].out, gather ? xop->m[i].out : buf + at, xop->m[i].count * es);
+}
+
+/* rd_allreduce over buf, or over the outputs of op's members end to end
+ * (buf NULL) through a contiguous copy: the messages are short */
 static int rd_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, const hvd_xop_t *xop, uint64_t n,
                   double scale, char *err, size_t err_len) {
         size_t es = hvd_dtype_size(dt), bytes = n * es;
@@ -257,12 +261,10 @@ static int rd_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t 
                 return -ENOMEM;
         uint8_t *work = buf ? buf : s + bytes;
         if (!buf)
-                for (size_t i = 0, at = 0; i < xop->n; at += xop->m[i].count * es, i++)
-                        memcpy(work + at, xop->m[i].out, xop->m[i].count * es);
+                members_copy(xop, es, work, true);
         int r = rd_allreduce(b, dt, op, work, s, n, scale, err, err_len);
         if (r == 0 && !buf)
-                for (size_t i = 0, at = 0; i < xop->n; at += xop->m[i].count * es, i++)
-                        memcpy(xop->m[i].out, work + at, xop->m[i].count * es);
+                members_copy(xop, es, work, false);
         return r;
 }
 
