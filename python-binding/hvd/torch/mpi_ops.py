@@ -436,6 +436,16 @@ def _grouped_allreduce_now(tensors: List[torch.Tensor], outputs: List[torch.Tens
                                               process_set))
 
 
+def _grouped_allreduce_new(tensors: Sequence[torch.Tensor], average: Optional[bool], name: Optional[str],
+                           op: Optional[int], prescale_factor: float, postscale_factor: float,
+                           process_set: ProcessSet) -> List[torch.Tensor]:
+    """_grouped_allreduce_now into new outputs (the blocking out-of-place
+    forms, with and without autograd)."""
+    return _grouped_allreduce_now(list(tensors), [_new_output(t) for t in tensors], name,
+                                  handle_average_backwards_compatibility(op, average), prescale_factor,
+                                  postscale_factor, process_set)
+
+
 def grouped_allreduce_async(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
                             name: Optional[str] = None, op: Optional[int] = None, prescale_factor: float = 1.0,
                             postscale_factor: float = 1.0,
@@ -481,9 +491,8 @@ class HorovodGroupedAllreduce(torch.autograd.Function):
         ctx.prescale_factor = prescale_factor
         ctx.postscale_factor = postscale_factor
         ctx.process_set = process_set
-        return tuple(_grouped_allreduce_now(list(tensors), [_new_output(t) for t in tensors], name,
-                                            handle_average_backwards_compatibility(op, average), prescale_factor,
-                                            postscale_factor, process_set))
+        return tuple(_grouped_allreduce_new(tensors, average, name, op, prescale_factor, postscale_factor,
+                                            process_set))
 
     @staticmethod
     def backward(ctx, *grad_outputs):
@@ -513,9 +522,8 @@ def grouped_allreduce(tensors: Sequence[torch.Tensor], average: Optional[bool] =
         reduced = HorovodGroupedAllreduce.apply(average, name, op, prescale_factor, postscale_factor, process_set,
                                                 *compressed)
     else:
-        reduced = _grouped_allreduce_now(list(compressed), [_new_output(t) for t in compressed], name,
-                                         handle_average_backwards_compatibility(op, average), prescale_factor,
-                                         postscale_factor, process_set)
+        reduced = _grouped_allreduce_new(compressed, average, name, op, prescale_factor, postscale_factor,
+                                         process_set)
     return [compression.decompress(t, c) for t, c in zip(reduced, cctxs)]
 
 
