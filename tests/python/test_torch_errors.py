@@ -110,8 +110,8 @@ def test_grouped_member_mismatch():
 
 def test_grouped_member_mismatch_after_agreement():
     # a group every rank agreed on three times (on one host: from the
-    # board) then gets a member of another shape on one rank: the whole
-    # group goes to the coordinator, which names the shape on every rank
+    # board) then gets a member of another shape on one rank: every rank
+    # gets an error naming the shape, and the next call works
     for _ in range(3):
         outs = hvd.grouped_allreduce([torch.ones(2), torch.ones(3)], name="mismatch.group.later", op=hvd.Sum)
         assert torch.equal(outs[1], torch.full((3,), float(hvd.size())))

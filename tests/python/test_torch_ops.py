@@ -192,9 +192,9 @@ def test_grouped_allreduce_forms(dtype):
 
 
 def test_grouped_allreduce_repeated():
-    # the same group again and again runs from the readiness board on one
-    # host (all its members at once); a member's new shape sends one call
-    # to the coordinator; single allreduces in between keep their order
+    # the same group again and again (on one host from the readiness board,
+    # all its members at once: test-fastpath.sh counts that), a member's new
+    # shape now and then, single allreduces in between: results exact
     n, me = hvd.size(), hvd.rank()
     for i in range(30):
         rows = 2 + (i // 10)
@@ -217,8 +217,8 @@ def test_grouped_allreduce_repeated():
 def test_grouped_allreduce_late_rank_and_overlap():
     # groups of different sizes in flight beside another group and a single
     # allreduce; twice one rank comes 250 ms late, past the 200 ms a tensor
-    # waits on the readiness board: its group goes to the coordinator whole
-    # on every rank, and the next call takes the board again
+    # waits on the readiness board, which then withdraws the group whole
+    # (check_fastpath tests the withdrawal): results exact throughout
     n, me = hvd.size(), hvd.rank()
     for i in range(30):
         k = (2, 3, 5)[i % 3]
