@@ -1176,8 +1176,13 @@ static PyMethodDef core_methods[] = {
           "allreduce on one node reads in place when every local rank's tensor is shared" },
         { "kept_stats", core_kept_stats, METH_NOARGS, "kept_stats() -> (bytes, count) of buffers kept for reuse" },
         { "kept_drain", core_kept_drain, METH_NOARGS, "kept_drain(): free every buffer kept for reuse" },
+        { "c10_layout", hvd_py_c10_layout, METH_VARARGS,
+          "c10_layout(cdata, storage_cdata, autograd_cdatas) -> (storage offset, autograd offset or None): "
+          "where a TensorImpl keeps its storage's pointer (ValueError if not where c10 keeps it) and its "
+          "autograd state's" },
         { "c10_use_counts", hvd_py_c10_use_counts, METH_O,
-          "c10_use_counts(cdata) -> (tensor_refs, storage_refs) of a torch 1.x Tensor's _cdata (TensorImpl)" },
+          "c10_use_counts(cdata) -> (tensor_refs, storage_refs) of a Tensor's _cdata (TensorImpl), once "
+          "c10_layout has found the layout" },
         { "reuse_setup", hvd_py_reuse_setup, METH_VARARGS,
           "reuse_setup(tensor_type, mode, storage_use_count, probe): how reuse_pick reads use counts" },
         { "reuse_pick", hvd_py_reuse_pick, METH_VARARGS,

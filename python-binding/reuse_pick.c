@@ -3,7 +3,8 @@
  * weak reference, and its TensorImpl and storage have no other owner; it is
  * handed out when it is also in a new tensor's state. Every getter is
  * torch's own, looked up by name, so nothing here depends on its layout
- * but the c10 counts of mode 1, which _reuse.py probes before use. The
+ * but what mode 1 reads from c10's objects (the use counts, and whether a
+ * tensor has autograd state), which _reuse.py probes before use. The
  * getters and methods are looked up on the tensor type once, at setup,
  * and called straight from their descriptors: a lookup by name through
  * the type's attributes costs as much as the getter itself. */
@@ -178,18 +179,20 @@ static int storage_counts(PyObject *t, Py_ssize_t *count, Py_ssize_t *refs) {
         return *count == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
-/* 1: t's TensorImpl and storage have no other owner; 0: they have; -1: error */
-static int sole_owner(PyObject *t) {
+/* 1: t's TensorImpl and storage have no other owner; 0: they have; -1:
+ * error. *impl: the TensorImpl's address in mode 1, else NULL. */
+static int sole_owner(PyObject *t, const void **impl) {
+        *impl = NULL;
         if (cfg.mode == MODE_C10) {
                 PyObject *cdata = fast_get(t, &a_cdata);
                 if (!cdata)
                         return -1;
-                const void *impl = PyLong_AsVoidPtr(cdata);
+                *impl = PyLong_AsVoidPtr(cdata);
                 Py_DECREF(cdata);
-                if (!impl)
+                if (!*impl)
                         return PyErr_Occurred() ? -1 : 0;
                 size_t tensor_refs, storage_refs;
-                hvd_c10_counts(impl, &tensor_refs, &storage_refs);
+                hvd_c10_counts(*impl, &tensor_refs, &storage_refs);
                 return tensor_refs == 1 && storage_refs == 1;
         }
         Py_ssize_t uses = take_ssize(fast_call0(t, &a_use_count));
@@ -222,11 +225,22 @@ static int call_is(PyObject *t, const fast_attr_t *a, PyObject *want) {
         return r;
 }
 
+/* 1: t has no autograd state (requires_grad, .grad, hooks); 0: it has; -1:
+ * error. Read from its TensorImpl (impl) where c10_layout found where,
+ * else asked of torch's getters (three calls, some 0.1 us). */
+static int autograd_free(PyObject *t, const void *impl) {
+        int r = impl ? hvd_c10_autograd_free(impl) : -1;
+        if (r >= 0)
+                return r;
+        if ((r = attr_is(t, &a_requires_grad, Py_False)) != 1 || (r = attr_is(t, &a_grad, Py_None)) != 1)
+                return r;
+        return attr_is(t, &a_hooks, Py_None);
+}
+
 /* 1: t is in the state of a new tensor of dtype and shape; 0: not; -1: error */
-static int new_state(PyObject *t, PyObject *dtype, PyObject *shape) {
+static int new_state(PyObject *t, const void *impl, PyObject *dtype, PyObject *shape) {
         int r;
-        if ((r = attr_is(t, &a_dtype, dtype)) != 1 || (r = attr_is(t, &a_requires_grad, Py_False)) != 1 ||
-            (r = attr_is(t, &a_grad, Py_None)) != 1 || (r = attr_is(t, &a_hooks, Py_None)) != 1)
+        if ((r = attr_is(t, &a_dtype, dtype)) != 1 || (r = autograd_free(t, impl)) != 1)
                 return r;
         PyObject *d = fast_get(t, &a_dict);
         if (!d)
@@ -286,15 +300,16 @@ PyObject *hvd_py_reuse_pick(PyObject *mod, PyObject *args_tuple) {
         }
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kept); i++) {
                 PyObject *t = new_ref(PyList_GET_ITEM(kept, i));
+                const void *impl = NULL;
                 int r = free_of_refs(t);
                 if (r == 1)
-                        r = sole_owner(t);
+                        r = sole_owner(t, &impl);
                 if (r == 0) {
                         Py_DECREF(t);
                         continue;
                 }
                 if (r == 1)
-                        r = new_state(t, args[1], args[2]);
+                        r = new_state(t, impl, args[1], args[2]);
                 if (r < 0) {
                         Py_DECREF(t);
                         return NULL;

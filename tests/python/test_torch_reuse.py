@@ -71,6 +71,78 @@ def test_pick_in_c_on_known_torch():
     assert _reuse._pick is hvd_core.reuse_pick
 
 
+def test_counts_read_from_c10_on_known_torch():
+    """On torch 1.13 and 2.x the use counts are read from c10's objects
+    (found where hvd._core.c10_layout looks), not asked of torch."""
+    if not _reuse.enabled():
+        pytest.skip(f"torch {torch.__version__} has no use counts hvd can read")
+    assert _reuse._counts is _reuse._c10_counts
+
+
+def owners():
+    """(name, make(t) -> something that owns t's TensorImpl or storage)."""
+    return [
+        ("none", lambda t: None),
+        ("view", lambda t: t.view(-1)),
+        ("slice", lambda t: t[2:]),
+        ("data", lambda t: t.data),
+        ("detach", lambda t: t.detach()),
+        ("numpy", lambda t: t.numpy()),
+        ("two views", lambda t: (t.view(-1), t[1:])),
+        ("autograd", lambda t: (t.requires_grad_(), t * torch.ones(8, requires_grad=True))),
+    ]
+
+
+@pytest.mark.parametrize("owner", owners(), ids=lambda o: o[0])
+def test_c10_counts_agree_with_torch(owner):
+    """hvd._core.c10_use_counts gives torch 2.x's own counts: the
+    TensorImpl's as Tensor._use_count has it, the storage's one less than
+    torch._C._storage_Use_Count, whose storage object is one more owner."""
+    if not hasattr(torch.Tensor, "_use_count") or _reuse._counts is not _reuse._c10_counts:
+        pytest.skip(f"torch {torch.__version__} does not give its use counts, or hvd does not read them")
+    t = torch.empty(8)
+    held = owner[1](t)
+    tensor_refs, storage_refs = hvd_core.c10_use_counts(t._cdata)
+    s = t.untyped_storage()
+    assert (tensor_refs, storage_refs + 1) == (t._use_count(), torch._C._storage_Use_Count(s._cdata))
+    assert (tensor_refs, storage_refs) != (1, 1) or held is None
+
+
+def test_c10_layout_finds_autograd_state():
+    """On torch 1.13 and 2.x the pointer to a tensor's autograd state
+    follows its storage's, and a result's requires_grad, .grad and hooks
+    are read there; with autograd probes that have none, it is not used."""
+    if _reuse._counts is not _reuse._c10_counts:
+        pytest.skip(f"hvd does not read torch {torch.__version__}'s counts")
+    t = torch.empty(8)
+    storage = _reuse._storage_of(t)._cdata
+    offset, autograd = hvd_core.c10_layout(t._cdata, storage, [p._cdata for p in _reuse._autograd_probes()])
+    assert offset in (16, 24) and autograd == offset + 8
+    try:
+        assert hvd_core.c10_layout(t._cdata, storage, [torch.empty(8)._cdata]) == (offset, None)
+        assert hvd_core.c10_layout(t._cdata, storage, []) == (offset, None)
+    finally:
+        assert _reuse._c10_layout_found()
+
+
+def test_c10_layout_rejects_what_is_not_a_tensor():
+    """c10_layout says what is wrong and leaves the layout it found as it was."""
+    t, other = torch.empty(8), torch.empty(8)
+    with pytest.raises(TypeError, match="cdata must be an int"):
+        hvd_core.c10_layout("t", 1, [])
+    with pytest.raises(ValueError, match="cdata is NULL"):
+        hvd_core.c10_layout(0, 1, [])
+    with pytest.raises(ValueError, match="the storage's pointer is not where c10 keeps it"):
+        hvd_core.c10_layout(t._cdata, _reuse._storage_of(other)._cdata, [])
+    with pytest.raises(TypeError, match="autograd_cdatas must be a sequence"):
+        hvd_core.c10_layout(t._cdata, _reuse._storage_of(t)._cdata, None)
+    if _reuse._counts is _reuse._c10_counts:
+        assert hvd_core.c10_use_counts(torch.empty(8)._cdata) == (1, 1)
+        got = hvd_core.c10_layout(t._cdata, _reuse._storage_of(t)._cdata,
+                                  [p._cdata for p in _reuse._autograd_probes()])
+        assert got[1] is not None
+
+
 @pytest.mark.parametrize("count", [COUNT, BIG])
 @pytest.mark.parametrize("form", forms(), ids=lambda f: f[0])
 def test_dropped_result_handed_out_again(form, count, take_impl):

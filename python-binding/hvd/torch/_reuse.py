@@ -15,13 +15,17 @@ nothing else can see it:
   ``requires_grad``, ``.grad``, hooks, names or attributes.
 
 A kept tensor that fails only the first three stays for a later call; one
-whose state changed is forgotten. The C++ use counts come from
-``Tensor._use_count`` and ``torch._C._storage_Use_Count``; torch 1.x has
-neither, and there hvd._core.c10_use_counts reads them, once a probe at
-import has shown that it counts views, aliases and storages as expected.
-Where neither works nothing is reused. Thread-safe: a tensor that one
-thread is looking at has one more reference, which every other thread's
-check sees.
+whose state changed is forgotten. The C++ use counts are read from c10's
+objects by hvd._core.c10_use_counts, once probes at import have found where
+a TensorImpl keeps its storage and shown that it counts views, aliases and
+storages as expected. Where they do not, torch 2.x's ``Tensor._use_count``
+and ``torch._C._storage_Use_Count`` are asked (some 0.2 us more a check;
+they make the tensor's storage object). Where neither works nothing is
+reused. Reading the counts never makes a storage object, so one that its
+caller made (``untyped_storage()``), which torch 2.x keeps as long as the
+tensor, counts as another owner for good: that tensor is not reused.
+Thread-safe: a tensor that one thread is looking at has one more
+reference, which every other thread's check sees.
 """
 
 import sys
@@ -77,15 +81,48 @@ def _c10_counts(t: torch.Tensor) -> Tuple[int, int]:
     return _core.c10_use_counts(t._cdata)
 
 
+def _storage_of(t: torch.Tensor):
+    """t's storage object (untyped_storage in torch 2.x, storage in 1.x)."""
+    return t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage()
+
+
+def _autograd_probes() -> List[torch.Tensor]:
+    """Tensors with autograd state of each kind a result's user can give
+    it: c10 makes their AutogradMeta, and keeps it when it is undone."""
+    grad = torch.empty(8)
+    grad.grad = torch.zeros(8)
+    undone = torch.empty(8).requires_grad_()
+    undone.requires_grad_(False)
+    hooked = torch.empty(8).requires_grad_()
+    hooked.register_hook(lambda g: g)
+    return [torch.empty(8).requires_grad_(), grad, undone, hooked]
+
+
+def _c10_layout_found() -> bool:
+    """Whether hvd._core.c10_layout finds where a TensorImpl keeps its
+    storage (probed on a tensor of its own: its storage object lives on)
+    and its autograd state."""
+    if not hasattr(_core, "c10_layout"):
+        return False
+    t = torch.empty(8)
+    probes = _autograd_probes()
+    try:
+        _core.c10_layout(t._cdata, _storage_of(t)._cdata, [p._cdata for p in probes])
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return True
+
+
 def _counts_work(counts: Callable[[torch.Tensor], Tuple[int, int]]) -> bool:
     """Whether counts(t) gives (1, 1) for a tensor nobody else owns and sees
-    each kind of owner that would make reusing it wrong."""
+    each kind of owner that would make reusing it wrong. A storage object is
+    looked at last, on a tensor of its own: torch 2.x keeps it as long as
+    the tensor, so the counts read from c10 see it for good."""
     t = torch.empty(8)
     if counts(t) != (1, 1):
         return False
     for make, want in ((lambda: t.view(-1), (2, 2)), (lambda: t[2:], (2, 2)), (lambda: t.data, None),
-                       (lambda: t.detach(), None), (lambda: t.untyped_storage() if hasattr(t, "untyped_storage")
-                                                    else t.storage(), None), (lambda: t.numpy(), None)):
+                       (lambda: t.detach(), None), (lambda: t.numpy(), None)):
         other = make()
         got = counts(t)
         if got == (1, 1) or (want is not None and got != want):
@@ -93,15 +130,19 @@ def _counts_work(counts: Callable[[torch.Tensor], Tuple[int, int]]) -> bool:
         del other
         if counts(t) != (1, 1):
             return False
-    return True
+    u = torch.empty(8)
+    if counts(u) != (1, 1):
+        return False
+    storage = _storage_of(u)
+    return counts(u) != (1, 1) and storage is not None
 
 
 def _pick_counts() -> Optional[Callable[[torch.Tensor], Tuple[int, int]]]:
+    if _c10_layout_found() and _counts_work(_c10_counts):
+        return _c10_counts
     official = _official_counts()
     if official is not None:
         return official if _counts_work(official) else None
-    if torch.__version__.startswith("1.") and hasattr(_core, "c10_use_counts"):
-        return _c10_counts if _counts_work(_c10_counts) else None
     return None
 
 
@@ -151,9 +192,8 @@ def _pick_works(pick: Callable[..., object]) -> bool:
     t = kept[key][0]
     if pick(kept, *key) is not None:  # held here
         return False
-    for make in (lambda: t.view(-1), lambda: t[2:], lambda: t.data, lambda: t.detach(),
-                 lambda: t.untyped_storage() if hasattr(t, "untyped_storage") else t.storage(),
-                 lambda: t.numpy(), lambda: weakref.ref(t)):
+    for make in (lambda: t.view(-1), lambda: t[2:], lambda: t.data, lambda: t.detach(), lambda: t.numpy(),
+                 lambda: weakref.ref(t)):
         other = make()
         del t
         if pick(kept, *key) is not None:
@@ -167,7 +207,11 @@ def _pick_works(pick: Callable[..., object]) -> bool:
     got.requires_grad_()
     del got
     changed = pick(kept, *key)
-    return type(changed) is tuple and changed[0] is kept[key][0]
+    if type(changed) is not tuple or changed[0] is not kept[key][0]:
+        return False
+    kept[key] = [torch.empty(8)]  # a storage object: looked at last (see _counts_work)
+    storage = _storage_of(kept[key][0])
+    return pick(kept, *key) is None and storage is not None
 
 
 _pick = _setup_pick()
