@@ -16,6 +16,9 @@
 #   PYTHONS="/usr/bin/python3"  the interpreters (each with its torch)
 #   REPEATS=3 ROUNDS=5 MINB=1024 MAXB=1048576 MODES=inplace,outofplace
 #   BASE_REF=<git revision>: also run that revision's Python modules
+#   (with torch 1.x not before f665586: older modules read the use counts
+#   without hvd._core.c10_layout, which this extension refuses; compare
+#   against a build of the older revision instead)
 set -eu
 top=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$top/build}
