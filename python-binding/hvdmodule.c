@@ -330,6 +330,44 @@ static int handle_check(HandleObject *self) {
         return 0;
 }
 
+/* Waits for self's operation, without the GIL, in slices that let signals
+ * through: 1 when it has ended (self->status says how), 0 when timeout
+ * (seconds; < 0: none) passed first, -1 with an exception when a signal
+ * handler raised (the operation goes on; the handle still holds it). */
+static int handle_finish(HandleObject *self, double timeout) {
+        if (self->done)
+                return 1;
+        double left_usec = timeout * 1e6;
+        int r;
+        for (;;) {
+                uint64_t slice = WAIT_SLICE_USEC;
+                if (timeout >= 0 && left_usec < slice)
+                        slice = left_usec > 1 ? (uint64_t) left_usec : 1;
+                PyThreadState *gil = PyEval_SaveThread();
+                r = hvd_handle_wait_timeout(self->h, slice);
+                /* HVD_ETIMEOUT is also a possible operation error: only a
+                 * pending handle means "not yet" */
+                bool ended = r != HVD_ETIMEOUT || hvd_handle_poll(self->h) == 1;
+                if (ended)
+                        r = hvd_handle_wait(self->h); /* complete: returns at once */
+                PyEval_RestoreThread(gil);
+                if (ended)
+                        break;
+                if (PyErr_CheckSignals() < 0)
+                        return -1;
+                if (timeout >= 0) {
+                        left_usec -= (double) slice;
+                        if (left_usec <= 0)
+                                return 0;
+                }
+        }
+        self->done = 1;
+        self->status = r;
+        /* The operation no longer touches the buffers. */
+        Py_CLEAR(self->keepalive);
+        return 1;
+}
+
 static PyObject *handle_wait(HandleObject *self, PyObject *args, PyObject *kwds) {
         static char *kwlist[] = { "timeout", NULL };
         PyObject *timeout_obj = Py_None;
@@ -349,36 +387,11 @@ static PyObject *handle_wait(HandleObject *self, PyObject *args, PyObject *kwds)
         }
         if (handle_check(self) < 0)
                 return NULL;
-        if (!self->done) {
-                double left_usec = timeout * 1e6;
-                for (;;) {
-                        uint64_t slice = WAIT_SLICE_USEC;
-                        if (timeout >= 0 && left_usec < slice)
-                                slice = left_usec > 1 ? (uint64_t) left_usec : 1;
-                        PyThreadState *gil = PyEval_SaveThread();
-                        r = hvd_handle_wait_timeout(self->h, slice);
-                        PyEval_RestoreThread(gil);
-                        /* HVD_ETIMEOUT is also a possible operation error:
-                         * only a pending handle means "not yet". */
-                        if (r != HVD_ETIMEOUT || hvd_handle_poll(self->h) == 1) {
-                                gil = PyEval_SaveThread();
-                                r = hvd_handle_wait(self->h); /* complete: returns at once */
-                                PyEval_RestoreThread(gil);
-                                break;
-                        }
-                        if (PyErr_CheckSignals() < 0)
-                                return NULL;
-                        if (timeout >= 0) {
-                                left_usec -= (double) slice;
-                                if (left_usec <= 0)
-                                        Py_RETURN_FALSE;
-                        }
-                }
-                self->done = 1;
-                self->status = r;
-                /* The operation no longer touches the buffers. */
-                Py_CLEAR(self->keepalive);
-        }
+        r = handle_finish(self, timeout);
+        if (r < 0)
+                return NULL;
+        if (r == 0)
+                Py_RETURN_FALSE;
         if (self->status < 0)
                 return raise_hvd_error(self->status, hvd_handle_error(self->h));
         Py_RETURN_TRUE;
@@ -912,6 +925,119 @@ fail:
         return NULL;
 }
 
+/* ---- the blocking allreduce a training loop repeats ----
+ * hvd.torch parses a named tensor's request once (prepare) and runs it with
+ * new data pointers on each call (run_prepared): no argument tuples, request
+ * parsing or Handle method call per call, which cost about as much as a
+ * small allreduce itself. */
+
+typedef struct {
+        PyObject ob_base;  /* PyObject_HEAD */
+        hvd_request_t req; /* input and output set per call */
+        int64_t shape[HVD_MAX_NDIM];
+        PyObject *name; /* owned: req.name is its UTF-8 */
+} PreparedObject;
+
+static void prepared_dealloc(PreparedObject *self) {
+        Py_XDECREF(self->name);
+        Py_TYPE(self)->tp_free((PyObject *) self);
+}
+
+static PyObject *prepared_name(PreparedObject *self, void *closure) {
+        (void) closure;
+        Py_INCREF(self->name);
+        return self->name;
+}
+
+static PyGetSetDef prepared_getset[] = {
+        { "name", (getter) prepared_name, NULL, "the tensor name it submits", NULL },
+        { NULL, NULL, NULL, NULL, NULL },
+};
+
+/* clang-format off */
+static PyTypeObject PreparedType = {
+        PyVarObject_HEAD_INIT(NULL, 0)
+        .tp_name = "hvd._core.Prepared",
+        .tp_doc = "An allreduce's request, parsed once (prepare), run by run_prepared.",
+        .tp_basicsize = sizeof(PreparedObject),
+        .tp_flags = Py_TPFLAGS_DEFAULT,
+        .tp_dealloc = (destructor) prepared_dealloc,
+        .tp_getset = prepared_getset,
+};
+/* clang-format on */
+
+/* prepare(request) -> Prepared: an allreduce's request tuple, as submit
+ * takes it (its data pointers are ignored; no splits). */
+static PyObject *core_prepare(PyObject *mod, PyObject *request) {
+        (void) mod;
+        PreparedObject *p = PyObject_New(PreparedObject, &PreparedType);
+        if (!p)
+                return NULL;
+        p->name = NULL;
+        int n_splits = 0;
+        if (parse_request(request, &p->req, p->shape, NULL, 0, &n_splits) < 0) {
+                Py_DECREF(p);
+                return NULL;
+        }
+        p->name = PyTuple_GET_ITEM(request, 0); /* parse_request checked it is a str */
+        Py_INCREF(p->name);
+        p->req.input = p->req.output = NULL;
+        return (PyObject *) p;
+}
+
+/* run_prepared(prepared, input, output, keepalive): the prepared allreduce
+ * over these data pointers, run by this thread (as submit's waits), waited
+ * for; None, or raises as Handle.wait does. keepalive (the tensors) is
+ * held until the operation ends, also when a signal interrupts the wait:
+ * the operation then finishes as an orphan. */
+static PyObject *core_run_prepared(PyObject *mod, PyObject *args) {
+        (void) mod;
+        PyObject *prepared, *in_obj, *out_obj, *keepalive;
+        if (!PyArg_UnpackTuple(args, "run_prepared", 4, 4, &prepared, &in_obj, &out_obj, &keepalive))
+                return NULL;
+        if (!PyObject_TypeCheck(prepared, &PreparedType)) {
+                PyErr_SetString(PyExc_TypeError, "run_prepared: prepared must come from prepare()");
+                return NULL;
+        }
+        hvd_request_t q = ((PreparedObject *) prepared)->req;
+        q.input = PyLong_AsVoidPtr(in_obj);
+        if (PyErr_Occurred())
+                return NULL;
+        q.output = PyLong_AsVoidPtr(out_obj);
+        if (PyErr_Occurred())
+                return NULL;
+        reap_orphans();
+        HandleObject *self = PyObject_New(HandleObject, &HandleType);
+        if (!self)
+                return NULL;
+        self->h = NULL;
+        self->keepalive = NULL;
+        self->n = 1;
+        self->n_ranks = 0;
+        self->mem = NULL; /* libhvd copied the request */
+        self->done = 0;
+        self->status = 0;
+        hvd_handle_t *h = NULL;
+        int r = hvd_allreduce_async_waiting(&q, &h);
+        if (r < 0) {
+                Py_DECREF(self);
+                return raise_last_error(r);
+        }
+        self->h = h;
+        Py_INCREF(keepalive);
+        self->keepalive = keepalive;
+        PyObject *ret = NULL;
+        if (handle_finish(self, -1) == 1) {
+                if (self->status < 0)
+                        ret = raise_hvd_error(self->status, hvd_handle_error(self->h));
+                else
+                        ret = Py_None;
+                Py_XINCREF(ret);
+        }
+        Py_DECREF(self); /* interrupted: an orphan holds the operation */
+        return ret;
+}
+
 static PyObject *core_join(PyObject *mod, PyObject *unused) {
         reap_orphans();
         int r = call_blocking(do_join, NULL, 0, 0);
@@ -1187,6 +1313,11 @@ static PyMethodDef core_methods[] = {
           "reuse_setup(tensor_type, mode, storage_use_count, probe): how reuse_pick reads use counts" },
         { "reuse_pick", hvd_py_reuse_pick, METH_VARARGS,
           "reuse_pick(kept, dtype, shape) -> a free kept tensor, (tensor,) if its state changed, or None" },
+        { "prepare", core_prepare, METH_O,
+          "prepare(request) -> Prepared: an allreduce's request tuple (as submit takes it), parsed once" },
+        { "run_prepared", core_run_prepared, METH_VARARGS,
+          "run_prepared(prepared, input, output, keepalive): the prepared allreduce over these data pointers, "
+          "run by this thread and waited for; raises as Handle.wait does" },
         { "dtype_size", core_dtype_size, METH_O, "dtype_size(code) -> bytes per element (0 if invalid)" },
         { "version", core_version, METH_NOARGS, "version() -> libhvd version string" },
         { "pending_orphans", core_pending_orphans, METH_NOARGS,
@@ -1242,7 +1373,7 @@ PyMODINIT_FUNC PyInit__core(void) {
         };
         PyObject *m;
 
-        if (PyType_Ready(&BufferType) < 0 || PyType_Ready(&HandleType) < 0)
+        if (PyType_Ready(&BufferType) < 0 || PyType_Ready(&HandleType) < 0 || PyType_Ready(&PreparedType) < 0)
                 return NULL;
         m = PyModule_Create(&core_module);
         if (!m)
@@ -1263,8 +1394,10 @@ PyMODINIT_FUNC PyInit__core(void) {
                 goto fail;
         Py_INCREF(&HandleType);
         Py_INCREF(&BufferType);
+        Py_INCREF(&PreparedType);
         if (PyModule_AddObject(m, "Handle", (PyObject *) &HandleType) < 0 ||
-            PyModule_AddObject(m, "Buffer", (PyObject *) &BufferType) < 0)
+            PyModule_AddObject(m, "Buffer", (PyObject *) &BufferType) < 0 ||
+            PyModule_AddObject(m, "Prepared", (PyObject *) &PreparedType) < 0)
                 goto fail;
         return m;
 fail:

@@ -81,14 +81,22 @@ def size():
 
 @pytest.fixture
 def submitted(monkeypatch):
-    """The tensor names the frontends submit to libhvd, in order."""
+    """The tensor names the frontends submit to libhvd, in order (through
+    hvd._core.submit, and hvd.torch's prepared blocking allreduces)."""
     from hvd import _core
+    from hvd.torch import mpi_ops
     names = []
     real = _core.submit
+    real_prepared = mpi_ops._run_prepared
 
     def spy(kind, requests, *args):
         names.extend(r[0] for r in requests)
         return real(kind, requests, *args)
 
+    def spy_prepared(prepared, *args):
+        names.append(prepared.name)
+        return real_prepared(prepared, *args)
+
     monkeypatch.setattr(_core, "submit", spy)
+    monkeypatch.setattr(mpi_ops, "_run_prepared", spy_prepared)
     return names

@@ -159,6 +159,43 @@ def test_exception_types():
     assert HorovodInternalError is ht.HorovodInternalError is hvd.HorovodInternalError
 
 
+def test_blocking_allreduce_runs_its_request_prepared():
+    """A named blocking allreduce of a CPU tensor parses its request once
+    (hvd._core.prepare) and runs it with new pointers on each call
+    (run_prepared): exact results, in place and out of place."""
+    from hvd import _core
+    from hvd.torch import mpi_ops
+    n = ht.size()
+    t = torch.full((5,), float(ht.rank() + 1))
+    for _ in range(3):
+        out = ht.allreduce(t, op=ht.Sum, name="basics.prepared")
+        assert torch.equal(out, torch.full((5,), float(n * (n + 1) // 2)))
+        ht.allreduce_(t, op=ht.Sum, name="basics.prepared_")
+        assert torch.equal(t, torch.full((5,), float(n * (n + 1) // 2)))
+        t.fill_(float(ht.rank() + 1))
+    prepared = {hit[2].name for key, hit in mpi_ops._sync_requests.items() if key[0] in ("basics.prepared",
+                                                                                          "basics.prepared_")}
+    assert len(prepared) == 2 and all(name.startswith("allreduce.") for name in prepared)
+    assert all(type(hit[2]) is _core.Prepared for hit in mpi_ops._sync_requests.values() if hit[0] is not None)
+
+
+def test_prepared_requests_reject_bad_input():
+    from hvd import _core
+    with pytest.raises(TypeError, match="prepared must come from prepare"):
+        _core.run_prepared(object(), 0, 0, None)
+    with pytest.raises(TypeError):
+        _core.prepare(("only a name",))
+    with pytest.raises(TypeError, match="a request is a tuple"):
+        _core.prepare(["x"])
+    req = ("p.splits", 0, 0, _core.FLOAT32, (4,), _core.REDUCE_SUM, 1.0, 1.0, 0, (2, 2), 0, _core.DEVICE_CPU)
+    with pytest.raises(ValueError, match="splits has 2 entries, at most 0"):
+        _core.prepare(req)
+    ok = _core.prepare(req[:9] + (None,) + req[10:])
+    assert ok.name == "p.splits"
+    with pytest.raises(TypeError):
+        _core.run_prepared(ok, "not a pointer", 0, None)
+
+
 def test_no_handles_leak():
     from hvd import _core
     from hvd.common import ops

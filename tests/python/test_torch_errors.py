@@ -2,6 +2,11 @@
 (with the core's message), argument errors a ValueError, and the job keeps
 working afterwards."""
 
+import os
+import signal
+import threading
+import time
+
 import pytest
 import torch
 
@@ -150,4 +155,39 @@ def test_error_message_names_the_tensor():
     with pytest.raises(hvd.HorovodInternalError) as info:
         hvd.allreduce(torch.ones(1 + hvd.rank()), name="named.tensor")
     assert "named.tensor" in str(info.value)
+    still_works()
+
+
+def test_interrupted_blocking_allreduce_finishes_as_an_orphan():
+    """A signal handler raises while rank 0 waits in a blocking allreduce
+    (rank 1 comes a second late): the call raises at once, the operation
+    still finishes with its tensor kept alive, and the job goes on."""
+    from hvd import _core
+
+    class Interrupted(Exception):
+        pass
+
+    def handler(signum, frame):
+        raise Interrupted()
+
+    n = hvd.size()
+    want = torch.full((1000,), float(n * (n + 1) // 2))
+    t = torch.full((1000,), float(hvd.rank() + 1))
+    if hvd.rank() == 0:
+        old = signal.signal(signal.SIGUSR1, handler)
+        timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGUSR1))
+        timer.start()
+        try:
+            with pytest.raises(Interrupted):
+                hvd.allreduce_(t, op=hvd.Sum, name="interrupted.blocking")
+        finally:
+            timer.cancel()
+            signal.signal(signal.SIGUSR1, old)
+    else:
+        time.sleep(1.0)
+        hvd.allreduce_(t, op=hvd.Sum, name="interrupted.blocking")
+        assert torch.equal(t, want)
+    hvd.barrier()
+    assert torch.equal(t, want)  # rank 0's too: the orphan ran to the end
+    assert _core.pending_orphans() == 0
     still_works()

@@ -280,6 +280,7 @@ _KIND_ALLREDUCE = _core.KIND_ALLREDUCE
 _PICK = _reuse._pick
 _COMPILING = _library._compiling  # _library.tracing(), a Python call less
 _KEPT = _reuse._kept
+_run_prepared = _core.run_prepared
 _SYNC_MAX = 4096  # requests remembered; a bound for callers whose names never repeat
 _sync_requests: Dict[tuple, Tuple[Optional[str], tuple]] = {}
 
@@ -294,7 +295,7 @@ def _allreduce_now(tensor: torch.Tensor, output: Optional[torch.Tensor], name: O
     hit = _sync_requests.get(key)
     if hit is None:
         hit = _sync_request(key, tensor)
-    submitted, tail = hit
+    submitted, tail, prepared = hit
     if submitted is None:
         submitted = _ops.op_name("allreduce", None, 0)
     if output is None:
@@ -306,6 +307,9 @@ def _allreduce_now(tensor: torch.Tensor, output: Optional[torch.Tensor], name: O
         if output is None:
             output = _fresh_output(tensor)
             _reuse.keep(output)
+    if prepared is not None:  # the request parsed once: this thread runs it and waits
+        _run_prepared(prepared, tensor.data_ptr(), output.data_ptr(), (tensor, output))
+        return output
     # (grouped=False, waits=True) by position, which parses faster than
     # keywords: this thread waits at once and runs the operation itself
     _core.submit(_KIND_ALLREDUCE, [(submitted, tensor.data_ptr(), output.data_ptr()) + tail],
@@ -313,10 +317,11 @@ def _allreduce_now(tensor: torch.Tensor, output: Optional[torch.Tensor], name: O
     return output
 
 
-def _sync_request(key: tuple, tensor: torch.Tensor) -> Tuple[Optional[str], tuple]:
+def _sync_request(key: tuple, tensor: torch.Tensor) -> Tuple[Optional[str], tuple, Optional[object]]:
     """(the submitted name, or None for an unnamed call, which takes the next
-    one each call; the request's fields after the pointers) for
-    _allreduce_now, checked as _submit_allreduce checks them."""
+    one each call; the request's fields after the pointers; for a named
+    call, the request parsed once by hvd._core.prepare) for _allreduce_now,
+    checked as _submit_allreduce checks them."""
     name, _, _, op, prescale_factor, postscale_factor = key
     core_op = _basics.core_reduce_op(op)
     code, device = _check(tensor)
@@ -324,9 +329,10 @@ def _sync_request(key: tuple, tensor: torch.Tensor) -> Tuple[Optional[str], tupl
     submitted = None if name is None else _ops.op_name("allreduce", name, 0)
     req = _ops.request("", 0, 0, code, tensor.shape, reduce_op=core_op, prescale=pre, postscale=post,
                        process_set_id=0, device=device, stream=None)
+    prepared = None if submitted is None else _core.prepare((submitted, 0, 0) + req[3:])
     if len(_sync_requests) >= _SYNC_MAX:
         _sync_requests.clear()
-    hit = _sync_requests[key] = (submitted, req[3:])
+    hit = _sync_requests[key] = (submitted, req[3:], prepared)
     return hit
 
 
