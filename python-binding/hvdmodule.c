@@ -532,6 +532,21 @@ static PyTypeObject HandleType = {
 };
 /* clang-format on */
 
+/* A Handle for n requests, nothing submitted yet; NULL when out of memory. */
+static HandleObject *handle_new(size_t n) {
+        HandleObject *self = PyObject_New(HandleObject, &HandleType);
+        if (!self)
+                return NULL;
+        self->h = NULL;
+        self->keepalive = NULL;
+        self->n = n;
+        self->n_ranks = 0;
+        self->mem = NULL;
+        self->done = 0;
+        self->status = 0;
+        return self;
+}
+
 /* ---- blocking calls that stay interruptible ----
  * hvd_join, hvd_barrier and the process-set calls block until every rank
  * has made them. They run on a helper thread while the Python thread waits
@@ -867,15 +882,9 @@ static PyObject *core_submit(PyObject *mod, PyObject *args, PyObject *kwds) {
                 PyErr_NoMemory();
                 goto fail;
         }
-        self = PyObject_New(HandleObject, &HandleType);
+        self = handle_new((size_t) n);
         if (!self)
                 goto fail;
-        self->h = NULL;
-        self->keepalive = NULL;
-        self->n = (size_t) n;
-        self->n_ranks = 0;
-        self->done = 0;
-        self->status = 0;
         self->mem = calloc((size_t) n, per_req);
         if (!self->mem) {
                 PyErr_NoMemory();
@@ -1007,16 +1016,9 @@ static PyObject *core_run_prepared(PyObject *mod, PyObject *args) {
         if (PyErr_Occurred())
                 return NULL;
         reap_orphans();
-        HandleObject *self = PyObject_New(HandleObject, &HandleType);
+        HandleObject *self = handle_new(1); /* no mem: libhvd copied the request */
         if (!self)
                 return NULL;
-        self->h = NULL;
-        self->keepalive = NULL;
-        self->n = 1;
-        self->n_ranks = 0;
-        self->mem = NULL; /* libhvd copied the request */
-        self->done = 0;
-        self->status = 0;
         hvd_handle_t *h = NULL;
         int r = hvd_allreduce_async_waiting(&q, &h);
         if (r < 0) {
