@@ -282,7 +282,7 @@ _COMPILING = _library._compiling  # _library.tracing(), a Python call less
 _KEPT = _reuse._kept
 _run_prepared = _core.run_prepared
 _SYNC_MAX = 4096  # requests remembered; a bound for callers whose names never repeat
-_sync_requests: Dict[tuple, Tuple[Optional[str], tuple]] = {}
+_sync_requests: Dict[tuple, Tuple[Optional[str], tuple, Optional["_core.Prepared"]]] = {}
 
 
 def _allreduce_now(tensor: torch.Tensor, output: Optional[torch.Tensor], name: Optional[str], op: int,
@@ -317,7 +317,7 @@ def _allreduce_now(tensor: torch.Tensor, output: Optional[torch.Tensor], name: O
     return output
 
 
-def _sync_request(key: tuple, tensor: torch.Tensor) -> Tuple[Optional[str], tuple, Optional[object]]:
+def _sync_request(key: tuple, tensor: torch.Tensor) -> Tuple[Optional[str], tuple, Optional["_core.Prepared"]]:
     """(the submitted name, or None for an unnamed call, which takes the next
     one each call; the request's fields after the pointers; for a named
     call, the request parsed once by hvd._core.prepare) for _allreduce_now,
