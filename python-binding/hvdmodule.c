@@ -945,10 +945,16 @@ typedef struct {
         hvd_request_t req; /* input and output set per call */
         int64_t shape[HVD_MAX_NDIM];
         PyObject *name; /* owned: req.name is its UTF-8 */
+        /* owned, NULL until bind_kept: the kept results run_kept picks
+         * from, and the dtype and torch.Size they must have */
+        PyObject *kept, *kept_dtype, *kept_shape;
 } PreparedObject;
 
 static void prepared_dealloc(PreparedObject *self) {
         Py_XDECREF(self->name);
+        Py_XDECREF(self->kept);
+        Py_XDECREF(self->kept_dtype);
+        Py_XDECREF(self->kept_shape);
         Py_TYPE(self)->tp_free((PyObject *) self);
 }
 
@@ -958,8 +964,16 @@ static PyObject *prepared_name(PreparedObject *self, void *closure) {
         return self->name;
 }
 
+static PyObject *prepared_kept(PreparedObject *self, void *closure) {
+        (void) closure;
+        PyObject *kept = self->kept ? self->kept : Py_None;
+        Py_INCREF(kept);
+        return kept;
+}
+
 static PyGetSetDef prepared_getset[] = {
         { "name", (getter) prepared_name, NULL, "the tensor name it submits", NULL },
+        { "kept", (getter) prepared_kept, NULL, "the list run_kept picks from (bind_kept), or None", NULL },
         { NULL, NULL, NULL, NULL, NULL },
 };
 
@@ -982,7 +996,7 @@ static PyObject *core_prepare(PyObject *mod, PyObject *request) {
         PreparedObject *p = PyObject_New(PreparedObject, &PreparedType);
         if (!p)
                 return NULL;
-        p->name = NULL;
+        p->name = p->kept = p->kept_dtype = p->kept_shape = NULL;
         int n_splits = 0;
         if (parse_request(request, &p->req, p->shape, NULL, 0, &n_splits) < 0) {
                 Py_DECREF(p);
@@ -994,33 +1008,17 @@ static PyObject *core_prepare(PyObject *mod, PyObject *request) {
         return (PyObject *) p;
 }
 
-/* run_prepared(prepared, input, output, keepalive): the prepared allreduce
- * over these data pointers, run by this thread (as submit's waits), waited
- * for; None, or raises as Handle.wait does. keepalive (the tensors) is
+/* Runs q (a prepared allreduce with its data pointers) on this thread and
+ * waits: None, or raises as Handle.wait does. keepalive (the tensors) is
  * held until the operation ends, also when a signal interrupts the wait:
  * the operation then finishes as an orphan. */
-static PyObject *core_run_prepared(PyObject *mod, PyObject *args) {
-        (void) mod;
-        PyObject *prepared, *in_obj, *out_obj, *keepalive;
-        if (!PyArg_UnpackTuple(args, "run_prepared", 4, 4, &prepared, &in_obj, &out_obj, &keepalive))
-                return NULL;
-        if (!PyObject_TypeCheck(prepared, &PreparedType)) {
-                PyErr_SetString(PyExc_TypeError, "run_prepared: prepared must come from prepare()");
-                return NULL;
-        }
-        hvd_request_t q = ((PreparedObject *) prepared)->req;
-        q.input = PyLong_AsVoidPtr(in_obj);
-        if (PyErr_Occurred())
-                return NULL;
-        q.output = PyLong_AsVoidPtr(out_obj);
-        if (PyErr_Occurred())
-                return NULL;
+static PyObject *run_request(const hvd_request_t *q, PyObject *keepalive) {
         reap_orphans();
         HandleObject *self = handle_new(1); /* no mem: libhvd copied the request */
         if (!self)
                 return NULL;
         hvd_handle_t *h = NULL;
-        int r = hvd_allreduce_async_waiting(&q, &h);
+        int r = hvd_allreduce_async_waiting(q, &h);
         if (r < 0) {
                 Py_DECREF(self);
                 return raise_last_error(r);
@@ -1037,6 +1035,103 @@ static PyObject *core_run_prepared(PyObject *mod, PyObject *args) {
                 Py_XINCREF(ret);
         }
         Py_DECREF(self); /* interrupted: an orphan holds the operation */
+        return ret;
+}
+
+static PreparedObject *as_prepared(PyObject *o, const char *fn) {
+        if (!PyObject_TypeCheck(o, &PreparedType)) {
+                PyErr_Format(PyExc_TypeError, "%s: prepared must come from prepare()", fn);
+                return NULL;
+        }
+        return (PreparedObject *) o;
+}
+
+/* run_prepared(prepared, input, output, keepalive): the prepared allreduce
+ * over these data pointers, run by this thread, waited for (run_request). */
+static PyObject *core_run_prepared(PyObject *mod, PyObject *args) {
+        (void) mod;
+        PyObject *prepared, *in_obj, *out_obj, *keepalive;
+        if (!PyArg_UnpackTuple(args, "run_prepared", 4, 4, &prepared, &in_obj, &out_obj, &keepalive))
+                return NULL;
+        PreparedObject *p = as_prepared(prepared, "run_prepared");
+        if (!p)
+                return NULL;
+        hvd_request_t q = p->req;
+        q.input = PyLong_AsVoidPtr(in_obj);
+        if (PyErr_Occurred())
+                return NULL;
+        q.output = PyLong_AsVoidPtr(out_obj);
+        if (PyErr_Occurred())
+                return NULL;
+        return run_request(&q, keepalive);
+}
+
+/* bind_kept(prepared, kept, dtype, shape): run_kept picks its output from
+ * the list kept (hvd/torch/_reuse.py's, of tensors of this dtype and
+ * torch.Size); None unbinds. */
+static PyObject *core_bind_kept(PyObject *mod, PyObject *args) {
+        (void) mod;
+        PyObject *prepared, *kept, *dtype, *shape;
+        if (!PyArg_UnpackTuple(args, "bind_kept", 4, 4, &prepared, &kept, &dtype, &shape))
+                return NULL;
+        PreparedObject *p = as_prepared(prepared, "bind_kept");
+        if (!p)
+                return NULL;
+        if (kept != Py_None && !PyList_Check(kept)) {
+                PyErr_SetString(PyExc_TypeError, "bind_kept: kept must be a list or None");
+                return NULL;
+        }
+        Py_CLEAR(p->kept);
+        Py_CLEAR(p->kept_dtype);
+        Py_CLEAR(p->kept_shape);
+        if (kept != Py_None) {
+                Py_INCREF(kept);
+                Py_INCREF(dtype);
+                Py_INCREF(shape);
+                p->kept = kept;
+                p->kept_dtype = dtype;
+                p->kept_shape = shape;
+        }
+        Py_RETURN_NONE;
+}
+
+/* run_kept(prepared, tensor) -> the result, or None: the prepared
+ * allreduce of tensor (its dtype and shape are the prepared request's)
+ * into a free tensor of the list bind_kept bound, run and waited for as
+ * run_prepared; None, with nothing run, when no kept tensor is free and
+ * in a new tensor's state, or none is bound. The search, both data
+ * pointers and the run in one call: out of place costs no more Python
+ * than in place. */
+static PyObject *core_run_kept(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+        (void) mod;
+        if (nargs != 2) {
+                PyErr_SetString(PyExc_TypeError, "run_kept(prepared, tensor)");
+                return NULL;
+        }
+        PreparedObject *p = as_prepared(args[0], "run_kept");
+        if (!p)
+                return NULL;
+        if (!p->kept)
+                Py_RETURN_NONE;
+        PyObject *out = hvd_reuse_pick_list(p->kept, p->kept_dtype, p->kept_shape);
+        if (out == Py_None || !out)
+                return out;
+        hvd_request_t q = p->req;
+        void *in_ptr;
+        PyObject *keepalive = NULL, *ret = NULL;
+        if (hvd_reuse_data_ptr(args[1], &in_ptr) < 0 || hvd_reuse_data_ptr(out, &q.output) < 0 ||
+            !(keepalive = PyTuple_Pack(2, args[1], out)))
+                goto done;
+        q.input = in_ptr;
+        ret = run_request(&q, keepalive);
+        if (ret) {
+                Py_DECREF(ret);
+                ret = out;
+                out = NULL;
+        }
+done:
+        Py_XDECREF(keepalive);
+        Py_XDECREF(out);
         return ret;
 }
 
@@ -1320,6 +1415,11 @@ static PyMethodDef core_methods[] = {
         { "run_prepared", core_run_prepared, METH_VARARGS,
           "run_prepared(prepared, input, output, keepalive): the prepared allreduce over these data pointers, "
           "run by this thread and waited for; raises as Handle.wait does" },
+        { "bind_kept", core_bind_kept, METH_VARARGS,
+          "bind_kept(prepared, kept, dtype, shape): the list of kept results run_kept picks from (None: none)" },
+        { "run_kept", (PyCFunction) (void (*)(void)) core_run_kept, METH_FASTCALL,
+          "run_kept(prepared, tensor) -> a free kept result the prepared allreduce of tensor was run into, "
+          "or None (nothing run): no kept result is free" },
         { "dtype_size", core_dtype_size, METH_O, "dtype_size(code) -> bytes per element (0 if invalid)" },
         { "version", core_version, METH_NOARGS, "version() -> libhvd version string" },
         { "pending_orphans", core_pending_orphans, METH_NOARGS,

@@ -51,7 +51,7 @@ static PyObject *call1(PyObject *f, PyObject *arg) {
 }
 
 static PyObject *s_cdata, *s_use_count, *s_untyped_storage, *s_dtype, *s_requires_grad, *s_grad, *s_hooks, *s_dict,
-        *s_shape, *s_is_contiguous, *s_has_names;
+        *s_shape, *s_is_contiguous, *s_has_names, *s_data_ptr;
 
 /* An attribute of the tensor type, as its descriptor gives it: a getter
  * (get) or a C method (meth); neither: looked up by name each call (a
@@ -64,7 +64,7 @@ typedef struct fast_attr {
 } fast_attr_t;
 
 static fast_attr_t a_cdata, a_use_count, a_untyped_storage, a_dtype, a_requires_grad, a_grad, a_hooks, a_dict, a_shape,
-        a_is_contiguous, a_has_names;
+        a_is_contiguous, a_has_names, a_data_ptr;
 
 /* Finds name's descriptor on type: a data descriptor of C (getset) or a
  * method of C taking no arguments or a tuple of them. What is kept are
@@ -126,6 +126,7 @@ static int find_attrs(PyTypeObject *type) {
                 { &a_shape, s_shape },
                 { &a_is_contiguous, s_is_contiguous },
                 { &a_has_names, s_has_names },
+                { &a_data_ptr, s_data_ptr },
         };
         for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++)
                 fast_attr_find(attrs[i].a, type, attrs[i].name);
@@ -148,6 +149,7 @@ static int intern_names(void) {
                 { &s_shape, "shape" },
                 { &s_is_contiguous, "is_contiguous" },
                 { &s_has_names, "has_names" },
+                { &s_data_ptr, "data_ptr" },
         };
         for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
                 if (!*names[i].p && !(*names[i].p = PyUnicode_InternFromString(names[i].s)))
@@ -275,6 +277,35 @@ static int free_of_refs(PyObject *t) {
         return weak == 0;
 }
 
+/* The search over one kept list: a free tensor in a new tensor's state (a
+ * new reference); NULL with *changed set (a new reference) to the first
+ * free one whose state changed, or NULL with *changed NULL when none is
+ * free; NULL with an exception. */
+static PyObject *pick_list(PyObject *kept, PyObject *dtype, PyObject *shape, PyObject **changed) {
+        *changed = NULL;
+        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kept); i++) {
+                PyObject *t = new_ref(PyList_GET_ITEM(kept, i));
+                const void *impl = NULL;
+                int r = free_of_refs(t);
+                if (r == 1)
+                        r = sole_owner(t, &impl);
+                if (r == 0) {
+                        Py_DECREF(t);
+                        continue;
+                }
+                if (r == 1)
+                        r = new_state(t, impl, dtype, shape);
+                if (r == 1)
+                        return t;
+                if (r == 0)
+                        *changed = t;
+                else
+                        Py_DECREF(t);
+                return NULL;
+        }
+        return NULL;
+}
+
 PyObject *hvd_py_reuse_pick(PyObject *mod, PyObject *args_tuple) {
         (void) mod;
         Py_ssize_t nargs = PyTuple_GET_SIZE(args_tuple);
@@ -298,29 +329,40 @@ PyObject *hvd_py_reuse_pick(PyObject *mod, PyObject *args_tuple) {
                 PyErr_SetString(PyExc_TypeError, "reuse_pick: the kept tensors are not a list");
                 return NULL;
         }
-        for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kept); i++) {
-                PyObject *t = new_ref(PyList_GET_ITEM(kept, i));
-                const void *impl = NULL;
-                int r = free_of_refs(t);
-                if (r == 1)
-                        r = sole_owner(t, &impl);
-                if (r == 0) {
-                        Py_DECREF(t);
-                        continue;
-                }
-                if (r == 1)
-                        r = new_state(t, impl, args[1], args[2]);
-                if (r < 0) {
-                        Py_DECREF(t);
-                        return NULL;
-                }
-                if (r == 1)
-                        return t;
-                PyObject *changed = PyTuple_Pack(1, t);
-                Py_DECREF(t);
-                return changed;
+        Py_INCREF(kept); /* a getter might run code that drops it from the dict */
+        PyObject *changed;
+        PyObject *ret = pick_list(kept, args[1], args[2], &changed);
+        Py_DECREF(kept);
+        if (changed) {
+                ret = PyTuple_Pack(1, changed);
+                Py_DECREF(changed);
+        } else if (!ret && !PyErr_Occurred()) {
+                ret = new_ref(Py_None);
         }
-        return new_ref(Py_None);
+        return ret;
+}
+
+PyObject *hvd_reuse_pick_list(PyObject *kept, PyObject *dtype, PyObject *shape) {
+        if (cfg.mode == MODE_NONE || !PyList_Check(kept))
+                return new_ref(Py_None);
+        PyObject *changed;
+        PyObject *t = pick_list(kept, dtype, shape, &changed);
+        Py_XDECREF(changed); /* _reuse.take_of finds it again and forgets it */
+        return t || PyErr_Occurred() ? t : new_ref(Py_None);
+}
+
+int hvd_reuse_data_ptr(PyObject *t, void **ptr) {
+        static PyObject *name;
+        if (!name && !(name = PyUnicode_InternFromString("data_ptr")))
+                return -1;
+        /* a subclass may override it, or dispatch it (__torch_function__) */
+        PyObject *v =
+                cfg.mode != MODE_NONE && Py_TYPE(t) == cfg.type ? fast_call0(t, &a_data_ptr) : call_method0(t, name);
+        if (!v)
+                return -1;
+        *ptr = PyLong_AsVoidPtr(v);
+        Py_DECREF(v);
+        return PyErr_Occurred() ? -1 : 0;
 }
 
 PyObject *hvd_py_reuse_setup(PyObject *mod, PyObject *args) {

@@ -23,4 +23,14 @@ PyObject *hvd_py_reuse_setup(PyObject *mod, PyObject *args);
  * the GIL throughout and calls no Python code, only torch's getters. */
 PyObject *hvd_py_reuse_pick(PyObject *mod, PyObject *args);
 
+/* reuse_pick's search over one kept list (not a dict's): a free tensor in
+ * a new tensor's state (a new reference), a new reference to None when
+ * none is (none is free, one's state changed, kept is not a list, or
+ * reuse_setup has not run), or NULL with an exception. */
+PyObject *hvd_reuse_pick_list(PyObject *kept, PyObject *dtype, PyObject *shape);
+
+/* t.data_ptr() into *ptr: torch's method called from its descriptor for a
+ * plain tensor, by name for anything else. 0, or -1 with an exception. */
+int hvd_reuse_data_ptr(PyObject *t, void **ptr);
+
 #endif

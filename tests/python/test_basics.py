@@ -194,6 +194,20 @@ def test_prepared_requests_reject_bad_input():
     assert ok.name == "p.splits"
     with pytest.raises(TypeError):
         _core.run_prepared(ok, "not a pointer", 0, None)
+    with pytest.raises(TypeError, match="run_kept: prepared must come from prepare"):
+        _core.run_kept(object(), torch.ones(4))
+    with pytest.raises(TypeError, match=r"run_kept\(prepared, tensor\)"):
+        _core.run_kept(ok)
+    with pytest.raises(TypeError, match="bind_kept: prepared must come from prepare"):
+        _core.bind_kept(object(), [], torch.float32, torch.Size([4]))
+    with pytest.raises(TypeError, match="kept must be a list or None"):
+        _core.bind_kept(ok, (), torch.float32, torch.Size([4]))
+    assert ok.kept is None and _core.run_kept(ok, torch.ones(4)) is None  # nothing bound, nothing run
+    kept = []
+    _core.bind_kept(ok, kept, torch.float32, torch.Size([4]))
+    assert ok.kept is kept
+    _core.bind_kept(ok, None, None, None)
+    assert ok.kept is None
 
 
 def test_no_handles_leak():

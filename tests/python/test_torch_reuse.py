@@ -171,6 +171,76 @@ def test_loop_uses_two_tensors(count):
     assert len(ptrs) == 2
 
 
+def bound_list(name):
+    """The kept list the blocking allreduce named name has bound to its
+    prepared request (hvd._core.bind_kept), or None."""
+    hits = [hit for key, hit in mpi_ops._sync_requests.items() if key[0] == name]
+    assert len(hits) == 1 and hits[0][2] is not None
+    return hits[0][2].kept
+
+
+def test_blocking_result_picked_with_the_run(monkeypatch):
+    """A named blocking allreduce searches the kept list of its shape, bound
+    to its prepared request, in the same C call that runs it: in a loop
+    every call after the first two takes that path, with exact results in
+    the two kept tensors."""
+    if _reuse._pick is None:
+        pytest.skip("hvd._core.reuse_pick is not used with this torch")
+    picked = []
+    real = mpi_ops._run_kept
+
+    def spy(prepared, tensor):
+        out = real(prepared, tensor)
+        picked.append(out is not None)
+        return out
+
+    monkeypatch.setattr(mpi_ops, "_run_kept", spy)
+    ptrs = set()
+    out = None
+    for i in range(6):
+        out = hvd.allreduce(rank_values(i), op=hvd.Sum, name="reuse.bound.run")
+        assert torch.equal(out, summed(i))
+        ptrs.add(out.data_ptr())
+    assert picked == [False, False, True, True, True, True] and len(ptrs) == 2
+    assert bound_list("reuse.bound.run") is _reuse._kept[(out.dtype, out.shape)]
+
+
+@pytest.mark.parametrize("drop", ["clear", "evicted"])
+def test_binding_to_a_dropped_list_hands_out_nothing(drop):
+    """A kept list _reuse.py lets go (hvd.init's clear, or the least
+    recently used shape past MAX_SHAPES) is emptied: the request bound to
+    it makes a new result, exact, and binds the list kept now."""
+    if _reuse._pick is None:
+        pytest.skip("hvd._core.reuse_pick is not used with this torch")
+    a = hvd.allreduce(rank_values(0), op=hvd.Sum, name="reuse.dropped")
+    old = bound_list("reuse.dropped")
+    assert old is not None and len(old) == 1
+    del a
+    if drop == "clear":
+        _reuse.clear()
+    else:
+        for n in range(1, _reuse.MAX_SHAPES + 1):
+            hvd.allreduce(torch.ones(n), op=hvd.Sum, name=f"reuse.dropped.{n}")
+    assert old == [] and (torch.float32, torch.Size([20, COUNT // 20])) not in _reuse._kept
+    b = hvd.allreduce(rank_values(1), op=hvd.Sum, name="reuse.dropped")
+    assert torch.equal(b, summed(1))
+    now = bound_list("reuse.dropped")
+    assert now is not old and now is _reuse._kept[(b.dtype, b.shape)] and now[0] is b
+
+
+def test_parameter_input_reduced_out_of_place():
+    """A Tensor subclass as input (a Parameter without a gradient): its data
+    pointer is asked of it by name, the result is a plain kept tensor."""
+    outs = []
+    for i in range(4):
+        p = torch.nn.Parameter(rank_values(i), requires_grad=False)
+        out = hvd.allreduce(p, op=hvd.Sum, name="reuse.parameter")
+        assert type(out) is torch.Tensor and torch.equal(out, summed(i))
+        outs.append(out.data_ptr())
+        del out
+    assert len(set(outs)) == 1 or _reuse._pick is None
+
+
 def storage_of(r):
     return r.untyped_storage() if hasattr(r, "untyped_storage") else r.storage()
 

@@ -25,7 +25,10 @@ reused. Reading the counts never makes a storage object, so one that its
 caller made (``untyped_storage()``), which torch 2.x keeps as long as the
 tensor, counts as another owner for good: that tensor is not reused.
 Thread-safe: a tensor that one thread is looking at has one more
-reference, which every other thread's check sees.
+reference, which every other thread's check sees. A blocking allreduce
+keeps its shape's list beside its parsed request (hvd._core.bind_kept) and
+searches it in C with the run itself; a list dropped here is emptied, so
+such a binding hands out nothing that is no longer kept.
 """
 
 import sys
@@ -283,8 +286,9 @@ def keep(out: torch.Tensor) -> None:
             del kept[0]
         _kept[key] = kept
         while (_bytes > MAX_BYTES or len(_kept) > MAX_SHAPES) and len(_kept) > 1:
-            oldest = next(iter(_kept))
-            _bytes -= sum(c.numel() * c.element_size() for c in _kept.pop(oldest))
+            gone = _kept.pop(next(iter(_kept)))
+            _bytes -= sum(c.numel() * c.element_size() for c in gone)
+            gone.clear()  # a list bound to a request (hvd._core.bind_kept) holds nothing more
 
 
 def _forget(key: Tuple[torch.dtype, torch.Size], kept: List[torch.Tensor], c: torch.Tensor) -> None:
@@ -303,6 +307,8 @@ def clear() -> None:
     """Lets every kept tensor go (hvd.init, hvd.shutdown, tests)."""
     global _bytes
     with _lock:
+        for kept in _kept.values():
+            kept.clear()  # for a request's binding (hvd._core.bind_kept)
         _kept.clear()
         _bytes = 0
 

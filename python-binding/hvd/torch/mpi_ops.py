@@ -281,6 +281,8 @@ _PICK = _reuse._pick
 _COMPILING = _library._compiling  # _library.tracing(), a Python call less
 _KEPT = _reuse._kept
 _run_prepared = _core.run_prepared
+_run_kept = _core.run_kept
+_bind_kept = _core.bind_kept
 _SYNC_MAX = 4096  # requests remembered; a bound for callers whose names never repeat
 _sync_requests: Dict[tuple, Tuple[Optional[str], tuple, Optional["_core.Prepared"]]] = {}
 
@@ -299,6 +301,12 @@ def _allreduce_now(tensor: torch.Tensor, output: Optional[torch.Tensor], name: O
     if submitted is None:
         submitted = _ops.op_name("allreduce", None, 0)
     if output is None:
+        if prepared is not None and _PICK is not None:
+            # the search of the list bound to prepared, both data pointers
+            # and the run in one call; None: nothing was run
+            output = _run_kept(prepared, tensor)
+            if output is not None:
+                return output
         # _reuse.take_of's search in C, called here (a Python call less);
         # take_of itself where it has more to do
         output = _PICK(_KEPT, dtype, shape) if _PICK is not None else _reuse.take_of(dtype, shape)
@@ -307,6 +315,8 @@ def _allreduce_now(tensor: torch.Tensor, output: Optional[torch.Tensor], name: O
         if output is None:
             output = _fresh_output(tensor)
             _reuse.keep(output)
+        if prepared is not None and _PICK is not None:  # the list may be new, or gone
+            _bind_kept(prepared, _KEPT.get((dtype, shape)), dtype, shape)
     if prepared is not None:  # the request parsed once: this thread runs it and waits
         _run_prepared(prepared, tensor.data_ptr(), output.data_ptr(), (tensor, output))
         return output
