@@ -497,6 +497,67 @@ static void stream_scatter(const hvd_xop_t *op, const uint64_t *len, uint64_t a,
 
 #define PIECE_BYTES (UINT64_C(1) << 20)
 
+/* The broadcast chain's stream, one segment per member, straight in and
+ * out of the members' outputs: a rank receives into its output and sends
+ * on from there each frame that is in (done[i]: bytes of member i in). */
+typedef struct bchain {
+        const hvd_xop_t *op;
+        const uint64_t *len;
+        uint64_t *done; /* NULL at the root: everything is ready */
+} bchain_t;
+
+static const uint8_t *bchain_send_at(void *ud, size_t seg, uint64_t off, uint64_t *ready) {
+        const bchain_t *g = ud;
+        uint64_t have = g->done ? __atomic_load_n(&g->done[seg], __ATOMIC_ACQUIRE) : g->len[seg];
+        *ready = have > off ? have - off : 0;
+        return (const uint8_t *) g->op->m[seg].out + off;
+}
+
+static uint8_t *bchain_recv_at(void *ud, size_t seg, uint64_t off, uint64_t *room) {
+        const bchain_t *g = ud;
+        *room = g->len[seg] - off;
+        return (uint8_t *) g->op->m[seg].out + off;
+}
+
+static int bchain_received(void *ud, size_t seg, uint64_t off, uint64_t len, char *err, size_t err_len) {
+        (void) err;
+        (void) err_len;
+        const bchain_t *g = ud;
+        __atomic_store_n(&g->done[seg], off + len, __ATOMIC_RELEASE);
+        return 0;
+}
+
+/* broadcast across nodes where every member has an output: one pipelined
+ * stream down the chain, no copy but the root's input to its output. */
+static int broadcast_stream(hvd_backend_t *b, const hvd_xop_t *op, const uint64_t *len, char *err, size_t err_len) {
+        int N = b->g_size, me = b->g_rank;
+        int pos = (me - op->root + N) % N, next = (me + 1) % N, prev = (me - 1 + N) % N;
+        uint64_t *done = NULL;
+        if (pos > 0 && !(done = calloc(op->n ? op->n : 1, sizeof *done)))
+                return -ENOMEM;
+        if (pos == 0)
+                for (size_t i = 0; i < op->n; i++)
+                        if (len[i] && op->m[i].in != op->m[i].out)
+                                memmove(op->m[i].out, op->m[i].in, len[i]);
+        bchain_t g = { .op = op, .len = len, .done = done };
+        hvd_tcp_stream_t st = {
+                .to = next,
+                .from = prev,
+                .n_send = pos < N - 1 ? op->n : 0,
+                .n_recv = pos > 0 ? op->n : 0,
+                .send_len = len,
+                .recv_len = len,
+                .send_at = bchain_send_at,
+                .recv_at = bchain_recv_at,
+                .received = bchain_received,
+                .ud = &g,
+                .concurrent = true,
+        };
+        int r = hvd_tcp_stream(b->tcp, &st, err, err_len);
+        free(done);
+        return r;
+}
+
 /* broadcast across nodes: a pipelined chain over all ranks from the root. */
 static int execute_broadcast_multi(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
         size_t es = hvd_dtype_size(op->dtype);
@@ -505,8 +566,17 @@ static int execute_broadcast_multi(hvd_backend_t *b, const hvd_xop_t *op, char *
         uint64_t *len = calloc(op->n ? op->n : 1, sizeof *len), total = 0;
         if (!len)
                 return -ENOMEM;
-        for (size_t i = 0; i < op->n; i++)
+        bool outputs = true;
+        for (size_t i = 0; i < op->n; i++) {
                 total += len[i] = op->m[i].count * es;
+                outputs = outputs && (op->m[i].out || !len[i]) && (pos > 0 || op->m[i].in || !len[i]);
+        }
+        if (outputs) {
+                int r = broadcast_stream(b, op, len, err, err_len);
+                free(len);
+                return r;
+        }
+        /* a member without a buffer: pieces through a staging buffer */
         uint8_t *buf = scratch_get(b, 2 * PIECE_BYTES);
         int r = buf ? 0 : -ENOMEM;
         if (me == root)

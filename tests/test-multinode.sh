@@ -5,6 +5,7 @@
 # larger than the shared-memory slot; every allreduce and reducescatter of
 # tests/worker_collectives where hosts of one rank meet hosts of several,
 # and on 2-5 hosts float results that are the same bits on every rank;
+# broadcast from every root down a chain of 3 hosts, allgather, alltoall;
 # the training example on the digits; a host that never
 # joins (start timeout naming the host and its ranks); a killed worker on a
 # remote node (every rank told, quickly).
@@ -38,6 +39,20 @@ for layout in a:2,b:1 a:1,b:3,c:1 a:1,b:1,c:1,d:1 a:1,b:1,c:1,d:1,e:1; do
                 [ "$(echo "$out" | grep -c "$sc: ok")" -eq "$n" ] || fail "not every rank passed $sc on $layout" "$out"
         done
         echo "ok: allreduce, reducescatter and a group exact, the same bits everywhere, on $layout"
+done
+
+# broadcast from every root (fused members of every dtype, in and out of
+# place, 20 MiB ones over many frames) down the chain of hosts, where a
+# middle rank forwards each frame from its own output as it arrives;
+# allgather and alltoall with uneven rows
+for layout in a:1,b:1,c:1 a:2,b:1,c:1; do
+        n=$(echo "$layout" | tr ',' '\n' | awk -F: '{s += $2} END {print s}')
+        out=$("$multi" -H "$layout" -t 120 -- "$HVD_BUILDDIR/tests/worker_collectives" broadcast allgather alltoall \
+                2>&1) || fail "broadcast, allgather and alltoall on $layout failed" "$out"
+        for sc in broadcast allgather alltoall; do
+                [ "$(echo "$out" | grep -c "$sc: ok")" -eq "$n" ] || fail "not every rank passed $sc on $layout" "$out"
+        done
+        echo "ok: broadcast from every root, allgather and alltoall exact on $layout"
 done
 
 log=$(mktemp)
