@@ -944,6 +944,7 @@ typedef struct {
         PyObject ob_base;  /* PyObject_HEAD */
         hvd_request_t req; /* input and output set per call */
         int64_t shape[HVD_MAX_NDIM];
+        int kind;       /* KIND_* */
         PyObject *name; /* owned: req.name is its UTF-8 */
         /* owned, NULL until bind_kept: the kept results run_kept picks
          * from, and the dtype and torch.Size they must have */
@@ -981,7 +982,7 @@ static PyGetSetDef prepared_getset[] = {
 static PyTypeObject PreparedType = {
         PyVarObject_HEAD_INIT(NULL, 0)
         .tp_name = "hvd._core.Prepared",
-        .tp_doc = "An allreduce's request, parsed once (prepare), run by run_prepared.",
+        .tp_doc = "A collective's request, parsed once (prepare), run by run_prepared.",
         .tp_basicsize = sizeof(PreparedObject),
         .tp_flags = Py_TPFLAGS_DEFAULT,
         .tp_dealloc = (destructor) prepared_dealloc,
@@ -989,14 +990,24 @@ static PyTypeObject PreparedType = {
 };
 /* clang-format on */
 
-/* prepare(request) -> Prepared: an allreduce's request tuple, as submit
- * takes it (its data pointers are ignored; no splits). */
-static PyObject *core_prepare(PyObject *mod, PyObject *request) {
+/* prepare(request, kind=KIND_ALLREDUCE) -> Prepared: one request tuple of
+ * that kind, as submit takes it (its data pointers are ignored; no
+ * splits). */
+static PyObject *core_prepare(PyObject *mod, PyObject *args) {
         (void) mod;
+        PyObject *request;
+        int kind = KIND_ALLREDUCE;
+        if (!PyArg_ParseTuple(args, "O|i:prepare", &request, &kind))
+                return NULL;
+        if (kind < 0 || kind >= _KIND_COUNT) {
+                PyErr_Format(PyExc_ValueError, "prepare: unknown operation kind %d", kind);
+                return NULL;
+        }
         PreparedObject *p = PyObject_New(PreparedObject, &PreparedType);
         if (!p)
                 return NULL;
         p->name = p->kept = p->kept_dtype = p->kept_shape = NULL;
+        p->kind = kind;
         int n_splits = 0;
         if (parse_request(request, &p->req, p->shape, NULL, 0, &n_splits) < 0) {
                 Py_DECREF(p);
@@ -1008,17 +1019,39 @@ static PyObject *core_prepare(PyObject *mod, PyObject *request) {
         return (PyObject *) p;
 }
 
-/* Runs q (a prepared allreduce with its data pointers) on this thread and
- * waits: None, or raises as Handle.wait does. keepalive (the tensors) is
- * held until the operation ends, also when a signal interrupts the wait:
- * the operation then finishes as an orphan. */
-static PyObject *run_request(const hvd_request_t *q, PyObject *keepalive) {
+/* Runs q (a prepared request of kind) on this thread and waits: None, or
+ * with want_handle the completed Handle (its outputs); raises as
+ * Handle.wait does. keepalive (the tensors) is held until the operation
+ * ends, also when a signal interrupts the wait: the operation then
+ * finishes as an orphan. */
+static PyObject *run_request(const hvd_request_t *q, int kind, PyObject *keepalive, bool want_handle) {
+        static const submit_fn waiting[_KIND_COUNT] = {
+                [KIND_ALLREDUCE] = hvd_allreduce_async_waiting,         [KIND_BROADCAST] = hvd_broadcast_async_waiting,
+                [KIND_ALLGATHER] = hvd_allgather_async_waiting,         [KIND_ALLTOALL] = hvd_alltoall_async_waiting,
+                [KIND_REDUCESCATTER] = hvd_reducescatter_async_waiting,
+        };
         reap_orphans();
         HandleObject *self = handle_new(1); /* no mem: libhvd copied the request */
         if (!self)
                 return NULL;
+        if (kind == KIND_ALLTOALL) {
+                int ss = set_size(q->process_set);
+                self->n_ranks = ss > 0 ? ss : 0;
+        }
+        if (want_handle) { /* Handle.output reads its dtype and device */
+                hvd_request_t *copy = malloc(sizeof *copy);
+                if (!copy) {
+                        Py_DECREF(self);
+                        return PyErr_NoMemory();
+                }
+                *copy = *q;
+                copy->name = NULL;
+                copy->input = copy->output = NULL;
+                copy->shape = copy->splits = NULL;
+                self->mem = copy;
+        }
         hvd_handle_t *h = NULL;
-        int r = hvd_allreduce_async_waiting(q, &h);
+        int r = waiting[kind](q, &h);
         if (r < 0) {
                 Py_DECREF(self);
                 return raise_last_error(r);
@@ -1031,7 +1064,7 @@ static PyObject *run_request(const hvd_request_t *q, PyObject *keepalive) {
                 if (self->status < 0)
                         ret = raise_hvd_error(self->status, hvd_handle_error(self->h));
                 else
-                        ret = Py_None;
+                        ret = want_handle ? (PyObject *) self : Py_None;
                 Py_XINCREF(ret);
         }
         Py_DECREF(self); /* interrupted: an orphan holds the operation */
@@ -1046,8 +1079,11 @@ static PreparedObject *as_prepared(PyObject *o, const char *fn) {
         return (PreparedObject *) o;
 }
 
-/* run_prepared(prepared, input, output, keepalive): the prepared allreduce
- * over these data pointers, run by this thread, waited for (run_request). */
+/* run_prepared(prepared, input, output, keepalive): the prepared request
+ * over these data pointers (output 0: none, libhvd's), run by this thread,
+ * waited for (run_request): None for an allreduce or a broadcast (the
+ * caller's output holds the result), the completed Handle for the kinds
+ * whose outputs libhvd makes (allgather, reducescatter, alltoall). */
 static PyObject *core_run_prepared(PyObject *mod, PyObject *args) {
         (void) mod;
         PyObject *prepared, *in_obj, *out_obj, *keepalive;
@@ -1063,7 +1099,7 @@ static PyObject *core_run_prepared(PyObject *mod, PyObject *args) {
         q.output = PyLong_AsVoidPtr(out_obj);
         if (PyErr_Occurred())
                 return NULL;
-        return run_request(&q, keepalive);
+        return run_request(&q, p->kind, keepalive, p->kind != KIND_ALLREDUCE && p->kind != KIND_BROADCAST);
 }
 
 /* bind_kept(prepared, kept, dtype, shape): run_kept picks its output from
@@ -1111,6 +1147,10 @@ static PyObject *core_run_kept(PyObject *mod, PyObject *const *args, Py_ssize_t 
         PreparedObject *p = as_prepared(args[0], "run_kept");
         if (!p)
                 return NULL;
+        if (p->kind != KIND_ALLREDUCE) {
+                PyErr_SetString(PyExc_ValueError, "run_kept: the prepared request is not an allreduce");
+                return NULL;
+        }
         if (!p->kept)
                 Py_RETURN_NONE;
         PyObject *out = hvd_reuse_pick_list(p->kept, p->kept_dtype, p->kept_shape);
@@ -1123,7 +1163,7 @@ static PyObject *core_run_kept(PyObject *mod, PyObject *const *args, Py_ssize_t 
             !(keepalive = PyTuple_Pack(2, args[1], out)))
                 goto done;
         q.input = in_ptr;
-        ret = run_request(&q, keepalive);
+        ret = run_request(&q, p->kind, keepalive, false);
         if (ret) {
                 Py_DECREF(ret);
                 ret = out;
@@ -1410,11 +1450,12 @@ static PyMethodDef core_methods[] = {
           "reuse_setup(tensor_type, mode, storage_use_count, probe): how reuse_pick reads use counts" },
         { "reuse_pick", hvd_py_reuse_pick, METH_VARARGS,
           "reuse_pick(kept, dtype, shape) -> a free kept tensor, (tensor,) if its state changed, or None" },
-        { "prepare", core_prepare, METH_O,
-          "prepare(request) -> Prepared: an allreduce's request tuple (as submit takes it), parsed once" },
+        { "prepare", core_prepare, METH_VARARGS,
+          "prepare(request, kind=KIND_ALLREDUCE) -> Prepared: a request tuple (as submit takes it), parsed once" },
         { "run_prepared", core_run_prepared, METH_VARARGS,
-          "run_prepared(prepared, input, output, keepalive): the prepared allreduce over these data pointers, "
-          "run by this thread and waited for; raises as Handle.wait does" },
+          "run_prepared(prepared, input, output, keepalive): the prepared request over these data pointers "
+          "(output 0: libhvd's), run by this thread and waited for; None, or for allgather, reducescatter and "
+          "alltoall the completed Handle; raises as Handle.wait does" },
         { "bind_kept", core_bind_kept, METH_VARARGS,
           "bind_kept(prepared, kept, dtype, shape): the list of kept results run_kept picks from (None: none)" },
         { "run_kept", (PyCFunction) (void (*)(void)) core_run_kept, METH_FASTCALL,

@@ -82,12 +82,14 @@ def size():
 @pytest.fixture
 def submitted(monkeypatch):
     """The tensor names the frontends submit to libhvd, in order (through
-    hvd._core.submit, and hvd.torch's prepared blocking allreduces)."""
+    hvd._core.submit, and hvd.torch's prepared blocking collectives, run
+    into the caller's output or into a kept result)."""
     from hvd import _core
     from hvd.torch import mpi_ops
     names = []
     real = _core.submit
     real_prepared = mpi_ops._run_prepared
+    real_kept = mpi_ops._run_kept
 
     def spy(kind, requests, *args):
         names.extend(r[0] for r in requests)
@@ -97,6 +99,13 @@ def submitted(monkeypatch):
         names.append(prepared.name)
         return real_prepared(prepared, *args)
 
+    def spy_kept(prepared, tensor):
+        out = real_kept(prepared, tensor)
+        if out is not None:  # None: nothing was run
+            names.append(prepared.name)
+        return out
+
     monkeypatch.setattr(_core, "submit", spy)
     monkeypatch.setattr(mpi_ops, "_run_prepared", spy_prepared)
+    monkeypatch.setattr(mpi_ops, "_run_kept", spy_kept)
     return names

@@ -179,6 +179,39 @@ def test_blocking_allreduce_runs_its_request_prepared():
     assert all(type(hit[2]) is _core.Prepared for hit in mpi_ops._sync_requests.values() if hit[0] is not None)
 
 
+def test_blocking_collectives_run_their_requests_prepared():
+    """The named blocking broadcast, allgather, reducescatter and alltoall
+    of a CPU tensor parse their requests once too (hvd._core.prepare with
+    their kind) and run them with new pointers: exact results, also on
+    later calls, with one and two dimensions; an alltoall with splits is
+    submitted as before (its splits are not prepared)."""
+    from hvd import _core
+    from hvd.torch import mpi_ops
+    n, r = ht.size(), ht.rank()
+    for i in range(3):
+        t = torch.arange(2 * n, dtype=torch.float32) + 10 * r + i
+        b = t.clone()
+        ht.broadcast_(b, 0, name="basics.prep.bc")
+        assert torch.equal(b, torch.arange(2 * n, dtype=torch.float32) + i)
+        g = ht.allgather(t, name="basics.prep.ag")
+        assert torch.equal(g, torch.cat([torch.arange(2 * n, dtype=torch.float32) + 10 * k + i for k in range(n)]))
+        g2 = ht.allgather(t.reshape(2, n), name="basics.prep.ag2")
+        assert g2.shape == (2 * n, n) and torch.equal(g2.reshape(-1), g)
+        total = sum(torch.arange(2 * n, dtype=torch.float32) + 10 * k + i for k in range(n))
+        rs = ht.reducescatter(t, op=ht.Sum, name="basics.prep.rs")
+        assert torch.equal(rs, total[2 * r:2 * r + 2])
+        a = ht.alltoall(t, name="basics.prep.a2a")
+        assert torch.equal(a, torch.cat([torch.arange(2 * n, dtype=torch.float32)[2 * r:2 * r + 2] + 10 * k + i
+                                         for k in range(n)]))
+        a2, recv = ht.alltoall(t, splits=[2] * n, name="basics.prep.a2s")
+        assert torch.equal(a2, a) and recv.tolist() == [2] * n
+    kinds = {key[0]: hit[2] for key, hit in mpi_ops._now_requests.items() if key[1] and key[1].startswith("basics.prep.")}
+    prepared = [hit[2] for key, hit in mpi_ops._now_requests.items() if key[1] and key[1].startswith("basics.prep.")]
+    assert len(prepared) == 6 and sum(p is None for p in prepared) == 1  # the alltoall with splits
+    assert all(type(p) is _core.Prepared for p in prepared if p is not None)
+    assert set(kinds) == {_core.KIND_BROADCAST, _core.KIND_ALLGATHER, _core.KIND_REDUCESCATTER, _core.KIND_ALLTOALL}
+
+
 def test_prepared_requests_reject_bad_input():
     from hvd import _core
     with pytest.raises(TypeError, match="prepared must come from prepare"):
@@ -194,6 +227,11 @@ def test_prepared_requests_reject_bad_input():
     assert ok.name == "p.splits"
     with pytest.raises(TypeError):
         _core.run_prepared(ok, "not a pointer", 0, None)
+    with pytest.raises(ValueError, match="unknown operation kind 9"):
+        _core.prepare(req[:9] + (None,) + req[10:], 9)
+    gather = _core.prepare(req[:9] + (None,) + req[10:], _core.KIND_ALLGATHER)
+    with pytest.raises(ValueError, match="run_kept: the prepared request is not an allreduce"):
+        _core.run_kept(gather, torch.ones(4))
     with pytest.raises(TypeError, match="run_kept: prepared must come from prepare"):
         _core.run_kept(object(), torch.ones(4))
     with pytest.raises(TypeError, match=r"run_kept\(prepared, tensor\)"):
