@@ -114,12 +114,14 @@ def test_c10_layout_finds_autograd_state():
     are read there; with autograd probes that have none, it is not used."""
     if _reuse._counts is not _reuse._c10_counts:
         pytest.skip(f"hvd does not read torch {torch.__version__}'s counts")
-    t = torch.empty(8)
+    # c10_layout reads the tensors behind the addresses: they must live
+    t, plain = torch.empty(8), torch.empty(8)
+    probes = _reuse._autograd_probes()
     storage = _reuse._storage_of(t)._cdata
-    offset, autograd = hvd_core.c10_layout(t._cdata, storage, [p._cdata for p in _reuse._autograd_probes()])
+    offset, autograd = hvd_core.c10_layout(t._cdata, storage, [p._cdata for p in probes])
     assert offset in (16, 24) and autograd == offset + 8
     try:
-        assert hvd_core.c10_layout(t._cdata, storage, [torch.empty(8)._cdata]) == (offset, None)
+        assert hvd_core.c10_layout(t._cdata, storage, [plain._cdata]) == (offset, None)
         assert hvd_core.c10_layout(t._cdata, storage, []) == (offset, None)
     finally:
         assert _reuse._c10_layout_found()
@@ -137,9 +139,9 @@ def test_c10_layout_rejects_what_is_not_a_tensor():
     with pytest.raises(TypeError, match="autograd_cdatas must be a sequence"):
         hvd_core.c10_layout(t._cdata, _reuse._storage_of(t)._cdata, None)
     if _reuse._counts is _reuse._c10_counts:
-        assert hvd_core.c10_use_counts(torch.empty(8)._cdata) == (1, 1)
-        got = hvd_core.c10_layout(t._cdata, _reuse._storage_of(t)._cdata,
-                                  [p._cdata for p in _reuse._autograd_probes()])
+        fresh, probes = torch.empty(8), _reuse._autograd_probes()  # alive while read
+        assert hvd_core.c10_use_counts(fresh._cdata) == (1, 1)
+        got = hvd_core.c10_layout(t._cdata, _reuse._storage_of(t)._cdata, [p._cdata for p in probes])
         assert got[1] is not None
 
 
