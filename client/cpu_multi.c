@@ -602,12 +602,16 @@ static int execute_broadcast_multi(hvd_backend_t *b, const hvd_xop_t *op, char *
 }
 
 /* The allgather ring's stream: at step s rank me sends contribution
- * me-s and receives me-s-1, which it sends on at step s+1. */
+ * me-s and receives me-s-1, which it sends on at step s+1. Segment
+ * s * nm + i is member i's rows of step s's contribution, in member i's
+ * output (at[i * (N + 1) + j]: where rank j's rows start in it), or in the
+ * staging buffer laid out as one member (nm 1) when an output is missing. */
 typedef struct agring {
-        uint8_t *stage;
-        const uint64_t *boff;
-        const uint64_t *len; /* [N-1] send, then [N-1] receive */
-        uint64_t *done;      /* [N-1]: bytes of step s's contribution in */
+        uint8_t *const *base; /* [nm]: member i's output, or the staging buffer */
+        const uint64_t *at;   /* [nm * (N + 1)] */
+        const uint64_t *len;  /* [(N-1) * nm] send, then [(N-1) * nm] receive */
+        uint64_t *done;       /* [(N-1) * nm]: bytes of each received segment in */
+        size_t nm;
         int N, me;
 } agring_t;
 
@@ -621,17 +625,19 @@ static inline int agring_rb(const agring_t *g, int s) {
 
 static const uint8_t *agring_send_at(void *ud, size_t seg, uint64_t off, uint64_t *ready) {
         agring_t *g = ud;
-        int s = (int) seg;
-        uint64_t have = s == 0 ? g->len[0] : __atomic_load_n(&g->done[s - 1], __ATOMIC_ACQUIRE);
+        int s = (int) (seg / g->nm);
+        size_t i = seg % g->nm;
+        uint64_t have = s == 0 ? g->len[seg] : __atomic_load_n(&g->done[seg - g->nm], __ATOMIC_ACQUIRE);
         *ready = have > off ? have - off : 0;
-        return g->stage + g->boff[agring_sb(g, s)] + off;
+        return g->base[i] + g->at[i * (size_t) (g->N + 1) + (size_t) agring_sb(g, s)] + off;
 }
 
 static uint8_t *agring_recv_at(void *ud, size_t seg, uint64_t off, uint64_t *room) {
         agring_t *g = ud;
-        int s = (int) seg;
-        *room = g->len[g->N - 1 + s] - off;
-        return g->stage + g->boff[agring_rb(g, s)] + off;
+        int s = (int) (seg / g->nm);
+        size_t i = seg % g->nm;
+        *room = g->len[(size_t) (g->N - 1) * g->nm + seg] - off;
+        return g->base[i] + g->at[i * (size_t) (g->N + 1) + (size_t) agring_rb(g, s)] + off;
 }
 
 static int agring_received(void *ud, size_t seg, uint64_t off, uint64_t len, char *err, size_t err_len) {
@@ -642,82 +648,98 @@ static int agring_received(void *ud, size_t seg, uint64_t off, uint64_t len, cha
         return 0;
 }
 
-/* allgather across nodes: a ring over all ranks of whole contributions. */
+/* allgather across nodes: a ring over all ranks of whole contributions,
+ * one pipelined stream. Where every member has an output, the ring runs
+ * in the outputs themselves and nothing is copied but this rank's own
+ * rows; else through a staging buffer (rank j's rows of every member
+ * together), copied out at the end. */
 static int execute_allgather_multi(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
         size_t es = hvd_dtype_size(op->dtype);
         int N = b->g_size, me = b->g_rank, next = (me + 1) % N, prev = (me - 1 + N) % N;
-        /* staging: rank j's contribution (its rows of every member) at boff[j] */
-        uint64_t *boff = calloc((size_t) N + 1, sizeof *boff);
-        if (!boff)
-                return -ENOMEM;
-        for (int j = 0; j < N; j++) {
-                uint64_t l = 0;
-                for (size_t i = 0; i < op->n; i++)
-                        l += (uint64_t) op->m[i].rank_rows[j] * op->m[i].row_elems * es;
-                boff[j + 1] = boff[j] + l;
-        }
-        /* one tensor: its output is laid out as the staging, so the ring
-         * runs in it and nothing is copied but this rank's own rows */
-        bool direct = op->n == 1 && op->m[0].out;
-        uint8_t *stage = direct ? op->m[0].out : scratch_get(b, boff[N] ? boff[N] : 1);
-        int r = stage ? 0 : -ENOMEM;
-        if (r >= 0 && direct) {
-                uint64_t l = boff[me + 1] - boff[me];
-                if (op->m[0].in)
-                        memmove(stage + boff[me], op->m[0].in, l);
-                else
-                        memset(stage + boff[me], 0, l);
-        } else if (r >= 0) {
-                uint64_t o = boff[me];
-                for (size_t i = 0; i < op->n; i++) {
-                        uint64_t l = (uint64_t) op->m[i].rank_rows[me] * op->m[i].row_elems * es;
-                        if (op->m[i].in)
-                                hvd_copy(stage + o, op->m[i].in, l);
-                        o += l;
+        bool direct = true;
+        for (size_t i = 0; i < op->n; i++)
+                direct = direct && op->m[i].out;
+        size_t nm = direct ? op->n : 1, W = (size_t) N + 1;
+        /* at: member i's rank offsets in its output, or the staging's */
+        uint64_t *at = calloc(nm ? nm * W : 1, sizeof *at);
+        uint8_t **base = calloc(nm ? nm : 1, sizeof *base);
+        int r = at && base ? 0 : -ENOMEM;
+        for (size_t i = 0; r >= 0 && i < op->n; i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                for (int j = 0; j < N; j++) {
+                        uint64_t l = (uint64_t) m->rank_rows[j] * m->row_elems * es;
+                        if (direct)
+                                at[i * W + (size_t) j + 1] = at[i * W + (size_t) j] + l;
+                        else
+                                at[j + 1] += l; /* rank j's rows of every member, summed below */
                 }
         }
-        /* the N-1 steps as one pipelined stream: step s+1 forwards each
-         * frame of what step s received as soon as it is in */
-        uint64_t *lens = r >= 0 ? calloc(3 * (size_t) (N - 1) + 1, sizeof *lens) : NULL;
+        if (r >= 0 && !direct) {
+                for (int j = 0; j < N; j++)
+                        at[j + 1] += at[j];
+                base[0] = scratch_get(b, at[N] ? at[N] : 1);
+                r = base[0] ? 0 : -ENOMEM;
+        }
+        /* this rank's own rows where the ring sends them from */
+        uint64_t o = r >= 0 && !direct ? at[me] : 0;
+        for (size_t i = 0; r >= 0 && i < op->n; i++) {
+                const hvd_xmember_t *m = &op->m[i];
+                uint64_t l = (uint64_t) m->rank_rows[me] * m->row_elems * es;
+                uint8_t *dst = direct ? (uint8_t *) m->out + at[i * W + (size_t) me] : base[0] + o;
+                if (direct)
+                        base[i] = m->out;
+                if (m->in && dst != (const uint8_t *) m->in)
+                        memmove(dst, m->in, l);
+                else if (!m->in)
+                        memset(dst, 0, l);
+                o += l;
+        }
+        size_t nseg = (size_t) (N - 1) * nm;
+        uint64_t *lens = r >= 0 ? calloc(3 * nseg + 1, sizeof *lens) : NULL;
         if (r >= 0 && !lens)
                 r = -ENOMEM;
         if (r >= 0) {
-                agring_t g = { .stage = stage, .boff = boff, .N = N, .me = me, .done = lens + 2 * (N - 1) };
-                for (int s = 0; s < N - 1; s++) {
-                        lens[s] = boff[agring_sb(&g, s) + 1] - boff[agring_sb(&g, s)];
-                        lens[N - 1 + s] = boff[agring_rb(&g, s) + 1] - boff[agring_rb(&g, s)];
-                }
+                agring_t g = {
+                        .base = base, .at = at, .len = lens, .done = lens + 2 * nseg, .nm = nm, .N = N, .me = me
+                };
+                for (int s = 0; s < N - 1; s++)
+                        for (size_t i = 0; i < nm; i++) {
+                                const uint64_t *a = at + i * W;
+                                lens[(size_t) s * nm + i] = a[agring_sb(&g, s) + 1] - a[agring_sb(&g, s)];
+                                lens[nseg + (size_t) s * nm + i] = a[agring_rb(&g, s) + 1] - a[agring_rb(&g, s)];
+                        }
                 hvd_tcp_stream_t st = {
                         .to = next,
                         .from = prev,
-                        .n_send = (size_t) (N - 1),
-                        .n_recv = (size_t) (N - 1),
+                        .n_send = nseg,
+                        .n_recv = nseg,
                         .send_len = lens,
-                        .recv_len = lens + (N - 1),
+                        .recv_len = lens + nseg,
                         .send_at = agring_send_at,
                         .recv_at = agring_recv_at,
                         .received = agring_received,
                         .ud = &g,
                         .concurrent = true,
                 };
-                g.len = lens;
                 r = hvd_tcp_stream(b->tcp, &st, err, err_len);
         }
         free(lens);
+        /* staging: each member's rows of every rank out of it */
         for (size_t i = 0; i < op->n && r >= 0 && !direct; i++) {
                 const hvd_xmember_t *m = &op->m[i];
                 uint64_t row = m->row_elems * es, dst = 0;
                 for (int j = 0; j < N; j++) {
-                        uint64_t src = boff[j];
+                        uint64_t src = at[j];
                         for (size_t k = 0; k < i; k++)
                                 src += (uint64_t) op->m[k].rank_rows[j] * op->m[k].row_elems * es;
                         uint64_t l = (uint64_t) m->rank_rows[j] * row;
                         if (m->out)
-                                hvd_copy((uint8_t *) m->out + dst, stage + src, l);
+                                hvd_copy((uint8_t *) m->out + dst, base[0] + src, l);
                         dst += l;
                 }
         }
-        free(boff);
+        free(at);
+        free(base);
         return r;
 }
 
