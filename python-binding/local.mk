@@ -35,7 +35,7 @@ hvd_torch_elastic_py_sources = \
 # pyproject.toml and setup.py: `pip install ./python-binding` against an
 # installed libhvd (pkg-config hvd), beside `make install`
 EXTRA_DIST += $(hvd_py_sources) $(hvd_common_py_sources) $(hvd_torch_py_sources) $(hvd_torch_elastic_py_sources) \
-	%D%/hvdmodule.c %D%/kept.c %D%/kept.h %D%/c10_counts.c %D%/c10_counts.h %D%/reuse_pick.c %D%/reuse_pick.h \
+	%D%/hvdmodule.c %D%/core.h %D%/handle.c %D%/prepared.c %D%/kept.c %D%/kept.h %D%/c10_counts.c %D%/c10_counts.h %D%/reuse_pick.c %D%/reuse_pick.h \
 	%D%/pyproject.toml %D%/setup.py \
 	%D%/README.md docs/HOROVOD.md examples/python/README.md examples/python/train_mnist.py \
 	examples/python/pytorch_synthetic_benchmark.py
@@ -54,7 +54,7 @@ hvdtorchexec_PYTHON = $(hvd_torch_py_sources)
 hvdtorchelasticexecdir = $(pyexecdir)/hvd/torch/elastic
 hvdtorchelasticexec_PYTHON = $(hvd_torch_elastic_py_sources)
 
-%C%__core_la_SOURCES = %D%/hvdmodule.c %D%/kept.c %D%/kept.h %D%/c10_counts.c %D%/c10_counts.h %D%/reuse_pick.c %D%/reuse_pick.h
+%C%__core_la_SOURCES = %D%/hvdmodule.c %D%/core.h %D%/handle.c %D%/prepared.c %D%/kept.c %D%/kept.h %D%/c10_counts.c %D%/c10_counts.h %D%/reuse_pick.c %D%/reuse_pick.h
 # NCCL_CFLAGS and CUDA_CFLAGS (empty without NCCL) find nccl.h, for its version
 %C%__core_la_CPPFLAGS = $(AM_CPPFLAGS) $(PYTHON_CFLAGS) $(NCCL_CFLAGS) $(CUDA_CFLAGS)
 %C%__core_la_CFLAGS = $(AM_CFLAGS) -fno-strict-aliasing

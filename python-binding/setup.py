@@ -43,7 +43,7 @@ libdir = pkg_config("--variable=libdir")
 
 core = Extension(
     "hvd._core",
-    sources=[os.path.relpath(os.path.join(HERE, f), HERE) for f in ("hvdmodule.c", "kept.c", "c10_counts.c", "reuse_pick.c")],
+    sources=[os.path.relpath(os.path.join(HERE, f), HERE) for f in ("hvdmodule.c", "handle.c", "prepared.c", "kept.c", "c10_counts.c", "reuse_pick.c")],
     extra_compile_args=cflags + ["-std=gnu11", "-fno-strict-aliasing"],
     extra_link_args=libs,
     runtime_library_dirs=[libdir] if libdir else [],
