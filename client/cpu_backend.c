@@ -403,6 +403,7 @@ void hvd_backend_destroy(hvd_backend_t **bp) {
         free(b->scratch);
         free(b->rs_full);
         free(b->rs_m);
+        hvd_cpu_rsring_free(b->rsring);
         free(b->ring);
         free(b->mend);
         free(b);

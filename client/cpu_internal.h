@@ -121,6 +121,7 @@ struct hvd_backend {
         size_t rs_full_bytes;
         hvd_xmember_t *rs_m;
         size_t rs_m_cap;
+        struct rsring *rsring; /* the reduce-scatter ring's state (cpu_rsring.c), on first use */
         uint32_t set_local[HVD_MAX_SET_LOCAL];
         hvd_slot_mode_t slot_mode[HVD_SLOT_MODE_CLASSES];
         hvd_slot_mode_t pub_mode[HVD_SLOT_MODE_CLASSES]; /* the byte streams' */
@@ -156,6 +157,24 @@ int hvd_cpu_execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
  * takes t->listen_fd), and an operation of the global view across nodes */
 int hvd_cpu_multi_init(hvd_backend_t *b, const hvd_topology_t *t);
 int hvd_cpu_execute_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len);
+/* b->scratch and b->rs_full, grown to at least bytes (NULL: out of memory) */
+uint8_t *hvd_cpu_scratch(hvd_backend_t *b, size_t bytes);
+uint8_t *hvd_cpu_rs_full(hvd_backend_t *b, size_t bytes);
+
+/* cpu_rsring.c: reducescatter across nodes as a ring reduce-scatter.
+ * _ring: nodes of one rank each, op's inputs to its outputs (prescale,
+ * postscale and average applied). _slice: slice [s0, s1) of chunk c0 of
+ * op's fused elements, in slot (the chunk, this node's ranks' slots
+ * reduced into it), reduce-scattered among the nodes in place: the rows
+ * of this node's ranks complete and scaled by scale. _copy_out: this
+ * rank's rows of chunk [c0, c0 + cl), slice k in local rank k's slot
+ * (slices of sl elements), to its outputs. */
+int hvd_cpu_reducescatter_ring(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len);
+int hvd_cpu_reducescatter_slice(hvd_backend_t *b, const hvd_xop_t *op, uint8_t *slot, uint64_t c0, uint64_t s0,
+                                uint64_t s1, double scale, char *err, size_t err_len);
+void hvd_cpu_reducescatter_copy_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t c0, uint64_t cl,
+                                    uint64_t sl, size_t es);
+void hvd_cpu_rsring_free(struct rsring *g);
 
 /* The size class of an operation of bytes on the segment path (NULL: too
  * small to measure); whether its next operation streams the slot writes;

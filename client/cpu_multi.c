@@ -68,7 +68,7 @@ int hvd_cpu_multi_init(hvd_backend_t *b, const hvd_topology_t *t) {
         return r;
 }
 
-static uint8_t *scratch_get(hvd_backend_t *b, size_t bytes) {
+uint8_t *hvd_cpu_scratch(hvd_backend_t *b, size_t bytes) {
         if (bytes > b->scratch_bytes) {
                 uint8_t *p = realloc(b->scratch, bytes);
                 if (!p)
@@ -77,6 +77,17 @@ static uint8_t *scratch_get(hvd_backend_t *b, size_t bytes) {
                 b->scratch_bytes = bytes;
         }
         return b->scratch;
+}
+
+uint8_t *hvd_cpu_rs_full(hvd_backend_t *b, size_t bytes) {
+        if (bytes > b->rs_full_bytes) {
+                uint8_t *p = realloc(b->rs_full, bytes);
+                if (!p)
+                        return NULL;
+                b->rs_full = p;
+                b->rs_full_bytes = bytes;
+        }
+        return b->rs_full;
 }
 
 /* Allreduces across nodes of at most this many bytes take recursive
@@ -256,7 +267,7 @@ static void members_copy(const hvd_xop_t *xop, size_t es, uint8_t *buf, bool gat
 static int rd_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, const hvd_xop_t *xop, uint64_t n,
                   double scale, char *err, size_t err_len) {
         size_t es = hvd_dtype_size(dt), bytes = n * es;
-        uint8_t *s = scratch_get(b, 2 * bytes + 1);
+        uint8_t *s = hvd_cpu_scratch(b, 2 * bytes + 1);
         if (!s)
                 return -ENOMEM;
         uint8_t *work = buf ? buf : s + bytes;
@@ -304,7 +315,7 @@ static int ring_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_
                 g->mend = b->mend;
         }
         g->blk = (n + (uint64_t) C - 1) / (uint64_t) C;
-        if (!(g->tmp = scratch_get(b, g->blk * g->es > 0 ? g->blk * g->es : 1)))
+        if (!(g->tmp = hvd_cpu_scratch(b, g->blk * g->es > 0 ? g->blk * g->es : 1)))
                 return -ENOMEM;
         int steps = 2 * (C - 1);
         for (int t = 0; t < steps; t++) {
@@ -363,7 +374,8 @@ static int execute_reduce_direct(hvd_backend_t *b, const hvd_xop_t *op, char *er
 /* Hierarchical allreduce: shared-memory reduce inside the node (each of
  * the first lmin local ranks owns a slice), the ring across nodes per slice
  * (every such local rank drives the network at once), copy-out from shared
- * memory. */
+ * memory. A reducescatter likewise, its ring a reduce-scatter, each rank
+ * copying out its own rows. */
 static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
         /* one ring over the whole tensor only when every node runs it so:
          * a node of several ranks cuts it into chunks, each its own ring,
@@ -382,6 +394,7 @@ static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop
         uint64_t chunk_bytes = b->ring_chunk_bytes ? HVD_MIN(b->ring_chunk_bytes, b->half_bytes) : b->half_bytes;
         uint64_t chunk = HVD_MAX((chunk_bytes / 64) * 64 / es, 1);
         double post = hvd_cpu_reduce_scale(op, b->g_size);
+        bool rs = op->kind == HVD__KIND__KIND_REDUCESCATTER;
         int r;
         for (uint64_t c0 = 0; c0 < total; c0 += chunk) {
                 uint64_t cl = HVD_MIN(chunk, total - c0);
@@ -403,8 +416,9 @@ static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop
                                                      (size_t) v->size, s1 - s0, 1.0);
                                 }
                                 hvd_xop_phase(op, HVD_TL_PHASE_NETWORK);
-                                r = ring_allreduce(b, op->dtype, op->reduce_op, mine + s0 * es, s1 - s0, post, err,
-                                                   err_len);
+                                r = rs ? hvd_cpu_reducescatter_slice(b, op, mine, c0, s0, s1, post, err, err_len)
+                                       : ring_allreduce(b, op->dtype, op->reduce_op, mine + s0 * es, s1 - s0, post, err,
+                                                        err_len);
                                 hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
                                 if (r < 0) {
                                         hvd_backend_abort(b, err);
@@ -415,30 +429,39 @@ static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop
                 if ((r = hvd_cpu_barrier(b, v, op->name, err, err_len)) < 0)
                         return r;
                 hvd_xop_phase(op, HVD_TL_PHASE_COPY_OUT);
-                hvd_cpu_chunk_copy_out(b, v, op, c0, cl, sl, es, -1, false);
+                if (rs)
+                        hvd_cpu_reducescatter_copy_out(b, v, op, c0, cl, sl, es);
+                else
+                        hvd_cpu_chunk_copy_out(b, v, op, c0, cl, sl, es, -1, false);
                 if ((r = hvd_cpu_end_step(b, v, op->name, err, err_len)) < 0)
                         return r;
         }
         return 0;
 }
 
-/* reducescatter across nodes: the hierarchical allreduce into a buffer
- * kept for the next one (no allocation per operation once warm), then
- * each rank keeps its rows. */
+/* reducescatter across nodes: a ring reduce-scatter (cpu_rsring.c), from
+ * the inputs to the outputs where every node has one rank, else per slice
+ * of the hierarchical path; but short messages between more than 2 nodes,
+ * where its C-1 trips cost more than recursive doubling's, take the
+ * hierarchical allreduce into a buffer kept for the next one (no
+ * allocation per operation once warm), each rank keeping its rows. */
 static int execute_reducescatter_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err,
                                        size_t err_len) {
         size_t es = hvd_dtype_size(op->dtype);
         uint64_t total = 0;
         for (size_t i = 0; i < op->n; i++)
                 total += op->m[i].count;
-        size_t full_bytes = total * es > 0 ? total * es : 1, nm = op->n ? op->n : 1;
-        if (full_bytes > b->rs_full_bytes) {
-                uint8_t *p = realloc(b->rs_full, full_bytes);
-                if (!p)
-                        return -ENOMEM;
-                b->rs_full = p;
-                b->rs_full_bytes = full_bytes;
+        if (b->cross_size == 2 || total * es > HVD_RD_MAX_BYTES) {
+                if (b->lmax > 1)
+                        return execute_reduce_multi(b, v, op, err, err_len);
+                int r = hvd_cpu_reducescatter_ring(b, op, err, err_len);
+                if (r < 0)
+                        hvd_backend_abort(b, err);
+                return r;
         }
+        size_t nm = op->n ? op->n : 1;
+        if (!hvd_cpu_rs_full(b, total * es > 0 ? total * es : 1))
+                return -ENOMEM;
         if (nm > b->rs_m_cap) {
                 hvd_xmember_t *p = realloc(b->rs_m, nm * sizeof *p);
                 if (!p)
@@ -577,7 +600,7 @@ static int execute_broadcast_multi(hvd_backend_t *b, const hvd_xop_t *op, char *
                 return r;
         }
         /* a member without a buffer: pieces through a staging buffer */
-        uint8_t *buf = scratch_get(b, 2 * PIECE_BYTES);
+        uint8_t *buf = hvd_cpu_scratch(b, 2 * PIECE_BYTES);
         int r = buf ? 0 : -ENOMEM;
         if (me == root)
                 for (size_t i = 0; i < op->n; i++)
@@ -677,7 +700,7 @@ static int execute_allgather_multi(hvd_backend_t *b, const hvd_xop_t *op, char *
         if (r >= 0 && !direct) {
                 for (int j = 0; j < N; j++)
                         at[j + 1] += at[j];
-                base[0] = scratch_get(b, at[N] ? at[N] : 1);
+                base[0] = hvd_cpu_scratch(b, at[N] ? at[N] : 1);
                 r = base[0] ? 0 : -ENOMEM;
         }
         /* this rank's own rows where the ring sends them from */

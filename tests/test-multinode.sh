@@ -4,6 +4,7 @@
 # collective with exact results (tests/worker_smoke), including buffers
 # larger than the shared-memory slot; every allreduce and reducescatter of
 # tests/worker_collectives where hosts of one rank meet hosts of several,
+# reducescatter's ring between hosts of one and of two ranks each,
 # and on 2-5 hosts float results that are the same bits on every rank;
 # broadcast from every root down a chain of 3 hosts, allgather, alltoall;
 # the training example on the digits; a host that never
@@ -39,6 +40,17 @@ for layout in a:2,b:1 a:1,b:3,c:1 a:1,b:1,c:1,d:1 a:1,b:1,c:1,d:1,e:1; do
                 [ "$(echo "$out" | grep -c "$sc: ok")" -eq "$n" ] || fail "not every rank passed $sc on $layout" "$out"
         done
         echo "ok: allreduce, reducescatter and a group exact, the same bits everywhere, on $layout"
+done
+
+# reducescatter where it is a ring reduce-scatter on every size: between 2
+# hosts of one rank (inputs to outputs) and of two (per slice of the
+# shared-memory chunk, two ranks driving the network on each host)
+for layout in a:1,b:1 a:2,b:2; do
+        n=$(echo "$layout" | tr ',' '\n' | awk -F: '{s += $2} END {print s}')
+        out=$("$multi" -H "$layout" -t 120 -- "$HVD_BUILDDIR/tests/worker_collectives" reducescatter 2>&1) ||
+                fail "reducescatter on $layout failed" "$out"
+        [ "$(echo "$out" | grep -c "reducescatter: ok")" -eq "$n" ] || fail "not every rank passed reducescatter on $layout" "$out"
+        echo "ok: reducescatter exact on $layout"
 done
 
 # broadcast from every root (fused members of every dtype, in and out of

@@ -523,7 +523,8 @@ typedef struct rs_ctx {
         hvd_dtype_t dt;
         hvd_reduce_op_t op;
         int64_t row_elems, first_row;
-        int r; /* >= 0: input of rank r; -1: expected output rows from first_row */
+        int r;        /* >= 0: input of rank r; -1: expected output rows from first_row */
+        double scale; /* the request's prescale x postscale (powers of 2: exact) */
 } rs_ctx_t;
 
 static double rs_input(const rs_ctx_t *c, int r, size_t i) {
@@ -541,7 +542,7 @@ static double rs_gen(const void *vctx, size_t i) {
         double acc = 0;
         for (int r = 0; r < size; r++)
                 acc += rs_input(c, r, g);
-        return c->op == HVD_REDUCE_AVERAGE ? acc / size : acc;
+        return (c->op == HVD_REDUCE_AVERAGE ? acc / size : acc) * c->scale;
 }
 
 typedef struct rs_case {
@@ -555,7 +556,7 @@ typedef struct rs_case {
 static void rs_case_init(rs_case_t *c, const char *tag, hvd_dtype_t dt, hvd_reduce_op_t op, int64_t rows, int64_t rest,
                          int round) {
         snprintf(c->name, sizeof c->name, "rs.%s.%d", tag, round);
-        c->ctx = (rs_ctx_t){ dt, op, rest, 0, rank };
+        c->ctx = (rs_ctx_t){ dt, op, rest, 0, rank, 1.0 };
         c->ndim = 2;
         c->shape[0] = rows;
         c->shape[1] = rest;
@@ -570,6 +571,10 @@ static hvd_request_t rs_request(const rs_case_t *c) {
         q.reduce_op = c->ctx.op;
         q.ndim = c->ndim;
         q.shape = c->shape;
+        if (c->ctx.scale != 1.0) {
+                q.prescale = 0.5;
+                q.postscale = 2 * c->ctx.scale;
+        }
         return q;
 }
 
@@ -601,7 +606,7 @@ static void rs_check(const rs_case_t *c, const hvd_handle_t *h, size_t index) {
 
 void scenario_reducescatter(void) {
         for (int round = 0; round < 2; round++) {
-                enum { NR = 6 };
+                enum { NR = 7 };
                 rs_case_t c[NR];
                 hvd_handle_t *h[NR];
                 rs_case_init(&c[0], "sum.f32", HVD_FLOAT32, HVD_REDUCE_SUM, 2 * size + 1, 3, round);
@@ -610,6 +615,9 @@ void scenario_reducescatter(void) {
                 rs_case_init(&c[3], "avg.f32", HVD_FLOAT32, HVD_REDUCE_AVERAGE, 5 * size, 7, round);
                 rs_case_init(&c[4], "sum.i64", HVD_INT64, HVD_REDUCE_SUM, size + size / 2 + 1, 5, round);
                 rs_case_init(&c[5], "sum.large", HVD_FLOAT32, HVD_REDUCE_SUM, 700000 * (int64_t) size + 3, 2, round);
+                /* prescale 0.5, postscale 8: 4x the sum, both factors applied */
+                rs_case_init(&c[6], "scaled.f64", HVD_FLOAT64, HVD_REDUCE_SUM, 40000 * (int64_t) size + 1, 3, round);
+                c[6].ctx.scale = 4.0;
                 for (int i = 0; i < NR; i++) {
                         hvd_request_t q = rs_request(&c[i]);
                         MUST(hvd_reducescatter_async(&q, &h[i]));
