@@ -42,7 +42,7 @@ struct rsring {
         double scale;
         rs_piece_t *p; /* [np], block by block; grows, never shrinks */
         size_t p_cap, np;
-        int *node_ranks, *node_first; /* node j's ranks: node_ranks[node_first[j] .. node_first[j + 1]) */
+        int *node_ranks, *node_first;    /* node j's ranks: node_ranks[node_first[j] .. node_first[j + 1]) */
         uint64_t bend[RS_MAX_STEPS + 1]; /* block j ends at bend[j] */
         uint8_t *tmp;                    /* a received block's frames, reduced as they arrive */
         uint64_t send_len[RS_MAX_STEPS], recv_len[RS_MAX_STEPS];
@@ -261,8 +261,8 @@ int hvd_cpu_reducescatter_ring(hvd_backend_t *b, const hvd_xop_t *op, char *err,
                         int64_t start, nrows;
                         hvd_reducescatter_rows(m->rows, b->g_size, rank, &start, &nrows);
                         uint64_t count = (uint64_t) nrows * m->row_elems;
-                        const uint8_t *in = m->in ? (const uint8_t *) m->in + (uint64_t) start * m->row_elems * es
-                                                  : NULL;
+                        const uint8_t *in =
+                                m->in ? (const uint8_t *) m->in + (uint64_t) start * m->row_elems * es : NULL;
                         if (stage) {
                                 if (in)
                                         hvd_scale_copy(g->dt, acc + at, in, count, op->prescale);
@@ -315,8 +315,8 @@ int hvd_cpu_reducescatter_slice(hvd_backend_t *b, const hvd_xop_t *op, uint8_t *
         return rs_run(b, g, op, err, err_len);
 }
 
-void hvd_cpu_reducescatter_copy_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t c0,
-                                    uint64_t cl, uint64_t sl, size_t es) {
+void hvd_cpu_reducescatter_copy_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t c0, uint64_t cl,
+                                    uint64_t sl, size_t es) {
         uint64_t off = 0;
         for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
                 const hvd_xmember_t *m = &op->m[i];
