@@ -118,4 +118,12 @@ static inline void hvd_reducescatter_rows(int64_t rows, int size, int r, int64_t
         *n = q + (r < rem ? 1 : 0);
 }
 
+/* reducescatter: rank r's rows of member m as its elements [*e0, *e1). */
+static inline void hvd_reducescatter_elems(const hvd_xmember_t *m, int size, int r, uint64_t *e0, uint64_t *e1) {
+        int64_t start, n;
+        hvd_reducescatter_rows(m->rows, size, r, &start, &n);
+        *e0 = (uint64_t) start * m->row_elems;
+        *e1 = *e0 + (uint64_t) n * m->row_elems;
+}
+
 #endif

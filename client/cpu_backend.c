@@ -658,10 +658,10 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
                         uint64_t off = 0;
                         for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
                                 const hvd_xmember_t *m = &op->m[i];
-                                int64_t start, nrows;
-                                hvd_reducescatter_rows(m->rows, v->size, v->me, &start, &nrows);
-                                uint64_t mine0 = off + (uint64_t) start * m->row_elems;
-                                uint64_t mine1 = mine0 + (uint64_t) nrows * m->row_elems;
+                                uint64_t mine0, mine1;
+                                hvd_reducescatter_elems(m, v->size, v->me, &mine0, &mine1);
+                                mine0 += off;
+                                mine1 += off;
                                 uint64_t a = HVD_MAX(mine0, c0), e = HVD_MIN(mine1, c0 + cl);
                                 if (a >= e || !m->out)
                                         continue;

@@ -484,11 +484,10 @@ static int execute_reducescatter_multi(hvd_backend_t *b, const view_t *v, const 
         off = 0;
         for (size_t i = 0; i < op->n && r >= 0; off += op->m[i].count, i++) {
                 const hvd_xmember_t *m = &op->m[i];
-                int64_t start, nrows;
-                hvd_reducescatter_rows(m->rows, b->g_size, b->g_rank, &start, &nrows);
+                uint64_t e0, e1;
+                hvd_reducescatter_elems(m, b->g_size, b->g_rank, &e0, &e1);
                 if (m->out)
-                        hvd_copy(m->out, full + (off + (uint64_t) start * m->row_elems) * es,
-                                 (size_t) nrows * m->row_elems * es);
+                        hvd_copy(m->out, full + (off + e0) * es, (e1 - e0) * es);
         }
         return r;
 }

@@ -16,7 +16,6 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 #include "backend.h"
 #include "cpu_internal.h"
@@ -110,16 +109,15 @@ static int rs_received(void *ud, size_t seg, uint64_t off, uint64_t len, char *e
         (void) err_len;
         struct rsring *g = ud;
         int t = (int) seg;
-        bool last = t == g->C - 2;
+        /* the last step completes this node's block: scaled as it is reduced */
+        double scale = t == g->C - 2 ? g->scale : 1.0;
         uint64_t at = rs_b0(g, rs_rb(g, t)) + off;
         for (uint64_t k = 0; k < len;) {
                 uint64_t beg;
                 const rs_piece_t *p = rs_piece(g, at + k, &beg);
                 uint64_t l = HVD_MIN(p->end - (at + k), len - k), d = at + k - beg;
                 const void *srcs[2] = { p->src + d, g->tmp + off + k };
-                hvd_reduce_n(g->dt, g->op, p->dst + d, srcs, 2, l / g->es, 1.0);
-                if (last && g->scale != 1.0) /* complete: scaled once, as the allreduce's ring does */
-                        hvd_scale_copy(g->dt, p->dst + d, p->dst + d, l / g->es, g->scale);
+                hvd_reduce_n(g->dt, g->op, p->dst + d, srcs, 2, l / g->es, scale);
                 k += l;
         }
         __atomic_store_n(&g->done[t], off + len, __ATOMIC_RELEASE);
@@ -241,40 +239,39 @@ int hvd_cpu_reducescatter_ring(hvd_backend_t *b, const hvd_xop_t *op, char *err,
         uint64_t total = 0;
         for (size_t i = 0; i < op->n; i++)
                 total += op->m[i].count * es;
-        /* a rank contributes its inputs as they are, unless one is missing
-         * (a joined rank: zeros) or prescaled: then its contribution is
-         * staged in acc first; acc also holds the blocks on their way */
+        /* a rank contributes its inputs as they are, unless prescaled: then
+         * its contribution is staged in acc first; acc also holds the
+         * blocks on their way. Every member has an input and an output
+         * (a reducescatter does not run while a rank is joined), but
+         * those of no elements, which may be NULL and are never touched. */
         bool stage = op->prescale != 1.0;
-        for (size_t i = 0; i < op->n; i++)
-                stage = stage || !op->m[i].in;
         uint8_t *acc = hvd_cpu_rs_full(b, total ? total : 1);
         if (!acc) {
                 snprintf(err, err_len, "%s: out of memory for the reduce-scatter ring", op->name);
                 return -ENOMEM;
         }
-        hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
+        if (stage)
+                hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
         uint64_t at = 0;
         for (int j = 0; j < g->C; j++) {
                 int rank = b->node_peer[j]; /* the node's one rank */
                 for (size_t i = 0; i < op->n; i++) {
                         const hvd_xmember_t *m = &op->m[i];
-                        int64_t start, nrows;
-                        hvd_reducescatter_rows(m->rows, b->g_size, rank, &start, &nrows);
-                        uint64_t count = (uint64_t) nrows * m->row_elems;
-                        const uint8_t *in =
-                                m->in ? (const uint8_t *) m->in + (uint64_t) start * m->row_elems * es : NULL;
+                        uint64_t e0, e1;
+                        hvd_reducescatter_elems(m, b->g_size, rank, &e0, &e1);
+                        uint64_t bytes = (e1 - e0) * es;
+                        if (!bytes)
+                                continue;
+                        const uint8_t *in = (const uint8_t *) m->in + e0 * es;
                         if (stage) {
-                                if (in)
-                                        hvd_scale_copy(g->dt, acc + at, in, count, op->prescale);
-                                else
-                                        memset(acc + at, 0, count * es);
+                                hvd_scale_copy(g->dt, acc + at, in, e1 - e0, op->prescale);
                                 in = acc + at;
                         }
-                        if (rs_add(g, in, j == g->c && m->out ? m->out : acc + at, count * es) < 0) {
+                        if (rs_add(g, in, j == g->c ? m->out : acc + at, bytes) < 0) {
                                 snprintf(err, err_len, "%s: out of memory for the reduce-scatter ring", op->name);
                                 return -ENOMEM;
                         }
-                        at += count * es;
+                        at += bytes;
                 }
                 rs_close(g, j);
         }
@@ -299,10 +296,10 @@ int hvd_cpu_reducescatter_slice(hvd_backend_t *b, const hvd_xop_t *op, uint8_t *
                         if (off >= e || off + m->count <= a)
                                 continue;
                         for (int k = g->node_first[j]; k < g->node_first[j + 1]; k++) {
-                                int64_t start, nrows;
-                                hvd_reducescatter_rows(m->rows, b->g_size, g->node_ranks[k], &start, &nrows);
-                                uint64_t x = HVD_MAX(off + (uint64_t) start * m->row_elems, a);
-                                uint64_t y = HVD_MIN(off + (uint64_t) (start + nrows) * m->row_elems, e);
+                                uint64_t x, y;
+                                hvd_reducescatter_elems(m, b->g_size, g->node_ranks[k], &x, &y);
+                                x = HVD_MAX(off + x, a);
+                                y = HVD_MIN(off + y, e);
                                 if (x < y && rs_add(g, slot + (x - c0) * es, slot + (x - c0) * es, (y - x) * es) < 0) {
                                         snprintf(err, err_len, "%s: out of memory for the reduce-scatter ring",
                                                  op->name);
@@ -320,12 +317,10 @@ void hvd_cpu_reducescatter_copy_out(hvd_backend_t *b, const view_t *v, const hvd
         uint64_t off = 0;
         for (size_t i = 0; i < op->n; off += op->m[i].count, i++) {
                 const hvd_xmember_t *m = &op->m[i];
-                int64_t start, nrows;
-                hvd_reducescatter_rows(m->rows, b->g_size, b->g_rank, &start, &nrows);
-                uint64_t mine0 = off + (uint64_t) start * m->row_elems;
-                uint64_t a = HVD_MAX(mine0, c0), e = HVD_MIN(mine0 + (uint64_t) nrows * m->row_elems, c0 + cl);
-                if (!m->out)
-                        continue;
+                uint64_t mine0, mine1;
+                hvd_reducescatter_elems(m, b->g_size, b->g_rank, &mine0, &mine1);
+                mine0 += off;
+                uint64_t a = HVD_MAX(mine0, c0), e = HVD_MIN(mine1 + off, c0 + cl);
                 for (uint64_t x = a; x < e;) { /* slice k of the chunk is in local rank k's slot */
                         uint64_t k = (x - c0) / sl, y = HVD_MIN(e, c0 + (k + 1) * sl);
                         hvd_copy((uint8_t *) m->out + (x - mine0) * es, slot_of(b, v, (int) k) + (x - c0) * es,
