@@ -626,10 +626,9 @@ static int execute_broadcast_multi(hvd_backend_t *b, const hvd_xop_t *op, char *
 /* The allgather ring's stream: at step s rank me sends contribution
  * me-s and receives me-s-1, which it sends on at step s+1. Segment
  * s * nm + i is member i's rows of step s's contribution, in member i's
- * output (at[i * (N + 1) + j]: where rank j's rows start in it), or in the
- * staging buffer laid out as one member (nm 1) when an output is missing. */
+ * output (at[i * (N + 1) + j]: where rank j's rows start in it). */
 typedef struct agring {
-        uint8_t *const *base; /* [nm]: member i's output, or the staging buffer */
+        uint8_t *const *base; /* [nm]: member i's output */
         const uint64_t *at;   /* [nm * (N + 1)] */
         const uint64_t *len;  /* [(N-1) * nm] send, then [(N-1) * nm] receive */
         uint64_t *done;       /* [(N-1) * nm]: bytes of each received segment in */
@@ -671,55 +670,28 @@ static int agring_received(void *ud, size_t seg, uint64_t off, uint64_t len, cha
 }
 
 /* allgather across nodes: a ring over all ranks of whole contributions,
- * one pipelined stream. Where every member has an output, the ring runs
- * in the outputs themselves and nothing is copied but this rank's own
- * rows; else through a staging buffer (rank j's rows of every member
- * together), copied out at the end. */
+ * one pipelined stream in the members' outputs themselves: nothing is
+ * copied but this rank's own rows. Every member has its output (an
+ * allgather does not run while a rank is joined); only one of no
+ * elements may be NULL, and its segments are empty. */
 static int execute_allgather_multi(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
-        size_t es = hvd_dtype_size(op->dtype);
+        size_t es = hvd_dtype_size(op->dtype), nm = op->n;
         int N = b->g_size, me = b->g_rank, next = (me + 1) % N, prev = (me - 1 + N) % N;
-        bool direct = true;
-        for (size_t i = 0; i < op->n; i++)
-                direct = direct && op->m[i].out;
-        size_t nm = direct ? op->n : 1, W = (size_t) N + 1;
-        /* at: member i's rank offsets in its output, or the staging's */
-        uint64_t *at = calloc(nm ? nm * W : 1, sizeof *at);
-        uint8_t **base = calloc(nm ? nm : 1, sizeof *base);
-        int r = at && base ? 0 : -ENOMEM;
-        for (size_t i = 0; r >= 0 && i < op->n; i++) {
+        size_t W = (size_t) N + 1, nseg = (size_t) (N - 1) * nm;
+        /* at: member i's rank offsets in its output */
+        uint64_t *at = calloc(nm * W, sizeof *at);
+        uint8_t **base = calloc(nm, sizeof *base);
+        uint64_t *lens = calloc(3 * nseg + 1, sizeof *lens);
+        int r = at && base && lens ? 0 : -ENOMEM;
+        for (size_t i = 0; r >= 0 && i < nm; i++) {
                 const hvd_xmember_t *m = &op->m[i];
-                for (int j = 0; j < N; j++) {
-                        uint64_t l = (uint64_t) m->rank_rows[j] * m->row_elems * es;
-                        if (direct)
-                                at[i * W + (size_t) j + 1] = at[i * W + (size_t) j] + l;
-                        else
-                                at[j + 1] += l; /* rank j's rows of every member, summed below */
-                }
-        }
-        if (r >= 0 && !direct) {
+                uint64_t *a = at + i * W;
                 for (int j = 0; j < N; j++)
-                        at[j + 1] += at[j];
-                base[0] = hvd_cpu_scratch(b, at[N] ? at[N] : 1);
-                r = base[0] ? 0 : -ENOMEM;
+                        a[j + 1] = a[j] + (uint64_t) m->rank_rows[j] * m->row_elems * es;
+                base[i] = m->out;
+                if (a[me + 1] > a[me])
+                        hvd_copy(base[i] + a[me], m->in, a[me + 1] - a[me]);
         }
-        /* this rank's own rows where the ring sends them from */
-        uint64_t o = r >= 0 && !direct ? at[me] : 0;
-        for (size_t i = 0; r >= 0 && i < op->n; i++) {
-                const hvd_xmember_t *m = &op->m[i];
-                uint64_t l = (uint64_t) m->rank_rows[me] * m->row_elems * es;
-                uint8_t *dst = direct ? (uint8_t *) m->out + at[i * W + (size_t) me] : base[0] + o;
-                if (direct)
-                        base[i] = m->out;
-                if (m->in && dst != (const uint8_t *) m->in)
-                        memmove(dst, m->in, l);
-                else if (!m->in)
-                        memset(dst, 0, l);
-                o += l;
-        }
-        size_t nseg = (size_t) (N - 1) * nm;
-        uint64_t *lens = r >= 0 ? calloc(3 * nseg + 1, sizeof *lens) : NULL;
-        if (r >= 0 && !lens)
-                r = -ENOMEM;
         if (r >= 0) {
                 agring_t g = {
                         .base = base, .at = at, .len = lens, .done = lens + 2 * nseg, .nm = nm, .N = N, .me = me
@@ -746,20 +718,6 @@ static int execute_allgather_multi(hvd_backend_t *b, const hvd_xop_t *op, char *
                 r = hvd_tcp_stream(b->tcp, &st, err, err_len);
         }
         free(lens);
-        /* staging: each member's rows of every rank out of it */
-        for (size_t i = 0; i < op->n && r >= 0 && !direct; i++) {
-                const hvd_xmember_t *m = &op->m[i];
-                uint64_t row = m->row_elems * es, dst = 0;
-                for (int j = 0; j < N; j++) {
-                        uint64_t src = at[j];
-                        for (size_t k = 0; k < i; k++)
-                                src += (uint64_t) op->m[k].rank_rows[j] * op->m[k].row_elems * es;
-                        uint64_t l = (uint64_t) m->rank_rows[j] * row;
-                        if (m->out)
-                                hvd_copy((uint8_t *) m->out + dst, base[0] + src, l);
-                        dst += l;
-                }
-        }
         free(at);
         free(base);
         return r;

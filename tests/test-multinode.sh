@@ -4,7 +4,8 @@
 # collective with exact results (tests/worker_smoke), including buffers
 # larger than the shared-memory slot; every allreduce and reducescatter of
 # tests/worker_collectives where hosts of one rank meet hosts of several,
-# reducescatter's ring between hosts of one and of two ranks each,
+# reducescatter's ring between hosts of one and of two ranks each, empty
+# tensors across hosts,
 # and on 2-5 hosts float results that are the same bits on every rank;
 # broadcast from every root down a chain of 3 hosts, allgather, alltoall;
 # the training example on the digits; a host that never
@@ -44,13 +45,17 @@ done
 
 # reducescatter where it is a ring reduce-scatter on every size: between 2
 # hosts of one rank (inputs to outputs) and of two (per slice of the
-# shared-memory chunk, two ranks driving the network on each host)
+# shared-memory chunk, two ranks driving the network on each host); the
+# edge cases (empty tensors of every collective, whose buffers may be
+# NULL) across hosts
 for layout in a:1,b:1 a:2,b:2; do
         n=$(echo "$layout" | tr ',' '\n' | awk -F: '{s += $2} END {print s}')
-        out=$("$multi" -H "$layout" -t 120 -- "$HVD_BUILDDIR/tests/worker_collectives" reducescatter 2>&1) ||
-                fail "reducescatter on $layout failed" "$out"
-        [ "$(echo "$out" | grep -c "reducescatter: ok")" -eq "$n" ] || fail "not every rank passed reducescatter on $layout" "$out"
-        echo "ok: reducescatter exact on $layout"
+        out=$("$multi" -H "$layout" -t 120 -- "$HVD_BUILDDIR/tests/worker_collectives" reducescatter edges 2>&1) ||
+                fail "reducescatter and edges on $layout failed" "$out"
+        for sc in reducescatter edges; do
+                [ "$(echo "$out" | grep -c "$sc: ok")" -eq "$n" ] || fail "not every rank passed $sc on $layout" "$out"
+        done
+        echo "ok: reducescatter exact and the edge cases on $layout"
 done
 
 # broadcast from every root (fused members of every dtype, in and out of
