@@ -70,6 +70,10 @@ PyObject *hvd_py_buffer_new(void *data, Py_ssize_t bytes, hvd_kept_t *kept, bool
 /* Number of ranks in process set ps, or < 0. */
 int hvd_py_set_size(int ps);
 
+/* libhvd's submission of one request of each kind for a caller that waits
+ * for it at once (hvd_allreduce_async_waiting, ...) */
+extern const submit_fn hvd_py_submit_waiting[_KIND_COUNT];
+
 /* One request tuple as submit takes it into q; shape and splits point
  * into the caller's storage. 0, or -1 with an exception. */
 int hvd_py_parse_request(PyObject *t, hvd_request_t *q, int64_t *shape, int64_t *splits, Py_ssize_t max_splits,

@@ -338,6 +338,12 @@ int hvd_py_parse_request(PyObject *t, hvd_request_t *q, int64_t *shape, int64_t 
 
 typedef int (*group_fn)(const hvd_request_t *reqs, size_t n, hvd_handle_t **handle);
 
+const submit_fn hvd_py_submit_waiting[_KIND_COUNT] = {
+        [KIND_ALLREDUCE] = hvd_allreduce_async_waiting,         [KIND_BROADCAST] = hvd_broadcast_async_waiting,
+        [KIND_ALLGATHER] = hvd_allgather_async_waiting,         [KIND_ALLTOALL] = hvd_alltoall_async_waiting,
+        [KIND_REDUCESCATTER] = hvd_reducescatter_async_waiting,
+};
+
 static PyObject *core_submit(PyObject *mod, PyObject *args, PyObject *kwds) {
         static char *kwlist[] = { "kind", "requests", "keepalive", "grouped", "waits", NULL };
         static const submit_fn single[_KIND_COUNT] = {
@@ -409,18 +415,8 @@ static PyObject *core_submit(PyObject *mod, PyObject *args, PyObject *kwds) {
         hvd_handle_t *h = NULL;
         if (grouped)
                 r = (waits ? grouped_waiting : grouped_fns)[kind](reqs, (size_t) n, &h);
-        else if (waits && kind == KIND_ALLREDUCE)
-                r = hvd_allreduce_async_waiting(&reqs[0], &h);
-        else if (waits && kind == KIND_BROADCAST)
-                r = hvd_broadcast_async_waiting(&reqs[0], &h);
-        else if (waits && kind == KIND_ALLGATHER)
-                r = hvd_allgather_async_waiting(&reqs[0], &h);
-        else if (waits && kind == KIND_REDUCESCATTER)
-                r = hvd_reducescatter_async_waiting(&reqs[0], &h);
-        else if (waits && kind == KIND_ALLTOALL)
-                r = hvd_alltoall_async_waiting(&reqs[0], &h);
         else
-                r = single[kind](&reqs[0], &h);
+                r = (waits ? hvd_py_submit_waiting : single)[kind](&reqs[0], &h);
         if (r < 0) {
                 hvd_py_raise_last_error(r);
                 goto fail;

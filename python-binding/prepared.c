@@ -94,11 +94,6 @@ PyObject *hvd_py_prepare(PyObject *mod, PyObject *args) {
  * ends, also when a signal interrupts the wait: the operation then
  * finishes as an orphan. */
 static PyObject *run_request(const hvd_request_t *q, int kind, PyObject *keepalive, bool want_handle) {
-        static const submit_fn waiting[_KIND_COUNT] = {
-                [KIND_ALLREDUCE] = hvd_allreduce_async_waiting,         [KIND_BROADCAST] = hvd_broadcast_async_waiting,
-                [KIND_ALLGATHER] = hvd_allgather_async_waiting,         [KIND_ALLTOALL] = hvd_alltoall_async_waiting,
-                [KIND_REDUCESCATTER] = hvd_reducescatter_async_waiting,
-        };
         hvd_py_reap_orphans();
         HandleObject *self = hvd_py_handle_new(1); /* no mem: libhvd copied the request */
         if (!self)
@@ -120,7 +115,7 @@ static PyObject *run_request(const hvd_request_t *q, int kind, PyObject *keepali
                 self->mem = copy;
         }
         hvd_handle_t *h = NULL;
-        int r = waiting[kind](q, &h);
+        int r = hvd_py_submit_waiting[kind](q, &h);
         if (r < 0) {
                 Py_DECREF(self);
                 return hvd_py_raise_last_error(r);
