@@ -329,6 +329,8 @@ void hvd_reduce_n_stream(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const vo
 }
 
 void hvd_copy_stream(void *dst, const void *src, size_t bytes) {
+        if (!bytes)
+                return;
 #if HVD_REDUCE_HAVE_AVX2
         if (bytes >= 4096 && use_avx2()) {
                 hvd_copy_stream_avx2(dst, src, bytes);
@@ -357,6 +359,8 @@ static bool copy_loop(void) {
 #define COPY_LOOP_BYTES 2048
 
 void hvd_copy(void *dst, const void *src, size_t bytes) {
+        if (!bytes)
+                return;
 #if HVD_REDUCE_HAVE_AVX2
         if (bytes >= COPY_LOOP_BYTES && copy_loop()) {
                 hvd_copy_avx2(dst, src, bytes);

@@ -37,7 +37,8 @@ void hvd_reduce_n_stream(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const vo
 
 /* memcpy, writing dst around the caches (non-temporal stores) where the
  * CPU has AVX2: for a destination that is not in the caches and will not
- * be read soon. The regions must not overlap. */
+ * be read soon. The regions must not overlap. Takes NULL pointers when
+ * bytes is 0, as hvd_copy does. */
 void hvd_copy_stream(void *dst, const void *src, size_t bytes);
 
 /* memcpy for the data plane's copies (into and out of the shared slots):
@@ -45,7 +46,8 @@ void hvd_copy_stream(void *dst, const void *src, size_t bytes);
  * copies from 2 KiB up to the L2's size with `rep movsb`, which on the AMD
  * EPYC machines here ran 3-5x slower than its own vector loop (a 512 KiB
  * allreduce of 2 ranks, whose 256 KiB pieces took it: 205 against 44 us).
- * The regions must not overlap. */
+ * The regions must not overlap. Unlike memcpy, takes NULL pointers when
+ * bytes is 0, as an empty tensor's buffers may be. */
 void hvd_copy(void *dst, const void *src, size_t bytes);
 
 /* dst[i] = scale * src[i]; scale == 1.0 is a plain copy (memmove if dst == src
