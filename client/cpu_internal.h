@@ -108,7 +108,8 @@ struct hvd_backend {
         int lmin; /* smallest local size of any node: ranks below it drive the network */
         int lmax; /* largest: 1 when every node has one rank */
         int *rank_cross, *rank_local;
-        int *node_peer; /* [cross_size]: rank with my local rank on each node (-1: none) */
+        int *node_peer;   /* [cross_size]: rank with my local rank on each node (-1: none) */
+        bool node_blocks; /* every node's ranks are consecutive ranks, in local rank order */
         hvd_tcp_t *tcp;
         struct ring *ring; /* the TCP ring's state, allocated on first use */
         uint64_t *mend;    /* [mend_cap]: the ring's member ends (grows, never shrinks) */
@@ -157,6 +158,10 @@ int hvd_cpu_execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
  * takes t->listen_fd), and an operation of the global view across nodes */
 int hvd_cpu_multi_init(hvd_backend_t *b, const hvd_topology_t *t);
 int hvd_cpu_execute_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len);
+/* cpu_gather.c: a broadcast and an allgather of the global view across
+ * nodes */
+int hvd_cpu_broadcast_nodes(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len);
+int hvd_cpu_allgather_nodes(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len);
 /* b->scratch and b->rs_full, grown to at least bytes (NULL: out of memory) */
 uint8_t *hvd_cpu_scratch(hvd_backend_t *b, size_t bytes);
 uint8_t *hvd_cpu_rs_full(hvd_backend_t *b, size_t bytes);

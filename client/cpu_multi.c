@@ -2,8 +2,9 @@
  * rank on every node form a TCP ring (tcp.c), and each node's ranks meet
  * in cpu_backend.c's shared memory around it. Allreduce: local reduction
  * into the slots, a pipelined ring allreduce per slice, the result copied
- * out; reducescatter, broadcast, allgather and alltoall likewise, the
- * wire carrying each byte the fewest times its collective allows. */
+ * out; reducescatter likewise (cpu_rsring.c), broadcast and allgather in
+ * cpu_gather.c, alltoall by pairwise exchanges, the wire carrying each
+ * byte the fewest times its collective allows. */
 #include "config.h"
 
 #include <errno.h>
@@ -49,6 +50,11 @@ int hvd_cpu_multi_init(hvd_backend_t *b, const hvd_topology_t *t) {
                 local_sizes[t->rank_cross[r]]++;
                 if (t->rank_local[r] == t->local_rank)
                         b->node_peer[t->rank_cross[r]] = r;
+        }
+        b->node_blocks = true;
+        for (int r = 0; r < t->size; r++) {
+                bool fresh = r == 0 || t->rank_cross[r] != t->rank_cross[r - 1];
+                b->node_blocks = b->node_blocks && t->rank_local[r] == (fresh ? 0 : t->rank_local[r - 1] + 1);
         }
         b->lmin = INT32_MAX;
         b->lmax = 0;
@@ -492,237 +498,6 @@ static int execute_reducescatter_multi(hvd_backend_t *b, const view_t *v, const 
         return r;
 }
 
-/* Stream helpers: the concatenation of op members seen as one byte range. */
-static void stream_gather(const hvd_xop_t *op, bool from_in, const uint64_t *len, uint64_t a, uint64_t e,
-                          uint8_t *dst) {
-        uint64_t off = 0;
-        for (size_t i = 0; i < op->n && off < e; off += len[i], i++) {
-                uint64_t x = HVD_MAX(a, off), y = HVD_MIN(e, off + len[i]);
-                if (x >= y)
-                        continue;
-                const uint8_t *src = from_in ? op->m[i].in : op->m[i].out;
-                if (src)
-                        hvd_copy(dst + (x - a), src + (x - off), y - x);
-                else
-                        memset(dst + (x - a), 0, y - x);
-        }
-}
-
-static void stream_scatter(const hvd_xop_t *op, const uint64_t *len, uint64_t a, uint64_t e, const uint8_t *src) {
-        uint64_t off = 0;
-        for (size_t i = 0; i < op->n && off < e; off += len[i], i++) {
-                uint64_t x = HVD_MAX(a, off), y = HVD_MIN(e, off + len[i]);
-                if (x < y && op->m[i].out)
-                        hvd_copy((uint8_t *) op->m[i].out + (x - off), src + (x - a), y - x);
-        }
-}
-
-#define PIECE_BYTES (UINT64_C(1) << 20)
-
-/* The broadcast chain's stream, one segment per member, straight in and
- * out of the members' outputs: a rank receives into its output and sends
- * on from there each frame that is in (done[i]: bytes of member i in). */
-typedef struct bchain {
-        const hvd_xop_t *op;
-        const uint64_t *len;
-        uint64_t *done; /* NULL at the root: everything is ready */
-} bchain_t;
-
-static const uint8_t *bchain_send_at(void *ud, size_t seg, uint64_t off, uint64_t *ready) {
-        const bchain_t *g = ud;
-        uint64_t have = g->done ? __atomic_load_n(&g->done[seg], __ATOMIC_ACQUIRE) : g->len[seg];
-        *ready = have > off ? have - off : 0;
-        return (const uint8_t *) g->op->m[seg].out + off;
-}
-
-static uint8_t *bchain_recv_at(void *ud, size_t seg, uint64_t off, uint64_t *room) {
-        const bchain_t *g = ud;
-        *room = g->len[seg] - off;
-        return (uint8_t *) g->op->m[seg].out + off;
-}
-
-static int bchain_received(void *ud, size_t seg, uint64_t off, uint64_t len, char *err, size_t err_len) {
-        (void) err;
-        (void) err_len;
-        const bchain_t *g = ud;
-        __atomic_store_n(&g->done[seg], off + len, __ATOMIC_RELEASE);
-        return 0;
-}
-
-/* broadcast across nodes where every member has an output: one pipelined
- * stream down the chain, no copy but the root's input to its output. */
-static int broadcast_stream(hvd_backend_t *b, const hvd_xop_t *op, const uint64_t *len, char *err, size_t err_len) {
-        int N = b->g_size, me = b->g_rank;
-        int pos = (me - op->root + N) % N, next = (me + 1) % N, prev = (me - 1 + N) % N;
-        uint64_t *done = NULL;
-        if (pos > 0 && !(done = calloc(op->n ? op->n : 1, sizeof *done)))
-                return -ENOMEM;
-        if (pos == 0)
-                for (size_t i = 0; i < op->n; i++)
-                        if (len[i] && op->m[i].in != op->m[i].out)
-                                memmove(op->m[i].out, op->m[i].in, len[i]);
-        bchain_t g = { .op = op, .len = len, .done = done };
-        hvd_tcp_stream_t st = {
-                .to = next,
-                .from = prev,
-                .n_send = pos < N - 1 ? op->n : 0,
-                .n_recv = pos > 0 ? op->n : 0,
-                .send_len = len,
-                .recv_len = len,
-                .send_at = bchain_send_at,
-                .recv_at = bchain_recv_at,
-                .received = bchain_received,
-                .ud = &g,
-                .concurrent = true,
-        };
-        int r = hvd_tcp_stream(b->tcp, &st, err, err_len);
-        free(done);
-        return r;
-}
-
-/* broadcast across nodes: a pipelined chain over all ranks from the root. */
-static int execute_broadcast_multi(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
-        size_t es = hvd_dtype_size(op->dtype);
-        int N = b->g_size, me = b->g_rank, root = op->root;
-        int pos = (me - root + N) % N, next = (me + 1) % N, prev = (me - 1 + N) % N;
-        uint64_t *len = calloc(op->n ? op->n : 1, sizeof *len), total = 0;
-        if (!len)
-                return -ENOMEM;
-        bool outputs = true;
-        for (size_t i = 0; i < op->n; i++) {
-                total += len[i] = op->m[i].count * es;
-                outputs = outputs && (op->m[i].out || !len[i]) && (pos > 0 || op->m[i].in || !len[i]);
-        }
-        if (outputs) {
-                int r = broadcast_stream(b, op, len, err, err_len);
-                free(len);
-                return r;
-        }
-        /* a member without a buffer: pieces through a staging buffer */
-        uint8_t *buf = hvd_cpu_scratch(b, 2 * PIECE_BYTES);
-        int r = buf ? 0 : -ENOMEM;
-        if (me == root)
-                for (size_t i = 0; i < op->n; i++)
-                        if (op->m[i].out && op->m[i].in != op->m[i].out)
-                                memmove(op->m[i].out, op->m[i].in, len[i]);
-        uint64_t pieces = (total + PIECE_BYTES - 1) / PIECE_BYTES;
-        /* step k: send piece k-1 on while receiving piece k */
-        for (uint64_t k = 0; k <= pieces && r >= 0; k++) {
-                uint8_t *rbuf = buf + (k & 1) * PIECE_BYTES, *sbuf = buf + ((k + 1) & 1) * PIECE_BYTES;
-                uint64_t ra = k * PIECE_BYTES, re = HVD_MIN(ra + PIECE_BYTES, total);
-                uint64_t sa = (k - 1) * PIECE_BYTES, se = HVD_MIN(sa + PIECE_BYTES, total);
-                bool send = k > 0 && pos < N - 1, recv = k < pieces && pos > 0;
-                if (send && pos == 0)
-                        stream_gather(op, false, len, sa, se, sbuf);
-                r = hvd_tcp_sendrecv(b->tcp, next, sbuf, send ? se - sa : 0, prev, rbuf, recv ? re - ra : 0, err,
-                                     err_len);
-                if (r >= 0 && recv)
-                        stream_scatter(op, len, ra, re, rbuf);
-        }
-        free(len);
-        return r;
-}
-
-/* The allgather ring's stream: at step s rank me sends contribution
- * me-s and receives me-s-1, which it sends on at step s+1. Segment
- * s * nm + i is member i's rows of step s's contribution, in member i's
- * output (at[i * (N + 1) + j]: where rank j's rows start in it). */
-typedef struct agring {
-        uint8_t *const *base; /* [nm]: member i's output */
-        const uint64_t *at;   /* [nm * (N + 1)] */
-        const uint64_t *len;  /* [(N-1) * nm] send, then [(N-1) * nm] receive */
-        uint64_t *done;       /* [(N-1) * nm]: bytes of each received segment in */
-        size_t nm;
-        int N, me;
-} agring_t;
-
-static inline int agring_sb(const agring_t *g, int s) {
-        return (g->me - s + g->N) % g->N;
-}
-
-static inline int agring_rb(const agring_t *g, int s) {
-        return (g->me - s - 1 + 2 * g->N) % g->N;
-}
-
-static const uint8_t *agring_send_at(void *ud, size_t seg, uint64_t off, uint64_t *ready) {
-        agring_t *g = ud;
-        int s = (int) (seg / g->nm);
-        size_t i = seg % g->nm;
-        uint64_t have = s == 0 ? g->len[seg] : __atomic_load_n(&g->done[seg - g->nm], __ATOMIC_ACQUIRE);
-        *ready = have > off ? have - off : 0;
-        return g->base[i] + g->at[i * (size_t) (g->N + 1) + (size_t) agring_sb(g, s)] + off;
-}
-
-static uint8_t *agring_recv_at(void *ud, size_t seg, uint64_t off, uint64_t *room) {
-        agring_t *g = ud;
-        int s = (int) (seg / g->nm);
-        size_t i = seg % g->nm;
-        *room = g->len[(size_t) (g->N - 1) * g->nm + seg] - off;
-        return g->base[i] + g->at[i * (size_t) (g->N + 1) + (size_t) agring_rb(g, s)] + off;
-}
-
-static int agring_received(void *ud, size_t seg, uint64_t off, uint64_t len, char *err, size_t err_len) {
-        (void) err;
-        (void) err_len;
-        agring_t *g = ud;
-        __atomic_store_n(&g->done[seg], off + len, __ATOMIC_RELEASE);
-        return 0;
-}
-
-/* allgather across nodes: a ring over all ranks of whole contributions,
- * one pipelined stream in the members' outputs themselves: nothing is
- * copied but this rank's own rows. Every member has its output (an
- * allgather does not run while a rank is joined); only one of no
- * elements may be NULL, and its segments are empty. */
-static int execute_allgather_multi(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
-        size_t es = hvd_dtype_size(op->dtype), nm = op->n;
-        int N = b->g_size, me = b->g_rank, next = (me + 1) % N, prev = (me - 1 + N) % N;
-        size_t W = (size_t) N + 1, nseg = (size_t) (N - 1) * nm;
-        /* at: member i's rank offsets in its output */
-        uint64_t *at = calloc(nm * W, sizeof *at);
-        uint8_t **base = calloc(nm, sizeof *base);
-        uint64_t *lens = calloc(3 * nseg + 1, sizeof *lens);
-        int r = at && base && lens ? 0 : -ENOMEM;
-        for (size_t i = 0; r >= 0 && i < nm; i++) {
-                const hvd_xmember_t *m = &op->m[i];
-                uint64_t *a = at + i * W;
-                for (int j = 0; j < N; j++)
-                        a[j + 1] = a[j] + (uint64_t) m->rank_rows[j] * m->row_elems * es;
-                base[i] = m->out;
-                if (a[me + 1] > a[me])
-                        hvd_copy(base[i] + a[me], m->in, a[me + 1] - a[me]);
-        }
-        if (r >= 0) {
-                agring_t g = {
-                        .base = base, .at = at, .len = lens, .done = lens + 2 * nseg, .nm = nm, .N = N, .me = me
-                };
-                for (int s = 0; s < N - 1; s++)
-                        for (size_t i = 0; i < nm; i++) {
-                                const uint64_t *a = at + i * W;
-                                lens[(size_t) s * nm + i] = a[agring_sb(&g, s) + 1] - a[agring_sb(&g, s)];
-                                lens[nseg + (size_t) s * nm + i] = a[agring_rb(&g, s) + 1] - a[agring_rb(&g, s)];
-                        }
-                hvd_tcp_stream_t st = {
-                        .to = next,
-                        .from = prev,
-                        .n_send = nseg,
-                        .n_recv = nseg,
-                        .send_len = lens,
-                        .recv_len = lens + nseg,
-                        .send_at = agring_send_at,
-                        .recv_at = agring_recv_at,
-                        .received = agring_received,
-                        .ud = &g,
-                        .concurrent = true,
-                };
-                r = hvd_tcp_stream(b->tcp, &st, err, err_len);
-        }
-        free(lens);
-        free(at);
-        free(base);
-        return r;
-}
-
 /* alltoall across nodes: pairwise exchanges, step s with rank me±s. */
 static int execute_alltoall_multi(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
         size_t es = hvd_dtype_size(op->dtype);
@@ -774,8 +549,8 @@ int hvd_cpu_execute_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
         case HVD__KIND__KIND_BARRIER: return barrier_multi(b, v, err, err_len);
         case HVD__KIND__KIND_ALLREDUCE: return execute_reduce_multi(b, v, op, err, err_len);
         case HVD__KIND__KIND_REDUCESCATTER: return execute_reducescatter_multi(b, v, op, err, err_len);
-        case HVD__KIND__KIND_BROADCAST: r = execute_broadcast_multi(b, op, err, err_len); break;
-        case HVD__KIND__KIND_ALLGATHER: r = execute_allgather_multi(b, op, err, err_len); break;
+        case HVD__KIND__KIND_BROADCAST: r = hvd_cpu_broadcast_nodes(b, v, op, err, err_len); break;
+        case HVD__KIND__KIND_ALLGATHER: r = hvd_cpu_allgather_nodes(b, v, op, err, err_len); break;
         case HVD__KIND__KIND_ALLTOALL: r = execute_alltoall_multi(b, op, err, err_len); break;
         default:
                 snprintf(err, err_len, "%s: operation kind %u not supported by the CPU backend", op->name, op->kind);

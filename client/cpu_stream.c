@@ -144,9 +144,9 @@ int hvd_cpu_execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
                         own_piece(op, m, me, size, es, &src, &dst, &len);
                         if (!m->out || !len)
                                 continue;
-                        if (m->in)
+                        if (m->in && (const uint8_t *) m->in + src != (uint8_t *) m->out + dst)
                                 memmove((uint8_t *) m->out + dst, (const uint8_t *) m->in + src, len);
-                        else
+                        else if (!m->in)
                                 memset((uint8_t *) m->out + dst, 0, len);
                 }
         for (uint64_t w0 = 0; w0 < longest; w0 += win) {

@@ -23,6 +23,7 @@ client_libhvd_la_SOURCES = \
 	client/cpu_backend.c \
 	client/cpu_stream.c \
 	client/cpu_multi.c \
+	client/cpu_gather.c \
 	client/cpu_rsring.c \
 	client/shared_arena.c client/shared_arena.h \
 	client/zero_copy.c client/cpu_internal.h \

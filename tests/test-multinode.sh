@@ -7,7 +7,9 @@
 # reducescatter's ring between hosts of one and of two ranks each, empty
 # tensors across hosts,
 # and on 2-5 hosts float results that are the same bits on every rank;
-# broadcast from every root down a chain of 3 hosts, allgather, alltoall;
+# broadcast from every root down a chain of 3 hosts, allgather, alltoall,
+# by host where hosts have several ranks; ranks numbered round-robin over
+# the hosts;
 # the training example on the digits; a host that never
 # joins (start timeout naming the host and its ranks); a killed worker on a
 # remote node (every rank told, quickly).
@@ -61,8 +63,11 @@ done
 # broadcast from every root (fused members of every dtype, in and out of
 # place, 20 MiB ones over many frames) down the chain of hosts, where a
 # middle rank forwards each frame from its own output as it arrives;
-# allgather and alltoall with uneven rows
-for layout in a:1,b:1,c:1 a:2,b:1,c:1; do
+# allgather and alltoall with uneven rows. On a:2,b:2 both go by host (a
+# chain or ring of one local rank a host, then shared memory on each);
+# on a:2,b:1,c:1 a broadcast from local rank 0 goes by host, from local
+# rank 1 over all ranks
+for layout in a:1,b:1,c:1 a:2,b:1,c:1 a:2,b:2; do
         n=$(echo "$layout" | tr ',' '\n' | awk -F: '{s += $2} END {print s}')
         out=$("$multi" -H "$layout" -t 120 -- "$HVD_BUILDDIR/tests/worker_collectives" broadcast allgather alltoall \
                 2>&1) || fail "broadcast, allgather and alltoall on $layout failed" "$out"
@@ -70,6 +75,21 @@ for layout in a:1,b:1,c:1 a:2,b:1,c:1; do
                 [ "$(echo "$out" | grep -c "$sc: ok")" -eq "$n" ] || fail "not every rank passed $sc on $layout" "$out"
         done
         echo "ok: broadcast from every root, allgather and alltoall exact on $layout"
+done
+
+# ranks numbered round-robin over the hosts (mpirun --map-by node, Slurm's
+# cyclic distribution): a host's ranks are not one range of an allgather's
+# output, which then takes the ring over all ranks; every collective exact
+for layout in a:2,b:2 a:2,b:2,c:2; do
+        n=$(echo "$layout" | tr ',' '\n' | awk -F: '{s += $2} END {print s}')
+        out=$(HVD_TEST_RANK_ORDER=cyclic "$multi" -H "$layout" -t 120 -- "$HVD_BUILDDIR/tests/worker_collectives" \
+                allreduce reducescatter broadcast allgather alltoall edges 2>&1) ||
+                fail "every collective with cyclic ranks on $layout failed" "$out"
+        for sc in allreduce reducescatter broadcast allgather alltoall edges; do
+                [ "$(echo "$out" | grep -c "$sc: ok")" -eq "$n" ] ||
+                        fail "not every rank passed $sc with cyclic ranks on $layout" "$out"
+        done
+        echo "ok: every collective exact with ranks round-robin over the hosts of $layout"
 done
 
 log=$(mktemp)

@@ -171,8 +171,9 @@ static const struct {
         { "output-filename", "hvdrun writes every rank's output to its own, prefixed with the rank: redirect it" },
         { "check-build", "run 'hvdrun --version'; hvd.mpi_built() and friends say what is built" },
         { "blacklist-cooldown-range", "give one cool-down in seconds: --blacklist-cooldown SEC" },
-        { "hierarchical-allreduce", "hvd's daemons already reduce hierarchically (within a node, then across)" },
-        { "hierarchical-allgather", "hvd's daemons already gather hierarchically (within a node, then across)" },
+        { "hierarchical-allreduce", "hvd already reduces hierarchically (within a node, then across)" },
+        { "hierarchical-allgather", "hvd already gathers by node where each host's ranks are consecutive (across "
+                                    "nodes, then within each)" },
         { "mpi-threads-disable", "hvd does not use MPI" },
         { "num-nccl-streams", "hvd's NCCL module uses one stream per job" },
         { "thread-affinity", "hvd does not pin its threads: use taskset or numactl" },

@@ -9,6 +9,9 @@
 # prefixed "[rank@host] ". Exit status: 0 when every rank exited 0, else the
 # first non-zero status. -k keeps the daemons' logs on failure (printed).
 # HVD_TEST_SKIP_HOSTS="c" starts host c's daemon but none of its ranks.
+# HVD_TEST_RANK_ORDER=cyclic numbers ranks round-robin over the hosts
+# (host i's local rank l is rank l * hosts + i; every host the same count),
+# as mpirun --map-by node or Slurm's cyclic distribution do.
 # HVD_TEST_LOG_DIR=DIR keeps each host's daemon log as DIR/daemon-HOST.log.
 set -u
 builddir=${HVD_BUILDDIR:?HVD_BUILDDIR must point at the build tree}
@@ -57,6 +60,7 @@ for ((i = 0; i < K; i++)); do
         skip=
         for h in ${HVD_TEST_SKIP_HOSTS:-}; do [ "$h" = "${names[$i]}" ] && skip=1; done
         for ((l = 0; l < counts[i]; l++)); do
+                [ "${HVD_TEST_RANK_ORDER:-}" = cyclic ] && rank=$((l * K + i))
                 if [ -z "$skip" ]; then
                         ( HVD_JOB_ID=$job HVD_JOB_SECRET=$secret HVD_RANK=$rank HVD_SIZE=$world HVD_LOCAL_RANK=$l \
                           HVD_LOCAL_SIZE=${counts[$i]} HVD_CROSS_RANK=$i HVD_CROSS_SIZE=$K HVD_HOSTS=$hosts \
