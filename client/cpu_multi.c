@@ -498,16 +498,63 @@ static int execute_reducescatter_multi(hvd_backend_t *b, const view_t *v, const 
         return r;
 }
 
-/* alltoall across nodes: pairwise exchanges, step s with rank me±s. */
-static int execute_alltoall_multi(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
+/* An alltoall's rows between this node's ranks, where they are
+ * consecutive ranks: those rows are one range of each input and output,
+ * exchanged through the slots (cpu_stream.c) with the local ranks' block
+ * of each member's splits. */
+static int alltoall_local(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
+        size_t es = hvd_dtype_size(op->dtype), nm = op->n, L = (size_t) v->size;
+        int N = b->g_size, f = b->g_rank - v->me; /* this node's lowest rank */
+        hvd_xmember_t *m = calloc(nm + 1, sizeof *m);
+        int64_t *spl = calloc(nm * L * L + 1, sizeof *spl);
+        int r = m && spl ? 0 : -ENOMEM;
+        for (size_t i = 0; i < nm && r >= 0; i++) {
+                const hvd_xmember_t *g = &op->m[i];
+                uint64_t row = g->row_elems * es, soff = 0, roff = 0;
+                for (int d = 0; d < f; d++) {
+                        soff += (uint64_t) g->splits[(size_t) b->g_rank * N + d] * row;
+                        roff += (uint64_t) g->splits[(size_t) d * N + b->g_rank] * row;
+                }
+                for (size_t x = 0; x < L; x++)
+                        for (size_t y = 0; y < L; y++)
+                                spl[i * L * L + x * L + y] = g->splits[(size_t) (f + (int) x) * N + (size_t) f + y];
+                m[i] = (hvd_xmember_t){
+                        .in = g->in ? (const uint8_t *) g->in + soff : NULL,
+                        .out = g->out ? (uint8_t *) g->out + roff : NULL,
+                        .row_elems = g->row_elems,
+                        .splits = spl + i * L * L,
+                };
+        }
+        hvd_xop_t x = *op;
+        x.m = m;
+        if (r >= 0)
+                r = hvd_cpu_execute_stream(b, v, &x, err, err_len);
+        free(spl);
+        free(m);
+        return r;
+}
+
+/* alltoall across nodes: pairwise exchanges, step s with rank me±s. Rows
+ * between ranks of one node go through the slots instead where the
+ * node's ranks are consecutive: both ends of such a pair skip it at the
+ * same step (each pair's step is the distance between its ranks). */
+static int execute_alltoall_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
         size_t es = hvd_dtype_size(op->dtype);
         int N = b->g_size, me = b->g_rank, r = 0;
+        /* alike on every rank: the topology decides */
+        bool local = b->lmax > 1 && b->node_blocks;
+        if (local)
+                r = alltoall_local(b, v, op, err, err_len);
         for (size_t i = 0; i < op->n && r >= 0; i++) {
                 const hvd_xmember_t *m = &op->m[i];
                 uint64_t row = m->row_elems * es;
 #define SPL(src, dst) ((uint64_t) m->splits[(size_t) (src) *N + (dst)])
                 for (int s = 0; s < N && r >= 0; s++) {
                         int to = (me + s) % N, from = (me - s + N) % N;
+                        bool near_to = local && b->rank_cross[to] == b->cross_rank;
+                        bool near_from = local && b->rank_cross[from] == b->cross_rank;
+                        if (near_to && near_from)
+                                continue;
                         uint64_t soff = 0, roff = 0;
                         for (int d = 0; d < to; d++)
                                 soff += SPL(me, d) * row;
@@ -517,8 +564,9 @@ static int execute_alltoall_multi(hvd_backend_t *b, const hvd_xop_t *op, char *e
                                 hvd_copy((uint8_t *) m->out + roff, (const uint8_t *) m->in + soff, SPL(me, me) * row);
                                 continue;
                         }
-                        r = hvd_tcp_sendrecv(b->tcp, to, (const uint8_t *) m->in + soff, SPL(me, to) * row, from,
-                                             (uint8_t *) m->out + roff, SPL(from, me) * row, err, err_len);
+                        r = hvd_tcp_sendrecv(b->tcp, to, (const uint8_t *) m->in + soff,
+                                             near_to ? 0 : SPL(me, to) * row, from, (uint8_t *) m->out + roff,
+                                             near_from ? 0 : SPL(from, me) * row, err, err_len);
                 }
 #undef SPL
         }
@@ -551,7 +599,7 @@ int hvd_cpu_execute_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
         case HVD__KIND__KIND_REDUCESCATTER: return execute_reducescatter_multi(b, v, op, err, err_len);
         case HVD__KIND__KIND_BROADCAST: r = hvd_cpu_broadcast_nodes(b, v, op, err, err_len); break;
         case HVD__KIND__KIND_ALLGATHER: r = hvd_cpu_allgather_nodes(b, v, op, err, err_len); break;
-        case HVD__KIND__KIND_ALLTOALL: r = execute_alltoall_multi(b, op, err, err_len); break;
+        case HVD__KIND__KIND_ALLTOALL: r = execute_alltoall_multi(b, v, op, err, err_len); break;
         default:
                 snprintf(err, err_len, "%s: operation kind %u not supported by the CPU backend", op->name, op->kind);
                 return -EOPNOTSUPP;
