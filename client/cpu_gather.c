@@ -92,6 +92,8 @@ static int broadcast_by_node(hvd_backend_t *b, const view_t *v, const hvd_xop_t 
         if (v->me == lr)
                 r = broadcast_chain(b, op, len, (c - b->rank_cross[op->root] + C) % C, C, b->node_peer[(c - 1 + C) % C],
                                     b->node_peer[(c + 1) % C], err, err_len);
+        if (r < 0 || v->size == 1) /* a host of one rank holds the result */
+                return r;
         hvd_xmember_t *m = calloc(op->n ? op->n : 1, sizeof *m);
         if (!m)
                 return -ENOMEM;
@@ -103,8 +105,7 @@ static int broadcast_by_node(hvd_backend_t *b, const view_t *v, const hvd_xop_t 
         hvd_xop_t x = *op;
         x.m = m;
         x.root = lr;
-        if (r >= 0)
-                r = hvd_cpu_execute_stream(b, v, &x, err, err_len);
+        r = hvd_cpu_execute_stream(b, v, &x, err, err_len);
         free(m);
         return r;
 }
