@@ -1,9 +1,9 @@
 #!/bin/bash
-# netns-job.sh — one hvd job of 2 ranks on 2 emulated nodes: two network
-# namespaces joined by a veth pair with a tc tbf limit of RATE each way
-# (burst BURST, default 1mb, latency 100ms, as run-step.sh), one hvd-coordinatord in each,
-# one rank in each running CMD. Prints rank 0's output (and the first lines
-# of rank 1's if it says anything else). Needs root.
+# netns-job.sh — one hvd job on 2 emulated nodes: two network namespaces
+# joined by a veth pair with a tc tbf limit of RATE each way (burst BURST,
+# default 1mb, latency 100ms, as run-step.sh), one hvd-coordinatord in each,
+# PER_NODE ranks in each (default 1) running CMD. Prints rank 0's output (and
+# the first lines of the last rank's if it says anything else). Needs root.
 #
 #   benchmarks/netns-job.sh BUILDDIR RATE CMD ARGS...
 # e.g. benchmarks/netns-job.sh build 10gbit build/benchmarks/bench_collective --min-bytes 8 --max-bytes 33554432
@@ -41,18 +41,19 @@ for _ in $(seq 200); do
         sleep 0.05
 done
 wp=()
-for r in 0 1; do
-        ns=$na ip=${net}1 h=a
-        [ $r = 1 ] && ns=$nb ip=${net}2 h=b
-        ip netns exec "$ns" env HVD_JOB_ID="job$tag" HVD_JOB_SECRET=0123456789abcdef HVD_RANK=$r HVD_SIZE=2 \
-                HVD_LOCAL_RANK=0 HVD_LOCAL_SIZE=1 HVD_CROSS_RANK=$r HVD_CROSS_SIZE=2 HVD_HOSTS=a:1,b:1 HVD_HOSTNAME=$h \
-                HVD_ROOT_PEER="tcp://${net}1:7100" HVD_RUNTIME_DIR="$work/$h" HVD_DATA_ADDR="$ip" \
-                timeout -k 5 900 "$@" >"$work/r$r.out" 2>&1 &
+P=${PER_NODE:-1}
+for ((r = 0; r < 2 * P; r++)); do
+        c=$((r / P)) ns=$na ip=${net}1 h=a
+        [ $c = 1 ] && ns=$nb ip=${net}2 h=b
+        ip netns exec "$ns" env HVD_JOB_ID="job$tag" HVD_JOB_SECRET=0123456789abcdef HVD_RANK=$r \
+                HVD_SIZE=$((2 * P)) HVD_LOCAL_RANK=$((r % P)) HVD_LOCAL_SIZE="$P" HVD_CROSS_RANK=$c HVD_CROSS_SIZE=2 \
+                HVD_HOSTS="a:$P,b:$P" HVD_HOSTNAME=$h HVD_ROOT_PEER="tcp://${net}1:7100" HVD_RUNTIME_DIR="$work/$h" \
+                HVD_DATA_ADDR="$ip" timeout -k 5 900 "$@" >"$work/r$r.out" 2>&1 &
         wp+=($!)
 done
 st=0
 for p in "${wp[@]}"; do wait "$p" || st=1; done
 cat "$work/r0.out"
-grep -v '^bench' "$work/r1.out" | head -n 3 >&2
+grep -v '^bench' "$work/r$((2 * P - 1)).out" | head -n 3 >&2
 [ $st -eq 0 ] || { echo "netns-job: a rank failed" >&2; tail -n 3 "$work"/?.log >&2; }
 exit $st
