@@ -60,11 +60,11 @@ run_check() {
 run_check "$top/build"
 
 # the Python suite with the newest torch (the first run had Debian's)
-python_tests="tests/python/run-np2.sh tests/python/run-np3.sh tests/test-launch-torchrun.sh"
+python_tests="tests/python/run-np2.sh tests/python/run-np3.sh tests/python/run-hosts.sh tests/test-launch-torchrun.sh"
 echo "test: the Python suite with the newest torch from PyPI (scripts/venv-torch.sh)"
 if [ ! -f "$top/build/python-binding/pkg/hvd/__init__.py" ]; then
         echo "SKIP: the Python suite with the newest torch: this build has no Python binding"
-        skip=$((skip + 2))
+        skip=$((skip + $(echo "$python_tests" | wc -w)))
 elif venv_python=$("$top/scripts/venv-torch.sh"); then
         version=$("$venv_python" -c 'import torch; print(torch.__version__)')
         label="build, torch $version"
@@ -77,9 +77,8 @@ else
         echo "test: SKIP: the Python suite did NOT run with the newest torch: no environment"
         echo "test: could be made (no network?); see venv-torch's message above"
         echo "test: ######################################################################"
-        echo "SKIP: tests/python/run-np2.sh (newest torch)"
-        echo "SKIP: tests/python/run-np3.sh (newest torch)"
-        skip=$((skip + 2))
+        for t in $python_tests; do echo "SKIP: $t (newest torch)"; done
+        skip=$((skip + $(echo "$python_tests" | wc -w)))
 fi
 # the benchmarks build (make bench) but are not run here: their timings are
 # compared side by side with their peers by benchmarks/run-*.sh, never asserted

@@ -1,6 +1,7 @@
 # tests/python.mk: the pytest suite of the Python binding (hvd, hvd.torch),
 # run by every rank of a 2- and a 3-process job against a private daemon
-# (tests/lib/launch.sh), and its Adasum tests by a 4-process job.
+# (tests/lib/launch.sh), its Adasum tests by a 4-process job, and most of
+# it by a job of 2 emulated hosts of 2 ranks (tests/lib/launch-multi.sh).
 # Skipped (77) when torch or pytest is missing.
 python_test_files = \
 	%D%/python/conftest.py \
@@ -23,7 +24,8 @@ python_test_files = \
 	%D%/python/test_torch_cuda.py \
 	%D%/python/test_torch_adasum.py \
 	%D%/python/test_torch_shared.py
-python_test_scripts = %D%/python/run-np2.sh %D%/python/run-np3.sh %D%/python/run-np4-adasum.sh
+python_test_scripts = %D%/python/run-np2.sh %D%/python/run-np3.sh %D%/python/run-np4-adasum.sh \
+	%D%/python/run-hosts.sh
 EXTRA_DIST += $(python_test_files) $(python_test_scripts) %D%/python/run-pytest.sh
 if HAVE_PYTHON
 TESTS += $(python_test_scripts)

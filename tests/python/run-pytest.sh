@@ -3,6 +3,8 @@
 # in every rank of an N-process job (tests/lib/launch.sh, private daemon).
 # Every rank runs the same session and must pass. Needs HVD_BUILDDIR and
 # HVD_SRCDIR (set by `make check`); exits 77 (skip) without torch/pytest.
+# HVD_PYTEST_HOSTS=a:2,b:2: the job spans emulated hosts instead, a daemon
+# each (tests/lib/launch-multi.sh; N is then the hosts' sum).
 n=${1:?usage: run-pytest.sh N [pytest args]}
 shift
 : "${HVD_BUILDDIR:?HVD_BUILDDIR must point at the build tree}"
@@ -33,6 +35,11 @@ PYTHONPATH=$pkg${PYTHONPATH:+:$PYTHONPATH}
 OMP_NUM_THREADS=1
 PYTHONDONTWRITEBYTECODE=1
 export PYTHONPATH OMP_NUM_THREADS PYTHONDONTWRITEBYTECODE
+if [ -n "${HVD_PYTEST_HOSTS:-}" ]; then
+        exec "$HVD_SRCDIR/tests/lib/launch-multi.sh" -t "${HVD_PYTEST_TIMEOUT:-300}" -H "$HVD_PYTEST_HOSTS" -- \
+                "$PYTHON" -m pytest -q -p no:cacheprovider -o console_output_style=classic \
+                --rootdir "$HVD_SRCDIR/tests/python" "$@" "$HVD_SRCDIR/tests/python"
+fi
 exec "$HVD_SRCDIR/tests/lib/launch.sh" -t "${HVD_PYTEST_TIMEOUT:-300}" -n "$n" -- \
         "$PYTHON" -m pytest -q -p no:cacheprovider -o console_output_style=classic \
         --rootdir "$HVD_SRCDIR/tests/python" "$@" "$HVD_SRCDIR/tests/python"
