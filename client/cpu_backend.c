@@ -709,6 +709,12 @@ int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t
                         snprintf(err, err_len, "%s: process set id %u out of range", op->name, op->process_set);
                         return -EINVAL;
                 }
+                v.me = -1;
+                for (size_t i = 0; i < op->n_set; i++)
+                        if ((int) op->set_ranks[i] == b->g_rank)
+                                v.me = (int) i;
+                if (v.me < 0)
+                        return 0; /* not a member (on any host): nothing to do */
                 if (b->cross_size > 1) {
                         for (size_t i = 0; i < op->n_set; i++)
                                 if (b->rank_cross[op->set_ranks[i]] != b->cross_rank) {
@@ -731,12 +737,6 @@ int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t
                 v.set = true;
                 v.size = (int) op->n_set;
                 v.bar = &b->hdr->set_bar[op->process_set];
-                v.me = -1;
-                for (size_t i = 0; i < op->n_set; i++)
-                        if ((int) op->set_ranks[i] == b->g_rank)
-                                v.me = (int) i;
-                if (v.me < 0)
-                        return 0; /* not a member: nothing to do */
         }
         if (b->cross_size > 1 && !v.set)
                 return hvd_cpu_execute_multi(b, &v, op, err, err_len);
