@@ -23,7 +23,8 @@ python_test_files = \
 	%D%/python/test_torch_elastic.py \
 	%D%/python/test_torch_cuda.py \
 	%D%/python/test_torch_adasum.py \
-	%D%/python/test_torch_shared.py
+	%D%/python/test_torch_shared.py \
+	%D%/python/test_hosts.py
 python_test_scripts = %D%/python/run-np2.sh %D%/python/run-np3.sh %D%/python/run-np4-adasum.sh \
 	%D%/python/run-hosts.sh
 EXTRA_DIST += $(python_test_files) $(python_test_scripts) %D%/python/run-pytest.sh
