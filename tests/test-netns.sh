@@ -3,7 +3,9 @@
 # pair, one hvd-coordinatord in each, a bandwidth limit (tc tbf) on the link
 # and 20 ms of added latency on the daemons' connection (tests/lib/
 # tests/delay_proxy; this kernel has no netem). A 4-rank job (2 per host) must
-# give exact results for every collective across the real network stack.
+# give exact results for every collective across the real network stack;
+# then, with TCP inside each namespace dropped, every collective again
+# (they go by host: a host's ranks share through shared memory only).
 # Reported as skipped, with the reason, where namespaces cannot be made.
 set -u
 . "$HVD_SRCDIR/tests/lib/common.sh"
@@ -56,3 +58,43 @@ if [ $status -ne 0 ]; then
 fi
 grep -q "coll ok size 4" "$base/rank0.log" || fail "no success line" "$(cat "$base/rank0.log")"
 echo "ok: 4 ranks on 2 namespaced hosts (tbf 400 Mbit/s, 20 ms control-plane latency): every collective exact"
+
+# Broadcast, allgather and alltoall go by host: between the ranks of one
+# host nothing goes over TCP (nor for allreduce and reducescatter, whose
+# rings join the ranks of one local rank on each host). With every TCP
+# connection opened inside a namespace to itself dropped (it would go over
+# its loopback), every collective must still be exact; a path over all
+# ranks would connect rank 0 to rank 1 and time out.
+for ns in "$na" "$nb"; do
+        ip netns exec "$ns" nft -f - <<NFT || fail "nftables rule in $ns failed"
+table inet hvdnolo {
+        chain in {
+                type filter hook input priority 0;
+                iif lo tcp flags syn drop
+        }
+}
+NFT
+done
+job=netns-lo-$tag
+wpids=()
+rank=0
+for h in a b; do
+        ns=$na ip=${net}1 cross=0
+        [ $h = b ] && ns=$nb ip=${net}2 cross=1
+        for l in 0 1; do
+                ip netns exec "$ns" env HVD_JOB_ID=$job HVD_JOB_SECRET=$secret HVD_RANK=$rank HVD_SIZE=4 \
+                        HVD_LOCAL_RANK=$l HVD_LOCAL_SIZE=2 HVD_CROSS_RANK=$cross HVD_CROSS_SIZE=2 HVD_HOSTS=a:2,b:2 \
+                        HVD_HOSTNAME=$h HVD_ROOT_PEER="tcp://${net}2:7200" HVD_RUNTIME_DIR="$base/$h" HVD_DATA_ADDR=$ip \
+                        timeout -k 5 90 "$HVD_BUILDDIR/tests/worker_collectives" \
+                        broadcast allgather alltoall allreduce reducescatter >"$base/lo$rank.log" 2>&1 &
+                wpids+=($!)
+                rank=$((rank + 1))
+        done
+done
+status=0
+for p in "${wpids[@]}"; do wait "$p" || status=1; done
+[ $status -eq 0 ] || fail "collectives with no TCP inside a host failed" "$(tail -n 5 "$base"/lo*.log)"
+for sc in broadcast allgather alltoall allreduce reducescatter; do
+        [ "$(cat "$base"/lo*.log | grep -c "$sc: ok")" -eq 4 ] || fail "not every rank passed $sc" "$(cat "$base"/lo*.log)"
+done
+echo "ok: every collective exact on 2 hosts of 2 ranks with no TCP between a host's own ranks"
