@@ -110,11 +110,6 @@ static int check_request(const hvd_request_t *q, uint32_t kind) {
                 if (ps->me < 0)
                         return hvd_error(-EINVAL, "'%s': rank %d is not a member of process set %d", q->name, G.rank,
                                          q->process_set);
-                if (ps->hosts && q->device == HVD_DEVICE_CPU)
-                        return hvd_error(-EOPNOTSUPP,
-                                         "'%s': process set %d spans several hosts, which this version's CPU data "
-                                         "plane does not support (a process set's ranks must share a host)",
-                                         q->name, q->process_set);
                 ss = ps->n;
         }
         if (kind == HVD__KIND__KIND_BROADCAST && (q->root < 0 || q->root >= ss))

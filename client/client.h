@@ -57,7 +57,6 @@ typedef struct hvd_pset {
         int n;
         int me; /* my index, -1 if not a member */
         int *ranks_int;
-        bool hosts; /* its ranks are on several hosts */
 } hvd_pset_t;
 
 /* Device memory hvd allocated for an output, waiting to be freed outside
@@ -175,7 +174,6 @@ struct hvd_client {
          * hvd_shutdown, by any thread */
         bool solo; /* no daemon: a job of one rank */
         int rank, size, local_rank, local_size, cross_rank, cross_size;
-        int *rank_cross;                      /* [size]: each rank's host (cross rank); NULL on one host */
         char job_id[HVD_WIRE_MAX_JOB_ID + 1]; /* for the abort messages */
         /* the job's (Welcome), then the autotuner's (Schedule.tuning,
          * client/schedule.c: written by the runner, read by any thread,

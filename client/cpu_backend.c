@@ -400,6 +400,7 @@ void hvd_backend_destroy(hvd_backend_t **bp) {
         free(b->rank_cross);
         free(b->rank_local);
         free(b->node_peer);
+        free(b->set_rank);
         free(b->scratch);
         free(b->rs_full);
         free(b->rs_m);
@@ -717,13 +718,8 @@ int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t
                         return 0; /* not a member (on any host): nothing to do */
                 if (b->cross_size > 1) {
                         for (size_t i = 0; i < op->n_set; i++)
-                                if (b->rank_cross[op->set_ranks[i]] != b->cross_rank) {
-                                        snprintf(err, err_len,
-                                                 "%s: process set %u spans several hosts, which this version's CPU "
-                                                 "data plane does not support",
-                                                 op->name, op->process_set);
-                                        return -EOPNOTSUPP;
-                                }
+                                if (b->rank_cross[op->set_ranks[i]] != b->cross_rank)
+                                        return hvd_cpu_execute_set(b, op, v.me, err, err_len);
                         /* members are all here: index them by local rank */
                         if (op->n_set > HVD_MAX_SET_LOCAL) {
                                 snprintf(err, err_len, "%s: process set too large", op->name);

@@ -52,14 +52,18 @@ static int bchain_received(void *ud, size_t seg, uint64_t off, uint64_t len, cha
         return 0;
 }
 
-/* A chain of N ranks, this one at position pos (0: the root), between
- * ranks prev and next: one pipelined stream, with no copy but the root's
- * input to its output. */
-static int broadcast_chain(hvd_backend_t *b, const hvd_xop_t *op, const uint64_t *len, int pos, int N, int prev,
-                           int next, char *err, size_t err_len) {
-        uint64_t *done = NULL;
-        if (pos > 0 && !(done = calloc(op->n ? op->n : 1, sizeof *done)))
+/* One pipelined stream, with no copy but the root's input to its output.
+ * Every member has its input at the root and its output everywhere (a
+ * broadcast does not run while a rank is joined); only one of no
+ * elements may be NULL. */
+int hvd_cpu_broadcast_chain(hvd_backend_t *b, const hvd_xop_t *op, int pos, int N, int prev, int next, char *err,
+                            size_t err_len) {
+        size_t es = hvd_dtype_size(op->dtype);
+        uint64_t *len = calloc(2 * op->n + 1, sizeof *len), *done = pos > 0 ? len + op->n : NULL;
+        if (!len)
                 return -ENOMEM;
+        for (size_t i = 0; i < op->n; i++)
+                len[i] = op->m[i].count * es;
         if (pos == 0)
                 for (size_t i = 0; i < op->n; i++)
                         if (len[i] && op->m[i].in != op->m[i].out)
@@ -79,19 +83,18 @@ static int broadcast_chain(hvd_backend_t *b, const hvd_xop_t *op, const uint64_t
                 .concurrent = true,
         };
         int r = hvd_tcp_stream(b->tcp, &st, err, err_len);
-        free(done);
+        free(len);
         return r;
 }
 
 /* By node: the ranks with the root's local rank form a chain of nodes
  * from the root's; every node's rank of it then broadcasts to the node's
  * other ranks through the slots. */
-static int broadcast_by_node(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, const uint64_t *len, char *err,
-                             size_t err_len) {
+static int broadcast_by_node(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
         int lr = b->rank_local[op->root], C = b->cross_size, c = b->cross_rank, r = 0;
         if (v->me == lr)
-                r = broadcast_chain(b, op, len, (c - b->rank_cross[op->root] + C) % C, C, b->node_peer[(c - 1 + C) % C],
-                                    b->node_peer[(c + 1) % C], err, err_len);
+                r = hvd_cpu_broadcast_chain(b, op, (c - b->rank_cross[op->root] + C) % C, C,
+                                            b->node_peer[(c - 1 + C) % C], b->node_peer[(c + 1) % C], err, err_len);
         if (r < 0 || v->size == 1) /* a host of one rank holds the result */
                 return r;
         hvd_xmember_t *m = calloc(op->n ? op->n : 1, sizeof *m);
@@ -110,45 +113,33 @@ static int broadcast_by_node(hvd_backend_t *b, const view_t *v, const hvd_xop_t 
         return r;
 }
 
-/* broadcast across nodes. Every member has its input at the root and its
- * output everywhere (a broadcast does not run while a rank is joined);
- * only one of no elements may be NULL. */
+/* broadcast across nodes: by node, or a chain over all ranks */
 int hvd_cpu_broadcast_nodes(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
-        size_t es = hvd_dtype_size(op->dtype);
         int N = b->g_size, me = b->g_rank;
-        uint64_t *len = calloc(op->n ? op->n : 1, sizeof *len);
-        if (!len)
-                return -ENOMEM;
-        for (size_t i = 0; i < op->n; i++)
-                len[i] = op->m[i].count * es;
         /* alike on every rank: the topology and the root decide */
-        int r;
         if (b->lmax > 1 && b->rank_local[op->root] < b->lmin)
-                r = broadcast_by_node(b, v, op, len, err, err_len);
-        else
-                r = broadcast_chain(b, op, len, (me - op->root + N) % N, N, (me - 1 + N) % N, (me + 1) % N, err,
-                                    err_len);
-        free(len);
-        return r;
+                return broadcast_by_node(b, v, op, err, err_len);
+        return hvd_cpu_broadcast_chain(b, op, (me - op->root + N) % N, N, (me - 1 + N) % N, (me + 1) % N, err, err_len);
 }
 
 /* The allgather ring's stream: at step s the rank at position me sends
  * the contribution of position me-s and receives that of me-s-1, which it
- * sends on at step s+1. Position p is rank rank[p] (NULL: rank p).
- * Segment s * nm + i is member i's rows of step s's contribution, in
- * member i's output (at[i * W + j]: where rank j's rows start in it). */
+ * sends on at step s+1. Position p's rows are those of column
+ * hvd_group_col(p) among the op's ranks. Segment s * nm + i is member
+ * i's rows of step s's contribution, in member i's output (at[i * W + j]:
+ * where column j's rows start in it). */
 typedef struct agring {
         uint8_t *const *base; /* [nm]: member i's output */
         const uint64_t *at;   /* [nm * W] */
         const uint64_t *len;  /* [(N-1) * nm] send, then [(N-1) * nm] receive */
         uint64_t *done;       /* [(N-1) * nm]: bytes of each received segment in */
-        const int *rank;
+        const hvd_cpu_group_t *grp;
         size_t nm, W;
         int N, me;
 } agring_t;
 
 static inline size_t agring_rank(const agring_t *g, int pos) {
-        return (size_t) (g->rank ? g->rank[pos] : pos);
+        return (size_t) hvd_group_col(g->grp, pos);
 }
 
 static inline int agring_sb(const agring_t *g, int s) {
@@ -202,8 +193,8 @@ static int allgather_ring(hvd_backend_t *b, agring_t *g, char *err, size_t err_l
                 }
         int N = g->N, me = g->me;
         hvd_tcp_stream_t st = {
-                .to = (int) agring_rank(g, (me + 1) % N),
-                .from = (int) agring_rank(g, (me - 1 + N) % N),
+                .to = hvd_group_rank(g->grp, (me + 1) % N),
+                .from = hvd_group_rank(g->grp, (me - 1 + N) % N),
                 .n_send = nseg,
                 .n_recv = nseg,
                 .send_len = lens,
@@ -252,12 +243,15 @@ static int allgather_share(hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
         return r;
 }
 
-/* allgather across nodes. Every member has its output (an allgather does
- * not run while a rank is joined); only one of no elements may be NULL,
- * and its segments are empty. */
-int hvd_cpu_allgather_nodes(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
-        size_t es = hvd_dtype_size(op->dtype), nm = op->n, W = (size_t) b->g_size + 1;
-        /* at: member i's rank offsets in its output */
+/* An allgather's ring over grp, in the members' outputs. Every member has
+ * its output (an allgather does not run while a rank is joined); only one
+ * of no elements may be NULL, and its segments are empty. With share
+ * (grp: the nodes), each node's ranks then share what they received. */
+static int allgather_run(hvd_backend_t *b, const view_t *v, const hvd_cpu_group_t *grp, const hvd_xop_t *op, bool share,
+                         char *err, size_t err_len) {
+        size_t es = hvd_dtype_size(op->dtype), nm = op->n, W = (size_t) grp->space + 1;
+        size_t mine = (size_t) hvd_group_col(grp, grp->me);
+        /* at: member i's column offsets in its output */
         uint64_t *at = calloc(nm * W + 1, sizeof *at);
         uint8_t **base = calloc(nm + 1, sizeof *base);
         if (!at || !base) {
@@ -271,22 +265,27 @@ int hvd_cpu_allgather_nodes(hvd_backend_t *b, const view_t *v, const hvd_xop_t *
                 for (size_t j = 0; j + 1 < W; j++)
                         a[j + 1] = a[j] + (uint64_t) m->rank_rows[j] * m->row_elems * es;
                 base[i] = m->out;
-                uint64_t mine = a[b->g_rank + 1] - a[b->g_rank];
-                if (mine)
-                        hvd_copy(base[i] + a[b->g_rank], m->in, mine);
+                if (a[mine + 1] > a[mine])
+                        hvd_copy(base[i] + a[mine], m->in, a[mine + 1] - a[mine]);
         }
-        /* alike on every rank: the topology decides */
-        bool by_node = b->lmax > 1 && b->lmin == b->lmax && b->node_blocks;
-        agring_t g = { .base = base, .at = at, .nm = nm, .W = W, .N = b->g_size, .me = b->g_rank };
-        if (by_node) {
-                g.rank = b->node_peer;
-                g.N = b->cross_size;
-                g.me = b->cross_rank;
-        }
+        agring_t g = { .base = base, .at = at, .grp = grp, .nm = nm, .W = W, .N = grp->n, .me = grp->me };
         int r = allgather_ring(b, &g, err, err_len);
-        if (r >= 0 && by_node)
+        if (r >= 0 && share)
                 r = allgather_share(b, v, op, at, W, err, err_len);
         free(at);
         free(base);
         return r;
+}
+
+/* allgather across nodes: by node where every node's ranks are
+ * consecutive and as many, else a ring over all ranks */
+int hvd_cpu_allgather_nodes(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
+        /* alike on every rank: the topology decides */
+        bool by_node = b->lmax > 1 && b->lmin == b->lmax && b->node_blocks;
+        return allgather_run(b, v, by_node ? &b->nodes : &b->all, op, by_node, err, err_len);
+}
+
+int hvd_cpu_allgather_group(hvd_backend_t *b, const hvd_cpu_group_t *g, const hvd_xop_t *op, char *err,
+                            size_t err_len) {
+        return allgather_run(b, NULL, g, op, false, err, err_len);
 }

@@ -59,6 +59,24 @@ _Static_assert(sizeof(shm_header_t) <= HEADER_BYTES, "shm header too large");
 /* The ranks taking part in one operation: all local ranks, or the members
  * of a process set (which use their own barrier and slot region, and fence
  * every step with a trailing barrier). */
+/* Ranks that run a collective among themselves over TCP, each at a
+ * position 0..n: the ranks with one local rank on every node, the whole
+ * job, or a process set's members across nodes. */
+typedef struct hvd_cpu_group {
+        int n, me;       /* positions, and mine */
+        const int *rank; /* [n]: the job rank at each position (NULL: the position) */
+        const int *col;  /* [n]: its index among the op's ranks (rows, splits, reduced rows; NULL: the position) */
+        int space;       /* how many ranks the op has: the job's or the set's */
+} hvd_cpu_group_t;
+
+static inline int hvd_group_rank(const hvd_cpu_group_t *g, int pos) {
+        return g->rank ? g->rank[pos] : pos;
+}
+
+static inline int hvd_group_col(const hvd_cpu_group_t *g, int pos) {
+        return g->col ? g->col[pos] : pos;
+}
+
 typedef struct view {
         int me, size;           /* my index among the members, member count */
         const uint32_t *member; /* member index → local rank; NULL = identity */
@@ -108,8 +126,10 @@ struct hvd_backend {
         int lmin; /* smallest local size of any node: ranks below it drive the network */
         int lmax; /* largest: 1 when every node has one rank */
         int *rank_cross, *rank_local;
-        int *node_peer;   /* [cross_size]: rank with my local rank on each node (-1: none) */
-        bool node_blocks; /* every node's ranks are consecutive ranks, in local rank order */
+        int *node_peer;             /* [cross_size]: rank with my local rank on each node (-1: none) */
+        bool node_blocks;           /* every node's ranks are consecutive ranks, in local rank order */
+        hvd_cpu_group_t nodes, all; /* node_peer's ranks; every rank of the job */
+        int *set_rank;              /* [g_size]: a process set's members, for its group (cpu_set.c) */
         hvd_tcp_t *tcp;
         struct ring *ring; /* the TCP ring's state, allocated on first use */
         uint64_t *mend;    /* [mend_cap]: the ring's member ends (grows, never shrinks) */
@@ -158,23 +178,45 @@ int hvd_cpu_execute_stream(hvd_backend_t *b, const view_t *v, const hvd_xop_t *o
  * takes t->listen_fd), and an operation of the global view across nodes */
 int hvd_cpu_multi_init(hvd_backend_t *b, const hvd_topology_t *t);
 int hvd_cpu_execute_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len);
+/* The allreduce over group g of buf (n elements), or of the outputs of
+ * xop's members end to end (buf NULL; every member has an output), scaled
+ * by scale: recursive doubling for short messages, else the ring; an
+ * allreduce of op among g from its inputs to its outputs (scaled for
+ * g->space ranks, aborting the job on failure); an alltoall's pairwise
+ * exchanges among g, whose positions index the
+ * splits; local: rows between ranks of one node are not sent (they went
+ * through the slots). */
+int hvd_cpu_allreduce_group(hvd_backend_t *b, const hvd_cpu_group_t *g, hvd_dtype_t dt, hvd_reduce_op_t op,
+                            uint8_t *buf, const hvd_xop_t *xop, uint64_t n, double scale, char *err, size_t err_len);
+int hvd_cpu_reduce_direct(hvd_backend_t *b, const hvd_cpu_group_t *g, const hvd_xop_t *op, char *err, size_t err_len);
+int hvd_cpu_alltoall_pairs(hvd_backend_t *b, const hvd_cpu_group_t *g, const hvd_xop_t *op, bool local, char *err,
+                           size_t err_len);
 /* cpu_gather.c: a broadcast and an allgather of the global view across
- * nodes */
+ * nodes; a chain of N ranks from the root (pos 0) between prev and next;
+ * an allgather's ring over group g, whose columns index the rows */
 int hvd_cpu_broadcast_nodes(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len);
 int hvd_cpu_allgather_nodes(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len);
+int hvd_cpu_broadcast_chain(hvd_backend_t *b, const hvd_xop_t *op, int pos, int N, int prev, int next, char *err,
+                            size_t err_len);
+int hvd_cpu_allgather_group(hvd_backend_t *b, const hvd_cpu_group_t *g, const hvd_xop_t *op, char *err, size_t err_len);
+/* cpu_set.c: an operation of a process set whose members are on several
+ * nodes (me: my index among them), over TCP between its members */
+int hvd_cpu_execute_set(hvd_backend_t *b, const hvd_xop_t *op, int me, char *err, size_t err_len);
 /* b->scratch and b->rs_full, grown to at least bytes (NULL: out of memory) */
 uint8_t *hvd_cpu_scratch(hvd_backend_t *b, size_t bytes);
 uint8_t *hvd_cpu_rs_full(hvd_backend_t *b, size_t bytes);
 
 /* cpu_rsring.c: reducescatter across nodes as a ring reduce-scatter.
- * _ring: nodes of one rank each, op's inputs to its outputs (prescale,
+ * _ring: among group g (nodes of one rank each, or a process set's
+ * members), op's inputs to its outputs (prescale,
  * postscale and average applied). _slice: slice [s0, s1) of chunk c0 of
  * op's fused elements, in slot (the chunk, this node's ranks' slots
  * reduced into it), reduce-scattered among the nodes in place: the rows
  * of this node's ranks complete and scaled by scale. _copy_out: this
  * rank's rows of chunk [c0, c0 + cl), slice k in local rank k's slot
  * (slices of sl elements), to its outputs. */
-int hvd_cpu_reducescatter_ring(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len);
+int hvd_cpu_reducescatter_ring(hvd_backend_t *b, const hvd_cpu_group_t *g, const hvd_xop_t *op, char *err,
+                               size_t err_len);
 int hvd_cpu_reducescatter_slice(hvd_backend_t *b, const hvd_xop_t *op, uint8_t *slot, uint64_t c0, uint64_t s0,
                                 uint64_t s1, double scale, char *err, size_t err_len);
 void hvd_cpu_reducescatter_copy_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t c0, uint64_t cl,

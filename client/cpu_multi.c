@@ -35,8 +35,9 @@ int hvd_cpu_multi_init(hvd_backend_t *b, const hvd_topology_t *t) {
         b->rank_cross = malloc((size_t) t->size * sizeof(int));
         b->rank_local = malloc((size_t) t->size * sizeof(int));
         b->node_peer = malloc((size_t) t->cross_size * sizeof(int));
+        b->set_rank = malloc((size_t) t->size * sizeof(int));
         int *local_sizes = calloc((size_t) t->cross_size, sizeof(int));
-        if (!b->rank_cross || !b->rank_local || !b->node_peer || !local_sizes) {
+        if (!b->rank_cross || !b->rank_local || !b->node_peer || !b->set_rank || !local_sizes) {
                 free(local_sizes);
                 if (t->listen_fd >= 0)
                         close(t->listen_fd);
@@ -51,6 +52,11 @@ int hvd_cpu_multi_init(hvd_backend_t *b, const hvd_topology_t *t) {
                 if (t->rank_local[r] == t->local_rank)
                         b->node_peer[t->rank_cross[r]] = r;
         }
+        /* a node's rank is its column among the job's ranks too */
+        b->nodes = (hvd_cpu_group_t){
+                .n = t->cross_size, .me = t->cross_rank, .rank = b->node_peer, .col = b->node_peer, .space = t->size
+        };
+        b->all = (hvd_cpu_group_t){ .n = t->size, .me = t->rank, .space = t->size };
         b->node_blocks = true;
         for (int r = 0; r < t->size; r++) {
                 bool fresh = r == 0 || t->rank_cross[r] != t->rank_cross[r - 1];
@@ -212,10 +218,10 @@ static int ring_received(void *ud, size_t seg, uint64_t off, uint64_t len, char 
         return 0;
 }
 
-/* The global rank of the node with new rank k in recursive doubling,
- * rem nodes folded into their neighbours (rd_allreduce). */
-static int rd_peer(const hvd_backend_t *b, int k, int rem) {
-        return b->node_peer[k < rem ? 2 * k + 1 : k + rem];
+/* The job rank of the position with new rank k in recursive doubling,
+ * rem positions folded into their neighbours (rd_allreduce). */
+static int rd_peer(const hvd_cpu_group_t *g, int k, int rem) {
+        return hvd_group_rank(g, k < rem ? 2 * k + 1 : k + rem);
 }
 
 /* buf = lo ⊕ hi, lo's elements the first operand on every node alike */
@@ -234,15 +240,15 @@ static void rd_combine(hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, const u
  * 2(C-1). Each pair combines the lower node's buffer with the higher's in
  * that order on both sides, so every node ends with the same bits, as the
  * ring gives them; the scale is applied last, by every node alike. */
-static int rd_allreduce(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, uint8_t *tmp, uint64_t n,
-                        double scale, char *err, size_t err_len) {
-        int C = b->cross_size, c = b->cross_rank, p2 = 1;
+static int rd_allreduce(hvd_backend_t *b, const hvd_cpu_group_t *g, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf,
+                        uint8_t *tmp, uint64_t n, double scale, char *err, size_t err_len) {
+        int C = g->n, c = g->me, p2 = 1;
         while (p2 * 2 <= C)
                 p2 *= 2;
         int rem = C - p2, r = 0;
         size_t bytes = n * hvd_dtype_size(dt);
-        int k = c < 2 * rem ? (c % 2 ? c / 2 : -1) : c - rem; /* my new rank; -1: folded */
-        int pair = c < 2 * rem ? b->node_peer[c ^ 1] : -1;    /* the node I fold with */
+        int k = c < 2 * rem ? (c % 2 ? c / 2 : -1) : c - rem;   /* my new rank; -1: folded */
+        int pair = c < 2 * rem ? hvd_group_rank(g, c ^ 1) : -1; /* the position I fold with */
         if (pair >= 0) {
                 if (k < 0)
                         r = hvd_tcp_sendrecv(b->tcp, pair, buf, bytes, pair, NULL, 0, err, err_len);
@@ -250,7 +256,7 @@ static int rd_allreduce(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, ui
                         rd_combine(dt, op, buf, tmp, false, n);
         }
         for (int d = 1; r == 0 && k >= 0 && d < p2; d *= 2) {
-                int other = rd_peer(b, k ^ d, rem);
+                int other = rd_peer(g, k ^ d, rem);
                 if ((r = hvd_tcp_sendrecv(b->tcp, other, buf, bytes, other, tmp, bytes, err, err_len)) == 0)
                         rd_combine(dt, op, buf, tmp, k < (k ^ d), n);
         }
@@ -270,8 +276,8 @@ static void members_copy(const hvd_xop_t *xop, size_t es, uint8_t *buf, bool gat
 
 /* rd_allreduce over buf, or over the outputs of op's members end to end
  * (buf NULL) through a contiguous copy: the messages are short */
-static int rd_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, const hvd_xop_t *xop, uint64_t n,
-                  double scale, char *err, size_t err_len) {
+static int rd_run(hvd_backend_t *b, const hvd_cpu_group_t *g, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf,
+                  const hvd_xop_t *xop, uint64_t n, double scale, char *err, size_t err_len) {
         size_t es = hvd_dtype_size(dt), bytes = n * es;
         uint8_t *s = hvd_cpu_scratch(b, 2 * bytes + 1);
         if (!s)
@@ -279,24 +285,23 @@ static int rd_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t 
         uint8_t *work = buf ? buf : s + bytes;
         if (!buf)
                 members_copy(xop, es, work, true);
-        int r = rd_allreduce(b, dt, op, work, s, n, scale, err, err_len);
+        int r = rd_allreduce(b, g, dt, op, work, s, n, scale, err, err_len);
         if (r == 0 && !buf)
                 members_copy(xop, es, work, false);
         return r;
 }
 
-/* The allreduce across nodes of buf (n elements), or of the outputs of
- * op's members end to end (buf NULL; every member has an output): the
- * ring, or recursive doubling up to HVD_RD_MAX_BYTES (HVD_RD_PAIR_MAX_BYTES
- * between 2 nodes): the same choice on every node, as n, the dtype and C
- * are. */
-static int ring_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, const hvd_xop_t *xop,
-                    uint64_t n, double scale, char *err, size_t err_len) {
-        int C = b->cross_size, c = b->cross_rank;
+/* The ring, or recursive doubling up to HVD_RD_MAX_BYTES
+ * (HVD_RD_PAIR_MAX_BYTES between 2 positions): the same choice at every
+ * position, as n, the dtype and C are. */
+int hvd_cpu_allreduce_group(hvd_backend_t *b, const hvd_cpu_group_t *grp, hvd_dtype_t dt, hvd_reduce_op_t op,
+                            uint8_t *buf, const hvd_xop_t *xop, uint64_t n, double scale, char *err, size_t err_len) {
+        int C = grp->n, c = grp->me;
         if (C > 1 && n * hvd_dtype_size(dt) <= (C == 2 ? HVD_RD_PAIR_MAX_BYTES : HVD_RD_MAX_BYTES))
-                return rd_run(b, dt, op, buf, xop, n, scale, err, err_len);
+                return rd_run(b, grp, dt, op, buf, xop, n, scale, err, err_len);
         if (2 * (C - 1) > HVD_RING_MAX_STEPS) {
-                snprintf(err, err_len, "%d nodes: the CPU ring supports at most %d", C, HVD_RING_MAX_STEPS / 2 + 1);
+                snprintf(err, err_len, "%d ranks in a ring: the CPU ring supports at most %d", C,
+                         HVD_RING_MAX_STEPS / 2 + 1);
                 return -EINVAL;
         }
         if (!b->ring && !(b->ring = malloc(sizeof *b->ring)))
@@ -331,8 +336,8 @@ static int ring_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_
         if (steps == 0)
                 return 0;
         hvd_tcp_stream_t s = {
-                .to = b->node_peer[(c + 1) % C],
-                .from = b->node_peer[(c + C - 1) % C],
+                .to = hvd_group_rank(grp, (c + 1) % C),
+                .from = hvd_group_rank(grp, (c + C - 1) % C),
                 .n_send = (size_t) steps,
                 .n_recv = (size_t) steps,
                 .send_len = g->len,
@@ -348,30 +353,44 @@ static int ring_run(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_
 
 static int ring_allreduce(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, uint8_t *buf, uint64_t n, double scale,
                           char *err, size_t err_len) {
-        return ring_run(b, dt, op, buf, NULL, n, scale, err, err_len);
+        return hvd_cpu_allreduce_group(b, &b->nodes, dt, op, buf, NULL, n, scale, err, err_len);
 }
 
-/* Allreduce with one rank on this node: no shared memory to go through.
- * Inputs are copied (prescaled) to the outputs unless in place, and the
- * ring runs on the outputs themselves, end to end: the fused buffer is
- * never materialised, and every byte is read and written once by the ring.
- * The ring is pipelined inside (hvd_tcp_stream), so no chunking either. */
-static int execute_reduce_direct(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
+/* Allreduce among g straight from the inputs to the outputs, where every
+ * node has one rank or a process set spans nodes: no shared memory to go
+ * through. Inputs are copied (prescaled) to the outputs unless in place,
+ * and the ring runs on the outputs themselves, end to end: the fused
+ * buffer is never materialised, and every byte is read and written once
+ * by the ring. The ring is pipelined inside (hvd_tcp_stream), so no
+ * chunking either. Where a member has no output (a joined rank's), the
+ * operation goes through b->rs_full instead. */
+int hvd_cpu_reduce_direct(hvd_backend_t *b, const hvd_cpu_group_t *g, const hvd_xop_t *op, char *err, size_t err_len) {
         size_t es = hvd_dtype_size(op->dtype);
         uint64_t total = 0;
-        hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
+        bool outs = true;
         for (size_t i = 0; i < op->n; i++) {
+                total += op->m[i].count;
+                outs = outs && op->m[i].out;
+        }
+        uint8_t *buf = NULL;
+        if (!outs && !(buf = hvd_cpu_rs_full(b, total * es > 0 ? total * es : 1)))
+                return -ENOMEM;
+        hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
+        for (size_t i = 0, at = 0; i < op->n; at += op->m[i].count * es, i++) {
                 const hvd_xmember_t *m = &op->m[i];
-                total += m->count;
+                uint8_t *dst = buf ? buf + at : m->out;
                 if (!m->in)
-                        memset(m->out, 0, m->count * es);
-                else if (m->in != m->out || op->prescale != 1.0)
-                        hvd_scale_copy(op->dtype, m->out, m->in, m->count, op->prescale);
+                        memset(dst, 0, m->count * es);
+                else if (m->in != dst || op->prescale != 1.0)
+                        hvd_scale_copy(op->dtype, dst, m->in, m->count, op->prescale);
         }
         hvd_xop_phase(op, HVD_TL_PHASE_NETWORK);
-        int r = ring_run(b, op->dtype, op->reduce_op, NULL, op, total, hvd_cpu_reduce_scale(op, b->g_size), err,
-                         err_len);
+        int r = hvd_cpu_allreduce_group(b, g, op->dtype, op->reduce_op, buf, op, total,
+                                        hvd_cpu_reduce_scale(op, g->space), err, err_len);
         hvd_xop_phase(op, HVD_TL_PHASE_COLLECTIVE);
+        for (size_t i = 0, at = 0; r == 0 && buf && i < op->n; at += op->m[i].count * es, i++)
+                if (op->m[i].out)
+                        hvd_copy(op->m[i].out, buf + at, op->m[i].count * es);
         if (r < 0)
                 hvd_backend_abort(b, err);
         return r;
@@ -391,7 +410,7 @@ static int execute_reduce_multi(hvd_backend_t *b, const view_t *v, const hvd_xop
                 for (size_t i = 0; i < op->n; i++)
                         outs = outs && op->m[i].out;
                 if (outs)
-                        return execute_reduce_direct(b, op, err, err_len);
+                        return hvd_cpu_reduce_direct(b, &b->nodes, op, err, err_len);
         }
         size_t es = hvd_dtype_size(op->dtype);
         uint64_t total = 0;
@@ -460,7 +479,7 @@ static int execute_reducescatter_multi(hvd_backend_t *b, const view_t *v, const 
         if (b->cross_size == 2 || total * es > HVD_RD_MAX_BYTES) {
                 if (b->lmax > 1)
                         return execute_reduce_multi(b, v, op, err, err_len);
-                int r = hvd_cpu_reducescatter_ring(b, op, err, err_len);
+                int r = hvd_cpu_reducescatter_ring(b, &b->nodes, op, err, err_len);
                 if (r < 0)
                         hvd_backend_abort(b, err);
                 return r;
@@ -534,25 +553,22 @@ static int alltoall_local(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
         return r;
 }
 
-/* alltoall across nodes: pairwise exchanges, step s with rank me±s. Rows
- * between ranks of one node go through the slots instead where the
- * node's ranks are consecutive: both ends of such a pair skip it at the
- * same step (each pair's step is the distance between its ranks). */
-static int execute_alltoall_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
+/* Pairwise exchanges, step s with positions me±s; with local, both ends
+ * of a pair on one node skip it at the same step (each pair's step is the
+ * distance between its positions). */
+int hvd_cpu_alltoall_pairs(hvd_backend_t *b, const hvd_cpu_group_t *g, const hvd_xop_t *op, bool local, char *err,
+                           size_t err_len) {
         size_t es = hvd_dtype_size(op->dtype);
-        int N = b->g_size, me = b->g_rank, r = 0;
-        /* alike on every rank: the topology decides */
-        bool local = b->lmax > 1 && b->node_blocks;
-        if (local)
-                r = alltoall_local(b, v, op, err, err_len);
+        int N = g->n, me = g->me, r = 0;
         for (size_t i = 0; i < op->n && r >= 0; i++) {
                 const hvd_xmember_t *m = &op->m[i];
                 uint64_t row = m->row_elems * es;
 #define SPL(src, dst) ((uint64_t) m->splits[(size_t) (src) *N + (dst)])
                 for (int s = 0; s < N && r >= 0; s++) {
                         int to = (me + s) % N, from = (me - s + N) % N;
-                        bool near_to = local && b->rank_cross[to] == b->cross_rank;
-                        bool near_from = local && b->rank_cross[from] == b->cross_rank;
+                        int rto = hvd_group_rank(g, to), rfrom = hvd_group_rank(g, from);
+                        bool near_to = local && b->rank_cross[rto] == b->cross_rank;
+                        bool near_from = local && b->rank_cross[rfrom] == b->cross_rank;
                         if (near_to && near_from)
                                 continue;
                         uint64_t soff = 0, roff = 0;
@@ -564,8 +580,8 @@ static int execute_alltoall_multi(hvd_backend_t *b, const view_t *v, const hvd_x
                                 hvd_copy((uint8_t *) m->out + roff, (const uint8_t *) m->in + soff, SPL(me, me) * row);
                                 continue;
                         }
-                        r = hvd_tcp_sendrecv(b->tcp, to, (const uint8_t *) m->in + soff,
-                                             near_to ? 0 : SPL(me, to) * row, from, (uint8_t *) m->out + roff,
+                        r = hvd_tcp_sendrecv(b->tcp, rto, (const uint8_t *) m->in + soff,
+                                             near_to ? 0 : SPL(me, to) * row, rfrom, (uint8_t *) m->out + roff,
                                              near_from ? 0 : SPL(from, me) * row, err, err_len);
                 }
 #undef SPL
@@ -573,16 +589,26 @@ static int execute_alltoall_multi(hvd_backend_t *b, const view_t *v, const hvd_x
         return r;
 }
 
-/* barrier across nodes: local barrier, a ring allreduce of one element per
- * node among the first local ranks (every node hears from every other),
- * local barrier. */
+/* alltoall across nodes: pairwise exchanges among all ranks; rows between
+ * ranks of one node go through the slots instead where the node's ranks
+ * are consecutive. */
+static int execute_alltoall_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, char *err, size_t err_len) {
+        /* alike on every rank: the topology decides */
+        bool local = b->lmax > 1 && b->node_blocks;
+        int r = local ? alltoall_local(b, v, op, err, err_len) : 0;
+        return r < 0 ? r : hvd_cpu_alltoall_pairs(b, &b->all, op, local, err, err_len);
+}
+
+/* barrier across nodes: local barrier, an allreduce of one byte among
+ * the first local ranks, local barrier. One byte is short: recursive
+ * doubling, where every result depends on every node's entry. */
 static int barrier_multi(hvd_backend_t *b, const view_t *v, char *err, size_t err_len) {
         int r = hvd_cpu_barrier(b, v, "barrier", err, err_len);
         if (r < 0)
                 return r;
         if (v->me == 0) {
-                uint8_t token[64] = { 0 };
-                r = ring_allreduce(b, HVD_UINT8, HVD_REDUCE_SUM, token, (uint64_t) b->cross_size, 1.0, err, err_len);
+                uint8_t token = 0;
+                r = ring_allreduce(b, HVD_UINT8, HVD_REDUCE_SUM, &token, 1, 1.0, err, err_len);
                 if (r < 0) {
                         hvd_backend_abort(b, err);
                         return r;

@@ -37,6 +37,7 @@ struct rsring {
         hvd_dtype_t dt;
         hvd_reduce_op_t op;
         size_t es;
+        const hvd_cpu_group_t *g; /* the ring's ranks: block j is position j's */
         int C, c;
         double scale;
         rs_piece_t *p; /* [np], block by block; grows, never shrinks */
@@ -124,13 +125,14 @@ static int rs_received(void *ud, size_t seg, uint64_t off, uint64_t len, char *e
         return 0;
 }
 
-/* The ring's state for op in *ret, its pieces emptied: 0, or < 0 with
- * err set (out of memory, more nodes than the ring takes). */
-static int rs_begin(hvd_backend_t *b, const hvd_xop_t *op, double scale, struct rsring **ret, char *err,
-                    size_t err_len) {
+/* The ring's state for op among grp in *ret, its pieces emptied: 0, or
+ * < 0 with err set (out of memory, more ranks than the ring takes). */
+static int rs_begin(hvd_backend_t *b, const hvd_cpu_group_t *grp, const hvd_xop_t *op, double scale,
+                    struct rsring **ret, char *err, size_t err_len) {
         int C = b->cross_size;
-        if (C - 1 > RS_MAX_STEPS) {
-                snprintf(err, err_len, "%d nodes: the CPU ring supports at most %d", C, RS_MAX_STEPS + 1);
+        if (grp->n - 1 > RS_MAX_STEPS) {
+                snprintf(err, err_len, "%d ranks in a ring: the CPU ring supports at most %d", grp->n,
+                         RS_MAX_STEPS + 1);
                 return -EINVAL;
         }
         struct rsring *g = b->rsring;
@@ -161,8 +163,9 @@ static int rs_begin(hvd_backend_t *b, const hvd_xop_t *op, double scale, struct 
         g->dt = op->dtype;
         g->op = op->reduce_op;
         g->es = hvd_dtype_size(op->dtype);
-        g->C = C;
-        g->c = b->cross_rank;
+        g->g = grp;
+        g->C = grp->n;
+        g->c = grp->me;
         g->scale = scale;
         g->np = 0;
         *ret = g;
@@ -215,8 +218,8 @@ static int rs_run(hvd_backend_t *b, struct rsring *g, const hvd_xop_t *op, char 
                 return -ENOMEM;
         }
         hvd_tcp_stream_t s = {
-                .to = b->node_peer[(g->c + 1) % C],
-                .from = b->node_peer[(g->c + C - 1) % C],
+                .to = hvd_group_rank(g->g, (g->c + 1) % C),
+                .from = hvd_group_rank(g->g, (g->c + C - 1) % C),
                 .n_send = (size_t) (C - 1),
                 .n_recv = (size_t) (C - 1),
                 .send_len = g->send_len,
@@ -230,9 +233,10 @@ static int rs_run(hvd_backend_t *b, struct rsring *g, const hvd_xop_t *op, char 
         return hvd_tcp_stream(b->tcp, &s, err, err_len);
 }
 
-int hvd_cpu_reducescatter_ring(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t err_len) {
+int hvd_cpu_reducescatter_ring(hvd_backend_t *b, const hvd_cpu_group_t *grp, const hvd_xop_t *op, char *err,
+                               size_t err_len) {
         struct rsring *g;
-        int r = rs_begin(b, op, hvd_cpu_reduce_scale(op, b->g_size), &g, err, err_len);
+        int r = rs_begin(b, grp, op, hvd_cpu_reduce_scale(op, grp->space), &g, err, err_len);
         if (r < 0)
                 return r;
         size_t es = g->es;
@@ -254,11 +258,11 @@ int hvd_cpu_reducescatter_ring(hvd_backend_t *b, const hvd_xop_t *op, char *err,
                 hvd_xop_phase(op, HVD_TL_PHASE_COPY_IN);
         uint64_t at = 0;
         for (int j = 0; j < g->C; j++) {
-                int rank = b->node_peer[j]; /* the node's one rank */
+                int col = hvd_group_col(grp, j); /* position j's rows */
                 for (size_t i = 0; i < op->n; i++) {
                         const hvd_xmember_t *m = &op->m[i];
                         uint64_t e0, e1;
-                        hvd_reducescatter_elems(m, b->g_size, rank, &e0, &e1);
+                        hvd_reducescatter_elems(m, grp->space, col, &e0, &e1);
                         uint64_t bytes = (e1 - e0) * es;
                         if (!bytes)
                                 continue;
@@ -284,7 +288,7 @@ int hvd_cpu_reducescatter_ring(hvd_backend_t *b, const hvd_xop_t *op, char *err,
 int hvd_cpu_reducescatter_slice(hvd_backend_t *b, const hvd_xop_t *op, uint8_t *slot, uint64_t c0, uint64_t s0,
                                 uint64_t s1, double scale, char *err, size_t err_len) {
         struct rsring *g;
-        int r = rs_begin(b, op, scale, &g, err, err_len);
+        int r = rs_begin(b, &b->nodes, op, scale, &g, err, err_len);
         if (r < 0)
                 return r;
         size_t es = g->es;

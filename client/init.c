@@ -87,8 +87,6 @@ static void teardown(void) {
         G.fp_node_n = 0;
         hvd_fp_free_held();
         hvd_backend_destroy(&G.backend);
-        free(G.rank_cross);
-        G.rank_cross = NULL;
         hvd_negotiator_destroy(&G.neg);
         if (G.sock) {
                 zmq_close(G.sock);
@@ -596,8 +594,6 @@ static int data_plane_open(const hvd_settings_t *s, const Hvd__Welcome *w) {
                                      s->has_gpu_device ? s->gpu_device : G.local_rank % G.gpu.devices,
                                      w->fusion_threshold);
         }
-        free(G.rank_cross); /* for process sets: whether one spans hosts */
-        G.rank_cross = G.cross_size > 1 ? TAKE_PTR(t.cross) : NULL;
         rank_table_free(&t);
         if (r < 0)
                 return hvd_error(r, "rank %d: data plane: %s", G.rank, err);

@@ -25,6 +25,7 @@ client_libhvd_la_SOURCES = \
 	client/cpu_multi.c \
 	client/cpu_gather.c \
 	client/cpu_rsring.c \
+	client/cpu_set.c \
 	client/shared_arena.c client/shared_arena.h \
 	client/zero_copy.c client/cpu_internal.h \
 	client/slot_mode.c \

@@ -115,7 +115,6 @@ int hvd_add_process_set(const int *ranks, size_t n) {
                 ps->ranks[i] = (uint32_t) sorted[i];
                 if (sorted[i] == G.rank)
                         ps->me = (int) i;
-                ps->hosts = ps->hosts || (G.rank_cross && G.rank_cross[sorted[i]] != G.rank_cross[sorted[0]]);
         }
         ps->ranks_int = TAKE_PTR(sorted);
         G.psets[id] = TAKE_PTR(ps);

@@ -9,7 +9,7 @@
 # and on 2-5 hosts float results that are the same bits on every rank;
 # broadcast from every root down a chain of 3 hosts, allgather, alltoall,
 # by host where hosts have several ranks; ranks numbered round-robin over
-# the hosts;
+# the hosts; process sets whose ranks are on several hosts;
 # the training example on the digits; a host that never
 # joins (start timeout naming the host and its ranks); a killed worker on a
 # remote node (every rank told, quickly).
@@ -90,6 +90,20 @@ for layout in a:2,b:2 a:2,b:2,c:2; do
                         fail "not every rank passed $sc with cyclic ranks on $layout" "$out"
         done
         echo "ok: every collective exact with ranks round-robin over the hosts of $layout"
+done
+
+# process sets whose ranks are on several hosts (the even and the odd
+# ranks: one of each host of a:2,b:2 and a:2,b:2,c:2, on a:1,b:2,c:1 two
+# hosts each), their members over TCP among themselves while the job's
+# own collectives go on between them
+for layout in a:2,b:2 a:2,b:2,c:2 a:1,b:2,c:1; do
+        n=$(echo "$layout" | tr ',' '\n' | awk -F: '{s += $2} END {print s}')
+        out=$("$multi" -H "$layout" -t 120 -- "$HVD_BUILDDIR/tests/worker_collectives" process-sets \
+                process-sets-grouped process-sets-same-name 2>&1) || fail "process sets across hosts of $layout failed" "$out"
+        for sc in process-sets process-sets-grouped process-sets-same-name; do
+                [ "$(echo "$out" | grep -c "$sc: ok")" -eq "$n" ] || fail "not every rank passed $sc on $layout" "$out"
+        done
+        echo "ok: process sets across the hosts of $layout"
 done
 
 log=$(mktemp)
