@@ -2,7 +2,9 @@
  * hvd, the way nccl-tests does: algbw = bytes / time, busbw = algbw scaled
  * by the collective's traffic factor (allreduce 2(n-1)/n). One line per
  * size: bench=allreduce impl=hvd bytes=.. np=.. time_us=.. algbw_gbs=.. busbw_gbs=..
- * Run under hvdrun (or tests/lib/launch.sh); rank 0 prints. */
+ * Run under hvdrun (or tests/lib/launch.sh); rank 0 prints. With --set,
+ * the collective runs in a process set of those ranks, its first prints,
+ * and the others wait. */
 #include <getopt.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -20,8 +22,9 @@ static double now_sec(void) {
         return (double) ts.tv_sec + (double) ts.tv_nsec * 1e-9;
 }
 
-static int run_once(const char *op, const char *name, float *in, float *out, size_t count, int size, int async) {
-        if (!async && !strcmp(op, "allreduce")) { /* the blocking call, as MPI_Allreduce is */
+static int run_once(const char *op, const char *name, float *in, float *out, size_t count, int size, int async,
+                    int set) {
+        if (!async && !set && !strcmp(op, "allreduce")) { /* the blocking call, as MPI_Allreduce is */
                 int r = hvd_allreduce(name, in, out, count, HVD_FLOAT32, HVD_REDUCE_SUM);
                 if (r < 0)
                         fprintf(stderr, "bench: %s\n", hvd_last_error());
@@ -36,6 +39,7 @@ static int run_once(const char *op, const char *name, float *in, float *out, siz
         q.ndim = 1;
         q.shape = shape;
         q.reduce_op = HVD_REDUCE_SUM;
+        q.process_set = set;
         hvd_handle_t *h = NULL;
         int r;
         /* without --async: submitted for a caller that waits at once, the
@@ -69,8 +73,9 @@ int main(int argc, char **argv) {
         size_t min_bytes = 8, max_bytes = 64u << 20;
         int iters = 0, warmup = 3, async = 0, out_of_place = 0, shared = 0;
         double min_time = 0.1;
-        const char *op = "allreduce";
+        const char *op = "allreduce", *set_arg = NULL;
         static const struct option opts[] = {
+                { "set", required_argument, NULL, 'S' },
                 { "min-bytes", required_argument, NULL, 'b' },
                 { "max-bytes", required_argument, NULL, 'e' },
                 { "iters", required_argument, NULL, 'n' },
@@ -84,7 +89,7 @@ int main(int argc, char **argv) {
                 {},
         };
         int c;
-        while ((c = getopt_long(argc, argv, "b:e:n:w:t:o:aOsh", opts, NULL)) >= 0) {
+        while ((c = getopt_long(argc, argv, "b:e:n:w:t:o:aOsS:h", opts, NULL)) >= 0) {
                 switch (c) {
                 case 'b': min_bytes = strtoull(optarg, NULL, 0); break;
                 case 'e': max_bytes = strtoull(optarg, NULL, 0); break;
@@ -95,10 +100,11 @@ int main(int argc, char **argv) {
                 case 'a': async = 1; break;
                 case 'O': out_of_place = 1; break;
                 case 's': shared = 1; break;
+                case 'S': set_arg = optarg; break;
                 default:
                         printf("usage: bench_collective [--op allreduce|broadcast|allgather|reducescatter|alltoall]\n"
                                "       [--min-bytes N] [--max-bytes N] [--iters N] [--warmup N] [--async]\n"
-                               "       [--min-time SECONDS] [--out-of-place] [--shared]\n"
+                               "       [--min-time SECONDS] [--out-of-place] [--shared] [--set R,R,...]\n"
                                "Each size is timed over --iters calls, or else over as many as fill\n"
                                "--min-time (0.1 s) at the last warm-up call's pace (rank 0 decides).\n"
                                "allreduce uses the blocking hvd_allreduce unless --async (hvd_allreduce_async +\n"
@@ -108,7 +114,8 @@ int main(int argc, char **argv) {
                                "MPI_Allreduce(MPI_IN_PLACE), MPI_Bcast and torch's all_reduce do, unless\n"
                                "--out-of-place (separate input and output: twice the memory touched).\n"
                                "--shared: the buffers are shared tensors (hvd_shared_alloc), which an\n"
-                               "allreduce on one node reads in place\n");
+                               "allreduce on one node reads in place\n"
+                               "--set: in a process set of those ranks (the others wait)\n");
                         return c == 'h' ? 0 : 2;
                 }
         }
@@ -118,7 +125,23 @@ int main(int argc, char **argv) {
                 fprintf(stderr, "bench: %s\n", hvd_last_error());
                 return 1;
         }
-        int rank = hvd_rank(), size = hvd_size();
+        int rank = hvd_rank(), size = hvd_size(), set = 0, first = 0;
+        bool member = true;
+        if (set_arg) {
+                int ranks[1024], n = 0;
+                for (const char *p = set_arg; *p && n < 1024; p += *p == ',') {
+                        char *end;
+                        ranks[n++] = (int) strtol(p, &end, 10);
+                        p = end;
+                }
+                if ((set = hvd_add_process_set(ranks, (size_t) n)) < 0) {
+                        fprintf(stderr, "bench: --set %s: %s\n", set_arg, hvd_last_error());
+                        return 1;
+                }
+                size = n;
+                first = ranks[0];
+                member = hvd_process_set_included(set) == 1;
+        }
         /* in place, as the peers run: one buffer of the size touched */
         bool may_be_in_place = !strcmp(op, "allreduce") || !strcmp(op, "broadcast");
         bool in_place = may_be_in_place && !out_of_place;
@@ -142,42 +165,50 @@ int main(int argc, char **argv) {
                 snprintf(name, sizeof name, "bench.%s.%zu", op, bytes);
                 float *src = in_place ? out : in;
                 double last = 0;
-                for (int i = 0; i < warmup; i++) {
+                for (int i = 0; i < warmup && member; i++) {
                         double w0 = now_sec();
-                        if (run_once(op, name, src, out, count, size, async) < 0)
+                        if (run_once(op, name, src, out, count, size, async, set) < 0)
                                 return 1;
                         last = now_sec() - w0;
                 }
                 int32_t n = iters;
                 if (!n) {
-                        /* the same count on every rank: rank 0's, broadcast, then
-                         * warm again, since the broadcast came between */
+                        /* the same count on every rank: rank 0's (the set's
+                         * first member's), broadcast, then warm again, since
+                         * the broadcast came between */
                         n = bench_iters(min_time, last);
                         char nname[80];
                         snprintf(nname, sizeof nname, "bench.iters.%zu", bytes);
-                        if (hvd_broadcast(nname, &n, 1, HVD_INT32, 0) < 0) {
+                        if (hvd_broadcast(nname, &n, 1, HVD_INT32, first) < 0) {
                                 fprintf(stderr, "bench: %s\n", hvd_last_error());
                                 return 1;
                         }
-                        for (int i = 0; i < warmup; i++)
-                                if (run_once(op, name, src, out, count, size, async) < 0)
+                        for (int i = 0; i < warmup && member; i++)
+                                if (run_once(op, name, src, out, count, size, async, set) < 0)
                                         return 1;
                 }
                 /* the last warm-up call, a blocking collective, lined the ranks up */
+                if (!member)
+                        continue;
                 double t0 = now_sec();
                 for (int i = 0; i < n; i++)
-                        if (run_once(op, name, src, out, count, size, async) < 0)
+                        if (run_once(op, name, src, out, count, size, async, set) < 0)
                                 return 1;
                 double t = (now_sec() - t0) / n;
                 double algbw = (double) bytes / t / 1e9;
                 double factor = !strcmp(op, "allreduce")   ? 2.0 * (size - 1) / size
                                 : !strcmp(op, "broadcast") ? 1.0
                                                            : (double) (size - 1) / size;
-                if (rank == 0)
-                        printf("bench=%s impl=hvd bytes=%zu np=%d time_us=%.1f algbw_gbs=%.3f busbw_gbs=%.3f%s%s\n", op,
-                               bytes, size, t * 1e6, algbw, algbw * factor,
-                               may_be_in_place && !in_place ? " out_of_place=1" : "", shared ? " shared=1" : "");
+                if (rank == first)
+                        printf("bench=%s impl=hvd bytes=%zu np=%d time_us=%.1f algbw_gbs=%.3f busbw_gbs=%.3f%s%s%s%s\n",
+                               op, bytes, size, t * 1e6, algbw, algbw * factor,
+                               may_be_in_place && !in_place ? " out_of_place=1" : "", shared ? " shared=1" : "",
+                               set_arg ? " set=" : "", set_arg ? set_arg : "");
                 fflush(stdout);
+        }
+        if (set && hvd_barrier() < 0) { /* the others wait for the set */
+                fprintf(stderr, "bench: %s\n", hvd_last_error());
+                return 1;
         }
         if (shared) {
                 hvd_shared_free(in);

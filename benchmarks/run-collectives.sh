@@ -27,6 +27,9 @@
 # MIN_TIME=0.1 (each system times each size over as many calls as fill
 # this many seconds at its own warm pace, at least 5: windows long enough
 # that one preemption does not decide a round),
+# SET=0,2 (hvd in a process set of those ranks, Open MPI in a communicator
+# of them, MPI_Comm_split, gloo left out; the tables' np is then the
+# set's size),
 # RAW=FILE (no runs: the report of the raw lines in an earlier output).
 set -u
 build=${1:-$(pwd)}
@@ -34,7 +37,7 @@ build=$(cd "$build" && pwd)
 src=$(cd "$(dirname "$0")/.." && pwd)
 OPS=${OPS:-"allreduce broadcast allgather reducescatter alltoall"}
 NPS=${NPS:-"2 4"} ROUNDS=${ROUNDS:-3} MIN=${MIN:-8} MAX=${MAX:-268435456} NODES=${NODES:-1}
-OUT_OF_PLACE=${OUT_OF_PLACE:-0} SHARED=${SHARED:-0} MIN_TIME=${MIN_TIME:-0.1}
+OUT_OF_PLACE=${OUT_OF_PLACE:-0} SHARED=${SHARED:-0} MIN_TIME=${MIN_TIME:-0.1} SET=${SET:-}
 PNG=${PNG-collectives-nodes$NODES.png}
 PY=${PYTHON:-/usr/bin/python3}
 out=$(mktemp)
@@ -57,7 +60,7 @@ if [ -n "${RAW:-}" ]; then
 fi
 [ -n "${RAW:-}" ] || {
         echo "# run: $started; commit $commit; $machine; load average $(cut -d' ' -f1-3 /proc/loadavg)"
-        echo "# NPS=\"$NPS\" ROUNDS=$ROUNDS MIN=$MIN MAX=$MAX NODES=$NODES OPS=\"$OPS\" MIN_TIME=$MIN_TIME"
+        echo "# NPS=\"$NPS\" ROUNDS=$ROUNDS MIN=$MIN MAX=$MAX NODES=$NODES OPS=\"$OPS\" MIN_TIME=$MIN_TIME${SET:+ SET=$SET}"
 }
 export HVD_BUILDDIR=$build
 # the peers: one that is missing is named here and again at the end
@@ -75,7 +78,7 @@ for np in $NPS; do
         for ((round = 0; round < ROUNDS; round++)); do
                 rtt "$np" "$round" start
                 for op in $OPS; do
-                        args=(--op "$op" --min-bytes "$MIN" --max-bytes "$MAX" --min-time "$MIN_TIME")
+                        args=(--op "$op" --min-bytes "$MIN" --max-bytes "$MAX" --min-time "$MIN_TIME" ${SET:+--set "$SET"})
                         variants=("")
                         [ "$OUT_OF_PLACE" = 1 ] && { [ "$op" = allreduce ] || [ "$op" = broadcast ]; } &&
                                 variants+=(--out-of-place)
@@ -98,7 +101,7 @@ for np in $NPS; do
                                 mpirun --allow-run-as-root --oversubscribe $mca -np "$np" \
                                         "$build/benchmarks/mpi_collective" "${args[@]}" >>"$out" 2>/dev/null
                         fi
-                        if [ "$NODES" -eq 1 ] && "$PY" -c 'import torch.distributed' 2>/dev/null; then
+                        if [ "$NODES" -eq 1 ] && [ -z "$SET" ] && "$PY" -c 'import torch.distributed' 2>/dev/null; then
                                 "$PY" "$src/benchmarks/gloo_collective.py" --np "$np" "${args[@]}" >>"$out" 2>/dev/null
                         fi
                 done
