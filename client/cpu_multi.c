@@ -362,8 +362,8 @@ static int ring_allreduce(hvd_backend_t *b, hvd_dtype_t dt, hvd_reduce_op_t op, 
  * and the ring runs on the outputs themselves, end to end: the fused
  * buffer is never materialised, and every byte is read and written once
  * by the ring. The ring is pipelined inside (hvd_tcp_stream), so no
- * chunking either. Where a member has no output (a joined rank's), the
- * operation goes through b->rs_full instead. */
+ * chunking either. Where a member has no output (an empty tensor's may
+ * be NULL), the operation goes through b->rs_full instead. */
 int hvd_cpu_reduce_direct(hvd_backend_t *b, const hvd_cpu_group_t *g, const hvd_xop_t *op, char *err, size_t err_len) {
         size_t es = hvd_dtype_size(op->dtype);
         uint64_t total = 0;

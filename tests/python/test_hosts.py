@@ -89,6 +89,13 @@ def test_a_set_across_hosts_runs_every_collective(n):
             assert received.tolist() == [i + 1] * k
             assert torch.equal(out, torch.cat([torch.full((i + 1, n // 100), float(100 * r + me)) for r in rs]))
             hvd.barrier(process_set=ps)
+            # empty tensors, alone and beside others in a group
+            e = torch.empty(0, dtype=torch.float64)
+            assert hvd.allreduce(e, process_set=ps, name=tag + ".empty").numel() == 0
+            ys = hvd.grouped_allreduce([e, base[:5] + me], op=hvd.Sum, process_set=ps, name=tag + ".empty.group")
+            assert ys[0].numel() == 0 and torch.equal(ys[1], base[:5] * k + sum(rs))
+            assert hvd.allgather(torch.empty(0, 3), process_set=ps, name=tag + ".empty.ag").shape == (0, 3)
+            assert hvd.broadcast(e, rs[-1], process_set=ps, name=tag + ".empty.bc").numel() == 0
         # every rank, in or out of the sets: the whole job goes on
         y = hvd.allreduce(torch.full((3,), float(me)), op=hvd.Sum, name=f"hosts.after.{n}")
         assert torch.equal(y, torch.full((3,), float(sum(range(hvd.size())))))

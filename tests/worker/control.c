@@ -362,6 +362,33 @@ void scenario_process_sets(void) {
                 MUST(hvd_allreduce("ps.world", &x, &y, 1, HVD_FLOAT32, HVD_REDUCE_SUM));
                 CHECK(y == (float) size, "ps.world = %g", y);
         }
+        /* an empty tensor without buffers fused with another */
+        {
+                float x3[3] = { 1, 2, (float) rank }, y3[3] = { 0 };
+                int64_t s0[1] = { 0 }, s3[1] = { 3 };
+                hvd_request_t g2[2] = { HVD_REQUEST_INIT, HVD_REQUEST_INIT };
+                g2[0].name = "ps.empty";
+                g2[0].ndim = 1;
+                g2[0].shape = s0;
+                g2[1].name = "ps.empty.beside";
+                g2[1].input = x3;
+                g2[1].output = y3;
+                g2[1].ndim = 1;
+                g2[1].shape = s3;
+                for (int i = 0; i < 2; i++) {
+                        g2[i].reduce_op = HVD_REDUCE_SUM;
+                        g2[i].process_set = mine;
+                }
+                hvd_handle_t *hg = NULL;
+                MUST(hvd_grouped_allreduce_async(g2, 2, &hg));
+                wait_ok(hg, "ps.empty");
+                hvd_handle_release(&hg);
+                float want = 0;
+                for (int k = 0; k < nm; k++)
+                        want += (float) mem[k];
+                CHECK(y3[0] == (float) nm && y3[1] == 2.0f * (float) nm && y3[2] == want,
+                      "an allreduce beside an empty tensor in my set: %g %g %g", y3[0], y3[1], y3[2]);
+        }
         /* allgather in my set: rows = rank + 1 */
         int64_t shape[2] = { rank + 1, 2 };
         int32_t *in = xmalloc((size_t) (rank + 1) * 2 * sizeof *in);
