@@ -1,7 +1,8 @@
 # tests/tf.mk: the pytest suite of hvd.tensorflow (tests/tf), run by every
 # rank of a 2- and a 3-process job against a private daemon, with the
 # Python configure built the op library against (else the environment of
-# scripts/venv-tf.sh). Skipped (77), saying why, without the op library.
+# scripts/venv-tf.sh), and across 2 emulated hosts (run-hosts.sh). Skipped
+# (77), saying why, without the op library.
 # run-mixed.sh: hvd.torch and hvd.tensorflow in the same processes.
 # run-legacy-np2.sh runs the Keras tests again with Keras 2 (tf_keras,
 # TF_USE_LEGACY_KERAS=1), skipped without tf_keras.
@@ -25,7 +26,7 @@ tf_test_files = \
 	%D%/tf/test_keras.py \
 	%D%/tf/test_keras_callbacks.py \
 	%D%/tf/test_tf_elastic.py
-tf_test_scripts = %D%/tf/run-np2.sh %D%/tf/run-np3.sh %D%/tf/run-mixed.sh %D%/tf/run-legacy-np2.sh \
+tf_test_scripts = %D%/tf/run-np2.sh %D%/tf/run-np3.sh %D%/tf/run-hosts.sh %D%/tf/run-mixed.sh %D%/tf/run-legacy-np2.sh \
 	%D%/test-venv-tf.sh %D%/test-tf-examples.sh %D%/test-tf2-examples.sh
 EXTRA_DIST += $(tf_test_files) $(tf_test_scripts) %D%/tf/run-pytest.sh scripts/venv-tf.sh scripts/venv-torch.sh \
 	examples/tensorflow/README.md examples/tensorflow/keras_digits.py \

@@ -6,6 +6,8 @@
 # scripts/venv-tf.sh makes or reuses. Every rank must pass. Exits 77 (skip),
 # saying why, when hvd was built without the op library or no such Python
 # can be had. Needs HVD_BUILDDIR and HVD_SRCDIR (set by `make check`).
+# HVD_PYTEST_HOSTS=a:1,b:2: the job spans emulated hosts instead, a daemon
+# each (tests/lib/launch-multi.sh; N is then the hosts' sum).
 n=${1:?usage: run-pytest.sh N [pytest args]}
 shift
 : "${HVD_BUILDDIR:?HVD_BUILDDIR must point at the build tree}"
@@ -40,6 +42,11 @@ TF_CPP_MIN_LOG_LEVEL=${TF_CPP_MIN_LOG_LEVEL:-2}
 PYTHONDONTWRITEBYTECODE=1
 export PYTHONPATH OMP_NUM_THREADS TF_NUM_INTRAOP_THREADS TF_NUM_INTEROP_THREADS TF_CPP_MIN_LOG_LEVEL \
         PYTHONDONTWRITEBYTECODE
+if [ -n "${HVD_PYTEST_HOSTS:-}" ]; then
+        exec "$HVD_SRCDIR/tests/lib/launch-multi.sh" -t "${HVD_PYTEST_TIMEOUT:-600}" -H "$HVD_PYTEST_HOSTS" -- \
+                "$python" -m pytest -q -p no:cacheprovider -o console_output_style=classic \
+                --rootdir "$HVD_SRCDIR/tests/tf" "$@" "$HVD_SRCDIR/tests/tf"
+fi
 exec "$HVD_SRCDIR/tests/lib/launch.sh" -t "${HVD_PYTEST_TIMEOUT:-600}" -n "$n" -- \
         "$python" -m pytest -q -p no:cacheprovider -o console_output_style=classic \
         --rootdir "$HVD_SRCDIR/tests/tf" "$@" "$HVD_SRCDIR/tests/tf"
