@@ -422,6 +422,11 @@ int hvd_cpu_end_step(hvd_backend_t *b, const view_t *v, const char *what, char *
         return 0;
 }
 
+int hvd_cpu_unsupported(const hvd_xop_t *op, char *err, size_t err_len) {
+        snprintf(err, err_len, "%s: operation kind %u not supported by the CPU backend", op->name, op->kind);
+        return -EOPNOTSUPP;
+}
+
 double hvd_cpu_reduce_scale(const hvd_xop_t *op, int size) {
         double s = op->postscale;
         if (op->reduce_op == HVD_REDUCE_AVERAGE)
@@ -746,8 +751,6 @@ int hvd_backend_execute(hvd_backend_t *b, const hvd_xop_t *op, char *err, size_t
         case HVD__KIND__KIND_BROADCAST:
         case HVD__KIND__KIND_ALLGATHER:
         case HVD__KIND__KIND_ALLTOALL: return hvd_cpu_execute_stream(b, &v, op, err, err_len);
-        default:
-                snprintf(err, err_len, "%s: operation kind %u not supported by the CPU backend", op->name, op->kind);
-                return -EOPNOTSUPP;
+        default: return hvd_cpu_unsupported(op, err, err_len);
         }
 }

@@ -166,6 +166,8 @@ void hvd_cpu_copy_in(const hvd_xop_t *op, uint8_t *mine, uint64_t c0, uint64_t c
  * slots (segment k in slot k, but segment skip, -1: none) to the outputs. */
 int hvd_cpu_end_step(hvd_backend_t *b, const view_t *v, const char *what, char *err, size_t err_len);
 double hvd_cpu_reduce_scale(const hvd_xop_t *op, int size);
+/* -EOPNOTSUPP, err naming op and its kind */
+int hvd_cpu_unsupported(const hvd_xop_t *op, char *err, size_t err_len);
 void hvd_cpu_chunk_copy_in(const hvd_xop_t *op, uint8_t *slot, uint64_t c0, uint64_t cl, bool around, size_t es);
 void hvd_cpu_chunk_copy_out(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op, uint64_t c0, uint64_t cl,
                             uint64_t seg, size_t es, int skip, bool stream);

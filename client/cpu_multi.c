@@ -626,9 +626,7 @@ int hvd_cpu_execute_multi(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
         case HVD__KIND__KIND_BROADCAST: r = hvd_cpu_broadcast_nodes(b, v, op, err, err_len); break;
         case HVD__KIND__KIND_ALLGATHER: r = hvd_cpu_allgather_nodes(b, v, op, err, err_len); break;
         case HVD__KIND__KIND_ALLTOALL: r = execute_alltoall_multi(b, v, op, err, err_len); break;
-        default:
-                snprintf(err, err_len, "%s: operation kind %u not supported by the CPU backend", op->name, op->kind);
-                return -EOPNOTSUPP;
+        default: return hvd_cpu_unsupported(op, err, err_len);
         }
         if (r < 0)
                 hvd_backend_abort(b, err);

@@ -11,9 +11,6 @@
  * the set skips the operation (cpu_backend.c). */
 #include "config.h"
 
-#include <errno.h>
-#include <stdio.h>
-
 #include "backend.h"
 #include "cpu_internal.h"
 #include "hvd.pb-c.h"
@@ -38,9 +35,7 @@ int hvd_cpu_execute_set(hvd_backend_t *b, const hvd_xop_t *op, int me, char *err
                 break;
         case HVD__KIND__KIND_ALLGATHER: r = hvd_cpu_allgather_group(b, &g, op, err, err_len); break;
         case HVD__KIND__KIND_ALLTOALL: r = hvd_cpu_alltoall_pairs(b, &g, op, false, err, err_len); break;
-        default:
-                snprintf(err, err_len, "%s: operation kind %u not supported by the CPU backend", op->name, op->kind);
-                return -EOPNOTSUPP;
+        default: return hvd_cpu_unsupported(op, err, err_len);
         }
         if (r < 0)
                 hvd_backend_abort(b, err);
