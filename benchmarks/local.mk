@@ -11,8 +11,8 @@ EXTRA_PROGRAMS += %D%/bench_collective
 
 # bench_shm: the one-node shared-memory data plane alone (no daemon)
 EXTRA_PROGRAMS += %D%/bench_shm
-%C%_bench_shm_SOURCES = %D%/bench_shm.c client/cpu_backend.c client/cpu_stream.c client/cpu_multi.c client/cpu_gather.c client/cpu_rsring.c \
-	client/backend.h client/fastpath.c \
+%C%_bench_shm_SOURCES = %D%/bench_shm.c client/cpu_backend.c client/cpu_stream.c client/cpu_multi.c client/cpu_gather.c \
+	client/cpu_rsring.c client/cpu_set.c client/backend.h client/fastpath.c \
 	client/fastpath.h client/tcp.c client/tcp.h client/shared_arena.c client/shared_arena.h \
 	client/zero_copy.c client/slot_mode.c client/cpu_internal.h
 %C%_bench_shm_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
