@@ -36,26 +36,31 @@ for _ in $(seq 100); do
         sleep 0.05
 done
 
-job=netns-$tag secret=0123456789abcdef
-wpids=()
-rank=0
-for h in a b; do
-        ns=$na ip=${net}1 cross=0
-        [ $h = b ] && ns=$nb ip=${net}2 cross=1
-        for l in 0 1; do
-                ip netns exec "$ns" env HVD_JOB_ID=$job HVD_JOB_SECRET=$secret HVD_RANK=$rank HVD_SIZE=4 \
-                        HVD_LOCAL_RANK=$l HVD_LOCAL_SIZE=2 HVD_CROSS_RANK=$cross HVD_CROSS_SIZE=2 HVD_HOSTS=a:2,b:2 \
-                        HVD_HOSTNAME=$h HVD_ROOT_PEER="tcp://${net}2:7200" HVD_RUNTIME_DIR="$base/$h" HVD_DATA_ADDR=$ip \
-                        timeout -k 5 90 "$HVD_BUILDDIR/tests/worker_smoke" 3000000 >"$base/rank$rank.log" 2>&1 &
-                wpids+=($!)
-                rank=$((rank + 1))
+secret=0123456789abcdef
+# run_job JOB LOG_PREFIX CMD ARGS...: ranks 0,1 in namespace a, 2,3 in b;
+# 0 when every rank succeeded
+run_job() {
+        local job=$1 log=$2 rank=0 h ns ip cross l p st=0 wpids=()
+        shift 2
+        for h in a b; do
+                ns=$na ip=${net}1 cross=0
+                [ $h = b ] && ns=$nb ip=${net}2 cross=1
+                for l in 0 1; do
+                        ip netns exec "$ns" env HVD_JOB_ID="$job" HVD_JOB_SECRET=$secret HVD_RANK=$rank HVD_SIZE=4 \
+                                HVD_LOCAL_RANK=$l HVD_LOCAL_SIZE=2 HVD_CROSS_RANK=$cross HVD_CROSS_SIZE=2 \
+                                HVD_HOSTS=a:2,b:2 HVD_HOSTNAME=$h HVD_ROOT_PEER="tcp://${net}2:7200" \
+                                HVD_RUNTIME_DIR="$base/$h" HVD_DATA_ADDR=$ip \
+                                timeout -k 5 90 "$@" >"$base/$log$rank.log" 2>&1 &
+                        wpids+=($!)
+                        rank=$((rank + 1))
+                done
         done
-done
-status=0
-for p in "${wpids[@]}"; do wait "$p" || status=1; done
-if [ $status -ne 0 ]; then
+        for p in "${wpids[@]}"; do wait "$p" || st=1; done
+        return $st
+}
+
+run_job "netns-$tag" rank "$HVD_BUILDDIR/tests/worker_smoke" 3000000 ||
         fail "the job across namespaces failed" "$(tail -n 5 "$base"/rank*.log "$base"/a.log "$base"/b.log)"
-fi
 grep -q "coll ok size 4" "$base/rank0.log" || fail "no success line" "$(cat "$base/rank0.log")"
 echo "ok: 4 ranks on 2 namespaced hosts (tbf 400 Mbit/s, 20 ms control-plane latency): every collective exact"
 
@@ -75,25 +80,8 @@ table inet hvdnolo {
 }
 NFT
 done
-job=netns-lo-$tag
-wpids=()
-rank=0
-for h in a b; do
-        ns=$na ip=${net}1 cross=0
-        [ $h = b ] && ns=$nb ip=${net}2 cross=1
-        for l in 0 1; do
-                ip netns exec "$ns" env HVD_JOB_ID=$job HVD_JOB_SECRET=$secret HVD_RANK=$rank HVD_SIZE=4 \
-                        HVD_LOCAL_RANK=$l HVD_LOCAL_SIZE=2 HVD_CROSS_RANK=$cross HVD_CROSS_SIZE=2 HVD_HOSTS=a:2,b:2 \
-                        HVD_HOSTNAME=$h HVD_ROOT_PEER="tcp://${net}2:7200" HVD_RUNTIME_DIR="$base/$h" HVD_DATA_ADDR=$ip \
-                        timeout -k 5 90 "$HVD_BUILDDIR/tests/worker_collectives" \
-                        broadcast allgather alltoall allreduce reducescatter >"$base/lo$rank.log" 2>&1 &
-                wpids+=($!)
-                rank=$((rank + 1))
-        done
-done
-status=0
-for p in "${wpids[@]}"; do wait "$p" || status=1; done
-[ $status -eq 0 ] || fail "collectives with no TCP inside a host failed" "$(tail -n 5 "$base"/lo*.log)"
+run_job "netns-lo-$tag" lo "$HVD_BUILDDIR/tests/worker_collectives" broadcast allgather alltoall allreduce \
+        reducescatter || fail "collectives with no TCP inside a host failed" "$(tail -n 5 "$base"/lo*.log)"
 for sc in broadcast allgather alltoall allreduce reducescatter; do
         [ "$(cat "$base"/lo*.log | grep -c "$sc: ok")" -eq 4 ] || fail "not every rank passed $sc" "$(cat "$base"/lo*.log)"
 done
