@@ -132,6 +132,10 @@ int main(int argc, char **argv) {
                 for (const char *p = set_arg; *p && n < 1024; p += *p == ',') {
                         char *end;
                         ranks[n++] = (int) strtol(p, &end, 10);
+                        if (end == p || (*end && *end != ',')) {
+                                fprintf(stderr, "bench: --set %s: not a list of ranks (R,R,...)\n", set_arg);
+                                return 2;
+                        }
                         p = end;
                 }
                 if ((set = hvd_add_process_set(ranks, (size_t) n)) < 0) {

@@ -58,6 +58,13 @@ int main(int argc, char **argv) {
                         char *end;
                         if ((int) strtol(p, &end, 10) == wrank)
                                 key = k;
+                        if (end == p || (*end && *end != ',')) {
+                                if (wrank == 0)
+                                        fprintf(stderr, "mpi_collective: --set %s: not a list of ranks (R,R,...)\n",
+                                                set);
+                                MPI_Finalize();
+                                return 2;
+                        }
                         p = end;
                 }
                 MPI_Comm_split(MPI_COMM_WORLD, key >= 0 ? 0 : MPI_UNDEFINED, key, &comm);
