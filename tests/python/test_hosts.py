@@ -38,8 +38,11 @@ def across_hosts():
     """Sets whose ranks are on several hosts: one rank of each of two hosts,
     all but one rank, and every host's last rank."""
     hs = hosts()
-    out = [[hs[0][0], hs[1][-1]], sorted(r for h in hs for r in h)[1:], [h[-1] for h in hs]]
-    return [sorted(s) for i, s in enumerate(out) if sorted(s) not in [sorted(t) for t in out[:i]]]
+    out = []
+    for s in ([hs[0][0], hs[1][-1]], sorted(r for h in hs for r in h)[1:], [h[-1] for h in hs]):
+        if sorted(s) not in out:
+            out.append(sorted(s))
+    return out
 
 
 # 300000 float64 are 2.3 MiB: the pipelined rings; 1000 elements take
