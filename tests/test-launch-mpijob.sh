@@ -57,7 +57,7 @@ mpi() {
 # message to the specified daemon"): no hvd code has run, so that launch,
 # and only that, is tried again (3 tries)
 launch_lost() {
-        grep -Eq "ORTE does not know how to route|ORTE was unable to reliably start|ORTE daemon has unexpectedly failed|lost communication with a remote daemon" "$1"
+        grep -aEq "ORTE does not know how to route|ORTE was unable to reliably start|ORTE daemon has unexpectedly failed|lost communication with a remote daemon" "$1"
 }
 
 # mpi_tries OUT ARGS...: mpi ARGS... >OUT, again while its launch was lost
@@ -68,7 +68,7 @@ mpi_tries() {
                 mpi "$@" >"$_out" 2>&1
                 _rc=$?
                 launch_lost "$_out" || return "$_rc"
-                echo "note: Open MPI lost its launch (try $_try): $(grep -m1 ORTE "$_out")" >&2
+                echo "note: Open MPI lost its launch (try $_try): $(grep -a -m1 ORTE "$_out")" >&2
                 cp "$_out" "$_out.$_try"
         done
         return "$_rc"
@@ -96,7 +96,7 @@ echo "ok: MPIJob on 2 hosts: $(head -n 1 "$tmp/job")"
 
 mpi_tries "$tmp/out" -np 4 "$HVD_BUILDDIR/examples/train_mlp" --synthetic -q -e 1 ||
         fail "mpirun on 2 hosts, train_mlp: exit status $?" "$(cat "$tmp/out")"
-line=$(grep "final weights identical on all" "$tmp/out")
+line=$(grep -a "final weights identical on all" "$tmp/out")
 { [ "$(echo "$line" | wc -l)" -eq 1 ] && echo "$line" | grep -q "on all 4 ranks (checksum 0x"; } ||
         fail "mpirun on 2 hosts: not one job of 4 ranks with identical weights" "$(cat "$tmp/out")"
 [ -z "$(ls -A "$tmp/hvd-$(id -u)")" ] || fail "job directories left behind" "$(ls -la "$tmp/hvd-$(id -u)")"
