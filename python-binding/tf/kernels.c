@@ -401,14 +401,37 @@ static TF_Tensor *kept_output(hvd_tf_op_t *op, int i, int ndim, TF_Status *st) {
         return set;
 }
 
-/* The output of allreduce and broadcast: a kept buffer from
- * HVD_TF_OUTBUF_MIN_BYTES (no fresh pages to fault in), else the input's
- * buffer when TensorFlow lets it go. */
-static int output_like_input(hvd_tf_op_t *op, int i, hvd_request_t *req, TF_Status *st) {
-        if (TF_TensorByteSize(op->in[i]) >= HVD_TF_OUTBUF_MIN_BYTES)
+/* Outputs that took their input's buffer (in place), since the library
+ * loaded: for the tests, through hvd_tf_forwarded_outputs. */
+static _Atomic uint64_t forwarded;
+
+uint64_t hvd_tf_forwarded_outputs(void) {
+        return atomic_load_explicit(&forwarded, memory_order_relaxed);
+}
+
+/* The output of allreduce and broadcast. Best is the input's own buffer,
+ * reduced in place: TensorFlow hands it over when nothing else holds it (a
+ * gradient computed in the same graph), once this op lets go of its own
+ * reference (op->in[i]; the context keeps the input alive until done).
+ * Else, from HVD_TF_OUTBUF_MIN_BYTES, a kept buffer (no fresh pages to
+ * fault in): an eager op's input is always held by its caller, and a
+ * graph node whose large input was not handed over once (a function's
+ * argument, a variable's value) is not asked again, as asking allocates
+ * an output when TensorFlow refuses. */
+static int output_like_input(hvd_tf_kernel_t *k, hvd_tf_op_t *op, int i, hvd_request_t *req, TF_Status *st) {
+        bool large = TF_TensorByteSize(op->in[i]) >= HVD_TF_OUTBUF_MIN_BYTES;
+        if (large && (k->eager || atomic_load_explicit(&k->no_forward, memory_order_relaxed)))
                 op->out[i] = kept_output(op, i, req->ndim, st);
-        if (!op->out[i] && TF_GetCode(st) == TF_OK)
-                op->out[i] = TF_ForwardInputOrAllocateOutput(op->ctx, &i, 1, i, op->shape[i], req->ndim, NULL, st);
+        if (!op->out[i] && TF_GetCode(st) == TF_OK) {
+                TF_DeleteTensor(op->in[i]);
+                op->in[i] = NULL;
+                int from = -1;
+                op->out[i] = TF_ForwardInputOrAllocateOutput(op->ctx, &i, 1, i, op->shape[i], req->ndim, &from, st);
+                if (from == i)
+                        atomic_fetch_add_explicit(&forwarded, 1, memory_order_relaxed);
+                else if (large)
+                        atomic_store_explicit(&k->no_forward, true, memory_order_relaxed);
+        }
         if (TF_GetCode(st) != TF_OK)
                 return -ENOMEM;
         req->output = TF_TensorData(op->out[i]) ? TF_TensorData(op->out[i]) : (void *) req->input;
@@ -475,7 +498,7 @@ void hvd_tf_compute(void *kp, TF_OpKernelContext *ctx, struct TF_AsyncOpKernelDo
                 r = describe(op, i, &reqs[i], msg, sizeof msg);
                 if (r == 0 &&
                     (k->kind == HVD_TF_ALLREDUCE || k->kind == HVD_TF_GROUPED_ALLREDUCE || k->kind == HVD_TF_BROADCAST))
-                        r = output_like_input(op, i, &reqs[i], st);
+                        r = output_like_input(kp, op, i, &reqs[i], st);
                 if (grouped) {
                         snprintf(names[i], sizeof names[i], "%s.%dof%d", base, i, n);
                         reqs[i].name = names[i];

@@ -26,6 +26,7 @@ void hvd_tf_done_run(hvd_tf_done_t **done);
 #endif
 
 #ifndef __cplusplus
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -74,6 +75,9 @@ typedef struct hvd_tf_kernel {
         int process_set; /* also of size, rank, process_set_included */
         char *name;      /* the tensor name, from the name attr or the node; NULL: eager, numbered */
         bool eager;      /* an eager kernel (named after its op type), not a node of a graph */
+        /* a large input of this node was not handed over as its output once:
+         * its outputs are kept buffers from then on (kernels.c) */
+        _Atomic bool no_forward;
 } hvd_tf_kernel_t;
 
 /* One execution of a kernel, from its compute function to its done
@@ -108,6 +112,11 @@ void hvd_tf_op_finish(hvd_tf_op_t *op);
  * set's members then count alike. Called by hvd.tensorflow through ctypes;
  * not thread-safe against executions in that set. */
 __attribute__((visibility("default"))) void hvd_tf_names_reset(int process_set);
+
+/* How many outputs of allreduce and broadcast took their input's buffer
+ * (reduced in place) since the library loaded. Called by hvd.tensorflow's
+ * tests through ctypes. */
+__attribute__((visibility("default"))) uint64_t hvd_tf_forwarded_outputs(void);
 
 /* Outputs of allreduce and broadcast of at least this many bytes are
  * buffers kept for reuse (outbuf.c, ../kept.h). */

@@ -128,6 +128,42 @@ def test_large_outputs_kept_buffers(run, rank, size):
     assert_equal(grouped[1], tf.fill([n], 2.0 * size))
 
 
+@pytest.mark.parametrize("n", [1024, 1 << 17], ids=["4KiB", "512KiB"])
+def test_inputs_made_in_the_graph_reduced_in_place(rank, size, n):
+    """An input made in the same graph and used by nothing else becomes
+    the op's output, reduced in place (no new buffer, no copy); an input
+    the graph still uses, a function's argument or an eager tensor is
+    never written, and the results are exact whichever way."""
+    from hvd.tensorflow import mpi_ops
+
+    x = tf.fill([n], float(rank + 1))
+    s = tf.constant(2.0)
+    total = size * (size + 1)  # the sum over ranks of 2 * (rank + 1)
+
+    made = tf.function(lambda x, s: hvd.allreduce(x * s, op=hvd.Sum, name=f"made.{n}"))
+    made_grouped = tf.function(lambda x, s: hvd.grouped_allreduce([x * s, x * s * s], op=hvd.Sum, name=f"mg.{n}"))
+    made_bcast = tf.function(lambda x, s: hvd.broadcast(x * s, 0, name=f"mb.{n}"))
+    both = tf.function(lambda x, s: (lambda y: (hvd.allreduce(y, op=hvd.Sum, name=f"both.{n}"), y))(x * s))
+    arg = tf.function(lambda x: hvd.allreduce(x, op=hvd.Sum, name=f"arg.{n}"))
+    for _ in range(3):
+        before = mpi_ops._forwarded_outputs()
+        assert_equal(made(x, s), tf.fill([n], float(total)))
+        g = made_grouped(x, s)
+        assert_equal(g[0], tf.fill([n], float(total)))
+        assert_equal(g[1], tf.fill([n], float(2 * total)))
+        assert_equal(made_bcast(x, s), tf.fill([n], 2.0))
+        assert mpi_ops._forwarded_outputs() - before == 4
+
+        before = mpi_ops._forwarded_outputs()
+        out, y = both(x, s)
+        assert_equal(out, tf.fill([n], float(total)))
+        assert_equal(y, tf.fill([n], 2.0 * (rank + 1)))
+        assert_equal(arg(x), tf.fill([n], float(size * (size + 1) // 2)))
+        assert_equal(hvd.allreduce(x * s, op=hvd.Sum, name=f"eager.{n}"), tf.fill([n], float(total)))
+        assert_equal(x, tf.fill([n], float(rank + 1)))
+        assert mpi_ops._forwarded_outputs() == before
+
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=str)
 def test_allgather(run, dtype, rank, size):
     # rank r contributes r + 1 rows of value r (bool: r odd)

@@ -43,6 +43,15 @@ _names.hvd_tf_names_reset.argtypes = [ctypes.c_int]
 _names.hvd_tf_names_reset.restype = None
 _basics._init_hooks.append(lambda: _names.hvd_tf_names_reset(-1))
 _process_sets._id_listeners.append(_names.hvd_tf_names_reset)
+_names.hvd_tf_forwarded_outputs.argtypes = []
+_names.hvd_tf_forwarded_outputs.restype = ctypes.c_uint64
+
+
+def _forwarded_outputs() -> int:
+    """How many outputs of allreduce and broadcast took their input's
+    buffer (reduced in place) in this process: TensorFlow hands it over when
+    nothing else holds the input, as for a gradient made in the same graph."""
+    return _names.hvd_tf_forwarded_outputs()
 
 # libhvd's reduce codes, which the ops take (hvd.common.basics translates)
 _CORE_SUM = _basics.core_reduce_op(Sum)
