@@ -127,7 +127,8 @@ for impl in sorted(steps):
 tfbest = min((v for k, v in steps.items() if k.startswith("hvd.tf") and "+" not in k), default=None)
 for ours, peer in (("hvd.tf.ops", "hvd.torch.async"), ("hvd.tf.ops", "hvd.torch.async_oop"),
                    ("hvd.tf.ops", "hvd.torch.async_kept"),
-                   ("hvd.tf.grouped", "hvd.torch.grouped"), ("hvd.tf.ops+bfc", "hvd.torch.async"),
+                   ("hvd.tf.grouped", "hvd.torch.grouped"), ("hvd.tf.ops.made", "hvd.torch.async.made"),
+                   ("hvd.tf.grouped.made", "hvd.torch.grouped.made"), ("hvd.tf.ops+bfc", "hvd.torch.async"),
                    ("hvd.tf.grouped+bfc", "hvd.torch.grouped")):
     if ours in steps and peer in steps:
         print(f"  {ours} vs {peer}: {ratio(steps[peer], steps[ours])}")

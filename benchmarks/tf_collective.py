@@ -16,7 +16,7 @@ iteration: the steady state; busbw = algbw * 2(n-1)/n):
       impl: hvd.tf.function (a tf.function of one allreduce, called from
       Python), hvd.tf.eager (hvd.tensorflow.allreduce eagerly), hvd.torch
       (hvd.torch.allreduce); all out of place
-    bench=step model=resnet50 impl=hvd.tf.ops|hvd.tf.grouped|hvd.torch.async|hvd.torch.grouped np=2 ms=..
+    bench=step model=resnet50 impl=hvd.tf.ops|hvd.tf.grouped|hvd.torch.async|hvd.torch.grouped|... np=2 ms=..
       hvd.tf.ops: one allreduce op per tensor in one tf.function (what
       DistributedGradientTape runs); hvd.tf.grouped: one grouped_allreduce;
       hvd.torch.async: allreduce_async_ of every tensor, then synchronize
@@ -25,7 +25,10 @@ iteration: the steady state; busbw = algbw * 2(n-1)/n):
       outputs, as the TF ops' when TensorFlow cannot give them the input's
       buffer); hvd.torch.async_kept: out of place into outputs allocated
       once (as the TF ops' kept buffers); hvd.torch.grouped:
-      grouped_allreduce_ (in place)
+      grouped_allreduce_ (in place); *.made (both frontends): the gradients
+      made inside the step (each tensor times a scalar argument), as a
+      training step's are: TensorFlow then hands each op its input's
+      buffer, reduced in place, and torch reduces the new tensors in place
     bench=floor impl=tf.function|tf.eager bytes=4096 np=2 time_us=..
       TensorFlow's own cost of the same call with no hvd in it: a
       tf.function of one tf.identity of the same tensor, called from
@@ -135,7 +138,21 @@ class TF:
         def grouped(gs):
             return h.grouped_allreduce(gs, op=h.Sum, name="stepg")
 
-        return {"hvd.tf.ops": lambda: ops(grads)[-1].shape, "hvd.tf.grouped": lambda: grouped(grads)[-1].shape}
+        # gradients made inside the step, as a training step's are (scaled by
+        # an argument, which no graph optimisation folds away)
+        scale = tf.constant(1.0)
+
+        @tf.function
+        def ops_made(gs, s):
+            return [h.allreduce(g * s, op=h.Sum, name=f"stepm.{i}") for i, g in enumerate(gs)]
+
+        @tf.function
+        def grouped_made(gs, s):
+            return h.grouped_allreduce([g * s for g in gs], op=h.Sum, name="stepmg")
+
+        return {"hvd.tf.ops": lambda: ops(grads)[-1].shape, "hvd.tf.grouped": lambda: grouped(grads)[-1].shape,
+                "hvd.tf.ops.made": lambda: ops_made(grads, scale)[-1].shape,
+                "hvd.tf.grouped.made": lambda: grouped_made(grads, scale)[-1].shape}
 
     def op_cost(self, calls, reps):
         """Per-op µs of 4 KiB allreduces chained in one tf.function against
@@ -211,8 +228,20 @@ class Torch:
             for hd in handles:
                 h.synchronize(hd)
 
+        scale = torch.tensor(1.0)
+        mnames = [f"stepm.{i}" for i in range(len(grads))]
+
+        def async_made():  # gradients made in the step (a new tensor each), reduced in place
+            made = [g * scale for g in grads]
+            handles = [h.allreduce_async_(g, op=h.Sum, name=n) for g, n in zip(made, mnames)]
+            for hd in handles:
+                h.synchronize(hd)
+
         return {"hvd.torch.async": async_, "hvd.torch.async_oop": async_oop, "hvd.torch.async_kept": async_kept,
-                "hvd.torch.grouped": lambda: h.grouped_allreduce_(grads, op=h.Sum, name="stepg")}
+                "hvd.torch.grouped": lambda: h.grouped_allreduce_(grads, op=h.Sum, name="stepg"),
+                "hvd.torch.async.made": async_made,
+                "hvd.torch.grouped.made": lambda: h.grouped_allreduce_([g * scale for g in grads], op=h.Sum,
+                                                                      name="stepmg")}
 
 
 def main():
