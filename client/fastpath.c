@@ -60,7 +60,8 @@ typedef struct rec {
 } rec_t;
 _Static_assert(sizeof(rec_t) == 256, "record layout");
 _Static_assert(HVD_FASTPATH_INLINE_BYTES <= REC_IDS * sizeof(uint32_t), "an inline schedule fits a record");
-_Static_assert(HVD_FASTPATH_MAX_GROUP <= REC_IDS, "a group is withdrawn in one go");
+_Static_assert(HVD_FASTPATH_MAX_GROUP >= REC_IDS, "a withdrawal has room for a record's ids");
+_Static_assert(HVD_FASTPATH_MAX_GROUP <= HVD_FASTPATH_MAX_IDS, "a group names each id once");
 _Static_assert(HVD_FASTPATH_MAX_IDS <= UINT16_MAX + 1, "links hold ids");
 
 typedef struct row {
@@ -116,7 +117,8 @@ struct hvd_fastpath {
         uint64_t cursor;    /* records run here */
         _Atomic bool stuck; /* the last step stopped at a schedule's marker */
         rec_t cur;
-        uint32_t demoted[REC_IDS];
+        uint32_t demoted[HVD_FASTPATH_MAX_GROUP]; /* one withdrawal: a whole group fits */
+        uint64_t named[WORDS];                    /* hvd_fastpath_post_group's check, left clear */
 };
 
 static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct timespec *ts) {
@@ -210,13 +212,21 @@ uint32_t hvd_fastpath_instance(hvd_fastpath_t *fp, uint32_t id) {
 int hvd_fastpath_post_group(hvd_fastpath_t *fp, const uint32_t *ids, size_t n, uint64_t now_usec) {
         if (!fp || !ids || n == 0 || n > HVD_FASTPATH_MAX_GROUP)
                 return -EAGAIN;
-        for (size_t i = 0; i < n; i++) {
-                if (ids[i] >= HVD_FASTPATH_MAX_IDS || (fp->mine[ids[i] / 64] & (UINT64_C(1) << (ids[i] % 64))))
-                        return -EAGAIN;
-                for (size_t j = 0; j < i; j++)
-                        if (ids[j] == ids[i])
-                                return -EAGAIN;
+        /* each id once, none of them posted already: one pass, marking
+         * each in fp->named and clearing the marks again */
+        size_t named = 0;
+        while (named < n) {
+                uint32_t id = ids[named];
+                uint64_t bit = UINT64_C(1) << (id % 64);
+                if (id >= HVD_FASTPATH_MAX_IDS || ((fp->mine[id / 64] | fp->named[id / 64]) & bit))
+                        break;
+                fp->named[id / 64] |= bit;
+                named++;
         }
+        for (size_t i = 0; i < named; i++)
+                fp->named[ids[i] / 64] &= ~(UINT64_C(1) << (ids[i] % 64));
+        if (named < n)
+                return -EAGAIN;
         int r = board_lock(fp);
         if (r < 0)
                 return -EAGAIN;
@@ -436,9 +446,9 @@ static size_t demote(hvd_fastpath_t *fp, uint64_t now, bool joining) {
         size_t n = 0;
         uint64_t next = UINT64_MAX;
         bool full = false;
-        for (uint32_t w = 0; w < WORDS && n < REC_IDS && !full; w++) {
+        for (uint32_t w = 0; w < WORDS && n < HVD_FASTPATH_MAX_GROUP && !full; w++) {
                 uint64_t m = fp->mine[w] & me->bits[w];
-                while (m && n < REC_IDS) {
+                while (m && n < HVD_FASTPATH_MAX_GROUP) {
                         int k = __builtin_ctzll(m);
                         uint64_t bit = UINT64_C(1) << k;
                         m &= ~bit;
@@ -454,7 +464,7 @@ static size_t demote(hvd_fastpath_t *fp, uint64_t now, bool joining) {
                         size_t g = 1;
                         for (uint32_t x = fp->link[id]; x != id; x = fp->link[x])
                                 g++;
-                        if (n + g > REC_IDS) {
+                        if (n + g > HVD_FASTPATH_MAX_GROUP) {
                                 full = true;
                                 break;
                         }
@@ -476,7 +486,7 @@ static size_t demote(hvd_fastpath_t *fp, uint64_t now, bool joining) {
         }
         if (n) {
                 fp->seen_gen = atomic_fetch_add(&b->demote_gen, 1) + 1;
-                if (n == REC_IDS || full)
+                if (n == HVD_FASTPATH_MAX_GROUP || full)
                         next = now; /* more to look at next time */
         }
         fp->next_timeout_usec = next;

@@ -68,8 +68,10 @@ uint32_t hvd_fastpath_instance(hvd_fastpath_t *fp, uint32_t id);
 int hvd_fastpath_post(hvd_fastpath_t *fp, uint32_t id, uint64_t now_usec);
 
 /* The most members of a group on the board; a larger one goes to the
- * coordinator. */
-#define HVD_FASTPATH_MAX_GROUP 60
+ * coordinator. Room for a whole model's gradients in one group (a
+ * DistributedOptimizer with num_groups=1: ResNet-50 has 161, BERT-large
+ * about 390); its ids span several records of the log. */
+#define HVD_FASTPATH_MAX_GROUP 1024
 
 /* Sets this rank's bits for the n ids of one group at once, or none of
  * them (-EAGAIN, as hvd_fastpath_post). The group's members go into the

@@ -450,7 +450,7 @@ static int fp_run(void *userdata, const hvd_fastpath_record_t *rec) {
 }
 
 typedef struct fp_demoted {
-        hvd_entry_t *e[64];
+        hvd_entry_t *e[HVD_FASTPATH_MAX_GROUP]; /* one step's withdrawals: a whole group fits */
         size_t n;
 } fp_demoted_t;
 
@@ -521,13 +521,26 @@ static void fp_node_flush(bool force) {
  * ids; a group's members in a row, clen[] at the first of them), ids this
  * rank forgoes, whether a join is queued. */
 typedef struct fp_route {
-        hvd_entry_t *cand[64];
-        uint32_t cid[64], forgo[64];
-        uint8_t clen[64];
+        hvd_entry_t *cand[HVD_FASTPATH_MAX_GROUP];
+        uint32_t cid[HVD_FASTPATH_MAX_GROUP], forgo[HVD_FASTPATH_MAX_GROUP];
+        uint16_t clen[HVD_FASTPATH_MAX_GROUP];
         size_t nc, nf;
         bool join;
 } fp_route_t;
-_Static_assert(HVD_FASTPATH_MAX_GROUP <= 64, "a turn has room for a whole group");
+_Static_assert(HVD_FASTPATH_MAX_GROUP <= UINT16_MAX, "a group's length fits clen");
+/* Tensors that are not a group's members looked at in one turn (a group
+ * has room for all its members, up to HVD_FASTPATH_MAX_GROUP) */
+#define FP_TURN_SINGLES 64
+
+/* A turn's scratch, sized for the largest group: too large for every
+ * calling thread's stack, and the runner's alone (G.runner held) */
+static struct fp_turn_scratch {
+        fp_route_t rt;
+        hvd_entry_t *slow[HVD_FASTPATH_MAX_GROUP];
+        uint32_t id[HVD_FASTPATH_MAX_GROUP];
+        int c[HVD_FASTPATH_MAX_GROUP];
+        fp_demoted_t d;
+} scratch;
 
 /* The members of group h, all queued and none looked at yet: onto the
  * board together when each may go (their fp_boarded set), else all to the
@@ -542,15 +555,15 @@ static bool route_group(hvd_handle_t *h, fp_route_t *rt) {
         }
         if (rt->nc + n > ELEMENTSOF(rt->cand) || rt->nf + n > ELEMENTSOF(rt->forgo))
                 return false;
-        uint32_t id[HVD_FASTPATH_MAX_GROUP];
-        int c[HVD_FASTPATH_MAX_GROUP], worst = 1;
+        uint32_t *id = scratch.id;
+        int *c = scratch.c, worst = 1;
         for (size_t j = 0; j < n; j++) {
                 h->m[j].fp_routed = true;
                 c[j] = fp_classify(&h->m[j], &id[j]);
                 worst = HVD_MIN(worst, c[j]);
         }
         if (worst > 0) {
-                rt->clen[rt->nc] = (uint8_t) n;
+                rt->clen[rt->nc] = (uint16_t) n;
                 for (size_t j = 0; j < n; j++) {
                         h->m[j].fp_boarded = true;
                         rt->cand[rt->nc] = &h->m[j];
@@ -584,7 +597,7 @@ static size_t route_queue(fp_route_t *rt) {
                                 G.queue[k++] = e;
                         continue;
                 }
-                if (rt->nc == ELEMENTSOF(rt->cand) || rt->nf == ELEMENTSOF(rt->forgo)) {
+                if (rt->nc >= FP_TURN_SINGLES || rt->nf >= FP_TURN_SINGLES) {
                         G.queue[k++] = e; /* the next turn looks at it */
                         continue;
                 }
@@ -611,31 +624,31 @@ static size_t route_queue(fp_route_t *rt) {
 int hvd_fp_cycle(bool user) {
         hvd_assert(G.fp);
         uint64_t now = hvd_now_usec();
-        fp_route_t rt; /* not zeroed: a turn per cached allreduce */
-        rt.nc = rt.nf = 0;
-        rt.join = false;
-        hvd_entry_t *slow[64];
+        fp_route_t *rt = &scratch.rt; /* not zeroed: a turn per cached allreduce */
+        rt->nc = rt->nf = 0;
+        rt->join = false;
+        hvd_entry_t **slow = scratch.slow;
         size_t ns = 0;
-        size_t k = route_queue(&rt);
+        size_t k = route_queue(rt);
         bool wake_bg = user && k > 0; /* the background thread sends those */
-        if (rt.join)
+        if (rt->join)
                 hvd_fastpath_set_joining(G.fp, true);
-        for (size_t i = 0; i < rt.nf; i++)
-                hvd_fastpath_forgo(G.fp, rt.forgo[i]);
-        for (size_t i = 0; i < rt.nc; i += rt.clen[i]) {
-                size_t n = rt.clen[i];
-                bool posted = hvd_fastpath_post_group(G.fp, rt.cid + i, n, now) == 0;
+        for (size_t i = 0; i < rt->nf; i++)
+                hvd_fastpath_forgo(G.fp, rt->forgo[i]);
+        for (size_t i = 0; i < rt->nc; i += rt->clen[i]) {
+                size_t n = rt->clen[i];
+                bool posted = hvd_fastpath_post_group(G.fp, rt->cid + i, n, now) == 0;
                 for (size_t j = i; j < i + n; j++) {
                         if (posted) {
-                                rt.cand[j]->fp_posted_usec = now;
+                                rt->cand[j]->fp_posted_usec = now;
                                 continue;
                         }
                         /* a group's other ranks need not wait for this one's
                          * members to time out */
                         if (n > 1)
-                                hvd_fastpath_forgo(G.fp, rt.cid[j]);
-                        rt.cand[j]->fp_boarded = false;
-                        slow[ns++] = rt.cand[j];
+                                hvd_fastpath_forgo(G.fp, rt->cid[j]);
+                        rt->cand[j]->fp_boarded = false;
+                        slow[ns++] = rt->cand[j];
                 }
         }
         if (ns && user) {
@@ -657,10 +670,11 @@ int hvd_fp_cycle(bool user) {
         }
         if (ns && hvd_link_send_ready(slow, ns) < 0)
                 hvd_job_abort(-EIO, "cannot send to the coordinator");
-        fp_demoted_t d = { .n = 0 };
+        fp_demoted_t *d = &scratch.d;
+        d->n = 0;
         const hvd_fastpath_ops_t ops = { .run = fp_run, .demote = fp_demote };
-        hvd_fastpath_step(G.fp, now, user, &ops, &d);
-        if (d.n && !G.abort_code && hvd_link_send_ready(d.e, d.n) < 0) /* the background thread's turn only */
+        hvd_fastpath_step(G.fp, now, user, &ops, d);
+        if (d->n && !G.abort_code && hvd_link_send_ready(d->e, d->n) < 0) /* the background thread's turn only */
                 hvd_job_abort(-EIO, "cannot send to the coordinator");
         if (G.fp_node && G.fp_node_n) {
                 /* at once when nothing else of this rank awaits a schedule

@@ -19,9 +19,10 @@
 
 #include "fastpath.h"
 
-#define N    3
-#define MS   UINT64_C(1000)
-#define RECS 320 /* more than the board's log holds */
+#define N       3
+#define MS      UINT64_C(1000)
+#define RECS    320 /* more than the board's log holds */
+#define REC_IDS 60  /* ids in one record of the log (fastpath.c) */
 
 typedef struct log {
         int n;
@@ -29,7 +30,7 @@ typedef struct log {
         uint64_t seq[RECS];
         uint32_t ids[RECS][64];
         uint32_t n_ids[RECS];
-        uint32_t demoted[64];
+        uint32_t demoted[HVD_FASTPATH_MAX_GROUP];
         int n_demoted;
         int appender[RECS];
         uint8_t bytes[RECS][HVD_FASTPATH_INLINE_BYTES];
@@ -557,12 +558,12 @@ START_TEST(test_fastpath_group_waits_for_room) {
         /* rank 2 runs nothing: the log fills up to one free record */
         for (uint32_t i = 0; i < 255; i++) {
                 for (int r = 0; r < N; r++)
-                        post(r, 1000 + i, 0);
+                        post(r, 7000 + i, 0); /* above the group's ids */
                 step(0, 1);
         }
         ck_assert_int_eq(logs[0].n, 255);
-        /* a group of HVD_FASTPATH_MAX_GROUP and one more id need two records:
-         * none is appended while one is free */
+        /* a group of HVD_FASTPATH_MAX_GROUP and one more id need several
+         * records: none is appended while one is free */
         uint32_t g[HVD_FASTPATH_MAX_GROUP + 1];
         for (uint32_t i = 0; i <= HVD_FASTPATH_MAX_GROUP; i++)
                 g[i] = 2 * i;
@@ -574,21 +575,70 @@ START_TEST(test_fastpath_group_waits_for_room) {
         step(1, 3);
         ck_assert_int_eq(logs[0].n, 255);
         ck_assert_int_eq(logs[1].n, 255);
-        /* rank 2 catches up; its next step appends both records, with every
-         * member */
+        /* rank 2 catches up; its next step appends all the records, with
+         * every member */
+        const int recs = (HVD_FASTPATH_MAX_GROUP + 1 + REC_IDS - 1) / REC_IDS;
+        ck_assert_int_gt(recs, 1);
         step(2, 4);
         ck_assert_int_eq(logs[2].n, 255);
         step(2, 5);
         step(0, 5);
         for (int r = 0; r < N; r += 2) {
-                ck_assert_int_eq(logs[r].n, 257);
+                ck_assert_int_eq(logs[r].n, 255 + recs);
                 uint32_t seen = 0;
-                for (int k = 255; k < 257; k++) {
+                for (int k = 255; k < 255 + recs; k++) {
                         ck_assert(!logs[r].slow[k]);
                         seen += logs[r].n_ids[k];
                 }
                 ck_assert_uint_eq(seen, HVD_FASTPATH_MAX_GROUP + 1);
         }
+}
+END_TEST
+
+START_TEST(test_fastpath_largest_group) {
+        /* a whole model's gradients in one group: HVD_FASTPATH_MAX_GROUP ids,
+         * spread over the words of the rows */
+        static uint32_t g[HVD_FASTPATH_MAX_GROUP];
+        for (uint32_t i = 0; i < HVD_FASTPATH_MAX_GROUP; i++)
+                g[i] = 3 * i + 1;
+        /* an id named twice, here the last: refused, and nothing of it is
+         * left behind (the same ids as a group are taken next) */
+        uint32_t last = g[HVD_FASTPATH_MAX_GROUP - 1];
+        g[HVD_FASTPATH_MAX_GROUP - 1] = g[0];
+        ck_assert_int_eq(hvd_fastpath_post_group(fp[0], g, HVD_FASTPATH_MAX_GROUP, 0), -EAGAIN);
+        ck_assert_int_eq(hvd_fastpath_pending(fp[0]), 0);
+        g[HVD_FASTPATH_MAX_GROUP - 1] = last;
+        /* every rank posts it: it runs whole from the board, in records of
+         * the log one after another, the same on every rank */
+        for (int r = 0; r < N; r++)
+                post_group(r, g, HVD_FASTPATH_MAX_GROUP, 0);
+        for (int r = 0; r < N; r++)
+                step(r, 1);
+        const int recs = (HVD_FASTPATH_MAX_GROUP + REC_IDS - 1) / REC_IDS;
+        for (int r = 0; r < N; r++) {
+                ck_assert_int_eq(logs[r].n, recs);
+                ck_assert_int_eq(hvd_fastpath_pending(fp[r]), 0);
+                uint32_t k = 0;
+                for (int j = 0; j < recs; j++) {
+                        ck_assert(!logs[r].slow[j]);
+                        ck_assert_mem_eq(logs[r].ids[j], logs[0].ids[j], logs[r].n_ids[j] * sizeof(uint32_t));
+                        for (uint32_t q = 0; q < logs[r].n_ids[j]; q++)
+                                ck_assert_uint_eq(logs[r].ids[j][q], g[k++]);
+                }
+                ck_assert_uint_eq(k, HVD_FASTPATH_MAX_GROUP);
+        }
+        /* the next instance: rank 2 never comes; rank 0's times out and is
+         * withdrawn whole in one step, and rank 1 hears of every member */
+        post_group(0, g, HVD_FASTPATH_MAX_GROUP, 10);
+        post_group(1, g, HVD_FASTPATH_MAX_GROUP, 20);
+        step(0, 10 + HVD_FASTPATH_DEMOTE_USEC);
+        ck_assert_int_eq(logs[0].n_demoted, HVD_FASTPATH_MAX_GROUP);
+        ck_assert_int_eq(hvd_fastpath_pending(fp[0]), 0);
+        step(1, 11 + HVD_FASTPATH_DEMOTE_USEC);
+        ck_assert_int_eq(logs[1].n_demoted, HVD_FASTPATH_MAX_GROUP);
+        ck_assert_int_eq(hvd_fastpath_pending(fp[1]), 0);
+        for (int r = 0; r < N; r++)
+                ck_assert_int_eq(logs[r].n, recs);
 }
 END_TEST
 
@@ -651,6 +701,7 @@ static Suite *fastpath_suite(void) {
         tcase_add_test(tc, test_fastpath_group);
         tcase_add_test(tc, test_fastpath_group_withdrawn_whole);
         tcase_add_test(tc, test_fastpath_group_waits_for_room);
+        tcase_add_test(tc, test_fastpath_largest_group);
         tcase_add_test(tc, test_fastpath_one_rank);
         tcase_add_test(tc, test_fastpath_node_mode_inline);
         tcase_add_test(tc, test_fastpath_node_mode_late_copy);

@@ -98,15 +98,16 @@ PY
 # instance of each (and of each new shape) run from the board: the 8
 # allreduces, the broadcast and the reducescatter 59 times each, the
 # allgather 56 times (its shape changes at rounds 17, 34 and 51), the
-# alltoall 56 times (its splits change at rounds 19, 38 and 57) and the
-# grouped pair (rounds 9, 22, 35 and 48) 3 times, both members together
+# alltoall 56 times (its splits change at rounds 19, 38 and 57), the
+# grouped pair (rounds 9, 22, 35 and 48) 3 times, both members together,
+# and the group of 100 (more than a record of the board holds) 3 times
 exact_job fp-one 1 60
 /usr/bin/python3 - "$tmp/fp-one/status.json" <<'PY' || fail "one rank: counters" "$(cat "$tmp/fp-one/status.json")"
 import json, sys
 j = [j for j in json.load(open(sys.argv[1]))["jobs"] if j["job_id"] == "fp-one"][0]
 fast, neg = j["fast_path_tensors"], j["tensors_negotiated"]
 print("fp-one: tensors_negotiated=%d fast_path_tensors=%d" % (neg, fast))
-want = 59 * 10 + 56 + 56 + 3 * 2
+want = 59 * 10 + 56 + 56 + 3 * 2 + 3 * 100
 if fast < want:
     sys.exit("only %d of the one rank's %d cached tensors took the fast path" % (fast, want))
 PY

@@ -5,7 +5,8 @@
  *
  *   worker_fastpath exact ROUNDS   int32 sums and maxima of 8 cached tensors
  *                                  per round, fused and not, a new name every
- *                                  7th round, a grouped and a process-set
+ *                                  7th round, a grouped (of 2 and of
+ *                                  BIG_GROUP members) and a process-set
  *                                  allreduce now and then; a cached
  *                                  broadcast (its root changing each round),
  *                                  allgather (uneven rows that change every
@@ -41,7 +42,8 @@ static int rank, size;
                 exit(1);                                                                                               \
         } while (0)
 
-#define NT 8
+#define NT        8
+#define BIG_GROUP 100 /* members of the big group (a board record holds 60 ids) */
 static const int64_t lens[NT] = { 1, 3, 17, 256, 1000, 4096, 5, 70000 };
 
 static int32_t val(int r, int round, int t, int64_t i) {
@@ -248,6 +250,35 @@ static void hold(void) {
                 FAIL("barrier: %s", hvd_last_error());
 }
 
+/* A group of more members than one record of the board holds (a whole
+ * model's gradients in one group): from the board from its second time,
+ * its ids in several records. */
+static void big_group(int round) {
+        static hvd_request_t g[BIG_GROUP];
+        static int32_t gi[BIG_GROUP][4], go[BIG_GROUP][4];
+        static char names[BIG_GROUP][32];
+        static const int64_t shape[1] = { 4 };
+        for (int k = 0; k < BIG_GROUP; k++) {
+                hvd_request_init(&g[k]);
+                snprintf(names[k], sizeof names[k], "fp.big.%d", k);
+                g[k].name = names[k];
+                g[k].input = gi[k];
+                g[k].output = go[k];
+                g[k].dtype = HVD_INT32;
+                g[k].ndim = 1;
+                g[k].shape = shape;
+                g[k].reduce_op = HVD_REDUCE_SUM;
+                for (int i = 0; i < 4; i++)
+                        gi[k][i] = val(rank, round, 100 + k, i);
+        }
+        hvd_handle_t *gh = NULL;
+        if (hvd_grouped_allreduce_async(g, BIG_GROUP, &gh) < 0)
+                FAIL("big group: %s", hvd_last_error());
+        wait_ok(&gh, "big group");
+        for (int k = 0; k < BIG_GROUP; k++)
+                check(names[k], go[k], 4, round, 100 + k, false, size, NULL);
+}
+
 static int exact(int rounds) {
         int32_t *in[NT], *out[NT], *in2 = malloc(64 * sizeof *in2), *out2 = malloc(64 * sizeof *out2);
         for (int t = 0; t < NT; t++) {
@@ -327,6 +358,7 @@ static int exact(int rounds) {
                         wait_ok(&gh, "grouped");
                         check("fp.group.a", go[0], 4, round, 60, false, size, NULL);
                         check("fp.group.b", go[1], 4, round, 61, false, size, NULL);
+                        big_group(round);
                 }
         }
         printf("rank %d: exact: %d rounds ok\n", rank, rounds);
