@@ -250,17 +250,18 @@ static void hold(void) {
                 FAIL("barrier: %s", hvd_last_error());
 }
 
-/* A group of more members than one record of the board holds (a whole
- * model's gradients in one group): from the board from its second time,
- * its ids in several records. */
-static void big_group(int round) {
+/* One grouped allreduce of n members of 4 int32 named PREFIX.K, member k
+ * with the values of tensor t0 + k, checked exactly. A group of more
+ * members than one record of the board holds (60: a whole model's
+ * gradients in one group) takes several records. */
+static void grouped(int round, int n, const char *prefix, int t0) {
         static hvd_request_t g[BIG_GROUP];
         static int32_t gi[BIG_GROUP][4], go[BIG_GROUP][4];
         static char names[BIG_GROUP][32];
         static const int64_t shape[1] = { 4 };
-        for (int k = 0; k < BIG_GROUP; k++) {
+        for (int k = 0; k < n; k++) {
                 hvd_request_init(&g[k]);
-                snprintf(names[k], sizeof names[k], "fp.big.%d", k);
+                snprintf(names[k], sizeof names[k], "%s.%d", prefix, k);
                 g[k].name = names[k];
                 g[k].input = gi[k];
                 g[k].output = go[k];
@@ -269,14 +270,14 @@ static void big_group(int round) {
                 g[k].shape = shape;
                 g[k].reduce_op = HVD_REDUCE_SUM;
                 for (int i = 0; i < 4; i++)
-                        gi[k][i] = val(rank, round, 100 + k, i);
+                        gi[k][i] = val(rank, round, t0 + k, i);
         }
         hvd_handle_t *gh = NULL;
-        if (hvd_grouped_allreduce_async(g, BIG_GROUP, &gh) < 0)
-                FAIL("big group: %s", hvd_last_error());
-        wait_ok(&gh, "big group");
-        for (int k = 0; k < BIG_GROUP; k++)
-                check(names[k], go[k], 4, round, 100 + k, false, size, NULL);
+        if (hvd_grouped_allreduce_async(g, (size_t) n, &gh) < 0)
+                FAIL("%s: %s", prefix, hvd_last_error());
+        wait_ok(&gh, prefix);
+        for (int k = 0; k < n; k++)
+                check(names[k], go[k], 4, round, t0 + k, false, size, NULL);
 }
 
 static int exact(int rounds) {
@@ -334,31 +335,10 @@ static int exact(int rounds) {
                 }
                 other_kinds(round);
                 if (round % 13 == 9) {
-                        /* a synchronous one of a new shape under an old name's
-                         * neighbour (the coordinator's path), and a grouped
-                         * pair (the board's from its second time) */
-                        hvd_request_t g[2];
-                        int32_t gi[2][4], go[2][4];
-                        int64_t shape[1] = { 4 };
-                        for (int k = 0; k < 2; k++) {
-                                hvd_request_init(&g[k]);
-                                g[k].name = k ? "fp.group.b" : "fp.group.a";
-                                g[k].input = gi[k];
-                                g[k].output = go[k];
-                                g[k].dtype = HVD_INT32;
-                                g[k].ndim = 1;
-                                g[k].shape = shape;
-                                g[k].reduce_op = HVD_REDUCE_SUM;
-                                for (int i = 0; i < 4; i++)
-                                        gi[k][i] = val(rank, round, 60 + k, i);
-                        }
-                        hvd_handle_t *gh = NULL;
-                        if (hvd_grouped_allreduce_async(g, 2, &gh) < 0)
-                                FAIL("grouped: %s", hvd_last_error());
-                        wait_ok(&gh, "grouped");
-                        check("fp.group.a", go[0], 4, round, 60, false, size, NULL);
-                        check("fp.group.b", go[1], 4, round, 61, false, size, NULL);
-                        big_group(round);
+                        /* a grouped pair and a group of BIG_GROUP members,
+                         * from the board from their second time */
+                        grouped(round, 2, "fp.group", 60);
+                        grouped(round, BIG_GROUP, "fp.big", 100);
                 }
         }
         printf("rank %d: exact: %d rounds ok\n", rank, rounds);
