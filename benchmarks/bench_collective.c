@@ -13,6 +13,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_set.h"
 #include "bench_window.h"
 #include "hvd.h"
 
@@ -128,15 +129,10 @@ int main(int argc, char **argv) {
         int rank = hvd_rank(), size = hvd_size(), set = 0, first = 0;
         bool member = true;
         if (set_arg) {
-                int ranks[1024], n = 0;
-                for (const char *p = set_arg; *p && n < 1024; p += *p == ',') {
-                        char *end;
-                        ranks[n++] = (int) strtol(p, &end, 10);
-                        if (end == p || (*end && *end != ',')) {
-                                fprintf(stderr, "bench: --set %s: not a list of ranks (R,R,...)\n", set_arg);
-                                return 2;
-                        }
-                        p = end;
+                int ranks[1024], n = bench_set_ranks(set_arg, ranks, 1024);
+                if (n < 0) {
+                        fprintf(stderr, "bench: --set %s: not a list of at most 1024 ranks (R,R,...)\n", set_arg);
+                        return 2;
                 }
                 if ((set = hvd_add_process_set(ranks, (size_t) n)) < 0) {
                         fprintf(stderr, "bench: --set %s: %s\n", set_arg, hvd_last_error());

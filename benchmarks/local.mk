@@ -6,7 +6,7 @@ include %D%/reduce.mk
 include %D%/nccl.mk
 
 EXTRA_PROGRAMS += %D%/bench_collective
-%C%_bench_collective_SOURCES = %D%/bench_collective.c %D%/bench_window.h
+%C%_bench_collective_SOURCES = %D%/bench_collective.c %D%/bench_set.h %D%/bench_window.h
 %C%_bench_collective_LDADD = client/libhvd.la
 
 # bench_shm: the one-node shared-memory data plane alone (no daemon)
@@ -40,7 +40,7 @@ EXTRA_PROGRAMS += %D%/core_rtt
 %C%_core_rtt_LDADD = -lpthread
 
 # The Open MPI peer, compiled with mpicc when configure found it.
-%D%/mpi_collective: %D%/mpi_collective.c %D%/bench_window.h
+%D%/mpi_collective: %D%/mpi_collective.c %D%/bench_set.h %D%/bench_window.h
 	$(AM_V_CC)if test -n "$(MPICC)"; then $(MPICC) -O2 -o $@ $(srcdir)/%D%/mpi_collective.c; \
 	else echo "bench: mpicc not found; install libopenmpi-dev for the MPI peer" >&2; fi
 
@@ -51,7 +51,7 @@ EXTRA_PROGRAMS += %D%/core_rtt
 # tests/delay_proxy gives the emulated nodes of run-step.sh NETNS=1 latency
 bench: $(EXTRA_PROGRAMS) %D%/mpi_collective %D%/mpi_step tests/delay_proxy$(EXEEXT)
 CLEANFILES += $(EXTRA_PROGRAMS) %D%/mpi_collective %D%/mpi_step
-EXTRA_DIST += %D%/mpi_collective.c %D%/bench_window.h %D%/mpi_step.c %D%/run-allreduce.sh %D%/gloo_collective.py %D%/torch_compile.py \
+EXTRA_DIST += %D%/mpi_collective.c %D%/bench_set.h %D%/bench_window.h %D%/mpi_step.c %D%/run-allreduce.sh %D%/gloo_collective.py %D%/torch_compile.py \
 	%D%/run-step.sh %D%/run-control.sh %D%/run-collectives.sh %D%/netns-job.sh %D%/run-delay-proxy.sh \
 	%D%/run-tf.sh %D%/tf_collective.py %D%/tf_mwms.py %D%/peers.sh %D%/run-elastic.sh %D%/elastic_recovery.py \
 	%D%/run-shm-chunk.sh %D%/elastic_grow.py %D%/run-knobs.sh

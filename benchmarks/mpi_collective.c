@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bench_set.h"
 #include "bench_window.h"
 
 static MPI_Comm comm;
@@ -53,20 +54,17 @@ int main(int argc, char **argv) {
         comm = MPI_COMM_WORLD;
         if (set) {
                 /* the set's ranks in the order given: its first is rank 0 of comm */
-                int key = -1, k = 0;
-                for (const char *p = set; *p; p += *p == ',', k++) {
-                        char *end;
-                        if ((int) strtol(p, &end, 10) == wrank)
-                                key = k;
-                        if (end == p || (*end && *end != ',')) {
-                                if (wrank == 0)
-                                        fprintf(stderr, "mpi_collective: --set %s: not a list of ranks (R,R,...)\n",
-                                                set);
-                                MPI_Finalize();
-                                return 2;
-                        }
-                        p = end;
+                int ranks[1024], n = bench_set_ranks(set, ranks, 1024), key = -1;
+                if (n < 0) {
+                        if (wrank == 0)
+                                fprintf(stderr,
+                                        "mpi_collective: --set %s: not a list of at most 1024 ranks (R,R,...)\n", set);
+                        MPI_Finalize();
+                        return 2;
                 }
+                for (int k = 0; k < n; k++)
+                        if (ranks[k] == wrank)
+                                key = k;
                 MPI_Comm_split(MPI_COMM_WORLD, key >= 0 ? 0 : MPI_UNDEFINED, key, &comm);
         }
         if (comm == MPI_COMM_NULL) { /* not in the set */
