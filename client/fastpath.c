@@ -47,7 +47,7 @@
 
 #define WORDS       (HVD_FASTPATH_MAX_IDS / 64)
 #define LOG_CAP     256
-#define REC_IDS     60
+#define REC_IDS     HVD_FASTPATH_RECORD_IDS
 #define LOCK_SPINS  200
 #define LOCK_YIELDS 20000
 
@@ -213,17 +213,19 @@ int hvd_fastpath_post_group(hvd_fastpath_t *fp, const uint32_t *ids, size_t n, u
         if (!fp || !ids || n == 0 || n > HVD_FASTPATH_MAX_GROUP)
                 return -EAGAIN;
         /* each id once, none of them posted already: one pass, marking
-         * each in fp->named and clearing the marks again */
+         * each in fp->named and clearing the marks again (a lone id, a
+         * cached tensor's every post, has nothing to be named twice with) */
         size_t named = 0;
         while (named < n) {
                 uint32_t id = ids[named];
                 uint64_t bit = UINT64_C(1) << (id % 64);
                 if (id >= HVD_FASTPATH_MAX_IDS || ((fp->mine[id / 64] | fp->named[id / 64]) & bit))
                         break;
-                fp->named[id / 64] |= bit;
+                if (n > 1)
+                        fp->named[id / 64] |= bit;
                 named++;
         }
-        for (size_t i = 0; i < named; i++)
+        for (size_t i = 0; i < named && n > 1; i++)
                 fp->named[ids[i] / 64] &= ~(UINT64_C(1) << (ids[i] % 64));
         if (named < n)
                 return -EAGAIN;

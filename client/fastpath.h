@@ -34,6 +34,10 @@
 /* A bit waits this long on the board before its tensor goes to the
  * coordinator (then a stall, a dead rank or a join is the coordinator's). */
 #define HVD_FASTPATH_DEMOTE_USEC (200 * UINT64_C(1000))
+/* The ids one record of the board's log holds: a fast record runs at most
+ * this many tensors; more that are ready at once (a large group) take
+ * several records in a row. */
+#define HVD_FASTPATH_RECORD_IDS 60
 /* The longest schedule a record carries inline (node mode). */
 #define HVD_FASTPATH_INLINE_BYTES 240
 /* How many times a rank waiting for the other local ranks (on the board,

@@ -224,6 +224,8 @@ static int fp_run_as_scheduled(hvd_entry_t *const *opm, hvd_known_t *const *km, 
         return hvd_schedule_op_execute(&op, pthread_equal(pthread_self(), G.thread));
 }
 
+_Static_assert(HVD_FASTPATH_RECORD_IDS <= 64, "a record's tensors fit fp_execute's arrays");
+
 /* Runs one fast record: ids ascending, every one of them in flight here. */
 static int fp_execute(const uint32_t *ids, uint32_t n) {
         hvd_assert(G.fp && G.backend);

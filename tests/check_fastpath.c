@@ -19,10 +19,9 @@
 
 #include "fastpath.h"
 
-#define N       3
-#define MS      UINT64_C(1000)
-#define RECS    320 /* more than the board's log holds */
-#define REC_IDS 60  /* ids in one record of the log (fastpath.c) */
+#define N    3
+#define MS   UINT64_C(1000)
+#define RECS 320 /* more than the board's log holds */
 
 typedef struct log {
         int n;
@@ -577,7 +576,7 @@ START_TEST(test_fastpath_group_waits_for_room) {
         ck_assert_int_eq(logs[1].n, 255);
         /* rank 2 catches up; its next step appends all the records, with
          * every member */
-        const int recs = (HVD_FASTPATH_MAX_GROUP + 1 + REC_IDS - 1) / REC_IDS;
+        const int recs = (HVD_FASTPATH_MAX_GROUP + 1 + HVD_FASTPATH_RECORD_IDS - 1) / HVD_FASTPATH_RECORD_IDS;
         ck_assert_int_gt(recs, 1);
         step(2, 4);
         ck_assert_int_eq(logs[2].n, 255);
@@ -614,7 +613,7 @@ START_TEST(test_fastpath_largest_group) {
                 post_group(r, g, HVD_FASTPATH_MAX_GROUP, 0);
         for (int r = 0; r < N; r++)
                 step(r, 1);
-        const int recs = (HVD_FASTPATH_MAX_GROUP + REC_IDS - 1) / REC_IDS;
+        const int recs = (HVD_FASTPATH_MAX_GROUP + HVD_FASTPATH_RECORD_IDS - 1) / HVD_FASTPATH_RECORD_IDS;
         for (int r = 0; r < N; r++) {
                 ck_assert_int_eq(logs[r].n, recs);
                 ck_assert_int_eq(hvd_fastpath_pending(fp[r]), 0);
