@@ -384,6 +384,16 @@ static int describe(hvd_tf_op_t *op, int i, hvd_request_t *req, char *msg, size_
         return 0;
 }
 
+/* Outputs of allreduce and broadcast that took their input's buffer (in
+ * place), and that are kept buffers, since the library loaded: for the
+ * tests, through hvd_tf_output_counts. */
+static _Atomic uint64_t forwarded, kept;
+
+void hvd_tf_output_counts(uint64_t *n_forwarded, uint64_t *n_kept) {
+        *n_forwarded = atomic_load_explicit(&forwarded, memory_order_relaxed);
+        *n_kept = atomic_load_explicit(&kept, memory_order_relaxed);
+}
+
 /* A kept buffer (outbuf.c) as output i, or NULL. TensorFlow may set
  * another tensor of its own (an output it must allocate itself): then
  * that one. */
@@ -395,18 +405,11 @@ static TF_Tensor *kept_output(hvd_tf_op_t *op, int i, int ndim, TF_Status *st) {
         TF_Tensor *set = TF_GetCode(st) == TF_OK ? TF_GetMutableOutput(op->ctx, i, st) : NULL;
         if (set && TF_TensorData(set) == TF_TensorData(t)) {
                 TF_DeleteTensor(set);
+                atomic_fetch_add_explicit(&kept, 1, memory_order_relaxed);
                 return t;
         }
         TF_DeleteTensor(t);
         return set;
-}
-
-/* Outputs that took their input's buffer (in place), since the library
- * loaded: for the tests, through hvd_tf_forwarded_outputs. */
-static _Atomic uint64_t forwarded;
-
-uint64_t hvd_tf_forwarded_outputs(void) {
-        return atomic_load_explicit(&forwarded, memory_order_relaxed);
 }
 
 /* The output of allreduce and broadcast. Best is the input's own buffer,

@@ -58,7 +58,7 @@ hvdtfexec_LTLIBRARIES = %D%/hvd_tf_ops.la
 %C%_hvd_tf_ops_la_CPPFLAGS = $(AM_CPPFLAGS) $(TF_CFLAGS)
 # TensorFlow finds the ops through the library's constructor: nothing is
 # exported but what hvd.tensorflow calls (hvd_tf_names_reset, and
-# hvd_tf_forwarded_outputs for its tests)
+# hvd_tf_output_counts for its tests)
 %C%_hvd_tf_ops_la_CFLAGS = $(AM_CFLAGS) -fvisibility=hidden
 %C%_hvd_tf_ops_la_CXXFLAGS = -std=c++17 -Wall -Wextra -fvisibility=hidden $(SANITIZER_FLAGS)
 %C%_hvd_tf_ops_la_LDFLAGS = $(AM_LDFLAGS) -module -avoid-version -shrext .so

@@ -114,9 +114,9 @@ void hvd_tf_op_finish(hvd_tf_op_t *op);
 __attribute__((visibility("default"))) void hvd_tf_names_reset(int process_set);
 
 /* How many outputs of allreduce and broadcast took their input's buffer
- * (reduced in place) since the library loaded. Called by hvd.tensorflow's
- * tests through ctypes. */
-__attribute__((visibility("default"))) uint64_t hvd_tf_forwarded_outputs(void);
+ * (reduced in place), and how many were kept buffers, since the library
+ * loaded. Called by hvd.tensorflow's tests through ctypes. */
+__attribute__((visibility("default"))) void hvd_tf_output_counts(uint64_t *forwarded, uint64_t *kept);
 
 /* Outputs of allreduce and broadcast of at least this many bytes are
  * buffers kept for reuse (outbuf.c, ../kept.h). */

@@ -14,7 +14,7 @@ a number counted by the op library in the order of the calls.
 import ctypes
 import os
 import re
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
 from tensorflow.python.eager import context as _eager_context
@@ -43,15 +43,18 @@ _names.hvd_tf_names_reset.argtypes = [ctypes.c_int]
 _names.hvd_tf_names_reset.restype = None
 _basics._init_hooks.append(lambda: _names.hvd_tf_names_reset(-1))
 _process_sets._id_listeners.append(_names.hvd_tf_names_reset)
-_names.hvd_tf_forwarded_outputs.argtypes = []
-_names.hvd_tf_forwarded_outputs.restype = ctypes.c_uint64
+_names.hvd_tf_output_counts.argtypes = [ctypes.POINTER(ctypes.c_uint64)] * 2
+_names.hvd_tf_output_counts.restype = None
 
 
-def _forwarded_outputs() -> int:
-    """How many outputs of allreduce and broadcast took their input's
-    buffer (reduced in place) in this process: TensorFlow hands it over when
-    nothing else holds the input, as for a gradient made in the same graph."""
-    return _names.hvd_tf_forwarded_outputs()
+def _output_counts() -> Tuple[int, int]:
+    """How many outputs of allreduce and broadcast in this process took
+    their input's buffer (reduced in place: TensorFlow hands it over when
+    nothing else holds the input, as for a gradient made in the same graph),
+    and how many were buffers kept for reuse."""
+    forwarded, kept = ctypes.c_uint64(), ctypes.c_uint64()
+    _names.hvd_tf_output_counts(ctypes.byref(forwarded), ctypes.byref(kept))
+    return forwarded.value, kept.value
 
 # libhvd's reduce codes, which the ops take (hvd.common.basics translates)
 _CORE_SUM = _basics.core_reduce_op(Sum)
