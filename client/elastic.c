@@ -151,7 +151,7 @@ static int ask(const hvd_settings_t *s, const char *endpoint, const char *host, 
         env.body_case = HVD__ENVELOPE__BODY_ENROLL;
         env.enroll = &en;
         uint64_t wait_usec = s->elastic_timeout_usec + s->elastic_settle_usec + s->start_timeout_usec;
-        if (zmq_connect(sock, endpoint) < 0 || (r = hvd_wire_send(sock, &env, 0)) < 0) {
+        if (hvd_zmq_connect(sock, endpoint) < 0 || (r = hvd_wire_send(sock, &env, 0)) < 0) {
                 r = hvd_error(HVD_ENODAEMON, "elastic job %s: cannot reach the coordinator at %s", s->job_id, endpoint);
                 goto out;
         }

@@ -296,10 +296,9 @@ static int link_open(const char *endpoint) {
         int64_t maxmsg = (int64_t) HVD_WIRE_MAX_MESSAGE_BYTES;
         zmq_setsockopt(G.sock, ZMQ_LINGER, &zero, sizeof zero);
         zmq_setsockopt(G.sock, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-        if (zmq_connect(G.sock, endpoint) < 0) {
-                int e = zmq_errno();
-                return hvd_error(-e, "cannot connect to %s: %s", endpoint, zmq_strerror(e));
-        }
+        int r = hvd_zmq_connect(G.sock, endpoint);
+        if (r < 0)
+                return hvd_error(r, "cannot connect to %s: %s", endpoint, zmq_strerror(-r));
         return 0;
 }
 

@@ -22,6 +22,34 @@
 #include "util.h"
 #include "wire.h"
 
+int hvd_zmq_bind(void *sock, const char *endpoint) {
+        int rc;
+        while ((rc = zmq_bind(sock, endpoint)) < 0 && zmq_errno() == EINTR)
+                ;
+        return rc < 0 ? -zmq_errno() : 0;
+}
+
+int hvd_zmq_connect(void *sock, const char *endpoint) {
+        int rc;
+        while ((rc = zmq_connect(sock, endpoint)) < 0 && zmq_errno() == EINTR)
+                ;
+        return rc < 0 ? -zmq_errno() : 0;
+}
+
+int hvd_zmq_send(void *sock, const void *buf, size_t len, int flags) {
+        int rc;
+        while ((rc = zmq_send(sock, buf, len, flags)) < 0 && zmq_errno() == EINTR)
+                ;
+        return rc < 0 ? -zmq_errno() : 0;
+}
+
+int hvd_zmq_msg_send(zmq_msg_t *msg, void *sock, int flags) {
+        int rc;
+        while ((rc = zmq_msg_send(msg, sock, flags)) < 0 && zmq_errno() == EINTR)
+                ;
+        return rc < 0 ? -zmq_errno() : 0;
+}
+
 int hvd_wire_send(void *sock, Hvd__Envelope *env, int flags) {
         env->version = HVD_PROTOCOL_VERSION;
         size_t len = protobuf_c_message_get_packed_size(&env->base);
@@ -29,17 +57,16 @@ int hvd_wire_send(void *sock, Hvd__Envelope *env, int flags) {
         if (zmq_msg_init_size(&msg, len) < 0)
                 return -zmq_errno();
         protobuf_c_message_pack(&env->base, zmq_msg_data(&msg));
-        if (zmq_msg_send(&msg, sock, flags) < 0) {
-                int r = -zmq_errno();
+        int r = hvd_zmq_msg_send(&msg, sock, flags);
+        if (r < 0)
                 zmq_msg_close(&msg);
-                return r;
-        }
-        return 0;
+        return r;
 }
 
 int hvd_wire_send_to(void *router, const void *id, size_t id_len, Hvd__Envelope *env, int flags) {
-        if (zmq_send(router, id, id_len, ZMQ_SNDMORE | flags) < 0)
-                return -zmq_errno();
+        int r = hvd_zmq_send(router, id, id_len, ZMQ_SNDMORE | flags);
+        if (r < 0)
+                return r;
         return hvd_wire_send(router, env, flags);
 }
 
@@ -726,10 +753,8 @@ int hvd_control_call(void *zctx, const char *endpoint, Hvd__Envelope *req, uint6
         int64_t maxmsg = (int64_t) HVD_WIRE_MAX_MESSAGE_BYTES;
         zmq_setsockopt(s, ZMQ_LINGER, &zero, sizeof zero);
         zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &maxmsg, sizeof maxmsg);
-        if (zmq_connect(s, endpoint) < 0) {
-                r = -zmq_errno();
+        if ((r = hvd_zmq_connect(s, endpoint)) < 0)
                 goto out;
-        }
         r = hvd_wire_send(s, req, 0);
         if (r < 0)
                 goto out;
@@ -753,8 +778,11 @@ int hvd_control_call(void *zctx, const char *endpoint, Hvd__Envelope *req, uint6
                 zmq_msg_t msg;
                 zmq_msg_init(&msg);
                 if (zmq_msg_recv(&msg, s, 0) < 0) {
-                        r = -zmq_errno();
+                        int e = zmq_errno();
                         zmq_msg_close(&msg);
+                        if (e == EINTR)
+                                continue;
+                        r = -e;
                         goto out;
                 }
                 char err[256];

@@ -9,6 +9,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <zmq.h>
+
 #include "hvd.pb-c.h"
 
 #define HVD_PROTOCOL_VERSION       1
@@ -29,6 +31,18 @@
 #define HVD_WIRE_BOARD_SCHEDULE_BYTES 240
 /* ZMQ_ZAP_ENFORCE_DOMAIN lives behind the draft API in Debian's header. */
 #define HVD_ZMQ_ZAP_ENFORCE_DOMAIN 93
+
+/* zmq_bind, zmq_connect and every send first run the socket's pending
+ * commands, and a signal landing in that wait (a handler installed without
+ * SA_RESTART: a profiler's or a fuzzer's timer, a DataLoader's SIGCHLD)
+ * fails them with EINTR although nothing was done. These make them again.
+ * Return 0 or -errno. */
+int hvd_zmq_bind(void *sock, const char *endpoint);
+int hvd_zmq_connect(void *sock, const char *endpoint);
+/* zmq_send / zmq_msg_send, made again after EINTR (the message is still
+ * the caller's then). Return 0 or -errno. */
+int hvd_zmq_send(void *sock, const void *buf, size_t len, int flags);
+int hvd_zmq_msg_send(zmq_msg_t *msg, void *sock, int flags);
 
 /* Packs env (its version field is set here) into one frame and sends it
  * with flags (0 or ZMQ_DONTWAIT). Returns 0 or -errno. */

@@ -30,9 +30,10 @@ static int send_msg(hvd_daemon_t *d, void *sock, const void *id, size_t id_len, 
         zmq_msg_t m;
         int e = 0;
         zmq_msg_init(&m);
-        if (zmq_msg_copy(&m, packed) < 0 || (id && zmq_send(sock, id, id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT) < 0) ||
-            zmq_msg_send(&m, sock, ZMQ_DONTWAIT) < 0)
+        if (zmq_msg_copy(&m, packed) < 0)
                 e = -zmq_errno();
+        else if (!id || (e = hvd_zmq_send(sock, id, id_len, ZMQ_SNDMORE | ZMQ_DONTWAIT)) == 0)
+                e = hvd_zmq_msg_send(&m, sock, ZMQ_DONTWAIT);
         zmq_msg_close(&m);
         return e;
 }
@@ -258,8 +259,8 @@ int io_bind_local(hvd_daemon_t *d, void **sock, char *ep, size_t ep_len, const c
         int r = hvd_zap_setup_local(d->zap, *sock);
         if (r < 0)
                 return r;
-        if (zmq_bind(*sock, ep) < 0)
-                return hvd_log_error(-zmq_errno(), "Cannot bind %s", ep);
+        if ((r = hvd_zmq_bind(*sock, ep)) < 0)
+                return hvd_log_error(r, "Cannot bind %s", ep);
         const char *path = ep + 6;
         if (chmod(path, d->cfg.socket_mode) < 0)
                 return hvd_log_error(-errno, "Cannot chmod %s", path);
@@ -280,8 +281,8 @@ int io_bind_peer(hvd_daemon_t *d) {
         int r = hvd_zap_setup_peer_server(d->zap, d->peer_sock);
         if (r < 0)
                 return r;
-        if (zmq_bind(d->peer_sock, d->cfg.peer_listen) < 0)
-                return hvd_log_error(-zmq_errno(), "Cannot bind the peer socket %s", d->cfg.peer_listen);
+        if ((r = hvd_zmq_bind(d->peer_sock, d->cfg.peer_listen)) < 0)
+                return hvd_log_error(r, "Cannot bind the peer socket %s", d->cfg.peer_listen);
         size_t len = sizeof d->peer_ep;
         if (zmq_getsockopt(d->peer_sock, ZMQ_LAST_ENDPOINT, d->peer_ep, &len) < 0)
                 snprintf(d->peer_ep, sizeof d->peer_ep, "%s", d->cfg.peer_listen);

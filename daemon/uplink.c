@@ -64,8 +64,9 @@ peer_t *uplink_peer(hvd_daemon_t *d, const char *endpoint) {
                 p->sock = NULL;
                 return NULL;
         }
-        if (zmq_connect(p->sock, endpoint) < 0) {
-                hvd_log_error(-zmq_errno(), "Cannot connect to root daemon %s", endpoint);
+        int r = hvd_zmq_connect(p->sock, endpoint);
+        if (r < 0) {
+                hvd_log_error(r, "Cannot connect to root daemon %s", endpoint);
                 zmq_close(p->sock);
                 p->sock = NULL;
                 return NULL;

@@ -217,8 +217,8 @@ int hvd_zap_new(void *zctx, const hvd_daemon_config_t *cfg, hvd_zap_t **ret) {
         }
         int zero = 0;
         zmq_setsockopt(z->handler, ZMQ_LINGER, &zero, sizeof zero);
-        if (zmq_bind(z->handler, ZAP_ENDPOINT) < 0) {
-                r = hvd_log_error(-zmq_errno(), "Cannot bind the ZAP handler %s", ZAP_ENDPOINT);
+        if ((r = hvd_zmq_bind(z->handler, ZAP_ENDPOINT)) < 0) {
+                r = hvd_log_error(r, "Cannot bind the ZAP handler %s", ZAP_ENDPOINT);
                 goto fail;
         }
         *ret = z;
@@ -290,8 +290,8 @@ int hvd_zap_setup_peer_server(hvd_zap_t *z, void *sock) {
                 return hvd_log_error(-zmq_errno(), "Cannot monitor the peer socket");
         z->monitored = sock;
         z->monitor = zmq_socket(z->zctx, ZMQ_PAIR);
-        if (!z->monitor || zmq_connect(z->monitor, z->monitor_ep) < 0) {
-                r = -zmq_errno();
+        r = z->monitor ? hvd_zmq_connect(z->monitor, z->monitor_ep) : -zmq_errno();
+        if (r < 0) {
                 hvd_zap_stop_monitor(z);
                 return hvd_log_error(r, "Cannot read the peer socket's monitor");
         }
@@ -373,12 +373,12 @@ static bool parse_ipc_creds(const char *addr, unsigned long *uid, unsigned long 
 
 static void reply(void *sock, const char *version, const char *req_id, size_t req_id_len, const char *code,
                   const char *text, const char *user) {
-        zmq_send(sock, version, strlen(version), ZMQ_SNDMORE);
-        zmq_send(sock, req_id, req_id_len, ZMQ_SNDMORE);
-        zmq_send(sock, code, strlen(code), ZMQ_SNDMORE);
-        zmq_send(sock, text, strlen(text), ZMQ_SNDMORE);
-        zmq_send(sock, user, strlen(user), ZMQ_SNDMORE);
-        zmq_send(sock, "", 0, 0);
+        hvd_zmq_send(sock, version, strlen(version), ZMQ_SNDMORE);
+        hvd_zmq_send(sock, req_id, req_id_len, ZMQ_SNDMORE);
+        hvd_zmq_send(sock, code, strlen(code), ZMQ_SNDMORE);
+        hvd_zmq_send(sock, text, strlen(text), ZMQ_SNDMORE);
+        hvd_zmq_send(sock, user, strlen(user), ZMQ_SNDMORE);
+        hvd_zmq_send(sock, "", 0, 0);
 }
 
 #define ZAP_FRAMES 7

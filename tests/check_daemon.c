@@ -8,9 +8,11 @@
 #include "config.h"
 
 #include <check.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include "coordinator.h"
@@ -742,6 +744,34 @@ START_TEST(test_readiness_for_an_unknown_job_is_refused) {
 }
 END_TEST
 
+static volatile sig_atomic_t alarms;
+
+static void on_alarm(int sig) {
+        (void) sig;
+        alarms++;
+}
+
+/* zmq_bind and zmq_connect first wait on the socket's command pipe, and a
+ * signal landing there (a profiler's or a fuzzer's timer, a DataLoader's
+ * SIGCHLD: handlers installed without SA_RESTART) makes them fail with
+ * EINTR although nothing went wrong. A daemon must start anyway. */
+START_TEST(test_daemon_starts_while_signals_land) {
+        struct sigaction sa = {0}, old;
+        sa.sa_handler = on_alarm;
+        sigemptyset(&sa.sa_mask);
+        ck_assert_int_eq(sigaction(SIGALRM, &sa, &old), 0);
+        struct itimerval every = {{0, 20}, {0, 20}}, off = {{0, 0}, {0, 0}};
+        ck_assert_int_eq(setitimer(ITIMER_REAL, &every, NULL), 0);
+        for (int i = 0; i < 200; i++) {
+                start("tcp://127.0.0.1:*");
+                stop();
+        }
+        setitimer(ITIMER_REAL, &off, NULL);
+        sigaction(SIGALRM, &old, NULL);
+        ck_assert_int_gt(alarms, 200);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("daemon");
         TCase *tc = tcase_create("handlers");
@@ -755,6 +785,7 @@ int main(void) {
         tcase_add_test(tc, test_host_sends_a_first_steps_names_once);
         tcase_add_test(tc, test_a_name_unlike_by_rank_holds_no_later_rank);
         tcase_add_test(tc, test_readiness_for_an_unknown_job_is_refused);
+        tcase_add_test(tc, test_daemon_starts_while_signals_land);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
