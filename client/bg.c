@@ -215,13 +215,14 @@ static bool wait_and_receive(long timeout) {
         if (hb_ms >= 0)
                 timeout = at_most(timeout, hb_ms);
         int n = zmq_poll(items, !G.sock ? 1 : G.daemon_pidfd >= 0 ? 3 : 2, timeout);
+        int e = n < 0 ? zmq_errno() : 0; /* the heartbeat's send may change errno */
         /* before reading: a process resumed after a stop says it is back
          * before it acts on what came meanwhile */
         hvd_link_heartbeat();
         if (n < 0) {
-                if (zmq_errno() == EINTR)
+                if (e == EINTR)
                         return true;
-                hvd_job_abort(-zmq_errno(), "polling the coordinator socket failed");
+                hvd_job_abort(-e, "polling the coordinator socket failed");
                 return false;
         }
         if (items[0].revents & ZMQ_POLLIN) {

@@ -27,6 +27,7 @@
 #include "launcher_join.h"
 #include "settings.h"
 #include "tcp.h"
+#include "thread.h"
 #include "timeline.h"
 #include "tune_search.h"
 #include "util.h"
@@ -659,7 +660,7 @@ int hvd_init(void) {
         if ((r = state_open()) < 0 || (r = G.solo ? solo_open(&s) : job_open(&s)) < 0)
                 goto fail;
         hvd_elastic_draw_reset(); /* before the generation's first operation */
-        if ((r = -pthread_create(&G.thread, NULL, hvd_bg_main, NULL)) < 0) {
+        if ((r = hvd_thread_start(&G.thread, hvd_bg_main, NULL)) < 0) {
                 hvd_last_error_set("cannot start the background thread");
                 goto fail;
         }

@@ -34,6 +34,7 @@
 #include "crc32c.h"
 #include "hvd.h"
 #include "tcp.h"
+#include "thread.h"
 #include "util.h"
 
 #define HELLO_MAGIC   UINT32_C(0x68766474) /* "hvdt" */
@@ -700,17 +701,12 @@ static void *sender_main(void *arg) {
         return NULL;
 }
 
-/* Starts the sender once, with every signal blocked (they belong to the
- * process's own threads). false: it cannot run, the exchange stays on
+/* Starts the sender once. false: it cannot run, the exchange stays on
  * one thread. */
 static bool sender_start(hvd_tcp_t *t) {
         if (t->snd.started)
                 return true;
-        sigset_t all, old;
-        sigfillset(&all);
-        pthread_sigmask(SIG_SETMASK, &all, &old);
-        t->snd.started = pthread_create(&t->snd.thread, NULL, sender_main, t) == 0;
-        pthread_sigmask(SIG_SETMASK, &old, NULL);
+        t->snd.started = hvd_thread_start(&t->snd.thread, sender_main, t) == 0;
         if (t->snd.started)
                 pthread_setname_np(t->snd.thread, "hvd-tcp-send");
         return t->snd.started;

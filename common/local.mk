@@ -1,7 +1,7 @@
 # Internal library shared by the daemon, libhvd, the tools and the tests.
 noinst_LTLIBRARIES += common/libhvdcommon.la
 common_libhvdcommon_la_SOURCES = \
-	common/util.h \
+	common/util.h common/thread.h \
 	common/invariant.c common/invariant.h \
 	common/log.c common/log.h \
 	common/error.c \

@@ -13,6 +13,7 @@
 
 #include "embedded.h"
 #include "hvd.h"
+#include "thread.h"
 #include "util.h"
 #include "wire.h"
 
@@ -30,7 +31,7 @@ int hvd_embedded_start(hvd_embedded_t *e, const hvd_daemon_config_t *cfg, char *
                          cfg->peer_listen[0] ? " with peers on " : "", cfg->peer_listen, hvd_strerror(r));
                 return r;
         }
-        r = -pthread_create(&e->thread, NULL, embedded_main, e);
+        r = hvd_thread_start(&e->thread, embedded_main, e);
         if (r < 0) {
                 snprintf(msg, msg_len, "cannot start the coordinator thread: %s", strerror(-r));
                 hvd_daemon_destroy(&e->daemon);
