@@ -341,3 +341,25 @@ def test_grouped_reducescatter(run, rank, size):
 
 def tri_(n):
     return n * (n + 1) // 2
+
+
+def test_ops_complete_while_signals_land(rank, size):
+    """Signals from the script's timer land on any thread that does not
+    block them (TensorFlow's, hvd's); every op still completes, exact."""
+    import signal
+
+    hits = []
+    old = signal.signal(signal.SIGALRM, lambda sig, frame: hits.append(sig))
+    signal.setitimer(signal.ITIMER_REAL, 0.00005, 0.00005)
+    try:
+        step = tf.function(lambda x: hvd.allreduce(x, op=hvd.Sum, name="signals.graph"))
+        for i in range(100):
+            for numel in (16, 1 << 18):
+                x = tf.fill([numel], float(rank + i))
+                want = tf.fill([numel], float(size * (size - 1) // 2 + size * i))
+                assert_equal(hvd.allreduce(x, op=hvd.Sum, name=f"signals.{numel}"), want)
+                assert_equal(step(x), want)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0, 0)
+        signal.signal(signal.SIGALRM, old)
+    assert len(hits) > 50
