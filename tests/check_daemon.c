@@ -756,11 +756,11 @@ static void on_alarm(int sig) {
  * SIGCHLD: handlers installed without SA_RESTART) makes them fail with
  * EINTR although nothing went wrong. A daemon must start anyway. */
 START_TEST(test_daemon_starts_while_signals_land) {
-        struct sigaction sa = {0}, old;
+        struct sigaction sa = { 0 }, old;
         sa.sa_handler = on_alarm;
         sigemptyset(&sa.sa_mask);
         ck_assert_int_eq(sigaction(SIGALRM, &sa, &old), 0);
-        struct itimerval every = {{0, 20}, {0, 20}}, off = {{0, 0}, {0, 0}};
+        struct itimerval every = { { 0, 20 }, { 0, 20 } }, off = { { 0, 0 }, { 0, 0 } };
         ck_assert_int_eq(setitimer(ITIMER_REAL, &every, NULL), 0);
         for (int i = 0; i < 200; i++) {
                 start("tcp://127.0.0.1:*");
