@@ -79,13 +79,16 @@ extern const submit_fn hvd_py_submit_waiting[_KIND_COUNT];
 int hvd_py_parse_request(PyObject *t, hvd_request_t *q, int64_t *shape, int64_t *splits, Py_ssize_t max_splits,
                          int *n_splits);
 
-/* ---- prepared.c: the module's prepare, run_prepared, bind_kept and
- * run_kept, and its Prepared type ---- */
+/* ---- prepared.c: the module's prepare, run_prepared, bind_kept,
+ * run_kept, prepare_group and run_prepared_group, and its Prepared and
+ * PreparedGroup types ---- */
 
 int hvd_py_prepared_setup(PyObject *m);
 PyObject *hvd_py_prepare(PyObject *mod, PyObject *args);
 PyObject *hvd_py_run_prepared(PyObject *mod, PyObject *args);
 PyObject *hvd_py_bind_kept(PyObject *mod, PyObject *args);
 PyObject *hvd_py_run_kept(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+PyObject *hvd_py_prepare_group(PyObject *mod, PyObject *args);
+PyObject *hvd_py_run_prepared_group(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 
 #endif

@@ -699,6 +699,12 @@ static PyMethodDef core_methods[] = {
         { "run_kept", (PyCFunction) (void (*)(void)) hvd_py_run_kept, METH_FASTCALL,
           "run_kept(prepared, tensor) -> a free kept result the prepared allreduce of tensor was run into, "
           "or None (nothing run): no kept result is free" },
+        { "prepare_group", hvd_py_prepare_group, METH_VARARGS,
+          "prepare_group(requests, dtypes, sizes) -> PreparedGroup: a group of allreduces' request tuples (data "
+          "pointers ignored) and each member's torch.dtype and torch.Size, parsed once" },
+        { "run_prepared_group", (PyCFunction) (void (*)(void)) hvd_py_run_prepared_group, METH_FASTCALL,
+          "run_prepared_group(prepared, tensors, outputs) -> True once run and waited for, or None (nothing run): "
+          "a member is not a contiguous CPU tensor of its prepared dtype and size" },
         { "dtype_size", core_dtype_size, METH_O, "dtype_size(code) -> bytes per element (0 if invalid)" },
         { "version", core_version, METH_NOARGS, "version() -> libhvd version string" },
         { "pending_orphans", core_pending_orphans, METH_NOARGS,

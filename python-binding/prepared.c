@@ -3,7 +3,9 @@
  * pointers on each call (run_prepared): no argument tuples, request
  * parsing or Handle method call per call, which cost about as much as a
  * small allreduce itself. An out-of-place allreduce also picks its output
- * from the kept results bound to the request (bind_kept, run_kept). */
+ * from the kept results bound to the request (bind_kept, run_kept). A
+ * group of allreduces is prepared whole (prepare_group) and run over its
+ * members' tensors (run_prepared_group). */
 #include <stdlib.h>
 
 #include "core.h"
@@ -88,14 +90,14 @@ PyObject *hvd_py_prepare(PyObject *mod, PyObject *args) {
         return (PyObject *) p;
 }
 
-/* Runs q (a prepared request of kind) on this thread and waits: None, or
- * with want_handle the completed Handle (its outputs); raises as
- * Handle.wait does. keepalive (the tensors) is held until the operation
- * ends, also when a signal interrupts the wait: the operation then
- * finishes as an orphan. */
-static PyObject *run_request(const hvd_request_t *q, int kind, PyObject *keepalive, bool want_handle) {
+/* Runs q (a prepared request of kind; n > 1: a group of allreduces) on
+ * this thread and waits: None, or with want_handle the completed Handle
+ * (its outputs); raises as Handle.wait does. keepalive (the tensors) is
+ * held until the operation ends, also when a signal interrupts the wait:
+ * the operation then finishes as an orphan. */
+static PyObject *run_requests(const hvd_request_t *q, size_t n, int kind, PyObject *keepalive, bool want_handle) {
         hvd_py_reap_orphans();
-        HandleObject *self = hvd_py_handle_new(1); /* no mem: libhvd copied the request */
+        HandleObject *self = hvd_py_handle_new(n); /* no mem: libhvd copied the requests */
         if (!self)
                 return NULL;
         if (kind == KIND_ALLTOALL) {
@@ -115,7 +117,7 @@ static PyObject *run_request(const hvd_request_t *q, int kind, PyObject *keepali
                 self->mem = copy;
         }
         hvd_handle_t *h = NULL;
-        int r = hvd_py_submit_waiting[kind](q, &h);
+        int r = n == 1 ? hvd_py_submit_waiting[kind](q, &h) : hvd_grouped_allreduce_async_waiting(q, n, &h);
         if (r < 0) {
                 Py_DECREF(self);
                 return hvd_py_raise_last_error(r);
@@ -163,7 +165,7 @@ PyObject *hvd_py_run_prepared(PyObject *mod, PyObject *args) {
         q.output = PyLong_AsVoidPtr(out_obj);
         if (PyErr_Occurred())
                 return NULL;
-        return run_request(&q, p->kind, keepalive, p->kind != KIND_ALLREDUCE && p->kind != KIND_BROADCAST);
+        return run_requests(&q, 1, p->kind, keepalive, p->kind != KIND_ALLREDUCE && p->kind != KIND_BROADCAST);
 }
 
 /* bind_kept(prepared, kept, dtype, shape): run_kept picks its output from
@@ -227,7 +229,7 @@ PyObject *hvd_py_run_kept(PyObject *mod, PyObject *const *args, Py_ssize_t nargs
             !(keepalive = PyTuple_Pack(2, args[1], out)))
                 goto done;
         q.input = in_ptr;
-        ret = run_request(&q, p->kind, keepalive, false);
+        ret = run_requests(&q, 1, p->kind, keepalive, false);
         if (ret) {
                 Py_DECREF(ret);
                 ret = out;
@@ -239,9 +241,177 @@ done:
         return ret;
 }
 
+/* ---- a group of allreduces ---- */
+
+typedef struct {
+        PyObject ob_base;   /* PyObject_HEAD */
+        Py_ssize_t n;       /* members */
+        hvd_request_t *req; /* n: input and output set per call */
+        int64_t *shapes;    /* n * HVD_MAX_NDIM */
+        /* owned tuples of n: the request tuples (req[i].name is the UTF-8
+         * of the first's str), each member's torch.dtype and torch.Size */
+        PyObject *requests, *dtypes, *sizes;
+} PreparedGroupObject;
+
+static void prepared_group_dealloc(PreparedGroupObject *self) {
+        free(self->req);
+        free(self->shapes);
+        Py_XDECREF(self->requests);
+        Py_XDECREF(self->dtypes);
+        Py_XDECREF(self->sizes);
+        Py_TYPE(self)->tp_free((PyObject *) self);
+}
+
+/* clang-format off */
+static PyTypeObject PreparedGroupType = {
+        PyVarObject_HEAD_INIT(NULL, 0)
+        .tp_name = "hvd._core.PreparedGroup",
+        .tp_doc = "A group of allreduces, parsed once (prepare_group), run by run_prepared_group.",
+        .tp_basicsize = sizeof(PreparedGroupObject),
+        .tp_flags = Py_TPFLAGS_DEFAULT,
+        .tp_dealloc = (destructor) prepared_group_dealloc,
+};
+/* clang-format on */
+
+/* prepare_group(requests, dtypes, sizes) -> PreparedGroup: the request
+ * tuples of a group of allreduces, as submit takes them (their data
+ * pointers are ignored), and the torch.dtype and torch.Size each member's
+ * tensors must have. */
+PyObject *hvd_py_prepare_group(PyObject *mod, PyObject *args) {
+        (void) mod;
+        PyObject *requests, *dtypes, *sizes;
+        if (!PyArg_ParseTuple(args, "O!O!O!:prepare_group", &PyTuple_Type, &requests, &PyTuple_Type, &dtypes,
+                              &PyTuple_Type, &sizes))
+                return NULL;
+        Py_ssize_t n = PyTuple_GET_SIZE(requests);
+        if (n < 1 || PyTuple_GET_SIZE(dtypes) != n || PyTuple_GET_SIZE(sizes) != n) {
+                PyErr_SetString(PyExc_ValueError, "prepare_group: one or more requests, a dtype and a size each");
+                return NULL;
+        }
+        PreparedGroupObject *p = PyObject_New(PreparedGroupObject, &PreparedGroupType);
+        if (!p)
+                return NULL;
+        p->n = n;
+        p->req = calloc((size_t) n, sizeof *p->req);
+        p->shapes = calloc((size_t) n * HVD_MAX_NDIM, sizeof *p->shapes);
+        Py_INCREF(requests);
+        Py_INCREF(dtypes);
+        Py_INCREF(sizes);
+        p->requests = requests;
+        p->dtypes = dtypes;
+        p->sizes = sizes;
+        if (!p->req || !p->shapes) {
+                Py_DECREF(p);
+                return PyErr_NoMemory();
+        }
+        for (Py_ssize_t i = 0; i < n; i++) {
+                int n_splits = 0;
+                if (hvd_py_parse_request(PyTuple_GET_ITEM(requests, i), &p->req[i], p->shapes + i * HVD_MAX_NDIM, NULL,
+                                         0, &n_splits) < 0) {
+                        Py_DECREF(p);
+                        return NULL;
+                }
+                p->req[i].input = p->req[i].output = NULL;
+        }
+        return (PyObject *) p;
+}
+
+/* 1: t is a contiguous CPU tensor of this dtype and torch.Size, and *ptr
+ * its data pointer; 0: it is not, or a getter raised (cleared: the full
+ * path says what is wrong). */
+static int member_matches(PyObject *t, PyObject *dtype, PyObject *size, void **ptr) {
+        static PyObject *s_dtype, *s_is_cpu, *s_shape, *s_is_contiguous;
+        if (!s_dtype &&
+            (!(s_dtype = PyUnicode_InternFromString("dtype")) || !(s_is_cpu = PyUnicode_InternFromString("is_cpu")) ||
+             !(s_shape = PyUnicode_InternFromString("shape")) ||
+             !(s_is_contiguous = PyUnicode_InternFromString("is_contiguous"))))
+                return -1;
+        PyObject *v = PyObject_GetAttr(t, s_dtype);
+        int ok = v == dtype;
+        Py_XDECREF(v);
+        if (ok) {
+                v = PyObject_GetAttr(t, s_is_cpu);
+                ok = v == Py_True;
+                Py_XDECREF(v);
+        }
+        if (ok) {
+                v = PyObject_GetAttr(t, s_shape);
+                ok = v && PyObject_RichCompareBool(v, size, Py_EQ) == 1;
+                Py_XDECREF(v);
+        }
+        if (ok) {
+                v = PyObject_CallMethodNoArgs(t, s_is_contiguous);
+                ok = v == Py_True;
+                Py_XDECREF(v);
+        }
+        if (ok)
+                ok = hvd_reuse_data_ptr(t, ptr) == 0;
+        PyErr_Clear();
+        return ok;
+}
+
+/* run_prepared_group(prepared, tensors, outputs) -> True, or None: the
+ * prepared group over these tensors (outputs may be tensors itself: in
+ * place), run by this thread and waited for as run_prepared; None, with
+ * nothing run, when a member's tensor or output is not a contiguous CPU
+ * tensor of the prepared dtype and size. The members' checks and data
+ * pointers in one call: a few hundred members cost no Python each. */
+PyObject *hvd_py_run_prepared_group(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+        (void) mod;
+        if (nargs != 3) {
+                PyErr_SetString(PyExc_TypeError, "run_prepared_group(prepared, tensors, outputs)");
+                return NULL;
+        }
+        if (!PyObject_TypeCheck(args[0], &PreparedGroupType)) {
+                PyErr_SetString(PyExc_TypeError, "run_prepared_group: prepared must come from prepare_group()");
+                return NULL;
+        }
+        PreparedGroupObject *p = (PreparedGroupObject *) args[0];
+        PyObject *ins = PySequence_Tuple(args[1]);
+        PyObject *outs = args[2] == args[1] ? ins : PySequence_Tuple(args[2]);
+        PyObject *keepalive = NULL, *ret = NULL;
+        if (!ins || !outs)
+                goto done;
+        if (PyTuple_GET_SIZE(ins) != p->n || PyTuple_GET_SIZE(outs) != p->n) {
+                ret = Py_NewRef(Py_None);
+                goto done;
+        }
+        for (Py_ssize_t i = 0; i < p->n; i++) {
+                PyObject *dtype = PyTuple_GET_ITEM(p->dtypes, i), *size = PyTuple_GET_ITEM(p->sizes, i);
+                PyObject *in = PyTuple_GET_ITEM(ins, i), *out = PyTuple_GET_ITEM(outs, i);
+                void *in_ptr = NULL;
+                int ok = member_matches(in, dtype, size, &in_ptr);
+                p->req[i].input = p->req[i].output = in_ptr;
+                if (ok == 1 && out != in)
+                        ok = member_matches(out, dtype, size, &p->req[i].output);
+                if (ok < 0)
+                        goto done;
+                if (ok == 0) {
+                        ret = Py_NewRef(Py_None);
+                        goto done;
+                }
+        }
+        if (!(keepalive = PyTuple_Pack(2, ins, outs)))
+                goto done;
+        ret = run_requests(p->req, (size_t) p->n, KIND_ALLREDUCE, keepalive, false);
+        if (ret) {
+                Py_DECREF(ret);
+                ret = Py_NewRef(Py_True);
+        }
+done:
+        Py_XDECREF(keepalive);
+        if (outs != ins)
+                Py_XDECREF(outs);
+        Py_XDECREF(ins);
+        return ret;
+}
+
 int hvd_py_prepared_setup(PyObject *m) {
-        if (PyType_Ready(&PreparedType) < 0)
+        if (PyType_Ready(&PreparedType) < 0 || PyType_Ready(&PreparedGroupType) < 0)
                 return -1;
         Py_INCREF(&PreparedType);
-        return PyModule_AddObject(m, "Prepared", (PyObject *) &PreparedType);
+        if (PyModule_AddObject(m, "Prepared", (PyObject *) &PreparedType) < 0)
+                return -1;
+        Py_INCREF(&PreparedGroupType);
+        return PyModule_AddObject(m, "PreparedGroup", (PyObject *) &PreparedGroupType);
 }

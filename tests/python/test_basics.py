@@ -213,6 +213,77 @@ def test_blocking_collectives_run_their_requests_prepared():
     assert set(kinds) == {_core.KIND_BROADCAST, _core.KIND_ALLGATHER, _core.KIND_REDUCESCATTER, _core.KIND_ALLTOALL}
 
 
+def test_blocking_group_runs_its_requests_prepared(monkeypatch):
+    """A named blocking group of CPU tensors is parsed once
+    (hvd._core.prepare_group) and later calls over new tensors of the same
+    members run without building requests (run_prepared_group): exact
+    results in place and out of place. A member that no longer matches
+    (another dtype or size, not contiguous, sparse) takes the full path,
+    which reduces it or says what is wrong."""
+    from hvd import _core
+    from hvd.torch import mpi_ops
+    built = []
+    parts = mpi_ops._grouped_allreduce_parts
+    monkeypatch.setattr(mpi_ops, "_grouped_allreduce_parts", lambda *a: built.append(a[2]) or parts(*a))
+    monkeypatch.setattr(mpi_ops, "_group_requests", {})  # none prepared yet
+    n, r = ht.size(), ht.rank()
+    total = n * (n + 1) // 2
+
+    def members(i, dtype=torch.float32, first=(3,)):
+        return [torch.full(first, float(r + 1 + i), dtype=dtype), torch.full((2, 4), float(r + 1 + 2 * i))]
+
+    for i in range(4):
+        ts = members(i)
+        assert ht.grouped_allreduce_(ts, op=ht.Sum, name="basics.group") is not None
+        assert torch.equal(ts[0], torch.full((3,), float(total + n * i)))
+        assert torch.equal(ts[1], torch.full((2, 4), float(total + 2 * n * i)))
+        ts = members(i)
+        outs = ht.grouped_allreduce(ts, op=ht.Sum, name="basics.group.new")
+        assert torch.equal(outs[0], torch.full((3,), float(total + n * i)))
+        assert torch.equal(outs[1], torch.full((2, 4), float(total + 2 * n * i)))
+        assert torch.equal(ts[0], torch.full((3,), float(r + 1 + i)))  # out of place: inputs unchanged
+    assert built == ["basics.group", "basics.group.new"]  # each built once, then prepared
+    assert all(type(p) is _core.PreparedGroup for k, p in mpi_ops._group_requests.items()
+               if k[0].startswith("basics.group"))
+    # another size or dtype: the full path again, and exact
+    for dtype, first in ((torch.float32, (5,)), (torch.float64, (3,))):
+        ts = members(0, dtype, first)
+        ht.grouped_allreduce_(ts, op=ht.Sum, name="basics.group")
+        assert ts[0].dtype == dtype and torch.equal(ts[0], torch.full(first, float(total), dtype=dtype))
+    assert built[2:] == ["basics.group", "basics.group"]
+    ht.grouped_allreduce_(members(0), op=ht.Sum, name="basics.group")  # prepared for float32 again
+    assert built[4:] == ["basics.group"]
+    ts = members(0)
+    ts[1] = torch.full((4, 2), float(r + 1)).t()  # (2, 4), not contiguous
+    with pytest.raises(ValueError, match="contiguous"):
+        ht.grouped_allreduce_(ts, op=ht.Sum, name="basics.group")
+    ts = members(0)
+    ts[0] = torch.full((3,), float(r + 1)).to_sparse()
+    with pytest.raises(ValueError, match="sparse tensors are not supported"):
+        ht.grouped_allreduce_(ts, op=ht.Sum, name="basics.group")
+
+
+def test_prepared_groups_reject_bad_input():
+    from hvd import _core
+    req = ("g.0", 0, 0, _core.FLOAT32, (4,), _core.REDUCE_SUM, 1.0, 1.0, 0, None, 0, _core.DEVICE_CPU)
+    with pytest.raises(ValueError, match="one or more requests, a dtype and a size each"):
+        _core.prepare_group((req,), (), ())
+    with pytest.raises(TypeError):
+        _core.prepare_group([req], (torch.float32,), (torch.Size([4]),))
+    with pytest.raises(TypeError, match="a request is a tuple"):
+        _core.prepare_group((["x"],), (torch.float32,), (torch.Size([4]),))
+    with pytest.raises(TypeError, match="prepared must come from prepare_group"):
+        _core.run_prepared_group(object(), [], [])
+    with pytest.raises(TypeError, match=r"run_prepared_group\(prepared, tensors, outputs\)"):
+        _core.run_prepared_group(object(), [])
+    g = _core.prepare_group((req,), (torch.float32,), (torch.Size([4]),))
+    # nothing run: another count, dtype, size, device or layout, or no tensor
+    for ts in ([], [torch.ones(4), torch.ones(4)], [torch.ones(4, dtype=torch.float64)], [torch.ones(5)],
+               [torch.ones(8)[::2]], [torch.ones(4).to_sparse()], [object()], [None]):
+        assert _core.run_prepared_group(g, ts, ts) is None
+    assert _core.run_prepared_group(g, [torch.ones(4)], [torch.ones(5)]) is None
+
+
 def test_prepared_requests_reject_bad_input():
     from hvd import _core
     with pytest.raises(TypeError, match="prepared must come from prepare"):

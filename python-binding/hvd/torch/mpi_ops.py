@@ -349,6 +349,7 @@ def _sync_request(key: tuple, tensor: torch.Tensor) -> Tuple[Optional[str], tupl
 def _forget_requests() -> None:
     _sync_requests.clear()
     _now_requests.clear()
+    _group_requests.clear()
 
 
 _basics._init_hooks.append(_forget_requests)
@@ -440,16 +441,39 @@ def _grouped_allreduce_async(tensors: List[torch.Tensor], outputs: List[torch.Te
                                                  process_set))
 
 
+_prepare_group = _core.prepare_group
+_run_prepared_group = _core.run_prepared_group
+_GROUPS_MAX = 256  # groups remembered; a bound for callers whose names never repeat
+_group_requests: Dict[tuple, "_core.PreparedGroup"] = {}
+
+
 def _grouped_allreduce_now(tensors: List[torch.Tensor], outputs: List[torch.Tensor], name: Optional[str],
                            op: int, prescale_factor: float, postscale_factor: float,
                            process_set: ProcessSet) -> List[torch.Tensor]:
     """Reduces a group into outputs and waits: the blocking calls' path
-    (_ops.run: the group may run on this thread, from the board)."""
+    (_ops.run: the group may run on this thread, from the board). A named
+    group of CPU tensors is parsed once (hvd._core.prepare_group) and run
+    over the same members' new tensors by one C call, which checks each
+    member's dtype, size, device and layout."""
     if op == Adasum:
         return synchronize(_grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor,
                                                     process_set))
-    return _ops.run(*_grouped_allreduce_parts(tensors, outputs, name, op, prescale_factor, postscale_factor,
-                                              process_set))
+    key = None
+    if type(name) is str and type(op) is int and type(prescale_factor) is float \
+            and type(postscale_factor) is float:
+        key = (name, op, prescale_factor, postscale_factor, _ops.check_process_set(process_set), len(tensors),
+               outputs is tensors)
+        prepared = _group_requests.get(key)
+        if prepared is not None and _run_prepared_group(prepared, tensors, outputs) is not None:
+            return list(outputs)
+    parts = _grouped_allreduce_parts(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set)
+    result = _ops.run(*parts)
+    if key is not None and all(t.is_cpu for t in tensors):
+        if len(_group_requests) >= _GROUPS_MAX:
+            _group_requests.clear()
+        _group_requests[key] = _prepare_group(tuple(parts[1]), tuple(t.dtype for t in tensors),
+                                              tuple(t.shape for t in tensors))
+    return result
 
 
 def _grouped_allreduce_new(tensors: Sequence[torch.Tensor], average: Optional[bool], name: Optional[str],
