@@ -222,14 +222,21 @@ static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool in
                         r = hvd_error(-ENOMEM, "out of memory");
         if (r >= 0 && G.abort_code)
                 r = hvd_error(G.abort_code, "%s", G.abort_reason);
-        for (size_t i = 0; i < n && r >= 0; i++) {
-                const char *nm = h->m[i].name;
-                bool dup = hvd_strmap_get(G.inflight, nm, strlen(nm)) != NULL;
-                for (size_t k = 0; k < i && !dup; k++)
-                        dup = strcmp(h->m[k].name, nm) == 0;
-                if (dup)
+        /* each name enters the in-flight map as it is checked, so a name
+         * the group repeats is found there too: one lookup a member */
+        size_t entered = 0;
+        for (; entered < n && r >= 0; entered++) {
+                const char *nm = h->m[entered].name;
+                size_t len = strlen(nm);
+                if (hvd_strmap_get(G.inflight, nm, len)) {
                         r = hvd_error(HVD_EDUPLICATE, "'%s': a tensor with this name is already in flight on rank %d",
                                       nm, G.rank);
+                        break;
+                }
+                if (hvd_strmap_put(G.inflight, nm, len, &h->m[entered]) < 0) {
+                        r = hvd_error(-ENOMEM, "out of memory");
+                        break;
+                }
         }
         if (r >= 0 && G.n_queue + n > G.cap_queue) {
                 size_t cap = HVD_MAX(G.cap_queue * 2, G.n_queue + n + 64);
@@ -242,14 +249,14 @@ static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool in
                 }
         }
         if (r < 0) {
+                for (size_t i = 0; i < entered; i++)
+                        hvd_strmap_remove(G.inflight, h->m[i].name, strlen(h->m[i].name));
                 pthread_mutex_unlock(&G.lock);
                 hvd_handle_free(h);
                 return r;
         }
-        for (size_t i = 0; i < n; i++) {
-                hvd_strmap_put(G.inflight, h->m[i].name, strlen(h->m[i].name), &h->m[i]);
+        for (size_t i = 0; i < n; i++)
                 G.queue[G.n_queue++] = &h->m[i];
-        }
         h->n_pending = n;
         h->refs++; /* the in-flight reference */
         /* a caller about to wait takes the fast path's turn itself: no need

@@ -263,6 +263,31 @@ def test_blocking_group_runs_its_requests_prepared(monkeypatch):
         ht.grouped_allreduce_(ts, op=ht.Sum, name="basics.group")
 
 
+def test_a_name_twice_in_flight_is_refused_and_leaves_nothing():
+    """A group that names a tensor twice, or names one already in flight,
+    is refused whole with the name in the message; its other names are
+    free again at once (a group of them runs)."""
+    from hvd import _core
+    n = ht.size()
+    ts = [torch.full((4,), 1.0) for _ in range(3)]
+
+    def req(name, t):
+        return (name, t.data_ptr(), t.data_ptr(), _core.FLOAT32, (4,), _core.REDUCE_SUM, 1.0, 1.0, 0, None, 0,
+                _core.DEVICE_CPU)
+
+    with pytest.raises(ValueError, match="'basics.twice.b': a tensor with this name is already in flight"):
+        _core.submit(_core.KIND_ALLREDUCE, [req("basics.twice.a", ts[0]), req("basics.twice.b", ts[1]),
+                                            req("basics.twice.b", ts[2])], ts, True)
+    busy = ht.allreduce_async_(torch.full((4,), 1.0), op=ht.Sum, name="basics.twice.c")
+    with pytest.raises(ValueError, match="'allreduce.basics.twice.c': a tensor with this name is already"):
+        _core.submit(_core.KIND_ALLREDUCE, [req("basics.twice.a", ts[0]), req("allreduce.basics.twice.c", ts[1])],
+                     ts, True)
+    assert torch.equal(ht.synchronize(busy), torch.full((4,), float(n)))
+    h = _core.submit(_core.KIND_ALLREDUCE, [req("basics.twice.a", ts[0]), req("basics.twice.b", ts[1])], ts, True)
+    h.wait()
+    assert all(torch.equal(t, torch.full((4,), float(n))) for t in ts[:2])
+
+
 def test_prepared_groups_reject_bad_input():
     from hvd import _core
     req = ("g.0", 0, 0, _core.FLOAT32, (4,), _core.REDUCE_SUM, 1.0, 1.0, 0, None, 0, _core.DEVICE_CPU)
