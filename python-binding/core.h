@@ -80,8 +80,8 @@ int hvd_py_parse_request(PyObject *t, hvd_request_t *q, int64_t *shape, int64_t 
                          int *n_splits);
 
 /* ---- prepared.c: the module's prepare, run_prepared, bind_kept,
- * run_kept, prepare_group and run_prepared_group, and its Prepared and
- * PreparedGroup types ---- */
+ * run_kept, prepare_group, run_prepared_group, run_group_kept and
+ * bind_group_outputs, and its Prepared and PreparedGroup types ---- */
 
 int hvd_py_prepared_setup(PyObject *m);
 PyObject *hvd_py_prepare(PyObject *mod, PyObject *args);
@@ -90,5 +90,7 @@ PyObject *hvd_py_bind_kept(PyObject *mod, PyObject *args);
 PyObject *hvd_py_run_kept(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 PyObject *hvd_py_prepare_group(PyObject *mod, PyObject *args);
 PyObject *hvd_py_run_prepared_group(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+PyObject *hvd_py_run_group_kept(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+PyObject *hvd_py_bind_group_outputs(PyObject *mod, PyObject *args);
 
 #endif

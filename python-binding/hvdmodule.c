@@ -705,6 +705,12 @@ static PyMethodDef core_methods[] = {
         { "run_prepared_group", (PyCFunction) (void (*)(void)) hvd_py_run_prepared_group, METH_FASTCALL,
           "run_prepared_group(prepared, tensors, outputs) -> True once run and waited for, or None (nothing run): "
           "a member is not a contiguous CPU tensor of its prepared dtype and size" },
+        { "run_group_kept", (PyCFunction) (void (*)(void)) hvd_py_run_group_kept, METH_FASTCALL,
+          "run_group_kept(prepared, tensors) -> the results, reduced into a set of outputs bound by "
+          "bind_group_outputs that nobody holds any more, or None (nothing run)" },
+        { "bind_group_outputs", hvd_py_bind_group_outputs, METH_VARARGS,
+          "bind_group_outputs(prepared, outputs): new outputs run_group_kept may reduce into once they are let "
+          "go (two sets are kept)" },
         { "dtype_size", core_dtype_size, METH_O, "dtype_size(code) -> bytes per element (0 if invalid)" },
         { "version", core_version, METH_NOARGS, "version() -> libhvd version string" },
         { "pending_orphans", core_pending_orphans, METH_NOARGS,

@@ -251,6 +251,11 @@ typedef struct {
         /* owned tuples of n: the request tuples (req[i].name is the UTF-8
          * of the first's str), each member's torch.dtype and torch.Size */
         PyObject *requests, *dtypes, *sizes;
+        /* owned lists of n outputs, or NULL (bind_group_outputs): what
+         * run_group_kept reduces into once nobody else holds them; two,
+         * as the caller holds the last call's results during the next */
+        PyObject *kept[2];
+        int newest; /* the index of the one bound last */
 } PreparedGroupObject;
 
 static void prepared_group_dealloc(PreparedGroupObject *self) {
@@ -259,6 +264,8 @@ static void prepared_group_dealloc(PreparedGroupObject *self) {
         Py_XDECREF(self->requests);
         Py_XDECREF(self->dtypes);
         Py_XDECREF(self->sizes);
+        Py_XDECREF(self->kept[0]);
+        Py_XDECREF(self->kept[1]);
         Py_TYPE(self)->tp_free((PyObject *) self);
 }
 
@@ -292,6 +299,8 @@ PyObject *hvd_py_prepare_group(PyObject *mod, PyObject *args) {
         if (!p)
                 return NULL;
         p->n = n;
+        p->kept[0] = p->kept[1] = NULL;
+        p->newest = 1;
         p->req = calloc((size_t) n, sizeof *p->req);
         p->shapes = calloc((size_t) n * HVD_MAX_NDIM, sizeof *p->shapes);
         Py_INCREF(requests);
@@ -314,6 +323,14 @@ PyObject *hvd_py_prepare_group(PyObject *mod, PyObject *args) {
                 p->req[i].input = p->req[i].output = NULL;
         }
         return (PyObject *) p;
+}
+
+static PreparedGroupObject *as_group(PyObject *o, const char *fn) {
+        if (!PyObject_TypeCheck(o, &PreparedGroupType)) {
+                PyErr_Format(PyExc_TypeError, "%s: prepared must come from prepare_group()", fn);
+                return NULL;
+        }
+        return (PreparedGroupObject *) o;
 }
 
 /* 1: t is a contiguous CPU tensor of this dtype and torch.Size, and *ptr
@@ -362,11 +379,9 @@ PyObject *hvd_py_run_prepared_group(PyObject *mod, PyObject *const *args, Py_ssi
                 PyErr_SetString(PyExc_TypeError, "run_prepared_group(prepared, tensors, outputs)");
                 return NULL;
         }
-        if (!PyObject_TypeCheck(args[0], &PreparedGroupType)) {
-                PyErr_SetString(PyExc_TypeError, "run_prepared_group: prepared must come from prepare_group()");
+        PreparedGroupObject *p = as_group(args[0], "run_prepared_group");
+        if (!p)
                 return NULL;
-        }
-        PreparedGroupObject *p = (PreparedGroupObject *) args[0];
         PyObject *ins = PySequence_Tuple(args[1]);
         PyObject *outs = args[2] == args[1] ? ins : PySequence_Tuple(args[2]);
         PyObject *keepalive = NULL, *ret = NULL;
@@ -404,6 +419,107 @@ done:
                 Py_XDECREF(outs);
         Py_XDECREF(ins);
         return ret;
+}
+
+/* 1: every output of kept (a list of the group's size) is free and in a
+ * new tensor's state of its member's dtype and size, and its data pointer
+ * is set; 0: not; -1: error. */
+static int kept_free(PreparedGroupObject *p, PyObject *kept) {
+        if (!kept || PyList_GET_SIZE(kept) != p->n)
+                return 0;
+        for (Py_ssize_t i = 0; i < p->n; i++) {
+                PyObject *out = PyList_GET_ITEM(kept, i);
+                int r = hvd_reuse_free(out, PyTuple_GET_ITEM(p->dtypes, i), PyTuple_GET_ITEM(p->sizes, i));
+                if (r == 1)
+                        r = hvd_reuse_data_ptr(out, &p->req[i].output) == 0 ? 1 : -1;
+                if (r != 1)
+                        return r;
+        }
+        return 1;
+}
+
+/* run_group_kept(prepared, tensors) -> a list of results, or None: the
+ * prepared group of tensors (checked as run_prepared_group checks them)
+ * into the outputs bound by bind_group_outputs that nobody holds any
+ * more, run and waited for; None, with nothing run, when a member does
+ * not match or no bound set is free. */
+PyObject *hvd_py_run_group_kept(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+        (void) mod;
+        if (nargs != 2) {
+                PyErr_SetString(PyExc_TypeError, "run_group_kept(prepared, tensors)");
+                return NULL;
+        }
+        PreparedGroupObject *p = as_group(args[0], "run_group_kept");
+        if (!p)
+                return NULL;
+        PyObject *ins = PySequence_Tuple(args[1]);
+        if (!ins)
+                return NULL;
+        PyObject *kept = NULL, *keepalive = NULL, *ret = NULL;
+        if (PyTuple_GET_SIZE(ins) != p->n)
+                goto none;
+        for (Py_ssize_t i = 0; i < p->n; i++) {
+                void *in_ptr = NULL;
+                int ok = member_matches(PyTuple_GET_ITEM(ins, i), PyTuple_GET_ITEM(p->dtypes, i),
+                                        PyTuple_GET_ITEM(p->sizes, i), &in_ptr);
+                if (ok < 0)
+                        goto done;
+                if (ok == 0)
+                        goto none;
+                p->req[i].input = in_ptr;
+        }
+        for (int k = 0; k < 2 && !kept; k++) {
+                PyObject *set = p->kept[(p->newest + 1 + k) % 2]; /* the older first */
+                int r = kept_free(p, set);
+                if (r < 0)
+                        goto done;
+                if (r == 1)
+                        kept = PyList_GetSlice(set, 0, p->n);
+        }
+        if (!kept)
+                goto none;
+        if (!(keepalive = PyTuple_Pack(2, ins, kept)))
+                goto done;
+        ret = run_requests(p->req, (size_t) p->n, KIND_ALLREDUCE, keepalive, false);
+        if (ret) {
+                Py_DECREF(ret);
+                ret = kept;
+                kept = NULL;
+        }
+        goto done;
+none:
+        ret = Py_NewRef(Py_None);
+done:
+        Py_XDECREF(keepalive);
+        Py_XDECREF(kept);
+        Py_DECREF(ins);
+        return ret;
+}
+
+/* bind_group_outputs(prepared, outputs): run_group_kept may reduce into
+ * these outputs (one per member, new tensors nobody else keeps) once
+ * their holders let them go; the older of the two sets bound before is
+ * let go. */
+PyObject *hvd_py_bind_group_outputs(PyObject *mod, PyObject *args) {
+        (void) mod;
+        PyObject *prepared, *outputs;
+        if (!PyArg_UnpackTuple(args, "bind_group_outputs", 2, 2, &prepared, &outputs))
+                return NULL;
+        PreparedGroupObject *p = as_group(prepared, "bind_group_outputs");
+        if (!p)
+                return NULL;
+        PyObject *set = PySequence_List(outputs);
+        if (!set)
+                return NULL;
+        if (PyList_GET_SIZE(set) != p->n) {
+                Py_DECREF(set);
+                PyErr_Format(PyExc_ValueError, "bind_group_outputs: %zd outputs for a group of %zd",
+                             PyList_GET_SIZE(set), p->n);
+                return NULL;
+        }
+        p->newest = (p->newest + 1) % 2;
+        Py_XSETREF(p->kept[p->newest], set);
+        Py_RETURN_NONE;
 }
 
 int hvd_py_prepared_setup(PyObject *m) {

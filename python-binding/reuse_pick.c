@@ -351,6 +351,20 @@ PyObject *hvd_reuse_pick_list(PyObject *kept, PyObject *dtype, PyObject *shape) 
         return t || PyErr_Occurred() ? t : new_ref(Py_None);
 }
 
+int hvd_reuse_free(PyObject *t, PyObject *dtype, PyObject *shape) {
+        if (cfg.mode == MODE_NONE)
+                return 0;
+        Py_INCREF(t); /* the check's own reference, as pick_list holds one */
+        const void *impl = NULL;
+        int r = free_of_refs(t);
+        if (r == 1)
+                r = sole_owner(t, &impl);
+        if (r == 1)
+                r = new_state(t, impl, dtype, shape);
+        Py_DECREF(t);
+        return r;
+}
+
 int hvd_reuse_data_ptr(PyObject *t, void **ptr) {
         static PyObject *name;
         if (!name && !(name = PyUnicode_InternFromString("data_ptr")))

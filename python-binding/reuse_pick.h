@@ -29,6 +29,11 @@ PyObject *hvd_py_reuse_pick(PyObject *mod, PyObject *args);
  * reuse_setup has not run), or NULL with an exception. */
 PyObject *hvd_reuse_pick_list(PyObject *kept, PyObject *dtype, PyObject *shape);
 
+/* 1: t, held by one container (a kept list), is free and in a new
+ * tensor's state of dtype and shape, as pick_list's search decides; 0:
+ * not (or reuse_setup has not run); -1: error. */
+int hvd_reuse_free(PyObject *t, PyObject *dtype, PyObject *shape);
+
 /* t.data_ptr() into *ptr: torch's method called from its descriptor for a
  * plain tensor, by name for anything else. 0, or -1 with an exception. */
 int hvd_reuse_data_ptr(PyObject *t, void **ptr);

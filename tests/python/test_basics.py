@@ -263,6 +263,50 @@ def test_blocking_group_runs_its_requests_prepared(monkeypatch):
         ht.grouped_allreduce_(ts, op=ht.Sum, name="basics.group")
 
 
+def test_out_of_place_group_reuses_outputs_nobody_holds(monkeypatch):
+    """A named out-of-place group keeps two sets of its outputs and
+    reduces into one nobody else holds: never into results the caller
+    still has (whole, as a view, or with autograd state), always exact."""
+    from hvd.torch import mpi_ops
+    if mpi_ops._PICK is None:
+        pytest.skip("this torch's use counts cannot be read: outputs are never reused")
+    monkeypatch.setattr(mpi_ops, "_group_requests", {})
+    n, r = ht.size(), ht.rank()
+
+    def step(i):
+        ts = [torch.full((3,), float(r + i)), torch.full((2, 4), float(2 * r + i))]
+        outs = ht.grouped_allreduce(ts, op=ht.Sum, name="basics.group.kept")
+        assert torch.equal(outs[0], torch.full((3,), float(n * (n - 1) // 2 + n * i)))
+        assert torch.equal(outs[1], torch.full((2, 4), float(n * (n - 1) + n * i)))
+        return outs
+
+    a = step(0)  # fresh, bound as the first set
+    b = step(1)  # fresh: a is held
+    held = [id(t) for t in a + b]
+    c = step(2)  # a and b held: fresh again, a's set let go
+    assert not {id(t) for t in c} & set(held)
+    del a
+    b_ids = [id(t) for t in b]
+    del b
+    d = step(3)  # b's set is free again: reduced into
+    assert [id(t) for t in d] == b_ids
+    view = d[1][0]  # a view of a result keeps its set
+    c_ids = [id(t) for t in c]
+    del c, d
+    e = step(4)
+    assert [id(t) for t in e] == c_ids
+    f = step(5)  # d's set is seen through the view, e is held: fresh
+    assert not {id(t) for t in f} & set(c_ids + b_ids)
+    del view, e
+    e2 = step(6)  # the older set (c's) is free again
+    assert [id(t) for t in e2] == c_ids
+    e2[0].requires_grad_()  # autograd state: never reduced into again
+    f_ids = [id(t) for t in f]
+    del e2, f
+    for i in range(7, 10):  # the older set is looked at first, and passed over
+        assert [id(t) for t in step(i)] == f_ids
+
+
 def test_a_name_twice_in_flight_is_refused_and_leaves_nothing():
     """A group that names a tensor twice, or names one already in flight,
     is refused whole with the name in the message; its other names are
@@ -301,7 +345,14 @@ def test_prepared_groups_reject_bad_input():
         _core.run_prepared_group(object(), [], [])
     with pytest.raises(TypeError, match=r"run_prepared_group\(prepared, tensors, outputs\)"):
         _core.run_prepared_group(object(), [])
+    with pytest.raises(TypeError, match="run_group_kept: prepared must come from prepare_group"):
+        _core.run_group_kept(object(), [])
+    with pytest.raises(TypeError, match="bind_group_outputs: prepared must come from prepare_group"):
+        _core.bind_group_outputs(object(), [])
     g = _core.prepare_group((req,), (torch.float32,), (torch.Size([4]),))
+    with pytest.raises(ValueError, match="bind_group_outputs: 2 outputs for a group of 1"):
+        _core.bind_group_outputs(g, [torch.ones(4), torch.ones(4)])
+    assert _core.run_group_kept(g, [torch.ones(4)]) is None  # no outputs bound
     # nothing run: another count, dtype, size, device or layout, or no tensor
     for ts in ([], [torch.ones(4), torch.ones(4)], [torch.ones(4, dtype=torch.float64)], [torch.ones(5)],
                [torch.ones(8)[::2]], [torch.ones(4).to_sparse()], [object()], [None]):
