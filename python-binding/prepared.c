@@ -456,7 +456,7 @@ PyObject *hvd_py_run_group_kept(PyObject *mod, PyObject *const *args, Py_ssize_t
         if (!ins)
                 return NULL;
         PyObject *kept = NULL, *keepalive = NULL, *ret = NULL;
-        if (PyTuple_GET_SIZE(ins) != p->n)
+        if (PyTuple_GET_SIZE(ins) != p->n || (!p->kept[0] && !p->kept[1]))
                 goto none;
         for (Py_ssize_t i = 0; i < p->n; i++) {
                 void *in_ptr = NULL;

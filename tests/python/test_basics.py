@@ -307,6 +307,24 @@ def test_out_of_place_group_reuses_outputs_nobody_holds(monkeypatch):
         assert [id(t) for t in step(i)] == f_ids
 
 
+def test_out_of_place_group_too_large_to_keep(monkeypatch):
+    """A group above _GROUP_KEPT_BYTES keeps no outputs of its own: its
+    results come from the shared kept results, exact, and the group is
+    judged once."""
+    from hvd.torch import mpi_ops
+    monkeypatch.setattr(mpi_ops, "_group_requests", {})
+    monkeypatch.setattr(mpi_ops, "_group_unkept", set())
+    monkeypatch.setattr(mpi_ops, "_GROUP_KEPT_BYTES", 40)  # the group below has 44 bytes
+    bound = []
+    monkeypatch.setattr(mpi_ops, "_bind_group_outputs", lambda *a: bound.append(a))
+    n, r = ht.size(), ht.rank()
+    for i in range(3):
+        ts = [torch.full((3,), float(r + i)), torch.full((2, 4), float(r + i))]
+        outs = ht.grouped_allreduce(ts, op=ht.Sum, name="basics.group.large")
+        assert all(torch.equal(o, torch.full_like(o, float(n * (n - 1) // 2 + n * i))) for o in outs)
+    assert not bound and [k[0] for k in mpi_ops._group_unkept] == ["basics.group.large"]
+
+
 def test_a_name_twice_in_flight_is_refused_and_leaves_nothing():
     """A group that names a tensor twice, or names one already in flight,
     is refused whole with the name in the message; its other names are

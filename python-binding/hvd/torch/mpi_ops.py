@@ -17,7 +17,7 @@ nothing is synchronized. Results are ready for any stream when
 are CUDA tensors over memory hvd allocated (DLPack, no copy).
 """
 
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Set, Tuple, Union
 
 import torch
 import torch.utils.dlpack
@@ -350,6 +350,7 @@ def _forget_requests() -> None:
     _sync_requests.clear()
     _now_requests.clear()
     _group_requests.clear()
+    _group_unkept.clear()
 
 
 _basics._init_hooks.append(_forget_requests)
@@ -448,6 +449,7 @@ _bind_group_outputs = _core.bind_group_outputs
 _GROUPS_MAX = 256  # groups remembered; a bound for callers whose names never repeat
 _GROUP_KEPT_BYTES = 16 << 20  # the largest out-of-place group whose outputs are kept (two sets)
 _group_requests: Dict[tuple, "_core.PreparedGroup"] = {}
+_group_unkept: Set[tuple] = set()  # out-of-place groups whose outputs are not kept
 
 
 def _grouped_allreduce_now(tensors: List[torch.Tensor], outputs: List[torch.Tensor], name: Optional[str],
@@ -499,7 +501,7 @@ def _grouped_allreduce_new(tensors: Sequence[torch.Tensor], average: Optional[bo
             outputs = _run_group_kept(prepared, tensors)
             if outputs is not None:
                 return outputs
-        if all(t.is_cpu and t.layout is _STRIDED for t in tensors) and \
+        if key not in _group_unkept and all(t.is_cpu and t.layout is _STRIDED for t in tensors) and \
                 sum(t.numel() * t.element_size() for t in tensors) <= _GROUP_KEPT_BYTES:
             outputs = [_fresh_output(t) for t in tensors]
             result = _grouped_allreduce_now(tensors, outputs, name, op, prescale_factor, postscale_factor,
@@ -508,6 +510,9 @@ def _grouped_allreduce_new(tensors: Sequence[torch.Tensor], average: Optional[bo
             if prepared is not None:
                 _bind_group_outputs(prepared, outputs)
             return result
+        if len(_group_unkept) >= _GROUPS_MAX:
+            _group_unkept.clear()
+        _group_unkept.add(key)  # too large, or not on the CPU: asked once
     return _grouped_allreduce_now(tensors, [_new_output(t) for t in tensors], name, op, prescale_factor,
                                   postscale_factor, process_set)
 
