@@ -338,7 +338,7 @@ static PreparedGroupObject *as_group(PyObject *o, const char *fn) {
  * path says what is wrong). */
 static int member_matches(PyObject *t, PyObject *dtype, PyObject *size, void **ptr) {
         static PyObject *s_dtype, *s_is_cpu, *s_shape, *s_is_contiguous;
-        if (!s_dtype &&
+        if (!s_is_contiguous && /* the last one made: all are there */
             (!(s_dtype = PyUnicode_InternFromString("dtype")) || !(s_is_cpu = PyUnicode_InternFromString("is_cpu")) ||
              !(s_shape = PyUnicode_InternFromString("shape")) ||
              !(s_is_contiguous = PyUnicode_InternFromString("is_contiguous"))))
