@@ -367,6 +367,30 @@ static int member_matches(PyObject *t, PyObject *dtype, PyObject *size, void **p
         return ok;
 }
 
+/* Sets each member's input (with outs, its output too; outs == ins: in
+ * place) from the group's tensors, each checked by member_matches: 1; 0:
+ * one does not match, or a count differs (nothing raised); -1: error. */
+static int set_members(PreparedGroupObject *p, PyObject *ins, PyObject *outs) {
+        if (PyTuple_GET_SIZE(ins) != p->n || (outs && PyTuple_GET_SIZE(outs) != p->n))
+                return 0;
+        for (Py_ssize_t i = 0; i < p->n; i++) {
+                PyObject *dtype = PyTuple_GET_ITEM(p->dtypes, i), *size = PyTuple_GET_ITEM(p->sizes, i);
+                PyObject *in = PyTuple_GET_ITEM(ins, i);
+                void *in_ptr = NULL;
+                int ok = member_matches(in, dtype, size, &in_ptr);
+                p->req[i].input = in_ptr;
+                if (outs) {
+                        PyObject *out = PyTuple_GET_ITEM(outs, i);
+                        p->req[i].output = in_ptr;
+                        if (ok == 1 && out != in)
+                                ok = member_matches(out, dtype, size, &p->req[i].output);
+                }
+                if (ok != 1)
+                        return ok;
+        }
+        return 1;
+}
+
 /* run_prepared_group(prepared, tensors, outputs) -> True, or None: the
  * prepared group over these tensors (outputs may be tensors itself: in
  * place), run by this thread and waited for as run_prepared; None, with
@@ -387,24 +411,10 @@ PyObject *hvd_py_run_prepared_group(PyObject *mod, PyObject *const *args, Py_ssi
         PyObject *keepalive = NULL, *ret = NULL;
         if (!ins || !outs)
                 goto done;
-        if (PyTuple_GET_SIZE(ins) != p->n || PyTuple_GET_SIZE(outs) != p->n) {
-                ret = Py_NewRef(Py_None);
+        int ok = set_members(p, ins, outs);
+        if (ok <= 0) {
+                ret = ok == 0 ? Py_NewRef(Py_None) : NULL;
                 goto done;
-        }
-        for (Py_ssize_t i = 0; i < p->n; i++) {
-                PyObject *dtype = PyTuple_GET_ITEM(p->dtypes, i), *size = PyTuple_GET_ITEM(p->sizes, i);
-                PyObject *in = PyTuple_GET_ITEM(ins, i), *out = PyTuple_GET_ITEM(outs, i);
-                void *in_ptr = NULL;
-                int ok = member_matches(in, dtype, size, &in_ptr);
-                p->req[i].input = p->req[i].output = in_ptr;
-                if (ok == 1 && out != in)
-                        ok = member_matches(out, dtype, size, &p->req[i].output);
-                if (ok < 0)
-                        goto done;
-                if (ok == 0) {
-                        ret = Py_NewRef(Py_None);
-                        goto done;
-                }
         }
         if (!(keepalive = PyTuple_Pack(2, ins, outs)))
                 goto done;
@@ -456,18 +466,13 @@ PyObject *hvd_py_run_group_kept(PyObject *mod, PyObject *const *args, Py_ssize_t
         if (!ins)
                 return NULL;
         PyObject *kept = NULL, *keepalive = NULL, *ret = NULL;
-        if (PyTuple_GET_SIZE(ins) != p->n || (!p->kept[0] && !p->kept[1]))
+        if (!p->kept[0] && !p->kept[1])
                 goto none;
-        for (Py_ssize_t i = 0; i < p->n; i++) {
-                void *in_ptr = NULL;
-                int ok = member_matches(PyTuple_GET_ITEM(ins, i), PyTuple_GET_ITEM(p->dtypes, i),
-                                        PyTuple_GET_ITEM(p->sizes, i), &in_ptr);
-                if (ok < 0)
-                        goto done;
-                if (ok == 0)
-                        goto none;
-                p->req[i].input = in_ptr;
-        }
+        int ok = set_members(p, ins, NULL);
+        if (ok < 0)
+                goto done;
+        if (ok == 0)
+                goto none;
         for (int k = 0; k < 2 && !kept; k++) {
                 PyObject *set = p->kept[(p->newest + 1 + k) % 2]; /* the older first */
                 int r = kept_free(p, set);
