@@ -325,6 +325,37 @@ def test_out_of_place_group_too_large_to_keep(monkeypatch):
     assert not bound and [k[0] for k in mpi_ops._group_unkept] == ["basics.group.large"]
 
 
+def test_groups_keep_outputs_within_a_total(monkeypatch):
+    """All groups together keep at most _GROUP_KEPT_TOTAL bytes of
+    outputs: past it every group lets its outputs go (and is parsed
+    again), so names that never repeat hold nothing for long."""
+    from hvd.torch import mpi_ops
+    if mpi_ops._PICK is None:
+        pytest.skip("this torch's use counts cannot be read: outputs are never reused")
+    monkeypatch.setattr(mpi_ops, "_group_requests", {})
+    monkeypatch.setattr(mpi_ops, "_group_unkept", set())
+    monkeypatch.setattr(mpi_ops, "_group_kept", {})
+    monkeypatch.setattr(mpi_ops, "_GROUP_KEPT_TOTAL", 100)  # each call below keeps 44 bytes more
+    n, r = ht.size(), ht.rank()
+
+    def step(name, i):
+        ts = [torch.full((3,), float(r + i)), torch.full((2, 4), float(r + i))]
+        outs = ht.grouped_allreduce(ts, op=ht.Sum, name=name)
+        assert all(torch.equal(o, torch.full_like(o, float(n * (n - 1) // 2 + n * i))) for o in outs)
+        return outs
+
+    a = step("basics.total.a", 0)
+    b = step("basics.total.a", 1)  # a held: a second set
+    assert list(mpi_ops._group_kept.values()) == [88]
+    c = step("basics.total.a", 2)  # both held: a new set in place of the older, still 88
+    assert list(mpi_ops._group_kept.values()) == [88]
+    d = step("basics.total.b", 0)  # 132 bytes: every group lets go
+    assert not mpi_ops._group_kept and not mpi_ops._group_requests
+    step("basics.total.b", 1)
+    assert list(mpi_ops._group_kept.values()) == [44]
+    del a, b, c, d
+
+
 def test_a_name_twice_in_flight_is_refused_and_leaves_nothing():
     """A group that names a tensor twice, or names one already in flight,
     is refused whole with the name in the message; its other names are

@@ -349,8 +349,7 @@ def _sync_request(key: tuple, tensor: torch.Tensor) -> Tuple[Optional[str], tupl
 def _forget_requests() -> None:
     _sync_requests.clear()
     _now_requests.clear()
-    _group_requests.clear()
-    _group_unkept.clear()
+    _forget_groups()
 
 
 _basics._init_hooks.append(_forget_requests)
@@ -448,8 +447,30 @@ _run_group_kept = _core.run_group_kept
 _bind_group_outputs = _core.bind_group_outputs
 _GROUPS_MAX = 256  # groups remembered; a bound for callers whose names never repeat
 _GROUP_KEPT_BYTES = 16 << 20  # the largest out-of-place group whose outputs are kept (two sets)
+_GROUP_KEPT_TOTAL = 64 << 20  # all groups' kept outputs; past it every group lets its outputs go
 _group_requests: Dict[tuple, "_core.PreparedGroup"] = {}
 _group_unkept: Set[tuple] = set()  # out-of-place groups whose outputs are not kept
+_group_kept: Dict[tuple, int] = {}  # bytes of outputs each group keeps
+
+
+def _forget_groups() -> None:
+    _group_requests.clear()
+    _group_unkept.clear()
+    _group_kept.clear()
+
+
+def _keep_group_outputs(key: tuple, outputs: List[torch.Tensor], nbytes: int) -> None:
+    """Binds outputs (nbytes) to the group prepared under key, which keeps
+    two sets; all groups together keep at most _GROUP_KEPT_TOTAL bytes."""
+    prepared = _group_requests.get(key)
+    if prepared is None:
+        return
+    held = min(_group_kept.get(key, 0) + nbytes, 2 * nbytes)
+    if sum(_group_kept.values()) - _group_kept.get(key, 0) + held > _GROUP_KEPT_TOTAL:
+        _forget_groups()  # names that never repeat, or many large groups
+        return
+    _bind_group_outputs(prepared, outputs)
+    _group_kept[key] = held
 
 
 def _grouped_allreduce_now(tensors: List[torch.Tensor], outputs: List[torch.Tensor], name: Optional[str],
@@ -475,7 +496,7 @@ def _grouped_allreduce_now(tensors: List[torch.Tensor], outputs: List[torch.Tens
     result = _ops.run(*parts)
     if key is not None and all(t.is_cpu for t in tensors):
         if len(_group_requests) >= _GROUPS_MAX:
-            _group_requests.clear()
+            _forget_groups()
         _group_requests[key] = _prepare_group(tuple(parts[1]), tuple(t.dtype for t in tensors),
                                               tuple(t.shape for t in tensors))
     return result
@@ -501,14 +522,14 @@ def _grouped_allreduce_new(tensors: Sequence[torch.Tensor], average: Optional[bo
             outputs = _run_group_kept(prepared, tensors)
             if outputs is not None:
                 return outputs
-        if key not in _group_unkept and all(t.is_cpu and t.layout is _STRIDED for t in tensors) and \
-                sum(t.numel() * t.element_size() for t in tensors) <= _GROUP_KEPT_BYTES:
+        nbytes = -1
+        if key not in _group_unkept and all(t.is_cpu and t.layout is _STRIDED for t in tensors):
+            nbytes = sum(t.numel() * t.element_size() for t in tensors)
+        if 0 <= nbytes <= _GROUP_KEPT_BYTES:
             outputs = [_fresh_output(t) for t in tensors]
             result = _grouped_allreduce_now(tensors, outputs, name, op, prescale_factor, postscale_factor,
                                             process_set)
-            prepared = _group_requests.get(key)
-            if prepared is not None:
-                _bind_group_outputs(prepared, outputs)
+            _keep_group_outputs(key, outputs, nbytes)
             return result
         if len(_group_unkept) >= _GROUPS_MAX:
             _group_unkept.clear()
