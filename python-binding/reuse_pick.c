@@ -277,6 +277,22 @@ static int free_of_refs(PyObject *t) {
         return weak == 0;
 }
 
+enum { NOT_FREE, FREE_NEW, FREE_CHANGED };
+
+/* Whether t, held by one container and by the caller, is free (nobody
+ * else refers to it) and, if so, in a new tensor's state of dtype and
+ * shape: NOT_FREE, FREE_NEW, FREE_CHANGED, or -1 with an exception. */
+static int free_state(PyObject *t, PyObject *dtype, PyObject *shape) {
+        const void *impl = NULL;
+        int r = free_of_refs(t);
+        if (r == 1)
+                r = sole_owner(t, &impl);
+        if (r != 1)
+                return r < 0 ? -1 : NOT_FREE;
+        r = new_state(t, impl, dtype, shape);
+        return r < 0 ? -1 : r == 1 ? FREE_NEW : FREE_CHANGED;
+}
+
 /* The search over one kept list: a free tensor in a new tensor's state (a
  * new reference); NULL with *changed set (a new reference) to the first
  * free one whose state changed, or NULL with *changed NULL when none is
@@ -285,19 +301,14 @@ static PyObject *pick_list(PyObject *kept, PyObject *dtype, PyObject *shape, PyO
         *changed = NULL;
         for (Py_ssize_t i = 0; i < PyList_GET_SIZE(kept); i++) {
                 PyObject *t = new_ref(PyList_GET_ITEM(kept, i));
-                const void *impl = NULL;
-                int r = free_of_refs(t);
-                if (r == 1)
-                        r = sole_owner(t, &impl);
-                if (r == 0) {
+                int r = free_state(t, dtype, shape);
+                if (r == NOT_FREE) {
                         Py_DECREF(t);
                         continue;
                 }
-                if (r == 1)
-                        r = new_state(t, impl, dtype, shape);
-                if (r == 1)
+                if (r == FREE_NEW)
                         return t;
-                if (r == 0)
+                if (r == FREE_CHANGED)
                         *changed = t;
                 else
                         Py_DECREF(t);
@@ -355,14 +366,9 @@ int hvd_reuse_free(PyObject *t, PyObject *dtype, PyObject *shape) {
         if (cfg.mode == MODE_NONE)
                 return 0;
         Py_INCREF(t); /* the check's own reference, as pick_list holds one */
-        const void *impl = NULL;
-        int r = free_of_refs(t);
-        if (r == 1)
-                r = sole_owner(t, &impl);
-        if (r == 1)
-                r = new_state(t, impl, dtype, shape);
+        int r = free_state(t, dtype, shape);
         Py_DECREF(t);
-        return r;
+        return r < 0 ? -1 : r == FREE_NEW;
 }
 
 int hvd_reuse_data_ptr(PyObject *t, void **ptr) {
