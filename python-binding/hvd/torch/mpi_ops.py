@@ -473,6 +473,17 @@ def _keep_group_outputs(key: tuple, outputs: List[torch.Tensor], nbytes: int) ->
     _group_kept[key] = held
 
 
+def _group_key(tensors: List[torch.Tensor], name: Optional[str], op: int, prescale_factor: float,
+               postscale_factor: float, process_set: ProcessSet, in_place: bool) -> Optional[tuple]:
+    """The key a group is prepared under (_group_requests), or None for a
+    call that is not prepared (no name, or arguments of other types)."""
+    if type(name) is str and type(op) is int and type(prescale_factor) is float \
+            and type(postscale_factor) is float:
+        return (name, op, prescale_factor, postscale_factor, _ops.check_process_set(process_set), len(tensors),
+                in_place)
+    return None
+
+
 def _grouped_allreduce_now(tensors: List[torch.Tensor], outputs: List[torch.Tensor], name: Optional[str],
                            op: int, prescale_factor: float, postscale_factor: float,
                            process_set: ProcessSet) -> List[torch.Tensor]:
@@ -484,11 +495,8 @@ def _grouped_allreduce_now(tensors: List[torch.Tensor], outputs: List[torch.Tens
     if op == Adasum:
         return synchronize(_grouped_allreduce_async(tensors, outputs, name, op, prescale_factor, postscale_factor,
                                                     process_set))
-    key = None
-    if type(name) is str and type(op) is int and type(prescale_factor) is float \
-            and type(postscale_factor) is float:
-        key = (name, op, prescale_factor, postscale_factor, _ops.check_process_set(process_set), len(tensors),
-               outputs is tensors)
+    key = _group_key(tensors, name, op, prescale_factor, postscale_factor, process_set, outputs is tensors)
+    if key is not None:
         prepared = _group_requests.get(key)
         if prepared is not None and _run_prepared_group(prepared, tensors, outputs) is not None:
             return list(outputs)
@@ -513,10 +521,9 @@ def _grouped_allreduce_new(tensors: Sequence[torch.Tensor], average: Optional[bo
     call's results during the next."""
     op = handle_average_backwards_compatibility(op, average)
     tensors = list(tensors)
-    if reuse and type(name) is str and type(op) is int and type(prescale_factor) is float \
-            and type(postscale_factor) is float and _PICK is not None:
-        key = (name, op, prescale_factor, postscale_factor, _ops.check_process_set(process_set), len(tensors),
-               False)
+    key = _group_key(tensors, name, op, prescale_factor, postscale_factor, process_set, False) \
+        if reuse and _PICK is not None else None
+    if key is not None:
         prepared = _group_requests.get(key)
         if prepared is not None:
             outputs = _run_group_kept(prepared, tensors)
