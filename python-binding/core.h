@@ -73,23 +73,28 @@ int hvd_py_set_size(int ps);
 /* libhvd's submission of one request of each kind for a caller that waits
  * for it at once (hvd_allreduce_async_waiting, ...) */
 extern const submit_fn hvd_py_submit_waiting[_KIND_COUNT];
+/* ... and for a caller that waits later, or never (hvd_allreduce_async, ...) */
+extern const submit_fn hvd_py_submit_async[_KIND_COUNT];
 
 /* One request tuple as submit takes it into q; shape and splits point
  * into the caller's storage. 0, or -1 with an exception. */
 int hvd_py_parse_request(PyObject *t, hvd_request_t *q, int64_t *shape, int64_t *splits, Py_ssize_t max_splits,
                          int *n_splits);
 
-/* ---- prepared.c: the module's prepare, run_prepared, bind_kept,
- * run_kept, prepare_group, run_prepared_group, run_group_kept and
- * bind_group_outputs, and its Prepared and PreparedGroup types ---- */
+/* ---- prepared.c: the module's prepare, run_prepared, submit_prepared,
+ * bind_kept, run_kept, prepare_group, run_prepared_group,
+ * submit_prepared_group, run_group_kept and bind_group_outputs, and its
+ * Prepared and PreparedGroup types ---- */
 
 int hvd_py_prepared_setup(PyObject *m);
 PyObject *hvd_py_prepare(PyObject *mod, PyObject *args);
 PyObject *hvd_py_run_prepared(PyObject *mod, PyObject *args);
+PyObject *hvd_py_submit_prepared(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 PyObject *hvd_py_bind_kept(PyObject *mod, PyObject *args);
 PyObject *hvd_py_run_kept(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 PyObject *hvd_py_prepare_group(PyObject *mod, PyObject *args);
 PyObject *hvd_py_run_prepared_group(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
+PyObject *hvd_py_submit_prepared_group(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 PyObject *hvd_py_run_group_kept(PyObject *mod, PyObject *const *args, Py_ssize_t nargs);
 PyObject *hvd_py_bind_group_outputs(PyObject *mod, PyObject *args);
 

@@ -344,13 +344,14 @@ const submit_fn hvd_py_submit_waiting[_KIND_COUNT] = {
         [KIND_REDUCESCATTER] = hvd_reducescatter_async_waiting,
 };
 
+const submit_fn hvd_py_submit_async[_KIND_COUNT] = {
+        [KIND_ALLREDUCE] = hvd_allreduce_async,         [KIND_BROADCAST] = hvd_broadcast_async,
+        [KIND_ALLGATHER] = hvd_allgather_async,         [KIND_ALLTOALL] = hvd_alltoall_async,
+        [KIND_REDUCESCATTER] = hvd_reducescatter_async,
+};
+
 static PyObject *core_submit(PyObject *mod, PyObject *args, PyObject *kwds) {
         static char *kwlist[] = { "kind", "requests", "keepalive", "grouped", "waits", NULL };
-        static const submit_fn single[_KIND_COUNT] = {
-                [KIND_ALLREDUCE] = hvd_allreduce_async,         [KIND_BROADCAST] = hvd_broadcast_async,
-                [KIND_ALLGATHER] = hvd_allgather_async,         [KIND_ALLTOALL] = hvd_alltoall_async,
-                [KIND_REDUCESCATTER] = hvd_reducescatter_async,
-        };
         static const group_fn grouped_fns[_KIND_COUNT] = {
                 [KIND_ALLREDUCE] = hvd_grouped_allreduce_async,
                 [KIND_ALLGATHER] = hvd_grouped_allgather_async,
@@ -416,7 +417,7 @@ static PyObject *core_submit(PyObject *mod, PyObject *args, PyObject *kwds) {
         if (grouped)
                 r = (waits ? grouped_waiting : grouped_fns)[kind](reqs, (size_t) n, &h);
         else
-                r = (waits ? hvd_py_submit_waiting : single)[kind](&reqs[0], &h);
+                r = (waits ? hvd_py_submit_waiting : hvd_py_submit_async)[kind](&reqs[0], &h);
         if (r < 0) {
                 hvd_py_raise_last_error(r);
                 goto fail;
@@ -694,6 +695,9 @@ static PyMethodDef core_methods[] = {
           "run_prepared(prepared, input, output, keepalive): the prepared request over these data pointers "
           "(output 0: libhvd's), run by this thread and waited for; None, or for allgather, reducescatter and "
           "alltoall the completed Handle; raises as Handle.wait does" },
+        { "submit_prepared", (PyCFunction) (void (*)(void)) hvd_py_submit_prepared, METH_FASTCALL,
+          "submit_prepared(prepared, tensor) -> Handle: the prepared allreduce of tensor (a contiguous CPU "
+          "tensor of its dtype and shape) in place, on the background thread" },
         { "bind_kept", hvd_py_bind_kept, METH_VARARGS,
           "bind_kept(prepared, kept, dtype, shape): the list of kept results run_kept picks from (None: none)" },
         { "run_kept", (PyCFunction) (void (*)(void)) hvd_py_run_kept, METH_FASTCALL,
@@ -705,6 +709,9 @@ static PyMethodDef core_methods[] = {
         { "run_prepared_group", (PyCFunction) (void (*)(void)) hvd_py_run_prepared_group, METH_FASTCALL,
           "run_prepared_group(prepared, tensors, outputs) -> True once run and waited for, or None (nothing run): "
           "a member is not a contiguous CPU tensor of its prepared dtype and size" },
+        { "submit_prepared_group", (PyCFunction) (void (*)(void)) hvd_py_submit_prepared_group, METH_FASTCALL,
+          "submit_prepared_group(prepared, tensors) -> Handle, or None (nothing submitted): the prepared group "
+          "over these tensors in place, on the background thread; None as run_prepared_group" },
         { "run_group_kept", (PyCFunction) (void (*)(void)) hvd_py_run_group_kept, METH_FASTCALL,
           "run_group_kept(prepared, tensors) -> the results, reduced into a set of outputs bound by "
           "bind_group_outputs that nobody holds any more, or None (nothing run)" },

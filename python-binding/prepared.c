@@ -5,7 +5,10 @@
  * small allreduce itself. An out-of-place allreduce also picks its output
  * from the kept results bound to the request (bind_kept, run_kept). A
  * group of allreduces is prepared whole (prepare_group) and run over its
- * members' tensors (run_prepared_group). */
+ * members' tensors (run_prepared_group). The asynchronous in-place forms
+ * (allreduce_async_, grouped_allreduce_async_) submit the same prepared
+ * requests to the background thread (submit_prepared,
+ * submit_prepared_group). */
 #include <stdlib.h>
 
 #include "core.h"
@@ -90,12 +93,13 @@ PyObject *hvd_py_prepare(PyObject *mod, PyObject *args) {
         return (PyObject *) p;
 }
 
-/* Runs q (a prepared request of kind; n > 1: a group of allreduces) on
- * this thread and waits: None, or with want_handle the completed Handle
- * (its outputs); raises as Handle.wait does. keepalive (the tensors) is
- * held until the operation ends, also when a signal interrupts the wait:
- * the operation then finishes as an orphan. */
-static PyObject *run_requests(const hvd_request_t *q, size_t n, int kind, PyObject *keepalive, bool want_handle) {
+/* A Handle for q (a prepared request of kind; n > 1: a group of
+ * allreduces), submitted: to run on this thread while it waits at once
+ * (waits), or on the background thread. It holds keepalive (the tensors)
+ * until the operation ends; with want_handle, q's dtype and device too,
+ * which Handle.output reads. NULL with an exception. */
+static HandleObject *start_requests(const hvd_request_t *q, size_t n, int kind, PyObject *keepalive, bool want_handle,
+                                    bool waits) {
         hvd_py_reap_orphans();
         HandleObject *self = hvd_py_handle_new(n); /* no mem: libhvd copied the requests */
         if (!self)
@@ -104,11 +108,12 @@ static PyObject *run_requests(const hvd_request_t *q, size_t n, int kind, PyObje
                 int ss = hvd_py_set_size(q->process_set);
                 self->n_ranks = ss > 0 ? ss : 0;
         }
-        if (want_handle) { /* Handle.output reads its dtype and device */
+        if (want_handle) {
                 hvd_request_t *copy = malloc(sizeof *copy);
                 if (!copy) {
                         Py_DECREF(self);
-                        return PyErr_NoMemory();
+                        PyErr_NoMemory();
+                        return NULL;
                 }
                 *copy = *q;
                 copy->name = NULL;
@@ -117,14 +122,30 @@ static PyObject *run_requests(const hvd_request_t *q, size_t n, int kind, PyObje
                 self->mem = copy;
         }
         hvd_handle_t *h = NULL;
-        int r = n == 1 ? hvd_py_submit_waiting[kind](q, &h) : hvd_grouped_allreduce_async_waiting(q, n, &h);
+        int r;
+        if (n == 1)
+                r = (waits ? hvd_py_submit_waiting : hvd_py_submit_async)[kind](q, &h);
+        else
+                r = (waits ? hvd_grouped_allreduce_async_waiting : hvd_grouped_allreduce_async)(q, n, &h);
         if (r < 0) {
                 Py_DECREF(self);
-                return hvd_py_raise_last_error(r);
+                hvd_py_raise_last_error(r);
+                return NULL;
         }
         self->h = h;
         Py_INCREF(keepalive);
         self->keepalive = keepalive;
+        return self;
+}
+
+/* Runs q (as start_requests) on this thread and waits: None, or with
+ * want_handle the completed Handle (its outputs); raises as Handle.wait
+ * does. keepalive is held until the operation ends, also when a signal
+ * interrupts the wait: the operation then finishes as an orphan. */
+static PyObject *run_requests(const hvd_request_t *q, size_t n, int kind, PyObject *keepalive, bool want_handle) {
+        HandleObject *self = start_requests(q, n, kind, keepalive, want_handle, true);
+        if (!self)
+                return NULL;
         PyObject *ret = NULL;
         if (hvd_py_handle_finish(self, -1) == 1) {
                 if (self->status < 0)
@@ -166,6 +187,31 @@ PyObject *hvd_py_run_prepared(PyObject *mod, PyObject *args) {
         if (PyErr_Occurred())
                 return NULL;
         return run_requests(&q, 1, p->kind, keepalive, p->kind != KIND_ALLREDUCE && p->kind != KIND_BROADCAST);
+}
+
+/* submit_prepared(prepared, tensor) -> Handle: the prepared allreduce of
+ * tensor in place (allreduce_async_), handed to the background thread;
+ * the caller waits later, through the Handle. The caller has checked
+ * tensor: a contiguous CPU tensor of the prepared dtype and shape. */
+PyObject *hvd_py_submit_prepared(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+        (void) mod;
+        if (nargs != 2) {
+                PyErr_SetString(PyExc_TypeError, "submit_prepared(prepared, tensor)");
+                return NULL;
+        }
+        PreparedObject *p = as_prepared(args[0], "submit_prepared");
+        if (!p)
+                return NULL;
+        if (p->kind != KIND_ALLREDUCE) {
+                PyErr_SetString(PyExc_ValueError, "submit_prepared: the prepared request is not an allreduce");
+                return NULL;
+        }
+        hvd_request_t q = p->req;
+        void *ptr;
+        if (hvd_reuse_data_ptr(args[1], &ptr) < 0)
+                return NULL;
+        q.input = q.output = ptr;
+        return (PyObject *) start_requests(&q, 1, KIND_ALLREDUCE, args[1], false, false);
 }
 
 /* bind_kept(prepared, kept, dtype, shape): run_kept picks its output from
@@ -428,6 +474,32 @@ done:
         if (outs != ins)
                 Py_XDECREF(outs);
         Py_XDECREF(ins);
+        return ret;
+}
+
+/* submit_prepared_group(prepared, tensors) -> Handle, or None: the
+ * prepared group over these tensors in place (grouped_allreduce_async_),
+ * each checked as run_prepared_group checks it, handed to the background
+ * thread; None, with nothing submitted, when a member does not match. */
+PyObject *hvd_py_submit_prepared_group(PyObject *mod, PyObject *const *args, Py_ssize_t nargs) {
+        (void) mod;
+        if (nargs != 2) {
+                PyErr_SetString(PyExc_TypeError, "submit_prepared_group(prepared, tensors)");
+                return NULL;
+        }
+        PreparedGroupObject *p = as_group(args[0], "submit_prepared_group");
+        if (!p)
+                return NULL;
+        PyObject *ins = PySequence_Tuple(args[1]);
+        if (!ins)
+                return NULL;
+        PyObject *ret = NULL;
+        int ok = set_members(p, ins, ins);
+        if (ok == 0)
+                ret = Py_NewRef(Py_None);
+        else if (ok == 1)
+                ret = (PyObject *) start_requests(p->req, (size_t) p->n, KIND_ALLREDUCE, ins, false, false);
+        Py_DECREF(ins);
         return ret;
 }
 

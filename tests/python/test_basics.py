@@ -263,6 +263,89 @@ def test_blocking_group_runs_its_requests_prepared(monkeypatch):
         ht.grouped_allreduce_(ts, op=ht.Sum, name="basics.group")
 
 
+def test_async_allreduce_runs_its_request_prepared(monkeypatch):
+    """A named allreduce_async_ of a contiguous CPU tensor of the global
+    set (a DistributedOptimizer's call for each gradient) parses its
+    request once, as the blocking call does, and later calls submit it
+    without building a request (hvd._core.submit_prepared): exact results,
+    several in flight at once, the handle's result is the tensor itself.
+    What does not fit (not contiguous, a name in flight, factors that are
+    not floats) takes the full path or gets its usual error."""
+    from hvd.torch import mpi_ops
+    built, parsed = [], []
+    submit, sync_request = mpi_ops._submit_allreduce, mpi_ops._sync_request
+    monkeypatch.setattr(mpi_ops, "_submit_allreduce", lambda *a: built.append(a[2]) or submit(*a))
+    monkeypatch.setattr(mpi_ops, "_sync_request", lambda *a: parsed.append(a[0][0]) or sync_request(*a))
+    monkeypatch.setattr(mpi_ops, "_sync_requests", {})
+    n, r = ht.size(), ht.rank()
+    total = n * (n + 1) // 2
+    for i in range(4):
+        ts = [torch.full((3,), float(r + 1 + i)), torch.full((2, 4), float(2 * (r + 1) + i), dtype=torch.float64)]
+        handles = [ht.allreduce_async_(t, name=f"basics.async.{k}", op=ht.Sum) for k, t in enumerate(ts)]
+        outs = [ht.synchronize(h) for h in reversed(handles)][::-1]
+        assert outs[0] is ts[0] and outs[1] is ts[1]
+        assert torch.equal(ts[0], torch.full((3,), float(total + n * i)))
+        assert torch.equal(ts[1], torch.full((2, 4), float(2 * total + n * i), dtype=torch.float64))
+    avg = torch.full((5,), float(r + 1))
+    h = ht.allreduce_async_(avg, name="basics.async.avg")  # Average, the default
+    while not ht.poll(h):
+        pass
+    assert ht.synchronize(h) is avg and torch.allclose(avg, torch.full((5,), (n + 1) / 2))
+    assert built == [] and parsed == ["basics.async.0", "basics.async.1", "basics.async.avg"]
+    t = torch.full((3,), float(r + 1))
+    h = ht.allreduce_async_(t, name="basics.async.2", op=ht.Sum, prescale_factor=2)  # an int: the full path
+    assert torch.equal(ht.synchronize(h), torch.full((3,), float(2 * total)))
+    assert built == ["basics.async.2"]
+    with pytest.raises(ValueError, match="contiguous"):  # the dtype and shape of a prepared request
+        ht.allreduce_async_(torch.ones(4, 2, dtype=torch.float64).t(), name="basics.async.1", op=ht.Sum)
+    # rank 0 submits the name twice; the others once, after rank 0's check
+    t = torch.full((3,), float(r + 1))
+    if r == 0:
+        h = ht.allreduce_async_(t, name="basics.async.0", op=ht.Sum)
+        with pytest.raises(ValueError, match="'allreduce.basics.async.0': a tensor with this name is already "
+                                             "in flight on rank 0"):
+            ht.allreduce_async_(torch.ones(3), name="basics.async.0", op=ht.Sum)
+        ht.barrier()
+    else:
+        ht.barrier()
+        h = ht.allreduce_async_(t, name="basics.async.0", op=ht.Sum)
+    assert torch.equal(ht.synchronize(h), torch.full((3,), float(total)))
+
+
+def test_async_group_runs_its_requests_prepared(monkeypatch):
+    """grouped_allreduce_async_ (DistributedOptimizer(groups=...)) of a
+    named group of CPU tensors is parsed once and later calls submit it
+    without building requests (hvd._core.submit_prepared_group): exact
+    results; a member that no longer matches takes the full path."""
+    from hvd.torch import mpi_ops
+    built = []
+    parts = mpi_ops._grouped_allreduce_parts
+    monkeypatch.setattr(mpi_ops, "_grouped_allreduce_parts", lambda *a: built.append(a[2]) or parts(*a))
+    monkeypatch.setattr(mpi_ops, "_group_requests", {})
+    n, r = ht.size(), ht.rank()
+    total = n * (n + 1) // 2
+
+    def members(i, first=(3,)):
+        return [torch.full(first, float(r + 1 + i)), torch.full((2, 4), float(r + 1 + 2 * i))]
+
+    for i in range(4):
+        ts = members(i)
+        h = ht.grouped_allreduce_async_(ts, op=ht.Sum, name="basics.agroup")
+        outs = ht.synchronize(h)
+        assert len(outs) == 2 and outs[0] is ts[0] and outs[1] is ts[1]
+        assert torch.equal(ts[0], torch.full((3,), float(total + n * i)))
+        assert torch.equal(ts[1], torch.full((2, 4), float(total + 2 * n * i)))
+    assert built == ["basics.agroup"]
+    ts = members(0, (5,))  # another size: the full path, exact, and prepared anew
+    assert ht.synchronize(ht.grouped_allreduce_async_(ts, op=ht.Sum, name="basics.agroup"))[0] is ts[0]
+    assert torch.equal(ts[0], torch.full((5,), float(total)))
+    assert built == ["basics.agroup"] * 2
+    ts = members(0)
+    ts[1] = torch.full((4, 2), float(r + 1)).t()
+    with pytest.raises(ValueError, match="contiguous"):
+        ht.grouped_allreduce_async_(ts, op=ht.Sum, name="basics.agroup")
+
+
 def test_out_of_place_group_reuses_outputs_nobody_holds(monkeypatch):
     """A named out-of-place group keeps two sets of its outputs and
     reduces into one nobody else holds: never into results the caller
@@ -415,6 +498,12 @@ def test_prepared_groups_reject_bad_input():
                [torch.ones(8)[::2]], [torch.ones(4).to_sparse()], [object()], [None]):
         assert _core.run_prepared_group(g, ts, ts) is None
     assert _core.run_prepared_group(g, [torch.ones(4)], [torch.ones(5)]) is None
+    with pytest.raises(TypeError, match="submit_prepared_group: prepared must come from prepare_group"):
+        _core.submit_prepared_group(object(), [])
+    with pytest.raises(TypeError, match=r"submit_prepared_group\(prepared, tensors\)"):
+        _core.submit_prepared_group(g)
+    for ts in ([], [torch.ones(4), torch.ones(4)], [torch.ones(5)], [torch.ones(8)[::2]], [None]):
+        assert _core.submit_prepared_group(g, ts) is None  # nothing submitted
 
 
 def test_prepared_requests_reject_bad_input():
@@ -441,6 +530,14 @@ def test_prepared_requests_reject_bad_input():
         _core.run_kept(object(), torch.ones(4))
     with pytest.raises(TypeError, match=r"run_kept\(prepared, tensor\)"):
         _core.run_kept(ok)
+    with pytest.raises(TypeError, match="submit_prepared: prepared must come from prepare"):
+        _core.submit_prepared(object(), torch.ones(4))
+    with pytest.raises(TypeError, match=r"submit_prepared\(prepared, tensor\)"):
+        _core.submit_prepared(ok)
+    with pytest.raises(ValueError, match="submit_prepared: the prepared request is not an allreduce"):
+        _core.submit_prepared(gather, torch.ones(4))
+    with pytest.raises(AttributeError):
+        _core.submit_prepared(ok, object())  # no data_ptr: nothing submitted
     with pytest.raises(TypeError, match="bind_kept: prepared must come from prepare"):
         _core.bind_kept(object(), [], torch.float32, torch.Size([4]))
     with pytest.raises(TypeError, match="kept must be a list or None"):

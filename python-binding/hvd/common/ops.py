@@ -39,11 +39,14 @@ Request = Tuple[Any, ...]
 
 
 class _Pending:
-    __slots__ = ("core", "finish")
+    """An operation behind an integer handle: its result is finish(core),
+    or result where finish is None."""
+    __slots__ = ("core", "finish", "result")
 
-    def __init__(self, core: "_core.Handle", finish: Callable[["_core.Handle"], Any]):
+    def __init__(self, core: "_core.Handle", finish: Optional[Callable[["_core.Handle"], Any]], result: Any = None):
         self.core = core
         self.finish = finish
+        self.result = result
 
 
 _lock = threading.Lock()
@@ -125,6 +128,15 @@ def submit(kind: int, requests: Sequence[Request], keepalive: Any,
     return handle
 
 
+def register_result(core: "_core.Handle", result: Any) -> int:
+    """An integer handle for an operation submitted already (core, e.g. by
+    hvd._core.submit_prepared) whose result, once complete, is result."""
+    handle = next(_handle_ids)
+    with _lock:
+        _handles[handle] = _Pending(core, None, result)
+    return handle
+
+
 def run(kind: int, requests: Sequence[Request], keepalive: Any,
         finish: Callable[["_core.Handle"], Any], grouped: bool = False) -> Any:
     """Submits requests and waits for them at once (a blocking call);
@@ -188,7 +200,7 @@ def synchronize(handle: int) -> Any:
     try:
         if pending.core is not None:
             pending.core.wait()
-        result = pending.finish(pending.core)
+        result = pending.result if pending.finish is None else pending.finish(pending.core)
     finally:
         with _lock:
             _handles.pop(handle, None)

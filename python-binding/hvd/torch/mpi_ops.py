@@ -242,6 +242,18 @@ def allreduce_async_(tensor: torch.Tensor, average: Optional[bool] = None, name:
                      op: Optional[int] = None, prescale_factor: float = 1.0, postscale_factor: float = 1.0,
                      process_set: ProcessSet = global_process_set) -> int:
     """Starts reducing tensor in place; returns a handle."""
+    if (type(name) is str and process_set is _GLOBAL and isinstance(tensor, torch.Tensor) and tensor.is_cpu
+            and tensor.layout is _STRIDED and tensor.is_contiguous()):
+        op = handle_average_backwards_compatibility(op, average)
+        if op != Adasum and type(op) is int and type(prescale_factor) is float and type(postscale_factor) is float:
+            # a DistributedOptimizer's call for each gradient: the request
+            # parsed once, as allreduce_'s (_sync_requests)
+            key = (name, tensor.dtype, tensor.shape, op, prescale_factor, postscale_factor)
+            hit = _sync_requests.get(key)
+            if hit is None:
+                hit = _sync_request(key, tensor)
+            return _register_result(_submit_prepared(hit[2], tensor), tensor)
+        average = None
     op = handle_average_backwards_compatibility(op, average)
     if op == Adasum:
         return _allreduce_async(tensor, tensor, name, op, prescale_factor, postscale_factor, process_set)
@@ -281,6 +293,8 @@ _PICK = _reuse._pick
 _COMPILING = _library._compiling  # _library.tracing(), a Python call less
 _KEPT = _reuse._kept
 _run_prepared = _core.run_prepared
+_submit_prepared = _core.submit_prepared
+_register_result = _ops.register_result
 _run_kept = _core.run_kept
 _bind_kept = _core.bind_kept
 _SYNC_MAX = 4096  # requests remembered; a bound for callers whose names never repeat
@@ -443,6 +457,7 @@ def _grouped_allreduce_async(tensors: List[torch.Tensor], outputs: List[torch.Te
 
 _prepare_group = _core.prepare_group
 _run_prepared_group = _core.run_prepared_group
+_submit_prepared_group = _core.submit_prepared_group
 _run_group_kept = _core.run_group_kept
 _bind_group_outputs = _core.bind_group_outputs
 _GROUPS_MAX = 256  # groups remembered; a bound for callers whose names never repeat
@@ -502,12 +517,19 @@ def _grouped_allreduce_now(tensors: List[torch.Tensor], outputs: List[torch.Tens
             return list(outputs)
     parts = _grouped_allreduce_parts(tensors, outputs, name, op, prescale_factor, postscale_factor, process_set)
     result = _ops.run(*parts)
-    if key is not None and all(t.is_cpu for t in tensors):
+    if key is not None:
+        _prepare_group_of(key, tensors, parts[1])
+    return result
+
+
+def _prepare_group_of(key: tuple, tensors: List[torch.Tensor], requests: List[tuple]) -> None:
+    """Prepares the group of requests (submitted once over tensors) under
+    key, when its tensors are on the CPU."""
+    if all(t.is_cpu for t in tensors):
         if len(_group_requests) >= _GROUPS_MAX:
             _forget_groups()
-        _group_requests[key] = _prepare_group(tuple(parts[1]), tuple(t.dtype for t in tensors),
+        _group_requests[key] = _prepare_group(tuple(requests), tuple(t.dtype for t in tensors),
                                               tuple(t.shape for t in tensors))
-    return result
 
 
 def _grouped_allreduce_new(tensors: Sequence[torch.Tensor], average: Optional[bool], name: Optional[str],
@@ -564,7 +586,20 @@ def grouped_allreduce_async_(tensors: Sequence[torch.Tensor], average: Optional[
     """Starts reducing a list of tensors in place, as one group."""
     op = handle_average_backwards_compatibility(op, average)
     tensors = _not_empty(tensors, "grouped_allreduce")
-    return _grouped_allreduce_async(tensors, tensors, name, op, prescale_factor, postscale_factor, process_set)
+    key = _group_key(tensors, name, op, prescale_factor, postscale_factor, process_set, True) \
+        if op != Adasum else None
+    if key is None:
+        return _grouped_allreduce_async(tensors, tensors, name, op, prescale_factor, postscale_factor, process_set)
+    # a DistributedOptimizer's groups: prepared once, as the blocking groups
+    prepared = _group_requests.get(key)
+    if prepared is not None:
+        core = _submit_prepared_group(prepared, tensors)
+        if core is not None:
+            return _register_result(core, tensors)
+    parts = _grouped_allreduce_parts(tensors, tensors, name, op, prescale_factor, postscale_factor, process_set)
+    handle = _ops.submit(*parts)
+    _prepare_group_of(key, tensors, parts[1])
+    return handle
 
 
 def grouped_allreduce_(tensors: Sequence[torch.Tensor], average: Optional[bool] = None,
