@@ -86,6 +86,11 @@ typedef struct hvd_topology {
         bool tcp_send_thread;         /* HVD_TCP_SEND_THREAD: large TCP exchanges send on a thread of their own */
         uint64_t tcp_frame_bytes;     /* HVD_TCP_FRAME_BYTES, 0: HVD_TCP_FRAME_BYTES */
         uint64_t ring_chunk_bytes;    /* HVD_RING_CHUNK_BYTES: most bytes of a hierarchical chunk, 0: half a slot */
+        /* an _Atomic uint32_t, borrowed, or NULL (always): a barrier spins
+         * only while it is not 0, i.e. while an application thread waits
+         * for an operation; otherwise the application computes, and a
+         * spin would take its core (client.h's app_waiting) */
+        const void *spin_gate;
 } hvd_topology_t;
 
 /* CPU backend: shared memory between the ranks of this node (segment

@@ -237,6 +237,11 @@ struct hvd_client {
         hvd_fp_counters_t fp_done;
         hvd_tune_meter_t tune_meter; /* local rank 0 of a tuned job of one host with the fast path */
         _Atomic int fp_waiters;      /* user threads taking turns */
+        /* the spin gate of the data plane and the board: application
+         * threads in hvd_handle_wait*, and pending handles with a notify
+         * callback (a framework's kernel that waits for it); while it is
+         * 0 the application computes, and nothing of hvd's spins */
+        _Atomic uint32_t app_waiting;
         /* for the daemon's status, sent with readiness (schedules may run on
          * a user thread that has the fast path's turn) */
         _Atomic uint64_t done_seq, busy_usec;

@@ -55,7 +55,12 @@
  * slower spinning 50 us, than the adaptive 4-50 us before; 10 us is level
  * with it. */
 #define SPIN_NET_USEC 10
-#define CHUNK_BYTES   (UINT64_C(1) << 20)
+/* How long a barrier spins while the application does not wait (the spin
+ * gate is closed): an application that submits and then waits at once
+ * opens it within a few microseconds, and one that computes meanwhile
+ * loses no more of its core. */
+#define SPIN_GATE_GRACE_USEC 3
+#define CHUNK_BYTES          (UINT64_C(1) << 20)
 /* Bytes of a chunk up to which every rank reduces the whole chunk itself
  * (one barrier per chunk) rather than its segment (two barriers, and each
  * byte touched fewer times: 4C bytes per rank for a chunk of C with 2
@@ -99,10 +104,15 @@ static bool cpu_shared(hvd_backend_t *b, const view_t *v) {
         return false;
 }
 
+static bool spin_gate_open(const hvd_backend_t *b) {
+        return !b->spin_gate || atomic_load_explicit(b->spin_gate, memory_order_relaxed);
+}
+
 /* Generation barrier over the view's members. Spins up to b->spin_usec
  * (SPIN_USEC, or SPIN_NET_USEC across nodes; 0 where the ranks outnumber
- * the cores), yields, then sleeps on a futex; checks the abort flag, the
- * caller's check function and the deadline while it waits. */
+ * the cores) while the spin gate is open, yields, then sleeps on a futex;
+ * checks the abort flag, the caller's check function and the deadline
+ * while it waits. */
 int hvd_cpu_barrier(hvd_backend_t *b, const view_t *v, const char *what, char *err, size_t err_len) {
         shm_barrier_t *h = v->bar;
         if (v->size == 1)
@@ -115,23 +125,36 @@ int hvd_cpu_barrier(hvd_backend_t *b, const view_t *v, const char *what, char *e
                         futex(&h->gen, FUTEX_WAKE, INT32_MAX, NULL);
                 return 0;
         }
-        /* spin for a bounded time, not a count: a pause costs 10 to 140
-         * cycles depending on the CPU */
-        uint64_t spin_start = b->spin_usec && !cpu_shared(b, v) ? hvd_now_usec() : 0;
-        for (unsigned i = 0; spin_start; i++) {
-                if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
-                        return 0;
-                cpu_relax();
-                if ((i & 63) == 63 && hvd_now_usec() - spin_start >= b->spin_usec)
-                        break;
-        }
+        /* spin for a bounded time, not a count (a pause costs 10 to 140
+         * cycles depending on the CPU), and the whole of it only while the
+         * application waits: otherwise its threads compute, on the cores
+         * a spin takes. A waiter that yields spins when the application
+         * starts waiting. */
+        bool may_spin = b->spin_usec && !cpu_shared(b, v);
         uint64_t start = hvd_now_usec(), last_check = start;
         for (;;) {
-                for (int i = 0; i < HVD_WAIT_YIELDS; i++) {
+                if (may_spin) {
+                        uint64_t spin_start = hvd_now_usec(), limit = HVD_MIN(SPIN_GATE_GRACE_USEC, b->spin_usec);
+                        for (unsigned i = 0;; i++) {
+                                if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
+                                        return 0;
+                                cpu_relax();
+                                if ((i & 63) == 63 && hvd_now_usec() - spin_start >= limit) {
+                                        if (limit == b->spin_usec || !spin_gate_open(b))
+                                                break;
+                                        limit = b->spin_usec;
+                                }
+                        }
+                        may_spin = limit < b->spin_usec; /* spun in full: not again */
+                }
+                int i = 0;
+                for (; i < HVD_WAIT_YIELDS && !(may_spin && spin_gate_open(b)); i++) {
                         if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
                                 return 0;
                         sched_yield();
                 }
+                if (i < HVD_WAIT_YIELDS)
+                        continue; /* the application waits now: spin */
                 atomic_fetch_add(&h->waiters, 1);
                 struct timespec ts = { 0, 2 * 1000 * 1000 };
                 if (atomic_load_explicit(&h->gen, memory_order_acquire) == gen)
@@ -230,6 +253,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
         b->stride_bytes = b->slot_bytes + b->half_bytes; /* two halves + the process-set region */
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         b->spin_usec = size > ncpu ? 0 : topo->cross_size > 1 ? SPIN_NET_USEC : SPIN_USEC;
+        b->spin_gate = (const _Atomic uint32_t *) topo->spin_gate;
         /* cache-sized chunks */
         b->chunk_bytes = CHUNK_BYTES;
         b->direct_bytes = DIRECT_BYTES;

@@ -113,9 +113,10 @@ struct hvd_backend {
         void *board;           /* the fast path's readiness board (after the header), or NULL */
         void *private_board;   /* one rank in the whole job: its board, in private memory */
         size_t map_bytes;
-        uint64_t spin_usec; /* how long a barrier spins before it sleeps (0: not at all) */
-        const void **srcs;  /* [size] scratch for reductions */
-        uint64_t zc_bytes;  /* zero-copy allreduces from this size (0: never) */
+        uint64_t spin_usec;                /* how long a barrier spins before it sleeps (0: not at all) */
+        const _Atomic uint32_t *spin_gate; /* topology's: spin only while it is not 0 (NULL: always) */
+        const void **srcs;                 /* [size] scratch for reductions */
+        uint64_t zc_bytes;                 /* zero-copy allreduces from this size (0: never) */
         struct peer_arena {
                 hvd_arena_id_t id;
                 const uint8_t *base; /* mapped read-only, or NULL */

@@ -91,7 +91,8 @@ struct hvd_fastpath {
         int me, n;
         const _Atomic uint32_t *aborted;
         int spin_usec;
-        uint64_t mine[WORDS]; /* posted, not yet run or demoted */
+        const _Atomic uint32_t *spin_gate; /* spin only while it is not 0 (NULL: always) */
+        uint64_t mine[WORDS];              /* posted, not yet run or demoted */
         size_t n_mine;
         uint64_t posted_usec[HVD_FASTPATH_MAX_IDS];
         uint32_t inst[HVD_FASTPATH_MAX_IDS];        /* submissions counted */
@@ -617,18 +618,23 @@ void hvd_fastpath_wait(hvd_fastpath_t *fp, uint64_t max_usec) {
         /* a schedule's marker: the socket, not the board, will change */
         if (atomic_load(&fp->stuck))
                 return;
-        uint64_t start = fp->spin_usec ? hvd_now_usec() : 0;
-        while (fp->spin_usec) {
-                for (int i = 0; i < 64; i++) {
-                        if (atomic_load_explicit(&b->head, memory_order_acquire) != cursor ||
-                            atomic_load_explicit(&me->bell, memory_order_acquire) != bell)
-                                return;
-                        cpu_relax();
-                }
-                if (hvd_now_usec() - start >= (uint64_t) fp->spin_usec)
+        /* spin while the application waits (the spin gate), else yield,
+         * and spin once it starts waiting */
+        bool spun = !fp->spin_usec;
+        for (int i = 0; i < HVD_WAIT_YIELDS; i++) {
+                if (!spun && (!fp->spin_gate || atomic_load_explicit(fp->spin_gate, memory_order_relaxed))) {
+                        spun = true;
+                        uint64_t start = hvd_now_usec();
+                        do {
+                                for (int k = 0; k < 64; k++) {
+                                        if (atomic_load_explicit(&b->head, memory_order_acquire) != cursor ||
+                                            atomic_load_explicit(&me->bell, memory_order_acquire) != bell)
+                                                return;
+                                        cpu_relax();
+                                }
+                        } while (hvd_now_usec() - start < (uint64_t) fp->spin_usec);
                         break;
-        }
-        for (int i = 0; !fp->spin_usec && i < HVD_WAIT_YIELDS; i++) {
+                }
                 if (atomic_load_explicit(&b->head, memory_order_acquire) != cursor ||
                     atomic_load_explicit(&me->bell, memory_order_acquire) != bell)
                         return;
@@ -642,6 +648,10 @@ void hvd_fastpath_wait(hvd_fastpath_t *fp, uint64_t max_usec) {
                 futex(&me->bell, FUTEX_WAIT, bell, &ts);
         }
         atomic_fetch_sub(&me->sleeping, 1);
+}
+
+void hvd_fastpath_set_spin_gate(hvd_fastpath_t *fp, const _Atomic uint32_t *gate) {
+        fp->spin_gate = gate;
 }
 
 void hvd_fastpath_kick(hvd_fastpath_t *fp) {

@@ -158,8 +158,12 @@ size_t hvd_fastpath_pending(const hvd_fastpath_t *fp);
  * board. */
 bool hvd_fastpath_awaits_schedule(const hvd_fastpath_t *fp);
 
-/* Waits (spinning briefly, then on a futex) up to max_usec for the board to
- * change or for a kick. */
+/* hvd_fastpath_wait spins only while *gate is not 0 (borrowed; NULL, the
+ * default: always), as the data plane's barrier (hvd_topology_t.spin_gate). */
+void hvd_fastpath_set_spin_gate(hvd_fastpath_t *fp, const _Atomic uint32_t *gate);
+
+/* Waits (spinning briefly while the spin gate is open, then on a futex) up
+ * to max_usec for the board to change or for a kick. */
 void hvd_fastpath_wait(hvd_fastpath_t *fp, uint64_t max_usec);
 
 /* Wakes this rank's hvd_fastpath_wait (any thread; fp may be NULL). */

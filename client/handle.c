@@ -102,8 +102,10 @@ void hvd_entry_complete(hvd_entry_t *e, int status, const char *msg) {
         }
         if (--h->n_pending == 0) {
                 pthread_cond_broadcast(&G.cond);
-                if (h->notify)
+                if (h->notify) {
+                        atomic_fetch_sub(&G.app_waiting, 1);
                         h->notify(h->notify_arg);
+                }
                 hvd_handle_unref(h);
         }
 }
@@ -129,9 +131,7 @@ void hvd_inflight_fail(int code, const char *reason) {
 
 /* ---- the API of handles ---- */
 
-int hvd_handle_wait_timeout(hvd_handle_t *h, uint64_t timeout_usec) {
-        if (!h)
-                return -EINVAL;
+static int wait_timeout(hvd_handle_t *h, uint64_t timeout_usec) {
         struct timespec ts = hvd_realtime_after(timeout_usec);
         pthread_mutex_lock(&G.lock);
         while (h->n_pending) {
@@ -187,6 +187,15 @@ int hvd_handle_wait_timeout(hvd_handle_t *h, uint64_t timeout_usec) {
         return r;
 }
 
+int hvd_handle_wait_timeout(hvd_handle_t *h, uint64_t timeout_usec) {
+        if (!h)
+                return -EINVAL;
+        atomic_fetch_add(&G.app_waiting, 1); /* hvd's waits may spin meanwhile */
+        int r = wait_timeout(h, timeout_usec);
+        atomic_fetch_sub(&G.app_waiting, 1);
+        return r;
+}
+
 int hvd_handle_wait(hvd_handle_t *h) {
         return hvd_handle_wait_timeout(h, 0);
 }
@@ -201,6 +210,8 @@ int hvd_handle_notify(hvd_handle_t *h, void (*fn)(void *arg), void *arg) {
                 /* kept also when done, so that a second callback is refused */
                 h->notify = fn;
                 h->notify_arg = arg;
+                if (!done) /* its caller waits for it: until it completes */
+                        atomic_fetch_add(&G.app_waiting, 1);
         }
         pthread_mutex_unlock(&G.lock);
         if (r == 0 && done)

@@ -157,6 +157,8 @@ static int fastpath_open(char *err, size_t err_len) {
                 snprintf(err, err_len, "out of memory");
                 return -ENOMEM;
         }
+        if (G.fp)
+                hvd_fastpath_set_spin_gate(G.fp, &G.app_waiting);
         G.fp_node = G.fp && G.cross_size > 1;
         G.fp_scribe = G.fp_node && G.local_rank == 0;
         return 0;
@@ -575,6 +577,7 @@ static int data_plane_open(const hvd_settings_t *s, const Hvd__Welcome *w) {
                 .tcp_send_thread = s->tcp_send_thread,
                 .tcp_frame_bytes = s->tcp_frame_bytes,
                 .ring_chunk_bytes = s->ring_chunk_bytes,
+                .spin_gate = &G.app_waiting,
         };
         G.listen_fd = -1; /* the backend owns it now */
         char err[ERRLEN];

@@ -2,6 +2,7 @@
 # the autotuner's search,
 # negotiation table, wire format, configuration, string map; of libhvd's
 # modules compiled in: the fast path's readiness board (client/fastpath.c),
+# the data plane's barrier and its spin gate (client/cpu_backend.c),
 # the autotuner's step meter (client/tune_meter.c), the choice of slot
 # writes (client/slot_mode.c), the pool of outputs it keeps for reuse
 # (client/outbuf.c) and a worker's settings
@@ -19,6 +20,7 @@ if HAVE_CHECK
 	%D%/check_fastpath \
 	%D%/check_tune_meter \
 	%D%/check_slot_mode \
+	%D%/check_spin_gate \
 	%D%/check_outbuf \
 	%D%/check_settings \
 	%D%/check_daemon \
@@ -42,6 +44,15 @@ TESTS += $(%C%_unit_tests)
 %C%_check_slot_mode_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
 %C%_check_slot_mode_CFLAGS = $(%C%_unit_cflags)
 %C%_check_slot_mode_LDADD = $(%C%_unit_ldadd)
+
+# the data plane's barrier and its spin gate: the one-node backend alone
+%C%_check_spin_gate_SOURCES = %D%/check_spin_gate.c client/cpu_backend.c client/cpu_stream.c client/cpu_multi.c \
+	client/cpu_gather.c client/cpu_rsring.c client/cpu_set.c client/backend.h client/fastpath.c \
+	client/fastpath.h client/tcp.c client/tcp.h client/shared_arena.c client/shared_arena.h \
+	client/zero_copy.c client/slot_mode.c client/cpu_internal.h
+%C%_check_spin_gate_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
+%C%_check_spin_gate_CFLAGS = $(%C%_unit_cflags)
+%C%_check_spin_gate_LDADD = $(%C%_unit_ldadd) -lrt
 
 %C%_check_outbuf_SOURCES = %D%/check_outbuf.c client/outbuf.c
 %C%_check_outbuf_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
