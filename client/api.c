@@ -258,7 +258,11 @@ static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool in
         for (size_t i = 0; i < n; i++)
                 G.queue[G.n_queue++] = &h->m[i];
         h->n_pending = n;
-        h->refs++; /* the in-flight reference */
+        h->refs++;   /* the in-flight reference */
+        if (waits) { /* the spin gate opens before the caller reaches its wait */
+                h->waited = true;
+                atomic_fetch_add(&G.app_waiting, 1);
+        }
         /* a caller about to wait takes the fast path's turn itself: no need
          * to wake the background thread for it (it is woken if need be) */
         bool quiet = waits && hvd_fp_user_may_run(h);

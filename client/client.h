@@ -102,6 +102,7 @@ struct hvd_handle {
         char *error;
         void (*notify)(void *arg); /* hvd_handle_notify: called once at completion */
         void *notify_arg;
+        bool waited; /* in app_waiting until it completes: its caller waits (a *_waiting submission, a notify) */
         hvd_entry_t m[];
 };
 
@@ -238,9 +239,10 @@ struct hvd_client {
         hvd_tune_meter_t tune_meter; /* local rank 0 of a tuned job of one host with the fast path */
         _Atomic int fp_waiters;      /* user threads taking turns */
         /* the spin gate of the data plane and the board: application
-         * threads in hvd_handle_wait*, and pending handles with a notify
-         * callback (a framework's kernel that waits for it); while it is
-         * 0 the application computes, and nothing of hvd's spins */
+         * threads in hvd_handle_wait*, and pending handles their callers
+         * wait for (submitted by a *_waiting call, or with a notify
+         * callback, as a framework's kernel waits); while it is 0 the
+         * application computes, and nothing of hvd's spins */
         _Atomic uint32_t app_waiting;
         /* for the daemon's status, sent with readiness (schedules may run on
          * a user thread that has the fast path's turn) */

@@ -102,10 +102,10 @@ void hvd_entry_complete(hvd_entry_t *e, int status, const char *msg) {
         }
         if (--h->n_pending == 0) {
                 pthread_cond_broadcast(&G.cond);
-                if (h->notify) {
+                if (h->waited)
                         atomic_fetch_sub(&G.app_waiting, 1);
+                if (h->notify)
                         h->notify(h->notify_arg);
-                }
                 hvd_handle_unref(h);
         }
 }
@@ -210,8 +210,10 @@ int hvd_handle_notify(hvd_handle_t *h, void (*fn)(void *arg), void *arg) {
                 /* kept also when done, so that a second callback is refused */
                 h->notify = fn;
                 h->notify_arg = arg;
-                if (!done) /* its caller waits for it: until it completes */
+                if (!done && !h->waited) { /* its caller waits for it: until it completes */
+                        h->waited = true;
                         atomic_fetch_add(&G.app_waiting, 1);
+                }
         }
         pthread_mutex_unlock(&G.lock);
         if (r == 0 && done)
