@@ -104,10 +104,6 @@ static bool cpu_shared(hvd_backend_t *b, const view_t *v) {
         return false;
 }
 
-static bool spin_gate_open(const hvd_backend_t *b) {
-        return !b->spin_gate || atomic_load_explicit(b->spin_gate, memory_order_relaxed);
-}
-
 /* Generation barrier over the view's members. Spins up to b->spin_usec
  * (SPIN_USEC, or SPIN_NET_USEC across nodes; 0 where the ranks outnumber
  * the cores) while the spin gate is open, yields, then sleeps on a futex;
@@ -140,7 +136,7 @@ int hvd_cpu_barrier(hvd_backend_t *b, const view_t *v, const char *what, char *e
                                         return 0;
                                 cpu_relax();
                                 if ((i & 63) == 63 && hvd_now_usec() - spin_start >= limit) {
-                                        if (limit == b->spin_usec || !spin_gate_open(b))
+                                        if (limit == b->spin_usec || !hvd_spin_gate_open(b->spin_gate))
                                                 break;
                                         limit = b->spin_usec;
                                 }
@@ -148,7 +144,7 @@ int hvd_cpu_barrier(hvd_backend_t *b, const view_t *v, const char *what, char *e
                         may_spin = limit < b->spin_usec; /* spun in full: not again */
                 }
                 int i = 0;
-                for (; i < HVD_WAIT_YIELDS && !(may_spin && spin_gate_open(b)); i++) {
+                for (; i < HVD_WAIT_YIELDS && !(may_spin && hvd_spin_gate_open(b->spin_gate)); i++) {
                         if (atomic_load_explicit(&h->gen, memory_order_acquire) != gen)
                                 return 0;
                         sched_yield();

@@ -622,7 +622,7 @@ void hvd_fastpath_wait(hvd_fastpath_t *fp, uint64_t max_usec) {
          * and spin once it starts waiting */
         bool spun = !fp->spin_usec;
         for (int i = 0; i < HVD_WAIT_YIELDS; i++) {
-                if (!spun && (!fp->spin_gate || atomic_load_explicit(fp->spin_gate, memory_order_relaxed))) {
+                if (!spun && hvd_spin_gate_open(fp->spin_gate)) {
                         spun = true;
                         uint64_t start = hvd_now_usec();
                         do {

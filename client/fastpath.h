@@ -158,8 +158,15 @@ size_t hvd_fastpath_pending(const hvd_fastpath_t *fp);
  * board. */
 bool hvd_fastpath_awaits_schedule(const hvd_fastpath_t *fp);
 
-/* hvd_fastpath_wait spins only while *gate is not 0 (borrowed; NULL, the
- * default: always), as the data plane's barrier (hvd_topology_t.spin_gate). */
+/* The spin gate (hvd_topology_t.spin_gate): spin while *gate is not 0,
+ * i.e. while an application thread waits; NULL: always. The board's wait
+ * and the data plane's barrier both ask it. */
+static inline bool hvd_spin_gate_open(const _Atomic uint32_t *gate) {
+        return !gate || atomic_load_explicit(gate, memory_order_relaxed);
+}
+
+/* hvd_fastpath_wait spins (HVD_WAIT_YIELDS' spin) only while the gate is
+ * open (borrowed; NULL, the default: always). */
 void hvd_fastpath_set_spin_gate(hvd_fastpath_t *fp, const _Atomic uint32_t *gate);
 
 /* Waits (spinning briefly while the spin gate is open, then on a futex) up
