@@ -213,7 +213,8 @@ static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool in
         h->refs = 1;
         pthread_mutex_lock(&G.lock);
         int ps = reqs[0].process_set > 0 && reqs[0].process_set < HVD_MAX_PROCESS_SETS ? reqs[0].process_set : 0;
-        int r = 0;
+        /* hvd_shutdown may have run since the look without the lock */
+        int r = G.state == 1 ? 0 : hvd_error(HVD_ENOTINIT, "hvd is not initialized: call hvd_init() first");
         for (size_t i = 0; i < n && r >= 0 && !internal; i++)
                 r = check_request(&reqs[i], kind); /* under the lock: process sets may change */
         uint32_t gid = n > 1 && r >= 0 ? group_id(reqs, n, ps) : 0;
@@ -266,9 +267,14 @@ static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool in
         /* a caller about to wait takes the fast path's turn itself: no need
          * to wake the background thread for it (it is woken if need be) */
         bool quiet = waits && hvd_fp_user_may_run(h);
+        if (!quiet)
+                atomic_fetch_add(&G.submitted, 1);
         pthread_mutex_unlock(&G.lock);
         if (!quiet) {
-                hvd_link_wake();
+                /* a background thread that is awake looks at the queue
+                 * before it sleeps: no system call for it */
+                if (atomic_exchange(&G.poll_armed, 0))
+                        hvd_link_wake();
                 hvd_fastpath_kick(G.fp);
         }
         *ret = h;

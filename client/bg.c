@@ -26,6 +26,7 @@ typedef struct bg_look {
         bool garbage;  /* handles released while their op ran */
         bool unrouted; /* queued since the fast path's turn looked */
         size_t nq;
+        uint64_t submitted; /* G.submitted then */
         /* sent, not yet scheduled: while some are, new requests wait for
          * the cycle so they can be fused; when none are, there is nothing
          * to batch with and waiting would only add latency */
@@ -71,6 +72,7 @@ static void look(bg_look_t *l) {
         l->stop = G.stop;
         l->garbage = G.dev_garbage != NULL;
         l->nq = G.n_queue;
+        l->submitted = atomic_load(&G.submitted);
         l->outstanding = hvd_strmap_size(G.inflight) - G.n_queue;
         l->unrouted = G.fp && !G.abort_code && l->nq && !G.queue[l->nq - 1]->fp_routed;
         pthread_mutex_unlock(&G.lock);
@@ -174,13 +176,14 @@ static long sleep_plan(bool runner, const bg_look_t *l, uint64_t now, long timeo
 }
 
 /* Everything up to the wait, with the runner if it was free. Returns
- * BG_STOP, BG_AGAIN (loop at once), or BG_WAIT with *timeout and
- * *board_usec set. */
-static int prepare(bool runner, bg_batch_t *batch, long *timeout, uint64_t *board_usec) {
+ * BG_STOP, BG_AGAIN (loop at once), or BG_WAIT with *timeout,
+ * *board_usec and *seen (the submissions the look saw) set. */
+static int prepare(bool runner, bg_batch_t *batch, long *timeout, uint64_t *board_usec, uint64_t *seen) {
         if (runner)
                 turn();
         bg_look_t l;
         look(&l);
+        *seen = l.submitted;
         if (l.garbage)
                 hvd_gpu_free_garbage();
         if (l.stop)
@@ -204,8 +207,10 @@ static int prepare(bool runner, bg_batch_t *batch, long *timeout, uint64_t *boar
 }
 
 /* Waits for the socket, the wake eventfd or the daemon's end, and handles
- * what came. false: polling failed and the thread ends. */
-static bool wait_and_receive(long timeout) {
+ * what came. Submissions write the eventfd only while the wait is armed;
+ * one since the look (seen) ends it at once. false: polling failed and
+ * the thread ends. */
+static bool wait_and_receive(long timeout, uint64_t seen) {
         zmq_pollitem_t items[3] = {
                 { .fd = G.wake_fd, .events = ZMQ_POLLIN },
                 { .socket = G.sock, .events = ZMQ_POLLIN },
@@ -214,7 +219,15 @@ static bool wait_and_receive(long timeout) {
         long hb_ms = hvd_link_heartbeat_timeout_ms();
         if (hb_ms >= 0)
                 timeout = at_most(timeout, hb_ms);
+        bool armed = timeout != 0;
+        if (armed) {
+                atomic_store(&G.poll_armed, 1);
+                if (atomic_load(&G.submitted) != seen)
+                        timeout = 0;
+        }
         int n = zmq_poll(items, !G.sock ? 1 : G.daemon_pidfd >= 0 ? 3 : 2, timeout);
+        if (armed)
+                atomic_store(&G.poll_armed, 0);
         int e = n < 0 ? zmq_errno() : 0; /* the heartbeat's send may change errno */
         /* before reading: a process resumed after a stop says it is back
          * before it acts on what came meanwhile */
@@ -259,9 +272,9 @@ void *hvd_bg_main(void *arg) {
         for (;;) {
                 hvd_link_heartbeat();
                 long timeout = -1;
-                uint64_t board_usec = 0;
+                uint64_t board_usec = 0, seen = 0;
                 bool runner = runner_take();
-                int next = prepare(runner, &batch, &timeout, &board_usec);
+                int next = prepare(runner, &batch, &timeout, &board_usec, &seen);
                 runner_give(runner);
                 if (next == BG_STOP)
                         break;
@@ -271,7 +284,7 @@ void *hvd_bg_main(void *arg) {
                         hvd_fastpath_wait(G.fp, board_usec);
                         timeout = 0;
                 }
-                if (!wait_and_receive(timeout))
+                if (!wait_and_receive(timeout, seen))
                         break;
         }
         free(batch.e);

@@ -153,7 +153,7 @@ struct hvd_client {
          * and when the job aborts. */
         pthread_mutex_t lock;
         pthread_cond_t cond;
-        int state;           /* 0 = not initialised, 1 = running */
+        int state;           /* 0 = not initialised, 1 = running (stored atomically) */
         bool stop;           /* hvd_shutdown asks the background thread to end */
         hvd_entry_t **queue; /* submitted, not yet sent or posted */
         size_t n_queue, cap_queue;
@@ -190,6 +190,13 @@ struct hvd_client {
         uint64_t epoch;
         pthread_t thread;
         int wake_fd; /* eventfd: any thread writes it to wake the background thread */
+        /* a submission writes wake_fd only while the background thread may
+         * sleep on the socket (poll_armed, which the first writer clears);
+         * `submitted` counts the submissions that would wake it, so that
+         * one made after its last look and before it armed is not missed.
+         * Both are seq_cst on both sides (the store-load pairing) */
+        _Atomic uint32_t poll_armed;
+        _Atomic uint64_t submitted;
 
         /* the daemon socket and what travels on it: the background thread's
          * while it runs, hvd_init's and hvd_shutdown's thread before and

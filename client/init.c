@@ -33,7 +33,7 @@
 #include "util.h"
 
 struct hvd_client hvd_client = {
-        .lock = PTHREAD_MUTEX_INITIALIZER,
+        .lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP,
         .cond = PTHREAD_COND_INITIALIZER,
         .runner = PTHREAD_MUTEX_INITIALIZER,
         .wake_fd = -1,
@@ -41,11 +41,11 @@ struct hvd_client hvd_client = {
         .daemon_pidfd = -1,
 };
 
+/* Without G.lock: every submission asks, and the background thread may
+ * hold the lock. state is written under it, atomically; a submission looks
+ * again under the lock. */
 int hvd_is_initialized(void) {
-        pthread_mutex_lock(&G.lock);
-        int s = G.state == 1;
-        pthread_mutex_unlock(&G.lock);
-        return s;
+        return __atomic_load_n(&G.state, __ATOMIC_ACQUIRE) == 1;
 }
 
 static void known_free(void) {
@@ -668,7 +668,7 @@ int hvd_init(void) {
                 goto fail;
         }
         pthread_mutex_lock(&G.lock);
-        G.state = 1;
+        __atomic_store_n(&G.state, 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&G.lock);
         hvd_outbuf_set_open(true);
         return 0;
@@ -685,7 +685,7 @@ int hvd_shutdown(void) {
                 return 0;
         }
         G.stop = true;
-        G.state = 0;
+        __atomic_store_n(&G.state, 0, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&G.lock);
         hvd_elastic_generation_ended(NULL);
         hvd_link_wake();
