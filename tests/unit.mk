@@ -3,6 +3,7 @@
 # negotiation table, wire format, configuration, string map; of libhvd's
 # modules compiled in: the fast path's readiness board (client/fastpath.c),
 # the data plane's barrier and its spin gate (client/cpu_backend.c),
+# the count of waits that opens the gate (client/handle.c),
 # the autotuner's step meter (client/tune_meter.c), the choice of slot
 # writes (client/slot_mode.c), the pool of outputs it keeps for reuse
 # (client/outbuf.c) and a worker's settings
@@ -21,6 +22,7 @@ if HAVE_CHECK
 	%D%/check_tune_meter \
 	%D%/check_slot_mode \
 	%D%/check_spin_gate \
+	%D%/check_handle_wait \
 	%D%/check_outbuf \
 	%D%/check_settings \
 	%D%/check_daemon \
@@ -53,6 +55,12 @@ TESTS += $(%C%_unit_tests)
 %C%_check_spin_gate_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
 %C%_check_spin_gate_CFLAGS = $(%C%_unit_cflags)
 %C%_check_spin_gate_LDADD = $(%C%_unit_ldadd) -lrt
+
+# the spin gate's count of the application's waits: handles alone
+%C%_check_handle_wait_SOURCES = %D%/check_handle_wait.c client/handle.c client/client.h
+%C%_check_handle_wait_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
+%C%_check_handle_wait_CFLAGS = $(%C%_unit_cflags)
+%C%_check_handle_wait_LDADD = $(%C%_unit_ldadd)
 
 %C%_check_outbuf_SOURCES = %D%/check_outbuf.c client/outbuf.c
 %C%_check_outbuf_CPPFLAGS = $(CLIENT_INTERNAL_CPPFLAGS)
