@@ -32,8 +32,17 @@
 #include "tune_search.h"
 #include "util.h"
 
+/* G.lock's sections are short and the script's thread and the
+ * background thread take it in turns: a waiter spins a little before it
+ * sleeps (glibc's adaptive mutex) */
+#ifdef PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+#define CLIENT_LOCK_INITIALIZER PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP
+#else
+#define CLIENT_LOCK_INITIALIZER PTHREAD_MUTEX_INITIALIZER
+#endif
+
 struct hvd_client hvd_client = {
-        .lock = PTHREAD_ADAPTIVE_MUTEX_INITIALIZER_NP,
+        .lock = CLIENT_LOCK_INITIALIZER,
         .cond = PTHREAD_COND_INITIALIZER,
         .runner = PTHREAD_MUTEX_INITIALIZER,
         .wake_fd = -1,
