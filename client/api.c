@@ -200,7 +200,7 @@ static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool in
         if (!ret)
                 return hvd_error(-EINVAL, "handle pointer is NULL");
         if (!hvd_is_initialized())
-                return hvd_error(HVD_ENOTINIT, "hvd is not initialized: call hvd_init() first");
+                return hvd_error_not_initialized();
         if (!reqs)
                 return hvd_error(-EINVAL, "request is NULL");
         if (n == 0 || n > HVD_WIRE_MAX_REQUESTS)
@@ -213,8 +213,9 @@ static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool in
         h->refs = 1;
         pthread_mutex_lock(&G.lock);
         int ps = reqs[0].process_set > 0 && reqs[0].process_set < HVD_MAX_PROCESS_SETS ? reqs[0].process_set : 0;
-        /* hvd_shutdown may have run since the look without the lock */
-        int r = G.state == 1 ? 0 : hvd_error(HVD_ENOTINIT, "hvd is not initialized: call hvd_init() first");
+        /* hvd_shutdown may have run since the check above: a late
+         * submission fails here, before it touches the queue */
+        int r = G.state == 1 ? 0 : hvd_error_not_initialized();
         for (size_t i = 0; i < n && r >= 0 && !internal; i++)
                 r = check_request(&reqs[i], kind); /* under the lock: process sets may change */
         uint32_t gid = n > 1 && r >= 0 ? group_id(reqs, n, ps) : 0;
@@ -259,11 +260,9 @@ static int submit_ex(const hvd_request_t *reqs, size_t n, uint32_t kind, bool in
         for (size_t i = 0; i < n; i++)
                 G.queue[G.n_queue++] = &h->m[i];
         h->n_pending = n;
-        h->refs++;   /* the in-flight reference */
-        if (waits) { /* the spin gate opens before the caller reaches its wait */
-                h->waited = true;
-                atomic_fetch_add(&G.app_waiting, 1);
-        }
+        h->refs++; /* the in-flight reference */
+        if (waits) /* the spin gate opens before the caller reaches its wait */
+                hvd_handle_mark_waited(h);
         /* a caller about to wait takes the fast path's turn itself: no need
          * to wake the background thread for it (it is woken if need be) */
         bool quiet = waits && hvd_fp_user_may_run(h);

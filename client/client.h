@@ -287,6 +287,8 @@ void hvd_last_error_clear(void);
 /* Sets hvd_last_error() and evaluates to r: `return hvd_error(-EINVAL,
  * "...")`. A macro, so that r stays visible where it is returned. */
 #define hvd_error(r, ...) (hvd_last_error_set(__VA_ARGS__), (r))
+/* The error of a call made before hvd_init or after hvd_shutdown. */
+#define hvd_error_not_initialized() hvd_error(HVD_ENOTINIT, "hvd is not initialized: call hvd_init() first")
 /* Submits one request and waits for it; internal requests (barrier, join,
  * process-set agreement) skip the checks of user names. *result: the
  * handle's result (join: the last rank). */
@@ -314,6 +316,9 @@ bool hvd_params_equal(const hvd_params_t *a, const hvd_params_t *b);
 /* G.lock held for these. */
 void hvd_handle_free(hvd_handle_t *h);
 void hvd_handle_unref(hvd_handle_t *h);
+/* Its caller waits for pending h until it completes: counted once in
+ * G.app_waiting, which opens the spin gate. */
+void hvd_handle_mark_waited(hvd_handle_t *h);
 /* Completes one member; the handle completes with its last member. */
 void hvd_entry_complete(hvd_entry_t *e, int status, const char *msg);
 /* Completes every queued and in-flight entry with code. */

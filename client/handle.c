@@ -88,6 +88,13 @@ void hvd_handle_unref(hvd_handle_t *h) {
                 hvd_handle_free(h);
 }
 
+void hvd_handle_mark_waited(hvd_handle_t *h) {
+        if (h->n_pending && !h->waited) {
+                h->waited = true;
+                atomic_fetch_add(&G.app_waiting, 1);
+        }
+}
+
 void hvd_entry_complete(hvd_entry_t *e, int status, const char *msg) {
         hvd_handle_t *h = e->h;
         if (e->done)
@@ -210,10 +217,7 @@ int hvd_handle_notify(hvd_handle_t *h, void (*fn)(void *arg), void *arg) {
                 /* kept also when done, so that a second callback is refused */
                 h->notify = fn;
                 h->notify_arg = arg;
-                if (!done && !h->waited) { /* its caller waits for it: until it completes */
-                        h->waited = true;
-                        atomic_fetch_add(&G.app_waiting, 1);
-                }
+                hvd_handle_mark_waited(h); /* its caller waits for it */
         }
         pthread_mutex_unlock(&G.lock);
         if (r == 0 && done)

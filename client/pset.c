@@ -57,7 +57,7 @@ static int agree(const char *what, const int32_t *v, size_t n) {
 
 int hvd_add_process_set(const int *ranks, size_t n) {
         if (!hvd_is_initialized())
-                return hvd_error(HVD_ENOTINIT, "hvd is not initialized: call hvd_init() first");
+                return hvd_error_not_initialized();
         if (!ranks || n == 0 || n > (size_t) G.size)
                 return hvd_error(-EINVAL, "add_process_set: between 1 and %d ranks are needed", G.size);
         int *sorted = malloc(n * sizeof *sorted);
@@ -129,7 +129,7 @@ out:
 
 int hvd_remove_process_set(int id) {
         if (!hvd_is_initialized())
-                return hvd_error(HVD_ENOTINIT, "hvd is not initialized: call hvd_init() first");
+                return hvd_error_not_initialized();
         if (id <= 0 || id >= HVD_MAX_PROCESS_SETS || !G.psets[id])
                 return hvd_error(-EINVAL, "remove_process_set: process set %d does not exist", id);
         int32_t v = id;

@@ -114,11 +114,10 @@ END_TEST
 
 START_TEST(test_waiting_submission_counted_once) {
         hvd_handle_t *h = pending("b");
-        /* what submit_ex does for a *_waiting submission */
         pthread_mutex_lock(&G.lock);
-        h->waited = true;
-        atomic_fetch_add(&G.app_waiting, 1);
+        hvd_handle_mark_waited(h); /* as submit_ex does for a *_waiting submission */
         pthread_mutex_unlock(&G.lock);
+        ck_assert_uint_eq(waiting(), 1);
         ck_assert_int_eq(hvd_handle_notify(h, on_done, NULL), 0);
         ck_assert_uint_eq(waiting(), 1);
         complete(h, 0);
