@@ -36,7 +36,7 @@
 #include "tune_search.h"
 #include "util.h"
 
-#define SHM_MAGIC           UINT64_C(0x6876645f73686d36) /* "hvd_shm6" */
+#define SHM_MAGIC           UINT64_C(0x6876645f73686d37) /* "hvd_shm7" */
 #define CHECK_INTERVAL_USEC (20 * USEC_PER_MSEC)
 /* How long a barrier spins before it sleeps, where it spins at all (every
  * local rank has a core, and no other member last ran on this CPU). The
@@ -61,17 +61,20 @@
  * loses no more of its core. */
 #define SPIN_GATE_GRACE_USEC 3
 /* The shared-memory data plane's chunk: small enough that a chunk's slots
- * and the inputs it reads stay in a core's L2 between the copy in, the
+ * and the inputs it reads stay in a core's caches between the copy in, the
  * reduction and the copy out. On a 2-vCPU Intel Xeon (2 MiB of L2 a core,
- * 2026-12-07) 256 KiB chunks against 1 MiB ones, alternating: allreduce
- * 1.11-1.15x faster at 64-256 MiB with 2 ranks, 1.06-1.21x from 4 MiB
- * with 4 on the 2 cores, level with 2 ranks from 256 KiB to 32 MiB
- * (0.95x at 1 MiB); broadcast 1.18-1.66x faster at 1-4 MiB, level or
- * within 0.94x above. On the AMD EPYC machines 1 MiB was the fastest or
- * within the noise of it with a core per rank, and 256 KiB 0.75x
- * (docs/PERFORMANCE.md, "Shared-memory chunk size on one node"). */
+ * 2026-12-07), 256 KiB chunks against 1 MiB ones, alternating: allreduce
+ * 1.04-1.15x faster at 64-256 MiB with 2 ranks and from 1 MiB with 4 on
+ * the 2 cores, broadcast 1.18-1.7x faster at 512 KiB-4 MiB; but with a
+ * core per rank 0.95x at 1 MiB and 0.8-1.0x at 32 MiB, whose data (both
+ * ranks' 64 MiB) stays in that machine's L3: so an allreduce of up to
+ * STREAM_BYTES there keeps 1 MiB chunks (CHUNK_CACHED). On the AMD EPYC
+ * machines 1 MiB was the fastest or within the noise of it with a core per
+ * rank, and 256 KiB 0.75x (docs/PERFORMANCE.md, "Shared-memory chunk size
+ * on one node"). */
 #define CHUNK_BYTES       (UINT64_C(1) << 20)
 #define CHUNK_BYTES_INTEL (UINT64_C(256) << 10)
+#define CHUNK_CACHED      CHUNK_BYTES
 /* Bytes of a chunk up to which every rank reduces the whole chunk itself
  * (one barrier per chunk) rather than its segment (two barriers, and each
  * byte touched fewer times: 4C bytes per rank for a chunk of C with 2
@@ -85,13 +88,13 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct tim
         return syscall(SYS_futex, (uint32_t *) addr, op, val, ts, NULL, 0);
 }
 
-static uint64_t default_chunk_bytes(void) {
+static bool cpu_is_intel(void) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_cpu_init();
-        if (__builtin_cpu_is("intel"))
-                return CHUNK_BYTES_INTEL;
+        return __builtin_cpu_is("intel");
+#else
+        return false;
 #endif
-        return CHUNK_BYTES;
 }
 
 static inline void cpu_relax(void) {
@@ -270,13 +273,17 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
         long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
         b->spin_usec = size > ncpu ? 0 : topo->cross_size > 1 ? SPIN_NET_USEC : SPIN_USEC;
         b->spin_gate = (const _Atomic uint32_t *) topo->spin_gate;
-        /* cache-sized chunks */
-        b->chunk_bytes = default_chunk_bytes();
+        /* cache-sized chunks (see CHUNK_BYTES) */
+        bool intel = cpu_is_intel();
+        b->chunk_bytes = intel ? CHUNK_BYTES_INTEL : CHUNK_BYTES;
+        b->chunk_cached = intel && size <= ncpu ? CHUNK_CACHED : 0;
         b->direct_bytes = DIRECT_BYTES;
         /* HVD_SHM_CHUNK_BYTES (local rank 0's, published in the header):
          * for tuning, and for tests of many chunks */
-        if (topo->shm_chunk_bytes >= 4096)
+        if (topo->shm_chunk_bytes >= 4096) {
                 b->chunk_bytes = topo->shm_chunk_bytes;
+                b->chunk_cached = 0;
+        }
         /* HVD_SHM_DIRECT_BYTES, likewise: for tuning, and for tests of
          * both reduction steps in small chunks */
         if (topo->shm_direct_bytes)
@@ -352,6 +359,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
                 b->hdr->local_size = (uint32_t) size;
                 b->hdr->slot_bytes = b->slot_bytes;
                 b->hdr->chunk_bytes = b->chunk_bytes;
+                b->hdr->chunk_cached = b->chunk_cached;
                 b->hdr->direct_bytes = b->direct_bytes;
                 b->hdr->zc_bytes = b->zc_bytes;
                 atomic_store_explicit(&b->hdr->magic, SHM_MAGIC, memory_order_release);
@@ -370,6 +378,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
                         goto fail;
                 }
                 b->chunk_bytes = b->hdr->chunk_bytes;
+                b->chunk_cached = b->hdr->chunk_cached;
                 b->direct_bytes = b->hdr->direct_bytes;
                 b->zc_bytes = b->hdr->zc_bytes;
         }
@@ -670,7 +679,12 @@ static int execute_reduce(hvd_backend_t *b, const view_t *v, const hvd_xop_t *op
         uint64_t total = 0;
         for (size_t i = 0; i < op->n; i++)
                 total += op->m[i].count;
-        uint64_t chunk = (HVD_MIN(b->half_bytes, b->chunk_bytes) / 64) * 64 / es;
+        /* the chunk: while the data fits the caches, chunk_cached's where
+         * there is one (the default chunk in use, not the autotuner's) */
+        uint64_t chunk_bytes = b->chunk_cached && b->chunk_bytes == b->chunk_default && total * es <= STREAM_BYTES
+                                       ? b->chunk_cached
+                                       : b->chunk_bytes;
+        uint64_t chunk = (HVD_MIN(b->half_bytes, chunk_bytes) / 64) * 64 / es;
         double post = hvd_cpu_reduce_scale(op, v->size);
         bool rs = op->kind == HVD__KIND__KIND_REDUCESCATTER;
         /* outputs larger than the caches are written around them */

@@ -44,6 +44,7 @@ typedef struct shm_header {
         uint32_t local_size;
         uint64_t slot_bytes;
         uint64_t chunk_bytes;  /* set by local rank 0: every rank chunks alike */
+        uint64_t chunk_cached; /* likewise: an allreduce's chunk while its data fits the caches (0: chunk_bytes) */
         uint64_t direct_bytes; /* likewise: every rank takes the same path */
         uint64_t zc_bytes;     /* likewise: the zero-copy path's smallest operation, 0: off */
         _Atomic uint32_t attached;
@@ -103,6 +104,7 @@ struct hvd_backend {
         uint64_t direct_bytes;     /* allreduce chunks up to this size: one barrier, every rank reduces all */
         uint64_t chunk_bytes;      /* per step of the shared-memory reductions (at most half a slot) */
         uint64_t chunk_default;    /* chunk_bytes as local rank 0 published it (the autotuner's switch off) */
+        uint64_t chunk_cached;     /* with chunk_default, for allreduces that fit the caches (0: the same) */
         uint64_t timeout_usec;
         uint64_t step; /* selects the slot half */
         hvd_wait_check_fn check;
