@@ -3,11 +3,15 @@
 # (the one-node CPU data plane alone) with each HVD_SHM_CHUNK_BYTES in
 # CHUNKS, the chunk sizes alternating within each of ROUNDS rounds (the
 # order rotated every round), medians over the rounds per size, each as a
-# speed ratio to the default chunk (1 MiB, client/cpu_backend.c).
+# speed ratio to the 1 MiB chunk (the default but on Intel CPUs,
+# client/cpu_backend.c). Allreduces in place with rank i on CPU i, as
+# bench_collective under hvdrun runs them; ARGS="" for bench_shm's own
+# default (out of place, unbound), which the runs before 2026-12-07 took.
 #
 #   benchmarks/run-shm-chunk.sh [BUILDDIR]      (after `make bench`)
 # Environment: NPS="2 4", ROUNDS=5, MIN=1048576, MAX=67108864,
 # CHUNKS="131072 262144 524288 1048576 2097152 4194304 8388608",
+# ARGS="--in-place --pin" (bench_shm's options),
 # OUT=FILE (the raw lines; default a temporary file, removed).
 set -eu
 build=${1:-build}
@@ -15,17 +19,19 @@ bench=$build/benchmarks/bench_shm
 [ -x "$bench" ] || { echo "run-shm-chunk: $bench is missing: make bench" >&2; exit 2; }
 NPS=${NPS:-2 4} ROUNDS=${ROUNDS:-5} MIN=${MIN:-1048576} MAX=${MAX:-67108864}
 CHUNKS=${CHUNKS:-131072 262144 524288 1048576 2097152 4194304 8388608}
+ARGS=${ARGS---in-place --pin}
+read -r -a args <<<"$ARGS"
 out=${OUT:-$(mktemp /tmp/hvd-shm-chunk-XXXXXX)}
 [ -n "${OUT:-}" ] || trap 'rm -f "$out"' EXIT
 : >"$out"
 read -r -a chunks <<<"$CHUNKS"
-echo "# run-shm-chunk: $(date -u +%FT%TZ), $(nproc --all) cpus, load average $(cut -d' ' -f1-3 /proc/loadavg)" | tee -a "$out"
+echo "# run-shm-chunk: $(date -u +%FT%TZ), $(nproc --all) cpus, load average $(cut -d' ' -f1-3 /proc/loadavg), bench_shm ${ARGS:-(no options)}" | tee -a "$out"
 for round in $(seq "$ROUNDS"); do
         for np in $NPS; do
                 n=${#chunks[@]}
                 for k in $(seq 0 $((n - 1))); do
                         c=${chunks[$(((k + round) % n))]}
-                        HVD_SHM_CHUNK_BYTES=$c "$bench" -p "$np" -b "$MIN" -e "$MAX" |
+                        HVD_SHM_CHUNK_BYTES=$c "$bench" -p "$np" -b "$MIN" -e "$MAX" ${args[@]+"${args[@]}"} |
                                 sed "s/^bench=shm_allreduce /bench=shm_allreduce chunk=$c round=$round /" >>"$out"
                 done
         done

@@ -63,18 +63,21 @@
 /* The shared-memory data plane's chunk: small enough that a chunk's slots
  * and the inputs it reads stay in a core's caches between the copy in, the
  * reduction and the copy out. On a 2-vCPU Intel Xeon (2 MiB of L2 a core,
- * 2026-12-07), 256 KiB chunks against 1 MiB ones, alternating: allreduce
- * 1.04-1.15x faster at 64-256 MiB with 2 ranks and from 1 MiB with 4 on
- * the 2 cores, broadcast 1.18-1.7x faster at 512 KiB-4 MiB; but with a
- * core per rank 0.95x at 1 MiB and 0.8-1.0x at 32 MiB, whose data (both
- * ranks' 64 MiB) stays in that machine's L3: so an allreduce of up to
- * STREAM_BYTES there keeps 1 MiB chunks (CHUNK_CACHED). On the AMD EPYC
- * machines 1 MiB was the fastest or within the noise of it with a core per
- * rank, and 256 KiB 0.75x (docs/PERFORMANCE.md, "Shared-memory chunk size
- * on one node"). */
+ * 2026-12-07), in-place allreduces against 1 MiB chunks, alternating:
+ * 256 KiB 1.06-1.15x faster at 64-256 MiB with 2 ranks and 1.06-1.23x
+ * from 1 MiB with 4 on the 2 cores, but 0.93-0.96x at 1 MiB and 0.8-1.0x
+ * at 32 MiB with 2; 512 KiB 1.04-1.08x faster from 1 to 32 MiB with 2
+ * ranks (where both ranks' data stays in that machine's L3), 1.05-1.11x
+ * beyond; broadcast with 256 KiB windows 1.18-1.71x faster at 512 KiB-4
+ * MiB. So there: 256 KiB, and 512 KiB (CHUNK_CACHED) for an allreduce of
+ * up to STREAM_BYTES where every local rank has a core. Elsewhere 1 MiB:
+ * on an AMD EPYC machine it was the fastest or within the noise of it with
+ * a core per rank (out-of-place allreduces under load, where 256 KiB read
+ * 0.75x; docs/PERFORMANCE.md, "Shared-memory chunk size on one node"),
+ * and no AMD machine has run the in-place comparison. */
 #define CHUNK_BYTES       (UINT64_C(1) << 20)
 #define CHUNK_BYTES_INTEL (UINT64_C(256) << 10)
-#define CHUNK_CACHED      CHUNK_BYTES
+#define CHUNK_CACHED      (UINT64_C(512) << 10)
 /* Bytes of a chunk up to which every rank reduces the whole chunk itself
  * (one barrier per chunk) rather than its segment (two barriers, and each
  * byte touched fewer times: 4C bytes per rank for a chunk of C with 2

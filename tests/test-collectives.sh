@@ -77,7 +77,7 @@ if [ "$n" -ge 2 ]; then
                 fail "in 96 KiB chunks: not every rank read shared tensors in place from 4 KiB"
         # local rank 0's chunks count for the whole node: set there alone,
         # the others take them from the shared header (a rank chunking by
-        # its own default, 256 KiB or 1 MiB below 32 MiB on Intel CPUs,
+        # its own default, 256 KiB or 512 KiB below 32 MiB on Intel CPUs,
         # would meet rank 0's 96 KiB chunks out of step)
         HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp \
                 "$launch" -r "$tmp/rt" -t $tmo -n "$n" -- sh -c \
