@@ -79,6 +79,7 @@ if [ "$n" -ge 2 ]; then
         # the others take them from the shared header (a rank chunking by
         # its own default, 256 KiB or 512 KiB below 32 MiB on Intel CPUs,
         # would meet rank 0's 96 KiB chunks out of step)
+        # shellcheck disable=SC2016 # expanded by the shell of each rank
         HVD_FUSION_THRESHOLD=4M HVD_TEST_TMPDIR=$tmp \
                 "$launch" -r "$tmp/rt" -t $tmo -n "$n" -- sh -c \
                 '[ "$HVD_LOCAL_RANK" = 0 ] && export HVD_SHM_CHUNK_BYTES=98304; exec "$0" "$@"' \
