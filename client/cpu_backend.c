@@ -91,15 +91,6 @@ static long futex(_Atomic uint32_t *addr, int op, uint32_t val, const struct tim
         return syscall(SYS_futex, (uint32_t *) addr, op, val, ts, NULL, 0);
 }
 
-static bool cpu_is_intel(void) {
-#if defined(__x86_64__) || defined(__i386__)
-        __builtin_cpu_init();
-        return __builtin_cpu_is("intel");
-#else
-        return false;
-#endif
-}
-
 static inline void cpu_relax(void) {
 #if defined(__x86_64__) || defined(__i386__)
         __builtin_ia32_pause();
@@ -277,7 +268,7 @@ int hvd_cpu_backend_new(const char *shm_name, const hvd_topology_t *topo, uint64
         b->spin_usec = size > ncpu ? 0 : topo->cross_size > 1 ? SPIN_NET_USEC : SPIN_USEC;
         b->spin_gate = (const _Atomic uint32_t *) topo->spin_gate;
         /* cache-sized chunks (see CHUNK_BYTES) */
-        bool intel = cpu_is_intel();
+        bool intel = hvd_cpu_vendor() == HVD_CPU_INTEL;
         b->chunk_bytes = intel ? CHUNK_BYTES_INTEL : CHUNK_BYTES;
         b->chunk_cached = intel && size <= ncpu ? CHUNK_CACHED : 0;
         b->direct_bytes = DIRECT_BYTES;

@@ -340,17 +340,25 @@ void hvd_copy_stream(void *dst, const void *src, size_t bytes) {
         memcpy(dst, src, bytes);
 }
 
+hvd_cpu_vendor_t hvd_cpu_vendor(void) {
+#if defined(__x86_64__) || defined(__i386__)
+        static _Atomic int vendor = -1;
+        int v = atomic_load_explicit(&vendor, memory_order_relaxed);
+        if (v < 0) {
+                __builtin_cpu_init();
+                v = __builtin_cpu_is("amd") ? HVD_CPU_AMD : __builtin_cpu_is("intel") ? HVD_CPU_INTEL : HVD_CPU_OTHER;
+                atomic_store_explicit(&vendor, v, memory_order_relaxed);
+        }
+        return (hvd_cpu_vendor_t) v;
+#else
+        return HVD_CPU_OTHER;
+#endif
+}
+
 /* Where hvd_copy takes the AVX2 loop: AVX2 and an AMD CPU (see reduce.h). */
 static bool copy_loop(void) {
 #if HVD_REDUCE_HAVE_AVX2
-        static _Atomic int amd = -1;
-        int a = atomic_load_explicit(&amd, memory_order_relaxed);
-        if (a < 0) {
-                __builtin_cpu_init();
-                a = __builtin_cpu_is("amd") ? 1 : 0;
-                atomic_store_explicit(&amd, a, memory_order_relaxed);
-        }
-        return a == 1 && use_avx2();
+        return hvd_cpu_vendor() == HVD_CPU_AMD && use_avx2();
 #else
         return false;
 #endif

@@ -41,6 +41,11 @@ void hvd_reduce_n_stream(hvd_dtype_t dt, hvd_reduce_op_t op, void *dst, const vo
  * bytes is 0, as hvd_copy does. */
 void hvd_copy_stream(void *dst, const void *src, size_t bytes);
 
+/* The CPU's maker, where the data plane's choices differ by it (hvd_copy's
+ * loop, the shared-memory chunk). */
+typedef enum { HVD_CPU_OTHER, HVD_CPU_AMD, HVD_CPU_INTEL } hvd_cpu_vendor_t;
+hvd_cpu_vendor_t hvd_cpu_vendor(void);
+
 /* memcpy for the data plane's copies (into and out of the shared slots):
  * on AMD CPUs with AVX2, from 2 KiB, an AVX2 loop; elsewhere memcpy. glibc
  * copies from 2 KiB up to the L2's size with `rep movsb`, which on the AMD
