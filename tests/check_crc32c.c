@@ -1,7 +1,9 @@
 /* check_crc32c.c — unit tests of CRC-32C (common/crc32c.c): published
  * check values (RFC 3720 B.4, the "123456789" check), incremental use,
  * and the SSE4.2 path against slicing-by-8 and a bitwise reference over
- * every length and alignment up to a few hundred bytes. */
+ * every length and alignment up to a few hundred bytes, and around the
+ * lengths where it runs three streams at once (blocks of 3 x 256 and
+ * 3 x 8,192 bytes) up to several blocks. */
 #include "config.h"
 
 #include <check.h>
@@ -65,11 +67,45 @@ START_TEST(test_paths_agree) {
 }
 END_TEST
 
+/* Lengths at the edges of the three-stream blocks, each at every
+ * alignment, whole and in pieces that cut through the blocks. */
+START_TEST(test_three_streams) {
+        enum { N = 3 * 3 * 8192 + 3 * 256 + 64 };
+        uint8_t *buf = malloc(N + 16);
+        ck_assert_ptr_nonnull(buf);
+        uint32_t x = 777;
+        for (size_t i = 0; i < N + 16; i++) {
+                x = x * 1103515245u + 12345u;
+                buf[i] = (uint8_t) (x >> 16);
+        }
+        const size_t base[] = { 3 * 256, 2 * 3 * 256, 3 * 8192, 2 * 3 * 8192, 3 * 8192 + 3 * 256, N - 64 };
+        for (size_t b = 0; b < sizeof base / sizeof base[0]; b++)
+                for (size_t d = 0; d < 3; d++) {
+                        size_t n = base[b] + d - 1 + (b == 5 ? 9 : 0);
+                        for (size_t a = 0; a < 8; a++) {
+                                uint32_t want = bitwise(buf + a, n);
+                                uint32_t hw = hvd_crc32c(0, buf + a, n), sw = hvd_crc32c_portable(0, buf + a, n);
+                                if (hw != want || sw != want)
+                                        ck_abort_msg("offset %zu length %zu: bitwise %08x, hvd_crc32c %08x, "
+                                                     "portable %08x",
+                                                     a, n, want, hw, sw);
+                                size_t k = n / 3 + 5;
+                                uint32_t two = hvd_crc32c(hvd_crc32c(0, buf + a, k), buf + a + k, n - k);
+                                if (two != want)
+                                        ck_abort_msg("offset %zu length %zu split at %zu: %08x, want %08x", a, n, k,
+                                                     two, want);
+                        }
+                }
+        free(buf);
+}
+END_TEST
+
 int main(void) {
         Suite *s = suite_create("crc32c");
         TCase *tc = tcase_create("crc32c");
         tcase_add_test(tc, test_vectors);
         tcase_add_test(tc, test_paths_agree);
+        tcase_add_test(tc, test_three_streams);
         suite_add_tcase(s, tc);
         SRunner *sr = srunner_create(s);
         srunner_run_all(sr, CK_NORMAL);
