@@ -4,7 +4,8 @@
 # swept; 0 = fusion off) beside Open MPI doing the same step per tensor
 # (MPI_Iallreduce + Waitall, blocking MPI_Allreduce) and on pre-fused buffers
 # (benchmarks/mpi_step), in the same run, alternating, medians of ROUNDS.
-# Prints a table with ratios and draws a gnuplot PNG.
+# Prints a table with ratios and draws a gnuplot PNG (the run's date, commit
+# and machine in its title).
 #
 #   benchmarks/run-step.sh [BUILDDIR]          (after `make bench`)
 # Environment:
@@ -91,6 +92,17 @@ if [ "$HOROVOD" = 1 ] && [ -z "${RAW:-}" ]; then
                 printf '!!!!!!!!!! PEER MISSING (its columns stay empty) horovod: %s\n' "$why"
                 HOROVOD=0
         fi
+fi
+# what ran, for the output and the plot's title: the date, commit and
+# machine (with RAW, the earlier run's "# run:" line where it has one)
+if [ -n "${RAW:-}" ]; then
+        run=$(sed -n 's/^# run: \(.*\); load average .*/\1/p' "$RAW" | head -1)
+else
+        commit=$(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)
+        git -C "$src" diff --quiet HEAD 2>/dev/null || commit="$commit+changes"
+        run="$(date -u '+%Y-%m-%d %H:%M UTC'); commit $commit; $(nproc --all) CPUs"
+        run="$run $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(uname -r)"
+        echo "# run: $run; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 fi
 out=$(mktemp)
 work=$(mktemp -d /tmp/hvd-step-XXXXXX)
@@ -406,7 +418,7 @@ done
 [ -n "${RAW:-}" ] || echo "# load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# raw lines"
 sed 's/^/#   /' "$out"
-"$PY" - "$out" "$NETNS" "$RATE" "$PNG" "$DELAY_US" "$BURST" <<'PY'
+"$PY" - "$out" "$NETNS" "$RATE" "$PNG" "$DELAY_US" "$BURST" "$run" <<'PY'
 import re, statistics, subprocess, sys
 path, netns, rate, png = sys.argv[1], sys.argv[2] == "1", sys.argv[3], sys.argv[4]
 runs, tunes, cycles = {}, {}, set()
@@ -509,9 +521,11 @@ try:
         for name, off, on, mpi in plot:
             f.write(f"{name} {off or '-'} {on or '-'} {mpi or '-'}\n")
     title = f"training step, {where}: ms per step (lower is better)"
+    if len(sys.argv) > 7 and sys.argv[7]:
+        title += "\\n" + sys.argv[7].replace("\\", "").replace('"', "'")
     script = f"""set terminal pngcairo size 1000,500 noenhanced
 set output '{png}'
-set title '{title}'
+set title "{title}"
 set style data histograms
 set style histogram clustered gap 1
 set style fill solid 0.8 border -1
