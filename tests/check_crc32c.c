@@ -41,61 +41,50 @@ START_TEST(test_vectors) {
 }
 END_TEST
 
+/* n + 16 pseudo-random bytes */
+static uint8_t *random_bytes(size_t n, uint32_t seed) {
+        uint8_t *buf = malloc(n + 16);
+        ck_assert_ptr_nonnull(buf);
+        for (size_t i = 0; i < n + 16; i++) {
+                seed = seed * 1103515245u + 12345u;
+                buf[i] = (uint8_t) (seed >> 16);
+        }
+        return buf;
+}
+
+/* n bytes from offset a: both implementations against the bitwise one,
+ * and hvd_crc32c continued from the first k bytes */
+static void check_span(const uint8_t *buf, size_t a, size_t n, size_t k) {
+        uint32_t want = bitwise(buf + a, n);
+        uint32_t hw = hvd_crc32c(0, buf + a, n), sw = hvd_crc32c_portable(0, buf + a, n);
+        if (hw != want || sw != want)
+                ck_abort_msg("offset %zu length %zu: bitwise %08x, hvd_crc32c %08x, portable %08x", a, n, want, hw, sw);
+        uint32_t two = hvd_crc32c(hvd_crc32c(0, buf + a, k), buf + a + k, n - k);
+        if (two != want)
+                ck_abort_msg("offset %zu length %zu split at %zu: %08x, want %08x", a, n, k, two, want);
+}
+
 START_TEST(test_paths_agree) {
         enum { N = 700 };
-        uint8_t *buf = malloc(N + 16);
-        ck_assert_ptr_nonnull(buf);
-        uint32_t x = 12345;
-        for (size_t i = 0; i < N + 16; i++) {
-                x = x * 1103515245u + 12345u;
-                buf[i] = (uint8_t) (x >> 16);
-        }
+        uint8_t *buf = random_bytes(N, 12345);
         for (size_t a = 0; a < 8; a++)
-                for (size_t n = 0; n <= N; n++) {
-                        uint32_t want = bitwise(buf + a, n);
-                        uint32_t hw = hvd_crc32c(0, buf + a, n), sw = hvd_crc32c_portable(0, buf + a, n);
-                        if (hw != want || sw != want)
-                                ck_abort_msg("offset %zu length %zu: bitwise %08x, hvd_crc32c %08x, portable %08x", a,
-                                             n, want, hw, sw);
-                        /* in two pieces */
-                        size_t k = n / 3;
-                        uint32_t two = hvd_crc32c(hvd_crc32c(0, buf + a, k), buf + a + k, n - k);
-                        if (two != want)
-                                ck_abort_msg("offset %zu length %zu split at %zu: %08x, want %08x", a, n, k, two, want);
-                }
+                for (size_t n = 0; n <= N; n++)
+                        check_span(buf, a, n, n / 3);
         free(buf);
 }
 END_TEST
 
-/* Lengths at the edges of the three-stream blocks, each at every
- * alignment, whole and in pieces that cut through the blocks. */
+/* Lengths at the edges of the three-stream blocks (3 x 256 and 3 x 8,192
+ * bytes), each at every alignment, whole and in pieces that cut through
+ * the blocks. */
 START_TEST(test_three_streams) {
         enum { N = 3 * 3 * 8192 + 3 * 256 + 64 };
-        uint8_t *buf = malloc(N + 16);
-        ck_assert_ptr_nonnull(buf);
-        uint32_t x = 777;
-        for (size_t i = 0; i < N + 16; i++) {
-                x = x * 1103515245u + 12345u;
-                buf[i] = (uint8_t) (x >> 16);
-        }
-        const size_t base[] = { 3 * 256, 2 * 3 * 256, 3 * 8192, 2 * 3 * 8192, 3 * 8192 + 3 * 256, N - 64 };
+        uint8_t *buf = random_bytes(N, 777);
+        const size_t base[] = { 3 * 256, 2 * 3 * 256, 3 * 8192, 2 * 3 * 8192, 3 * 8192 + 3 * 256, N - 63 };
         for (size_t b = 0; b < sizeof base / sizeof base[0]; b++)
-                for (size_t d = 0; d < 3; d++) {
-                        size_t n = base[b] + d - 1 + (b == 5 ? 9 : 0);
-                        for (size_t a = 0; a < 8; a++) {
-                                uint32_t want = bitwise(buf + a, n);
-                                uint32_t hw = hvd_crc32c(0, buf + a, n), sw = hvd_crc32c_portable(0, buf + a, n);
-                                if (hw != want || sw != want)
-                                        ck_abort_msg("offset %zu length %zu: bitwise %08x, hvd_crc32c %08x, "
-                                                     "portable %08x",
-                                                     a, n, want, hw, sw);
-                                size_t k = n / 3 + 5;
-                                uint32_t two = hvd_crc32c(hvd_crc32c(0, buf + a, k), buf + a + k, n - k);
-                                if (two != want)
-                                        ck_abort_msg("offset %zu length %zu split at %zu: %08x, want %08x", a, n, k,
-                                                     two, want);
-                        }
-                }
+                for (size_t n = base[b] - 1; n <= base[b] + 1; n++)
+                        for (size_t a = 0; a < 8; a++)
+                                check_span(buf, a, n, n / 3 + 5);
         free(buf);
 }
 END_TEST
