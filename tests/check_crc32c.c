@@ -1,13 +1,16 @@
 /* check_crc32c.c — unit tests of CRC-32C (common/crc32c.c): published
  * check values (RFC 3720 B.4, the "123456789" check), incremental use,
- * and the SSE4.2 path against slicing-by-8 and a bitwise reference over
- * every length and alignment up to a few hundred bytes, and around the
- * lengths where it runs three streams at once (blocks of 3 x 256 and
- * 3 x 8,192 bytes) up to several blocks. */
+ * and every implementation the CPU has (slicing-by-8, SSE4.2, AVX-512
+ * carry-less multiplies) against a bitwise reference over every length
+ * and alignment up to a few hundred bytes, and around the lengths where
+ * the SSE4.2 path runs three streams at once (blocks of 3 x 256 and
+ * 3 x 8,192 bytes) and the carry-less one folds (256-byte blocks) up to
+ * several blocks. */
 #include "config.h"
 
 #include <check.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,16 +55,21 @@ static uint8_t *random_bytes(size_t n, uint32_t seed) {
         return buf;
 }
 
-/* n bytes from offset a: both implementations against the bitwise one,
- * and hvd_crc32c continued from the first k bytes */
+/* n bytes from offset a: every implementation this CPU has against the
+ * bitwise one, whole and continued from the first k bytes */
 static void check_span(const uint8_t *buf, size_t a, size_t n, size_t k) {
         uint32_t want = bitwise(buf + a, n);
-        uint32_t hw = hvd_crc32c(0, buf + a, n), sw = hvd_crc32c_portable(0, buf + a, n);
-        if (hw != want || sw != want)
-                ck_abort_msg("offset %zu length %zu: bitwise %08x, hvd_crc32c %08x, portable %08x", a, n, want, hw, sw);
-        uint32_t two = hvd_crc32c(hvd_crc32c(0, buf + a, k), buf + a + k, n - k);
-        if (two != want)
-                ck_abort_msg("offset %zu length %zu split at %zu: %08x, want %08x", a, n, k, two, want);
+        for (int level = 0; level <= hvd_crc32c_hw(); level++) {
+                uint32_t got = hvd_crc32c_at(level, 0, buf + a, n);
+                if (got != want)
+                        ck_abort_msg("level %d, offset %zu length %zu: %08x, bitwise %08x", level, a, n, got, want);
+                uint32_t two = hvd_crc32c_at(level, hvd_crc32c_at(level, 0, buf + a, k), buf + a + k, n - k);
+                if (two != want)
+                        ck_abort_msg("level %d, offset %zu length %zu split at %zu: %08x, want %08x", level, a, n, k,
+                                     two, want);
+        }
+        if (hvd_crc32c(0, buf + a, n) != want)
+                ck_abort_msg("hvd_crc32c, offset %zu length %zu: not the bitwise %08x", a, n, want);
 }
 
 START_TEST(test_paths_agree) {
@@ -74,13 +82,13 @@ START_TEST(test_paths_agree) {
 }
 END_TEST
 
-/* Lengths at the edges of the three-stream blocks (3 x 256 and 3 x 8,192
- * bytes), each at every alignment, whole and in pieces that cut through
- * the blocks. */
+/* Lengths at the edges of the folding blocks (256 bytes) and of the
+ * three-stream ones (3 x 256 and 3 x 8,192 bytes), each at every
+ * alignment, whole and in pieces that cut through the blocks. */
 START_TEST(test_three_streams) {
         enum { N = 3 * 3 * 8192 + 3 * 256 + 64 };
         uint8_t *buf = random_bytes(N, 777);
-        const size_t base[] = { 3 * 256, 2 * 3 * 256, 3 * 8192, 2 * 3 * 8192, 3 * 8192 + 3 * 256, N - 63 };
+        const size_t base[] = { 256, 512, 3 * 256, 2 * 3 * 256, 3 * 8192, 2 * 3 * 8192, 3 * 8192 + 3 * 256, N - 63 };
         for (size_t b = 0; b < sizeof base / sizeof base[0]; b++)
                 for (size_t n = base[b] - 1; n <= base[b] + 1; n++)
                         for (size_t a = 0; a < 8; a++)
@@ -90,6 +98,9 @@ START_TEST(test_three_streams) {
 END_TEST
 
 int main(void) {
+        printf("crc32c: implementations 0 to %d on this CPU (0 slicing-by-8, 1 SSE4.2, 2 VPCLMULQDQ)\n",
+               hvd_crc32c_hw());
+        fflush(stdout);
         Suite *s = suite_create("crc32c");
         TCase *tc = tcase_create("crc32c");
         tcase_add_test(tc, test_vectors);
