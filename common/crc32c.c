@@ -56,63 +56,61 @@ uint32_t hvd_crc32c_portable(uint32_t crc, const void *buf, size_t len) {
 
 /* The instruction takes 3 cycles and starts one a cycle: three streams
  * over the three thirds of a block run at once, and their CRCs are joined
- * with the operator that appends a third's length of zero bytes (as zlib's
- * crc32_combine does). LONG and SHORT are powers of two (zeros_op). */
+ * by appending a third's length of zero bytes to the first, which
+ * multiplies a CRC register by x^(8 x third) mod P (as zlib's
+ * crc32_combine does): shift tables, one for each byte of the register. */
 #define LONG  8192
 #define SHORT 256
 
 static uint32_t long_shift[4][256], short_shift[4][256];
-static pthread_once_t shift_once = PTHREAD_ONCE_INIT;
 
-/* mat (32 columns over GF(2)) times vec */
-static uint32_t gf2_times(const uint32_t *mat, uint32_t vec) {
-        uint32_t sum = 0;
-        for (; vec; vec >>= 1, mat++)
-                if (vec & 1)
-                        sum ^= *mat;
-        return sum;
-}
+/* Folding with carry-less multiplies (the Intel white paper "Fast CRC
+ * Computation for Generic Polynomials Using PCLMULQDQ"): 256 bytes at a
+ * time in four 512-bit registers, 16 lanes of 128 bits, each carried d
+ * bits forward by multiplying its two halves by x^(d+32) and x^(d-32)
+ * mod P (shifted by one); the registers and lanes folded into one, whose
+ * 16 bytes the crc32 instruction finishes. fold_k: d = 2048 (the loop),
+ * 512 (register onto register), 128 (lane onto lane). */
+static uint64_t fold_k[3][2];
+static pthread_once_t constants_once = PTHREAD_ONCE_INIT;
 
-static void gf2_square(uint32_t *square, const uint32_t *mat) {
-        for (int n = 0; n < 32; n++)
-                square[n] = gf2_times(mat, mat[n]);
-}
-
-/* op: the operator that runs a CRC register over len zero bytes, len a
- * power of two */
-static void zeros_op(uint32_t *op, size_t len) {
-        uint32_t odd[32], even[32];
-        odd[0] = POLY; /* one zero bit */
-        for (int n = 1; n < 32; n++)
-                odd[n] = UINT32_C(1) << (n - 1);
-        gf2_square(even, odd); /* two bits */
-        gf2_square(odd, even); /* four bits */
-        for (;;) {
-                gf2_square(even, odd); /* one byte, then four, sixteen... */
-                if ((len >>= 1) == 0) {
-                        memcpy(op, even, sizeof even);
-                        return;
-                }
-                gf2_square(odd, even); /* two bytes, then eight... */
-                if ((len >>= 1) == 0) {
-                        memcpy(op, odd, sizeof odd);
-                        return;
-                }
+/* a times b mod P, both bit-reflected as the CRC register is (x^0 is the
+ * top bit) */
+static uint32_t mul_mod(uint32_t a, uint32_t b) {
+        uint32_t p = 0;
+        for (uint32_t m = UINT32_C(1) << 31; m; m >>= 1) {
+                if (a & m)
+                        p ^= b;
+                b = (b >> 1) ^ (POLY & (0u - (b & 1))); /* b times x */
         }
+        return p;
 }
 
-/* zeros_op(len) as four tables, one for each byte of the register */
-static void zeros_tables(uint32_t t[4][256], size_t len) {
-        uint32_t op[32];
-        zeros_op(op, len);
+/* x^n mod P, bit-reflected */
+static uint32_t x_pow(uint64_t n) {
+        uint32_t r = UINT32_C(1) << 31, sq = UINT32_C(1) << 30; /* x^0, x^1 */
+        for (; n; n >>= 1, sq = mul_mod(sq, sq))
+                if (n & 1)
+                        r = mul_mod(r, sq);
+        return r;
+}
+
+/* the tables of the register times x^(8 x len) */
+static void shift_tables(uint32_t t[4][256], uint64_t len) {
+        uint32_t op = x_pow(8 * len);
         for (uint32_t n = 0; n < 256; n++)
                 for (int k = 0; k < 4; k++)
-                        t[k][n] = gf2_times(op, n << (8 * k));
+                        t[k][n] = mul_mod(n << (8 * k), op);
 }
 
-static void build_shifts(void) {
-        zeros_tables(long_shift, LONG);
-        zeros_tables(short_shift, SHORT);
+static void build_constants(void) {
+        shift_tables(long_shift, LONG);
+        shift_tables(short_shift, SHORT);
+        static const unsigned d[3] = { 2048, 512, 128 };
+        for (int i = 0; i < 3; i++) {
+                fold_k[i][0] = (uint64_t) x_pow(d[i] - 32) << 1;
+                fold_k[i][1] = (uint64_t) x_pow(d[i] + 32) << 1;
+        }
 }
 
 static inline uint64_t shift(uint32_t t[4][256], uint64_t crc) {
@@ -155,7 +153,7 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc, con
                 len--;
         }
         if (len >= 3 * SHORT) {
-                pthread_once(&shift_once, build_shifts);
+                pthread_once(&constants_once, build_constants);
                 c = three_ways(c, &p, &len, LONG, long_shift);
                 c = three_ways(c, &p, &len, SHORT, short_shift);
         }
@@ -167,39 +165,6 @@ __attribute__((target("sse4.2"))) static uint32_t crc32c_sse42(uint32_t crc, con
         while (len--)
                 c = _mm_crc32_u8((uint32_t) c, *p++);
         return ~(uint32_t) c;
-}
-
-/* Folding with carry-less multiplies (the Intel white paper "Fast CRC
- * Computation for Generic Polynomials Using PCLMULQDQ"): 256 bytes at a
- * time in four 512-bit registers, 16 lanes of 128 bits, each carried d
- * bits forward by multiplying its two halves by x^(d+32) and x^(d-32)
- * mod P (bit-reflected, shifted by one); the registers and lanes folded
- * into one, whose 16 bytes the crc32 instruction finishes. fold_k: d =
- * 2048 (the loop), 512 (register onto register), 128 (lane onto lane). */
-static uint64_t fold_k[3][2];
-static pthread_once_t fold_once = PTHREAD_ONCE_INIT;
-
-/* x^n mod P, P the polynomial's normal (not reflected) form */
-static uint32_t xpow_mod(unsigned n) {
-        uint32_t r = 1;
-        while (n--)
-                r = (r << 1) ^ (r & 0x80000000u ? UINT32_C(0x1EDC6F41) : 0);
-        return r;
-}
-
-static uint64_t fold_constant(unsigned n) {
-        uint32_t v = xpow_mod(n), r = 0;
-        for (int i = 0; i < 32; i++)
-                r |= ((v >> i) & 1u) << (31 - i);
-        return (uint64_t) r << 1;
-}
-
-static void build_fold(void) {
-        static const unsigned d[3] = { 2048, 512, 128 };
-        for (int i = 0; i < 3; i++) {
-                fold_k[i][0] = fold_constant(d[i] - 32);
-                fold_k[i][1] = fold_constant(d[i] + 32);
-        }
 }
 
 #define VPCLMUL_TARGET "sse4.2,pclmul,avx512f,vpclmulqdq"
@@ -220,7 +185,7 @@ __attribute__((target(VPCLMUL_TARGET))) static inline __m512i fold_k512(int i) {
 __attribute__((target(VPCLMUL_TARGET))) static uint32_t crc32c_vpclmul(uint32_t crc, const void *buf, size_t len) {
         if (len < 256)
                 return crc32c_sse42(crc, buf, len);
-        pthread_once(&fold_once, build_fold);
+        pthread_once(&constants_once, build_constants);
         const uint8_t *p = buf;
         /* the register's start value goes into the first bytes */
         __m512i x0 = _mm512_xor_si512(_mm512_loadu_si512(p), _mm512_zextsi128_si512(_mm_cvtsi32_si128((int) ~crc)));
