@@ -21,6 +21,22 @@
 #                                  unset (scripts/horovod.sh's directory,
 #                                  built once); with CHECK_ARGS=1 only names
 #                                  the directory, building and checking nothing
+#
+# And what ran, for a run's "# run:" line and its plot's title:
+#   run_commit SRC                 SRC's short commit, "+changes" where its
+#                                  tree differs from it
+#   run_machine                    the CPUs, their model and the kernel
+
+run_commit() {
+        local c
+        c=$(git -C "$1" rev-parse --short HEAD 2>/dev/null || echo unknown)
+        git -C "$1" diff --quiet HEAD 2>/dev/null || c="$c+changes"
+        echo "$c"
+}
+
+run_machine() {
+        echo "$(nproc --all) CPUs $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(uname -r)"
+}
 
 peers_missing=() peers_found=()
 peer_why=

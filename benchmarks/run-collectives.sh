@@ -42,9 +42,12 @@ PNG=${PNG-collectives-nodes$NODES.png}
 PY=${PYTHON:-/usr/bin/python3}
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-commit=$(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)
-git -C "$src" diff --quiet HEAD 2>/dev/null || commit="$commit+changes"
-machine="$(nproc --all) CPUs $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(uname -r)"
+# the peers (one that is missing is named here and again at the end), and
+# what ran
+# shellcheck source=benchmarks/peers.sh
+. "$src/benchmarks/peers.sh"
+commit=$(run_commit "$src")
+machine=$(run_machine)
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
 load0=$(cut -d' ' -f1 /proc/loadavg)
 # RAW=FILE: no runs, the tables and the plot of the raw lines in FILE (a
@@ -63,9 +66,6 @@ fi
         echo "# NPS=\"$NPS\" ROUNDS=$ROUNDS MIN=$MIN MAX=$MAX NODES=$NODES OPS=\"$OPS\" MIN_TIME=$MIN_TIME${SET:+ SET=$SET}"
 }
 export HVD_BUILDDIR=$build
-# the peers: one that is missing is named here and again at the end
-# shellcheck source=benchmarks/peers.sh
-. "$src/benchmarks/peers.sh"
 if [ "$NODES" -eq 1 ]; then peers_check "$build" mpi gloo; else peers_check "$build" mpi; fi
 # the vCPUs' placement at each round's start and end: a cache line's round
 # trip between CPUs 0 and 1 (benchmarks/core_rtt; what the host decides on a

@@ -98,10 +98,7 @@ fi
 if [ -n "${RAW:-}" ]; then
         run=$(sed -n 's/^# run: \(.*\); load average .*/\1/p' "$RAW" | head -1)
 else
-        commit=$(git -C "$src" rev-parse --short HEAD 2>/dev/null || echo unknown)
-        git -C "$src" diff --quiet HEAD 2>/dev/null || commit="$commit+changes"
-        run="$(date -u '+%Y-%m-%d %H:%M UTC'); commit $commit; $(nproc --all) CPUs"
-        run="$run $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1), $(uname -r)"
+        run="$(date -u '+%Y-%m-%d %H:%M UTC'); commit $(run_commit "$src"); $(run_machine)"
         echo "# run: $run; load average $(cut -d' ' -f1-3 /proc/loadavg)"
 fi
 out=$(mktemp)
