@@ -7,10 +7,13 @@
  * long the root cannot name the ranks that did send, should one never
  * come. A name that cannot complete alike (an allgather of other first
  * dimensions, an alltoall of other splits: parameters that differ by
- * rank) releases everything at once, since nothing is gained by waiting;
- * the name is remembered as such until every local rank has sent it, so
- * that the ranks that send it after the release are not held waiting for
- * the copies already gone (with 3 or more local ranks).
+ * rank) releases everything at once, since nothing is gained by waiting.
+ * A name that some local ranks sent and others not when the pool was
+ * released (held too long, or ahead of another message) is likewise
+ * remembered until every local rank has sent it, so that the ranks that
+ * send it after the release are not held waiting for the copies already
+ * gone: a rank late by more than POOL_HOLD_USEC would otherwise wait that
+ * long again.
  * Only Readys of new requests alone, of collectives of every rank, are
  * pooled (pool_wants); anything else a local rank sends releases what is
  * held first (batch.c), so that no rank's order changes. */
@@ -53,9 +56,9 @@ pool_t *pool_new(uint32_t local_size) {
         return p;
 }
 
-/* Forgets the names held, all but the bad ones whose every local rank has
- * not sent them yet (first cleared: its Ready is gone). NULL names: out
- * of memory. */
+/* Forgets the names held, all but those some local rank has not sent yet:
+ * they stay, marked bad (they can no longer complete alike) and with
+ * first cleared (its Ready is gone). NULL names: out of memory. */
 static void names_release(pool_t *p) {
         hvd_strmap_t *keep = hvd_strmap_new();
         size_t iter = 0, n_kept = 0;
@@ -64,8 +67,8 @@ static void names_release(pool_t *p) {
         void *v;
         while (hvd_strmap_next(p->names, &iter, &key, &len, &v)) {
                 pool_name_t *n = v;
-                if (keep && n->bad && n->n < p->local_size && n_kept < POOL_MAX_BAD &&
-                    hvd_strmap_put(keep, key, len, n) == 0) {
+                if (keep && n->n < p->local_size && n_kept < POOL_MAX_BAD && hvd_strmap_put(keep, key, len, n) == 0) {
+                        n->bad = true;
                         n->first = NULL;
                         n_kept++;
                 } else {

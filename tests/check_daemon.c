@@ -659,6 +659,34 @@ START_TEST(test_host_sends_a_first_steps_names_once) {
         ck_assert_uint_eq(e->node_ready->ranks[1]->rank, 3);
         ck_assert_str_eq(e->node_ready->ranks[1]->ready->requests[0]->name, "c");
 
+        /* a rank late for a name released without it goes on at once, not
+         * POOL_HOLD_USEC later: the other's copy is gone */
+        forget_sent();
+        const char *b[] = { "b" }, *c_[] = { "c" };
+        ready_names("w3", b, 1);
+        e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 0);
+        ck_assert_msg(e != NULL, "rank 3's late \"b\" was held for a copy already gone");
+        ck_assert_uint_eq(e->node_ready->n_shared, 0);
+        ck_assert_uint_eq(e->node_ready->n_ranks, 1);
+        ck_assert_uint_eq(e->node_ready->ranks[0]->rank, 3);
+        ck_assert_str_eq(e->node_ready->ranks[0]->ready->requests[0]->name, "b");
+        ready_names("w2", c_, 1);
+        e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 1);
+        ck_assert_msg(e != NULL, "rank 2's late \"c\" was held for a copy already gone");
+        ck_assert_uint_eq(e->node_ready->n_ranks, 1);
+        ck_assert_uint_eq(e->node_ready->ranks[0]->rank, 2);
+        /* both sent both: a next step's "b" and "c" alike go shared again */
+        forget_sent();
+        const char *bc[] = { "b", "c" };
+        ready_names("w2", bc, 2);
+        ck_assert_uint_eq(count_sent(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY), 0); /* held for w3's */
+        ready_names("w3", bc, 2);
+        e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 0);
+        ck_assert_ptr_nonnull(e);
+        ck_assert_uint_eq(e->node_ready->n_ranks, 0);
+        ck_assert_uint_eq(e->node_ready->n_shared, 1);
+        ck_assert_uint_eq(e->node_ready->shared[0]->ready->n_requests, 2);
+
         /* a rank's cached readiness does not overtake its held names */
         forget_sent();
         ready_names("w2", ab, 2);
