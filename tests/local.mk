@@ -19,10 +19,10 @@ check_PROGRAMS += %D%/worker_smoke %D%/worker_cycle
 %C%_worker_cycle_LDADD = client/libhvd.la
 TESTS += %D%/test-multinode.sh %D%/test-netns.sh %D%/test-stall.sh %D%/test-curve.sh %D%/test-local-auth.sh \
 	%D%/test-daemon-resources.sh %D%/test-ring-checksum.sh %D%/test-tcp-send-thread.sh \
-	%D%/test-ring-knobs.sh
+	%D%/test-ring-knobs.sh %D%/test-wait-cpu.sh
 EXTRA_DIST += %D%/test-multinode.sh %D%/test-netns.sh %D%/test-stall.sh %D%/test-curve.sh %D%/test-local-auth.sh \
 	%D%/test-daemon-resources.sh %D%/test-ring-checksum.sh %D%/test-tcp-send-thread.sh \
-	%D%/test-ring-knobs.sh
+	%D%/test-ring-knobs.sh %D%/test-wait-cpu.sh
 
 include %D%/reduce.mk
 include %D%/unit.mk

@@ -3,8 +3,15 @@
  * Usage: worker_smoke [ELEMENTS] (large enough to cross the slot size to
  * exercise chunking). Exits non-zero with a message on any difference.
  * worker_smoke stall: rank 0 submits 'stuck.tensor', the others never do;
- * prints the error rank 0 and the others get (the stall inspector). */
+ * prints the error rank 0 and the others get (the stall inspector).
+ * worker_smoke late MS: the other ranks submit MS ms after rank 0, three
+ * times: twice rank 0 waits at once (a blocking allreduce of a new name,
+ * then of the same again), once it submits and sleeps before it waits; it
+ * prints each wait's wall time and the CPU time its process (every
+ * thread) took meanwhile. Every sum is checked. */
 #include <stdio.h>
+#include <sys/resource.h>
+#include <time.h>
 #include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +53,65 @@ static int stall(int rank) {
         return r < 0 ? 3 : 0;
 }
 
+static double cpu_ms(void) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        return (double) (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1e3 +
+               (double) (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e3;
+}
+
+static double wall_ms(void) {
+        struct timespec ts;
+        clock_gettime(CLOCK_MONOTONIC, &ts);
+        return (double) ts.tv_sec * 1e3 + (double) ts.tv_nsec / 1e6;
+}
+
+static int late(int rank, int size, int late_ms) {
+        float x = (float) (rank + 1), y = 0, want = (float) size * (float) (size + 1) / 2;
+        for (int i = 0; i < 3; i++) { /* the names known everywhere */
+                CHECK(hvd_allreduce("late.warm", &x, &y, 1, HVD_FLOAT32, HVD_REDUCE_SUM) == 0, "warm %s",
+                      hvd_last_error());
+                CHECK(y == want, "warm sum %g, want %g", y, want);
+        }
+        /* waiting at once: a new name (a first step's, which a host of
+         * several ranks holds for its late ones), then the same again */
+        for (int it = 0; it < 2; it++) {
+                if (rank != 0)
+                        usleep((useconds_t) late_ms * 1000);
+                double c0 = cpu_ms(), w0 = wall_ms();
+                CHECK(hvd_allreduce("late.blocking", &x, &y, 1, HVD_FLOAT32, HVD_REDUCE_SUM) == 0, "blocking %s",
+                      hvd_last_error());
+                double c1 = cpu_ms(), w1 = wall_ms();
+                CHECK(y == want, "blocking sum %g, want %g", y, want);
+                if (rank == 0)
+                        printf("late blocking%d wall_ms=%.1f cpu_ms=%.1f\n", it, w1 - w0, c1 - c0);
+        }
+        /* submitted, then computing (here: asleep) while the others come */
+        hvd_request_t q = HVD_REQUEST_INIT;
+        int64_t shape[1] = { 1 };
+        q.name = "late.async";
+        q.reduce_op = HVD_REDUCE_SUM;
+        q.input = &x;
+        q.output = &y;
+        q.ndim = 1;
+        q.shape = shape;
+        hvd_handle_t *h = NULL;
+        y = 0;
+        if (rank != 0)
+                usleep((useconds_t) late_ms * 1000);
+        double c0 = cpu_ms(), w0 = wall_ms();
+        CHECK(hvd_allreduce_async(&q, &h) == 0, "async submit %s", hvd_last_error());
+        if (rank == 0)
+                usleep((useconds_t) late_ms * 1000 + 200000);
+        double c1 = cpu_ms(), w1 = wall_ms();
+        CHECK(hvd_handle_wait(h) == 0, "async %s", hvd_handle_error(h));
+        hvd_handle_release(&h);
+        CHECK(y == want, "async sum %g, want %g", y, want);
+        if (rank == 0)
+                printf("late async wall_ms=%.1f cpu_ms=%.1f\n", w1 - w0, c1 - c0);
+        return 0;
+}
+
 int main(int argc, char **argv) {
         size_t big = argc > 1 ? strtoull(argv[1], 0, 0) : 1000;
         if (hvd_init() < 0) {
@@ -55,6 +121,8 @@ int main(int argc, char **argv) {
         int rank = hvd_rank(), size = hvd_size();
         if (argc > 1 && strcmp(argv[1], "stall") == 0)
                 return stall(rank);
+        if (argc > 2 && strcmp(argv[1], "late") == 0)
+                return late(rank, size, atoi(argv[2]));
         for (int it = 0; it < 3; it++) {
                 /* allgather: rank r contributes r+1 rows of 3 */
                 {

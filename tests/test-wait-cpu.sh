@@ -1,0 +1,35 @@
+#!/bin/bash
+# test-wait-cpu.sh — a rank's wait for a late peer on another host: what it
+# costs the CPU, and that it ends when the peer comes. While an application
+# thread waits for a tensor whose schedule comes from the coordinator, the
+# background thread polls the socket for up to a millisecond before it
+# sleeps (client/bg.c, SCHEDULE_SPIN_USEC), once a submission (or a host's
+# ids sent), not at each timed wakeup: a rank kept waiting 3 s must use a
+# few milliseconds of CPU, not its core; a rank that submitted and
+# computes (here: sleeps) must not spin at all. A first step's name that a
+# host of two ranks held for its late rank goes on when that rank sends
+# it, not POOL_HOLD_USEC (500 ms) after (daemon/pool.c). Hosts of one rank
+# (every tensor through the coordinator) and of two (the host's board,
+# then the coordinator); the worker checks every sum.
+set -u
+. "$HVD_SRCDIR/tests/lib/common.sh"
+multi=$HVD_SRCDIR/tests/lib/launch-multi.sh
+for layout in a:1,b:1 a:2,b:1; do
+        out=$("$multi" -H "$layout" -t 60 -- "$HVD_BUILDDIR/tests/worker_smoke" late 3000 2>&1) ||
+                fail "worker_smoke late on $layout failed:" "$out"
+        for kind in blocking0 blocking1 async; do
+                line=$(echo "$out" | grep "late $kind wall_ms=") || fail "no '$kind' line on $layout" "$out"
+                wall=$(echo "$line" | sed 's/.*wall_ms=\([0-9.]*\).*/\1/')
+                cpu=$(echo "$line" | sed 's/.*cpu_ms=\([0-9.]*\).*/\1/')
+                awk -v w="$wall" 'BEGIN { exit !(w >= 2900) }' || fail "$kind wait on $layout ended early" "$out"
+                case $kind in
+                blocking*)
+                        awk -v w="$wall" 'BEGIN { exit !(w < 3400) }' ||
+                                fail "$kind on $layout ended $wall ms after it began, the peers 3000 ms late" "$out"
+                        ;;
+                esac
+                awk -v c="$cpu" 'BEGIN { exit !(c < 12) }' ||
+                        fail "rank 0 used $cpu ms of CPU waiting $wall ms ($kind, $layout)" "$out"
+                echo "ok: $layout, $kind: waited $wall ms on $cpu ms of CPU"
+        done
+done
