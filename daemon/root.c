@@ -472,7 +472,8 @@ void root_send_schedules(hvd_daemon_t *d, job_t *j) {
         Hvd__Envelope env = HVD__ENVELOPE__INIT;
         env.body_case = HVD__ENVELOPE__BODY_SCHEDULE;
         env.schedule = !tuned && schedule_key(d, j, s, &rep) ? &rep : s;
-        worker_send_all(d, j, &env, true);
+        /* the other hosts first: their ranks are a daemon's hand-off
+         * further away than this host's */
         if (j->cross_size > 1) {
                 Hvd__JobSchedule js = HVD__JOB_SCHEDULE__INIT;
                 Hvd__Envelope jenv = HVD__ENVELOPE__INIT;
@@ -482,6 +483,7 @@ void root_send_schedules(hvd_daemon_t *d, job_t *j) {
                 jenv.job_schedule = &js;
                 io_send_nodes(d, j, &jenv, true);
         }
+        worker_send_all(d, j, &env, true);
         s->tuning = NULL; /* the autotuner's */
         hvd_negotiator_schedule_free(&s);
 }

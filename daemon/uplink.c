@@ -165,14 +165,18 @@ static void root_schedule(hvd_daemon_t *d, job_t *j, Hvd__Envelope *env) {
         }
         schedule_keep_ids(d, j, sc);
         batch_learn(d, j, sc);
+        /* the group first: its ranks are a daemon's hand-off further away
+         * than this host's */
+        if (j->rl) {
+                relay_learn(d, j, sc);
+                relay_forward(d, j, env);
+                if (j->state != JOB_RUNNING)
+                        return;
+        }
         Hvd__Envelope out = HVD__ENVELOPE__INIT;
         out.body_case = HVD__ENVELOPE__BODY_SCHEDULE;
         out.schedule = env->job_schedule->schedule;
         worker_send_all(d, j, &out, true);
-        if (j->rl && j->state == JOB_RUNNING) {
-                relay_learn(d, j, sc);
-                relay_forward(d, j, env);
-        }
 }
 
 /* Not root: a message from a root daemon (or the relay this host reports
