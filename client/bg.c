@@ -48,8 +48,9 @@ typedef struct bg_batch {
  * CPU where every CPU sleeps: 25-35 us on the virtual machines measured,
  * on top of the hand-off itself. A rank whose CPU keeps running keeps
  * that CPU out of its idle state for the hand-offs that land on it; the
- * application thread that waits does not need the CPU meanwhile. A lone
- * 8 B allreduce between 2 emulated hosts took 1.3-2.2x less time. */
+ * application thread that waits does not need the CPU meanwhile. Lone
+ * allreduces of 8 B-1 MiB between 2 emulated hosts took 1.2-2.0x less
+ * time (docs/PERFORMANCE.md). */
 #define SCHEDULE_SPIN_USEC 1000
 
 /* What the loop does once it has given the runner back. */
@@ -314,6 +315,11 @@ void *hvd_bg_main(void *arg) {
                 uint64_t board_usec = 0, seen = 0;
                 bool runner = runner_take(), awaits = false;
                 int next = prepare(runner, &batch, &timeout, &board_usec, &seen, &awaits);
+                runner_give(runner);
+                if (next == BG_STOP)
+                        break;
+                if (next == BG_AGAIN)
+                        continue;
                 /* one spin an occasion: a submission, or (node mode) the
                  * host's ids sent; not at each timed wakeup of a long wait */
                 bool spin = awaits && (seen != spun_seen || G.fp_node_sent_usec != spun_node);
@@ -321,11 +327,6 @@ void *hvd_bg_main(void *arg) {
                         spun_seen = seen;
                         spun_node = G.fp_node_sent_usec;
                 }
-                runner_give(runner);
-                if (next == BG_STOP)
-                        break;
-                if (next == BG_AGAIN)
-                        continue;
                 if (board_usec) {
                         hvd_fastpath_wait(G.fp, board_usec);
                         timeout = 0;
