@@ -662,15 +662,15 @@ START_TEST(test_host_sends_a_first_steps_names_once) {
         /* a rank late for a name released without it goes on at once, not
          * POOL_HOLD_USEC later: the other's copy is gone */
         forget_sent();
-        const char *b[] = { "b" }, *c_[] = { "c" };
-        ready_names("w3", b, 1);
+        const char *only_b[] = { "b" }, *only_c[] = { "c" };
+        ready_names("w3", only_b, 1);
         e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 0);
         ck_assert_msg(e != NULL, "rank 3's late \"b\" was held for a copy already gone");
         ck_assert_uint_eq(e->node_ready->n_shared, 0);
         ck_assert_uint_eq(e->node_ready->n_ranks, 1);
         ck_assert_uint_eq(e->node_ready->ranks[0]->rank, 3);
         ck_assert_str_eq(e->node_ready->ranks[0]->ready->requests[0]->name, "b");
-        ready_names("w2", c_, 1);
+        ready_names("w2", only_c, 1);
         e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 1);
         ck_assert_msg(e != NULL, "rank 2's late \"c\" was held for a copy already gone");
         ck_assert_uint_eq(e->node_ready->n_ranks, 1);

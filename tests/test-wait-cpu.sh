@@ -19,8 +19,8 @@ for layout in a:1,b:1 a:2,b:1; do
                 fail "worker_smoke late on $layout failed:" "$out"
         for kind in blocking0 blocking1 async; do
                 line=$(echo "$out" | grep "late $kind wall_ms=") || fail "no '$kind' line on $layout" "$out"
-                wall=$(echo "$line" | sed 's/.*wall_ms=\([0-9.]*\).*/\1/')
-                cpu=$(echo "$line" | sed 's/.*cpu_ms=\([0-9.]*\).*/\1/')
+                wall=${line#*wall_ms=} cpu=${line#*cpu_ms=}
+                wall=${wall%% *}
                 awk -v w="$wall" 'BEGIN { exit !(w >= 2900) }' || fail "$kind wait on $layout ended early" "$out"
                 case $kind in
                 blocking*)
