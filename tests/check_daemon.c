@@ -606,6 +606,29 @@ static void second_host(const char *job, uint32_t local) {
         forget_sent();
 }
 
+/* The n-th NodeReady sent to the root: one SharedReady of n_ranks ranks
+ * holding n_requests requests, and nothing rank by rank. */
+static const Hvd__SharedReady *shared_once(size_t n, size_t n_ranks, size_t n_requests) {
+        const Hvd__Envelope *e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, n);
+        ck_assert_ptr_nonnull(e);
+        ck_assert_uint_eq(e->node_ready->n_ranks, 0);
+        ck_assert_uint_eq(e->node_ready->n_shared, 1);
+        ck_assert_uint_eq(e->node_ready->shared[0]->n_ranks, n_ranks);
+        ck_assert_uint_eq(e->node_ready->shared[0]->ready->n_requests, n_requests);
+        return e->node_ready->shared[0];
+}
+
+/* The n-th NodeReady sent to the root, which must have gone at once: one
+ * rank's own Ready, nothing shared. why: what its absence means. */
+static const Hvd__Ready *alone_sent(size_t n, uint32_t rank, const char *why) {
+        const Hvd__Envelope *e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, n);
+        ck_assert_msg(e != NULL, "%s", why);
+        ck_assert_uint_eq(e->node_ready->n_shared, 0);
+        ck_assert_uint_eq(e->node_ready->n_ranks, 1);
+        ck_assert_uint_eq(e->node_ready->ranks[0]->rank, rank);
+        return e->node_ready->ranks[0]->ready;
+}
+
 START_TEST(test_host_sends_a_first_steps_names_once) {
         /* host 1 of 2 (ranks 2 and 3): the new requests both ranks sent
          * alike go to the root once, for both, whatever turns they came
@@ -620,16 +643,10 @@ START_TEST(test_host_sends_a_first_steps_names_once) {
         ready_names("w3", ab, 2);
         ck_assert_uint_eq(count_sent(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY), 0); /* the turn goes on */
         hvd_daemon_feed_turn(T.d, false);
-        const Hvd__Envelope *e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 0);
-        ck_assert_ptr_nonnull(e);
         ck_assert_uint_eq(count_sent(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY), 1);
-        ck_assert_uint_eq(e->node_ready->n_ranks, 0);
-        ck_assert_uint_eq(e->node_ready->n_shared, 1);
-        const Hvd__SharedReady *sh = e->node_ready->shared[0];
-        ck_assert_uint_eq(sh->n_ranks, 2);
+        const Hvd__SharedReady *sh = shared_once(0, 2, 2);
         ck_assert_uint_eq(sh->ranks[0], 2);
         ck_assert_uint_eq(sh->ranks[1], 3);
-        ck_assert_uint_eq(sh->ready->n_requests, 2);
         ck_assert_str_eq(sh->ready->requests[0]->name, "a");
         ck_assert_str_eq(sh->ready->requests[1]->name, "b");
 
@@ -639,17 +656,11 @@ START_TEST(test_host_sends_a_first_steps_names_once) {
         ready_names("w2", ab, 2);
         ck_assert_uint_eq(count_sent(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY), 0); /* held for w3's */
         ready_names("w3", ac, 2);
-        e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 0);
-        ck_assert_ptr_nonnull(e);
-        ck_assert_uint_eq(e->node_ready->n_ranks, 0);
-        ck_assert_uint_eq(e->node_ready->n_shared, 1);
-        ck_assert_uint_eq(e->node_ready->shared[0]->n_ranks, 2);
-        ck_assert_uint_eq(e->node_ready->shared[0]->ready->n_requests, 1);
-        ck_assert_str_eq(e->node_ready->shared[0]->ready->requests[0]->name, "a");
+        ck_assert_str_eq(shared_once(0, 2, 1)->ready->requests[0]->name, "a");
         hvd_daemon_feed_time(T.d, 100 * USEC_PER_MSEC);
         ck_assert_uint_eq(count_sent(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY), 1);
         hvd_daemon_feed_time(T.d, 600 * USEC_PER_MSEC);
-        e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 1);
+        const Hvd__Envelope *e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 1);
         ck_assert_ptr_nonnull(e);
         ck_assert_uint_eq(e->node_ready->n_shared, 0);
         ck_assert_uint_eq(e->node_ready->n_ranks, 2);
@@ -664,28 +675,18 @@ START_TEST(test_host_sends_a_first_steps_names_once) {
         forget_sent();
         const char *only_b[] = { "b" }, *only_c[] = { "c" };
         ready_names("w3", only_b, 1);
-        e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 0);
-        ck_assert_msg(e != NULL, "rank 3's late \"b\" was held for a copy already gone");
-        ck_assert_uint_eq(e->node_ready->n_shared, 0);
-        ck_assert_uint_eq(e->node_ready->n_ranks, 1);
-        ck_assert_uint_eq(e->node_ready->ranks[0]->rank, 3);
-        ck_assert_str_eq(e->node_ready->ranks[0]->ready->requests[0]->name, "b");
+        ck_assert_str_eq(alone_sent(0, 3, "rank 3's late \"b\" was held for a copy already gone")->requests[0]->name,
+                         "b");
         ready_names("w2", only_c, 1);
-        e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 1);
-        ck_assert_msg(e != NULL, "rank 2's late \"c\" was held for a copy already gone");
-        ck_assert_uint_eq(e->node_ready->n_ranks, 1);
-        ck_assert_uint_eq(e->node_ready->ranks[0]->rank, 2);
+        ck_assert_str_eq(alone_sent(1, 2, "rank 2's late \"c\" was held for a copy already gone")->requests[0]->name,
+                         "c");
         /* both sent both: a next step's "b" and "c" alike go shared again */
         forget_sent();
         const char *bc[] = { "b", "c" };
         ready_names("w2", bc, 2);
         ck_assert_uint_eq(count_sent(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY), 0); /* held for w3's */
         ready_names("w3", bc, 2);
-        e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 0);
-        ck_assert_ptr_nonnull(e);
-        ck_assert_uint_eq(e->node_ready->n_ranks, 0);
-        ck_assert_uint_eq(e->node_ready->n_shared, 1);
-        ck_assert_uint_eq(e->node_ready->shared[0]->ready->n_requests, 2);
+        shared_once(0, 2, 2);
 
         /* a rank's cached readiness does not overtake its held names */
         forget_sent();
@@ -703,6 +704,11 @@ START_TEST(test_host_sends_a_first_steps_names_once) {
         ck_assert_uint_eq(e->node_ready->n_ranks, 2);
         ck_assert_uint_eq(e->node_ready->ranks[0]->ready->n_requests, 2);
         ck_assert_uint_eq(e->node_ready->ranks[1]->ready->n_cached, 1);
+        /* ... and the other rank's copies of the names that went ahead of
+         * it go on at once, not POOL_HOLD_USEC later */
+        ready_names("w3", ab, 2);
+        ck_assert_uint_eq(alone_sent(1, 3, "rank 3's \"a\" and \"b\" were held for copies already gone")->n_requests,
+                          2);
 
         /* a name sent with other parameters by each rank (as an allgather's
          * first dimensions are) cannot go shared: nothing waits for it */
@@ -744,13 +750,8 @@ START_TEST(test_a_name_unlike_by_rank_holds_no_later_rank) {
         forget_sent();
         for (uint32_t r = 3; r < 6; r++)
                 ready_allreduce(r == 3 ? "w3" : r == 4 ? "w4" : "w5", "g", (int64_t[]){ 4 }, 1);
-        e = sent_to(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY, 0);
-        ck_assert_ptr_nonnull(e);
         ck_assert_uint_eq(count_sent(ROOT_EP, HVD__ENVELOPE__BODY_NODE_READY), 1);
-        ck_assert_uint_eq(e->node_ready->n_ranks, 0);
-        ck_assert_uint_eq(e->node_ready->n_shared, 1);
-        ck_assert_uint_eq(e->node_ready->shared[0]->n_ranks, 3);
-        ck_assert_str_eq(e->node_ready->shared[0]->ready->requests[0]->name, "g");
+        ck_assert_str_eq(shared_once(0, 3, 1)->ready->requests[0]->name, "g");
         stop();
 }
 END_TEST
