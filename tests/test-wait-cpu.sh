@@ -5,8 +5,10 @@
 # background thread polls the socket for up to a millisecond before it
 # sleeps (client/bg.c, SCHEDULE_SPIN_USEC), once a submission (or a host's
 # ids sent), not at each timed wakeup: a rank kept waiting 3 s must use a
-# few milliseconds of CPU, not its core; a rank that submitted and
-# computes (here: sleeps) must not spin at all. A first step's name that a
+# few milliseconds of CPU, not its core (a spin at each timed wakeup took
+# 14 ms); nor may a rank that submitted and computes (here: sleeps). The
+# test sees a spin that goes on, not whether a single one ran: that is
+# the benchmarks' to show (docs/PERFORMANCE.md). A first step's name that a
 # host of two ranks held for its late rank goes on when that rank sends
 # it, not POOL_HOLD_USEC (500 ms) after (daemon/pool.c). Hosts of one rank
 # (every tensor through the coordinator) and of two (the host's board,
@@ -21,10 +23,11 @@ for layout in a:1,b:1 a:2,b:1; do
                 line=$(echo "$out" | grep "late $kind wall_ms=") || fail "no '$kind' line on $layout" "$out"
                 wall=${line#*wall_ms=} cpu=${line#*cpu_ms=}
                 wall=${wall%% *}
-                awk -v w="$wall" 'BEGIN { exit !(w >= 2900) }' || fail "$kind wait on $layout ended early" "$out"
+                # a blocking wait lasts as long as the peers are late, no
+                # longer (the async line's wall time is rank 0's own sleep)
                 case $kind in
                 blocking*)
-                        awk -v w="$wall" 'BEGIN { exit !(w < 3400) }' ||
+                        awk -v w="$wall" 'BEGIN { exit !(w >= 2900 && w < 3400) }' ||
                                 fail "$kind on $layout ended $wall ms after it began, the peers 3000 ms late" "$out"
                         ;;
                 esac
