@@ -45,7 +45,7 @@ typedef struct bg_batch {
  * thread waits for a tensor whose schedule comes from the coordinator. A
  * schedule across hosts is several hand-offs between threads (rank,
  * daemons, their I/O threads), each of which costs a wakeup of an idle
- * CPU where every CPU sleeps: 25-35 us on the virtual machines measured,
+ * CPU where every CPU sleeps: 25-35 us on the Intel virtual machine measured,
  * on top of the hand-off itself. A rank whose CPU keeps running keeps
  * that CPU out of its idle state for the hand-offs that land on it; the
  * application thread that waits does not need the CPU meanwhile. Lone
