@@ -87,3 +87,21 @@ def test_another_frameworks_call_does_not_move_the_name(given, size):
     assert held[0] == "noname.sync"
     assert held[1].numpy().tolist() == [float(size)] * 2
     assert given[-1] == ("hvd_allreduce", "tf.noname.sync")
+
+
+def test_the_executor_check_agrees_with_tensorflows():
+    # mpi_ops asks the thread's executor itself (context.is_async() makes
+    # an executor object whose finalizer waits for pending ops)
+    from tensorflow.python.eager import context, executor
+    ctx = context.context()
+    assert mpi_ops._EXECUTOR_CALLS
+    assert mpi_ops._thread_executor_is_async(ctx) is ctx.is_async() is False
+    tf.config.experimental.set_synchronous_execution(False)
+    try:
+        assert mpi_ops._thread_executor_is_async(ctx) is ctx.is_async() is True
+        assert not mpi_ops._sync_eager()
+    finally:
+        tf.config.experimental.set_synchronous_execution(True)
+    with context.executor_scope(executor.new_executor(enable_async=True)):  # this thread's own
+        assert mpi_ops._thread_executor_is_async(ctx) is ctx.is_async() is True
+    assert mpi_ops._sync_eager()

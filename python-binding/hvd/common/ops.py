@@ -53,7 +53,8 @@ _lock = threading.Lock()
 _handles: Dict[int, _Pending] = {}
 _handle_ids = itertools.count(1)
 _noname: Dict[int, int] = {}
-_blocking: Dict[Tuple[str, int], Set[int]] = {}  # (kind, set): the unnamed blocking calls' slots in use
+_first_slot: Dict[Tuple[str, int], threading.Lock] = {}  # (kind, set): held while slot 0 is in use
+_blocking: Dict[Tuple[str, int], Set[int]] = {}  # (kind, set): the other slots in use
 
 
 def _reset() -> None:
@@ -92,14 +93,25 @@ def unnamed_blocking(kind: str, process_set: Any, call: Callable[[str], Any]) ->
     call returns. kind keys the slots: the name's prefix, and a
     framework's own prefix where two frameworks' calls may overlap."""
     key = (kind, check_process_set(process_set))
+    # slot 0, the only one a thread calling alone ever takes, is a lock of
+    # its own: taken without the shared lock, a set or a formatted name
+    first = _first_slot.get(key)
+    if first is None:
+        with _lock:
+            first = _first_slot.setdefault(key, threading.Lock())
+    if first.acquire(False):
+        try:
+            return call("noname.sync")
+        finally:
+            first.release()
     with _lock:
         busy = _blocking.setdefault(key, set())
-        slot = 0
+        slot = 1
         while slot in busy:
             slot += 1
         busy.add(slot)
     try:
-        return call(f"noname.sync.{slot}" if slot else "noname.sync")
+        return call(f"noname.sync.{slot}")
     finally:
         with _lock:
             busy.discard(slot)

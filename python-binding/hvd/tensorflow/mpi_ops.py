@@ -17,6 +17,7 @@ import re
 from typing import Any, List, Optional, Sequence, Tuple
 
 import tensorflow as tf
+from tensorflow.python import pywrap_tfe as _pywrap_tfe
 from tensorflow.python.eager import context as _eager_context
 
 from hvd.common import basics as _basics
@@ -74,9 +75,27 @@ def _node_name(prefix: str, tensor: Any) -> Optional[str]:
     return f"{prefix}_{_normalize_name(tensor.name)}"
 
 
+_EXECUTOR_CALLS = all(hasattr(_pywrap_tfe, f) for f in ("TFE_ContextGetExecutorForThread", "TFE_ExecutorIsAsync",
+                                                        "TFE_DeleteExecutor"))
+
+
+def _thread_executor_is_async(ctx) -> bool:
+    """ctx.is_async(), without the executor object it makes each call,
+    whose finalizer waits for the executor's pending ops: an eager op
+    called right after that took 5-7 us more."""
+    handle = getattr(ctx, "_context_handle", None) if _EXECUTOR_CALLS else None
+    if handle is None:
+        return ctx.is_async()
+    executor = _pywrap_tfe.TFE_ContextGetExecutorForThread(handle)
+    try:
+        return _pywrap_tfe.TFE_ExecutorIsAsync(executor)
+    finally:
+        _pywrap_tfe.TFE_DeleteExecutor(executor)
+
+
 def _sync_eager() -> bool:
     """Whether an op called now runs to its end before the call returns."""
-    return tf.executing_eagerly() and not _eager_context.context().is_async()
+    return tf.executing_eagerly() and not _thread_executor_is_async(_eager_context.context())
 
 
 def _unnamed(kind: str, process_set: ProcessSet, call) -> Any:
