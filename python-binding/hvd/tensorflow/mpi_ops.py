@@ -128,11 +128,12 @@ def _tensor_name(name: Optional[str]) -> str:
 def _allreduce(tensor, name: Optional[str] = None, op: int = Sum, prescale_factor: float = 1.0,
                postscale_factor: float = 1.0, process_set: ProcessSet = global_process_set):
     """An allreduce of a dense tensor: the op itself, no compression."""
+    reduce_op, prescale, postscale = _basics.core_reduce_op(op), float(prescale_factor), float(postscale_factor)
+    ps_id = _ps_id(process_set)
     if name is None and _sync_eager():
-        return _unnamed("allreduce", process_set, lambda n: _allreduce(tensor, n, op, prescale_factor,
-                                                                       postscale_factor, process_set))
-    return _lib.hvd_allreduce(tensor, reduce_op=_basics.core_reduce_op(op), prescale=float(prescale_factor),
-                              postscale=float(postscale_factor), process_set=_ps_id(process_set),
+        return _unnamed("allreduce", process_set, lambda n: _lib.hvd_allreduce(
+            tensor, reduce_op=reduce_op, prescale=prescale, postscale=postscale, process_set=ps_id, tensor_name=n))
+    return _lib.hvd_allreduce(tensor, reduce_op=reduce_op, prescale=prescale, postscale=postscale, process_set=ps_id,
                               tensor_name=_tensor_name(name), name=_node_name("HvdAllreduce", tensor))
 
 
