@@ -676,6 +676,7 @@ int hvd_init(void) {
                 hvd_last_error_set("cannot start the background thread");
                 goto fail;
         }
+        pthread_setname_np(G.thread, "hvd-bg"); /* for top -H, perf and the tests */
         pthread_mutex_lock(&G.lock);
         __atomic_store_n(&G.state, 1, __ATOMIC_RELEASE);
         pthread_mutex_unlock(&G.lock);

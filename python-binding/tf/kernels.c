@@ -458,6 +458,29 @@ static bool finished_inline(hvd_tf_op_t *op) {
         return true;
 }
 
+/* Submits an execution's requests. An eager one is waited for at once on
+ * the calling thread (hvd_tf_compute): submitted for a waiting caller,
+ * it runs there on one node in the steady state, without waking libhvd's
+ * thread and being woken by it (two switches a call). */
+static int submit(const hvd_tf_kernel_t *k, const hvd_request_t *reqs, int n, hvd_handle_t **h) {
+        bool w = k->eager;
+        switch (k->kind) {
+        case HVD_TF_ALLREDUCE: return (w ? hvd_allreduce_async_waiting : hvd_allreduce_async)(&reqs[0], h);
+        case HVD_TF_ALLGATHER: return (w ? hvd_allgather_async_waiting : hvd_allgather_async)(&reqs[0], h);
+        case HVD_TF_BROADCAST: return (w ? hvd_broadcast_async_waiting : hvd_broadcast_async)(&reqs[0], h);
+        case HVD_TF_ALLTOALL: return (w ? hvd_alltoall_async_waiting : hvd_alltoall_async)(&reqs[0], h);
+        case HVD_TF_REDUCESCATTER: return (w ? hvd_reducescatter_async_waiting : hvd_reducescatter_async)(&reqs[0], h);
+        case HVD_TF_GROUPED_ALLREDUCE:
+                return (w ? hvd_grouped_allreduce_async_waiting : hvd_grouped_allreduce_async)(reqs, (size_t) n, h);
+        case HVD_TF_GROUPED_ALLGATHER:
+                return (w ? hvd_grouped_allgather_async_waiting : hvd_grouped_allgather_async)(reqs, (size_t) n, h);
+        case HVD_TF_GROUPED_REDUCESCATTER:
+                return (w ? hvd_grouped_reducescatter_async_waiting : hvd_grouped_reducescatter_async)(reqs, (size_t) n,
+                                                                                                       h);
+        default: return -EINVAL;
+        }
+}
+
 void hvd_tf_compute(void *kp, TF_OpKernelContext *ctx, struct TF_AsyncOpKernelDoneCallback *done_cb) {
         const hvd_tf_kernel_t *k = kp;
         bool grouped = k->kind == HVD_TF_GROUPED_ALLREDUCE || k->kind == HVD_TF_GROUPED_ALLGATHER ||
@@ -530,19 +553,7 @@ void hvd_tf_compute(void *kp, TF_OpKernelContext *ctx, struct TF_AsyncOpKernelDo
                 TF_DeleteTensor(splits);
         }
         if (r == 0) {
-                switch (k->kind) {
-                case HVD_TF_ALLREDUCE: r = hvd_allreduce_async(&reqs[0], &op->handle); break;
-                case HVD_TF_GROUPED_ALLREDUCE: r = hvd_grouped_allreduce_async(reqs, (size_t) n, &op->handle); break;
-                case HVD_TF_ALLGATHER: r = hvd_allgather_async(&reqs[0], &op->handle); break;
-                case HVD_TF_BROADCAST: r = hvd_broadcast_async(&reqs[0], &op->handle); break;
-                case HVD_TF_ALLTOALL: r = hvd_alltoall_async(&reqs[0], &op->handle); break;
-                case HVD_TF_REDUCESCATTER: r = hvd_reducescatter_async(&reqs[0], &op->handle); break;
-                case HVD_TF_GROUPED_ALLGATHER: r = hvd_grouped_allgather_async(reqs, (size_t) n, &op->handle); break;
-                case HVD_TF_GROUPED_REDUCESCATTER:
-                        r = hvd_grouped_reducescatter_async(reqs, (size_t) n, &op->handle);
-                        break;
-                default: r = -EINVAL;
-                }
+                r = submit(k, reqs, n, &op->handle);
                 if (r < 0)
                         snprintf(msg, sizeof msg, "%s", hvd_last_error());
         }
