@@ -1,6 +1,7 @@
 """Every op of hvd.tensorflow, exact results on every rank, for every dtype
 hvd carries, executed eagerly and inside tf.function."""
 
+import glob
 import math
 
 import numpy as np
@@ -368,7 +369,6 @@ def test_ops_complete_while_signals_land(rank, size):
 def _bg_switches():
     """Context switches so far of libhvd's background thread (woken, or
     yielding while it polls)."""
-    import glob
     for task in glob.glob("/proc/self/task/*"):
         with open(f"{task}/comm") as f:
             if f.read().strip() != "hvd-bg":
@@ -387,6 +387,7 @@ def test_eager_calls_run_on_the_calling_thread(rank, size):
     if hvd.local_size() != size:
         pytest.skip("across hosts the schedule comes through the background thread")
     x = tf.fill([256], float(rank))
+
     def calls(n):
         for _ in range(n):
             out = hvd.allreduce(x, op=hvd.Sum, name="eager.waiting")
