@@ -390,13 +390,13 @@ def test_eager_calls_run_on_the_calling_thread(rank, size):
 
     def calls(n):
         for _ in range(n):
-            out = hvd.allreduce(x, op=hvd.Sum, name="eager.waiting")
-            hvd.broadcast(x, 0, name="eager.waiting.b")
+            out = hvd.allreduce(x, op=hvd.Sum, name="eager.waiting"), hvd.broadcast(x, size - 1, name="eager.waiting.b")
         return out
 
     calls(5)  # the names are known, the board holds them
     before = _bg_switches()
-    out = calls(100)
+    summed, broadcast = calls(100)
     woke = _bg_switches() - before
-    assert out.numpy().tolist() == [float(sum(range(size)))] * 256
+    assert summed.numpy().tolist() == [float(sum(range(size)))] * 256
+    assert broadcast.numpy().tolist() == [float(size - 1)] * 256
     assert woke < 20, f"libhvd's thread switched {woke} times in 200 eager calls"
