@@ -1,7 +1,6 @@
 """Every op of hvd.tensorflow, exact results on every rank, for every dtype
 hvd carries, executed eagerly and inside tf.function."""
 
-import glob
 import math
 
 import numpy as np
@@ -364,39 +363,3 @@ def test_ops_complete_while_signals_land(rank, size):
         signal.setitimer(signal.ITIMER_REAL, 0, 0)
         signal.signal(signal.SIGALRM, old)
     assert len(hits) > 50
-
-
-def _bg_switches():
-    """Context switches so far of libhvd's background thread (woken, or
-    yielding while it polls)."""
-    for task in glob.glob("/proc/self/task/*"):
-        with open(f"{task}/comm") as f:
-            if f.read().strip() != "hvd-bg":
-                continue
-        with open(f"{task}/status") as f:
-            return sum(int(line.split()[1]) for line in f if "ctxt_switches:" in line)
-    raise AssertionError("no thread named hvd-bg")
-
-
-def test_eager_calls_run_on_the_calling_thread(rank, size):
-    # an eager op waits for its result at once: submitted for a waiting
-    # caller, it runs on the caller's thread from the readiness board on
-    # one host, and libhvd's background thread sleeps (an asynchronous
-    # submission wakes it for each call, and it wakes the caller back:
-    # 66 switches in 200 calls on one rank that way; idle, 2-3 a second)
-    if hvd.local_size() != size:
-        pytest.skip("across hosts the schedule comes through the background thread")
-    x = tf.fill([256], float(rank))
-
-    def calls(n):
-        for _ in range(n):
-            out = hvd.allreduce(x, op=hvd.Sum, name="eager.waiting"), hvd.broadcast(x, size - 1, name="eager.waiting.b")
-        return out
-
-    calls(5)  # the names are known, the board holds them
-    before = _bg_switches()
-    summed, broadcast = calls(100)
-    woke = _bg_switches() - before
-    assert summed.numpy().tolist() == [float(sum(range(size)))] * 256
-    assert broadcast.numpy().tolist() == [float(size - 1)] * 256
-    assert woke < 20, f"libhvd's thread switched {woke} times in 200 eager calls"
