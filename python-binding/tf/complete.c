@@ -60,6 +60,8 @@ static int start_thread(void) {
                         pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
                         r = pthread_create(&t, &attr, complete_main, NULL);
                         pthread_attr_destroy(&attr);
+                        if (r == 0)
+                                pthread_setname_np(t, "hvd-tf-done"); /* for top -H and perf */
                 }
                 q.started = r == 0;
         }
