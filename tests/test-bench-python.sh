@@ -8,8 +8,9 @@
 # other four collectives, and RAW= the same table from its raw lines;
 # run-synthetic.sh the Horovod script's rate under hvdrun (and Horovod
 # said missing, loudly, where it is not installed); run-one-rank.sh
-# hvd both ways beside gloo. No timing is asserted. Skips without Debian's
-# Python with torch.
+# hvd both ways beside gloo; run-scaling.sh's tables from raw lines, of
+# the step and of the sweep (WHAT=sweep). No timing is asserted. Skips
+# without Debian's Python with torch.
 . "$HVD_SRCDIR/tests/lib/common.sh"
 py=/usr/bin/python3
 "$py" -c 'import torch' 2>/dev/null || skip "$py cannot import torch"
@@ -39,6 +40,9 @@ refused "MODEL=Res;Net is not a torchvision model name" env MODEL='Res;Net' "$b/
 refused "unknown peer torch" env PEERS="hvd torch" "$b/run-synthetic.sh" "$HVD_BUILDDIR"
 refused "NS: 1 is not a number of hosts above 1" env NS="2 1" "$b/run-scaling.sh" "$HVD_BUILDDIR"
 refused "unknown peer gloo" env PEERS=gloo "$b/run-scaling.sh" "$HVD_BUILDDIR"
+refused "WHAT=colls: scaling or sweep" env WHAT=colls "$b/run-scaling.sh" "$HVD_BUILDDIR"
+refused "MIN=2 MAX=8: 4 <= MIN <= MAX bytes" env WHAT=sweep MIN=2 MAX=8 "$b/run-scaling.sh" "$HVD_BUILDDIR"
+refused "MAX=1M is not a number of bytes" env WHAT=sweep MAX=1M "$b/run-scaling.sh" "$HVD_BUILDDIR"
 refused "ROUNDS=0 is not a positive integer" env ROUNDS=0 "$b/run-one-rank.sh" "$HVD_BUILDDIR"
 refused "unknown peer mpi" env PEERS="hvd mpi" "$b/run-one-rank.sh" "$HVD_BUILDDIR"
 refused "MIN=4096 is above MAX=1024" env MIN=4096 MAX=1024 "$b/run-one-rank.sh" "$HVD_BUILDDIR"
@@ -60,6 +64,22 @@ RAW=$dir/scaling.raw "$b/run-scaling.sh" "$HVD_BUILDDIR" >"$dir/scaling" 2>&1 ||
         fail "run-scaling.sh RAW= failed" "$(cat "$dir/scaling")"
 grep -Eq '^ +1gbit +2 +80\.0 +0\.40 \[0\.30-0\.50\] +- +- +40\.0 +0\.20 \[0\.20-0\.20\] +- +2\.00 +0\.38$' "$dir/scaling" ||
         fail "run-scaling.sh RAW=: not the expected row" "$(cat "$dir/scaling")"
+
+# run-scaling.sh RAW= of a sweep (WHAT=sweep): each system's median time
+# a call, and hvd's speed over each peer's
+{
+        echo "#   round=0 rate=10gbit bench=allreduce impl=hvd mode=inplace bytes=8 np=2 time_us=300.0 busbw_gbs=0.0"
+        echo "#   round=1 rate=10gbit bench=allreduce impl=hvd mode=inplace bytes=8 np=2 time_us=500.0 busbw_gbs=0.0"
+        echo "#   round=0 rate=10gbit bench=allreduce impl=horovod mode=inplace bytes=8 np=2 time_us=1200.0 busbw_gbs=0.0"
+        echo "#   round=0 rate=10gbit bench=allreduce impl=gloo mode=inplace bytes=8 np=2 time_us=600.0 busbw_gbs=0.0"
+        echo "#   round=0 rate=10gbit bench=allreduce impl=hvd mode=unnamed bytes=8 np=2 time_us=250.0 busbw_gbs=0.0"
+} >"$dir/sweep.raw"
+RAW=$dir/sweep.raw "$b/run-scaling.sh" "$HVD_BUILDDIR" >"$dir/sweep" 2>&1 ||
+        fail "run-scaling.sh RAW= of a sweep failed" "$(cat "$dir/sweep")"
+grep -Eq '^ +10gbit +2 +inplace +8 +400\.0 +1200\.0 +600\.0 +3\.00 +1\.50$' "$dir/sweep" ||
+        fail "run-scaling.sh RAW= of a sweep: not the expected in-place row" "$(cat "$dir/sweep")"
+grep -Eq '^ +10gbit +2 +unnamed +8 +250\.0 +- +- +- +-$' "$dir/sweep" ||
+        fail "run-scaling.sh RAW= of a sweep: not the expected unnamed row" "$(cat "$dir/sweep")"
 
 # a three-tensor model in place of ResNet-50
 printf 'name\tshape\tnumel\nfc.weight\t64x32\t2048\nfc.bias\t64\t64\nconv.weight\t16x3x3x3\t432\n' >"$dir/resnet50.tsv"
