@@ -35,7 +35,8 @@
 #   WHAT=sweep: instead of the step, the allreduce sweep of torch_peers.py
 #   (float32 sum from MIN=8 to MAX=1048576 bytes, in place, out of place,
 #   unnamed and grouped, MIN_TIME=0.1 s of calls a repetition) on the same
-#   hosts: a lone call across hosts, each system beside the others
+#   hosts: a lone call across hosts, each system beside the others;
+#   WHAT=colls: broadcast, allgather, reducescatter and alltoall likewise
 set -u
 build=${1:-$(pwd)}
 build=$(cd "$build" && pwd) || exit 2
@@ -45,7 +46,7 @@ BATCH=${BATCH:-64} FWD_MS=${FWD_MS:-60} BWD_MS=${BWD_MS:-120} BURST=${BURST:-1mb
 PEERS=${PEERS:-"hvd horovod torch"} PY=${PYTHON:-/usr/bin/python3}
 WHAT=${WHAT:-scaling} MIN=${MIN:-8} MAX=${MAX:-1048576} MIN_TIME=${MIN_TIME:-0.1}
 die() { echo "run-scaling: $*" >&2; exit 2; }
-case $WHAT in scaling | sweep) ;; *) die "WHAT=$WHAT: scaling or sweep" ;; esac
+case $WHAT in scaling | sweep | colls) ;; *) die "WHAT=$WHAT: scaling, sweep or colls" ;; esac
 for v in MIN MAX; do
         case ${!v} in '' | *[!0-9]*) die "$v=${!v} is not a number of bytes" ;; esac
 done
@@ -131,7 +132,7 @@ set_rate() {
 
 args=(--what scaling --model-tsv "$tsv" --steps "$STEPS" --reps "$REPS" --batch "$BATCH" --fwd-ms "$FWD_MS"
         --bwd-ms "$BWD_MS")
-[ "$WHAT" = sweep ] && args=(--what sweep --min-bytes "$MIN" --max-bytes "$MAX" --reps "$REPS" --min-time "$MIN_TIME")
+[ "$WHAT" = scaling ] || args=(--what "$WHAT" --min-bytes "$MIN" --max-bytes "$MAX" --reps "$REPS" --min-time "$MIN_TIME")
 script=$src/benchmarks/torch_peers.py
 export OMP_NUM_THREADS=1 PYTHONDONTWRITEBYTECODE=1
 
@@ -197,7 +198,7 @@ if [ -n "${RAW:-}" ]; then
         [ -f "$RAW" ] || die "RAW=$RAW: no such file"
         sed -n 's/^#   //p' "$RAW" >"$out"
 else
-        [ "$WHAT" = sweep ] || [ -f "$tsv" ] || die "set DATA to the directory of resnet50.tsv"
+        [ "$WHAT" != scaling ] || [ -f "$tsv" ] || die "set DATA to the directory of resnet50.tsv"
         [ "$(id -u)" = 0 ] || die "root is needed (network namespaces)"
         peers=
         for p in $PEERS; do
@@ -209,12 +210,12 @@ else
                 [ -z "$peer_why" ] || { loud "PEER MISSING: $peer_why"; continue; }
                 peers="$peers $p"
         done
+        measured="compute model ${FWD_MS}+${BWD_MS} ms (sleep), batch $BATCH"
+        [ "$WHAT" = scaling ] || measured="--what $WHAT, $MIN-$MAX bytes"
         echo "# run-scaling: $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$src" rev-parse --short HEAD 2>/dev/null)," \
-                "$(nproc --all) cores, load $(cut -d' ' -f1-3 /proc/loadavg);" \
-                "$([ "$WHAT" = sweep ] && echo "allreduce sweep $MIN-$MAX bytes" ||
-                        echo "compute model ${FWD_MS}+${BWD_MS} ms (sleep), batch $BATCH")," \
+                "$(nproc --all) cores, load $(cut -d' ' -f1-3 /proc/loadavg); $measured," \
                 "tbf burst $BURST${HVDB_ENV:+; hvdb = hvd with $HVDB_ENV}" | tee -a "$out"
-        [ "$WHAT" = sweep ] ||
+        [ "$WHAT" != scaling ] ||
                 "$PY" "$script" --impl plain "${args[@]}" | sed 's/^bench=/round=0 rate=- bench=/' | tee -a "$out"
         star_setup
         read -ra order <<<"$peers"
@@ -241,8 +242,9 @@ for line in open(sys.argv[1]):
     if line.startswith("# run-scaling"):
         print("\n" + line.strip())
     m = dict(re.findall(r"(\w+)=(\S+)", line))
-    if m.get("bench") == "allreduce":
-        key = (m["rate"], int(m["np"]), m["mode"], int(m["bytes"]))
+    if m.get("bench") in ("allreduce", "coll"):
+        what = m["mode"] if m["bench"] == "allreduce" else m["op"]
+        key = (m["rate"], int(m["np"]), what, int(m["bytes"]))
         sweep.setdefault(key, {}).setdefault(m["impl"], []).append(float(m["time_us"]))
         continue
     if m.get("bench") != "scaling":
@@ -272,17 +274,18 @@ def link_bound(rate, n):
     return (fwd + bwd) / (fwd + max(bwd, wire))
 if sweep:
     # a lone blocking call across the hosts, each system's median time over the rounds
-    print("# allreduce across the emulated hosts: time per call in us, medians over the rounds;"
-          " ratios are hvd's speed over the peer's (above 1: hvd faster)")
+    print("# blocking calls across the emulated hosts (mode: allreduce's; or the collective):"
+          " time per call in us, medians over the rounds; ratios are hvd's speed over the peer's"
+          " (above 1: hvd faster)")
     impls = [i for i in ("hvd", "hvdb", "horovod", "gloo") if any(i in c for c in sweep.values())]
-    print(f"{'link':>7} {'N':>3} {'mode':>10} {'bytes':>9} " + " ".join(f"{i + ' us':>11}" for i in impls)
+    print(f"{'link':>7} {'N':>3} {'mode':>13} {'bytes':>9} " + " ".join(f"{i + ' us':>11}" for i in impls)
           + "".join(f" {'hvd/' + i:>11}" for i in impls if i != "hvd"))
     for (rate, n, mode, nbytes), c in sorted(sweep.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2], kv[0][3])):
         med = {i: statistics.median(c[i]) for i in impls if c.get(i)}
         cells = " ".join(f"{med[i]:11.1f}" if i in med else f"{'-':>11}" for i in impls)
         rats = "".join(f" {med[i] / med['hvd']:11.2f}" if i in med and "hvd" in med else f" {'-':>11}"
                        for i in impls if i != "hvd")
-        print(f"{rate:>7} {n:>3} {mode:>10} {nbytes:>9} {cells}{rats}")
+        print(f"{rate:>7} {n:>3} {mode:>13} {nbytes:>9} {cells}{rats}")
     for l in loud:
         print(l)
     sys.exit(0)

@@ -9,7 +9,7 @@
 # run-synthetic.sh the Horovod script's rate under hvdrun (and Horovod
 # said missing, loudly, where it is not installed); run-one-rank.sh
 # hvd both ways beside gloo; run-scaling.sh's tables from raw lines, of
-# the step and of the sweep (WHAT=sweep). No timing is asserted. Skips
+# the step and of the sweeps (WHAT=sweep, colls). No timing is asserted. Skips
 # without Debian's Python with torch.
 . "$HVD_SRCDIR/tests/lib/common.sh"
 py=/usr/bin/python3
@@ -40,7 +40,7 @@ refused "MODEL=Res;Net is not a torchvision model name" env MODEL='Res;Net' "$b/
 refused "unknown peer torch" env PEERS="hvd torch" "$b/run-synthetic.sh" "$HVD_BUILDDIR"
 refused "NS: 1 is not a number of hosts above 1" env NS="2 1" "$b/run-scaling.sh" "$HVD_BUILDDIR"
 refused "unknown peer gloo" env PEERS=gloo "$b/run-scaling.sh" "$HVD_BUILDDIR"
-refused "WHAT=colls: scaling or sweep" env WHAT=colls "$b/run-scaling.sh" "$HVD_BUILDDIR"
+refused "WHAT=nope: scaling, sweep or colls" env WHAT=nope "$b/run-scaling.sh" "$HVD_BUILDDIR"
 refused "MIN=2 MAX=8: 4 <= MIN <= MAX bytes" env WHAT=sweep MIN=2 MAX=8 "$b/run-scaling.sh" "$HVD_BUILDDIR"
 refused "MAX=1M is not a number of bytes" env WHAT=sweep MAX=1M "$b/run-scaling.sh" "$HVD_BUILDDIR"
 refused "ROUNDS=0 is not a positive integer" env ROUNDS=0 "$b/run-one-rank.sh" "$HVD_BUILDDIR"
@@ -73,6 +73,8 @@ grep -Eq '^ +1gbit +2 +80\.0 +0\.40 \[0\.30-0\.50\] +- +- +40\.0 +0\.20 \[0\.20-
         echo "#   round=0 rate=10gbit bench=allreduce impl=horovod mode=inplace bytes=8 np=2 time_us=1200.0 busbw_gbs=0.0"
         echo "#   round=0 rate=10gbit bench=allreduce impl=gloo mode=inplace bytes=8 np=2 time_us=600.0 busbw_gbs=0.0"
         echo "#   round=0 rate=10gbit bench=allreduce impl=hvd mode=unnamed bytes=8 np=2 time_us=250.0 busbw_gbs=0.0"
+        echo "#   round=0 rate=10gbit bench=coll op=broadcast impl=hvd bytes=1024 np=2 time_us=100.0 busbw_gbs=0.0"
+        echo "#   round=0 rate=10gbit bench=coll op=broadcast impl=gloo bytes=1024 np=2 time_us=250.0 busbw_gbs=0.0"
 } >"$dir/sweep.raw"
 RAW=$dir/sweep.raw "$b/run-scaling.sh" "$HVD_BUILDDIR" >"$dir/sweep" 2>&1 ||
         fail "run-scaling.sh RAW= of a sweep failed" "$(cat "$dir/sweep")"
@@ -80,6 +82,8 @@ grep -Eq '^ +10gbit +2 +inplace +8 +400\.0 +1200\.0 +600\.0 +3\.00 +1\.50$' "$di
         fail "run-scaling.sh RAW= of a sweep: not the expected in-place row" "$(cat "$dir/sweep")"
 grep -Eq '^ +10gbit +2 +unnamed +8 +250\.0 +- +- +- +-$' "$dir/sweep" ||
         fail "run-scaling.sh RAW= of a sweep: not the expected unnamed row" "$(cat "$dir/sweep")"
+grep -Eq '^ +10gbit +2 +broadcast +1024 +100\.0 +- +250\.0 +- +2\.50$' "$dir/sweep" ||
+        fail "run-scaling.sh RAW= of a sweep: not the expected broadcast row (WHAT=colls)" "$(cat "$dir/sweep")"
 
 # a three-tensor model in place of ResNet-50
 printf 'name\tshape\tnumel\nfc.weight\t64x32\t2048\nfc.bias\t64\t64\nconv.weight\t16x3x3x3\t432\n' >"$dir/resnet50.tsv"
