@@ -286,6 +286,7 @@ if sweep:
         rats = "".join(f" {med[i] / med['hvd']:11.2f}" if i in med and "hvd" in med else f" {'-':>11}"
                        for i in impls if i != "hvd")
         print(f"{rate:>7} {n:>3} {mode:>13} {nbytes:>9} {cells}{rats}")
+if sweep and not rows:
     for l in loud:
         print(l)
     sys.exit(0)

@@ -60,8 +60,11 @@ refused "measures --what scaling only" "$py" "$b/torch_peers.py" --impl plain --
         echo "#   round=1 rate=1gbit bench=scaling model=m impl=hvd np=2 batch=8 img_s=30.0 ms=260 fwd_ms=60 bwd_ms=120 mib=50"
         echo "#   round=0 rate=1gbit bench=scaling model=m impl=ddp np=2 batch=8 img_s=20.0 ms=400 fwd_ms=60 bwd_ms=120 mib=50"
 } >"$dir/scaling.raw"
-RAW=$dir/scaling.raw "$b/run-scaling.sh" "$HVD_BUILDDIR" >"$dir/scaling" 2>&1 ||
-        fail "run-scaling.sh RAW= failed" "$(cat "$dir/scaling")"
+# tabulated RAW OUT: run-scaling.sh's tables of the raw lines in RAW, into OUT
+tabulated() {
+        RAW=$1 "$b/run-scaling.sh" "$HVD_BUILDDIR" >"$2" 2>&1 || fail "run-scaling.sh RAW=$1 failed" "$(cat "$2")"
+}
+tabulated "$dir/scaling.raw" "$dir/scaling"
 grep -Eq '^ +1gbit +2 +80\.0 +0\.40 \[0\.30-0\.50\] +- +- +40\.0 +0\.20 \[0\.20-0\.20\] +- +2\.00 +0\.38$' "$dir/scaling" ||
         fail "run-scaling.sh RAW=: not the expected row" "$(cat "$dir/scaling")"
 
@@ -76,14 +79,19 @@ grep -Eq '^ +1gbit +2 +80\.0 +0\.40 \[0\.30-0\.50\] +- +- +40\.0 +0\.20 \[0\.20-
         echo "#   round=0 rate=10gbit bench=coll op=broadcast impl=hvd bytes=1024 np=2 time_us=100.0 busbw_gbs=0.0"
         echo "#   round=0 rate=10gbit bench=coll op=broadcast impl=gloo bytes=1024 np=2 time_us=250.0 busbw_gbs=0.0"
 } >"$dir/sweep.raw"
-RAW=$dir/sweep.raw "$b/run-scaling.sh" "$HVD_BUILDDIR" >"$dir/sweep" 2>&1 ||
-        fail "run-scaling.sh RAW= of a sweep failed" "$(cat "$dir/sweep")"
+tabulated "$dir/sweep.raw" "$dir/sweep"
 grep -Eq '^ +10gbit +2 +inplace +8 +400\.0 +1200\.0 +600\.0 +3\.00 +1\.50$' "$dir/sweep" ||
         fail "run-scaling.sh RAW= of a sweep: not the expected in-place row" "$(cat "$dir/sweep")"
 grep -Eq '^ +10gbit +2 +unnamed +8 +250\.0 +- +- +- +-$' "$dir/sweep" ||
         fail "run-scaling.sh RAW= of a sweep: not the expected unnamed row" "$(cat "$dir/sweep")"
 grep -Eq '^ +10gbit +2 +broadcast +1024 +100\.0 +- +250\.0 +- +2\.50$' "$dir/sweep" ||
         fail "run-scaling.sh RAW= of a sweep: not the expected broadcast row (WHAT=colls)" "$(cat "$dir/sweep")"
+# a file of both: both tables
+cat "$dir/scaling.raw" "$dir/sweep.raw" >"$dir/both.raw"
+tabulated "$dir/both.raw" "$dir/both"
+for row in '^ +1gbit +2 +80\.0 ' '^ +10gbit +2 +inplace +8 +400\.0 '; do
+        grep -Eq "$row" "$dir/both" || fail "run-scaling.sh RAW= of a step and a sweep: no row $row" "$(cat "$dir/both")"
+done
 
 # a three-tensor model in place of ResNet-50
 printf 'name\tshape\tnumel\nfc.weight\t64x32\t2048\nfc.bias\t64\t64\nconv.weight\t16x3x3x3\t432\n' >"$dir/resnet50.tsv"
