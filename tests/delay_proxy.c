@@ -2,10 +2,17 @@
  * nodes on a kernel without netem: every byte read on one side is written
  * to the other side DELAY_US microseconds after it was read (reads less
  * than 5 us apart share the first one's time), order kept, both ways.
- * One thread per direction of each connection, a 16 MiB ring buffer per
- * direction (enough for 10 Gbit/s at 10 ms), no copy besides read/write.
+ * One thread per direction of each connection, 16 MiB of buffer per
+ * direction (enough for 10 Gbit/s at 10 ms): a pipe the bytes are
+ * spliced into and out of, so that they are never copied (the proxy's
+ * own CPU competes with what it carries on a small machine); where a
+ * pipe cannot be made that large, a ring filled by read() and drained by
+ * send().
  *
- *   delay_proxy [--max-seconds N] LISTEN_IP:PORT TARGET_IP:PORT|orig DELAY_US
+ *   delay_proxy [--max-seconds N] [--copy] LISTEN_IP:PORT TARGET_IP:PORT|orig DELAY_US
+ *
+ * --copy: the ring, not pipes (what it falls back to where pipes cannot
+ * be 1 MiB), for the test of both (tests/test-delay-proxy.sh).
  *
  * PORT 0 listens on a free port. Target "orig": connections redirected
  * here by netfilter go on to the address they were sent to
@@ -23,6 +30,7 @@
 #include "config.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <linux/netfilter_ipv4.h>
 #include <errno.h>
 #include <netinet/in.h>
@@ -41,10 +49,12 @@
 #include <time.h>
 #include <unistd.h>
 
-#define RING_BYTES (16u << 20)
-#define STAMPS     65536u
-#define MERGE_NSEC 5000u
-#define PROXY_MARK 0x6876 /* reads closer than this share one release time */
+#define RING_BYTES     (16u << 20)
+#define MIN_PIPE_BYTES (1u << 20)
+#define PIPES          (RING_BYTES / MIN_PIPE_BYTES)
+#define STAMPS         65536u
+#define MERGE_NSEC     5000u /* reads closer than this share one release time */
+#define PROXY_MARK     0x6876
 
 typedef struct {
         uint64_t end; /* bytes read up to here ... */
@@ -56,6 +66,12 @@ typedef struct conn conn_t;
 typedef struct {
         conn_t *c;
         int src, dst;
+        /* what was read and not yet written: spliced into pipes
+         * [p_first, p_first + p_n) mod PIPES, p_held bytes in each; or,
+         * with ring set, read into it */
+        int pipe[PIPES][2]; /* -1: not made */
+        size_t p_held[PIPES];
+        unsigned p_first, p_n, pipe_bytes;
         uint8_t *ring;
         stamp_t *stamps;
 } dir_t;
@@ -66,6 +82,7 @@ struct conn {
 };
 
 static uint64_t delay_ns;
+static bool copy_only;      /* --copy */
 static atomic_bool stalled; /* SIGUSR1 sets, SIGUSR2 clears */
 
 static void on_stall(int sig) {
@@ -78,16 +95,111 @@ static uint64_t now_ns(void) {
         return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
 }
 
+/* A direction's buffer: up to RING_BYTES in pipes, each as large as the
+ * kernel lets this process make one (fs.pipe-max-size, 1 MiB by default;
+ * at least 1 MiB, else none), made as the bytes in flight need them and
+ * used in turn as one queue; without pipes, a ring. 0, or -1 without
+ * memory. */
+static int pipe_make(dir_t *d, unsigned i) {
+        int fd[2];
+        if (pipe2(fd, O_CLOEXEC | O_NONBLOCK) < 0)
+                return -1;
+        int cap = -1; /* the first pipe's size, the largest allowed, is every one's */
+        if (d->pipe_bytes)
+                cap = fcntl(fd[0], F_SETPIPE_SZ, (int) d->pipe_bytes);
+        for (unsigned want = RING_BYTES; !d->pipe_bytes && cap < 0 && want >= MIN_PIPE_BYTES; want /= 2)
+                cap = fcntl(fd[0], F_SETPIPE_SZ, (int) want);
+        if (cap < (int) MIN_PIPE_BYTES || (unsigned) cap < d->pipe_bytes) {
+                close(fd[0]);
+                close(fd[1]);
+                return -1;
+        }
+        d->pipe_bytes = (unsigned) cap;
+        d->pipe[i][0] = fd[0];
+        d->pipe[i][1] = fd[1];
+        return 0;
+}
+
+/* d's fields but its buffer, which dir_buffer() makes */
+static void dir_init(dir_t *d, conn_t *c, int src, int dst) {
+        *d = (dir_t){ .c = c, .src = src, .dst = dst };
+        for (unsigned i = 0; i < PIPES; i++)
+                d->pipe[i][0] = d->pipe[i][1] = -1;
+}
+
+static int dir_buffer(dir_t *d) {
+        d->pipe_bytes = 0;
+        d->p_first = 0;
+        d->p_n = 1;
+        if (!copy_only && pipe_make(d, 0) == 0)
+                return 0;
+        d->ring = malloc(RING_BYTES);
+        return d->ring ? 0 : -1;
+}
+
+static void dir_free(dir_t *d) {
+        for (unsigned i = 0; i < PIPES; i++)
+                if (d->pipe[i][0] >= 0) {
+                        close(d->pipe[i][0]);
+                        close(d->pipe[i][1]);
+                }
+        free(d->ring);
+        free(d->stamps);
+}
+
+/* Up to room bytes from src into the buffer at stream offset in: bytes
+ * taken, 0 at end of stream, -1 with errno (EAGAIN: nothing there, or
+ * every pipe full: a pipe fills by its slots, a segment each, before it
+ * holds pipe_bytes). */
+static ssize_t take_in(dir_t *d, uint64_t in, size_t room) {
+        if (!d->ring) {
+                for (;;) {
+                        unsigned w = (d->p_first + d->p_n - 1) % PIPES, nx = (w + 1) % PIPES;
+                        ssize_t k = splice(d->src, NULL, d->pipe[w][1], NULL, room, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+                        if (k > 0)
+                                d->p_held[w] += (size_t) k;
+                        if (k >= 0 || errno != EAGAIN || d->p_held[w] == 0 ||
+                            (uint64_t) (d->p_n + 1) * d->pipe_bytes > RING_BYTES)
+                                return k;
+                        if (d->pipe[nx][0] < 0 && pipe_make(d, nx) < 0) {
+                                errno = EAGAIN;
+                                return -1;
+                        }
+                        d->p_n++; /* w is full: the next pipe */
+                }
+        }
+        size_t at = (size_t) (in % RING_BYTES);
+        if (room > RING_BYTES - at)
+                room = RING_BYTES - at;
+        return read(d->src, d->ring + at, room);
+}
+
+/* Up to len bytes of the buffer, from stream offset out, on to dst:
+ * bytes passed, or -1 with errno. */
+static ssize_t pass_out(dir_t *d, uint64_t out, size_t len) {
+        if (!d->ring) {
+                unsigned r = d->p_first; /* it holds the oldest bytes, p_held[r] of them */
+                ssize_t k = splice(d->pipe[r][0], NULL, d->dst, NULL, len, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+                if (k > 0 && (d->p_held[r] -= (size_t) k) == 0 && d->p_n > 1) {
+                        d->p_first = (r + 1) % PIPES;
+                        d->p_n--;
+                }
+                return k;
+        }
+        size_t at = (size_t) (out % RING_BYTES);
+        if (len > RING_BYTES - at)
+                len = RING_BYTES - at;
+        return send(d->dst, d->ring + at, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
 /* One direction is done with c; the last one closes and frees. */
 static void conn_release(conn_t *c) {
         if (atomic_fetch_sub(&c->live, 1) != 1)
                 return;
         close(c->d[0].src);
         close(c->d[1].src);
-        for (int i = 0; i < 2; i++) {
-                free(c->d[i].ring);
-                free(c->d[i].stamps);
-        }
+        for (int i = 0; i < 2; i++)
+                dir_free(&c->d[i]);
         free(c);
 }
 
@@ -95,13 +207,13 @@ static void *pump(void *arg) {
         dir_t *d = arg;
         uint64_t in = 0, out = 0, released = 0;
         unsigned head = 0, tail = 0; /* stamps[head, tail) mod STAMPS */
-        bool eof = false, failed = false;
+        bool eof = false, failed = false, pipe_full = false;
         prctl(PR_SET_TIMERSLACK, 1UL);
         for (;;) {
                 uint64_t now = now_ns();
                 while (head != tail && d->stamps[head % STAMPS].due <= now)
                         released = d->stamps[head++ % STAMPS].end;
-                bool can_read = !eof && in - out < RING_BYTES && tail - head < STAMPS;
+                bool can_read = !eof && !pipe_full && in - out < RING_BYTES && tail - head < STAMPS;
                 bool held = atomic_load(&stalled);
                 bool can_write = released > out && !held;
                 if (eof && out == in) {
@@ -128,10 +240,10 @@ static void *pump(void *arg) {
                         break;
                 }
                 if (pfd[0].revents) {
-                        size_t at = (size_t) (in % RING_BYTES), room = RING_BYTES - (size_t) (in - out);
-                        if (room > RING_BYTES - at)
-                                room = RING_BYTES - at;
-                        ssize_t k = read(d->src, d->ring + at, room);
+                        ssize_t k = take_in(d, in, RING_BYTES - (size_t) (in - out));
+                        /* every pipe full: the writes free them */
+                        if (k < 0 && errno == EAGAIN && !d->ring && in > out)
+                                pipe_full = true;
                         if (k > 0) {
                                 in += (uint64_t) k;
                                 uint64_t due = now_ns() + delay_ns;
@@ -152,13 +264,11 @@ static void *pump(void *arg) {
                         break;
                 }
                 if (pfd[1].revents & POLLOUT) {
-                        size_t at = (size_t) (out % RING_BYTES), len = (size_t) (released - out);
-                        if (len > RING_BYTES - at)
-                                len = RING_BYTES - at;
-                        ssize_t k = send(d->dst, d->ring + at, len, MSG_NOSIGNAL | MSG_DONTWAIT);
-                        if (k > 0)
+                        ssize_t k = pass_out(d, out, (size_t) (released - out));
+                        if (k > 0) {
                                 out += (uint64_t) k;
-                        else if (k < 0 && errno != EAGAIN && errno != EINTR) {
+                                pipe_full = false;
+                        } else if (k < 0 && errno != EAGAIN && errno != EINTR) {
                                 failed = true;
                                 break;
                         }
@@ -194,10 +304,17 @@ static void nodelay(int fd) {
 
 int main(int argc, char **argv) {
         long max_seconds = 3600;
-        if (argc > 2 && strcmp(argv[1], "--max-seconds") == 0) {
-                max_seconds = atol(argv[2]);
-                argv += 2;
-                argc -= 2;
+        for (;;) {
+                if (argc > 2 && strcmp(argv[1], "--max-seconds") == 0) {
+                        max_seconds = atol(argv[2]);
+                        argv += 2;
+                        argc -= 2;
+                } else if (argc > 1 && strcmp(argv[1], "--copy") == 0) {
+                        copy_only = true;
+                        argv++;
+                        argc--;
+                } else
+                        break;
         }
         struct sockaddr_in la, ta;
         char *end = NULL;
@@ -205,7 +322,8 @@ int main(int argc, char **argv) {
         bool orig = argc == 4 && strcmp(argv[2], "orig") == 0;
         if (argc != 4 || parse_addr(argv[1], &la) < 0 || (!orig && parse_addr(argv[2], &ta) < 0) || *end || us < 0 ||
             us > 10000000 || max_seconds <= 0) {
-                fprintf(stderr, "usage: delay_proxy [--max-seconds N] LISTEN_IP:PORT TARGET_IP:PORT|orig DELAY_US\n");
+                fprintf(stderr,
+                        "usage: delay_proxy [--max-seconds N] [--copy] LISTEN_IP:PORT TARGET_IP:PORT|orig DELAY_US\n");
                 return 2;
         }
         delay_ns = (uint64_t) us * 1000u;
@@ -259,25 +377,22 @@ int main(int argc, char **argv) {
                 inet_ntop(AF_INET, &ta.sin_addr, ip, sizeof ip);
                 printf("connection to %s:%u\n", ip, (unsigned) ntohs(ta.sin_port));
                 fflush(stdout);
+                /* each direction's thread waits in ppoll(), never in a call */
+                fcntl(a, F_SETFL, fcntl(a, F_GETFL) | O_NONBLOCK);
+                fcntl(t, F_SETFL, fcntl(t, F_GETFL) | O_NONBLOCK);
                 conn_t *c = calloc(1, sizeof *c);
                 bool ok = c != NULL;
-                for (int i = 0; ok && i < 2; i++) {
-                        c->d[i] = (dir_t){ .c = c,
-                                           .src = i ? t : a,
-                                           .dst = i ? a : t,
-                                           .ring = malloc(RING_BYTES),
-                                           .stamps = malloc(STAMPS * sizeof(stamp_t)) };
-                        ok = c->d[i].ring && c->d[i].stamps;
-                }
+                for (int i = 0; ok && i < 2; i++)
+                        dir_init(&c->d[i], c, i ? t : a, i ? a : t);
+                for (int i = 0; ok && i < 2; i++)
+                        ok = (c->d[i].stamps = malloc(STAMPS * sizeof(stamp_t))) && dir_buffer(&c->d[i]) == 0;
                 pthread_t th[2];
                 if (ok)
                         atomic_init(&c->live, 2);
                 if (!ok || pthread_create(&th[0], NULL, pump, &c->d[0]) != 0) {
                         fprintf(stderr, "delay_proxy: out of memory or threads\n");
-                        for (int i = 0; c && i < 2; i++) {
-                                free(c->d[i].ring);
-                                free(c->d[i].stamps);
-                        }
+                        for (int i = 0; c && i < 2; i++)
+                                dir_free(&c->d[i]);
                         free(c);
                         close(a);
                         close(t);

@@ -59,5 +59,6 @@ check_PROGRAMS += %D%/worker_netfault %D%/delay_proxy
 %C%_worker_netfault_LDADD = client/libhvd.la
 %C%_netfault_tests = %D%/test-netfault-peer.sh %D%/test-netfault-partition.sh \
 	%D%/test-netfault-loss.sh %D%/test-netfault-slow.sh
-TESTS += $(%C%_netfault_tests) %D%/test-netns-delay.sh
-EXTRA_DIST += $(%C%_netfault_tests) %D%/lib/netfault.sh %D%/test-netns-delay.sh
+TESTS += $(%C%_netfault_tests) %D%/test-netns-delay.sh %D%/test-delay-proxy.sh
+EXTRA_DIST += $(%C%_netfault_tests) %D%/lib/netfault.sh %D%/test-netns-delay.sh %D%/test-delay-proxy.sh \
+	%D%/lib/delay_proxy_check.py
