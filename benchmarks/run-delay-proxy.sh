@@ -4,15 +4,19 @@
 # veth pair with a tc tbf limit of RATE (BURST) each way; a sink in b; from
 # a, a 1-byte ping-pong (200 round trips, RTT percentiles) and a bulk
 # transfer of MIB MiB (throughput), first direct, then through the proxy
-# (in b) at each of DELAYS (µs one way). Needs root.
+# (in b) at each of DELAYS (µs one way), with the CPU the proxy took
+# (proxy_cpu_s, and per GiB carried). Needs root.
 #
 #   benchmarks/run-delay-proxy.sh [BUILDDIR]     (after `make bench`)
 # Environment: RATE=10gbit BURST=128kb DELAYS="0 50 250 1000" MIB=1000
+#   PROXY=<a delay_proxy binary> (default BUILDDIR/tests/delay_proxy: another
+#   build's, to compare two in turn)
 set -u
 build=$(cd "${1:-.}" && pwd)
 RATE=${RATE:-10gbit} BURST=${BURST:-128kb} DELAYS=${DELAYS:-"0 50 250 1000"} MIB=${MIB:-1000}
 PY=${PYTHON:-/usr/bin/python3}
-[ -x "$build/tests/delay_proxy" ] || { echo "run-delay-proxy: no $build/tests/delay_proxy (make bench builds it)" >&2; exit 2; }
+proxy=${PROXY:-$build/tests/delay_proxy}
+[ -x "$proxy" ] || { echo "run-delay-proxy: no $proxy (make bench builds it)" >&2; exit 2; }
 na=hvdp$$a nb=hvdp$$b va=hpa$$ vb=hpb$$ net=10.219.$(($$ % 250)).
 work=$(mktemp -d /tmp/hvd-proxy-XXXXXX)
 pids=()
@@ -59,11 +63,15 @@ for _ in $(seq 100); do grep -q listening "$work/sink.log" && break; sleep 0.05;
 echo "# tbf $RATE burst $BURST each way; a -> b: direct, then through tests/delay_proxy in b"
 ip netns exec "$na" "$PY" "$work/tp.py" send "${net}2" 7300 "$MIB" direct
 for d in $DELAYS; do
-        ip netns exec "$nb" "$build/tests/delay_proxy" --max-seconds 600 "${net}2:7400" "${net}2:7300" "$d" \
+        ip netns exec "$nb" "$proxy" --max-seconds 600 "${net}2:7400" "${net}2:7300" "$d" \
                 >"$work/proxy.log" 2>&1 &
         p=$!
         for _ in $(seq 100); do grep -q listening "$work/proxy.log" && break; sleep 0.05; done
-        ip netns exec "$na" "$PY" "$work/tp.py" send "${net}2" 7400 "$MIB" "proxy_${d}us"
+        line=$(ip netns exec "$na" "$PY" "$work/tp.py" send "${net}2" 7400 "$MIB" "proxy_${d}us")
+        # the proxy's own CPU (user + system) for the round trips and the transfer
+        ticks=$(awk '{ print $14 + $15 }' "/proc/$p/stat" 2>/dev/null)
+        [ -n "$line" ] && echo "$line${ticks:+ proxy_cpu_s=$(awk -v t="$ticks" -v hz="$(getconf CLK_TCK)" -v m="$MIB" \
+                'BEGIN { printf "%.2f proxy_cpu_ms_per_gib=%.0f", t / hz, t / hz * 1000 / (m / 1024) }')}"
         kill "$p"
         wait "$p" 2>/dev/null || true
 done
