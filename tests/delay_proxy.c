@@ -3,16 +3,18 @@
  * to the other side DELAY_US microseconds after it was read (reads less
  * than 5 us apart share the first one's time), order kept, both ways.
  * One thread per direction of each connection, 16 MiB of buffer per
- * direction (enough for 10 Gbit/s at 10 ms): a pipe the bytes are
- * spliced into and out of, so that they are never copied (the proxy's
- * own CPU competes with what it carries on a small machine); where a
- * pipe cannot be made that large, a ring filled by read() and drained by
+ * direction (enough for 10 Gbit/s at 10 ms): pipes the bytes are spliced
+ * into and out of, so that they are never copied (the proxy's own CPU
+ * competes with what it carries on a small machine), as large as the
+ * kernel lets it make them (fs.pipe-max-size, 1 MiB by default), made as
+ * the bytes in flight need them and used in turn as one queue; where a
+ * pipe of 1 MiB cannot be made, a ring filled by read() and drained by
  * send().
  *
  *   delay_proxy [--max-seconds N] [--copy] LISTEN_IP:PORT TARGET_IP:PORT|orig DELAY_US
  *
- * --copy: the ring, not pipes (what it falls back to where pipes cannot
- * be 1 MiB), for the test of both (tests/test-delay-proxy.sh).
+ * --copy: the ring, not pipes, for the test of both
+ * (tests/test-delay-proxy.sh).
  *
  * PORT 0 listens on a free port. Target "orig": connections redirected
  * here by netfilter go on to the address they were sent to
@@ -21,8 +23,9 @@
  * emulated node (nft ... oifname LINK meta mark != 0x6876 redirect to
  * :PORT), every TCP connection that node opens over the link is delayed
  * once, and keeps the node's source address (which Open MPI checks).
- * Prints "listening IP:PORT" once ready, and "connection to IP:PORT" for
- * each connection it forwards.
+ * Prints "listening IP:PORT (pipes of N bytes)" or "listening IP:PORT
+ * (ring)" once ready, and "connection to IP:PORT" for each connection it
+ * forwards.
  * SIGUSR1 stalls every connection: reads go on into the buffers, nothing is
  * written on until SIGUSR2, which lets what was held go, in order (a
  * stalled link that stays up, for the fault tests).
@@ -71,7 +74,7 @@ typedef struct {
          * with ring set, read into it */
         int pipe[PIPES][2]; /* -1: not made */
         size_t p_held[PIPES];
-        unsigned p_first, p_n, pipe_bytes;
+        unsigned p_first, p_n;
         uint8_t *ring;
         stamp_t *stamps;
 } dir_t;
@@ -82,11 +85,19 @@ struct conn {
 };
 
 static uint64_t delay_ns;
-static bool copy_only;      /* --copy */
+static unsigned pipe_bytes; /* each pipe's size; 0: rings (--copy, or no pipe of 1 MiB) */
 static atomic_bool stalled; /* SIGUSR1 sets, SIGUSR2 clears */
 
 static void on_stall(int sig) {
         atomic_store(&stalled, sig == SIGUSR1);
+}
+
+static sigset_t stall_signals(void) {
+        sigset_t set;
+        sigemptyset(&set);
+        sigaddset(&set, SIGUSR1);
+        sigaddset(&set, SIGUSR2);
+        return set;
 }
 
 static uint64_t now_ns(void) {
@@ -95,26 +106,30 @@ static uint64_t now_ns(void) {
         return (uint64_t) ts.tv_sec * 1000000000u + (uint64_t) ts.tv_nsec;
 }
 
-/* A direction's buffer: up to RING_BYTES in pipes, each as large as the
- * kernel lets this process make one (fs.pipe-max-size, 1 MiB by default;
- * at least 1 MiB, else none), made as the bytes in flight need them and
- * used in turn as one queue; without pipes, a ring. 0, or -1 without
- * memory. */
+/* The largest pipe this process may make, from RING_BYTES down to
+ * MIN_PIPE_BYTES (root passes fs.pipe-max-size only with
+ * CAP_SYS_RESOURCE); 0 without one of MIN_PIPE_BYTES. */
+static unsigned pipe_size_allowed(void) {
+        int fd[2], cap = -1;
+        if (pipe2(fd, O_CLOEXEC) < 0)
+                return 0;
+        for (unsigned want = RING_BYTES; cap < 0 && want >= MIN_PIPE_BYTES; want /= 2)
+                cap = fcntl(fd[0], F_SETPIPE_SZ, (int) want);
+        close(fd[0]);
+        close(fd[1]);
+        return cap < (int) MIN_PIPE_BYTES ? 0 : (unsigned) cap;
+}
+
+/* d's pipe i, of pipe_bytes: 0, or -1 (no more descriptors or memory) */
 static int pipe_make(dir_t *d, unsigned i) {
         int fd[2];
         if (pipe2(fd, O_CLOEXEC | O_NONBLOCK) < 0)
                 return -1;
-        int cap = -1; /* the first pipe's size, the largest allowed, is every one's */
-        if (d->pipe_bytes)
-                cap = fcntl(fd[0], F_SETPIPE_SZ, (int) d->pipe_bytes);
-        for (unsigned want = RING_BYTES; !d->pipe_bytes && cap < 0 && want >= MIN_PIPE_BYTES; want /= 2)
-                cap = fcntl(fd[0], F_SETPIPE_SZ, (int) want);
-        if (cap < (int) MIN_PIPE_BYTES || (unsigned) cap < d->pipe_bytes) {
+        if (fcntl(fd[0], F_SETPIPE_SZ, (int) pipe_bytes) < (int) pipe_bytes) {
                 close(fd[0]);
                 close(fd[1]);
                 return -1;
         }
-        d->pipe_bytes = (unsigned) cap;
         d->pipe[i][0] = fd[0];
         d->pipe[i][1] = fd[1];
         return 0;
@@ -127,12 +142,12 @@ static void dir_init(dir_t *d, conn_t *c, int src, int dst) {
                 d->pipe[i][0] = d->pipe[i][1] = -1;
 }
 
+/* d's first pipe, or its ring: 0, or -1 */
 static int dir_buffer(dir_t *d) {
-        d->pipe_bytes = 0;
         d->p_first = 0;
         d->p_n = 1;
-        if (!copy_only && pipe_make(d, 0) == 0)
-                return 0;
+        if (pipe_bytes)
+                return pipe_make(d, 0);
         d->ring = malloc(RING_BYTES);
         return d->ring ? 0 : -1;
 }
@@ -147,10 +162,10 @@ static void dir_free(dir_t *d) {
         free(d->stamps);
 }
 
-/* Up to room bytes from src into the buffer at stream offset in: bytes
- * taken, 0 at end of stream, -1 with errno (EAGAIN: nothing there, or
- * every pipe full: a pipe fills by its slots, a segment each, before it
- * holds pipe_bytes). */
+/* Up to room bytes from src, which poll() found readable, into the
+ * buffer at stream offset in: bytes taken, 0 at end of stream, -1 with
+ * errno (EAGAIN: nothing there; ENOBUFS: every pipe full, as a pipe can
+ * be by its slots, a segment each, before it holds pipe_bytes). */
 static ssize_t take_in(dir_t *d, uint64_t in, size_t room) {
         if (!d->ring) {
                 for (;;) {
@@ -158,14 +173,16 @@ static ssize_t take_in(dir_t *d, uint64_t in, size_t room) {
                         ssize_t k = splice(d->src, NULL, d->pipe[w][1], NULL, room, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
                         if (k > 0)
                                 d->p_held[w] += (size_t) k;
-                        if (k >= 0 || errno != EAGAIN || d->p_held[w] == 0 ||
-                            (uint64_t) (d->p_n + 1) * d->pipe_bytes > RING_BYTES)
+                        /* an empty pipe refused: nothing there */
+                        if (k >= 0 || errno != EAGAIN || d->p_held[w] == 0)
                                 return k;
-                        if (d->pipe[nx][0] < 0 && pipe_make(d, nx) < 0) {
-                                errno = EAGAIN;
+                        /* w refused what poll() saw: w is full */
+                        if ((uint64_t) (d->p_n + 1) * pipe_bytes > RING_BYTES ||
+                            (d->pipe[nx][0] < 0 && pipe_make(d, nx) < 0)) {
+                                errno = ENOBUFS;
                                 return -1;
                         }
-                        d->p_n++; /* w is full: the next pipe */
+                        d->p_n++;
                 }
         }
         size_t at = (size_t) (in % RING_BYTES);
@@ -209,6 +226,8 @@ static void *pump(void *arg) {
         unsigned head = 0, tail = 0; /* stamps[head, tail) mod STAMPS */
         bool eof = false, failed = false, pipe_full = false;
         prctl(PR_SET_TIMERSLACK, 1UL);
+        sigset_t stall = stall_signals(); /* blocked by the thread that made this one */
+        pthread_sigmask(SIG_UNBLOCK, &stall, NULL);
         for (;;) {
                 uint64_t now = now_ns();
                 while (head != tail && d->stamps[head % STAMPS].due <= now)
@@ -242,7 +261,7 @@ static void *pump(void *arg) {
                 if (pfd[0].revents) {
                         ssize_t k = take_in(d, in, RING_BYTES - (size_t) (in - out));
                         /* every pipe full: the writes free them */
-                        if (k < 0 && errno == EAGAIN && !d->ring && in > out)
+                        if (k < 0 && errno == ENOBUFS)
                                 pipe_full = true;
                         if (k > 0) {
                                 in += (uint64_t) k;
@@ -254,7 +273,7 @@ static void *pump(void *arg) {
                                         d->stamps[tail++ % STAMPS] = (stamp_t){ .end = in, .due = due };
                         } else if (k == 0) {
                                 eof = true;
-                        } else if (errno != EAGAIN && errno != EINTR) {
+                        } else if (errno != EAGAIN && errno != EINTR && errno != ENOBUFS) {
                                 failed = true;
                                 break;
                         }
@@ -304,13 +323,14 @@ static void nodelay(int fd) {
 
 int main(int argc, char **argv) {
         long max_seconds = 3600;
+        bool copy = false;
         for (;;) {
                 if (argc > 2 && strcmp(argv[1], "--max-seconds") == 0) {
                         max_seconds = atol(argv[2]);
                         argv += 2;
                         argc -= 2;
                 } else if (argc > 1 && strcmp(argv[1], "--copy") == 0) {
-                        copy_only = true;
+                        copy = true;
                         argv++;
                         argc--;
                 } else
@@ -332,6 +352,10 @@ int main(int argc, char **argv) {
         struct sigaction sa = { .sa_handler = on_stall }; /* no SA_RESTART: ppoll returns */
         sigaction(SIGUSR1, &sa, NULL);
         sigaction(SIGUSR2, &sa, NULL);
+        /* they land on the directions' threads, whose ppoll they wake;
+         * here they would cut a connect() short */
+        sigset_t stall = stall_signals();
+        pthread_sigmask(SIG_BLOCK, &stall, NULL);
         int lfd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
         setsockopt(lfd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
         if (lfd < 0 || bind(lfd, (struct sockaddr *) &la, sizeof la) < 0 || listen(lfd, 128) < 0) {
@@ -342,7 +366,11 @@ int main(int argc, char **argv) {
         getsockname(lfd, (struct sockaddr *) &la, &len);
         char ip[INET_ADDRSTRLEN];
         inet_ntop(AF_INET, &la.sin_addr, ip, sizeof ip);
-        printf("listening %s:%u\n", ip, (unsigned) ntohs(la.sin_port));
+        pipe_bytes = copy ? 0 : pipe_size_allowed();
+        if (pipe_bytes)
+                printf("listening %s:%u (pipes of %u bytes)\n", ip, (unsigned) ntohs(la.sin_port), pipe_bytes);
+        else
+                printf("listening %s:%u (ring)\n", ip, (unsigned) ntohs(la.sin_port));
         fflush(stdout);
         for (;;) {
                 int a = accept4(lfd, NULL, NULL, SOCK_CLOEXEC);
